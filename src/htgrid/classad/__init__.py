@@ -1,0 +1,62 @@
+"""HTCondor's ClassAd language, with the API of the official `classad2` module.
+
+`import htgrid.classad as classad` runs scripts written for classad2 unchanged. Evaluation
+follows HTCondor mode (what every HTCondor daemon and tool uses): unscoped names fall back
+to the TARGET ad, `MY.x` works in a single ad, and HTCondor's extra functions exist.
+"""
+
+from __future__ import annotations
+
+from htgrid.classad._classad import ClassAd, ExprTree
+from htgrid.classad._io import ParserType, parseAds, parseNext, parseOne
+from htgrid.classad._lexer import unescape as _unescape
+from htgrid.classad._unparse import quote_string as _quote_string
+from htgrid.classad._values import Value
+from htgrid.errors import ClassAdException, ClassAdSyntaxError, ClassAdValueError
+
+__all__ = [
+    "ClassAd",
+    "ClassAdException",
+    "ClassAdSyntaxError",
+    "ClassAdValueError",
+    "ExprTree",
+    "Parser",
+    "ParserType",
+    "Value",
+    "lastError",
+    "parseAds",
+    "parseNext",
+    "parseOne",
+    "quote",
+    "unquote",
+    "version",
+]
+
+# classad2 keeps the version-1 name too.
+Parser = ParserType
+
+
+def quote(input: str) -> str:
+    """`input` as a ClassAd string literal, quotes and escapes included."""
+    return _quote_string(input)
+
+
+def unquote(input: str) -> str:
+    """The string a ClassAd string literal stands for (the inverse of `quote`)."""
+    text = input.strip()
+    if len(text) < 2 or text[0] != '"' or text[-1] != '"':
+        raise ClassAdSyntaxError("expected a quoted string", text=input, offset=0)
+    decoded = _unescape(text[1:-1])
+    if decoded is None:
+        raise ClassAdSyntaxError("a string may not hold a NUL character", text=input, offset=0)
+    return decoded
+
+
+def lastError() -> str:
+    """Kept for classad2 scripts; htgrid reports errors as exceptions, so this is empty."""
+    return ""
+
+
+def version() -> str:
+    """The ClassAd language version this library follows."""
+    return "25.14.1"

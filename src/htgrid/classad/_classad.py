@@ -1,0 +1,386 @@
+"""`ClassAd` and `ExprTree`: the Python face of the language, as classad2 shapes it."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+from htgrid.classad._ast import AdExpr, ListExpr, Literal, Node
+from htgrid.classad._compile import _NOLIT, compiled
+from htgrid.classad._state import EvalState
+from htgrid.classad._values import (
+    ERROR,
+    INT64_MAX,
+    INT64_MIN,
+    UNDEFINED,
+    AbsTime,
+    ListValue,
+    RelTime,
+    Val,
+    Value,
+)
+from htgrid.errors import ClassAdValueError
+
+__all__ = ["ClassAd", "Entry", "ExprTree", "to_node", "to_python"]
+
+_SCALAR_TYPES = (bool, int, float, str, AbsTime, RelTime)
+
+
+class Entry:
+    """One attribute of an ad: its spelling, its expression, and its value if a constant."""
+
+    __slots__ = ("lit", "name", "node")
+
+    def __init__(self, name: str, node: Node) -> None:
+        self.name = name
+        self.node = node
+        if type(node) is Literal and (
+            type(node.value) in _SCALAR_TYPES or node.value is UNDEFINED or node.value is ERROR
+        ):
+            self.lit: object = node.value
+        else:
+            self.lit = _NOLIT
+
+
+class ClassAd(MutableMapping[str, Any]):
+    """A ClassAd: a mutable mapping of case-insensitive attribute names to expressions.
+
+    Reading an attribute gives its Python value when it is a constant (bool, int, float,
+    str, datetime for absolute times, float seconds for relative times, list, ClassAd,
+    `Value.Undefined`, `Value.Error`) and an `ExprTree` otherwise. Setting one takes those
+    types, `None` (undefined), dicts (nested ads) and ExprTrees.
+    """
+
+    __slots__ = ("_attrs", "_parent")
+
+    def __init__(self, input: str | dict[str, Any] | None = None) -> None:
+        self._attrs: dict[str, Entry] = {}
+        self._parent: ClassAd | None = None
+        if input is None:
+            return
+        if isinstance(input, dict):
+            for key, value in input.items():
+                self[key] = value
+            return
+        if isinstance(input, str):
+            from htgrid.classad._parser import parse_new_ad
+
+            for name, node in parse_new_ad(input).attrs:
+                self._attrs[name.lower()] = Entry(name, node)
+            return
+        raise TypeError("input must be None, str, or dict")
+
+    # -- internal construction ------------------------------------------------------------
+
+    @classmethod
+    def _from_pairs(cls, pairs: tuple[tuple[str, Node], ...] | list[tuple[str, Node]]) -> ClassAd:
+        ad = cls()
+        attrs = ad._attrs
+        for name, node in pairs:
+            key = name.lower()
+            previous = attrs.get(key)
+            attrs[key] = Entry(previous.name if previous else name, node)
+        return ad
+
+    def _instance(self, parent: ClassAd | None) -> ClassAd:
+        """A copy sharing the entries, nested under `parent` (a nested ad being evaluated)."""
+        ad = ClassAd()
+        ad._attrs = self._attrs.copy()
+        ad._parent = parent
+        return ad
+
+    def _insert(self, name: str, node: Node) -> None:
+        key = name.lower()
+        previous = self._attrs.get(key)
+        self._attrs[key] = Entry(previous.name if previous else name, node)
+
+    def _lookup_entry(self, name: str) -> Entry | None:
+        return self._attrs.get(name.lower())
+
+    def _pairs(self) -> tuple[tuple[str, Node], ...]:
+        return tuple((e.name, e.node) for e in self._attrs.values())
+
+    def _node(self) -> AdExpr:
+        return AdExpr(self._pairs())
+
+    # -- the mapping --------------------------------------------------------------------
+
+    def __getitem__(self, key: str) -> Any:
+        if not isinstance(key, str):
+            raise TypeError("ClassAd keys are strings")
+        entry = self._attrs.get(key.lower())
+        if entry is None:
+            raise KeyError(key)
+        return node_to_python(entry.node, self)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if not isinstance(key, str):
+            raise TypeError("ClassAd keys are strings")
+        self._insert(key, to_node(value))
+
+    def __delitem__(self, key: str) -> None:
+        if not isinstance(key, str):
+            raise TypeError("ClassAd keys are strings")
+        try:
+            del self._attrs[key.lower()]
+        except KeyError:
+            raise KeyError(key) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([e.name for e in self._attrs.values()])
+
+    def __len__(self) -> int:
+        return len(self._attrs)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key.lower() in self._attrs
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, ClassAd)
+        if self._attrs.keys() != other._attrs.keys():
+            return False
+        return all(e.node == other._attrs[k].node for k, e in self._attrs.items())
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        from htgrid.classad._unparse import unparse
+
+        return unparse(self._node())
+
+    def __str__(self) -> str:
+        from htgrid.classad._unparse import unparse_pretty
+
+        return unparse_pretty(self._node())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ClassAd, (repr(self),))
+
+    def __copy__(self) -> ClassAd:
+        ad = ClassAd()
+        ad._attrs = {k: Entry(e.name, e.node) for k, e in self._attrs.items()}
+        return ad
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ClassAd:
+        return self.__copy__()
+
+    # -- classad2's methods -------------------------------------------------------------
+
+    def lookup(self, attr: str) -> ExprTree:
+        """The expression of `attr`, unevaluated (KeyError when missing)."""
+        if not isinstance(attr, str):
+            raise TypeError("ClassAd keys are strings")
+        entry = self._attrs.get(attr.lower())
+        if entry is None:
+            raise KeyError(attr)
+        return ExprTree._of(entry.node)
+
+    def eval(self, attr: str) -> Any:
+        """Evaluate `attr` in the context of this ad."""
+        return self.lookup(attr).eval(self)
+
+    def printOld(self) -> str:
+        """This ad in the old syntax: one `Name = expr` line each."""
+        from htgrid.classad._unparse import quote_name, unparse_old
+
+        return "".join(
+            f"{quote_name(e.name)} = {unparse_old(e.node)}\n" for e in self._attrs.values()
+        )
+
+    formatOld = printOld
+
+    def printJson(self) -> str:
+        """This ad in HTCondor's JSON form."""
+        from htgrid.classad._json import ad_to_json
+
+        return ad_to_json(self)
+
+    formatJson = printJson
+
+    def matches(self, ad: ClassAd) -> bool:
+        """Whether `ad`'s Requirements hold with `ad` as MY and this ad as TARGET."""
+        if not isinstance(ad, ClassAd):
+            raise TypeError("ad must be a ClassAd")
+        from htgrid.classad._match import requirements_hold
+
+        return requirements_hold(ad, self)
+
+    def symmetricMatch(self, ad: ClassAd) -> bool:
+        """Both ads' Requirements hold against each other."""
+        return self.matches(ad) and ad.matches(self)
+
+    def externalRefs(self, expr: ExprTree) -> list[str]:
+        """The attributes `expr` references that this ad does not define."""
+        if not isinstance(expr, ExprTree):
+            raise TypeError("expr must be an ExprTree")
+        from htgrid.classad._refs import references
+
+        return references(self, expr._node, external=True)
+
+    def internalRefs(self, expr: ExprTree) -> list[str]:
+        """The attributes `expr` references that this ad defines."""
+        if not isinstance(expr, ExprTree):
+            raise TypeError("expr must be an ExprTree")
+        from htgrid.classad._refs import references
+
+        return references(self, expr._node, external=False)
+
+    def flatten(self, expr: ExprTree) -> ExprTree:
+        """Partially evaluate `expr` here: what this ad defines is folded in."""
+        if not isinstance(expr, ExprTree):
+            raise TypeError("expr must be an ExprTree")
+        from htgrid.classad._flatten import flatten
+
+        return ExprTree._of(flatten(expr._node, EvalState(self)))
+
+
+class ExprTree:
+    """An expression in the ClassAd language."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, expr: str | ExprTree | Any = None) -> None:
+        if expr is None:
+            self._node: Node = Literal(UNDEFINED)
+        elif isinstance(expr, ExprTree):
+            self._node = expr._node
+        elif isinstance(expr, ClassAd):
+            self._node = expr._node()
+        else:
+            from htgrid.classad._parser import parse_expr
+
+            self._node = parse_expr(expr if isinstance(expr, str) else str(expr))
+
+    @classmethod
+    def _of(cls, node: Node) -> ExprTree:
+        tree = cls.__new__(cls)
+        tree._node = node
+        return tree
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return False
+        assert isinstance(other, ExprTree)
+        return self._node == other._node
+
+    def __hash__(self) -> int:
+        return hash(self._node)
+
+    def __str__(self) -> str:
+        from htgrid.classad._unparse import unparse_pretty
+
+        return unparse_pretty(self._node)
+
+    def __repr__(self) -> str:
+        from htgrid.classad._unparse import unparse
+
+        return unparse(self._node)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ExprTree, (repr(self),))
+
+    def eval(self, scope: ClassAd | None = None, target: ClassAd | None = None) -> Any:
+        """Evaluate with `scope` as MY (and for unscoped names) and `target` as TARGET."""
+        return to_python(self._evaluate(scope, target))
+
+    def _evaluate(self, scope: ClassAd | None, target: ClassAd | None) -> Val:
+        if scope is not None and not isinstance(scope, ClassAd):
+            raise TypeError("scope must be a ClassAd")
+        if target is not None and not isinstance(target, ClassAd):
+            raise TypeError("target must be a ClassAd")
+        fn = self._node._fn or compiled(self._node)
+        try:
+            return fn(EvalState(scope, None, target))  # type: ignore[no-any-return]
+        except RecursionError:
+            return ERROR
+
+    def simplify(self, scope: ClassAd | None = None, target: ClassAd | None = None) -> ExprTree:
+        """Evaluate and give the result back as an expression."""
+        return ExprTree._of(to_node_value(self._evaluate(scope, target)))
+
+
+# -- conversions ------------------------------------------------------------------------
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+
+
+def to_python(v: Val) -> Any:
+    """A value as classad2 hands it to Python."""
+    t = type(v)
+    if t is bool or t is int or t is float or t is str or t is Value:
+        return v
+    if t is AbsTime:
+        return _EPOCH + _dt.timedelta(seconds=int(v.secs))  # type: ignore[union-attr]
+    if t is RelTime:
+        return float(v.secs)  # type: ignore[union-attr]
+    if t is ListValue:
+        lv: ListValue = v  # type: ignore[assignment]
+        if lv.state is None:
+            return [to_python(x) for x in lv.values()]
+        return [node_to_python(n, None) for n in lv.items]
+    return v  # a ClassAd
+
+
+def node_to_python(node: Node, parent: ClassAd | None) -> Any:
+    """An attribute's expression as classad2's `ad[name]` gives it."""
+    t = type(node)
+    if t is Literal:
+        return to_python(node.value)  # type: ignore[attr-defined]
+    if t is ListExpr:
+        return [node_to_python(n, parent) for n in node.items]  # type: ignore[attr-defined]
+    if t is AdExpr:
+        ad = ClassAd._from_pairs(node.attrs)  # type: ignore[attr-defined]
+        ad._parent = parent
+        return ad
+    return ExprTree._of(node)
+
+
+def to_node(value: Any) -> Node:
+    """A Python value as an expression node (what `ad[name] = value` stores)."""
+    if isinstance(value, ExprTree):
+        return value._node
+    if value is None:
+        return Literal(UNDEFINED)
+    t = type(value)
+    if t is bool or t is str or t is float:
+        return Literal(value)
+    if t is int:
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise ClassAdValueError(f"integer {value} does not fit in a ClassAd (64 bits)")
+        return Literal(value)
+    if isinstance(value, Value):
+        return Literal(UNDEFINED if value == Value.Undefined else ERROR)
+    if isinstance(value, bool | int):
+        return Literal(bool(value) if isinstance(value, bool) else int(value))
+    if isinstance(value, float):
+        return Literal(float(value))
+    if isinstance(value, str):
+        return Literal(str(value))
+    if isinstance(value, ClassAd):
+        return value._node()
+    if isinstance(value, dict):
+        return AdExpr(tuple((str(k), to_node(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return ListExpr(tuple(to_node(v) for v in value))
+    if isinstance(value, _dt.datetime):
+        return Literal(AbsTime(_datetime_secs(value), 0))
+    raise ClassAdValueError(f"cannot store a {type(value).__name__} in a ClassAd")
+
+
+def _datetime_secs(dt: _dt.datetime) -> int:
+    if dt.tzinfo is not None and dt.tzinfo.utcoffset(dt) is not None:
+        return int((dt - _EPOCH).total_seconds() // 1)
+    # A naive datetime is local time, as classad2 reads it.
+    return int(dt.timestamp() // 1)
+
+
+def to_node_value(v: Val) -> Node:
+    """A value as a node: lists and ads become their syntax, anything else a literal."""
+    if type(v) is ListValue:
+        return ListExpr(tuple(to_node_value(x) for x in v.values()))  # type: ignore[union-attr]
+    if isinstance(v, ClassAd):
+        return v._node()
+    return Literal(v)

@@ -1,0 +1,487 @@
+"""Compiling syntax trees into Python closures, and the name lookup they rely on.
+
+Each node compiles once into `f(state) -> value`; the closure is kept on the node. The
+hot shapes of matchmaking (an attribute compared with a constant, `&&` chains) get
+closures of their own so a Requirements expression costs a handful of Python calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
+
+from htgrid.classad._ast import (
+    AdExpr,
+    AttrRef,
+    Binary,
+    Call,
+    Elvis,
+    ListExpr,
+    Literal,
+    Node,
+    Paren,
+    Subscript,
+    Ternary,
+    Unary,
+)
+from htgrid.classad._ops import BINARY_OPS, UNARY_OPS, truth
+from htgrid.classad._state import EvalState
+from htgrid.classad._values import ERROR, UNDEFINED, AbsTime, ListValue, RelTime, Val
+
+if TYPE_CHECKING:
+    from htgrid.classad._classad import ClassAd, Entry
+
+__all__ = ["Compiled", "compiled", "lookup", "lookup_from"]
+
+Compiled = Callable[[EvalState], Val]
+
+_SPECIAL: Final = frozenset({"toplevel", "root", "self", "my", "parent", "currenttime"})
+_TARGET_NAMES: Final = frozenset({"target", "other"})
+_SCALARS: Final = (bool, int, float, str, AbsTime, RelTime)
+
+
+def compiled(node: Node) -> Compiled:
+    """The closure evaluating `node`, compiled on first use."""
+    fn: Compiled | None = node._fn
+    if fn is None:
+        fn = _COMPILERS[type(node)](node)
+        object.__setattr__(node, "_fn", fn)
+    return fn
+
+
+# -- name lookup ------------------------------------------------------------------------
+
+
+def eval_entry(st: EvalState, ad: ClassAd, entry: Entry) -> Val:
+    """Evaluate an attribute found in `ad`; a reference back into itself is UNDEFINED."""
+    lit = entry.lit
+    if lit is not _NOLIT:
+        return lit  # type: ignore[return-value]
+    active = st.active
+    if entry in active:
+        return UNDEFINED
+    active.add(entry)
+    try:
+        return compiled(entry.node)(st if ad is st.ad else st.at(ad))
+    finally:
+        active.discard(entry)
+
+
+def lookup_from(st: EvalState, start: ClassAd | None, key: str) -> Val:
+    """Look `key` (lower case) up from `start` outwards, as ClassAd::LookupInScope does."""
+    ad = start
+    while ad is not None:
+        entry = ad._attrs.get(key)
+        if entry is not None:
+            return eval_entry(st, ad, entry)
+        if key in _SPECIAL:
+            return _special(st, ad, key)
+        ad = ad._parent
+    if key in _TARGET_NAMES and st.target is not None:
+        return st.target
+    return _NOTFOUND
+
+
+def _special(st: EvalState, ad: ClassAd, key: str) -> Val:
+    if key == "self" or key == "my":
+        return ad
+    if key == "parent":
+        return ad._parent if ad._parent is not None else UNDEFINED
+    if key == "currenttime":
+        import time
+
+        return int(time.time())
+    root = ad
+    while root._parent is not None:
+        root = root._parent
+    return root
+
+
+def lookup(st: EvalState, key: str) -> Val:
+    """An unscoped reference: the current scope, then (HTCondor's alternate scope) the target."""
+    v = lookup_from(st, st.ad, key)
+    if v is _NOTFOUND:
+        target = st.target
+        if target is not None and st.ad is st.my:
+            v = lookup_from(st, target, key)
+            if v is not _NOTFOUND:
+                return v
+        if st.ad is None and key in _SPECIAL and key == "currenttime":
+            import time
+
+            return int(time.time())
+        return UNDEFINED
+    return v
+
+
+class _Marker:
+    __slots__ = ()
+
+
+_NOTFOUND: Final = _Marker()
+_NOLIT: Final = _Marker()
+
+
+# -- node compilers ---------------------------------------------------------------------
+
+
+def _literal(node: Literal) -> Compiled:
+    value = node.value
+
+    def f(st: EvalState) -> Val:
+        return value
+
+    return f
+
+
+def _attr(node: AttrRef) -> Compiled:
+    key = node.name.lower()
+    if node.absolute:
+
+        def absolute(st: EvalState) -> Val:
+            v = lookup_from(st, st.my, key)
+            return UNDEFINED if v is _NOTFOUND else v
+
+        return absolute
+    if node.base is None:
+        if key in _SPECIAL or key in _TARGET_NAMES:
+
+            def special(st: EvalState) -> Val:
+                return lookup(st, key)
+
+            return special
+
+        def plain(st: EvalState) -> Val:
+            ad = st.ad
+            while ad is not None:
+                entry = ad._attrs.get(key)
+                if entry is not None:
+                    lit = entry.lit
+                    if lit is not _NOLIT:
+                        return lit  # type: ignore[return-value]
+                    return eval_entry(st, ad, entry)
+                ad = ad._parent
+            return lookup(st, key)
+
+        return plain
+    base = compiled(node.base)
+
+    def select(st: EvalState) -> Val:
+        return select_attr(st, base(st), key)
+
+    return select
+
+
+def select_attr(st: EvalState, scope: Val, key: str) -> Val:
+    """`scope.name`: look the name up in an ad, or in each ad of a list (a projection)."""
+    from htgrid.classad._classad import ClassAd
+
+    if isinstance(scope, ClassAd):
+        v = lookup_from(st, scope, key)
+        return UNDEFINED if v is _NOTFOUND else v
+    if type(scope) is ListValue:
+        out: list[Val] = []
+        for item in scope.values():
+            if isinstance(item, ClassAd):
+                v = lookup_from(st, item, key)
+                out.append(UNDEFINED if v is _NOTFOUND else v)
+            elif item is UNDEFINED:
+                out.append(UNDEFINED)
+            else:
+                out.append(ERROR)
+        return ListValue.from_values(out)
+    if scope is UNDEFINED:
+        return UNDEFINED
+    return ERROR
+
+
+def _binary(node: Binary) -> Compiled:
+    op = node.op
+    lf = compiled(node.left)
+    rf = compiled(node.right)
+    if op == "&&":
+        return _and(lf, rf)
+    if op == "||":
+        return _or(lf, rf)
+    fn = BINARY_OPS[op]
+    right = node.right
+    if type(right) is Literal:
+        const = right.value
+        tc = type(const)
+        if op in _NUMERIC_CMP and (tc is int or tc is float):
+            cmp = _NUMERIC_CMP[op]
+
+            def num_cmp(st: EvalState) -> Val:
+                a = lf(st)
+                ta = type(a)
+                if ta is int or ta is float:
+                    return cmp(a, const)
+                return fn(a, const)
+
+            return num_cmp
+        if (op == "==" or op == "!=") and tc is str:
+            low = const.lower()  # type: ignore[union-attr]
+            want = op == "=="
+
+            def str_eq(st: EvalState) -> Val:
+                a = lf(st)
+                if type(a) is str:
+                    return (a.lower() == low) is want
+                return fn(a, const)
+
+            return str_eq
+
+    def binary(st: EvalState) -> Val:
+        return fn(lf(st), rf(st))
+
+    return binary
+
+
+def _lt(a: float, b: float) -> bool:
+    return a < b
+
+
+def _le(a: float, b: float) -> bool:
+    return a <= b
+
+
+def _gt(a: float, b: float) -> bool:
+    return a > b
+
+
+def _ge(a: float, b: float) -> bool:
+    return a >= b
+
+
+def _eq(a: float, b: float) -> bool:
+    return a == b
+
+
+def _ne(a: float, b: float) -> bool:
+    return a != b
+
+
+_NUMERIC_CMP: Final[dict[str, Callable[[float, float], bool]]] = {
+    "<": _lt,
+    "<=": _le,
+    ">": _gt,
+    ">=": _ge,
+    "==": _eq,
+    "!=": _ne,
+}
+
+
+def _and(lf: Compiled, rf: Compiled) -> Compiled:
+    def f(st: EvalState) -> Val:
+        a = lf(st)
+        if a is True:
+            b = rf(st)
+            return b if type(b) is bool else truth(b)
+        if a is False:
+            return False
+        a = truth(a)
+        if a is ERROR:
+            return ERROR
+        if a is False:
+            return False
+        b = truth(rf(st))
+        if a is True:
+            return b
+        # a is UNDEFINED: only a false right side decides.
+        return False if b is False else (ERROR if b is ERROR else UNDEFINED)
+
+    return f
+
+
+def _or(lf: Compiled, rf: Compiled) -> Compiled:
+    def f(st: EvalState) -> Val:
+        a = lf(st)
+        if a is False:
+            b = rf(st)
+            return b if type(b) is bool else truth(b)
+        if a is True:
+            return True
+        a = truth(a)
+        if a is ERROR:
+            return ERROR
+        if a is True:
+            return True
+        b = truth(rf(st))
+        if a is False:
+            return b
+        return True if b is True else (ERROR if b is ERROR else UNDEFINED)
+
+    return f
+
+
+def _unary(node: Unary) -> Compiled:
+    fn = UNARY_OPS[node.op]
+    inner = compiled(node.operand)
+
+    def f(st: EvalState) -> Val:
+        return fn(inner(st))
+
+    return f
+
+
+def _paren(node: Paren) -> Compiled:
+    return compiled(node.inner)
+
+
+def _ternary(node: Ternary) -> Compiled:
+    cond = compiled(node.cond)
+    then = compiled(node.then)
+    other = compiled(node.other)
+
+    def f(st: EvalState) -> Val:
+        c = cond(st)
+        if c is True:
+            return then(st)
+        if c is False:
+            return other(st)
+        c = truth(c)
+        if c is True:
+            return then(st)
+        if c is False:
+            return other(st)
+        return c
+
+    return f
+
+
+def _elvis(node: Elvis) -> Compiled:
+    left = compiled(node.left)
+    right = compiled(node.right)
+
+    def f(st: EvalState) -> Val:
+        a = left(st)
+        return right(st) if a is UNDEFINED else a
+
+    return f
+
+
+def _subscript(node: Subscript) -> Compiled:
+    base = compiled(node.base)
+    index = compiled(node.index)
+
+    def f(st: EvalState) -> Val:
+        return subscript(st, base(st), index(st))
+
+    return f
+
+
+def subscript(st: EvalState, b: Val, i: Val) -> Val:
+    """`b[i]`: a list item by integer position, or an ad's attribute by name."""
+    from htgrid.classad._classad import ClassAd
+
+    if b is ERROR or i is ERROR:
+        return ERROR
+    if b is UNDEFINED or i is UNDEFINED:
+        return UNDEFINED
+    if type(b) is ListValue:
+        if type(i) is not int:
+            return ERROR
+        items = b.values()
+        if 0 <= i < len(items):  # type: ignore[operator]
+            return items[i]  # type: ignore[index]
+        return ERROR
+    if isinstance(b, ClassAd):
+        if type(i) is not str:
+            return ERROR
+        v = lookup_from(st, b, i.lower())  # type: ignore[union-attr]
+        return UNDEFINED if v is _NOTFOUND else v
+    return ERROR
+
+
+def _call(node: Call) -> Compiled:
+    from htgrid.classad._functions import FUNCTIONS
+
+    builtin = FUNCTIONS.get(node.name.lower())
+    if builtin is None:
+
+        def unknown(st: EvalState) -> Val:
+            return ERROR
+
+        return unknown
+    fn = builtin.fn
+    args = node.args
+    if builtin.lazy:
+
+        def lazy(st: EvalState) -> Val:
+            try:
+                return fn(st, *args)
+            except RecursionError:
+                raise
+            except Exception:  # a built-in must never take the evaluator down
+                return ERROR
+
+        return lazy
+    arg_fns = tuple(compiled(a) for a in args)
+    if builtin.pure and all(type(a) is Literal for a in args):
+        try:
+            folded = fn(EvalState(None), *(a.value for a in args))  # type: ignore[attr-defined]
+        except Exception:
+            folded = ERROR
+        if type(folded) in _SCALARS or folded is UNDEFINED or folded is ERROR:
+
+            def constant(st: EvalState) -> Val:
+                return folded
+
+            return constant
+    if len(arg_fns) == 1:
+        (a0,) = arg_fns
+
+        def call1(st: EvalState) -> Val:
+            try:
+                return fn(st, a0(st))
+            except RecursionError:
+                raise
+            except Exception:
+                return ERROR
+
+        return call1
+
+    def call(st: EvalState) -> Val:
+        try:
+            return fn(st, *[a(st) for a in arg_fns])
+        except RecursionError:
+            raise
+        except Exception:
+            return ERROR
+
+    return call
+
+
+def _list(node: ListExpr) -> Compiled:
+    items = node.items
+
+    def f(st: EvalState) -> Val:
+        return ListValue(items, st)
+
+    return f
+
+
+def _record(node: AdExpr) -> Compiled:
+    from htgrid.classad._classad import ClassAd
+
+    template = ClassAd._from_pairs(node.attrs)
+
+    def f(st: EvalState) -> Val:
+        return template._instance(st.ad)
+
+    return f
+
+
+_COMPILERS: Final[dict[type, Callable[[Node], Compiled]]] = {
+    Literal: _literal,  # type: ignore[dict-item]
+    AttrRef: _attr,  # type: ignore[dict-item]
+    Binary: _binary,  # type: ignore[dict-item]
+    Unary: _unary,  # type: ignore[dict-item]
+    Paren: _paren,  # type: ignore[dict-item]
+    Ternary: _ternary,  # type: ignore[dict-item]
+    Elvis: _elvis,  # type: ignore[dict-item]
+    Subscript: _subscript,  # type: ignore[dict-item]
+    Call: _call,  # type: ignore[dict-item]
+    ListExpr: _list,  # type: ignore[dict-item]
+    AdExpr: _record,  # type: ignore[dict-item]
+}

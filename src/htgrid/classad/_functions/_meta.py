@@ -1,0 +1,208 @@
+"""Functions about expressions rather than values: unparse, unresolved, eval, debug."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from htgrid.classad._ast import (
+    AdExpr,
+    AttrRef,
+    Binary,
+    Call,
+    Elvis,
+    ListExpr,
+    Node,
+    Paren,
+    Subscript,
+    Ternary,
+    Unary,
+)
+from htgrid.classad._functions._convert import to_str
+from htgrid.classad._functions._registry import builtin
+from htgrid.classad._values import ERROR, UNDEFINED
+
+if TYPE_CHECKING:
+    from htgrid.classad._classad import ClassAd
+    from htgrid.classad._state import EvalState
+    from htgrid.classad._values import Val
+
+__all__: list[str] = []
+
+_log = logging.getLogger("htgrid.classad")
+
+
+def _plain_name(node: Node) -> str | None:
+    """The name of an unscoped attribute reference, else None."""
+    if type(node) is AttrRef and node.base is None and not node.absolute:
+        return node.name
+    return None
+
+
+@builtin("unparse", lazy=True, pure=False)
+def _unparse(state: EvalState, *nodes: Node) -> Val:
+    """`unparse(attr)`: the attribute's expression as text, unevaluated ("" if missing)."""
+    if len(nodes) != 1 or type(nodes[0]) is not AttrRef:
+        return ERROR
+    name = _plain_name(nodes[0])
+    ad = state.ad
+    # libclassad looks the reference's text up in the current ad only, so a scoped
+    # reference such as MY.x never names an attribute.
+    if name is None or ad is None:
+        return ""
+    entry = ad._lookup_entry(name)
+    if entry is None:
+        return ""
+    from htgrid.classad._unparse import unparse_pretty
+
+    return unparse_pretty(entry.node)
+
+
+def _find(ad: ClassAd | None, name: str) -> Node | None:
+    """The expression `name` names, searched from `ad` outwards."""
+    while ad is not None:
+        entry = ad._lookup_entry(name)
+        if entry is not None:
+            return entry.node
+        ad = ad._parent
+    return None
+
+
+def _children(node: Node) -> tuple[Node, ...]:
+    t = type(node)
+    if t is Binary:
+        return (node.left, node.right)  # type: ignore[attr-defined]
+    if t is Unary:
+        return (node.operand,)  # type: ignore[attr-defined]
+    if t is Paren:
+        return (node.inner,)  # type: ignore[attr-defined]
+    if t is Ternary:
+        return (node.cond, node.then, node.other)  # type: ignore[attr-defined]
+    if t is Elvis:
+        return (node.left, node.right)  # type: ignore[attr-defined]
+    if t is Subscript:
+        return (node.base, node.index)  # type: ignore[attr-defined]
+    if t is Call:
+        return node.args  # type: ignore[attr-defined,no-any-return]
+    if t is ListExpr:
+        return node.items  # type: ignore[attr-defined,no-any-return]
+    if t is AdExpr:
+        return tuple(n for _, n in node.attrs)  # type: ignore[attr-defined]
+    return ()
+
+
+def external_refs(node: Node, ad: ClassAd | None) -> list[str]:
+    """The references of `node` that `ad` cannot resolve, in libclassad's order.
+
+    Attributes the ad defines are followed into their own expressions; `TARGET.x`
+    is reported as `target.x` (the caller strips the prefix) and other scoped
+    references by their full text. The set is sorted and deduplicated ignoring case.
+    """
+    found: dict[str, str] = {}
+    seen: set[int] = set()
+
+    def add(text: str) -> None:
+        found.setdefault(text.lower(), text)
+
+    def walk(n: Node) -> None:
+        if type(n) is AttrRef:
+            if n.absolute:
+                return
+            base = n.base
+            if base is None:
+                ref(n.name)
+                return
+            bname = _plain_name(base)
+            if bname is None:
+                return
+            low = bname.lower()
+            if low in ("my", "self"):
+                ref(n.name)
+            elif low == "target":
+                add("target." + n.name)
+            else:
+                add(f"{bname}.{n.name}")
+            return
+        for c in _children(n):
+            walk(c)
+
+    def ref(name: str) -> None:
+        target = _find(ad, name)
+        if target is None:
+            add(name)
+        elif id(target) not in seen:
+            seen.add(id(target))
+            walk(target)
+
+    walk(node)
+    return [found[k] for k in sorted(found)]
+
+
+@builtin("unresolved", lazy=True, pure=False)
+def _unresolved(state: EvalState, *nodes: Node) -> Val:
+    """`unresolved(attr [, regex])`: the attribute's unresolvable references, or a match test."""
+    if not 1 <= len(nodes) <= 2 or type(nodes[0]) is not AttrRef:
+        return ERROR
+    name = _plain_name(nodes[0])
+    expr = _find(state.ad, name) if name is not None else None
+    if expr is None:
+        return UNDEFINED
+    rx = None
+    if len(nodes) == 2:
+        from htgrid.classad._functions._regex import compile_pcre
+        from htgrid.classad._state import eval_in
+
+        pat = eval_in(nodes[1], state)
+        if type(pat) is not str:
+            return ERROR
+        rx = compile_pcre(pat, "i")
+        if rx is None:
+            return ERROR
+    names = []
+    for ref in external_refs(expr, state.ad):
+        if ref[:7].lower() == "target.":
+            ref = ref[7:]
+        names.append(ref)
+    if rx is None:
+        return ",".join(names)
+    for ref in names:
+        m = rx.search(ref.encode("utf-8", "surrogateescape"))
+        if m is not None and m.end() > m.start():
+            return True
+    return False
+
+
+@builtin("eval", pure=False)
+def _eval(state: EvalState, *args: Val) -> Val:
+    """`eval(s)`: parse string(s) and evaluate it in the current scope."""
+    if len(args) != 1:
+        return ERROR
+    text = to_str(args[0])
+    if type(text) is not str:
+        return ERROR
+    from htgrid.classad._parser import parse_expr
+    from htgrid.classad._state import eval_in
+
+    try:
+        node = parse_expr(text)  # type: ignore[arg-type]
+    except Exception:
+        return ERROR
+    try:
+        return eval_in(node, state)
+    except RecursionError:
+        return ERROR
+
+
+@builtin("debug", lazy=True, pure=False)
+def _debug(state: EvalState, *nodes: Node) -> Val:
+    """`debug(x)`: x's value; the evaluation is logged at DEBUG level."""
+    if len(nodes) != 1:
+        return ERROR
+    from htgrid.classad._state import eval_in
+
+    v = eval_in(nodes[0], state)
+    if _log.isEnabledFor(logging.DEBUG):
+        from htgrid.classad._unparse import unparse
+
+        _log.debug("debug(%s) = %r", unparse(nodes[0]), v)
+    return v

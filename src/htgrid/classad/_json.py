@@ -1,0 +1,155 @@
+"""HTCondor's JSON form of ClassAds.
+
+Constants map to JSON (undefined is null, lists arrays, ads objects); any other expression
+is a string `"\\/Expr(<new syntax>)\\/"`. The escaped slashes are the marker, so the
+reader looks at the raw text, not only the decoded string.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Final
+
+from htgrid.classad._ast import AdExpr, ListExpr, Literal, Node
+from htgrid.classad._parser import parse_expr
+from htgrid.classad._unparse import format_real_old, unparse
+from htgrid.classad._values import INT64_MAX, INT64_MIN, UNDEFINED, RelTime
+from htgrid.errors import ClassAdSyntaxError
+
+if TYPE_CHECKING:
+    from htgrid.classad._classad import ClassAd
+
+__all__ = ["ad_to_json", "iter_json_ads"]
+
+# NUL never appears in a ClassAd string, so it safely tags the raw `"\/Expr(` marker.
+_MARK: Final = "\x00Expr("
+
+
+def _string(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _node(node: Node, indent: int) -> str:
+    t = type(node)
+    if t is Literal:
+        v = node.value  # type: ignore[attr-defined]
+        tv = type(v)
+        if tv is bool:
+            return "true" if v else "false"
+        if tv is int:
+            return str(v)
+        if tv is float and math.isfinite(v):
+            return format_real_old(v)
+        if tv is str:
+            return _string(v)
+        if v is UNDEFINED:
+            return "null"
+        if tv is RelTime:
+            return format_real_old(float(v.secs))
+    elif t is ListExpr:
+        items: tuple[Node, ...] = node.items  # type: ignore[attr-defined]
+        pad = " " * (indent + 2)
+        body = ",\n".join(pad + _node(i, indent + 2) for i in items)
+        return f"[\n{body}\n{' ' * indent}]" if items else f"[\n{' ' * indent}]"
+    elif t is AdExpr:
+        return _object(node.attrs, indent)  # type: ignore[attr-defined]
+    expr = json.dumps(unparse(node), ensure_ascii=False)[1:-1]
+    return f'"\\/Expr({expr})\\/"'
+
+
+def _object(attrs: tuple[tuple[str, Node], ...], indent: int) -> str:
+    if not attrs:
+        return "{\n" + " " * indent + "}"
+    pad = " " * (indent + 2)
+    body = ",\n".join(f"{pad}{_string(name)}: {_node(expr, indent + 2)}" for name, expr in attrs)
+    return "{\n" + body + "\n" + " " * indent + "}"
+
+
+def ad_to_json(ad: ClassAd) -> str:
+    """An ad as printJson writes it."""
+    return _object(ad._pairs(), 0)
+
+
+def _from_json(value: Any, text: str, offset: int) -> Node:
+    if value is None:
+        return Literal(UNDEFINED)
+    if isinstance(value, bool):
+        return Literal(value)
+    if isinstance(value, int):
+        # As HTCondor's reader does, a number past 64 bits becomes 0.
+        return Literal(value if INT64_MIN <= value <= INT64_MAX else 0)
+    if isinstance(value, float):
+        return Literal(value)
+    if isinstance(value, str):
+        if value.startswith(_MARK) and value.endswith(")/"):
+            try:
+                return parse_expr(value[len(_MARK) : -2])
+            except ClassAdSyntaxError as err:
+                raise ClassAdSyntaxError(
+                    f"bad expression in JSON: {err.reason}", text=text, offset=offset
+                ) from None
+        return Literal(value.replace(_MARK, "/Expr("))
+    if isinstance(value, list):
+        return ListExpr(tuple(_from_json(v, text, offset) for v in value))
+    if isinstance(value, dict):
+        return AdExpr(_pairs(value, text, offset))
+    raise ClassAdSyntaxError("unexpected JSON value", text=text, offset=offset)
+
+
+def _pairs(obj: dict[str, Any], text: str, offset: int) -> tuple[tuple[str, Node], ...]:
+    found: dict[str, tuple[str, Node]] = {}
+    for name, value in obj.items():
+        key = name.lower()
+        previous = found.get(key)
+        found[key] = (previous[0] if previous else name, _from_json(value, text, offset))
+    return tuple(found.values())
+
+
+def _keep_last(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    return dict(pairs)
+
+
+def iter_json_ads(text: str, start: int = 0) -> Iterator[tuple[tuple[tuple[str, Node], ...], int]]:
+    """Each JSON object in `text` (concatenated, or in one top-level array) with its end."""
+    marked = text.replace('"\\/Expr(', '"\\u0000Expr(')
+    # The marker replacement keeps offsets stable up to a fixed growth per marker, so
+    # positions are mapped back by counting markers before them.
+    decoder = json.JSONDecoder(object_pairs_hook=_keep_last)
+    pos = _skip(marked, start)
+    in_array = False
+    if pos < len(marked) and marked[pos] == "[":
+        in_array = True
+        pos = _skip(marked, pos + 1)
+    while pos < len(marked):
+        if in_array and marked[pos] == "]":
+            pos = _skip(marked, pos + 1)
+            in_array = False
+            continue
+        try:
+            value, end = decoder.raw_decode(marked, pos)
+        except json.JSONDecodeError as err:
+            raise ClassAdSyntaxError(
+                f"invalid JSON: {err.msg}", text=text, offset=_unmap(marked, err.pos)
+            ) from None
+        if not isinstance(value, dict):
+            raise ClassAdSyntaxError(
+                "expected a JSON object for a ClassAd", text=text, offset=_unmap(marked, pos)
+            )
+        pairs = _pairs(value, text, _unmap(marked, pos))
+        pos = _skip(marked, end)
+        if in_array and pos < len(marked) and marked[pos] == ",":
+            pos = _skip(marked, pos + 1)
+        yield pairs, _unmap(marked, pos)
+
+
+def _skip(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    return pos
+
+
+def _unmap(marked: str, pos: int) -> int:
+    grown = marked.count('"\\u0000Expr(', 0, pos) * (len('"\\u0000Expr(') - len('"\\/Expr('))
+    return pos - grown

@@ -1,0 +1,318 @@
+"""The strict operators on values, as operators.cpp defines them in HTCondor mode.
+
+ERROR in either operand wins over UNDEFINED, which wins over everything else.
+Booleans count as 0/1 in arithmetic and comparison but not in bitwise operators.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Final
+
+from htgrid.classad._values import (
+    ERROR,
+    INT64_MAX,
+    INT64_MIN,
+    UNDEFINED,
+    AbsTime,
+    ListValue,
+    RelTime,
+    Val,
+    wrap64,
+)
+
+__all__ = ["BINARY_OPS", "UNARY_OPS", "identical", "truth"]
+
+_MASK64: Final = (1 << 64) - 1
+_INF: Final = math.inf
+
+
+def _special(a: Val, b: Val) -> Val | None:
+    """ERROR or UNDEFINED when an operand is one of them (ERROR first), else None."""
+    if a is ERROR or b is ERROR:
+        return ERROR
+    if a is UNDEFINED or b is UNDEFINED:
+        return UNDEFINED
+    return None
+
+
+def _real(x: float) -> Val:
+    # HTCondor refuses a real result of +infinity (overflow or x/0) but keeps -inf and NaN.
+    return ERROR if x == _INF else x
+
+
+def _num(v: Val) -> int | float | None:
+    t = type(v)
+    if t is int or t is float:
+        return v  # type: ignore[return-value]
+    if t is bool:
+        return int(v)  # type: ignore[arg-type]
+    return None
+
+
+def _arith(op: str, a: Val, b: Val) -> Val:
+    s = _special(a, b)
+    if s is not None:
+        return s
+    ta, tb = type(a), type(b)
+    if ta is AbsTime or tb is AbsTime or ta is RelTime or tb is RelTime:
+        return _time_arith(op, a, b)
+    x, y = _num(a), _num(b)
+    if x is None or y is None:
+        return ERROR
+    if type(x) is int and type(y) is int:
+        if op == "+":
+            return wrap64(x + y)
+        if op == "-":
+            return wrap64(x - y)
+        if op == "*":
+            return wrap64(x * y)
+        if y == 0:
+            return ERROR
+        if x == INT64_MIN and y == -1:
+            return INT64_MAX if op == "/" else 0
+        q = abs(x) // abs(y)
+        if (x < 0) != (y < 0):
+            q = -q
+        return q if op == "/" else x - q * y
+    fx, fy = float(x), float(y)
+    if op == "+":
+        return _real(fx + fy)
+    if op == "-":
+        return _real(fx - fy)
+    if op == "*":
+        return _real(fx * fy)
+    if op == "/":
+        if fy == 0.0:
+            if fx == 0.0 or math.isnan(fx):
+                return math.nan
+            return _real(math.copysign(_INF, fx) * math.copysign(1.0, fy))
+        return _real(fx / fy)
+    return ERROR  # % on reals
+
+
+def _time_arith(op: str, a: Val, b: Val) -> Val:
+    ta, tb = type(a), type(b)
+    if ta is AbsTime:
+        if tb is RelTime and op in "+-":
+            delta = b.secs if op == "+" else -b.secs  # type: ignore[union-attr]
+            return AbsTime(int(a.secs + delta), a.offset)  # type: ignore[union-attr]
+        if tb is AbsTime and op == "-":
+            return RelTime(float(a.secs - b.secs))  # type: ignore[union-attr]
+        return ERROR
+    if ta is RelTime:
+        if tb is AbsTime:
+            return AbsTime(int(a.secs + b.secs), b.offset) if op == "+" else ERROR  # type: ignore[union-attr]
+        if tb is RelTime:
+            if op == "+":
+                return RelTime(a.secs + b.secs)  # type: ignore[union-attr]
+            if op == "-":
+                return RelTime(a.secs - b.secs)  # type: ignore[union-attr]
+            return ERROR
+        y = _num(b)
+        if y is None or op in "+-%":
+            return ERROR
+        if op == "*":
+            return RelTime(a.secs * y)  # type: ignore[union-attr]
+        if y == 0:
+            return ERROR
+        return RelTime(a.secs / y)  # type: ignore[union-attr]
+    # number op time
+    x = _num(a)
+    if x is None or op != "*" or tb is not RelTime:
+        return ERROR
+    return RelTime(x * b.secs)  # type: ignore[union-attr]
+
+
+def _make_arith(op: str) -> Callable[[Val, Val], Val]:
+    def fn(a: Val, b: Val) -> Val:
+        ta, tb = type(a), type(b)
+        if ta is int and tb is int and op != "/" and op != "%":
+            r = a + b if op == "+" else a - b if op == "-" else a * b  # type: ignore[operator]
+            return r if INT64_MIN <= r <= INT64_MAX else wrap64(r)
+        return _arith(op, a, b)
+
+    return fn
+
+
+def _order(a: Val, b: Val) -> tuple[object, object] | Val:
+    """The two operands as comparable Python values, or the ERROR/UNDEFINED result."""
+    s = _special(a, b)
+    if s is not None:
+        return s
+    ta, tb = type(a), type(b)
+    if ta is str and tb is str:
+        # strcasecmp: compare with ASCII letters folded to lower case.
+        return a.lower(), b.lower()  # type: ignore[union-attr]
+    x, y = _num(a), _num(b)
+    if x is not None and y is not None:
+        return x, y
+    if ta is AbsTime and tb is AbsTime:
+        return a.secs, b.secs  # type: ignore[union-attr]
+    if ta is RelTime and tb is RelTime:
+        return a.secs, b.secs  # type: ignore[union-attr]
+    return ERROR
+
+
+def op_eq(a: Val, b: Val) -> Val:
+    ta = type(a)
+    if ta is type(b) and (ta is int or ta is str or ta is float):
+        return a == b if ta is not str else a.lower() == b.lower()  # type: ignore[union-attr]
+    r = _order(a, b)
+    return r[0] == r[1] if type(r) is tuple else r  # type: ignore[index]
+
+
+def op_ne(a: Val, b: Val) -> Val:
+    r = op_eq(a, b)
+    return (not r) if type(r) is bool else r
+
+
+def op_lt(a: Val, b: Val) -> Val:
+    r = _order(a, b)
+    return r[0] < r[1] if type(r) is tuple else r  # type: ignore[index,operator]
+
+
+def op_le(a: Val, b: Val) -> Val:
+    r = _order(a, b)
+    return r[0] <= r[1] if type(r) is tuple else r  # type: ignore[index,operator]
+
+
+def op_gt(a: Val, b: Val) -> Val:
+    r = _order(a, b)
+    return r[0] > r[1] if type(r) is tuple else r  # type: ignore[index,operator]
+
+
+def op_ge(a: Val, b: Val) -> Val:
+    r = _order(a, b)
+    return r[0] >= r[1] if type(r) is tuple else r  # type: ignore[index,operator]
+
+
+def identical(a: Val, b: Val) -> Val:
+    """`a =?= b`: same type and value, strings case-sensitively; two lists or ads are ERROR."""
+    ta, tb = type(a), type(b)
+    if ta is not tb:
+        from htgrid.classad._classad import ClassAd
+
+        if isinstance(a, ClassAd) and isinstance(b, ClassAd):
+            return ERROR
+        return False
+    if ta is ListValue:
+        return ERROR
+    if ta is AbsTime:
+        return a.secs == b.secs and a.offset == b.offset  # type: ignore[union-attr]
+    if ta is RelTime:
+        return a.secs == b.secs  # type: ignore[union-attr]
+    from htgrid.classad._classad import ClassAd
+
+    if isinstance(a, ClassAd):
+        return ERROR
+    return a is b if (a is UNDEFINED or a is ERROR) else a == b
+
+
+def op_isnt(a: Val, b: Val) -> Val:
+    r = identical(a, b)
+    return (not r) if type(r) is bool else r
+
+
+def _make_bitwise(op: str) -> Callable[[Val, Val], Val]:
+    def fn(a: Val, b: Val) -> Val:
+        s = _special(a, b)
+        if s is not None:
+            return s
+        if type(a) is not int or type(b) is not int:
+            return ERROR
+        x: int = a  # type: ignore[assignment]
+        y: int = b  # type: ignore[assignment]
+        if op == "&":
+            return x & y
+        if op == "|":
+            return x | y
+        if op == "^":
+            return x ^ y
+        count = y & 63  # C shifts by the count modulo the width on x86-64
+        if op == "<<":
+            return wrap64(x << count)
+        if op == ">>":
+            return x >> count
+        return wrap64((x & _MASK64) >> count)  # >>>
+
+    return fn
+
+
+BINARY_OPS: Final[dict[str, Callable[[Val, Val], Val]]] = {
+    "+": _make_arith("+"),
+    "-": _make_arith("-"),
+    "*": _make_arith("*"),
+    "/": _make_arith("/"),
+    "%": _make_arith("%"),
+    "==": op_eq,
+    "!=": op_ne,
+    "<": op_lt,
+    "<=": op_le,
+    ">": op_gt,
+    ">=": op_ge,
+    "=?=": identical,
+    "=!=": op_isnt,
+    "is": identical,
+    "isnt": op_isnt,
+    "&": _make_bitwise("&"),
+    "|": _make_bitwise("|"),
+    "^": _make_bitwise("^"),
+    "<<": _make_bitwise("<<"),
+    ">>": _make_bitwise(">>"),
+    ">>>": _make_bitwise(">>>"),
+}
+
+
+def truth(v: Val) -> Val:
+    """A value as a logical operand: a bool, UNDEFINED, or ERROR (strings, lists, ads)."""
+    t = type(v)
+    if t is bool:
+        return v
+    if t is int or t is float:
+        return v != 0
+    if v is UNDEFINED:
+        return UNDEFINED
+    return ERROR
+
+
+def _neg(v: Val) -> Val:
+    t = type(v)
+    if t is int:
+        return wrap64(-v)  # type: ignore[operator]
+    if t is float:
+        return -v  # type: ignore[operator]
+    if t is RelTime:
+        return RelTime(-v.secs)  # type: ignore[union-attr]
+    if v is UNDEFINED:
+        return UNDEFINED
+    return ERROR
+
+
+def _pos(v: Val) -> Val:
+    t = type(v)
+    if t is int or t is float or t is RelTime or v is UNDEFINED:
+        return v
+    return ERROR
+
+
+def _inv(v: Val) -> Val:
+    if type(v) is int:
+        return ~v  # type: ignore[operator]
+    if v is UNDEFINED:
+        return UNDEFINED
+    return ERROR
+
+
+def _not(v: Val) -> Val:
+    r = truth(v)
+    return (not r) if type(r) is bool else r
+
+
+UNARY_OPS: Final[dict[str, Callable[[Val], Val]]] = {
+    "-": _neg,
+    "+": _pos,
+    "~": _inv,
+    "!": _not,
+}

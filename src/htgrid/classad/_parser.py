@@ -1,0 +1,367 @@
+"""The ClassAd parser: tokens to syntax trees, by recursive descent as source.cpp does.
+
+Precedence, loosest first: `?:` ternary, `||`, `&&`, `|`, `^`, `&`, equality
+(`== != =?= =!= is isnt`), relational, shifts, `+ -`, `* / %`, unary `- + ~ !`, then the
+postfix forms `x.a`, `x[i]` and the Elvis operator `x ?: y`, which binds tighter than any
+binary operator (`5 ?: 1 + 2` is 7 in HTCondor).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Final
+
+from htgrid.classad._ast import (
+    AdExpr,
+    AttrRef,
+    Binary,
+    Call,
+    Elvis,
+    ListExpr,
+    Literal,
+    Node,
+    Paren,
+    Subscript,
+    Ternary,
+    Unary,
+)
+from htgrid.classad._lexer import EOF, ID, INT, KW, OP, REAL, STR, Token, tokenize
+from htgrid.classad._times import parse_abstime, parse_reltime
+from htgrid.errors import ClassAdSyntaxError
+
+__all__ = ["parse_ad_body", "parse_expr", "parse_new_ad", "parse_old_line"]
+
+# Python frames per nesting level of the deepest expressions the language accepts (about
+# 500 parser levels) exceed the default limit; CPython 3.11 keeps Python-to-Python calls
+# off the C stack, so a higher limit is safe.
+if sys.getrecursionlimit() < 12000:
+    sys.setrecursionlimit(12000)
+
+_BINARY: Final = {
+    "||": 1,
+    "&&": 2,
+    "|": 3,
+    "^": 4,
+    "&": 5,
+    "==": 6,
+    "!=": 6,
+    "=?=": 6,
+    "=!=": 6,
+    "<": 7,
+    "<=": 7,
+    ">": 7,
+    ">=": 7,
+    "<<": 8,
+    ">>": 8,
+    ">>>": 8,
+    "+": 9,
+    "-": 9,
+    "*": 10,
+    "/": 10,
+    "%": 10,
+}
+_UNARY: Final = frozenset({"-", "+", "~", "!"})
+# The nesting budget of source.cpp: a bracketed sub-expression costs 3 levels, a unary
+# operator or a ternary/Elvis operand 1, and parsing fails past 500.
+_MAX_DEPTH: Final = 500
+_BRACKET: Final = 3
+
+
+class _Parser:
+    __slots__ = ("depth", "i", "origin", "text", "tokens")
+
+    def __init__(self, text: str, tokens: list[Token], origin: str) -> None:
+        self.text = text
+        self.tokens = tokens
+        self.i = 0
+        self.depth = 3
+        self.origin = origin
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def fail(self, reason: str, tok: Token | None = None) -> ClassAdSyntaxError:
+        tok = tok if tok is not None else self.tokens[self.i]
+        return ClassAdSyntaxError(reason, text=self.text, offset=tok[2], origin=self.origin)
+
+    def expect(self, op: str) -> None:
+        tok = self.tokens[self.i]
+        if tok[0] != OP or tok[1] != op:
+            raise self.fail(f"expected '{op}' but found {describe(tok)}")
+        self.i += 1
+
+    def enter(self, cost: int) -> None:
+        self.depth += cost
+        if self.depth > _MAX_DEPTH:
+            raise self.fail("expression nested too deeply")
+
+    # -- grammar -------------------------------------------------------------------------
+
+    def expression(self) -> Node:
+        cond = self.binary(1)
+        tok = self.tokens[self.i]
+        if tok[0] == OP and tok[1] == "?":
+            self.i += 1
+            self.enter(1)
+            then = self.expression()
+            self.expect(":")
+            other = self.expression()
+            self.depth -= 1
+            return Ternary(cond, then, other)
+        return cond
+
+    def binary(self, min_prec: int) -> Node:
+        left = self.unary()
+        tokens = self.tokens
+        while True:
+            tok = tokens[self.i]
+            if tok[0] != OP:
+                return left
+            prec = _BINARY.get(str(tok[1]))
+            if prec is None or prec < min_prec:
+                return left
+            self.i += 1
+            right = self.binary(prec + 1)
+            left = Binary(str(tok[1]), left, right)
+
+    def unary(self) -> Node:
+        tok = self.tokens[self.i]
+        if tok[0] == OP and tok[1] in _UNARY:
+            self.i += 1
+            self.enter(1)
+            operand = self.unary()
+            self.depth -= 1
+            return Unary(str(tok[1]), operand)
+        return self.postfix()
+
+    def postfix(self) -> Node:
+        node = self.primary()
+        tokens = self.tokens
+        while True:
+            tok = tokens[self.i]
+            if tok[0] != OP:
+                return node
+            op = tok[1]
+            if op == ".":
+                name_tok = tokens[self.i + 1]
+                if name_tok[0] != ID:
+                    raise self.fail(
+                        f"expected an attribute name after '.' but found {describe(name_tok)}",
+                        name_tok,
+                    )
+                self.i += 2
+                node = AttrRef(str(name_tok[1]), node)
+            elif op == "[":
+                self.i += 1
+                self.enter(_BRACKET)
+                index = self.expression()
+                self.expect("]")
+                self.depth -= _BRACKET
+                node = Subscript(node, index)
+            elif op == "?:":
+                self.i += 1
+                self.enter(1)
+                right = self.unary()
+                self.depth -= 1
+                return Elvis(node, right)
+            else:
+                return node
+
+    def primary(self) -> Node:
+        tok = self.tokens[self.i]
+        kind, value = tok[0], tok[1]
+        if kind == INT or kind == REAL or kind == STR:
+            self.i += 1
+            return Literal(value)  # type: ignore[arg-type]
+        if kind == KW:
+            self.i += 1
+            return _KEYWORD_NODES[str(value)]
+        if kind == ID:
+            self.i += 1
+            nxt = self.tokens[self.i]
+            if nxt[0] == OP and nxt[1] == "(":
+                return self.call(str(value))
+            return AttrRef(str(value))
+        if kind == OP:
+            if value == "(":
+                self.i += 1
+                self.enter(_BRACKET)
+                inner = self.expression()
+                self.expect(")")
+                self.depth -= _BRACKET
+                return Paren(inner)
+            if value == "{":
+                return self.list_()
+            if value == "[":
+                return self.record()
+            if value == ".":
+                name_tok = self.tokens[self.i + 1]
+                if name_tok[0] != ID:
+                    raise self.fail(
+                        f"expected an attribute name after '.' but found {describe(name_tok)}",
+                        name_tok,
+                    )
+                self.i += 2
+                return AttrRef(str(name_tok[1]), None, True)
+        raise self.fail(f"expected an expression but found {describe(tok)}")
+
+    def call(self, name: str) -> Node:
+        self.i += 1  # the "("
+        self.enter(_BRACKET)
+        args: list[Node] = []
+        tok = self.tokens[self.i]
+        if not (tok[0] == OP and tok[1] == ")"):
+            while True:
+                args.append(self.expression())
+                tok = self.tokens[self.i]
+                # HTCondor mode also takes ';' between arguments.
+                if tok[0] == OP and tok[1] in (",", ";"):
+                    self.i += 1
+                    continue
+                break
+        self.expect(")")
+        self.depth -= _BRACKET
+        return fold_time_literal(name, tuple(args))
+
+    def list_(self) -> Node:
+        self.i += 1  # the "{"
+        self.enter(_BRACKET)
+        items: list[Node] = []
+        tok = self.tokens[self.i]
+        if not (tok[0] == OP and tok[1] == "}"):
+            while True:
+                items.append(self.expression())
+                tok = self.tokens[self.i]
+                if tok[0] == OP and tok[1] == ",":
+                    self.i += 1
+                    continue
+                break
+        self.expect("}")
+        self.depth -= _BRACKET
+        return ListExpr(tuple(items))
+
+    def record(self) -> AdExpr:
+        self.i += 1  # the "["
+        self.enter(_BRACKET)
+        attrs = self.ad_body("]")
+        self.expect("]")
+        self.depth -= _BRACKET
+        return AdExpr(attrs)
+
+    def ad_body(self, closer: str | None) -> tuple[tuple[str, Node], ...]:
+        """`name = expr` separated by ';' (extra ';' allowed) up to `closer` or the end."""
+        found: dict[str, tuple[str, Node]] = {}
+        tokens = self.tokens
+        while True:
+            tok = tokens[self.i]
+            if tok[0] == OP and tok[1] == ";":
+                self.i += 1
+                continue
+            if (closer is None and tok[0] == EOF) or (tok[0] == OP and tok[1] == closer):
+                break
+            if tok[0] != ID:
+                raise self.fail(f"expected an attribute name but found {describe(tok)}")
+            self.i += 1
+            self.expect("=")
+            expr = self.expression()
+            name = str(tok[1])
+            key = name.lower()
+            # A repeated name: the last value wins, the first spelling stays.
+            previous = found.get(key)
+            found[key] = (previous[0] if previous else name, expr)
+            nxt = tokens[self.i]
+            if nxt[0] == OP and nxt[1] == ";":
+                continue
+            if (closer is None and nxt[0] == EOF) or (nxt[0] == OP and nxt[1] == closer):
+                break
+            raise self.fail(f"expected ';' or '{closer or 'end'}' but found {describe(nxt)}")
+        return tuple(found.values())
+
+    def end(self) -> None:
+        tok = self.tokens[self.i]
+        if tok[0] != EOF:
+            raise self.fail(f"unexpected {describe(tok)} after the expression")
+
+
+_KEYWORD_NODES: Final = {
+    "true": Literal(True),
+    "false": Literal(False),
+}
+
+
+def _init_keywords() -> None:
+    from htgrid.classad._values import ERROR, UNDEFINED
+
+    _KEYWORD_NODES["undefined"] = Literal(UNDEFINED)
+    _KEYWORD_NODES["error"] = Literal(ERROR)
+
+
+_init_keywords()
+
+
+def describe(tok: Token) -> str:
+    """A token as an error message names it."""
+    kind, value = tok[0], tok[1]
+    if kind == EOF:
+        return "the end of the input"
+    if kind == STR:
+        return f"string {value!r}"
+    if kind == ID:
+        return f"name '{value}'"
+    if kind == KW:
+        return f"keyword '{value}'"
+    if kind == OP:
+        return f"'{value}'"
+    return f"number {value!r}"
+
+
+def fold_time_literal(name: str, args: tuple[Node, ...]) -> Node:
+    """absTime("...") and relTime("...") of a valid string literal become time literals."""
+    if len(args) == 1 and isinstance(args[0], Literal) and type(args[0].value) is str:
+        low = name.lower()
+        if low == "abstime":
+            abs_value = parse_abstime(args[0].value)
+            if abs_value is not None:
+                return Literal(abs_value)
+        elif low == "reltime":
+            rel_value = parse_reltime(args[0].value)
+            if rel_value is not None:
+                return Literal(rel_value)
+    return Call(name, args)
+
+
+def parse_expr(text: str, *, origin: str = "") -> Node:
+    """Parse one expression (new syntax)."""
+    parser = _Parser(text, tokenize(text, origin=origin), origin)
+    node = parser.expression()
+    parser.end()
+    return node
+
+
+def parse_new_ad(text: str, *, origin: str = "") -> AdExpr:
+    """Parse exactly one new-syntax ad `[ ... ]`."""
+    parser = _Parser(text, tokenize(text, origin=origin), origin)
+    tok = parser.tokens[0]
+    if not (tok[0] == OP and tok[1] == "["):
+        raise parser.fail(f"expected '[' to open a ClassAd but found {describe(tok)}")
+    node = parser.record()
+    parser.end()
+    return node
+
+
+def parse_ad_body(text: str, *, origin: str = "") -> tuple[tuple[str, Node], ...]:
+    """Parse `a = 1; b = 2` with no brackets (the body of an ad)."""
+    parser = _Parser(text, tokenize(text, origin=origin), origin)
+    return parser.ad_body(None)
+
+
+def parse_old_line(text: str, *, origin: str = "") -> tuple[str, Node]:
+    """Parse one old-syntax line `Name = expr`."""
+    parser = _Parser(text, tokenize(text, old=True, origin=origin), origin)
+    tok = parser.tokens[0]
+    if tok[0] != ID:
+        raise parser.fail(f"expected an attribute name but found {describe(tok)}")
+    parser.i = 1
+    parser.expect("=")
+    node = parser.expression()
+    parser.end()
+    return str(tok[1]), node

@@ -1,0 +1,64 @@
+"""The state one evaluation carries: where names are looked up, and what is in progress."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from htgrid.classad._ast import Node
+    from htgrid.classad._classad import ClassAd, Entry
+    from htgrid.classad._values import Val
+
+__all__ = ["EvalState", "eval_in", "root_of"]
+
+
+def root_of(ad: ClassAd) -> ClassAd:
+    """The top-level ad of `ad`'s chain of enclosing ads."""
+    while ad._parent is not None:
+        ad = ad._parent
+    return ad
+
+
+class EvalState:
+    """Scope of an evaluation.
+
+    `ad` is the ad unscoped names are looked up in first (then its enclosing ads);
+    `my` and `target` are the two sides of a match (`target` may be None); `active` is
+    the set of attribute entries being evaluated, shared by all states of one evaluation,
+    so a reference back into one of them (a cycle) is seen and answered UNDEFINED.
+    """
+
+    __slots__ = ("active", "ad", "my", "target")
+
+    def __init__(
+        self,
+        ad: ClassAd | None,
+        my: ClassAd | None = None,
+        target: ClassAd | None = None,
+        active: set[Entry] | None = None,
+    ) -> None:
+        self.ad = ad
+        self.my = my if my is not None else (root_of(ad) if ad is not None else None)
+        self.target = target
+        self.active: set[Entry] = active if active is not None else set()
+
+    def at(self, ad: ClassAd) -> EvalState:
+        """The state for evaluating an expression that lives in `ad`.
+
+        MY and TARGET follow the ad: an expression of the target ad sees the target as MY.
+        """
+        if ad is self.ad:
+            return self
+        root = root_of(ad)
+        if root is self.my:
+            return EvalState(ad, self.my, self.target, self.active)
+        if root is self.target:
+            return EvalState(ad, self.target, self.my, self.active)
+        return EvalState(ad, root, None, self.active)
+
+
+def eval_in(node: Node, state: EvalState | None) -> Val:
+    """Evaluate `node` in `state` (an empty scope when None)."""
+    from htgrid.classad._compile import compiled
+
+    return compiled(node)(state if state is not None else EvalState(None))

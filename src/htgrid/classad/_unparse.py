@@ -1,0 +1,239 @@
+"""Printing syntax trees and values back to text, as HTCondor's sink.cpp does.
+
+Three forms: compact new syntax (`repr`), old syntax (`printOld`: `=?=` kept, reals as
+`%.16G`, strings with only `"` escaped) and the indented form `str()` shows.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import TYPE_CHECKING, Final
+
+from htgrid.classad._ast import (
+    AdExpr,
+    AttrRef,
+    Binary,
+    Call,
+    Elvis,
+    ListExpr,
+    Literal,
+    Node,
+    Paren,
+    Subscript,
+    Ternary,
+    Unary,
+)
+from htgrid.classad._times import format_abstime, format_reltime
+from htgrid.classad._values import ERROR, UNDEFINED, AbsTime, ListValue, RelTime
+
+if TYPE_CHECKING:
+    from htgrid.classad._values import Val
+
+__all__ = [
+    "format_real",
+    "format_real_old",
+    "quote_name",
+    "quote_string",
+    "unparse",
+    "unparse_old",
+    "unparse_pretty",
+    "unparse_value",
+]
+
+_PLAIN_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_RESERVED: Final = frozenset({"true", "false", "undefined", "error", "is", "isnt"})
+_NAMED_ESCAPES: Final = {
+    0x07: "\\a",
+    0x08: "\\b",
+    0x0C: "\\f",
+    0x0A: "\\n",
+    0x0D: "\\r",
+    0x09: "\\t",
+    0x0B: "\\v",
+    0x5C: "\\\\",
+}
+
+
+def format_real(x: float) -> str:
+    """A real in new syntax: `%1.15E`, zero as `0.0`, specials as real("INF") and the like."""
+    if x == 0.0:
+        return "-0.0" if math.copysign(1.0, x) < 0 else "0.0"
+    if math.isfinite(x):
+        return f"{x:.15E}"
+    return _special_real(x)
+
+
+def format_real_old(x: float) -> str:
+    """A real in old syntax and JSON: `%.16G`, with `.0` added when it looks integral."""
+    if x == 0.0:
+        return "-0.0" if math.copysign(1.0, x) < 0 else "0.0"
+    if not math.isfinite(x):
+        return _special_real(x)
+    text = f"{x:.16G}"
+    if "." not in text and "E" not in text:
+        text += ".0"
+    return text
+
+
+def _special_real(x: float) -> str:
+    if math.isnan(x):
+        return 'real("NaN")'
+    return 'real("INF")' if x > 0 else 'real("-INF")'
+
+
+def _escape(text: str, quote: str) -> str:
+    out: list[str] = []
+    for byte in text.encode("utf-8", "surrogateescape"):
+        if byte == ord(quote):
+            out.append("\\" + quote)
+        elif byte in _NAMED_ESCAPES:
+            out.append(_NAMED_ESCAPES[byte])
+        elif 0x20 <= byte < 0x7F:
+            out.append(chr(byte))
+        else:
+            out.append(f"\\{byte:03o}")
+    return "".join(out)
+
+
+def quote_string(text: str) -> str:
+    """A string as a new-syntax literal (what classad2.quote returns)."""
+    if text.isascii() and text.isprintable() and "\\" not in text and '"' not in text:
+        return f'"{text}"'
+    return f'"{_escape(text, chr(34))}"'
+
+
+def quote_name(name: str) -> str:
+    """An attribute name, quoted as 'a b' when it is not a plain identifier."""
+    if _PLAIN_NAME.match(name) and name.lower() not in _RESERVED:
+        return name
+    return f"'{_escape(name, chr(39))}'"
+
+
+class _Unparser:
+    """One printing style; `old` selects old syntax, `pretty` the indented form."""
+
+    __slots__ = ("old", "pretty")
+
+    def __init__(self, *, old: bool = False, pretty: bool = False) -> None:
+        self.old = old
+        self.pretty = pretty
+
+    def node(self, n: Node, indent: int = 0) -> str:
+        t = type(n)
+        if t is Literal:
+            return self.value(n.value, indent)  # type: ignore[attr-defined]
+        if t is AttrRef:
+            return self.attr(n)  # type: ignore[arg-type]
+        if t is Binary:
+            b: Binary = n  # type: ignore[assignment]
+            op = b.op
+            if not self.old:
+                op = "is" if op == "=?=" else "isnt" if op == "=!=" else op
+            return f"{self.node(b.left, indent)} {op} {self.node(b.right, indent)}"
+        if t is Unary:
+            u: Unary = n  # type: ignore[assignment]
+            return f" {u.op}{self.node(u.operand, indent)}"
+        if t is Paren:
+            return f"({self.node(n.inner, indent)})"  # type: ignore[attr-defined]
+        if t is Call:
+            c: Call = n  # type: ignore[assignment]
+            return f"{c.name}({','.join(self.node(a, indent) for a in c.args)})"
+        if t is ListExpr:
+            return self.list_items(n.items, indent)  # type: ignore[attr-defined]
+        if t is AdExpr:
+            return self.record(n.attrs, indent)  # type: ignore[attr-defined]
+        if t is Ternary:
+            x: Ternary = n  # type: ignore[assignment]
+            return (
+                f"{self.node(x.cond, indent)} ? {self.node(x.then, indent)} : "
+                f"{self.node(x.other, indent)}"
+            )
+        if t is Elvis:
+            e: Elvis = n  # type: ignore[assignment]
+            return f"{self.node(e.left, indent)} ?: {self.node(e.right, indent)}"
+        if t is Subscript:
+            s: Subscript = n  # type: ignore[assignment]
+            return f"{self.node(s.base, indent)}[{self.node(s.index, indent)}]"
+        raise TypeError(f"cannot print {n!r}")
+
+    def attr(self, a: AttrRef) -> str:
+        if a.base is not None:
+            # sink.cpp writes the selected name as it is, unquoted.
+            return f"{self.node(a.base)}.{a.name}"
+        if a.absolute:
+            return f".{quote_name(a.name)}"
+        return quote_name(a.name)
+
+    def list_items(self, items: tuple[Node, ...], indent: int) -> str:
+        if self.pretty:
+            inner = indent + 6
+            pad = "\n" + " " * inner
+            body = ",".join(pad + self.node(i, inner) for i in items)
+            return f"\n{' ' * (indent + 3)}{{{body}\n{' ' * (indent + 3)}}}"
+        return "{ " + ",".join(self.node(i, indent) for i in items) + " }"
+
+    def record(self, attrs: tuple[tuple[str, Node], ...], indent: int) -> str:
+        if self.pretty:
+            inner = indent + 8
+            pad = "\n" + " " * inner
+            body = "; ".join(
+                f"{pad}{quote_name(name)} = {self.node(expr, inner)}" for name, expr in attrs
+            )
+            return f"\n{' ' * (indent + 4)}[{body}\n{' ' * (indent + 4)}]"
+        return (
+            "[ " + "; ".join(f"{quote_name(k)} = {self.node(v, indent)}" for k, v in attrs) + " ]"
+        )
+
+    def value(self, v: Val, indent: int = 0) -> str:
+        t = type(v)
+        if t is int:
+            return str(v)
+        if t is str:
+            if self.old:
+                return '"' + str(v).replace('"', '\\"') + '"'
+            return quote_string(v)  # type: ignore[arg-type]
+        if t is bool:
+            return "true" if v else "false"
+        if t is float:
+            return format_real_old(v) if self.old else format_real(v)  # type: ignore[arg-type]
+        if v is UNDEFINED:
+            return "undefined"
+        if v is ERROR:
+            return "error"
+        if t is AbsTime:
+            return f'absTime("{format_abstime(v)}")'  # type: ignore[arg-type]
+        if t is RelTime:
+            return f'relTime("{format_reltime(v)}")'  # type: ignore[arg-type]
+        if t is ListValue:
+            return self.list_items(v.items, indent)  # type: ignore[union-attr]
+        from htgrid.classad._classad import ClassAd
+
+        if isinstance(v, ClassAd):
+            return self.record(v._pairs(), indent)
+        raise TypeError(f"cannot print value {v!r}")
+
+
+_COMPACT: Final = _Unparser()
+_OLD: Final = _Unparser(old=True)
+_PRETTY: Final = _Unparser(pretty=True)
+
+
+def unparse(node: Node) -> str:
+    """Compact new syntax, as repr() of a classad2 ExprTree shows it."""
+    return _COMPACT.node(node)
+
+
+def unparse_old(node: Node) -> str:
+    """Old syntax, as printOld writes an attribute's expression."""
+    return _OLD.node(node)
+
+
+def unparse_pretty(node: Node) -> str:
+    """The indented form str() of a classad2 ExprTree or ClassAd shows."""
+    return _PRETTY.node(node)
+
+
+def unparse_value(v: Val) -> str:
+    """A value in compact new syntax."""
+    return _COMPACT.value(v)

@@ -1,0 +1,55 @@
+"""The `htgrid` command.
+
+Exit codes a script can rely on: 0 success, 1 a negative answer (no match, false), 2 bad
+usage or input, 3 an internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from htgrid.errors import HTGridError
+
+__all__ = ["main"]
+
+EXIT_OK = 0
+EXIT_NO = 1
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from htgrid import __version__
+    from htgrid.cli import _classad
+
+    parser = argparse.ArgumentParser(
+        prog="htgrid", description="HTCondor's grid machinery: ClassAds, queue, grid jobs."
+    )
+    parser.add_argument("--version", action="version", version=f"htgrid {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _classad.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(handler(args))
+    except HTGridError as err:
+        print(f"htgrid: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as err:
+        print(f"htgrid: {err.strerror or err}: {err.filename or ''}".rstrip(": "), file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from htgrid.cli import main
+
+sys.exit(main())
