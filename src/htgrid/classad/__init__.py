@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from htgrid.classad._classad import ClassAd, ExprTree
 from htgrid.classad._io import ParserType, parseAds, parseNext, parseOne
-from htgrid.classad._lexer import unescape as _unescape
+from htgrid.classad._ast import Literal
+from htgrid.classad._parser import parse_expr
 from htgrid.classad._unparse import quote_string as _quote_string
 from htgrid.classad._values import Value
 from htgrid.errors import ClassAdException, ClassAdSyntaxError, ClassAdValueError
@@ -38,18 +39,19 @@ Parser = ParserType
 
 def quote(input: str) -> str:
     """`input` as a ClassAd string literal, quotes and escapes included."""
+    if not isinstance(input, str):
+        raise TypeError("quote() takes a str")
     return _quote_string(input)
 
 
 def unquote(input: str) -> str:
     """The string a ClassAd string literal stands for (the inverse of `quote`)."""
-    text = input.strip()
-    if len(text) < 2 or text[0] != '"' or text[-1] != '"':
-        raise ClassAdSyntaxError("expected a quoted string", text=input, offset=0)
-    decoded = _unescape(text[1:-1])
-    if decoded is None:
-        raise ClassAdSyntaxError("a string may not hold a NUL character", text=input, offset=0)
-    return decoded
+    if not isinstance(input, str):
+        raise TypeError("unquote() takes a str")
+    node = parse_expr(input)
+    if type(node) is not Literal or type(node.value) is not str:
+        raise ClassAdSyntaxError("expected one string literal", text=input, offset=0)
+    return node.value
 
 
 def lastError() -> str:

@@ -38,7 +38,9 @@ class Entry:
         if type(node) is Literal and (
             type(node.value) in _SCALAR_TYPES or node.value is UNDEFINED or node.value is ERROR
         ):
-            self.lit: object = node.value
+            value = node.value
+            # A relTime("...") literal evaluates to a real, as in HTCondor.
+            self.lit: object = float(value.secs) if type(value) is RelTime else value
         else:
             self.lit = _NOLIT
 
@@ -186,6 +188,8 @@ class ClassAd(MutableMapping[str, Any]):
         """This ad in the old syntax: one `Name = expr` line each."""
         from htgrid.classad._unparse import quote_name, unparse_old
 
+        if not self._attrs:
+            return "\n"
         return "".join(
             f"{quote_name(e.name)} = {unparse_old(e.node)}\n" for e in self._attrs.values()
         )
@@ -228,13 +232,17 @@ class ClassAd(MutableMapping[str, Any]):
 
         return references(self, expr._node, external=False)
 
-    def flatten(self, expr: ExprTree) -> ExprTree:
-        """Partially evaluate `expr` here: what this ad defines is folded in."""
+    def flatten(self, expr: ExprTree) -> Any:
+        """Partially evaluate `expr` here: what this ad defines is folded in.
+
+        Gives the value when everything was known, else the reduced ExprTree.
+        """
         if not isinstance(expr, ExprTree):
             raise TypeError("expr must be an ExprTree")
-        from htgrid.classad._flatten import flatten
+        from htgrid.classad._flatten import flatten_value
 
-        return ExprTree._of(flatten(expr._node, EvalState(self)))
+        value, tree = flatten_value(expr._node, EvalState(self))
+        return to_python(value) if tree is None else ExprTree._of(tree)
 
 
 class ExprTree:

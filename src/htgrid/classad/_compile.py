@@ -24,7 +24,7 @@ from htgrid.classad._ast import (
     Ternary,
     Unary,
 )
-from htgrid.classad._ops import BINARY_OPS, UNARY_OPS, truth
+from htgrid.classad._ops import BINARY_OPS, UNARY_OPS, fold, truth
 from htgrid.classad._state import EvalState
 from htgrid.classad._values import ERROR, UNDEFINED, AbsTime, ListValue, RelTime, Val
 
@@ -127,6 +127,9 @@ _NOLIT: Final = _Marker()
 
 def _literal(node: Literal) -> Compiled:
     value = node.value
+    if type(value) is RelTime:
+        # HTCondor evaluates a relTime("...") literal to a plain real (isReal is true).
+        value = float(value.secs)
 
     def f(st: EvalState) -> Val:
         return value
@@ -220,13 +223,13 @@ def _binary(node: Binary) -> Compiled:
 
             return num_cmp
         if (op == "==" or op == "!=") and tc is str:
-            low = const.lower()  # type: ignore[union-attr]
+            low = fold(const)  # type: ignore[arg-type]
             want = op == "=="
 
             def str_eq(st: EvalState) -> Val:
                 a = lf(st)
                 if type(a) is str:
-                    return (a.lower() == low) is want
+                    return (fold(a) == low) is want
                 return fn(a, const)
 
             return str_eq

@@ -7,7 +7,7 @@ they are. For `+ * & | ^ && ||`, constants on both sides of a chain are combined
 
 from __future__ import annotations
 
-from typing import Final, TypeAlias
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 from htgrid.classad._ast import (
     AdExpr,
@@ -28,7 +28,10 @@ from htgrid.classad._ops import BINARY_OPS, UNARY_OPS, truth
 from htgrid.classad._state import EvalState
 from htgrid.classad._values import ERROR, UNDEFINED, ListValue, Val
 
-__all__ = ["flatten"]
+if TYPE_CHECKING:
+    from htgrid.classad._classad import ClassAd
+
+__all__ = ["flatten", "flatten_value"]
 
 _SPLITTABLE: Final = frozenset({"+", "*", "&", "|", "^", "&&", "||"})
 
@@ -43,6 +46,14 @@ def flatten(node: Node, st: EvalState) -> Node:
     if tree is None:
         return _literal(value)
     return tree
+
+
+def flatten_value(node: Node, st: EvalState) -> tuple[Val, Node | None]:
+    """(value, None) when `node` reduces to a value here, else (UNDEFINED, reduced tree)."""
+    value, tree, _ = _flat(node, st, split=False)
+    if tree is None:
+        return value, None  # type: ignore[return-value]
+    return UNDEFINED, tree
 
 
 def _literal(v: Val | None) -> Node:
@@ -91,13 +102,12 @@ def _flat(node: Node, st: EvalState, split: bool) -> _Piece:
     if t is Ternary:
         return _flat_ternary(node, st)  # type: ignore[arg-type]
     if t is Elvis:
+        # flattenSpecials leaves ?: alone: both sides are flattened and kept.
         v, tree, _ = _flat(node.left, st, False)  # type: ignore[attr-defined]
-        if tree is None and v is not UNDEFINED:
-            return v, None, None
-        if tree is None:
-            return _flat(node.right, st, False)  # type: ignore[attr-defined]
         rv, rtree, _ = _flat(node.right, st, False)  # type: ignore[attr-defined]
-        return None, Elvis(tree, rtree if rtree is not None else _literal(rv)), None
+        if tree is None and rtree is None:
+            return (rv if v is UNDEFINED else v), None, None
+        return None, Elvis(tree or _literal(v), rtree or _literal(rv)), None
     if t is Subscript:
         bv, btree, _ = _flat(node.base, st, False)  # type: ignore[attr-defined]
         iv, itree, _ = _flat(node.index, st, False)  # type: ignore[attr-defined]
@@ -116,14 +126,20 @@ def _flat(node: Node, st: EvalState, split: bool) -> _Piece:
 
 def _flat_attr(node: AttrRef, st: EvalState) -> _Piece:
     if node.base is not None:
-        bv, btree, _ = _flat(node.base, st, False)
-        if btree is not None or bv is UNDEFINED:
-            return None, node, None
-        from htgrid.classad._compile import select_attr
+        # As FindExpr does, the scope part is evaluated, not flattened.
+        from htgrid.classad._classad import ClassAd
 
-        return select_attr(st, bv, node.name.lower()), None, None  # type: ignore[arg-type]
-    key = node.name.lower()
-    ad = st.my if node.absolute else st.ad
+        base = compiled(node.base)(st)
+        if base is UNDEFINED:
+            return None, node, None
+        if not isinstance(base, ClassAd):
+            return ERROR, None, None
+        return _flat_in(node, st, base, node.name.lower())
+    return _flat_in(node, st, st.my if node.absolute else st.ad, node.name.lower())
+
+
+def _flat_in(node: AttrRef, st: EvalState, start: ClassAd | None, key: str) -> _Piece:
+    ad = start
     while ad is not None:
         entry = ad._attrs.get(key)
         if entry is not None:
@@ -139,7 +155,7 @@ def _flat_attr(node: AttrRef, st: EvalState) -> _Piece:
             # An attribute that does not reduce to a value is not inlined.
             return (None, node, None) if tree is not None else (v, None, None)
         ad = ad._parent
-    v = lookup_from(st, st.ad, key)
+    v = lookup_from(st, start, key)
     from htgrid.classad._classad import ClassAd
 
     if v is _NOTFOUND or v is UNDEFINED or isinstance(v, ClassAd):

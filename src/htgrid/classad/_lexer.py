@@ -27,7 +27,7 @@ Token = tuple[int, object, int]
 
 _TOKEN = re.compile(
     r"""
-    (?P<ws>(?:\s+|/\*.*?\*/|//[^\n]*\n)+)
+    (?P<ws>(?:\s+|/\*.*?\*/|//[^\n]*(?:\n|\Z))+)
   | (?P<real>(?:\d+\.\d+|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)
   | (?P<int>\d+)
   | (?P<str>"(?:[^"\\]|\\.)*")
@@ -100,7 +100,8 @@ def unescape(body: str) -> str | None:
 
 
 def _int_literal(text: str) -> int:
-    if len(text) > 1 and text.lstrip("-")[0] == "0":
+    digits = text.lstrip("-")
+    if len(digits) > 1 and digits[0] == "0":
         raise ValueError("leading zero")
     n = int(text)
     # lexer.cpp turns a literal past int64 into 0 rather than failing.
@@ -219,18 +220,25 @@ def tokenize(text: str, *, old: bool = False, origin: str = "") -> list[Token]:
                 raise ClassAdSyntaxError(
                     "invalid quoted attribute name", text=text, offset=pos, origin=origin
                 )
-            append((ID, decoded, pos))
+            if tokens and tokens[-1][0] == ID and text[tokens[-1][2]] == "'" and _only_space(
+                text, pos, "'"
+            ):
+                # Like string literals, adjacent quoted names are joined.
+                _, prev_name, prev_pos = tokens.pop()
+                append((ID, str(prev_name) + decoded, prev_pos))
+            else:
+                append((ID, decoded, pos))
         pos = end
     append((EOF, None, n))
     return tokens
 
 
-def _only_space(text: str, pos: int) -> bool:
-    """Whether only white space lies between the previous string literal and `pos`."""
+def _only_space(text: str, pos: int, quote: str = '"') -> bool:
+    """Whether only white space lies between the previous quoted token and `pos`."""
     i = pos - 1
     while i >= 0 and text[i].isspace():
         i -= 1
-    return i >= 0 and text[i] == '"'
+    return i >= 0 and text[i] == quote
 
 
 def _number(

@@ -22,10 +22,17 @@ from htgrid.classad._values import (
     wrap64,
 )
 
-__all__ = ["BINARY_OPS", "UNARY_OPS", "identical", "truth"]
+__all__ = ["BINARY_OPS", "UNARY_OPS", "fold", "identical", "truth"]
 
-_MASK64: Final = (1 << 64) - 1
 _INF: Final = math.inf
+
+
+_ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def fold(s: str) -> str:
+    """A string as strcasecmp compares it: ASCII letters folded, nothing else."""
+    return s.lower() if s.isascii() else s.translate(_ASCII_LOWER)
 
 
 def _special(a: Val, b: Val) -> Val | None:
@@ -84,45 +91,44 @@ def _arith(op: str, a: Val, b: Val) -> Val:
     if op == "*":
         return _real(fx * fy)
     if op == "/":
-        if fy == 0.0:
-            if fx == 0.0 or math.isnan(fx):
-                return math.nan
-            return _real(math.copysign(_INF, fx) * math.copysign(1.0, fy))
-        return _real(fx / fy)
+        return _real(_ieee_div(fx, fy))
     return ERROR  # % on reals
 
 
 def _time_arith(op: str, a: Val, b: Val) -> Val:
+    # Only the combinations operators.cpp's doTimeArithmetic lists; bools are not numbers here.
     ta, tb = type(a), type(b)
-    if ta is AbsTime:
-        if tb is RelTime and op in "+-":
-            delta = b.secs if op == "+" else -b.secs  # type: ignore[union-attr]
-            return AbsTime(int(a.secs + delta), a.offset)  # type: ignore[union-attr]
-        if tb is AbsTime and op == "-":
+    if op == "+":
+        if ta is AbsTime and tb is RelTime:
+            return AbsTime(a.secs + int(b.secs), a.offset)  # type: ignore[union-attr]
+        if ta is RelTime and tb is AbsTime:
+            return AbsTime(b.secs + int(a.secs), b.offset)  # type: ignore[union-attr]
+        if ta is RelTime and tb is RelTime:
+            return RelTime(a.secs + b.secs)  # type: ignore[union-attr]
+    elif op == "-":
+        if ta is AbsTime and tb is AbsTime:
             return RelTime(float(a.secs - b.secs))  # type: ignore[union-attr]
-        return ERROR
-    if ta is RelTime:
-        if tb is AbsTime:
-            return AbsTime(int(a.secs + b.secs), b.offset) if op == "+" else ERROR  # type: ignore[union-attr]
-        if tb is RelTime:
-            if op == "+":
-                return RelTime(a.secs + b.secs)  # type: ignore[union-attr]
-            if op == "-":
-                return RelTime(a.secs - b.secs)  # type: ignore[union-attr]
-            return ERROR
-        y = _num(b)
-        if y is None or op in "+-%":
-            return ERROR
-        if op == "*":
-            return RelTime(a.secs * y)  # type: ignore[union-attr]
-        if y == 0:
-            return ERROR
-        return RelTime(a.secs / y)  # type: ignore[union-attr]
-    # number op time
-    x = _num(a)
-    if x is None or op != "*" or tb is not RelTime:
-        return ERROR
-    return RelTime(x * b.secs)  # type: ignore[union-attr]
+        if ta is AbsTime and tb is RelTime:
+            return AbsTime(a.secs - int(b.secs), a.offset)  # type: ignore[union-attr]
+        if ta is RelTime and tb is RelTime:
+            return RelTime(a.secs - b.secs)  # type: ignore[union-attr]
+    elif op == "*" or op == "/":
+        if ta is RelTime and (tb is int or tb is float):
+            x: float = a.secs  # type: ignore[union-attr]
+            y = float(b)  # type: ignore[arg-type]
+            return RelTime(x * y if op == "*" else _ieee_div(x, y))
+        if op == "*" and tb is RelTime and (ta is int or ta is float):
+            return RelTime(a * b.secs)  # type: ignore[operator,union-attr]
+    return ERROR
+
+
+def _ieee_div(x: float, y: float) -> float:
+    """C's double division: by zero gives an infinity or NaN instead of an exception."""
+    if y == 0.0:
+        if x == 0.0 or math.isnan(x):
+            return math.nan
+        return math.copysign(_INF, x) * math.copysign(1.0, y)
+    return x / y
 
 
 def _make_arith(op: str) -> Callable[[Val, Val], Val]:
@@ -143,8 +149,7 @@ def _order(a: Val, b: Val) -> tuple[object, object] | Val:
         return s
     ta, tb = type(a), type(b)
     if ta is str and tb is str:
-        # strcasecmp: compare with ASCII letters folded to lower case.
-        return a.lower(), b.lower()  # type: ignore[union-attr]
+        return fold(a), fold(b)  # type: ignore[arg-type]
     x, y = _num(a), _num(b)
     if x is not None and y is not None:
         return x, y
@@ -158,7 +163,7 @@ def _order(a: Val, b: Val) -> tuple[object, object] | Val:
 def op_eq(a: Val, b: Val) -> Val:
     ta = type(a)
     if ta is type(b) and (ta is int or ta is str or ta is float):
-        return a == b if ta is not str else a.lower() == b.lower()  # type: ignore[union-attr]
+        return a == b if ta is not str else fold(a) == fold(b)  # type: ignore[arg-type]
     r = _order(a, b)
     return r[0] == r[1] if type(r) is tuple else r  # type: ignore[index]
 
@@ -230,12 +235,15 @@ def _make_bitwise(op: str) -> Callable[[Val, Val], Val]:
             return x | y
         if op == "^":
             return x ^ y
-        count = y & 63  # C shifts by the count modulo the width on x86-64
+        # As operators.cpp does it, on x86-64 where a shift count is taken modulo 64.
         if op == "<<":
-            return wrap64(x << count)
+            return wrap64(x << (y & 63))
+        if x >= 0:
+            return x >> (y & 63)
         if op == ">>":
-            return x >> count
-        return wrap64((x & _MASK64) >> count)  # >>>
+            # A loop of one-bit shifts that keep the sign, min(64, count) times.
+            return -1 if y >= 64 else (x >> y if y > 0 else x)
+        return ((x >> 1) & INT64_MAX) >> ((y - 1) & 63)  # >>> of a negative number
 
     return fn
 

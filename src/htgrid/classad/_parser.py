@@ -8,6 +8,7 @@ binary operator (`5 ?: 1 + 2` is 7 in HTCondor).
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Final
 
@@ -205,6 +206,7 @@ class _Parser:
         raise self.fail(f"expected an expression but found {describe(tok)}")
 
     def call(self, name: str) -> Node:
+        start = self.tokens[self.i - 1]
         self.i += 1  # the "("
         self.enter(_BRACKET)
         args: list[Node] = []
@@ -220,7 +222,11 @@ class _Parser:
                 break
         self.expect(")")
         self.depth -= _BRACKET
-        return fold_time_literal(name, tuple(args))
+        node = fold_time_literal(name, tuple(args))
+        if node is None:
+            text = args[0].value  # type: ignore[attr-defined]
+            raise self.fail(f"{name}({text!r}): not a valid time", start)
+        return node
 
     def list_(self) -> Node:
         self.i += 1  # the "{"
@@ -314,27 +320,25 @@ def describe(tok: Token) -> str:
     return f"number {value!r}"
 
 
-def fold_time_literal(name: str, args: tuple[Node, ...]) -> Node:
-    """absTime("...") and relTime("...") of a valid string literal become time literals."""
+def fold_time_literal(name: str, args: tuple[Node, ...]) -> Node | None:
+    """absTime("...") and relTime("...") of a string literal become time literals.
+
+    None when the string is not a valid time: the parser then refuses it, as source.cpp does.
+    """
     if len(args) == 1 and isinstance(args[0], Literal) and type(args[0].value) is str:
         low = name.lower()
         if low == "abstime":
             abs_value = parse_abstime(args[0].value)
-            if abs_value is not None:
-                return Literal(abs_value)
-        elif low == "reltime":
+            return None if abs_value is None else Literal(abs_value)
+        if low == "reltime":
             rel_value = parse_reltime(args[0].value)
-            if rel_value is not None:
-                return Literal(rel_value)
+            return None if rel_value is None else Literal(rel_value)
     return Call(name, args)
 
 
 def parse_expr(text: str, *, origin: str = "") -> Node:
     """Parse one expression (new syntax)."""
-    parser = _Parser(text, tokenize(text, origin=origin), origin)
-    node = parser.expression()
-    parser.end()
-    return node
+    return _cached(text, False, origin)
 
 
 def parse_new_ad(text: str, *, origin: str = "") -> AdExpr:
@@ -354,8 +358,55 @@ def parse_ad_body(text: str, *, origin: str = "") -> tuple[tuple[str, Node], ...
     return parser.ad_body(None)
 
 
+# `Name = literal`, the usual shape of an old-syntax line, read without the tokenizer.
+_SIMPLE_LINE: Final = re.compile(
+    r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(?:"
+    r"(-?(?:0|[1-9]\d{0,17}))"  # an integer that surely fits in 64 bits
+    r'|"([^"\\\n]*)"'  # a string without escapes
+    r"|(-?\d+\.\d+(?:[eE][+-]?\d+)?)"  # a real
+    r"|([Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee])"
+    r")\s*\Z"
+)
+# Parsed expressions by their text: job ads repeat the same expressions endlessly, and
+# nodes are immutable, so they (and their compiled closures) can be shared.
+_CACHE: dict[str, Node] = {}
+_CACHE_LIMIT: Final = 20_000
+
+
+def _cached(text: str, old: bool, origin: str) -> Node:
+    key = ("o" if old else "n") + text
+    node = _CACHE.get(key)
+    if node is None:
+        parser = _Parser(text, tokenize(text, old=old, origin=origin), origin)
+        node = parser.expression()
+        parser.end()
+        if len(_CACHE) >= _CACHE_LIMIT:
+            _CACHE.clear()
+        _CACHE[key] = node
+    return node
+
+
 def parse_old_line(text: str, *, origin: str = "") -> tuple[str, Node]:
     """Parse one old-syntax line `Name = expr`."""
+    m = _SIMPLE_LINE.match(text)
+    if m is not None:
+        name, integer, string, real, boolean = m.groups()
+        if integer is not None:
+            return name, Literal(int(integer))
+        if string is not None:
+            return name, Literal(string)
+        if real is not None:
+            return name, Literal(float(real))
+        return name, Literal(boolean.lower() == "true")
+    eq = text.find("=")
+    name_part = text[:eq].strip() if eq > 0 else ""
+    if eq > 0 and _NAME.match(name_part) and not text.startswith(("=", "==", "!="), eq):
+        try:
+            return name_part, _cached(text[eq + 1 :], True, origin)
+        except ClassAdSyntaxError as err:
+            raise ClassAdSyntaxError(
+                err.reason, text=text, offset=eq + 1 + err.offset, origin=origin
+            ) from None
     parser = _Parser(text, tokenize(text, old=True, origin=origin), origin)
     tok = parser.tokens[0]
     if tok[0] != ID:
@@ -365,3 +416,6 @@ def parse_old_line(text: str, *, origin: str = "") -> tuple[str, Node]:
     node = parser.expression()
     parser.end()
     return str(tok[1]), node
+
+
+_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

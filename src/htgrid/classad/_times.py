@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import calendar
 import math
-import re
 import time
-from typing import Final
 
 from htgrid.classad._values import AbsTime, RelTime
 
@@ -18,13 +16,6 @@ __all__ = [
     "parse_reltime",
 ]
 
-_ABS: Final = re.compile(
-    r"""\s*(?P<y>\d{4})-?(?P<mo>\d{2})-?(?P<d>\d{2})
-        (?:[T\s]?(?P<h>\d{2}):?(?P<mi>\d{2})(?::?(?P<s>\d{2}))?)?
-        \s*(?P<z>Z|[+-]\d{2}(?::?\d{2})?)?\s*$""",
-    re.VERBOSE | re.IGNORECASE,
-)
-_REL_FIELD: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([dhms]?)", re.IGNORECASE)
 
 
 def local_offset(secs: float) -> int:
@@ -32,83 +23,140 @@ def local_offset(secs: float) -> int:
     return time.localtime(secs).tm_gmtoff
 
 
-def parse_abstime(text: str) -> AbsTime | None:
-    """Parse `YYYY-MM-DD[Thh:mm[:ss]][Z|+hh:mm]` (separators optional); None if invalid.
+def _next_digit(text: str, i: int) -> int:
+    while i < len(text) and not text[i].isdigit():
+        i += 1
+    return i
 
-    Out-of-range fields roll over as C's timegm does (month 13 is January next year).
-    Without a zone the time is local.
+
+def _atoi(text: str) -> int:
+    digits = ""
+    for ch in text:
+        if not ch.isdigit():
+            break
+        digits += ch
+    return int(digits) if digits else 0
+
+
+def parse_abstime(text: str) -> AbsTime | None:
+    """Parse an absolute time string as literals.cpp's MakeAbsTime does; None if invalid.
+
+    Digits are read in fixed-width groups whatever separates them (`2003-01-25T09:00:00`,
+    `20030125T090000`, even `1970-01-01T:00:00:01`), then an optional `Z` or `+hh:mm`/
+    `+hhmm` zone. Fields out of range roll over as mktime does. Without a zone the time
+    is local.
     """
-    m = _ABS.match(text)
-    if m is None:
+    s = text
+    zone: int | None = None
+    i = len(s) - 1
+    while i >= 0 and s[i].isspace():
+        i -= 1
+    n = len(s)
+    if i > 0 and s[i] in "zZ":
+        zone = 0
+        s = s[:i] + s[i + 1 :]
+    elif n > 5 and s[n - 5] in "+-":
+        zone = _zone(s[n - 5 :])
+        if zone is not None:
+            s = s[: n - 5]
+    elif n > 6 and s[n - 6] in "+-" and s[n - 3] == ":":
+        s = s[: n - 3] + s[n - 2 :]
+        zone = _zone(s[n - 6 :])
+        if zone is not None:
+            s = s[: n - 6]
+    n = len(s)
+    i = _next_digit(s, 0)
+    if i > n - 4:
         return None
-    y, mo, d = int(m["y"]), int(m["mo"]), int(m["d"])
-    h = int(m["h"] or 0)
-    mi = int(m["mi"] or 0)
-    s = int(m["s"] or 0)
-    years, month0 = divmod(mo - 1, 12)
-    base = calendar.timegm((y + years, month0 + 1, 1, 0, 0, 0, 0, 0, 0))
-    wall = base + (d - 1) * 86400 + h * 3600 + mi * 60 + s
-    zone = m["z"]
-    if zone is None:
-        offset = local_offset(wall)
-        offset = local_offset(wall - offset)
-    elif zone.upper() == "Z":
-        offset = 0
-    else:
-        digits = zone[1:].replace(":", "")
-        offset = int(digits[:2]) * 3600 + (int(digits[2:4]) * 60 if len(digits) > 2 else 0)
-        if zone[0] == "-":
-            offset = -offset
+    fields = [0, 0, 0, 0, 0, 0]  # year, month, day, hour, minute, second
+    fields[0] = _atoi(s[i : i + 4])
+    i += 4
+    for k in range(1, 6):
+        i = _next_digit(s, i)
+        if i <= n - 2:
+            fields[k] = _atoi(s[i : i + 2])
+            i += 2
+    i = _next_digit(s, i)
+    if i <= n - 1 and s[i].isdigit():
+        return None
+    year, month, day, hour, minute, second = fields
+    years, month0 = divmod(month - 1, 12)
+    wall = (
+        calendar.timegm((year + years, month0 + 1, 1, 0, 0, 0, 0, 0, 0))
+        + (day - 1) * 86400
+        + hour * 3600
+        + minute * 60
+        + second
+    )
+    # mktime() answers -1 for the second before the epoch (local time), which
+    # MakeAbsTime takes for failure; keep that so the same strings are refused.
+    if wall - local_offset(wall) == -1:
+        return None
+    offset = zone if zone is not None else local_offset(wall - local_offset(wall))
     return AbsTime(wall - offset, offset)
 
 
+def _zone(text: str) -> int | None:
+    """`+hhmm` or `-hhmm` as seconds east of UTC, or None."""
+    if len(text) != 5 or text[0] not in "+-" or not text[1:].isdigit():
+        return None
+    secs = int(text[1:3]) * 3600 + int(text[3:5]) * 60
+    return -secs if text[0] == "-" else secs
+
+
 def parse_reltime(text: str) -> RelTime | None:
-    """Parse `[-][D+]hh:mm:ss[.f]`, `mm:ss`, `ss`, or `1d`/`2h`/`3m`/`4s` forms; None if invalid."""
-    s = text.strip()
-    sign = 1.0
-    if s[:1] in "+-" and s:
-        sign = -1.0 if s[0] == "-" else 1.0
-        s = s[1:].strip()
-    days = 0.0
-    if "+" in s:
-        head, s = s.split("+", 1)
-        if not head.strip().isdigit():
-            return None
-        days = float(head)
-    if s == "":
-        return RelTime(sign * days * 86400)
-    if ":" in s:
-        parts = s.split(":")
-        if len(parts) > 3:
-            return None
-        total = 0.0
-        for i, part in enumerate(parts):
-            part = part.strip()
-            last = i == len(parts) - 1
-            if not (part.isdigit() or (last and _is_decimal(part))):
-                return None
-            total = total * 60 + float(part)
-        return RelTime(sign * (days * 86400 + total))
-    total = 0.0
-    pos = 0
-    units = {"d": 86400, "h": 3600, "m": 60, "s": 1, "": 1}
-    while pos < len(s):
-        fm = _REL_FIELD.match(s, pos)
-        if fm is None:
-            return None
-        total += float(fm.group(1)) * units[fm.group(2).lower()]
-        pos = fm.end()
-        while pos < len(s) and s[pos].isspace():
-            pos += 1
-    return RelTime(sign * (days * 86400 + total))
+    """Parse `[-][D+|Dd][hh:|Hh][mm:|Mm]ss[.f][s]` read right to left, as MakeRelTime does."""
+    s = text
+    i = len(s) - 1
 
+    def skip_space(i: int) -> int:
+        while i >= 0 and s[i].isspace():
+            i -= 1
+        return i
 
-def _is_decimal(part: str) -> bool:
-    try:
-        float(part)
-    except ValueError:
-        return False
-    return part.replace(".", "", 1).isdigit()
+    def digits_back(i: int) -> tuple[str, int]:
+        out = ""
+        while i >= 0 and s[i].isdigit():
+            out = s[i] + out
+            i -= 1
+        return out, i
+
+    secs = 0.0
+    mins = hours = days = 0
+    i = skip_space(i)
+    if i >= 0 and (s[i] in "sS" or s[i].isdigit()):
+        if s[i] in "sS":
+            i -= 1
+        i = skip_space(i)
+        number, i = digits_back(i)
+        if i >= 0 and s[i] == ".":
+            more, i = digits_back(i - 1)
+            number = more + "." + number
+        try:
+            secs = float(number) if number not in ("", ".") else 0.0
+        except ValueError:
+            secs = 0.0
+    for unit in ("mM:", "hH:", "dD+"):
+        i = skip_space(i)
+        if i >= 0 and s[i] in unit:
+            i = skip_space(i - 1)
+            number, i = digits_back(i)
+            value = int(number) if number else 0
+            if unit[0] == "m":
+                mins = value
+            elif unit[0] == "h":
+                hours = value
+            else:
+                days = value
+    i = skip_space(i)
+    negative = i >= 0 and s[i] == "-"
+    if negative:
+        i -= 1
+    i = skip_space(i)
+    if i >= 0:
+        return None
+    total = days * 86400 + hours * 3600 + mins * 60 + secs
+    return RelTime(-total if negative else total)
 
 
 def format_abstime(t: AbsTime) -> str:

@@ -42,7 +42,8 @@ __all__ = [
 ]
 
 _PLAIN_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_RESERVED: Final = frozenset({"true", "false", "undefined", "error", "is", "isnt"})
+# The lexer's keywords, which sink.cpp quotes when they are used as names ('parent' too).
+_RESERVED: Final = frozenset({"true", "false", "undefined", "error", "is", "isnt", "parent"})
 _NAMED_ESCAPES: Final = {
     0x07: "\\a",
     0x08: "\\b",

@@ -121,7 +121,7 @@ def real_text(x: float) -> str:
         return 'real("-INF")'
     if x == 0.0:
         return "-0.0" if math.copysign(1.0, x) < 0 else "0.0"
-    return "%1.15E" % x
+    return f"{x:1.15E}"
 
 
 def abstime_text(t: AbsTime) -> str:
@@ -135,11 +135,11 @@ def abstime_text(t: AbsTime) -> str:
         text = "0000-00-00T00:00:00"
     sign = "+" if off > 0 else "-"
     a = abs(off)
-    return "%s%c%02d:%02d" % (text, sign, a // 3600, (a // 60) % 60)
+    return f"{text}{sign}{a // 3600:02d}:{(a // 60) % 60:02d}"
 
 
 def _g(x: float) -> str:
-    return "%02g" % x
+    return f"{x:02g}"
 
 
 def reltime_text(secs: float) -> str:
@@ -156,13 +156,13 @@ def reltime_text(secs: float) -> str:
     days = cdiv(whole, 86400)
     hrs = cdiv(hrs, 3600)
     mins = cdiv(mins, 60)
-    sec_text = "%02d" % int(s) if frac == 0 else _g(s)
+    sec_text = f"{int(s):02d}" if frac == 0 else _g(s)
     if days:
-        return out + "%d+%02d:%02d:%s" % (days, hrs, mins, sec_text)
+        return f"{out}{days}+{hrs:02d}:{mins:02d}:{sec_text}"
     if hrs:
-        return out + "%02d:%02d:%s" % (hrs, mins, sec_text)
+        return f"{out}{hrs:02d}:{mins:02d}:{sec_text}"
     if mins:
-        return out + "%02d:%s" % (mins, sec_text)
+        return f"{out}{mins:02d}:{sec_text}"
     return out + sec_text
 
 
@@ -186,7 +186,7 @@ def to_str(v: Val) -> str | Value:
     if t is float:
         return real_text(v)  # type: ignore[arg-type]
     if v is UNDEFINED or v is ERROR:
-        return v  # type: ignore[return-value]
+        return v
     if t is AbsTime:
         return abstime_text(v)  # type: ignore[arg-type]
     if t is RelTime:

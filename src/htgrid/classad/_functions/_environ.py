@@ -151,7 +151,7 @@ def _env_v1_to_v2(state: EvalState, *args: Val) -> Val:
     if type(v) is not str:
         return ERROR
     env: dict[str, str] = {}
-    if not _merge_v1(env, v):  # type: ignore[arg-type]
+    if not _merge_v1(env, v):
         return ERROR
     return _env_text(env)
 
@@ -163,7 +163,7 @@ def _merge_environment(state: EvalState, *args: Val) -> Val:
     for v in args:
         if v is UNDEFINED:
             continue
-        if type(v) is not str or not _merge_v2(env, v):  # type: ignore[arg-type]
+        if type(v) is not str or not _merge_v2(env, v):
             return ERROR
     return _env_text(env)
 
@@ -174,7 +174,7 @@ def _version(args: tuple[Val, ...]) -> int | None:
     v = args[1]
     if type(v) is not int or v not in (1, 2):
         return None
-    return v  # type: ignore[return-value]
+    return v
 
 
 @builtin("argsToList")
@@ -187,12 +187,12 @@ def _args_to_list(state: EvalState, *args: Val) -> Val:
     if vers is None or type(text) is not str:
         return ERROR
     if vers == 1:
-        items: list[str] | None = [p for p in _split_ws(text) if p]  # type: ignore[arg-type]
+        items: list[str] | None = [p for p in _split_ws(text) if p]
     else:
-        items = split_args(text)  # type: ignore[arg-type]
+        items = split_args(text)
         if items is None:
             return ERROR
-    return ListValue.from_values(list(items))
+    return ListValue.from_values(list(items))  # type: ignore[arg-type]
 
 
 def _split_ws(text: str) -> list[str]:
@@ -215,7 +215,7 @@ def _list_to_args(state: EvalState, *args: Val) -> Val:
     for v in lst.values():
         if type(v) is not str:
             return ERROR
-        items.append(v)  # type: ignore[arg-type]
+        items.append(v)
     if vers == 2:
         return join_args(items)
     if any(c in a for a in items for c in _V1_WS):
@@ -242,7 +242,7 @@ def _user_home(state: EvalState, *args: Val) -> Val:
     try:
         import pwd
 
-        home = pwd.getpwnam(owner).pw_dir  # type: ignore[arg-type]
+        home = pwd.getpwnam(owner).pw_dir
     except (ImportError, KeyError, ValueError, OSError):
         return default if default else UNDEFINED
     return home
@@ -260,7 +260,7 @@ def _user_map(state: EvalState, *args: Val) -> Val:
         if mapname is ERROR or user is ERROR:
             return ERROR
         return fallback
-    mapper = USER_MAPS.get(mapname)  # type: ignore[call-overload]
+    mapper = USER_MAPS.get(mapname)
     result = mapper(user) if mapper is not None else None
     if result is None:
         return fallback
@@ -269,7 +269,7 @@ def _user_map(state: EvalState, *args: Val) -> Val:
     items = [s for s in result.split(",") if s]
     pref = args[2]
     if type(pref) is str:
-        low = pref.lower()  # type: ignore[union-attr]
+        low = pref.lower()
         for item in items:
             if item.lower() == low:
                 return item

@@ -36,10 +36,7 @@ def _member(args: tuple[Val, ...], identical: bool) -> Val:
     from htgrid.classad._ops import BINARY_OPS
 
     op = BINARY_OPS["=?=" if identical else "=="]
-    for item in lst.values():
-        if op(item, x) is True:
-            return True
-    return False
+    return any(op(item, x) is True for item in lst.values())
 
 
 @builtin("member")
@@ -74,7 +71,7 @@ def _list_compare(args: tuple[Val, ...], need_all: bool) -> Val:
         return UNDEFINED
     if type(opname) is not str:
         return ERROR
-    key = _COMPARE_OPS.get(opname)  # type: ignore[call-overload]
+    key = _COMPARE_OPS.get(opname)
     if key is None:
         return ERROR
     if lst is UNDEFINED:

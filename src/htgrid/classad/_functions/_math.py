@@ -30,7 +30,7 @@ def _rounder(name: str, op: Callable[[float], float]) -> None:
         if type(r) is not float:
             return ERROR
         try:
-            return c_trunc64(op(r))  # type: ignore[arg-type]
+            return c_trunc64(op(r))
         except (OverflowError, ValueError):
             return c_trunc64(math.nan)
 
@@ -78,13 +78,13 @@ def _pow(state: EvalState, *args: Val) -> Val:
     if len(args) != 2:
         return ERROR
     b, e = args
-    if type(b) is int and type(e) is int and e >= 0:  # type: ignore[operator]
-        return c_trunc64(c_pow(float(b), float(e)) + 0.5)  # type: ignore[arg-type]
+    if type(b) is int and type(e) is int and e >= 0:
+        return c_trunc64(c_pow(float(b), float(e)) + 0.5)
     rb = to_real(b)
     re_ = to_real(e)
     if type(rb) is not float or type(re_) is not float:
         return ERROR
-    return c_pow(rb, re_)  # type: ignore[arg-type]
+    return c_pow(rb, re_)
 
 
 @builtin("quantize")
@@ -103,32 +103,36 @@ def _quantize(state: EvalState, *args: Val) -> Val:
             r = to_real(item)
             if type(r) is not float:
                 return ERROR
-            if r >= rval:  # type: ignore[operator]
+            if r >= rval:
                 return item
             last = item
         base = last
         r = to_real(base)
-        rbase = r if type(r) is float else 0.0  # type: ignore[assignment]
+        rbase = r if type(r) is float else 0.0
     else:
         r = to_real(base)
         if type(r) is not float:
             return ERROR
-        rbase = r  # type: ignore[assignment]
+        rbase = r
     if type(base) is int:
-        ibase: int = base  # type: ignore[assignment]
+        ibase: int = base
         if ibase == 0:
             return a
         if type(a) is int:
-            return wrap64(cdiv(wrap64(a + ibase - 1), ibase) * ibase)  # type: ignore[operator]
-        return _ceil_mul(rval, float(ibase))  # type: ignore[arg-type]
+            return wrap64(cdiv(wrap64(a + ibase - 1), ibase) * ibase)
+        return _ceil_mul(rval, float(ibase))
     if -1e-8 <= rbase <= 1e-8:
         return a
-    return _ceil_mul(rval, rbase)  # type: ignore[arg-type]
+    return _ceil_mul(rval, rbase)
 
 
 def _ceil_mul(x: float, b: float) -> float:
+    """C `ceil(x / b) * b`, keeping the sign of a zero quotient as C's ceil does."""
     q = x / b
-    return (math.ceil(q) if math.isfinite(q) else q) * b
+    if math.isfinite(q):
+        c = float(math.ceil(q))
+        q = math.copysign(0.0, q) if c == 0 else c
+    return q * b
 
 
 @builtin("random", pure=False)
@@ -138,14 +142,14 @@ def _random_fn(state: EvalState, *args: Val) -> Val:
         return ERROR
     x: Val = args[0] if args else 1.0
     if type(x) is int:
-        n = c_int(x)  # type: ignore[arg-type]
+        n = c_int(x)
         if n <= 0:
             return ERROR
         return _random.randrange(1 << 31) % n
     if type(x) is float:
-        if not x > 0:  # type: ignore[operator]
+        if not x > 0:
             return ERROR
-        return x * _random.random()  # type: ignore[operator]
+        return x * _random.random()
     return ERROR
 
 
@@ -166,10 +170,15 @@ def _numbers(args: tuple[Val, ...]) -> list[Val] | Val:
     return out
 
 
-def _add(a: Val, b: Val) -> Val:
-    if type(a) is float or type(b) is float:
-        return float(a) + float(b)  # type: ignore[arg-type]
-    return wrap64(int(a) + int(b))  # type: ignore[call-overload]
+def _total(nums: list[Val]) -> Val:
+    """The items added up with the `+` operator (so an overflow to +inf is ERROR)."""
+    from htgrid.classad._ops import BINARY_OPS
+
+    add = BINARY_OPS["+"]
+    total = nums[0]
+    for v in nums[1:]:
+        total = add(total, v)
+    return total
 
 
 @builtin("sum")
@@ -180,10 +189,7 @@ def _sum(state: EvalState, *args: Val) -> Val:
         return nums  # type: ignore[return-value]
     if not nums:
         return 0
-    total = nums[0]
-    for v in nums[1:]:
-        total = _add(total, v)
-    return total
+    return _total(nums)
 
 
 @builtin("avg")
@@ -194,10 +200,9 @@ def _avg(state: EvalState, *args: Val) -> Val:
         return nums  # type: ignore[return-value]
     if not nums:
         return 0
-    total = nums[0]
-    for v in nums[1:]:
-        total = _add(total, v)
-    return float(total) / len(nums)  # type: ignore[arg-type]
+    from htgrid.classad._ops import BINARY_OPS
+
+    return BINARY_OPS["/"](_total(nums), float(len(nums)))
 
 
 def _bound(args: tuple[Val, ...], smaller: bool) -> Val:

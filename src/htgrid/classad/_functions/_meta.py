@@ -149,7 +149,7 @@ def _unresolved(state: EvalState, *nodes: Node) -> Val:
         return UNDEFINED
     rx = None
     if len(nodes) == 2:
-        from htgrid.classad._functions._regex import compile_pcre
+        from htgrid.classad._functions._pcre import compile_pcre
         from htgrid.classad._state import eval_in
 
         pat = eval_in(nodes[1], state)
@@ -184,7 +184,7 @@ def _eval(state: EvalState, *args: Val) -> Val:
     from htgrid.classad._state import eval_in
 
     try:
-        node = parse_expr(text)  # type: ignore[arg-type]
+        node = parse_expr(text)
     except Exception:
         return ERROR
     try:

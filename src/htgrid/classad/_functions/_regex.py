@@ -1,8 +1,6 @@
 """Regular expressions: regexp regexps replace replaceall regexpMember.
 
-HTCondor uses PCRE2 on the bytes of the strings, without UTF mode. We translate the
-PCRE2 pattern into Python `re` syntax and match on UTF-8 bytes, which gives the same
-ASCII-only classes and case folding. An invalid (or untranslatable) pattern is ERROR.
+Patterns are PCRE2 (see `_pcre.py`); an invalid pattern is ERROR.
 """
 
 from __future__ import annotations
@@ -12,6 +10,7 @@ import re
 import warnings
 from typing import TYPE_CHECKING
 
+from htgrid.classad._functions._pcre import compile_pcre
 from htgrid.classad._functions._registry import builtin
 from htgrid.classad._values import ERROR, UNDEFINED, ListValue
 
@@ -19,297 +18,7 @@ if TYPE_CHECKING:
     from htgrid.classad._state import EvalState
     from htgrid.classad._values import Val
 
-__all__ = ["compile_pcre", "translate"]
-
-_POSIX = {
-    "alpha": "a-zA-Z",
-    "digit": "0-9",
-    "alnum": "a-zA-Z0-9",
-    "upper": "A-Z",
-    "lower": "a-z",
-    "space": r" \t\n\r\f\v",
-    "blank": r" \t",
-    "punct": r"!-/:-@\[-`{-~",
-    "xdigit": "0-9A-Fa-f",
-    "word": "a-zA-Z0-9_",
-    "cntrl": r"\x00-\x1f\x7f",
-    "print": r"\x20-\x7e",
-    "graph": r"\x21-\x7e",
-    "ascii": r"\x00-\x7f",
-}
-# PCRE escapes Python lacks, as class members (usable inside [...]).
-_CLASS_ESC = {"h": r"\t \xa0", "v": r"\n\x0b\x0c\r\x85"}
-_QUANT = re.compile(r"\{(\d+)(,(\d*))?\}")
-_INLINE = re.compile(r"\(\?([a-zA-Z]*)(?:-([a-zA-Z]*))?\)")
-
-
-class _Untranslatable(Exception):
-    pass
-
-
-def _class(p: str, i: int) -> tuple[str, int]:
-    """Translate the character class starting at p[i] == '['; return text and end."""
-    out = ["["]
-    i += 1
-    if i < len(p) and p[i] == "^":
-        out.append("^")
-        i += 1
-    first = True
-    while i < len(p):
-        c = p[i]
-        if c == "]" and not first:
-            out.append("]")
-            return "".join(out), i + 1
-        first = False
-        if c == "[" and p.startswith("[:", i):
-            end = p.find(":]", i + 2)
-            if end < 0:
-                raise _Untranslatable
-            name = p[i + 2 : end]
-            neg = name.startswith("^")
-            body = _POSIX.get(name[1:] if neg else name)
-            if body is None or neg:
-                raise _Untranslatable
-            out.append(body)
-            i = end + 2
-            continue
-        if c == "\\" and i + 1 < len(p):
-            e = p[i + 1]
-            if e in _CLASS_ESC:
-                out.append(_CLASS_ESC[e])
-            elif e == "x" and p.startswith("{", i + 2):
-                end = p.find("}", i + 3)
-                if end < 0:
-                    raise _Untranslatable
-                out.append("\\x%02x" % int(p[i + 3 : end], 16))
-                i = end + 1
-                continue
-            elif e == "e":
-                out.append(r"\x1b")
-            else:
-                out.append(p[i : i + 2])
-            i += 2
-            continue
-        if c in "[&~|":
-            # Escape characters Python may read as set operations in the future.
-            out.append("\\" + c)
-        else:
-            out.append(c)
-        i += 1
-    raise _Untranslatable
-
-
-def translate(p: str) -> str:
-    """A Python `re` pattern with the meaning of PCRE2 pattern `p`."""
-    out: list[str] = []
-    # Per open group: the inline-flag scopes opened at that level.
-    levels: list[list[str]] = [[]]
-    i = 0
-    n = len(p)
-    while i < n:
-        c = p[i]
-        if c == "\\":
-            if i + 1 >= n:
-                raise _Untranslatable
-            e = p[i + 1]
-            i += 2
-            if e == "z":
-                out.append(r"\Z")
-            elif e == "Z":
-                out.append(r"(?=\n?\Z)")
-            elif e == "Q":
-                end = p.find("\\E", i)
-                lit = p[i:] if end < 0 else p[i:end]
-                out.append(re.escape(lit))
-                i = n if end < 0 else end + 2
-            elif e == "E":
-                pass
-            elif e in _CLASS_ESC:
-                out.append("[" + _CLASS_ESC[e] + "]")
-            elif e in "HV":
-                out.append("[^" + _CLASS_ESC[e.lower()] + "]")
-            elif e == "R":
-                out.append(r"(?:\r\n|[\n\x0b\x0c\r\x85])")
-            elif e == "N":
-                out.append(r"[^\n]")
-            elif e == "e":
-                out.append(r"\x1b")
-            elif e == "x" and i < n and p[i] == "{":
-                end = p.find("}", i)
-                if end < 0:
-                    raise _Untranslatable
-                out.append("\\x%02x" % int(p[i + 1 : end], 16))
-                i = end + 1
-            elif e == "k" and i < n and p[i] in "<{'":
-                close = {"<": ">", "{": "}", "'": "'"}[p[i]]
-                end = p.find(close, i + 1)
-                if end < 0:
-                    raise _Untranslatable
-                out.append("(?P=" + p[i + 1 : end] + ")")
-                i = end + 1
-            elif e == "g" and i < n and p[i] == "{":
-                end = p.find("}", i)
-                ref = p[i + 1 : end]
-                if end < 0 or not ref.isdigit():
-                    raise _Untranslatable
-                out.append("(?:\\" + ref + ")")
-                i = end + 1
-            elif e == "g" and i < n and p[i].isdigit():
-                j = i
-                while j < n and p[j].isdigit():
-                    j += 1
-                out.append("(?:\\" + p[i:j] + ")")
-                i = j
-            else:
-                out.append("\\" + e)
-            continue
-        if c == "[":
-            text, i = _class(p, i)
-            out.append(text)
-            continue
-        if c == "{":
-            m = _QUANT.match(p, i)
-            if m is None:
-                out.append(r"\{")
-                i += 1
-            else:
-                out.append(m.group(0))
-                i = m.end()
-            continue
-        if c == "(":
-            if p.startswith("(?<", i) and i + 3 < n and p[i + 3] not in "=!":
-                out.append("(?P<")
-                i += 3
-                levels.append([])
-                continue
-            if p.startswith("(?'", i):
-                end = p.find("'", i + 3)
-                if end < 0:
-                    raise _Untranslatable
-                out.append("(?P<" + p[i + 3 : end] + ">")
-                i = end + 1
-                levels.append([])
-                continue
-            if p.startswith("(?<=", i) or p.startswith("(?<!", i):
-                text, i = _lookbehind(p, i)
-                out.append(text)
-                continue
-            m = _INLINE.match(p, i)
-            if m is not None and m.group(0) != "()":
-                # An inline option setting lasts to the end of the enclosing group;
-                # Python only allows that at the very start, so open a scoped group.
-                on, off = m.group(1) or "", m.group(2) or ""
-                if set(on + off) - set("imsx"):
-                    raise _Untranslatable
-                scope = "(?" + on + ("-" + off if off else "") + ":"
-                out.append(scope)
-                levels[-1].append(scope)
-                i = m.end()
-                continue
-            levels.append([])
-            out.append("(")
-            i += 1
-            continue
-        if c == ")":
-            if len(levels) == 1:
-                raise _Untranslatable
-            out.append(")" * len(levels.pop()))
-            out.append(")")
-            i += 1
-            continue
-        if c == "|":
-            scopes = levels[-1]
-            out.append(")" * len(scopes) + "|" + "".join(scopes))
-            i += 1
-            continue
-        out.append(c)
-        i += 1
-    if len(levels) != 1:
-        raise _Untranslatable
-    out.append(")" * len(levels[0]))
-    return "".join(out)
-
-
-def _lookbehind(p: str, i: int) -> tuple[str, int]:
-    """Translate `(?<=a|bc)`: PCRE allows alternatives of different fixed lengths."""
-    depth = 0
-    j = i
-    while j < len(p):
-        c = p[j]
-        if c == "\\":
-            j += 2
-            continue
-        if c == "[":
-            _, j = _class(p, j)
-            continue
-        if c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                break
-        j += 1
-    else:
-        raise _Untranslatable
-    kind = p[i + 3]
-    inner = translate(p[i + 4 : j])
-    alts = _split_alternatives(inner)
-    if len(alts) == 1:
-        return f"(?<{kind}{inner})", j + 1
-    if kind == "=":
-        return "(?:" + "|".join(f"(?<={a})" for a in alts) + ")", j + 1
-    return "".join(f"(?<!{a})" for a in alts), j + 1
-
-
-def _split_alternatives(p: str) -> list[str]:
-    parts: list[str] = []
-    depth = 0
-    start = 0
-    j = 0
-    in_class = False
-    while j < len(p):
-        c = p[j]
-        if c == "\\":
-            j += 2
-            continue
-        if in_class:
-            in_class = c != "]"
-        elif c == "[":
-            in_class = True
-            if p.startswith("[]", j) or p.startswith("[^]", j):
-                j += 2 if p[j + 1] == "]" else 3
-                continue
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif c == "|" and depth == 0:
-            parts.append(p[start:j])
-            start = j + 1
-        j += 1
-    parts.append(p[start:])
-    return parts
-
-
-@functools.lru_cache(maxsize=512)
-def compile_pcre(pattern: str, options: str) -> re.Pattern[bytes] | None:
-    """Compile a PCRE2 pattern with HTCondor option letters (i m s x); None if invalid."""
-    flags = 0
-    if "i" in options:
-        flags |= re.IGNORECASE
-    if "m" in options:
-        flags |= re.MULTILINE
-    if "s" in options:
-        flags |= re.DOTALL
-    if "x" in options:
-        flags |= re.VERBOSE
-    try:
-        text = translate(pattern)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return re.compile(text.encode("utf-8", "surrogateescape"), flags)
-    except (_Untranslatable, re.error, ValueError, OverflowError, RecursionError):
-        return None
+__all__ = ["compile_pcre", "substitute"]
 
 
 def _group_count(m: re.Match[bytes]) -> int:
@@ -379,6 +88,7 @@ def substitute(rx: re.Pattern[bytes], target: str, repl: str, opts: str) -> Val:
     out = bytearray()
     idx = 0
     empty_match = False
+    m: re.Match[bytes] | None
     while True:
         base = 0
         if empty_match:
@@ -457,7 +167,7 @@ def _subst(args: tuple[Val, ...], extra: str) -> Val:
     rx = compile_pcre(pat, opts)
     if rx is None:
         return ERROR
-    return substitute(rx, target, repl, opts)
+    return substitute(rx, target, repl, opts)  # type: ignore[arg-type]
 
 
 @builtin("regexps")

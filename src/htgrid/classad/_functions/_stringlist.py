@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["tokens"]
 
 _WS = " \t\n\v\f\r"
+_HAS_WS = re.compile("[ \t\n\v\f\r]").search
 _MEMBER_DELIMS = ", \t\r\n"
 _DELIMS = ", "
 _LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
@@ -52,7 +53,7 @@ def tokens(s: str, delims: str) -> list[str]:
 def _str_or_undef(v: Val) -> str | None:
     """A string argument where UNDEFINED counts as ""; None for any other type."""
     if type(v) is str:
-        return v  # type: ignore[return-value]
+        return v
     return "" if v is UNDEFINED else None
 
 
@@ -66,7 +67,7 @@ def _member_args(args: tuple[Val, ...]) -> tuple[str, str, str] | Val:
     if n == 3 and args[2] is not UNDEFINED:
         if type(args[2]) is not str:
             return ERROR
-        delims = args[2]  # type: ignore[assignment]
+        delims = args[2]
     if item is None or lst is None:
         return ERROR
     if args[0] is UNDEFINED and args[1] is UNDEFINED:
@@ -82,9 +83,8 @@ def _string_list_member(state: EvalState, *args: Val) -> Val:
         # The common case: no whitespace to trim, default delimiters.
         if type(item) is str and type(lst) is str and item and lst.isalnum():
             return item == lst
-        if type(item) is str and type(lst) is str and item and " " not in lst and "\t" not in lst:
-            if "\n" not in lst and "\r" not in lst and "\v" not in lst and "\f" not in lst:
-                return item in lst.split(",")
+        if type(item) is str and type(lst) is str and item and not _HAS_WS(lst):
+            return item in lst.split(",")
     r = _member_args(args)
     if type(r) is not tuple:
         return r  # type: ignore[return-value]
@@ -155,7 +155,7 @@ def _string_lists_intersect(state: EvalState, *args: Val) -> Val:
     if n == 3:
         if type(args[2]) is not str:
             return ERROR
-        delims = args[2]  # type: ignore[assignment]
+        delims = args[2]
     a, b = args[0], args[1]
     if type(a) is not str or type(b) is not str:
         return ERROR
@@ -172,7 +172,7 @@ def _list_args(args: tuple[Val, ...], lo: int, hi: int) -> list[str] | None:
         if type(a) is not str:
             return None
         out.append(a)
-    return out  # type: ignore[return-value]
+    return out
 
 
 @builtin("stringListSize")
@@ -246,7 +246,7 @@ def _string_list_regexp_member(state: EvalState, *args: Val) -> Val:
     s = _list_args(args, 2, 4)
     if s is None:
         return ERROR
-    from htgrid.classad._functions._regex import compile_pcre
+    from htgrid.classad._functions._pcre import compile_pcre
 
     opts = s[3].lower() if len(s) == 4 else ""
     rx = compile_pcre(s[0], opts)
@@ -268,10 +268,10 @@ def _split(state: EvalState, *args: Val) -> Val:
     if len(args) == 2:
         if type(args[1]) is not str:
             return ERROR
-        seps = args[1]  # type: ignore[assignment]
+        seps = args[1]
     if type(s) is not str:
         return ERROR
-    text: str = s  # type: ignore[assignment]
+    text: str = s
     items: list[Val] = []
     last = 0
     if seps:
@@ -297,7 +297,7 @@ def _split_at(args: tuple[Val, ...], slot: bool) -> Val:
     s = args[0]
     if type(s) is not str:
         return ERROR
-    text: str = s  # type: ignore[assignment]
+    text: str = s
     at = text.find("@")
     if at < 0:
         pair: list[Val] = ["", text] if slot else [text, ""]

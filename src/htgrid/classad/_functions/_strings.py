@@ -31,7 +31,7 @@ def _strcat(state: EvalState, *args: Val) -> Val:
         s = v if type(v) is str else to_str(v)
         if type(s) is not str:
             return s
-        parts.append(s)  # type: ignore[arg-type]
+        parts.append(s)
     return "".join(parts)
 
 
@@ -40,7 +40,7 @@ def _join(state: EvalState, *args: Val) -> Val:
     """`join(sep, a, ...)`, `join(sep, list)`, `join(list)`: undefined items skipped."""
     items: list[Val] = list(args)
     if 0 < len(args) <= 2 and type(args[-1]) is ListValue:
-        lst: ListValue = args[-1]  # type: ignore[assignment]
+        lst: ListValue = args[-1]
         items = [args[0] if len(args) == 2 else "", *lst.values()]
     buf = ""
     sep = ""
@@ -54,20 +54,20 @@ def _join(state: EvalState, *args: Val) -> Val:
         if type(s) is not str:
             return ERROR
         if i == 0:
-            sep = s  # type: ignore[assignment]
+            sep = s
             continue
         # The C code only adds the separator after a non-empty prefix.
         if buf:
             buf += sep
         saw_def = True
-        buf += s  # type: ignore[operator]
+        buf += s
     if saw_undef and not saw_def:
         return UNDEFINED
     return buf
 
 
 def _int_arg(v: Val) -> int | None:
-    return c_int(v) if type(v) is int else None  # type: ignore[arg-type]
+    return c_int(v) if type(v) is int else None
 
 
 @builtin("substr")
@@ -83,7 +83,7 @@ def _substr(state: EvalState, *args: Val) -> Val:
     ln = _int_arg(args[2]) if n == 3 else 0
     if type(s) is not str or off is None or ln is None:
         return ERROR
-    text: str = s  # type: ignore[assignment]
+    text: str = s
     ascii_ = text.isascii()
     data: str | bytes = text if ascii_ else text.encode("utf-8", "surrogateescape")
     alen = len(data)
@@ -99,7 +99,7 @@ def _substr(state: EvalState, *args: Val) -> Val:
         ln = 0
     part = data[off : off + ln]
     if ascii_:
-        return part
+        return part  # type: ignore[return-value]
     return part.decode("utf-8", "surrogateescape")  # type: ignore[union-attr]
 
 
@@ -118,10 +118,10 @@ def _compare(args: tuple[Val, ...], fold: bool) -> Val:
     if type(sa) is not str or type(sb) is not str:
         return ERROR
     if fold:
-        sa = sa.translate(_LOWER)  # type: ignore[union-attr]
-        sb = sb.translate(_LOWER)  # type: ignore[union-attr]
+        sa = sa.translate(_LOWER)
+        sb = sb.translate(_LOWER)
     # Code-point order equals the byte order of UTF-8, which strcmp uses.
-    return _sign((sa > sb) - (sa < sb))  # type: ignore[operator]
+    return _sign((sa > sb) - (sa < sb))
 
 
 @builtin("strcmp")
@@ -142,7 +142,7 @@ def _to_upper(state: EvalState, *args: Val) -> Val:
     if len(args) != 1:
         return ERROR
     s = to_str(args[0])
-    return s.translate(_UPPER) if type(s) is str else s  # type: ignore[union-attr]
+    return s.translate(_UPPER) if type(s) is str else s
 
 
 @builtin("toLower")
@@ -151,7 +151,7 @@ def _to_lower(state: EvalState, *args: Val) -> Val:
     if len(args) != 1:
         return ERROR
     s = to_str(args[0])
-    return s.translate(_LOWER) if type(s) is str else s  # type: ignore[union-attr]
+    return s.translate(_LOWER) if type(s) is str else s
 
 
 @builtin("size")
@@ -231,7 +231,7 @@ def _vstr(v: Val) -> bytes | None:
     s = to_str(v)
     if type(s) is not str:
         return None
-    return s.encode("utf-8", "surrogateescape")  # type: ignore[union-attr]
+    return s.encode("utf-8", "surrogateescape")
 
 
 def _version(name: str, decide: object) -> None:
@@ -246,7 +246,7 @@ def _version(name: str, decide: object) -> None:
         if ba is None or bb is None:
             return ERROR
         r = natural_cmp(ba, bb)
-        return decide(r)  # type: ignore[operator,no-any-return]
+        return decide(r)  # type: ignore[no-any-return,operator]
 
     fn.__name__ = name
     fn.__doc__ = f"`{name}(a, b)`: natural version comparison."

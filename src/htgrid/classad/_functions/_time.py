@@ -75,7 +75,7 @@ def _abs_field(name: str, pick: object) -> None:
         if type(v) is AbsTime:
             # libclassad reads the fields in the local zone, ignoring the value's offset.
             tm = _local(c_trunc64(v.secs))
-            return ERROR if tm is None else pick(tm)  # type: ignore[operator,no-any-return]
+            return ERROR if tm is None else pick(tm)  # type: ignore[operator]
         return ERROR
 
     fn.__name__ = name
@@ -97,9 +97,9 @@ def _both_field(name: str, pick: object, rel: object) -> None:
         v = args[0]
         if type(v) is AbsTime:
             tm = _local(c_trunc64(v.secs))
-            return ERROR if tm is None else pick(tm)  # type: ignore[operator,no-any-return]
+            return ERROR if tm is None else pick(tm)  # type: ignore[operator]
         if type(v) is RelTime:
-            return rel(c_trunc64(v.secs))  # type: ignore[operator,no-any-return]
+            return rel(c_trunc64(v.secs))  # type: ignore[no-any-return,operator]
         return ERROR
 
     fn.__name__ = name
@@ -219,7 +219,7 @@ def _ad_int(ad: ClassAd, name: str) -> int | None:
     from htgrid.classad._state import EvalState, eval_in
 
     v = eval_in(entry.node, EvalState(ad))
-    return c_int(v) if type(v) is int else None  # type: ignore[arg-type]
+    return c_int(v) if type(v) is int else None
 
 
 def _strftime(fmt: str, fields: tuple[int, int, int, int, int, int]) -> Val:
@@ -259,8 +259,8 @@ def _format_time(state: EvalState, *args: Val) -> Val:
         split = _split_fields(v)
         if split is None:
             return ERROR
-        fields = (
-            split["Year"],  # type: ignore[assignment]
+        fields = (  # type: ignore[assignment]
+            split["Year"],
             split["Month"],
             split["Day"],
             split["Hours"],
@@ -271,7 +271,7 @@ def _format_time(state: EvalState, *args: Val) -> Val:
     if n == 2:
         if type(args[1]) is not str:
             return ERROR
-        fmt = args[1]  # type: ignore[assignment]
+        fmt = args[1]
     return _strftime(fmt, fields)  # type: ignore[arg-type]
 
 
@@ -283,7 +283,7 @@ def _interval(state: EvalState, *args: Val) -> Val:
     i = to_int(args[0])
     if type(i) is not int:
         return ERROR
-    tot = c_int(i)  # type: ignore[arg-type]
+    tot = c_int(i)
     days = cdiv(tot, 86400)
     tot = cmod(tot, 86400)
     hours = cdiv(tot, 3600)
@@ -291,9 +291,9 @@ def _interval(state: EvalState, *args: Val) -> Val:
     mins = cdiv(tot, 60)
     secs = cmod(tot, 60)
     if days:
-        return "%d+%02d:%02d:%02d" % (days, abs(hours), abs(mins), abs(secs))
+        return f"{days}+{abs(hours):02d}:{abs(mins):02d}:{abs(secs):02d}"
     if hours:
-        return "%d:%02d:%02d" % (hours, abs(mins), abs(secs))
+        return f"{hours}:{abs(mins):02d}:{abs(secs):02d}"
     if mins:
-        return "%d:%02d" % (mins, abs(secs))
-    return "%d" % secs
+        return f"{mins}:{abs(secs):02d}"
+    return str(secs)

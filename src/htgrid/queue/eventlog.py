@@ -1,0 +1,136 @@
+"""The user job event log: the file a job's `log = ...` names, in HTCondor's text format.
+
+Build an event (one frozen dataclass per event type, each carrying its own time),
+turn it into text with `format_event`, or append it to a log with `UserLog`:
+
+    log = UserLog("/home/alice/job.log")
+    log.append(JobHeldEvent(cluster=42, proc=0, timestamp=time.time(),
+                            hold_reason="Spooling input data files",
+                            hold_reason_code=16, hold_reason_subcode=0))
+
+The text is what condor_event.cpp writes, so `condor_wait`, DAGMan and
+`htcondor2.JobEventLog` read these logs as their own.
+"""
+
+from __future__ import annotations
+
+import os
+
+from htgrid.queue._eventlog_events import (
+    AdValue,
+    EventLogError,
+    ExecErrorType,
+    ExecutableErrorEvent,
+    ExecuteEvent,
+    GridResourceDownEvent,
+    GridResourceUpEvent,
+    GridSubmitEvent,
+    JobAbortedEvent,
+    JobAdInformationEvent,
+    JobDisconnectedEvent,
+    JobEvictedEvent,
+    JobHeldEvent,
+    JobImageSizeEvent,
+    JobReconnectedEvent,
+    JobReconnectFailedEvent,
+    JobReleasedEvent,
+    JobStatusKnownEvent,
+    JobStatusUnknownEvent,
+    JobSuspendedEvent,
+    JobTerminatedEvent,
+    JobUnsuspendedEvent,
+    RawExpression,
+    RemoteErrorEvent,
+    ResourceUsage,
+    Rusage,
+    SubmitEvent,
+    UserLogEvent,
+)
+from htgrid.queue._eventlog_format import EVENT_TERMINATOR, LogFormat, format_event
+
+__all__ = [
+    "EVENT_TERMINATOR",
+    "AdValue",
+    "EventLogError",
+    "ExecErrorType",
+    "ExecutableErrorEvent",
+    "ExecuteEvent",
+    "GridResourceDownEvent",
+    "GridResourceUpEvent",
+    "GridSubmitEvent",
+    "JobAbortedEvent",
+    "JobAdInformationEvent",
+    "JobDisconnectedEvent",
+    "JobEvictedEvent",
+    "JobHeldEvent",
+    "JobImageSizeEvent",
+    "JobReconnectFailedEvent",
+    "JobReconnectedEvent",
+    "JobReleasedEvent",
+    "JobStatusKnownEvent",
+    "JobStatusUnknownEvent",
+    "JobSuspendedEvent",
+    "JobTerminatedEvent",
+    "JobUnsuspendedEvent",
+    "LogFormat",
+    "RawExpression",
+    "RemoteErrorEvent",
+    "ResourceUsage",
+    "Rusage",
+    "SubmitEvent",
+    "UserLog",
+    "UserLogEvent",
+    "format_event",
+]
+
+_OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+
+
+class UserLog:
+    """Appends events to one user log file.
+
+    Each event goes out in a single `write()` on a descriptor opened with O_APPEND,
+    so writers sharing the file (two schedds, a schedd and a shadow) never interleave
+    their events, and a crash leaves at worst a cut-off last event, which readers
+    skip. The file is created (mode 0664 less the umask) if missing; its directory
+    must exist. The file is opened per event, as HTCondor does, so a log that is
+    moved or deleted between events is simply started anew.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        fmt: LogFormat | None = None,
+        fsync: bool = False,
+    ) -> None:
+        """`fmt` sets the header time format; `fsync` syncs each event to disk.
+
+        fsync is off by default, as in HTCondor since 10.x (ENABLE_USERLOG_FSYNC).
+        """
+        self.path = os.fspath(path)
+        self.fmt = fmt if fmt is not None else LogFormat()
+        self.fsync = fsync
+
+    def __repr__(self) -> str:
+        return f"UserLog({self.path!r}, fmt={self.fmt!r}, fsync={self.fsync!r})"
+
+    def append(self, event: UserLogEvent) -> None:
+        """Write `event` at the end of the log; EventLogError if it cannot."""
+        data = format_event(event, self.fmt).encode("utf-8", "surrogateescape")
+        try:
+            fd = os.open(self.path, _OPEN_FLAGS, 0o664)
+        except OSError as exc:
+            raise EventLogError(f"cannot open user log {self.path}: {exc.strerror}") from exc
+        try:
+            written = os.write(fd, data)
+            # A regular file takes the whole buffer unless the disk fills up or a
+            # signal lands mid-write; finish the event rather than leave it cut off.
+            while written < len(data):
+                written += os.write(fd, data[written:])
+            if self.fsync:
+                os.fsync(fd)
+        except OSError as exc:
+            raise EventLogError(f"cannot write user log {self.path}: {exc.strerror}") from exc
+        finally:
+            os.close(fd)

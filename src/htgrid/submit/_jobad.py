@@ -1,0 +1,507 @@
+"""Submit commands to job ad: the steps of condor_submit's make_job_ad, in order.
+
+Each `_set_*` method mirrors one SubmitHash::SetXXX of submit_utils.cpp;
+grid jobs, VM jobs, resources and Requirements live in sibling modules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from htgrid.submit import _classad, _commands, _environ, _grid, _requirements, _resources
+from htgrid.submit._ad import Expr, JobAd
+from htgrid.submit._argsenv import (
+    parse_args_v1_wacked_or_v2_quoted,
+    parse_args_v2_quoted,
+)
+from htgrid.submit._config import SubmitConfig
+from htgrid.submit._errors import SubmitError
+from htgrid.submit._macros import Expander, string_is_bool, string_is_long
+from htgrid.submit._tables import SIGNALS, UNIVERSE_NAMES, universe_number
+
+__all__ = ["JobBuilder", "Universe"]
+
+VANILLA, SCHEDULER, MPI, GRID, JAVA, PARALLEL, LOCAL, VM = 5, 7, 8, 9, 10, 11, 12, 13
+_PSEUDO_EXE_GRIDS = ("ec2", "gce", "azure")
+_GRID_TYPES = (
+    "blah",
+    "batch",
+    "pbs",
+    "sge",
+    "lsf",
+    "nqs",
+    "naregi",
+    "condor",
+    "arc",
+    "ec2",
+    "gce",
+    "azure",
+)
+
+
+@dataclass(slots=True)
+class Universe:
+    """The universe of a cluster, decided once (SetUniverse)."""
+
+    number: int = VANILLA
+    docker: bool = False
+    container: bool = False
+    grid_type: str = ""
+
+
+def compress_path(path: str) -> str:
+    """Collapse runs of path separators, as condor_submit does."""
+    return re.sub(r"[/\\]{2,}", lambda m: m.group()[0], path)
+
+
+@dataclass(slots=True)
+class JobBuilder:
+    """Builds the ad of one proc from an expander holding that proc's macros."""
+
+    x: Expander
+    config: SubmitConfig
+    cluster: int
+    proc: int
+    qdate: int
+    cwd: str
+    owner: str
+    universe: Universe
+    env: Mapping[str, str]
+    check_files: bool = True
+    ad: JobAd = field(default_factory=JobAd)
+    warnings: list[str] = field(default_factory=list)
+    iwd: str = ""
+    exe_size_kb: int = 0
+
+    # -- helpers -------------------------------------------------------------
+
+    def p(self, name: str, alt: str | None = None) -> str | None:
+        """The expanded value of a submit command (None when unset or empty)."""
+        return self.x.param(name, alt)
+
+    def pbool(self, name: str, alt: str | None, default: bool) -> tuple[bool, bool]:
+        """(value, was given) of a boolean command; an error when it is not boolean."""
+        text = self.p(name, alt)
+        if text is None:
+            return default, False
+        value = string_is_bool(text)
+        if value is None:
+            raise SubmitError(f"{name}={text} is invalid, must eval to a boolean.")
+        return value, True
+
+    def plong(self, name: str, alt: str | None = None) -> int | None:
+        """An integer command; an error when it is not an integer."""
+        text = self.p(name, alt)
+        if text is None:
+            return None
+        value = string_is_long(text)
+        if value is None:
+            raise SubmitError(f"{name}={text} is invalid, must eval to an integer.")
+        return value
+
+    def expr(self, attr: str, text: str) -> None:
+        """Insert an expression attribute; a parse failure fails the submit."""
+        if not _classad.parses(text):
+            raise SubmitError(f"Parse error in expression: \n\t{attr} = {text}\n\t")
+        self.ad[attr] = Expr(text)
+
+    def full_path(self, name: str, *, use_iwd: bool = True) -> str:
+        """`name` made absolute against the job's iwd (or the submit directory)."""
+        base = self.iwd if use_iwd else self.cwd
+        path = f"/{name}" if name.startswith("/") else f"/{base}/{name}"
+        return compress_path(path)
+
+    def size_kb(self, name: str) -> int:
+        """Size in KiB of a file (or directory tree) named relative to the iwd; 0 if absent."""
+        if "://" in name:
+            return 0
+        path = self.full_path(name)
+        try:
+            if os.path.isdir(path):
+                total = 0
+                for root, _dirs, files in os.walk(path):
+                    for file in files:
+                        with contextlib.suppress(OSError):
+                            total += os.lstat(os.path.join(root, file)).st_size
+                return (total + 1023) // 1024
+            return (os.stat(path).st_size + 1023) // 1024
+        except OSError:
+            return 0
+
+    # -- the steps -------------------------------------------------------------
+
+    def build(self) -> JobAd:
+        """Run every step and return the finished ad."""
+        self._base()
+        self._set_universe()
+        self._set_iwd()
+        self._set_executable()
+        self._set_arguments()
+        _grid.set_grid_params(self)
+        _commands.set_vm_params(self)
+        _environ.set_java_vm_args(self)
+        self._set_parallel()
+        _environ.set_environment(self)
+        self._set_job_status()
+        for which in ("input", "output", "error"):
+            self._set_std(which)
+        _commands.set_credentials(self)
+        self._set_notification()
+        self._set_rank()
+        _commands.set_policy(self)
+        self._set_kill_sig()
+        _resources.set_request_resources(self)
+        _commands.set_concurrency_and_accounting(self)
+        _commands.set_simple(self)
+        _commands.set_deferral(self)
+        _resources.set_image_size(self)
+        _resources.set_transfer_files(self)
+        self._set_auto_attributes()
+        self._forced_attributes()
+        _resources.set_resource_requirements(self)
+        _requirements.set_requirements(self)
+        return self.ad
+
+    def _base(self) -> None:
+        ad, cfg = self.ad, self.config
+        ad["MyType"] = "Job"
+        ad["TargetType"] = "Machine"
+        ad["ClusterId"] = self.cluster
+        ad["QDate"] = self.qdate
+        if cfg.submit_method is not None:
+            ad["JobSubmitMethod"] = cfg.submit_method
+        ad["Owner"] = Expr("undefined")
+        for name in ("RemoteWallClockTime", "RemoteUserCpu", "RemoteSysCpu"):
+            ad[name] = 0.0
+        for name in ("CumulativeRemoteUserCpu", "CumulativeRemoteSysCpu"):
+            ad[name] = 0.0
+        for name in (
+            "ExitStatus",
+            "NumCkpts",
+            "NumJobStarts",
+            "NumJobCompletions",
+            "NumRestarts",
+            "NumSystemHolds",
+            "CommittedTime",
+            "CommittedSlotTime",
+            "CumulativeSlotTime",
+            "TotalSuspensions",
+            "LastSuspensionTime",
+            "CumulativeSuspensionTime",
+            "CommittedSuspensionTime",
+        ):
+            ad[name] = 0
+        ad["ExitBySignal"] = False
+        ad["CondorVersion"] = cfg.condor_version
+        ad["CondorPlatform"] = cfg.condor_platform
+
+    def _set_universe(self) -> None:
+        u = self.universe
+        ad = self.ad
+        text = self.p("universe", "JobUniverse") or self.config.default_universe
+        number = VANILLA
+        if text:
+            number = universe_number(text)
+            if not number and text.strip().lower() == "docker":
+                number, u.docker = VANILLA, True
+            if not number and text.strip().lower() == "container":
+                number, u.container = VANILLA, True
+        u.number = number
+        if number in (VANILLA, LOCAL):
+            container_image = self.p("container_image", "ContainerImage")
+            if u.docker:
+                if container_image:
+                    raise SubmitError("docker universe does not allow use of container_image.")
+            else:
+                docker_image = self.p("docker_image", "DockerImage")
+                if docker_image and container_image:
+                    raise SubmitError("cannot declare both docker_image and container_image")
+                if docker_image or container_image:
+                    u.container = True
+                    if docker_image:
+                        ad["WantDockerImage"] = True
+        ad["JobUniverse"] = number
+        for prefix in ("Remote_", "Remote_Remote_"):
+            remote = self.p(prefix + "universe", prefix + "JobUniverse")
+            if remote:
+                remote_number = universe_number(remote)
+                if not remote_number:
+                    raise SubmitError(f"Unknown {prefix}Universe of '{remote}' specified")
+                ad[prefix + "JobUniverse"] = remote_number
+        if self.pbool("WantParallelScheduling", None, False)[0]:
+            ad["WantParallelScheduling"] = True
+        if number == JAVA:
+            return
+        if number in (VANILLA, LOCAL):
+            if u.docker:
+                ad["WantDocker"] = True
+            if u.container:
+                ad["WantContainer"] = True
+            return
+        if number in (SCHEDULER, PARALLEL, MPI):
+            return
+        if number == GRID:
+            resource = self.p("grid_resource", "GridResource")
+            if not resource:
+                raise SubmitError("grid_resource attribute not defined for grid universe job")
+            u.grid_type = resource.split(" ", 1)[0]
+            if u.grid_type.lower() not in _GRID_TYPES:
+                raise SubmitError(
+                    f"Invalid value '{u.grid_type}' for grid type\n"
+                    "Must be one of: condor, batch, arc, ec2, gce, or azure"
+                )
+            return
+        if number == VM:
+            # VM jobs always use file transfer; these act as if the user set them
+            self.x.set_default("ShouldTransferFiles", "YES")
+            self.x.set_default("WhenToTransferOutput", "ON_EXIT")
+            return
+        if text and not number:
+            raise SubmitError(f"I don't know about the '{text}' universe.")
+        raise SubmitError(
+            f"'{UNIVERSE_NAMES.get(number, str(number))}' is not a supported universe."
+        )
+
+    def _set_iwd(self) -> None:
+        short = self.p("initialdir", "Iwd") or self.p("initial_dir", "job_iwd")
+        if short:
+            iwd = short if short.startswith("/") else f"{self.cwd}/{short}"
+        else:
+            iwd = self.cwd
+        iwd = compress_path(iwd)
+        if self.check_files and not os.access(iwd, os.F_OK | os.X_OK):
+            raise SubmitError(f"No such directory: {iwd}")
+        self.iwd = iwd
+        self.x.cwd = iwd
+        self.ad["Iwd"] = iwd
+        submit_file = self.p("SUBMIT_FILE")
+        if submit_file:
+            self.ad["JobSubmitFile"] = submit_file
+
+    def _set_executable(self) -> None:
+        u, ad = self.universe, self.ad
+        grid = u.grid_type.lower()
+        ignore = u.number == VM or (u.number == GRID and grid in _PSEUDO_EXE_GRIDS)
+        if u.docker or u.container:
+            ignore = ignore or False
+            docker_image = self.p("docker_image", "DockerImage")
+            if docker_image:
+                image = _strip_quotes(docker_image)
+                if not image:
+                    raise SubmitError(f"'{docker_image}' is not a valid docker_image")
+                ad["DockerImage"] = image
+            elif u.docker:
+                raise SubmitError("docker jobs require a docker_image")
+            if u.container:
+                _commands.set_container_image(self, docker_image is not None)
+        exe = self.p("executable", "Cmd")
+        transfer = True
+        if exe is None:
+            if u.docker or u.container:
+                ignore = True
+            else:
+                raise SubmitError("No 'executable' parameter was provided")
+        flag = self.p("transfer_executable", "TransferExecutable")
+        if flag is not None and flag[:1] in ("F", "f"):
+            ad["TransferExecutable"] = False
+            transfer = False
+        if ignore and transfer:
+            ad["TransferExecutable"] = False
+            transfer = False
+        name = exe or ""
+        full = self.full_path(name, use_iwd=False) if transfer else name
+        ad["Cmd"] = full
+        checked = self.check_files and transfer and not ignore and "://" not in full
+        if checked and not os.path.exists(full):
+            raise SubmitError(f"Executable file {full} does not exist")
+
+    def _set_arguments(self) -> None:
+        args1 = self.p("arguments", "Args")
+        args2 = self.p("arguments2")
+        allow_v1 = self.pbool("allow_arguments_v1", None, False)[0]
+        if args1 and args2 and not allow_v1:
+            raise SubmitError(
+                "If you wish to specify both 'arguments' and\n'arguments2' for maximal "
+                "compatibility with different\nversions of Condor, then you must also "
+                "specify\nallow_arguments_v1=true."
+            )
+        try:
+            if args2 is not None:
+                parsed = parse_args_v2_quoted(args2)
+            elif args1 is not None:
+                parsed = parse_args_v1_wacked_or_v2_quoted(args1)
+            else:
+                parsed = parse_args_v2_quoted("")
+        except SubmitError as exc:
+            raise SubmitError(
+                f"{exc.reason}\nThe full arguments you specified were: {args2 or args1}"
+            ) from None
+        if parsed.input_was_v1:
+            self.ad["Args"] = parsed.v1_raw()
+        else:
+            self.ad["Arguments"] = parsed.v2_raw()
+        if self.universe.number == JAVA and not parsed.words:
+            raise SubmitError(
+                "In Java universe, you must specify the class name to run.\nExample:\n\n"
+                "arguments = MyClass\n"
+            )
+
+    def _set_parallel(self) -> None:
+        want = self.ad.boolean("WantParallelScheduling") or False
+        number = self.universe.number
+        if number in (MPI, PARALLEL) or want:
+            count = self.p("machine_count", "MachineCount") or self.p("node_count", "NodeCount")
+            if count is not None:
+                match = re.match(r"\s*[+-]?\d+", count)
+                hosts = int(match.group()) if match else 0
+                self.ad["MinHosts"] = hosts
+                self.ad["MaxHosts"] = hosts
+            elif "MaxHosts" not in self.ad:
+                raise SubmitError("No machine_count specified!")
+            self.ad["RequestCpus"] = 1
+        if number == PARALLEL:
+            self.ad["WantIOProxy"] = True
+            self.ad["JobRequiresSandbox"] = True
+
+    def _set_job_status(self) -> None:
+        hold = self.pbool("hold", None, False)[0]
+        if hold:
+            self.ad["JobStatus"] = 5
+            self.ad["HoldReasonCode"] = 15
+            self.ad["HoldReason"] = "submitted on hold at user's request"
+        else:
+            self.ad["JobStatus"] = 1
+        self.ad["EnteredCurrentStatus"] = self.qdate
+
+    def _set_std(self, which: str) -> None:
+        key, alt, attr, transfer_attr, stream_attr = {
+            "input": ("input", "stdin", "In", "TransferIn", "StreamIn"),
+            "output": ("output", "stdout", "Out", "TransferOut", "StreamOut"),
+            "error": ("error", "stderr", "Err", "TransferErr", "StreamErr"),
+        }[which]
+        transfer, given = self.pbool(f"transfer_{which}", transfer_attr, True)
+        must_set = given and not transfer
+        stream = self.pbool(f"stream_{which}", stream_attr, False)[0]
+        value = self.p(key, alt)
+        if not value or value == "/dev/null":
+            transfer = stream = False
+            value = "/dev/null"
+        elif self.universe.number == VM:
+            raise SubmitError(
+                "You cannot use input, ouput, and error parameters in the submit description "
+                "file for vm universe"
+            )
+        self.ad[attr] = value
+        if transfer:
+            self.ad[stream_attr] = stream
+            if must_set:
+                self.ad[transfer_attr] = True
+        else:
+            self.ad[transfer_attr] = False
+
+    def _set_notification(self) -> None:
+        how = self.p("notification", "JobNotification") or self.config.job_default_notification
+        table = {"never": 0, "always": 1, "complete": 2, "error": 3}
+        if how is None:
+            self.ad["JobNotification"] = 0
+            return
+        if how.lower() not in table:
+            raise SubmitError("Notification must be 'Never', 'Always', 'Complete', or 'Error'")
+        self.ad["JobNotification"] = table[how.lower()]
+
+    def _set_rank(self) -> None:
+        rank = self.p("rank", "preferences")
+        if rank:
+            self.expr("Rank", rank)
+        else:
+            self.ad["Rank"] = 0.0
+
+    def _set_kill_sig(self) -> None:
+        for key, attr in (
+            ("kill_sig", "KillSig"),
+            ("remove_kill_sig", "RemoveKillSig"),
+            ("hold_kill_sig", "HoldKillSig"),
+        ):
+            name = _signal_name(self.p(key, attr))
+            if name is None and attr == "KillSig" and self.universe.number != VANILLA:
+                name = "SIGTERM"
+            if name is not None:
+                self.ad[attr] = name
+        timeout = self.p("kill_sig_timeout", "KillSigTimeout")
+        if timeout is not None:
+            match = re.match(r"\s*[+-]?\d+", timeout)
+            self.ad["KillSigTimeout"] = int(match.group()) if match else 0
+
+    def _set_auto_attributes(self) -> None:
+        ad = self.ad
+        if "MaxHosts" not in ad and self.universe.number != MPI:
+            ad["MinHosts"] = 1
+            ad["MaxHosts"] = 1
+        if "CurrentHosts" not in ad:
+            ad["CurrentHosts"] = 0
+        if "CheckpointExitCode" in ad:
+            ad["WantFTOnCheckpoint"] = True
+        lease = self.config.job_default_lease_duration
+        if (
+            self.universe.number in (VANILLA, JAVA, PARALLEL, VM)
+            and "JobLeaseDuration" not in ad
+            and lease
+        ):
+            self.expr("JobLeaseDuration", lease)
+        if "JobPrio" not in ad:
+            ad["JobPrio"] = 0
+        if "JobStarterLog" in ad and "JobStarterDebug" not in ad:
+            ad["JobStarterDebug"] = True
+        lease_value = ad.number("JobLeaseDuration")
+        if lease_value is not None and 0 < lease_value < 20:
+            self.warnings.append(
+                "JobLeaseDuration less than 20 seconds is not allowed, using 20 instead"
+            )
+            ad["JobLeaseDuration"] = 20
+        history = ad.number("JobMachineAttrsHistoryLength")
+        if history is not None and not 0 <= history <= 2**31 - 1:
+            raise SubmitError(
+                f"job_machine_attrs_history_length={int(history)} is out of bounds 0 to 2147483647"
+            )
+        if self.universe.number == SCHEDULER and "DeferralTime" in ad:
+            raise SubmitError(
+                "DeferralTime does not work for scheduler universe jobs.\n"
+                "Consider submitting this job using the local universe, instead"
+            )
+
+    def _forced_attributes(self) -> None:
+        for name, raw in self.x.macros.items():
+            if not name.lower().startswith("my."):
+                continue
+            value = self.x.expand(raw) if raw else ""
+            self.expr(name[3:], value or "undefined")
+        self.ad["ProcId"] = self.proc
+
+
+def _strip_quotes(text: str) -> str:
+    text = text.strip()
+    if len(text) >= 2 and text[0] == '"' and text[-1] == '"':
+        text = text[1:-1]
+    return text
+
+
+def _signal_name(text: str | None) -> str | None:
+    if text is None:
+        return None
+    match = re.match(r"\s*[+-]?\d+", text)
+    if match and int(match.group()):
+        number = int(match.group())
+        for name, value in SIGNALS.items():
+            if value == number:
+                return name
+        raise SubmitError(f"invalid signal {text}")
+    upper = text.strip().upper()
+    if upper in SIGNALS:
+        return upper
+    if "SIG" + upper in SIGNALS:
+        return upper
+    raise SubmitError(f"invalid signal {text}")
