@@ -6,8 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import htcondor2  # noqa: F401 - puts classad2 in HTCondor mode
 import classad2
+import htcondor2  # noqa: F401 - puts classad2 in HTCondor mode
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "classad"
 

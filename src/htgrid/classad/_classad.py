@@ -7,7 +7,7 @@ from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 from htgrid.classad._ast import AdExpr, ListExpr, Literal, Node
-from htgrid.classad._compile import _NOLIT, compiled
+from htgrid.classad._compile import _NOLIT, EvaluationFailed, compiled
 from htgrid.classad._state import EvalState
 from htgrid.classad._values import (
     ERROR,
@@ -20,7 +20,7 @@ from htgrid.classad._values import (
     Val,
     Value,
 )
-from htgrid.errors import ClassAdValueError
+from htgrid.errors import ClassAdException, ClassAdValueError
 
 __all__ = ["ClassAd", "Entry", "ExprTree", "to_node", "to_python"]
 
@@ -300,10 +300,15 @@ class ExprTree:
         if target is not None and not isinstance(target, ClassAd):
             raise TypeError("target must be a ClassAd")
         fn = self._node._fn or compiled(self._node)
+        if scope is None:
+            # classad2 matches only when there is a scope to match: TARGET alone is unseen.
+            target = None
         try:
             return fn(EvalState(scope, None, target))  # type: ignore[no-any-return]
         except RecursionError:
             return ERROR
+        except EvaluationFailed as err:
+            raise ClassAdException(f"evaluation failed: {err}") from None
 
     def simplify(self, scope: ClassAd | None = None, target: ClassAd | None = None) -> ExprTree:
         """Evaluate and give the result back as an expression."""
@@ -388,7 +393,10 @@ def _datetime_secs(dt: _dt.datetime) -> int:
 def to_node_value(v: Val) -> Node:
     """A value as a node: lists and ads become their syntax, anything else a literal."""
     if type(v) is ListValue:
-        return ListExpr(tuple(to_node_value(x) for x in v.values()))  # type: ignore[union-attr]
+        lv: ListValue = v  # type: ignore[assignment]
+        if lv.state is not None:
+            return ListExpr(lv.items)  # a list literal's items stay as written
+        return ListExpr(tuple(to_node_value(x) for x in lv.values()))
     if isinstance(v, ClassAd):
         return v._node()
     return Literal(v)

@@ -31,7 +31,12 @@ from htgrid.classad._values import ERROR, UNDEFINED, AbsTime, ListValue, RelTime
 if TYPE_CHECKING:
     from htgrid.classad._classad import ClassAd, Entry
 
-__all__ = ["Compiled", "compiled", "lookup", "lookup_from"]
+__all__ = ["Compiled", "EvaluationFailed", "compiled", "lookup", "lookup_from"]
+
+
+class EvaluationFailed(Exception):
+    """An evaluation that cannot give any value (classad2 raises for these)."""
+
 
 Compiled = Callable[[EvalState], Val]
 
@@ -142,6 +147,8 @@ def _attr(node: AttrRef) -> Compiled:
     if node.absolute:
 
         def absolute(st: EvalState) -> Val:
+            if st.my is None:
+                raise EvaluationFailed(f"'.{node.name}' refers to the root ad, but there is none")
             v = lookup_from(st, st.my, key)
             return UNDEFINED if v is _NOTFOUND else v
 
@@ -183,16 +190,8 @@ def select_attr(st: EvalState, scope: Val, key: str) -> Val:
         v = lookup_from(st, scope, key)
         return UNDEFINED if v is _NOTFOUND else v
     if type(scope) is ListValue:
-        out: list[Val] = []
-        for item in scope.values():
-            if isinstance(item, ClassAd):
-                v = lookup_from(st, item, key)
-                out.append(UNDEFINED if v is _NOTFOUND else v)
-            elif item is UNDEFINED:
-                out.append(UNDEFINED)
-            else:
-                out.append(ERROR)
-        return ListValue.from_values(out)
+        # A projection: the name selected from each item (lists of lists recursively).
+        return ListValue.from_values([select_attr(st, item, key) for item in scope.values()])
     if scope is UNDEFINED:
         return UNDEFINED
     return ERROR

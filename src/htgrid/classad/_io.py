@@ -48,7 +48,7 @@ def _new_ads(text: str, pos: int, origin: str) -> Iterator[tuple[ClassAd, int]]:
         if not (tok[0] == OP and tok[1] == "["):
             raise parser.fail("expected '[' to open a ClassAd")
         record = parser.record()
-        end = tokens[parser.i][2]
+        end = tokens[parser.i - 1][2] + 1  # just past the closing bracket
         yield ClassAd._from_pairs(record.attrs), pos + end
 
 
@@ -65,7 +65,7 @@ def _old_ads(text: str, pos: int, origin: str) -> Iterator[tuple[ClassAd, int]]:
             if pairs:
                 yield ClassAd._from_pairs(pairs), end  # type: ignore[arg-type]
                 pairs = []
-        elif not stripped.startswith("#"):
+        elif not stripped.startswith("#") and not _comment_only(stripped):
             try:
                 pairs.append(parse_old_line(line.rstrip("\r\n"), origin=origin))
             except ClassAdSyntaxError as err:
@@ -75,6 +75,13 @@ def _old_ads(text: str, pos: int, origin: str) -> Iterator[tuple[ClassAd, int]]:
         offset = end
     if pairs:
         yield ClassAd._from_pairs(pairs), n  # type: ignore[arg-type]
+
+
+def _comment_only(line: str) -> bool:
+    """A line holding nothing but a // or /* */ comment."""
+    return line.startswith("//") or (
+        line.startswith("/*") and line.endswith("*/") and "*/" not in line[2:-2]
+    )
 
 
 def iter_ads(
@@ -102,8 +109,18 @@ def _text_of(input: str | IO[str]) -> str:
 
 def parseAds(input: str | IO[str], parser: ParserType = ParserType.Auto) -> Iterator[ClassAd]:
     """Each ad in `input` (a string or a text file), one after another."""
-    text = _text_of(input)
-    return (ad for ad, _ in iter_ads(text, parser))
+    if isinstance(input, str):
+        return (ad for ad, _ in iter_ads(input, parser))
+    return _ads_from_file(input, parser)
+
+
+def _ads_from_file(input: IO[str], parser: ParserType) -> Iterator[ClassAd]:
+    start = input.tell() if input.seekable() else 0
+    text = "".join(input)
+    for ad, end in iter_ads(text, parser):
+        if input.seekable():
+            input.seek(start + end)
+        yield ad
 
 
 def parseOne(input: str | IO[str], parser: ParserType = ParserType.Auto) -> ClassAd:

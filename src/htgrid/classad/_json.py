@@ -141,7 +141,8 @@ def iter_json_ads(text: str, start: int = 0) -> Iterator[tuple[tuple[tuple[str, 
         pos = _skip(marked, end)
         if in_array and pos < len(marked) and marked[pos] == ",":
             pos = _skip(marked, pos + 1)
-        yield pairs, _unmap(marked, pos)
+        if pairs:  # HTCondor's reader yields no ad for an empty object
+            yield pairs, _unmap(marked, pos)
 
 
 def _skip(text: str, pos: int) -> int:

@@ -220,8 +220,11 @@ def tokenize(text: str, *, old: bool = False, origin: str = "") -> list[Token]:
                 raise ClassAdSyntaxError(
                     "invalid quoted attribute name", text=text, offset=pos, origin=origin
                 )
-            if tokens and tokens[-1][0] == ID and text[tokens[-1][2]] == "'" and _only_space(
-                text, pos, "'"
+            if (
+                tokens
+                and tokens[-1][0] == ID
+                and text[tokens[-1][2]] == "'"
+                and _only_space(text, pos, "'")
             ):
                 # Like string literals, adjacent quoted names are joined.
                 _, prev_name, prev_pos = tokens.pop()

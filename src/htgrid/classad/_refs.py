@@ -52,50 +52,80 @@ def _children(node: Node) -> tuple[Node, ...]:
 def references(ad: ClassAd, node: Node, *, external: bool) -> list[str]:
     """Names `node` refers to that `ad` does not (external) or does (internal) define.
 
-    External names keep their scope prefix (`TARGET.Memory`); attributes the ad defines
-    are followed into their own expressions. Sorted case-insensitively; an empty result
-    is `['']`, as classad2 gives it.
+    Follows ClassAd::_GetExternalReferences / _GetInternalReferences: attributes found
+    are followed into their own expressions; an external name keeps the scope that could
+    not be resolved (`TARGET.Memory`), a name missing from a resolved ad is bare. Sorted
+    case-insensitively; an empty result is `['']`, as classad2 gives it.
     """
+    from htgrid.classad._classad import ClassAd
+
     found: dict[str, str] = {}
     st = EvalState(ad)
     seen: set[int] = set()
 
-    def walk(n: Node, scope: ClassAd | None) -> None:
-        if type(n) is AttrRef:
-            a: AttrRef = n  # type: ignore[assignment]
-            if a.base is None:
-                start = st.my if a.absolute else scope
-                owner = _owner(start, a.name.lower())
-                if owner is None:
-                    if external:
-                        found.setdefault(a.name.lower(), a.name)
-                    return
-                if not external:
-                    found.setdefault(a.name.lower(), a.name)
-                entry = owner._attrs[a.name.lower()]
-                if id(entry) not in seen:
-                    seen.add(id(entry))
-                    walk(entry.node, owner)
-                return
-            base = compiled(a.base)(st if scope is ad else st.at(scope) if scope else st)
-            if base is UNDEFINED:
-                if external:
-                    name = f"{unparse(a.base)}.{a.name}"
-                    found.setdefault(name.lower(), name)
-                return
-            from htgrid.classad._classad import ClassAd
+    def note(name: str) -> None:
+        found.setdefault(name.lower(), name)
 
-            if isinstance(base, ClassAd):
-                owner = _owner(base, a.name.lower())
-                if owner is not None and not external:
-                    found.setdefault(a.name.lower(), a.name)
+    def follow(owner: ClassAd, key: str) -> None:
+        entry = owner._attrs[key]
+        if id(entry) not in seen:
+            seen.add(id(entry))
+            walk(entry.node, owner)
+
+    def walk(n: Node, scope: ClassAd | None) -> None:
+        if type(n) is not AttrRef:
+            for child in _children(n):
+                walk(child, scope)
             return
-        for child in _children(n):
-            walk(child, scope)
+        a: AttrRef = n  # type: ignore[assignment]
+        key = a.name.lower()
+        if a.base is None:
+            start = st.my if a.absolute else scope
+            owner = _owner(start, key)
+            if owner is None:
+                if external and key not in _SCOPE_NAMES:
+                    note(a.name)
+                return
+            if not external:
+                note(a.name)
+            follow(owner, key)
+            return
+        if not external:
+            walk(a.base, scope)
+        local = st if scope is None or scope is st.ad else st.at(scope)
+        try:
+            base = compiled(a.base)(local)
+        except Exception:
+            return
+        if base is UNDEFINED:
+            if external:
+                note(f"{unparse(a.base)}.{a.name}")
+            elif _owner(scope, key) is not None:
+                note(a.name)
+            return
+        if isinstance(base, ClassAd):
+            owner = _owner(base, key)
+            if owner is None:
+                if external:
+                    note(a.name)
+                return
+            if not external and _root(owner) is ad:
+                if owner is ad or base is ad:
+                    note(a.name)
+            follow(owner, key)
 
     walk(node, ad)
     names = sorted(found.values(), key=str.lower)
     return names if names else [""]
+
+
+_SCOPE_NAMES = frozenset({"my", "self", "parent", "root", "toplevel", "target", "other"})
+
+
+def _root(ad: ClassAd) -> ClassAd:
+    while ad._parent is not None:
+        ad = ad._parent
+    return ad
 
 
 def _owner(start: ClassAd | None, key: str) -> ClassAd | None:

@@ -17,7 +17,6 @@ __all__ = [
 ]
 
 
-
 def local_offset(secs: float) -> int:
     """This host's offset from UTC, in seconds, at the given epoch time."""
     return time.localtime(secs).tm_gmtoff
@@ -68,7 +67,8 @@ def parse_abstime(text: str) -> AbsTime | None:
     i = _next_digit(s, 0)
     if i > n - 4:
         return None
-    fields = [0, 0, 0, 0, 0, 0]  # year, month, day, hour, minute, second
+    # struct tm starts zeroed: month 0 is January (1 here), day 0 the last of the month before.
+    fields = [0, 1, 0, 0, 0, 0]  # year, month, day, hour, minute, second
     fields[0] = _atoi(s[i : i + 4])
     i += 4
     for k in range(1, 6):

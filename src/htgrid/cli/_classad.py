@@ -78,8 +78,18 @@ def _eval(args: argparse.Namespace) -> int:
     for text in args.exprs:
         expr = classad.ExprTree(text)
         value = expr._evaluate(scope, target)
-        print(unparse(to_node_value(value)))
+        print(unparse(_shown(value)))
     return 0
+
+
+def _shown(value: Any) -> Any:
+    """A value as a node with list items evaluated, for display."""
+    from htgrid.classad._ast import ListExpr
+    from htgrid.classad._values import ListValue
+
+    if type(value) is ListValue:
+        return ListExpr(tuple(_shown(v) for v in value.values()))
+    return to_node_value(value)
 
 
 def _match(args: argparse.Namespace) -> int:

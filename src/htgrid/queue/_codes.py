@@ -1,0 +1,92 @@
+"""HTCondor's hold reason codes (condor_holdcodes.h), and the job actions users ask for."""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["HoldReasonCode", "JobAction"]
+
+
+class HoldReasonCode(enum.IntEnum):
+    """`HoldReasonCode` values; the member names are HTCondor's `NumHoldsByReason` labels."""
+
+    Unspecified = 0
+    UserRequest = 1
+    GlobusGramError = 2
+    JobPolicy = 3
+    CorruptedCredential = 4
+    JobPolicyUndefined = 5
+    FailedToCreateProcess = 6
+    UnableToOpenOutput = 7
+    UnableToOpenInput = 8
+    UnableToOpenOutputStream = 9
+    UnableToOpenInputStream = 10
+    InvalidTransferAck = 11
+    TransferOutputError = 12
+    TransferInputError = 13
+    IwdError = 14
+    SubmittedOnHold = 15
+    SpoolingInput = 16
+    JobShadowMismatch = 17
+    InvalidTransferGoAhead = 18
+    HookPrepareJobFailure = 19
+    MissedDeferredExecutionTime = 20
+    StartdHeldJob = 21
+    UnableToInitUserLog = 22
+    FailedToAccessUserAccount = 23
+    NoCompatibleShadow = 24
+    InvalidCronSettings = 25
+    SystemPolicy = 26
+    SystemPolicyUndefined = 27
+    GlexecChownSandboxToUser = 28
+    PrivsepChownSandboxToUser = 29
+    GlexecChownSandboxToCondor = 30
+    PrivsepChownSandboxToCondor = 31
+    MaxTransferInputSizeExceeded = 32
+    MaxTransferOutputSizeExceeded = 33
+    JobOutOfResources = 34
+    InvalidDockerImage = 35
+    FailedToCheckpoint = 36
+    EC2UserError = 37
+    EC2InternalError = 38
+    EC2AdminError = 39
+    EC2ConnectionProblem = 40
+    EC2ServerError = 41
+    EC2InstancePotentiallyLostError = 42
+    PreScriptFailed = 43
+    PostScriptFailed = 44
+    SingularityTestFailed = 45
+    JobDurationExceeded = 46
+    JobExecuteExceeded = 47
+    HookShadowPrepareJobFailure = 48
+
+    @property
+    def is_system_hold(self) -> bool:
+        """Whether the schedd counts this hold in `NumSystemHolds`.
+
+        Holds asked for by the user, by the job's or the system's policy, or at submit are
+        not "system" holds; everything else (transfer errors, grid errors...) is.
+        """
+        return self not in _NOT_SYSTEM
+
+
+_NOT_SYSTEM = frozenset(
+    {
+        HoldReasonCode.UserRequest,
+        HoldReasonCode.JobPolicy,
+        HoldReasonCode.JobPolicyUndefined,
+        HoldReasonCode.SubmittedOnHold,
+        HoldReasonCode.SpoolingInput,
+        HoldReasonCode.SystemPolicy,
+        HoldReasonCode.SystemPolicyUndefined,
+    }
+)
+
+
+class JobAction(enum.Enum):
+    """What `JobQueue.act` does, named as htcondor2.JobAction names them."""
+
+    Hold = "hold"
+    Release = "release"
+    Remove = "remove"
+    RemoveX = "removex"  # condor_rm -forcex: drop a Removed job from the queue now

@@ -1,0 +1,71 @@
+"""The change feed: every committed change of a job, in commit order.
+
+The grid manager and the event-log writer follow it: remember the last `seq` handled,
+ask for what came after. A change carries the attributes it set (a hold's HoldReason,
+HoldReasonCode...), so a follower that reads it later still sees what happened then.
+"""
+
+from __future__ import annotations
+
+import enum
+import sqlite3
+from dataclasses import dataclass, field
+
+from htgrid.classad import ClassAd
+from htgrid.queue._ids import JobId
+from htgrid.queue._serial import decode
+from htgrid.queue._status import JobStatus
+
+__all__ = ["Change", "ChangeKind", "read_changes"]
+
+
+class ChangeKind(enum.Enum):
+    """What a change did."""
+
+    SUBMITTED = "submitted"  # a whole cluster was queued (procs first..last)
+    STATUS = "status"  # the job's status changed (attrs has what came with it)
+    ATTRIBUTES = "attributes"  # attributes changed, the status did not
+    LEFT_QUEUE = "left_queue"  # the job moved to the history
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One committed change of one job (or of a whole cluster, for a submit)."""
+
+    seq: int
+    time: int
+    kind: ChangeKind
+    cluster: int
+    procs: range
+    status: JobStatus | None
+    last_status: JobStatus | None
+    attrs: ClassAd = field(compare=False, hash=False)
+    deleted: tuple[str, ...] = ()
+
+    @property
+    def job_ids(self) -> list[JobId]:
+        """The jobs this change touched."""
+        return [JobId(self.cluster, p) for p in self.procs]
+
+
+def read_changes(conn: sqlite3.Connection, after: int, limit: int | None) -> list[Change]:
+    """The changes with a sequence number greater than `after`, oldest first."""
+    rows = conn.execute(
+        "SELECT seq, time, kind, cluster, first_proc, last_proc, status, last_status, attrs,"
+        " deleted FROM changes WHERE seq > ? ORDER BY seq LIMIT ?",
+        (after, -1 if limit is None else limit),
+    )
+    return [
+        Change(
+            seq=seq,
+            time=time,
+            kind=ChangeKind(kind),
+            cluster=cluster,
+            procs=range(first, last + 1),
+            status=None if status is None else JobStatus(status),
+            last_status=None if last_status is None else JobStatus(last_status),
+            attrs=decode(attrs),
+            deleted=tuple(deleted.split()),
+        )
+        for seq, time, kind, cluster, first, last, status, last_status, attrs, deleted in rows
+    ]

@@ -1,0 +1,329 @@
+"""The SQLite layer: connection, transactions, job rows, the change feed and the history.
+
+One `Store` owns one connection. `JobQueue` serialises all use with a lock; every write
+runs inside `BEGIN IMMEDIATE ... COMMIT`, so a crash at any moment leaves either all of a
+transaction or none of it (SQLite's WAL guarantees that; `fsync` makes commits survive a
+power cut too, not only a killed process).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from htgrid.classad import ClassAd
+from htgrid.queue._errors import JobNotFound, StoreError
+from htgrid.queue._ids import JobId
+from htgrid.queue._query import Filter
+from htgrid.queue._serial import decode, encode, expr_text, overlay
+from htgrid.queue._status import JobStatus
+
+__all__ = ["EMPTY", "JobEdit", "Store", "Txn"]
+
+EMPTY = "{}"
+_DB_NAME = "queue.db"
+
+
+@contextmanager
+def sql_errors(path: Path) -> Iterator[None]:
+    """Translate sqlite3's errors into StoreError at the one boundary where they occur."""
+    try:
+        yield
+    except sqlite3.Error as e:
+        raise StoreError(f"job queue database {path}: {e}") from e
+
+
+class Store:
+    """The database of one state directory, and the parsed cluster ads (never changed)."""
+
+    def __init__(self, state_dir: Path, *, fsync: bool) -> None:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.path = state_dir / _DB_NAME
+        with sql_errors(self.path):
+            self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
+            self.conn.execute("PRAGMA busy_timeout=30000")
+            schema = resources.files("htgrid.queue").joinpath("_schema.sql").read_text()
+            self.conn.executescript(schema)
+        self.in_txn = False
+        self._clusters: dict[int, ClassAd] = {}
+        self._history_clusters: dict[int, ClassAd] = {}
+
+    def close(self) -> None:
+        with sql_errors(self.path):
+            self.conn.close()
+
+    @contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """A consistent snapshot for several SELECTs (or the write transaction in progress)."""
+        if self.in_txn:
+            yield self.conn
+            return
+        with sql_errors(self.path):
+            self.conn.execute("BEGIN")
+            try:
+                yield self.conn
+            finally:
+                self.conn.execute("COMMIT")
+
+    @contextmanager
+    def writing(self, now: int) -> Iterator[Txn]:
+        """One write transaction: committed when the block ends, rolled back if it raises."""
+        with sql_errors(self.path):
+            self.conn.execute("BEGIN IMMEDIATE")
+            self.in_txn = True
+            try:
+                txn = Txn(self, now)
+                yield txn
+                txn.finish()
+                self.conn.execute("COMMIT")
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            finally:
+                self.in_txn = False
+
+    def meta(self, key: str) -> int:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return int(row[0])
+
+    def cluster_ad(self, cluster: int, *, history: bool = False) -> ClassAd:
+        """The parsed ad of a cluster (cached: cluster ads never change once committed)."""
+        cache = self._history_clusters if history else self._clusters
+        ad = cache.get(cluster)
+        if ad is None:
+            table = "history_clusters" if history else "clusters"
+            row = self.conn.execute(f"SELECT ad FROM {table} WHERE cluster = ?", (cluster,))
+            found = row.fetchone()
+            if found is None:
+                raise JobNotFound(f"cluster {cluster} is not in the queue")
+            ad = decode(found[0])
+            cache[cluster] = ad
+        return ad
+
+    def forget_cluster(self, cluster: int) -> None:
+        self._clusters.pop(cluster, None)
+
+    def job_ad(self, row: tuple[Any, ...], *, history: bool = False) -> ClassAd:
+        """The job ad of a row (cluster, proc, ad, masked)."""
+        cluster, proc, text, masked = row
+        own = decode(text) if text != EMPTY else ClassAd()
+        ad = overlay(
+            self.cluster_ad(cluster, history=history), own, masked.split() if masked else ()
+        )
+        ad["ProcId"] = proc
+        return ad
+
+
+class JobEdit:
+    """A job being changed in a transaction: its own attributes, over its cluster's ad.
+
+    Reads see the cluster ad, minus the attributes the job deleted, overlaid by its own;
+    writes go to its own attributes only, and are remembered for the change feed.
+    """
+
+    def __init__(self, job_id: JobId, cluster_ad: ClassAd, own: ClassAd, masked: set[str]) -> None:
+        self.job_id = job_id
+        self.cluster_ad = cluster_ad
+        self.own = own
+        self.masked = masked
+        self.changed: dict[str, str] = {}  # lower-case name -> name as written
+        self.deleted: dict[str, str] = {}
+        self.old_status = self.status
+
+    @property
+    def owner(self) -> str:
+        return str(self.get("Owner"))
+
+    @property
+    def status(self) -> JobStatus:
+        return JobStatus(self.get("JobStatus"))
+
+    def get(self, name: str, default: Any = None) -> Any:
+        if name in self.own:
+            return self.own[name]
+        if name.lower() in self.masked or name not in self.cluster_ad:
+            return default
+        return self.cluster_ad[name]
+
+    def has(self, name: str) -> bool:
+        return name in self.own or (name.lower() not in self.masked and name in self.cluster_ad)
+
+    def set(self, name: str, value: Any) -> None:
+        key = name.lower()
+        self.own[name] = value
+        self.masked.discard(key)
+        self.deleted.pop(key, None)
+        self.changed[key] = name
+
+    def delete(self, name: str) -> None:
+        if not self.has(name):
+            return
+        key = name.lower()
+        if name in self.own:
+            del self.own[name]
+        if name in self.cluster_ad:
+            self.masked.add(key)
+        self.changed.pop(key, None)
+        self.deleted[key] = name
+
+    def view(self) -> ClassAd:
+        """The whole job ad as it stands now."""
+        ad = overlay(self.cluster_ad, self.own, self.masked)
+        ad["ProcId"] = self.job_id.proc
+        return ad
+
+    def changed_attrs(self) -> str:
+        """The attributes set by this change, as stored in the change feed."""
+        return json.dumps(
+            {n: expr_text(self.own, n) for n in self.changed.values()},
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+
+
+class Txn:
+    """One write transaction: hands out sequence numbers and writes rows."""
+
+    def __init__(self, store: Store, now: int) -> None:
+        self.store = store
+        self.conn = store.conn
+        self.now = now
+        self.last_seq = store.meta("last_seq")
+        self.next_cluster = store.meta("next_cluster")
+        self._left_clusters: set[int] = set()
+
+    def new_seq(self) -> int:
+        self.last_seq += 1
+        return self.last_seq
+
+    def finish(self) -> None:
+        """Write back the counters and drop clusters that have no job left."""
+        for cluster in self._left_clusters:
+            cur = self.conn.execute(
+                "DELETE FROM clusters WHERE cluster = ? "
+                "AND NOT EXISTS (SELECT 1 FROM jobs WHERE cluster = ?)",
+                (cluster, cluster),
+            )
+            if cur.rowcount:
+                self.store.forget_cluster(cluster)
+        self.conn.executemany(
+            "UPDATE meta SET value = ? WHERE key = ?",
+            [(self.last_seq, "last_seq"), (self.next_cluster, "next_cluster")],
+        )
+
+    def load(self, job_id: JobId) -> JobEdit:
+        row = self.conn.execute(
+            "SELECT ad, masked FROM jobs WHERE cluster = ? AND proc = ?",
+            (job_id.cluster, job_id.proc),
+        ).fetchone()
+        if row is None:
+            raise JobNotFound(f"job {job_id} is not in the queue")
+        return self.edit_of(job_id, row[0], row[1])
+
+    def select(self, filt: Filter) -> Iterator[JobEdit]:
+        """The queued jobs matching `filt`, ready to change, in job-id order."""
+        rows = self.conn.execute(
+            f"SELECT cluster, proc, ad, masked FROM jobs WHERE {filt.sql()} ORDER BY cluster, proc",
+            filt.params,
+        ).fetchall()  # all read first: the loop's caller updates these rows
+        for cluster, proc, text, masked in rows:
+            edit = self.edit_of(JobId(cluster, proc), text, masked)
+            if filt.matches(edit.view()):
+                yield edit
+
+    def edit_of(self, job_id: JobId, text: str, masked: str | None) -> JobEdit:
+        own = decode(text) if text != EMPTY else ClassAd()
+        cluster_ad = self.store.cluster_ad(job_id.cluster)
+        return JobEdit(job_id, cluster_ad, own, set(masked.split()) if masked else set())
+
+    def save(self, edit: JobEdit) -> int | None:
+        """Write the job's row and its change-feed entry; the change's sequence number."""
+        if not edit.changed and not edit.deleted:
+            return None
+        seq = self.new_seq()
+        status = edit.status
+        jid = edit.job_id
+        self.conn.execute(
+            "UPDATE jobs SET status = ?, seq = ?, ad = ?, masked = ? WHERE cluster = ? AND proc = ?",
+            (
+                int(status),
+                seq,
+                encode(edit.own),
+                " ".join(sorted(edit.masked)) or None,
+                jid.cluster,
+                jid.proc,
+            ),
+        )
+        kind = "status" if status != edit.old_status else "attributes"
+        self.add_change(
+            seq,
+            kind,
+            jid.cluster,
+            jid.proc,
+            jid.proc,
+            status,
+            edit.old_status,
+            edit.changed_attrs(),
+            " ".join(edit.deleted.values()),
+        )
+        edit.changed.clear()
+        edit.deleted.clear()
+        edit.old_status = status
+        return seq
+
+    def add_change(
+        self,
+        seq: int,
+        kind: str,
+        cluster: int,
+        first: int,
+        last: int,
+        status: JobStatus | None,
+        last_status: JobStatus | None,
+        attrs: str = EMPTY,
+        deleted: str = "",
+    ) -> None:
+        self.conn.execute(
+            "INSERT INTO changes (seq, time, kind, cluster, first_proc, last_proc, status,"
+            " last_status, attrs, deleted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                seq,
+                self.now,
+                kind,
+                cluster,
+                first,
+                last,
+                None if status is None else int(status),
+                None if last_status is None else int(last_status),
+                attrs,
+                deleted,
+            ),
+        )
+
+    def leave(self, edit: JobEdit) -> None:
+        """Move a job (already saved) from the queue to the history."""
+        jid = edit.job_id
+        seq = self.new_seq()
+        self.conn.execute(
+            "INSERT OR IGNORE INTO history_clusters (cluster, ad) "
+            "SELECT cluster, ad FROM clusters WHERE cluster = ?",
+            (jid.cluster,),
+        )
+        self.conn.execute(
+            "INSERT INTO history (cluster, proc, status, owner, seq, ad, masked) "
+            "SELECT cluster, proc, status, owner, ?, ad, masked FROM jobs "
+            "WHERE cluster = ? AND proc = ?",
+            (seq, jid.cluster, jid.proc),
+        )
+        self.conn.execute(
+            "DELETE FROM jobs WHERE cluster = ? AND proc = ?", (jid.cluster, jid.proc)
+        )
+        self.add_change(seq, "left_queue", jid.cluster, jid.proc, jid.proc, edit.status, None)
+        self._left_clusters.add(jid.cluster)

@@ -1,0 +1,162 @@
+"""Submitting: new clusters and their procs, all in one transaction.
+
+As in HTCondor (NewCluster, SetAttribute on the cluster, NewProc..., CommitTransaction),
+the submitter learns the cluster id first, because `$(Cluster)` appears in the ads it then
+builds. The cluster ad holds what all procs share and each proc only what differs, so a
+100,000-proc cluster stores its 60 common attributes once.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+from htgrid.classad import ClassAd
+from htgrid.queue._codes import HoldReasonCode
+from htgrid.queue._errors import InvalidSubmit, NotAuthorized
+from htgrid.queue._ids import Identity, JobId
+from htgrid.queue._serial import encode
+from htgrid.queue._status import JobStatus
+from htgrid.queue._store import EMPTY, Txn
+
+__all__ = ["SubmitTransaction"]
+
+_IDS: Final = frozenset({"clusterid", "procid", "owner"})
+_FLUSH_ROWS: Final = 50_000  # bounds the memory a huge cluster takes before commit
+_SUBMITTABLE: Final = frozenset({JobStatus.IDLE, JobStatus.HELD})
+SUBMITTED_ON_HOLD: Final = "submitted on hold at user's request"
+
+
+@dataclass
+class _Pending:
+    ad: ClassAd | None = None
+    owner: str = ""
+    status: int = int(JobStatus.IDLE)
+    seq: int = 0
+    next_proc: int = 0
+    rows: list[tuple[int, int, int, str, int, str]] = field(default_factory=list)
+
+
+class SubmitTransaction:
+    """Clusters being submitted; nothing is visible until the transaction commits."""
+
+    def __init__(self, txn: Txn, identity: Identity, claim_cluster: Callable[[int], int]) -> None:
+        self._txn = txn
+        self._identity = identity
+        self._claim_cluster = claim_cluster
+        self._clusters: dict[int, _Pending] = {}
+
+    def new_cluster(self) -> int:
+        """A new cluster id: larger than any before it, never reused."""
+        cluster = self._claim_cluster(self._txn.next_cluster)
+        self._txn.next_cluster = cluster + 1
+        self._clusters[cluster] = _Pending()
+        return cluster
+
+    def set_cluster_ad(self, cluster: int, ad: ClassAd) -> None:
+        """The attributes all the cluster's procs share (copied; `ad` is not changed).
+
+        The queue sets `ClusterId`, `Owner` (the submitter, unless an administrator names
+        another), `QDate` when missing, `EnteredCurrentStatus`, and `JobStatus` (Idle
+        unless given as Held, which also gets HoldReasonCode 15 SubmittedOnHold).
+        """
+        pending = self._pending(cluster)
+        if pending.next_proc:
+            raise InvalidSubmit(f"cluster {cluster}: set the cluster ad before adding procs")
+        ad = copy.copy(ad)
+        now = self._txn.now
+        owner = ad.get("Owner", self._identity.name)
+        if type(owner) is not str or not owner:
+            raise InvalidSubmit(f"cluster {cluster}: Owner must be a user name, not {owner!r}")
+        if owner != self._identity.name and not self._identity.admin:
+            raise NotAuthorized(
+                f"cluster {cluster}: {self._identity.name} may not submit jobs owned by {owner}"
+            )
+        if ad.get("ClusterId", cluster) != cluster:
+            raise InvalidSubmit(f"cluster {cluster}: the ad says ClusterId = {ad['ClusterId']}")
+        ad.pop("ProcId", None)
+        ad["ClusterId"] = cluster
+        ad["Owner"] = owner
+        if "QDate" not in ad:
+            ad["QDate"] = now
+        ad["EnteredCurrentStatus"] = now
+        pending.status = _initial_status(ad, f"cluster {cluster}", default=int(JobStatus.IDLE))
+        pending.ad = ad
+        pending.owner = owner
+        pending.seq = self._txn.new_seq()
+
+    def new_proc(self, cluster: int, ad: ClassAd | None = None) -> JobId:
+        """Add a proc; `ad` holds only what differs from the cluster ad (may be None)."""
+        pending = self._pending(cluster)
+        if pending.ad is None:
+            raise InvalidSubmit(f"cluster {cluster}: set the cluster ad before adding procs")
+        proc = pending.next_proc
+        status = pending.status
+        text = EMPTY
+        if ad is not None and len(ad):
+            if "ClusterId" in ad or "ProcId" in ad or "Owner" in ad:
+                _check_ids(ad, cluster, proc, pending.owner)
+            if "JobStatus" in ad:
+                ad = copy.copy(ad)
+                status = _initial_status(ad, f"job {cluster}.{proc}", default=None)
+            text = encode(ad, _IDS)
+        pending.next_proc = proc + 1
+        pending.rows.append((cluster, proc, status, pending.owner, pending.seq, text))
+        if len(pending.rows) >= _FLUSH_ROWS:
+            self._flush_rows(pending)
+        return JobId(cluster, proc)
+
+    def _pending(self, cluster: int) -> _Pending:
+        pending = self._clusters.get(cluster)
+        if pending is None:
+            raise InvalidSubmit(f"cluster {cluster} was not created in this transaction")
+        return pending
+
+    def _flush_rows(self, pending: _Pending) -> None:
+        self._txn.conn.executemany(
+            "INSERT INTO jobs (cluster, proc, status, owner, seq, ad) VALUES (?, ?, ?, ?, ?, ?)",
+            pending.rows,
+        )
+        pending.rows = []
+
+    def commit_rows(self) -> dict[int, ClassAd]:
+        """Write every cluster (refusing empty ones); the cluster ads, for the cache."""
+        ads: dict[int, ClassAd] = {}
+        for cluster, pending in self._clusters.items():
+            if pending.ad is None or pending.next_proc == 0:
+                raise InvalidSubmit(f"cluster {cluster} has no procs; nothing was submitted")
+            self._flush_rows(pending)
+            self._txn.conn.execute(
+                "INSERT INTO clusters (cluster, owner, ad) VALUES (?, ?, ?)",
+                (cluster, pending.owner, encode(pending.ad)),
+            )
+            self._txn.add_change(
+                pending.seq, "submitted", cluster, 0, pending.next_proc - 1, None, None
+            )
+            ads[cluster] = pending.ad
+        return ads
+
+
+def _initial_status(ad: ClassAd, what: str, default: int | None) -> int:
+    """The status a job is submitted in: Idle, or Held with the SubmittedOnHold reason."""
+    status = ad.get("JobStatus", default)
+    if type(status) is not int or status not in _SUBMITTABLE:
+        raise InvalidSubmit(f"{what}: a job is submitted Idle (1) or Held (5), not {status!r}")
+    ad["JobStatus"] = int(status)
+    if status == JobStatus.HELD:
+        if "HoldReasonCode" not in ad:
+            ad["HoldReasonCode"] = int(HoldReasonCode.SubmittedOnHold)
+            ad["HoldReasonSubCode"] = 0
+        if "HoldReason" not in ad:
+            ad["HoldReason"] = SUBMITTED_ON_HOLD
+    return int(status)
+
+
+def _check_ids(ad: ClassAd, cluster: int, proc: int, owner: str) -> None:
+    for name, expected in (("ClusterId", cluster), ("ProcId", proc), ("Owner", owner)):
+        if name in ad and ad[name] != expected:
+            raise InvalidSubmit(
+                f"job {cluster}.{proc}: the ad says {name} = {ad[name]!r}, not {expected!r}"
+            )

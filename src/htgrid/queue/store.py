@@ -1,0 +1,546 @@
+"""`JobQueue`: HTCondor's schedd job queue as a library, durable in SQLite.
+
+    q = JobQueue.open("/var/lib/htgrid", clock=time.time)
+    alice = Identity("alice")
+    with q.transaction(alice) as tx:          # one transaction: all procs or none
+        cid = tx.new_cluster()
+        tx.set_cluster_ad(cid, cluster_ad)    # what the procs share
+        for i in range(10):
+            tx.new_proc(cid, proc_ad(i))      # what differs ($(Process)...)
+    q.act(JobAction.Hold, f"{cid}.0", alice, "waiting for data")
+    q.query("JobStatus == 5", ["HoldReason"])
+    q.changes_since(0)
+
+User actions (`act`, `edit`) check the identity against the jobs' `Owner`. The
+daemon-side calls (`job_started`, `job_exited`, `job_evicted`, `destroy`, `update`,
+`evaluate_periodic`) are the schedd's own and check nothing. Blocking: call from one
+worker thread (the methods are serialised by a lock).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final
+
+from htgrid.classad import ClassAd, ExprTree
+from htgrid.queue import _actions as actions
+from htgrid.queue._codes import HoldReasonCode, JobAction
+from htgrid.queue._errors import JobNotFound, NotAuthorized, ProtectedAttribute, QueueError
+from htgrid.queue._feed import Change, read_changes
+from htgrid.queue._ids import Identity, JobId
+from htgrid.queue._policy import (
+    ExitOutcome,
+    PolicyAction,
+    PolicyDecision,
+    exit_decision,
+    periodic_decision,
+    truth,
+    with_time,
+)
+from htgrid.queue._query import Filter, compile_constraint
+from htgrid.queue._serial import project
+from htgrid.queue._status import ACTIVE, TRANSITIONS, JobStatus
+from htgrid.queue._store import JobEdit, Store, Txn
+from htgrid.queue._submit import SubmitTransaction
+
+__all__ = ["JobQueue", "JobSpec"]
+
+JobSpec = JobId | str | int | Sequence[JobId | str]
+"""Which jobs: a JobId or "42.0", a cluster (42 or "42"), a list of ids, or a constraint."""
+
+# condor_qedit refuses these (SYSTEM_IMMUTABLE_JOB_ATTRS); JobStatus changes only through
+# actions, so the transition table applies.
+PROTECTED: Final = frozenset({"owner", "clusterid", "procid", "mytype", "targettype", "jobstatus"})
+_RUNTIME: Final = frozenset(
+    {JobStatus.IDLE, JobStatus.RUNNING, JobStatus.SUSPENDED, JobStatus.TRANSFERRING_OUTPUT}
+)
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ID = re.compile(r"\s*\d+\.\d+\s*")
+_CLUSTER = re.compile(r"\s*\d+\s*")
+_POLICY_KEYS: Final = ('"periodichold"', '"periodicrelease"', '"periodicremove"', '"timerremove"')
+_VERBS: Final = {
+    JobAction.Hold: ("hold", "condor_hold"),
+    JobAction.Release: ("release", "condor_release"),
+    JobAction.Remove: ("remove", "condor_rm"),
+    JobAction.RemoveX: ("remove", "condor_rm -forcex"),
+}
+_ELIGIBLE: Final[Mapping[JobAction, Callable[[JobStatus], bool]]] = {
+    JobAction.Hold: lambda s: JobStatus.HELD in TRANSITIONS[s],
+    JobAction.Release: lambda s: s == JobStatus.HELD,
+    JobAction.Remove: lambda s: JobStatus.REMOVED in TRANSITIONS[s],
+    JobAction.RemoveX: lambda s: s == JobStatus.REMOVED,
+}
+
+
+class JobQueue:
+    """The job queue of one state directory. Open with `JobQueue.open`."""
+
+    def __init__(self, store: Store, clock: Callable[[], float]) -> None:
+        self._store = store
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._cluster_floor = 1  # ids handed out in this process, even if rolled back
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        state_dir: str | os.PathLike[str],
+        *,
+        clock: Callable[[], float] = time.time,
+        fsync: bool = True,
+    ) -> JobQueue:
+        """Open (creating if needed) the queue in `state_dir`.
+
+        `clock` gives the time written into job ads (QDate, EnteredCurrentStatus...);
+        `fsync=False` keeps commits safe from a killed process but not from a power cut.
+        """
+        return cls(Store(Path(state_dir), fsync=fsync), clock)
+
+    def close(self) -> None:
+        """Close the database; the queue cannot be used afterwards."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._store.close()
+
+    def __enter__(self) -> JobQueue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- submitting ---------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self, identity: Identity) -> Iterator[SubmitTransaction]:
+        """Submit clusters as `identity`: all of it commits when the block ends, or none."""
+        with self._writing() as txn:
+            tx = SubmitTransaction(txn, identity, self._claim_cluster)
+            yield tx
+            ads = tx.commit_rows()
+        for cluster, ad in ads.items():
+            self._store._clusters[cluster] = ad
+
+    def submit(
+        self, identity: Identity, cluster_ad: ClassAd, procs: int | Iterable[ClassAd] = 1
+    ) -> int:
+        """Queue one cluster: `procs` copies of `cluster_ad`, or one proc per given ad."""
+        with self.transaction(identity) as tx:
+            cluster = tx.new_cluster()
+            tx.set_cluster_ad(cluster, cluster_ad)
+            if isinstance(procs, int):
+                for _ in range(procs):
+                    tx.new_proc(cluster)
+            else:
+                for ad in procs:
+                    tx.new_proc(cluster, ad)
+        return cluster
+
+    def _claim_cluster(self, candidate: int) -> int:
+        cluster = max(candidate, self._cluster_floor)
+        self._cluster_floor = cluster + 1
+        return cluster
+
+    # -- reading ------------------------------------------------------------------------
+
+    def get(self, job_id: JobId | str) -> ClassAd:
+        """The whole ad of a job in the queue (JobNotFound otherwise)."""
+        jid = _job_id(job_id)
+        with self._reading() as store:
+            row = store.conn.execute(
+                "SELECT cluster, proc, ad, masked FROM jobs WHERE cluster = ? AND proc = ?",
+                (jid.cluster, jid.proc),
+            ).fetchone()
+            if row is None:
+                raise JobNotFound(f"job {jid} is not in the queue")
+            return store.job_ad(row)
+
+    def query(
+        self,
+        constraint: str | ExprTree | None = None,
+        projection: Sequence[str] | None = None,
+        *,
+        limit: int | None = None,
+    ) -> list[ClassAd]:
+        """The ads of the queued jobs matching `constraint`, in job-id order.
+
+        With a `projection`, each ad has only those attributes (and ClusterId, ProcId).
+        """
+        return self._select(compile_constraint(constraint), projection, limit, history=False)
+
+    def history(
+        self,
+        constraint: str | ExprTree | None = None,
+        projection: Sequence[str] | None = None,
+        *,
+        limit: int | None = None,
+    ) -> list[ClassAd]:
+        """Jobs that left the queue, most recent first (as condor_history lists them)."""
+        return self._select(compile_constraint(constraint), projection, limit, history=True)
+
+    def _select(
+        self, filt: Filter, projection: Sequence[str] | None, limit: int | None, *, history: bool
+    ) -> list[ClassAd]:
+        names = list(projection) if projection else None
+        with self._reading() as store:
+            ads = self._scan(store, filt, history=history, limit=limit)
+            if names is None:
+                return list(ads)
+            return [project(ad, names) for ad in ads]
+
+    def _scan(
+        self, store: Store, filt: Filter, *, history: bool, limit: int | None = None
+    ) -> Iterator[ClassAd]:
+        table, order = ("history", "id DESC") if history else ("jobs", "cluster, proc")
+        sql = f"SELECT cluster, proc, ad, masked FROM {table} WHERE {filt.sql()} ORDER BY {order}"
+        count = 0
+        for row in store.conn.execute(sql, filt.params):
+            if limit is not None and count >= limit:
+                return
+            ad = store.job_ad(row, history=history)
+            if filt.matches(ad):
+                count += 1
+                yield ad
+
+    def changes_since(self, seq: int, *, limit: int | None = None) -> list[Change]:
+        """The committed changes after sequence number `seq` (0: from the start)."""
+        with self._reading() as store:
+            return read_changes(store.conn, seq, limit)
+
+    @property
+    def last_seq(self) -> int:
+        """The sequence number of the last committed change."""
+        with self._reading() as store:
+            return store.meta("last_seq")
+
+    def trim_changes(self, upto_seq: int) -> None:
+        """Forget the changes up to `upto_seq` (every follower has read them)."""
+        with self._writing() as txn:
+            txn.conn.execute("DELETE FROM changes WHERE seq <= ?", (upto_seq,))
+
+    # -- user actions -------------------------------------------------------------------
+
+    def act(
+        self,
+        action: JobAction,
+        jobs: JobSpec,
+        identity: Identity,
+        reason: str | None = None,
+        *,
+        code: HoldReasonCode = HoldReasonCode.UserRequest,
+        subcode: int = 0,
+    ) -> list[JobId]:
+        """Hold, release or remove jobs as `identity`; the jobs acted on.
+
+        Named jobs (ids, a cluster) must exist, belong to the identity (unless it is an
+        administrator) and be in a status the action applies to, or nothing is done. A
+        constraint acts on the matching jobs the identity may act on, in a status the
+        action applies to, as condor_hold/condor_release/condor_rm -constraint do.
+        """
+        verb, tool = _VERBS[action]
+        text = reason if reason is not None else f"via {tool} (by user {identity.name})"
+        done: list[JobId] = []
+        with self._writing() as txn:
+            for edit in self._targets(txn, jobs, identity, verb, _ELIGIBLE[action]):
+                self._apply(txn, edit, action, text, code, subcode)
+                done.append(edit.job_id)
+        return done
+
+    def _apply(
+        self,
+        txn: Txn,
+        edit: JobEdit,
+        action: JobAction,
+        reason: str,
+        code: HoldReasonCode,
+        subcode: int,
+    ) -> None:
+        now = txn.now
+        if action is JobAction.Hold:
+            actions.hold(edit, reason, code, subcode, now)
+        elif action is JobAction.Release:
+            actions.release(edit, reason, now)
+        elif action is JobAction.Remove:
+            was = edit.status
+            actions.remove(edit, reason, now)
+            if was not in ACTIVE and edit.get("Managed") != "External":
+                self._finish(txn, edit)
+                return
+        elif action is JobAction.RemoveX:
+            if edit.status != JobStatus.REMOVED:
+                raise QueueError(f"job {edit.job_id}: -forcex applies to Removed jobs only")
+            edit.set("JobFinishedHookDone", now)
+            txn.save(edit)
+            txn.leave(edit)
+            return
+        txn.save(edit)
+
+    def edit(
+        self,
+        jobs: JobSpec,
+        attrs: Mapping[str, str | ExprTree | bool | int | float],
+        identity: Identity,
+    ) -> list[JobId]:
+        """condor_qedit: set attributes of jobs as `identity`; the jobs edited.
+
+        A string value is ClassAd expression text (`'"a string"'`, `'RequestMemory * 2'`),
+        as htcondor2's Schedd.edit takes it; it is parsed before anything changes, and a
+        malformed one raises ClassAdSyntaxError.
+        """
+        parsed: dict[str, Any] = {}
+        for name, value in attrs.items():
+            if not _NAME.fullmatch(name):
+                raise QueueError(f"cannot edit {name!r}: not an attribute name")
+            if name.lower() in PROTECTED:
+                raise ProtectedAttribute(f"cannot edit {name}: it is set by the queue only")
+            parsed[name] = ExprTree(value) if isinstance(value, str) else value
+        done: list[JobId] = []
+        with self._writing() as txn:
+            for edit in self._targets(txn, jobs, identity, "edit", lambda s: True):
+                for name, value in parsed.items():
+                    edit.set(name, value)
+                txn.save(edit)
+                done.append(edit.job_id)
+        return done
+
+    def _targets(
+        self,
+        txn: Txn,
+        jobs: JobSpec,
+        identity: Identity,
+        verb: str,
+        eligible: Callable[[JobStatus], bool],
+    ) -> list[JobEdit]:
+        ids, cluster, constraint = _parse_spec(jobs)
+        if ids is not None:
+            edits = [txn.load(jid) for jid in dict.fromkeys(ids)]
+            for edit in edits:
+                _check_owner(edit, identity, verb)
+            return edits
+        filt = compile_constraint(constraint if cluster is None else f"ClusterId == {cluster}")
+        edits = []
+        found = False
+        for edit in txn.select(filt):
+            found = True
+            if not identity.may_act_on(edit.owner):
+                if cluster is not None:
+                    _check_owner(edit, identity, verb)
+                continue
+            if eligible(edit.status):
+                edits.append(edit)
+        if cluster is not None and not found:
+            raise JobNotFound(f"cluster {cluster} is not in the queue")
+        return edits
+
+    # -- the schedd's own changes -------------------------------------------------------
+
+    def job_started(self, job_id: JobId | str) -> None:
+        """The job began running (Idle -> Running)."""
+        with self._writing() as txn:
+            edit = txn.load(_job_id(job_id))
+            actions.start(edit, txn.now)
+            txn.save(edit)
+
+    def job_evicted(self, job_id: JobId | str) -> None:
+        """The job stopped without exiting and goes back to Idle to run again."""
+        with self._writing() as txn:
+            edit = txn.load(_job_id(job_id))
+            actions.evict(edit, txn.now)
+            txn.save(edit)
+
+    def job_exited(
+        self, job_id: JobId | str, exit_code: int, *, by_signal: bool = False
+    ) -> ExitOutcome:
+        """The job's process ended with `exit_code` (a signal number if `by_signal`).
+
+        Records ExitCode/ExitSignal/ExitBySignal and NumJobCompletions, then lets the
+        job's policy decide (see `_policy`): hold, requeue, or complete, and a completed
+        job leaves for the history unless LeaveJobInQueue is true.
+        """
+        with self._writing() as txn:
+            edit = txn.load(_job_id(job_id))
+            actions.record_exit(edit, exit_code, by_signal)
+            decision = exit_decision(edit.view(), txn.now)
+            if decision.action is PolicyAction.HOLD:
+                actions.hold(edit, decision.reason, decision.code, decision.subcode, txn.now)
+                outcome = ExitOutcome.HELD
+            elif decision.action is PolicyAction.REQUEUE:
+                actions.evict(edit, txn.now)
+                outcome = ExitOutcome.REQUEUED
+            else:
+                actions.complete(edit, txn.now)
+                left = self._finish(txn, edit)
+                return ExitOutcome.COMPLETED if left else ExitOutcome.LEFT_IN_QUEUE
+            txn.save(edit)
+            return outcome
+
+    def destroy(self, job_id: JobId | str) -> bool:
+        """Whatever ran a Removed or Completed job let go of it (HTCondor's DestroyProc).
+
+        The job moves to the history unless LeaveJobInQueue is true; whether it moved.
+        """
+        with self._writing() as txn:
+            edit = txn.load(_job_id(job_id))
+            if edit.status not in (JobStatus.REMOVED, JobStatus.COMPLETED):
+                raise QueueError(f"job {edit.job_id} is {edit.status.label}, not finished")
+            return self._finish(txn, edit)
+
+    def update(self, job_id: JobId | str, attrs: Mapping[str, Any]) -> None:
+        """Set attributes as the schedd's own components do (values, not expression text).
+
+        `JobStatus` may move between Idle, Running, Suspended and TransferringOutput, as
+        the table allows; holds, exits and removals have their own calls.
+        """
+        with self._writing() as txn:
+            edit = txn.load(_job_id(job_id))
+            for name, value in attrs.items():
+                if name.lower() == "jobstatus":
+                    new = JobStatus(value)
+                    if new not in _RUNTIME:
+                        raise QueueError(f"job {edit.job_id}: set {new.label} with its own call")
+                    actions.set_status(edit, new, txn.now, f"become {new.label}")
+                elif name.lower() in PROTECTED:
+                    raise ProtectedAttribute(f"job {edit.job_id}: {name} cannot change")
+                else:
+                    edit.set(name, value)
+            txn.save(edit)
+
+    def evaluate_periodic(self, now: int | None = None) -> list[tuple[JobId, PolicyDecision]]:
+        """The schedd's periodic pass: PeriodicHold/Release/Remove and TimerRemove on every
+        job, and completed jobs whose LeaveJobInQueue turned false leave for the history.
+
+        Jobs managed by the grid manager (Managed == "External") are its to evaluate.
+        Returns the decisions applied.
+        """
+        applied: list[tuple[JobId, PolicyDecision]] = []
+        with self._writing() as txn:
+            when = txn.now if now is None else now
+            rows = txn.conn.execute(
+                "SELECT cluster, proc, status, ad, masked FROM jobs WHERE status <> ? "
+                "ORDER BY cluster, proc",
+                (int(JobStatus.REMOVED),),
+            ).fetchall()
+            policy_clusters: dict[int, bool] = {}
+            for cluster, proc, status, text, masked in rows:
+                if status != JobStatus.COMPLETED and not self._may_have_policy(
+                    txn.store, policy_clusters, cluster, text
+                ):
+                    continue
+                edit = txn.edit_of(JobId(cluster, proc), text, masked)
+                if status == JobStatus.COMPLETED:
+                    if not _keep_in_queue(edit, when):
+                        txn.leave(edit)
+                    continue
+                decision = self._periodic(edit, when)
+                if decision is not None:
+                    self._apply_policy(txn, edit, decision)
+                    applied.append((edit.job_id, decision))
+        return applied
+
+    @staticmethod
+    def _may_have_policy(store: Store, seen: dict[int, bool], cluster: int, text: str) -> bool:
+        # A cheap test before decoding 100,000 ads: a policy is an attribute of the
+        # cluster ad or of the proc's own, whose stored form has the name as a JSON key.
+        has = seen.get(cluster)
+        if has is None:
+            ad = store.cluster_ad(cluster)
+            has = any(
+                name in ad
+                for name in ("PeriodicHold", "PeriodicRelease", "PeriodicRemove", "TimerRemove")
+            )
+            seen[cluster] = has
+        lowered = text.lower()
+        return has or any(key in lowered for key in _POLICY_KEYS)
+
+    @staticmethod
+    def _periodic(edit: JobEdit, now: int) -> PolicyDecision | None:
+        view = edit.view()
+        if view.get("Managed") == "External":
+            return None
+        if (
+            edit.status == JobStatus.HELD
+            and view.get("HoldReasonCode") == HoldReasonCode.SpoolingInput
+        ):
+            return None
+        return periodic_decision(view, now)
+
+    def _apply_policy(self, txn: Txn, edit: JobEdit, decision: PolicyDecision) -> None:
+        if decision.action is PolicyAction.HOLD:
+            self._apply(txn, edit, JobAction.Hold, decision.reason, decision.code, decision.subcode)
+        elif decision.action is PolicyAction.RELEASE:
+            self._apply(txn, edit, JobAction.Release, decision.reason, decision.code, 0)
+        elif decision.action is PolicyAction.REMOVE:
+            self._apply(txn, edit, JobAction.Remove, decision.reason, decision.code, 0)
+
+    def _finish(self, txn: Txn, edit: JobEdit) -> bool:
+        """The job is finished: JobFinishedHookDone, then to the history unless kept."""
+        edit.set("JobFinishedHookDone", txn.now)
+        keep = _keep_in_queue(edit, txn.now)
+        txn.save(edit)
+        if not keep:
+            txn.leave(edit)
+        return not keep
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    @contextmanager
+    def _writing(self) -> Iterator[Txn]:
+        with self._lock:
+            self._check_open()
+            with self._store.writing(int(self._clock())) as txn:
+                yield txn
+
+    @contextmanager
+    def _reading(self) -> Iterator[Store]:
+        with self._lock:
+            self._check_open()
+            with self._store.reading():
+                yield self._store
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise QueueError("the job queue is closed")
+
+
+def _keep_in_queue(edit: JobEdit, now: int) -> bool:
+    """Whether LeaveJobInQueue keeps a finished job in the queue (absent: it leaves)."""
+    if not edit.has("LeaveJobInQueue"):
+        return False
+    return truth(with_time(edit.view(), now).eval("LeaveJobInQueue"))
+
+
+def _job_id(job_id: JobId | str) -> JobId:
+    return job_id if isinstance(job_id, JobId) else JobId.parse(job_id)
+
+
+def _parse_spec(jobs: JobSpec) -> tuple[list[JobId] | None, int | None, str | None]:
+    """(ids, cluster, constraint): exactly one is not None."""
+    if isinstance(jobs, JobId):
+        return [jobs], None, None
+    if isinstance(jobs, bool):
+        raise TypeError("a job spec is a job id, a cluster id, a list of ids or a constraint")
+    if isinstance(jobs, int):
+        return None, jobs, None
+    if isinstance(jobs, str):
+        if _ID.fullmatch(jobs):
+            return [JobId.parse(jobs)], None, None
+        if _CLUSTER.fullmatch(jobs):
+            return None, int(jobs), None
+        return None, None, jobs
+    return [_job_id(j) for j in jobs], None, None
+
+
+def _check_owner(edit: JobEdit, identity: Identity, verb: str) -> None:
+    if not identity.may_act_on(edit.owner):
+        raise NotAuthorized(_refusal(edit.job_id, edit.owner, identity, verb))
+
+
+def _refusal(jid: JobId, owner: str, identity: Identity, verb: str) -> str:
+    return f"job {jid} is owned by {owner}; {identity.name} may not {verb} it"
