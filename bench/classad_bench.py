@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import htcondor2  # noqa: F401 - HTCondor mode for classad2
 import classad2
+import htcondor2  # noqa: F401 - HTCondor mode for classad2
 
 import htgrid.classad as ours
 
@@ -84,7 +84,7 @@ def job_ad_text(i: int) -> str:
         "MinHosts = 1",
         "MaxHosts = 1",
         'FileSystemDomain = "example.org"',
-        "Requirements = (TARGET.Arch == \"X86_64\") && (TARGET.OpSys == \"LINUX\") && "
+        'Requirements = (TARGET.Arch == "X86_64") && (TARGET.OpSys == "LINUX") && '
         "(TARGET.Disk >= RequestDisk) && (TARGET.Memory >= RequestMemory) && "
         "((TARGET.FileSystemDomain == MY.FileSystemDomain) || (TARGET.HasFileTransfer))",
     ]

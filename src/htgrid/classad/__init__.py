@@ -7,9 +7,9 @@ to the TARGET ad, `MY.x` works in a single ad, and HTCondor's extra functions ex
 
 from __future__ import annotations
 
+from htgrid.classad._ast import Literal
 from htgrid.classad._classad import ClassAd, ExprTree
 from htgrid.classad._io import ParserType, parseAds, parseNext, parseOne
-from htgrid.classad._ast import Literal
 from htgrid.classad._parser import parse_expr
 from htgrid.classad._unparse import quote_string as _quote_string
 from htgrid.classad._values import Value

@@ -38,9 +38,9 @@ class MatchReport:
 def split_clauses(node: Node) -> list[Node]:
     """The top-level `&&` clauses of an expression (parentheses around all of it removed)."""
     while type(node) is Paren:
-        node = node.inner  # type: ignore[attr-defined]
-    if type(node) is Binary and node.op == "&&":  # type: ignore[attr-defined]
-        return split_clauses(node.left) + split_clauses(node.right)  # type: ignore[attr-defined]
+        node = node.inner
+    if type(node) is Binary and node.op == "&&":
+        return split_clauses(node.left) + split_clauses(node.right)
     return [node]
 
 
@@ -50,7 +50,7 @@ def _refs(node: Node) -> list[AttrRef]:
     while stack:
         n = stack.pop()
         if type(n) is AttrRef:
-            out.append(n)  # type: ignore[arg-type]
+            out.append(n)
             continue
         for name in getattr(n, "__slots__", ()):
             child = getattr(n, name, None)

@@ -304,7 +304,7 @@ class ExprTree:
             # classad2 matches only when there is a scope to match: TARGET alone is unseen.
             target = None
         try:
-            return fn(EvalState(scope, None, target))  # type: ignore[no-any-return]
+            return fn(EvalState(scope, None, target))
         except RecursionError:
             return ERROR
         except EvaluationFailed as err:
@@ -393,7 +393,7 @@ def _datetime_secs(dt: _dt.datetime) -> int:
 def to_node_value(v: Val) -> Node:
     """A value as a node: lists and ads become their syntax, anything else a literal."""
     if type(v) is ListValue:
-        lv: ListValue = v  # type: ignore[assignment]
+        lv: ListValue = v
         if lv.state is not None:
             return ListExpr(lv.items)  # a list literal's items stay as written
         return ListExpr(tuple(to_node_value(x) for x in lv.values()))

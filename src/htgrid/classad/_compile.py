@@ -8,7 +8,7 @@ closures of their own so a Requirements expression costs a handful of Python cal
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from htgrid.classad._ast import (
     AdExpr,
@@ -84,7 +84,8 @@ def lookup_from(st: EvalState, start: ClassAd | None, key: str) -> Val:
         ad = ad._parent
     if key in _TARGET_NAMES and st.target is not None:
         return st.target
-    return _NOTFOUND
+    notfound: Val = _NOTFOUND
+    return notfound
 
 
 def _special(st: EvalState, ad: ClassAd, key: str) -> Val:
@@ -123,8 +124,8 @@ class _Marker:
     __slots__ = ()
 
 
-_NOTFOUND: Final = _Marker()
-_NOLIT: Final = _Marker()
+_NOTFOUND: Final[Any] = _Marker()
+_NOLIT: Final[Any] = _Marker()
 
 
 # -- node compilers ---------------------------------------------------------------------
@@ -217,7 +218,7 @@ def _binary(node: Binary) -> Compiled:
                 a = lf(st)
                 ta = type(a)
                 if ta is int or ta is float:
-                    return cmp(a, const)
+                    return cmp(a, const)  # type: ignore[arg-type]
                 return fn(a, const)
 
             return num_cmp
@@ -384,13 +385,13 @@ def subscript(st: EvalState, b: Val, i: Val) -> Val:
         if type(i) is not int:
             return ERROR
         items = b.values()
-        if 0 <= i < len(items):  # type: ignore[operator]
-            return items[i]  # type: ignore[index]
+        if 0 <= i < len(items):
+            return items[i]
         return ERROR
     if isinstance(b, ClassAd):
         if type(i) is not str:
             return ERROR
-        v = lookup_from(st, b, i.lower())  # type: ignore[union-attr]
+        v = lookup_from(st, b, i.lower())
         return UNDEFINED if v is _NOTFOUND else v
     return ERROR
 

@@ -60,8 +60,8 @@ def _literal(v: Val | None) -> Node:
     from htgrid.classad._classad import ClassAd, to_node_value
 
     if type(v) is ListValue or isinstance(v, ClassAd):
-        return to_node_value(v)  # type: ignore[arg-type]
-    return Literal(v)
+        return to_node_value(v)
+    return Literal(v)  # type: ignore[arg-type]
 
 
 def _apply(op: str, a: Val, b: Val) -> Val:
@@ -189,7 +189,7 @@ def _combine(
     op2: str | None,
 ) -> _Piece:
     if (t1 is None) != (t2 is None) and op in ("&&", "||"):
-        known = v1 if t1 is None else v2
+        known: Val = v1 if t1 is None else v2  # type: ignore[assignment]
         result = _apply(op, known, UNDEFINED) if t1 is None else _apply(op, UNDEFINED, known)
         if type(result) is bool:
             return result, None, None

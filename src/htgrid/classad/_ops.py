@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 from htgrid.classad._values import (
     ERROR,
@@ -58,7 +58,7 @@ def _num(v: Val) -> int | float | None:
     return None
 
 
-def _arith(op: str, a: Val, b: Val) -> Val:
+def _arith(op: str, a: Any, b: Any) -> Val:
     s = _special(a, b)
     if s is not None:
         return s
@@ -95,30 +95,30 @@ def _arith(op: str, a: Val, b: Val) -> Val:
     return ERROR  # % on reals
 
 
-def _time_arith(op: str, a: Val, b: Val) -> Val:
+def _time_arith(op: str, a: Any, b: Any) -> Val:
     # Only the combinations operators.cpp's doTimeArithmetic lists; bools are not numbers here.
     ta, tb = type(a), type(b)
     if op == "+":
         if ta is AbsTime and tb is RelTime:
-            return AbsTime(a.secs + int(b.secs), a.offset)  # type: ignore[union-attr]
+            return AbsTime(a.secs + int(b.secs), a.offset)
         if ta is RelTime and tb is AbsTime:
-            return AbsTime(b.secs + int(a.secs), b.offset)  # type: ignore[union-attr]
+            return AbsTime(b.secs + int(a.secs), b.offset)
         if ta is RelTime and tb is RelTime:
-            return RelTime(a.secs + b.secs)  # type: ignore[union-attr]
+            return RelTime(a.secs + b.secs)
     elif op == "-":
         if ta is AbsTime and tb is AbsTime:
-            return RelTime(float(a.secs - b.secs))  # type: ignore[union-attr]
+            return RelTime(float(a.secs - b.secs))
         if ta is AbsTime and tb is RelTime:
-            return AbsTime(a.secs - int(b.secs), a.offset)  # type: ignore[union-attr]
+            return AbsTime(a.secs - int(b.secs), a.offset)
         if ta is RelTime and tb is RelTime:
-            return RelTime(a.secs - b.secs)  # type: ignore[union-attr]
+            return RelTime(a.secs - b.secs)
     elif op == "*" or op == "/":
         if ta is RelTime and (tb is int or tb is float):
-            x: float = a.secs  # type: ignore[union-attr]
-            y = float(b)  # type: ignore[arg-type]
+            x: float = a.secs
+            y = float(b)
             return RelTime(x * y if op == "*" else _ieee_div(x, y))
         if op == "*" and tb is RelTime and (ta is int or ta is float):
-            return RelTime(a * b.secs)  # type: ignore[operator,union-attr]
+            return RelTime(a * b.secs)
     return ERROR
 
 
@@ -132,40 +132,40 @@ def _ieee_div(x: float, y: float) -> float:
 
 
 def _make_arith(op: str) -> Callable[[Val, Val], Val]:
-    def fn(a: Val, b: Val) -> Val:
+    def fn(a: Any, b: Any) -> Val:
         ta, tb = type(a), type(b)
         if ta is int and tb is int and op != "/" and op != "%":
-            r = a + b if op == "+" else a - b if op == "-" else a * b  # type: ignore[operator]
+            r = a + b if op == "+" else a - b if op == "-" else a * b
             return r if INT64_MIN <= r <= INT64_MAX else wrap64(r)
         return _arith(op, a, b)
 
     return fn
 
 
-def _order(a: Val, b: Val) -> tuple[object, object] | Val:
+def _order(a: Any, b: Any) -> Any:
     """The two operands as comparable Python values, or the ERROR/UNDEFINED result."""
     s = _special(a, b)
     if s is not None:
         return s
     ta, tb = type(a), type(b)
     if ta is str and tb is str:
-        return fold(a), fold(b)  # type: ignore[arg-type]
+        return fold(a), fold(b)
     x, y = _num(a), _num(b)
     if x is not None and y is not None:
         return x, y
     if ta is AbsTime and tb is AbsTime:
-        return a.secs, b.secs  # type: ignore[union-attr]
+        return a.secs, b.secs
     if ta is RelTime and tb is RelTime:
-        return a.secs, b.secs  # type: ignore[union-attr]
+        return a.secs, b.secs
     return ERROR
 
 
-def op_eq(a: Val, b: Val) -> Val:
+def op_eq(a: Any, b: Any) -> Any:
     ta = type(a)
     if ta is type(b) and (ta is int or ta is str or ta is float):
-        return a == b if ta is not str else fold(a) == fold(b)  # type: ignore[arg-type]
+        return a == b if ta is not str else fold(a) == fold(b)
     r = _order(a, b)
-    return r[0] == r[1] if type(r) is tuple else r  # type: ignore[index]
+    return r[0] == r[1] if type(r) is tuple else r
 
 
 def op_ne(a: Val, b: Val) -> Val:
@@ -173,27 +173,27 @@ def op_ne(a: Val, b: Val) -> Val:
     return (not r) if type(r) is bool else r
 
 
-def op_lt(a: Val, b: Val) -> Val:
+def op_lt(a: Any, b: Any) -> Any:
     r = _order(a, b)
-    return r[0] < r[1] if type(r) is tuple else r  # type: ignore[index,operator]
+    return r[0] < r[1] if type(r) is tuple else r
 
 
-def op_le(a: Val, b: Val) -> Val:
+def op_le(a: Any, b: Any) -> Any:
     r = _order(a, b)
-    return r[0] <= r[1] if type(r) is tuple else r  # type: ignore[index,operator]
+    return r[0] <= r[1] if type(r) is tuple else r
 
 
-def op_gt(a: Val, b: Val) -> Val:
+def op_gt(a: Any, b: Any) -> Any:
     r = _order(a, b)
-    return r[0] > r[1] if type(r) is tuple else r  # type: ignore[index,operator]
+    return r[0] > r[1] if type(r) is tuple else r
 
 
-def op_ge(a: Val, b: Val) -> Val:
+def op_ge(a: Any, b: Any) -> Any:
     r = _order(a, b)
-    return r[0] >= r[1] if type(r) is tuple else r  # type: ignore[index,operator]
+    return r[0] >= r[1] if type(r) is tuple else r
 
 
-def identical(a: Val, b: Val) -> Val:
+def identical(a: Any, b: Any) -> Any:
     """`a =?= b`: same type and value, strings case-sensitively; two lists or ads are ERROR."""
     ta, tb = type(a), type(b)
     if ta is not tb:
@@ -205,9 +205,9 @@ def identical(a: Val, b: Val) -> Val:
     if ta is ListValue:
         return ERROR
     if ta is AbsTime:
-        return a.secs == b.secs and a.offset == b.offset  # type: ignore[union-attr]
+        return a.secs == b.secs and a.offset == b.offset
     if ta is RelTime:
-        return a.secs == b.secs  # type: ignore[union-attr]
+        return a.secs == b.secs
     from htgrid.classad._classad import ClassAd
 
     if isinstance(a, ClassAd):
@@ -221,14 +221,14 @@ def op_isnt(a: Val, b: Val) -> Val:
 
 
 def _make_bitwise(op: str) -> Callable[[Val, Val], Val]:
-    def fn(a: Val, b: Val) -> Val:
+    def fn(a: Any, b: Any) -> Val:
         s = _special(a, b)
         if s is not None:
             return s
         if type(a) is not int or type(b) is not int:
             return ERROR
-        x: int = a  # type: ignore[assignment]
-        y: int = b  # type: ignore[assignment]
+        x: int = a
+        y: int = b
         if op == "&":
             return x & y
         if op == "|":
@@ -285,29 +285,29 @@ def truth(v: Val) -> Val:
     return ERROR
 
 
-def _neg(v: Val) -> Val:
+def _neg(v: Any) -> Any:
     t = type(v)
     if t is int:
-        return wrap64(-v)  # type: ignore[operator]
+        return wrap64(-v)
     if t is float:
-        return -v  # type: ignore[operator]
+        return -v
     if t is RelTime:
-        return RelTime(-v.secs)  # type: ignore[union-attr]
+        return RelTime(-v.secs)
     if v is UNDEFINED:
         return UNDEFINED
     return ERROR
 
 
-def _pos(v: Val) -> Val:
+def _pos(v: Any) -> Any:
     t = type(v)
     if t is int or t is float or t is RelTime or v is UNDEFINED:
         return v
     return ERROR
 
 
-def _inv(v: Val) -> Val:
+def _inv(v: Any) -> Any:
     if type(v) is int:
-        return ~v  # type: ignore[operator]
+        return ~v
     if v is UNDEFINED:
         return UNDEFINED
     return ERROR

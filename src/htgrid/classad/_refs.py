@@ -77,7 +77,7 @@ def references(ad: ClassAd, node: Node, *, external: bool) -> list[str]:
             for child in _children(n):
                 walk(child, scope)
             return
-        a: AttrRef = n  # type: ignore[assignment]
+        a: AttrRef = n
         key = a.name.lower()
         if a.base is None:
             start = st.my if a.absolute else scope
@@ -109,9 +109,8 @@ def references(ad: ClassAd, node: Node, *, external: bool) -> list[str]:
                 if external:
                     note(a.name)
                 return
-            if not external and _root(owner) is ad:
-                if owner is ad or base is ad:
-                    note(a.name)
+            if not external and _root(owner) is ad and (owner is ad or base is ad):
+                note(a.name)
             follow(owner, key)
 
     walk(node, ad)

@@ -207,7 +207,7 @@ class _Unparser:
         if t is RelTime:
             return f'relTime("{format_reltime(v)}")'  # type: ignore[arg-type]
         if t is ListValue:
-            return self.list_items(v.items, indent)  # type: ignore[union-attr]
+            return self.list_items(v.items, indent)  # type: ignore[union-attr,arg-type]
         from htgrid.classad._classad import ClassAd
 
         if isinstance(v, ClassAd):
