@@ -50,7 +50,9 @@ def test_match_names_the_failing_clause_and_the_values(capsys: pytest.CaptureFix
     assert out.rstrip().endswith("2 of 3 machine(s) match.")
 
 
-def test_match_reports_the_machine_side_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_match_reports_the_machine_side_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     job = tmp_path / "job.ad"
     job.write_text('Owner = "mallory"\nRequestMemory = 1\nRequirements = true\n')
     rc = main(["classad", "match", str(job), str(EXAMPLES / "machines.ad")])

@@ -292,17 +292,23 @@ class ExprTree:
 
     def eval(self, scope: ClassAd | None = None, target: ClassAd | None = None) -> Any:
         """Evaluate with `scope` as MY (and for unscoped names) and `target` as TARGET."""
-        return to_python(self._evaluate(scope, target))
+        v = self._evaluate(scope, target)
+        t = type(v)
+        if t is bool or t is int or t is str or t is float:
+            return v
+        return to_python(v)
 
     def _evaluate(self, scope: ClassAd | None, target: ClassAd | None) -> Val:
-        if scope is not None and not isinstance(scope, ClassAd):
-            raise TypeError("scope must be a ClassAd")
-        if target is not None and not isinstance(target, ClassAd):
-            raise TypeError("target must be a ClassAd")
-        fn = self._node._fn or compiled(self._node)
         if scope is None:
             # classad2 matches only when there is a scope to match: TARGET alone is unseen.
+            if target is not None and not isinstance(target, ClassAd):
+                raise TypeError("target must be a ClassAd")
             target = None
+        elif type(scope) is not ClassAd and not isinstance(scope, ClassAd):
+            raise TypeError("scope must be a ClassAd")
+        elif target is not None and not isinstance(target, ClassAd):
+            raise TypeError("target must be a ClassAd")
+        fn = self._node._fn or compiled(self._node)
         try:
             return fn(EvalState(scope, None, target))
         except RecursionError:

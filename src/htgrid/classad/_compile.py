@@ -63,7 +63,9 @@ def eval_entry(st: EvalState, ad: ClassAd, entry: Entry) -> Val:
     if lit is not _NOLIT:
         return lit  # type: ignore[return-value]
     active = st.active
-    if entry in active:
+    if active is None:
+        active = st.active = set()
+    elif entry in active:
         return UNDEFINED
     active.add(entry)
     try:

@@ -145,13 +145,16 @@ def _flat_in(node: AttrRef, st: EvalState, start: ClassAd | None, key: str) -> _
         if entry is not None:
             if type(entry.node) is AdExpr:
                 return None, node, None
-            if entry in st.active:
+            if st.active is None:
+                st.active = set()
+            active = st.active
+            if entry in active:
                 return UNDEFINED, None, None
-            st.active.add(entry)
+            active.add(entry)
             try:
                 v, tree, _ = _flat(entry.node, st.at(ad), False)
             finally:
-                st.active.discard(entry)
+                active.discard(entry)
             # An attribute that does not reduce to a value is not inlined.
             return (None, node, None) if tree is not None else (v, None, None)
         ad = ad._parent

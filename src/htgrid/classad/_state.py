@@ -38,9 +38,12 @@ class EvalState:
         active: set[Entry] | None = None,
     ) -> None:
         self.ad = ad
-        self.my = my if my is not None else (root_of(ad) if ad is not None else None)
+        if my is None and ad is not None:
+            my = ad if ad._parent is None else root_of(ad)
+        self.my = my
         self.target = target
-        self.active: set[Entry] = active if active is not None else set()
+        # Made on first need: most evaluations only read constants.
+        self.active: set[Entry] | None = active
 
     def at(self, ad: ClassAd) -> EvalState:
         """The state for evaluating an expression that lives in `ad`.
@@ -49,6 +52,8 @@ class EvalState:
         """
         if ad is self.ad:
             return self
+        if self.active is None:
+            self.active = set()
         root = root_of(ad)
         if root is self.my:
             return EvalState(ad, self.my, self.target, self.active)

@@ -20,7 +20,7 @@ from htgrid.classad import ClassAd
 from htgrid.queue._errors import JobNotFound, StoreError
 from htgrid.queue._ids import JobId
 from htgrid.queue._query import Filter
-from htgrid.queue._serial import decode, encode, expr_text, overlay
+from htgrid.queue._serial import decode, encode, expr_text, overlay, with_proc_id
 from htgrid.queue._status import JobStatus
 
 __all__ = ["EMPTY", "JobEdit", "Store", "Txn"]
@@ -117,7 +117,7 @@ class Store:
         ad = overlay(
             self.cluster_ad(cluster, history=history), own, masked.split() if masked else ()
         )
-        ad["ProcId"] = proc
+        with_proc_id(ad, proc)
         return ad
 
 
@@ -176,7 +176,7 @@ class JobEdit:
     def view(self) -> ClassAd:
         """The whole job ad as it stands now."""
         ad = overlay(self.cluster_ad, self.own, self.masked)
-        ad["ProcId"] = self.job_id.proc
+        with_proc_id(ad, self.job_id.proc)
         return ad
 
     def changed_attrs(self) -> str:

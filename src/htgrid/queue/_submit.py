@@ -17,7 +17,7 @@ from htgrid.classad import ClassAd
 from htgrid.queue._codes import HoldReasonCode
 from htgrid.queue._errors import InvalidSubmit, NotAuthorized
 from htgrid.queue._ids import Identity, JobId
-from htgrid.queue._serial import encode
+from htgrid.queue._serial import encode, names
 from htgrid.queue._status import JobStatus
 from htgrid.queue._store import EMPTY, Txn
 
@@ -96,9 +96,10 @@ class SubmitTransaction:
         status = pending.status
         text = EMPTY
         if ad is not None and len(ad):
-            if "ClusterId" in ad or "ProcId" in ad or "Owner" in ad:
+            present = names(ad)
+            if not present.isdisjoint(_IDS):
                 _check_ids(ad, cluster, proc, pending.owner)
-            if "JobStatus" in ad:
+            if "jobstatus" in present:
                 ad = copy.copy(ad)
                 status = _initial_status(ad, f"job {cluster}.{proc}", default=None)
             text = encode(ad, _IDS)

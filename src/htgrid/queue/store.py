@@ -19,6 +19,7 @@ worker thread (the methods are serialised by a lock).
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import threading
@@ -492,14 +493,14 @@ class JobQueue:
 
     @contextmanager
     def _writing(self) -> Iterator[Txn]:
-        with self._lock:
+        with self._lock, _gc_paused():
             self._check_open()
             with self._store.writing(int(self._clock())) as txn:
                 yield txn
 
     @contextmanager
     def _reading(self) -> Iterator[Store]:
-        with self._lock:
+        with self._lock, _gc_paused():
             self._check_open()
             with self._store.reading():
                 yield self._store
@@ -507,6 +508,23 @@ class JobQueue:
     def _check_open(self) -> None:
         if self._closed:
             raise QueueError("the job queue is closed")
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for one queue operation.
+
+    Reading or writing 100,000 jobs allocates millions of objects, which triggers full
+    collections that re-scan every live object (ours and the caller's); measured, that
+    cost more than the work itself. Nothing here makes reference cycles.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _keep_in_queue(edit: JobEdit, now: int) -> bool:
