@@ -177,12 +177,60 @@ def _attr(node: AttrRef) -> Compiled:
             return lookup(st, key)
 
         return plain
+    base_node = node.base
+    if type(base_node) is AttrRef and base_node.base is None and not base_node.absolute:
+        scope_name = base_node.name.lower()
+        if scope_name in _TARGET_NAMES:
+            return _target_select(scope_name, key)
+        if scope_name == "my" or scope_name == "self":
+            return _my_select(scope_name, key)
     base = compiled(node.base)
 
     def select(st: EvalState) -> Val:
         return select_attr(st, base(st), key)
 
     return select
+
+
+def _target_select(scope_name: str, key: str) -> Compiled:
+    """`TARGET.x`, the commonest reference in matchmaking, without the generic walk."""
+
+    def f(st: EvalState) -> Val:
+        ad = st.ad
+        while ad is not None:
+            if scope_name in ad._attrs:  # an attribute named TARGET shadows the target
+                return select_attr(st, lookup(st, scope_name), key)
+            ad = ad._parent
+        target = st.target
+        if target is None:
+            return UNDEFINED
+        entry = target._attrs.get(key)
+        if entry is not None:
+            lit = entry.lit
+            if lit is not _NOLIT:
+                return lit  # type: ignore[return-value]
+            return eval_entry(st, target, entry)
+        return select_attr(st, target, key)
+
+    return f
+
+
+def _my_select(scope_name: str, key: str) -> Compiled:
+    """`MY.x`: the current ad (unless it has an attribute named MY)."""
+
+    def f(st: EvalState) -> Val:
+        ad = st.ad
+        if ad is None or scope_name in ad._attrs:
+            return select_attr(st, lookup(st, scope_name), key)
+        entry = ad._attrs.get(key)
+        if entry is not None:
+            lit = entry.lit
+            if lit is not _NOLIT:
+                return lit  # type: ignore[return-value]
+            return eval_entry(st, ad, entry)
+        return select_attr(st, ad, key)
+
+    return f
 
 
 def select_attr(st: EvalState, scope: Val, key: str) -> Val:

@@ -18,43 +18,38 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from htgrid.classad import ClassAd, ExprTree, quote
-from htgrid.classad._ast import Literal
+from htgrid.classad import ClassAd, ExprTree
+from htgrid.classad._ast import Literal, Node
 from htgrid.classad._classad import Entry, to_node
+from htgrid.classad._unparse import quote_string
 
 __all__ = [
     "decode",
     "encode",
-    "expr_text",
+    "encode_names",
+    "encode_plain",
     "overlay",
     "parse_value",
     "project",
-    "names",
     "with_proc_id",
 ]
 
 _INT = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-# Decoded attributes, by (name, text): the same few texts (an Owner, a HoldReason, a
-# policy) recur over thousands of jobs, and an Entry is immutable, so ads can share it.
-_ENTRIES: dict[tuple[str, str], tuple[str, Entry]] = {}
-_ENTRIES_MAX = 65_536
-
-
-def expr_text(ad: ClassAd, name: str) -> str:
-    """The ClassAd text of attribute `name` of `ad`."""
-    entry = ad._attrs[name.lower()]
-    return _entry_text(entry)
+_json_str: Callable[[str], str] = json.encoder.encode_basestring
+# Parsed expressions by their text: the same few (a policy, a hold code, a nested count)
+# recur over thousands of jobs, and nodes are immutable, so ads can share them.
+_NODES: dict[str, Node] = {}
+_NODES_MAX = 65_536
 
 
 def _entry_text(entry: Entry) -> str:
     lit = entry.lit
     t = type(lit)
     if t is str:
-        return quote(lit)  # type: ignore[arg-type]
+        return quote_string(lit)  # type: ignore[arg-type]
     if t is int:
         return str(lit)
     if t is bool:
@@ -64,9 +59,42 @@ def _entry_text(entry: Entry) -> str:
 
 def encode(ad: ClassAd, skip: frozenset[str] = frozenset()) -> str:
     """`ad` as stored; attributes named in `skip` (lower case) are left out."""
-    return _ENCODER.encode(
-        {e.name: _entry_text(e) for key, e in ad._attrs.items() if key not in skip}
-    )
+    # The JSON is joined by hand: the C string escaper is all json.dumps would add, and
+    # the encoder object it builds per call costs more than the rest for a small ad.
+    return "{" + ",".join(_pair(e) for key, e in ad._attrs.items() if key not in skip) + "}"
+
+
+def encode_names(ad: ClassAd, names: Iterable[str]) -> str:
+    """`encode` of the named attributes of `ad` only."""
+    attrs = ad._attrs
+    return "{" + ",".join(_pair(attrs[n.lower()]) for n in names) + "}"
+
+
+def _pair(e: Entry) -> str:
+    """`"name":"text"` of one attribute."""
+    name, lit = e.name, e.lit
+    if (
+        type(lit) is str
+        and lit.isascii()
+        and lit.isprintable()
+        and '"' not in lit
+        and "\\" not in lit
+        and name.isidentifier()
+    ):
+        # The common case, a plain string: neither ClassAd nor JSON escapes anything in
+        # it, and skipping both escapers halves the cost of storing a proc.
+        return f'"{name}":"\\"{lit}\\""'
+    return f"{_json_str(name)}:{_json_str(_entry_text(e))}"
+
+
+def encode_plain(ad: ClassAd, special: frozenset[str]) -> str | None:
+    """`encode(ad)`, or None when `ad` has one of the `special` names (lower case)."""
+    attrs = ad._attrs
+    if not attrs:
+        return "{}"
+    if not special.isdisjoint(attrs):
+        return None
+    return "{" + ",".join(map(_pair, attrs.values())) + "}"
 
 
 def parse_value(text: str) -> Any:
@@ -83,25 +111,27 @@ def parse_value(text: str) -> Any:
     return ExprTree(text)
 
 
+def _node(text: str) -> Node:
+    node = _NODES.get(text)
+    if node is None:
+        node = to_node(parse_value(text))
+        if len(_NODES) >= _NODES_MAX:
+            _NODES.clear()
+        _NODES[text] = node
+    return node
+
+
 def decode(text: str) -> ClassAd:
     """A stored ad back as a ClassAd."""
     ad = ClassAd()
     attrs = ad._attrs
-    entries = _ENTRIES
     for name, expr in json.loads(text).items():
-        found = entries.get((name, expr))
-        if found is None:
-            found = (name.lower(), Entry(name, to_node(parse_value(expr))))
-            if len(entries) >= _ENTRIES_MAX:
-                entries.clear()
-            entries[(name, expr)] = found
-        attrs[found[0]] = found[1]
+        if expr[:1] == '"' and "\\" not in expr:
+            # A plain string, most often unique to the job (its arguments, its files).
+            attrs[name.lower()] = Entry(name, Literal(expr[1:-1]))
+        else:
+            attrs[name.lower()] = Entry(name, _node(expr))
     return ad
-
-
-def names(ad: ClassAd) -> frozenset[str]:
-    """The attribute names of `ad`, lower case."""
-    return frozenset(ad._attrs)
 
 
 def with_proc_id(ad: ClassAd, proc: int) -> None:

@@ -8,7 +8,6 @@ power cut too, not only a killed process).
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,7 +19,7 @@ from htgrid.classad import ClassAd
 from htgrid.queue._errors import JobNotFound, StoreError
 from htgrid.queue._ids import JobId
 from htgrid.queue._query import Filter
-from htgrid.queue._serial import decode, encode, expr_text, overlay, with_proc_id
+from htgrid.queue._serial import decode, encode, encode_names, overlay, with_proc_id
 from htgrid.queue._status import JobStatus
 
 __all__ = ["EMPTY", "JobEdit", "Store", "Txn"]
@@ -181,11 +180,7 @@ class JobEdit:
 
     def changed_attrs(self) -> str:
         """The attributes set by this change, as stored in the change feed."""
-        return json.dumps(
-            {n: expr_text(self.own, n) for n in self.changed.values()},
-            ensure_ascii=False,
-            separators=(",", ":"),
-        )
+        return encode_names(self.own, self.changed.values())
 
 
 class Txn:
@@ -234,9 +229,13 @@ class Txn:
             filt.params,
         ).fetchall()  # all read first: the loop's caller updates these rows
         for cluster, proc, text, masked in rows:
-            edit = self.edit_of(JobId(cluster, proc), text, masked)
-            if filt.matches(edit.view()):
-                yield edit
+            own = decode(text) if text != EMPTY else ClassAd()
+            hidden = set(masked.split()) if masked else set()
+            cluster_ad = self.store.cluster_ad(cluster)
+            view = overlay(cluster_ad, own, hidden)
+            with_proc_id(view, proc)
+            if filt.matches(view):
+                yield JobEdit(JobId(cluster, proc), cluster_ad, own, hidden)
 
     def edit_of(self, job_id: JobId, text: str, masked: str | None) -> JobEdit:
         own = decode(text) if text != EMPTY else ClassAd()

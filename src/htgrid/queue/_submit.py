@@ -17,13 +17,14 @@ from htgrid.classad import ClassAd
 from htgrid.queue._codes import HoldReasonCode
 from htgrid.queue._errors import InvalidSubmit, NotAuthorized
 from htgrid.queue._ids import Identity, JobId
-from htgrid.queue._serial import encode, names
+from htgrid.queue._serial import encode, encode_plain
 from htgrid.queue._status import JobStatus
 from htgrid.queue._store import EMPTY, Txn
 
 __all__ = ["SubmitTransaction"]
 
 _IDS: Final = frozenset({"clusterid", "procid", "owner"})
+_SPECIAL: Final = _IDS | {"jobstatus"}  # proc attributes that need checking
 _FLUSH_ROWS: Final = 50_000  # bounds the memory a huge cluster takes before commit
 _SUBMITTABLE: Final = frozenset({JobStatus.IDLE, JobStatus.HELD})
 SUBMITTED_ON_HOLD: Final = "submitted on hold at user's request"
@@ -94,15 +95,11 @@ class SubmitTransaction:
             raise InvalidSubmit(f"cluster {cluster}: set the cluster ad before adding procs")
         proc = pending.next_proc
         status = pending.status
-        text = EMPTY
-        if ad is not None and len(ad):
-            present = names(ad)
-            if not present.isdisjoint(_IDS):
-                _check_ids(ad, cluster, proc, pending.owner)
-            if "jobstatus" in present:
-                ad = copy.copy(ad)
-                status = _initial_status(ad, f"job {cluster}.{proc}", default=None)
-            text = encode(ad, _IDS)
+        if ad is None:
+            text = EMPTY
+        else:
+            plain = encode_plain(ad, _SPECIAL)
+            text, status = (plain, status) if plain else _checked(ad, cluster, proc, pending)
         pending.next_proc = proc + 1
         pending.rows.append((cluster, proc, status, pending.owner, pending.seq, text))
         if len(pending.rows) >= _FLUSH_ROWS:
@@ -138,6 +135,16 @@ class SubmitTransaction:
             )
             ads[cluster] = pending.ad
         return ads
+
+
+def _checked(ad: ClassAd, cluster: int, proc: int, pending: _Pending) -> tuple[str, int]:
+    """A proc ad naming ids, an owner or a status: checked; its text and status."""
+    _check_ids(ad, cluster, proc, pending.owner)
+    status = pending.status
+    if "JobStatus" in ad:
+        ad = copy.copy(ad)
+        status = _initial_status(ad, f"job {cluster}.{proc}", default=None)
+    return encode(ad, _IDS), status
 
 
 def _initial_status(ad: ClassAd, what: str, default: int | None) -> int:
