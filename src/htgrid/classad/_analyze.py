@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from htgrid.classad._ast import AttrRef, Binary, Node, Paren
+from htgrid.classad._ast import AttrRef, Binary, Node, Paren, children
 from htgrid.classad._classad import ClassAd, to_python
 from htgrid.classad._compile import compiled
 from htgrid.classad._state import EvalState
@@ -51,18 +51,8 @@ def _refs(node: Node) -> list[AttrRef]:
         n = stack.pop()
         if type(n) is AttrRef:
             out.append(n)
-            continue
-        for name in getattr(n, "__slots__", ()):
-            child = getattr(n, name, None)
-            if isinstance(child, Node):
-                stack.append(child)
-            elif isinstance(child, tuple):
-                stack.extend(c for c in child if isinstance(c, Node))
-                stack.extend(
-                    c[1]
-                    for c in child
-                    if isinstance(c, tuple) and len(c) == 2 and isinstance(c[1], Node)
-                )
+        else:
+            stack.extend(children(n))
     return out
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "Subscript",
     "Ternary",
     "Unary",
+    "children",
 ]
 
 
@@ -141,3 +142,27 @@ class AdExpr(Node):
     """`[ n1 = e1; n2 = e2 ]`: a nested record, in the order written (duplicates resolved)."""
 
     attrs: tuple[tuple[str, Node], ...] = ()
+
+
+def children(node: Node) -> tuple[Node, ...]:
+    """The direct sub-expressions of a node, in source order."""
+    t = type(node)
+    if t is Binary or t is Elvis:
+        return (node.left, node.right)  # type: ignore[attr-defined]
+    if t is Unary:
+        return (node.operand,)  # type: ignore[attr-defined]
+    if t is Paren:
+        return (node.inner,)  # type: ignore[attr-defined]
+    if t is Ternary:
+        return (node.cond, node.then, node.other)  # type: ignore[attr-defined]
+    if t is Subscript:
+        return (node.base, node.index)  # type: ignore[attr-defined]
+    if t is AttrRef:
+        return () if node.base is None else (node.base,)  # type: ignore[attr-defined]
+    if t is Call:
+        return node.args  # type: ignore[attr-defined,no-any-return]
+    if t is ListExpr:
+        return node.items  # type: ignore[attr-defined,no-any-return]
+    if t is AdExpr:
+        return tuple(expr for _, expr in node.attrs)  # type: ignore[attr-defined]
+    return ()

@@ -5,17 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from htgrid.classad._ast import (
-    AdExpr,
     AttrRef,
-    Binary,
-    Call,
-    Elvis,
-    ListExpr,
     Node,
-    Paren,
-    Subscript,
-    Ternary,
-    Unary,
+    children,
 )
 from htgrid.classad._compile import compiled
 from htgrid.classad._state import EvalState
@@ -26,27 +18,6 @@ if TYPE_CHECKING:
     from htgrid.classad._classad import ClassAd
 
 __all__ = ["references"]
-
-
-def _children(node: Node) -> tuple[Node, ...]:
-    t = type(node)
-    if t is Binary or t is Elvis:
-        return (node.left, node.right)  # type: ignore[attr-defined]
-    if t is Unary:
-        return (node.operand,)  # type: ignore[attr-defined]
-    if t is Paren:
-        return (node.inner,)  # type: ignore[attr-defined]
-    if t is Ternary:
-        return (node.cond, node.then, node.other)  # type: ignore[attr-defined]
-    if t is Subscript:
-        return (node.base, node.index)  # type: ignore[attr-defined]
-    if t is Call:
-        return node.args  # type: ignore[attr-defined, no-any-return]
-    if t is ListExpr:
-        return node.items  # type: ignore[attr-defined, no-any-return]
-    if t is AdExpr:
-        return tuple(expr for _, expr in node.attrs)  # type: ignore[attr-defined]
-    return ()
 
 
 def references(ad: ClassAd, node: Node, *, external: bool) -> list[str]:
@@ -74,7 +45,7 @@ def references(ad: ClassAd, node: Node, *, external: bool) -> list[str]:
 
     def walk(n: Node, scope: ClassAd | None) -> None:
         if type(n) is not AttrRef:
-            for child in _children(n):
+            for child in children(n):
                 walk(child, scope)
             return
         a: AttrRef = n

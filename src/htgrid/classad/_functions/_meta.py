@@ -6,17 +6,9 @@ import logging
 from typing import TYPE_CHECKING
 
 from htgrid.classad._ast import (
-    AdExpr,
     AttrRef,
-    Binary,
-    Call,
-    Elvis,
-    ListExpr,
     Node,
-    Paren,
-    Subscript,
-    Ternary,
-    Unary,
+    children,
 )
 from htgrid.classad._functions._convert import to_str
 from htgrid.classad._functions._registry import builtin
@@ -68,29 +60,6 @@ def _find(ad: ClassAd | None, name: str) -> Node | None:
     return None
 
 
-def _children(node: Node) -> tuple[Node, ...]:
-    t = type(node)
-    if t is Binary:
-        return (node.left, node.right)  # type: ignore[attr-defined]
-    if t is Unary:
-        return (node.operand,)  # type: ignore[attr-defined]
-    if t is Paren:
-        return (node.inner,)  # type: ignore[attr-defined]
-    if t is Ternary:
-        return (node.cond, node.then, node.other)  # type: ignore[attr-defined]
-    if t is Elvis:
-        return (node.left, node.right)  # type: ignore[attr-defined]
-    if t is Subscript:
-        return (node.base, node.index)  # type: ignore[attr-defined]
-    if t is Call:
-        return node.args  # type: ignore[attr-defined,no-any-return]
-    if t is ListExpr:
-        return node.items  # type: ignore[attr-defined,no-any-return]
-    if t is AdExpr:
-        return tuple(n for _, n in node.attrs)  # type: ignore[attr-defined]
-    return ()
-
-
 def external_refs(node: Node, ad: ClassAd | None) -> list[str]:
     """The references of `node` that `ad` cannot resolve, in libclassad's order.
 
@@ -123,7 +92,7 @@ def external_refs(node: Node, ad: ClassAd | None) -> list[str]:
             else:
                 add(f"{bname}.{n.name}")
             return
-        for c in _children(n):
+        for c in children(n):
             walk(c)
 
     def ref(name: str) -> None:
