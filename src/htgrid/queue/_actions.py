@@ -9,7 +9,7 @@ from __future__ import annotations
 from htgrid.classad import ClassAd
 from htgrid.queue._codes import HoldReasonCode
 from htgrid.queue._errors import InvalidTransition
-from htgrid.queue._status import TRANSITIONS, JobStatus, check_transition
+from htgrid.queue._status import JobStatus, check_transition
 from htgrid.queue._store import JobEdit
 
 __all__ = [
@@ -22,9 +22,6 @@ __all__ = [
     "set_status",
     "start",
 ]
-
-
-_STATUS_VALUES = frozenset(int(s) for s in JobStatus)
 
 
 def set_status(edit: JobEdit, new: JobStatus, now: int, what: str) -> None:
@@ -82,21 +79,17 @@ def hold(edit: JobEdit, reason: str, code: HoldReasonCode, subcode: int, now: in
 
 
 def release(edit: JobEdit, reason: str, now: int) -> None:
-    """releaseJobRaw: back to JobStatusOnRelease (Idle unless set), hold reasons to Last*."""
+    """releaseJobRaw: back to Idle, with ReleaseReason; the hold reasons move to Last*.
+
+    (HTCondor releases to `JobStatusOnRelease` when set, which only spooled input uses;
+    this queue has no spooling, so release always goes to Idle.)
+    """
     if edit.status != JobStatus.HELD:
         raise InvalidTransition(
             f"job {edit.job_id}: cannot release: it is {edit.status.label}, not Held"
         )
-    target = edit.get("JobStatusOnRelease")
-    new = JobStatus.IDLE
-    if (
-        type(target) is int
-        and target in _STATUS_VALUES
-        and JobStatus(target) in TRANSITIONS[JobStatus.HELD]
-    ):
-        new = JobStatus(target)
     edit.set("ReleaseReason", reason)
-    set_status(edit, new, now, "release")
+    set_status(edit, JobStatus.IDLE, now, "release")
     _move_hold_reasons(edit)
     edit.set("LastSuspensionTime", 0)
 

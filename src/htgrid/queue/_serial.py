@@ -99,8 +99,7 @@ def encode_plain(ad: ClassAd, special: frozenset[str]) -> str | None:
 
 def parse_value(text: str) -> Any:
     """A stored expression back as what `ad[name] = ...` takes: a plain value or ExprTree."""
-    if text[:1] == '"' and "\\" not in text and text[-1:] == '"' and len(text) > 1:
-        # No backslash means quote() applied no escape, so the body is the string itself.
+    if _plain_string(text):
         return text[1:-1]
     if text == "true":
         return True
@@ -109,6 +108,21 @@ def parse_value(text: str) -> Any:
     if _INT.fullmatch(text):
         return int(text)
     return ExprTree(text)
+
+
+def _plain_string(text: str) -> bool:
+    """Whether `text` is one string literal that quote() wrote without any escape.
+
+    Without a backslash nothing was escaped, so the body is the string itself; a quote
+    inside would mean an expression such as `"a" == Owner`.
+    """
+    return (
+        len(text) > 1
+        and text[0] == '"'
+        and text[-1] == '"'
+        and "\\" not in text
+        and '"' not in text[1:-1]
+    )
 
 
 def _node(text: str) -> Node:
@@ -126,8 +140,8 @@ def decode(text: str) -> ClassAd:
     ad = ClassAd()
     attrs = ad._attrs
     for name, expr in json.loads(text).items():
-        if expr[:1] == '"' and "\\" not in expr:
-            # A plain string, most often unique to the job (its arguments, its files).
+        if _plain_string(expr):
+            # Most often unique to the job (its arguments, its files): not cached.
             attrs[name.lower()] = Entry(name, Literal(expr[1:-1]))
         else:
             attrs[name.lower()] = Entry(name, _node(expr))

@@ -52,7 +52,8 @@ class SubmitTransaction:
     def new_cluster(self) -> int:
         """A new cluster id: larger than any before it, never reused."""
         cluster = self._claim_cluster(self._txn.next_cluster)
-        self._txn.next_cluster = cluster + 1
+        # max: a reserved id (JobQueue.reserve_cluster) may be below the counter.
+        self._txn.next_cluster = max(self._txn.next_cluster, cluster + 1)
         self._clusters[cluster] = _Pending()
         return cluster
 
@@ -86,7 +87,8 @@ class SubmitTransaction:
         pending.status = _initial_status(ad, f"cluster {cluster}", default=int(JobStatus.IDLE))
         pending.ad = ad
         pending.owner = owner
-        pending.seq = self._txn.new_seq()
+        if not pending.seq:
+            pending.seq = self._txn.new_seq()
 
     def new_proc(self, cluster: int, ad: ClassAd | None = None) -> JobId:
         """Add a proc; `ad` holds only what differs from the cluster ad (may be None)."""

@@ -19,7 +19,6 @@ worker thread (the methods are serialised by a lock).
 
 from __future__ import annotations
 
-import gc
 import os
 import re
 import threading
@@ -32,7 +31,13 @@ from typing import Any, Final
 from htgrid.classad import ClassAd, ExprTree
 from htgrid.queue import _actions as actions
 from htgrid.queue._codes import HoldReasonCode, JobAction
-from htgrid.queue._errors import JobNotFound, NotAuthorized, ProtectedAttribute, QueueError
+from htgrid.queue._errors import (
+    InvalidSubmit,
+    InvalidTransition,
+    JobNotFound,
+    ProtectedAttribute,
+    QueueError,
+)
 from htgrid.queue._feed import Change, read_changes
 from htgrid.queue._ids import Identity, JobId
 from htgrid.queue._policy import (
@@ -47,13 +52,11 @@ from htgrid.queue._policy import (
 from htgrid.queue._query import Filter, compile_constraint
 from htgrid.queue._serial import project
 from htgrid.queue._status import ACTIVE, TRANSITIONS, JobStatus
-from htgrid.queue._store import JobEdit, Store, Txn
+from htgrid.queue._store import JobEdit, Store, Txn, gc_paused
 from htgrid.queue._submit import SubmitTransaction
+from htgrid.queue._targets import JobSpec, job_id_of, select_targets
 
 __all__ = ["JobQueue", "JobSpec"]
-
-JobSpec = JobId | str | int | Sequence[JobId | str]
-"""Which jobs: a JobId or "42.0", a cluster (42 or "42"), a list of ids, or a constraint."""
 
 # condor_qedit refuses these (SYSTEM_IMMUTABLE_JOB_ATTRS); JobStatus changes only through
 # actions, so the transition table applies.
@@ -62,8 +65,6 @@ _RUNTIME: Final = frozenset(
     {JobStatus.IDLE, JobStatus.RUNNING, JobStatus.SUSPENDED, JobStatus.TRANSFERRING_OUTPUT}
 )
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_ID = re.compile(r"\s*\d+\.\d+\s*")
-_CLUSTER = re.compile(r"\s*\d+\s*")
 _POLICY_KEYS: Final = ('"periodichold"', '"periodicrelease"', '"periodicremove"', '"timerremove"')
 _VERBS: Final = {
     JobAction.Hold: ("hold", "condor_hold"),
@@ -87,6 +88,7 @@ class JobQueue:
         self._clock = clock
         self._lock = threading.RLock()
         self._cluster_floor = 1  # ids handed out in this process, even if rolled back
+        self._reserved: set[int] = set()  # reserve_cluster() ids not yet submitted
         self._closed = False
 
     @classmethod
@@ -120,14 +122,22 @@ class JobQueue:
     # -- submitting ---------------------------------------------------------------------
 
     @contextmanager
-    def transaction(self, identity: Identity) -> Iterator[SubmitTransaction]:
-        """Submit clusters as `identity`: all of it commits when the block ends, or none."""
+    def transaction(
+        self, identity: Identity, *, reserved: int | None = None
+    ) -> Iterator[SubmitTransaction]:
+        """Submit clusters as `identity`: all of it commits when the block ends, or none.
+
+        The queue is locked for other callers until the block ends. With `reserved` (an
+        id from `reserve_cluster`), the first `new_cluster()` returns that id.
+        """
         with self._writing() as txn:
-            tx = SubmitTransaction(txn, identity, self._claim_cluster)
+            claim = self._claim_cluster if reserved is None else self._claim_reserved(reserved)
+            tx = SubmitTransaction(txn, identity, claim)
             yield tx
             ads = tx.commit_rows()
+            self._reserved.difference_update(ads)
         for cluster, ad in ads.items():
-            self._store._clusters[cluster] = ad
+            self._store.remember_cluster(cluster, ad)
 
     def submit(
         self, identity: Identity, cluster_ad: ClassAd, procs: int | Iterable[ClassAd] = 1
@@ -149,11 +159,30 @@ class JobQueue:
         self._cluster_floor = cluster + 1
         return cluster
 
+    def reserve_cluster(self) -> int:
+        """A cluster id for a submitter that builds its ads before sending them.
+
+        condor_submit asks the schedd for the id first, because `$(Cluster)` appears in
+        the ads it then builds. The counter is committed, so the id is never handed out
+        again; submit with `transaction(identity, reserved=id)` while this object is open.
+        """
+        with self._writing() as txn:
+            cluster = self._claim_cluster(txn.next_cluster)
+            txn.next_cluster = cluster + 1
+            self._reserved.add(cluster)
+        return cluster
+
+    def _claim_reserved(self, cluster: int) -> Callable[[int], int]:
+        if cluster not in self._reserved:
+            raise InvalidSubmit(f"cluster {cluster} was not reserved, or is already submitted")
+        first = [cluster]
+        return lambda candidate: first.pop() if first else self._claim_cluster(candidate)
+
     # -- reading ------------------------------------------------------------------------
 
     def get(self, job_id: JobId | str) -> ClassAd:
         """The whole ad of a job in the queue (JobNotFound otherwise)."""
-        jid = _job_id(job_id)
+        jid = job_id_of(job_id)
         with self._reading() as store:
             row = store.conn.execute(
                 "SELECT cluster, proc, ad, masked FROM jobs WHERE cluster = ? AND proc = ?",
@@ -235,7 +264,7 @@ class JobQueue:
         identity: Identity,
         reason: str | None = None,
         *,
-        code: HoldReasonCode = HoldReasonCode.UserRequest,
+        code: HoldReasonCode | int = HoldReasonCode.UserRequest,
         subcode: int = 0,
     ) -> list[JobId]:
         """Hold, release or remove jobs as `identity`; the jobs acted on.
@@ -246,10 +275,11 @@ class JobQueue:
         action applies to, as condor_hold/condor_release/condor_rm -constraint do.
         """
         verb, tool = _VERBS[action]
+        code = HoldReasonCode(code)  # ValueError for a code HTCondor does not define
         text = reason if reason is not None else f"via {tool} (by user {identity.name})"
         done: list[JobId] = []
         with self._writing() as txn:
-            for edit in self._targets(txn, jobs, identity, verb, _ELIGIBLE[action]):
+            for edit in select_targets(txn, jobs, identity, verb, _ELIGIBLE[action]):
                 self._apply(txn, edit, action, text, code, subcode)
                 done.append(edit.job_id)
         return done
@@ -276,7 +306,7 @@ class JobQueue:
                 return
         elif action is JobAction.RemoveX:
             if edit.status != JobStatus.REMOVED:
-                raise QueueError(f"job {edit.job_id}: -forcex applies to Removed jobs only")
+                raise InvalidTransition(f"job {edit.job_id}: -forcex applies to Removed jobs only")
             edit.set("JobFinishedHookDone", now)
             txn.save(edit)
             txn.leave(edit)
@@ -304,55 +334,26 @@ class JobQueue:
             parsed[name] = ExprTree(value) if isinstance(value, str) else value
         done: list[JobId] = []
         with self._writing() as txn:
-            for edit in self._targets(txn, jobs, identity, "edit", lambda s: True):
+            for edit in select_targets(txn, jobs, identity, "edit", lambda s: True):
                 for name, value in parsed.items():
                     edit.set(name, value)
                 txn.save(edit)
                 done.append(edit.job_id)
         return done
 
-    def _targets(
-        self,
-        txn: Txn,
-        jobs: JobSpec,
-        identity: Identity,
-        verb: str,
-        eligible: Callable[[JobStatus], bool],
-    ) -> list[JobEdit]:
-        ids, cluster, constraint = _parse_spec(jobs)
-        if ids is not None:
-            edits = [txn.load(jid) for jid in dict.fromkeys(ids)]
-            for edit in edits:
-                _check_owner(edit, identity, verb)
-            return edits
-        filt = compile_constraint(constraint if cluster is None else f"ClusterId == {cluster}")
-        edits = []
-        found = False
-        for edit in txn.select(filt):
-            found = True
-            if not identity.may_act_on(edit.owner):
-                if cluster is not None:
-                    _check_owner(edit, identity, verb)
-                continue
-            if eligible(edit.status):
-                edits.append(edit)
-        if cluster is not None and not found:
-            raise JobNotFound(f"cluster {cluster} is not in the queue")
-        return edits
-
     # -- the schedd's own changes -------------------------------------------------------
 
     def job_started(self, job_id: JobId | str) -> None:
         """The job began running (Idle -> Running)."""
         with self._writing() as txn:
-            edit = txn.load(_job_id(job_id))
+            edit = txn.load(job_id_of(job_id))
             actions.start(edit, txn.now)
             txn.save(edit)
 
     def job_evicted(self, job_id: JobId | str) -> None:
         """The job stopped without exiting and goes back to Idle to run again."""
         with self._writing() as txn:
-            edit = txn.load(_job_id(job_id))
+            edit = txn.load(job_id_of(job_id))
             actions.evict(edit, txn.now)
             txn.save(edit)
 
@@ -366,7 +367,7 @@ class JobQueue:
         job leaves for the history unless LeaveJobInQueue is true.
         """
         with self._writing() as txn:
-            edit = txn.load(_job_id(job_id))
+            edit = txn.load(job_id_of(job_id))
             actions.record_exit(edit, exit_code, by_signal)
             decision = exit_decision(edit.view(), txn.now)
             if decision.action is PolicyAction.HOLD:
@@ -388,9 +389,9 @@ class JobQueue:
         The job moves to the history unless LeaveJobInQueue is true; whether it moved.
         """
         with self._writing() as txn:
-            edit = txn.load(_job_id(job_id))
+            edit = txn.load(job_id_of(job_id))
             if edit.status not in (JobStatus.REMOVED, JobStatus.COMPLETED):
-                raise QueueError(f"job {edit.job_id} is {edit.status.label}, not finished")
+                raise InvalidTransition(f"job {edit.job_id} is {edit.status.label}, not finished")
             return self._finish(txn, edit)
 
     def update(self, job_id: JobId | str, attrs: Mapping[str, Any]) -> None:
@@ -400,12 +401,14 @@ class JobQueue:
         the table allows; holds, exits and removals have their own calls.
         """
         with self._writing() as txn:
-            edit = txn.load(_job_id(job_id))
+            edit = txn.load(job_id_of(job_id))
             for name, value in attrs.items():
                 if name.lower() == "jobstatus":
                     new = JobStatus(value)
                     if new not in _RUNTIME:
-                        raise QueueError(f"job {edit.job_id}: set {new.label} with its own call")
+                        raise InvalidTransition(
+                            f"job {edit.job_id}: {new.label} has its own call, not update"
+                        )
                     actions.set_status(edit, new, txn.now, f"become {new.label}")
                 elif name.lower() in PROTECTED:
                     raise ProtectedAttribute(f"job {edit.job_id}: {name} cannot change")
@@ -417,12 +420,14 @@ class JobQueue:
         """The schedd's periodic pass: PeriodicHold/Release/Remove and TimerRemove on every
         job, and completed jobs whose LeaveJobInQueue turned false leave for the history.
 
-        Jobs managed by the grid manager (Managed == "External") are its to evaluate.
-        Returns the decisions applied.
+        Running jobs are included (HTCondor leaves those to their shadow; here nothing
+        else would evaluate them): whatever runs a job that became Held or Removed sees
+        it in the change feed. Jobs managed by the grid manager (Managed == "External")
+        are its to evaluate. `now` (default: the clock) is the time of the pass. Returns
+        the decisions applied.
         """
         applied: list[tuple[JobId, PolicyDecision]] = []
-        with self._writing() as txn:
-            when = txn.now if now is None else now
+        with self._writing(now) as txn:
             rows = txn.conn.execute(
                 "SELECT cluster, proc, status, ad, masked FROM jobs WHERE status <> ? "
                 "ORDER BY cluster, proc",
@@ -436,10 +441,10 @@ class JobQueue:
                     continue
                 edit = txn.edit_of(JobId(cluster, proc), text, masked)
                 if status == JobStatus.COMPLETED:
-                    if not _keep_in_queue(edit, when):
+                    if not _keep_in_queue(edit, txn.now):
                         txn.leave(edit)
                     continue
-                decision = self._periodic(edit, when)
+                decision = self._periodic(edit, txn.now)
                 if decision is not None:
                     self._apply_policy(txn, edit, decision)
                     applied.append((edit.job_id, decision))
@@ -492,15 +497,15 @@ class JobQueue:
     # -- plumbing -----------------------------------------------------------------------
 
     @contextmanager
-    def _writing(self) -> Iterator[Txn]:
-        with self._lock, _gc_paused():
+    def _writing(self, now: int | None = None) -> Iterator[Txn]:
+        with self._lock, gc_paused():
             self._check_open()
-            with self._store.writing(int(self._clock())) as txn:
+            with self._store.writing(int(self._clock()) if now is None else now) as txn:
                 yield txn
 
     @contextmanager
     def _reading(self) -> Iterator[Store]:
-        with self._lock, _gc_paused():
+        with self._lock, gc_paused():
             self._check_open()
             with self._store.reading():
                 yield self._store
@@ -510,55 +515,8 @@ class JobQueue:
             raise QueueError("the job queue is closed")
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector for one queue operation.
-
-    Reading or writing 100,000 jobs allocates millions of objects, which triggers full
-    collections that re-scan every live object (ours and the caller's); measured, that
-    cost more than the work itself. Nothing here makes reference cycles.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _keep_in_queue(edit: JobEdit, now: int) -> bool:
     """Whether LeaveJobInQueue keeps a finished job in the queue (absent: it leaves)."""
     if not edit.has("LeaveJobInQueue"):
         return False
     return truth(with_time(edit.view(), now).eval("LeaveJobInQueue"))
-
-
-def _job_id(job_id: JobId | str) -> JobId:
-    return job_id if isinstance(job_id, JobId) else JobId.parse(job_id)
-
-
-def _parse_spec(jobs: JobSpec) -> tuple[list[JobId] | None, int | None, str | None]:
-    """(ids, cluster, constraint): exactly one is not None."""
-    if isinstance(jobs, JobId):
-        return [jobs], None, None
-    if isinstance(jobs, bool):
-        raise TypeError("a job spec is a job id, a cluster id, a list of ids or a constraint")
-    if isinstance(jobs, int):
-        return None, jobs, None
-    if isinstance(jobs, str):
-        if _ID.fullmatch(jobs):
-            return [JobId.parse(jobs)], None, None
-        if _CLUSTER.fullmatch(jobs):
-            return None, int(jobs), None
-        return None, None, jobs
-    return [_job_id(j) for j in jobs], None, None
-
-
-def _check_owner(edit: JobEdit, identity: Identity, verb: str) -> None:
-    if not identity.may_act_on(edit.owner):
-        raise NotAuthorized(_refusal(edit.job_id, edit.owner, identity, verb))
-
-
-def _refusal(jid: JobId, owner: str, identity: Identity, verb: str) -> str:
-    return f"job {jid} is owned by {owner}; {identity.name} may not {verb} it"
