@@ -28,7 +28,12 @@ _SCALAR_TYPES = (bool, int, float, str, AbsTime, RelTime)
 
 
 class Entry:
-    """One attribute of an ad: its spelling, its expression, and its value if a constant."""
+    """One attribute of an ad: its spelling, its expression, and its value if a constant.
+
+    Entries are immutable once made and may be shared between ads. `ClassAd._attrs`
+    (lower-case name -> Entry) is a friend interface for code that moves many ads at
+    once without converting values (htgrid.queue._serial): keep it stable.
+    """
 
     __slots__ = ("lit", "name", "node")
 

@@ -7,8 +7,10 @@ reader looks at the raw text, not only the decoded string.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
+import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final
 
@@ -114,6 +116,7 @@ def _keep_last(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def iter_json_ads(text: str, start: int = 0) -> Iterator[tuple[tuple[tuple[str, Node], ...], int]]:
     """Each JSON object in `text` (concatenated, or in one top-level array) with its end."""
     marked = text.replace('"\\/Expr(', '"\\u0000Expr(')
+    marks = [m.start() for m in re.finditer(re.escape(_RAW_MARK), marked)]
     # The marker replacement keeps offsets stable up to a fixed growth per marker, so
     # positions are mapped back by counting markers before them.
     decoder = json.JSONDecoder(object_pairs_hook=_keep_last)
@@ -131,18 +134,18 @@ def iter_json_ads(text: str, start: int = 0) -> Iterator[tuple[tuple[tuple[str, 
             value, end = decoder.raw_decode(marked, pos)
         except json.JSONDecodeError as err:
             raise ClassAdSyntaxError(
-                f"invalid JSON: {err.msg}", text=text, offset=_unmap(marked, err.pos)
+                f"invalid JSON: {err.msg}", text=text, offset=_unmap(marks, err.pos)
             ) from None
         if not isinstance(value, dict):
             raise ClassAdSyntaxError(
-                "expected a JSON object for a ClassAd", text=text, offset=_unmap(marked, pos)
+                "expected a JSON object for a ClassAd", text=text, offset=_unmap(marks, pos)
             )
-        pairs = _pairs(value, text, _unmap(marked, pos))
+        pairs = _pairs(value, text, _unmap(marks, pos))
         pos = _skip(marked, end)
         if in_array and pos < len(marked) and marked[pos] == ",":
             pos = _skip(marked, pos + 1)
         if pairs:  # HTCondor's reader yields no ad for an empty object
-            yield pairs, _unmap(marked, pos)
+            yield pairs, _unmap(marks, pos)
 
 
 def _skip(text: str, pos: int) -> int:
@@ -151,6 +154,10 @@ def _skip(text: str, pos: int) -> int:
     return pos
 
 
-def _unmap(marked: str, pos: int) -> int:
-    grown = marked.count('"\\u0000Expr(', 0, pos) * (len('"\\u0000Expr(') - len('"\\/Expr('))
-    return pos - grown
+_RAW_MARK: Final = '"\\u0000Expr('
+_GROWTH: Final = len(_RAW_MARK) - len('"\\/Expr(')
+
+
+def _unmap(marks: list[int], pos: int) -> int:
+    """A position in the marked text as a position in the original text."""
+    return pos - bisect.bisect_left(marks, pos) * _GROWTH

@@ -400,7 +400,8 @@ def parse_old_line(text: str, *, origin: str = "") -> tuple[str, Node]:
         return name, Literal(boolean.lower() == "true")
     eq = text.find("=")
     name_part = text[:eq].strip() if eq > 0 else ""
-    if eq > 0 and _NAME.match(name_part) and not text.startswith(("=", "==", "!="), eq):
+    # `a == b` or `a =?= b` is no assignment: leave those to the full parser's error.
+    if eq > 0 and _NAME.match(name_part) and not text.startswith(("==", "=?=", "=!="), eq):
         try:
             return name_part, _cached(text[eq + 1 :], True, origin)
         except ClassAdSyntaxError as err:

@@ -1,7 +1,8 @@
 """The `htgrid` command.
 
-Exit codes a script can rely on: 0 success, 1 a negative answer (no match, false), 2 bad
-usage or input, 3 an internal error.
+Exit codes a script can rely on: 0 success, 1 a negative answer (no match, false, no
+such job, not your job, no daemon running, some of several jobs not acted on), 2 bad
+usage or input (the message names the file, line or column), 3 an internal error.
 """
 
 from __future__ import annotations
@@ -21,7 +22,18 @@ EXIT_USAGE = 2
 
 def build_parser() -> argparse.ArgumentParser:
     from htgrid import __version__
-    from htgrid.cli import _classad
+    from htgrid.cli import (
+        _act,
+        _classad,
+        _gahp,
+        _grid,
+        _history,
+        _pool,
+        _q,
+        _status,
+        _submit,
+        _wait,
+    )
 
     parser = argparse.ArgumentParser(
         prog="htgrid", description="HTCondor's grid machinery: ClassAds, queue, grid jobs."
@@ -29,6 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"htgrid {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     _classad.register(commands)
+    _gahp.register(commands)
+    _grid.register(commands)
+    _status.register(commands)  # collector, status, advertise
+    for jobs in (_pool, _submit, _q, _act, _history, _wait):  # the job queue's commands
+        jobs.register(commands)
     return parser
 
 
@@ -39,8 +56,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    from htgrid.net import DaemonUnavailable
+    from htgrid.queue import JobNotFound, NotAuthorized
+
     try:
         return int(handler(args))
+    except (DaemonUnavailable, JobNotFound, NotAuthorized) as err:
+        print(f"htgrid: {err}", file=sys.stderr)  # a negative answer, not bad input
+        return EXIT_NO
     except HTGridError as err:
         print(f"htgrid: {err}", file=sys.stderr)
         return EXIT_USAGE

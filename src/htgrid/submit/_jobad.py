@@ -249,7 +249,8 @@ class JobBuilder:
             if not resource:
                 raise SubmitError("grid_resource attribute not defined for grid universe job")
             u.grid_type = resource.split(" ", 1)[0]
-            if u.grid_type.lower() not in _GRID_TYPES:
+            # `$$(resource_name)` is filled in at match time (grid matchmaking).
+            if u.grid_type.lower() not in _GRID_TYPES and not u.grid_type.startswith("$$("):
                 raise SubmitError(
                     f"Invalid value '{u.grid_type}' for grid type\n"
                     "Must be one of: condor, batch, arc, ec2, gce, or azure"

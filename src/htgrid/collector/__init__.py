@@ -1,0 +1,38 @@
+"""The collector (HTCondor's condor_collector): where daemons and sites advertise ads.
+
+`AdStore` keeps ads by type with HTCondor's update semantics (expiry, sequence numbers,
+invalidation) and answers constraint queries; `htgrid.collector.app.create_app` serves it
+over HTTP and `CollectorClient` talks to it. `htgrid collector`, `htgrid status` and
+`htgrid advertise` are the command-line faces.
+"""
+
+from htgrid.collector._errors import (
+    CollectorError,
+    CollectorUnavailable,
+    InvalidAd,
+    InvalidQuery,
+    ProtocolError,
+    UnknownCommand,
+)
+from htgrid.collector._store import DEFAULT_LIFETIME, AdStore, UpdateResult
+from htgrid.collector._types import AdType, Command, command_for, parse_command
+from htgrid.collector.client import CollectorClient, default_pool, pool_url
+
+__all__ = [
+    "DEFAULT_LIFETIME",
+    "AdStore",
+    "AdType",
+    "CollectorClient",
+    "CollectorError",
+    "CollectorUnavailable",
+    "Command",
+    "InvalidAd",
+    "InvalidQuery",
+    "ProtocolError",
+    "UnknownCommand",
+    "UpdateResult",
+    "command_for",
+    "default_pool",
+    "parse_command",
+    "pool_url",
+]

@@ -1,0 +1,317 @@
+"""The collector's memory: ads by type, refreshed by updates, expired when not refreshed.
+
+A plain object with no I/O; time comes from the `clock` it is given. Semantics follow
+condor_collector:
+
+- An ad is known by its type and name (`Name`, or `Machine` for a startd ad without one;
+  `HashName` for a grid manager's resource ad) plus the address it came from, so an
+  update replaces the previous ad of the same daemon.
+- An update carrying `UpdateSequenceNumber` lower than the stored ad's is stale and
+  dropped, unless `DaemonStartTime` changed (the daemon restarted and counts again).
+  With both attributes the collector adds `UpdatesTotal`, `UpdatesSequenced` and
+  `UpdatesLost` (gaps in the sequence), as condor_advertise's manual describes.
+- The collector stamps `LastHeardFrom`. An ad lives `ClassAdLifetime` seconds after its
+  last update; an ad without one but with `UpdateInterval` lives three intervals (three
+  missed updates); otherwise the collector's default (CLASSAD_LIFETIME, 900 s).
+- An invalidation names ads by `Name` (and `MyAddress` when given) or by the query ad's
+  `Requirements`, evaluated against each ad.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from copy import copy
+from dataclasses import dataclass
+
+from htgrid.classad import ClassAd, ExprTree
+from htgrid.classad._match import requirements_hold
+from htgrid.collector._errors import InvalidAd, InvalidQuery
+from htgrid.collector._types import AdType, Command, parse_command
+from htgrid.collector._wire import encode_ad, fragments, join_ads
+
+__all__ = ["DEFAULT_LIFETIME", "AdStore", "UpdateResult"]
+
+# condor_collector's CLASSAD_LIFETIME default: three missed 300-second updates.
+DEFAULT_LIFETIME = 900.0
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateResult:
+    """What became of one ad of an update: stored, or dropped and why."""
+
+    accepted: bool
+    name: str
+    reason: str = ""
+
+
+class _Record:
+    """One stored ad and the bookkeeping around it."""
+
+    __slots__ = ("ad", "expires", "lost", "parts", "sequence", "sequenced", "start", "total")
+
+    def __init__(self, ad: ClassAd, expires: float) -> None:
+        self.ad = ad
+        self.expires = expires
+        self.sequence: int | None = None
+        self.start: int | None = None
+        self.total = 0
+        self.sequenced = 0
+        self.lost = 0
+        # The ad's JSON members, made on the first query that needs them.
+        self.parts: dict[str, str] | None = None
+
+
+def _int_attr(ad: ClassAd, name: str) -> int | None:
+    value = ad.get(name)
+    return value if type(value) is int else None
+
+
+def _number_attr(ad: ClassAd, name: str) -> float | None:
+    value = ad.get(name)
+    # Exact types: bool and classad.Value (an int enum) are not numbers here.
+    return float(value) if isinstance(value, int | float) and type(value) in (int, float) else None
+
+
+def _string_attr(ad: ClassAd, name: str) -> str | None:
+    value = ad.get(name)
+    return value if isinstance(value, str) else None
+
+
+def _truthy(value: object) -> bool:
+    if value is True:
+        return True
+    return type(value) in (int, float) and value != 0
+
+
+def _constraint(text: str | ExprTree | None) -> ExprTree | None:
+    if text is None or isinstance(text, ExprTree):
+        return text
+    if not text.strip():
+        return None
+    return ExprTree(text)  # ClassAdSyntaxError, with line and column, if it is not one
+
+
+class AdStore:
+    """All ads the collector knows, by table (the ads' MyType)."""
+
+    def __init__(self, *, clock: Clock = time.time, default_lifetime: float = DEFAULT_LIFETIME):
+        self._clock = clock
+        self._default_lifetime = default_lifetime
+        self._tables: dict[str, dict[tuple[str, ...], _Record]] = {}
+
+    def now(self) -> float:
+        """The store's time (its injected clock)."""
+        return self._clock()
+
+    # -- updates ------------------------------------------------------------------------
+
+    def update(self, command: Command | str, ad: ClassAd, *, take: bool = False) -> UpdateResult:
+        """Store `ad` under `command` (`UPDATE_STARTD_AD`, ...): a copy, or the ad itself
+        when `take` (the caller hands it over, as the HTTP layer does with ads it read)."""
+        cmd = parse_command(command) if isinstance(command, str) else command
+        if cmd.invalidate:
+            raise InvalidAd(f"{cmd.name} removes ads; send it to invalidate()")
+        if not take:
+            ad = copy(ad)
+        table, key, name = self._identify(cmd, ad)
+        now = self._clock()
+        records = self._tables.setdefault(table, {})
+        old = records.get(key)
+        if old is not None and old.expires <= now:
+            old = None  # an expired ad is forgotten, sequence numbers and all
+        sequence = _int_attr(ad, "UpdateSequenceNumber")
+        start = _int_attr(ad, "DaemonStartTime")
+        restarted = old is not None and start is not None and start != old.start
+        if (
+            old is not None
+            and not restarted
+            and sequence is not None
+            and old.sequence is not None
+            and sequence < old.sequence
+        ):
+            return UpdateResult(
+                False,
+                name,
+                f"stale update: UpdateSequenceNumber {sequence} is older than the "
+                f"stored ad's {old.sequence}",
+            )
+        record = _Record(ad, now + self._lifetime(ad))
+        record.sequence, record.start = sequence, start
+        if old is not None and not restarted:
+            record.total, record.sequenced, record.lost = old.total, old.sequenced, old.lost
+            if sequence is not None and old.sequence is not None:
+                record.lost += max(0, sequence - old.sequence - 1)
+        record.total += 1
+        if sequence is not None:
+            record.sequenced += 1
+        ad["LastHeardFrom"] = int(now)
+        if sequence is not None and start is not None:
+            ad["UpdatesTotal"] = record.total
+            ad["UpdatesSequenced"] = record.sequenced
+            ad["UpdatesLost"] = record.lost
+        records[key] = record
+        return UpdateResult(True, name)
+
+    def _identify(self, cmd: Command, ad: ClassAd) -> tuple[str, tuple[str, ...], str]:
+        """The table, key and name an ad is stored under."""
+        my_type = _string_attr(ad, "MyType")
+        if cmd.ad_type is AdType.GENERIC:
+            if not my_type:
+                raise InvalidAd(f"{cmd.name} needs the ad's MyType, to know what it is")
+            table = my_type.lower()
+        else:
+            expected = cmd.ad_type.value
+            if my_type is None:
+                ad["MyType"] = expected
+            elif my_type.lower() != expected.lower():
+                raise InvalidAd(f'{cmd.name} takes ads with MyType = "{expected}", not "{my_type}"')
+            table = expected.lower()
+        name = _string_attr(ad, "Name")
+        if cmd.ad_type is AdType.STARTD and not name:
+            name = _string_attr(ad, "Machine")
+        if cmd.ad_type is AdType.GRID:
+            name = _string_attr(ad, "HashName") or name
+        if not name:
+            raise InvalidAd(f"{cmd.name}: the ad has no Name, so it cannot be told apart")
+        address = _string_attr(ad, "MyAddress") or ""
+        if cmd.ad_type is AdType.SUBMITTER:
+            key: tuple[str, ...] = (name, _string_attr(ad, "ScheddName") or "", address)
+        elif cmd.ad_type is AdType.GRID:
+            owner = _string_attr(ad, "Owner") or ""
+            key = (name, owner, _string_attr(ad, "ScheddName") or "")
+        else:
+            key = (name, address)
+        return table, key, name
+
+    def _lifetime(self, ad: ClassAd) -> float:
+        lifetime = _number_attr(ad, "ClassAdLifetime")
+        if lifetime is not None and lifetime > 0:
+            return lifetime
+        interval = _number_attr(ad, "UpdateInterval")
+        if interval is not None and interval > 0:
+            return 3.0 * interval
+        return self._default_lifetime
+
+    # -- invalidations ------------------------------------------------------------------
+
+    def invalidate(self, command: Command | str, query: ClassAd) -> int:
+        """Remove the ads `query` names; how many were removed."""
+        cmd = parse_command(command) if isinstance(command, str) else command
+        if not cmd.invalidate:
+            raise InvalidAd(f"{cmd.name} stores ads; send it to update()")
+        if cmd.ad_type is AdType.GENERIC:
+            target = _string_attr(query, "TargetType")
+            if not target:
+                raise InvalidAd(f"{cmd.name} needs TargetType, the MyType of the ads to remove")
+            table = target.lower()
+        else:
+            table = cmd.ad_type.value.lower()
+        records = self._tables.get(table, {})
+        name = _string_attr(query, "Name")
+        address = _string_attr(query, "MyAddress")
+        if name is not None:
+            doomed = [
+                key
+                for key, record in records.items()
+                if _string_attr(record.ad, "Name") == name
+                and (address is None or _string_attr(record.ad, "MyAddress") == address)
+            ]
+        elif "Requirements" in query:
+            doomed = [key for key, record in records.items() if requirements_hold(query, record.ad)]
+        else:
+            raise InvalidAd(f"{cmd.name} needs Name or Requirements to say which ads to remove")
+        for key in doomed:
+            del records[key]
+        return len(doomed)
+
+    def expire(self) -> int:
+        """Forget the ads whose lifetime has passed; how many were forgotten."""
+        now = self._clock()
+        gone = 0
+        for records in self._tables.values():
+            stale = [key for key, record in records.items() if record.expires <= now]
+            for key in stale:
+                del records[key]
+            gone += len(stale)
+        return gone
+
+    # -- queries ------------------------------------------------------------------------
+
+    def _select(
+        self, ad_type: AdType | str | None, constraint: str | ExprTree | None, limit: int | None
+    ) -> Iterator[_Record]:
+        if limit is not None and limit < 0:
+            raise InvalidQuery("limit must not be negative")
+        expr = _constraint(constraint)
+        now = self._clock()
+        if ad_type is None or (isinstance(ad_type, str) and ad_type.lower() in ("", "any")):
+            tables = list(self._tables.values())
+        else:
+            name = ad_type.value if isinstance(ad_type, AdType) else ad_type
+            tables = [self._tables.get(name.lower(), {})]
+        found = 0
+        for records in tables:
+            for record in list(records.values()):
+                if limit is not None and found >= limit:
+                    return
+                if record.expires <= now:
+                    continue
+                if expr is not None and not _truthy(expr.eval(record.ad)):
+                    continue
+                found += 1
+                yield record
+
+    def query(
+        self,
+        ad_type: AdType | str | None = None,
+        constraint: str | ExprTree | None = None,
+        projection: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> list[ClassAd]:
+        """Copies of the live ads of `ad_type` (all types when None) matching `constraint`.
+
+        `projection` keeps only the named attributes; `limit` caps how many ads come back.
+        """
+        out = []
+        for record in self._select(ad_type, constraint, limit):
+            if projection is None:
+                out.append(copy(record.ad))
+            else:
+                ad = ClassAd()
+                for name in projection:
+                    entry = record.ad._attrs.get(name.lower())
+                    if entry is not None:
+                        ad._insert(entry.name, entry.node)
+                out.append(ad)
+        return out
+
+    def query_json(
+        self,
+        ad_type: AdType | str | None = None,
+        constraint: str | ExprTree | None = None,
+        projection: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> str:
+        """The same selection as `query`, as a JSON array in HTCondor's JSON form."""
+        objects = []
+        for record in self._select(ad_type, constraint, limit):
+            if record.parts is None:
+                record.parts = fragments(record.ad)
+            objects.append(encode_ad(record.parts, projection))
+        return join_ads(objects)
+
+    def counts(self) -> dict[str, int]:
+        """How many live ads each table holds, by MyType as the ads spell it."""
+        now = self._clock()
+        out: dict[str, int] = {}
+        for records in self._tables.values():
+            live = [r for r in records.values() if r.expires > now]
+            if live:
+                out[str(live[0].ad.get("MyType"))] = len(live)
+        return out
+
+    def __len__(self) -> int:
+        return sum(self.counts().values())

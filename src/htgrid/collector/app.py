@@ -1,0 +1,226 @@
+"""The collector's HTTP API: a Starlette (ASGI) app over an `AdStore`.
+
+    GET  /v1/health                        {"status": "ok", "version": ..., "ads": {...}}
+    GET  /v1/ads?type=Machine&constraint=..&projection=Name,Memory&limit=N
+                                           a JSON array of ads (HTCondor's JSON form)
+    POST /v1/updates/UPDATE_STARTD_AD      a JSON array of ads -> {"accepted": n, "results": [...]}
+    POST /v1/invalidations/INVALIDATE_STARTD_ADS
+                                           one query ad -> {"invalidated": n}
+
+Errors are problem documents (`_problems`). Paths are versioned and no handler reads an
+identity, so TLS and tokens can wrap the app later (as middleware) without changing a
+route. The store is used from one worker thread at a time: its work (evaluating
+constraints over 10,000 ads, encoding them) stays off the event loop and needs no lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+from collections.abc import AsyncIterator, Callable
+from json import JSONDecodeError
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from htgrid import __version__
+from htgrid.classad import ClassAd
+from htgrid.collector._errors import InvalidAd, InvalidQuery, ProtocolError
+from htgrid.collector._problems import to_problem
+from htgrid.collector._store import AdStore, UpdateResult
+from htgrid.collector._types import AdType, parse_command
+from htgrid.collector._wire import decode_ads
+from htgrid.errors import HTGridError
+
+__all__ = ["create_app"]
+
+_log = logging.getLogger("htgrid.collector")
+
+T = TypeVar("T")
+
+
+class _Collector:
+    """The app's state: the store, the one-thread limiter, and the collector's own ad."""
+
+    def __init__(self, store: AdStore, name: str, address: str, interval: float) -> None:
+        self.store = store
+        self.limiter = anyio.CapacityLimiter(1)
+        self.name = name
+        self.address = address
+        self.interval = max(1, round(interval))
+        self.started = int(store.now())
+        self.sequence = 0
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        return await anyio.to_thread.run_sync(fn, limiter=self.limiter)
+
+    def refresh_own_ad(self) -> None:
+        """Store the collector's ad about itself (what `condor_status -collector` shows)."""
+        self.sequence += 1
+        ad = ClassAd()
+        ad["MyType"] = AdType.COLLECTOR.value
+        ad["Name"] = self.name
+        ad["Machine"] = socket.gethostname()
+        ad["MyAddress"] = self.address
+        ad["CondorVersion"] = f"htgrid {__version__}"
+        ad["DaemonStartTime"] = self.started
+        ad["UpdateSequenceNumber"] = self.sequence
+        ad["UpdateInterval"] = self.interval  # so it expires if housekeeping stops
+        ad["TotalAds"] = len(self.store)
+        self.store.update("UPDATE_COLLECTOR_AD", ad)
+
+
+def _problem(error: HTGridError, status: int | None = None) -> JSONResponse:
+    doc = to_problem(error)
+    if status is not None:
+        doc["status"] = status
+    return JSONResponse(doc, status_code=doc["status"], media_type="application/problem+json")
+
+
+def _limit(text: str | None) -> int | None:
+    if text is None or text == "":
+        return None
+    try:
+        limit = int(text)
+    except ValueError:
+        raise InvalidQuery(f"limit must be a whole number, not {text!r}") from None
+    if limit < 0:
+        raise InvalidQuery("limit must not be negative")
+    return limit
+
+
+async def _health(request: Request) -> Response:
+    state: _Collector = request.app.state.collector
+    counts = await state.run(state.store.counts)
+    return JSONResponse({"status": "ok", "version": __version__, "ads": counts})
+
+
+async def _ads(request: Request) -> Response:
+    state: _Collector = request.app.state.collector
+    params = request.query_params
+    ad_type = params.get("type") or None
+    constraint = params.get("constraint") or None
+    projection = [n.strip() for n in (params.get("projection") or "").split(",") if n.strip()]
+    limit = _limit(params.get("limit"))
+    text = await state.run(
+        lambda: state.store.query_json(ad_type, constraint, projection or None, limit)
+    )
+    return Response(text, media_type="application/json")
+
+
+async def _body(request: Request) -> bytes:
+    body = await request.body()
+    if not body.strip():
+        raise ProtocolError("the request has no body; send a JSON array of ads")
+    return body
+
+
+async def _updates(request: Request) -> Response:
+    state: _Collector = request.app.state.collector
+    command = parse_command(request.path_params["command"])
+    if command.invalidate:
+        raise ProtocolError(f"{command.name} removes ads; POST it to /v1/invalidations")
+    body = await _body(request)
+
+    def store_all() -> list[dict[str, Any]]:
+        # Each ad stands alone, as with condor_advertise -multiple: one the collector
+        # cannot store is reported, the others are kept.
+        results = []
+        for ad in decode_ads(body):
+            try:
+                r = state.store.update(command, ad, take=True)
+            except InvalidAd as err:
+                name = ad.get("Name")
+                r = UpdateResult(False, name if isinstance(name, str) else "", str(err))
+            results.append({"accepted": r.accepted, "name": r.name, "reason": r.reason or None})
+        return results
+
+    results = await state.run(store_all)
+    accepted = sum(1 for r in results if r["accepted"])
+    return JSONResponse({"accepted": accepted, "results": results})
+
+
+async def _invalidations(request: Request) -> Response:
+    state: _Collector = request.app.state.collector
+    command = parse_command(request.path_params["command"])
+    if not command.invalidate:
+        raise ProtocolError(f"{command.name} stores ads; POST it to /v1/updates")
+    body = await _body(request)
+
+    def remove() -> int:
+        return sum(state.store.invalidate(command, query) for query in decode_ads(body))
+
+    return JSONResponse({"invalidated": await state.run(remove)})
+
+
+def _handled(endpoint: Callable[[Request], Any]) -> Callable[[Request], Any]:
+    """`endpoint` with htgrid's errors turned into problem documents."""
+
+    async def run(request: Request) -> Response:
+        try:
+            response: Response = await endpoint(request)
+        except HTGridError as error:
+            return _problem(error)
+        except (JSONDecodeError, UnicodeDecodeError) as error:
+            return _problem(ProtocolError(f"the request body is not JSON: {error}"))
+        return response
+
+    return run
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 404)
+    error = ProtocolError(f"no such resource: {request.method} {request.url.path}")
+    return _problem(error, status)
+
+
+def create_app(
+    store: AdStore | None = None,
+    *,
+    name: str = "htgrid pool",
+    address: str = "",
+    housekeeping_interval: float = 60.0,
+) -> Starlette:
+    """The collector app over `store`; expiry runs every `housekeeping_interval` seconds.
+
+    Expired ads are also left out of every answer at once, so the interval only bounds
+    how long they take memory.
+    """
+    state = _Collector(
+        store if store is not None else AdStore(), name, address, housekeeping_interval
+    )
+
+    async def housekeeping() -> None:
+        while True:
+            await state.run(state.refresh_own_ad)
+            gone = await state.run(state.store.expire)
+            if gone:
+                _log.info("expired %d ads not refreshed in time", gone)
+            await anyio.sleep(housekeeping_interval)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with anyio.create_task_group() as group:
+            group.start_soon(housekeeping)
+            yield
+            group.cancel_scope.cancel()
+
+    routes = [
+        Route("/v1/health", _handled(_health), methods=["GET"]),
+        Route("/v1/ads", _handled(_ads), methods=["GET"]),
+        Route("/v1/updates/{command}", _handled(_updates), methods=["POST"]),
+        Route("/v1/invalidations/{command}", _handled(_invalidations), methods=["POST"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={404: _not_found, 405: _not_found},
+    )
+    app.state.collector = state
+    return app

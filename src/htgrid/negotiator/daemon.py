@@ -1,0 +1,261 @@
+"""The negotiator daemon: a cycle every NEGOTIATOR_INTERVAL against a job source and
+the collector, with user priorities kept between cycles.
+
+It depends on two small protocols the lead connects: `JobSource` (the queue daemon:
+idle jobs in, match decisions out) and `MachineSource` (slot and site ads; the
+collector, through `CollectorMachines`). Each cycle:
+
+1. reads the idle jobs and the machine ads;
+2. lays over the ads the matches it made that their owners have not advertised yet
+   (a static slot is "Matched", a partitionable slot smaller, a site's CurMatches
+   higher) until the ad is refreshed after the match or `pending_lifetime` passes;
+3. ages the user priorities to now with the slots each submitter has in use (claimed
+   slots' RemoteUser, plus its pending matches);
+4. runs `negotiate()` in a worker thread (it is CPU work) and reports the result;
+5. advertises a Negotiator ad (LastNegotiationCycle* as condor_negotiator does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from copy import copy
+from dataclasses import dataclass
+from typing import Protocol
+
+import anyio.to_thread
+
+from htgrid.classad import ClassAd
+from htgrid.collector import CollectorClient
+from htgrid.errors import HTGridError
+from htgrid.negotiator._ads import slot_weight
+from htgrid.negotiator._cycle import negotiate
+from htgrid.negotiator._model import CycleResult, Match, NegotiatorConfig, ResourceRequest
+from htgrid.negotiator._priorities import PriorityTable
+
+__all__ = ["Clock", "CollectorMachines", "JobSource", "MachineSource", "Negotiator", "SystemClock"]
+
+_log = logging.getLogger("htgrid.negotiator")
+
+
+class JobSource(Protocol):
+    """The queue daemon, as the negotiator sees it."""
+
+    async def idle_jobs(self) -> Sequence[ClassAd]:
+        """The idle jobs (JobStatus 1) that may run now, with ClusterId and ProcId."""
+
+    async def report(self, result: CycleResult) -> None:
+        """Take a cycle's decisions: for each match, record `match.job_updates` in the
+        job and start it at `match.machine` (with `match.job_ad(job)`, the macros filled;
+        an `expansion.error` holds the job instead); for each rejection, set
+        LastRejMatchReason and LastRejMatchTime."""
+
+
+class MachineSource(Protocol):
+    """Where slot and grid-site ads come from."""
+
+    async def machine_ads(self) -> Sequence[ClassAd]:
+        """Every slot and site ad of the pool (MyType "Machine"), claimed ones too."""
+
+
+class Clock(Protocol):
+    """Where time comes from; tests pass one they move by hand."""
+
+    def time(self) -> float:
+        """Seconds since the epoch."""
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait `seconds`."""
+
+
+class SystemClock:
+    """The wall clock and asyncio's sleep."""
+
+    def time(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))
+
+
+class CollectorMachines:
+    """`MachineSource` over a collector: its Machine ads, constraint optional."""
+
+    def __init__(self, client: CollectorClient, constraint: str | None = None) -> None:
+        self.client = client
+        self.constraint = constraint  # NEGOTIATOR_SLOT_CONSTRAINT
+
+    async def machine_ads(self) -> Sequence[ClassAd]:
+        return await self.client.query("Machine", self.constraint)
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    at: float
+    submitter: str
+    weight: float
+    request: ResourceRequest | None
+
+
+def _key(ad: ClassAd) -> tuple[str, str]:
+    name, address = ad.get("Name"), ad.get("MyAddress")
+    return (name if isinstance(name, str) else "", address if isinstance(address, str) else "")
+
+
+def _number(value: object) -> int:
+    return int(value) if isinstance(value, int | float) and type(value) in (int, float) else 0
+
+
+class Negotiator:
+    """Runs negotiation cycles; `priorities` carries the accountant between them."""
+
+    def __init__(
+        self,
+        jobs: JobSource,
+        machines: MachineSource,
+        *,
+        config: NegotiatorConfig | None = None,
+        priorities: PriorityTable | None = None,
+        clock: Clock | None = None,
+        interval: float = 60.0,
+        pending_lifetime: float = 300.0,
+        collector: CollectorClient | None = None,
+        name: str = "htgrid negotiator",
+    ) -> None:
+        self.jobs = jobs
+        self.machines = machines
+        self.config = config or NegotiatorConfig()
+        self.priorities = priorities or PriorityTable()
+        self.clock: Clock = clock or SystemClock()
+        self.interval = interval  # NEGOTIATOR_INTERVAL
+        self.pending_lifetime = pending_lifetime
+        self.collector = collector
+        self.name = name
+        self.started = int(self.clock.time())
+        self.cycles = 0
+        self._pending: dict[tuple[str, str], list[_Pending]] = {}
+
+    def _overlay(self, machines: Sequence[ClassAd], now: float) -> list[ClassAd]:
+        """The ads with this negotiator's not-yet-advertised matches laid over them."""
+        out = []
+        for ad in machines:
+            key = _key(ad)
+            pending = self._pending.get(key)
+            if pending:
+                heard = ad.get("LastHeardFrom")
+                if type(heard) not in (int, float):  # classad.Value.Undefined is an int enum
+                    heard = None
+                fresh = [
+                    p
+                    for p in pending
+                    if now - p.at < self.pending_lifetime
+                    and not (isinstance(heard, int | float) and heard >= p.at)
+                ]
+                if fresh:
+                    self._pending[key] = fresh
+                    ad = _with_pending(ad, fresh)
+                else:
+                    del self._pending[key]
+            out.append(ad)
+        return out
+
+    def _usage(self, machines: Sequence[ClassAd]) -> dict[str, float]:
+        usage: dict[str, float] = {}
+        for ad in machines:
+            if ad.get("State") in ("Claimed", "Preempting"):
+                user = ad.get("RemoteUser") or ad.get("RemoteOwner")
+                if isinstance(user, str):
+                    usage[user] = usage.get(user, 0.0) + slot_weight(
+                        ad, self.config.use_slot_weights
+                    )
+        for pending in self._pending.values():
+            for p in pending:
+                usage[p.submitter] = usage.get(p.submitter, 0.0) + p.weight
+        return usage
+
+    async def cycle(self) -> CycleResult:
+        """One negotiation cycle, reported to the job source."""
+        started = time.monotonic()
+        jobs = list(await self.jobs.idle_jobs())
+        now = self.clock.time()
+        machines = self._overlay(await self.machines.machine_ads(), now)
+        self.priorities = self.priorities.advanced(now, self._usage(machines))
+        priorities, config = self.priorities, self.config
+        result = await anyio.to_thread.run_sync(
+            lambda: negotiate(jobs, machines, priorities, config, now=now)
+        )
+        await self.jobs.report(result)
+        matched: dict[str, float] = {}
+        for match in result.matches:
+            self._remember(match, now)
+            matched[match.submitter] = matched.get(match.submitter, 0.0) + match.weight
+        self.priorities = self.priorities.with_usage_added(matched, now)
+        self.cycles += 1
+        _log.info(
+            "cycle %d: %d idle jobs, %d ads, %d matches in %.2fs",
+            self.cycles,
+            len(jobs),
+            len(machines),
+            len(result.matches),
+            time.monotonic() - started,
+        )
+        if self.collector is not None:
+            ad = self._own_ad(result, now, time.monotonic() - started, len(jobs))
+            try:
+                await self.collector.advertise("UPDATE_NEGOTIATOR_AD", [ad])
+            except HTGridError as err:
+                _log.warning("could not advertise to the collector: %s", err)
+        return result
+
+    def _remember(self, match: Match, now: float) -> None:
+        key = _key(match.machine_ad)
+        self._pending.setdefault(key, []).append(
+            _Pending(now, match.submitter, match.weight, match.request)
+        )
+
+    def _own_ad(self, result: CycleResult, now: float, duration: float, idle: int) -> ClassAd:
+        """The Negotiator ad, with condor_negotiator's LastNegotiationCycle* attributes."""
+        ad = ClassAd()
+        ad["MyType"] = "Negotiator"
+        ad["Name"] = self.name
+        ad["DaemonStartTime"] = self.started
+        ad["UpdateSequenceNumber"] = self.cycles
+        ad["UpdateInterval"] = int(self.interval)
+        ad["LastNegotiationCycleTime0"] = int(now)
+        ad["LastNegotiationCycleDuration0"] = round(duration, 3)
+        ad["LastNegotiationCycleMatches0"] = len(result.matches)
+        ad["LastNegotiationCycleRejections0"] = len(result.rejections)
+        ad["LastNegotiationCycleActiveSubmitterCount0"] = len(result.submitters)
+        ad["LastNegotiationCycleNumIdleJobs0"] = idle
+        ad["LastNegotiationCycleSlotShareIter0"] = result.spins
+        ad["LastNegotiationCycleNumAutoclusters0"] = result.autoclusters
+        return ad
+
+    async def run(self) -> None:
+        """Cycle every `interval` seconds until cancelled; a failed cycle is logged."""
+        while True:
+            began = self.clock.time()
+            try:
+                await self.cycle()
+            except HTGridError as err:
+                _log.error("negotiation cycle failed: %s", err)
+            await self.clock.sleep(self.interval - (self.clock.time() - began))
+
+
+def _with_pending(ad: ClassAd, pending: list[_Pending]) -> ClassAd:
+    """The ad as it will be once its owner reports `pending` matches."""
+    out = copy(ad)
+    if ad.get("WantAdRevaluate") is True:
+        out["CurMatches"] = _number(ad.get("CurMatches")) + len(pending)
+    elif ad.get("PartitionableSlot") is True:
+        for p in pending:
+            if p.request is not None:
+                out["Cpus"] = _number(out.get("Cpus")) - p.request.cpus
+                out["Memory"] = _number(out.get("Memory")) - p.request.memory
+                if isinstance(out.get("Disk"), int | float):
+                    out["Disk"] = _number(out.get("Disk")) - p.request.disk
+    else:
+        out["State"] = "Matched"  # the startd's state between match and claim
+    return out

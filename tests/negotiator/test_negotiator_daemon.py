@@ -1,0 +1,153 @@
+"""The negotiator daemon against in-memory fakes of the queue and the collector."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+
+import httpx
+
+from htgrid.classad import ClassAd
+from htgrid.collector import AdStore, CollectorClient
+from htgrid.collector.app import create_app
+from htgrid.negotiator import CycleResult, NegotiatorConfig
+from htgrid.negotiator.daemon import CollectorMachines, Negotiator
+
+from ._pool import ads, job, slot
+
+T0 = 1_700_000_000.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+        self.slept: list[float] = []
+
+    def time(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+        if len(self.slept) >= 3:
+            raise asyncio.CancelledError
+
+
+class Queue:
+    """The queue daemon's side: idle jobs out, decisions in."""
+
+    def __init__(self, jobs: list[ClassAd]) -> None:
+        self.idle = {(j["ClusterId"], j["ProcId"]): j for j in jobs}
+        self.running: list[ClassAd] = []
+        self.reasons: dict[str, str] = {}
+
+    async def idle_jobs(self) -> Sequence[ClassAd]:
+        return list(self.idle.values())
+
+    async def report(self, result: CycleResult) -> None:
+        for match in result.matches:
+            job = self.idle.pop((match.job_id.cluster, match.job_id.proc))
+            self.running.append(match.job_ad(job))
+        for rejection in result.rejections:
+            self.reasons[str(rejection.job_id)] = rejection.reason
+
+
+class Machines:
+    def __init__(self, machine_ads: list[ClassAd]) -> None:
+        self.ads = machine_ads
+
+    async def machine_ads(self) -> Sequence[ClassAd]:
+        return self.ads
+
+
+def heard(ad: ClassAd, when: float, **attrs: object) -> ClassAd:
+    ad = ad.__copy__()
+    ad["LastHeardFrom"] = int(when)
+    for key, value in attrs.items():
+        ad[key] = value
+    return ad
+
+
+def test_matched_slots_are_not_offered_again_until_their_startd_reports() -> None:
+    queue = Queue([job(1, p) for p in range(3)])
+    machines = Machines([heard(slot(f"s{i}@a"), T0 - 60) for i in range(2)])
+    clock = Clock()
+    negotiator = Negotiator(queue, machines, clock=clock)
+
+    async def main() -> None:
+        first = await negotiator.cycle()
+        assert len(first.matches) == 2
+        clock.now += 60
+        second = await negotiator.cycle()  # the ads have not changed yet: "Matched"
+        assert second.matches == ()
+        assert queue.reasons == {"1.2": "no match found"}
+        # The startds report the claims; alice now has two slots in use.
+        machines.ads = [
+            heard(ad, clock.now, State="Claimed", RemoteUser="alice@example.com")
+            for ad in machines.ads
+        ]
+        clock.now += 60
+        await negotiator.cycle()
+        alice = negotiator.priorities["alice@example.com"]
+        assert alice.resources_in_use == 2.0
+        assert alice.real > 0.5  # two slots for two minutes
+
+    asyncio.run(main())
+    assert [
+        j["RemoteHost"] if "RemoteHost" in j else j["NumJobMatches"] for j in queue.running
+    ] == [1, 1]
+
+
+def test_a_site_keeps_its_count_of_matches_between_its_updates() -> None:
+    (site,) = ads(
+        """MyType = "Machine"
+Name = "SiteA"
+resource_name = "batch slurm a"
+Requirements = (CurMatches < 10) && (TARGET.JobUniverse == 9)
+WantAdRevaluate = True
+CurMatches = 1
+"""
+    )
+    jobs = ads(
+        "\n".join(
+            f'ClusterId = 5\nProcId = {p}\nOwner = "a"\nJobUniverse = 9\n'
+            'GridResource = "$$(resource_name)"\nRequirements = true\n'
+            for p in range(12)
+        )
+    )
+    queue = Queue(jobs)
+    config = NegotiatorConfig(ignore_user_priorities=True)
+    negotiator = Negotiator(queue, Machines([heard(site, T0 - 10)]), config=config, clock=Clock())
+
+    async def main() -> None:
+        assert len((await negotiator.cycle()).matches) == 9
+        assert (await negotiator.cycle()).matches == ()  # the site has not said it took them
+
+    asyncio.run(main())
+    assert {j["GridResource"] for j in queue.running} == {"batch slurm a"}
+
+
+def test_cycles_run_every_interval_and_advertise_to_the_collector() -> None:
+    store = AdStore(clock=lambda: T0)
+    for i in range(4):
+        store.update("UPDATE_STARTD_AD", slot(f"s{i}@a"))
+    queue = Queue([job(1, p) for p in range(3)])
+    clock = Clock()
+
+    async def main() -> None:
+        transport = httpx.ASGITransport(app=create_app(store))
+        async with CollectorClient("collector.test", transport=transport) as client:
+            negotiator = Negotiator(
+                queue, CollectorMachines(client), clock=clock, interval=60, collector=client
+            )
+            with contextlib.suppress(asyncio.CancelledError):  # the clock stops it
+                await negotiator.run()
+            assert negotiator.cycles == 3
+
+    asyncio.run(main())
+    assert len(queue.running) == 3
+    assert clock.slept == [60.0, 60.0, 60.0]
+    (ad,) = store.query("Negotiator")
+    assert ad["LastNegotiationCycleMatches0"] == 0  # the third cycle had nothing left
+    assert ad["UpdateSequenceNumber"] == 3
