@@ -1,0 +1,473 @@
+"""The batch GAHP server: the blahp's commands, answered by htgrid's batch back ends.
+
+Commands, argument counts (after the request id) and result lines, as the blahp has them
+(`src/blahp/src/server.c`) and the grid manager checks them:
+
+    BLAH_JOB_SUBMIT <id> <ad>               <id> 0 No\\ error <lrms>/<YYYYMMDD>/<native id>
+                                            <id> <code> <error> N/A
+    BLAH_JOB_STATUS <id> <blah id>          <id> 0 No\\ error <JobStatus> <status ad>
+                                            <id> 1 <error> 0 N/A
+    BLAH_JOB_CANCEL|HOLD|RESUME <id> <blah id>              <id> <code> <message>
+    BLAH_JOB_REFRESH_PROXY <id> <blah id> <proxy file>      <id> <code> <message>
+    BLAH_PING <id> <lrms>                                   <id> <code> <message>
+
+and two of our own, which HTCondor's grid manager never sends. (The blahp's own
+BLAH_JOB_STATUS_ALL, served only when it keeps a job registry, takes no job ids and answers
+one `[ad; ad...]` field; a client tells the two apart by the version banner.)
+
+    BLAH_JOB_STATUS_ALL <id> <blah id> [<blah id> ...]
+        <id> 0 No\\ error <n> <ad 1> ... <ad n>    one ad per id asked, in order; each has
+                                                   BlahJobId and JobStatus, and an unknown
+                                                   job has JobStatus 0 and BlahError
+        <id> 1 <error> 0                           nothing could be asked
+    BLAH_JOB_FIND <id> <lrms> <ClientJobId>
+        <id> 0 No\\ error <blah id>|NULL          the latest job submitted with that
+                                                   ClientJobId, whatever its state: lets a
+                                                   grid manager that crashed between submit
+                                                   and recording the id find its job
+        <id> 1 <error> NULL
+
+Status ads carry BatchJobId, JobStatus and, once known, ExitCode or ExitBySignal and
+ExitSignal, ExitReason (e.g. "walltime exceeded") and RemoteWallClockTime. A job whose
+outputs could not be copied back is HELD (5) with HoldReason and HoldReasonCode 12.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+import uuid
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import htgrid.classad as classad
+from htgrid import __version__
+from htgrid.backends.batch._base import (
+    BackendError,
+    BackendUnavailable,
+    BatchBackend,
+    JobState,
+    NativeStatus,
+)
+from htgrid.backends.batch._jobad import SubmitError, client_tag, parse_submit_ad
+from htgrid.backends.batch._poller import StatusBatcher
+from htgrid.backends.batch._registry import BackendOptions, UnknownBackend, create_backend
+from htgrid.backends.batch._sandbox import HOLD_TRANSFER_OUTPUT, JobRecord, JobStore
+from htgrid.gahp import NULL, Call, Clock, Command, GahpServer, GahpVersion, SystemClock
+
+__all__ = ["VERSION", "BatchGahp", "BatchOptions"]
+
+VERSION = GahpVersion(__version__, datetime.date(2026, 11, 21), "htgrid batch GAHP")
+NO_ERROR = "No error"
+NOT_AVAILABLE = "N/A"
+_FINALS_KEPT = 10_000
+_ACTIVE = frozenset({JobState.IDLE, JobState.RUNNING, JobState.HELD, JobState.SUSPENDED})
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOptions:
+    """How a batch GAHP server runs."""
+
+    scratch: Path
+    #: Seconds status questions are collected before one back-end query answers them all.
+    status_window: float = 0.5
+    #: Seconds a status answer is reused.
+    status_max_age: float = 20.0
+    #: Worker limits: submits and other job commands, status questions, pings.
+    submit_workers: int = 50
+    status_workers: int = 1000
+    ping_workers: int = 10
+
+
+class _BadJobId(ValueError):
+    pass
+
+
+class BatchGahp:
+    """The batch GAHP's commands over a JobStore and lazily built back ends."""
+
+    def __init__(self, options: BatchOptions, *, clock: Clock | None = None) -> None:
+        self.options = options
+        self.clock: Clock = clock or SystemClock()
+        self.store = JobStore(options.scratch)
+        self._backends: dict[str, BatchBackend] = {}
+        self._batchers: dict[str, StatusBatcher] = {}
+        # One submit per client job, one stage-out per job, at a time.
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        # Final answers of finished jobs, most recently asked last: no file or LRM lookup.
+        self._finals: OrderedDict[tuple[str, str], tuple[NativeStatus, JobRecord]] = OrderedDict()
+
+    def server(self) -> GahpServer:
+        """A GahpServer serving this GAHP's commands."""
+        opts = self.options
+
+        def fails(*tail: str) -> Callable[[str], Sequence[str]]:
+            # The result line reported if a handler breaks: code 1, the reason, the
+            # command's other fields filled so the grid manager's field count holds.
+            return lambda reason: ("1", reason, *tail)
+
+        jobs = opts.submit_workers
+        return GahpServer(
+            VERSION,
+            [
+                Command("BLAH_JOB_SUBMIT", 1, self.submit, jobs, on_error=fails(NOT_AVAILABLE)),
+                Command(
+                    "BLAH_JOB_STATUS",
+                    1,
+                    self.status,
+                    opts.status_workers,
+                    on_error=fails("0", NOT_AVAILABLE),
+                ),
+                Command("BLAH_JOB_CANCEL", 1, self.cancel, jobs, on_error=fails()),
+                Command("BLAH_JOB_HOLD", 1, self.hold, jobs, on_error=fails()),
+                Command("BLAH_JOB_RESUME", 1, self.resume, jobs, on_error=fails()),
+                Command("BLAH_JOB_REFRESH_PROXY", 2, self.refresh_proxy, jobs, on_error=fails()),
+                Command("BLAH_PING", 1, self.ping, opts.ping_workers, on_error=fails()),
+                Command("BLAH_JOB_FIND", 2, self.find, jobs, on_error=fails(NULL)),
+                Command(
+                    "BLAH_JOB_STATUS_ALL",
+                    1,
+                    self.status_all,
+                    jobs,
+                    variadic=True,
+                    on_error=fails("0"),
+                ),
+            ],
+        )
+
+    # ---- back ends ------------------------------------------------------------------------------
+
+    def backend(self, lrms: str) -> BatchBackend:
+        """The back end for `lrms`, built on first use; raises UnknownBackend."""
+        backend = self._backends.get(lrms)
+        if backend is None:
+            options = BackendOptions(lrms, self.store.backend_dir(lrms))
+            backend = create_backend(lrms, options)
+            self._backends[lrms] = backend
+        return backend
+
+    def batcher(self, lrms: str) -> StatusBatcher:
+        """The status batcher for `lrms`."""
+        batcher = self._batchers.get(lrms)
+        if batcher is None:
+            batcher = StatusBatcher(
+                self.backend(lrms),
+                self.clock,
+                window=self.options.status_window,
+                max_age=self.options.status_max_age,
+            )
+            self._batchers[lrms] = batcher
+        return batcher
+
+    # ---- BLAH_JOB_SUBMIT ----------------------------------------------------------------------
+
+    async def submit(self, call: Call) -> Sequence[str]:
+        """BLAH_JOB_SUBMIT <id> <ad>."""
+        try:
+            request = parse_submit_ad(
+                call.args[0], default_iwd=os.getcwd(), new_tag=f"htgrid_{uuid.uuid4().hex[:16]}"
+            )
+            backend = self.backend(request.lrms)
+        except SubmitError as err:
+            return (str(err.code), str(err), NOT_AVAILABLE)
+        except UnknownBackend as err:
+            return ("3", f"Error executing the submission command: {err}", NOT_AVAILABLE)
+        lock = self._lock(f"submit {request.tag}")
+        try:
+            async with lock:
+                if request.tag_from_client:
+                    again = await self._already_submitted(
+                        request.job_dir_name, request.lrms, backend
+                    )
+                    if again is not None:
+                        return ("0", NO_ERROR, again)
+                spec, record = await asyncio.to_thread(self.store.stage_in, request)
+                native_id = await backend.submit(spec)
+                blah_id = f"{request.lrms}/{self._date()}/{native_id}"
+                done = _with_ids(record, native_id, blah_id)
+                await asyncio.to_thread(self.store.write, done)
+        except SubmitError as err:
+            return (str(err.code), str(err), NOT_AVAILABLE)
+        except BackendError as err:
+            return (str(err.code or 1), str(err), NOT_AVAILABLE)
+        except (BackendUnavailable, OSError) as err:
+            return ("3", f"Error executing the submission command: {err}", NOT_AVAILABLE)
+        self.batcher(request.lrms).forget([native_id])
+        return ("0", NO_ERROR, blah_id)
+
+    async def _already_submitted(self, name: str, lrms: str, backend: BatchBackend) -> str | None:
+        """The blah id of a live job submitted before for the same client job, if any.
+
+        The grid manager may submit again after a crash; never run the same job twice.
+        """
+        record = await asyncio.to_thread(self.store.latest, name)
+        if record is None or record.final is not None or record.lrms != lrms:
+            return None
+        native_id = record.native_id
+        if native_id is None:
+            # Submitted, then a crash before the id was written down: ask the batch system.
+            native_id = await backend.find_by_tag(record.tag)
+            if native_id is None:
+                return None
+        found = await backend.status([native_id])
+        if found.get(native_id, NativeStatus(native_id, JobState.UNKNOWN)).state not in _ACTIVE:
+            return None
+        if record.blah_id is not None and record.native_id == native_id:
+            return record.blah_id
+        blah_id = f"{record.lrms}/{self._date()}/{native_id}"
+        await asyncio.to_thread(self.store.write, _with_ids(record, native_id, blah_id))
+        return blah_id
+
+    def _lock(self, key: str) -> asyncio.Lock:
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._locks[key] = lock
+        return lock
+
+    async def find(self, call: Call) -> Sequence[str]:
+        """BLAH_JOB_FIND <id> <lrms> <ClientJobId>: the blah id it was submitted under, or NULL."""
+        lrms, tag = call.args[0].lower(), client_tag(call.args[1])
+        try:
+            backend = self.backend(lrms)
+            record = await asyncio.to_thread(self.store.latest, tag)
+            if record is not None and record.lrms == lrms and record.blah_id is not None:
+                return ("0", NO_ERROR, record.blah_id)
+            native_id = await backend.find_by_tag(tag)
+        except (UnknownBackend, BackendError, BackendUnavailable) as err:
+            return ("1", str(err), NULL)
+        if native_id is None:
+            return ("0", NO_ERROR, NULL)
+        blah_id = f"{lrms}/{self._date()}/{native_id}"
+        if record is not None and record.lrms == lrms:
+            await asyncio.to_thread(self.store.write, _with_ids(record, native_id, blah_id))
+        return ("0", NO_ERROR, blah_id)
+
+    def _date(self) -> str:
+        return datetime.datetime.fromtimestamp(self.clock.time()).strftime("%Y%m%d")
+
+    # ---- BLAH_JOB_STATUS and BLAH_JOB_STATUS_ALL ---------------------------------------------
+
+    async def status(self, call: Call) -> Sequence[str]:
+        """BLAH_JOB_STATUS <id> <blah id>."""
+        try:
+            status, record = await self._status(call.args[0])
+        except (_BadJobId, UnknownBackend, BackendUnavailable, BackendError) as err:
+            return ("1", str(err), "0", NOT_AVAILABLE)
+        if status.state is JobState.UNKNOWN:
+            return ("1", f"Job {call.args[0]} not found", "0", NOT_AVAILABLE)
+        job_status, ad = status_ad(status, record)
+        return ("0", NO_ERROR, str(job_status), ad)
+
+    async def status_all(self, call: Call) -> Sequence[str]:
+        """BLAH_JOB_STATUS_ALL <id> <blah id>...: one ad per job, in the order asked."""
+        answers = await asyncio.gather(
+            *(self._status(blah_id) for blah_id in call.args), return_exceptions=True
+        )
+        ads = []
+        for blah_id, answer in zip(call.args, answers, strict=True):
+            if isinstance(answer, BaseException):
+                if not isinstance(
+                    answer, _BadJobId | UnknownBackend | BackendError | BackendUnavailable
+                ):
+                    raise answer
+                ads.append(_error_ad(blah_id, str(answer)))
+            elif answer[0].state is JobState.UNKNOWN:
+                ads.append(_error_ad(blah_id, f"Job {blah_id} not found"))
+            else:
+                ads.append(status_ad(*answer, blah_id=blah_id)[1])
+        return ("0", NO_ERROR, str(len(ads)), *ads)
+
+    async def _status(self, blah_id: str) -> tuple[NativeStatus, JobRecord | None]:
+        lrms, native_id = parse_blah_id(blah_id)
+        key = (lrms, native_id)
+        final = self._finals.get(key)
+        if final is not None:
+            self._finals.move_to_end(key)
+            return final
+        status = await self.batcher(lrms).status(native_id)
+        if status.state not in (JobState.COMPLETED, JobState.UNKNOWN):
+            return status, None
+        # Finished (stage out once), or forgotten by the batch system (the record knows).
+        record = await asyncio.to_thread(self.store.find, lrms, native_id)
+        if record is not None and record.final is None and status.state is JobState.COMPLETED:
+            record = await self._stage_out(lrms, native_id, status)
+        if record is None or record.final is None:
+            return status, None
+        recorded = record.final_status()
+        assert recorded is not None  # record.final is set
+        self._finals[key] = (recorded, record)
+        if len(self._finals) > _FINALS_KEPT:
+            self._finals.popitem(last=False)
+        return recorded, record
+
+    async def _stage_out(self, lrms: str, native_id: str, status: NativeStatus) -> JobRecord | None:
+        async with self._lock(f"stage {lrms}/{native_id}"):
+            record = await asyncio.to_thread(self.store.find, lrms, native_id)
+            if record is None or record.final is not None:
+                return record
+            return await asyncio.to_thread(self.store.stage_out, record, status)
+
+    # ---- BLAH_JOB_CANCEL, _HOLD, _RESUME, _REFRESH_PROXY, BLAH_PING ----------------------------
+
+    async def cancel(self, call: Call) -> Sequence[str]:
+        """BLAH_JOB_CANCEL <id> <blah id>."""
+        try:
+            lrms, native_id = parse_blah_id(call.args[0])
+            await self.backend(lrms).cancel(native_id)
+        except _BadJobId:
+            return ("2", f"Malformed jobId {call.args[0]}")
+        except BackendError as err:
+            return (str(err.code or 1), f"Cancellation command failed: {err}")
+        except (UnknownBackend, BackendUnavailable) as err:
+            return ("3", f"Error executing the cancel command: {err}")
+        self.batcher(lrms).forget([native_id])
+        return ("0", NO_ERROR)
+
+    async def hold(self, call: Call) -> Sequence[str]:
+        """BLAH_JOB_HOLD <id> <blah id>: only idle or running jobs can be held."""
+        return await self._hold_or_resume(call.args[0], hold=True)
+
+    async def resume(self, call: Call) -> Sequence[str]:
+        """BLAH_JOB_RESUME <id> <blah id>: only held jobs can be resumed."""
+        return await self._hold_or_resume(call.args[0], hold=False)
+
+    async def _hold_or_resume(self, blah_id: str, *, hold: bool) -> Sequence[str]:
+        try:
+            lrms, native_id = parse_blah_id(blah_id)
+            backend = self.backend(lrms)
+            found = await backend.status([native_id])
+            state = found.get(native_id, NativeStatus(native_id, JobState.UNKNOWN)).state
+            # The blahp's answers, by state (hold_resume in server.c).
+            refusal = _HOLD_REFUSALS if hold else _RESUME_REFUSALS
+            if state in refusal:
+                code, text = refusal[state]
+                return (code, f"{text} jobId {blah_id}")
+            if hold:
+                await backend.hold(native_id)
+            else:
+                await backend.resume(native_id)
+        except _BadJobId:
+            return ("2", f"Malformed jobId {blah_id}")
+        except BackendError as err:
+            return (
+                str(err.code or 1),
+                f"Job {blah_id}: {'hold' if hold else 'resume'} failed: {err}",
+            )
+        except (UnknownBackend, BackendUnavailable) as err:
+            return ("1", str(err))
+        self.batcher(lrms).forget([native_id])
+        return ("0", NO_ERROR)
+
+    async def refresh_proxy(self, call: Call) -> Sequence[str]:
+        """BLAH_JOB_REFRESH_PROXY <id> <blah id> <proxy>: replace the job's copy of its proxy."""
+        try:
+            lrms, native_id = parse_blah_id(call.args[0])
+        except _BadJobId:
+            return ("2", f"Malformed jobId {call.args[0]}")
+        record = await asyncio.to_thread(self.store.find, lrms, native_id)
+        if record is None:
+            return ("1", f"Cannot locate old proxy: job {call.args[0]} not found")
+        if record.final is not None:
+            return ("0", "No proxy to renew - Job completed")
+        if record.proxy is None:
+            return ("1", f"Cannot locate old proxy: job {call.args[0]} was given none")
+        try:
+            await asyncio.to_thread(_replace_proxy, Path(record.proxy), call.args[1])
+        except OSError as err:
+            return ("1", f"renew failed: {err.strerror or err}")
+        return ("0", "Proxy renewed")
+
+    async def ping(self, call: Call) -> Sequence[str]:
+        """BLAH_PING <id> <lrms>."""
+        try:
+            await self.backend(call.args[0].lower()).ping()
+        except (UnknownBackend, BackendError, BackendUnavailable) as err:
+            return ("1", str(err))
+        return ("0", NO_ERROR)
+
+
+_HOLD_REFUSALS = {
+    JobState.REMOVED: ("1", "Job Removed"),
+    JobState.COMPLETED: ("1", "Job Completed"),
+    JobState.HELD: ("0", "Job Held"),
+    JobState.UNKNOWN: ("1", "Job not found"),
+}
+_RESUME_REFUSALS = {
+    JobState.IDLE: ("1", "Job Idle"),
+    JobState.RUNNING: ("1", "Job Running"),
+    JobState.REMOVED: ("1", "Job Removed"),
+    JobState.COMPLETED: ("1", "Job Completed"),
+    JobState.UNKNOWN: ("1", "Job not found"),
+}
+
+
+def parse_blah_id(blah_id: str) -> tuple[str, str]:
+    """(lrms, native id) from `<lrms>/<YYYYMMDD>/<native id>`; the last component is the id."""
+    lrms, sep, rest = blah_id.partition("/")
+    native_id = rest.rsplit("/", 1)[-1]
+    if not (lrms and sep and native_id):
+        raise _BadJobId(f"Malformed jobId {blah_id}")
+    return lrms.lower(), native_id
+
+
+def status_ad(
+    status: NativeStatus, record: JobRecord | None, *, blah_id: str | None = None
+) -> tuple[int, str]:
+    """The JobStatus to report and the status ad, in new ClassAd syntax on one line."""
+    job_status = int(status.state)
+    attrs: list[tuple[str, object]] = [("BatchJobId", status.native_id)]
+    if blah_id is not None:
+        attrs.append(("BlahJobId", blah_id))
+    if record is not None and record.stage_error is not None:
+        job_status = int(JobState.HELD)
+        attrs += [
+            ("HoldReason", record.stage_error),
+            ("HoldReasonCode", HOLD_TRANSFER_OUTPUT),
+            ("HoldReasonSubCode", record.stage_errno),
+        ]
+    attrs.append(("JobStatus", job_status))
+    if status.exit_signal is not None:
+        attrs += [("ExitBySignal", True), ("ExitSignal", status.exit_signal)]
+    elif status.exit_code is not None:
+        attrs += [("ExitBySignal", False), ("ExitCode", status.exit_code)]
+    if status.reason:
+        attrs.append(("ExitReason", status.reason))
+    if status.wallclock_seconds is not None:
+        attrs.append(("RemoteWallClockTime", round(status.wallclock_seconds, 3)))
+    return job_status, _unparse(attrs)
+
+
+def _error_ad(blah_id: str, reason: str) -> str:
+    return _unparse([("BlahJobId", blah_id), ("JobStatus", 0), ("BlahError", reason)])
+
+
+def _unparse(attrs: Sequence[tuple[str, object]]) -> str:
+    parts = []
+    for name, value in attrs:
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, int):
+            text = str(int(value))  # int() also flattens IntEnums such as signal.Signals
+        elif isinstance(value, float):
+            text = repr(float(value))
+        else:
+            text = classad.quote(str(value))
+        parts.append(f"{name} = {text}")
+    return "[" + "; ".join(parts) + "]"
+
+
+def _with_ids(record: JobRecord, native_id: str, blah_id: str) -> JobRecord:
+    return replace(record, native_id=native_id, blah_id=blah_id)
+
+
+def _replace_proxy(target: Path, proxy: str) -> None:
+    """Put the new proxy where the job finds its old one, atomically."""
+    tmp = target.with_name(target.name + ".new")
+    tmp.write_bytes(Path(proxy).read_bytes())
+    tmp.chmod(0o600)
+    tmp.replace(target)

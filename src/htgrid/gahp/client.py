@@ -1,0 +1,555 @@
+"""An asyncio GAHP client: the grid manager's side of the pipe.
+
+    client = await GahpClient.start(["htgrid", "gahp", "batch"])
+    fields = await client.call("BLAH_JOB_SUBMIT", ad_text)   # result fields after the id
+    await client.close()
+
+It does what the grid manager's `GahpServer` does: reads the banner, runs the start-up
+handshake (COMMANDS, CONDOR_VERSION and RESPONSE_PREFIX if listed, ASYNC_MODE_ON), numbers
+requests from 1 (wrapping after 990,000,000 and skipping ids in use), keeps at most
+`max_pending` requests at the server and queues the rest, polls RESULTS on `R` and on a
+timer, and backs off on `F Threads limit reached`. Request lines are pipelined: return
+lines come back in request order, so they are matched first in, first out.
+
+When the server dies every request in flight fails with GahpServerExited; start a new
+client to restart it. Time (`Clock`) and process spawning (`spawn`) are injectable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
+
+from htgrid.gahp._clock import Clock, SystemClock, wait_for
+from htgrid.gahp._codec import (
+    LineSplitter,
+    Reply,
+    ReplyCode,
+    Result,
+    decode_fields,
+    decode_reply,
+    decode_result,
+    encode_request,
+    is_notification,
+)
+from htgrid.gahp._errors import (
+    GahpError,
+    GahpProtocolError,
+    GahpRequestRefused,
+    GahpServerExited,
+    GahpTimeout,
+    LocalGahpError,
+)
+from htgrid.gahp._ids import RequestIds
+from htgrid.gahp._process import GahpProcess, Spawner, read_stderr, spawn_subprocess
+from htgrid.gahp._session import (
+    TRANSITIONS,
+    Batch,
+    ClientState,
+    Pending,
+    Waiter,
+    WaitKind,
+)
+
+__all__ = [
+    "ClientState",
+    "GahpClient",
+    "GahpProcess",
+    "RequestIds",
+    "Spawner",
+    "spawn_subprocess",
+]
+
+log = logging.getLogger("htgrid.gahp.client")
+
+_T = TypeVar("_T")
+
+#: The prefix the grid manager asks for when RESPONSE_PREFIX is listed.
+RESPONSE_PREFIX = "GAHP:"
+_BANNER_MAX = 150
+_READ_SIZE = 256 * 1024
+_STDERR_KEEP = 4
+
+
+class GahpClient:
+    """One GAHP server process and the conversation with it."""
+
+    def __init__(
+        self,
+        process: GahpProcess,
+        *,
+        clock: Clock | None = None,
+        max_pending: int = 50,
+        poll_interval: float = 5.0,
+        async_poll_interval: float = 60.0,
+        response_timeout: float = 20.0,
+    ) -> None:
+        self._process = process
+        self._clock: Clock = clock or SystemClock()
+        self._max_pending = max_pending
+        self._poll_interval = poll_interval
+        self._async_poll_interval = async_poll_interval
+        self._response_timeout = response_timeout
+        self._state = ClientState.STARTING
+        self._ids = RequestIds()
+        self._waiters: deque[Waiter] = deque()
+        self._outgoing: list[bytes] = []
+        self._requests: dict[int, Pending] = {}
+        self._queue: deque[Pending] = deque()
+        self._in_flight = 0
+        self._prefix = ""
+        self._batch: Batch | None = None
+        self._polling = False
+        self._poll_again = False
+        self._banner: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._waiter_added = asyncio.Event()
+        self._stderr_tail: deque[str] = deque(maxlen=_STDERR_KEEP)
+        self._exit_status: int | None = None
+        self._death: GahpServerExited | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.version = ""
+        self.commands: frozenset[str] = frozenset()
+        self.async_mode = False
+
+    @classmethod
+    async def start(
+        cls,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        spawn: Spawner = spawn_subprocess,
+        clock: Clock | None = None,
+        max_pending: int = 50,
+        poll_interval: float = 5.0,
+        async_poll_interval: float = 60.0,
+        response_timeout: float = 20.0,
+    ) -> GahpClient:
+        """Spawn the server and do the start-up handshake.
+
+        `poll_interval` is the RESULTS timer without async mode, `async_poll_interval` the
+        safety-net timer with it; `response_timeout` is how long a return line may take
+        before the server counts as hung (the grid manager's 20 s).
+        """
+        process = await spawn(argv, env)
+        client = cls(
+            process,
+            clock=clock,
+            max_pending=max_pending,
+            poll_interval=poll_interval,
+            async_poll_interval=async_poll_interval,
+            response_timeout=response_timeout,
+        )
+        try:
+            await client._handshake()
+        except BaseException:
+            await client._kill("failed during start-up")
+            raise
+        return client
+
+    # ---- public surface ------------------------------------------------------------------
+
+    @property
+    def state(self) -> ClientState:
+        """Where the client is in its life."""
+        return self._state
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id."""
+        return self._process.pid
+
+    @property
+    def alive(self) -> bool:
+        """Whether requests can be sent."""
+        return self._state in (ClientState.STARTING, ClientState.READY)
+
+    @property
+    def exit_status(self) -> int | None:
+        """The server's exit status once it has exited."""
+        return self._exit_status
+
+    @property
+    def stderr_tail(self) -> list[str]:
+        """The last lines the server wrote on stderr (the grid manager keeps four)."""
+        return list(self._stderr_tail)
+
+    @property
+    def in_flight(self) -> int:
+        """Requests at the server whose results have not come back."""
+        return self._in_flight
+
+    @property
+    def max_pending(self) -> int:
+        """The current in-flight limit (lowered when the server says it is overloaded)."""
+        return self._max_pending
+
+    def supports(self, command: str) -> bool:
+        """Whether COMMANDS listed `command` (case-insensitive)."""
+        return command.upper() in self.commands
+
+    async def command(self, name: str, *args: str) -> Reply:
+        """A synchronous command (no request id); raises GahpRequestRefused unless S."""
+        self._check_alive()
+        waiter = self._write(encode_request(name, args), name)
+        await self._drain()
+        reply = await waiter.future
+        if not reply.ok:
+            raise GahpRequestRefused(name, reply.code.value, reply.reason)
+        return reply
+
+    async def call(self, name: str, *args: str, timeout: float | None = None) -> tuple[str, ...]:
+        """An asynchronous command: the fields of its result line after the request id."""
+        self._check_alive()
+        if self.commands and not self.supports(name):
+            raise LocalGahpError(f"the GAHP server does not support {name}")
+        request_id = self._ids.allocate()
+        try:
+            line = encode_request(name, args, request_id)
+        except LocalGahpError:
+            self._ids.release(request_id)
+            raise
+        future: asyncio.Future[tuple[str, ...]] = asyncio.get_running_loop().create_future()
+        pending = Pending(request_id, name, line, future)
+        self._requests[request_id] = pending
+        self._queue.append(pending)
+        self._pump()
+        await self._drain()
+        try:
+            return await self._wait(future, timeout)
+        except GahpTimeout:
+            self._abandon(pending)
+            raise GahpTimeout(f"{name} {request_id} got no result in {timeout} s") from None
+        except asyncio.CancelledError:
+            self._abandon(pending)
+            raise
+
+    async def poll(self) -> None:
+        """Ask for RESULTS now (normally `R` and the timer do it)."""
+        self._check_alive()
+        self._request_poll()
+        await self._drain()
+
+    async def close(self, timeout: float = 5.0) -> int | None:
+        """QUIT, wait for the process to exit (killing it after `timeout`), return its status."""
+        if self._state in (ClientState.STARTING, ClientState.READY):
+            self._set_state(ClientState.CLOSING)
+            with contextlib.suppress(GahpError, OSError, RuntimeError):
+                waiter = self._write(encode_request("QUIT"), "QUIT")
+                await self._drain()
+                await self._wait(waiter.future, timeout)
+            self._process.close_stdin()
+            try:
+                exited = asyncio.ensure_future(self._process.wait())
+                self._exit_status = await self._wait(exited, timeout)
+            except GahpTimeout:
+                self._process.kill()
+        await self._finish("was closed")
+        return self._exit_status
+
+    # ---- start-up -----------------------------------------------------------------------------
+
+    async def _handshake(self) -> None:
+        self._tasks.append(asyncio.create_task(self._read_loop()))
+        self._tasks.append(asyncio.create_task(self._watchdog()))
+        if self._process.stderr is not None:
+            reader = read_stderr(self._process.stderr, self._stderr_tail, self.pid)
+            self._tasks.append(asyncio.create_task(reader))
+        try:
+            self.version = await self._wait(self._banner, self._response_timeout)
+        except GahpTimeout:
+            raise GahpProtocolError(
+                f"no $GahpVersion banner in {self._response_timeout} s"
+            ) from None
+        reply = await self.command("COMMANDS")
+        self.commands = frozenset(name.upper() for name in reply.args)
+        if self.supports("CONDOR_VERSION"):
+            from htgrid import __version__
+
+            await self.command("CONDOR_VERSION", f"$CondorVersion: {__version__} htgrid $")
+        if self.supports("RESPONSE_PREFIX"):
+            request = encode_request("RESPONSE_PREFIX", [RESPONSE_PREFIX])
+            waiter = self._write(request, "RESPONSE_PREFIX", WaitKind.PREFIX)
+            await self._drain()
+            await waiter.future
+        interval = self._poll_interval
+        if self.supports("ASYNC_MODE_ON"):
+            with contextlib.suppress(GahpRequestRefused):
+                await self.command("ASYNC_MODE_ON")
+                self.async_mode = True
+                # The grid manager still polls, rarely, in case an R is lost.
+                interval = self._async_poll_interval
+        self._tasks.append(asyncio.create_task(self._poll_timer(interval)))
+        self._set_state(ClientState.READY)
+
+    # ---- writing ------------------------------------------------------------------------------
+
+    def _write(self, data: bytes, command: str, kind: WaitKind = WaitKind.PLAIN) -> Waiter:
+        """Write a request line and queue the wait for its return line, with no await between."""
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        waiter = Waiter(command, future, self._clock.monotonic() + self._response_timeout, kind)
+        self._waiters.append(waiter)
+        self._waiter_added.set()
+        # Lines written in one turn of the event loop leave in one write: a system call
+        # per request would cost more than the request.
+        self._outgoing.append(data)
+        if len(self._outgoing) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+        return waiter
+
+    def _flush(self) -> None:
+        data, self._outgoing = b"".join(self._outgoing), []
+        if not data or not (self.alive or self._state is ClientState.CLOSING):
+            return
+        try:
+            self._process.stdin.write(data)
+        except (OSError, RuntimeError) as err:
+            self._schedule_death(f"stopped reading requests ({err})")
+
+    async def _drain(self) -> None:
+        try:
+            await self._process.stdin.drain()
+        except (OSError, RuntimeError) as err:
+            self._schedule_death(f"stopped reading requests ({err})")
+            raise self._dead_error() from err
+
+    def _issue(self, pending: Pending) -> None:
+        waiter = self._write(pending.line, pending.command)
+        pending.at_server = True
+        self._in_flight += 1
+        waiter.future.add_done_callback(lambda future: self._issued(pending, future))
+
+    def _issued(self, pending: Pending, future: asyncio.Future[Reply]) -> None:
+        """The return line of an asynchronous request arrived."""
+        if future.cancelled() or future.exception() is not None:
+            return
+        reply = future.result()
+        if reply.ok:
+            return
+        self._in_flight -= 1
+        pending.at_server = False
+        if reply.args[:1] == ("Threads limit reached",) and self._in_flight > 0:
+            # As the grid manager: lower the limit to what the server holds and send this
+            # one first when a result frees a slot.
+            self._max_pending = min(self._max_pending, self._in_flight)
+            log.info("GAHP server %s overloaded; at most %d requests", self.pid, self._max_pending)
+            self._queue.appendleft(pending)
+            return
+        self._forget(pending)
+        if not pending.result.done():
+            pending.result.set_exception(
+                GahpRequestRefused(pending.command, reply.code.value, reply.reason)
+            )
+
+    def _pump(self) -> None:
+        """Send queued requests while there is room."""
+        while self._queue and self._in_flight < self._max_pending and self.alive:
+            pending = self._queue.popleft()
+            if pending.abandoned:
+                self._forget(pending)
+                continue
+            try:
+                self._issue(pending)
+            except GahpError:
+                return
+
+    def _abandon(self, pending: Pending) -> None:
+        pending.abandoned = True
+        if pending in self._queue:
+            self._queue.remove(pending)
+            self._forget(pending)
+        elif pending.at_server:
+            # The id stays reserved until the result arrives (the grid manager's rule).
+            pending.at_server = False
+            self._in_flight -= 1
+            self._pump()
+
+    def _forget(self, pending: Pending) -> None:
+        self._requests.pop(pending.request_id, None)
+        self._ids.release(pending.request_id)
+
+    # ---- polling ------------------------------------------------------------------------------
+
+    def _request_poll(self) -> None:
+        if not self.alive:
+            return
+        if self._polling:
+            self._poll_again = True
+            return
+        self._polling = True
+        self._poll_again = False
+        try:
+            waiter = self._write(encode_request("RESULTS"), "RESULTS", WaitKind.RESULTS)
+        except GahpError:
+            return
+        waiter.future.add_done_callback(self._polled)
+
+    def _polled(self, future: asyncio.Future[Reply]) -> None:
+        self._polling = False
+        if self._poll_again and not future.cancelled() and future.exception() is None:
+            self._request_poll()
+
+    async def _poll_timer(self, interval: float) -> None:
+        while self.alive:
+            await self._clock.sleep(interval)
+            self._request_poll()
+
+    # ---- reading ------------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        splitter = LineSplitter()
+        reason = "closed its stdout"
+        try:
+            while True:
+                data = await self._process.stdout.read(_READ_SIZE)
+                if not data:
+                    break
+                splitter.feed(data)
+                while (line := splitter.next_line()) is not None:
+                    self._on_line(line)
+        except GahpProtocolError as err:
+            reason = f"broke the protocol: {err}"
+        except (OSError, RuntimeError) as err:
+            reason = f"could not be read ({err})"
+        await self._finish(reason)
+
+    def _on_line(self, line: bytes) -> None:
+        if not self._banner.done():
+            # Like the grid manager: skip to the first '$' and drop backslashes.
+            text = line.decode("utf-8", "surrogateescape")
+            if "$" in text:
+                version = text[text.index("$") :].replace("\\", "").replace("\r", "")
+                self._banner.set_result(version[:_BANNER_MAX])
+            return
+        fields = decode_fields(line)
+        if self._prefix:
+            if not fields[0].startswith(self._prefix):
+                log.debug("GAHP[%s] unprefixed line dropped: %r", self.pid, line)
+                return
+            fields[0] = fields[0][len(self._prefix) :]
+        if is_notification(fields):
+            self._request_poll()
+            return
+        if self._batch is not None:
+            self._on_result_line(self._batch, fields)
+            return
+        if not self._waiters:
+            raise GahpProtocolError(f"unexpected line from the GAHP server: {line!r}")
+        waiter = self._waiters.popleft()
+        reply = decode_reply(fields)
+        if waiter.kind is WaitKind.RESULTS and reply.ok:
+            count = reply.args[0] if reply.args else ""
+            if not count.isdigit():
+                raise GahpProtocolError(f"bad RESULTS count {count!r}")
+            if int(count) > 0:
+                self._batch = Batch(waiter, int(count))
+                return
+        elif waiter.kind is WaitKind.PREFIX and reply.ok:
+            self._prefix = RESPONSE_PREFIX
+        waiter.future.set_result(reply)
+
+    def _on_result_line(self, batch: Batch, fields: list[str]) -> None:
+        try:
+            batch.results.append(decode_result(fields))
+        except GahpProtocolError as err:
+            log.warning("GAHP[%s] bad RESULTS line: %s", self.pid, err)
+        batch.left -= 1
+        if batch.left:
+            return
+        self._batch = None
+        for result in batch.results:
+            self._on_result(result)
+        batch.waiter.future.set_result(Reply(ReplyCode.SUCCESS, (str(len(batch.results)),)))
+        self._pump()
+
+    def _on_result(self, result: Result) -> None:
+        pending = self._requests.get(result.request_id)
+        if pending is None:
+            # Unknown ids are dropped, as the grid manager does.
+            return
+        self._forget(pending)
+        if pending.at_server:
+            self._in_flight -= 1
+        if not pending.result.done():
+            pending.result.set_result(result.fields)
+
+    async def _watchdog(self) -> None:
+        """Declare the server hung when a return line is `response_timeout` late."""
+        while self.alive or self._state is ClientState.CLOSING:
+            if not self._waiters:
+                self._waiter_added.clear()
+                await self._waiter_added.wait()
+                continue
+            waiter = self._waiters[0]
+            delay = waiter.deadline - self._clock.monotonic()
+            if delay > 0:
+                await self._clock.sleep(delay)
+                continue
+            await self._kill(f"gave no reply to {waiter.command} in {self._response_timeout} s")
+            return
+
+    # ---- the end ------------------------------------------------------------------------------
+
+    def _check_alive(self) -> None:
+        if not self.alive:
+            raise self._dead_error()
+
+    def _dead_error(self) -> GahpServerExited:
+        if self._death is not None:
+            return self._death
+        return GahpServerExited(f"GAHP server (pid {self.pid}) is {self._state.value}")
+
+    def _schedule_death(self, reason: str) -> None:
+        self._tasks.append(asyncio.create_task(self._kill(reason)))
+
+    async def _kill(self, reason: str) -> None:
+        self._process.kill()
+        await self._finish(reason)
+
+    async def _finish(self, reason: str) -> None:
+        """Record how the server ended and fail everything still waiting on it."""
+        if self._state in (ClientState.CLOSED, ClientState.DEAD):
+            return
+        clean = self._state is ClientState.CLOSING
+        self._set_state(ClientState.CLOSED if clean else ClientState.DEAD)
+        if self._exit_status is None:
+            with contextlib.suppress(GahpTimeout):
+                exited = asyncio.ensure_future(self._process.wait())
+                self._exit_status = await self._wait(exited, 2.0)
+        status = "" if self._exit_status is None else f", exit status {self._exit_status}"
+        tail = " | ".join(self._stderr_tail)
+        stderr = f"; stderr: {tail}" if tail else ""
+        self._death = GahpServerExited(f"GAHP server (pid {self.pid}) {reason}{status}{stderr}")
+        if not clean:
+            log.warning("%s", self._death)
+        for waiter in self._waiters:
+            if not waiter.future.done():
+                waiter.future.set_exception(self._death)
+        self._waiters.clear()
+        if self._batch is not None and not self._batch.waiter.future.done():
+            self._batch.waiter.future.set_exception(self._death)
+        for pending in list(self._requests.values()):
+            if not pending.result.done() and not pending.abandoned:
+                pending.result.set_exception(self._death)
+        self._requests.clear()
+        self._queue.clear()
+        self._in_flight = 0
+        if not self._banner.done():
+            self._banner.set_exception(self._death)
+        self._waiter_added.set()
+        current = asyncio.current_task()
+        for task in self._tasks:
+            if task is not current:
+                task.cancel()
+
+    async def _wait(self, future: asyncio.Future[_T], timeout: float | None) -> _T:
+        """`future`'s result, or GahpTimeout after `timeout` seconds of the injected clock."""
+        return await wait_for(future, timeout, self._clock)
+
+    def _set_state(self, new: ClientState) -> None:
+        if new not in TRANSITIONS[self._state]:
+            raise LocalGahpError(f"GAHP client cannot go from {self._state.name} to {new.name}")
+        self._state = new
