@@ -1,0 +1,145 @@
+"""`htgrid q -better-analyze`: why a job is not running, in words.
+
+What a job waits for depends on its universe: a local universe job on the daemon (which
+runs it itself), a vanilla job on an execute node (none exists yet: the pool comes
+later), a grid job on the grid manager. For vanilla jobs the analysis also lists each
+`&&` clause of Requirements with the job's own values, so the user sees what a machine
+must offer. Other components add analyzers for their universes with `register_analyzer`.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, TextIO
+
+from htgrid.classad import ClassAd
+from htgrid.classad._analyze import explain_match
+from htgrid.cli._common import format_date
+from htgrid.queue import HoldReasonCode, JobStatus
+
+__all__ = ["Analyzer", "analyze", "explain", "register_analyzer"]
+
+Analyzer = Callable[[ClassAd, Mapping[str, Any]], list[str]]
+"""Lines saying why an idle job of one universe waits (given the daemon's health answer)."""
+
+UNIVERSES: Final = {
+    1: "standard",
+    5: "vanilla",
+    7: "scheduler",
+    8: "MPI",
+    9: "grid",
+    10: "java",
+    11: "parallel",
+    12: "local",
+    13: "vm",
+}
+
+
+def _local(ad: ClassAd, health: Mapping[str, Any]) -> list[str]:
+    if not health.get("accepting_jobs", True):
+        return ["The daemon is shutting down; the job starts after the next `htgrid up`."]
+    running = health.get("local_jobs_running", "?")
+    limit = health.get("local_jobs_limit", "?")
+    waiting = health.get("local_jobs_waiting", "?")
+    lines = _wrap(
+        "The htgrid daemon runs local universe jobs on this host itself: "
+        f"{running} of at most {limit} are running, {waiting} waiting."
+    )
+    if running == limit:
+        lines.append(
+            "Every local slot is busy (START_LOCAL_UNIVERSE_LIMIT): the job starts when one "
+            "frees up."
+        )
+    else:
+        lines.append("It is waiting for the daemon to start it, which should happen at once.")
+    return lines
+
+
+def _vanilla(ad: ClassAd, health: Mapping[str, Any]) -> list[str]:
+    lines = _wrap(
+        "No execute node has joined this pool yet: htgrid runs vanilla jobs on execute "
+        "nodes, which a later release adds. Until then the job waits (nothing is wrong "
+        "with it). For a job to run on this host now, submit it with `universe = local`."
+    )
+    report = explain_match(ad, ClassAd())
+    if not report.my_clauses:
+        return [*lines, "The job has no Requirements: any machine would do."]
+    lines.append("Its Requirements need a machine where:")
+    column = min(42, max(len(clause.text) for clause in report.my_clauses) + 10)
+    for number, clause in enumerate(report.my_clauses, 1):
+        notes = []
+        for name, value in clause.inputs:
+            if name.upper().startswith("TARGET."):
+                continue
+            if value == "undefined":  # not the job's: HTCondor looks it up in the machine
+                notes.append(f"{name}: a machine attribute")
+            else:
+                notes.append(f"{name} = {value}")
+        head = f"  [{number}] {clause.text}"
+        note = "; ".join(notes)
+        if not note:
+            lines.append(head)
+        elif len(head) < column:
+            lines.append(f"{head:<{column}}{note}")
+        else:  # a long clause: its values on the next line
+            lines.extend([head, " " * column + note])
+    return lines
+
+
+def _wrap(text: str) -> list[str]:
+    return textwrap.wrap(text, 86)
+
+
+def _grid(ad: ClassAd, health: Mapping[str, Any]) -> list[str]:
+    resource = ad.get("GridResource", "?")
+    return _wrap(
+        f"It is a grid job for {resource}: the grid manager submits it there. The grid "
+        "manager comes in a later release; until then the job waits in the queue."
+    )
+
+
+_ANALYZERS: dict[int, Analyzer] = {12: _local, 5: _vanilla, 9: _grid}
+
+
+def register_analyzer(universe: int, analyzer: Analyzer) -> None:
+    """Explain idle jobs of `universe` with `analyzer` (the grid manager will use this)."""
+    _ANALYZERS[universe] = analyzer
+
+
+def explain(ad: ClassAd, health: Mapping[str, Any]) -> list[str]:
+    """The analysis of one job, as lines."""
+    jid = f"{ad.get('ClusterId')}.{ad.get('ProcId')}"
+    universe = ad.get("JobUniverse", 5)
+    kind = UNIVERSES.get(universe, f"universe {universe}") if isinstance(universe, int) else "?"
+    status = ad.get("JobStatus")
+    head = f"Job {jid} (owner {ad.get('Owner', '?')}, {kind} universe)"
+    if status == JobStatus.RUNNING:
+        since = format_date(ad.get("JobCurrentStartDate"))
+        return [f"{head} is running, since {since}."]
+    if status == JobStatus.HELD:
+        code = ad.get("HoldReasonCode", 0)
+        try:
+            label = HoldReasonCode(code).name
+        except ValueError:
+            label = "unknown"
+        return [
+            f"{head} is held: {ad.get('HoldReason', 'no reason given')}",
+            f"  (HoldReasonCode {code} {label}, HoldReasonSubCode "
+            f"{ad.get('HoldReasonSubCode', 0)}, since {format_date(ad.get('EnteredCurrentStatus'))})",
+            f"  It runs again once released: `htgrid release {jid}` after fixing the cause.",
+        ]
+    if status == JobStatus.IDLE:
+        analyzer = _ANALYZERS.get(universe if isinstance(universe, int) else 5)
+        why = analyzer(ad, health) if analyzer else ["htgrid does not run this universe."]
+        return [f"{head} is idle.", *(f"  {line}" for line in why)]
+    label = JobStatus(status).label if isinstance(status, int) and 1 <= status <= 7 else "?"
+    return [f"{head} is {label}."]
+
+
+def analyze(ads: Sequence[ClassAd], health: Mapping[str, Any], out: TextIO) -> None:
+    """Write the analysis of each job."""
+    if not ads:
+        out.write("No job matches.\n")
+    for ad in ads:
+        out.write("\n".join(explain(ad, health)) + "\n\n")

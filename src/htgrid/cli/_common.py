@@ -1,0 +1,175 @@
+"""What the job commands share: the daemon's client, the user, job arguments, time and
+value formats, and output to a terminal (rich) or a pipe (plain text, as HTCondor's)."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from htgrid.classad import ClassAd, ExprTree, Value, quote
+from htgrid.errors import UsageError
+from htgrid.net import Jobs, ScheddClient
+from htgrid.submit._argsenv import split_v2_raw
+
+__all__ = [
+    "EXIT_NO",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "Target",
+    "client",
+    "command_line",
+    "current_user",
+    "format_date",
+    "format_duration",
+    "format_value",
+    "is_terminal",
+    "parse_targets",
+    "print_ads",
+]
+
+EXIT_OK: Final = 0
+EXIT_NO: Final = 1
+EXIT_USAGE: Final = 2
+
+_ID: Final = re.compile(r"\d+\.\d+")
+_CLUSTER: Final = re.compile(r"\d+")
+_USER: Final = re.compile(r"[A-Za-z_][\w.@-]*")
+
+
+def client() -> ScheddClient:
+    """The client of this user's personal pool ($HTGRID_HOME)."""
+    return ScheddClient.local()
+
+
+def current_user() -> str:
+    """The user name of this process (the name the daemon will see over the socket)."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
+def is_terminal() -> bool:
+    """Whether stdout is a terminal (rich output) rather than a pipe or file (plain)."""
+    return sys.stdout.isatty()
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One job argument of condor_rm and friends: `12.0`, `12` or a user name."""
+
+    text: str
+    jobs: Jobs
+    kind: str  # "job", "cluster", "user", "constraint", "all"
+
+    @property
+    def constraint(self) -> str:
+        """The target as a constraint (for condor_q's restrictions)."""
+        if self.jobs.ids:
+            job = self.jobs.ids[0]
+            return f"(ClusterId == {job.cluster} && ProcId == {job.proc})"
+        if self.jobs.cluster is not None:
+            return f"(ClusterId == {self.jobs.cluster})"
+        if self.jobs.constraint is not None:
+            return f"({self.jobs.constraint})"
+        return "true"
+
+
+def parse_targets(
+    args: Sequence[str], constraint: str | None = None, all_jobs: bool = False
+) -> list[Target]:
+    """The targets of a command line (UsageError for an argument that names none)."""
+    targets: list[Target] = []
+    for arg in args:
+        if _ID.fullmatch(arg):
+            targets.append(Target(arg, Jobs.of([arg]), "job"))
+        elif _CLUSTER.fullmatch(arg):
+            targets.append(Target(arg, Jobs.in_cluster(int(arg)), "cluster"))
+        elif _USER.fullmatch(arg):
+            targets.append(Target(arg, Jobs.matching(f"Owner == {quote(arg)}"), "user"))
+        else:
+            raise UsageError(f"{arg!r} is not a job id (12.0), a cluster (12) or a user name")
+    if constraint is not None:
+        ExprTree(constraint)  # ClassAdSyntaxError, with the column, before asking anyone
+        targets.append(Target(constraint, Jobs.matching(constraint), "constraint"))
+    if all_jobs:
+        targets.append(Target("-all", Jobs.mine(), "all"))
+    return targets
+
+
+def command_line(ad: ClassAd) -> str:
+    """The CMD column: the executable's name and its arguments, quoted as a shell would."""
+    cmd = ad.get("Cmd")
+    name = os.path.basename(cmd) if isinstance(cmd, str) else "?"
+    v2, v1 = ad.get("Arguments"), ad.get("Args")
+    if isinstance(v2, str):
+        words = split_v2_raw(v2)
+    else:
+        words = v1.split() if isinstance(v1, str) else []
+    return " ".join([name, *(shlex.quote(w) for w in words)])
+
+
+def format_date(epoch: object, *, with_year: bool = False) -> str:
+    """`MM/DD HH:MM` in local time, as condor_q prints dates (`?` when unknown)."""
+    if not isinstance(epoch, (int, float)) or isinstance(epoch, bool) or epoch <= 0:
+        return "?"
+    return time.strftime("%m/%d/%y %H:%M:%S" if with_year else "%m/%d %H:%M", time.localtime(epoch))
+
+
+def format_duration(seconds: object) -> str:
+    """`D+HH:MM:SS`, as condor_q prints RUN_TIME."""
+    total = int(seconds) if isinstance(seconds, (int, float)) and seconds > 0 else 0
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{days}+{hours:02d}:{minutes:02d}:{secs:02d}"
+
+
+def format_value(value: Any) -> str:
+    """A value as `-af` prints it: strings bare, undefined as `undefined`."""
+    if isinstance(value, Value):
+        return "undefined" if value == Value.Undefined else "error"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, ExprTree):
+        return str(value)
+    if isinstance(value, (ClassAd, list)):
+        holder = ClassAd()
+        holder["v"] = value
+        return repr(holder.lookup("v"))
+    return str(value)
+
+
+def print_ads(
+    ads: Sequence[ClassAd], *, long: bool, as_json: bool, autoformat: Sequence[str]
+) -> None:
+    """The -l, -json and -af forms of condor_q and condor_history."""
+    out = sys.stdout
+    if as_json:
+        out.write("[\n" + ",\n".join(ad.printJson() for ad in ads) + ("\n]\n" if ads else "]\n"))
+    elif long:
+        for ad in ads:
+            out.write(ad.printOld().rstrip("\n") + "\n\n")
+    else:
+        exprs = [ExprTree(text) for text in autoformat]
+        for ad in ads:
+            out.write(" ".join(format_value(expr.eval(ad)) for expr in exprs) + "\n")
+
+
+def plain_projection(autoformat: Sequence[str]) -> list[str] | None:
+    """The attributes -af needs when every argument is a plain name (else the whole ad)."""
+    names = [text.strip() for text in autoformat]
+    if all(re.fullmatch(r"[A-Za-z_]\w*", name) for name in names):
+        return names
+    return None

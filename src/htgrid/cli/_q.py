@@ -1,0 +1,325 @@
+"""`htgrid q`: condor_q.
+
+    $ htgrid q
+
+    -- Schedd: htgrid@host : <~/.htgrid/run/schedd.sock> @ 11/21/26 17:02:11
+    OWNER BATCH_NAME SUBMITTED   DONE RUN IDLE HOLD TOTAL JOB_IDS
+    alice ID: 12     11/21 17:01    1   1    1    _     3 12.1-2
+
+    Total for query: 2 jobs; 0 completed, 0 removed, 1 idle, 1 running, 0 held, 0 suspended
+    Total for alice: 2 jobs; 0 completed, 0 removed, 1 idle, 1 running, 0 held, 0 suspended
+    Total for all users: 2 jobs; 0 completed, 0 removed, 1 idle, 1 running, 0 held, 0 suspended
+
+As condor_q: only your jobs unless `-allusers` or arguments name jobs, clusters or
+users; `-nobatch` one line per job, `-hold` why jobs are held, `-l` whole ads (old
+syntax), `-af ATTR...` values, `-json` ads as JSON, `-better-analyze` why jobs do not
+run. Plain text in a pipe, a rich table in a terminal. Exit status: 0, even when no job
+matches; 1 when the daemon is not running; 2 for a bad constraint (with its column).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from htgrid.classad import ClassAd, quote
+from htgrid.cli._analyze import analyze
+from htgrid.cli._common import (
+    EXIT_OK,
+    client,
+    command_line,
+    current_user,
+    format_date,
+    format_duration,
+    is_terminal,
+    parse_targets,
+    plain_projection,
+    print_ads,
+)
+from htgrid.cli._table import Column, print_table
+from htgrid.queue import JobStatus
+
+__all__ = ["register", "status_letter", "totals_line"]
+
+_LETTERS: Final = {1: "I", 2: "R", 3: "X", 4: "C", 5: "H", 6: ">", 7: "S"}
+_BATCH: Final = [
+    "ClusterId",
+    "ProcId",
+    "Owner",
+    "JobStatus",
+    "QDate",
+    "JobBatchName",
+    "TotalSubmitProcs",
+]
+_NOBATCH: Final = [
+    "ClusterId",
+    "ProcId",
+    "Owner",
+    "JobStatus",
+    "QDate",
+    "Cmd",
+    "Arguments",
+    "Args",
+    "RemoteWallClockTime",
+    "JobCurrentStartDate",
+    "JobPrio",
+    "ImageSize",
+    "HoldReason",
+    "EnteredCurrentStatus",
+]
+
+
+def register(commands: Any) -> None:
+    """Add `q` to the top-level parser."""
+    q = commands.add_parser(
+        "q",
+        help="show the job queue (condor_q)",
+        description="Show jobs in the queue: yours, unless -allusers or arguments say whose.",
+    )
+    q.add_argument("restrict", nargs="*", metavar="ID|CLUSTER|USER", help="jobs to show")
+    q.add_argument("-constraint", "--constraint", metavar="EXPR", help="only jobs where EXPR")
+    q.add_argument("-allusers", "--allusers", action="store_true", help="everyone's jobs")
+    q.add_argument("-nobatch", "--nobatch", action="store_true", help="one line per job")
+    q.add_argument("-batch", "--batch", action="store_true", help="one line per batch (default)")
+    q.add_argument("-hold", "--hold", action="store_true", help="held jobs and why")
+    q.add_argument("-run", "--run", action="store_true", help="running jobs")
+    q.add_argument("-l", "-long", "--long", action="store_true", help="whole job ads")
+    q.add_argument(
+        "-af", "-autoformat", "--autoformat", nargs="+", metavar="ATTR", help="values of ATTRs"
+    )
+    q.add_argument("-json", "--json", action="store_true", help="job ads as JSON")
+    q.add_argument(
+        "-better-analyze",
+        "-analyze",
+        "--better-analyze",
+        dest="analyze",
+        action="store_true",
+        help="explain why jobs are not running",
+    )
+    q.add_argument("-totals", "--totals", action="store_true", help="only the totals")
+    q.set_defaults(handler=_q)
+
+
+def status_letter(status: object) -> str:
+    """The ST column: I R X C H > S."""
+    return _LETTERS.get(status, "?") if isinstance(status, int) else "?"
+
+
+def _constraint(args: argparse.Namespace, me: str) -> str | None:
+    parts = []
+    targets = parse_targets(args.restrict)
+    if targets:
+        parts.append("(" + " || ".join(t.constraint for t in targets) + ")")
+    elif not args.allusers:
+        parts.append(f"Owner == {quote(me)}")
+    if args.constraint:
+        parts.extend(t.constraint for t in parse_targets([], args.constraint))
+    if args.hold:
+        parts.append("JobStatus == 5")
+    if args.run:
+        parts.append("JobStatus == 2")
+    return " && ".join(parts) or None
+
+
+def _q(args: argparse.Namespace) -> int:
+    me = current_user()
+    constraint = _constraint(args, me)
+    with client() as schedd:
+        if args.analyze:
+            ads = schedd.query(constraint)
+            analyze(ads, schedd.health(), sys.stdout)
+            return EXIT_OK
+        if args.json or args.long or args.autoformat:
+            projection = plain_projection(args.autoformat) if args.autoformat else None
+            print_ads(
+                schedd.query(constraint, projection),
+                long=args.long,
+                as_json=args.json,
+                autoformat=args.autoformat or (),
+            )
+            return EXIT_OK
+        ads = schedd.query(constraint, _NOBATCH if (args.nobatch or args.hold) else _BATCH)
+        everyone = schedd.query(None, ["Owner", "JobStatus"])
+        where = schedd.path
+    rich = is_terminal()
+    print(
+        f"\n-- Schedd: htgrid@{socket.gethostname()} : <{_home(where)}> @ {format_date(time.time(), with_year=True)}"
+    )
+    if not args.totals:
+        if args.hold:
+            _hold_view(ads, rich)
+        elif args.nobatch:
+            _job_view(ads, rich)
+        else:
+            _batch_view(ads, rich)
+    print()
+    print(totals_line("query", ads))
+    print(totals_line(me, [ad for ad in everyone if ad.get("Owner") == me]))
+    print(totals_line("all users", everyone))
+    return EXIT_OK
+
+
+def _home(path: os.PathLike[str] | str) -> str:
+    text = str(path)
+    home = os.path.expanduser("~")
+    return "~" + text[len(home) :] if home != "/" and text.startswith(home + "/") else text
+
+
+def totals_line(who: str, ads: Sequence[ClassAd]) -> str:
+    """`Total for X: N jobs; C completed, R removed, I idle, R running, H held, S suspended`."""
+    counts = dict.fromkeys(JobStatus, 0)
+    for ad in ads:
+        status = ad.get("JobStatus")
+        if isinstance(status, int) and status in _LETTERS:
+            counts[JobStatus(status)] += 1
+    running = counts[JobStatus.RUNNING] + counts[JobStatus.TRANSFERRING_OUTPUT]
+    return (
+        f"Total for {who}: {len(ads)} jobs; {counts[JobStatus.COMPLETED]} completed, "
+        f"{counts[JobStatus.REMOVED]} removed, {counts[JobStatus.IDLE]} idle, "
+        f"{running} running, {counts[JobStatus.HELD]} held, "
+        f"{counts[JobStatus.SUSPENDED]} suspended"
+    )
+
+
+@dataclass
+class _Batch:
+    owner: str
+    name: str
+    submitted: int
+    clusters: dict[int, int]  # cluster -> TotalSubmitProcs
+    ids: list[tuple[int, int]]
+    counts: dict[int, int]
+
+
+def _batch_view(ads: Sequence[ClassAd], rich: bool) -> None:
+    batches: dict[tuple[str, str], _Batch] = {}
+    for ad in ads:
+        cluster, proc = int(ad["ClusterId"]), int(ad["ProcId"])
+        name = ad.get("JobBatchName")
+        label = name if isinstance(name, str) and name else f"ID: {cluster}"
+        owner = str(ad.get("Owner", "?"))
+        qdate = ad.get("QDate")
+        batch = batches.setdefault(
+            (owner, label), _Batch(owner, label, 0, {}, [], dict.fromkeys(range(1, 8), 0))
+        )
+        if isinstance(qdate, int) and (not batch.submitted or qdate < batch.submitted):
+            batch.submitted = qdate
+        total = ad.get("TotalSubmitProcs")
+        batch.clusters[cluster] = max(
+            batch.clusters.get(cluster, 0), total if isinstance(total, int) else 0
+        )
+        batch.ids.append((cluster, proc))
+        status = ad.get("JobStatus")
+        if isinstance(status, int) and status in batch.counts:
+            batch.counts[status] += 1
+    rows = []
+    for batch in batches.values():
+        present: dict[int, int] = {}
+        for cluster, _ in batch.ids:
+            present[cluster] = present.get(cluster, 0) + 1
+        total = sum(max(batch.clusters[c], present[c]) for c in present)
+        done = total - len(batch.ids) + batch.counts[4]
+        run = batch.counts[2] + batch.counts[6]
+        rows.append(
+            [
+                batch.owner,
+                batch.name,
+                format_date(batch.submitted),
+                _count(done),
+                _count(run),
+                _count(batch.counts[1]),
+                _count(batch.counts[5]),
+                str(total),
+                _id_range(batch.ids),
+            ]
+        )
+    columns = [
+        Column("OWNER"),
+        Column("BATCH_NAME"),
+        Column("SUBMITTED"),
+        Column("DONE", right=True),
+        Column("RUN", right=True),
+        Column("IDLE", right=True),
+        Column("HOLD", right=True),
+        Column("TOTAL", right=True),
+        Column("JOB_IDS"),
+    ]
+    print_table(columns, rows, rich=rich)
+
+
+def _count(n: int) -> str:
+    return str(n) if n else "_"  # condor_q's batch view shows no zeros
+
+
+def _id_range(ids: list[tuple[int, int]]) -> str:
+    ids = sorted(ids)
+    first, last = ids[0], ids[-1]
+    if first == last:
+        return f"{first[0]}.{first[1]}"
+    if first[0] == last[0]:
+        return f"{first[0]}.{first[1]}-{last[1]}"
+    return f"{first[0]}.{first[1]} ... {last[0]}.{last[1]}"
+
+
+def _run_time(ad: ClassAd, now: float) -> str:
+    wall = ad.get("RemoteWallClockTime")
+    total = float(wall) if isinstance(wall, (int, float)) else 0.0
+    start = ad.get("JobCurrentStartDate")
+    if ad.get("JobStatus") == JobStatus.RUNNING and isinstance(start, int):
+        total += max(0.0, now - start)
+    return format_duration(total)
+
+
+def _job_view(ads: Sequence[ClassAd], rich: bool) -> None:
+    now = time.time()
+    rows = []
+    for ad in ads:
+        size = ad.get("ImageSize")
+        rows.append(
+            [
+                f"{ad['ClusterId']}.{ad['ProcId']}",
+                str(ad.get("Owner", "?")),
+                format_date(ad.get("QDate")),
+                _run_time(ad, now),
+                status_letter(ad.get("JobStatus")),
+                str(ad.get("JobPrio", 0)),
+                f"{size / 1024:.1f}" if isinstance(size, (int, float)) else "0.0",
+                command_line(ad),
+            ]
+        )
+    columns = [
+        Column("ID", right=True),
+        Column("OWNER"),
+        Column("SUBMITTED"),
+        Column("RUN_TIME", right=True),
+        Column("ST"),
+        Column("PRI", right=True),
+        Column("SIZE", right=True),
+        Column("CMD"),
+    ]
+    print_table(columns, rows, rich=rich)
+
+
+def _hold_view(ads: Sequence[ClassAd], rich: bool) -> None:
+    rows = [
+        [
+            f"{ad['ClusterId']}.{ad['ProcId']}",
+            str(ad.get("Owner", "?")),
+            format_date(ad.get("EnteredCurrentStatus")),
+            str(ad.get("HoldReason", "")),
+        ]
+        for ad in ads
+    ]
+    columns = [
+        Column("ID", right=True),
+        Column("OWNER"),
+        Column("HELD_SINCE"),
+        Column("HOLD_REASON"),
+    ]
+    print_table(columns, rows, rich=rich)

@@ -1,0 +1,186 @@
+"""`htgrid submit`: condor_submit.
+
+    $ htgrid submit job.sub
+    Submitting job(s)...
+    3 job(s) submitted to cluster 12.
+
+As condor_submit does, the command reads the submit file itself (relative paths are
+relative to the current directory, `getenv` sees this environment), asks the daemon for
+a cluster id, builds the job ads, and sends all procs in one request: the cluster is
+queued whole or not at all. `NAME=VALUE` arguments and `-append LINE` add statements
+before the queue statement; `-queue ARGS` gives the queue statement itself.
+`-dry-run DEST` writes the ads (old syntax) to DEST (`-` for stdout) and needs no daemon.
+
+Exit status: 0 submitted, 2 the submit file or the command line is wrong (the message
+names the file and line), 1 the daemon refused or is not running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from htgrid.classad import ClassAd
+from htgrid.cli._common import EXIT_OK, client, current_user
+from htgrid.errors import UsageError
+from htgrid.submit import Job, SubmitDescription, SubmitError, dry_run_text
+
+__all__ = ["register", "split_cluster"]
+
+_QUEUE: Final = re.compile(r"^[ \t]*queue\b", re.IGNORECASE | re.MULTILINE)
+_ASSIGN: Final = re.compile(r"[A-Za-z_+][\w.+]*\s*=")
+# Set by the queue, not by the submitter; Owner comes from the caller's identity.
+_QUEUE_SET: Final = frozenset({"owner", "procid", "clusterid"})
+
+
+def register(commands: Any) -> None:
+    """Add `submit` to the top-level parser."""
+    sub = commands.add_parser(
+        "submit",
+        help="submit jobs from a submit description file (condor_submit)",
+        description="Queue the jobs a submit description file describes.",
+    )
+    sub.add_argument("file", nargs="?", metavar="FILE", help="the submit description file")
+    sub.add_argument(
+        "assignments",
+        nargs="*",
+        metavar="NAME=VALUE",
+        help="submit commands or macros, added before the queue statement",
+    )
+    sub.add_argument(
+        "-dry-run",
+        "--dry-run",
+        dest="dry_run",
+        metavar="DEST",
+        help="write the job ads to DEST (- for stdout) instead of submitting; "
+        "`-dry-run FILE` alone prints FILE's ads",
+    )
+    sub.add_argument(
+        "-a",
+        "-append",
+        "--append",
+        dest="append",
+        action="append",
+        default=[],
+        metavar="LINE",
+        help="a submit statement added before the queue statement",
+    )
+    sub.add_argument(
+        "-queue",
+        "--queue",
+        dest="queue",
+        metavar="ARGS",
+        help="the queue statement's arguments, for a file without one",
+    )
+    sub.set_defaults(handler=_submit)
+
+
+def _text(args: argparse.Namespace) -> str:
+    path = Path(args.file)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SubmitError(f"cannot read submit file: {exc.strerror}", path=str(path)) from None
+    for item in args.assignments:
+        if not _ASSIGN.match(item):
+            raise UsageError(f"{item!r} is not NAME=VALUE")
+    extra = [*args.assignments, *args.append]
+    match = _QUEUE.search(text)
+    if args.queue is not None:
+        if match:
+            raise SubmitError(
+                "-queue was given but the file has a queue statement",
+                path=str(path),
+                line=text.count("\n", 0, match.start()) + 1,
+            )
+        return (
+            text.rstrip("\n")
+            + "\n"
+            + "".join(f"{line}\n" for line in extra)
+            + f"queue {args.queue}\n"
+        )
+    if not extra:
+        return text
+    if not match:
+        return text.rstrip("\n") + "\n" + "".join(f"{line}\n" for line in extra)
+    return text[: match.start()] + "".join(f"{line}\n" for line in extra) + text[match.start() :]
+
+
+def _description(args: argparse.Namespace) -> SubmitDescription:
+    return SubmitDescription.from_text(
+        _text(args), args.file, cwd=os.getcwd(), env=dict(os.environ)
+    )
+
+
+def _jobs(desc: SubmitDescription, cluster: int) -> list[Job]:
+    cwd = os.getcwd()
+    return desc.jobs(cluster, owner=current_user(), qdate=int(time.time()), submit_dir=cwd)
+
+
+def split_cluster(jobs: Sequence[Job]) -> tuple[ClassAd, list[ClassAd]]:
+    """The cluster ad (what all procs share) and each proc's own attributes.
+
+    As condor_submit sends them: proc 0's ad is the cluster's; later procs send only
+    the attributes whose values differ.
+    """
+    first: ClassAd = jobs[0].ad
+    cluster = ClassAd()
+    shared: dict[str, Any] = {}
+    for name in first:
+        if name.lower() not in _QUEUE_SET:
+            cluster[name] = shared[name] = first[name]
+    procs = [ClassAd()]
+    for job in jobs[1:]:
+        own = ClassAd()
+        for name in job.ad:
+            value = job.ad[name]
+            if name.lower() not in _QUEUE_SET and not _same(shared.get(name, _MISSING), value):
+                own[name] = value
+        procs.append(own)
+    return cluster, procs
+
+
+_MISSING: Final = object()
+
+
+def _same(a: Any, b: Any) -> bool:
+    # Literals compare with their type (1, 1.0 and true are different values); expressions
+    # compare as syntax trees.
+    return type(a) is type(b) and a == b
+
+
+def _submit(args: argparse.Namespace) -> int:
+    if args.file is None:
+        if args.dry_run is None:
+            raise UsageError("submit: which submit file?")
+        args.file, args.dry_run = args.dry_run, "-"  # `-dry-run FILE`: print FILE's ads
+    desc = _description(args)  # the file's errors before anything is asked of the daemon
+    if args.dry_run is not None:
+        jobs = _jobs(desc, 1)
+        _warn(jobs)
+        text = dry_run_text(jobs)
+        if args.dry_run == "-":
+            sys.stdout.write(text)
+        else:
+            Path(args.dry_run).write_text(text, encoding="utf-8")
+        return EXIT_OK
+    with client() as schedd:
+        cluster = schedd.reserve_cluster()
+        jobs = _jobs(desc, cluster)
+        _warn(jobs)
+        cluster_ad, procs = split_cluster(jobs)
+        print("Submitting job(s)" + "." * len(jobs), flush=True)
+        ids = schedd.submit(cluster, cluster_ad, procs)
+    print(f"{len(ids)} job(s) submitted to cluster {cluster}.")
+    return EXIT_OK
+
+
+def _warn(jobs: Sequence[Job]) -> None:
+    for warning in dict.fromkeys(w for job in jobs for w in job.warnings):
+        print(f"WARNING: {warning}", file=sys.stderr)

@@ -1,0 +1,21 @@
+"""The job queue's API: a JSON HTTP API (ASGI) and its client.
+
+The daemon serves `htgrid.net.app.create_app(...)` on its Unix socket, naming callers by
+their peer credentials (`htgrid.net._peer`); the command line talks to it with
+`ScheddClient`. Errors cross the wire as problem documents and come back as the same
+`HTGridError` subclasses. This package's top level imports only the client side, so a
+command does not pay for loading the server.
+"""
+
+from htgrid.net._errors import ApiError, BadRequest, DaemonUnavailable
+from htgrid.net._wire import Jobs
+from htgrid.net.client import ScheddClient, socket_path
+
+__all__ = [
+    "ApiError",
+    "BadRequest",
+    "DaemonUnavailable",
+    "Jobs",
+    "ScheddClient",
+    "socket_path",
+]

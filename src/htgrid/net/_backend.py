@@ -1,0 +1,64 @@
+"""What the API serves: the queue operations a daemon (or a test double) provides."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from htgrid.classad import ClassAd
+from htgrid.net._wire import Jobs
+from htgrid.queue import Identity, JobAction, JobId
+
+__all__ = ["QueueBackend"]
+
+
+class QueueBackend(Protocol):
+    """The queue operations behind the routes, each done as `identity`."""
+
+    async def reserve_cluster(self, identity: Identity) -> int:
+        """A new cluster id for `identity` to build ads for."""
+        ...
+
+    async def submit(
+        self, identity: Identity, cluster: int, cluster_ad: ClassAd, procs: Sequence[ClassAd]
+    ) -> list[JobId]:
+        """Queue all procs of a reserved cluster in one transaction; their ids."""
+        ...
+
+    async def query(
+        self,
+        identity: Identity,
+        constraint: str | None,
+        projection: Sequence[str] | None,
+        limit: int | None,
+    ) -> list[ClassAd]:
+        """The queued jobs matching `constraint`."""
+        ...
+
+    async def history(
+        self,
+        identity: Identity,
+        constraint: str | None,
+        projection: Sequence[str] | None,
+        limit: int | None,
+    ) -> list[ClassAd]:
+        """The jobs that left the queue, most recent first."""
+        ...
+
+    async def get(self, identity: Identity, job_id: JobId) -> ClassAd:
+        """One queued job's ad."""
+        ...
+
+    async def act(
+        self, identity: Identity, action: JobAction, jobs: Jobs, reason: str | None
+    ) -> list[JobId]:
+        """Hold, release or remove jobs; the jobs acted on."""
+        ...
+
+    async def edit(self, identity: Identity, jobs: Jobs, attrs: dict[str, str]) -> list[JobId]:
+        """Set attributes (ClassAd expression text) of jobs; the jobs edited."""
+        ...
+
+    async def status(self) -> dict[str, Any]:
+        """What the daemon is doing (local jobs running, limits...), for health and analysis."""
+        ...

@@ -1,0 +1,73 @@
+"""The errors of the API layer, and the one table mapping htgrid's errors to HTTP.
+
+HTGridError
+├── DaemonUnavailable     (nothing answers on the socket: the daemons are not running)
+├── BadRequest            (a request the API cannot read: bad JSON, a missing field)
+└── ApiError              (an answer the client cannot map back to an htgrid error)
+
+Every error the daemon raises travels as an RFC 9457 problem document whose `error`
+member names its class; the client raises the same class again (`PROBLEMS` lists the
+classes that may cross the wire, most specific first).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from htgrid.errors import ClassAdSyntaxError, HTGridError, UsageError
+from htgrid.queue import (
+    InvalidSubmit,
+    InvalidTransition,
+    JobNotFound,
+    NotAuthorized,
+    ProtectedAttribute,
+    QueueError,
+    StoreError,
+)
+from htgrid.submit import SubmitError
+
+__all__ = ["PROBLEMS", "ApiError", "BadRequest", "DaemonUnavailable", "status_of"]
+
+
+class DaemonUnavailable(HTGridError):
+    """The htgrid daemons do not answer; start them with `htgrid up`."""
+
+
+class BadRequest(HTGridError):
+    """The request is malformed."""
+
+
+class ApiError(HTGridError):
+    """The daemon answered with an error this client does not know."""
+
+    def __init__(self, message: str, *, status: int = 500) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+# (class, HTTP status), most specific first: the first class an error is an instance of
+# gives its status. The client rebuilds only these classes from a problem's `error` name.
+PROBLEMS: Final[tuple[tuple[type[HTGridError], int], ...]] = (
+    (JobNotFound, 404),
+    (NotAuthorized, 403),
+    (InvalidTransition, 409),
+    (ProtectedAttribute, 422),
+    (InvalidSubmit, 422),
+    (StoreError, 503),
+    (QueueError, 400),
+    (ClassAdSyntaxError, 400),
+    (SubmitError, 400),
+    (BadRequest, 400),
+    (UsageError, 400),
+    (DaemonUnavailable, 503),
+    (ApiError, 500),
+    (HTGridError, 500),
+)
+
+
+def status_of(error: HTGridError) -> int:
+    """The HTTP status an error is reported with."""
+    for cls, status in PROBLEMS:
+        if isinstance(error, cls):
+            return status
+    return 500

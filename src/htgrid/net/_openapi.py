@@ -1,0 +1,132 @@
+"""The OpenAPI 3.1 description of the API, made from the route table itself."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from htgrid.net.app import RouteSpec
+
+__all__ = ["SCHEMAS", "openapi_document"]
+
+_AD: Final = {
+    "type": "object",
+    "description": 'A ClassAd in HTCondor\'s JSON form; expressions as "\\/Expr(...)\\/"',
+}
+_IDS: Final = {"type": "array", "items": {"type": "string", "pattern": r"^\d+\.\d+$"}}
+
+SCHEMAS: Final[dict[str, dict[str, Any]]] = {
+    "Ad": _AD,
+    "Ads": {"type": "object", "properties": {"jobs": {"type": "array", "items": _AD}}},
+    "Jobs": {"type": "object", "properties": {"jobs": _IDS}},
+    "Cluster": {"type": "object", "properties": {"cluster": {"type": "integer"}}},
+    "Submitted": {
+        "type": "object",
+        "properties": {"cluster": {"type": "integer"}, "jobs": _IDS},
+    },
+    "Submit": {
+        "type": "object",
+        "required": ["cluster_ad", "procs"],
+        "properties": {
+            "cluster_ad": _AD,
+            "procs": {"type": "array", "items": _AD, "description": "what differs per proc"},
+        },
+    },
+    "Selection": {
+        "description": "exactly one way of naming jobs",
+        "oneOf": [
+            {"type": "object", "properties": {"ids": _IDS}, "required": ["ids"]},
+            {"type": "object", "properties": {"cluster": {"type": "integer"}}},
+            {"type": "object", "properties": {"constraint": {"type": "string"}}},
+            {"type": "object", "properties": {"all": {"const": True}}},
+        ],
+    },
+    "Act": {
+        "type": "object",
+        "required": ["action", "jobs"],
+        "properties": {
+            "action": {"enum": ["hold", "release", "remove", "removex"]},
+            "jobs": {"$ref": "#/components/schemas/Selection"},
+            "reason": {"type": "string"},
+        },
+    },
+    "Edit": {
+        "type": "object",
+        "required": ["jobs", "attrs"],
+        "properties": {
+            "jobs": {"$ref": "#/components/schemas/Selection"},
+            "attrs": {"type": "object", "additionalProperties": {"type": "string"}},
+        },
+    },
+    "Health": {"type": "object"},
+    "OpenAPI": {"type": "object"},
+    "Problem": {
+        "type": "object",
+        "description": "RFC 9457; `error` names the htgrid exception class",
+        "properties": {
+            "type": {"type": "string"},
+            "title": {"type": "string"},
+            "status": {"type": "integer"},
+            "detail": {"type": "string"},
+            "error": {"type": "string"},
+        },
+    },
+}
+
+_PARAMS: Final = {
+    "constraint": ("a ClassAd expression the jobs must satisfy", {"type": "string"}),
+    "projection": ("attribute names, comma-separated", {"type": "string"}),
+    "limit": ("at most this many jobs", {"type": "integer", "minimum": 0}),
+}
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(name: str, media: str = "application/json") -> dict[str, Any]:
+    return {"content": {media: {"schema": _ref(name)}}}
+
+
+def openapi_document(routes: Sequence[RouteSpec], version: str) -> dict[str, Any]:
+    """The OpenAPI document listing every route."""
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        op: dict[str, Any] = {
+            "operationId": route.name,
+            "summary": route.summary,
+            "responses": {
+                str(route.status): {
+                    "description": "done",
+                    **_json(route.returns),
+                },
+                "default": {
+                    "description": "an error",
+                    **_json("Problem", "application/problem+json"),
+                },
+            },
+        }
+        parameters = [
+            {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+            for name in re.findall(r"\{(\w+)\}", route.path)
+        ]
+        for name in route.params:
+            text, schema = _PARAMS[name]
+            parameters.append({"name": name, "in": "query", "description": text, "schema": schema})
+        if parameters:
+            op["parameters"] = parameters
+        if route.body:
+            op["requestBody"] = {"required": True, **_json(route.body)}
+        paths.setdefault(route.path, {})[route.method.lower()] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "htgrid job queue",
+            "version": version,
+            "description": "The schedd's API: on a Unix socket, the caller is the peer's uid.",
+        },
+        "paths": paths,
+        "components": {"schemas": SCHEMAS},
+    }

@@ -1,0 +1,91 @@
+"""Who is calling: the kernel's word for a local caller, never the request's.
+
+On the Unix socket the daemon asks the kernel for the connecting process's credentials
+(SO_PEERCRED) when the connection is made, and the user name comes from that uid. A
+client cannot claim to be someone else: nothing in the request is believed. (Remote
+callers, over TLS with tokens, will get their own authenticator; the routes do not care
+which one made the identity.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pwd
+import socket
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from starlette.requests import Request
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from htgrid.queue import Identity, NotAuthorized
+
+__all__ = [
+    "PEER_KEY",
+    "Authenticator",
+    "PeerCredProtocol",
+    "PeerCredentials",
+    "peer_credentials",
+    "peercred_identity",
+]
+
+PEER_KEY: Final = "htgrid.peer"
+_UCRED: Final = struct.Struct("3i")  # struct ucred: pid, uid, gid
+SUPER_USERS: Final = frozenset({"root", "condor"})  # HTCondor's QUEUE_SUPER_USERS default
+
+Authenticator = Callable[[Request], Identity]
+"""Turns a request into the identity it acts as (NotAuthorized when it cannot)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PeerCredentials:
+    """The process at the other end of a Unix socket, as the kernel reports it."""
+
+    pid: int
+    uid: int
+    gid: int
+
+    @property
+    def user(self) -> str:
+        """The uid's user name (the uid as text when the system has no name for it)."""
+        try:
+            return pwd.getpwuid(self.uid).pw_name
+        except KeyError:
+            return str(self.uid)
+
+
+def peer_credentials(sock: Any) -> PeerCredentials:
+    """SO_PEERCRED of a connected Unix socket (a socket or asyncio's TransportSocket)."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    pid, uid, gid = _UCRED.unpack(raw)
+    return PeerCredentials(pid, uid, gid)
+
+
+class PeerCredProtocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, with the peer's credentials in every request's state.
+
+    uvicorn copies `app_state` into each request's `scope["state"]`; giving each
+    connection its own copy carries the credentials to the routes (`request.state`).
+    """
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        sock = transport.get_extra_info("socket")
+        creds: PeerCredentials | None = None
+        if sock is not None and sock.family == socket.AF_UNIX:
+            try:
+                creds = peer_credentials(sock)
+            except OSError:
+                creds = None  # the caller is gone already; its requests will be refused
+        self.app_state = {**self.app_state, PEER_KEY: creds}
+
+
+def peercred_identity(request: Request) -> Identity:
+    """The identity of a caller on the Unix socket; root and condor are queue super users."""
+    creds = request.scope.get("state", {}).get(PEER_KEY)
+    if not isinstance(creds, PeerCredentials):
+        raise NotAuthorized("the caller's credentials are unknown: this API answers local users")
+    user = creds.user
+    return Identity(user, admin=user in SUPER_USERS)

@@ -1,0 +1,134 @@
+"""What travels in the API's JSON bodies: job ads, job ids and job selections.
+
+Job ads travel in HTCondor's JSON form of a ClassAd (what `condor_q -json` prints):
+literals as JSON values, expressions as `"\\/Expr(...)\\/"` strings, so nothing is
+evaluated on the way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from htgrid.classad import ClassAd, ParserType, parseOne, quote
+from htgrid.errors import HTGridError
+from htgrid.net._errors import BadRequest
+from htgrid.queue import Identity, JobId, JobSpec
+
+__all__ = ["Jobs", "ad_from_json", "ads_json", "job_ids_from_json", "loads"]
+
+
+# HTCondor's JSON marks an expression by the escaped slashes of "\/Expr(...)\/", which
+# a JSON decoder turns into plain slashes: so the marker is swapped for a NUL (never in
+# a ClassAd string) before decoding, and back before the ClassAd reader sees it.
+_RAW: Final = '"\\/Expr('
+_HELD: Final = '"\\u0000Expr('
+
+
+def loads(text: str | bytes) -> Any:
+    """Decode JSON holding job ads, keeping their expressions recognisable."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
+    return json.loads(text.replace(_RAW, _HELD))
+
+
+def ads_json(ads: Sequence[ClassAd]) -> str:
+    """A JSON array of ads in HTCondor's JSON form (text: the markers must stay raw)."""
+    return "[" + ",\n".join(ad.printJson() for ad in ads) + "]"
+
+
+def ad_from_json(obj: object) -> ClassAd:
+    """The ClassAd of an object decoded by `loads` (BadRequest when it is not one)."""
+    if not isinstance(obj, dict):
+        raise BadRequest(f"a job ad must be a JSON object, not {type(obj).__name__}")
+    if not obj:
+        return ClassAd()
+    text = json.dumps(obj, ensure_ascii=False).replace(_HELD, _RAW)
+    try:
+        return parseOne(text, ParserType.JSON)
+    except HTGridError as exc:
+        raise BadRequest(f"not a ClassAd in JSON form: {exc}") from exc
+
+
+def job_ids_from_json(obj: object) -> list[JobId]:
+    """A JSON list of "cluster.proc" strings as job ids."""
+    if not isinstance(obj, list):
+        raise BadRequest("expected a list of job ids")
+    try:
+        return [JobId.parse(str(item)) for item in obj]
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Jobs:
+    """Which jobs an action or an edit is for: exactly one of the four ways.
+
+    `Jobs.of(["12.0", "12.3"])`, `Jobs.in_cluster(12)`, `Jobs.matching("JobStatus == 5")`
+    or `Jobs.mine()` (all the caller's jobs, as `condor_rm -all` means it).
+    """
+
+    ids: tuple[JobId, ...] = ()
+    cluster: int | None = None
+    constraint: str | None = None
+    mine_only: bool = False
+
+    @classmethod
+    def of(cls, ids: list[JobId | str] | tuple[JobId | str, ...]) -> Jobs:
+        return cls(ids=tuple(i if isinstance(i, JobId) else JobId.parse(i) for i in ids))
+
+    @classmethod
+    def in_cluster(cls, cluster: int) -> Jobs:
+        return cls(cluster=cluster)
+
+    @classmethod
+    def matching(cls, constraint: str) -> Jobs:
+        return cls(constraint=constraint)
+
+    @classmethod
+    def mine(cls) -> Jobs:
+        return cls(mine_only=True)
+
+    def to_json(self) -> dict[str, Any]:
+        if self.ids:
+            return {"ids": [str(i) for i in self.ids]}
+        if self.cluster is not None:
+            return {"cluster": self.cluster}
+        if self.constraint is not None:
+            return {"constraint": self.constraint}
+        return {"all": True}
+
+    @classmethod
+    def from_json(cls, obj: object) -> Jobs:
+        """The selection in a request body (BadRequest unless exactly one way is given)."""
+        if not isinstance(obj, dict) or len(obj) != 1:
+            raise BadRequest(
+                'select jobs with exactly one of {"ids": [...]}, {"cluster": N}, '
+                '{"constraint": "..."} or {"all": true}'
+            )
+        ((key, value),) = obj.items()
+        if key == "ids":
+            ids = job_ids_from_json(value)
+            if not ids:
+                raise BadRequest("the list of job ids is empty")
+            return cls(ids=tuple(ids))
+        if key == "cluster" and type(value) is int and value > 0:
+            return cls(cluster=value)
+        if key == "constraint" and isinstance(value, str):
+            return cls(constraint=value)
+        if key == "all" and value is True:
+            return cls(mine_only=True)
+        raise BadRequest(f"cannot select jobs with {json.dumps(obj)}")
+
+    def spec(self, identity: Identity) -> JobSpec:
+        """The selection as the queue takes it, for `identity`."""
+        if self.ids:
+            return list(self.ids)
+        if self.cluster is not None:
+            return self.cluster
+        if self.constraint is not None:
+            # Parenthesised: the queue reads a bare "12" or "12.0" as job ids.
+            return f"({self.constraint})"
+        return f"Owner == {quote(identity.name)}"

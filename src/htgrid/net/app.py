@@ -1,0 +1,235 @@
+"""The job queue's HTTP API: a Starlette (ASGI) app over a `QueueBackend`.
+
+Every route is under `/v1`, takes and returns JSON, and reports errors as problem
+documents (`_problems`). The caller's identity comes from the `authenticate` function the
+app is built with (on the Unix socket: the kernel's peer credentials), never from the
+request, so the same app can later be served over TLS with tokens. The routes are
+listed once, in `ROUTES`, which makes both the router and `/v1/openapi.json`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from json import JSONDecodeError
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from htgrid import __version__
+from htgrid.classad import ClassAd
+from htgrid.errors import HTGridError
+from htgrid.net._backend import QueueBackend
+from htgrid.net._errors import BadRequest, status_of
+from htgrid.net._openapi import openapi_document
+from htgrid.net._peer import Authenticator
+from htgrid.net._problems import to_problem
+from htgrid.net._wire import Jobs, ad_from_json, ads_json, loads
+from htgrid.queue import Identity, JobAction, JobId
+
+__all__ = ["ROUTES", "RouteSpec", "create_app"]
+
+_log = logging.getLogger("htgrid.net")
+
+Handler = Callable[["_Call"], Awaitable[Response]]
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSpec:
+    """One route: method, path, what it does (for the OpenAPI document) and its handler."""
+
+    method: str
+    path: str
+    name: str
+    summary: str
+    handler: Handler
+    body: str | None = None  # the request body's schema name
+    returns: str = "Jobs"  # the answer's schema name
+    params: tuple[str, ...] = ()  # query parameters
+    status: int = 200  # the status of a success
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    request: Request
+    backend: QueueBackend
+    identity: Identity
+
+    async def json(self) -> dict[str, Any]:
+        try:
+            body = loads(await self.request.body())
+        except (JSONDecodeError, UnicodeDecodeError) as exc:
+            raise BadRequest(f"the request body is not JSON: {exc}") from exc
+        if not isinstance(body, dict):
+            raise BadRequest("the request body must be a JSON object")
+        return body
+
+    def param(self, name: str) -> str | None:
+        return self.request.query_params.get(name)
+
+
+def _ids(ids: Sequence[JobId]) -> JSONResponse:
+    return JSONResponse({"jobs": [str(i) for i in ids]})
+
+
+async def _ads(ads: list[ClassAd]) -> Response:
+    # printJson per ad, joined: no detour through Python objects. Done off the loop,
+    # as 100,000 ads take a while.
+    def render() -> str:
+        return '{"jobs": ' + ads_json(ads) + "}"
+
+    text = await asyncio.to_thread(render)
+    return Response(text, media_type="application/json")
+
+
+def _int(value: str | None, name: str) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise BadRequest(f"{name} must be a whole number, not {value!r}") from None
+    if number < 0:
+        raise BadRequest(f"{name} must not be negative")
+    return number
+
+
+def _selection(call: _Call) -> tuple[str | None, list[str] | None, int | None]:
+    projection = call.param("projection")
+    names = [n for n in (projection or "").split(",") if n.strip()]
+    return call.param("constraint") or None, names or None, _int(call.param("limit"), "limit")
+
+
+async def _health(call: _Call) -> Response:
+    status = await call.backend.status()
+    you = {"user": call.identity.name, "admin": call.identity.admin}
+    return JSONResponse({"status": "ok", "version": __version__, "you": you, **status})
+
+
+async def _reserve(call: _Call) -> Response:
+    cluster = await call.backend.reserve_cluster(call.identity)
+    return JSONResponse({"cluster": cluster}, status_code=201)
+
+
+async def _submit(call: _Call) -> Response:
+    cluster = _int(call.request.path_params["cluster"], "cluster")
+    if not cluster:
+        raise BadRequest("the cluster id must be a positive whole number")
+    body = await call.json()
+    procs = body.get("procs")
+    if not isinstance(procs, list) or not procs:
+        raise BadRequest('"procs" must be a non-empty list of job ads')
+
+    def parse() -> tuple[ClassAd, list[ClassAd]]:
+        return ad_from_json(body.get("cluster_ad")), [ad_from_json(p) for p in procs]
+
+    cluster_ad, proc_ads = await asyncio.to_thread(parse)
+    ids = await call.backend.submit(call.identity, cluster, cluster_ad, proc_ads)
+    return JSONResponse({"cluster": cluster, "jobs": [str(i) for i in ids]}, status_code=201)
+
+
+async def _query(call: _Call) -> Response:
+    return await _ads(await call.backend.query(call.identity, *_selection(call)))
+
+
+async def _history(call: _Call) -> Response:
+    return await _ads(await call.backend.history(call.identity, *_selection(call)))
+
+
+async def _get(call: _Call) -> Response:
+    text = call.request.path_params["job_id"]
+    try:
+        job_id = JobId.parse(text)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    return await _ads([await call.backend.get(call.identity, job_id)])
+
+
+async def _act(call: _Call) -> Response:
+    body = await call.json()
+    try:
+        action = JobAction(body.get("action"))
+    except ValueError:
+        names = ", ".join(a.value for a in JobAction)
+        raise BadRequest(f'"action" must be one of {names}') from None
+    reason = body.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise BadRequest('"reason" must be a string')
+    jobs = Jobs.from_json(body.get("jobs"))
+    return _ids(await call.backend.act(call.identity, action, jobs, reason))
+
+
+async def _edit(call: _Call) -> Response:
+    body = await call.json()
+    attrs = body.get("attrs")
+    if (
+        not isinstance(attrs, dict)
+        or not attrs
+        or not all(isinstance(v, str) for v in attrs.values())
+    ):
+        raise BadRequest('"attrs" must map attribute names to ClassAd expression text')
+    jobs = Jobs.from_json(body.get("jobs"))
+    return _ids(await call.backend.edit(call.identity, jobs, attrs))
+
+
+async def _openapi(call: _Call) -> Response:
+    return JSONResponse(openapi_document(ROUTES, __version__))
+
+
+_SELECT = ("constraint", "projection", "limit")
+
+ROUTES: tuple[RouteSpec, ...] = (
+    RouteSpec("GET", "/v1/health", "health", "Whether the daemon answers, and as whom", _health,
+              returns="Health"),
+    RouteSpec("GET", "/v1/openapi.json", "openapi", "This API's OpenAPI description", _openapi,
+              returns="OpenAPI"),
+    RouteSpec("POST", "/v1/clusters", "reserve", "Reserve a new cluster id", _reserve,
+              returns="Cluster", status=201),
+    RouteSpec("POST", "/v1/clusters/{cluster}/jobs", "submit",
+              "Queue every proc of a reserved cluster, in one transaction", _submit,
+              body="Submit", returns="Submitted", status=201),
+    RouteSpec("GET", "/v1/jobs", "query", "The queued jobs matching a constraint", _query,
+              returns="Ads", params=_SELECT),
+    RouteSpec("GET", "/v1/jobs/{job_id}", "job", "One queued job's ad", _get, returns="Ads"),
+    RouteSpec("POST", "/v1/jobs/act", "act", "Hold, release or remove jobs", _act,
+              body="Act"),
+    RouteSpec("POST", "/v1/jobs/edit", "edit", "Set job attributes (condor_qedit)", _edit,
+              body="Edit"),
+    RouteSpec("GET", "/v1/history", "history", "Jobs that left the queue, newest first",
+              _history, returns="Ads", params=_SELECT),
+)  # fmt: skip
+
+
+def create_app(backend: QueueBackend, authenticate: Authenticator) -> Starlette:
+    """The API over `backend`; `authenticate` names the caller of each request."""
+
+    def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        async def serve(request: Request) -> Response:
+            try:
+                identity = authenticate(request)
+                return await handler(_Call(request, backend, identity))
+            except HTGridError as exc:
+                return _problem(exc)
+            except ValueError as exc:  # e.g. a hold code HTCondor does not define
+                return _problem(BadRequest(str(exc)))
+            except Exception as exc:
+                _log.exception("%s %s failed", request.method, request.url.path)
+                return _problem(HTGridError(f"internal error in the daemon: {exc!r}"))
+
+        return serve
+
+    # Literal paths first: /v1/jobs/act must not be read as the job id "act".
+    ordered = sorted(ROUTES, key=lambda r: "{" in r.path)
+    routes = [Route(r.path, endpoint(r.handler), methods=[r.method], name=r.name) for r in ordered]
+    return Starlette(routes=routes)
+
+
+def _problem(error: HTGridError) -> JSONResponse:
+    return JSONResponse(
+        to_problem(error), status_code=status_of(error), media_type="application/problem+json"
+    )

@@ -1,0 +1,228 @@
+"""`ScheddClient`: the job queue's API from Python, as the command line uses it.
+
+    with ScheddClient.local() as schedd:          # $HTGRID_HOME/run/schedd.sock
+        cluster = schedd.reserve_cluster()
+        schedd.submit(cluster, cluster_ad, [proc_ad, ...])
+        schedd.query("JobStatus == 5", ["HoldReason"])
+        schedd.act(JobAction.Hold, Jobs.in_cluster(cluster), "waiting for data")
+
+Errors come back as the classes the daemon raised (`JobNotFound`, `NotAuthorized`,
+`ClassAdSyntaxError` with its line and column...); a daemon that does not answer is
+`DaemonUnavailable`. httpx's own exceptions never escape.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from htgrid.classad import ClassAd
+from htgrid.errors import HTGridError
+from htgrid.net._errors import ApiError, DaemonUnavailable
+from htgrid.net._problems import from_problem
+from htgrid.net._wire import Jobs, ad_from_json, ads_json, loads
+from htgrid.queue import JobAction, JobId
+
+__all__ = ["ScheddClient", "socket_path"]
+
+_BASE = "http://htgrid"  # the host part is not used on a Unix socket
+
+
+def socket_path(home: str | os.PathLike[str] | None = None) -> Path:
+    """The daemon's socket: `<home>/run/schedd.sock`, home defaulting to $HTGRID_HOME."""
+    from htgrid.schedd._config import htgrid_home
+
+    return (Path(home) if home is not None else htgrid_home()) / "run" / "schedd.sock"
+
+
+@dataclass(frozen=True, slots=True)
+class RawJson:
+    """A request body that is JSON text already."""
+
+    text: str
+
+
+class ScheddClient:
+    """A connection to the daemon's API (one HTTP client, reused for every call)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        http: httpx.Client | None = None,
+        timeout: float = 60.0,
+    ) -> None:
+        """Talk to the socket at `path`; `http` replaces the transport (tests)."""
+        self.path = Path(path)
+        self._http = http or httpx.Client(
+            transport=httpx.HTTPTransport(uds=str(self.path)), base_url=_BASE, timeout=timeout
+        )
+
+    @classmethod
+    def local(cls, home: str | os.PathLike[str] | None = None, **kw: Any) -> ScheddClient:
+        """The client of the personal pool in `home` (default: $HTGRID_HOME)."""
+        return cls(socket_path(home), **kw)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> ScheddClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the routes -------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        """The daemon's health answer: version, who you are, local jobs running..."""
+        return self._json("GET", "/v1/health")
+
+    def reserve_cluster(self) -> int:
+        """A new cluster id to build job ads for."""
+        return int(self._json("POST", "/v1/clusters")["cluster"])
+
+    def submit(self, cluster: int, cluster_ad: ClassAd, procs: Sequence[ClassAd]) -> list[JobId]:
+        """Queue the procs of a reserved cluster (each holds what differs from cluster_ad)."""
+        # Assembled as text: the ads' expression markers must reach the daemon raw.
+        body = f'{{"cluster_ad": {cluster_ad.printJson()}, "procs": {ads_json(procs)}}}'
+        answer = self._json("POST", f"/v1/clusters/{cluster}/jobs", RawJson(body))
+        return [JobId.parse(i) for i in answer["jobs"]]
+
+    def query(
+        self,
+        constraint: str | None = None,
+        projection: Sequence[str] | None = None,
+        *,
+        limit: int | None = None,
+    ) -> list[ClassAd]:
+        """The queued jobs matching `constraint`, in job-id order."""
+        return self._ads("/v1/jobs", constraint, projection, limit)
+
+    def history(
+        self,
+        constraint: str | None = None,
+        projection: Sequence[str] | None = None,
+        *,
+        limit: int | None = None,
+    ) -> list[ClassAd]:
+        """The jobs that left the queue, most recent first."""
+        return self._ads("/v1/history", constraint, projection, limit)
+
+    def get(self, job_id: JobId | str) -> ClassAd:
+        """One queued job's ad (JobNotFound when it is not in the queue)."""
+        return self._parse_ads(self._request("GET", f"/v1/jobs/{job_id}"))[0]
+
+    def act(self, action: JobAction, jobs: Jobs, reason: str | None = None) -> list[JobId]:
+        """Hold, release or remove jobs; the jobs acted on."""
+        body: dict[str, Any] = {"action": action.value, "jobs": jobs.to_json()}
+        if reason is not None:
+            body["reason"] = reason
+        return [JobId.parse(i) for i in self._json("POST", "/v1/jobs/act", body)["jobs"]]
+
+    def edit(self, jobs: Jobs, attrs: Mapping[str, str]) -> list[JobId]:
+        """Set attributes to ClassAd expressions (text); the jobs edited."""
+        body = {"jobs": jobs.to_json(), "attrs": dict(attrs)}
+        return [JobId.parse(i) for i in self._json("POST", "/v1/jobs/edit", body)["jobs"]]
+
+    def openapi(self) -> dict[str, Any]:
+        """The API's OpenAPI description."""
+        return self._json("GET", "/v1/openapi.json")
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    def _ads(
+        self, path: str, constraint: str | None, projection: Sequence[str] | None, limit: int | None
+    ) -> list[ClassAd]:
+        params: dict[str, str] = {}
+        if constraint is not None:
+            params["constraint"] = constraint
+        if projection:
+            params["projection"] = ",".join(projection)
+        if limit is not None:
+            params["limit"] = str(limit)
+        return self._parse_ads(self._request("GET", path, params=params))
+
+    def _parse_ads(self, response: httpx.Response) -> list[ClassAd]:
+        doc = self._decode(response)
+        try:
+            return [ad_from_json(obj) for obj in doc["jobs"]]
+        except (KeyError, TypeError, HTGridError) as exc:
+            raise ApiError(f"the daemon sent job ads this client cannot read: {exc}") from exc
+
+    def _json(self, method: str, path: str, body: object = None) -> dict[str, Any]:
+        return self._decode(self._request(method, path, json_body=body))
+
+    def _decode(self, response: httpx.Response) -> dict[str, Any]:
+        try:
+            doc = loads(response.content)
+        except ValueError as exc:
+            raise ApiError(
+                f"the daemon sent something that is not JSON (HTTP {response.status_code})",
+                status=response.status_code,
+            ) from exc
+        if not isinstance(doc, dict):
+            raise ApiError("the daemon's answer is not a JSON object", status=response.status_code)
+        return doc
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        json_body: object = None,
+    ) -> httpx.Response:
+        if json_body is None:
+            content = None
+        elif isinstance(json_body, RawJson):
+            content = json_body.text
+        else:
+            content = json.dumps(json_body)
+        headers = {"content-type": "application/json"} if content is not None else None
+        response = self._send(method, path, params, content, headers)
+        if response.is_success:
+            return response
+        try:
+            doc = response.json()
+        except ValueError:
+            doc = None
+        raise from_problem(response.status_code, doc)
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None,
+        content: str | None,
+        headers: dict[str, str] | None,
+    ) -> httpx.Response:
+        """One request; httpx's and the socket's errors said in the daemon's terms."""
+        with warnings.catch_warnings():
+            # httpcore leaks the socket of a failed connect to a Unix socket (a daemon
+            # that died leaves its socket file behind). The socket is freed once the
+            # exception is gone, below: quietly, since it is not ours to close.
+            warnings.simplefilter("ignore", ResourceWarning)
+            try:
+                return self._http.request(
+                    method, path, params=params, content=content, headers=headers
+                )
+            except (httpx.ConnectError, OSError) as exc:
+                problem = (
+                    f"the htgrid daemons are not running (nothing answers on {self.path}: "
+                    f"{exc}); start them with `htgrid up`"
+                )
+            except httpx.TimeoutException:
+                problem = f"the daemon on {self.path} did not answer in time"
+            except httpx.HTTPError as exc:
+                problem = f"lost the connection to the daemon on {self.path}: {exc}"
+            gc.collect()
+        raise DaemonUnavailable(problem)

@@ -1,0 +1,138 @@
+"""`htgrid up` and `htgrid down`: starting the daemon in the background, and stopping it.
+
+`start` spawns `python -m htgrid.schedd --background` (which detaches into its own
+session, logging to SchedLog) and waits until the daemon answers on its socket; if the
+daemon dies first, the end of its log says why. `stop` sends SIGTERM and waits until the
+daemon has exited, i.e. until it has stopped its jobs and closed the queue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from htgrid.net import DaemonUnavailable, ScheddClient
+from htgrid.schedd._config import ScheddConfig, ScheddError
+
+__all__ = ["DaemonInfo", "start", "stop"]
+
+_POLL = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonInfo:
+    """A running daemon: its pid and where its socket, log and queue are."""
+
+    pid: int
+    socket: Path
+    log: Path
+    queue: Path
+    already_running: bool = False
+
+
+def _answer(config: ScheddConfig) -> int | None:
+    """The pid of the daemon answering on the socket, or None."""
+    if not config.socket.exists():
+        return None
+    try:
+        with ScheddClient(config.socket, timeout=5.0) as client:
+            return int(client.health()["pid"])
+    except DaemonUnavailable:
+        return None
+
+
+def _info(config: ScheddConfig, pid: int, already: bool) -> DaemonInfo:
+    return DaemonInfo(pid, config.socket, config.log_file, config.spool / "queue.db", already)
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process exists and is not a zombie (a zombie has exited)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] != b"Z"
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(text[-lines:])
+
+
+def start(config: ScheddConfig, *, timeout: float = 30.0) -> DaemonInfo:
+    """Start the daemon unless one answers already; its info once it answers."""
+    config.make_dirs()
+    pid = _answer(config)
+    if pid is not None:
+        return _info(config, pid, True)
+    with open(config.log_file, "ab") as log:
+        try:
+            spawned = subprocess.run(
+                [sys.executable, "-m", "htgrid.schedd", "--home", str(config.home), "--background"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                cwd=config.home,
+                timeout=timeout,
+                check=True,
+            )
+            child = int(spawned.stdout.split()[0])
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
+            raise ScheddError(f"cannot start the daemon: {exc}") from exc
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pid = _answer(config)
+        if pid is not None:
+            return _info(config, pid, pid != child)
+        if not _alive(child):
+            pid = _answer(config)  # lost a race with another `htgrid up`?
+            if pid is not None:
+                return _info(config, pid, True)
+            raise ScheddError(
+                f"the daemon exited while starting; the end of {config.log_file}:\n"
+                + _log_tail(config.log_file)
+            )
+        time.sleep(_POLL)
+    raise ScheddError(f"the daemon (pid {child}) did not answer within {timeout:g} s")
+
+
+def _daemon_pid(config: ScheddConfig) -> int | None:
+    try:
+        pid = int(config.pid_file.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return _answer(config)
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            mine = b"htgrid.schedd" in f.read()
+    except OSError:
+        mine = False
+    return pid if mine and _alive(pid) else _answer(config)
+
+
+def stop(config: ScheddConfig, *, timeout: float | None = None) -> int | None:
+    """Stop the daemon cleanly; its pid, or None when none was running."""
+    pid = _daemon_pid(config)
+    if pid is None:
+        return None
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    # Running jobs get their vacate time before SIGKILL; then the daemon records them.
+    limit = timeout if timeout is not None else config.kill_grace + 30.0
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if not _alive(pid):  # it has let go of the lock before, its jobs recorded
+            return pid
+        time.sleep(_POLL)
+    raise ScheddError(
+        f"the daemon (pid {pid}) did not stop within {limit:g} s; see {config.log_file}"
+    )

@@ -1,0 +1,207 @@
+"""The daemon: one asyncio loop running the API, the local universe, the event log
+writer and the periodic policy timer, over one queue thread.
+
+Start-up: take the pool's lock (one daemon per home), open the queue, recover from a
+crash (kill what earlier runs left, evict jobs with no process), serve the socket, write
+the pid file. SIGTERM or SIGINT: stop taking requests, stop running jobs (back to idle),
+write their events, close the queue, remove the socket and the pid file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import uvicorn
+
+from htgrid import __version__
+from htgrid.errors import HTGridError
+from htgrid.net._peer import PeerCredProtocol, peercred_identity
+from htgrid.net.app import create_app
+from htgrid.queue import JobQueue
+from htgrid.schedd._config import ScheddConfig, ScheddError
+from htgrid.schedd._launch import family_marker
+from htgrid.schedd._local import LocalRunner
+from htgrid.schedd._service import QueueService
+from htgrid.schedd._userlog import UserLogWriter
+from htgrid.schedd._worker import QueueWorker
+
+__all__ = ["Daemon", "configure_logging"]
+
+_log = logging.getLogger("htgrid.schedd")
+
+
+def configure_logging() -> None:
+    """SchedLog lines as HTCondor writes them: `MM/DD/YY HH:MM:SS message`."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%m/%d/%y %H:%M:%S"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    logging.getLogger("uvicorn").setLevel(logging.WARNING)
+
+
+class Daemon:
+    """The personal pool's daemon for one home directory."""
+
+    def __init__(self, config: ScheddConfig, *, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self._clock = clock
+        self._stop = asyncio.Event()
+        self._started = clock()
+        self._runner: LocalRunner | None = None
+
+    def request_stop(self) -> None:
+        """Begin a clean shutdown (what SIGTERM does)."""
+        self._stop.set()
+
+    def _lock(self) -> int:
+        fd = os.open(self.config.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ScheddError(f"another daemon already runs for {self.config.home}") from None
+        return fd
+
+    def _status(self) -> dict[str, Any]:
+        status: dict[str, Any] = {
+            "pid": os.getpid(),
+            "started": int(self._started),
+            "home": str(self.config.home),
+            "periodic_interval": self.config.periodic_interval,
+        }
+        if self._runner is not None:
+            status.update(self._runner.status())
+        return status
+
+    async def run(self) -> None:
+        """Serve until asked to stop (SIGTERM, SIGINT or `request_stop`)."""
+        cfg = self.config
+        cfg.make_dirs()
+        lock = self._lock()
+        try:
+            queue = JobQueue.open(cfg.spool, clock=self._clock, fsync=cfg.fsync)
+            worker = QueueWorker(queue)
+            try:
+                await self._serve(worker)
+            finally:
+                await asyncio.to_thread(worker.close)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(cfg.pid_file)
+            os.close(lock)
+        _log.info("htgrid daemon (pid %d) stopped", os.getpid())
+
+    async def _serve(self, worker: QueueWorker) -> None:
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+        host = f"<{socket.gethostname()}?sock=schedd>"
+        runner = LocalRunner(
+            worker,
+            marker=family_marker(cfg.home),
+            max_jobs=cfg.max_local_jobs,
+            grace=cfg.kill_grace,
+            clock=self._clock,
+        )
+        self._runner = runner
+        writer = UserLogWriter(worker, cfg.userlog_seq_file, host)
+        writer.load()
+        evicted = await runner.recover()
+        if evicted:
+            _log.warning(
+                "%d job(s) were running when the last daemon died: back to idle", len(evicted)
+            )
+        server, serving = await self._start_server(QueueService(worker, self._status))
+        tasks = [
+            self._supervised(runner.run(), "local universe"),
+            self._supervised(writer.run(), "event log writer"),
+            self._supervised(self._periodic(worker), "periodic policy"),
+        ]
+        cfg.pid_file.write_text(f"{os.getpid()}\n")
+        _log.info(
+            "htgrid %s daemon (pid %d) serving %s; queue %s",
+            __version__,
+            os.getpid(),
+            cfg.socket,
+            cfg.spool / "queue.db",
+        )
+        try:
+            await self._stop.wait()
+        finally:
+            _log.info("shutting down")
+            server.should_exit = True
+            await serving
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(cfg.socket)
+            await runner.shutdown()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await writer.catch_up()
+
+    async def _start_server(
+        self, service: QueueService
+    ) -> tuple[uvicorn.Server, asyncio.Task[None]]:
+        """uvicorn on our socket, in a task; it returns once the server is listening."""
+        cfg = self.config
+        app = create_app(service, peercred_identity)
+        config = uvicorn.Config(
+            app,
+            http=PeerCredProtocol,
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=5,
+        )
+        server = uvicorn.Server(config)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(cfg.socket)  # a dead daemon's: we hold the lock
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)  # the socket is created 0600: nobody else connects
+        try:
+            sock.bind(str(cfg.socket))
+        finally:
+            os.umask(old)
+        # uvicorn's serve() would take over SIGTERM and SIGINT; its inner loop does not.
+        serving = asyncio.create_task(server._serve(sockets=[sock]), name="api server")
+        while not server.started:
+            if serving.done():
+                sock.close()
+                raise ScheddError(f"the API server did not start: {serving.exception()!r}")
+            await asyncio.sleep(0.01)
+        return server, serving
+
+    def _supervised(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        async def guard() -> None:
+            try:
+                await work
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # A component that died would leave jobs unattended: stop cleanly instead.
+                _log.exception("the %s failed; stopping the daemon", name)
+                self._stop.set()
+
+        return asyncio.create_task(guard(), name=name)
+
+    async def _periodic(self, worker: QueueWorker) -> None:
+        while True:
+            await asyncio.sleep(self.config.periodic_interval)
+            try:
+                applied = await worker.write(lambda q: q.evaluate_periodic())
+            except HTGridError as exc:
+                _log.error("periodic policy evaluation failed: %s", exc)
+                continue
+            for jid, decision in applied:
+                _log.info("job %s: %s by %s", jid, decision.action.value, decision.attribute)

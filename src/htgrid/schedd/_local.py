@@ -1,0 +1,418 @@
+"""The local universe: the daemon runs `universe = local` jobs on this host itself.
+
+It follows the change feed: a submitted cluster or a job back to Idle may be a job to
+start; a running job that became Held or Removed (by a user, or by a periodic policy) is
+killed. The end of each run is recorded so the queue's policies apply: an exit goes to
+`job_exited` (on_exit_hold, on_exit_remove, max_retries), a removal to `destroy`, and a
+daemon shutdown to `job_evicted` (back to Idle, to run again after the next start).
+
+Each run moves through one state machine:
+
+    from \\ to    Running  Stopping  Ended
+    Starting       yes       yes      yes     (Ended: the process could not be created)
+    Running         .        yes      yes
+    Stopping        .         .       yes
+    Ended           .         .        .
+
+After a crash, `recover` kills what earlier runs left behind (found by their marker)
+and evicts the jobs the queue still calls Running: a job is never lost, never reported
+done when it was not, and never runs twice at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import functools
+import logging
+import signal
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from htgrid.classad import ClassAd
+from htgrid.errors import HTGridError
+from htgrid.queue import (
+    Change,
+    ChangeKind,
+    ExitOutcome,
+    Identity,
+    InvalidTransition,
+    JobAction,
+    JobId,
+    JobNotFound,
+    JobQueue,
+    JobStatus,
+)
+from htgrid.schedd._launch import (
+    Exit,
+    LaunchError,
+    LaunchSpec,
+    kill_group,
+    kill_leftovers,
+    spawn,
+    wait_exit,
+)
+from htgrid.schedd._worker import QueueWorker
+
+__all__ = ["SCHEDD", "LocalRunner", "RunState", "StopReason"]
+
+_log = logging.getLogger("htgrid.schedd.local")
+
+LOCAL: Final = 12  # JobUniverse
+SCHEDD: Final = Identity("htgrid", admin=True)  # the daemon acting on its own account
+_FEED_BATCH: Final = 2000
+
+
+class RunState(enum.Enum):
+    """Where one run of a job is."""
+
+    STARTING = "starting"  # job_started committed; the process is being created
+    RUNNING = "running"
+    STOPPING = "stopping"  # asked to stop: KillSig sent, SIGKILL after the vacate time
+    ENDED = "ended"  # the process is gone and its end recorded
+
+
+TRANSITIONS: Final[Mapping[RunState, frozenset[RunState]]] = {
+    RunState.STARTING: frozenset({RunState.RUNNING, RunState.STOPPING, RunState.ENDED}),
+    RunState.RUNNING: frozenset({RunState.STOPPING, RunState.ENDED}),
+    RunState.STOPPING: frozenset({RunState.ENDED}),
+    RunState.ENDED: frozenset(),
+}
+
+
+class StopReason(enum.Enum):
+    """Why a run is stopped before its process ends by itself."""
+
+    HELD = "held"
+    REMOVED = "removed"
+    SHUTDOWN = "shutdown"
+
+
+@dataclass(eq=False)
+class _Run:
+    """One run of a job: the only mutable record here, owned by the runner's loop."""
+
+    job_id: JobId
+    started: float
+    state: RunState = RunState.STARTING
+    stop_reason: StopReason | None = None
+    start_seq: int = 0  # the change that started it: older changes are not about this run
+    spec: LaunchSpec | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+
+    def move(self, new: RunState) -> None:
+        if new not in TRANSITIONS[self.state]:
+            raise InvalidTransition(f"run of job {self.job_id}: {self.state.value} -> {new.value}")
+        self.state = new
+
+
+class LocalRunner:
+    """Starts local universe jobs, stops them when asked, and records how they ended."""
+
+    def __init__(
+        self,
+        worker: QueueWorker,
+        *,
+        marker: str,
+        max_jobs: int,
+        grace: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self._worker = worker
+        self._marker = marker
+        self._max_jobs = max_jobs
+        self._grace = grace
+        self._clock = clock
+        self._runs: dict[JobId, _Run] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._pending: dict[JobId, None] = {}  # idle local jobs, oldest first
+        self._recheck: set[JobId] = set()  # jobs whose run ended: idle again?
+        self._seq = 0
+        self._accepting = True
+        self._wake = worker.subscribe()
+
+    # -- start-up -----------------------------------------------------------------------
+
+    async def recover(self) -> list[JobId]:
+        """After a crash: kill what earlier runs left, evict jobs still called Running."""
+        leftovers = await asyncio.to_thread(kill_leftovers, self._marker)
+        if leftovers:
+            _log.warning("killed %d process(es) left by the previous daemon", len(leftovers))
+
+        def evict(q: JobQueue) -> list[JobId]:
+            evicted = []
+            for ad in q.query(f"JobUniverse == {LOCAL} && JobStatus != 1 && JobStatus != 5"):
+                jid = JobId(ad["ClusterId"], ad["ProcId"])
+                if ad["JobStatus"] == JobStatus.REMOVED:
+                    q.destroy(jid)
+                elif ad["JobStatus"] != JobStatus.COMPLETED:
+                    q.job_evicted(jid)
+                    evicted.append(jid)
+            return evicted
+
+        evicted = await self._worker.write(evict)
+        for jid in evicted:
+            _log.info("job %s had no process after the restart: back to idle", jid)
+
+        def idle(q: JobQueue) -> tuple[int, list[ClassAd]]:
+            seq = q.last_seq  # first: a change after this is read from the feed
+            return seq, q.query(f"JobStatus == 1 && JobUniverse == {LOCAL}", ["JobStatus"])
+
+        self._seq, ads = await self._worker.read(idle)
+        self._pending.update((JobId(ad["ClusterId"], ad["ProcId"]), None) for ad in ads)
+        return evicted
+
+    # -- the loop -----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Follow the change feed and start jobs, until cancelled."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._follow()
+                self._schedule()
+            except HTGridError as exc:
+                _log.error("local universe: %s", exc)
+
+    def status(self) -> dict[str, Any]:
+        """Counts for the health route and `htgrid q -better-analyze`."""
+        return {
+            "local_jobs_running": len(self._runs),
+            "local_jobs_limit": self._max_jobs,
+            "local_jobs_waiting": len(self._pending),
+            "accepting_jobs": self._accepting,
+        }
+
+    async def _follow(self) -> None:
+        while True:
+            changes = await self._worker.read(
+                functools.partial(_changes_since, seq=self._seq, limit=_FEED_BATCH)
+            )
+            # A job whose run just ended may be idle again (requeued by its policy, or
+            # released while it was being killed): look at it once more.
+            jobs, self._recheck = self._recheck, set()
+            clusters: set[int] = set()
+            for change in changes:
+                self._note(change, clusters)
+            if changes:
+                self._seq = changes[-1].seq
+            if clusters or jobs:
+                await self._find_idle(clusters, jobs)
+            if not changes:
+                return
+
+    def _note(self, change: Change, clusters: set[int]) -> None:
+        if change.kind is ChangeKind.SUBMITTED:
+            clusters.add(change.cluster)
+        elif change.kind is ChangeKind.STATUS:
+            for jid in change.job_ids:
+                run = self._runs.get(jid)
+                if run is None:
+                    if change.status == JobStatus.IDLE:
+                        clusters.add(change.cluster)
+                elif run.start_seq and change.seq <= run.start_seq:
+                    continue  # about an earlier run, or about this job before it started
+                elif change.status == JobStatus.HELD:
+                    self._stop(run, StopReason.HELD)
+                elif change.status == JobStatus.REMOVED:
+                    self._stop(run, StopReason.REMOVED)
+
+    async def _find_idle(self, clusters: set[int], jobs: set[JobId]) -> None:
+        """Add the idle local jobs of these clusters, and these jobs if idle, to pending."""
+        idle = f"JobStatus == 1 && JobUniverse == {LOCAL}"
+
+        def find(q: JobQueue) -> list[JobId]:
+            found: list[JobId] = []
+            for cluster in sorted(clusters):
+                ads = q.query(f"ClusterId == {cluster} && {idle}", ["JobStatus"])
+                found.extend(JobId(cluster, ad["ProcId"]) for ad in ads)
+            found.extend(
+                jid
+                for jid in sorted(jobs)
+                if jid.cluster not in clusters
+                and q.query(f"ClusterId == {jid.cluster} && ProcId == {jid.proc} && {idle}")
+            )
+            return found
+
+        for jid in await self._worker.read(find):
+            if jid not in self._runs:
+                self._pending[jid] = None
+
+    def _schedule(self) -> None:
+        while self._accepting and self._pending and len(self._runs) < self._max_jobs:
+            jid = next(iter(self._pending))
+            del self._pending[jid]
+            if jid in self._runs:
+                continue
+            run = _Run(jid, self._clock())
+            self._runs[jid] = run
+            task = asyncio.create_task(self._run_job(run), name=f"local job {jid}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    # -- one run ------------------------------------------------------------------------
+
+    async def _run_job(self, run: _Run) -> None:
+        try:
+            await self._run_steps(run)
+        except HTGridError as exc:
+            _log.error("job %s: %s", run.job_id, exc)
+        finally:
+            self._runs.pop(run.job_id, None)
+            if run.proc is not None and run.proc.returncode is None:
+                kill_group(run.proc.pid, signal.SIGKILL)  # never leave a process behind
+            self._recheck.add(run.job_id)
+            self._wake.set()  # a slot is free
+
+    async def _run_steps(self, run: _Run) -> None:
+        jid = run.job_id
+
+        def start(q: JobQueue) -> tuple[int, ClassAd] | None:
+            try:
+                q.job_started(jid)
+            except (InvalidTransition, JobNotFound):
+                return None  # no longer idle: held or removed meanwhile
+            return q.last_seq, q.get(jid)  # one writer: last_seq is job_started's change
+
+        started = await self._worker.write(start)
+        if started is None:
+            run.move(RunState.ENDED)
+            return
+        run.start_seq, ad = started
+        run.started = self._clock()
+        run.usage = {
+            name: ad.get(name, 0)
+            for name in ("RemoteWallClockTime", "CumulativeRemoteUserCpu", "CumulativeRemoteSysCpu")
+        }
+        if run.stop_reason is not None:  # held, removed or shut down before it began
+            run.move(RunState.ENDED)
+            await self._record(run, None)
+            return
+        try:
+            run.spec = LaunchSpec.from_ad(jid, ad, self._marker, self._grace)
+            run.proc = await asyncio.to_thread(spawn, run.spec)
+        except LaunchError as exc:
+            run.move(RunState.ENDED)
+            await self._hold(jid, exc)
+            return
+        _log.info("job %s started: pid %d, %s", jid, run.proc.pid, run.spec.argv[0])
+        if run.state is RunState.STARTING:
+            run.move(RunState.RUNNING)
+        else:  # stopped while it was being created
+            self._signal(run)
+        ended = await wait_exit(run.proc)
+        kill_group(run.proc.pid, signal.SIGKILL)  # what the job left running dies with it
+        run.move(RunState.ENDED)
+        await self._record(run, ended)
+
+    async def _hold(self, jid: JobId, exc: LaunchError) -> None:
+        _log.warning("job %s cannot start: %s", jid, exc.reason)
+
+        def hold(q: JobQueue) -> None:
+            with contextlib.suppress(InvalidTransition, JobNotFound):  # held or removed meanwhile
+                q.act(JobAction.Hold, jid, SCHEDD, exc.reason, code=exc.code, subcode=exc.subcode)
+
+        await self._worker.write(hold)
+
+    async def _record(self, run: _Run, ended: Exit | None) -> None:
+        """Record how the run ended; `ended` is None when no process was created."""
+        jid = run.job_id
+        wall = max(0.0, self._clock() - run.started)
+        user, system = (ended.user_cpu, ended.sys_cpu) if ended else (0.0, 0.0)
+        usage = {
+            "RemoteUserCpu": user,
+            "RemoteSysCpu": system,
+            "CumulativeRemoteUserCpu": _num(run.usage["CumulativeRemoteUserCpu"]) + user,
+            "CumulativeRemoteSysCpu": _num(run.usage["CumulativeRemoteSysCpu"]) + system,
+            "RemoteWallClockTime": _num(run.usage["RemoteWallClockTime"]) + wall,
+        }
+        reason = run.stop_reason
+
+        def record(q: JobQueue) -> str:
+            try:
+                q.update(jid, usage)
+                if reason is StopReason.SHUTDOWN:
+                    q.job_evicted(jid)
+                    return "evicted (daemon shutdown): back to idle"
+                if reason is None and ended is not None:
+                    if ended.signal is not None:
+                        outcome = q.job_exited(jid, ended.signal, by_signal=True)
+                    else:
+                        outcome = q.job_exited(jid, ended.code or 0)
+                    return _OUTCOMES[outcome]
+            except InvalidTransition:
+                pass  # held or removed while it ended: that decision stands
+            except JobNotFound:
+                return "gone from the queue"
+            if q.get(jid)["JobStatus"] == JobStatus.REMOVED:
+                q.destroy(jid)
+                return "removed"
+            return "stopped"
+
+        if ended is None:
+            how = "never started"
+        elif ended.signal is not None:
+            how = f"signal {ended.signal}"
+        else:
+            how = f"exit code {ended.code}"
+        result = await self._worker.write(record)
+        _log.info("job %s ended (%s): %s", jid, how, result)
+
+    # -- stopping -----------------------------------------------------------------------
+
+    def _stop(self, run: _Run, reason: StopReason) -> None:
+        if run.state in (RunState.STOPPING, RunState.ENDED):
+            return
+        run.stop_reason = reason
+        running = run.state is RunState.RUNNING
+        run.move(RunState.STOPPING)
+        if running:
+            self._signal(run)
+
+    def _signal(self, run: _Run) -> None:
+        """Send the job its kill signal, and SIGKILL after its vacate time."""
+        if run.proc is None or run.spec is None:
+            return
+        spec = run.spec
+        sig = {
+            StopReason.HELD: spec.hold_signal,
+            StopReason.REMOVED: spec.remove_signal,
+        }.get(run.stop_reason or StopReason.SHUTDOWN, spec.kill_signal)
+        why = run.stop_reason.value if run.stop_reason else "stopped"
+        _log.info("job %s %s: sending %s", run.job_id, why, sig.name)
+        kill_group(run.proc.pid, sig)
+        asyncio.get_running_loop().call_later(spec.vacate_time, _kill_if_running, run.proc)
+
+    async def shutdown(self) -> None:
+        """Stop every run (they go back to idle) and wait until they are recorded."""
+        self._accepting = False
+        for run in list(self._runs.values()):
+            self._stop(run, StopReason.SHUTDOWN)
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+_OUTCOMES: Final = {
+    ExitOutcome.COMPLETED: "completed",
+    ExitOutcome.LEFT_IN_QUEUE: "completed, kept in the queue (LeaveJobInQueue)",
+    ExitOutcome.REQUEUED: "requeued to run again",
+    ExitOutcome.HELD: "held by its policy",
+}
+
+
+def _num(value: object) -> float:
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+def _changes_since(q: JobQueue, *, seq: int, limit: int) -> list[Change]:
+    return q.changes_since(seq, limit=limit)
+
+
+def _kill_if_running(proc: subprocess.Popen[bytes]) -> None:
+    if proc.returncode is None:  # not reaped yet: the vacate time is over
+        kill_group(proc.pid, signal.SIGKILL)

@@ -1,0 +1,264 @@
+"""The user job event log writer: the queue's change feed, as HTCondor events.
+
+For each committed change of a job with a `UserLog`, the event HTCondor writes at that
+moment: 000 submitted, 001 executing, 004 evicted (or terminated and requeued), 005
+terminated, 009 aborted, 012 held, 013 released. The events carry the change's time.
+
+The last change written is kept in a file (`spool/userlog.seq`), written after the
+events, so a crash never loses an event: at worst the events of the last batch are
+written again after the restart (a duplicate, which readers such as DAGMan tolerate).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+from pathlib import Path
+from typing import Any, Final
+
+from htgrid.classad import ClassAd
+from htgrid.queue import Change, ChangeKind, JobId, JobQueue, JobStatus
+from htgrid.queue.eventlog import (
+    EventLogError,
+    ExecuteEvent,
+    JobAbortedEvent,
+    JobEvictedEvent,
+    JobHeldEvent,
+    JobReleasedEvent,
+    JobTerminatedEvent,
+    Rusage,
+    SubmitEvent,
+    UserLog,
+    UserLogEvent,
+)
+from htgrid.schedd._worker import QueueWorker
+
+__all__ = ["UserLogWriter", "events_for"]
+
+_log = logging.getLogger("htgrid.schedd.userlog")
+
+_BATCH: Final = 500
+_CACHE_MAX: Final = 100_000
+_INFO: Final = (
+    "UserLog",
+    "Iwd",
+    "RemoteUserCpu",
+    "RemoteSysCpu",
+    "CumulativeRemoteUserCpu",
+    "CumulativeRemoteSysCpu",
+    "ExitCode",
+    "ExitSignal",
+    "ExitBySignal",
+)
+_RUNNING: Final = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED})
+
+Pending = list[tuple[str, UserLogEvent]]
+
+
+class UserLogWriter:
+    """Follows the change feed and appends each job's events to its user log."""
+
+    def __init__(self, worker: QueueWorker, seq_file: Path, host: str) -> None:
+        self._worker = worker
+        self._seq_file = seq_file
+        self._host = host
+        self._seq = 0
+        self._paths: dict[JobId, str | None] = {}  # UserLog per job; touched on the queue thread
+        self._wake = worker.subscribe()
+
+    @property
+    def seq(self) -> int:
+        """The last change whose events are written."""
+        return self._seq
+
+    def load(self) -> None:
+        """Read the persisted position (0, from the start, when there is none)."""
+        try:
+            self._seq = int(self._seq_file.read_text().strip() or 0)
+        except FileNotFoundError:
+            self._seq = 0
+        except (OSError, ValueError) as exc:
+            _log.error(
+                "%s unreadable (%s): writing events from the start again", self._seq_file, exc
+            )
+            self._seq = 0
+
+    async def run(self) -> None:
+        """Write events as changes commit, until cancelled."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await self.catch_up()
+
+    async def catch_up(self) -> None:
+        """Write the events of every change committed so far."""
+        while True:
+            collect = functools.partial(self._collect, after=self._seq)
+            last, pending = await self._worker.read(collect)
+            if last == self._seq:
+                return
+            await asyncio.to_thread(self._write, pending, last)
+            self._seq = last
+
+    # -- on the queue thread ----------------------------------------------------------------
+
+    def _collect(self, q: JobQueue, *, after: int) -> tuple[int, Pending]:
+        changes = q.changes_since(after, limit=_BATCH)
+        pending: Pending = []
+        for change in changes:
+            try:
+                pending.extend(self._events(q, change))
+            except Exception:  # one odd change must not stop every later event
+                _log.exception("cannot make the event of change %d", change.seq)
+        return (changes[-1].seq if changes else after), pending
+
+    def _events(self, q: JobQueue, change: Change) -> Pending:
+        if change.kind is ChangeKind.SUBMITTED:
+            return self._submitted(q, change)
+        if change.kind is ChangeKind.LEFT_QUEUE:
+            for jid in change.job_ids:
+                self._paths.pop(jid, None)
+            return []
+        if change.kind is ChangeKind.ATTRIBUTES:
+            if "UserLog" in change.attrs or "userlog" in {d.lower() for d in change.deleted}:
+                for jid in change.job_ids:
+                    self._paths.pop(jid, None)
+            return []
+        out: Pending = []
+        for jid in change.job_ids:
+            ad: ClassAd | None = None
+            if jid not in self._paths:
+                ad = _job_ad(q, jid)
+                self._remember(jid, ad)
+            path = self._paths.get(jid)
+            if not path:
+                continue
+            if change.status in (JobStatus.COMPLETED, JobStatus.IDLE) and ad is None:
+                ad = _job_ad(q, jid)  # for the resource usage
+            event = events_for(change, jid, ad or ClassAd(), self._host)
+            if event is not None:
+                out.append((path, event))
+        return out
+
+    def _submitted(self, q: JobQueue, change: Change) -> Pending:
+        ads = _cluster_ads(q, change.cluster)
+        out: Pending = []
+        for jid in change.job_ids:
+            path = self._remember(jid, ads.get(jid))
+            if path:
+                event = SubmitEvent(
+                    cluster=jid.cluster,
+                    proc=jid.proc,
+                    timestamp=change.time,
+                    submit_host=self._host,
+                )
+                out.append((path, event))
+        return out
+
+    def _remember(self, jid: JobId, ad: ClassAd | None) -> str | None:
+        path = _log_path(ad) if ad is not None else None
+        if len(self._paths) >= _CACHE_MAX:
+            self._paths.clear()
+        self._paths[jid] = path
+        return path
+
+    # -- in a helper thread --------------------------------------------------------------
+
+    def _write(self, pending: Pending, last: int) -> None:
+        for path, event in pending:
+            try:
+                UserLog(path).append(event)
+            except EventLogError as exc:
+                _log.warning("job %d.%d: %s", event.cluster, event.proc, exc)
+        tmp = self._seq_file.with_suffix(".tmp")
+        try:
+            tmp.write_text(f"{last}\n")
+            os.replace(tmp, self._seq_file)
+        except OSError as exc:
+            # The events are written; after a restart they would be written again.
+            _log.error("cannot record the event log position in %s: %s", self._seq_file, exc)
+
+
+def _log_path(ad: ClassAd) -> str | None:
+    log = ad.get("UserLog")
+    if not isinstance(log, str) or not log:
+        return None
+    iwd = ad.get("Iwd")
+    return os.path.join(iwd, log) if isinstance(iwd, str) else log
+
+
+def _cluster_ads(q: JobQueue, cluster: int) -> dict[JobId, ClassAd]:
+    constraint = f"ClusterId == {cluster}"
+    ads = q.query(constraint, _INFO) + q.history(constraint, _INFO)
+    return {JobId(cluster, ad["ProcId"]): ad for ad in reversed(ads)}
+
+
+def _job_ad(q: JobQueue, jid: JobId) -> ClassAd | None:
+    constraint = f"ClusterId == {jid.cluster} && ProcId == {jid.proc}"
+    for ads in (q.query(constraint, _INFO), q.history(constraint, _INFO, limit=1)):
+        if ads:
+            return ads[0]
+    return None
+
+
+def _usage(ad: ClassAd, user: str, system: str) -> Rusage:
+    return Rusage(user_cpu=_number(ad.get(user)), sys_cpu=_number(ad.get(system)))
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and value >= 0 else 0.0
+
+
+def _exit(change: Change, ad: ClassAd) -> dict[str, Any]:
+    """How the job's process ended, from the change (else the ad)."""
+
+    def get(name: str) -> Any:
+        return change.attrs.get(name, ad.get(name))
+
+    if get("ExitBySignal") is True:
+        sig = get("ExitSignal")
+        return {
+            "terminated_normally": False,
+            "terminated_by_signal": sig if type(sig) is int else 0,
+        }
+    code = get("ExitCode")
+    return {"terminated_normally": True, "return_value": code if type(code) is int else 0}
+
+
+def events_for(change: Change, jid: JobId, ad: ClassAd, host: str) -> UserLogEvent | None:
+    """The event a status change writes (None for changes HTCondor logs nothing for)."""
+    head: dict[str, Any] = {"cluster": jid.cluster, "proc": jid.proc, "timestamp": change.time}
+    attrs = change.attrs
+    new, old = change.status, change.last_status
+    if new == JobStatus.RUNNING and old not in _RUNNING:
+        return ExecuteEvent(**head, execute_host=host)
+    if new == JobStatus.HELD:
+        return JobHeldEvent(
+            **head,
+            hold_reason=str(attrs.get("HoldReason", "")),
+            hold_reason_code=_int(attrs.get("HoldReasonCode")),
+            hold_reason_subcode=_int(attrs.get("HoldReasonSubCode")),
+        )
+    if new == JobStatus.REMOVED:
+        return JobAbortedEvent(**head, reason=str(attrs.get("RemoveReason", "")))
+    if new == JobStatus.IDLE and old == JobStatus.HELD:
+        return JobReleasedEvent(**head, reason=str(attrs.get("ReleaseReason", "")))
+    run = _usage(ad, "RemoteUserCpu", "RemoteSysCpu")
+    if new == JobStatus.IDLE and old in _RUNNING:
+        if "NumJobCompletions" in attrs:  # exited, and its policy sent it back to idle
+            return JobEvictedEvent(
+                **head, terminated_and_requeued=True, run_remote_usage=run, **_exit(change, ad)
+            )
+        return JobEvictedEvent(**head, run_remote_usage=run)
+    if new == JobStatus.COMPLETED:
+        total = _usage(ad, "CumulativeRemoteUserCpu", "CumulativeRemoteSysCpu")
+        return JobTerminatedEvent(
+            **head, run_remote_usage=run, total_remote_usage=total, **_exit(change, ad)
+        )
+    return None
+
+
+def _int(value: Any) -> int:
+    return value if type(value) is int else 0

@@ -1,0 +1,126 @@
+"""`PersonalPool`: a real daemon in a scratch directory, for tests and experiments.
+
+    with PersonalPool(tmp_path / "pool", periodic_interval=0.5) as pool:
+        with pool.client() as schedd:
+            ...
+        pool.kill()          # kill -9, as a crash would
+        pool.start()         # and the recovery that follows
+
+The daemon is the one `htgrid up` starts (a detached process), so tests see what users
+see. `wait_for` polls with a deadline instead of sleeping a fixed time.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import time
+from collections.abc import Callable
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+from typing import TypeVar
+
+from htgrid.net import ScheddClient
+from htgrid.schedd._config import CONFIG_NAME, ScheddConfig
+from htgrid.schedd._control import DaemonInfo, _alive, start, stop
+from htgrid.schedd._launch import family_marker, kill_leftovers
+
+__all__ = ["PersonalPool", "run_cli", "wait_for"]
+
+T = TypeVar("T")
+
+
+def run_cli(home: Path, *argv: str) -> tuple[int, str, str]:
+    """`htgrid ARGV...` in this process, against the pool in `home`: (status, out, err)."""
+    from htgrid.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    old = os.environ.get("HTGRID_HOME")
+    os.environ["HTGRID_HOME"] = str(home)
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            status = main(list(argv))
+    finally:
+        if old is None:
+            del os.environ["HTGRID_HOME"]
+        else:
+            os.environ["HTGRID_HOME"] = old
+    return status, out.getvalue(), err.getvalue()
+
+
+def wait_for(
+    probe: Callable[[], T | None], timeout: float = 20.0, interval: float = 0.05, what: str = ""
+) -> T:
+    """Poll `probe` until it returns something truthy; that value (TimeoutError otherwise)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not within {timeout:g} s: {what or probe!r}")
+        time.sleep(interval)
+
+
+class PersonalPool:
+    """One pool home with its daemon; knobs go to its htgrid.conf."""
+
+    def __init__(
+        self,
+        home: Path,
+        *,
+        periodic_interval: float = 60.0,
+        kill_grace: float = 10.0,
+        max_local_jobs: int = 200,
+        fsync: bool = True,
+    ) -> None:
+        home.mkdir(parents=True, exist_ok=True)
+        (home / CONFIG_NAME).write_text(
+            f"PERIODIC_EXPR_INTERVAL = {periodic_interval}\n"
+            f"JOB_MAX_VACATE_TIME = {kill_grace}\n"
+            f"START_LOCAL_UNIVERSE_LIMIT = {max_local_jobs}\n"
+            f"QUEUE_FSYNC = {str(fsync).lower()}\n"
+        )
+        self.home = home
+        self.config = ScheddConfig.load(home)
+        self.pid: int | None = None
+
+    def start(self) -> DaemonInfo:
+        """Start the daemon (as `htgrid up`)."""
+        info = start(self.config)
+        self.pid = info.pid
+        return info
+
+    def stop(self) -> int | None:
+        """Stop the daemon cleanly (as `htgrid down`)."""
+        pid = stop(self.config)
+        self.pid = None
+        return pid
+
+    def kill(self) -> None:
+        """kill -9 the daemon and wait until it is gone (its jobs keep running)."""
+        if self.pid is None:
+            return
+        pid, self.pid = self.pid, None
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        wait_for(lambda: not _alive(pid), 10, what=f"daemon {pid} to die")
+
+    def client(self) -> ScheddClient:
+        """A client of this pool's daemon."""
+        return ScheddClient(self.config.socket)
+
+    def __enter__(self) -> PersonalPool:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.stop()
+        finally:
+            self.kill()
+            # Jobs of a killed daemon keep running; a test must not leave them behind.
+            kill_leftovers(family_marker(self.config.home))
