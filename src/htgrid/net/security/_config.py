@@ -1,0 +1,164 @@
+"""Where a pool keeps its security files, and the few settings of token checking.
+
+$HTGRID_HOME/etc
+├── passwords.d/POOL     token signing keys (0600, directory 0700)   SEC_PASSWORD_DIRECTORY
+├── tokens.d/            tokens the pool's daemons present           SEC_TOKEN_SYSTEM_DIRECTORY
+├── tokens.revoked       revoked token ids (jti), one a line
+├── mapfile              IDTOKENS lines mapping subjects to users    CERTIFICATE_MAPFILE
+└── ca/                  the pool CA and daemon certificates (keys 0600)
+    └── trusted.d/       other pools' CA certificates, for HTCondor-C between pools
+
+~/.htgrid/tokens.d/      a user's own tokens                          SEC_TOKEN_DIRECTORY
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Generic, TypeVar
+
+from htgrid.net.security._errors import SecurityError
+
+__all__ = [
+    "DEFAULT_ADMINS",
+    "SecurityConfig",
+    "Watched",
+    "ensure_private_dir",
+    "pool_home",
+    "shown",
+    "user_token_dir",
+    "write_private",
+]
+
+DEFAULT_ADMINS: Final = frozenset({"root", "condor"})  # QUEUE_SUPER_USERS' default
+_T = TypeVar("_T")
+
+
+def pool_home(env: Mapping[str, str] | None = None) -> Path:
+    """$HTGRID_HOME, or ~/.htgrid; made absolute."""
+    environ = os.environ if env is None else env
+    home = environ.get("HTGRID_HOME") or str(Path("~/.htgrid").expanduser())
+    return Path(home).expanduser().absolute()
+
+
+def shown(value: object, limit: int = 40) -> str:
+    """`repr(value)`, cut short: how messages quote what a caller sent (it may be anything)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def user_token_dir() -> Path:
+    """The user's token directory, ~/.htgrid/tokens.d (HTCondor's ~/.condor/tokens.d)."""
+    return Path("~/.htgrid/tokens.d").expanduser()
+
+
+@dataclass(frozen=True, slots=True)
+class SecurityConfig:
+    """A pool's security settings and the paths under its home.
+
+    `trust_domain` is the `iss` of the pool's tokens (HTCondor's TRUST_DOMAIN): tokens
+    naming another are refused, and clients pick the token whose issuer it is.
+    """
+
+    home: Path
+    trust_domain: str
+    admin_users: frozenset[str] = DEFAULT_ADMINS
+    leeway: float = 30.0  # seconds of clock skew forgiven on exp, nbf and iat
+    revocation_expr: str | None = None  # SEC_TOKEN_REVOCATION_EXPR, over the claims
+
+    def __post_init__(self) -> None:
+        if not self.trust_domain or any(c in self.trust_domain for c in ", \t\n"):
+            # HTCondor's rule: the issuer is a word, so "issuer,subject" maps cleanly.
+            raise SecurityError(
+                f"the trust domain {self.trust_domain!r} must be non-empty, "
+                "without spaces or commas"
+            )
+
+    @classmethod
+    def load(cls, home: Path | None = None, env: Mapping[str, str] | None = None) -> SecurityConfig:
+        """The settings of `home` ($HTGRID_HOME); the trust domain from
+        $HTGRID_TRUST_DOMAIN, else this host's name."""
+        environ = os.environ if env is None else env
+        domain = environ.get("HTGRID_TRUST_DOMAIN") or socket.gethostname()
+        return cls(home if home is not None else pool_home(environ), domain)
+
+    @property
+    def etc(self) -> Path:
+        return self.home / "etc"
+
+    @property
+    def password_dir(self) -> Path:
+        return self.etc / "passwords.d"
+
+    @property
+    def system_token_dir(self) -> Path:
+        return self.etc / "tokens.d"
+
+    @property
+    def revocation_file(self) -> Path:
+        return self.etc / "tokens.revoked"
+
+    @property
+    def mapfile(self) -> Path:
+        return self.etc / "mapfile"
+
+    @property
+    def ca_dir(self) -> Path:
+        return self.etc / "ca"
+
+    @property
+    def trusted_ca_dir(self) -> Path:
+        return self.ca_dir / "trusted.d"
+
+
+def ensure_private_dir(path: Path) -> None:
+    """Create `path` (and parents) if missing, readable by its owner only; an existing
+    directory keeps the mode its owner gave it."""
+    if not path.is_dir():
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(path, 0o700)  # mkdir's mode is subject to the umask
+
+
+def write_private(path: Path, data: bytes, *, mode: int = 0o600) -> None:
+    """Replace `path` atomically with `data`, created with `mode` (never wider first)."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+class Watched(Generic[_T]):
+    """A file's parsed contents, parsed again when the file changes (or `empty` if absent).
+
+    The daemons read the revocation list and map file this way: a stat per request,
+    a parse only after an edit, so `htgrid token revoke` takes effect at once.
+    """
+
+    def __init__(self, path: Path, parse: Callable[[Path], _T], empty: _T) -> None:
+        self.path = path
+        self._parse = parse
+        self._empty = empty
+        self._signature: tuple[int, int, int, int] | None = None
+        self._value = empty
+
+    def get(self) -> _T:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            self._signature, self._value = None, self._empty
+            return self._empty
+        signature = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if signature != self._signature:
+            self._value = self._parse(self.path)
+            self._signature = signature
+        return self._value
