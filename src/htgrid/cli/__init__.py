@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         _q,
         _status,
         _submit,
+        _token,
         _wait,
     )
 
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     _gahp.register(commands)
     _grid.register(commands)
     _status.register(commands)  # collector, status, advertise
+    _token.register(commands)  # token create, list, revoke
     for jobs in (_pool, _submit, _q, _act, _history, _wait):  # the job queue's commands
         jobs.register(commands)
     return parser

@@ -141,7 +141,7 @@ def _batch(args: argparse.Namespace) -> int:
         submit_workers=args.submit_workers,
         status_workers=args.status_workers,
     )
-    asyncio.run(BatchGahp(options).server().serve_stdio())
+    asyncio.run(BatchGahp(options).serve())
     return 0
 
 

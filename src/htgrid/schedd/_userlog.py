@@ -12,6 +12,7 @@ written again after the restart (a duplicate, which readers such as DAGMan toler
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -85,10 +86,15 @@ class UserLogWriter:
             )
             self._seq = 0
 
-    async def run(self) -> None:
-        """Write events as changes commit, until cancelled."""
+    async def run(self, poll: float = 1.0) -> None:
+        """Write events as changes commit, until cancelled.
+
+        Woken by this daemon's own writes, and every `poll` seconds for the commits of
+        other processes on the same queue (the grid manager).
+        """
         while True:
-            await self._wake.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=poll)
             self._wake.clear()
             await self.catch_up()
 
@@ -233,7 +239,9 @@ def events_for(change: Change, jid: JobId, ad: ClassAd, host: str) -> UserLogEve
     attrs = change.attrs
     new, old = change.status, change.last_status
     if new == JobStatus.RUNNING and old not in _RUNNING:
-        return ExecuteEvent(**head, execute_host=host)
+        # A grid job runs on its grid resource, which is what HTCondor names here.
+        grid = ad.get("GridResource") if ad.get("JobUniverse") == 9 else None
+        return ExecuteEvent(**head, execute_host=str(grid) if grid else host)
     if new == JobStatus.HELD:
         return JobHeldEvent(
             **head,

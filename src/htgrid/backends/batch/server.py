@@ -100,6 +100,25 @@ class BatchGahp:
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         # Final answers of finished jobs, most recently asked last: no file or LRM lookup.
         self._finals: OrderedDict[tuple[str, str], tuple[NativeStatus, JobRecord]] = OrderedDict()
+        # Submits under way: finished and recorded before the server exits (see serve).
+        self._submitting: set[asyncio.Task[Sequence[str]]] = set()
+
+    async def serve(self) -> None:
+        """Serve stdin/stdout; on EOF, QUIT or SIGTERM finish the submits under way first.
+
+        A launch or sbatch already started carries on whatever happens to this process;
+        cancelling its handler half-way would leave a job nobody can find by its tag, and
+        the restarted grid manager would submit it again.
+        """
+        await self.server().serve_stdio()
+        if self._submitting:
+            await asyncio.gather(*self._submitting, return_exceptions=True)
+
+    async def _submit_shielded(self, call: Call) -> Sequence[str]:
+        task = asyncio.create_task(self.submit(call))
+        self._submitting.add(task)
+        task.add_done_callback(self._submitting.discard)
+        return await asyncio.shield(task)
 
     def server(self) -> GahpServer:
         """A GahpServer serving this GAHP's commands."""
@@ -114,7 +133,13 @@ class BatchGahp:
         return GahpServer(
             VERSION,
             [
-                Command("BLAH_JOB_SUBMIT", 1, self.submit, jobs, on_error=fails(NOT_AVAILABLE)),
+                Command(
+                    "BLAH_JOB_SUBMIT",
+                    1,
+                    self._submit_shielded,
+                    jobs,
+                    on_error=fails(NOT_AVAILABLE),
+                ),
                 Command(
                     "BLAH_JOB_STATUS",
                     1,

@@ -1,0 +1,296 @@
+"""The batch resource (one per `batch <lrms>`) and what travels to and from the blahp.
+
+Status is asked for all the resource's jobs at once: BLAH_JOB_STATUS_ALL with every job's
+blah id (in chunks of `status_batch_size`, so the one-line reply stays under the 500 KiB
+the protocol allows), once per poll interval. A server that does not list it gets one
+BLAH_JOB_STATUS per job instead. A failed status command says nothing about the jobs:
+they keep their state and the resource is pinged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, cast
+
+from htgrid.classad import ClassAd
+from htgrid.errors import ClassAdSyntaxError
+from htgrid.gahp import GahpError, GahpRequestRefused
+from htgrid.grid._errors import GahpUnavailable
+from htgrid.grid._gahps import GahpHandle
+from htgrid.grid._job import Services
+from htgrid.grid._resource import AnyJob, Resource
+from htgrid.grid._values import as_int, as_str, is_plain
+
+__all__ = ["FIND", "STATUS_ALL", "BatchResource", "RemoteStatus", "build_submit_ad"]
+
+log = logging.getLogger("htgrid.grid")
+
+#: The bulk status command of htgrid's batch GAHP (not in the blahp).
+STATUS_ALL = "BLAH_JOB_STATUS_ALL"
+#: The lookup-by-tag extension this grid manager uses when the GAHP lists it.
+FIND = "BLAH_JOB_FIND"
+
+# What the grid manager copies from a status ad into the job ad (ProcessRemoteAd).
+_REMOTE_ATTRS = (
+    "BytesSent",
+    "BytesRecvd",
+    "ExitReason",
+    "RemoteSysCpu",
+    "RemoteUserCpu",
+    "NumRestarts",
+    "RemoteWallClockTime",
+    "CpusProvisioned",
+    "DiskProvisioned",
+    "MemoryProvisioned",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteStatus:
+    """One job's state as a status command reported it (job_status 0: not found)."""
+
+    job_status: int
+    when: float
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    hold_reason: str | None = None
+    hold_code: int = 0
+    hold_subcode: int = 0
+    error: str | None = None
+    blah_id: str | None = None
+    copied: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def not_found(self) -> bool:
+        """Whether a status 0 means the batch system does not know the job (else: no answer)."""
+        return self.job_status == 0 and (self.error is None or "not found" in self.error.lower())
+
+    @classmethod
+    def from_ad(cls, text: str, when: float, job_status: int | None = None) -> RemoteStatus:
+        """Read a status ad; ValueError if it is not one."""
+        try:
+            ad = ClassAd(text)
+        except (ClassAdSyntaxError, ValueError, TypeError) as err:
+            raise ValueError(f"bad status ad {text[:200]!r}") from err
+        status = as_int(ad.get("JobStatus"))
+        if status is None:
+            status = job_status
+        if status is None:
+            raise ValueError(f"status ad without JobStatus: {text[:200]!r}")
+        signal = as_int(ad.get("ExitSignal")) if ad.get("ExitBySignal") is True else None
+        return cls(
+            job_status=status,
+            when=when,
+            exit_code=as_int(ad.get("ExitCode")),
+            exit_signal=signal,
+            hold_reason=as_str(ad.get("HoldReason")),
+            hold_code=as_int(ad.get("HoldReasonCode")) or 0,
+            hold_subcode=as_int(ad.get("HoldReasonSubCode")) or 0,
+            error=as_str(ad.get("BlahError")),
+            blah_id=as_str(ad.get("BlahJobId")),
+            copied={name: ad[name] for name in _REMOTE_ATTRS if is_plain(ad.get(name))},
+        )
+
+
+class _Polled(Protocol):
+    """What a batch resource needs of its jobs (BatchJob)."""
+
+    @property
+    def blah_id(self) -> str | None: ...
+
+    def remote_status(self, status: RemoteStatus) -> None: ...
+
+
+class BatchResource(Resource):
+    """`batch <lrms>`: pinged with BLAH_PING, polled with BLAH_JOB_STATUS_ALL."""
+
+    def __init__(self, name: str, lrms: str, gahp: GahpHandle, services: Services) -> None:
+        super().__init__(name, gahp, services)
+        self.lrms = lrms
+
+    async def ping(self) -> str | None:
+        try:
+            fields = await self.call("BLAH_PING", self.lrms)
+        except GahpRequestRefused as err:
+            return str(err)
+        if fields[:1] == ("0",):
+            return None
+        return fields[1] if len(fields) > 1 else f"BLAH_PING {self.lrms} failed"
+
+    async def poll(self, jobs: list[AnyJob]) -> None:
+        polled = [cast(_Polled, job) for job in jobs]
+        by_id = {job.blah_id: job for job in polled if job.blah_id}
+        if not by_id:
+            return
+        if self.gahp.supports(STATUS_ALL):
+            ids = list(by_id)
+            size = max(1, self.config.status_batch_size)
+            for start in range(0, len(ids), size):
+                await self._poll_bulk(ids[start : start + size], by_id)
+        else:
+            await asyncio.gather(*(self._poll_one(blah_id, job) for blah_id, job in by_id.items()))
+
+    async def _poll_bulk(self, ids: list[str], by_id: Mapping[str, _Polled]) -> None:
+        self.stats.status_commands += 1
+        try:
+            fields = await self.call(STATUS_ALL, *ids)
+        except (GahpError, GahpUnavailable) as err:
+            self._poll_failed(str(err))
+            return
+        now = self.clock.time()
+        if fields[:1] != ("0",) or len(fields) < 3 or not fields[2].isdigit():
+            self._poll_failed(fields[1] if len(fields) > 1 else "bad BLAH_JOB_STATUS_ALL result")
+            return
+        ads = fields[3 : 3 + int(fields[2])]
+        unanswered: list[str] = []
+        for position, text in enumerate(ads):
+            try:
+                status = RemoteStatus.from_ad(text, now)
+            except ValueError as err:
+                log.warning("resource %s: %s", self.name, err)
+                continue
+            blah_id = status.blah_id
+            if blah_id is None and position < len(ids):
+                blah_id = ids[position]
+            job = by_id.get(blah_id or "")
+            if job is None:
+                continue
+            if status.job_status == 0 and not status.not_found:
+                # The GAHP could not ask about this job: that is no news about the job.
+                unanswered.append(status.error or "no status")
+                continue
+            job.remote_status(status)
+        if unanswered:
+            self._poll_failed(f"no status for {len(unanswered)} jobs: {unanswered[-1]}")
+
+    async def _poll_one(self, blah_id: str, job: _Polled) -> None:
+        self.stats.status_commands += 1
+        try:
+            fields = await self.call("BLAH_JOB_STATUS", blah_id)
+        except (GahpError, GahpUnavailable) as err:
+            self._poll_failed(str(err))
+            return
+        now = self.clock.time()
+        if fields[:1] == ("0",) and len(fields) >= 4:
+            try:
+                job.remote_status(RemoteStatus.from_ad(fields[3], now, _int_text(fields[2])))
+            except ValueError as err:
+                log.warning("resource %s: %s", self.name, err)
+        elif len(fields) > 1 and "not found" in fields[1].lower():
+            job.remote_status(RemoteStatus(0, now, error=fields[1]))
+        else:
+            self._poll_failed(fields[1] if len(fields) > 1 else "bad BLAH_JOB_STATUS result")
+
+    def _poll_failed(self, reason: str) -> None:
+        self.stats.status_failures += 1
+        log.warning("resource %s: status poll failed: %s", self.name, reason)
+        self.request_ping()
+
+
+def _int_text(text: str) -> int | None:
+    return int(text) if text.lstrip("-").isdigit() else None
+
+
+# ---- the submit ad (INFNBatchJob::buildSubmitAd) ---------------------------------------------
+
+_COPY = (
+    "Args",
+    "Arguments",
+    "Env",
+    "EnvDelim",
+    "Environment",
+    "In",
+    "Out",
+    "Err",
+    "TransferInput",
+    "TransferOutput",
+    "TransferOutputRemaps",
+    "Iwd",
+    "GridResource",
+    "RequestMemory",
+    "NodeNumber",
+    "HostNumber",
+    "SMPGranularity",
+    "WholeNodes",
+    "HostSMPSize",
+    "BatchExtraSubmitArgs",
+    "StageCmd",
+    "BatchProject",
+    "BatchRuntime",
+    "GPUNumber",
+    "GPUMode",
+    "GPUModel",
+    "MICNumber",
+)
+_ENV = frozenset({"env", "envdelim", "environment"})
+_ARGS = frozenset({"args", "arguments"})
+
+
+def _literal(ad: ClassAd, name: str) -> object:
+    """The attribute evaluated in the job ad, if it is a plain value."""
+    if name not in ad:
+        return None
+    try:
+        value = ad.eval(name)
+    except (KeyError, TypeError, ValueError):
+        return None
+    return value if is_plain(value) else None
+
+
+def build_submit_ad(ad: ClassAd, lrms: str, tag: str) -> str:
+    """The BLAH_JOB_SUBMIT ad for job `ad`, every value a literal, on one line."""
+    out = ClassAd()
+    for name in _COPY:
+        value = _literal(ad, name)
+        if value is not None:
+            out[name] = value
+    iwd = _literal(ad, "RemoteIwd") or _literal(ad, "Iwd")
+    if isinstance(iwd, str):
+        out["Iwd"] = iwd
+    queue = _literal(ad, "BatchQueue")
+    if isinstance(queue, str) and queue:
+        out["Queue"] = queue
+    gpus = as_int(_literal(ad, "RequestGPUs"))
+    if gpus is not None and gpus > 0:
+        out["GPUNumber"] = gpus
+    cmd = _literal(ad, "Cmd")
+    if isinstance(cmd, str):
+        out["Cmd"] = _absolute(cmd, iwd)
+    if _literal(ad, "TransferExecutable") is False:
+        out["StageCmd"] = False
+    proxy = _literal(ad, "x509userproxy")
+    if isinstance(proxy, str) and proxy:
+        out["x509UserProxy"] = _absolute(proxy, iwd)
+    out["gridtype"] = lrms
+    out["ClientJobId"] = tag
+    _apply_remote_overrides(ad, out)
+    return repr(out)
+
+
+def _absolute(path: str, iwd: object) -> str:
+    if os.path.isabs(path) or not isinstance(iwd, str):
+        return path
+    return os.path.join(iwd, path)
+
+
+def _apply_remote_overrides(ad: ClassAd, out: ClassAd) -> None:
+    """REMOTE_<attr> replaces <attr>; a remote env or args replaces the whole group."""
+    overrides = [(name[7:], name) for name in ad if _is_remote(name)]
+    groups: Iterable[frozenset[str]] = (_ENV, _ARGS)
+    for group in groups:
+        if any(target.lower() in group for target, _ in overrides):
+            for name in list(out.keys()):
+                if name.lower() in group:
+                    del out[name]
+    for target, name in overrides:
+        value = _literal(ad, name)
+        if value is not None:
+            out[target] = value
+
+
+def _is_remote(name: str) -> bool:
+    return len(name) > 7 and name[:7].upper() == "REMOTE_"

@@ -1,0 +1,59 @@
+"""The grid manager's settings: one frozen value passed down, no global configuration.
+
+Defaults are HTCondor's (`GRIDMANAGER_*`, reference §8) where it has one.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+__all__ = ["GridManagerConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class GridManagerConfig:
+    """How the grid manager runs. Times are seconds."""
+
+    #: Between two bulk status polls of one resource (GRIDMANAGER_JOB_PROBE_INTERVAL).
+    poll_interval: float = 60.0
+    #: Between two reads of the queue's change feed (GRIDMANAGER_CONTACT_SCHEDD_DELAY).
+    feed_interval: float = 5.0
+    #: Between two evaluations of the jobs' PeriodicHold/PeriodicRemove (the queue's own
+    #: periodic pass leaves the grid manager's jobs to it: PERIODIC_EXPR_INTERVAL).
+    periodic_interval: float = 60.0
+    #: Between pings of a resource that is down (GRIDMANAGER_RESOURCE_PROBE_INTERVAL).
+    down_ping_interval: float = 300.0
+    #: At least this long between two pings of a resource that is up.
+    min_ping_interval: float = 15.0
+    #: Jobs submitted at once per resource (GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE).
+    max_submitted_per_resource: int = 1000
+    #: GAHP requests in flight per resource (GRIDMANAGER_MAX_PENDING_REQUESTS).
+    max_pending_requests: int = 50
+    #: A GAHP request with no result in this long is lost (GRIDMANAGER_GAHP_CALL_TIMEOUT).
+    gahp_call_timeout: float = 300.0
+    #: A GAHP server's return line may take this long before it counts as hung.
+    gahp_response_timeout: float = 20.0
+    #: First wait before retrying after a transient failure; it doubles up to `retry_max`.
+    retry_initial: float = 5.0
+    retry_max: float = 300.0
+    #: Before looking up a submission whose answer was lost, wait this long: a submit
+    #: command a dead GAHP server left running (an orphaned sbatch) lands first.
+    lost_submit_grace: float = 10.0
+    #: Transient submit failures in a row before the job is held.
+    max_submit_attempts: int = 5
+    #: Polls in a row the batch system may not know a submitted job before it is held.
+    max_unknown_polls: int = 10
+    #: Most job ids in one bulk status request (its reply is one line of at most 500 KiB).
+    status_batch_size: int = 2500
+    #: Transient submit failures in a row on one resource before its submits pause.
+    failure_threshold: int = 3
+    #: The batch GAHP server's command line (`htgrid gahp batch`).
+    batch_gahp: tuple[str, ...] = (sys.executable, "-m", "htgrid.cli", "gahp", "batch")
+    #: Whether the submission tags are synced to disk before submitting (a power cut
+    #: could otherwise lose one and submit again); a kill -9 is survived either way.
+    fsync: bool = True
+
+    def backoff(self, failures: int) -> float:
+        """The wait after `failures` (>= 1) failures in a row."""
+        return min(self.retry_max, self.retry_initial * 2.0 ** max(0, failures - 1))

@@ -1,0 +1,225 @@
+"""What every grid job shares, whatever its type: a state machine runner and its inputs.
+
+A job is one asyncio task running its type's state machine: the action of the state it is
+in returns an event, the type's transition table gives the next state. Everything that
+happens to a job from outside (a status change in the queue, a status poll's answer, its
+resource going down) sets a field and wakes the task; the action then looks and decides.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import enum
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from htgrid.classad import ClassAd
+from htgrid.gahp import Clock
+from htgrid.grid._config import GridManagerConfig
+from htgrid.grid._errors import GridError
+from htgrid.grid._queueio import UNDEFINED, QueueIO
+from htgrid.grid._userlog import EventLogs, user_log_path
+from htgrid.grid._values import as_int, as_number, as_str
+from htgrid.queue import JobId, JobNotFound, JobStatus, StoreError
+
+if TYPE_CHECKING:
+    from htgrid.grid._resource import Resource
+
+__all__ = ["GridJob", "JobGone", "Services", "format_time"]
+
+log = logging.getLogger("htgrid.grid")
+
+S = TypeVar("S", bound=enum.Enum)
+E = TypeVar("E", bound=enum.Enum)
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """What jobs and resources are given: settings, time, the queue, the user logs."""
+
+    config: GridManagerConfig
+    clock: Clock
+    io: QueueIO
+    logs: EventLogs
+
+
+class JobGone(GridError):
+    """The job left the queue: its task ends (never raised out of `GridJob.run`)."""
+
+
+def format_time(when: float) -> str:
+    """A time as people read it in explanations (local time, seconds)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
+
+
+class GridJob(abc.ABC, Generic[S, E]):
+    """One grid job's task and what it knows. Subclasses bring the table and the actions."""
+
+    #: The states the task ends in (their action is `finish`).
+    terminal: frozenset[Any] = frozenset()
+
+    def __init__(
+        self, job_id: JobId, ad: ClassAd, resource: Resource, services: Services, initial: S
+    ) -> None:
+        self.job_id = job_id
+        self.ad = ad
+        self.resource = resource
+        self.services = services
+        self.config = services.config
+        self.clock = services.clock
+        self.io = services.io
+        self.status = JobStatus(as_int(ad.get("JobStatus")) or 1)
+        self.grid_resource = str(ad.get("GridResource", ""))
+        self.user_log = user_log_path(ad)
+        self.state: S = initial
+        self.state_since = self.clock.time()
+        self.transitions = 0
+        self.gone = False
+        self._wait_reason = as_str(ad.get("GridWaitReason"))
+        self._down_logged = as_number(ad.get("GridResourceUnavailableTime")) is not None
+        self._wake = asyncio.Event()
+
+    # ---- the type's part ---------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def actions(self) -> Mapping[S, Callable[[], Awaitable[E]]]:
+        """The action of every non-terminal state."""
+
+    @abc.abstractmethod
+    def next_state(self, state: S, event: E) -> S:
+        """The transition table's answer."""
+
+    @abc.abstractmethod
+    async def finish(self) -> None:
+        """The terminal state's action."""
+
+    async def abandon(self) -> None:
+        """The job left the queue while its remote part may live on: clean up if possible."""
+
+    def wants_status(self) -> bool:
+        """Whether the resource's status poll should ask about this job."""
+        return False
+
+    # ---- the task ----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Drive the machine to a terminal state (or until the job leaves the queue)."""
+        actions = self.actions()
+        failures = 0
+        try:
+            while self.state not in self.terminal:
+                if self.gone:
+                    raise JobGone
+                try:
+                    event = await actions[self.state]()
+                except StoreError as err:
+                    # The queue was busy or failing: the action did nothing; try it again.
+                    failures += 1
+                    log.warning("job %s in %s: %s", self.job_id, self.state.name, err)
+                    await self.pause(self.config.backoff(failures))
+                    continue
+                failures = 0
+                new = self.next_state(self.state, event)
+                log.debug(
+                    "job %s: %s --%s--> %s", self.job_id, self.state.name, event.name, new.name
+                )
+                if new is not self.state:
+                    self.state_since = self.clock.time()
+                self.state = new
+                self.transitions += 1
+            await self.finish()
+        except (JobGone, JobNotFound):
+            self.gone = True
+            log.info("job %s left the queue (in %s)", self.job_id, self.state.name)
+
+    # ---- inputs from outside ------------------------------------------------------------------
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def local_change(self, status: JobStatus | None, attrs: ClassAd) -> None:
+        """The queue's change feed reported a change of this job."""
+        if status is not None:
+            self.status = status
+        self.wake()
+
+    def left_queue(self) -> None:
+        self.gone = True
+        self.wake()
+
+    # ---- helpers for actions -------------------------------------------------------------------
+
+    async def wait(self, seconds: float | None = None) -> None:
+        """Sleep until woken, or `seconds` pass."""
+        self._wake.clear()
+        waker = asyncio.ensure_future(self._wake.wait())
+        racers: list[asyncio.Future[Any]] = [waker]
+        if seconds is not None:
+            racers.append(asyncio.ensure_future(self.clock.sleep(max(0.0, seconds))))
+        try:
+            await asyncio.wait(racers, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for racer in racers:
+                racer.cancel()
+        if self.gone:
+            raise JobGone
+
+    async def pause(self, seconds: float) -> None:
+        """Sleep `seconds` even if woken (the job is re-evaluated afterwards anyway)."""
+        end = self.clock.monotonic() + seconds
+        while (left := end - self.clock.monotonic()) > 0:
+            await self.wait(left)
+
+    @property
+    def wait_reason(self) -> str | None:
+        return self._wait_reason
+
+    async def set_wait_reason(self, text: str | None, **more: Any) -> None:
+        """Write GridWaitReason (what the job waits for) with `more` attributes, if it changed."""
+        if text == self._wait_reason and not more:
+            return
+        attrs: dict[str, Any] = dict(more)
+        if text != self._wait_reason:
+            attrs["GridWaitReason"] = UNDEFINED if text is None else text
+        await self.io.update(self.job_id, attrs)
+        self._wait_reason = text
+
+    def clear_wait_attrs(self) -> dict[str, Any]:
+        """The attributes that clear GridWaitReason, for a write about to happen anyway."""
+        if self._wait_reason is None:
+            return {}
+        self._wait_reason = None
+        return {"GridWaitReason": UNDEFINED}
+
+    async def sync_resource(self) -> None:
+        """Log 026/025 and set GridResourceUnavailableTime when the resource changed state."""
+        down = self.resource.down
+        if down == self._down_logged or self.resource.unknown:
+            return
+        when = self.resource.state_since
+        self._down_logged = down
+        await self.services.logs.resource(
+            self.user_log,
+            self.job_id.cluster,
+            self.job_id.proc,
+            when,
+            self.grid_resource,
+            up=not down,
+        )
+        await self.io.update(
+            self.job_id, {"GridResourceUnavailableTime": int(when) if down else UNDEFINED}
+        )
+        self.wake()
+
+    async def until_resource_up(self, stop: Callable[[], E | None]) -> E | None:
+        """Wait while the resource is down or unknown; `stop()`'s event if it gives one."""
+        while not self.resource.up:
+            event = stop()
+            if event is not None:
+                return event
+            await self.wait()
+        return None

@@ -1,0 +1,269 @@
+"""A remote resource (one per grid type + resource string): up or down, and its throttles.
+
+What HTCondor's BaseResource does, shared by every grid type:
+
+* ping: once at start, then on request (a failed call) at most every `min_ping_interval`
+  while up, and every `down_ping_interval` while down. Each change is told to every job,
+  which logs 026 (down) or 025 (up); jobs wait while their resource is down, they do
+  not fail.
+* submit throttle: at most `max_submitted_per_resource` jobs submitted at once, granted
+  first come first served; a job recovered with a remote id holds its slot at once.
+* pending throttle: at most `max_pending_requests` GAHP requests in flight.
+* failure-rate limit: after `failure_threshold` transient submit failures in a row the
+  resource's submits pause, for a wait that doubles with each further failure.
+* status: one poll per `poll_interval` for all the jobs that want one (the type's `poll`).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import enum
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from htgrid.gahp import GahpServerExited, GahpTimeout, LocalGahpError
+from htgrid.grid._errors import GahpUnavailable
+from htgrid.grid._gahps import GahpHandle
+from htgrid.grid._job import GridJob, Services
+from htgrid.queue import JobId
+
+__all__ = ["Resource", "ResourceState", "ResourceStats"]
+
+log = logging.getLogger("htgrid.grid")
+
+AnyJob = GridJob[Any, Any]
+
+
+class ResourceState(enum.Enum):
+    UNKNOWN = "unknown"  # not pinged yet
+    UP = "up"
+    DOWN = "down"
+
+
+@dataclass(slots=True)
+class ResourceStats:
+    """Counters, for tests, benchmarks and explanations."""
+
+    pings: int = 0
+    polls: int = 0
+    status_commands: int = 0
+    status_failures: int = 0
+    submits: int = 0
+    submit_failures: int = 0
+    max_in_flight: int = 0
+
+
+class Resource(abc.ABC):
+    """One remote resource and the jobs that use it."""
+
+    def __init__(self, name: str, gahp: GahpHandle, services: Services) -> None:
+        self.name = name
+        self.gahp = gahp
+        self.services = services
+        self.config = services.config
+        self.clock = services.clock
+        self.jobs: dict[JobId, AnyJob] = {}
+        self.state = ResourceState.UNKNOWN
+        self.state_since = self.clock.time()
+        self.down_reason = ""
+        self.stats = ResourceStats()
+        self._submitted: set[JobId] = set()
+        self._waiting: OrderedDict[JobId, AnyJob] = OrderedDict()
+        self._pending = asyncio.Semaphore(self.config.max_pending_requests)
+        self._in_flight = 0
+        self._failures = 0
+        self._paused_until = 0.0
+        self._ping_wanted = asyncio.Event()
+        self._last_ping = 0.0
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # ---- the type's part ---------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def ping(self) -> str | None:
+        """None if the resource answers, else why not. May raise GAHP errors."""
+
+    @abc.abstractmethod
+    async def poll(self, jobs: list[AnyJob]) -> None:
+        """Ask the status of `jobs` and hand each its answer."""
+
+    # ---- life ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._ping_loop(), name=f"ping {self.name}"),
+            asyncio.create_task(self._poll_loop(), name=f"poll {self.name}"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def register(self, job: AnyJob) -> None:
+        self.jobs[job.job_id] = job
+
+    def unregister(self, job: AnyJob) -> None:
+        self.jobs.pop(job.job_id, None)
+        self.release(job)
+
+    # ---- requests ----------------------------------------------------------------------------
+
+    async def call(self, command: str, *args: str, timeout: float | None = None) -> tuple[str, ...]:
+        """A GAHP request within the pending-request throttle (see GahpHandle.call)."""
+        async with self._pending:
+            self._in_flight += 1
+            self.stats.max_in_flight = max(self.stats.max_in_flight, self._in_flight)
+            try:
+                return await self.gahp.call(command, *args, timeout=timeout)
+            finally:
+                self._in_flight -= 1
+
+    # ---- up and down ---------------------------------------------------------------------------
+
+    @property
+    def up(self) -> bool:
+        return self.state is ResourceState.UP
+
+    @property
+    def down(self) -> bool:
+        return self.state is ResourceState.DOWN
+
+    @property
+    def unknown(self) -> bool:
+        return self.state is ResourceState.UNKNOWN
+
+    def request_ping(self) -> None:
+        """Something failed: check whether the resource still answers (HTCondor's RequestPing)."""
+        self._ping_wanted.set()
+
+    async def _ping_loop(self) -> None:
+        while True:
+            self._ping_wanted.clear()
+            self._last_ping = self.clock.monotonic()
+            reason = await self._ping_once()
+            await self._set_state(
+                ResourceState.UP if reason is None else ResourceState.DOWN, reason
+            )
+            if self.up:
+                await self._ping_wanted.wait()
+                spacing = self._last_ping + self.config.min_ping_interval - self.clock.monotonic()
+                if spacing > 0:
+                    await self.clock.sleep(spacing)
+            else:
+                await self.clock.sleep(self.config.down_ping_interval)
+
+    async def _ping_once(self) -> str | None:
+        self.stats.pings += 1
+        for attempt in (1, 2):
+            try:
+                return await self.ping()
+            except LocalGahpError:
+                return None  # no ping command: HTCondor counts that as up
+            except GahpUnavailable as err:
+                return str(err)
+            except (GahpServerExited, GahpTimeout) as err:
+                # The GAHP server, not the resource, failed: once more with a new server.
+                if attempt == 2:
+                    return f"the GAHP server did not answer the ping: {err}"
+            except Exception as err:  # a bug must not stop the pings for good
+                log.exception("resource %s: ping failed", self.name)
+                return f"the ping failed: {err}"
+        return None  # pragma: no cover - the loop always returns
+
+    async def _set_state(self, state: ResourceState, reason: str | None) -> None:
+        self.down_reason = reason or ""
+        if state is self.state:
+            return
+        level = logging.WARNING if state is ResourceState.DOWN else logging.INFO
+        log.log(
+            level, "resource %s is %s%s", self.name, state.value, f": {reason}" if reason else ""
+        )
+        self.state = state
+        self.state_since = self.clock.time()
+        for job in list(self.jobs.values()):
+            with contextlib.suppress(Exception):
+                await job.sync_resource()
+            job.wake()
+
+    # ---- the submit throttle -------------------------------------------------------------------
+
+    def try_acquire(self, job: AnyJob) -> bool:
+        """Take a submit slot for `job` if one is free and no earlier job waits for one."""
+        if job.job_id in self._submitted:
+            return True
+        first = next(iter(self._waiting), job.job_id)
+        if len(self._submitted) < self.config.max_submitted_per_resource and first == job.job_id:
+            self._waiting.pop(job.job_id, None)
+            self._submitted.add(job.job_id)
+            return True
+        self._waiting.setdefault(job.job_id, job)
+        return False
+
+    def hold_slot(self, job: AnyJob) -> None:
+        """A job found already submitted counts against the limit at once."""
+        self._waiting.pop(job.job_id, None)
+        self._submitted.add(job.job_id)
+
+    def release(self, job: AnyJob) -> None:
+        """`job` no longer holds or wants a slot; the next waiting job is woken."""
+        self._waiting.pop(job.job_id, None)
+        if job.job_id in self._submitted:
+            self._submitted.discard(job.job_id)
+            if self._waiting:
+                next(iter(self._waiting.values())).wake()
+
+    def slots(self) -> tuple[int, int, int]:
+        """(jobs submitted, the limit, jobs waiting for a slot)."""
+        return len(self._submitted), self.config.max_submitted_per_resource, len(self._waiting)
+
+    # ---- the failure-rate limit ----------------------------------------------------------------
+
+    def submit_succeeded(self) -> None:
+        self.stats.submits += 1
+        self._failures = 0
+        self._paused_until = 0.0
+
+    def submit_failed(self, *, transient: bool) -> None:
+        self.stats.submit_failures += 1
+        if not transient:
+            return  # the job's own fault, not the resource's
+        self._failures += 1
+        if self._failures >= self.config.failure_threshold:
+            pause = self.config.backoff(self._failures - self.config.failure_threshold + 1)
+            self._paused_until = self.clock.monotonic() + pause
+            log.warning(
+                "resource %s: %d submit failures in a row; submits pause %.0f s",
+                self.name,
+                self._failures,
+                pause,
+            )
+        self.request_ping()
+
+    @property
+    def failures(self) -> int:
+        """Transient submit failures in a row."""
+        return self._failures
+
+    def submit_pause(self) -> float:
+        """Seconds before submits to this resource may go on (0: now)."""
+        return max(0.0, self._paused_until - self.clock.monotonic())
+
+    # ---- status polling ------------------------------------------------------------------------
+
+    async def _poll_loop(self) -> None:
+        while True:
+            await self.clock.sleep(self.config.poll_interval)
+            if not self.up:
+                continue
+            jobs = [job for job in self.jobs.values() if job.wants_status()]
+            if jobs:
+                self.stats.polls += 1
+                try:
+                    await self.poll(jobs)
+                except Exception:
+                    log.exception("resource %s: status poll failed", self.name)

@@ -1,0 +1,411 @@
+"""The grid manager process: adopts grid jobs from the queue and runs them (HTCondor's
+condor_gridmanager, one per queue rather than one per user).
+
+    htgrid gridmanager --home $HTGRID_HOME            # or: run_gridmanager(home)
+
+The contract with the queue daemon that spawns and supervises it:
+
+* Arguments: `home` (HTGRID_HOME); the queue database is `JobQueue.open(queue_dir)`,
+  `queue_dir` defaulting to `<home>/spool` as the daemon lays it out (HTGRID_QUEUE_DIR,
+  `--queue-dir`). Its own files are under `<queue_dir>/gridmanager/`: `lock` (one grid
+  manager per queue: a second exits at once with status 3), `gahp.pids`, `feed.seq`, and
+  the batch GAHP's scratch (`gahp/`, which must survive restarts: it holds the GAHP's job
+  records). `htgrid gridmanager` logs to `<home>/log/GridmanagerLog`.
+* Signals and exit: SIGTERM or SIGINT stop it cleanly (exit 0); it exits 1 if it cannot
+  start (the queue cannot be opened) and 3 if another one runs. kill -9 is safe at any
+  moment. Restart it whenever it exits (HTCondor's schedd does); a restarted grid manager
+  recovers every job from the queue alone.
+* Jobs: it adopts `JobUniverse == 9 && Managed =!= "ScheddDone" && (JobStatus != 5 ||
+  Managed =?= "External")`, at start-up by a full scan and afterwards from the change feed.
+  A job it works on has `Managed = "External"`: a removed one stays in the queue (as
+  Removed) until the batch job is cancelled and the grid manager calls `destroy`. A job
+  it put on hold is handed back with `Managed = "Schedd"`; a job it finished has left
+  the queue through `job_exited`.
+* The feed: it reads `changes_since`; `feed.seq` holds the last sequence number it has
+  read, so the daemon's `trim_changes` can keep what it has not. Should changes it never
+  read be trimmed anyway, it notices the gap and rescans the queue.
+* Policy: the queue's periodic pass skips `Managed == "External"` jobs; the grid manager
+  evaluates their PeriodicHold and PeriodicRemove itself (`periodic_interval`), and the
+  queue's `job_exited` applies the OnExit policy.
+* User log events: it writes 027 (grid submit), 025 and 026 (resource up and down). The
+  daemon writes 001, 004, 005, 009 and 012 from the status changes it makes through
+  JobQueue: job_started, job_evicted, job_exited, act(Hold), destroy of a Removed job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from htgrid.classad import ClassAd
+from htgrid.errors import HTGridError
+from htgrid.gahp import Clock, SystemClock
+from htgrid.grid._batch import BATCH
+from htgrid.grid._config import GridManagerConfig
+from htgrid.grid._errors import AlreadyRunning, GridError, UnsupportedGridJob
+from htgrid.grid._gahps import GahpHandle, GahpPids
+from htgrid.grid._gridids import grid_type_of
+from htgrid.grid._gridtype import GridType
+from htgrid.grid._job import GridJob, Services
+from htgrid.grid._queueio import QueueIO
+from htgrid.grid._resource import Resource
+from htgrid.grid._userlog import EventLogs
+from htgrid.grid._values import as_int
+from htgrid.queue import (
+    Change,
+    ChangeKind,
+    HoldReasonCode,
+    JobId,
+    JobNotFound,
+    JobQueue,
+    JobStatus,
+    PolicyAction,
+    StoreError,
+    periodic_decision,
+)
+
+__all__ = ["ADOPTABLE", "GRID_TYPES", "GridManager", "run_gridmanager"]
+
+log = logging.getLogger("htgrid.grid")
+
+#: The grid types this grid manager runs, by the first word of GridResource.
+GRID_TYPES: Mapping[str, GridType] = {BATCH.name: BATCH}
+#: Which queued jobs are the grid manager's (gridmanager.cpp's first-contact query).
+ADOPTABLE = (
+    'JobUniverse == 9 && Managed =!= "ScheddDone" && (JobStatus != 5 || Managed =?= "External")'
+)
+_FEED_BATCH = 10_000
+
+
+class GridManager:
+    """One grid manager over one job queue."""
+
+    def __init__(
+        self,
+        home: str | os.PathLike[str],
+        *,
+        queue_dir: str | os.PathLike[str] | None = None,
+        config: GridManagerConfig | None = None,
+        clock: Clock | None = None,
+        grid_types: Mapping[str, GridType] | None = None,
+    ) -> None:
+        self.home = Path(home)
+        self.queue_dir = Path(queue_dir) if queue_dir is not None else self.home / "spool"
+        self.dir = self.queue_dir / "gridmanager"
+        self.config = config or GridManagerConfig()
+        self.clock: Clock = clock or SystemClock()
+        self.grid_types = dict(grid_types or GRID_TYPES)
+        self.jobs: dict[JobId, GridJob[Any, Any]] = {}
+        self.resources: dict[str, Resource] = {}
+        self.gahps: dict[str, GahpHandle] = {}
+        self.ready = asyncio.Event()  # set once the start-up scan is done
+        self._tasks: dict[JobId, asyncio.Task[None]] = {}
+        self._seq = 0
+        self._saved_seq = -1
+        self._io: QueueIO | None = None
+        self._services: Services | None = None
+        self._pids = GahpPids(self.dir / "gahp.pids")
+
+    # ---- life ------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Run until `stop` is set (forever without one); AlreadyRunning if another runs."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with self._single_instance():
+            await self._pids.reap_predecessors(self.clock)
+            self._io = await asyncio.to_thread(self._open_queue)
+            self._services = Services(self.config, self.clock, self._io, EventLogs())
+            feed: asyncio.Future[Any] | None = None
+            try:
+                self._seq = await self._io.last_seq()
+                await self._scan()
+                self.ready.set()
+                feed = asyncio.gather(
+                    asyncio.create_task(self._follow(), name="change feed"),
+                    asyncio.create_task(self._periodic(), name="periodic policy"),
+                )
+                if stop is None:
+                    await asyncio.Future()
+                else:
+                    await stop.wait()
+            finally:
+                await self._shutdown(feed)
+
+    def _open_queue(self) -> QueueIO:
+        """Two connections: tags are synced to disk one batch at a time (see QueueIO)."""
+        queue = JobQueue.open(self.queue_dir, clock=self.clock.time, fsync=False)
+        if not self.config.fsync:
+            return QueueIO(queue)
+        try:
+            durable = JobQueue.open(self.queue_dir, clock=self.clock.time, fsync=True)
+        except BaseException:
+            queue.close()
+            raise
+        return QueueIO(queue, durable)
+
+    async def _shutdown(self, feed: asyncio.Future[Any] | None) -> None:
+        tasks: list[asyncio.Future[Any]] = [*self._tasks.values()]
+        if feed is not None:
+            tasks.append(feed)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for resource in self.resources.values():
+            await resource.stop()
+        for gahp in self.gahps.values():
+            await gahp.close()
+        if self._io is not None:
+            await self._io.close()
+
+    @contextlib.contextmanager
+    def _single_instance(self) -> Any:
+        """An exclusive lock on `<home>/gridmanager/lock`: two managers would submit twice."""
+        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise AlreadyRunning(f"another grid manager runs on {self.queue_dir}") from None
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            yield
+        finally:
+            os.close(fd)
+
+    @property
+    def services(self) -> Services:
+        if self._services is None:
+            raise GridError("the grid manager is not running")
+        return self._services
+
+    def stats(self) -> dict[str, Any]:
+        """Counters: jobs, queue writes, user-log events, and per resource."""
+        services = self.services
+        return {
+            "jobs": len(self.jobs),
+            "queue_writes": services.io.writes,
+            "events": services.logs.written,
+            "gahp_starts": {key: gahp.starts for key, gahp in self.gahps.items()},
+            "resources": {name: res.stats for name, res in self.resources.items()},
+        }
+
+    # ---- adopting jobs --------------------------------------------------------------------
+
+    async def _scan(self) -> None:
+        """Adopt every job that is ours (start-up, and after a gap in the change feed)."""
+        for ad in await self.services.io.query(ADOPTABLE):
+            await self._adopt(ad)
+        log.info("grid manager: %d grid jobs after the scan", len(self.jobs))
+
+    async def _adopt(self, ad: ClassAd) -> None:
+        job_id = JobId(as_int(ad.get("ClusterId")) or 0, as_int(ad.get("ProcId")) or 0)
+        if job_id in self.jobs:
+            return
+        grid_resource = ad.get("GridResource")
+        text = grid_resource if isinstance(grid_resource, str) else ""
+        gtype = self.grid_types.get(grid_type_of(text))
+        try:
+            if gtype is None:
+                raise UnsupportedGridJob(
+                    f"the gridmanager can't handle this job type (GridResource {text!r})"
+                )
+            key = gtype.resource_key(text)
+        except UnsupportedGridJob as err:
+            await self._refuse(job_id, ad, str(err))
+            return
+        resource = self.resources.get(key)
+        if resource is None:
+            resource = gtype.new_resource(key, self._gahp, self.services)
+            self.resources[key] = resource
+            resource.start()
+        job = gtype.new_job(job_id, ad, resource, self.services)
+        resource.register(job)
+        self.jobs[job_id] = job
+        self._tasks[job_id] = asyncio.create_task(self._run_job(job), name=f"job {job_id}")
+
+    async def _refuse(self, job_id: JobId, ad: ClassAd, reason: str) -> None:
+        """Hold a job no grid type can run (HTCondor's BaseJob does the same)."""
+        log.warning("job %s: %s", job_id, reason)
+        io = self.services.io
+        with contextlib.suppress(JobNotFound):
+            status = JobStatus(as_int(ad.get("JobStatus")) or 1)
+            if status is JobStatus.REMOVED:
+                await io.destroy(job_id)
+                return
+            if status is not JobStatus.HELD:
+                await io.hold(job_id, reason, HoldReasonCode.Unspecified, 0)
+            await io.update(job_id, {"Managed": "Schedd"})
+
+    def _gahp(self, key: str, argv: Sequence[str]) -> GahpHandle:
+        handle = self.gahps.get(key)
+        if handle is None:
+            env = dict(os.environ)
+            # The GAHP keeps its job records there (HTCondor's GAHP_TEMP): they must
+            # outlive the server and this grid manager.
+            env["GAHP_TEMP"] = str(self.dir / "gahp")
+            handle = GahpHandle(
+                key, argv, env, clock=self.clock, config=self.config, pids=self._pids
+            )
+            self.gahps[key] = handle
+        return handle
+
+    async def _run_job(self, job: GridJob[Any, Any]) -> None:
+        try:
+            await job.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # A bug: the job is left as it is in the queue and picked up again later.
+            log.exception("job %s: the grid manager failed in %s", job.job_id, job.state.name)
+            await self.clock.sleep(self.config.retry_max)
+        finally:
+            self.jobs.pop(job.job_id, None)
+            self._tasks.pop(job.job_id, None)
+            job.resource.unregister(job)
+        if job.gone:
+            await job.abandon()
+            return
+        # The job may have changed again after its last look (released right after it
+        # was handed back): adopt it anew if it is ours again.
+        await self._recheck(job.job_id)
+
+    async def _recheck(self, job_id: JobId) -> None:
+        try:
+            ad = await self.services.io.get(job_id)
+        except JobNotFound:
+            return
+        if _adoptable(ad):
+            await self._adopt(ad)
+
+    # ---- following the queue --------------------------------------------------------------
+
+    async def _follow(self) -> None:
+        io = self.services.io
+        while True:
+            try:
+                top = await io.last_seq()
+                changes = await io.changes_since(self._seq, _FEED_BATCH)
+                if (changes and changes[0].seq > self._seq + 1) or (
+                    not changes and top > self._seq
+                ):
+                    # Changes we never read were trimmed: only a full scan is safe.
+                    log.warning("change feed trimmed after %d: rescanning the queue", self._seq)
+                    self._seq = await io.last_seq()
+                    await self._scan()
+                    continue
+                await self._apply(changes)
+            except StoreError as err:
+                log.warning("reading the change feed: %s", err)
+                changes = []
+            if changes:
+                self._seq = changes[-1].seq
+            await asyncio.to_thread(self._save_seq)
+            if len(changes) < _FEED_BATCH:
+                await self.clock.sleep(self.config.feed_interval)
+
+    async def _apply(self, changes: Iterable[Change]) -> None:
+        submitted: list[int] = []
+        for change in changes:
+            if change.kind is ChangeKind.SUBMITTED:
+                submitted.append(change.cluster)
+                continue
+            for job_id in change.job_ids:
+                job = self.jobs.get(job_id)
+                if change.kind is ChangeKind.LEFT_QUEUE:
+                    if job is not None:
+                        job.left_queue()
+                elif change.kind is ChangeKind.STATUS:
+                    if job is not None:
+                        job.local_change(change.status, change.attrs)
+                    elif change.status is JobStatus.IDLE:
+                        await self._recheck(job_id)  # released, or requeued
+        if submitted:
+            # One query for the new clusters: their ids only grow, so a range holds them.
+            constraint = f"ClusterId >= {min(submitted)} && ClusterId <= {max(submitted)}"
+            for ad in await self.services.io.query(f"{constraint} && {ADOPTABLE}"):
+                await self._adopt(ad)
+
+    async def _periodic(self) -> None:
+        """PeriodicHold and PeriodicRemove of the jobs this grid manager runs.
+
+        A hold or removal is made through the queue, and reaches the job through the
+        change feed like a user's would: its batch job is cancelled. PeriodicRelease is
+        the queue's (a held job is handed back to it).
+        """
+        io = self.services.io
+        while True:
+            await self.clock.sleep(self.config.periodic_interval)
+            try:
+                ads = await io.query('JobUniverse == 9 && Managed =?= "External"')
+                now = int(self.clock.time())
+                for ad in ads:
+                    status = ad.get("JobStatus")
+                    if status not in (JobStatus.IDLE, JobStatus.RUNNING):
+                        continue
+                    decision = periodic_decision(ad, now)
+                    job_id = JobId(as_int(ad.get("ClusterId")) or 0, as_int(ad.get("ProcId")) or 0)
+                    if decision is None or decision.action is PolicyAction.RELEASE:
+                        continue
+                    if decision.action is PolicyAction.HOLD:
+                        await io.hold(job_id, decision.reason, decision.code, decision.subcode)
+                    else:
+                        await io.remove(job_id, decision.reason)
+            except (StoreError, JobNotFound) as err:
+                log.warning("periodic policy: %s", err)
+
+    def _save_seq(self) -> None:
+        if self._seq == self._saved_seq:
+            return
+        path = self.dir / "feed.seq"
+        tmp = path.with_name("feed.seq.tmp")
+        tmp.write_text(f"{self._seq}\n", encoding="ascii")
+        tmp.replace(path)
+        self._saved_seq = self._seq
+
+
+def _adoptable(ad: ClassAd) -> bool:
+    """ADOPTABLE, evaluated in Python for one ad."""
+    if ad.get("JobUniverse") != 9:
+        return False
+    managed = ad.get("Managed")
+    if managed == "ScheddDone":
+        return False
+    return ad.get("JobStatus") != JobStatus.HELD or managed == "External"
+
+
+def run_gridmanager(
+    home: str | os.PathLike[str],
+    *,
+    queue_dir: str | os.PathLike[str] | None = None,
+    config: GridManagerConfig | None = None,
+    clock: Clock | None = None,
+) -> int:
+    """Run a grid manager in this process until SIGTERM or SIGINT; the exit status.
+
+    0 after a clean stop, 3 if another grid manager already runs on `home`, 1 if it
+    could not start (the queue cannot be opened...).
+    """
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await GridManager(home, queue_dir=queue_dir, config=config, clock=clock).run(stop)
+
+    try:
+        asyncio.run(main())
+    except AlreadyRunning as err:
+        log.error("%s", err)
+        return 3
+    except HTGridError as err:  # the queue cannot be opened, say
+        log.error("grid manager: %s", err)
+        return 1
+    return 0

@@ -1,0 +1,329 @@
+"""The grid manager's pieces on their own: ids, the submit ad, status ads, throttles, explain."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import pytest
+
+import htgrid.classad as classad
+from htgrid.grid import (
+    BatchJobId,
+    BatchResourceName,
+    GridManagerConfig,
+    RemoteStatus,
+    Resource,
+    UnsupportedGridJob,
+    build_submit_ad,
+    explain_grid_job,
+    grid_type_of,
+)
+from htgrid.grid._gahps import GahpHandle
+from htgrid.grid._gridids import new_tag
+from htgrid.grid._job import Services
+from htgrid.queue import JobAction, JobId
+
+# ---- ids ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "gtype"),
+    [("batch slurm", "batch"), ("PBS", "batch"), ("sge", "batch"), ("condor a b", "condor"),
+     ("ec2 https://x", "ec2"), ("", "")],
+)  # fmt: skip
+def test_grid_type_of(text: str, gtype: str) -> None:
+    assert grid_type_of(text) == gtype
+
+
+def test_batch_resource_names() -> None:
+    assert BatchResourceName.parse("batch SLURM").key == "batch slurm"
+    assert BatchResourceName.parse("pbs").key == "batch pbs"
+    assert BatchResourceName.parse("blah lsf").lrms == "lsf"
+    with pytest.raises(UnsupportedGridJob, match="names no batch system"):
+        BatchResourceName.parse("batch")
+    with pytest.raises(UnsupportedGridJob, match="remote batch systems"):
+        BatchResourceName.parse("batch slurm alice@login.example.org")
+    with pytest.raises(UnsupportedGridJob, match="not a batch resource"):
+        BatchResourceName.parse("condor schedd pool")
+
+
+def test_batch_job_ids_round_trip() -> None:
+    phase1 = BatchJobId("slurm", "htgrid_1_0_abc")
+    phase2 = BatchJobId("slurm", "htgrid_1_0_abc", "slurm/20261121/77")
+    assert str(phase1) == "batch slurm htgrid_1_0_abc"
+    assert str(phase2) == "batch slurm htgrid_1_0_abc slurm/20261121/77"
+    assert BatchJobId.parse(str(phase1)) == phase1
+    assert BatchJobId.parse(str(phase2)) == phase2
+    for bad in (None, 3, classad.Value.Undefined, "", "batch slurm", "ec2 x y z"):
+        assert BatchJobId.parse(bad) is None
+
+
+def test_tags_are_fresh() -> None:
+    tags = {new_tag(4, 2) for _ in range(1000)}
+    assert len(tags) == 1000
+    assert all(tag.startswith("htgrid_4_2_") for tag in tags)
+
+
+# ---- the submit ad -------------------------------------------------------------------------
+
+
+def _ad(**attrs: Any) -> classad.ClassAd:
+    ad = classad.ClassAd()
+    for name, value in attrs.items():
+        ad[name] = classad.ExprTree(value) if isinstance(value, Expr) else value
+    return ad
+
+
+class Expr(str):
+    """An attribute given as expression text."""
+
+
+def test_submit_ad_holds_literals_and_the_tag() -> None:
+    ad = _ad(
+        Cmd="prog.sh",
+        Iwd="/home/alice/run",
+        Arguments="a 'b c'",
+        Environment="X=1",
+        Out="out",
+        Err="err",
+        In="/dev/null",
+        TransferInput="data.txt",
+        RequestMemory=Expr("1024 * 2"),
+        BatchQueue="short",
+        BatchProject="physics",
+        BatchRuntime=Expr("60 * 60"),
+        RequestGPUs=2,
+        x509userproxy="proxy.pem",
+        GridResource="batch slurm",
+        Rank=0.0,
+    )
+    sent = classad.ClassAd(build_submit_ad(ad, "slurm", "htgrid_1_0_abc"))
+    assert sent["gridtype"] == "slurm"
+    assert sent["ClientJobId"] == "htgrid_1_0_abc"
+    assert sent["Cmd"] == "/home/alice/run/prog.sh"
+    assert sent["x509UserProxy"] == "/home/alice/run/proxy.pem"
+    assert sent["RequestMemory"] == 2048
+    assert sent["BatchRuntime"] == 3600
+    assert sent["Queue"] == "short"
+    assert sent["BatchProject"] == "physics"
+    assert sent["GPUNumber"] == 2
+    assert sent["Arguments"] == "a 'b c'"
+    assert "Rank" not in sent
+    assert "\n" not in build_submit_ad(ad, "slurm", "t")
+
+
+def test_submit_ad_remote_overrides_and_no_staging() -> None:
+    ad = _ad(
+        Cmd="/bin/prog",
+        Iwd="/data",
+        Arguments="local args",
+        Env="A=1",
+        REMOTE_Environment="B=2",
+        REMOTE_Iwd="/scratch/run",
+        TransferExecutable=False,
+        NotThere=Expr("undefined"),
+    )
+    sent = classad.ClassAd(build_submit_ad(ad, "pbs", "t"))
+    assert sent["Environment"] == "B=2"
+    assert "Env" not in sent  # a remote environment replaces the whole group
+    assert sent["Iwd"] == "/scratch/run"
+    assert sent["StageCmd"] is False
+    assert sent["Arguments"] == "local args"
+    assert "NotThere" not in sent
+
+
+# ---- status ads ----------------------------------------------------------------------------
+
+
+def test_status_ads() -> None:
+    done = RemoteStatus.from_ad(
+        '[BatchJobId = "7"; BlahJobId = "slurm/x/7"; JobStatus = 4; ExitBySignal = false; '
+        "ExitCode = 3; RemoteWallClockTime = 12.5]",
+        100.0,
+    )
+    assert (done.job_status, done.exit_code, done.exit_signal) == (4, 3, None)
+    assert done.blah_id == "slurm/x/7"
+    assert done.copied == {"RemoteWallClockTime": 12.5}
+    killed = RemoteStatus.from_ad("[JobStatus = 4; ExitBySignal = true; ExitSignal = 9]", 1.0)
+    assert killed.exit_signal == 9
+    held = RemoteStatus.from_ad(
+        '[JobStatus = 5; HoldReason = "no output"; HoldReasonCode = 12; HoldReasonSubCode = 2]', 1
+    )
+    assert (held.hold_reason, held.hold_code, held.hold_subcode) == ("no output", 12, 2)
+    missing = RemoteStatus.from_ad('[JobStatus = 0; BlahError = "Job slurm/x/8 not found"]', 1)
+    assert missing.not_found
+    unasked = RemoteStatus.from_ad('[JobStatus = 0; BlahError = "squeue timed out"]', 1)
+    assert not unasked.not_found
+    assert RemoteStatus.from_ad("[BatchJobId = 1]", 1, job_status=2).job_status == 2
+    for bad in ("[", "[BatchJobId = 1]", "[JobStatus = undefined]"):
+        with pytest.raises(ValueError, match="status ad"):
+            RemoteStatus.from_ad(bad, 1)
+
+
+# ---- the resource's throttles ----------------------------------------------------------------
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def time(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(0)
+
+
+class _Resource(Resource):
+    async def ping(self) -> str | None:
+        return None
+
+    async def poll(self, jobs: list[Any]) -> None:
+        return None
+
+
+@dataclass
+class _Job:
+    job_id: JobId
+    woken: list[int] = field(default_factory=list)
+
+    def wake(self) -> None:
+        self.woken.append(1)
+
+
+def _resource(**config: Any) -> tuple[_Resource, ManualClock]:
+    clock = ManualClock()
+    settings = GridManagerConfig(**config)
+    services = Services(settings, clock, cast(Any, None), cast(Any, None))
+    gahp = GahpHandle("batch", ["true"], {}, clock=clock, config=settings)
+
+    async def build() -> _Resource:
+        return _Resource("batch test", gahp, services)
+
+    return asyncio.run(build()), clock
+
+
+def test_submit_slots_are_first_come_first_served() -> None:
+    resource, _ = _resource(max_submitted_per_resource=2)
+    jobs = [_Job(JobId(1, i)) for i in range(4)]
+    take = lambda job: resource.try_acquire(cast(Any, job))  # noqa: E731
+    assert take(jobs[0]) and take(jobs[1])
+    assert not take(jobs[2]) and not take(jobs[3])
+    assert resource.slots() == (2, 2, 2)
+    resource.release(cast(Any, jobs[0]))
+    assert jobs[2].woken and not jobs[3].woken  # the first waiting job is told
+    assert not take(jobs[3])  # a later job may not jump the queue
+    assert take(jobs[2])
+    assert take(jobs[2])  # holding a slot already
+    resource.hold_slot(cast(Any, jobs[3]))  # a recovered job counts at once
+    assert resource.slots() == (3, 2, 0)
+
+
+def test_transient_submit_failures_pause_the_resource() -> None:
+    resource, clock = _resource(failure_threshold=3, retry_initial=10.0, retry_max=60.0)
+    resource.submit_failed(transient=False)  # a job's own fault: no pause
+    for _ in range(2):
+        resource.submit_failed(transient=True)
+    assert resource.submit_pause() == 0
+    resource.submit_failed(transient=True)
+    assert resource.submit_pause() == 10.0
+    resource.submit_failed(transient=True)
+    assert resource.submit_pause() == 20.0
+    clock.now += 15
+    assert resource.submit_pause() == 5.0
+    resource.submit_succeeded()
+    assert resource.submit_pause() == 0
+    assert resource.failures == 0
+
+
+def test_backoff_doubles_up_to_the_limit() -> None:
+    config = GridManagerConfig(retry_initial=5.0, retry_max=300.0)
+    assert [config.backoff(n) for n in (1, 2, 3, 7, 20)] == [5.0, 10.0, 20.0, 300.0, 300.0]
+
+
+# ---- explain ---------------------------------------------------------------------------------
+
+
+def _grid_ad(**attrs: Any) -> classad.ClassAd:
+    base: dict[str, Any] = {"JobUniverse": 9, "GridResource": "batch slurm", "JobStatus": 1}
+    base.update(attrs)
+    return _ad(**base)
+
+
+def test_explain_every_stage() -> None:
+    assert explain_grid_job(_ad(JobUniverse=5)) == ["This is not a grid universe job."]
+    assert (
+        "cannot run grid type 'nordugrid'"
+        in explain_grid_job(_grid_ad(GridResource="nordugrid x"))[0]
+    )
+    fresh = explain_grid_job(_grid_ad())
+    assert fresh[1].startswith("Not submitted yet")
+    throttled = explain_grid_job(_grid_ad(GridWaitReason="waiting for a submit slot since X"))
+    assert throttled[1] == "Waiting: waiting for a submit slot since X."
+    down = explain_grid_job(_grid_ad(GridResourceUnavailableTime=1_700_000_000))
+    assert down[1].startswith("Resource 'batch slurm' has been down since 2023-11-")
+    tagged = explain_grid_job(_grid_ad(GridJobId="batch slurm htgrid_1_0_ab"))
+    assert tagged[1].startswith("Being submitted with tag htgrid_1_0_ab")
+    running = explain_grid_job(
+        _grid_ad(
+            JobStatus=2,
+            Managed="External",
+            GridJobId="batch slurm htgrid_1_0_ab slurm/20261121/9",
+            GridJobSubmitTime=1_700_000_000,
+            GridJobStatus="RUNNING",
+            LastRemoteStatusUpdate=1_700_000_100,
+        )
+    )
+    assert running[1].startswith(
+        "Submitted to 'batch slurm' as batch job slurm/20261121/9 at 2023-11-"
+    )
+    assert running[2].startswith("The batch system last reported it RUNNING (at 2023-11-")
+    held = explain_grid_job(
+        _grid_ad(JobStatus=5, HoldReason="bad", HoldReasonCode=0, HoldReasonSubCode=7)
+    )
+    assert held[1] == "Held: bad (HoldReasonCode 0 Unspecified, HoldReasonSubCode 7)."
+    removing = explain_grid_job(
+        _grid_ad(JobStatus=3, Managed="External", GridJobId="batch slurm t slurm/1/2")
+    )
+    assert "cancels batch job slurm/1/2" in removing[1]
+
+
+# ---- the queue thread's group commit ---------------------------------------------------------
+
+
+def test_durable_writes_are_group_committed(tmp_path: Any) -> None:
+    from htgrid.grid._queueio import QueueIO
+    from htgrid.queue import Identity, JobNotFound, JobQueue
+
+    root = Identity("root")
+    setup = JobQueue.open(tmp_path, fsync=False)
+    cluster = setup.submit(root, _ad(Cmd="/bin/true", JobUniverse=9), 50)
+    gone = setup.submit(root, _ad(Cmd="/bin/true", JobUniverse=9), 1)
+    setup.act(JobAction.Remove, f"{gone}.0", root)  # leaves the queue at once
+    setup.close()
+
+    async def main() -> tuple[int, list[Any]]:
+        io = QueueIO(JobQueue.open(tmp_path, fsync=False), JobQueue.open(tmp_path, fsync=True))
+        ids = [JobId(cluster, proc) for proc in range(50)] + [JobId(gone, 0)]
+        results = await asyncio.gather(
+            *(io.update(i, {"GridJobId": f"batch fork t{i.proc}"}, durable=True) for i in ids),
+            return_exceptions=True,
+        )
+        syncs = io.syncs
+        await io.close()
+        return syncs, results
+
+    syncs, results = asyncio.run(main())
+    assert results[:50] == [None] * 50
+    assert isinstance(results[50], JobNotFound)
+    assert syncs < 10  # batches, not one fsync per job
+    check = JobQueue.open(tmp_path, fsync=False)
+    assert [ad["GridJobId"] for ad in check.query(f"ClusterId == {cluster}")] == [
+        f"batch fork t{proc}" for proc in range(50)
+    ]
+    check.close()
