@@ -37,8 +37,8 @@ def register(commands: Any) -> None:
         default=None,
         help="the job queue's directory (default: $HTGRID_QUEUE_DIR, else HOME/spool)",
     )
-    cmd.add_argument("--poll-interval", type=float, metavar="SECONDS", help="status polls (60)")
-    cmd.add_argument("--feed-interval", type=float, metavar="SECONDS", help="queue reads (5)")
+    cmd.add_argument("--poll-interval", type=float, metavar="SECONDS", help="status polls (10)")
+    cmd.add_argument("--feed-interval", type=float, metavar="SECONDS", help="queue reads (2)")
     cmd.add_argument(
         "--max-submitted", type=int, metavar="N", help="jobs submitted per resource (1000)"
     )

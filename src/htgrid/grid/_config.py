@@ -16,9 +16,11 @@ class GridManagerConfig:
     """How the grid manager runs. Times are seconds."""
 
     #: Between two bulk status polls of one resource (GRIDMANAGER_JOB_PROBE_INTERVAL).
-    poll_interval: float = 60.0
+    #: HTCondor waits 60 s; one poll costs one bulk query whatever the number of jobs,
+    #: so a personal pool can afford to look every 10 s.
+    poll_interval: float = 10.0
     #: Between two reads of the queue's change feed (GRIDMANAGER_CONTACT_SCHEDD_DELAY).
-    feed_interval: float = 5.0
+    feed_interval: float = 2.0
     #: Between two evaluations of the jobs' PeriodicHold/PeriodicRemove (the queue's own
     #: periodic pass leaves the grid manager's jobs to it: PERIODIC_EXPR_INTERVAL).
     periodic_interval: float = 60.0
