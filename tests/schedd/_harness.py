@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import htcondor2
 
@@ -24,7 +25,7 @@ __all__ = [
 ]
 
 # Knobs that keep the tests quick: policies every half second, 2 s to die after SIGTERM.
-FAST = {"periodic_interval": 0.5, "kill_grace": 2.0, "fsync": False}
+FAST: dict[str, Any] = {"periodic_interval": 0.5, "kill_grace": 2.0, "fsync": False}
 
 
 def submit(pool: PersonalPool, directory: Path, text: str, *extra: str) -> int:

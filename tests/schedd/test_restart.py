@@ -87,15 +87,20 @@ def test_up_and_down_say_what_they_did(tmp_path: Path) -> None:
         0,
         f"htgrid daemons are not running (nothing answers on {home}/run/schedd.sock).\n",
     )
+    home.mkdir()
+    (home / "htgrid.conf").write_text("COLLECTOR_HOST = 127.0.0.1:0\n")  # any free port
     rc, out, _ = run_cli(home, "up")
     try:
         assert rc == 0
         lines = out.splitlines()
         assert lines[0].startswith("htgrid daemons started (pid ")
+        port = (home / "run" / "collector.address").read_text().strip().rsplit(":", 1)[1]
         assert lines[1:] == [
-            f"  socket: {home}/run/schedd.sock",
-            f"  log:    {home}/log/SchedLog",
-            f"  queue:  {home}/spool/queue.db",
+            f"  socket:    {home}/run/schedd.sock",
+            f"  log:       {home}/log/SchedLog",
+            f"  queue:     {home}/spool/queue.db",
+            f"  collector: 127.0.0.1:{port}",
+            "  daemons:   MASTER, SCHEDD, COLLECTOR, NEGOTIATOR, STARTD",
         ]
         pid = int(lines[0].split("pid ")[1].rstrip(")."))
         assert (home / "run").stat().st_mode & 0o777 == 0o700

@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         _history,
         _pool,
         _q,
+        _startd,
         _status,
         _submit,
         _token,
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     _gahp.register(commands)
     _grid.register(commands)
     _status.register(commands)  # collector, status, advertise
+    _startd.register(commands)  # the execute node
     _token.register(commands)  # token create, list, revoke
     for jobs in (_pool, _submit, _q, _act, _history, _wait):  # the job queue's commands
         jobs.register(commands)

@@ -1,10 +1,11 @@
 """`htgrid q -better-analyze`: why a job is not running, in words.
 
 What a job waits for depends on its universe: a local universe job on the daemon (which
-runs it itself), a vanilla job on an execute node (none exists yet: the pool comes
-later), a grid job on the grid manager. For vanilla jobs the analysis also lists each
-`&&` clause of Requirements with the job's own values, so the user sees what a machine
-must offer. Other components add analyzers for their universes with `register_analyzer`.
+runs it itself), a vanilla job on a match with an execute node's slot (`_pool_analysis`
+explains it against the pool's ads), a grid job on the grid manager. With no slot ads to
+compare with, the analysis lists each `&&` clause of Requirements with the job's own
+values, so the user sees what a machine must offer. Other components add analyzers for
+their universes with `register_analyzer`.
 """
 
 from __future__ import annotations
@@ -58,9 +59,10 @@ def _local(ad: ClassAd, health: Mapping[str, Any]) -> list[str]:
 
 def _vanilla(ad: ClassAd, health: Mapping[str, Any]) -> list[str]:
     lines = _wrap(
-        "No execute node has joined this pool yet: htgrid runs vanilla jobs on execute "
-        "nodes, which a later release adds. Until then the job waits (nothing is wrong "
-        "with it). For a job to run on this host now, submit it with `universe = local`."
+        "No execute node has joined this pool yet: the collector has no slot ads. "
+        "`htgrid up` runs one on this host unless told not to (`-no-execute`, or "
+        "DAEMON_LIST without STARTD); `htgrid startd` runs one on its own. Until one "
+        "joins, the job waits (nothing is wrong with it)."
     )
     report = explain_match(ad, ClassAd())
     if not report.my_clauses:

@@ -2,9 +2,11 @@
 
     $ htgrid up
     htgrid daemons started (pid 4242).
-      socket: /home/alice/.htgrid/run/schedd.sock
-      log:    /home/alice/.htgrid/log/SchedLog
-      queue:  /home/alice/.htgrid/spool/queue.db
+      socket:    /home/alice/.htgrid/run/schedd.sock
+      log:       /home/alice/.htgrid/log/SchedLog
+      queue:     /home/alice/.htgrid/spool/queue.db
+      collector: 127.0.0.1:9618
+      daemons:   MASTER, SCHEDD, COLLECTOR, NEGOTIATOR, STARTD
 
 Both exit 0 when the pool ends up as asked (already running, or nothing to stop, is
 fine) and 1 when it does not (the daemon failed to start, or would not stop).
@@ -27,15 +29,26 @@ def register(commands: Any) -> None:
     up = commands.add_parser(
         "up",
         help="start the personal pool's daemons in the background",
-        description="Start the daemons of the pool in $HTGRID_HOME (default ~/.htgrid).",
+        description=(
+            "Start the daemons of the pool in $HTGRID_HOME (default ~/.htgrid): the job "
+            "queue, the collector, the negotiator and an execute node on this host, as "
+            "DAEMON_LIST in $HTGRID_HOME/htgrid.conf says."
+        ),
+    )
+    up.add_argument(
+        "-no-execute",
+        "--no-execute",
+        dest="no_execute",
+        action="store_true",
+        help="run no execute node here (vanilla jobs wait for execute nodes elsewhere)",
     )
     up.set_defaults(handler=_up)
     down = commands.add_parser(
         "down",
-        help="stop the daemons (running local jobs go back to idle)",
+        help="stop the daemons (running jobs go back to idle)",
         description=(
-            "Stop the daemons cleanly: running local universe jobs get their kill signal, "
-            "go back to idle, and run again after the next `htgrid up`."
+            "Stop the daemons cleanly: running local and vanilla jobs get their kill "
+            "signal, go back to idle, and run again after the next `htgrid up`."
         ),
     )
     down.set_defaults(handler=_down)
@@ -44,7 +57,7 @@ def register(commands: Any) -> None:
 def _up(args: argparse.Namespace) -> int:
     config = ScheddConfig.load()
     try:
-        info = start(config)
+        info = start(config, execute=not args.no_execute)
     except ScheddError as exc:
         print(f"htgrid up: {exc}", file=sys.stderr)
         return EXIT_NO
@@ -52,9 +65,15 @@ def _up(args: argparse.Namespace) -> int:
         print(f"htgrid daemons are already running (pid {info.pid}) on {info.socket}.")
         return EXIT_OK
     print(f"htgrid daemons started (pid {info.pid}).")
-    print(f"  socket: {info.socket}")
-    print(f"  log:    {info.log}")
-    print(f"  queue:  {info.queue}")
+    print(f"  socket:    {info.socket}")
+    print(f"  log:       {info.log}")
+    print(f"  queue:     {info.queue}")
+    if info.collector:
+        print(f"  collector: {info.collector}")
+    order = ("MASTER", "SCHEDD", "COLLECTOR", "NEGOTIATOR", "STARTD")
+    daemons = sorted(info.daemons, key=lambda d: (order.index(d) if d in order else 9, d))
+    if daemons:
+        print(f"  daemons:   {', '.join(daemons)}")
     return EXIT_OK
 
 

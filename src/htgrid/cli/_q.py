@@ -132,6 +132,9 @@ def _q(args: argparse.Namespace) -> int:
     constraint = _constraint(args, me)
     with client() as schedd:
         if args.analyze:
+            from htgrid.cli import _pool_analysis
+
+            _pool_analysis.install()
             ads = schedd.query(constraint)
             analyze(ads, schedd.health(), sys.stdout)
             return EXIT_OK

@@ -33,8 +33,19 @@ DEFAULT_PORT = 9618
 
 
 def default_pool() -> str:
-    """The pool tools talk to when not told: HTGRID_COLLECTOR_HOST, else this host."""
-    return os.environ.get("HTGRID_COLLECTOR_HOST") or f"127.0.0.1:{DEFAULT_PORT}"
+    """The pool tools talk to when not told: HTGRID_COLLECTOR_HOST, else the collector
+    of the personal pool in $HTGRID_HOME (its run/collector.address, written while it
+    runs), else this host's port 9618."""
+    explicit = os.environ.get("HTGRID_COLLECTOR_HOST")
+    if explicit:
+        return explicit
+    home = os.environ.get("HTGRID_HOME") or os.path.expanduser("~/.htgrid")
+    try:
+        with open(os.path.join(home, "run", "collector.address"), encoding="utf-8") as f:
+            written = f.read().strip()
+    except OSError:
+        written = ""
+    return written or f"127.0.0.1:{DEFAULT_PORT}"
 
 
 def pool_url(pool: str) -> str:

@@ -1,4 +1,4 @@
-"""`python -m htgrid.schedd [--home DIR] [--background]`: the daemon's entry point.
+"""`python -m htgrid.schedd [--home DIR] [--background] [--no-execute]`: the daemon's entry.
 
 `htgrid up` runs it with `--background`: it forks before importing anything heavy, the
 parent prints the daemon's pid and exits, and the child starts a new session (no
@@ -19,6 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--background", action="store_true", help="detach and run in the background"
     )
+    parser.add_argument("--no-execute", action="store_true", help="run no execute node (no STARTD)")
     args = parser.parse_args(argv)
     if args.background:
         pid = os.fork()
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(2, 1)  # stdout was the pipe the pid went to; the log (stderr) from now on
     from htgrid.schedd._run import run_daemon
 
-    return run_daemon(args.home)
+    return run_daemon(args.home, execute=not args.no_execute)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,14 @@
-"""Where the personal pool keeps its state, and the few knobs of its daemon.
+"""Where the personal pool keeps its state, and the knobs of its daemons.
 
     $HTGRID_HOME (default ~/.htgrid)
     ├── htgrid.conf          optional, HTCondor style: NAME = value, # comments
     ├── spool/queue.db       the job queue (SQLite)
     ├── spool/userlog.seq    the last change written to user event logs
-    ├── log/SchedLog         the daemon's log
-    └── run/                 mode 0700: schedd.sock (0600), schedd.pid, schedd.lock
+    ├── spool/sandboxes/     output kept from evicted jobs (when_to_transfer_output ON_EXIT_OR_EVICT)
+    ├── execute/             the execute node's job sandboxes
+    ├── log/                 SchedLog (this daemon, the negotiator), CollectorLog, StartLog
+    └── run/                 mode 0700: schedd.sock, startd.sock (0600), pid and lock files,
+                             collector.address (the collector's host:port)
 
 Knobs (htgrid.conf), named as HTCondor names the closest setting:
 
@@ -13,11 +16,31 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
     JOB_MAX_VACATE_TIME = 10        seconds between a job's KillSig and SIGKILL
     START_LOCAL_UNIVERSE_LIMIT = 200  local universe jobs running at once
     QUEUE_FSYNC = true              sync each queue commit to disk
+
+    DAEMON_LIST = MASTER, COLLECTOR, NEGOTIATOR, SCHEDD, STARTD   what `htgrid up` runs
+    COLLECTOR_HOST = 127.0.0.1:9618 the collector's address (port 0: any free port)
+    NEGOTIATOR_INTERVAL = 60        seconds between negotiation cycles, at most
+    NEGOTIATOR_MIN_INTERVAL = 5     ... and at least (a submit asks for a cycle sooner)
+    SCHEDD_INTERVAL = 300           seconds between updates of the schedd's ad
+    ALIVE_INTERVAL = 60             seconds between a claim's keep-alives
+    MAX_CLAIM_ALIVES_MISSED = 6     keep-alives missed before a claim is given up
+    MASTER_BACKOFF_CONSTANT = 1     a daemon that died is restarted after CONSTANT *
+    MASTER_BACKOFF_FACTOR = 2         FACTOR ** (restarts) seconds, at most CEILING;
+    MASTER_BACKOFF_CEILING = 300      restarts are forgotten once it has run
+    MASTER_RECOVER_FACTOR = 300       RECOVER_FACTOR seconds
+    DEFAULT_MASTER_SHUTDOWN_SCRIPT = (none)   a command run when the daemons exit
+
+The execute node's knobs (NUM_CPUS, MEMORY, DISK, EXECUTE, START, STARTD_ATTRS,
+UPDATE_INTERVAL, STARTD_NOCLAIM_SHUTDOWN, FILESYSTEM_DOMAIN, UID_DOMAIN, GPU_DISCOVERY)
+are read by `htgrid.startd`; a name listed in STARTD_ATTRS may be set too (its value is
+a ClassAd expression). Any other name is refused, so that a typo does not pass silently.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +48,10 @@ from typing import Final
 
 from htgrid.errors import HTGridError
 
-__all__ = ["ScheddConfig", "ScheddError", "htgrid_home"]
+__all__ = ["Backoff", "ConfigFile", "ScheddConfig", "ScheddError", "htgrid_home"]
 
 CONFIG_NAME: Final = "htgrid.conf"
+DAEMONS: Final = frozenset({"MASTER", "COLLECTOR", "NEGOTIATOR", "SCHEDD", "STARTD"})
 
 
 class ScheddError(HTGridError):
@@ -41,6 +65,143 @@ def htgrid_home(env: Mapping[str, str] | None = None) -> Path:
     return Path(home).expanduser().absolute()
 
 
+_KNOWN: Final = frozenset(
+    {
+        "PERIODIC_EXPR_INTERVAL",
+        "JOB_MAX_VACATE_TIME",
+        "START_LOCAL_UNIVERSE_LIMIT",
+        "QUEUE_FSYNC",
+        "DAEMON_LIST",
+        "COLLECTOR_HOST",
+        "NEGOTIATOR_INTERVAL",
+        "NEGOTIATOR_MIN_INTERVAL",
+        "SCHEDD_INTERVAL",
+        "ALIVE_INTERVAL",
+        "MAX_CLAIM_ALIVES_MISSED",
+        "MASTER_BACKOFF_CONSTANT",
+        "MASTER_BACKOFF_FACTOR",
+        "MASTER_BACKOFF_CEILING",
+        "MASTER_RECOVER_FACTOR",
+        "DEFAULT_MASTER_SHUTDOWN_SCRIPT",
+        # the execute node's (htgrid.startd)
+        "NUM_CPUS",
+        "MEMORY",
+        "DISK",
+        "EXECUTE",
+        "START",
+        "STARTD_ATTRS",
+        "UPDATE_INTERVAL",
+        "STARTD_NOCLAIM_SHUTDOWN",
+        "FILESYSTEM_DOMAIN",
+        "UID_DOMAIN",
+        "GPU_DISCOVERY",
+    }
+)
+_LIST_SPLIT: Final = re.compile(r"[\s,]+")
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigFile:
+    """The settings of one htgrid.conf: upper-case NAME -> (value text, line number)."""
+
+    path: Path
+    values: Mapping[str, tuple[str, int]]
+
+    @classmethod
+    def read(cls, home: Path) -> ConfigFile:
+        """`home`'s htgrid.conf (no settings when there is none)."""
+        path = home / CONFIG_NAME
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return cls(path, {})
+        except OSError as exc:
+            raise ScheddError(f"{path}: cannot read: {exc.strerror}") from exc
+        return cls(path, _parse(text, path))
+
+    def has(self, key: str) -> bool:
+        return key in self.values
+
+    def _error(self, key: str, problem: str) -> ScheddError:
+        return ScheddError(f"{self.path}:{self.values[key][1]}: {key} {problem}")
+
+    def text(self, key: str, default: str) -> str:
+        """The value as written (the default when unset or empty)."""
+        value = self.values.get(key, ("", 0))[0]
+        return value or default
+
+    def number(self, key: str, default: float, *, zero: bool = False) -> float:
+        """A positive number (or zero, when `zero` allows it)."""
+        if key not in self.values:
+            return default
+        text = self.values[key][0]
+        try:
+            number = float(text)
+        except ValueError:
+            raise self._error(key, f"must be a number, not {text!r}") from None
+        if number < 0 or (number == 0 and not zero):
+            raise self._error(key, "must be positive" if not zero else "must not be negative")
+        return number
+
+    def integer(self, key: str, default: int, *, zero: bool = False) -> int:
+        """A positive whole number (or zero, when `zero` allows it)."""
+        number = self.number(key, default, zero=zero)
+        if number != int(number):
+            raise self._error(key, f"must be a whole number, not {self.values[key][0]!r}")
+        return int(number)
+
+    def flag(self, key: str, default: bool) -> bool:
+        if key not in self.values:
+            return default
+        text = self.values[key][0].lower()
+        if text in ("true", "1", "yes"):
+            return True
+        if text in ("false", "0", "no"):
+            return False
+        raise self._error(key, f"must be true or false, not {self.values[key][0]!r}")
+
+    def names(self, key: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
+        """A list of names, separated by commas or spaces."""
+        if key not in self.values:
+            return default
+        return tuple(n for n in _LIST_SPLIT.split(self.values[key][0]) if n)
+
+
+def _parse(text: str, path: Path) -> dict[str, tuple[str, int]]:
+    values: dict[str, tuple[str, int]] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, eq, value = line.partition("=")
+        key = name.strip().upper()
+        if not eq or not key.replace("_", "").isalnum():
+            raise ScheddError(f"{path}:{number}: expected NAME = value")
+        values[key] = (value.strip(), number)
+    custom = {n.upper() for n in _LIST_SPLIT.split(values.get("STARTD_ATTRS", ("", 0))[0]) if n}
+    for key, (_, number) in values.items():
+        if key not in _KNOWN and key not in custom:
+            raise ScheddError(
+                f"{path}:{number}: expected NAME = value with a NAME htgrid knows, not {key} "
+                "(a name listed in STARTD_ATTRS is advertised in the execute node's ad)"
+            )
+    return values
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """How long the master waits before restarting a daemon that died (MASTER_BACKOFF_*)."""
+
+    constant: float = 1.0
+    factor: float = 2.0
+    ceiling: float = 300.0
+    recover: float = 300.0  # a daemon that ran this long has recovered: count from 0
+
+    def delay(self, restarts: int) -> float:
+        """The wait before restart number `restarts` + 1."""
+        return float(min(self.ceiling, self.constant * self.factor ** min(restarts, 64)))
+
+
 @dataclass(frozen=True, slots=True)
 class ScheddConfig:
     """The daemon's settings and the paths under its home."""
@@ -50,6 +211,15 @@ class ScheddConfig:
     kill_grace: float = 10.0
     max_local_jobs: int = 200
     fsync: bool = True
+    daemons: frozenset[str] = DAEMONS
+    collector_host: str = "127.0.0.1:9618"
+    negotiator_interval: float = 60.0
+    negotiator_min_interval: float = 5.0
+    schedd_interval: float = 300.0
+    alive_interval: float = 60.0
+    max_alives_missed: int = 6
+    backoff: Backoff = Backoff()
+    shutdown_script: str | None = None
 
     @property
     def spool(self) -> Path:
@@ -83,6 +253,25 @@ class ScheddConfig:
     def userlog_seq_file(self) -> Path:
         return self.spool / "userlog.seq"
 
+    @property
+    def collector_address_file(self) -> Path:
+        """Where the running collector's host:port is written (COLLECTOR_ADDRESS_FILE)."""
+        return self.run_dir / "collector.address"
+
+    @property
+    def sandbox_spool(self) -> Path:
+        """Output kept from evicted jobs, one directory per job."""
+        return self.spool / "sandboxes"
+
+    @property
+    def claim_lease(self) -> float:
+        """Seconds without a keep-alive after which a claim is given up."""
+        return self.alive_interval * self.max_alives_missed
+
+    def without_execute(self) -> ScheddConfig:
+        """The same settings with no execute node (`htgrid up -no-execute`)."""
+        return dataclasses.replace(self, daemons=self.daemons - {"STARTD"})
+
     def make_dirs(self) -> None:
         """Create the directories; run/ is private to the user (mode 0700)."""
         for path in (self.spool, self.log_dir):
@@ -94,65 +283,33 @@ class ScheddConfig:
     def load(cls, home: Path | None = None) -> ScheddConfig:
         """The settings of `home` (default $HTGRID_HOME), from its htgrid.conf if any."""
         home = home if home is not None else htgrid_home()
-        path = home / CONFIG_NAME
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return cls(home)
-        except OSError as exc:
-            raise ScheddError(f"{path}: cannot read: {exc.strerror}") from exc
-        values = _parse(text, path)
+        conf = ConfigFile.read(home)
+        daemons = frozenset(n.upper() for n in conf.names("DAEMON_LIST", tuple(DAEMONS)))
+        unknown = daemons - DAEMONS
+        if unknown:
+            raise ScheddError(
+                f"{conf.path}: DAEMON_LIST names {', '.join(sorted(unknown))}; htgrid runs "
+                f"{', '.join(sorted(DAEMONS))}"
+            )
+        script = conf.text("DEFAULT_MASTER_SHUTDOWN_SCRIPT", "")
         return cls(
             home,
-            periodic_interval=_number(values, "PERIODIC_EXPR_INTERVAL", 60.0, path),
-            kill_grace=_number(values, "JOB_MAX_VACATE_TIME", 10.0, path),
-            max_local_jobs=int(_number(values, "START_LOCAL_UNIVERSE_LIMIT", 200, path)),
-            fsync=_flag(values, "QUEUE_FSYNC", True, path),
+            periodic_interval=conf.number("PERIODIC_EXPR_INTERVAL", 60.0),
+            kill_grace=conf.number("JOB_MAX_VACATE_TIME", 10.0),
+            max_local_jobs=conf.integer("START_LOCAL_UNIVERSE_LIMIT", 200),
+            fsync=conf.flag("QUEUE_FSYNC", True),
+            daemons=daemons | {"MASTER", "SCHEDD"},  # this daemon is both
+            collector_host=conf.text("COLLECTOR_HOST", "127.0.0.1:9618"),
+            negotiator_interval=conf.number("NEGOTIATOR_INTERVAL", 60.0),
+            negotiator_min_interval=conf.number("NEGOTIATOR_MIN_INTERVAL", 5.0, zero=True),
+            schedd_interval=conf.number("SCHEDD_INTERVAL", 300.0),
+            alive_interval=conf.number("ALIVE_INTERVAL", 60.0),
+            max_alives_missed=conf.integer("MAX_CLAIM_ALIVES_MISSED", 6),
+            backoff=Backoff(
+                constant=conf.number("MASTER_BACKOFF_CONSTANT", 1.0),
+                factor=conf.number("MASTER_BACKOFF_FACTOR", 2.0),
+                ceiling=conf.number("MASTER_BACKOFF_CEILING", 300.0),
+                recover=conf.number("MASTER_RECOVER_FACTOR", 300.0),
+            ),
+            shutdown_script=script or None,
         )
-
-
-_KNOWN: Final = {
-    "PERIODIC_EXPR_INTERVAL",
-    "JOB_MAX_VACATE_TIME",
-    "START_LOCAL_UNIVERSE_LIMIT",
-    "QUEUE_FSYNC",
-}
-
-
-def _parse(text: str, path: Path) -> dict[str, tuple[str, int]]:
-    values: dict[str, tuple[str, int]] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        name, eq, value = line.partition("=")
-        key = name.strip().upper()
-        if not eq or key not in _KNOWN:
-            known = ", ".join(sorted(_KNOWN))
-            raise ScheddError(f"{path}:{number}: expected NAME = value with NAME one of {known}")
-        values[key] = (value.strip(), number)
-    return values
-
-
-def _number(values: dict[str, tuple[str, int]], key: str, default: float, path: Path) -> float:
-    if key not in values:
-        return default
-    text, line = values[key]
-    try:
-        number = float(text)
-    except ValueError:
-        raise ScheddError(f"{path}:{line}: {key} must be a number, not {text!r}") from None
-    if number <= 0:
-        raise ScheddError(f"{path}:{line}: {key} must be positive")
-    return number
-
-
-def _flag(values: dict[str, tuple[str, int]], key: str, default: bool, path: Path) -> bool:
-    if key not in values:
-        return default
-    text, line = values[key]
-    if text.lower() in ("true", "1", "yes"):
-        return True
-    if text.lower() in ("false", "0", "no"):
-        return False
-    raise ScheddError(f"{path}:{line}: {key} must be true or false, not {text!r}")

@@ -1,9 +1,10 @@
 """`htgrid up` and `htgrid down`: starting the daemon in the background, and stopping it.
 
 `start` spawns `python -m htgrid.schedd --background` (which detaches into its own
-session, logging to SchedLog) and waits until the daemon answers on its socket; if the
-daemon dies first, the end of its log says why. `stop` sends SIGTERM and waits until the
-daemon has exited, i.e. until it has stopped its jobs and closed the queue.
+session, logging to SchedLog, and starts the pool's other daemons) and waits until the
+daemon answers on its socket; if the daemon dies first, the end of its log says why.
+`stop` sends SIGTERM and waits until the daemon has exited, i.e. until it has stopped
+its jobs and its child daemons and closed the queue.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from htgrid.net import DaemonUnavailable, ScheddClient
 from htgrid.schedd._config import ScheddConfig, ScheddError
@@ -34,21 +36,39 @@ class DaemonInfo:
     log: Path
     queue: Path
     already_running: bool = False
+    collector: str | None = None  # host:port of the pool's collector
+    daemons: tuple[str, ...] = ()  # what DAEMON_LIST runs (MASTER, SCHEDD, STARTD...)
 
 
-def _answer(config: ScheddConfig) -> int | None:
-    """The pid of the daemon answering on the socket, or None."""
+def _health(config: ScheddConfig) -> dict[str, Any] | None:
+    """The health answer of the daemon on the socket, or None."""
     if not config.socket.exists():
         return None
     try:
         with ScheddClient(config.socket, timeout=5.0) as client:
-            return int(client.health()["pid"])
+            return client.health()
     except DaemonUnavailable:
         return None
 
 
+def _answer(config: ScheddConfig) -> int | None:
+    """The pid of the daemon answering on the socket, or None."""
+    health = _health(config)
+    return None if health is None else int(health["pid"])
+
+
 def _info(config: ScheddConfig, pid: int, already: bool) -> DaemonInfo:
-    return DaemonInfo(pid, config.socket, config.log_file, config.spool / "queue.db", already)
+    health = _health(config) or {}
+    collector = health.get("collector")
+    return DaemonInfo(
+        pid,
+        config.socket,
+        config.log_file,
+        config.spool / "queue.db",
+        already,
+        collector if isinstance(collector, str) else None,
+        tuple(health.get("daemons") or ()),
+    )
 
 
 def _alive(pid: int) -> bool:
@@ -69,16 +89,22 @@ def _log_tail(path: Path, lines: int = 15) -> str:
     return "\n".join(text[-lines:])
 
 
-def start(config: ScheddConfig, *, timeout: float = 30.0) -> DaemonInfo:
-    """Start the daemon unless one answers already; its info once it answers."""
+def start(config: ScheddConfig, *, timeout: float = 30.0, execute: bool = True) -> DaemonInfo:
+    """Start the daemon unless one answers already; its info once it answers.
+
+    `execute=False` starts it without an execute node (`htgrid up -no-execute`).
+    """
     config.make_dirs()
     pid = _answer(config)
     if pid is not None:
         return _info(config, pid, True)
+    argv = [sys.executable, "-m", "htgrid.schedd", "--home", str(config.home), "--background"]
+    if not execute:
+        argv.append("--no-execute")
     with open(config.log_file, "ab") as log:
         try:
             spawned = subprocess.run(
-                [sys.executable, "-m", "htgrid.schedd", "--home", str(config.home), "--background"],
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=log,
@@ -127,7 +153,7 @@ def stop(config: ScheddConfig, *, timeout: float | None = None) -> int | None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     # Running jobs get their vacate time before SIGKILL; then the daemon records them.
-    limit = timeout if timeout is not None else config.kill_grace + 30.0
+    limit = timeout if timeout is not None else 2 * config.kill_grace + 45.0
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         if not _alive(pid):  # it has let go of the lock before, its jobs recorded

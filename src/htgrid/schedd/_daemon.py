@@ -1,10 +1,13 @@
 """The daemon: one asyncio loop running the API, the local universe, the event log
-writer and the periodic policy timer, over one queue thread.
+writer, the periodic policy timer, the shadows of vanilla jobs and the negotiator, over
+one queue thread; and the master of the pool's other daemons (`_pool`): the collector
+and the execute node run as its children.
 
 Start-up: take the pool's lock (one daemon per home), open the queue, recover from a
-crash (kill what earlier runs left, evict jobs with no process), serve the socket, write
-the pid file. SIGTERM or SIGINT: stop taking requests, stop running jobs (back to idle),
-write their events, close the queue, remove the socket and the pid file.
+crash (kill what earlier runs left, evict jobs with no process), serve the socket, start
+the pool's daemons, write the pid file. SIGTERM or SIGINT: stop taking requests, stop
+matching, stop running jobs (back to idle), stop the children, write the jobs' events,
+close the queue, remove the socket and the pid file.
 """
 
 from __future__ import annotations
@@ -27,10 +30,13 @@ from htgrid.errors import HTGridError
 from htgrid.net._peer import PeerCredProtocol, peercred_identity
 from htgrid.net.app import create_app
 from htgrid.queue import JobQueue
+from htgrid.schedd._advertise import schedd_name
 from htgrid.schedd._config import ScheddConfig, ScheddError
 from htgrid.schedd._launch import family_marker
 from htgrid.schedd._local import LocalRunner
+from htgrid.schedd._pool import Pool
 from htgrid.schedd._service import QueueService
+from htgrid.schedd._shadow import ShadowManager, ShadowSettings
 from htgrid.schedd._userlog import UserLogWriter
 from htgrid.schedd._worker import QueueWorker
 
@@ -46,7 +52,8 @@ def configure_logging() -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
-    logging.getLogger("uvicorn").setLevel(logging.WARNING)
+    for noisy in ("uvicorn", "httpx", "httpcore"):  # a line per request drowns the log
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 class Daemon:
@@ -58,6 +65,8 @@ class Daemon:
         self._stop = asyncio.Event()
         self._started = clock()
         self._runner: LocalRunner | None = None
+        self._shadows: ShadowManager | None = None
+        self.pool: Pool | None = None
 
     def request_stop(self) -> None:
         """Begin a clean shutdown (what SIGTERM does)."""
@@ -81,6 +90,10 @@ class Daemon:
         }
         if self._runner is not None:
             status.update(self._runner.status())
+        if self._shadows is not None:
+            status.update(self._shadows.status())
+        if self.pool is not None:
+            status.update(self.pool.status())
         return status
 
     async def run(self) -> None:
@@ -117,7 +130,19 @@ class Daemon:
         self._runner = runner
         writer = UserLogWriter(worker, cfg.userlog_seq_file, host)
         writer.load()
-        evicted = await runner.recover()
+        shadows = ShadowManager(
+            worker,
+            ShadowSettings(
+                schedd_name(),
+                cfg.spool,
+                alive_interval=cfg.alive_interval,
+                lease=cfg.claim_lease,
+                vacate_grace=cfg.kill_grace,
+            ),
+            clock=self._clock,
+        )
+        self._shadows = shadows
+        evicted = await runner.recover() + await shadows.recover()
         if evicted:
             _log.warning(
                 "%d job(s) were running when the last daemon died: back to idle", len(evicted)
@@ -127,21 +152,28 @@ class Daemon:
             self._supervised(runner.run(), "local universe"),
             self._supervised(writer.run(), "event log writer"),
             self._supervised(self._periodic(worker), "periodic policy"),
+            self._supervised(shadows.run(), "shadows"),
         ]
-        cfg.pid_file.write_text(f"{os.getpid()}\n")
-        _log.info(
-            "htgrid %s daemon (pid %d) serving %s; queue %s",
-            __version__,
-            os.getpid(),
-            cfg.socket,
-            cfg.spool / "queue.db",
-        )
+        pool = Pool(cfg, worker, shadows, clock=self._clock, request_stop=self._stop.set)
+        self.pool = pool
         try:
+            await pool.start()
+            cfg.pid_file.write_text(f"{os.getpid()}\n")
+            _log.info(
+                "htgrid %s daemon (pid %d) serving %s; queue %s; daemons %s; collector %s",
+                __version__,
+                os.getpid(),
+                cfg.socket,
+                cfg.spool / "queue.db",
+                ", ".join(sorted(cfg.daemons)),
+                pool.pool,
+            )
             await self._stop.wait()
         finally:
             _log.info("shutting down")
             server.should_exit = True
             await serving
+            await pool.stop()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(cfg.socket)
             await runner.shutdown()

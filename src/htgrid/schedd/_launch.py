@@ -32,14 +32,18 @@ __all__ = [
     "LaunchError",
     "LaunchSpec",
     "family_marker",
+    "job_arguments",
+    "job_environment",
     "kill_group",
     "kill_leftovers",
+    "signal_of",
     "spawn",
     "wait_exit",
 ]
 
 MARKER: Final = "_HTGRID_JOB_FAMILY"
 _WRITE: Final = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+_APPEND: Final = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 
 
 class LaunchError(HTGridError):
@@ -57,7 +61,7 @@ def family_marker(home: Path) -> str:
     return hashlib.sha256(str(home).encode()).hexdigest()[:16]
 
 
-def _signal(value: Any, default: signal.Signals) -> signal.Signals:
+def signal_of(value: Any, default: signal.Signals) -> signal.Signals:
     """A KillSig value ("SIGTERM", "TERM" or 15) as a signal."""
     if isinstance(value, int) and not isinstance(value, bool):
         with contextlib.suppress(ValueError):
@@ -69,7 +73,8 @@ def _signal(value: Any, default: signal.Signals) -> signal.Signals:
     return default
 
 
-def _environment(ad: ClassAd) -> dict[str, str]:
+def job_environment(ad: ClassAd) -> dict[str, str]:
+    """The job's environment: Environment (V2 syntax), else the old Env."""
     env: dict[str, str] = {}
     text = ad.get("Environment")
     if isinstance(text, str):
@@ -84,7 +89,8 @@ def _environment(ad: ClassAd) -> dict[str, str]:
     return env
 
 
-def _arguments(ad: ClassAd) -> list[str]:
+def job_arguments(ad: ClassAd) -> list[str]:
+    """The job's arguments: Arguments (V2 syntax), else the old Args."""
     text = ad.get("Arguments")
     if isinstance(text, str):
         return split_v2_raw(text)
@@ -107,6 +113,7 @@ class LaunchSpec:
     hold_signal: signal.Signals = signal.SIGTERM
     remove_signal: signal.Signals = signal.SIGTERM
     vacate_time: float = 10.0
+    append_output: bool = False  # stdout/stderr kept from an earlier run (a spooled sandbox)
 
     @classmethod
     def from_ad(cls, job_id: JobId, ad: ClassAd, marker: str, grace: float) -> LaunchSpec:
@@ -123,23 +130,23 @@ class LaunchSpec:
             text = value if isinstance(value, str) and value else os.devnull
             return os.path.join(iwd, text)
 
-        env = _environment(ad)
+        env = job_environment(ad)
         env[MARKER] = f"{marker}:{job_id}"
-        kill = _signal(ad.get("KillSig"), signal.SIGTERM)
+        kill = signal_of(ad.get("KillSig"), signal.SIGTERM)
         vacate = ad.get("JobMaxVacateTime")
         if not isinstance(vacate, (int, float)) or isinstance(vacate, bool) or vacate < 0:
             vacate = grace
         return cls(
             job_id=job_id,
-            argv=(os.path.join(iwd, cmd), *_arguments(ad)),
+            argv=(os.path.join(iwd, cmd), *job_arguments(ad)),
             env=env,
             cwd=iwd,
             stdin=path("In"),
             stdout=path("Out"),
             stderr=path("Err"),
             kill_signal=kill,
-            hold_signal=_signal(ad.get("HoldKillSig"), kill),
-            remove_signal=_signal(ad.get("RemoveKillSig"), kill),
+            hold_signal=signal_of(ad.get("HoldKillSig"), kill),
+            remove_signal=signal_of(ad.get("RemoveKillSig"), kill),
             vacate_time=float(vacate),
         )
 
@@ -168,11 +175,12 @@ def spawn(spec: LaunchSpec) -> subprocess.Popen[bytes]:
         fds.append(
             _open(spec.stdin, os.O_RDONLY | os.O_CLOEXEC, "input", HoldReasonCode.UnableToOpenInput)
         )
-        fds.append(_open(spec.stdout, _WRITE, "output", HoldReasonCode.UnableToOpenOutput))
+        write = _APPEND if spec.append_output else _WRITE
+        fds.append(_open(spec.stdout, write, "output", HoldReasonCode.UnableToOpenOutput))
         if spec.stderr == spec.stdout:
             fds.append(fds[1])
         else:
-            fds.append(_open(spec.stderr, _WRITE, "error", HoldReasonCode.UnableToOpenOutput))
+            fds.append(_open(spec.stderr, write, "error", HoldReasonCode.UnableToOpenOutput))
         try:
             return subprocess.Popen(
                 spec.argv,
@@ -204,6 +212,7 @@ class Exit:
     user_cpu: float = 0.0
     sys_cpu: float = 0.0
     core_dumped: bool = field(default=False)
+    max_rss_kb: int = 0  # the largest resident set of the process and its reaped children
 
 
 async def wait_exit(proc: subprocess.Popen[bytes]) -> Exit:
@@ -231,9 +240,12 @@ async def wait_exit(proc: subprocess.Popen[bytes]) -> Exit:
         if pidfd >= 0:
             os.close(pidfd)
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait
+    rss = usage.ru_maxrss
     if os.WIFSIGNALED(status):
-        return Exit(None, os.WTERMSIG(status), usage.ru_utime, usage.ru_stime, os.WCOREDUMP(status))
-    return Exit(os.WEXITSTATUS(status), None, usage.ru_utime, usage.ru_stime)
+        return Exit(
+            None, os.WTERMSIG(status), usage.ru_utime, usage.ru_stime, os.WCOREDUMP(status), rss
+        )
+    return Exit(os.WEXITSTATUS(status), None, usage.ru_utime, usage.ru_stime, max_rss_kb=rss)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

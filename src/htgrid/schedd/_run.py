@@ -1,9 +1,15 @@
-"""Running the daemon in this process until it is told to stop."""
+"""Running the daemon in this process until it is told to stop.
+
+When it has stopped cleanly, the daemon becomes DEFAULT_MASTER_SHUTDOWN_SCRIPT if one is
+set (HTCondor's condor_master execs it instead of exiting): on a cloud instance, a
+`shutdown -h now` once the pool has wound down.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from pathlib import Path
 
 from htgrid.errors import HTGridError
@@ -13,12 +19,17 @@ from htgrid.schedd._daemon import Daemon, configure_logging
 __all__ = ["run_daemon"]
 
 
-def run_daemon(home: Path | None = None) -> int:
-    """Run the daemon of `home` (default $HTGRID_HOME); the process exit status."""
+def run_daemon(home: Path | None = None, *, execute: bool = True) -> int:
+    """Run the daemon of `home` (default $HTGRID_HOME); the process exit status.
+
+    `execute=False` leaves the execute node out (`htgrid up -no-execute`).
+    """
     configure_logging()
     log = logging.getLogger("htgrid.schedd")
     try:
         config = ScheddConfig.load((home or htgrid_home()).absolute())
+        if not execute:
+            config = config.without_execute()
         asyncio.run(Daemon(config).run())
     except HTGridError as exc:
         log.error("cannot run: %s", exc)  # the log is stderr
@@ -26,4 +37,8 @@ def run_daemon(home: Path | None = None) -> int:
     except OSError as exc:
         log.error("cannot run: %s: %s", exc.filename or "", exc.strerror or exc)
         return 1
+    if config.shutdown_script:
+        log.info("running DEFAULT_MASTER_SHUTDOWN_SCRIPT: %s", config.shutdown_script)
+        logging.shutdown()
+        os.execv("/bin/sh", ["/bin/sh", "-c", config.shutdown_script])
     return 0

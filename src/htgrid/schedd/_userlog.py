@@ -12,13 +12,13 @@ written again after the restart (a duplicate, which readers such as DAGMan toler
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import os
 from pathlib import Path
 from typing import Any, Final
 
+from htgrid._aio import wait_event
 from htgrid.classad import ClassAd
 from htgrid.queue import Change, ChangeKind, JobId, JobQueue, JobStatus
 from htgrid.queue.eventlog import (
@@ -93,8 +93,8 @@ class UserLogWriter:
         other processes on the same queue (the grid manager).
         """
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=poll)
+            # Not asyncio.wait_for: on 3.11 it can swallow the cancellation that stops us.
+            await wait_event(self._wake, poll)
             self._wake.clear()
             await self.catch_up()
 

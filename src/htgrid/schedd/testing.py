@@ -7,7 +7,10 @@
         pool.start()         # and the recovery that follows
 
 The daemon is the one `htgrid up` starts (a detached process), so tests see what users
-see. `wait_for` polls with a deadline instead of sleeping a fixed time.
+see. By default it runs the job queue alone (DAEMON_LIST = MASTER, SCHEDD): vanilla jobs
+stay idle. `daemons=WHOLE_POOL` adds the collector (on a free loopback port), the
+negotiator and an execute node; `config` sets further knobs of htgrid.conf. `wait_for`
+polls with a deadline instead of sleeping a fixed time.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import io
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import TypeVar
@@ -25,8 +28,12 @@ from htgrid.net import ScheddClient
 from htgrid.schedd._config import CONFIG_NAME, ScheddConfig
 from htgrid.schedd._control import DaemonInfo, _alive, start, stop
 from htgrid.schedd._launch import family_marker, kill_leftovers
+from htgrid.startd._config import StartdConfig
 
-__all__ = ["PersonalPool", "run_cli", "wait_for"]
+__all__ = ["QUEUE_ONLY", "WHOLE_POOL", "PersonalPool", "run_cli", "wait_for"]
+
+QUEUE_ONLY = ("MASTER", "SCHEDD")
+WHOLE_POOL = ("MASTER", "SCHEDD", "COLLECTOR", "NEGOTIATOR", "STARTD")
 
 T = TypeVar("T")
 
@@ -74,14 +81,20 @@ class PersonalPool:
         kill_grace: float = 10.0,
         max_local_jobs: int = 200,
         fsync: bool = True,
+        daemons: Sequence[str] = QUEUE_ONLY,
+        config: Mapping[str, object] | None = None,
     ) -> None:
         home.mkdir(parents=True, exist_ok=True)
-        (home / CONFIG_NAME).write_text(
-            f"PERIODIC_EXPR_INTERVAL = {periodic_interval}\n"
-            f"JOB_MAX_VACATE_TIME = {kill_grace}\n"
-            f"START_LOCAL_UNIVERSE_LIMIT = {max_local_jobs}\n"
-            f"QUEUE_FSYNC = {str(fsync).lower()}\n"
-        )
+        knobs: dict[str, object] = {
+            "PERIODIC_EXPR_INTERVAL": periodic_interval,
+            "JOB_MAX_VACATE_TIME": kill_grace,
+            "START_LOCAL_UNIVERSE_LIMIT": max_local_jobs,
+            "QUEUE_FSYNC": str(fsync).lower(),
+            "DAEMON_LIST": ", ".join(daemons),
+            "COLLECTOR_HOST": "127.0.0.1:0",  # tests run side by side: any free port
+            **(config or {}),
+        }
+        (home / CONFIG_NAME).write_text("".join(f"{k} = {v}\n" for k, v in knobs.items()))
         self.home = home
         self.config = ScheddConfig.load(home)
         self.pid: int | None = None
@@ -113,6 +126,19 @@ class PersonalPool:
         """A client of this pool's daemon."""
         return ScheddClient(self.config.socket)
 
+    def child_pid(self, name: str) -> int | None:
+        """The pid of a child daemon ("collector", "startd"), if it runs."""
+        with self.client() as schedd:
+            child = schedd.health().get("children", {}).get(name, {})
+        pid = child.get("pid")
+        return pid if isinstance(pid, int) else None
+
+    @property
+    def collector(self) -> str:
+        """host:port of the pool's collector (from the daemon)."""
+        with self.client() as schedd:
+            return str(schedd.health()["collector"])
+
     def __enter__(self) -> PersonalPool:
         self.start()
         return self
@@ -124,3 +150,4 @@ class PersonalPool:
             self.kill()
             # Jobs of a killed daemon keep running; a test must not leave them behind.
             kill_leftovers(family_marker(self.config.home))
+            kill_leftovers(family_marker(StartdConfig.load(self.home).execute_dir))

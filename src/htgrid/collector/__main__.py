@@ -1,0 +1,65 @@
+"""`python -m htgrid.collector`: a collector process, as the pool's master starts it.
+
+    python -m htgrid.collector --fd 5 --address 127.0.0.1:9618 --parent-fd 4
+
+`--fd` is a listening socket the master bound (so the port stays the same across
+restarts, and connections made while the collector restarts wait in its backlog);
+without it the collector binds `--host` and `--port` itself. With `--parent-fd` it
+stops when that pipe closes, i.e. when the master is gone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import socket
+import sys
+
+from htgrid.collector.client import DEFAULT_PORT
+from htgrid.collector.daemon import make_server
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m htgrid.collector")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--fd", type=int, help="serve on this listening socket")
+    parser.add_argument("--parent-fd", type=int, help="stop when this pipe closes")
+    parser.add_argument("--lifetime", type=float, default=900.0, help="CLASSAD_LIFETIME")
+    parser.add_argument("--name", default="htgrid pool")
+    args = parser.parse_args(argv)
+    from htgrid.schedd._daemon import configure_logging
+
+    configure_logging()
+    sock = socket.socket(fileno=args.fd) if args.fd is not None else None
+    host, port = sock.getsockname()[:2] if sock is not None else (args.host, args.port)
+    server = make_server(host, port, default_lifetime=args.lifetime, name=args.name)
+
+    async def serve() -> None:
+        if args.parent_fd is not None:
+            loop = asyncio.get_running_loop()
+
+            def parent_gone() -> None:
+                try:
+                    data = os.read(args.parent_fd, 64)
+                except OSError:
+                    data = b""
+                if not data:
+                    loop.remove_reader(args.parent_fd)
+                    logging.getLogger("htgrid.collector").warning("the master is gone: stopping")
+                    server.should_exit = True
+
+            loop.add_reader(args.parent_fd, parent_gone)
+        logging.getLogger("htgrid.collector").info(
+            "htgrid collector (pid %d) listening on %s:%d", os.getpid(), host, port
+        )
+        await server.serve(sockets=[sock] if sock is not None else None)
+
+    asyncio.run(serve())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""The schedd's ad in the collector (what `htgrid status -schedd` lists).
+
+Sent every SCHEDD_INTERVAL seconds (its UpdateInterval, so the collector drops it after
+three missed updates), with HTCondor's job counts: TotalIdleJobs, TotalRunningJobs,
+TotalHeldJobs, TotalJobAds and the local universe's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections import Counter
+from collections.abc import Callable
+from typing import Final
+
+from htgrid import __version__
+from htgrid.classad import ClassAd, ExprTree, quote
+from htgrid.collector import CollectorClient
+from htgrid.errors import HTGridError
+from htgrid.queue import JobQueue, JobStatus
+from htgrid.schedd._worker import QueueWorker
+
+__all__ = ["ScheddAdvertiser", "schedd_name"]
+
+_log = logging.getLogger("htgrid.schedd")
+_LOCAL: Final = 12
+
+
+def schedd_name() -> str:
+    """The schedd's Name, as `htgrid q` prints it."""
+    return f"htgrid@{socket.gethostname()}"
+
+
+def _counts(q: JobQueue) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for ad in q.query(None, ["JobStatus", "JobUniverse"]):
+        status, universe = ad.get("JobStatus"), ad.get("JobUniverse")
+        counts["all"] += 1
+        counts[f"status{status}"] += 1
+        if universe == _LOCAL:
+            counts[f"local{status}"] += 1
+    return counts
+
+
+class ScheddAdvertiser:
+    """Keeps the schedd's ad in the collector fresh."""
+
+    def __init__(
+        self,
+        worker: QueueWorker,
+        collector: CollectorClient,
+        *,
+        address: str,
+        interval: float,
+        started: int,
+        clock: Callable[[], float],
+    ) -> None:
+        self._worker = worker
+        self._collector = collector
+        self.name = schedd_name()
+        self.address = address
+        self._interval = interval
+        self._started = started
+        self._clock = clock
+        self._sequence = 0
+
+    async def run(self) -> None:
+        """Advertise now and every interval, until cancelled."""
+        failing = False
+        while True:
+            try:
+                await self.advertise()
+                failing = False
+            except HTGridError as exc:
+                if not failing:
+                    _log.warning("cannot advertise the schedd to the collector: %s", exc)
+                failing = True
+            # Until it answers, try again soon: the collector may be starting with us.
+            await asyncio.sleep(min(self._interval, 2.0) if failing else self._interval)
+
+    async def advertise(self) -> None:
+        counts = await self._worker.read(_counts)
+        self._sequence += 1
+        ad = ClassAd()
+        ad["MyType"] = "Scheduler"
+        ad["Name"] = self.name
+        ad["Machine"] = socket.gethostname()
+        ad["MyAddress"] = self.address
+        ad["ScheddIpAddr"] = self.address
+        ad["CondorVersion"] = f"htgrid {__version__}"
+        ad["DaemonStartTime"] = self._started
+        ad["UpdateSequenceNumber"] = self._sequence
+        ad["UpdateInterval"] = int(self._interval)
+        ad["MyCurrentTime"] = int(self._clock())
+        ad["TotalJobAds"] = counts["all"]
+        ad["TotalIdleJobs"] = counts[f"status{JobStatus.IDLE.value}"]
+        ad["TotalRunningJobs"] = counts[f"status{JobStatus.RUNNING.value}"]
+        ad["TotalHeldJobs"] = counts[f"status{JobStatus.HELD.value}"]
+        ad["TotalRemovedJobs"] = counts[f"status{JobStatus.REMOVED.value}"]
+        ad["TotalLocalJobsIdle"] = counts[f"local{JobStatus.IDLE.value}"]
+        ad["TotalLocalJobsRunning"] = counts[f"local{JobStatus.RUNNING.value}"]
+        await self._collector.advertise("UPDATE_SCHEDD_AD", [ad])
+
+    async def invalidate(self) -> None:
+        """Take the ad out of the collector (the schedd is stopping)."""
+        query = ClassAd({"MyType": "Query", "TargetType": "Scheduler"})
+        query["Requirements"] = ExprTree(
+            f"Name == {quote(self.name)} && MyAddress == {quote(self.address)}"
+        )
+        with contextlib.suppress(HTGridError):
+            await self._collector.invalidate("INVALIDATE_SCHEDD_ADS", query)

@@ -1,0 +1,203 @@
+"""The negotiator, wired into the queue: which jobs it sees, and what its matches do.
+
+`QueueJobs` is the negotiator's job source: the idle vanilla jobs, and the idle grid
+jobs whose GridResource still holds a `$$(` macro (grid matchmaking), less the jobs a
+shadow is already starting. Its `report` carries out a cycle's decisions:
+
+- a vanilla match starts a shadow, which claims the slot and runs the job there;
+- a grid match writes the match into the job (NumJobMatches, LastMatchName0, the
+  MATCH_ attributes) with its macros filled, GridResource included: the grid manager
+  then submits it to the matched site;
+- a macro the matched ad cannot fill holds the job ("Cannot expand $$(...)");
+- an unmatched job gets LastRejMatchReason and LastRejMatchTime.
+
+`NegotiationLoop` runs cycles every NEGOTIATOR_INTERVAL, and sooner (but not more often
+than NEGOTIATOR_MIN_INTERVAL) when the queue has news for it: jobs submitted, jobs back
+to idle, or jobs that stopped running and so freed a slot (condor_reschedule's effect).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Callable
+from typing import Final
+
+from htgrid._aio import wait_event
+from htgrid.classad import ClassAd, ExprTree, quote
+from htgrid.errors import HTGridError
+from htgrid.negotiator import CycleResult
+from htgrid.negotiator.daemon import Negotiator
+from htgrid.queue import (
+    Change,
+    ChangeKind,
+    HoldReasonCode,
+    InvalidTransition,
+    JobAction,
+    JobId,
+    JobNotFound,
+    JobQueue,
+    JobStatus,
+)
+from htgrid.schedd._local import SCHEDD
+from htgrid.schedd._shadow import VANILLA, ShadowManager
+from htgrid.schedd._worker import QueueWorker
+
+__all__ = ["IDLE_FOR_MATCHING", "NegotiationLoop", "QueueJobs"]
+
+_log = logging.getLogger("htgrid.negotiator")
+
+GRID: Final = 9
+IDLE_FOR_MATCHING: Final = (
+    f"JobStatus == 1 && (JobUniverse == {VANILLA} || "
+    f'(JobUniverse == {GRID} && regexp("\\\\$\\\\$\\\\(", GridResource)))'
+)
+_FEED_BATCH: Final = 2000
+
+
+def _job_id(ad: ClassAd) -> JobId:
+    return JobId(ad["ClusterId"], ad["ProcId"])
+
+
+class QueueJobs:
+    """`htgrid.negotiator.daemon.JobSource` over the queue and the shadows."""
+
+    def __init__(
+        self, worker: QueueWorker, shadows: ShadowManager, *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._worker = worker
+        self._shadows = shadows
+        self._clock = clock
+        self._cycle: dict[JobId, ClassAd] = {}  # the last cycle's jobs, for its report
+
+    async def idle_jobs(self) -> list[ClassAd]:
+        ads = await self._worker.read(lambda q: q.query(IDLE_FOR_MATCHING))
+        busy = self._shadows.busy
+        jobs = [ad for ad in ads if _job_id(ad) not in busy]
+        self._cycle = {_job_id(ad): ad for ad in jobs}
+        return jobs
+
+    async def report(self, result: CycleResult) -> None:
+        holds: list[tuple[JobId, str]] = []
+        grid: list[tuple[JobId, dict[str, ExprTree]]] = []
+        for match in result.matches:
+            job = self._cycle.get(match.job_id)
+            if job is None:
+                continue
+            if match.expansion.error:
+                holds.append((match.job_id, match.expansion.error))
+            elif job.get("JobUniverse") == GRID:
+                pairs = match.job_updates + match.expansion.expanded
+                grid.append((match.job_id, {name: ExprTree(text) for name, text in pairs}))
+                _log.info("grid job %s matched to %s", match.job_id, match.machine)
+            else:
+                self._shadows.start(match, job)
+        rejected: dict[str, list[JobId]] = {}
+        for rejection in result.rejections:
+            rejected.setdefault(rejection.reason, []).append(rejection.job_id)
+        if holds or grid or rejected:
+            now = int(self._clock())
+            await self._worker.write(
+                functools.partial(_record, holds=holds, grid=grid, rejected=rejected, now=now)
+            )
+
+
+def _record(
+    q: JobQueue,
+    *,
+    holds: list[tuple[JobId, str]],
+    grid: list[tuple[JobId, dict[str, ExprTree]]],
+    rejected: dict[str, list[JobId]],
+    now: int,
+) -> None:
+    for jid, reason in holds:
+        with contextlib.suppress(InvalidTransition, JobNotFound):
+            q.act(JobAction.Hold, jid, SCHEDD, reason, code=HoldReasonCode.Unspecified)
+    for jid, updates in grid:
+        with contextlib.suppress(InvalidTransition, JobNotFound):
+            if q.get(jid)["JobStatus"] == JobStatus.IDLE:  # not held or removed meanwhile
+                q.update(jid, updates)
+    for reason, ids in rejected.items():
+        attrs = {"LastRejMatchReason": quote(reason), "LastRejMatchTime": str(now)}
+        try:
+            q.edit(ids, attrs, SCHEDD)  # one transaction for all
+        except JobNotFound:  # one left the queue since the cycle began
+            for jid in ids:
+                with contextlib.suppress(JobNotFound):
+                    q.edit(jid, attrs, SCHEDD)
+
+
+class NegotiationLoop:
+    """Runs the negotiator's cycles: on a timer, and sooner when the queue has news."""
+
+    def __init__(
+        self,
+        negotiator: Negotiator,
+        worker: QueueWorker,
+        *,
+        interval: float,
+        min_interval: float,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.negotiator = negotiator
+        self._worker = worker
+        self._interval = interval
+        self._min_interval = min_interval
+        self._monotonic = monotonic
+        self._news = asyncio.Event()
+        self._seq = 0
+
+    def reschedule(self) -> None:
+        """Negotiate soon (condor_reschedule)."""
+        self._news.set()
+
+    async def run(self) -> None:
+        """Cycle until cancelled; a failed cycle is logged and the next one comes."""
+        self._seq = await self._worker.read(lambda q: q.last_seq)
+        follower = asyncio.create_task(self._follow(), name="negotiator feed")
+        try:
+            while True:
+                began = self._monotonic()
+                self._news.clear()
+                try:
+                    await self.negotiator.cycle()
+                except HTGridError as exc:
+                    _log.error("negotiation cycle failed: %s", exc)
+                await asyncio.sleep(max(0.0, self._min_interval - (self._monotonic() - began)))
+                rest = self._interval - (self._monotonic() - began)
+                if rest > 0:
+                    await wait_event(self._news, rest)
+        finally:
+            follower.cancel()
+            await asyncio.gather(follower, return_exceptions=True)
+
+    async def _follow(self) -> None:
+        wake = self._worker.subscribe()
+        while True:
+            await wake.wait()
+            wake.clear()
+            while True:
+                changes = await self._worker.read(
+                    functools.partial(_changes, seq=self._seq, limit=_FEED_BATCH)
+                )
+                if not changes:
+                    break
+                self._seq = changes[-1].seq
+                if any(_is_news(c) for c in changes):
+                    self.reschedule()
+
+
+def _changes(q: JobQueue, *, seq: int, limit: int) -> list[Change]:
+    return q.changes_since(seq, limit=limit)
+
+
+def _is_news(change: Change) -> bool:
+    """A change that may let a cycle match something new."""
+    if change.kind is ChangeKind.SUBMITTED:
+        return True
+    if change.kind is not ChangeKind.STATUS:
+        return False
+    return change.status == JobStatus.IDLE or change.last_status == JobStatus.RUNNING

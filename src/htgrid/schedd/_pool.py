@@ -1,0 +1,246 @@
+"""The personal pool around the queue: the collector, the negotiator and the execute node.
+
+What runs is DAEMON_LIST's choice (`htgrid up -no-execute` leaves STARTD out):
+
+- COLLECTOR: a child process serving a loopback socket this daemon binds (COLLECTOR_HOST;
+  port 0 picks a free one) and keeps across the collector's restarts; its address is
+  written to run/collector.address for the command line to find.
+- NEGOTIATOR: a task of this daemon (it reads the queue directly), cycling every
+  NEGOTIATOR_INTERVAL; should it fail, it is restarted after a back-off.
+- STARTD: a child process, the execute node; the shadows run vanilla jobs on it.
+- the schedd's ad, sent to the collector every SCHEDD_INTERVAL.
+
+Stopping goes in the order that loses nothing: no more matches, running vanilla jobs
+vacated (back to idle), then the execute node, the schedd's ad, the collector.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, Final
+
+from htgrid.collector import CollectorClient
+from htgrid.collector.client import pool_url
+from htgrid.negotiator import NegotiatorConfig
+from htgrid.negotiator.daemon import CollectorMachines, Negotiator
+from htgrid.schedd._advertise import ScheddAdvertiser, schedd_name
+from htgrid.schedd._config import ScheddConfig, ScheddError
+from htgrid.schedd._negotiation import NegotiationLoop, QueueJobs
+from htgrid.schedd._shadow import ShadowManager
+from htgrid.schedd._supervise import ChildSpec, Supervisor
+from htgrid.schedd._worker import QueueWorker
+
+__all__ = ["Pool"]
+
+_log = logging.getLogger("htgrid.master")
+_BIND_TRIES: Final = 50  # a collector of a daemon that just died may still hold the port
+
+
+class Pool:
+    """Starts, reports on and stops the pool's daemons besides the queue."""
+
+    def __init__(
+        self,
+        config: ScheddConfig,
+        worker: QueueWorker,
+        shadows: ShadowManager,
+        *,
+        clock: Callable[[], float] = time.time,
+        request_stop: Callable[[], None],
+    ) -> None:
+        self.config = config
+        self._worker = worker
+        self._shadows = shadows
+        self._clock = clock
+        self._request_stop = request_stop
+        self.supervisor = Supervisor(config.backoff, on_no_restart=self._exited_for_good)
+        self.collector_address: str | None = None
+        self._listener: socket.socket | None = None
+        self._client: CollectorClient | None = None
+        self._advertiser: ScheddAdvertiser | None = None
+        self._negotiation: NegotiationLoop | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.idle_shutdown = False
+
+    @property
+    def pool(self) -> str:
+        """The collector this pool advertises to and negotiates from."""
+        return self.collector_address or self.config.collector_host
+
+    async def start(self) -> None:
+        cfg = self.config
+        python = sys.executable
+        if "COLLECTOR" in cfg.daemons:
+            self._listener = await self._bind()
+            host, port = self._listener.getsockname()[:2]
+            self.collector_address = f"{host}:{port}"
+            await asyncio.to_thread(_write, cfg.collector_address_file, self.collector_address)
+            self.supervisor.add(
+                ChildSpec(
+                    "collector",
+                    (
+                        python,
+                        "-m",
+                        "htgrid.collector",
+                        "--fd",
+                        str(self._listener.fileno()),
+                        "--parent-fd",
+                        "{parent_fd}",
+                    ),
+                    cfg.log_dir / "CollectorLog",
+                    pass_fds=(self._listener.fileno(),),
+                )
+            )
+        if "STARTD" in cfg.daemons:
+            self.supervisor.add(
+                ChildSpec(
+                    "startd",
+                    (
+                        python,
+                        "-m",
+                        "htgrid.startd",
+                        "--home",
+                        str(cfg.home),
+                        "--pool",
+                        self.pool,
+                        "--parent-fd",
+                        "{parent_fd}",
+                    ),
+                    cfg.log_dir / "StartLog",
+                    stop_timeout=cfg.kill_grace + 30.0,
+                )
+            )
+        # The grid manager opens the same queue database; its log goes to stderr, which
+        # the supervisor writes to GridmanagerLog.
+        self.supervisor.add(
+            ChildSpec(
+                "gridmanager",
+                (python, "-m", "htgrid.cli", "gridmanager", "--home", str(cfg.home), "--log", "-"),
+                cfg.log_dir / "GridmanagerLog",
+            )
+        )
+        self.supervisor.start()
+        self._client = CollectorClient(self.pool, timeout=10.0)
+        address = f"<{socket.gethostname()}?sock={cfg.socket}>"
+        self._advertiser = ScheddAdvertiser(
+            self._worker,
+            self._client,
+            address=address,
+            interval=cfg.schedd_interval,
+            started=int(self._clock()),
+            clock=self._clock,
+        )
+        self._tasks.append(asyncio.create_task(self._advertiser.run(), name="schedd ad"))
+        if "NEGOTIATOR" in cfg.daemons:
+            negotiator = Negotiator(
+                QueueJobs(self._worker, self._shadows, clock=self._clock),
+                CollectorMachines(self._client),
+                config=NegotiatorConfig(),
+                collector=self._client,
+                interval=cfg.negotiator_interval,
+                # A match not yet in the slot's ad is assumed for this long at most: the
+                # startd refuses a claim it cannot give, so a short guess costs little.
+                pending_lifetime=max(10.0, 3 * cfg.negotiator_interval),
+                name=f"negotiator@{schedd_name().partition('@')[2]}",
+            )
+            self._negotiation = NegotiationLoop(
+                negotiator,
+                self._worker,
+                interval=cfg.negotiator_interval,
+                min_interval=cfg.negotiator_min_interval,
+            )
+            self._tasks.append(
+                asyncio.create_task(self._restarting(self._negotiation.run, "negotiator"))
+            )
+
+    async def _bind(self) -> socket.socket:
+        url = pool_url(self.config.collector_host)
+        host, _, port = url.removeprefix("http://").rpartition(":")
+        for attempt in range(_BIND_TRIES):
+            sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((host.strip("[]"), int(port)))
+                sock.listen(128)
+                sock.set_inheritable(True)
+                return sock
+            except OSError as exc:
+                sock.close()
+                if attempt == _BIND_TRIES - 1:
+                    raise ScheddError(
+                        f"the collector cannot listen on {host}:{port} (COLLECTOR_HOST): "
+                        f"{exc.strerror}"
+                    ) from exc
+                await asyncio.sleep(0.1)
+        raise AssertionError("unreachable")
+
+    async def _restarting(self, work: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
+        """Run `work` until cancelled, starting it again after a back-off if it fails."""
+        failures = 0
+        while True:
+            began = time.monotonic()
+            try:
+                await work()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                _log.exception("the %s failed", name)
+            if time.monotonic() - began >= self.config.backoff.recover:
+                failures = 0
+            delay = self.config.backoff.delay(failures)
+            failures += 1
+            _log.error("restarting the %s in %g s", name, delay)
+            await asyncio.sleep(delay)
+
+    def _exited_for_good(self, name: str, status: int) -> None:
+        if name == "startd":
+            # STARTD_NOCLAIM_SHUTDOWN: HTCondor's startd then tells its master to shut
+            # down the machine's daemons, and the master runs its shutdown script.
+            _log.info("the execute node shut down for want of work: stopping the pool")
+            self.idle_shutdown = True
+            self._request_stop()
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "collector": self.collector_address or self.config.collector_host,
+            "daemons": sorted(self.config.daemons),
+            "children": self.supervisor.status(),
+            "negotiator": self._negotiation is not None,
+        }
+
+    def reschedule(self) -> None:
+        if self._negotiation is not None:
+            self._negotiation.reschedule()
+
+    async def stop(self) -> None:
+        """Stop matching, vacate the running vanilla jobs, then stop the daemons."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._shadows.shutdown()
+        await self.supervisor.stop(order=["startd", "gridmanager"])
+        if self._advertiser is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._advertiser.invalidate(), 2.0)
+        await self.supervisor.stop()  # the collector, and any other child
+        self.supervisor.close()
+        if self._client is not None:
+            await self._client.aclose()
+        if self._listener is not None:
+            self._listener.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.config.collector_address_file)
+
+
+def _write(path: os.PathLike[str], text: str) -> None:
+    tmp = f"{os.fspath(path)}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text + "\n")
+    os.replace(tmp, path)

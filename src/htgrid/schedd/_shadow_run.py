@@ -1,0 +1,457 @@
+"""One vanilla job's run on one claim: the shadow itself (see `_shadow` for the whole).
+
+`ShadowRun.run` claims the slot, records the start, activates the claim, sends the input,
+follows the claim by long polls (its keep-alives), fetches the output and records the
+end: exit, eviction, or a hold for a job that could not start or whose files could not
+move. Every queue write goes through the `ShadowHost` (the manager's queue thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import secrets
+import shutil
+from collections.abc import Callable, Mapping
+from copy import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+from htgrid.classad import ClassAd, ExprTree
+from htgrid.errors import HTGridError
+from htgrid.negotiator import Match, apply_updates
+from htgrid.negotiator._expand import Updates
+from htgrid.queue import (
+    HoldReasonCode,
+    InvalidTransition,
+    JobAction,
+    JobId,
+    JobNotFound,
+    JobQueue,
+    JobStatus,
+)
+from htgrid.schedd._local import SCHEDD
+from htgrid.startd import (
+    ClaimGrant,
+    ClaimNotFound,
+    ClaimState,
+    ClaimStatus,
+    Outcome,
+    OutcomeKind,
+    Resources,
+    StartdClient,
+    StartdError,
+    StartdUnavailable,
+)
+from htgrid.startd._transfer import TransferError, input_entries, pack, unpack_output, unpack_to
+
+__all__ = ["RUNNING", "ShadowHost", "ShadowRun", "ShadowSettings", "StopReason", "claimed_slot"]
+
+_log = logging.getLogger("htgrid.schedd.shadow")
+
+_RETRY: Final = 1.0
+RUNNING: Final = (JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED)
+
+
+@dataclass(frozen=True, slots=True)
+class ShadowSettings:
+    """What every shadow of one daemon shares."""
+
+    schedd_name: str
+    spool: Path  # the daemon's spool: transfer files and spooled sandboxes go under it
+    alive_interval: float = 60.0
+    lease: float = 360.0
+    vacate_grace: float = 10.0  # beyond a job's own vacate time, at shutdown
+
+    @property
+    def transfers(self) -> Path:
+        return self.spool / "transfer"
+
+    def spooled(self, job_id: JobId) -> Path:
+        """Where an evicted job's output waits for its next run (ON_EXIT_OR_EVICT)."""
+        return self.spool / "sandboxes" / str(job_id)
+
+
+class StopReason(enum.Enum):
+    """Why the schedd stops a job it runs on an execute node."""
+
+    HOLD = "hold"
+    REMOVE = "remove"
+    SHUTDOWN = "vacate"
+
+
+class _Evicted(HTGridError):
+    """The claim is lost: the node restarted, vanished or dropped it."""
+
+
+class ShadowHost(Protocol):
+    """What a shadow needs of its manager."""
+
+    settings: ShadowSettings
+
+    async def write(self, fn: Callable[[JobQueue], Any]) -> Any: ...
+
+    async def next_job(self, run: ShadowRun) -> tuple[JobId, ClassAd, Updates] | None:
+        """An idle job to run on `run`'s claim next (now counted as `run`'s), or None."""
+        ...
+
+    def now(self) -> float: ...
+
+    def monotonic(self) -> float: ...
+
+
+class ShadowRun:
+    """One job's run on one claim."""
+
+    def __init__(
+        self,
+        manager: ShadowHost,
+        job_id: JobId,
+        match: Match,
+        job: ClassAd,
+        client: StartdClient,
+        address: str,
+    ) -> None:
+        self.m = manager
+        self.job_id = job_id
+        self.match = match
+        self.job = job
+        self.client = client
+        self.address = address
+        self.claim_id = secrets.token_urlsafe(24)
+        self.start_seq = 1 << 62  # until it starts, no change is about this run
+        self.stop_reason: StopReason | None = None
+        self.vacate_time = 0.0
+        self._stopping = asyncio.Event()
+        self._started_at = 0.0
+        self.slot_ad = ClassAd()  # the claimed slot, once claimed
+        self.resources = Resources(0, 0, 0)
+
+    def stop(self, reason: StopReason) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            self._stopping.set()
+
+    async def run(self) -> None:
+        try:
+            await self._run()
+        except asyncio.CancelledError:
+            await asyncio.shield(self._abandon("the schedd stopped following it"))
+            raise
+        except HTGridError as exc:  # a queue that failed a write, say: never leave the
+            await self._abandon(f"the shadow failed: {exc}")  # job Running with no shadow
+        except Exception:
+            _log.exception("job %s: the shadow failed", self.job_id)
+            await self._abandon("the shadow failed")
+
+    async def _abandon(self, why: str) -> None:
+        await self._record_evicted(why)
+        await self._release()
+
+    async def _run(self) -> None:
+        jid, s = self.job_id, self.m.settings
+        claimed_job = self.match.job_ad(self.job)
+        try:
+            grant = await self.client.request_claim(
+                self.claim_id, claimed_job, s.schedd_name, s.lease
+            )
+        except StartdError as exc:
+            _log.info("job %s: %s did not take the claim: %s", jid, self.match.machine, exc)
+            return  # still idle: the next cycle tries again
+        self.slot_ad = claimed_slot(self.match.machine_ad, grant)
+        self.resources = grant.resources
+        updates, expanded = self.match.job_updates, self.match.expansion.expanded
+        # HTCondor's claim reuse: a job that ended leaves its claim to the next job of
+        # the same user that fits it, without waiting for a negotiation cycle.
+        while await self._run_job(grant.slot, updates, expanded):
+            following = await self.m.next_job(self)
+            if following is None:
+                break
+            # The job is this shadow's from now on: idle until it starts, and let go
+            # (still idle) should the claim not take it.
+            self.job_id, self.job, expanded = following
+            updates = ()
+            self.stop_reason, self._stopping = None, asyncio.Event()
+            self.start_seq = 1 << 62
+            try:
+                await self._call(self.client.reuse(self.claim_id))
+            except _Evicted as exc:
+                _log.info("claim of %s not reused: %s", grant.slot, exc)
+                break
+        await self._release()
+
+    async def _run_job(self, slot: str, updates: Updates, expanded: Updates) -> bool:
+        """Run the current job on the claim; whether the claim may run another."""
+        ad = await self._start(slot, updates, expanded)
+        if ad is None:  # held or removed since the match
+            return False
+        try:
+            outcome = await self._activate_and_follow(ad)
+            return await self._finish(ad, outcome)
+        except _Evicted as exc:  # the node went away: the job runs again, elsewhere or later
+            await self._record_evicted(str(exc))
+        except TransferError as exc:
+            await self._hold(exc.reason, exc.code, exc.subcode)
+        return False
+
+    async def _start(self, slot: str, updates: Updates, expanded: Updates) -> ClassAd | None:
+        """Record the claim and start the job; its ad to run, or None if it is not idle."""
+        jid = self.job_id
+        attrs: dict[str, Any] = {name: ExprTree(text) for name, text in updates}
+        attrs.update(RemoteHost=slot, LastRemoteHost=slot, StartdIpAddr=self.address)
+
+        def start(q: JobQueue) -> tuple[int, ClassAd] | None:
+            try:
+                q.update(jid, attrs)
+                q.job_started(jid)
+            except (InvalidTransition, JobNotFound):
+                return None
+            return q.last_seq, q.get(jid)  # one writer: last_seq is job_started's change
+
+        started = await self.m.write(start)
+        if started is None:
+            return None
+        self.start_seq, ad = started
+        self._started_at = self.m.now()
+        vacate = ad.get("JobMaxVacateTime")
+        self.vacate_time = float(vacate) if isinstance(vacate, int | float) else 10.0
+        _log.info("job %s started on %s", jid, slot)
+        return apply_updates(ad, expanded)
+
+    async def _activate_and_follow(self, ad: ClassAd) -> Outcome:
+        status = await self._call(self.client.activate(self.claim_id, ad))
+        if status.transfer_input:
+            await self._send_input(ad)
+        last_heard = self.m.monotonic()
+        wait = self.m.settings.alive_interval
+        vacated = False
+        while True:
+            if status.state is ClaimState.ENDED and status.outcome is not None:
+                return status.outcome
+            if status.state is ClaimState.RELEASED:
+                raise _Evicted("the execute node released the claim")
+            if self._stopping.is_set() and not vacated:
+                vacated = True
+                if status.state in (ClaimState.STARTING, ClaimState.RUNNING):
+                    reason = self.stop_reason.value if self.stop_reason else "vacate"
+                    status = await self._call(self.client.vacate(self.claim_id, reason))
+                continue
+            poll = asyncio.create_task(
+                self.client.status(self.claim_id, wait=wait, version=status.version)
+            )
+            # Until the job is told to stop, a stop request cuts the long poll short.
+            stopping = None if vacated else asyncio.create_task(self._stopping.wait())
+            try:
+                await asyncio.wait(
+                    {poll} | ({stopping} if stopping else set()),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            finally:
+                if stopping is not None:
+                    stopping.cancel()
+            if not poll.done():
+                poll.cancel()
+                await asyncio.gather(poll, return_exceptions=True)
+                continue
+            try:
+                status = poll.result()
+                last_heard = self.m.monotonic()
+            except ClaimNotFound as exc:
+                raise _Evicted(f"the execute node lost the claim: {exc}") from None
+            except StartdUnavailable as exc:
+                if self.m.monotonic() - last_heard > self.m.settings.lease:
+                    raise _Evicted(
+                        f"no word from the execute node within the lease: {exc}"
+                    ) from None
+                await asyncio.sleep(_RETRY)
+
+    async def _call(self, call: Any) -> ClaimStatus:
+        try:
+            status: ClaimStatus = await call
+        except ClaimNotFound as exc:
+            raise _Evicted(f"the execute node lost the claim: {exc}") from None
+        except StartdUnavailable as exc:
+            raise _Evicted(f"the execute node does not answer: {exc}") from None
+        except StartdError as exc:  # refused: the job cannot run on this claim
+            raise _Evicted(f"the execute node refused: {exc}") from None
+        return status
+
+    async def _send_input(self, ad: ClassAd) -> None:
+        s = self.m.settings
+        tar = s.transfers / f"{self.claim_id}.in.tar"
+        spooled = s.spooled(self.job_id)
+
+        def build() -> int:
+            tar.parent.mkdir(parents=True, exist_ok=True)
+            return pack(input_entries(ad, spooled), tar, dereference=True)
+
+        try:
+            size = await asyncio.to_thread(build)
+            await self._call(self.client.send_input(self.claim_id, tar))
+        finally:
+            await asyncio.to_thread(_unlink, tar)
+        await self.m.write(lambda q: q.update(self.job_id, {"BytesSent": size}))
+
+    async def _fetch(self, ad: ClassAd, *, spool: bool) -> int:
+        """Bring the output sandbox back: into Iwd (or the spool, for an eviction)."""
+        s = self.m.settings
+        tar = s.transfers / f"{self.claim_id}.out.tar"
+        try:
+            await asyncio.to_thread(tar.parent.mkdir, parents=True, exist_ok=True)
+            try:
+                await self.client.fetch_output(self.claim_id, tar)
+            except (ClaimNotFound, StartdUnavailable) as exc:
+                # The node died with the output: its run is lost, not the job.
+                raise _Evicted(f"the output sandbox is lost with the execute node: {exc}") from None
+            except StartdError as exc:
+                raise TransferError(
+                    f"Transfer output files failure: {exc}", HoldReasonCode.TransferOutputError
+                ) from exc
+            if spool:
+                return await asyncio.to_thread(unpack_to, tar, s.spooled(self.job_id))
+            return await asyncio.to_thread(unpack_output, tar, ad)
+        finally:
+            await asyncio.to_thread(_unlink, tar)
+
+    async def _finish(self, ad: ClassAd, outcome: Outcome) -> bool:
+        """Record how the run ended; whether the claim may take another job."""
+        reason = self.stop_reason
+        if outcome.kind is OutcomeKind.FAILED:
+            await self._hold(
+                outcome.reason, HoldReasonCode(outcome.hold_code), outcome.hold_subcode
+            )
+            return False
+        received = 0
+        if outcome.output:
+            evicted = outcome.kind is OutcomeKind.EVICTED
+            if not evicted or reason is StopReason.SHUTDOWN or reason is None:
+                try:
+                    received = await self._fetch(ad, spool=evicted)
+                except TransferError as exc:
+                    await self._hold(exc.reason, exc.code, exc.subcode)
+                    return False
+        usage = self._usage(ad, outcome, received)
+        if outcome.kind is OutcomeKind.EXITED:
+            await self._record_exit(usage, outcome)
+            return reason is None
+        await self._record_stop(usage, "evicted by the execute node")
+        return False
+
+    def _usage(self, ad: ClassAd, outcome: Outcome, received: int) -> dict[str, Any]:
+        def num(name: str) -> float:
+            value = ad.get(name, 0)
+            return float(value) if isinstance(value, int | float) else 0.0
+
+        usage: dict[str, Any] = {
+            "RemoteUserCpu": outcome.user_cpu,
+            "RemoteSysCpu": outcome.sys_cpu,
+            "CumulativeRemoteUserCpu": num("CumulativeRemoteUserCpu") + outcome.user_cpu,
+            "CumulativeRemoteSysCpu": num("CumulativeRemoteSysCpu") + outcome.sys_cpu,
+            "RemoteWallClockTime": num("RemoteWallClockTime") + max(0.0, outcome.wall),
+            "BytesRecvd": received,
+        }
+        if outcome.disk_kb:
+            usage["DiskUsage"] = max(outcome.disk_kb, 1)
+        return usage
+
+    async def _record_exit(self, usage: Mapping[str, Any], outcome: Outcome) -> None:
+        jid = self.job_id
+        spooled = self.m.settings.spooled(jid)
+
+        def record(q: JobQueue) -> str:
+            try:
+                q.update(jid, usage)
+                if outcome.signal is not None:
+                    return q.job_exited(jid, outcome.signal, by_signal=True).value
+                return q.job_exited(jid, outcome.exit_code or 0).value
+            except InvalidTransition:
+                return _after_stop(q, jid)  # held or removed as it ended: that stands
+            except JobNotFound:
+                return "gone from the queue"
+
+        result = await self.m.write(record)
+        await asyncio.to_thread(_remove_tree, spooled)
+        how = (
+            f"signal {outcome.signal}"
+            if outcome.signal is not None
+            else f"exit {outcome.exit_code}"
+        )
+        _log.info("job %s ended (%s): %s", jid, how, result)
+
+    async def _record_stop(self, usage: Mapping[str, Any], why: str) -> None:
+        """The run stopped before the job ended: back to idle, or held/removed as asked."""
+        jid, reason = self.job_id, self.stop_reason
+
+        def record(q: JobQueue) -> str:
+            try:
+                q.update(jid, usage)
+                status = JobStatus(q.get(jid)["JobStatus"])
+                if status in RUNNING:
+                    q.job_evicted(jid)
+                    return "back to idle"
+                return _after_stop(q, jid)
+            except (InvalidTransition, JobNotFound):
+                return "gone from the queue"
+
+        result = await self.m.write(record)
+        if reason is StopReason.REMOVE:
+            await asyncio.to_thread(_remove_tree, self.m.settings.spooled(jid))
+        _log.info("job %s stopped (%s): %s", jid, reason.value if reason else "evicted", result)
+
+    async def _record_evicted(self, why: str) -> None:
+        _log.warning("job %s: %s", self.job_id, why)
+        with contextlib.suppress(HTGridError):
+            await self._record_stop({}, why)
+
+    async def _hold(self, reason: str, code: HoldReasonCode, subcode: int) -> None:
+        jid = self.job_id
+        _log.warning("job %s held: %s", jid, reason)
+
+        def hold(q: JobQueue) -> None:
+            with contextlib.suppress(InvalidTransition, JobNotFound):
+                q.act(JobAction.Hold, jid, SCHEDD, reason, code=code, subcode=subcode)
+            with contextlib.suppress(InvalidTransition, JobNotFound):
+                _after_stop(q, jid)
+
+        await self.m.write(hold)
+
+    async def _release(self) -> None:
+        with contextlib.suppress(StartdError):
+            await self.client.release(self.claim_id)
+
+
+def claimed_slot(machine_ad: ClassAd, grant: ClaimGrant) -> ClassAd:
+    """The claimed dynamic slot, as the next job on it is matched against."""
+    ad = copy(machine_ad)
+    have = grant.resources
+    for name, value in (
+        ("Cpus", have.cpus),
+        ("Memory", have.memory),
+        ("Disk", have.disk),
+        ("GPUs", len(have.gpus)),
+    ):
+        ad[name] = value
+    ad["Name"] = grant.slot
+    ad["State"], ad["Activity"] = "Claimed", "Idle"
+    return ad
+
+
+def _after_stop(q: JobQueue, jid: JobId) -> str:
+    """A job no longer running that was removed meanwhile leaves the queue."""
+    status = JobStatus(q.get(jid)["JobStatus"])
+    if status == JobStatus.REMOVED:
+        q.destroy(jid)
+        return "removed"
+    return status.label.lower()
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def _remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,249 @@
+"""The execute node's API: JSON over HTTP on its Unix socket, for the schedd's shadows.
+
+    GET    /v1/health                     pid, name, DaemonStartTime, claims
+    GET    /v1/slots                      the slot ads, as advertised
+    POST   /v1/claims                     claim a dynamic slot: {claim_id, job_ad, schedd, lease}
+    GET    /v1/claims/{id}?wait=&version= the claim's status, once past `version` (long poll)
+    POST   /v1/claims/{id}/activate       run a job on the claim: {job_ad}
+    PUT    /v1/claims/{id}/input          the input sandbox (a tar), when the job's files travel
+    GET    /v1/claims/{id}/output         the output sandbox (a tar), once the job has ended
+    POST   /v1/claims/{id}/vacate         stop the job: {reason: vacate | hold | remove}
+    POST   /v1/claims/{id}/reuse          the job's end is recorded: ready for the next job
+    DELETE /v1/claims/{id}                release the claim (its sandbox is removed)
+
+Only the startd's own user (or root) may call it: the kernel names the caller
+(SO_PEERCRED), and the socket itself is mode 0600 in a 0700 directory. Every request
+about a claim renews its lease; the claim id is the capability.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from htgrid.classad import ClassAd
+from htgrid.errors import HTGridError
+from htgrid.net import BadRequest
+from htgrid.net._peer import PEER_KEY, PeerCredentials, PeerCredProtocol
+from htgrid.net._wire import ad_from_json, ads_json, loads
+from htgrid.startd._errors import (
+    CallerRefused,
+    StartdError,
+    StartdProtocolError,
+    status_of,
+    to_problem,
+)
+from htgrid.startd._wire import ClaimGrant, ClaimStatus
+
+__all__ = ["StartdBackend", "create_app", "start_unix_server"]
+
+_log = logging.getLogger("htgrid.startd")
+_MAX_WAIT = 600.0
+
+
+class StartdBackend(Protocol):
+    """What the routes call: the startd daemon."""
+
+    def health(self) -> dict[str, Any]: ...
+
+    def slot_ads(self) -> list[ClassAd]: ...
+
+    def request_claim(
+        self, claim_id: str, job_ad: ClassAd, schedd: str, lease: float
+    ) -> ClaimGrant: ...
+
+    async def claim_status(self, claim_id: str, wait: float, version: int) -> ClaimStatus: ...
+
+    async def activate(self, claim_id: str, job_ad: ClassAd) -> ClaimStatus: ...
+
+    async def receive_input(self, claim_id: str, request: Request) -> ClaimStatus: ...
+
+    def output_path(self, claim_id: str) -> Path: ...
+
+    def vacate(self, claim_id: str, reason: str) -> ClaimStatus: ...
+
+    async def reuse(self, claim_id: str) -> ClaimStatus: ...
+
+    async def release(self, claim_id: str) -> None: ...
+
+
+def _local_caller(request: Request) -> None:
+    creds = request.scope.get("state", {}).get(PEER_KEY)
+    if not isinstance(creds, PeerCredentials) or creds.uid not in (os.getuid(), 0):
+        raise CallerRefused(f"only uid {os.getuid()} (or root) may use this execute node")
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    try:
+        doc = loads(await request.body())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise StartdProtocolError(f"the request body is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise StartdProtocolError("the request body must be a JSON object")
+    return doc
+
+
+def _job_ad(doc: dict[str, Any]) -> ClassAd:
+    try:
+        return ad_from_json(doc.get("job_ad"))
+    except BadRequest as exc:
+        raise StartdProtocolError(str(exc)) from None
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client has gone (a GET's body is read at once, then this waits)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _number(text: str | None, name: str, default: float) -> float:
+    if text is None or text == "":
+        return default
+    try:
+        return float(text)
+    except ValueError:
+        raise StartdProtocolError(f"{name} must be a number, not {text!r}") from None
+
+
+def create_app(backend: StartdBackend) -> Starlette:
+    """The API over `backend`."""
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok", **backend.health()})
+
+    async def slots(request: Request) -> Response:
+        return Response(ads_json(backend.slot_ads()), media_type="application/json")
+
+    async def claim(request: Request) -> Response:
+        doc = await _body(request)
+        claim_id, schedd, lease = doc.get("claim_id"), doc.get("schedd"), doc.get("lease")
+        if not isinstance(claim_id, str) or len(claim_id) < 16:
+            raise StartdProtocolError('"claim_id" must be a string of 16 characters or more')
+        if not isinstance(lease, int | float) or isinstance(lease, bool) or lease <= 0:
+            raise StartdProtocolError('"lease" must be a positive number of seconds')
+        grant = backend.request_claim(claim_id, _job_ad(doc), str(schedd or "?"), float(lease))
+        return JSONResponse(grant.to_json(), status_code=201)
+
+    async def status(request: Request) -> Response:
+        params = request.query_params
+        wait = min(_MAX_WAIT, max(0.0, _number(params.get("wait"), "wait", 0.0)))
+        version = int(_number(params.get("version"), "version", -1))
+        claim_id = request.path_params["claim_id"]
+        poll = asyncio.create_task(backend.claim_status(claim_id, wait, version))
+        gone = asyncio.create_task(_disconnected(request))
+        try:
+            # A long poll whose caller left must not hold its connection for the wait.
+            await asyncio.wait({poll, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if not poll.done():
+            poll.cancel()
+            return Response(status_code=499)
+        return JSONResponse(poll.result().to_json())
+
+    async def activate(request: Request) -> Response:
+        doc = await _body(request)
+        found = await backend.activate(request.path_params["claim_id"], _job_ad(doc))
+        return JSONResponse(found.to_json())
+
+    async def send_input(request: Request) -> Response:
+        found = await backend.receive_input(request.path_params["claim_id"], request)
+        return JSONResponse(found.to_json())
+
+    async def output(request: Request) -> Response:
+        path = backend.output_path(request.path_params["claim_id"])
+        return FileResponse(path, media_type="application/x-tar")
+
+    async def vacate(request: Request) -> Response:
+        doc = await _body(request)
+        reason = doc.get("reason", "vacate")
+        if reason not in ("vacate", "hold", "remove"):
+            raise StartdProtocolError('"reason" must be vacate, hold or remove')
+        found = backend.vacate(request.path_params["claim_id"], str(reason))
+        return JSONResponse(found.to_json(), status_code=202)
+
+    async def reuse(request: Request) -> Response:
+        found = await backend.reuse(request.path_params["claim_id"])
+        return JSONResponse(found.to_json())
+
+    async def release(request: Request) -> Response:
+        await backend.release(request.path_params["claim_id"])
+        return JSONResponse({"released": True})
+
+    def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[..., Any]:
+        async def serve(request: Request) -> Response:
+            try:
+                _local_caller(request)
+                return await handler(request)
+            except HTGridError as exc:
+                return _problem(exc)
+            except Exception as exc:
+                _log.exception("%s %s failed", request.method, request.url.path)
+                return _problem(StartdError(f"internal error in the execute node: {exc!r}"))
+
+        return serve
+
+    claim_path = "/v1/claims/{claim_id}"
+    routes = [
+        Route("/v1/health", guarded(health), methods=["GET"]),
+        Route("/v1/slots", guarded(slots), methods=["GET"]),
+        Route("/v1/claims", guarded(claim), methods=["POST"]),
+        Route(claim_path, guarded(status), methods=["GET"]),
+        Route(claim_path, guarded(release), methods=["DELETE"]),
+        Route(f"{claim_path}/activate", guarded(activate), methods=["POST"]),
+        Route(f"{claim_path}/input", guarded(send_input), methods=["PUT"]),
+        Route(f"{claim_path}/output", guarded(output), methods=["GET"]),
+        Route(f"{claim_path}/vacate", guarded(vacate), methods=["POST"]),
+        Route(f"{claim_path}/reuse", guarded(reuse), methods=["POST"]),
+    ]
+    return Starlette(routes=routes)
+
+
+def _problem(error: HTGridError) -> JSONResponse:
+    return JSONResponse(
+        to_problem(error), status_code=status_of(error), media_type="application/problem+json"
+    )
+
+
+async def start_unix_server(
+    app: Starlette, path: Path
+) -> tuple[uvicorn.Server, asyncio.Task[None]]:
+    """uvicorn serving `app` on a 0600 Unix socket at `path`, in a task, once it listens."""
+    config = uvicorn.Config(
+        app,
+        http=PeerCredProtocol,
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=2,
+    )
+    server = uvicorn.Server(config)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a dead startd's: we hold the lock
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old)
+    # serve() would take over SIGTERM and SIGINT; the daemon handles those itself.
+    serving = asyncio.create_task(server._serve(sockets=[sock]), name="startd api")
+    serving.add_done_callback(lambda _: sock.close())  # uvicorn leaves given sockets open
+    while not server.started:
+        if serving.done():
+            sock.close()
+            raise StartdError(f"the execute node's API did not start: {serving.exception()!r}")
+        await asyncio.sleep(0.01)
+    return server, serving

@@ -1,0 +1,205 @@
+"""The partitionable slot's books: its state, and the claims (dynamic slots) carved from it.
+
+Everything here is owned by the startd's event loop; nothing blocks. A claim's `version`
+grows with each change of state, and `wait_change` is what a schedd's long poll awaits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from htgrid._aio import wait_event
+from htgrid.classad import ClassAd
+from htgrid.queue import JobId
+from htgrid.startd._errors import ClaimNotFound, ClaimRefused, ClaimStateError
+from htgrid.startd._states import (
+    SLOT_TRANSITIONS,
+    ClaimState,
+    Outcome,
+    Resources,
+    SlotState,
+    check_claim_move,
+)
+from htgrid.startd._wire import ClaimStatus
+
+if TYPE_CHECKING:
+    from htgrid.startd._starter import Starter
+
+__all__ = ["Claim", "Slots", "request_of"]
+
+
+def request_of(job: ClassAd, slot: ClassAd, gpus_free: tuple[str, ...]) -> Resources:
+    """What the job asks for (RequestCpus/Memory/Disk/GPUs), evaluated against the slot."""
+    asked = []
+    for attr, default in (
+        ("RequestCpus", 1),
+        ("RequestMemory", 0),
+        ("RequestDisk", 0),
+        ("RequestGPUs", 0),
+    ):
+        value = job.lookup(attr).eval(job, slot) if attr in job else None
+        number = value if isinstance(value, int | float) and type(value) in (int, float) else None
+        asked.append(default if number is None else max(0, math.ceil(number)))
+    cpus, memory, disk, gpus = asked
+    if gpus > len(gpus_free):
+        raise ClaimRefused(f"the job asks for {gpus} GPUs; {len(gpus_free)} are free")
+    return Resources(cpus, memory, disk, gpus_free[:gpus])
+
+
+@dataclass(eq=False)
+class Claim:
+    """One claim: a dynamic slot held for a schedd, and the job it runs."""
+
+    claim_id: str
+    slot_id: int  # the N of slot1_N
+    name: str
+    resources: Resources
+    job_ad: ClassAd
+    schedd: str
+    lease: float
+    renewed: float  # monotonic time of the last word from the schedd
+    entered: float  # wall time the current state began
+    state: ClaimState = ClaimState.CLAIMED
+    version: int = 0
+    outcome: Outcome | None = None
+    transfer_input: bool = False
+    starter: Starter | None = None
+    job_start: float | None = None
+    watchers: int = 0  # long polls waiting on it now
+    uses: int = 0  # jobs it ran before this one (claim reuse)
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def job_id(self) -> JobId | None:
+        cluster, proc = self.job_ad.get("ClusterId"), self.job_ad.get("ProcId")
+        if type(cluster) is int and type(proc) is int:
+            return JobId(cluster, proc)
+        return None
+
+    def move(self, new: ClaimState, now: float) -> None:
+        """Change state as the table allows (ClaimStateError otherwise); wake long polls."""
+        check_claim_move(self.claim_id, self.state, new)
+        self.state = new
+        self.entered = now
+        self.touch()
+
+    def touch(self) -> None:
+        """Something the schedd should see changed: wake whoever waits for it."""
+        self.version += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def status(self) -> ClaimStatus:
+        return ClaimStatus(
+            self.claim_id,
+            self.name,
+            self.state,
+            self.version,
+            self.transfer_input and self.state is ClaimState.STARTING,
+            self.outcome,
+        )
+
+    async def wait_change(self, version: int, timeout: float) -> None:
+        """Return once the claim is past `version`, or after `timeout` seconds."""
+        if self.version != version or timeout <= 0:
+            return
+        await wait_event(self._changed, timeout)
+
+
+class Slots:
+    """The partitionable slot: its state, what is free, and its claims."""
+
+    def __init__(
+        self,
+        offered: Resources,
+        hostname: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.offered = offered
+        self.hostname = hostname
+        self.state = SlotState.UNCLAIMED
+        self.entered = clock()
+        self.claims: dict[str, Claim] = {}
+        self.released: list[str] = []  # dynamic slot names gone since the last advertisement
+        self._clock = clock
+        self._monotonic = monotonic
+        self._next = 1
+
+    @property
+    def name(self) -> str:
+        return f"slot1@{self.hostname}"
+
+    @property
+    def free(self) -> Resources:
+        free = self.offered
+        for claim in self.claims.values():
+            free = free.minus(claim.resources)
+        return free
+
+    def move(self, new: SlotState) -> None:
+        """Change the partitionable slot's state (unchanged states are fine)."""
+        if new is self.state:
+            return
+        if new not in SLOT_TRANSITIONS[self.state]:
+            raise ClaimStateError(f"{self.name} is {self.state.value}: not {new.value}")
+        self.state = new
+        self.entered = self._clock()
+
+    def carve(
+        self, claim_id: str, request: Resources, job_ad: ClassAd, schedd: str, lease: float
+    ) -> Claim:
+        """A new claim of `request` (ClaimRefused when the slot cannot give it)."""
+        if self.state is not SlotState.UNCLAIMED:
+            raise ClaimRefused(f"{self.name} is {self.state.value}: it takes no claims now")
+        if claim_id in self.claims:
+            raise ClaimRefused(f"claim id {claim_id} is in use")
+        free = self.free
+        if request.cpus < 1 or not free.fits(request):
+            raise ClaimRefused(
+                f"{self.name} has {free.cpus} cpus, {free.memory} MB and {free.disk} KB free; "
+                f"the job asks for {request.cpus}, {request.memory} MB and {request.disk} KB"
+            )
+        slot_id = self._next
+        self._next += 1
+        claim = Claim(
+            claim_id=claim_id,
+            slot_id=slot_id,
+            name=f"slot1_{slot_id}@{self.hostname}",
+            resources=request,
+            job_ad=job_ad,
+            schedd=schedd,
+            lease=lease,
+            renewed=self._monotonic(),
+            entered=self._clock(),
+        )
+        self.claims[claim_id] = claim
+        return claim
+
+    def get(self, claim_id: str) -> Claim:
+        """The claim (ClaimNotFound when there is none: released, expired, or a restart)."""
+        claim = self.claims.get(claim_id)
+        if claim is None:
+            raise ClaimNotFound(
+                f"no claim {claim_id} here: it was released or expired, or the execute node "
+                "restarted"
+            )
+        claim.renewed = self._monotonic()  # every word from the schedd renews the lease
+        return claim
+
+    def release(self, claim: Claim) -> None:
+        """Delete the dynamic slot; its resources return to the partitionable slot."""
+        claim.move(ClaimState.RELEASED, self._clock())
+        self.claims.pop(claim.claim_id, None)
+        self.released.append(claim.name)
+
+    def expired(self) -> list[Claim]:
+        """The claims whose lease ran out without a word from their schedd."""
+        now = self._monotonic()
+        return [c for c in self.claims.values() if now - c.renewed > c.lease]

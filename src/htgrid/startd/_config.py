@@ -1,0 +1,113 @@
+"""The execute node's settings, from the pool's htgrid.conf (see `htgrid.schedd._config`).
+
+    NUM_CPUS = 8                  cpus offered (default: those this process may use)
+    MEMORY = 16384                memory offered, in MB (default: the host's)
+    DISK = 100000000              disk offered, in KB (default: free space of EXECUTE)
+    EXECUTE = /scratch/htgrid     where job sandboxes go (default $HTGRID_HOME/execute)
+    START = TARGET.Owner == "alice"   which jobs it takes (a ClassAd expression; true)
+    STARTD_ATTRS = HasData, Site  attributes added to the slot ads, each set below
+    HasData = true                ... as a ClassAd expression
+    Site = "attic"
+    UPDATE_INTERVAL = 300         seconds between updates of the slot ads (and on change)
+    STARTD_NOCLAIM_SHUTDOWN = 0   exit after this many seconds without a claim (0: never)
+    FILESYSTEM_DOMAIN = localhost jobs from this domain share our files (no transfer)
+    UID_DOMAIN = localhost
+    GPU_DISCOVERY = true          look for GPUs with nvidia-smi (if it is on PATH)
+    JOB_MAX_VACATE_TIME = 10      seconds between a job's KillSig and SIGKILL
+
+FILESYSTEM_DOMAIN defaults to "localhost", the domain `htgrid submit` writes into job
+ads: an execute node on the submit host shares its files. Set both when jobs run
+elsewhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from htgrid.classad import ExprTree
+from htgrid.errors import ClassAdSyntaxError
+from htgrid.schedd._config import ConfigFile, ScheddError, htgrid_home
+
+__all__ = ["StartdConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class StartdConfig:
+    """The execute node's settings and its paths under the pool's home."""
+
+    home: Path
+    execute_dir: Path
+    num_cpus: int | None = None
+    memory: int | None = None
+    disk: int | None = None
+    start: str = "true"
+    attrs: tuple[tuple[str, str], ...] = ()
+    update_interval: float = 300.0
+    noclaim_shutdown: float = 0.0
+    filesystem_domain: str = "localhost"
+    uid_domain: str = "localhost"
+    gpu_discovery: bool = True
+    collector_host: str = "127.0.0.1:9618"
+    vacate_time: float = 10.0
+    shutdown_script: str | None = None
+
+    @property
+    def run_dir(self) -> Path:
+        return self.home / "run"
+
+    @property
+    def socket(self) -> Path:
+        return self.run_dir / "startd.sock"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.run_dir / "startd.lock"
+
+    @property
+    def log_file(self) -> Path:
+        return self.home / "log" / "StartLog"
+
+    @classmethod
+    def load(cls, home: Path | None = None) -> StartdConfig:
+        """The settings of `home` (default $HTGRID_HOME)."""
+        home = (home if home is not None else htgrid_home()).absolute()
+        conf = ConfigFile.read(home)
+
+        def expression(key: str, default: str) -> str:
+            text = conf.text(key, default)
+            try:
+                ExprTree(text)
+            except ClassAdSyntaxError as exc:
+                line = conf.values[key][1]
+                raise ScheddError(
+                    f"{conf.path}:{line}: {key} is not a ClassAd expression: {exc.reason}"
+                ) from None
+            return text
+
+        def optional(key: str) -> int | None:
+            return conf.integer(key, 0) if conf.has(key) else None
+
+        attrs = tuple(
+            (name, expression(name.upper(), "undefined"))
+            for name in conf.names("STARTD_ATTRS")
+            if conf.has(name.upper())
+        )
+        script = conf.text("DEFAULT_MASTER_SHUTDOWN_SCRIPT", "")
+        return cls(
+            home,
+            execute_dir=Path(conf.text("EXECUTE", str(home / "execute"))).expanduser().absolute(),
+            num_cpus=optional("NUM_CPUS"),
+            memory=optional("MEMORY"),
+            disk=optional("DISK"),
+            start=expression("START", "true"),
+            attrs=attrs,
+            update_interval=conf.number("UPDATE_INTERVAL", 300.0),
+            noclaim_shutdown=conf.number("STARTD_NOCLAIM_SHUTDOWN", 0.0, zero=True),
+            filesystem_domain=conf.text("FILESYSTEM_DOMAIN", "localhost"),
+            uid_domain=conf.text("UID_DOMAIN", "localhost"),
+            gpu_discovery=conf.flag("GPU_DISCOVERY", True),
+            collector_host=conf.text("COLLECTOR_HOST", "127.0.0.1:9618"),
+            vacate_time=conf.number("JOB_MAX_VACATE_TIME", 10.0),
+            shutdown_script=script or None,
+        )

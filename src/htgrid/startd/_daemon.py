@@ -1,0 +1,456 @@
+"""The execute node (HTCondor's condor_startd): one partitionable slot, claimed piecewise.
+
+Start-up: take the node's lock (waiting for a startd still shutting down), kill what a
+killed predecessor's jobs left running (found by their marker) and remove its sandboxes,
+detect the machine, serve the API, advertise. Then, until stopped:
+
+- claims carve dynamic slots; activations start a `Starter` each;
+- every tick, claims whose lease ran out are vacated and released (their schedd is
+  gone), and STARTD_NOCLAIM_SHUTDOWN is checked: unclaimed that long, the node exits
+  with `EXIT_IDLE` (so the master shuts the pool down and runs its shutdown script);
+- the slot ads go to the collector every UPDATE_INTERVAL and soon after each change.
+
+Stopping (SIGTERM, the master gone, idle): the slot becomes Drained, every job is
+vacated, the schedds get a moment to collect what they may, claims are released, the
+ads are invalidated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import fcntl
+import logging
+import os
+import re
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from starlette.requests import Request
+
+from htgrid._aio import wait_event
+from htgrid.classad import ClassAd, ExprTree, quote
+from htgrid.classad._match import requirements_hold
+from htgrid.collector import CollectorClient
+from htgrid.errors import HTGridError
+from htgrid.schedd._launch import family_marker, kill_leftovers
+from htgrid.startd._ads import AdContext, dynamic_ad, partitionable_ad, slot_state
+from htgrid.startd._api import create_app, start_unix_server
+from htgrid.startd._claims import Claim, Slots, request_of
+from htgrid.startd._config import StartdConfig
+from htgrid.startd._errors import ClaimRefused, ClaimStateError, StartdError
+from htgrid.startd._machine import MachineInfo, detect
+from htgrid.startd._starter import Starter
+from htgrid.startd._states import ClaimState, Outcome, OutcomeKind, SlotState
+from htgrid.startd._wire import ClaimGrant, ClaimStatus
+
+__all__ = ["EXIT_IDLE", "ExitReason", "Startd"]
+
+_log = logging.getLogger("htgrid.startd")
+
+EXIT_IDLE: Final = 99  # HTCondor's DAEMON_NO_RESTART: the master must not restart it
+VANILLA: Final = 5
+_TICK: Final = 0.5
+_SETTLE: Final = 1.1
+_LOCK_WAIT: Final = 60.0
+_COLLECT_WAIT: Final = 5.0  # how long a stopping node lets schedds fetch ended jobs
+_STALE: Final = re.compile(r"dir_\d+_\d+(\.input\.tar|\.output\.tar)?")
+
+
+class ExitReason(enum.Enum):
+    """Why the execute node stopped."""
+
+    STOPPED = "stopped"  # SIGTERM or SIGINT
+    IDLE = "idle"  # STARTD_NOCLAIM_SHUTDOWN
+    PARENT_GONE = "parent gone"  # the master that started it died
+
+
+class Startd:
+    """One execute node for one pool home."""
+
+    def __init__(
+        self,
+        config: StartdConfig,
+        *,
+        pool: str | None = None,
+        parent_fd: int | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        machine: MachineInfo | None = None,
+    ) -> None:
+        self.config = config
+        self.pool = pool or config.collector_host
+        self._parent_fd = parent_fd
+        self._clock = clock
+        self._monotonic = monotonic
+        self._machine = machine
+        self.started = int(clock())
+        self.marker = family_marker(config.execute_dir)
+        self._stop = asyncio.Event()
+        self._reason = ExitReason.STOPPED
+        self._dirty = asyncio.Event()
+        self._slots: Slots | None = None
+        self._ctx: AdContext | None = None
+        self._last_in_use = monotonic()
+
+    # -- what the API calls -------------------------------------------------------------
+
+    @property
+    def slots(self) -> Slots:
+        if self._slots is None:
+            raise StartdError("the execute node is starting")
+        return self._slots
+
+    @property
+    def ctx(self) -> AdContext:
+        if self._ctx is None:
+            raise StartdError("the execute node is starting")
+        return self._ctx
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "name": self.slots.name,
+            "started": self.started,
+            "address": self.ctx.address,
+            "state": self.slots.state.value,
+            "claims": len(self.slots.claims),
+        }
+
+    def slot_ads(self) -> list[ClassAd]:
+        now = self._clock()
+        slots, ctx = self.slots, self.ctx
+        return [partitionable_ad(ctx, slots, now)] + [
+            dynamic_ad(ctx, slots, claim, now) for claim in slots.claims.values()
+        ]
+
+    def request_claim(
+        self, claim_id: str, job_ad: ClassAd, schedd: str, lease: float
+    ) -> ClaimGrant:
+        slots = self.slots
+        slots.move(slot_state(self.ctx, slots))
+        pslot = partitionable_ad(self.ctx, slots, self._clock())
+        universe = job_ad.get("JobUniverse", VANILLA)
+        if universe != VANILLA:
+            raise ClaimRefused(f"{slots.name} runs vanilla jobs only, not universe {universe}")
+        if ExprTree(self.config.start).eval(pslot, job_ad) is not True:
+            raise ClaimRefused(f"{slots.name} does not take this job: START is not true for it")
+        if not requirements_hold(job_ad, pslot):
+            raise ClaimRefused(f"the job's Requirements do not match {slots.name} now")
+        request = request_of(job_ad, pslot, slots.free.gpus)  # carve() checks the sizes
+        claim = slots.carve(claim_id, request, job_ad, schedd, lease)
+        _log.info(
+            "%s claimed by %s for job %s (%d cpus, %d MB, %d KB%s)",
+            claim.name,
+            schedd,
+            claim.job_id,
+            request.cpus,
+            request.memory,
+            request.disk,
+            f", GPUs {','.join(request.gpus)}" if request.gpus else "",
+        )
+        self._changed()
+        return ClaimGrant(claim_id, claim.name, lease, self.started, request)
+
+    async def claim_status(self, claim_id: str, wait: float, version: int) -> ClaimStatus:
+        claim = self.slots.get(claim_id)
+        claim.watchers += 1
+        try:
+            await claim.wait_change(version, wait)
+        finally:
+            claim.watchers -= 1
+        claim.renewed = self._monotonic()
+        return claim.status()
+
+    async def activate(self, claim_id: str, job_ad: ClassAd) -> ClaimStatus:
+        claim = self.slots.get(claim_id)
+        if claim.state is not ClaimState.CLAIMED:
+            raise ClaimStateError(f"claim {claim_id} is {claim.state.value}: already activated")
+        machine_ad = dynamic_ad(self.ctx, self.slots, claim, self._clock())
+        if claim.uses:  # a reused claim takes another job: one that fits it
+            self._check_fits(claim, job_ad, machine_ad)
+        elif job_ad.get("ClusterId") != claim.job_ad.get("ClusterId") or job_ad.get(
+            "ProcId"
+        ) != claim.job_ad.get("ProcId"):
+            raise ClaimStateError(f"claim {claim_id} was made for job {claim.job_id}")
+        starter = Starter(
+            claim,
+            job_ad,
+            self.config,
+            machine_ad,
+            marker=self.marker,
+            clock=self._clock,
+            changed=self._changed,
+        )
+        claim.job_ad = job_ad
+        claim.starter = starter
+        claim.transfer_input = starter.transfer
+        claim.move(ClaimState.STARTING, self._clock())
+        try:
+            await starter.prepare()
+        except OSError as exc:
+            claim.outcome = Outcome(OutcomeKind.FAILED, reason=f"cannot make the sandbox: {exc}")
+            claim.move(ClaimState.ENDED, self._clock())
+        self._changed()
+        return claim.status()
+
+    def _check_fits(self, claim: Claim, job_ad: ClassAd, machine_ad: ClassAd) -> None:
+        if job_ad.get("JobUniverse", VANILLA) != VANILLA:
+            raise ClaimRefused(f"{claim.name} runs vanilla jobs only")
+        if ExprTree(self.config.start).eval(machine_ad, job_ad) is not True:
+            raise ClaimRefused(f"{claim.name} does not take this job: START is not true for it")
+        if not requirements_hold(job_ad, machine_ad):
+            raise ClaimRefused(f"the job's Requirements do not match {claim.name}")
+        if not claim.resources.fits(request_of(job_ad, machine_ad, claim.resources.gpus)):
+            raise ClaimRefused(f"the job does not fit in {claim.name}")
+
+    async def reuse(self, claim_id: str) -> ClaimStatus:
+        """The schedd has the job's end and keeps the claim for its next job."""
+        claim = self.slots.get(claim_id)
+        if claim.state is not ClaimState.ENDED:
+            raise ClaimStateError(f"claim {claim_id} is {claim.state.value}: its job is not over")
+        if claim.starter is not None:
+            await claim.starter.cleanup()
+        claim.starter, claim.outcome, claim.job_start = None, None, None
+        claim.transfer_input = False
+        claim.uses += 1
+        claim.move(ClaimState.CLAIMED, self._clock())
+        self._changed()
+        return claim.status()
+
+    async def receive_input(self, claim_id: str, request: Request) -> ClaimStatus:
+        claim = self.slots.get(claim_id)
+        starter = claim.starter
+        if (
+            starter is None
+            or not starter.transfer
+            or starter.input_received
+            or claim.state is not ClaimState.STARTING
+        ):
+            raise ClaimStateError(f"claim {claim_id} does not wait for input files")
+        await starter.receive_input(request.stream())
+        return claim.status()
+
+    def output_path(self, claim_id: str) -> Path:
+        claim = self.slots.get(claim_id)
+        outcome = claim.outcome
+        if claim.starter is None or outcome is None or not outcome.output:
+            raise ClaimStateError(f"claim {claim_id} has no output sandbox (yet)")
+        return claim.starter.output_tar
+
+    def vacate(self, claim_id: str, reason: str) -> ClaimStatus:
+        claim = self.slots.get(claim_id)
+        if claim.starter is not None:
+            claim.starter.vacate(reason)
+        return claim.status()
+
+    async def release(self, claim_id: str) -> None:
+        claim = self.slots.get(claim_id)
+        await self._release(claim)
+
+    async def _release(self, claim: Claim) -> None:
+        if claim.state is ClaimState.RELEASED:
+            return
+        if claim.starter is not None:
+            await claim.starter.cleanup()  # vacates a job still running, first
+        if claim.claim_id in self.slots.claims:  # not released while the job was stopped
+            self.slots.release(claim)
+            _log.info("%s released", claim.name)
+            self._changed()
+
+    def _changed(self) -> None:
+        self._dirty.set()
+
+    # -- running ------------------------------------------------------------------------
+
+    def request_stop(self, reason: ExitReason = ExitReason.STOPPED) -> None:
+        if not self._stop.is_set():
+            self._reason = reason
+            self._stop.set()
+
+    async def run(self) -> ExitReason:
+        """Serve until stopped; why it stopped."""
+        cfg = self.config
+        cfg.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        lock = await asyncio.to_thread(_lock, cfg.lock_file)
+        try:
+            await asyncio.to_thread(self._clean_up_after_predecessor)
+            machine = self._machine
+            if machine is None:
+                machine = await asyncio.to_thread(detect, cfg)
+            self._slots = Slots(
+                machine.offered, machine.hostname, clock=self._clock, monotonic=self._monotonic
+            )
+            address = f"<{machine.hostname}?sock={cfg.socket}>"
+            self._ctx = AdContext(cfg, machine, address, self.started)
+            await self._serve()
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(cfg.socket)
+            os.close(lock)
+        _log.info("htgrid startd (pid %d) stopped: %s", os.getpid(), self._reason.value)
+        return self._reason
+
+    def _clean_up_after_predecessor(self) -> None:
+        killed = kill_leftovers(self.marker)
+        if killed:
+            _log.warning("killed %d process(es) left by jobs of an earlier startd", len(killed))
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(self.config.execute_dir):
+                if _STALE.fullmatch(entry.name):
+                    if entry.is_dir(follow_symlinks=False):
+                        shutil.rmtree(entry.path, ignore_errors=True)
+                    else:
+                        os.unlink(entry.path)
+
+    async def _serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+        if self._parent_fd is not None:
+            loop.add_reader(self._parent_fd, self._parent_readable)
+        server, serving = await start_unix_server(create_app(self), self.config.socket)
+        slots = self.slots
+        _log.info(
+            "htgrid startd (pid %d) serving %s: %s, %d cpus, %d MB, %d KB, %d GPUs; pool %s",
+            os.getpid(),
+            self.config.socket,
+            slots.name,
+            slots.offered.cpus,
+            slots.offered.memory,
+            slots.offered.disk,
+            len(slots.offered.gpus),
+            self.pool,
+        )
+        async with CollectorClient(self.pool, timeout=10.0) as collector:
+            tasks = [
+                asyncio.create_task(self._advertise_loop(collector), name="advertise"),
+                asyncio.create_task(self._tick_loop(), name="leases"),
+            ]
+            try:
+                await self._stop.wait()
+            finally:
+                await self._shut_down(collector)
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                server.should_exit = True
+                await serving
+
+    def _parent_readable(self) -> None:
+        assert self._parent_fd is not None
+        try:
+            data = os.read(self._parent_fd, 64)
+        except OSError:
+            data = b""
+        if not data:  # the master's end closed: it is gone
+            asyncio.get_running_loop().remove_reader(self._parent_fd)
+            _log.warning("the master that started this startd is gone: stopping")
+            self.request_stop(ExitReason.PARENT_GONE)
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(_TICK)
+            slots = self.slots
+            for claim in slots.expired():
+                await self._expire(claim)
+            now = self._monotonic()
+            if slots.claims:
+                self._last_in_use = now
+            limit = self.config.noclaim_shutdown
+            if limit and now - self._last_in_use > limit:
+                _log.info("no claim for %g s (STARTD_NOCLAIM_SHUTDOWN): shutting down", limit)
+                self.request_stop(ExitReason.IDLE)
+
+    async def _expire(self, claim: Claim) -> None:
+        if claim.state in (ClaimState.STARTING, ClaimState.RUNNING):
+            _log.warning("%s: no word from %s within the lease: vacating", claim.name, claim.schedd)
+            if claim.starter is not None:
+                claim.starter.vacate("vacate")
+        elif claim.state in (ClaimState.CLAIMED, ClaimState.ENDED):
+            _log.warning("%s: the lease of %s ran out: released", claim.name, claim.schedd)
+            await self._release(claim)
+
+    # -- advertising --------------------------------------------------------------------
+
+    async def _advertise_loop(self, collector: CollectorClient) -> None:
+        failing = settle = False
+        while True:
+            self._dirty.clear()
+            try:
+                await self._advertise(collector)
+                if failing:
+                    _log.info("the collector at %s answers again", self.pool)
+                failing = False
+            except HTGridError as exc:
+                if not failing:
+                    _log.warning("cannot advertise to the collector at %s: %s", self.pool, exc)
+                failing = True
+            # After a change, one more update a second later: the collector stamps
+            # LastHeardFrom in whole seconds, and the negotiator trusts an ad for a match
+            # only once it was heard from after the match (an update in the same second
+            # as the match would not count, and the slot would look smaller for minutes).
+            wait = _SETTLE if settle else self.config.update_interval
+            settle = await wait_event(self._dirty, wait)
+            await asyncio.sleep(0.05)  # changes come in bursts: one update for them all
+
+    async def _advertise(self, collector: CollectorClient) -> None:
+        slots = self.slots
+        slots.move(slot_state(self.ctx, slots))
+        self.ctx.sequence += 1
+        released, slots.released = slots.released, []
+        try:
+            await collector.advertise("UPDATE_STARTD_AD", self.slot_ads())
+            for name in released:
+                query = ClassAd({"MyType": "Query", "TargetType": "Machine", "Name": name})
+                await collector.invalidate("INVALIDATE_STARTD_ADS", query)
+        except HTGridError:
+            slots.released[:0] = released  # try again next time
+            raise
+
+    # -- stopping -----------------------------------------------------------------------
+
+    async def _shut_down(self, collector: CollectorClient) -> None:
+        slots = self.slots
+        slots.move(SlotState.DRAINED)
+        with contextlib.suppress(HTGridError):
+            await self._advertise(collector)  # no new matches while the jobs go
+        claims = list(slots.claims.values())
+        for claim in claims:
+            if claim.starter is not None:
+                claim.starter.vacate("vacate")
+        await asyncio.gather(*(c.starter.wait() for c in claims if c.starter is not None))
+        if self._reason is ExitReason.STOPPED:
+            # The schedds see their jobs evicted and may fetch what ON_EXIT_OR_EVICT keeps:
+            # wait while some schedd still follows a claim, but not for one that left.
+            deadline = self._monotonic() + _COLLECT_WAIT
+            while self._monotonic() < deadline and any(
+                c.watchers or self._monotonic() - c.renewed < 1.0 for c in slots.claims.values()
+            ):
+                await asyncio.sleep(0.05)
+        for claim in list(slots.claims.values()):
+            await self._release(claim)
+        query = ClassAd({"MyType": "Query", "TargetType": "Machine"})
+        query["Requirements"] = ExprTree(f"MyAddress == {quote(self.ctx.address)}")
+        with contextlib.suppress(HTGridError):
+            await collector.invalidate("INVALIDATE_STARTD_ADS", query)
+
+
+def _lock(path: Path) -> int:
+    """Hold the node's lock, waiting (up to a minute) for a predecessor still stopping."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    deadline = time.monotonic() + _LOCK_WAIT
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                raise StartdError(f"another startd holds {path}") from None
+            time.sleep(0.1)

@@ -1,0 +1,45 @@
+"""Running the execute node in this process until it stops; its exit status.
+
+Run by the master, the node exits with `EXIT_IDLE` after STARTD_NOCLAIM_SHUTDOWN, and
+the master shuts the pool down and runs DEFAULT_MASTER_SHUTDOWN_SCRIPT. Run alone
+(`htgrid startd`), the node is its own master: it runs the script itself when it exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+from htgrid.errors import HTGridError
+from htgrid.startd._config import StartdConfig
+from htgrid.startd._daemon import EXIT_IDLE, ExitReason, Startd
+
+__all__ = ["run_startd"]
+
+_log = logging.getLogger("htgrid.startd")
+
+
+def run_startd(
+    home: Path | None = None, *, pool: str | None = None, parent_fd: int | None = None
+) -> int:
+    """Run the execute node of `home` (default $HTGRID_HOME); the process exit status."""
+    from htgrid.schedd._daemon import configure_logging
+
+    configure_logging()
+    try:
+        config = StartdConfig.load(home)
+        reason = asyncio.run(Startd(config, pool=pool, parent_fd=parent_fd).run())
+    except HTGridError as exc:
+        _log.error("cannot run: %s", exc)
+        return 1
+    except OSError as exc:
+        _log.error("cannot run: %s: %s", exc.filename or "", exc.strerror or exc)
+        return 1
+    if parent_fd is None and config.shutdown_script:
+        # On its own, the node is its master: HTCondor's master execs the script at exit.
+        _log.info("running DEFAULT_MASTER_SHUTDOWN_SCRIPT: %s", config.shutdown_script)
+        logging.shutdown()
+        os.execv("/bin/sh", ["/bin/sh", "-c", config.shutdown_script])
+    return EXIT_IDLE if reason is ExitReason.IDLE else 0

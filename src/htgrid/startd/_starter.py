@@ -1,0 +1,373 @@
+"""Running one claim's job (HTCondor's condor_starter, inside the startd's process).
+
+The job runs in a scratch sandbox under EXECUTE (`dir_<pid>_<slot>`, mode 0700) which
+holds `.job.ad` and `.machine.ad`. When its files travel (should_transfer_files YES, or
+IF_NEEDED from another filesystem domain) the sandbox is also its working directory:
+input arrives as a tar from the schedd, stdout and stderr go to `_condor_stdout` and
+`_condor_stderr`, and after the exit the output is packed for the schedd to fetch.
+Otherwise the job runs in its Iwd on the shared filesystem, as a local job does.
+
+The job's process is its own session, with the job's environment plus HTCondor's
+(`_CONDOR_SCRATCH_DIR`, `_CONDOR_SLOT`, `_CONDOR_JOB_AD`, `OMP_NUM_THREADS`,
+`CUDA_VISIBLE_DEVICES`...) and a marker naming the execute node, by which a restarted
+startd finds and kills what a killed one left running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path, PurePosixPath
+from typing import Final
+
+from htgrid.classad import ClassAd
+from htgrid.queue import HoldReasonCode, JobId
+from htgrid.schedd._launch import (
+    MARKER,
+    Exit,
+    LaunchError,
+    LaunchSpec,
+    job_arguments,
+    job_environment,
+    kill_group,
+    signal_of,
+    spawn,
+    wait_exit,
+)
+from htgrid.startd._claims import Claim
+from htgrid.startd._config import StartdConfig
+from htgrid.startd._states import ClaimState, Outcome, OutcomeKind
+from htgrid.startd._transfer import (
+    JOB_AD,
+    MACHINE_AD,
+    STDERR,
+    STDOUT,
+    TransferError,
+    output_entries,
+    pack,
+    should_transfer,
+    snapshot,
+    unpack_input,
+)
+
+__all__ = ["Starter", "StopReason"]
+
+_log = logging.getLogger("htgrid.startd.starter")
+
+# HTCondor's STARTER_NUM_THREADS_ENV_VARS: a job uses as many threads as it has cpus.
+_THREAD_VARS: Final = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "TF_NUM_THREADS",
+    "JULIA_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+
+StopReason = str  # "vacate" (the startd or the schedd), "hold" or "remove" (the user)
+
+
+class Starter:
+    """Sets up, runs and cleans up one job of one claim."""
+
+    def __init__(
+        self,
+        claim: Claim,
+        job: ClassAd,
+        config: StartdConfig,
+        machine_ad: ClassAd,
+        *,
+        marker: str,
+        clock: Callable[[], float] = time.time,
+        changed: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.claim = claim
+        self.job = job
+        self.config = config
+        self.machine_ad = machine_ad
+        self.marker = marker
+        self._clock = clock
+        self._changed = changed
+        base = f"dir_{os.getpid()}_{claim.slot_id}"
+        self.sandbox = config.execute_dir / base
+        self.input_tar = config.execute_dir / f"{base}.input.tar"
+        self.output_tar = config.execute_dir / f"{base}.output.tar"
+        self.transfer = should_transfer(job, config.filesystem_domain)
+        self._input = asyncio.Event()
+        self._input_error: TransferError | None = None
+        self._stop: StopReason | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._spec: LaunchSpec | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # -- set-up -------------------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Make the sandbox and write the ads into it; then wait for input, or run."""
+        await asyncio.to_thread(self._make_sandbox)
+        if not self.transfer:
+            self._input.set()
+        self._task = asyncio.create_task(self._run(), name=f"starter {self.claim.name}")
+
+    def _make_sandbox(self) -> None:
+        self.sandbox.mkdir(mode=0o700, parents=True)
+        (self.sandbox / JOB_AD).write_text(self.job.printOld() + "\n")
+        (self.sandbox / MACHINE_AD).write_text(self.machine_ad.printOld() + "\n")
+
+    @property
+    def input_received(self) -> bool:
+        return self._input.is_set()
+
+    async def receive_input(self, chunks: AsyncIterator[bytes]) -> None:
+        """Take the input sandbox (a tar, streamed) and unpack it; the job may then run."""
+        f = await asyncio.to_thread(open, self.input_tar, "wb")
+        try:
+            async for chunk in chunks:
+                await asyncio.to_thread(f.write, chunk)
+        finally:
+            await asyncio.to_thread(f.close)
+        try:
+            await asyncio.to_thread(unpack_input, self.input_tar, self.sandbox)
+        except TransferError as exc:
+            self._input_error = exc  # the run ends with it, and the job is held
+        finally:
+            with contextlib.suppress(OSError):
+                self.input_tar.unlink()
+            self._input.set()
+
+    # -- the run --------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        claim = self.claim
+        started = self._clock()
+        outcome = Outcome(OutcomeKind.EVICTED)
+        try:
+            await self._input.wait()
+            if self._input_error is not None:
+                raise self._input_error
+            if self._stop is None:
+                outcome = await self._execute(started)
+        except (LaunchError, TransferError) as exc:
+            _log.warning("%s: job %s failed: %s", claim.name, claim.job_id, exc.reason)
+            outcome = Outcome(
+                OutcomeKind.FAILED,
+                wall=self._clock() - started,
+                reason=exc.reason,
+                hold_code=int(exc.code),
+                hold_subcode=exc.subcode,
+            )
+        except Exception as exc:  # a bug here must not leave the claim running forever
+            _log.exception("%s: the starter failed", claim.name)
+            outcome = Outcome(
+                OutcomeKind.FAILED,
+                reason=f"the execute node failed to run the job: {exc!r}",
+                hold_code=int(HoldReasonCode.Unspecified),
+            )
+        finally:
+            if self._proc is not None and self._proc.returncode is None:
+                kill_group(self._proc.pid, signal.SIGKILL)  # never leave a process behind
+            claim.outcome = outcome
+            if claim.state is not ClaimState.ENDED:
+                claim.move(ClaimState.ENDED, self._clock())
+            self._changed()
+        _log.info("%s: job %s ended: %s", claim.name, claim.job_id, _describe(outcome))
+
+    async def _execute(self, started: float) -> Outcome:
+        spec = self._launch_spec()
+        self._spec = spec
+        before = await asyncio.to_thread(self._ready_and_snapshot, spec)
+        proc = await asyncio.to_thread(spawn, spec)
+        self._proc = proc
+        claim = self.claim
+        claim.job_start = self._clock()
+        if self._stop is None:
+            claim.move(ClaimState.RUNNING, self._clock())
+            self._changed()
+        else:  # vacated while the process was being created
+            self._signal()
+        _log.info("%s: job %s started: pid %d", claim.name, claim.job_id, proc.pid)
+        ended: Exit = await wait_exit(proc)
+        kill_group(proc.pid, signal.SIGKILL)  # what the job left running dies with it
+        wall = self._clock() - started
+        disk = await asyncio.to_thread(_disk_kb, self.sandbox)
+        kind = OutcomeKind.EXITED if self._stop is None else OutcomeKind.EVICTED
+        output = False
+        keep = kind is OutcomeKind.EXITED or (
+            str(self.job.get("WhenToTransferOutput", "")).upper() == "ON_EXIT_OR_EVICT"
+        )
+        if self.transfer and keep:
+            strict = kind is OutcomeKind.EXITED
+            entries = await asyncio.to_thread(
+                output_entries, self.job, self.sandbox, before, strict=strict
+            )
+            out_error = HoldReasonCode.TransferOutputError
+            await asyncio.to_thread(
+                pack, entries, self.output_tar, dereference=False, code=out_error
+            )
+            output = True
+        return Outcome(
+            kind,
+            exit_code=ended.code,
+            signal=ended.signal,
+            user_cpu=ended.user_cpu,
+            sys_cpu=ended.sys_cpu,
+            wall=wall,
+            max_rss_kb=ended.max_rss_kb,
+            disk_kb=disk,
+            output=output,
+        )
+
+    def _ready_and_snapshot(self, spec: LaunchSpec) -> dict[str, int]:
+        if self.transfer and spec.argv[0].startswith(str(self.sandbox)):
+            with contextlib.suppress(OSError):  # spawn says what is wrong with it
+                os.chmod(spec.argv[0], os.stat(spec.argv[0]).st_mode | 0o700)
+        return snapshot(self.sandbox)
+
+    def _launch_spec(self) -> LaunchSpec:
+        job, claim = self.job, self.claim
+        iwd = job.get("Iwd")
+        if not isinstance(iwd, str) or not iwd:
+            raise LaunchError("the job has no Iwd", HoldReasonCode.IwdError)
+        cmd = job.get("Cmd")
+        if not isinstance(cmd, str) or not cmd:
+            raise LaunchError("the job has no Cmd", HoldReasonCode.FailedToCreateProcess)
+        box = str(self.sandbox)
+
+        def where(attr: str, transferred: bool) -> str:
+            value = job.get(attr)
+            if not isinstance(value, str) or not value or value == os.devnull:
+                return os.devnull
+            if self.transfer and transferred:
+                return os.path.join(box, PurePosixPath(value).name)
+            return os.path.join(iwd, value)
+
+        if self.transfer:
+            cwd = box
+            exe = (
+                os.path.join(box, PurePosixPath(cmd).name)
+                if job.get("TransferExecutable") is not False
+                else os.path.join(iwd, cmd)
+            )
+            stdin = where("In", job.get("TransferIn") is not False)
+            stdout = os.path.join(box, STDOUT)
+            same = job.get("Err") == job.get("Out")
+            stderr = stdout if same else os.path.join(box, STDERR)
+        else:
+            cwd, exe = iwd, os.path.join(iwd, cmd)
+            stdin, stdout, stderr = where("In", False), where("Out", False), where("Err", False)
+        env = job_environment(job)
+        cpus = str(claim.resources.cpus)
+        env.update(dict.fromkeys(_THREAD_VARS, cpus))
+        env.update(
+            {
+                "_CONDOR_SCRATCH_DIR": box,
+                "_CONDOR_SLOT": claim.name.split("@")[0],
+                "_CONDOR_JOB_AD": os.path.join(box, JOB_AD),
+                "_CONDOR_MACHINE_AD": os.path.join(box, MACHINE_AD),
+                "_CONDOR_JOB_IWD": cwd,
+                "BATCH_SYSTEM": "HTCondor",
+                "TMPDIR": box,
+                "TMP": box,
+                "TEMP": box,
+                MARKER: f"{self.marker}:{claim.claim_id}",
+            }
+        )
+        if claim.resources.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(claim.resources.gpus)
+        kill = signal_of(job.get("KillSig"), signal.SIGTERM)
+        vacate = job.get("JobMaxVacateTime")
+        if not isinstance(vacate, int | float) or isinstance(vacate, bool) or vacate < 0:
+            vacate = self.config.vacate_time
+        return LaunchSpec(
+            job_id=claim.job_id or _NO_JOB,
+            argv=(exe, *job_arguments(job)),
+            env=env,
+            cwd=cwd,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            kill_signal=kill,
+            hold_signal=signal_of(job.get("HoldKillSig"), kill),
+            remove_signal=signal_of(job.get("RemoveKillSig"), kill),
+            vacate_time=float(vacate),
+            append_output=self.transfer,  # a spooled stdout (ON_EXIT_OR_EVICT) goes on
+        )
+
+    # -- stopping and cleaning up -------------------------------------------------------
+
+    def vacate(self, reason: StopReason) -> None:
+        """Stop the job: its kill signal, SIGKILL after its vacate time."""
+        if self._stop is not None or self.claim.state not in (
+            ClaimState.STARTING,
+            ClaimState.RUNNING,
+        ):
+            return
+        self._stop = reason
+        self.claim.move(ClaimState.VACATING, self._clock())
+        self._changed()
+        if self._proc is not None:
+            self._signal()
+        else:
+            self._input.set()  # no process yet: the run ends without one
+
+    def _signal(self) -> None:
+        proc, spec = self._proc, self._spec
+        if proc is None or spec is None or proc.returncode is not None:
+            return
+        sig = {"hold": spec.hold_signal, "remove": spec.remove_signal}.get(
+            self._stop or "", spec.kill_signal
+        )
+        _log.info(
+            "%s: job %s %s: sending %s", self.claim.name, self.claim.job_id, self._stop, sig.name
+        )
+        kill_group(proc.pid, sig)
+        asyncio.get_running_loop().call_later(spec.vacate_time, _kill_if_running, proc)
+
+    async def wait(self) -> None:
+        """Until the run is over (its outcome recorded)."""
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def cleanup(self) -> None:
+        """Remove the sandbox and the transfer files."""
+        if self._task is not None and not self._task.done():
+            self.vacate("vacate")
+            await self.wait()
+        await asyncio.to_thread(self._remove)
+
+    def _remove(self) -> None:
+        shutil.rmtree(self.sandbox, ignore_errors=True)
+        for path in (self.input_tar, self.output_tar):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+_NO_JOB: Final = JobId(0, 0)  # a claim whose ad has no ids (a test's)
+
+
+def _kill_if_running(proc: subprocess.Popen[bytes]) -> None:
+    if proc.returncode is None:
+        kill_group(proc.pid, signal.SIGKILL)
+
+
+def _disk_kb(path: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, name)).st_size
+    return (total + 1023) // 1024
+
+
+def _describe(outcome: Outcome) -> str:
+    if outcome.kind is OutcomeKind.FAILED:
+        return f"failed ({outcome.reason})"
+    how = f"signal {outcome.signal}" if outcome.signal is not None else f"exit {outcome.exit_code}"
+    return f"{outcome.kind.value} ({how})" if outcome.kind is OutcomeKind.EXITED else "evicted"

@@ -1,0 +1,270 @@
+"""Moving a job's files between the submit side and its sandbox, as tar files.
+
+Input (submit side to sandbox): the executable (unless `transfer_executable = false`),
+the standard input file, `transfer_input_files` (files and directories; `dir/` sends
+the directory's contents), and what an earlier eviction spooled (ON_EXIT_OR_EVICT).
+Everything lands flat in the sandbox under its base name, as HTCondor places it.
+
+Output (sandbox to submit side): the job's stdout and stderr (`_condor_stdout` and
+`_condor_stderr` in the sandbox, written to its Out and Err), and the files of
+`transfer_output_files` or, when that is not set, every top-level file the job created
+or changed. Each lands in Iwd under its base name, or where `transfer_output_remaps`
+sends it.
+
+The receiving side never trusts member names: absolute names, `..` and links are
+refused. Every function here blocks (file I/O): call it off the event loop.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import tarfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path, PurePosixPath
+from typing import Final
+
+from htgrid.classad import ClassAd
+from htgrid.queue import HoldReasonCode
+from htgrid.startd._errors import StartdError
+
+__all__ = [
+    "JOB_AD",
+    "MACHINE_AD",
+    "STDERR",
+    "STDOUT",
+    "TransferError",
+    "input_entries",
+    "output_entries",
+    "pack",
+    "should_transfer",
+    "snapshot",
+    "unpack_input",
+    "unpack_output",
+    "unpack_to",
+]
+
+STDOUT: Final = "_condor_stdout"
+STDERR: Final = "_condor_stderr"
+JOB_AD: Final = ".job.ad"
+MACHINE_AD: Final = ".machine.ad"
+_OURS: Final = frozenset({STDOUT, STDERR, JOB_AD, MACHINE_AD})
+
+
+class TransferError(StartdError):
+    """A job's files could not be moved; the job is held with `code` and `subcode`."""
+
+    def __init__(self, reason: str, code: HoldReasonCode, subcode: int = 0) -> None:
+        self.reason = reason
+        self.code = code
+        self.subcode = subcode
+        super().__init__(reason)
+
+
+def _text(ad: ClassAd, name: str) -> str | None:
+    value = ad.get(name)
+    return value if isinstance(value, str) else None
+
+
+def _iwd(ad: ClassAd) -> Path:
+    iwd = _text(ad, "Iwd")
+    if not iwd:
+        raise TransferError("the job has no Iwd", HoldReasonCode.IwdError)
+    return Path(iwd)
+
+
+def should_transfer(job: ClassAd, filesystem_domain: str) -> bool:
+    """Whether the job's files travel (YES, or IF_NEEDED across filesystem domains)."""
+    should = (_text(job, "ShouldTransferFiles") or "IF_NEEDED").upper()
+    if should == "YES":
+        return True
+    if should == "NO":
+        return False
+    return _text(job, "FileSystemDomain") != filesystem_domain
+
+
+def _split(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _missing(path: Path, what: str, code: HoldReasonCode) -> TransferError:
+    return TransferError(
+        f"Transfer {what} files failure: {path}: (errno {errno.ENOENT}) No such file or directory",
+        code,
+        errno.ENOENT,
+    )
+
+
+def input_entries(job: ClassAd, spooled: Path | None = None) -> list[tuple[str, Path]]:
+    """(name in the sandbox, path on the submit side) of every input (TransferError)."""
+    iwd = _iwd(job)
+    entries: list[tuple[str, Path]] = []
+    cmd = _text(job, "Cmd")
+    if cmd and job.get("TransferExecutable") is not False:
+        entries.append((PurePosixPath(cmd).name, iwd / cmd))
+    stdin = _text(job, "In")
+    if stdin and stdin != os.devnull and job.get("TransferIn") is not False:
+        entries.append((PurePosixPath(stdin).name, iwd / stdin))
+    for item in _split(_text(job, "TransferInput") or ""):
+        if "://" in item:
+            raise TransferError(
+                f"Transfer input files failure: {item}: URL transfers are not supported",
+                HoldReasonCode.TransferInputError,
+            )
+        path = iwd / item
+        if item.endswith("/") and path.is_dir():
+            entries.extend((child.name, child) for child in sorted(path.iterdir()))
+        else:
+            entries.append((PurePosixPath(item.rstrip("/")).name, path))
+    for _, path in entries:
+        if not path.exists():
+            raise _missing(path, "input", HoldReasonCode.TransferInputError)
+    if spooled is not None and spooled.is_dir():
+        entries.extend((child.name, child) for child in sorted(spooled.iterdir()))
+    return entries
+
+
+def pack(
+    entries: Iterable[tuple[str, Path]],
+    dest: Path,
+    *,
+    dereference: bool,
+    code: HoldReasonCode = HoldReasonCode.TransferInputError,
+) -> int:
+    """Write `entries` (directories with their contents) into the tar file `dest`; its size.
+
+    A file that cannot be read is a TransferError with `code` (the job is held for it).
+    """
+    try:
+        with tarfile.open(dest, "w", dereference=dereference) as tar:
+            for name, path in entries:
+                tar.add(path, arcname=name, recursive=True)
+        return dest.stat().st_size
+    except (tarfile.TarError, OSError) as exc:
+        what = "input" if code == HoldReasonCode.TransferInputError else "output"
+        raise TransferError(
+            f"Transfer {what} files failure: {exc}", code, getattr(exc, "errno", 0) or 0
+        ) from exc
+
+
+def unpack_input(tar_path: Path, sandbox: Path) -> None:
+    """Extract an input tar into the sandbox (links and escapes refused)."""
+    try:
+        with tarfile.open(tar_path) as tar:
+            tar.extractall(sandbox, filter="data")
+    except (tarfile.TarError, OSError) as exc:
+        raise TransferError(
+            f"Transfer input files failure: cannot unpack the input sandbox: {exc}",
+            HoldReasonCode.TransferInputError,
+        ) from exc
+
+
+def snapshot(sandbox: Path) -> dict[str, int]:
+    """The sandbox's top-level files and their modification times (ns)."""
+    out = {}
+    for entry in os.scandir(sandbox):
+        if entry.is_file(follow_symlinks=False):
+            out[entry.name] = entry.stat(follow_symlinks=False).st_mtime_ns
+    return out
+
+
+def output_entries(
+    job: ClassAd, sandbox: Path, before: Mapping[str, int], *, strict: bool
+) -> list[tuple[str, Path]]:
+    """What goes back: stdout, stderr, and the listed or new and changed files.
+
+    A listed file that does not exist is a TransferError when `strict` (the job
+    exited), skipped otherwise (an eviction keeps what there is).
+    """
+    entries = [(name, sandbox / name) for name in (STDOUT, STDERR) if (sandbox / name).is_file()]
+    listed = job.get("TransferOutput")
+    if isinstance(listed, str):
+        for item in _split(listed):
+            path = sandbox / item
+            if not path.exists():
+                if strict:
+                    raise _missing(path, "output", HoldReasonCode.TransferOutputError)
+                continue
+            entries.append((PurePosixPath(item.rstrip("/")).name, path))
+        return entries
+    for entry in sorted(os.scandir(sandbox), key=lambda e: e.name):
+        if entry.name in _OURS or not entry.is_file(follow_symlinks=False):
+            continue
+        if before.get(entry.name) != entry.stat(follow_symlinks=False).st_mtime_ns:
+            entries.append((entry.name, Path(entry.path)))
+    return entries
+
+
+def _remaps(job: ClassAd) -> dict[str, str]:
+    out = {}
+    for pair in (_text(job, "TransferOutputRemaps") or "").split(";"):
+        name, eq, dest = pair.partition("=")
+        if eq and name.strip() and dest.strip():
+            out[name.strip()] = dest.strip()
+    return out
+
+
+def _safe_parts(name: str) -> tuple[str, ...] | None:
+    """The member name's parts, or None when it is absolute or climbs out."""
+    path = PurePosixPath(name)
+    if path.is_absolute() or any(part in ("..", "") for part in path.parts) or not path.parts:
+        return None
+    return tuple(p for p in path.parts if p != ".")
+
+
+def unpack_output(tar_path: Path, job: ClassAd) -> int:
+    """Place an output tar's members in Iwd, Out, Err or their remaps; bytes written."""
+    iwd = _iwd(job)
+    remaps = _remaps(job)
+    dests: dict[str, Path | None] = {}
+    for name, attr, transfer in ((STDOUT, "Out", "TransferOut"), (STDERR, "Err", "TransferErr")):
+        target = _text(job, attr)
+        keep = target and target != os.devnull and job.get(transfer) is not False
+        dests[name] = iwd / target if keep and target else None
+    written = 0
+    try:
+        with tarfile.open(tar_path) as tar:
+            for member in tar:
+                parts = _safe_parts(member.name)
+                if parts is None or not (member.isfile() or member.isdir()):
+                    continue  # never written outside its place, never a link
+                top = parts[0]
+                base = dests[top] if top in dests else iwd / remaps.get(top, top)
+                if base is None:
+                    continue
+                dest = base.joinpath(*parts[1:])
+                if member.isdir():
+                    dest.mkdir(parents=True, exist_ok=True)
+                    continue
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                source = tar.extractfile(member)
+                if source is None:
+                    continue
+                with source, open(dest, "wb") as out:
+                    shutil.copyfileobj(source, out)
+                os.chmod(dest, (member.mode & 0o755) | 0o600)
+                written += member.size
+    except (tarfile.TarError, OSError) as exc:
+        raise TransferError(
+            f"Transfer output files failure: cannot write the output sandbox: {exc}",
+            HoldReasonCode.TransferOutputError,
+            getattr(exc, "errno", 0) or 0,
+        ) from exc
+    return written
+
+
+def unpack_to(tar_path: Path, directory: Path) -> int:
+    """Replace `directory` with the contents of a tar (an evicted job's spooled output)."""
+    try:
+        if directory.exists():
+            shutil.rmtree(directory)
+        directory.mkdir(parents=True)
+        with tarfile.open(tar_path) as tar:
+            tar.extractall(directory, filter="data")
+            return sum(m.size for m in tar.getmembers())
+    except (tarfile.TarError, OSError) as exc:
+        raise TransferError(
+            f"Transfer output files failure: cannot spool the output sandbox: {exc}",
+            HoldReasonCode.TransferOutputError,
+        ) from exc

@@ -1,0 +1,105 @@
+"""What the execute node's API carries besides ads: claim grants and claim status."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from htgrid.startd._errors import StartdProtocolError
+from htgrid.startd._states import ClaimState, Outcome, Resources
+
+__all__ = ["NO_RESOURCES", "ClaimGrant", "ClaimStatus"]
+
+NO_RESOURCES: Final = Resources(0, 0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimGrant:
+    """The answer to a claim request: the dynamic slot carved for it."""
+
+    claim_id: str
+    slot: str  # the dynamic slot's Name (slot1_3@host)
+    lease: float
+    started: int  # the startd's DaemonStartTime: another value means it restarted
+    resources: Resources = NO_RESOURCES  # what the dynamic slot holds
+
+    def to_json(self) -> dict[str, Any]:
+        have = self.resources
+        return {
+            "claim_id": self.claim_id,
+            "slot": self.slot,
+            "lease": self.lease,
+            "started": self.started,
+            "resources": {
+                "cpus": have.cpus,
+                "memory": have.memory,
+                "disk": have.disk,
+                "gpus": list(have.gpus),
+            },
+        }
+
+    @classmethod
+    def from_json(cls, obj: object) -> ClaimGrant:
+        doc = _mapping(obj, "claim grant")
+        try:
+            have = doc.get("resources") or {}
+            resources = Resources(
+                int(have.get("cpus", 0)),
+                int(have.get("memory", 0)),
+                int(have.get("disk", 0)),
+                tuple(have.get("gpus", ())),
+            )
+            return cls(
+                str(doc["claim_id"]),
+                str(doc["slot"]),
+                float(doc["lease"]),
+                int(doc["started"]),
+                resources,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StartdProtocolError(f"not a claim grant: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimStatus:
+    """A claim as the schedd sees it; `version` grows with every change."""
+
+    claim_id: str
+    slot: str
+    state: ClaimState
+    version: int
+    transfer_input: bool = False  # activated, waiting for its input sandbox
+    outcome: Outcome | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "claim_id": self.claim_id,
+            "slot": self.slot,
+            "state": self.state.value,
+            "version": self.version,
+            "transfer_input": self.transfer_input,
+            "outcome": self.outcome.to_json() if self.outcome else None,
+        }
+
+    @classmethod
+    def from_json(cls, obj: object) -> ClaimStatus:
+        doc = _mapping(obj, "claim status")
+        try:
+            outcome = doc.get("outcome")
+            return cls(
+                str(doc["claim_id"]),
+                str(doc["slot"]),
+                ClaimState(doc["state"]),
+                int(doc["version"]),
+                bool(doc.get("transfer_input", False)),
+                Outcome.from_json(outcome) if isinstance(outcome, Mapping) else None,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StartdProtocolError(f"not a claim status: {exc}") from None
+
+
+def _mapping(obj: object, what: str) -> Mapping[str, Any]:
+    if not isinstance(obj, Mapping):
+        raise StartdProtocolError(f"not a {what}: a JSON object was expected")
+    return obj

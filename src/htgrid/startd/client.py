@@ -1,0 +1,241 @@
+"""`StartdClient`: the execute node's API from the schedd (or a test), over its socket.
+
+    async with StartdClient(path) as startd:
+        grant = await startd.request_claim(claim_id, job_ad, "htgrid@host", lease=360)
+        await startd.activate(claim_id, job_ad)
+        await startd.send_input(claim_id, tar_path)           # when the files travel
+        status = await startd.status(claim_id, wait=60, version=status.version)
+        await startd.fetch_output(claim_id, dest)             # once it has ended
+        await startd.release(claim_id)
+
+The socket must belong to this user (or root): a socket someone else made is refused
+before anything is sent, since job ads carry the job's environment. Errors come back as
+the startd's classes; a node that does not answer is `StartdUnavailable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from htgrid.classad import ClassAd
+from htgrid.net._wire import ad_from_json, ads_json, loads
+from htgrid.startd._errors import (
+    StartdError,
+    StartdProtocolError,
+    StartdUnavailable,
+    from_problem,
+)
+from htgrid.startd._wire import ClaimGrant, ClaimStatus
+
+__all__ = ["StartdClient", "socket_of"]
+
+_CHUNK = 1 << 20
+
+
+def socket_of(address: str) -> Path | None:
+    """The socket path in a startd's address (`<host?sock=/path/startd.sock>`), if any."""
+    inner = address.strip().removeprefix("<").removesuffix(">")
+    _, _, query = inner.partition("?")
+    for part in query.split("&"):
+        key, _, value = part.partition("=")
+        if key == "sock" and value.startswith("/"):
+            return Path(value)
+    return None
+
+
+class StartdClient:
+    """An HTTP client of one execute node's Unix socket."""
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
+        self.path = Path(path)
+        self.timeout = timeout
+        self._http = httpx.AsyncClient(
+            transport=httpx.AsyncHTTPTransport(uds=str(self.path)),
+            base_url="http://startd",
+            timeout=timeout,
+            limits=httpx.Limits(max_connections=512, max_keepalive_connections=64),
+        )
+
+    async def __aenter__(self) -> StartdClient:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # -- the routes ---------------------------------------------------------------------
+
+    async def health(self) -> dict[str, Any]:
+        return await self._json("GET", "/v1/health")
+
+    async def slots(self) -> list[ClassAd]:
+        response = await self._request("GET", "/v1/slots")
+        doc = _decode(response)
+        if not isinstance(doc, list):
+            raise StartdProtocolError("the slot ads are not a JSON array")
+        return [ad_from_json(obj) for obj in doc]
+
+    async def request_claim(
+        self, claim_id: str, job_ad: ClassAd, schedd: str, lease: float
+    ) -> ClaimGrant:
+        """Claim a dynamic slot for the job (ClaimRefused when the node cannot give it)."""
+        body = _raw({"claim_id": claim_id, "schedd": schedd, "lease": lease}, job_ad)
+        return ClaimGrant.from_json(await self._json("POST", "/v1/claims", body))
+
+    async def status(self, claim_id: str, *, wait: float = 0.0, version: int = -1) -> ClaimStatus:
+        """The claim, once past `version` or after `wait` seconds (this renews its lease)."""
+        params = {"wait": f"{wait:g}", "version": str(version)}
+        timeout = httpx.Timeout(self.timeout, read=wait + self.timeout)
+        doc = await self._json("GET", f"/v1/claims/{claim_id}", params=params, timeout=timeout)
+        return ClaimStatus.from_json(doc)
+
+    async def activate(self, claim_id: str, job_ad: ClassAd) -> ClaimStatus:
+        """Run the job on the claim; `transfer_input` says whether to send its input."""
+        body = _raw({}, job_ad)
+        return ClaimStatus.from_json(
+            await self._json("POST", f"/v1/claims/{claim_id}/activate", body)
+        )
+
+    async def send_input(self, claim_id: str, tar_path: Path) -> ClaimStatus:
+        """Stream the input sandbox (a tar file) to the claim."""
+        doc = await self._json(
+            "PUT",
+            f"/v1/claims/{claim_id}/input",
+            _chunks(tar_path),
+            content_type="application/x-tar",
+            timeout=None,
+        )
+        return ClaimStatus.from_json(doc)
+
+    async def fetch_output(self, claim_id: str, dest: Path) -> int:
+        """Write the claim's output sandbox (a tar) to `dest`; its size."""
+        size = 0
+        try:
+            async with self._http.stream("GET", f"/v1/claims/{claim_id}/output", timeout=None) as r:
+                if r.status_code >= 400:
+                    await r.aread()
+                    raise _error(r)
+                f = await asyncio.to_thread(open, dest, "wb")
+                try:
+                    async for chunk in r.aiter_bytes(_CHUNK):
+                        await asyncio.to_thread(f.write, chunk)
+                        size += len(chunk)
+                finally:
+                    await asyncio.to_thread(f.close)
+        except httpx.TransportError as exc:
+            raise StartdUnavailable(f"lost the execute node on {self.path}: {exc}") from None
+        return size
+
+    async def vacate(self, claim_id: str, reason: str = "vacate") -> ClaimStatus:
+        """Stop the claim's job (its kill signal, then SIGKILL after its vacate time)."""
+        doc = await self._json("POST", f"/v1/claims/{claim_id}/vacate", {"reason": reason})
+        return ClaimStatus.from_json(doc)
+
+    async def reuse(self, claim_id: str) -> ClaimStatus:
+        """Keep the claim, its job's end recorded, for another job (activate it again)."""
+        return ClaimStatus.from_json(await self._json("POST", f"/v1/claims/{claim_id}/reuse"))
+
+    async def release(self, claim_id: str) -> None:
+        """Give the claim back (a job still running is vacated first)."""
+        await self._json("DELETE", f"/v1/claims/{claim_id}", timeout=None)
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def _check_socket(self) -> None:
+        try:
+            owner = os.stat(self.path).st_uid
+        except OSError as exc:
+            raise StartdUnavailable(f"no execute node at {self.path}: {exc.strerror}") from None
+        if owner not in (os.getuid(), 0):
+            raise StartdError(f"{self.path} belongs to uid {owner}: not an execute node of ours")
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        *,
+        params: dict[str, str] | None = None,
+        content_type: str = "application/json",
+        timeout: Any = httpx.USE_CLIENT_DEFAULT,
+    ) -> httpx.Response:
+        self._check_socket()
+        if body is None:
+            content: Any = None
+        elif isinstance(body, _Raw):
+            content = body.text
+        elif isinstance(body, AsyncIterator):
+            content = body
+        else:
+            content = json.dumps(body)
+        headers = {"content-type": content_type} if content is not None else None
+        try:
+            response = await self._http.request(
+                method, path, params=params, content=content, headers=headers, timeout=timeout
+            )
+        except httpx.TimeoutException:
+            raise StartdUnavailable(
+                f"the execute node on {self.path} did not answer in time"
+            ) from None
+        except (httpx.TransportError, OSError) as exc:
+            raise StartdUnavailable(f"no execute node answers on {self.path}: {exc}") from None
+        if response.status_code >= 400:
+            raise _error(response)
+        return response
+
+    async def _json(self, method: str, path: str, body: object = None, **kw: Any) -> dict[str, Any]:
+        doc = _decode(await self._request(method, path, body, **kw))
+        if not isinstance(doc, dict):
+            raise StartdProtocolError("the execute node's answer is not a JSON object")
+        return doc
+
+
+class _Raw:
+    """A JSON body assembled as text (job ads keep their expression markers raw)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _raw(fields: dict[str, Any], job_ad: ClassAd) -> _Raw:
+    head = json.dumps(fields)[:-1]
+    sep = ", " if fields else ""
+    return _Raw(f'{head}{sep}"job_ad": {ads_json([job_ad])[1:-1]}}}')
+
+
+def _decode(response: httpx.Response) -> Any:
+    try:
+        return loads(response.content)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise StartdProtocolError(
+            f"the execute node sent something that is not JSON: {exc}"
+        ) from None
+
+
+def _error(response: httpx.Response) -> StartdError:
+    try:
+        doc: object = response.json()
+    except (ValueError, UnicodeDecodeError):
+        doc = None
+    return from_problem(response.status_code, doc)
+
+
+async def _chunks(path: Path) -> AsyncIterator[bytes]:
+    f = await asyncio.to_thread(open, path, "rb")
+    try:
+        while chunk := await asyncio.to_thread(f.read, _CHUNK):
+            yield chunk
+    finally:
+        await asyncio.to_thread(f.close)

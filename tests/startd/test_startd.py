@@ -1,0 +1,315 @@
+"""An execute node in the test's event loop, driven through its API as the schedd does."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from htgrid.classad import ClassAd, ExprTree
+from htgrid.collector import CollectorClient
+from htgrid.queue import HoldReasonCode
+from htgrid.startd import (
+    ClaimNotFound,
+    ClaimRefused,
+    ClaimState,
+    ClaimStateError,
+    OutcomeKind,
+    StartdClient,
+    StartdProtocolError,
+)
+from htgrid.startd._daemon import ExitReason, Startd
+from htgrid.startd._transfer import input_entries, pack, unpack_output
+
+from .conftest import claim_id, job_ad, run_job, run_startd, script, until
+
+
+async def _machines(pool: str) -> dict[str, ClassAd]:
+    async with CollectorClient(pool) as client:
+        return {str(ad["Name"]): ad for ad in await client.query("Machine")}
+
+
+async def _eventually(probe, timeout: float = 10.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s")
+        await asyncio.sleep(0.05)
+
+
+def test_a_job_runs_in_a_sandbox_with_its_files_and_is_advertised(
+    tmp_path: Path, collector: str
+) -> None:
+    iwd = tmp_path / "iwd"
+    script(
+        iwd,
+        'cat in.txt > out.txt; echo "args $1 $2"; echo "$GREETING $_CONDOR_SLOT" >&2\n'
+        'echo "$OMP_NUM_THREADS $CUDA_VISIBLE_DEVICES" > env.txt; pwd > where.txt\n'
+        "sleep 0.5; exit 3\n",
+    )
+    (iwd / "in.txt").write_text("input\n")
+    job = job_ad(
+        iwd,
+        Arguments="one 'two words'",
+        Environment="GREETING=hi",
+        TransferInput="in.txt",
+        RequestCpus=2,
+        RequestGPUs=1,
+    )
+
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        cid = claim_id()
+        grant = await client.request_claim(cid, job, "schedd@test", 60)
+        assert grant.slot == "slot1_1@node.test"
+        ads = await _eventually(lambda: _machines_with(collector, grant.slot))
+        assert ads[grant.slot]["State"] == "Claimed" and ads[grant.slot]["Activity"] == "Idle"
+        assert ads[grant.slot]["RemoteOwner"] == "alice"
+        assert ads["slot1@node.test"]["Cpus"] == 2
+        assert ads["slot1@node.test"]["PartitionableSlot"] is True
+        status = await client.activate(cid, job)
+        assert status.state is ClaimState.STARTING and status.transfer_input
+        tar = tmp_path / "in.tar"
+        pack(input_entries(job), tar, dereference=True)
+        status = await client.send_input(cid, tar)
+        status = await until(client, cid, ClaimState.RUNNING, status)
+        busy = await _eventually(lambda: _activity(collector, grant.slot, "Busy"))
+        assert busy["AssignedGPUs"] == "GPU-aaaa1111"
+        status = await until(client, cid, ClaimState.ENDED, status)
+        outcome = status.outcome
+        assert outcome is not None and outcome.kind is OutcomeKind.EXITED
+        assert (outcome.exit_code, outcome.signal, outcome.output) == (3, None, True)
+        assert outcome.wall >= 0.5
+        with pytest.raises(ClaimStateError):
+            await client.activate(cid, job)  # once only
+        out = tmp_path / "out.tar"
+        await client.fetch_output(cid, out)
+        unpack_output(out, job)
+        await client.release(cid)
+        with pytest.raises(ClaimNotFound):
+            await client.status(cid)
+        gone = await _eventually(lambda: _without(collector, grant.slot))
+        assert gone["slot1@node.test"]["Cpus"] == 4
+
+    run_startd(tmp_path / "home", scenario, pool=collector)
+    assert (iwd / "out.txt").read_text() == "input\n"
+    assert (iwd / "job.out").read_text() == "args one two words\n"
+    assert (iwd / "job.err").read_text() == "hi slot1_1\n"
+    assert (iwd / "env.txt").read_text() == "2 GPU-aaaa1111\n"
+    sandbox = Path((iwd / "where.txt").read_text().strip())
+    assert sandbox.parent == tmp_path / "home" / "execute"
+    assert not sandbox.exists()  # removed with the claim
+    assert os.listdir(tmp_path / "home" / "execute") == []
+
+
+async def _machines_with(pool: str, name: str) -> dict[str, ClassAd] | None:
+    ads = await _machines(pool)
+    return ads if name in ads else None
+
+
+async def _without(pool: str, name: str) -> dict[str, ClassAd] | None:
+    ads = await _machines(pool)
+    return ads if name not in ads and ads["slot1@node.test"]["Cpus"] == 4 else None
+
+
+async def _activity(pool: str, name: str, activity: str) -> ClassAd | None:
+    ad = (await _machines(pool)).get(name)
+    return ad if ad is not None and ad.get("Activity") == activity else None
+
+
+def test_claims_the_node_cannot_or_will_not_give_are_refused(tmp_path: Path) -> None:
+    iwd = tmp_path / "iwd"
+    script(iwd, "exit 0\n")
+
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        with pytest.raises(ClaimRefused, match="4 cpus"):
+            await client.request_claim(claim_id(), job_ad(iwd, RequestCpus=5), "s", 60)
+        with pytest.raises(ClaimRefused, match="START is not true"):
+            await client.request_claim(claim_id(), job_ad(iwd, Owner="bob"), "s", 60)
+        with pytest.raises(ClaimRefused, match="vanilla jobs only, not universe 9"):
+            await client.request_claim(claim_id(), job_ad(iwd, JobUniverse=9), "s", 60)
+        with pytest.raises(ClaimRefused, match="Requirements do not match"):
+            picky = job_ad(iwd, Requirements=ExprTree("TARGET.HasDocker =?= true"))
+            await client.request_claim(claim_id(), picky, "s", 60)
+        with pytest.raises(StartdProtocolError, match="16 characters"):
+            await client.request_claim("short", job_ad(iwd), "s", 60)
+        with pytest.raises(ClaimNotFound):
+            await client.activate(claim_id(), job_ad(iwd))
+        cid = claim_id()
+        await client.request_claim(cid, job_ad(iwd), "s", 60)
+        with pytest.raises(ClaimStateError, match=r"made for job 1\.0"):
+            await client.activate(cid, job_ad(iwd, ProcId=7))
+        with pytest.raises(ClaimStateError, match="no output"):
+            await client.fetch_output(cid, tmp_path / "x.tar")
+        health = await client.health()
+        assert (health["claims"], health["state"]) == (1, "Unclaimed")
+
+    run_startd(tmp_path / "home", scenario, conf='START = TARGET.Owner == "alice"\n')
+
+
+def test_a_job_that_cannot_start_ends_failed_with_a_hold_code(tmp_path: Path) -> None:
+    iwd = tmp_path / "iwd"
+    iwd.mkdir()
+
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        job = job_ad(iwd, cmd="/no/such/program", TransferExecutable=False)
+        _, status = await run_job(client, job)
+        assert status.outcome is not None and status.outcome.kind is OutcomeKind.FAILED
+        assert status.outcome.hold_code == HoldReasonCode.FailedToCreateProcess
+        assert "/no/such/program" in status.outcome.reason
+
+    run_startd(tmp_path / "home", scenario)
+
+
+def test_without_transfer_the_job_runs_in_its_iwd(tmp_path: Path) -> None:
+    iwd = tmp_path / "shared"
+    script(iwd, 'pwd; echo "scratch $_CONDOR_SCRATCH_DIR" >&2\n')
+
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        for should, extra in (("NO", {}), ("IF_NEEDED", {"FileSystemDomain": "localhost"})):
+            job = job_ad(
+                iwd, ShouldTransferFiles=should, Out=f"{should}.out", Err=f"{should}.err", **extra
+            )
+            cid, status = await run_job(client, job)
+            assert not (status.outcome and status.outcome.output)
+            await client.release(cid)
+
+    run_startd(tmp_path / "home", scenario)
+    for should in ("NO", "IF_NEEDED"):
+        assert (iwd / f"{should}.out").read_text() == f"{iwd}\n"
+        assert (
+            "scratch " + str(tmp_path / "home" / "execute") in (iwd / f"{should}.err").read_text()
+        )
+
+
+def test_vacating_stops_the_job_and_keeps_its_output_if_asked(tmp_path: Path) -> None:
+    iwd = tmp_path / "iwd"
+    script(
+        iwd,
+        'trap "echo caught; echo partial > state.txt; exit 0" USR1\n'
+        "echo started; while :; do sleep 0.05; done\n",
+    )
+    job = job_ad(iwd, WhenToTransferOutput="ON_EXIT_OR_EVICT", HoldKillSig="SIGUSR1")
+
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        cid = claim_id()
+        await client.request_claim(cid, job, "s", 60)
+        status = await client.activate(cid, job)
+        pack(input_entries(job), tmp_path / "in.tar", dereference=True)
+        status = await client.send_input(cid, tmp_path / "in.tar")
+        status = await until(client, cid, ClaimState.RUNNING, status)
+        await asyncio.sleep(0.3)
+        status = await client.vacate(cid, "hold")
+        status = await until(client, cid, ClaimState.ENDED, status)
+        assert status.outcome is not None and status.outcome.kind is OutcomeKind.EVICTED
+        assert status.outcome.output
+        await client.fetch_output(cid, tmp_path / "out.tar")
+        unpack_output(tmp_path / "out.tar", job)
+        await client.release(cid)
+
+    run_startd(tmp_path / "home", scenario)
+    assert (iwd / "job.out").read_text() == "started\ncaught\n"
+    assert (iwd / "state.txt").read_text() == "partial\n"
+
+
+def test_a_claim_whose_schedd_falls_silent_is_given_up(tmp_path: Path) -> None:
+    iwd = tmp_path / "iwd"
+    script(iwd, "exec sleep 60\n")
+
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        idle = claim_id()
+        await client.request_claim(idle, job_ad(iwd), "s", 0.5)
+        running = claim_id()
+        job = job_ad(iwd, ProcId=1, ShouldTransferFiles="NO")
+        await client.request_claim(running, job, "s", 1.5)
+        status = await client.activate(running, job)
+        await until(client, running, ClaimState.RUNNING, status)
+        started = time.monotonic()
+        # Silence: no request names either claim until both are gone.
+        await _eventually(lambda: _no_claims(startd), timeout=10)
+        assert time.monotonic() - started >= 1.5
+        with pytest.raises(ClaimNotFound):
+            await client.status(running)
+
+    run_startd(tmp_path / "home", scenario)
+
+
+async def _no_claims(startd: Startd) -> bool:
+    return not startd.slots.claims
+
+
+def test_an_unclaimed_node_shuts_down_after_noclaim_shutdown(tmp_path: Path) -> None:
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        await asyncio.wait_for(startd._stop.wait(), 10)
+
+    started = time.monotonic()
+    reason = run_startd(tmp_path / "home", scenario, conf="STARTD_NOCLAIM_SHUTDOWN = 1\n")
+    assert reason is ExitReason.IDLE
+    assert 1.0 <= time.monotonic() - started < 8
+
+
+def test_only_the_nodes_user_may_call_it(tmp_path: Path) -> None:
+    from starlette.requests import Request
+
+    from htgrid.net._peer import PEER_KEY, PeerCredentials
+    from htgrid.startd import CallerRefused
+    from htgrid.startd._api import _local_caller
+
+    def request(uid: int) -> Request:
+        return Request({"type": "http", "state": {PEER_KEY: PeerCredentials(1, uid, uid)}})
+
+    _local_caller(request(os.getuid()))
+    with pytest.raises(CallerRefused):
+        _local_caller(request(os.getuid() + 4242))
+    with pytest.raises(CallerRefused):
+        _local_caller(Request({"type": "http", "state": {}}))
+
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        sock = startd.config.socket
+        assert sock.stat().st_mode & 0o777 == 0o600
+        if os.getuid() == 0:  # a socket someone else made is not trusted with job ads
+            os.chown(sock, 4242, 4242)
+            with pytest.raises(Exception, match="belongs to uid 4242"):
+                await client.health()
+            os.chown(sock, 0, 0)
+
+    run_startd(tmp_path / "home", scenario)
+
+
+def test_a_claim_is_reused_for_another_job_that_fits_it(tmp_path: Path) -> None:
+    iwd = tmp_path / "iwd"
+    script(iwd, 'echo "run $1"\n')
+
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        first = job_ad(iwd, Arguments="first", RequestCpus=2, Out="first.out")
+        cid = claim_id()
+        grant = await client.request_claim(cid, first, "s", 60)
+        assert (grant.resources.cpus, grant.resources.memory) == (2, 100)
+        with pytest.raises(ClaimStateError, match="its job is not over"):
+            await client.reuse(cid)
+        status = await client.activate(cid, first)
+        pack(input_entries(first), tmp_path / "in.tar", dereference=True)
+        status = await client.send_input(cid, tmp_path / "in.tar")
+        await until(client, cid, ClaimState.ENDED, status)
+        status = await client.reuse(cid)
+        assert status.state is ClaimState.CLAIMED and status.outcome is None
+        with pytest.raises(ClaimRefused, match="does not fit"):
+            await client.activate(cid, job_ad(iwd, ProcId=1, RequestCpus=3))
+        second = job_ad(iwd, ProcId=2, Arguments="second", Out="second.out")
+        status = await client.activate(cid, second)  # another job, on the same claim
+        pack(input_entries(second), tmp_path / "in.tar", dereference=True)
+        status = await until(
+            client, cid, ClaimState.ENDED, await client.send_input(cid, tmp_path / "in.tar")
+        )
+        assert status.outcome is not None and status.outcome.exit_code == 0
+        await client.fetch_output(cid, tmp_path / "out.tar")
+        unpack_output(tmp_path / "out.tar", second)
+        assert len(startd.slots.claims) == 1
+
+    run_startd(tmp_path / "home", scenario)
+    assert (iwd / "second.out").read_text() == "run second\n"

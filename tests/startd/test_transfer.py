@@ -1,0 +1,158 @@
+"""Moving a job's files: what goes in, what comes back, and where it lands."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from htgrid.classad import ClassAd
+from htgrid.queue import HoldReasonCode
+from htgrid.startd._transfer import (
+    STDERR,
+    STDOUT,
+    TransferError,
+    input_entries,
+    output_entries,
+    pack,
+    should_transfer,
+    snapshot,
+    unpack_input,
+    unpack_output,
+    unpack_to,
+)
+
+
+def _job(iwd: Path, **attrs: object) -> ClassAd:
+    return ClassAd({"Iwd": str(iwd), "Cmd": "run.sh", **attrs})
+
+
+def test_should_transfer_follows_the_job_and_the_filesystem_domain() -> None:
+    assert should_transfer(ClassAd({"ShouldTransferFiles": "YES"}), "localhost")
+    assert not should_transfer(ClassAd({"ShouldTransferFiles": "NO"}), "elsewhere")
+    same = ClassAd({"ShouldTransferFiles": "IF_NEEDED", "FileSystemDomain": "localhost"})
+    assert not should_transfer(same, "localhost")
+    assert should_transfer(same, "cluster.example")
+    assert should_transfer(ClassAd(), "localhost")  # IF_NEEDED, no domain: it travels
+
+
+def test_input_is_the_executable_stdin_and_the_listed_files(tmp_path: Path) -> None:
+    for name in ("run.sh", "stdin.txt", "a.dat", "data/x", "data/y", "more/z"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(name)
+    job = _job(tmp_path, In="stdin.txt", TransferInput="a.dat, data, more/")
+    names = [name for name, _ in input_entries(job)]
+    assert names == ["run.sh", "stdin.txt", "a.dat", "data", "z"]
+    job = _job(tmp_path, In="/dev/null", TransferExecutable=False, TransferIn=False)
+    assert input_entries(job) == []
+    with pytest.raises(TransferError) as missing:
+        input_entries(_job(tmp_path, TransferInput="nope.dat"))
+    assert missing.value.code == HoldReasonCode.TransferInputError
+    assert missing.value.subcode == 2 and "nope.dat" in missing.value.reason
+    with pytest.raises(TransferError, match="URL transfers are not supported"):
+        input_entries(_job(tmp_path, TransferInput="https://example.org/x"))
+    spooled = tmp_path / "spooled"
+    spooled.mkdir()
+    (spooled / STDOUT).write_text("first run\n")
+    assert [n for n, _ in input_entries(_job(tmp_path), spooled)] == ["run.sh", STDOUT]
+
+
+def test_input_lands_flat_in_the_sandbox(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x").write_text("x")
+    (tmp_path / "run.sh").write_text("#!/bin/sh\n")
+    tar = tmp_path / "in.tar"
+    pack(input_entries(_job(tmp_path, TransferInput="data")), tar, dereference=True)
+    sandbox = tmp_path / "sandbox"
+    sandbox.mkdir()
+    unpack_input(tar, sandbox)
+    assert sorted(os.listdir(sandbox)) == ["data", "run.sh"]
+    assert (sandbox / "data" / "x").read_text() == "x"
+
+
+def test_output_is_what_the_job_made_or_changed_unless_listed(tmp_path: Path) -> None:
+    (tmp_path / "input.txt").write_text("in")
+    (tmp_path / ".job.ad").write_text("")
+    before = snapshot(tmp_path)
+    (tmp_path / STDOUT).write_text("out")
+    (tmp_path / "result.txt").write_text("r")
+    (tmp_path / "subdir").mkdir()
+    job = ClassAd({"Iwd": "/x"})
+    assert [n for n, _ in output_entries(job, tmp_path, before, strict=True)] == [
+        STDOUT,
+        "result.txt",
+    ]
+    listed = ClassAd({"TransferOutput": "subdir, input.txt"})
+    assert [n for n, _ in output_entries(listed, tmp_path, before, strict=True)] == [
+        STDOUT,
+        "subdir",
+        "input.txt",
+    ]
+    assert [
+        n for n, _ in output_entries(ClassAd({"TransferOutput": ""}), tmp_path, before, strict=True)
+    ] == [STDOUT]
+    missing = ClassAd({"TransferOutput": "result.txt, gone.txt"})
+    with pytest.raises(TransferError) as caught:
+        output_entries(missing, tmp_path, before, strict=True)
+    assert caught.value.code == HoldReasonCode.TransferOutputError
+    names = [n for n, _ in output_entries(missing, tmp_path, before, strict=False)]
+    assert names == [STDOUT, "result.txt"]  # an eviction keeps what there is
+
+
+def test_output_lands_in_iwd_out_err_and_remaps(tmp_path: Path) -> None:
+    sandbox, iwd = tmp_path / "sandbox", tmp_path / "iwd"
+    sandbox.mkdir()
+    iwd.mkdir()
+    (sandbox / STDOUT).write_text("hello\n")
+    (sandbox / STDERR).write_text("oops\n")
+    (sandbox / "a.txt").write_text("a")
+    (sandbox / "b.txt").write_text("b")
+    (sandbox / "d").mkdir()
+    (sandbox / "d" / "inner").write_text("i")
+    tar = tmp_path / "out.tar"
+    entries = [(n, sandbox / n) for n in (STDOUT, STDERR, "a.txt", "b.txt", "d")]
+    pack(entries, tar, dereference=False)
+    job = ClassAd(
+        {
+            "Iwd": str(iwd),
+            "Out": "logs/job.out",
+            "Err": "/dev/null",
+            "TransferOutputRemaps": "b.txt = results/b.renamed ; d = kept",
+        }
+    )
+    written = unpack_output(tar, job)
+    assert written == len("hello\n") + 1 + 1 + 1  # stderr went nowhere
+    assert (iwd / "logs" / "job.out").read_text() == "hello\n"
+    assert (iwd / "a.txt").read_text() == "a"
+    assert (iwd / "results" / "b.renamed").read_text() == "b"
+    assert (iwd / "kept" / "inner").read_text() == "i"
+    assert not (iwd / STDERR).exists()
+    spool = tmp_path / "spool"
+    assert unpack_to(tar, spool) > 0
+    assert sorted(os.listdir(spool)) == sorted([STDOUT, STDERR, "a.txt", "b.txt", "d"])
+
+
+def test_a_hostile_output_tar_writes_nothing_outside(tmp_path: Path) -> None:
+    iwd = tmp_path / "iwd"
+    iwd.mkdir()
+    tar_path = tmp_path / "evil.tar"
+    with tarfile.open(tar_path, "w") as tar:
+        for name in ("../escape.txt", "/abs.txt", "ok.txt"):
+            data = b"x"
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        link = tarfile.TarInfo("link")
+        link.type = tarfile.SYMTYPE
+        link.linkname = "/etc/passwd"
+        tar.addfile(link)
+    unpack_output(tar_path, ClassAd({"Iwd": str(iwd)}))
+    assert os.listdir(iwd) == ["ok.txt"]
+    assert not (tmp_path / "escape.txt").exists()
+    sandbox = tmp_path / "sandbox"
+    sandbox.mkdir()
+    with pytest.raises(TransferError):
+        unpack_input(tar_path, sandbox)  # the data filter refuses the whole input
