@@ -94,11 +94,9 @@ def _wrap(text: str) -> list[str]:
 
 
 def _grid(ad: ClassAd, health: Mapping[str, Any]) -> list[str]:
-    resource = ad.get("GridResource", "?")
-    return _wrap(
-        f"It is a grid job for {resource}: the grid manager submits it there. The grid "
-        "manager comes in a later release; until then the job waits in the queue."
-    )
+    from htgrid.grid import explain_grid_job
+
+    return explain_grid_job(ad)
 
 
 _ANALYZERS: dict[int, Analyzer] = {12: _local, 5: _vanilla, 9: _grid}
