@@ -153,4 +153,6 @@ log "test job $jid ran"
 qacct_ok() { qacct -j "$jid" | grep -Eq '^exit_status +0'; }
 wait_for 30 "qacct record of $jid" qacct_ok
 log "qacct sees job $jid"
+# Jobs left in error state (Eqw) by an earlier run hold nothing but clutter qstat.
+qstat -u '*' 2>/dev/null | awk 'NR > 2 && $5 ~ /E/ {print $1}' | xargs -r qdel >/dev/null 2>&1 || true
 log "Grid Engine ready in $((SECONDS - START))s"
