@@ -71,7 +71,7 @@ def test_up_without_an_execute_node_leaves_vanilla_jobs_waiting(tmp_path: Path) 
     rc, out, err = run_cli(home, "up", "-no-execute")
     try:
         assert rc == 0, err
-        assert "  daemons:   MASTER, SCHEDD, COLLECTOR, NEGOTIATOR\n" in out
+        assert "  daemons:   MASTER, SCHEDD, COLLECTOR, NEGOTIATOR, GRIDMANAGER\n" in out
         with ScheddClient(home / "run" / "schedd.sock") as schedd:
             assert "startd" not in schedd.health()["children"]
             cluster = submit(home, tmp_path / "job", "executable = /bin/true\nqueue\n")

@@ -77,6 +77,7 @@ def test_grid_jobs_get_their_site_filled_in_by_matchmaking(
     assert ad["MATCH_resource_name"] == "batch fork beta.example.org"
     assert (ad["NumJobMatches"], ad["LastMatchName0"]) == (1, "site-beta")
     assert ad["JobStatus"] == JobStatus.IDLE  # now the grid manager's to submit
+    assert ad["Matched"] is True  # submitted as false: the grid manager waits for this
     ad = wait_for(lambda: matched(ranked), what="the ranked job matched")
     assert ad["GridResource"] == "batch slurm gamma.example.org"
     held = wait_for(lambda: (a := schedd.get(f"{unfilled}.0"))["JobStatus"] == 5 and a)
@@ -84,6 +85,7 @@ def test_grid_jobs_get_their_site_filled_in_by_matchmaking(
     idle = wait_for(lambda: (a := schedd.get(f"{nowhere}.0")).get("LastRejMatchReason") and a)
     assert idle["LastRejMatchReason"] == "no match found"
     assert idle["GridResource"] == "$$(resource_name)"
+    assert idle["Matched"] is False
     rc, out, _ = run_cli(pool.home, "q", "-better-analyze", f"{nowhere}.0")
     assert rc == 0
     assert "filled in by grid matchmaking" in out

@@ -100,7 +100,7 @@ def test_up_and_down_say_what_they_did(tmp_path: Path) -> None:
             f"  log:       {home}/log/SchedLog",
             f"  queue:     {home}/spool/queue.db",
             f"  collector: 127.0.0.1:{port}",
-            "  daemons:   MASTER, SCHEDD, COLLECTOR, NEGOTIATOR, STARTD",
+            "  daemons:   MASTER, SCHEDD, COLLECTOR, NEGOTIATOR, STARTD, GRIDMANAGER",
         ]
         pid = int(lines[0].split("pid ")[1].rstrip(")."))
         assert (home / "run").stat().st_mode & 0o777 == 0o700

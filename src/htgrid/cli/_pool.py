@@ -70,7 +70,7 @@ def _up(args: argparse.Namespace) -> int:
     print(f"  queue:     {info.queue}")
     if info.collector:
         print(f"  collector: {info.collector}")
-    order = ("MASTER", "SCHEDD", "COLLECTOR", "NEGOTIATOR", "STARTD")
+    order = ("MASTER", "SCHEDD", "COLLECTOR", "NEGOTIATOR", "STARTD", "GRIDMANAGER")
     daemons = sorted(info.daemons, key=lambda d: (order.index(d) if d in order else 9, d))
     if daemons:
         print(f"  daemons:   {', '.join(daemons)}")

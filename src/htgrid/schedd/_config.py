@@ -17,7 +17,7 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
     START_LOCAL_UNIVERSE_LIMIT = 200  local universe jobs running at once
     QUEUE_FSYNC = true              sync each queue commit to disk
 
-    DAEMON_LIST = MASTER, COLLECTOR, NEGOTIATOR, SCHEDD, STARTD   what `htgrid up` runs
+    DAEMON_LIST = MASTER, COLLECTOR, NEGOTIATOR, SCHEDD, STARTD, GRIDMANAGER  what `up` runs
     COLLECTOR_HOST = 127.0.0.1:9618 the collector's address (port 0: any free port)
     NEGOTIATOR_INTERVAL = 60        seconds between negotiation cycles, at most
     NEGOTIATOR_MIN_INTERVAL = 5     ... and at least (a submit asks for a cycle sooner)
@@ -51,7 +51,7 @@ from htgrid.errors import HTGridError
 __all__ = ["Backoff", "ConfigFile", "ScheddConfig", "ScheddError", "htgrid_home"]
 
 CONFIG_NAME: Final = "htgrid.conf"
-DAEMONS: Final = frozenset({"MASTER", "COLLECTOR", "NEGOTIATOR", "SCHEDD", "STARTD"})
+DAEMONS: Final = frozenset({"MASTER", "COLLECTOR", "NEGOTIATOR", "SCHEDD", "STARTD", "GRIDMANAGER"})
 
 
 class ScheddError(HTGridError):

@@ -6,8 +6,8 @@ shadow is already starting. Its `report` carries out a cycle's decisions:
 
 - a vanilla match starts a shadow, which claims the slot and runs the job there;
 - a grid match writes the match into the job (NumJobMatches, LastMatchName0, the
-  MATCH_ attributes) with its macros filled, GridResource included: the grid manager
-  then submits it to the matched site;
+  MATCH_ attributes) with its macros filled, GridResource included, and `Matched =
+  true` (submit made it false): the grid manager then submits it to the matched site;
 - a macro the matched ad cannot fill holds the job ("Cannot expand $$(...)");
 - an unmatched job gets LastRejMatchReason and LastRejMatchTime.
 
@@ -90,7 +90,7 @@ class QueueJobs:
             if match.expansion.error:
                 holds.append((match.job_id, match.expansion.error))
             elif job.get("JobUniverse") == GRID:
-                pairs = match.job_updates + match.expansion.expanded
+                pairs = match.job_updates + match.expansion.expanded + (("Matched", "true"),)
                 grid.append((match.job_id, {name: ExprTree(text) for name, text in pairs}))
                 _log.info("grid job %s matched to %s", match.job_id, match.machine)
             else:

@@ -117,15 +117,25 @@ class Pool:
                     stop_timeout=cfg.kill_grace + 30.0,
                 )
             )
-        # The grid manager opens the same queue database; its log goes to stderr, which
-        # the supervisor writes to GridmanagerLog.
-        self.supervisor.add(
-            ChildSpec(
-                "gridmanager",
-                (python, "-m", "htgrid.cli", "gridmanager", "--home", str(cfg.home), "--log", "-"),
-                cfg.log_dir / "GridmanagerLog",
+        if "GRIDMANAGER" in cfg.daemons:
+            # The grid manager opens the same queue database; its log goes to stderr,
+            # which the supervisor writes to GridmanagerLog.
+            self.supervisor.add(
+                ChildSpec(
+                    "gridmanager",
+                    (
+                        python,
+                        "-m",
+                        "htgrid.cli",
+                        "gridmanager",
+                        "--home",
+                        str(cfg.home),
+                        "--log",
+                        "-",
+                    ),
+                    cfg.log_dir / "GridmanagerLog",
+                )
             )
-        )
         self.supervisor.start()
         self._client = CollectorClient(self.pool, timeout=10.0)
         address = f"<{socket.gethostname()}?sock={cfg.socket}>"

@@ -14,6 +14,7 @@ from htgrid.schedd._worker import QueueWorker
 __all__ = ["QueueService"]
 
 _MAX_RESERVATIONS: Final = 10_000  # ids reserved by submitters that never came back
+GRID: Final = 9  # JobUniverse
 
 
 class QueueService:
@@ -46,6 +47,11 @@ class QueueService:
         ad = copy.copy(cluster_ad)
         # condor_q's DONE column counts the procs that left the queue against this.
         ad["TotalSubmitProcs"] = len(procs)
+        resource = ad.get("GridResource")
+        if ad.get("JobUniverse") == GRID and isinstance(resource, str) and "$$(" in resource:
+            # As condor_submit marks it: the job waits for grid matchmaking, and the grid
+            # manager leaves it alone until a match has filled GridResource in.
+            ad["Matched"] = False
 
         def submit(q: JobQueue) -> list[JobId]:
             with q.transaction(identity, reserved=cluster) as tx:

@@ -33,7 +33,7 @@ from htgrid.startd._config import StartdConfig
 __all__ = ["QUEUE_ONLY", "WHOLE_POOL", "PersonalPool", "run_cli", "wait_for"]
 
 QUEUE_ONLY = ("MASTER", "SCHEDD")
-WHOLE_POOL = ("MASTER", "SCHEDD", "COLLECTOR", "NEGOTIATOR", "STARTD")
+WHOLE_POOL = ("MASTER", "SCHEDD", "COLLECTOR", "NEGOTIATOR", "STARTD", "GRIDMANAGER")
 
 T = TypeVar("T")
 

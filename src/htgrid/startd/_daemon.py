@@ -171,12 +171,12 @@ class Startd:
         claim = self.slots.get(claim_id)
         if claim.state is not ClaimState.CLAIMED:
             raise ClaimStateError(f"claim {claim_id} is {claim.state.value}: already activated")
+        if self.slots.state is SlotState.DRAINED:
+            raise ClaimRefused(f"{claim.name} is shutting down: it starts no job")
         machine_ad = dynamic_ad(self.ctx, self.slots, claim, self._clock())
         if claim.uses:  # a reused claim takes another job: one that fits it
             self._check_fits(claim, job_ad, machine_ad)
-        elif job_ad.get("ClusterId") != claim.job_ad.get("ClusterId") or job_ad.get(
-            "ProcId"
-        ) != claim.job_ad.get("ProcId"):
+        elif _ids(job_ad) != _ids(claim.job_ad):
             raise ClaimStateError(f"claim {claim_id} was made for job {claim.job_id}")
         starter = Starter(
             claim,
@@ -439,6 +439,10 @@ class Startd:
         query["Requirements"] = ExprTree(f"MyAddress == {quote(self.ctx.address)}")
         with contextlib.suppress(HTGridError):
             await collector.invalidate("INVALIDATE_STARTD_ADS", query)
+
+
+def _ids(ad: ClassAd) -> tuple[object, object]:
+    return ad.get("ClusterId"), ad.get("ProcId")
 
 
 def _lock(path: Path) -> int:
