@@ -77,9 +77,12 @@ log = logging.getLogger("htgrid.grid")
 
 #: The grid types this grid manager runs, by the first word of GridResource.
 GRID_TYPES: Mapping[str, GridType] = {BATCH.name: BATCH}
-#: Which queued jobs are the grid manager's (gridmanager.cpp's first-contact query).
+#: Which queued jobs are the grid manager's (gridmanager.cpp's first-contact query). A job
+#: whose GridResource waits for grid matchmaking ($$(...)) has Matched = false until the
+#: negotiator fills it in.
 ADOPTABLE = (
-    'JobUniverse == 9 && Managed =!= "ScheddDone" && (JobStatus != 5 || Managed =?= "External")'
+    'JobUniverse == 9 && Managed =!= "ScheddDone" && Matched =!= false'
+    ' && (JobStatus != 5 || Managed =?= "External")'
 )
 _FEED_BATCH = 10_000
 
@@ -375,7 +378,7 @@ def _adoptable(ad: ClassAd) -> bool:
     if ad.get("JobUniverse") != 9:
         return False
     managed = ad.get("Managed")
-    if managed == "ScheddDone":
+    if managed == "ScheddDone" or ad.get("Matched") is False:
         return False
     return ad.get("JobStatus") != JobStatus.HELD or managed == "External"
 
