@@ -1,8 +1,18 @@
 #!/bin/sh
 # The main job: start the personal pool, run one grid job end to end through the grid
 # manager and the batch GAHP (fork back end), show its output and its event log.
+#
+#   sh examples/grid/run.sh --install   installs htgrid (pip install -e) first
 set -e
 cd "$(dirname "$0")"
+if [ "${1:-}" = "--install" ]; then
+    # The interpreter itself rather than a pyenv shim: pip through a shim ends in
+    # `pyenv rehash`, which fails when a stale rehash lock is left behind.
+    py="$(python3 -c 'import sys; print(sys.executable)')"
+    "$py" -m pip install --quiet --disable-pip-version-check -e ../..
+    PATH="$(dirname "$py"):$PATH"
+    export PATH
+fi
 rm -f hello.out hello.err hello.log
 htgrid up
 trap 'htgrid down' EXIT

@@ -1,0 +1,5 @@
+"""`python -m htgrid` runs the `htgrid` command."""
+
+from htgrid.cli import main
+
+raise SystemExit(main())
