@@ -110,6 +110,8 @@ def test_down_evicts_running_jobs_which_resume_from_their_spooled_output(
         pool.start()  # htgrid up
         with pool.client() as schedd:
             wait_for(lambda: schedd.history(f"ClusterId == {cluster}"), timeout=30)
+        # The event log writer follows the queue's commits, a moment behind them.
+        wait_for(lambda: len(events(tmp_path / "job.log")[job]) >= 5, what="the 005 event")
         assert events(tmp_path / "job.log")[job] == [0, 1, 4, 1, 5]
         assert (tmp_path / "result").read_text() == "step1 done\n"
         assert (tmp_path / "job.out").read_text() == "started\nresumed\n"

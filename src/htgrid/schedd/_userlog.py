@@ -68,6 +68,9 @@ class UserLogWriter:
         self._seq = 0
         self._paths: dict[JobId, str | None] = {}  # UserLog per job; touched on the queue thread
         self._wake = worker.subscribe()
+        # catch_up runs from the writer's loop and from submits (see `written`): one at a
+        # time, or a batch of events could be written twice.
+        self._lock = asyncio.Lock()
 
     @property
     def seq(self) -> int:
@@ -100,13 +103,14 @@ class UserLogWriter:
 
     async def catch_up(self) -> None:
         """Write the events of every change committed so far."""
-        while True:
-            collect = functools.partial(self._collect, after=self._seq)
-            last, pending = await self._worker.read(collect)
-            if last == self._seq:
-                return
-            await asyncio.to_thread(self._write, pending, last)
-            self._seq = last
+        async with self._lock:
+            while True:
+                collect = functools.partial(self._collect, after=self._seq)
+                last, pending = await self._worker.read(collect)
+                if last == self._seq:
+                    return
+                await asyncio.to_thread(self._write, pending, last)
+                self._seq = last
 
     # -- on the queue thread ----------------------------------------------------------------
 

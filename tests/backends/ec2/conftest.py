@@ -1,114 +1,20 @@
-"""A real EC2 API on loopback for the EC2 GAHP tests: moto's server, in this process.
+"""The EC2 GAHP tests' helpers: the GAHP on its pipes, a relay, argument builders.
 
-moto is a test dependency (`htgrid[test]`): these tests never skip for want of it. The
-server runs in a thread of the test process so a test can do what AWS does on its own
-(reclaim a spot instance) by reaching into moto's backend. Nothing may reach real AWS:
-the environment points every AWS client at moto and turns off instance metadata.
+moto's server and the `moto_url`, `aws`, `ami` and `keys` fixtures live in
+tests/conftest.py, shared with the grid manager's ec2 tests.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import stat
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import boto3  # type: ignore[import-untyped]
 import pytest
-from moto import settings as moto_settings
-from moto.ec2.models import amis as moto_amis
-from moto.server import ThreadedMotoServer
 
 from ._proxy import Relay
 from ._wire import Wire, ec2_gahp_argv
 
 REGION = "us-east-1"
-#: The one image moto offers here (loading moto's 1,200 stock images costs seconds a test).
-AMI = {
-    "ami_id": "ami-0a1b2c3d4e5f60718",
-    "state": "available",
-    "public": True,
-    "owner_id": "801119661308",
-    "image_location": "amazon/htgrid-test",
-    "root_device_type": "ebs",
-    "root_device_name": "/dev/sda1",
-    "description": "htgrid test image",
-    "image_type": "machine",
-    "architecture": "x86_64",
-    "name": "htgrid-test-linux",
-    "virtualization_type": "hvm",
-    "hypervisor": "xen",
-}
-
-
-@pytest.fixture(scope="session")
-def moto_url() -> Iterator[str]:
-    """A moto server on 127.0.0.1 with a free port; AWS clients in this run point at it."""
-    # werkzeug logs every request at INFO; the tests' own output is enough.
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    saved = dict(os.environ)
-    os.environ.update(
-        {
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_SESSION_TOKEN": "testing",
-            "AWS_DEFAULT_REGION": REGION,
-            "AWS_REGION": REGION,
-            "AWS_ENDPOINT_URL": url,
-            "AWS_EC2_METADATA_DISABLED": "true",
-            "AWS_CONFIG_FILE": os.devnull,
-            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-        }
-    )
-    # Real EC2 refuses unknown AMIs; moto only does when asked to.
-    moto_settings.ENABLE_AMI_VALIDATION = True
-    # One image instead of moto's stock list: set MOTO_AMIS_PATH (checked when a region
-    # is first used) and swap the list moto read at import.
-    os.environ["MOTO_AMIS_PATH"] = os.devnull
-    stock = list(moto_amis.AMIS)
-    moto_amis.AMIS[:] = [dict(AMI)]
-    try:
-        yield url
-    finally:
-        moto_amis.AMIS[:] = stock
-        moto_settings.ENABLE_AMI_VALIDATION = False
-        os.environ.clear()
-        os.environ.update(saved)
-        server.stop()
-
-
-@pytest.fixture
-def aws(moto_url: str) -> Any:
-    """A boto3 EC2 client on a freshly reset moto, for setting up and checking."""
-    reset = urllib.request.Request(f"{moto_url}/moto-api/reset", method="POST")
-    with urllib.request.urlopen(reset, timeout=30):
-        pass
-    return boto3.client("ec2", endpoint_url=moto_url, region_name=REGION)
-
-
-@pytest.fixture
-def ami(aws: Any) -> str:
-    """The AMI moto knows."""
-    return str(AMI["ami_id"])
-
-
-@pytest.fixture
-def keys(tmp_path: Path) -> tuple[str, str]:
-    """Access and secret key files, as a user's job names them."""
-    access = tmp_path / "access.key"
-    secret = tmp_path / "secret.key"
-    access.write_text("AKIDEXAMPLETESTING\n")
-    secret.write_text("  secret/EXAMPLE+testing  \n")
-    for path in (access, secret):
-        path.chmod(stat.S_IRUSR | stat.S_IWUSR)
-    return str(access), str(secret)
 
 
 @pytest.fixture
