@@ -1,32 +1,31 @@
-"""A collector on a loopback port, for the command-line tests."""
+"""A collector on a loopback port (TLS, the pool's tokens), for the command-line tests."""
 
 from __future__ import annotations
 
-import asyncio
-import socket
-import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from htgrid.collector.daemon import make_server
+from htgrid.collector.testing import collector_thread, pool_home
+
+DOMAIN = "collector.test"
 
 
 @pytest.fixture
-def pool(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A pool home with its security material, as $HTGRID_HOME; ~ is a scratch directory
+    too, so no token of the real user's is seen."""
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    monkeypatch.delenv("HTGRID_TOKEN", raising=False)
+    path = pool_home(tmp_path / "pool", DOMAIN)
+    monkeypatch.setenv("HTGRID_HOME", str(path))
+    return path
+
+
+@pytest.fixture
+def pool(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """`host:port` of a running collector, also set as HTGRID_COLLECTOR_HOST."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = make_server("127.0.0.1", port)
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
-    thread.start()
-    for _ in range(500):
-        if server.started:
-            break
-        threading.Event().wait(0.01)
-    address = f"127.0.0.1:{port}"
-    monkeypatch.setenv("HTGRID_COLLECTOR_HOST", address)
-    yield address
-    server.should_exit = True
-    thread.join(timeout=10)
+    with collector_thread(home) as address:
+        monkeypatch.setenv("HTGRID_COLLECTOR_HOST", address)
+        yield address

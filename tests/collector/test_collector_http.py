@@ -1,10 +1,11 @@
-"""The collector over HTTP: the API, its errors, and the daemon on a real port."""
+"""The collector over HTTP: the API, its errors, and the daemon on a real port (TLS)."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import httpx
 import pytest
@@ -91,7 +92,7 @@ def test_errors_come_back_as_the_same_htgrid_errors() -> None:
     run(test)
 
 
-def test_nothing_listening_is_collector_unavailable() -> None:
+def test_nothing_listening_is_collector_unavailable(home: Path) -> None:
     with socket.socket() as s:  # a port surely closed: bound, never listening
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -104,11 +105,11 @@ def test_nothing_listening_is_collector_unavailable() -> None:
             asyncio.run(main())
 
 
-def test_the_daemon_serves_on_a_loopback_port() -> None:
+def test_the_daemon_serves_on_a_loopback_port(home: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = make_server("127.0.0.1", port, housekeeping_interval=0.05)
+    server = make_server("127.0.0.1", port, home=home, housekeeping_interval=0.05)
 
     async def main() -> None:
         serving = asyncio.create_task(server.serve())

@@ -88,7 +88,10 @@ def test_up_and_down_say_what_they_did(tmp_path: Path) -> None:
         f"htgrid daemons are not running (nothing answers on {home}/run/schedd.sock).\n",
     )
     home.mkdir()
-    (home / "htgrid.conf").write_text("COLLECTOR_HOST = 127.0.0.1:0\n")  # any free port
+    (home / "htgrid.conf").write_text(
+        "COLLECTOR_HOST = 127.0.0.1:0\n"  # any free port
+        "TRUST_DOMAIN = restart.test\n"
+    )
     rc, out, _ = run_cli(home, "up")
     try:
         assert rc == 0
@@ -101,6 +104,8 @@ def test_up_and_down_say_what_they_did(tmp_path: Path) -> None:
             f"  queue:     {home}/spool/queue.db",
             f"  collector: 127.0.0.1:{port}",
             "  daemons:   MASTER, SCHEDD, COLLECTOR, NEGOTIATOR, STARTD, GRIDMANAGER",
+            "  trust domain: restart.test",
+            f"  pool CA:   {home}/etc/ca/ca.crt",
         ]
         pid = int(lines[0].split("pid ")[1].rstrip(")."))
         assert (home / "run").stat().st_mode & 0o777 == 0o700

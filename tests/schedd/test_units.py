@@ -89,7 +89,7 @@ def test_config_file(tmp_path: Path) -> None:
     )
     assert config.socket == tmp_path / "run" / "schedd.sock"
     for text, message in (
-        ("SCHEDD_NAME = x\n", "htgrid.conf:1: expected NAME = value"),
+        ("SCHEDD_NAMES = x\n", "htgrid.conf:1: expected NAME = value"),
         ("\nQUEUE_FSYNC = maybe\n", "htgrid.conf:2: QUEUE_FSYNC must be true or false"),
         ("PERIODIC_EXPR_INTERVAL = 0\n", "must be positive"),
     ):

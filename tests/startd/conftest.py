@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import socket
-import threading
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from htgrid.classad import ClassAd, ExprTree
-from htgrid.collector.daemon import make_server
+from htgrid.collector.testing import collector_thread, pool_home
 from htgrid.startd import ClaimState, ClaimStatus, Resources, StartdClient, StartdConfig
 from htgrid.startd._daemon import ExitReason, Startd
 from htgrid.startd._machine import Gpu, MachineInfo
@@ -33,24 +31,18 @@ MACHINE = MachineInfo(
 )
 
 Scenario = Callable[[StartdClient, Startd], Awaitable[None]]
+DOMAIN = "startd.test"
 
 
 @pytest.fixture
-def collector() -> Iterator[str]:
-    """host:port of a collector running in a thread."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = make_server("127.0.0.1", port)
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
-    thread.start()
-    for _ in range(500):
-        if server.started:
-            break
-        threading.Event().wait(0.01)
-    yield f"127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+def collector(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """host:port of a collector running in a thread, for the pool in tmp_path/home (the
+    node's home too, so the node presents that pool's daemon token)."""
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    home = pool_home(tmp_path / "home", DOMAIN)
+    monkeypatch.setenv("HTGRID_HOME", str(home))
+    with collector_thread(home) as address:
+        yield address
 
 
 def run_startd(
@@ -58,7 +50,7 @@ def run_startd(
 ) -> ExitReason:
     """Run an execute node for `home` while `scenario` talks to it; why it stopped."""
     home.mkdir(parents=True, exist_ok=True)
-    (home / "htgrid.conf").write_text("JOB_MAX_VACATE_TIME = 1\n" + conf)
+    (home / "htgrid.conf").write_text(f"TRUST_DOMAIN = {DOMAIN}\nJOB_MAX_VACATE_TIME = 1\n" + conf)
     config = StartdConfig.load(home)
 
     async def main() -> ExitReason:

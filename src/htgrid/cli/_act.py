@@ -5,7 +5,7 @@
     All jobs in cluster 13 have been marked for removal
 
 Each argument (a job id, a cluster, a user name), `-constraint EXPR` and `-all` (all your
-jobs) is acted on separately, and each gets its line: success on stdout, failure on
+jobs) is acted on separately (on another schedd with `-name SCHEDD` / `-pool HOST:PORT`), and each gets its line: success on stdout, failure on
 stderr with the reason (not found, not yours, not in a status the action applies to).
 Exit status: 0 when every target was acted on, 1 when any was not, 2 for bad usage.
 """
@@ -17,7 +17,14 @@ import re
 import sys
 from typing import Any, Final
 
-from htgrid.cli._common import EXIT_NO, EXIT_OK, Target, client, parse_targets
+from htgrid.cli._common import (
+    EXIT_NO,
+    EXIT_OK,
+    Target,
+    add_schedd_options,
+    client,
+    parse_targets,
+)
 from htgrid.errors import UsageError
 from htgrid.net import ScheddClient
 from htgrid.queue import InvalidTransition, JobAction, JobNotFound, NotAuthorized
@@ -50,6 +57,7 @@ def register(commands: Any) -> None:
             "-all", "--all", dest="all_jobs", action="store_true", help="all your jobs"
         )
         cmd.add_argument("-reason", "--reason", metavar="TEXT", help="why (kept in the job ad)")
+        add_schedd_options(cmd)
         cmd.set_defaults(handler=_act, action=action)
     qedit = commands.add_parser(
         "qedit",
@@ -62,6 +70,7 @@ def register(commands: Any) -> None:
     )
     qedit.add_argument("-constraint", "--constraint", metavar="EXPR", help="jobs where EXPR")
     qedit.add_argument("words", nargs="+", metavar="ARG")
+    add_schedd_options(qedit)
     qedit.set_defaults(handler=_qedit)
 
 
@@ -70,7 +79,7 @@ def _act(args: argparse.Namespace) -> int:
     if not targets:
         raise UsageError("say which jobs: ID, CLUSTER, USER, -constraint EXPR or -all")
     failed = 0
-    with client() as schedd:
+    with client(args) as schedd:
         for target in targets:
             failed += not _one(schedd, args.action, target, args.reason)
     return EXIT_NO if failed else EXIT_OK
@@ -129,7 +138,7 @@ def _qedit(args: argparse.Namespace) -> int:
         if not _NAME.fullmatch(name):
             raise UsageError(f"qedit: {name!r} is not an attribute name")
     target = targets[0]
-    with client() as schedd:
+    with client(args) as schedd:
         try:
             ids = schedd.edit(target.jobs, attrs)
         except JobNotFound:

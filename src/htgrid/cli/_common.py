@@ -1,8 +1,15 @@
 """What the job commands share: the daemon's client, the user, job arguments, time and
-value formats, and output to a terminal (rich) or a pipe (plain text, as HTCondor's)."""
+value formats, and output to a terminal (rich) or a pipe (plain text, as HTCondor's).
+
+`-name SCHEDD` and `-pool HOST:PORT` (`add_schedd_options`) send a command to another
+schedd, found through a pool's collector (`htgrid.net.locate_schedd`) and reached over
+TLS with the user's token of that pool; without them, `client` is the personal pool's
+daemon on its Unix socket.
+"""
 
 from __future__ import annotations
 
+import argparse
 import os
 import pwd
 import re
@@ -15,16 +22,19 @@ from typing import Any, Final
 
 from htgrid.classad import ClassAd, ExprTree, Value, quote
 from htgrid.errors import UsageError
-from htgrid.net import Jobs, ScheddClient
+from htgrid.net import Jobs, ScheddClient, find_schedd
 from htgrid.submit._argsenv import split_v2_raw
 
 __all__ = [
     "EXIT_NO",
     "EXIT_OK",
     "EXIT_USAGE",
+    "Schedd",
     "Target",
+    "add_schedd_options",
     "client",
     "command_line",
+    "connect",
     "current_user",
     "format_date",
     "format_duration",
@@ -43,9 +53,49 @@ _CLUSTER: Final = re.compile(r"\d+")
 _USER: Final = re.compile(r"[A-Za-z_][\w.@-]*")
 
 
-def client() -> ScheddClient:
-    """The client of this user's personal pool ($HTGRID_HOME)."""
-    return ScheddClient.local()
+def add_schedd_options(parser: argparse.ArgumentParser) -> None:
+    """condor_q's `-name` and `-pool`: which schedd a job command talks to."""
+    parser.add_argument(
+        "-name",
+        "--name",
+        dest="schedd_name",
+        metavar="SCHEDD",
+        help="the schedd of this Name (in -pool's collector, else this pool's)",
+    )
+    parser.add_argument(
+        "-pool",
+        "--pool",
+        dest="schedd_pool",
+        metavar="HOST:PORT",
+        help="the pool whose collector is at HOST:PORT (its only schedd unless -name)",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Schedd:
+    """The schedd a command talks to, as condor_q's header names it."""
+
+    name: str
+    address: str  # its socket, or host:port
+
+
+def connect(args: argparse.Namespace | None = None) -> tuple[ScheddClient, Schedd]:
+    """The schedd `-name`/`-pool` in `args` name, over TLS; else this user's personal
+    pool ($HTGRID_HOME), on its socket. The client, and which schedd it is."""
+    from htgrid.schedd._config import ScheddConfig
+
+    config = ScheddConfig.load()
+    name = getattr(args, "schedd_name", None)
+    pool = getattr(args, "schedd_pool", None)
+    if name is None and pool is None:
+        return ScheddClient.local(config.home), Schedd(config.schedd_name, str(config.socket))
+    found = find_schedd(name, pool, home=config.home)
+    return ScheddClient.remote(found.url, home=config.home), Schedd(found.name, found.address)
+
+
+def client(args: argparse.Namespace | None = None) -> ScheddClient:
+    """The client of the schedd `args` name (see `connect`)."""
+    return connect(args)[0]
 
 
 def current_user() -> str:

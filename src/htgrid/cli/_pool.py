@@ -7,6 +7,8 @@
       queue:     /home/alice/.htgrid/spool/queue.db
       collector: 127.0.0.1:9618
       daemons:   MASTER, SCHEDD, COLLECTOR, NEGOTIATOR, STARTD
+      trust domain: host.example.org   (the issuer of the pool's tokens: TRUST_DOMAIN)
+      pool CA:   /home/alice/.htgrid/etc/ca/ca.crt   (other pools trust it to reach this one)
 
 Both exit 0 when the pool ends up as asked (already running, or nothing to stop, is
 fine) and 1 when it does not (the daemon failed to start, or would not stop).
@@ -19,7 +21,7 @@ import sys
 from typing import Any
 
 from htgrid.cli._common import EXIT_NO, EXIT_OK
-from htgrid.schedd import ScheddConfig, ScheddError, start, stop
+from htgrid.schedd import DaemonInfo, ScheddConfig, ScheddError, start, stop
 
 __all__ = ["register"]
 
@@ -74,7 +76,14 @@ def _up(args: argparse.Namespace) -> int:
     daemons = sorted(info.daemons, key=lambda d: (order.index(d) if d in order else 9, d))
     if daemons:
         print(f"  daemons:   {', '.join(daemons)}")
+    _print_security(info)
     return EXIT_OK
+
+
+def _print_security(info: DaemonInfo) -> None:
+    if info.security is not None:
+        print(f"  trust domain: {info.security.trust_domain}")
+        print(f"  pool CA:   {info.security.ca.cert}")
 
 
 def _down(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@
 
 As condor_q: only your jobs unless `-allusers` or arguments name jobs, clusters or
 users; `-nobatch` one line per job, `-hold` why jobs are held, `-l` whole ads (old
-syntax), `-af ATTR...` values, `-json` ads as JSON, `-better-analyze` why jobs do not
+syntax), `-grid` grid jobs' remote state and id (a VM's instance id), `-af ATTR...` values, `-json` ads as JSON, `-better-analyze` why jobs do not
 run. Plain text in a pipe, a rich table in a terminal. Exit status: 0, even when no job
 matches; 1 when the daemon is not running; 2 for a bad constraint (with its column).
 """
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -32,8 +31,9 @@ from htgrid.classad import ClassAd, quote
 from htgrid.cli._analyze import analyze
 from htgrid.cli._common import (
     EXIT_OK,
-    client,
+    add_schedd_options,
     command_line,
+    connect,
     current_user,
     format_date,
     format_duration,
@@ -75,6 +75,17 @@ _NOBATCH: Final = [
 ]
 
 
+_GRID: Final = [
+    "ClusterId",
+    "ProcId",
+    "Owner",
+    "JobStatus",
+    "GridJobStatus",
+    "GridResource",
+    "GridJobId",
+]
+
+
 def register(commands: Any) -> None:
     """Add `q` to the top-level parser."""
     q = commands.add_parser(
@@ -88,6 +99,9 @@ def register(commands: Any) -> None:
     q.add_argument("-nobatch", "--nobatch", action="store_true", help="one line per job")
     q.add_argument("-batch", "--batch", action="store_true", help="one line per batch (default)")
     q.add_argument("-hold", "--hold", action="store_true", help="held jobs and why")
+    q.add_argument(
+        "-grid", "--grid", action="store_true", help="grid jobs: remote state and remote id"
+    )
     q.add_argument("-run", "--run", action="store_true", help="running jobs")
     q.add_argument("-l", "-long", "--long", action="store_true", help="whole job ads")
     q.add_argument(
@@ -103,6 +117,7 @@ def register(commands: Any) -> None:
         help="explain why jobs are not running",
     )
     q.add_argument("-totals", "--totals", action="store_true", help="only the totals")
+    add_schedd_options(q)
     q.set_defaults(handler=_q)
 
 
@@ -124,13 +139,16 @@ def _constraint(args: argparse.Namespace, me: str) -> str | None:
         parts.append("JobStatus == 5")
     if args.run:
         parts.append("JobStatus == 2")
+    if args.grid:
+        parts.append("JobUniverse == 9")
     return " && ".join(parts) or None
 
 
 def _q(args: argparse.Namespace) -> int:
     me = current_user()
     constraint = _constraint(args, me)
-    with client() as schedd:
+    schedd, which = connect(args)
+    with schedd:
         if args.analyze:
             from htgrid.cli import _pool_analysis
 
@@ -147,15 +165,17 @@ def _q(args: argparse.Namespace) -> int:
                 autoformat=args.autoformat or (),
             )
             return EXIT_OK
-        ads = schedd.query(constraint, _NOBATCH if (args.nobatch or args.hold) else _BATCH)
+        projection = _NOBATCH if (args.nobatch or args.hold) else _BATCH
+        ads = schedd.query(constraint, _GRID if args.grid else projection)
         everyone = schedd.query(None, ["Owner", "JobStatus"])
-        where = schedd.path
     rich = is_terminal()
     print(
-        f"\n-- Schedd: htgrid@{socket.gethostname()} : <{_home(where)}> @ {format_date(time.time(), with_year=True)}"
+        f"\n-- Schedd: {which.name} : <{_home(which.address)}> @ {format_date(time.time(), with_year=True)}"
     )
     if not args.totals:
-        if args.hold:
+        if args.grid:
+            _grid_view(ads, rich)
+        elif args.hold:
             _hold_view(ads, rich)
         elif args.nobatch:
             _job_view(ads, rich)
@@ -324,5 +344,31 @@ def _hold_view(ads: Sequence[ClassAd], rich: bool) -> None:
         Column("OWNER"),
         Column("HELD_SINCE"),
         Column("HOLD_REASON"),
+    ]
+    print_table(columns, rows, rich=rich)
+
+
+def _grid_view(ads: Sequence[ClassAd], rich: bool) -> None:
+    """condor_q -grid: the remote state (a VM's `running`) and the remote id (instance id)."""
+    rows = []
+    for ad in ads:
+        grid_id = ad.get("GridJobId")
+        words = grid_id.split() if isinstance(grid_id, str) else []
+        status = ad.get("GridJobStatus")
+        rows.append(
+            [
+                f"{ad['ClusterId']}.{ad['ProcId']}",
+                str(ad.get("Owner", "?")),
+                status if isinstance(status, str) else "",
+                str(ad.get("GridResource", "")),
+                words[-1] if words else "",
+            ]
+        )
+    columns = [
+        Column("ID", right=True),
+        Column("OWNER"),
+        Column("STATUS"),
+        Column("GRID->MANAGER HOST"),
+        Column("GRID_JOB_ID"),
     ]
     print_table(columns, rows, rich=rich)

@@ -10,6 +10,7 @@ a cluster id, builds the job ads, and sends all procs in one request: the cluste
 queued whole or not at all. `NAME=VALUE` arguments and `-append LINE` add statements
 before the queue statement; `-queue ARGS` gives the queue statement itself.
 `-dry-run DEST` writes the ads (old syntax) to DEST (`-` for stdout) and needs no daemon.
+`-name SCHEDD` / `-pool HOST:PORT` queue the jobs in another schedd (condor_submit's).
 
 Exit status: 0 submitted, 2 the submit file or the command line is wrong (the message
 names the file and line), 1 the daemon refused or is not running.
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from htgrid.classad import ClassAd
-from htgrid.cli._common import EXIT_OK, client, current_user
+from htgrid.cli._common import EXIT_OK, add_schedd_options, client, current_user
 from htgrid.errors import UsageError
 from htgrid.submit import Job, SubmitDescription, SubmitError, dry_run_text
 
@@ -78,6 +79,7 @@ def register(commands: Any) -> None:
         metavar="ARGS",
         help="the queue statement's arguments, for a file without one",
     )
+    add_schedd_options(sub)
     sub.set_defaults(handler=_submit)
 
 
@@ -170,7 +172,7 @@ def _submit(args: argparse.Namespace) -> int:
         else:
             Path(args.dry_run).write_text(text, encoding="utf-8")
         return EXIT_OK
-    with client() as schedd:
+    with client(args) as schedd:
         cluster = schedd.reserve_cluster()
         jobs = _jobs(desc, cluster)
         _warn(jobs)

@@ -2,12 +2,14 @@
 
 `AdStore` keeps ads by type with HTCondor's update semantics (expiry, sequence numbers,
 invalidation) and answers constraint queries; `htgrid.collector.app.create_app` serves it
-over HTTP and `CollectorClient` talks to it. `htgrid collector`, `htgrid status` and
+over HTTP (TLS and the pool's tokens: `htgrid.collector.daemon`) and `CollectorClient`
+talks to it. `htgrid collector`, `htgrid status` and
 `htgrid advertise` are the command-line faces.
 """
 
 from htgrid.collector._errors import (
     CollectorError,
+    CollectorRefused,
     CollectorUnavailable,
     InvalidAd,
     InvalidQuery,
@@ -24,6 +26,7 @@ __all__ = [
     "AdType",
     "CollectorClient",
     "CollectorError",
+    "CollectorRefused",
     "CollectorUnavailable",
     "Command",
     "InvalidAd",

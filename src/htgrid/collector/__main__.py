@@ -1,11 +1,12 @@
 """`python -m htgrid.collector`: a collector process, as the pool's master starts it.
 
-    python -m htgrid.collector --fd 5 --address 127.0.0.1:9618 --parent-fd 4
+    python -m htgrid.collector --home ~/.htgrid --fd 5 --parent-fd 4
 
 `--fd` is a listening socket the master bound (so the port stays the same across
 restarts, and connections made while the collector restarts wait in its backlog);
-without it the collector binds `--host` and `--port` itself. With `--parent-fd` it
-stops when that pipe closes, i.e. when the master is gone.
+without it the collector binds `--host` and `--port` itself. It serves TLS with the
+certificate of the pool in `--home` ($HTGRID_HOME) and takes that pool's tokens. With
+`--parent-fd` it stops when that pipe closes, i.e. when the master is gone.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import logging
 import os
 import socket
 import sys
+from pathlib import Path
 
 from htgrid.collector.client import DEFAULT_PORT
 from htgrid.collector.daemon import make_server
@@ -23,6 +25,7 @@ from htgrid.collector.daemon import make_server
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m htgrid.collector")
+    parser.add_argument("--home", type=Path, help="the pool's home ($HTGRID_HOME)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--fd", type=int, help="serve on this listening socket")
@@ -35,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging()
     sock = socket.socket(fileno=args.fd) if args.fd is not None else None
     host, port = sock.getsockname()[:2] if sock is not None else (args.host, args.port)
-    server = make_server(host, port, default_lifetime=args.lifetime, name=args.name)
+    server = make_server(host, port, home=args.home, default_lifetime=args.lifetime, name=args.name)
 
     async def serve() -> None:
         if args.parent_fd is not None:

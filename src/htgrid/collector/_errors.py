@@ -4,7 +4,8 @@ CollectorError
 ├── UnknownCommand         (not an UPDATE_* / INVALIDATE_* command this collector keeps)
 ├── InvalidAd              (an ad the collector cannot store: no Name, the wrong MyType)
 ├── InvalidQuery           (a query it cannot run: bad constraint, projection or limit)
-├── CollectorUnavailable   (nothing answers at the pool's address)
+├── CollectorUnavailable   (nothing answers at the pool's address, or not over trusted TLS)
+├── CollectorRefused       (no token of the pool, or one that does not allow the request)
 └── ProtocolError          (an answer or a request that is not what the API promises)
 
 Constraints with a syntax error raise `htgrid.errors.ClassAdSyntaxError`, which points at
@@ -17,6 +18,7 @@ from htgrid.errors import HTGridError
 
 __all__ = [
     "CollectorError",
+    "CollectorRefused",
     "CollectorUnavailable",
     "InvalidAd",
     "InvalidQuery",
@@ -43,6 +45,15 @@ class InvalidQuery(CollectorError):
 
 class CollectorUnavailable(CollectorError):
     """The collector does not answer; start it with `htgrid collector`."""
+
+
+class CollectorRefused(CollectorError):
+    """The collector refused the request: no valid token of its pool, or too few rights."""
+
+    def __init__(self, message: str, *, status: int = 401, realm: str | None = None) -> None:
+        self.status = status  # 401: who are you; 403: not allowed
+        self.realm = realm  # the collector's trust domain, from its challenge
+        super().__init__(message)
 
 
 class ProtocolError(CollectorError):

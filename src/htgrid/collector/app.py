@@ -7,10 +7,18 @@
     POST /v1/invalidations/INVALIDATE_STARTD_ADS
                                            one query ad -> {"invalidated": n}
 
-Errors are problem documents (`_problems`). Paths are versioned and no handler reads an
-identity, so TLS and tokens can wrap the app later (as middleware) without changing a
-route. The store is used from one worker thread at a time: its work (evaluating
-constraints over 10,000 ads, encoding them) stays off the event loop and needs no lock.
+Errors are problem documents (`_problems`). Given the pool's `SecurityConfig`, the app
+checks every request's bearer token (`htgrid.net.security.TokenAuthMiddleware`; the
+daemon serves it over TLS): reading needs READ, i.e. any valid token of the pool, and
+an update or invalidation needs the level HTCondor's collector asks of that command
+(ADVERTISE_STARTD for UPDATE_STARTD_AD, ADVERTISE_SCHEDD for schedd and submitter ads,
+NEGOTIATOR for the negotiator's, DAEMON for the rest): the pool's daemon token or an
+administrator's has them all, a plain user's token none. A refusal is logged (the
+token's id and subject, never its text). Without a config the app checks nothing:
+only for tests talking to it in-process.
+
+The store is used from one worker thread at a time: its work (evaluating constraints
+over 10,000 ads, encoding them) stays off the event loop and needs no lock.
 """
 
 from __future__ import annotations
@@ -18,9 +26,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from json import JSONDecodeError
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -37,12 +45,35 @@ from htgrid.collector._store import AdStore, UpdateResult
 from htgrid.collector._types import AdType, parse_command
 from htgrid.collector._wire import decode_ads
 from htgrid.errors import HTGridError
+from htgrid.net.security import SecurityConfig, TokenAuthMiddleware, TokenVerifier
 
 __all__ = ["create_app"]
 
 _log = logging.getLogger("htgrid.collector")
 
 T = TypeVar("T")
+
+# What each ad type's UPDATE_* / INVALIDATE_* asks of the caller (HTCondor's collector).
+_ADVERTISE: Final[Mapping[AdType, str]] = {
+    AdType.STARTD: "ADVERTISE_STARTD",
+    AdType.SCHEDD: "ADVERTISE_SCHEDD",
+    AdType.SUBMITTER: "ADVERTISE_SCHEDD",
+    AdType.MASTER: "ADVERTISE_MASTER",
+    AdType.NEGOTIATOR: "NEGOTIATOR",
+}
+
+
+def required_authz(scope: Mapping[str, Any]) -> str:
+    """The authorization a request needs: READ to read, an ADVERTISE level to change ads."""
+    if scope.get("method", "GET") in {"GET", "HEAD", "OPTIONS"}:
+        return "READ"
+    path = str(scope.get("path", ""))
+    _, _, word = path.rpartition("/")
+    try:
+        command = parse_command(word)
+    except HTGridError:
+        return "DAEMON"  # the route answers what is wrong, to a caller who may advertise
+    return _ADVERTISE.get(command.ad_type, "DAEMON")
 
 
 class _Collector:
@@ -186,11 +217,12 @@ def create_app(
     name: str = "htgrid pool",
     address: str = "",
     housekeeping_interval: float = 60.0,
+    security: SecurityConfig | None = None,
 ) -> Starlette:
     """The collector app over `store`; expiry runs every `housekeeping_interval` seconds.
 
     Expired ads are also left out of every answer at once, so the interval only bounds
-    how long they take memory.
+    how long they take memory. With `security`, callers need tokens of that pool.
     """
     state = _Collector(
         store if store is not None else AdStore(), name, address, housekeeping_interval
@@ -223,4 +255,11 @@ def create_app(
         exception_handlers={404: _not_found, 405: _not_found},
     )
     app.state.collector = state
+    if security is not None:
+        app.add_middleware(
+            TokenAuthMiddleware,
+            verify=TokenVerifier(security).verify,
+            realm=security.trust_domain,
+            required=required_authz,
+        )
     return app

@@ -1,4 +1,4 @@
-"""Talking to a collector: advertise, invalidate and query ads over its HTTP API.
+"""Talking to a collector: advertise, invalidate and query ads over its HTTPS API.
 
     async with CollectorClient("127.0.0.1:9618") as pool:
         await pool.advertise("UPDATE_STARTD_AD", [site_ad])
@@ -6,42 +6,69 @@
 
 The pool is given as condor_status's `-pool` takes it (`host[:port]`, port 9618 by
 default) or, when omitted, from the environment variable HTGRID_COLLECTOR_HOST.
-Failures raise the collector's errors (`CollectorUnavailable` when nothing answers).
+The connection is TLS trusting the CAs of the pool in `home` ($HTGRID_HOME): its own
+and those in etc/ca/trusted.d. The token presented is the one given, else the one whose
+issuer is the collector's trust domain (learnt from its first 401), from
+$HTGRID_TOKEN, ~/.htgrid/tokens.d or `home`/etc/tokens.d; a daemon (`daemon=True`)
+presents the pool's daemon token only. Failures raise the collector's errors
+(`CollectorUnavailable` when nothing answers, `CollectorRefused` for a missing or
+insufficient token).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import ssl
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 import httpx
 
 from htgrid.classad import ClassAd, ExprTree
-from htgrid.collector._errors import CollectorUnavailable, ProtocolError
+from htgrid.collector._errors import CollectorRefused, CollectorUnavailable, ProtocolError
 from htgrid.collector._problems import from_problem
 from htgrid.collector._store import UpdateResult
 from htgrid.collector._types import AdType, Command
 from htgrid.collector._wire import decode_ads, encode_ad, fragments, join_ads
 from htgrid.errors import UsageError
+from htgrid.net.security import (
+    BearerAuth,
+    CertificateError,
+    SecurityConfig,
+    client_ssl_context,
+    daemon_token_path,
+    find_token,
+    read_token_file,
+    trusted_ca_files,
+    user_token_dir,
+)
 
 __all__ = ["DEFAULT_PORT", "CollectorClient", "default_pool", "pool_url"]
 
 DEFAULT_PORT = 9618
+_REALM: Final = re.compile(r'realm="([^"]*)"', re.IGNORECASE)
 
 
-def default_pool() -> str:
+def _home(home: str | os.PathLike[str] | None) -> Path:
+    if home is not None:
+        return Path(home)
+    return Path(os.environ.get("HTGRID_HOME") or os.path.expanduser("~/.htgrid")).absolute()
+
+
+def default_pool(home: str | os.PathLike[str] | None = None) -> str:
     """The pool tools talk to when not told: HTGRID_COLLECTOR_HOST, else the collector
-    of the personal pool in $HTGRID_HOME (its run/collector.address, written while it
-    runs), else this host's port 9618."""
+    of the personal pool in `home` ($HTGRID_HOME; its run/collector.address, written
+    while it runs), else this host's port 9618."""
     explicit = os.environ.get("HTGRID_COLLECTOR_HOST")
     if explicit:
         return explicit
-    home = os.environ.get("HTGRID_HOME") or os.path.expanduser("~/.htgrid")
     try:
-        with open(os.path.join(home, "run", "collector.address"), encoding="utf-8") as f:
+        with open(_home(home) / "run" / "collector.address", encoding="utf-8") as f:
             written = f.read().strip()
     except OSError:
         written = ""
@@ -49,16 +76,19 @@ def default_pool() -> str:
 
 
 def pool_url(pool: str) -> str:
-    """The base URL of a pool given as `host[:port]` (or already as an http URL)."""
+    """The base URL of a pool given as `host[:port]`: `https://host:port` (an https
+    URL is taken as it is)."""
     pool = pool.strip()
-    if pool.startswith(("http://", "https://")):
+    if pool.startswith("https://"):
         return pool.rstrip("/")
+    if pool.startswith("http://"):
+        raise UsageError(f"the collector speaks https only, not {pool!r}")
     host, sep, port = pool.rpartition(":")
     if not sep or "]" in port:  # no port, or a bare IPv6 address
         host, port = pool, str(DEFAULT_PORT)
     if not host or not port.isdigit():
         raise UsageError(f"not a pool address (host[:port]): {pool!r}")
-    return f"http://{host}:{port}"
+    return f"https://{host}:{port}"
 
 
 def _command_name(command: Command | str) -> str:
@@ -66,7 +96,7 @@ def _command_name(command: Command | str) -> str:
 
 
 class CollectorClient:
-    """An HTTP client of one collector."""
+    """An HTTPS client of one collector."""
 
     def __init__(
         self,
@@ -74,11 +104,45 @@ class CollectorClient:
         *,
         timeout: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        home: str | os.PathLike[str] | None = None,
+        token: str | None = None,
+        daemon: bool = False,
     ) -> None:
-        self.pool = pool or default_pool()
+        """`home` is the pool whose CAs and tokens to use ($HTGRID_HOME); `token` the
+        one to present (else found by the collector's trust domain); `daemon` presents
+        the pool's daemon token (the pool's own daemons advertising). `transport`
+        replaces the network (tests talking to an app in-process)."""
+        self.home = _home(home)
+        self.pool = pool or default_pool(self.home)
+        self._security = SecurityConfig.load(self.home)
+        self._tls_problem: str | None = None
+        verify: ssl.SSLContext | bool = True
+        if transport is None:
+            try:
+                verify = client_ssl_context(trusted_ca_files(self._security))
+            except CertificateError as exc:
+                self._tls_problem = str(exc)  # said when a request is made
+        self._daemon = daemon
+        # A daemon knows its pool's trust domain: its token goes with the first request.
+        issuer = self._security.trust_domain if daemon else None
+        self._auth = BearerAuth(token, issuer=issuer, find=self._find_token)
         self._client = httpx.AsyncClient(
-            base_url=pool_url(self.pool), timeout=timeout, transport=transport
+            base_url=pool_url(self.pool),
+            timeout=timeout,
+            transport=transport,
+            verify=verify,
+            auth=self._auth,
         )
+
+    def _token_dirs(self) -> list[Path]:
+        return [user_token_dir(), self.home / "etc" / "tokens.d"]
+
+    def _find_token(self, issuer: str) -> str | None:
+        if not self._daemon:
+            return find_token(issuer, dirs=self._token_dirs())
+        now = time.time()
+        tokens, _ = read_token_file(daemon_token_path(self._security))
+        return next((t.token for t in tokens if t.usable_for(issuer, now)), None)
 
     async def __aenter__(self) -> CollectorClient:
         return self
@@ -95,9 +159,21 @@ class CollectorClient:
         await self._client.aclose()
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        if self._tls_problem is not None:
+            raise CollectorUnavailable(
+                f"cannot talk to the collector at {self.pool}: {self._tls_problem}"
+            )
         try:
             response = await self._client.request(method, path, **kwargs)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        except httpx.ConnectError as exc:
+            if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+                raise CollectorUnavailable(
+                    f"the collector at {self.pool} presents a certificate no CA of this "
+                    f"pool trusts ({exc}); to trust another pool, copy its etc/ca/ca.crt "
+                    f"into {self.home / 'etc' / 'ca' / 'trusted.d'}/"
+                ) from None
+            raise CollectorUnavailable(f"no collector answers at {self.pool} ({exc})") from None
+        except httpx.ConnectTimeout as exc:
             raise CollectorUnavailable(f"no collector answers at {self.pool} ({exc})") from None
         except httpx.TimeoutException:
             raise CollectorUnavailable(f"the collector at {self.pool} timed out") from None
@@ -110,8 +186,32 @@ class CollectorClient:
                 doc: object = response.json()
             except (json.JSONDecodeError, UnicodeDecodeError):
                 doc = None
+            if response.status_code in (401, 403):
+                raise self._refused(response, doc)
             raise from_problem(response.status_code, doc)
         return response
+
+    def _refused(self, response: httpx.Response, doc: object) -> CollectorRefused:
+        detail = doc.get("detail") if isinstance(doc, dict) else None
+        found = _REALM.search(response.headers.get("WWW-Authenticate", ""))
+        realm = found[1] if found else None
+        text = f"the collector at {self.pool} refused the request: {detail or 'no reason given'}"
+        if (
+            response.status_code == 401
+            and realm
+            and "Authorization" not in response.request.headers
+        ):
+            where = (
+                str(daemon_token_path(self._security))
+                if self._daemon
+                else " or ".join(str(d) for d in self._token_dirs())
+            )
+            text = (
+                f"the collector at {self.pool} wants a token of its pool (trust domain "
+                f"{realm!r}) and none was found in {where}: get one from that pool's "
+                "administrator (`htgrid token create` there)"
+            )
+        return CollectorRefused(text, status=response.status_code, realm=realm)
 
     def _json(self, response: httpx.Response) -> dict[str, Any]:
         try:

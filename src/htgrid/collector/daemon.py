@@ -1,19 +1,23 @@
-"""Running the collector: uvicorn serving the app on loopback.
+"""Running the collector: uvicorn serving the app over TLS, callers known by their tokens.
 
-`serve()` is the coroutine `htgrid up` can run next to the other daemons; `run()` is the
-foreground `htgrid collector` command. Both listen on 127.0.0.1 unless told otherwise:
-nothing authenticates callers yet, so the API must not face a network.
+`serve()` is the coroutine a program can run next to its other work; `run()` is the
+foreground `htgrid collector` command. The pool's security material (key, CA, server
+certificate, daemon token) is made if missing (`ensure_pool_security`, as `htgrid up`
+does), then the collector presents the pool's server certificate and checks every
+caller's bearer token against the pool's keys and trust domain.
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import uvicorn
 
 from htgrid.collector._store import DEFAULT_LIFETIME, AdStore
 from htgrid.collector.app import create_app
 from htgrid.collector.client import DEFAULT_PORT
+from htgrid.net.security import SecurityConfig, ensure_pool_security, server_ssl_context
 
 __all__ = ["make_server", "run", "serve"]
 
@@ -24,21 +28,39 @@ def make_server(
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
     *,
+    home: Path | None = None,
     store: AdStore | None = None,
     default_lifetime: float = DEFAULT_LIFETIME,
     name: str = "htgrid pool",
     housekeeping_interval: float = 60.0,
 ) -> uvicorn.Server:
-    """A uvicorn server for a collector at `host:port` (not started)."""
+    """A uvicorn server for a collector of the pool in `home` ($HTGRID_HOME) at
+    `host:port`, over TLS (not started)."""
+    security = SecurityConfig.load(home)
+    material = ensure_pool_security(security)
     app = create_app(
         store if store is not None else AdStore(default_lifetime=default_lifetime),
         name=name,
         address=f"<{host}:{port}>",
         housekeeping_interval=housekeeping_interval,
+        security=security,
     )
     config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", lifespan="on", access_log=False
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        access_log=False,
+        # A TLS connection's close waits for the peer's close_notify (30 s in asyncio);
+        # an idle client that never reads must not hold a stopping collector that long.
+        timeout_graceful_shutdown=5,
+        ssl_certfile=str(material.server.cert),
+        ssl_keyfile=str(material.server.key),
     )
+    config.load()
+    # The pool's own context (TLS 1.2 at least) in place of the one uvicorn built.
+    config.ssl = server_ssl_context(material.server)
     return uvicorn.Server(config)
 
 

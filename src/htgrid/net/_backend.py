@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from htgrid.classad import ClassAd
@@ -57,6 +57,18 @@ class QueueBackend(Protocol):
 
     async def edit(self, identity: Identity, jobs: Jobs, attrs: dict[str, str]) -> list[JobId]:
         """Set attributes (ClassAd expression text) of jobs; the jobs edited."""
+        ...
+
+    async def put_input(self, identity: Identity, job_id: JobId, data: bytes) -> list[JobId]:
+        """Unpack a tar into the job's spool directory; release it if it was spooling."""
+        ...
+
+    async def get_output(self, identity: Identity, job_id: JobId) -> bytes:
+        """The job's output sandbox as a tar."""
+        ...
+
+    async def update_leases(self, identity: Identity, leases: Mapping[JobId, int]) -> list[JobId]:
+        """Set JobLeaseExpiration of the caller's jobs (unknown ids skipped); those set."""
         ...
 
     async def status(self) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 HTGridError
 ├── DaemonUnavailable     (nothing answers on the socket: the daemons are not running)
 ├── BadRequest            (a request the API cannot read: bad JSON, a missing field)
+├── (security.AuthError   401 (403 for InsufficientScope): a token refused, over TLS)
 └── ApiError              (an answer the client cannot map back to an htgrid error)
 
 Every error the daemon raises travels as an RFC 9457 problem document whose `error`
@@ -15,6 +16,18 @@ from __future__ import annotations
 from typing import Final
 
 from htgrid.errors import ClassAdSyntaxError, HTGridError, UsageError
+from htgrid.net.security._errors import (
+    AuthError,
+    ExpiredToken,
+    ForgedToken,
+    InsufficientScope,
+    MalformedToken,
+    MissingToken,
+    RevokedToken,
+    TokenNotYetValid,
+    UnknownKey,
+    UntrustedIssuer,
+)
 from htgrid.queue import (
     InvalidSubmit,
     InvalidTransition,
@@ -49,6 +62,10 @@ class ApiError(HTGridError):
 # gives its status. The client rebuilds only these classes from a problem's `error` name.
 PROBLEMS: Final[tuple[tuple[type[HTGridError], int], ...]] = (
     (JobNotFound, 404),
+    (InsufficientScope, 403),
+    *((cls, 401) for cls in (MissingToken, MalformedToken, ForgedToken, UnknownKey)),
+    *((cls, 401) for cls in (UntrustedIssuer, ExpiredToken, TokenNotYetValid, RevokedToken)),
+    (AuthError, 401),
     (NotAuthorized, 403),
     (InvalidTransition, 409),
     (ProtectedAttribute, 422),

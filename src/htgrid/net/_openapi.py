@@ -60,6 +60,22 @@ SCHEMAS: Final[dict[str, dict[str, Any]]] = {
             "attrs": {"type": "object", "additionalProperties": {"type": "string"}},
         },
     },
+    "Tar": {
+        "type": "string",
+        "format": "binary",
+        "description": "a plain tar; member names relative, without '..', files only",
+    },
+    "Leases": {
+        "type": "object",
+        "required": ["leases"],
+        "properties": {
+            "leases": {
+                "type": "object",
+                "description": 'job id ("cluster.proc") -> JobLeaseExpiration, epoch seconds',
+                "additionalProperties": {"type": "integer", "minimum": 0},
+            }
+        },
+    },
     "Health": {"type": "object"},
     "OpenAPI": {"type": "object"},
     "Problem": {
@@ -86,7 +102,8 @@ def _ref(name: str) -> dict[str, Any]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _json(name: str, media: str = "application/json") -> dict[str, Any]:
+def _json(name: str, media: str | None = None) -> dict[str, Any]:
+    media = media or ("application/x-tar" if name == "Tar" else "application/json")
     return {"content": {media: {"schema": _ref(name)}}}
 
 
@@ -125,7 +142,10 @@ def openapi_document(routes: Sequence[RouteSpec], version: str) -> dict[str, Any
         "info": {
             "title": "htgrid job queue",
             "version": version,
-            "description": "The schedd's API: on a Unix socket, the caller is the peer's uid.",
+            "description": (
+                "The schedd's API: on a Unix socket, the caller is the peer's uid; over "
+                "TLS, the subject of an IDTOKENS bearer token of the pool."
+            ),
         },
         "paths": paths,
         "components": {"schemas": SCHEMAS},

@@ -2,8 +2,8 @@
 
 Every route is under `/v1`, takes and returns JSON, and reports errors as problem
 documents (`_problems`). The caller's identity comes from the `authenticate` function the
-app is built with (on the Unix socket: the kernel's peer credentials), never from the
-request, so the same app can later be served over TLS with tokens. The routes are
+app is built with (on the Unix socket: the kernel's peer credentials; over TLS: the
+bearer token `TokenAuthMiddleware` checked), never from the request. The routes are
 listed once, in `ROUTES`, which makes both the router and `/v1/openapi.json`.
 """
 
@@ -29,6 +29,7 @@ from htgrid.net._errors import BadRequest, status_of
 from htgrid.net._openapi import openapi_document
 from htgrid.net._peer import Authenticator
 from htgrid.net._problems import to_problem
+from htgrid.net._sandbox_routes import get_output, job_id_of, put_input, update_leases
 from htgrid.net._wire import Jobs, ad_from_json, ads_json, loads
 from htgrid.queue import Identity, JobAction, JobId
 
@@ -142,12 +143,7 @@ async def _history(call: _Call) -> Response:
 
 
 async def _get(call: _Call) -> Response:
-    text = call.request.path_params["job_id"]
-    try:
-        job_id = JobId.parse(text)
-    except ValueError as exc:
-        raise BadRequest(str(exc)) from None
-    return await _ads([await call.backend.get(call.identity, job_id)])
+    return await _ads([await call.backend.get(call.identity, job_id_of(call))])
 
 
 async def _act(call: _Call) -> Response:
@@ -202,6 +198,13 @@ ROUTES: tuple[RouteSpec, ...] = (
               body="Edit"),
     RouteSpec("GET", "/v1/history", "history", "Jobs that left the queue, newest first",
               _history, returns="Ads", params=_SELECT),
+    RouteSpec("PUT", "/v1/jobs/{job_id}/input", "put_input",
+              "Unpack a tar into the job's spool directory; a spooling job is then released",
+              put_input, body="Tar"),
+    RouteSpec("GET", "/v1/jobs/{job_id}/output", "get_output",
+              "The job's output sandbox as a tar", get_output, returns="Tar"),
+    RouteSpec("POST", "/v1/jobs/lease", "lease", "Renew the leases of jobs (JobLeaseExpiration)",
+              update_leases, body="Leases"),
 )  # fmt: skip
 
 

@@ -6,9 +6,14 @@
         schedd.query("JobStatus == 5", ["HoldReason"])
         schedd.act(JobAction.Hold, Jobs.in_cluster(cluster), "waiting for data")
 
+    with ScheddClient.remote("https://127.0.0.1:40123") as schedd:   # another pool's
+        schedd.put_input("12.0", tar_bytes)                # over TLS, with a token
+        schedd.update_leases({"12.0": int(time.time()) + 2400})
+
 Errors come back as the classes the daemon raised (`JobNotFound`, `NotAuthorized`,
-`ClassAdSyntaxError` with its line and column...); a daemon that does not answer is
-`DaemonUnavailable`. httpx's own exceptions never escape.
+`ClassAdSyntaxError` with its line and column, `ExpiredToken`...); a daemon that does
+not answer is `DaemonUnavailable`, one whose certificate is not trusted
+`CertificateError`. httpx's own exceptions never escape.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ from __future__ import annotations
 import gc
 import json
 import os
+import ssl
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -31,9 +37,13 @@ from htgrid.net._problems import from_problem
 from htgrid.net._wire import Jobs, ad_from_json, ads_json, loads
 from htgrid.queue import JobAction, JobId
 
+if TYPE_CHECKING:
+    from htgrid.net.security import SecurityError
+
 __all__ = ["ScheddClient", "socket_path"]
 
 _BASE = "http://htgrid"  # the host part is not used on a Unix socket
+_TAR = "application/x-tar"
 
 
 def socket_path(home: str | os.PathLike[str] | None = None) -> Path:
@@ -59,9 +69,12 @@ class ScheddClient:
         *,
         http: httpx.Client | None = None,
         timeout: float = 60.0,
+        url: str | None = None,
     ) -> None:
-        """Talk to the socket at `path`; `http` replaces the transport (tests)."""
+        """Talk to the socket at `path`; `http` replaces the transport (tests, `remote`),
+        `url` names where it goes (for messages)."""
         self.path = Path(path)
+        self.url = url
         self._http = http or httpx.Client(
             transport=httpx.HTTPTransport(uds=str(self.path)), base_url=_BASE, timeout=timeout
         )
@@ -70,6 +83,38 @@ class ScheddClient:
     def local(cls, home: str | os.PathLike[str] | None = None, **kw: Any) -> ScheddClient:
         """The client of the personal pool in `home` (default: $HTGRID_HOME)."""
         return cls(socket_path(home), **kw)
+
+    @classmethod
+    def remote(
+        cls,
+        url: str,
+        *,
+        home: str | os.PathLike[str] | None = None,
+        token: str | None = None,
+        timeout: float = 60.0,
+    ) -> ScheddClient:
+        """The client of a queue daemon's TLS API at `url` (https://host:port).
+
+        The server's certificate must be signed by a CA `home`'s pool trusts (its own, or
+        one in etc/ca/trusted.d); `token` is sent, or else the token of the server's trust
+        domain, found by the realm of its first 401 (BearerAuth).
+        """
+        # Loaded here: the local client (every command) does not pay for TLS and tokens.
+        from htgrid.net.security import (
+            BearerAuth,
+            SecurityConfig,
+            client_ssl_context,
+            trusted_ca_files,
+        )
+
+        config = SecurityConfig.load(Path(home) if home is not None else None)
+        http = httpx.Client(
+            base_url=url.rstrip("/"),
+            auth=BearerAuth(token),
+            verify=client_ssl_context(trusted_ca_files(config)),
+            timeout=timeout,
+        )
+        return cls(url, http=http, url=url.rstrip("/"))
 
     def close(self) -> None:
         self._http.close()
@@ -133,6 +178,21 @@ class ScheddClient:
         body = {"jobs": jobs.to_json(), "attrs": dict(attrs)}
         return [JobId.parse(i) for i in self._json("POST", "/v1/jobs/edit", body)["jobs"]]
 
+    def put_input(self, job_id: JobId | str, tar: bytes) -> list[JobId]:
+        """Send a job's input sandbox (a plain tar); a spooling job is then released."""
+        response = self._request("PUT", f"/v1/jobs/{job_id}/input", content=tar, media=_TAR)
+        return [JobId.parse(i) for i in self._decode(response)["jobs"]]
+
+    def get_output(self, job_id: JobId | str) -> bytes:
+        """A job's output sandbox, as a plain tar."""
+        return self._request("GET", f"/v1/jobs/{job_id}/output").content
+
+    def update_leases(self, leases: Mapping[JobId | str, int]) -> list[JobId]:
+        """Set JobLeaseExpiration (epoch seconds) of jobs; the ones updated (unknown
+        and other users' jobs are skipped)."""
+        body = {"leases": {str(job_id): int(when) for job_id, when in leases.items()}}
+        return [JobId.parse(i) for i in self._json("POST", "/v1/jobs/lease", body)["jobs"]]
+
     def openapi(self) -> dict[str, Any]:
         """The API's OpenAPI description."""
         return self._json("GET", "/v1/openapi.json")
@@ -180,14 +240,14 @@ class ScheddClient:
         *,
         params: Mapping[str, str] | None = None,
         json_body: object = None,
+        content: str | bytes | None = None,
+        media: str = "application/json",
     ) -> httpx.Response:
-        if json_body is None:
-            content = None
-        elif isinstance(json_body, RawJson):
+        if isinstance(json_body, RawJson):
             content = json_body.text
-        else:
+        elif json_body is not None:
             content = json.dumps(json_body)
-        headers = {"content-type": "application/json"} if content is not None else None
+        headers = {"content-type": media} if content is not None else None
         response = self._send(method, path, params, content, headers)
         if response.is_success:
             return response
@@ -202,10 +262,12 @@ class ScheddClient:
         method: str,
         path: str,
         params: Mapping[str, str] | None,
-        content: str | None,
+        content: str | bytes | None,
         headers: dict[str, str] | None,
     ) -> httpx.Response:
         """One request; httpx's and the socket's errors said in the daemon's terms."""
+        if self.url is not None:
+            return self._send_remote(method, path, params, content, headers)
         with warnings.catch_warnings():
             # httpcore leaks the socket of a failed connect to a Unix socket (a daemon
             # that died leaves its socket file behind). The socket is freed once the
@@ -226,3 +288,44 @@ class ScheddClient:
                 problem = f"lost the connection to the daemon on {self.path}: {exc}"
             gc.collect()
         raise DaemonUnavailable(problem)
+
+    def _send_remote(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None,
+        content: str | bytes | None,
+        headers: dict[str, str] | None,
+    ) -> httpx.Response:
+        error: HTGridError
+        try:
+            return self._http.request(method, path, params=params, content=content, headers=headers)
+        except httpx.ConnectError as exc:
+            error = _untrusted(self.url, exc) or DaemonUnavailable(
+                f"no queue daemon answers at {self.url}: {exc}"
+            )
+        except httpx.TimeoutException:
+            error = DaemonUnavailable(f"the queue daemon at {self.url} did not answer in time")
+        except httpx.HTTPError as exc:
+            error = DaemonUnavailable(
+                f"lost the connection to the queue daemon at {self.url}: {exc}"
+            )
+        raise error
+
+
+def _untrusted(url: str | None, exc: httpx.ConnectError) -> SecurityError | None:
+    """The CertificateError a failed TLS handshake stands for, if it was one."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, ssl.SSLError):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        return None
+    from htgrid.net.security import CertificateError
+
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        return CertificateError(
+            f"the queue daemon at {url} presented a certificate this pool does not trust "
+            f"({cause.verify_message}): put its pool's etc/ca/ca.crt in etc/ca/trusted.d/ "
+            "of this pool"
+        )
+    return CertificateError(f"the TLS handshake with {url} failed: {cause.reason or cause}")

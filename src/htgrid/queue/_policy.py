@@ -5,7 +5,9 @@ store, the grid manager and tests share them.
 
 Periodic (the schedd, every PERIODIC_EXPR_INTERVAL), first that fires wins:
 `TimerRemove` (an epoch time in the past), `PeriodicHold` (unless held), `PeriodicRelease`
-(only when held), `PeriodicRemove`.
+(only when held), `PeriodicRemove`. Before them, `lease_decision`: a job whose
+`JobLeaseExpiration` has passed is removed (HTCondor-C's remote copy, whose submitter
+stopped renewing its lease).
 
 At exit (the shadow, when the job's process ends): the periodic ones again (a firing
 `PeriodicRemove` then ends the job as completed, as ShadowUserPolicy::doAction does),
@@ -29,7 +31,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from htgrid.classad import ClassAd
 from htgrid.queue._codes import HoldReasonCode
@@ -41,6 +43,7 @@ __all__ = [
     "PolicyAction",
     "PolicyDecision",
     "exit_decision",
+    "lease_decision",
     "periodic_decision",
     "truth",
     "with_time",
@@ -64,6 +67,9 @@ class ExitOutcome(enum.Enum):
     LEFT_IN_QUEUE = "left_in_queue"  # Completed, kept in the queue by LeaveJobInQueue
     REQUEUED = "requeued"  # back to Idle (OnExitRemove false, e.g. max_retries left)
     HELD = "held"  # OnExitHold (or PeriodicHold) fired
+
+
+LEASE_EXPIRED: Final = "The job's lease expired: its submitter did not renew it (JobLeaseDuration)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +115,16 @@ def periodic_decision(ad: ClassAd, now: int) -> PolicyDecision | None:
     if decision is None:
         decision = _single(scope, "PeriodicRemove", PolicyAction.REMOVE)
     return decision
+
+
+def lease_decision(ad: ClassAd, now: int) -> PolicyDecision | None:
+    """Remove the job if its `JobLeaseExpiration` (epoch seconds) is in the past."""
+    if "JobLeaseExpiration" not in ad:
+        return None
+    when = ad.eval("JobLeaseExpiration")
+    if type(when) not in (int, float) or not when < now:
+        return None
+    return PolicyDecision(PolicyAction.REMOVE, "JobLeaseExpiration", LEASE_EXPIRED)
 
 
 def exit_decision(ad: ClassAd, now: int) -> PolicyDecision:

@@ -45,6 +45,7 @@ from htgrid.queue._policy import (
     PolicyAction,
     PolicyDecision,
     exit_decision,
+    lease_decision,
     periodic_decision,
     truth,
     with_time,
@@ -65,7 +66,14 @@ _RUNTIME: Final = frozenset(
     {JobStatus.IDLE, JobStatus.RUNNING, JobStatus.SUSPENDED, JobStatus.TRANSFERRING_OUTPUT}
 )
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_POLICY_KEYS: Final = ('"periodichold"', '"periodicrelease"', '"periodicremove"', '"timerremove"')
+_POLICY_ATTRS: Final = (
+    "PeriodicHold",
+    "PeriodicRelease",
+    "PeriodicRemove",
+    "TimerRemove",
+    "JobLeaseExpiration",
+)
+_POLICY_KEYS: Final = tuple(f'"{name.lower()}"' for name in _POLICY_ATTRS)
 _VERBS: Final = {
     JobAction.Hold: ("hold", "condor_hold"),
     JobAction.Release: ("release", "condor_release"),
@@ -323,7 +331,8 @@ class JobQueue:
 
         A string value is ClassAd expression text (`'"a string"'`, `'RequestMemory * 2'`),
         as htcondor2's Schedd.edit takes it; it is parsed before anything changes, and a
-        malformed one raises ClassAdSyntaxError.
+        malformed one raises ClassAdSyntaxError. A finished job kept by LeaveJobInQueue
+        leaves for the history as soon as an edit makes it false (HTCondor-C's cleanup).
         """
         parsed: dict[str, Any] = {}
         for name, value in attrs.items():
@@ -338,6 +347,8 @@ class JobQueue:
                 for name, value in parsed.items():
                     edit.set(name, value)
                 txn.save(edit)
+                if _finished(edit) and not _keep_in_queue(edit, txn.now):
+                    txn.leave(edit)
                 done.append(edit.job_id)
         return done
 
@@ -457,10 +468,7 @@ class JobQueue:
         has = seen.get(cluster)
         if has is None:
             ad = store.cluster_ad(cluster)
-            has = any(
-                name in ad
-                for name in ("PeriodicHold", "PeriodicRelease", "PeriodicRemove", "TimerRemove")
-            )
+            has = any(name in ad for name in _POLICY_ATTRS)
             seen[cluster] = has
         lowered = text.lower()
         return has or any(key in lowered for key in _POLICY_KEYS)
@@ -468,6 +476,9 @@ class JobQueue:
     @staticmethod
     def _periodic(edit: JobEdit, now: int) -> PolicyDecision | None:
         view = edit.view()
+        lease = lease_decision(view, now)
+        if lease is not None:  # whoever manages the job, its submitter is gone
+            return lease
         if view.get("Managed") == "External":
             return None
         if (
@@ -513,6 +524,14 @@ class JobQueue:
     def _check_open(self) -> None:
         if self._closed:
             raise QueueError("the job queue is closed")
+
+
+def _finished(edit: JobEdit) -> bool:
+    """Completed, or Removed and let go of by whatever ran it (kept only by LeaveJobInQueue)."""
+    status = edit.status
+    return status == JobStatus.COMPLETED or (
+        status == JobStatus.REMOVED and edit.has("JobFinishedHookDone")
+    )
 
 
 def _keep_in_queue(edit: JobEdit, now: int) -> bool:

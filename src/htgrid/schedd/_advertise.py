@@ -2,7 +2,9 @@
 
 Sent every SCHEDD_INTERVAL seconds (its UpdateInterval, so the collector drops it after
 three missed updates), with HTCondor's job counts: TotalIdleJobs, TotalRunningJobs,
-TotalHeldJobs, TotalJobAds and the local universe's own.
+TotalHeldJobs, TotalJobAds and the local universe's own. Its Name is SCHEDD_NAME; with
+the API's URL, MyAddress is `<host:port>` of the TLS listener and HTGridURL the URL,
+which is how another pool finds this queue (HTCondor-C).
 """
 
 from __future__ import annotations
@@ -56,11 +58,15 @@ class ScheddAdvertiser:
         interval: float,
         started: int,
         clock: Callable[[], float],
+        name: str | None = None,
+        url: str | None = None,
     ) -> None:
+        """`address` is used as MyAddress unless `url` (https://host:port) is given."""
         self._worker = worker
         self._collector = collector
-        self.name = schedd_name()
-        self.address = address
+        self.name = name or schedd_name()
+        self.url = url
+        self.address = f"<{url.removeprefix('https://')}>" if url else address
         self._interval = interval
         self._started = started
         self._clock = clock
@@ -89,6 +95,8 @@ class ScheddAdvertiser:
         ad["Machine"] = socket.gethostname()
         ad["MyAddress"] = self.address
         ad["ScheddIpAddr"] = self.address
+        if self.url:
+            ad["HTGridURL"] = self.url
         ad["CondorVersion"] = f"htgrid {__version__}"
         ad["DaemonStartTime"] = self._started
         ad["UpdateSequenceNumber"] = self._sequence

@@ -5,10 +5,11 @@
     ├── spool/queue.db       the job queue (SQLite)
     ├── spool/userlog.seq    the last change written to user event logs
     ├── spool/sandboxes/     output kept from evicted jobs (when_to_transfer_output ON_EXIT_OR_EVICT)
+    ├── spool/<c>/<p>/       the sandbox of a job whose input was spooled (HTCondor-C)
     ├── execute/             the execute node's job sandboxes
     ├── log/                 SchedLog (this daemon, the negotiator), CollectorLog, StartLog
     └── run/                 mode 0700: schedd.sock, startd.sock (0600), pid and lock files,
-                             collector.address (the collector's host:port)
+                             collector.address (the collector's host:port), schedd.url
 
 Knobs (htgrid.conf), named as HTCondor names the closest setting:
 
@@ -22,6 +23,9 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
     NEGOTIATOR_INTERVAL = 60        seconds between negotiation cycles, at most
     NEGOTIATOR_MIN_INTERVAL = 5     ... and at least (a submit asks for a cycle sooner)
     SCHEDD_INTERVAL = 300           seconds between updates of the schedd's ad
+    SCHEDD_NAME = htgrid@<host>     the schedd's Name in the pool (two pools on a host differ)
+    SCHEDD_ADDRESS = 127.0.0.1:0    where the API listens over TLS (port 0: any free port);
+                                    its URL is written to run/schedd.url
     ALIVE_INTERVAL = 60             seconds between a claim's keep-alives
     MAX_CLAIM_ALIVES_MISSED = 6     keep-alives missed before a claim is given up
     MASTER_BACKOFF_CONSTANT = 1     a daemon that died is restarted after CONSTANT *
@@ -29,6 +33,8 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
     MASTER_BACKOFF_CEILING = 300      restarts are forgotten once it has run
     MASTER_RECOVER_FACTOR = 300       RECOVER_FACTOR seconds
     DEFAULT_MASTER_SHUTDOWN_SCRIPT = (none)   a command run when the daemons exit
+    TRUST_DOMAIN = (host name)      the issuer of the pool's tokens (htgrid.net.security)
+    GRIDMANAGER_JOB_PROBE_INTERVAL = 10  seconds between the grid manager's status polls
 
 The execute node's knobs (NUM_CPUS, MEMORY, DISK, EXECUTE, START, STARTD_ATTRS,
 UPDATE_INTERVAL, STARTD_NOCLAIM_SHUTDOWN, FILESYSTEM_DOMAIN, UID_DOMAIN, GPU_DISCOVERY)
@@ -41,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +55,14 @@ from typing import Final
 
 from htgrid.errors import HTGridError
 
-__all__ = ["Backoff", "ConfigFile", "ScheddConfig", "ScheddError", "htgrid_home"]
+__all__ = [
+    "Backoff",
+    "ConfigFile",
+    "ScheddConfig",
+    "ScheddError",
+    "default_schedd_name",
+    "htgrid_home",
+]
 
 CONFIG_NAME: Final = "htgrid.conf"
 DAEMONS: Final = frozenset({"MASTER", "COLLECTOR", "NEGOTIATOR", "SCHEDD", "STARTD", "GRIDMANAGER"})
@@ -56,6 +70,11 @@ DAEMONS: Final = frozenset({"MASTER", "COLLECTOR", "NEGOTIATOR", "SCHEDD", "STAR
 
 class ScheddError(HTGridError):
     """The daemon could not start, stop or be configured."""
+
+
+def default_schedd_name() -> str:
+    """SCHEDD_NAME's default: `htgrid@<this host>`."""
+    return f"htgrid@{socket.gethostname()}"
 
 
 def htgrid_home(env: Mapping[str, str] | None = None) -> Path:
@@ -76,6 +95,8 @@ _KNOWN: Final = frozenset(
         "NEGOTIATOR_INTERVAL",
         "NEGOTIATOR_MIN_INTERVAL",
         "SCHEDD_INTERVAL",
+        "SCHEDD_NAME",
+        "SCHEDD_ADDRESS",
         "ALIVE_INTERVAL",
         "MAX_CLAIM_ALIVES_MISSED",
         "MASTER_BACKOFF_CONSTANT",
@@ -83,6 +104,8 @@ _KNOWN: Final = frozenset(
         "MASTER_BACKOFF_CEILING",
         "MASTER_RECOVER_FACTOR",
         "DEFAULT_MASTER_SHUTDOWN_SCRIPT",
+        "TRUST_DOMAIN",  # read by htgrid.net.security.SecurityConfig.load
+        "GRIDMANAGER_JOB_PROBE_INTERVAL",  # read by htgrid.grid (GridManagerConfig.KNOBS)
         # the execute node's (htgrid.startd)
         "NUM_CPUS",
         "MEMORY",
@@ -160,6 +183,16 @@ class ConfigFile:
             return False
         raise self._error(key, f"must be true or false, not {self.values[key][0]!r}")
 
+    def address(self, key: str, default: tuple[str, int]) -> tuple[str, int]:
+        """A `host:port` (port 0: any free port)."""
+        if key not in self.values:
+            return default
+        text = self.values[key][0]
+        host, _, port = text.rpartition(":")
+        if not host or not port.isdigit() or int(port) > 65535:
+            raise self._error(key, f"must be host:port, not {text!r}")
+        return host.strip("[]"), int(port)
+
     def names(self, key: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
         """A list of names, separated by commas or spaces."""
         if key not in self.values:
@@ -220,6 +253,8 @@ class ScheddConfig:
     max_alives_missed: int = 6
     backoff: Backoff = Backoff()
     shutdown_script: str | None = None
+    schedd_name: str = dataclasses.field(default_factory=default_schedd_name)
+    schedd_address: tuple[str, int] = ("127.0.0.1", 0)  # the API's TLS listener
 
     @property
     def spool(self) -> Path:
@@ -257,6 +292,15 @@ class ScheddConfig:
     def collector_address_file(self) -> Path:
         """Where the running collector's host:port is written (COLLECTOR_ADDRESS_FILE)."""
         return self.run_dir / "collector.address"
+
+    @property
+    def url_file(self) -> Path:
+        """Where the API's URL (`https://host:port`) is written once it listens."""
+        return self.run_dir / "schedd.url"
+
+    def job_spool(self, cluster: int, proc: int) -> Path:
+        """The spool directory of a job whose input is spooled (its Iwd here)."""
+        return self.spool / str(cluster) / str(proc)
 
     @property
     def sandbox_spool(self) -> Path:
@@ -312,4 +356,6 @@ class ScheddConfig:
                 recover=conf.number("MASTER_RECOVER_FACTOR", 300.0),
             ),
             shutdown_script=script or None,
+            schedd_name=conf.text("SCHEDD_NAME", default_schedd_name()),
+            schedd_address=conf.address("SCHEDD_ADDRESS", ("127.0.0.1", 0)),
         )

@@ -1,8 +1,10 @@
 """`htgrid up` and `htgrid down`: starting the daemon in the background, and stopping it.
 
-`start` spawns `python -m htgrid.schedd --background` (which detaches into its own
-session, logging to SchedLog, and starts the pool's other daemons) and waits until the
-daemon answers on its socket; if the daemon dies first, the end of its log says why.
+`start` first makes the pool's security material (signing key, CA, the daemons' server
+certificate and token: `htgrid.net.security.ensure_pool_security`), then spawns
+`python -m htgrid.schedd --background` (which detaches into its own session, logging to
+SchedLog, and starts the pool's other daemons) and waits until the daemon answers on
+its socket; if the daemon dies first, the end of its log says why.
 `stop` sends SIGTERM and waits until the daemon has exited, i.e. until it has stopped
 its jobs and its child daemons and closed the queue.
 """
@@ -19,10 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from htgrid.errors import HTGridError
 from htgrid.net import DaemonUnavailable, ScheddClient
+from htgrid.net.security import PoolSecurity, SecurityConfig, ensure_pool_security
 from htgrid.schedd._config import ScheddConfig, ScheddError
 
-__all__ = ["DaemonInfo", "start", "stop"]
+__all__ = ["DaemonInfo", "ensure_security", "start", "stop"]
 
 _POLL = 0.05
 
@@ -38,6 +42,7 @@ class DaemonInfo:
     already_running: bool = False
     collector: str | None = None  # host:port of the pool's collector
     daemons: tuple[str, ...] = ()  # what DAEMON_LIST runs (MASTER, SCHEDD, STARTD...)
+    security: PoolSecurity | None = None  # the pool's trust domain, CA, certificate, token
 
 
 def _health(config: ScheddConfig) -> dict[str, Any] | None:
@@ -57,7 +62,9 @@ def _answer(config: ScheddConfig) -> int | None:
     return None if health is None else int(health["pid"])
 
 
-def _info(config: ScheddConfig, pid: int, already: bool) -> DaemonInfo:
+def _info(
+    config: ScheddConfig, pid: int, already: bool, security: PoolSecurity | None
+) -> DaemonInfo:
     health = _health(config) or {}
     collector = health.get("collector")
     return DaemonInfo(
@@ -68,7 +75,16 @@ def _info(config: ScheddConfig, pid: int, already: bool) -> DaemonInfo:
         already,
         collector if isinstance(collector, str) else None,
         tuple(health.get("daemons") or ()),
+        security,
     )
+
+
+def ensure_security(config: ScheddConfig) -> PoolSecurity:
+    """The pool's security material, made or renewed (ScheddError when it cannot be)."""
+    try:
+        return ensure_pool_security(SecurityConfig.load(config.home))
+    except (HTGridError, OSError) as exc:
+        raise ScheddError(f"cannot make the pool's security material: {exc}") from exc
 
 
 def _alive(pid: int) -> bool:
@@ -95,9 +111,10 @@ def start(config: ScheddConfig, *, timeout: float = 30.0, execute: bool = True) 
     `execute=False` starts it without an execute node (`htgrid up -no-execute`).
     """
     config.make_dirs()
+    security = ensure_security(config)
     pid = _answer(config)
     if pid is not None:
-        return _info(config, pid, True)
+        return _info(config, pid, True, security)
     argv = [sys.executable, "-m", "htgrid.schedd", "--home", str(config.home), "--background"]
     if not execute:
         argv.append("--no-execute")
@@ -119,11 +136,11 @@ def start(config: ScheddConfig, *, timeout: float = 30.0, execute: bool = True) 
     while time.monotonic() < deadline:
         pid = _answer(config)
         if pid is not None:
-            return _info(config, pid, pid != child)
+            return _info(config, pid, pid != child, security)
         if not _alive(child):
             pid = _answer(config)  # lost a race with another `htgrid up`?
             if pid is not None:
-                return _info(config, pid, True)
+                return _info(config, pid, True, security)
             raise ScheddError(
                 f"the daemon exited while starting; the end of {config.log_file}:\n"
                 + _log_tail(config.log_file)

@@ -4,10 +4,11 @@ one queue thread; and the master of the pool's other daemons (`_pool`): the coll
 and the execute node run as its children.
 
 Start-up: take the pool's lock (one daemon per home), open the queue, recover from a
-crash (kill what earlier runs left, evict jobs with no process), serve the socket, start
+crash (kill what earlier runs left, evict jobs with no process), serve the socket and
+the same API over TLS with tokens on SCHEDD_ADDRESS (its URL in run/schedd.url), start
 the pool's daemons, write the pid file. SIGTERM or SIGINT: stop taking requests, stop
 matching, stop running jobs (back to idle), stop the children, write the jobs' events,
-close the queue, remove the socket and the pid file.
+close the queue, remove the socket, the URL file and the pid file.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import signal
 import socket
 import time
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -29,8 +31,15 @@ from htgrid import __version__
 from htgrid.errors import HTGridError
 from htgrid.net._peer import PeerCredProtocol, peercred_identity
 from htgrid.net.app import create_app
+from htgrid.net.security import (
+    SecurityConfig,
+    TokenAuthMiddleware,
+    TokenVerifier,
+    ensure_pool_security,
+    server_ssl_context,
+    token_identity,
+)
 from htgrid.queue import JobQueue
-from htgrid.schedd._advertise import schedd_name
 from htgrid.schedd._config import ScheddConfig, ScheddError
 from htgrid.schedd._launch import family_marker
 from htgrid.schedd._local import LocalRunner
@@ -133,7 +142,7 @@ class Daemon:
         shadows = ShadowManager(
             worker,
             ShadowSettings(
-                schedd_name(),
+                cfg.schedd_name,
                 cfg.spool,
                 alive_interval=cfg.alive_interval,
                 lease=cfg.claim_lease,
@@ -147,7 +156,22 @@ class Daemon:
             _log.warning(
                 "%d job(s) were running when the last daemon died: back to idle", len(evicted)
             )
-        server, serving = await self._start_server(QueueService(worker, self._status))
+        # As condor_submit: when a submit returns, its 000 events are in the user logs, so
+        # `htgrid wait` (or a DAG) started right after it finds them.
+        service = QueueService(
+            worker,
+            self._status,
+            spool=cfg.job_spool,
+            clock=self._clock,
+            after_submit=writer.catch_up,
+        )
+        server, serving = await self._start_server(service)
+        try:
+            api, api_serving, url = await self._start_api(service)
+        except BaseException:
+            server.should_exit = True
+            await serving
+            raise
         tasks = [
             self._supervised(runner.run(), "local universe"),
             self._supervised(writer.run(), "event log writer"),
@@ -155,15 +179,17 @@ class Daemon:
             self._supervised(shadows.run(), "shadows"),
         ]
         pool = Pool(cfg, worker, shadows, clock=self._clock, request_stop=self._stop.set)
+        pool.api_url = url
         self.pool = pool
         try:
             await pool.start()
             cfg.pid_file.write_text(f"{os.getpid()}\n")
             _log.info(
-                "htgrid %s daemon (pid %d) serving %s; queue %s; daemons %s; collector %s",
+                "htgrid %s daemon (pid %d) serving %s and %s; queue %s; daemons %s; collector %s",
                 __version__,
                 os.getpid(),
                 cfg.socket,
+                url,
                 cfg.spool / "queue.db",
                 ", ".join(sorted(cfg.daemons)),
                 pool.pool,
@@ -171,11 +197,12 @@ class Daemon:
             await self._stop.wait()
         finally:
             _log.info("shutting down")
-            server.should_exit = True
-            await serving
+            server.should_exit = api.should_exit = True
+            await asyncio.gather(serving, api_serving)
             await pool.stop()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(cfg.socket)
+            for path in (cfg.socket, cfg.url_file):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
             await runner.shutdown()
             for task in tasks:
                 task.cancel()
@@ -214,6 +241,49 @@ class Daemon:
             await asyncio.sleep(0.01)
         return server, serving
 
+    async def _start_api(
+        self, service: QueueService
+    ) -> tuple[uvicorn.Server, asyncio.Task[None], str]:
+        """The API over TLS on SCHEDD_ADDRESS, callers named by their bearer tokens; its URL.
+
+        The pool's key, CA and certificate are made here if `htgrid up` did not.
+        """
+        cfg = self.config
+        security = SecurityConfig.load(cfg.home)
+        material = await asyncio.to_thread(ensure_pool_security, security)
+        verifier = TokenVerifier(security)
+        app = TokenAuthMiddleware(
+            create_app(service, token_identity), verifier.verify, realm=security.trust_domain
+        )
+        config = uvicorn.Config(
+            app, lifespan="off", log_config=None, access_log=False, timeout_graceful_shutdown=5
+        )
+        config.load()
+        config.ssl = server_ssl_context(material.server)
+        host, port = cfg.schedd_address
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            sock.close()
+            raise ScheddError(
+                f"SCHEDD_ADDRESS {host}:{port}: cannot listen: {exc.strerror}"
+            ) from None
+        bound = sock.getsockname()[1]
+        server = uvicorn.Server(config)
+        serving = asyncio.create_task(server._serve(sockets=[sock]), name="TLS API server")
+        while not server.started:
+            if serving.done():
+                sock.close()
+                raise ScheddError(f"the TLS API server did not start: {serving.exception()!r}")
+            await asyncio.sleep(0.01)
+        url = f"https://{f'[{host}]' if family == socket.AF_INET6 else host}:{bound}"
+        await asyncio.to_thread(_write_atomic, cfg.url_file, url + "\n")
+        _log.info("serving the API at %s (trust domain %s)", url, security.trust_domain)
+        return server, serving, url
+
     def _supervised(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         async def guard() -> None:
             try:
@@ -237,3 +307,9 @@ class Daemon:
                 continue
             for jid, decision in applied:
                 _log.info("job %s: %s by %s", jid, decision.action.value, decision.attribute)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -4,7 +4,10 @@ What runs is DAEMON_LIST's choice (`htgrid up -no-execute` leaves STARTD out):
 
 - COLLECTOR: a child process serving a loopback socket this daemon binds (COLLECTOR_HOST;
   port 0 picks a free one) and keeps across the collector's restarts; its address is
-  written to run/collector.address for the command line to find.
+  written to run/collector.address for the command line to find. It speaks TLS with the
+  pool's server certificate and takes the pool's tokens; the daemons here present the
+  pool's daemon token (etc/tokens.d/daemon), made with the rest of the pool's security
+  material before anything starts.
 - NEGOTIATOR: a task of this daemon (it reads the queue directly), cycling every
   NEGOTIATOR_INTERVAL; should it fail, it is restarted after a back-off.
 - STARTD: a child process, the execute node; the shadows run vanilla jobs on it.
@@ -30,6 +33,7 @@ from htgrid.collector import CollectorClient
 from htgrid.collector.client import pool_url
 from htgrid.negotiator import NegotiatorConfig
 from htgrid.negotiator.daemon import CollectorMachines, Negotiator
+from htgrid.net.security import SecurityConfig, ensure_pool_security
 from htgrid.schedd._advertise import ScheddAdvertiser, schedd_name
 from htgrid.schedd._config import ScheddConfig, ScheddError
 from htgrid.schedd._negotiation import NegotiationLoop, QueueJobs
@@ -65,6 +69,7 @@ class Pool:
         self._listener: socket.socket | None = None
         self._client: CollectorClient | None = None
         self._advertiser: ScheddAdvertiser | None = None
+        self.api_url: str | None = None  # the queue's TLS API, advertised as HTGridURL
         self._negotiation: NegotiationLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.idle_shutdown = False
@@ -77,6 +82,8 @@ class Pool:
     async def start(self) -> None:
         cfg = self.config
         python = sys.executable
+        # `htgrid up` made these already; a daemon started otherwise makes them here.
+        await asyncio.to_thread(ensure_pool_security, SecurityConfig.load(cfg.home))
         if "COLLECTOR" in cfg.daemons:
             self._listener = await self._bind()
             host, port = self._listener.getsockname()[:2]
@@ -89,6 +96,8 @@ class Pool:
                         python,
                         "-m",
                         "htgrid.collector",
+                        "--home",
+                        str(cfg.home),
                         "--fd",
                         str(self._listener.fileno()),
                         "--parent-fd",
@@ -132,12 +141,14 @@ class Pool:
                         str(cfg.home),
                         "--log",
                         "-",
+                        "--parent-fd",
+                        "{parent_fd}",
                     ),
                     cfg.log_dir / "GridmanagerLog",
                 )
             )
         self.supervisor.start()
-        self._client = CollectorClient(self.pool, timeout=10.0)
+        self._client = CollectorClient(self.pool, timeout=10.0, home=cfg.home, daemon=True)
         address = f"<{socket.gethostname()}?sock={cfg.socket}>"
         self._advertiser = ScheddAdvertiser(
             self._worker,
@@ -146,6 +157,8 @@ class Pool:
             interval=cfg.schedd_interval,
             started=int(self._clock()),
             clock=self._clock,
+            name=cfg.schedd_name,
+            url=self.api_url,
         )
         self._tasks.append(asyncio.create_task(self._advertiser.run(), name="schedd ad"))
         if "NEGOTIATOR" in cfg.daemons:
@@ -172,7 +185,7 @@ class Pool:
 
     async def _bind(self) -> socket.socket:
         url = pool_url(self.config.collector_host)
-        host, _, port = url.removeprefix("http://").rpartition(":")
+        host, _, port = url.removeprefix("https://").rpartition(":")
         for attempt in range(_BIND_TRIES):
             sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -239,10 +252,11 @@ class Pool:
         if self._advertiser is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._advertiser.invalidate(), 2.0)
+        if self._client is not None:
+            # Before the collector stops: it waits for its clients' TLS connections to go.
+            await self._client.aclose()
         await self.supervisor.stop()  # the collector, and any other child
         self.supervisor.close()
-        if self._client is not None:
-            await self._client.aclose()
         if self._listener is not None:
             self._listener.close()
             with contextlib.suppress(FileNotFoundError):

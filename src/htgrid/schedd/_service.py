@@ -1,29 +1,74 @@
-"""The queue operations the API serves, each run on the queue thread as its caller."""
+"""The queue operations the API serves, each run on the queue thread as its caller.
+
+Who may do what is the queue's rule (`Identity.may_act_on` against the jobs' Owner):
+anyone may read, users act on their own jobs, administrators on all. A job submitted
+by a user is owned by that user whatever its ad says. A job submitted held with
+HoldReasonCode 16 (SpoolingInput) gets its own spool directory as Iwd (the submitter's
+kept in SUBMIT_Iwd); its input arrives with `put_input`, which then releases it.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Final
 
 from htgrid.classad import ClassAd
 from htgrid.net._wire import Jobs
-from htgrid.queue import Identity, InvalidSubmit, JobAction, JobId, JobQueue, NotAuthorized
+from htgrid.queue import (
+    HoldReasonCode,
+    Identity,
+    InvalidSubmit,
+    InvalidTransition,
+    JobAction,
+    JobId,
+    JobNotFound,
+    JobQueue,
+    JobStatus,
+    NotAuthorized,
+)
+from htgrid.schedd._spool import pack_output, unpack_input
 from htgrid.schedd._worker import QueueWorker
 
 __all__ = ["QueueService"]
 
 _MAX_RESERVATIONS: Final = 10_000  # ids reserved by submitters that never came back
 GRID: Final = 9  # JobUniverse
+SPOOLED: Final = "Data files spooled"  # the ReleaseReason HTCondor's schedd writes
+_STAGEABLE: Final = frozenset({JobStatus.HELD, JobStatus.IDLE})  # not yet started
+
+
+def _spooling(ad: ClassAd) -> bool:
+    return ad.get("JobStatus") == JobStatus.HELD and (
+        ad.get("HoldReasonCode") == HoldReasonCode.SpoolingInput
+    )
 
 
 class QueueService:
     """Implements `htgrid.net.QueueBackend` over the queue thread."""
 
-    def __init__(self, worker: QueueWorker, status: Callable[[], dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        worker: QueueWorker,
+        status: Callable[[], dict[str, Any]],
+        *,
+        spool: Callable[[int, int], Path],
+        clock: Callable[[], float] = time.time,
+        after_submit: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """`spool(cluster, proc)` names a job's spool directory; `after_submit` runs
+        once a submit has committed, before it is answered."""
         self._worker = worker
+        self._after_submit = after_submit
         self._status = status
+        self._spool = spool
+        self._clock = clock
         self._reservations: dict[int, str] = {}  # cluster id -> the user who reserved it
+        self._staging: set[JobId] = set()  # jobs whose input is being uploaded
 
     async def reserve_cluster(self, identity: Identity) -> int:
         # It commits only the id counter: nothing for the change feed's followers.
@@ -45,8 +90,14 @@ class QueueService:
         if owner != identity.name and not identity.admin:
             raise NotAuthorized(f"cluster {cluster} was reserved by {owner}, not {identity.name}")
         ad = copy.copy(cluster_ad)
+        procs = [copy.copy(p) for p in procs]
+        if not identity.admin:  # a user's jobs are the user's, whatever the ad says
+            ad["Owner"] = identity.name
+            for proc in procs:
+                proc.pop("Owner", None)
         # condor_q's DONE column counts the procs that left the queue against this.
         ad["TotalSubmitProcs"] = len(procs)
+        spooled = await asyncio.to_thread(self._spool_procs, cluster, ad, procs)
         resource = ad.get("GridResource")
         if ad.get("JobUniverse") == GRID and isinstance(resource, str) and "$$(" in resource:
             # As condor_submit marks it: the job waits for grid matchmaking, and the grid
@@ -59,9 +110,31 @@ class QueueService:
                 tx.set_cluster_ad(cid, ad)
                 return [tx.new_proc(cid, proc if len(proc) else None) for proc in procs]
 
-        ids = await self._worker.write(submit)
+        try:
+            ids = await self._worker.write(submit)
+        except BaseException:
+            await asyncio.to_thread(_remove_dirs, spooled)
+            raise
         self._reservations.pop(cluster, None)
+        if self._after_submit is not None:
+            await self._after_submit()
         return ids
+
+    def _spool_procs(self, cluster: int, ad: ClassAd, procs: list[ClassAd]) -> list[Path]:
+        """Give each spooling proc its spool directory as Iwd (made here); those made."""
+        made: list[Path] = []
+        for number, proc in enumerate(procs):
+            merged = copy.copy(ad)
+            merged.update(proc)
+            if not _spooling(merged):
+                continue
+            sandbox = self._spool(cluster, number)
+            sandbox.mkdir(parents=True, exist_ok=True)
+            made.append(sandbox)
+            if "SUBMIT_Iwd" not in merged and isinstance(merged.get("Iwd"), str):
+                proc["SUBMIT_Iwd"] = merged["Iwd"]
+            proc["Iwd"] = str(sandbox)
+        return made
 
     async def query(
         self,
@@ -94,5 +167,78 @@ class QueueService:
         spec = jobs.spec(identity)
         return await self._worker.write(lambda q: q.edit(spec, attrs, identity))
 
+    async def put_input(self, identity: Identity, job_id: JobId, data: bytes) -> list[JobId]:
+        if job_id in self._staging:
+            raise InvalidTransition(f"job {job_id}: another upload of its input is under way")
+        self._staging.add(job_id)
+        try:
+            ad = await self._owned(identity, job_id, "stage input for")
+            status = JobStatus(ad.get("JobStatus", JobStatus.IDLE))
+            if status not in _STAGEABLE:
+                raise InvalidTransition(
+                    f"job {job_id} is {status.label}: its input can no longer change"
+                )
+            start = int(self._clock())
+            await asyncio.to_thread(unpack_input, self._spool(*_ids(job_id)), data)
+            done = {"StageInStart": start, "StageInFinish": int(self._clock())}
+            await self._worker.write(lambda q: q.update(job_id, done))
+            if _spooling(ad):
+                # After the files and StageInFinish are committed: a crash before this
+                # leaves the job held, and the submitter uploads again.
+                await self.act(identity, JobAction.Release, Jobs.of([job_id]), SPOOLED)
+        finally:
+            self._staging.discard(job_id)
+        return [job_id]
+
+    async def get_output(self, identity: Identity, job_id: JobId) -> bytes:
+        ad = await self._owned(identity, job_id, "fetch the output of")
+        start = int(self._clock())
+        data = await asyncio.to_thread(pack_output, ad, self._spool(*_ids(job_id)))
+        done = {"StageOutStart": start, "StageOutFinish": int(self._clock())}
+        await self._worker.write(lambda q: q.update(job_id, done))
+        return data
+
+    async def update_leases(self, identity: Identity, leases: Mapping[JobId, int]) -> list[JobId]:
+        def renew(q: JobQueue) -> list[JobId]:
+            groups: dict[int, list[JobId]] = {}
+            for job_id, expiration in leases.items():
+                try:
+                    owner = q.get(job_id).get("Owner")
+                except JobNotFound:
+                    continue  # gone already: the submitter learns it from its query
+                if isinstance(owner, str) and identity.may_act_on(owner):
+                    groups.setdefault(expiration, []).append(job_id)
+            done: list[JobId] = []
+            for expiration, ids in groups.items():  # one transaction per expiration
+                attrs = {"JobLeaseExpiration": expiration}
+                try:
+                    done += q.edit(ids, attrs, identity)
+                except JobNotFound:  # one left meanwhile (another process): one by one
+                    for job_id in ids:
+                        with contextlib.suppress(JobNotFound):
+                            done += q.edit([job_id], attrs, identity)
+            return sorted(done)
+
+        return await self._worker.write(renew)
+
+    async def _owned(self, identity: Identity, job_id: JobId, verb: str) -> ClassAd:
+        ad = await self.get(identity, job_id)
+        owner = ad.get("Owner")
+        if not isinstance(owner, str) or not identity.may_act_on(owner):
+            raise NotAuthorized(
+                f"job {job_id} is owned by {owner}; {identity.name} may not {verb} it"
+            )
+        return ad
+
     async def status(self) -> dict[str, Any]:
         return self._status()
+
+
+def _ids(job_id: JobId) -> tuple[int, int]:
+    return job_id.cluster, job_id.proc
+
+
+def _remove_dirs(paths: Sequence[Path]) -> None:
+    for path in paths:
+        with contextlib.suppress(OSError):  # left when not empty
+            path.rmdir()

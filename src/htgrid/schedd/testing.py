@@ -10,7 +10,9 @@ The daemon is the one `htgrid up` starts (a detached process), so tests see what
 see. By default it runs the job queue alone (DAEMON_LIST = MASTER, SCHEDD): vanilla jobs
 stay idle. `daemons=WHOLE_POOL` adds the collector (on a free loopback port), the
 negotiator and an execute node; `config` sets further knobs of htgrid.conf. `wait_for`
-polls with a deadline instead of sleeping a fixed time.
+polls with a deadline instead of sleeping a fixed time. `token` and `remote` reach the
+daemon's TLS API as a token's holder would; `trust` lets one pool's users reach another
+(its CA trusted, a user's token of it kept).
 """
 
 from __future__ import annotations
@@ -125,6 +127,41 @@ class PersonalPool:
     def client(self) -> ScheddClient:
         """A client of this pool's daemon."""
         return ScheddClient(self.config.socket)
+
+    @property
+    def url(self) -> str:
+        """The daemon's TLS API (https://127.0.0.1:port), from run/schedd.url."""
+        return self.config.url_file.read_text().strip()
+
+    def token(
+        self, subject: str, *, authz: Sequence[str] = (), lifetime: float | None = None
+    ) -> str:
+        """A token of this pool for `subject` (`user@domain`), as `htgrid token create`."""
+        from htgrid.net.security import SecurityConfig, TokenIssuer
+
+        return TokenIssuer(SecurityConfig.load(self.home)).create(
+            subject, authz=authz, lifetime=lifetime
+        )
+
+    def trust(self, other: PersonalPool, *, user: str | None = None) -> None:
+        """Let this pool's users reach `other` (HTCondor-C between pools): `other`'s CA
+        goes to this pool's etc/ca/trusted.d; with `user`, a token of `other` for
+        `user@<its trust domain>` goes to this pool's etc/tokens.d."""
+        import shutil
+
+        from htgrid.net.security import SecurityConfig, ensure_pool_security, save_token
+
+        theirs = ensure_pool_security(SecurityConfig.load(other.home))
+        mine = SecurityConfig.load(self.home)
+        mine.trusted_ca_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copy(theirs.ca.cert, mine.trusted_ca_dir / f"{theirs.trust_domain}.crt")
+        if user is not None:
+            token = other.token(f"{user}@{theirs.trust_domain}")
+            save_token(mine.system_token_dir / f"user-{theirs.trust_domain}", token)
+
+    def remote(self, token: str | None) -> ScheddClient:
+        """A client of the daemon's TLS API presenting `token`, trusting this pool's CA."""
+        return ScheddClient.remote(self.url, home=self.home, token=token)
 
     def child_pid(self, name: str) -> int | None:
         """The pid of a child daemon ("collector", "startd"), if it runs."""

@@ -327,7 +327,9 @@ class Startd:
             len(slots.offered.gpus),
             self.pool,
         )
-        async with CollectorClient(self.pool, timeout=10.0) as collector:
+        async with CollectorClient(
+            self.pool, timeout=10.0, home=self.config.home, daemon=True
+        ) as collector:
             tasks = [
                 asyncio.create_task(self._advertise_loop(collector), name="advertise"),
                 asyncio.create_task(self._tick_loop(), name="leases"),

@@ -9,6 +9,8 @@
 - TLS (`_ca`): the pool CA, daemons' certificates and their rotation, SSL contexts.
 - HTTP (`_asgi`, `_httpx`): the server's middleware and `require`, the client's
   `BearerAuth`.
+- A pool's material (`_material`): what `htgrid up` makes: key, CA, the daemons'
+  server certificate and their token (`ensure_pool_security`).
 
 See `_errors` for the error tree; every refusal is an `AuthError` with its HTTP status.
 """
@@ -57,6 +59,15 @@ from htgrid.net.security._errors import (
 )
 from htgrid.net.security._httpx import BearerAuth
 from htgrid.net.security._keys import POOL_KEY, SigningKeys
+from htgrid.net.security._material import (
+    DAEMON_IDENTITY,
+    DAEMON_TOKEN,
+    SERVER_CERT,
+    PoolSecurity,
+    daemon_token,
+    daemon_token_path,
+    ensure_pool_security,
+)
 from htgrid.net.security._tokenfiles import (
     StoredToken,
     TokenFileProblem,
@@ -75,8 +86,11 @@ from htgrid.net.security._tokens import (
 
 __all__ = [
     "AUTHORIZATIONS",
+    "DAEMON_IDENTITY",
+    "DAEMON_TOKEN",
     "POOL_KEY",
     "PRINCIPAL_KEY",
+    "SERVER_CERT",
     "AuthError",
     "BearerAuth",
     "CertFiles",
@@ -88,6 +102,7 @@ __all__ = [
     "MapFile",
     "MissingToken",
     "PoolCA",
+    "PoolSecurity",
     "Principal",
     "RevocationList",
     "RevokedToken",
@@ -107,6 +122,9 @@ __all__ = [
     "authz_by_method",
     "bearer_token",
     "client_ssl_context",
+    "daemon_token",
+    "daemon_token_path",
+    "ensure_pool_security",
     "find_token",
     "format_scope",
     "normalize_authz",

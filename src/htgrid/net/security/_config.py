@@ -3,9 +3,11 @@
 $HTGRID_HOME/etc
 ├── passwords.d/POOL     token signing keys (0600, directory 0700)   SEC_PASSWORD_DIRECTORY
 ├── tokens.d/            tokens the pool's daemons present           SEC_TOKEN_SYSTEM_DIRECTORY
+│   └── daemon           condor@<trust domain>, made by `htgrid up`
 ├── tokens.revoked       revoked token ids (jti), one a line
 ├── mapfile              IDTOKENS lines mapping subjects to users    CERTIFICATE_MAPFILE
-└── ca/                  the pool CA and daemon certificates (keys 0600)
+└── ca/                  the pool CA (ca.crt) and the daemons' certificate (server.crt;
+    │                    keys 0600)
     └── trusted.d/       other pools' CA certificates, for HTCondor-C between pools
 
 ~/.htgrid/tokens.d/      a user's own tokens                          SEC_TOKEN_DIRECTORY
@@ -35,6 +37,7 @@ __all__ = [
 ]
 
 DEFAULT_ADMINS: Final = frozenset({"root", "condor"})  # QUEUE_SUPER_USERS' default
+ENV_TRUST_DOMAIN: Final = "HTGRID_TRUST_DOMAIN"
 _T = TypeVar("_T")
 
 
@@ -80,11 +83,17 @@ class SecurityConfig:
 
     @classmethod
     def load(cls, home: Path | None = None, env: Mapping[str, str] | None = None) -> SecurityConfig:
-        """The settings of `home` ($HTGRID_HOME); the trust domain from
-        $HTGRID_TRUST_DOMAIN, else this host's name."""
+        """The settings of `home` ($HTGRID_HOME). The trust domain is TRUST_DOMAIN in the
+        pool's htgrid.conf, else $HTGRID_TRUST_DOMAIN, else this host's name.
+
+        The pool's file wins over the variable: the trust domain belongs to the pool (its
+        daemons, its tokens), while a variable is inherited by every process of a
+        session, so two pools on one host could not otherwise have their own.
+        """
         environ = os.environ if env is None else env
-        domain = environ.get("HTGRID_TRUST_DOMAIN") or socket.gethostname()
-        return cls(home if home is not None else pool_home(environ), domain)
+        where = home if home is not None else pool_home(environ)
+        domain = _configured_domain(where) or environ.get(ENV_TRUST_DOMAIN) or socket.gethostname()
+        return cls(where, domain)
 
     @property
     def etc(self) -> Path:
@@ -113,6 +122,15 @@ class SecurityConfig:
     @property
     def trusted_ca_dir(self) -> Path:
         return self.ca_dir / "trusted.d"
+
+
+def _configured_domain(home: Path) -> str:
+    """TRUST_DOMAIN of `home`'s htgrid.conf ("" when unset)."""
+    # Read with the pool's own parser, so a broken file is reported as the daemons
+    # report it; imported here because the daemons' package imports this one.
+    from htgrid.schedd._config import ConfigFile
+
+    return ConfigFile.read(home).text("TRUST_DOMAIN", "")
 
 
 def ensure_private_dir(path: Path) -> None:

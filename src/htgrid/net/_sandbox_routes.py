@@ -1,0 +1,66 @@
+"""The routes that move sandboxes and leases (HTCondor-C's remote side).
+
+    PUT  /v1/jobs/{c.p}/input    a plain tar, unpacked into the job's spool directory
+    GET  /v1/jobs/{c.p}/output   the job's output sandbox as a plain tar
+    POST /v1/jobs/lease          {"leases": {"c.p": <epoch seconds>, ...}}
+
+Handlers only: `app.ROUTES` lists them with the others.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from starlette.responses import JSONResponse, Response
+
+from htgrid.net._errors import BadRequest
+from htgrid.queue import JobId
+
+if TYPE_CHECKING:
+    from htgrid.net.app import _Call
+
+__all__ = ["TAR", "get_output", "job_id_of", "put_input", "update_leases"]
+
+TAR: Final = "application/x-tar"
+_TAR_TYPES: Final = frozenset({TAR, "application/octet-stream"})
+
+
+def job_id_of(call: _Call) -> JobId:
+    """The job id of the request's path (BadRequest when it is not `cluster.proc`)."""
+    try:
+        return JobId.parse(call.request.path_params["job_id"])
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+
+
+async def put_input(call: _Call) -> Response:
+    job_id = job_id_of(call)
+    media = call.request.headers.get("content-type", TAR).split(";", 1)[0].strip().lower()
+    if media not in _TAR_TYPES:
+        raise BadRequest(f"the input sandbox must be sent as {TAR}, not {media}")
+    data = await call.request.body()
+    ids = await call.backend.put_input(call.identity, job_id, data)
+    return JSONResponse({"jobs": [str(i) for i in ids]})
+
+
+async def get_output(call: _Call) -> Response:
+    data = await call.backend.get_output(call.identity, job_id_of(call))
+    return Response(data, media_type=TAR)
+
+
+async def update_leases(call: _Call) -> Response:
+    body = await call.json()
+    leases = body.get("leases")
+    if not isinstance(leases, dict):
+        raise BadRequest('"leases" must map job ids ("cluster.proc") to epoch seconds')
+    parsed: dict[JobId, int] = {}
+    for text, expiration in leases.items():
+        try:
+            job_id = JobId.parse(text)
+        except ValueError as exc:
+            raise BadRequest(f'"leases": {exc}') from None
+        if type(expiration) is not int or expiration < 0:
+            raise BadRequest(f'"leases": the expiration of {text} must be epoch seconds')
+        parsed[job_id] = expiration
+    ids = await call.backend.update_leases(call.identity, parsed)
+    return JSONResponse({"jobs": [str(i) for i in ids]})

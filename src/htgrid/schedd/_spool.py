@@ -1,0 +1,249 @@
+"""The spool directories of jobs whose sandboxes travel over the network (HTCondor-C).
+
+A job submitted held with HoldReasonCode 16 (SpoolingInput) runs in
+`<home>/spool/<cluster>/<proc>/`. Its input arrives as a plain tar (`unpack_input`) and
+its output leaves as one (`pack_output`). Both are blocking: call them off the event loop.
+
+Nothing a caller sends may land outside the sandbox: members must be regular files or
+directories with relative names and no `..`, symbolic links are neither made nor followed
+(a job may leave one pointing at a file it must not hand out), and the files of an upload
+are written aside, synced, then renamed into place, so a crash mid-upload leaves the
+sandbox as it was. What came in is remembered (`<proc>.input.json` beside the sandbox) so
+that the output is what the job made or changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import secrets
+import shutil
+import stat
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+from typing import Final
+
+from htgrid.classad import ClassAd
+from htgrid.net._errors import BadRequest
+
+__all__ = ["manifest_path", "pack_output", "unpack_input"]
+
+_CHUNK: Final = 1 << 20
+_LIST_SPLIT: Final = re.compile(r"[\s,]+")
+Manifest = dict[str, tuple[int, int]]  # member name -> (size, mtime in ns)
+
+
+def manifest_path(sandbox: Path) -> Path:
+    """Where the names of a sandbox's uploaded files are kept (beside it, not in it)."""
+    return sandbox.with_name(f"{sandbox.name}.input.json")
+
+
+def _member_name(name: str) -> PurePosixPath:
+    """A member's name as a path inside the sandbox (BadRequest when it would leave it)."""
+    path = PurePosixPath(name)
+    if not name or "\0" in name or path.is_absolute() or name.startswith("/"):
+        raise BadRequest(f"the tar member {name!r} has an absolute name; names are relative")
+    parts = [p for p in path.parts if p != "."]
+    if not parts or ".." in parts:
+        raise BadRequest(f"the tar member {name!r} leaves the sandbox ('..')")
+    return PurePosixPath(*parts)
+
+
+def _checked_members(tar: tarfile.TarFile) -> list[tuple[tarfile.TarInfo, PurePosixPath]]:
+    members = []
+    for member in tar.getmembers():
+        rel = _member_name(member.name)
+        if not (member.isfile() or member.isdir()):
+            kind = "a link" if member.issym() or member.islnk() else "not a regular file"
+            raise BadRequest(f"the tar member {member.name!r} is {kind}; send files only")
+        members.append((member, rel))
+    return members
+
+
+def _directory(root: Path, rel: PurePosixPath) -> Path:
+    """`root/rel` as a real directory (made if missing); BadRequest through a link."""
+    here = root
+    for part in rel.parts:
+        here = here / part
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            here.mkdir(mode=0o755)
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            raise BadRequest(
+                f"{here.relative_to(root)} in the sandbox is not a directory "
+                "(nothing is written through a link)"
+            )
+    return here
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_manifest(sandbox: Path) -> Manifest:
+    try:
+        raw = json.loads(manifest_path(sandbox).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return {}
+    return {str(k): (int(v[0]), int(v[1])) for k, v in raw.items()}
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}")
+    with open(tmp, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+
+
+def unpack_input(sandbox: Path, data: bytes) -> list[str]:
+    """Unpack a plain tar into `sandbox` (made if missing); the files written.
+
+    Every member is checked before anything is written (BadRequest naming the first bad
+    one); the files are written to a directory aside and renamed into place.
+    """
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+            return _unpack(tar, sandbox)
+    except tarfile.TarError as exc:
+        raise BadRequest(f"the request body is not a whole tar archive: {exc}") from None
+
+
+def _unpack(tar: tarfile.TarFile, sandbox: Path) -> list[str]:
+    members = _checked_members(tar)
+    sandbox.mkdir(parents=True, exist_ok=True)
+    for stale in sandbox.parent.glob(f".{sandbox.name}.incoming-*"):
+        shutil.rmtree(stale, ignore_errors=True)  # an upload a crash cut short
+    incoming = sandbox.with_name(f".{sandbox.name}.incoming-{secrets.token_hex(6)}")
+    incoming.mkdir()
+    try:
+        staged = _stage(tar, members, incoming)
+        targets = [(rel, _directory(sandbox, rel.parent) / rel.name) for rel in staged]
+        for rel, target in targets:
+            if target.is_dir() and not target.is_symlink():
+                raise BadRequest(f"the tar member {str(rel)!r} names a directory there")
+        manifest = _read_manifest(sandbox)
+        for rel, target in targets:
+            os.replace(incoming / rel, target)  # replaces a link, never follows it
+            st = os.lstat(target)
+            manifest[str(rel)] = (st.st_size, st.st_mtime_ns)
+        _fsync_dir(sandbox)
+        _write_atomic(manifest_path(sandbox), json.dumps(manifest).encode())
+    finally:
+        shutil.rmtree(incoming, ignore_errors=True)
+    return [str(rel) for rel in staged]
+
+
+def _stage(
+    tar: tarfile.TarFile,
+    members: list[tuple[tarfile.TarInfo, PurePosixPath]],
+    incoming: Path,
+) -> list[PurePosixPath]:
+    """Write the members' files under `incoming`, synced; their relative names."""
+    staged: dict[PurePosixPath, None] = {}
+    for member, rel in members:
+        if member.isdir():
+            _directory(incoming, rel)
+            continue
+        if rel in staged:
+            raise BadRequest(f"the tar member {member.name!r} appears twice")
+        source = tar.extractfile(member)
+        if source is None:  # pragma: no cover - isfile() members always have data
+            raise BadRequest(f"the tar member {member.name!r} has no data")
+        path = _directory(incoming, rel.parent) / rel.name
+        mode = 0o755 if member.mode & 0o111 else 0o644
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        with os.fdopen(fd, "wb") as out:
+            shutil.copyfileobj(source, out, _CHUNK)
+            out.flush()
+            os.fsync(out.fileno())
+        if member.mtime:
+            os.utime(path, (member.mtime, member.mtime))
+        staged[rel] = None
+    return list(staged)
+
+
+def _add_file(tar: tarfile.TarFile, path: Path, name: str) -> bool:
+    """Add the regular file at `path` as `name`, never through a link; whether it was."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False  # missing, or a link: not the job's output to hand out
+    with os.fdopen(fd, "rb") as source:
+        st = os.fstat(source.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        info = tarfile.TarInfo(name)
+        info.size, info.mtime = st.st_size, int(st.st_mtime)
+        info.mode = 0o755 if st.st_mode & 0o111 else 0o644
+        tar.addfile(info, source)
+    return True
+
+
+def _walk(root: Path) -> Iterator[PurePosixPath]:
+    """The regular files under `root` (relative), not descending into links."""
+    for here, dirs, files in os.walk(root):
+        base = PurePosixPath(os.path.relpath(here, root))
+        dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(here, d)))
+        for name in sorted(files):
+            rel = base / name if str(base) != "." else PurePosixPath(name)
+            yield rel
+
+
+def _stream(ad: ClassAd, name: str) -> str | None:
+    value = ad.get(name)
+    if not isinstance(value, str) or not value or value == os.devnull:
+        return None
+    return value
+
+
+def _wanted(ad: ClassAd, iwd: Path, sandbox: Path) -> dict[str, Path]:
+    """Member name -> file: Out, Err, then TransferOutput's or what the job made."""
+    files: dict[str, Path] = {}
+    for attr in ("Out", "Err"):
+        value = _stream(ad, attr)
+        if value is not None:
+            files.setdefault(os.path.basename(value), iwd / value)
+    listed = ad.get("TransferOutput")
+    if isinstance(listed, str) and listed.strip():
+        for entry in (e for e in _LIST_SPLIT.split(listed) if e):
+            source = iwd / entry
+            top = "" if entry.endswith("/") else os.path.basename(entry.rstrip("/"))
+            if source.is_dir() and not source.is_symlink():
+                for rel in _walk(source):
+                    files.setdefault(
+                        str(PurePosixPath(top) / rel) if top else str(rel), source / rel
+                    )
+            else:
+                files.setdefault(os.path.basename(entry), source)
+        return files
+    if sandbox.is_dir():
+        uploaded = _read_manifest(sandbox)
+        for rel in _walk(sandbox):
+            with contextlib.suppress(OSError):
+                st = os.lstat(sandbox / rel)
+                if uploaded.get(str(rel)) != (st.st_size, st.st_mtime_ns):
+                    files.setdefault(str(rel), sandbox / rel)
+    return files
+
+
+def pack_output(ad: ClassAd, sandbox: Path) -> bytes:
+    """The job's output sandbox as a plain tar (see `_wanted` for what it holds)."""
+    iwd_value = ad.get("Iwd")
+    iwd = Path(iwd_value) if isinstance(iwd_value, str) and iwd_value else sandbox
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:", format=tarfile.PAX_FORMAT) as tar:
+        for name, path in _wanted(ad, iwd, sandbox).items():
+            _add_file(tar, path, name)
+    return buffer.getvalue()

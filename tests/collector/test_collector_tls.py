@@ -1,0 +1,118 @@
+"""The collector behind TLS and tokens: who may read, who may advertise, and what the
+command line says to a user without the right token or CA."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+
+from htgrid.classad import ClassAd
+from htgrid.cli import main
+from htgrid.collector import CollectorClient, CollectorRefused, CollectorUnavailable
+from htgrid.collector.testing import pool_home, user_token
+from htgrid.net.security import (
+    SecurityConfig,
+    client_ssl_context,
+    save_token,
+    trusted_ca_files,
+    user_token_dir,
+)
+
+from .conftest import DOMAIN
+
+SITE = ClassAd({"MyType": "Machine", "Name": "site1", "Memory": 2048})
+
+
+def _query(address: str, home: Path, token: str | None = None) -> list[ClassAd]:
+    async def run() -> list[ClassAd]:
+        async with CollectorClient(address, home=home, token=token) as client:
+            return await client.query("Machine")
+
+    return asyncio.run(run())
+
+
+def _advertise(address: str, home: Path, **kw: object) -> None:
+    async def run() -> None:
+        async with CollectorClient(address, home=home, **kw) as client:  # type: ignore[arg-type]
+            (result,) = await client.advertise("UPDATE_STARTD_AD", [SITE])
+            assert result.accepted
+
+    asyncio.run(run())
+
+
+def test_the_daemon_token_advertises_and_a_user_token_reads(pool: str, home: Path) -> None:
+    _advertise(pool, home, daemon=True)
+    ads = _query(pool, home, user_token(home, "alice"))
+    assert [ad["Name"] for ad in ads] == ["site1"]
+
+
+def test_a_user_token_may_not_advertise_and_the_refusal_is_logged(
+    pool: str, home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="htgrid.net.security")
+    with pytest.raises(CollectorRefused, match="ADVERTISE_STARTD") as err:
+        _advertise(pool, home, token=user_token(home, "alice"))
+    assert err.value.status == 403
+    refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert any("UPDATE_STARTD_AD" in m and "alice@collector.test" in m for m in refusals)
+    assert _query(pool, home, user_token(home, "alice")) == []  # nothing was stored
+
+
+def test_no_token_or_a_forged_one_is_401_with_the_pools_realm(
+    pool: str, home: Path, tmp_path: Path
+) -> None:
+    verify = client_ssl_context(trusted_ca_files(SecurityConfig.load(home)))
+    with httpx.Client(base_url=f"https://{pool}", verify=verify) as http:
+        bare = http.get("/v1/ads")
+    assert bare.status_code == 401
+    assert bare.headers["WWW-Authenticate"] == f'Bearer realm="{DOMAIN}"'
+    # Same trust domain, another pool's key: the signature gives it away.
+    impostor = pool_home(tmp_path / "impostor", DOMAIN)
+    forged = user_token(impostor, "condor")
+    with pytest.raises(CollectorRefused, match="signature") as err:
+        _advertise(pool, home, token=forged)
+    assert err.value.status == 401
+    with pytest.raises(CollectorRefused) as err:
+        _query(pool, home, forged)
+    assert err.value.status == 401
+
+
+def _client_home(tmp_path: Path, pool_dir: Path, *, trust: bool) -> Path:
+    """Another pool's home on the same host, trusting `pool_dir`'s CA if asked."""
+    other = pool_home(tmp_path / "client", "client.test")
+    if trust:
+        trusted = other / "etc" / "ca" / "trusted.d"
+        trusted.mkdir(parents=True, exist_ok=True)
+        shutil.copy(pool_dir / "etc" / "ca" / "ca.crt", trusted / "collector-test.crt")
+    return other
+
+
+def test_htgrid_status_from_another_pool_with_a_users_token(
+    pool: str,
+    home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _advertise(pool, home, daemon=True)
+    monkeypatch.setenv("HTGRID_HOME", str(_client_home(tmp_path, home, trust=True)))
+    # No token of this pool yet: a clear refusal naming its trust domain.
+    assert main(["status", "-pool", pool, "-af", "Name"]) == 1
+    err = capsys.readouterr().err
+    assert "collector.test" in err and "token" in err
+    save_token(user_token_dir() / "collector", user_token(home, "alice"))
+    assert main(["status", "-pool", pool, "-af", "Name"]) == 0
+    assert capsys.readouterr().out.split() == ["site1"]
+
+
+def test_a_collector_whose_ca_is_not_trusted_is_named_so(
+    pool: str, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = _client_home(tmp_path, home, trust=False)
+    with pytest.raises(CollectorUnavailable, match=r"trusted\.d"):
+        _query(pool, other, user_token(home, "alice"))

@@ -1,0 +1,160 @@
+"""HTCondor-C's remote side: a spooling submit, stage in, stage out, leases, and the
+remote copy leaving once the submitter is done with it."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from htgrid.net import BadRequest, Jobs, ScheddClient
+from htgrid.queue import JobId
+from htgrid.schedd.testing import PersonalPool, wait_for
+
+from ._support import LOCAL, SPOOLING, submit, tar_of, untar
+from .conftest import DOMAIN
+
+
+@pytest.fixture
+def alice(pool: PersonalPool) -> ScheddClient:
+    return pool.remote(pool.token(f"alice@{DOMAIN}"))
+
+
+def _spool(pool: PersonalPool, job: JobId) -> Path:
+    return pool.home / "spool" / str(job.cluster) / str(job.proc)
+
+
+def test_a_spooling_job_waits_in_its_spool_dir_until_its_input_arrives(
+    pool: PersonalPool, alice: ScheddClient
+) -> None:
+    with alice:
+        job = submit(alice, Cmd="run.sh", GlobalJobId="submit#1.0#1", **SPOOLING)
+        ad = alice.get(job)
+        assert (ad["JobStatus"], ad["HoldReasonCode"]) == (5, 16)
+        assert ad["Iwd"] == str(_spool(pool, job)) and _spool(pool, job).is_dir()
+        assert (ad["SUBMIT_Iwd"], ad["GlobalJobId"]) == ("/submit/dir", "submit#1.0#1")
+        files = {"run.sh": b"#!/bin/sh\n", "data/in.txt": b"input\n"}
+        assert alice.put_input(job, tar_of(files)) == [job]
+        assert (_spool(pool, job) / "data" / "in.txt").read_bytes() == b"input\n"
+        assert (_spool(pool, job) / "run.sh").read_bytes() == b"#!/bin/sh\n"
+        ad = alice.get(job)
+        assert ad["JobStatus"] == 1 and ad["ReleaseReason"] == "Data files spooled"
+        assert ad["StageInFinish"] >= ad["StageInStart"] > 0
+        assert ad["LastHoldReasonCode"] == 16
+
+
+@pytest.mark.parametrize(
+    ("member", "why"),
+    [("../escape.txt", "leaves the sandbox"), ("/etc/escape.txt", "has an absolute name")],
+)
+def test_a_tar_leaving_the_sandbox_is_refused_and_nothing_written(
+    pool: PersonalPool, alice: ScheddClient, member: str, why: str
+) -> None:
+    with alice:
+        job = submit(alice, **SPOOLING)
+        archive = tar_of({"good.txt": b"fine", member: b"evil"})
+        with pytest.raises(BadRequest, match=f"the tar member '{member}' {why}"):
+            alice.put_input(job, archive)
+        assert list(_spool(pool, job).iterdir()) == []
+        assert not (_spool(pool, job).parent / "escape.txt").exists()
+        assert alice.get(job)["JobStatus"] == 5  # still waiting for its input
+
+
+def test_a_tar_with_a_link_is_refused(pool: PersonalPool, alice: ScheddClient) -> None:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:") as tar:
+        link = tarfile.TarInfo("passwd")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(link)
+    with alice:
+        job = submit(alice, **SPOOLING)
+        with pytest.raises(BadRequest, match="'passwd' is a link"):
+            alice.put_input(job, buffer.getvalue())
+        with pytest.raises(BadRequest, match="not a whole tar archive"):
+            alice.put_input(job, b"this is not a tar archive at all" * 40)
+        assert list(_spool(pool, job).iterdir()) == []
+
+
+_SCRIPT = b"""#!/bin/sh
+echo "hello from $(basename "$PWD")"
+echo oops >&2
+echo result > result.txt
+ln -s /etc/passwd stolen.txt
+cat in.txt > copy.txt
+"""
+
+
+def _run_local(alice: ScheddClient, **attrs: object) -> JobId:
+    job = submit(
+        alice,
+        Cmd="job.sh",
+        JobUniverse=LOCAL,
+        Out="job.out",
+        Err="job.err",
+        LeaveJobInQueue=True,
+        **SPOOLING,
+        **attrs,
+    )
+    files = {"job.sh": _SCRIPT, "in.txt": b"input\n", "unused.txt": b"not output\n"}
+    alice.put_input(job, tar_of(files, mode=0o755))
+    wait_for(lambda: alice.get(job)["JobStatus"] == 4, what=f"job {job} to complete")
+    return job
+
+
+def test_the_output_of_a_completed_job(pool: PersonalPool, alice: ScheddClient) -> None:
+    with alice:
+        job = _run_local(alice)
+        out = untar(alice.get_output(job))
+        assert out == {
+            "job.out": f"hello from {job.proc}\n".encode(),
+            "job.err": b"oops\n",
+            "result.txt": b"result\n",
+            "copy.txt": b"input\n",
+        }  # not the input, nor the link the job made to a file it must not hand out
+        ad = alice.get(job)
+        assert ad["StageOutFinish"] >= ad["StageOutStart"] > 0
+        assert ad["JobStatus"] == 4  # LeaveJobInQueue keeps it for the submitter
+
+
+def test_transfer_output_names_what_comes_back(alice: ScheddClient) -> None:
+    with alice:
+        job = _run_local(alice, TransferOutput="result.txt, stolen.txt, missing.txt")
+        assert untar(alice.get_output(job)) == {
+            "job.out": f"hello from {job.proc}\n".encode(),
+            "job.err": b"oops\n",
+            "result.txt": b"result\n",
+        }
+
+
+def test_leave_job_in_queue_false_lets_the_job_go(pool: PersonalPool, alice: ScheddClient) -> None:
+    with alice:
+        job = _run_local(alice)
+        assert alice.edit(Jobs.of([job]), {"LeaveJobInQueue": "false"}) == [job]
+        assert alice.query(f"ClusterId == {job.cluster}") == []
+        (gone,) = alice.history(f"ClusterId == {job.cluster}")
+        assert gone["JobStatus"] == 4
+
+
+def test_an_expired_lease_removes_the_job(alice: ScheddClient) -> None:
+    with alice:
+        renewed, lapsing = submit(alice, **SPOOLING), submit(alice)
+        later = int(time.time()) + 3600
+        assert alice.update_leases({renewed: later, lapsing: later, "9999.0": later}) == [
+            renewed,
+            lapsing,
+        ]
+        assert alice.update_leases({lapsing: int(time.time()) - 1}) == [lapsing]
+
+        def removed() -> bool:
+            return not alice.query(f"ClusterId == {lapsing.cluster}")
+
+        wait_for(removed, what="the periodic pass to remove the job")
+        (ad,) = alice.history(f"ClusterId == {lapsing.cluster}")
+        assert ad["JobStatus"] == 3
+        assert ad["RemoveReason"] == (
+            "The job's lease expired: its submitter did not renew it (JobLeaseDuration)"
+        )
+        assert alice.get(renewed)["JobLeaseExpiration"] == later
