@@ -94,6 +94,7 @@ def _add_gahp_types(sub: Any) -> None:
     batch.set_defaults(handler=_batch)
     register_ec2(sub)
     register_azure(sub)
+    register_condor(sub)
 
 
 def register_ec2(sub: Any) -> None:
@@ -108,6 +109,13 @@ def register_azure(sub: Any) -> None:
     from htgrid.backends.azure import cli as azure_cli
 
     azure_cli.add_parser(sub)
+
+
+def register_condor(sub: Any) -> None:
+    """Add `htgrid gahp condor` (HTCondor-C: jobs in a remote pool's queue)."""
+    from htgrid.backends.condor import cli as condor_cli
+
+    condor_cli.add_parser(sub)
 
 
 def _no_subcommand(group: argparse.ArgumentParser) -> int:

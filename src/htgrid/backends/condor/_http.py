@@ -1,0 +1,299 @@
+"""The GAHP's HTTP side: one httpx.AsyncClient per remote schedd, found through the collector.
+
+    remotes = Remotes(RemoteSettings(pool="127.0.0.1:9618", ...), TokenSource(...))
+    schedd = await remotes.schedd("htgrid@host")    # located once, then cached
+    response = await schedd.request("GET", "/v1/jobs", params={"constraint": "true"})
+
+Every request of every command for one schedd URL goes through the same client, so its
+keep-alive connections are shared: the pool never grows past `max_connections` whatever
+the number of requests in flight (the rest wait for a connection, not for a timeout).
+A lookup of a schedd's URL is shared by the requests that need it at the same moment, and
+forgotten after a connection failure, so a schedd that moved is found again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import ssl
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import httpx
+
+from htgrid.backends.condor._errors import (
+    ConnectFailure,
+    LocateError,
+    RemoteRefusal,
+    refusal_of,
+    translate,
+)
+from htgrid.backends.condor._tokens import TokenSource
+
+__all__ = ["Endpoint", "RemoteSettings", "Remotes", "TokenAuth", "pool_url", "tls_context"]
+
+log = logging.getLogger("htgrid.gahp.condor")
+
+DEFAULT_COLLECTOR_PORT: Final = 9618
+_REALM: Final = re.compile(r'\bBearer\b[^,]*?\brealm="([^"]*)"', re.IGNORECASE)
+
+
+def pool_url(pool: str) -> str:
+    """The collector's base URL for `host[:port]` (or an http(s) URL given as is)."""
+    pool = pool.strip()
+    if pool.startswith(("https://", "http://")):
+        return pool.rstrip("/")
+    host, sep, port = pool.rpartition(":")
+    if not sep or "]" in port:
+        host, port = pool, str(DEFAULT_COLLECTOR_PORT)
+    if not host or not port.isdigit():
+        raise ValueError(f"not a pool address (host[:port]): {pool!r}")
+    return f"https://{host}:{port}"
+
+
+def tls_context(ca_files: Sequence[str]) -> ssl.SSLContext:
+    """A client context trusting `ca_files` (the system's CAs when none are given)."""
+    if not ca_files:
+        return ssl.create_default_context()
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    context.load_verify_locations(cafile=ca_files[0])
+    for path in ca_files[1:]:
+        context.load_verify_locations(cafile=path)
+    return context
+
+
+class TokenAuth(httpx.Auth):
+    """`Authorization: Bearer <token>`, with the realm dance of a 401.
+
+    The first request to a pool goes with the fixed token if there is one, else without;
+    a 401 names the server's trust domain, and the request is sent once more with the
+    token issued by it. Tokens found are kept per realm, and read again after a 401 (a
+    token file renewed in place is picked up without a restart).
+    """
+
+    requires_request_body = True  # a refused request is sent again, body and all
+
+    def __init__(self, source: TokenSource) -> None:
+        self.source = source
+        self._fixed: str | None = None
+        self._fixed_read = False
+        self._realm: str | None = None
+        self._by_realm: dict[str, str] = {}
+
+    def reset(self) -> None:
+        """Forget the tokens read (the token file changed)."""
+        self._fixed, self._fixed_read = None, False
+        self._by_realm.clear()
+
+    def _current(self) -> str | None:
+        if self.source.token_file is not None:
+            if not self._fixed_read:
+                self._fixed, self._fixed_read = self.source.fixed(), True
+            return self._fixed
+        if self._realm is not None:
+            return self._by_realm.get(self._realm)
+        return None
+
+    def _fresh(self, realm: str | None) -> str | None:
+        if self.source.token_file is not None:
+            self._fixed, self._fixed_read = self.source.fixed(), True
+            return self._fixed
+        if realm is None:
+            return None
+        token = self.source.for_issuer(realm)
+        if token is not None:
+            self._realm = realm
+            self._by_realm[realm] = token
+        return token
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        token = self._current()
+        if token is not None:
+            request.headers["Authorization"] = f"Bearer {token}"
+        response = yield request
+        if response.status_code != 401:
+            return
+        match = _REALM.search(response.headers.get("WWW-Authenticate", ""))
+        fresh = self._fresh(match[1] if match else None)
+        if fresh is None or fresh == token:
+            return  # nothing better to offer: the 401 stands, with the server's reason
+        request.headers["Authorization"] = f"Bearer {fresh}"
+        yield request
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteSettings:
+    """How the GAHP reaches the remote pool."""
+
+    #: The remote pool's collector, host[:port]; None: schedds must be named by URL.
+    pool: str | None = None
+    #: The schedd a request naming `NULL` means (the C-GAHP's -s); None: the pool's first.
+    default_schedd: str | None = None
+    ca_files: tuple[str, ...] = ()
+    #: Seconds for connecting and for each read or write (not for waiting for a connection).
+    timeout: float = 60.0
+    #: Connections per remote schedd; further requests wait for one.
+    max_connections: int = 20
+
+
+class Endpoint:
+    """One remote daemon (a schedd or the collector): its URL and its one HTTP client."""
+
+    def __init__(self, url: str, what: str, client: httpx.AsyncClient) -> None:
+        self.url = url
+        self.what = what
+        self.client = client
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        json_body: object = None,
+        content: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> httpx.Response:
+        """The answer to one request; ConnectFailure or RemoteRefusal when there is none."""
+        if json_body is not None:
+            content = json.dumps(json_body).encode("utf-8")
+            headers = {"content-type": "application/json", **(headers or {})}
+        with translate(self.what):
+            response = await self.client.request(
+                method, path, params=params, content=content, headers=headers
+            )
+        if response.status_code >= 400:
+            raise refusal_of(self.what, response)
+        return response
+
+    async def json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        """The JSON object answered (RemoteRefusal when the answer is not one)."""
+        response = await self.request(method, path, **kwargs)
+        try:
+            value = json.loads(response.content)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise _odd_answer(self.what, f"not JSON ({exc})", response) from None
+        if not isinstance(value, dict):
+            raise _odd_answer(self.what, "not a JSON object", response)
+        return value
+
+
+def _odd_answer(what: str, problem: str, response: httpx.Response) -> RemoteRefusal:
+    detail = f"the answer of {what} to {response.request.url.path} is {problem}"
+    return RemoteRefusal(detail, status=response.status_code, error="", detail=detail)
+
+
+class Remotes:
+    """The remote pool's collector and schedds, each with one reused HTTP client."""
+
+    def __init__(self, settings: RemoteSettings, tokens: TokenSource) -> None:
+        self.settings = settings
+        self.auth = TokenAuth(tokens)
+        self._verify = tls_context(settings.ca_files)
+        self._endpoints: dict[str, Endpoint] = {}  # by URL: one client per remote daemon
+        self._urls: dict[str, str] = {}  # schedd name -> URL, from the collector
+        self._lookups: dict[str, asyncio.Future[str]] = {}
+
+    @property
+    def pools(self) -> int:
+        """How many connection pools (HTTP clients) are open."""
+        return len(self._endpoints)
+
+    def _endpoint(self, url: str, what: str) -> Endpoint:
+        endpoint = self._endpoints.get(url)
+        if endpoint is None:
+            limits = httpx.Limits(
+                max_connections=self.settings.max_connections,
+                max_keepalive_connections=self.settings.max_connections,
+            )
+            timeout = httpx.Timeout(self.settings.timeout, pool=None)
+            client = httpx.AsyncClient(
+                base_url=url, verify=self._verify, auth=self.auth, limits=limits, timeout=timeout
+            )
+            endpoint = Endpoint(url, what, client)
+            self._endpoints[url] = endpoint
+        return endpoint
+
+    def collector(self) -> Endpoint:
+        """The remote pool's collector."""
+        if self.settings.pool is None:
+            raise LocateError("no remote pool was given (htgrid gahp condor --pool HOST:PORT)")
+        try:
+            url = pool_url(self.settings.pool)
+        except ValueError as exc:
+            raise LocateError(str(exc)) from None
+        return self._endpoint(url, f"the collector at {self.settings.pool}")
+
+    async def schedd(self, name: str | None) -> Endpoint:
+        """The remote schedd `name` (a URL is taken as is; None: the default schedd)."""
+        name = name or self.settings.default_schedd
+        if name is not None and name.startswith(("https://", "http://")):
+            return self._endpoint(name.rstrip("/"), f"schedd at {name}")
+        key = name or ""
+        url = self._urls.get(key)
+        if url is None:
+            url = await self._shared_lookup(key)
+        return self._endpoint(url, f"schedd {name or '(the pool default)'} at {url}")
+
+    def forget(self, name: str | None) -> None:
+        """Look `name` up again next time (its schedd did not answer)."""
+        self._urls.pop(name or self.settings.default_schedd or "", None)
+
+    async def _shared_lookup(self, key: str) -> str:
+        pending = self._lookups.get(key)
+        if pending is None:
+            pending = asyncio.get_running_loop().create_future()
+            self._lookups[key] = pending
+            try:
+                url = await self._lookup(key or None)
+            except BaseException as exc:
+                pending.set_exception(exc)
+                pending.exception()  # retrieved here: the waiters (if any) re-raise it
+                raise
+            finally:
+                del self._lookups[key]
+            self._urls[key] = url
+            pending.set_result(url)
+            return url
+        return await asyncio.shield(pending)
+
+    async def _lookup(self, name: str | None) -> str:
+        label = name or "(the pool's first)"
+        try:
+            collector = self.collector()
+            params = {"type": "Scheduler", "projection": "Name,HTGridURL,MyAddress"}
+            response = await collector.request("GET", "/v1/ads", params=params)
+            ads = json.loads(response.content)
+        except LocateError as exc:
+            raise LocateError(f"Error locating schedd {label}: {exc}") from None
+        except (ConnectFailure, RemoteRefusal) as exc:
+            raise LocateError(f"Error locating schedd {label}: {exc}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise LocateError(
+                f"Error locating schedd {label}: bad collector answer: {exc}"
+            ) from None
+        if not isinstance(ads, list):
+            raise LocateError(f"Error locating schedd {label}: the collector's answer is no list")
+        named = [ad for ad in ads if isinstance(ad, dict)]
+        found = [ad for ad in named if name is None or ad.get("Name") == name]
+        where = f"the pool at {self.settings.pool}"
+        if not found:
+            names = ", ".join(sorted(str(ad.get("Name")) for ad in named)) or "no schedds"
+            raise LocateError(f"Error locating schedd {label}: not in {where}; it has: {names}")
+        url = found[0].get("HTGridURL")
+        if not isinstance(url, str) or not url.startswith(("https://", "http://")):
+            raise LocateError(
+                f"Error locating schedd {label}: its ad in {where} has no HTGridURL "
+                "(it does not serve the network API)"
+            )
+        log.info("schedd %s is at %s", label, url)
+        return url.rstrip("/")
+
+    async def aclose(self) -> None:
+        """Close every client."""
+        clients = [e.client for e in self._endpoints.values()]
+        self._endpoints.clear()
+        await asyncio.gather(*(c.aclose() for c in clients), return_exceptions=True)

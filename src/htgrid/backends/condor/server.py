@@ -1,0 +1,503 @@
+"""The condor GAHP server (HTCondor's condor_c-gahp): a remote htgrid queue over HTTPS.
+
+Requests and results, as schedd_client.cpp and gahp-client.cpp have them (job ids are
+the remote queue's `<cluster>.<proc>`; ads are new ClassAd syntax on one line,
+`[ A = 1; B = "x" ]`, escaped as every GAHP field is):
+
+    CONDOR_JOB_SUBMIT <id> <schedd> <ad>            -> S <c.p> NULL | F <-1.-1|NULL> <err>
+    CONDOR_JOB_STATUS_CONSTRAINED <id> <schedd> <constraint>
+                                                    -> S NULL <n> <ad>*n | F <err> 0
+    CONDOR_JOB_REMOVE|HOLD|RELEASE <id> <schedd> <c.p> <reason>    -> S NULL | F <err>
+    CONDOR_JOB_UPDATE <id> <schedd> <c.p> <ad of attributes>       -> S NULL | F <err>
+    CONDOR_JOB_UPDATE_CONSTRAINED <id> <schedd> <constraint> <ad>  -> S NULL | F <err>
+    CONDOR_JOB_STAGE_IN <id> <schedd> <ad with ClusterId, ProcId>  -> S NULL | F <err>
+    CONDOR_JOB_STAGE_OUT <id> <schedd> <c.p>                       -> S NULL | F <err>
+    CONDOR_JOB_REFRESH_PROXY <id> <schedd> <c.p> <file> [<expiry>] -> S NULL | F <err>
+    CONDOR_JOB_UPDATE_LEASE <id> <schedd> <n> (<c.p> <expiry>)*n   -> S NULL <c.p,...|NULL>
+                                                                    | F <err> NULL
+
+A malformed request (bad job id, an ad that does not parse, a count that does not match)
+is answered E at once. `<schedd>` is the remote schedd's name in the pool given with
+--pool (NULL: the -s schedd, else the pool's first), or its URL. Status ads carry
+`ServerTime`, the remote daemon's clock (its HTTP Date), which the grid manager uses to
+drop stale answers. Removal errors keep HTCondor's words, which the grid manager matches:
+`Job not found`, `Already done`, `Bad job status`, `Permission denied`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import email.utils
+import logging
+import re
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import htgrid.classad as classad
+from htgrid.backends.condor import _sandbox as sandbox
+from htgrid.backends.condor._errors import (
+    CondorGahpError,
+    ConnectFailure,
+    LocateError,
+    RemoteRefusal,
+    SandboxError,
+)
+from htgrid.backends.condor._http import Endpoint, Remotes, RemoteSettings
+from htgrid.backends.condor._tokens import TokenSource
+from htgrid.gahp import (
+    Call,
+    Clock,
+    Command,
+    GahpServer,
+    GahpVersion,
+    ReplyCode,
+    SystemClock,
+    decode_fields,
+    unnull,
+)
+
+__all__ = ["VERSION", "CondorGahp", "CondorOptions"]
+
+log = logging.getLogger("htgrid.gahp.condor")
+
+Handler = Callable[[Call], Coroutine[Any, Any, Sequence[str]]]
+Fields = tuple[str, ...]
+
+_JOB_ID = re.compile(r"[0-9]+\.[0-9]+")
+_NUMBER = re.compile(r"[0-9]+")
+_EXPIRY = re.compile(r"-?[0-9]+")
+# Identity attributes a submitter may not set on the remote side (schedd_client.cpp).
+_FILTERED = frozenset(
+    name.lower()
+    for name in (
+        "x509UserProxySubject",
+        "x509UserProxyExpiration",
+        "x509UserProxyEmail",
+        "x509UserProxyVOName",
+        "x509UserProxyFirstFQAN",
+        "x509UserProxyFQAN",
+        "TokenSubject",
+        "TokenIssuer",
+        "TokenGroups",
+        "TokenScopes",
+        "TokenId",
+        "ClusterId",
+        "ProcId",
+    )
+)
+# The proc ad's attributes (schedd_client.cpp puts JobStatus there); the hold reason goes
+# with the status, or htgrid's queue reads a held proc as "submitted on hold" (code 15).
+_PROC_ATTRS = frozenset({"jobstatus", "holdreason", "holdreasoncode", "holdreasonsubcode"})
+
+
+class _CGahpVersion(GahpVersion):
+    """condor_c-gahp's banner, to the letter: `$GahpVersion 2.0.1 Jun 27 2005 Condor\\ GAHP $`."""
+
+    __slots__ = ()
+
+    def fields(self) -> list[str]:
+        return ["$GahpVersion", *super().fields()[1:]]
+
+
+VERSION = _CGahpVersion("2.0.1", datetime.date(2005, 6, 27), "Condor GAHP")
+
+
+@dataclass(frozen=True, slots=True)
+class CondorOptions:
+    """How a condor GAHP server runs."""
+
+    remote: RemoteSettings = field(default_factory=RemoteSettings)
+    token_file: Path | None = None
+    token_dirs: tuple[Path, ...] = ()
+    #: Stage-ins and stage-outs at once (HTCondor's C_GAHP_MAX_FILE_REQUESTS).
+    file_workers: int = 10
+    #: Requests of one command held at once; one more is refused "F Threads limit reached".
+    accept_limit: int = 1000
+
+
+class CondorGahp:
+    """The C-GAHP's commands over the remote queue's HTTPS API."""
+
+    def __init__(self, options: CondorOptions | None = None, *, clock: Clock | None = None) -> None:
+        self.options = options = options or CondorOptions()
+        self._clock = clock or SystemClock()
+        self.tokens = TokenSource(options.token_file, options.token_dirs)
+        self.remotes = Remotes(options.remote, self.tokens)
+        self._files = asyncio.Semaphore(options.file_workers)
+        self._token_file_in_force = options.token_file
+
+    def server(self) -> GahpServer:
+        """A GahpServer serving the C-GAHP's commands."""
+        one: Callable[[str], Fields] = lambda reason: ("F", reason)  # noqa: E731
+        table: list[tuple[str, int, Handler, Callable[[str], Fields], bool]] = [
+            ("CONDOR_JOB_SUBMIT", 2, self.submit, lambda r: ("F", "-1.-1", r), False),
+            ("CONDOR_JOB_STATUS_CONSTRAINED", 2, self.status, lambda r: ("F", r, "0"), False),
+            ("CONDOR_JOB_REMOVE", 3, self.remove, one, False),
+            ("CONDOR_JOB_HOLD", 3, self.hold, one, False),
+            ("CONDOR_JOB_RELEASE", 3, self.release, one, False),
+            ("CONDOR_JOB_UPDATE", 3, self.update, one, False),
+            ("CONDOR_JOB_UPDATE_CONSTRAINED", 3, self.update_constrained, one, False),
+            ("CONDOR_JOB_STAGE_IN", 2, self.stage_in, one, False),
+            ("CONDOR_JOB_STAGE_OUT", 2, self.stage_out, one, False),
+            ("CONDOR_JOB_REFRESH_PROXY", 3, self.refresh_proxy, one, True),
+            ("CONDOR_JOB_UPDATE_LEASE", 2, self.update_lease, lambda r: ("F", r, "NULL"), True),
+        ]
+        commands = [
+            Command(
+                name,
+                params,
+                self._reporting(handler, failure),
+                self.options.accept_limit,
+                variadic=variadic,
+                on_error=failure,
+            )
+            for name, params, handler, failure, variadic in table
+        ]
+        return _CondorServer(VERSION, commands)
+
+    async def aclose(self) -> None:
+        """Close the HTTP clients."""
+        await self.remotes.aclose()
+
+    def _reporting(self, handler: Handler, failure: Callable[[str], Fields]) -> Handler:
+        """`handler` with CondorGahpErrors turned into the command's failure result."""
+
+        async def run(call: Call) -> Sequence[str]:
+            self._follow_token_file(call)
+            # The runtime steps a handler once in the reading task and goes on in a task
+            # of its own (_eager.py); anyio's cancel scopes inside httpx must be entered
+            # and left in one task, so give up that first step before any HTTP work.
+            await asyncio.sleep(0)
+            try:
+                return await handler(call)
+            except ConnectFailure as err:
+                # The schedd may have moved (a restart on another port): look it up again.
+                self.remotes.forget(unnull(call.args[0]))
+                log.warning("%s %d: %s", call.command, call.request_id, err)
+                return failure(str(err))
+            except CondorGahpError as err:
+                log.info("%s %d failed: %s", call.command, call.request_id, err)
+                return failure(str(err))
+
+        return run
+
+    def _follow_token_file(self, call: Call) -> None:
+        # UPDATE_TOKEN names the token file the grid manager wants used from now on.
+        wanted = call.credentials.token_file
+        if wanted is not None and Path(wanted) != self._token_file_in_force:
+            self._token_file_in_force = Path(wanted)
+            self.tokens.token_file = Path(wanted)
+            self.remotes.auth.reset()
+
+    async def _schedd(self, call: Call) -> Endpoint:
+        return await self.remotes.schedd(unnull(call.args[0]))
+
+    # ---- submit and status -----------------------------------------------------------------
+
+    async def submit(self, call: Call) -> Sequence[str]:
+        """CONDOR_JOB_SUBMIT: reserve a cluster, queue the ad as its proc 0."""
+        ad = classad.ClassAd(call.args[1])
+        try:
+            schedd = await self._schedd(call)
+        except LocateError as err:
+            return ("F", "NULL", str(err))
+        cluster_ad, proc_ad = classad.ClassAd(), classad.ClassAd()
+        for name in ad:
+            lowered = name.lower()
+            if lowered in _FILTERED:
+                continue
+            target = proc_ad if lowered in _PROC_ATTRS else cluster_ad
+            target[name] = ad.lookup(name)
+        reserved = await schedd.json("POST", "/v1/clusters", json_body={})
+        cluster = reserved.get("cluster")
+        body = f'{{"cluster_ad": {cluster_ad.printJson()}, "procs": [{proc_ad.printJson()}]}}'
+        answer = await schedd.json(
+            "POST",
+            f"/v1/clusters/{cluster}/jobs",
+            content=body.encode("utf-8"),
+            headers={"content-type": "application/json"},
+        )
+        jobs = answer.get("jobs")
+        if not isinstance(jobs, list) or len(jobs) != 1:
+            return ("F", f"{cluster}.-1", f"{schedd.what} did not say which job it queued")
+        return ("S", str(jobs[0]), "NULL")
+
+    async def status(self, call: Call) -> Sequence[str]:
+        """CONDOR_JOB_STATUS_CONSTRAINED: the matching jobs' whole ads."""
+        schedd = await self._schedd(call)
+        constraint = unnull(call.args[1])
+        params = {"constraint": constraint} if constraint else {}
+        response = await schedd.request("GET", "/v1/jobs", params=params)
+        server_time = _server_time(response.headers.get("date"), self._clock)
+        ads = await asyncio.to_thread(_one_line_ads, response.content, server_time)
+        return ("S", "NULL", str(len(ads)), *ads)
+
+    # ---- remove, hold, release --------------------------------------------------------------
+
+    async def remove(self, call: Call) -> Sequence[str]:
+        """CONDOR_JOB_REMOVE."""
+        return await self._act(call, "Remove")
+
+    async def hold(self, call: Call) -> Sequence[str]:
+        """CONDOR_JOB_HOLD."""
+        return await self._act(call, "Hold")
+
+    async def release(self, call: Call) -> Sequence[str]:
+        """CONDOR_JOB_RELEASE."""
+        return await self._act(call, "Release")
+
+    async def _act(self, call: Call, action: str) -> Sequence[str]:
+        schedd = await self._schedd(call)
+        job_id = call.args[1]
+        # The API names actions as htcondor2.JobAction's values: "hold", "release", "remove".
+        body: dict[str, object] = {"action": action.lower(), "jobs": {"ids": [job_id]}}
+        reason = unnull(call.args[2])
+        if reason is not None:
+            body["reason"] = reason
+        try:
+            answer = await schedd.json("POST", "/v1/jobs/act", json_body=body)
+        except RemoteRefusal as err:
+            return ("F", _act_error(action, err))
+        if job_id not in (answer.get("jobs") or []):
+            return ("F", "Bad job status" if action == "Release" else "Already done")
+        return ("S", "NULL")
+
+    # ---- updates and leases -----------------------------------------------------------------
+
+    async def update(self, call: Call) -> Sequence[str]:
+        """CONDOR_JOB_UPDATE: set the ad's attributes in one job (condor_qedit)."""
+        return await self._edit(call, {"ids": [call.args[1]]}, call.args[2])
+
+    async def update_constrained(self, call: Call) -> Sequence[str]:
+        """CONDOR_JOB_UPDATE_CONSTRAINED: set the ad's attributes in the matching jobs."""
+        return await self._edit(call, {"constraint": call.args[1]}, call.args[2])
+
+    async def _edit(self, call: Call, jobs: dict[str, object], ad_text: str) -> Sequence[str]:
+        ad = classad.ClassAd(ad_text)
+        attrs = {name: str(ad.lookup(name)) for name in ad}
+        if not attrs:
+            return ("S", "NULL")
+        schedd = await self._schedd(call)
+        try:
+            await schedd.json("POST", "/v1/jobs/edit", json_body={"jobs": jobs, "attrs": attrs})
+        except RemoteRefusal as err:
+            if err.status == 404:
+                return ("F", "Job not found")
+            raise
+        return ("S", "NULL")
+
+    async def update_lease(self, call: Call) -> Sequence[str]:
+        """CONDOR_JOB_UPDATE_LEASE: JobLeaseExpiration of each job; the ids updated."""
+        pairs = call.args[2:]
+        leases = {pairs[i]: int(pairs[i + 1]) for i in range(0, len(pairs), 2)}
+        if not leases:
+            return ("S", "NULL", "NULL")
+        schedd = await self._schedd(call)
+        answer = await schedd.json("POST", "/v1/jobs/lease", json_body={"leases": leases})
+        updated = [str(job) for job in answer.get("jobs") or [] if str(job) in leases]
+        return ("S", "NULL", ",".join(updated) or "NULL")
+
+    # ---- sandboxes ----------------------------------------------------------------------------
+
+    async def stage_in(self, call: Call) -> Sequence[str]:
+        """CONDOR_JOB_STAGE_IN: send the job's input files; the remote then releases it."""
+        ad = classad.ClassAd(call.args[1])
+        job_id = _job_id_of(ad)
+        schedd = await self._schedd(call)
+        async with self._files:
+            try:
+                data = await asyncio.to_thread(sandbox.input_tar, ad)
+                await schedd.request(
+                    "PUT",
+                    f"/v1/jobs/{job_id}/input",
+                    content=data,
+                    headers={"content-type": "application/x-tar"},
+                )
+            except (SandboxError, RemoteRefusal) as err:
+                return ("F", f"Error sending files to {schedd.what}: {err}")
+        return ("S", "NULL")
+
+    async def stage_out(self, call: Call) -> Sequence[str]:
+        """CONDOR_JOB_STAGE_OUT: fetch the job's output files into their local places."""
+        job_id = call.args[1]
+        schedd = await self._schedd(call)
+        async with self._files:
+            try:
+                response = await schedd.request("GET", f"/v1/jobs/{job_id}")
+                ads = await asyncio.to_thread(_parse_ads, response.content)
+                if not ads:
+                    return ("F", "Job not found")
+                output = await schedd.request("GET", f"/v1/jobs/{job_id}/output")
+                written = await asyncio.to_thread(sandbox.unpack_output, output.content, ads[0])
+            except RemoteRefusal as err:
+                if err.status == 404 and err.error == "JobNotFound":
+                    return ("F", "Job not found")
+                return ("F", f"Error receiving files from {schedd.what}: {err}")
+            except SandboxError as err:
+                return ("F", f"Error receiving files from {schedd.what}: {err}")
+        log.info("job %s: %d output files written", job_id, len(written))
+        return ("S", "NULL")
+
+    async def refresh_proxy(self, call: Call) -> Sequence[str]:
+        """CONDOR_JOB_REFRESH_PROXY: htgrid's remote queue takes no X.509 proxies.
+
+        The remote side authenticates the GAHP by token, not by a delegated proxy, so
+        there is nothing to send; the file is still checked, so a grid manager pointing
+        at a proxy that is gone hears about it.
+        """
+        path = Path(call.args[2])
+        readable = await asyncio.to_thread(_readable, path)
+        if not readable:
+            return ("F", f"Error refreshing proxy for job {call.args[1]}: cannot read {path}")
+        return ("S", "NULL")
+
+
+def _readable(path: Path) -> bool:
+    try:
+        with path.open("rb"):
+            return True
+    except OSError:
+        return False
+
+
+def _act_error(action: str, err: RemoteRefusal) -> str:
+    """HTCondor's words for an act-on-jobs failure (the grid manager matches some)."""
+    if err.status == 404:
+        return "Job not found"
+    if err.status == 409:
+        return "Bad job status" if action == "Release" else "Already done"
+    if err.status == 403 and err.error == "NotAuthorized":
+        return "Permission denied"
+    return str(err)
+
+
+def _job_id_of(ad: classad.ClassAd) -> str:
+    ids = []
+    for name in ("ClusterId", "ProcId"):
+        value = ad.eval(name) if name in ad else None
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise SandboxError(f"the stage-in ad has no {name}: which remote job is it?")
+        ids.append(str(value))
+    return ".".join(ids)
+
+
+def _server_time(date: str | None, clock: Clock) -> int:
+    if date:
+        try:
+            return int(email.utils.parsedate_to_datetime(date).timestamp())
+        except (TypeError, ValueError):
+            pass
+    return int(clock.time())
+
+
+def _parse_ads(body: bytes) -> list[classad.ClassAd]:
+    """The ads of a `{"jobs": [...]}` answer."""
+    text = body.decode("utf-8")
+    start, end = text.find("["), text.rfind("]")
+    if start < 0 or end < start:
+        raise RemoteRefusal(
+            "the schedd's answer holds no list of jobs", status=200, error="", detail=text[:200]
+        )
+    try:
+        return list(classad.parseAds(text[start : end + 1], classad.ParserType.JSON))
+    except classad.ClassAdException as exc:
+        raise RemoteRefusal(
+            f"the schedd's job ads do not parse: {exc}", status=200, error="", detail=str(exc)
+        ) from None
+
+
+def _one_line_ads(body: bytes, server_time: int) -> list[str]:
+    """Each ad in compact new ClassAd syntax (one line), with ServerTime."""
+    ads = _parse_ads(body)
+    lines = []
+    for ad in ads:
+        ad["ServerTime"] = server_time
+        lines.append(repr(ad))
+    return lines
+
+
+# ---- request checks: a malformed request is answered E, as the C-GAHP's io_loop does ------
+
+
+def _ad_problem(text: str) -> str | None:
+    try:
+        classad.ClassAd(text)
+    except classad.ClassAdException as exc:
+        return "not a ClassAd: " + str(exc).splitlines()[0]
+    return None
+
+
+def _job_problem(text: str) -> str | None:
+    return None if _JOB_ID.fullmatch(text) else f"bad job id {text!r}: expected cluster.proc"
+
+
+def _check(
+    args: Sequence[str], jobs: Sequence[int], ads: Sequence[int], texts: Sequence[int]
+) -> str | None:
+    """The first problem with the arguments after the request id, if any."""
+    if not args or not args[0]:
+        return "the schedd name is empty"
+    for i in jobs:
+        if i < len(args) and (problem := _job_problem(args[i])):
+            return problem
+    for i in texts:
+        if i < len(args) and not args[i]:
+            return "the constraint is empty"
+    for i in ads:
+        if i < len(args) and (problem := _ad_problem(args[i])):
+            return problem
+    return None
+
+
+def _check_lease(args: Sequence[str]) -> str | None:
+    if len(args) < 2 or not _NUMBER.fullmatch(args[1]):
+        return "expected <schedd> <count> (<job id> <expiration>)..."
+    count = int(args[1])
+    if len(args) != 2 + 2 * count:
+        return f"expected {count} job id and expiration pairs, found {(len(args) - 2) / 2:g}"
+    for i in range(2, len(args), 2):
+        if problem := _job_problem(args[i]):
+            return problem
+        if not _EXPIRY.fullmatch(args[i + 1]):
+            return f"bad expiration {args[i + 1]!r} for job {args[i]}: expected epoch seconds"
+    return _check(args, (), (), ())
+
+
+def _check_refresh(args: Sequence[str]) -> str | None:
+    if len(args) > 4:
+        return f"expected 4 or 5 parameters, {len(args) + 1} found"
+    if len(args) == 4 and not _EXPIRY.fullmatch(args[3]):
+        return f"bad proxy expiration {args[3]!r}: expected epoch seconds"
+    return _check(args, (1,), (), (2,))
+
+
+_CHECKS: dict[str, Callable[[Sequence[str]], str | None]] = {
+    "CONDOR_JOB_SUBMIT": lambda a: _check(a, (), (1,), ()),
+    "CONDOR_JOB_STAGE_IN": lambda a: _check(a, (), (1,), ()),
+    "CONDOR_JOB_STATUS_CONSTRAINED": lambda a: _check(a, (), (), (1,)),
+    "CONDOR_JOB_REMOVE": lambda a: _check(a, (1,), (), ()),
+    "CONDOR_JOB_HOLD": lambda a: _check(a, (1,), (), ()),
+    "CONDOR_JOB_RELEASE": lambda a: _check(a, (1,), (), ()),
+    "CONDOR_JOB_UPDATE": lambda a: _check(a, (1,), (2,), ()),
+    "CONDOR_JOB_UPDATE_CONSTRAINED": lambda a: _check(a, (), (2,), (1,)),
+    "CONDOR_JOB_STAGE_OUT": lambda a: _check(a, (1,), (), ()),
+    "CONDOR_JOB_REFRESH_PROXY": _check_refresh,
+    "CONDOR_JOB_UPDATE_LEASE": _check_lease,
+}
+
+
+class _CondorServer(GahpServer):
+    """GahpServer that answers E to a request whose arguments cannot be right."""
+
+    def _dispatch(self, line: bytes) -> bytes:
+        fields = decode_fields(line)
+        check = _CHECKS.get(fields[0].upper())
+        # Counts are the runtime's to check (it says how many it wanted); the rest is ours.
+        if check is not None and len(fields) >= 3:
+            problem = check(fields[2:])
+            if problem is not None:
+                return self._reply(ReplyCode.ERROR, problem)
+        return super()._dispatch(line)

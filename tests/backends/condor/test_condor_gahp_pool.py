@@ -1,0 +1,49 @@
+"""Many requests at once: one lookup, one connection pool per remote schedd."""
+
+from __future__ import annotations
+
+import asyncio
+
+import htgrid.classad as classad
+from htgrid.backends.condor._http import RemoteSettings
+from htgrid.backends.condor.server import CondorGahp, CondorOptions
+from htgrid.gahp import Call, Credentials
+
+from .conftest import SCHEDD_NAME, RemotePool
+
+
+def test_200_status_requests_in_flight_share_one_pool(remote: RemotePool) -> None:
+    options = CondorOptions(
+        remote=RemoteSettings(
+            pool=remote.collector, ca_files=(str(remote.ca_file),), max_connections=4
+        ),
+        token_dirs=(remote.tokens_dir,),
+    )
+
+    async def scenario() -> tuple[list[list[str]], int, int]:
+        gahp = CondorGahp(options)
+        try:
+            calls = [
+                Call("CONDOR_JOB_STATUS_CONSTRAINED", i, (SCHEDD_NAME, "true"), Credentials())
+                for i in range(1, 201)
+            ]
+            results = await asyncio.gather(*(gahp.status(call) for call in calls))
+            own = await gahp.submit(
+                Call(
+                    "CONDOR_JOB_SUBMIT", 201, (SCHEDD_NAME, '[ Cmd = "/bin/true" ]'), Credentials()
+                )
+            )
+            assert own[0] == "S", own
+            return [list(r) for r in results], gahp.remotes.pools, len(results)
+        finally:
+            await gahp.aclose()
+
+    results, pools, count = asyncio.run(scenario())
+    assert count == 200
+    first = results[0]
+    assert all(r[:2] == ["S", "NULL"] and len(r) == 3 + int(r[2]) for r in results)
+    assert all(r[2] == first[2] for r in results)  # one queue, one answer
+    for text in first[3:]:
+        assert isinstance(classad.ClassAd(text)["ServerTime"], int)
+    # The collector and the one schedd: every request reused the schedd's client.
+    assert pools == 2
