@@ -16,7 +16,7 @@ from typing import Any
 from htgrid.classad import ClassAd
 from htgrid.cli._analyze import _ANALYZERS, Analyzer, _vanilla, _wrap, register_analyzer
 from htgrid.cli._common import format_date
-from htgrid.collector import CollectorClient, CollectorError, default_pool
+from htgrid.collector import CollectorClient, CollectorError
 from htgrid.negotiator.analyze import better_analyze
 
 __all__ = ["install"]
@@ -34,7 +34,13 @@ class _Machines:
         if self._health is not health:
             self._health = health
             pool = health.get("collector")
-            self._ads, self.error = _fetch(pool if isinstance(pool, str) else default_pool())
+            if isinstance(pool, str) and pool:
+                self._ads, self.error = _fetch(pool)
+            else:
+                # A pool without a collector (DAEMON_LIST without COLLECTOR) has no
+                # machines to match against; asking whatever answers on the default
+                # port would analyse against somebody else's pool.
+                self._ads, self.error = None, "this pool runs no collector"
         return self._ads
 
 
