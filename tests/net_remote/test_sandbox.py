@@ -158,3 +158,31 @@ def test_an_expired_lease_removes_the_job(alice: ScheddClient) -> None:
             "The job's lease expired: its submitter did not renew it (JobLeaseDuration)"
         )
         assert alice.get(renewed)["JobLeaseExpiration"] == later
+
+
+def _peak_rss(pid: int) -> int:
+    """The daemon's peak resident memory (VmHWM), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM in /proc/{pid}/status")
+
+
+def test_a_large_upload_streams_to_disk(pool: PersonalPool, alice: ScheddClient) -> None:
+    size = 50 << 20
+    block = bytes(range(256)) * 4096  # 1 MiB, not all zeros
+    archive = tar_of({"big.dat": block * (size // len(block)), "small.txt": b"small\n"})
+    assert pool.pid is not None
+    with alice:
+        job = submit(alice, **SPOOLING)
+        before = _peak_rss(pool.pid)
+        assert alice.put_input(job, archive) == [job]
+        after = _peak_rss(pool.pid)
+    print(f"daemon peak RSS {before >> 20} MiB -> {after >> 20} MiB for a {size >> 20} MiB upload")
+    # Held whole, the body alone would raise the peak by its 50 MiB.
+    assert after - before < size // 2
+    big = _spool(pool, job) / "big.dat"
+    assert big.stat().st_size == size
+    with big.open("rb") as data:
+        data.seek(size - len(block))
+        assert data.read() == block

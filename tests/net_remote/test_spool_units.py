@@ -46,4 +46,6 @@ def test_output_outside_iwd_names_and_links(tmp_path: Path) -> None:
     (sandbox / "in.txt").write_text("changed")  # changed since the upload: output too
     (sandbox / "secret").symlink_to("/etc/hostname")
     ad = ClassAd({"Iwd": str(sandbox), "Out": "/dev/null", "Err": "missing.err"})
-    assert untar(pack_output(ad, sandbox)) == {"in.txt": b"changed", "made.txt": b"made"}
+    with pack_output(ad, sandbox, tmp_path) as tar:
+        assert untar(tar.read()) == {"in.txt": b"changed", "made.txt": b"made"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["1"]  # the tar had no name

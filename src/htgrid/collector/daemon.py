@@ -4,7 +4,8 @@
 foreground `htgrid collector` command. The pool's security material (key, CA, server
 certificate, daemon token) is made if missing (`ensure_pool_security`, as `htgrid up`
 does), then the collector presents the pool's server certificate and checks every
-caller's bearer token against the pool's keys and trust domain.
+caller's bearer token against the pool's keys and trust domain. The certificate is
+renewed and reloaded while the collector runs (`CertRotator`), without a restart.
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ import uvicorn
 from htgrid.collector._store import DEFAULT_LIFETIME, AdStore
 from htgrid.collector.app import create_app
 from htgrid.collector.client import DEFAULT_PORT
-from htgrid.net.security import SecurityConfig, ensure_pool_security, server_ssl_context
+from htgrid.net.security import (
+    SERVER_CERT,
+    PoolCA,
+    SecurityConfig,
+    ensure_pool_security,
+    server_ssl_context,
+)
+from htgrid.net.security._rotate import CertRotator, RotatingServer
 
 __all__ = ["make_server", "run", "serve"]
 
@@ -61,7 +69,8 @@ def make_server(
     config.load()
     # The pool's own context (TLS 1.2 at least) in place of the one uvicorn built.
     config.ssl = server_ssl_context(material.server)
-    return uvicorn.Server(config)
+    rotator = CertRotator(PoolCA(security.ca_dir), SERVER_CERT, config.ssl, material.server)
+    return RotatingServer(config, rotator)
 
 
 async def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, **kwargs: object) -> None:

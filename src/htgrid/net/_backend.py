@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import AsyncIterable, Mapping, Sequence
+from typing import Any, BinaryIO, Protocol
 
 from htgrid.classad import ClassAd
 from htgrid.net._wire import Jobs
@@ -59,12 +59,15 @@ class QueueBackend(Protocol):
         """Set attributes (ClassAd expression text) of jobs; the jobs edited."""
         ...
 
-    async def put_input(self, identity: Identity, job_id: JobId, data: bytes) -> list[JobId]:
-        """Unpack a tar into the job's spool directory; release it if it was spooling."""
+    async def put_input(
+        self, identity: Identity, job_id: JobId, body: AsyncIterable[bytes], length: int | None
+    ) -> list[JobId]:
+        """Unpack a tar (the request body as it arrives; `length` its declared size) into
+        the job's spool directory; release it if it was spooling."""
         ...
 
-    async def get_output(self, identity: Identity, job_id: JobId) -> bytes:
-        """The job's output sandbox as a tar."""
+    async def get_output(self, identity: Identity, job_id: JobId) -> BinaryIO:
+        """The job's output sandbox as a tar in a file, rewound; the caller closes it."""
         ...
 
     async def update_leases(self, identity: Identity, leases: Mapping[JobId, int]) -> list[JobId]:

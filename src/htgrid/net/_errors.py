@@ -3,6 +3,7 @@
 HTGridError
 ├── DaemonUnavailable     (nothing answers on the socket: the daemons are not running)
 ├── BadRequest            (a request the API cannot read: bad JSON, a missing field)
+├── SandboxTooLarge       (413: a sandbox over MAX_TRANSFER_INPUT_MB/OUTPUT_MB)
 ├── (security.AuthError   401 (403 for InsufficientScope): a token refused, over TLS)
 └── ApiError              (an answer the client cannot map back to an htgrid error)
 
@@ -39,7 +40,14 @@ from htgrid.queue import (
 )
 from htgrid.submit import SubmitError
 
-__all__ = ["PROBLEMS", "ApiError", "BadRequest", "DaemonUnavailable", "status_of"]
+__all__ = [
+    "PROBLEMS",
+    "ApiError",
+    "BadRequest",
+    "DaemonUnavailable",
+    "SandboxTooLarge",
+    "status_of",
+]
 
 
 class DaemonUnavailable(HTGridError):
@@ -48,6 +56,10 @@ class DaemonUnavailable(HTGridError):
 
 class BadRequest(HTGridError):
     """The request is malformed."""
+
+
+class SandboxTooLarge(HTGridError):
+    """The sandbox is larger than the daemon transfers."""
 
 
 class ApiError(HTGridError):
@@ -75,6 +87,7 @@ PROBLEMS: Final[tuple[tuple[type[HTGridError], int], ...]] = (
     (ClassAdSyntaxError, 400),
     (SubmitError, 400),
     (BadRequest, 400),
+    (SandboxTooLarge, 413),
     (UsageError, 400),
     (DaemonUnavailable, 503),
     (ApiError, 500),

@@ -1,15 +1,25 @@
-"""The OpenAPI 3.1 description of the API, made from the route table itself."""
+"""The OpenAPI 3.1 description of the API, made from the route table itself.
+
+The daemon serves it at /v1/openapi.json; the repository publishes it as
+docs/openapi.json, written by
+
+    python -m htgrid.net._openapi > docs/openapi.json
+
+(a test fails when the published file and the routes disagree).
+"""
 
 from __future__ import annotations
 
+import json
 import re
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from htgrid.net.app import RouteSpec
 
-__all__ = ["SCHEMAS", "openapi_document"]
+__all__ = ["SCHEMAS", "openapi_document", "published_document", "render"]
 
 _AD: Final = {
     "type": "object",
@@ -63,7 +73,9 @@ SCHEMAS: Final[dict[str, dict[str, Any]]] = {
     "Tar": {
         "type": "string",
         "format": "binary",
-        "description": "a plain tar; member names relative, without '..', files only",
+        "description": (
+            "a plain tar; member names relative, without '..'; files and directories only"
+        ),
     },
     "Leases": {
         "type": "object",
@@ -107,6 +119,16 @@ def _json(name: str, media: str | None = None) -> dict[str, Any]:
     return {"content": {media: {"schema": _ref(name)}}}
 
 
+_TOO_LARGE: Final = {
+    "body": "the upload is over the daemon's MAX_TRANSFER_INPUT_MB",
+    "returns": "the output's files add up to over the daemon's MAX_TRANSFER_OUTPUT_MB",
+}
+
+
+def _problem(description: str) -> dict[str, Any]:
+    return {"description": description, **_json("Problem", "application/problem+json")}
+
+
 def openapi_document(routes: Sequence[RouteSpec], version: str) -> dict[str, Any]:
     """The OpenAPI document listing every route."""
     paths: dict[str, dict[str, Any]] = {}
@@ -119,12 +141,13 @@ def openapi_document(routes: Sequence[RouteSpec], version: str) -> dict[str, Any
                     "description": "done",
                     **_json(route.returns),
                 },
-                "default": {
-                    "description": "an error",
-                    **_json("Problem", "application/problem+json"),
-                },
+                "default": _problem("an error"),
             },
         }
+        if route.body == "Tar":
+            op["responses"]["413"] = _problem(_TOO_LARGE["body"])
+        elif route.returns == "Tar":
+            op["responses"]["413"] = _problem(_TOO_LARGE["returns"])
         parameters = [
             {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
             for name in re.findall(r"\{(\w+)\}", route.path)
@@ -150,3 +173,20 @@ def openapi_document(routes: Sequence[RouteSpec], version: str) -> dict[str, Any
         "paths": paths,
         "components": {"schemas": SCHEMAS},
     }
+
+
+def published_document() -> dict[str, Any]:
+    """The document of this version's routes, as docs/openapi.json publishes it."""
+    from htgrid import __version__
+    from htgrid.net.app import ROUTES
+
+    return openapi_document(ROUTES, __version__)
+
+
+def render(document: dict[str, Any]) -> str:
+    """The document as the published file's text (stable: diffs show real changes)."""
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render(published_document()))

@@ -4,14 +4,21 @@
     GET  /v1/jobs/{c.p}/output   the job's output sandbox as a plain tar
     POST /v1/jobs/lease          {"leases": {"c.p": <epoch seconds>, ...}}
 
+Sandboxes stream: the upload is handed to the backend as it arrives (the backend writes
+it to disk and refuses it, 413, past MAX_TRANSFER_INPUT_MB), and the output tar is sent
+from the backend's file a MiB at a time, its reads off the event loop.
+
 Handlers only: `app.ROUTES` lists them with the others.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, BinaryIO, Final
 
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from htgrid.net._errors import BadRequest
 from htgrid.queue import JobId
@@ -23,6 +30,7 @@ __all__ = ["TAR", "get_output", "job_id_of", "put_input", "update_leases"]
 
 TAR: Final = "application/x-tar"
 _TAR_TYPES: Final = frozenset({TAR, "application/octet-stream"})
+_CHUNK: Final = 1 << 20
 
 
 def job_id_of(call: _Call) -> JobId:
@@ -38,14 +46,25 @@ async def put_input(call: _Call) -> Response:
     media = call.request.headers.get("content-type", TAR).split(";", 1)[0].strip().lower()
     if media not in _TAR_TYPES:
         raise BadRequest(f"the input sandbox must be sent as {TAR}, not {media}")
-    data = await call.request.body()
-    ids = await call.backend.put_input(call.identity, job_id, data)
+    declared = call.request.headers.get("content-length")
+    length = int(declared) if declared is not None and declared.isdigit() else None
+    ids = await call.backend.put_input(call.identity, job_id, call.request.stream(), length)
     return JSONResponse({"jobs": [str(i) for i in ids]})
 
 
+async def _chunks(tar: BinaryIO) -> AsyncIterator[bytes]:
+    try:
+        while chunk := await asyncio.to_thread(tar.read, _CHUNK):
+            yield chunk
+    finally:
+        tar.close()
+
+
 async def get_output(call: _Call) -> Response:
-    data = await call.backend.get_output(call.identity, job_id_of(call))
-    return Response(data, media_type=TAR)
+    tar = await call.backend.get_output(call.identity, job_id_of(call))
+    size = os.fstat(tar.fileno()).st_size
+    headers = {"Content-Length": str(size)}
+    return StreamingResponse(_chunks(tar), media_type=TAR, headers=headers)
 
 
 async def update_leases(call: _Call) -> Response:

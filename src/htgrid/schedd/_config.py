@@ -26,6 +26,11 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
     SCHEDD_NAME = htgrid@<host>     the schedd's Name in the pool (two pools on a host differ)
     SCHEDD_ADDRESS = 127.0.0.1:0    where the API listens over TLS (port 0: any free port);
                                     its URL is written to run/schedd.url
+    MAX_TRANSFER_INPUT_MB = 10240   MiB a job's uploaded input tar may hold (-1: no limit;
+                                    HTCondor's default is -1, but this daemon listens on
+                                    the network); more is refused with HTTP 413
+    MAX_TRANSFER_OUTPUT_MB = 10240  MiB of files a job's output sandbox may hand out
+                                    (-1: no limit)
     ALIVE_INTERVAL = 60             seconds between a claim's keep-alives
     MAX_CLAIM_ALIVES_MISSED = 6     keep-alives missed before a claim is given up
     MASTER_BACKOFF_CONSTANT = 1     a daemon that died is restarted after CONSTANT *
@@ -97,6 +102,8 @@ _KNOWN: Final = frozenset(
         "SCHEDD_INTERVAL",
         "SCHEDD_NAME",
         "SCHEDD_ADDRESS",
+        "MAX_TRANSFER_INPUT_MB",
+        "MAX_TRANSFER_OUTPUT_MB",
         "ALIVE_INTERVAL",
         "MAX_CLAIM_ALIVES_MISSED",
         "MASTER_BACKOFF_CONSTANT",
@@ -121,6 +128,7 @@ _KNOWN: Final = frozenset(
     }
 )
 _LIST_SPLIT: Final = re.compile(r"[\s,]+")
+DEFAULT_TRANSFER_MB: Final = 10240
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +180,18 @@ class ConfigFile:
         if number != int(number):
             raise self._error(key, f"must be a whole number, not {self.values[key][0]!r}")
         return int(number)
+
+    def megabytes(self, key: str, default: int | None) -> int | None:
+        """A size in MiB; a negative one (HTCondor writes -1) is no limit (None)."""
+        if key not in self.values:
+            return default
+        text = self.values[key][0]
+        try:
+            number = int(text)
+        except ValueError:
+            problem = f"must be a whole number of MiB (-1: no limit), not {text!r}"
+            raise self._error(key, problem) from None
+        return None if number < 0 else number
 
     def flag(self, key: str, default: bool) -> bool:
         if key not in self.values:
@@ -255,6 +275,8 @@ class ScheddConfig:
     shutdown_script: str | None = None
     schedd_name: str = dataclasses.field(default_factory=default_schedd_name)
     schedd_address: tuple[str, int] = ("127.0.0.1", 0)  # the API's TLS listener
+    max_transfer_input_mb: int | None = DEFAULT_TRANSFER_MB  # None: no limit
+    max_transfer_output_mb: int | None = DEFAULT_TRANSFER_MB
 
     @property
     def spool(self) -> Path:
@@ -287,6 +309,11 @@ class ScheddConfig:
     @property
     def userlog_seq_file(self) -> Path:
         return self.spool / "userlog.seq"
+
+    @property
+    def gridmanager_feed_file(self) -> Path:
+        """Where the grid manager keeps its position in the change feed."""
+        return self.spool / "gridmanager" / "feed.seq"
 
     @property
     def collector_address_file(self) -> Path:
@@ -358,4 +385,6 @@ class ScheddConfig:
             shutdown_script=script or None,
             schedd_name=conf.text("SCHEDD_NAME", default_schedd_name()),
             schedd_address=conf.address("SCHEDD_ADDRESS", ("127.0.0.1", 0)),
+            max_transfer_input_mb=conf.megabytes("MAX_TRANSFER_INPUT_MB", DEFAULT_TRANSFER_MB),
+            max_transfer_output_mb=conf.megabytes("MAX_TRANSFER_OUTPUT_MB", DEFAULT_TRANSFER_MB),
         )

@@ -32,6 +32,8 @@ from htgrid.errors import HTGridError
 from htgrid.net._peer import PeerCredProtocol, peercred_identity
 from htgrid.net.app import create_app
 from htgrid.net.security import (
+    SERVER_CERT,
+    PoolCA,
     SecurityConfig,
     TokenAuthMiddleware,
     TokenVerifier,
@@ -39,6 +41,7 @@ from htgrid.net.security import (
     server_ssl_context,
     token_identity,
 )
+from htgrid.net.security._rotate import CertRotator, RotatingServer
 from htgrid.queue import JobQueue
 from htgrid.schedd._config import ScheddConfig, ScheddError
 from htgrid.schedd._launch import family_marker
@@ -46,6 +49,7 @@ from htgrid.schedd._local import LocalRunner
 from htgrid.schedd._pool import Pool
 from htgrid.schedd._service import QueueService
 from htgrid.schedd._shadow import ShadowManager, ShadowSettings
+from htgrid.schedd._spool import SizeLimit
 from htgrid.schedd._userlog import UserLogWriter
 from htgrid.schedd._worker import QueueWorker
 
@@ -75,6 +79,8 @@ class Daemon:
         self._started = clock()
         self._runner: LocalRunner | None = None
         self._shadows: ShadowManager | None = None
+        self._writer: UserLogWriter | None = None
+        self._trimmed = 0
         self.pool: Pool | None = None
 
     def request_stop(self) -> None:
@@ -139,6 +145,7 @@ class Daemon:
         self._runner = runner
         writer = UserLogWriter(worker, cfg.userlog_seq_file, host)
         writer.load()
+        self._writer = writer
         shadows = ShadowManager(
             worker,
             ShadowSettings(
@@ -164,6 +171,9 @@ class Daemon:
             spool=cfg.job_spool,
             clock=self._clock,
             after_submit=writer.catch_up,
+            max_input=SizeLimit("MAX_TRANSFER_INPUT_MB", cfg.max_transfer_input_mb),
+            max_output=SizeLimit("MAX_TRANSFER_OUTPUT_MB", cfg.max_transfer_output_mb),
+            scratch=cfg.spool,
         )
         server, serving = await self._start_server(service)
         try:
@@ -246,7 +256,8 @@ class Daemon:
     ) -> tuple[uvicorn.Server, asyncio.Task[None], str]:
         """The API over TLS on SCHEDD_ADDRESS, callers named by their bearer tokens; its URL.
 
-        The pool's key, CA and certificate are made here if `htgrid up` did not.
+        The pool's key, CA and certificate are made here if `htgrid up` did not; the
+        certificate is renewed and reloaded while the daemon runs (`CertRotator`).
         """
         cfg = self.config
         security = SecurityConfig.load(cfg.home)
@@ -260,6 +271,8 @@ class Daemon:
         )
         config.load()
         config.ssl = server_ssl_context(material.server)
+        ca = PoolCA(security.ca_dir, clock=self._clock)
+        rotator = CertRotator(ca, SERVER_CERT, config.ssl, material.server)
         host, port = cfg.schedd_address
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -272,7 +285,7 @@ class Daemon:
                 f"SCHEDD_ADDRESS {host}:{port}: cannot listen: {exc.strerror}"
             ) from None
         bound = sock.getsockname()[1]
-        server = uvicorn.Server(config)
+        server = RotatingServer(config, rotator)
         serving = asyncio.create_task(server._serve(sockets=[sock]), name="TLS API server")
         while not server.started:
             if serving.done():
@@ -307,6 +320,36 @@ class Daemon:
                 continue
             for jid, decision in applied:
                 _log.info("job %s: %s by %s", jid, decision.action.value, decision.attribute)
+            await self._trim_feed(worker)
+
+    def _feed_read_upto(self) -> int:
+        """The last change every follower of the feed has read (0: keep everything).
+
+        The followers in this process start from the queue's last change when they start;
+        the event log writer and the grid manager persist their positions, so what they
+        have not read must stay (the grid manager would have to rescan the queue).
+        """
+        positions = [f.seq for f in (self._writer, self._runner, self._shadows) if f is not None]
+        if self.pool is not None:
+            positions += self.pool.feed_positions()
+        if "GRIDMANAGER" in self.config.daemons:
+            try:
+                positions.append(int(self.config.gridmanager_feed_file.read_text().strip()))
+            except (OSError, ValueError):
+                return 0  # not started yet, or never read the feed: keep everything
+        return min(positions, default=0)
+
+    async def _trim_feed(self, worker: QueueWorker) -> None:
+        """Forget the changes every follower has read, so the feed does not grow forever."""
+        upto = self._feed_read_upto()
+        if upto <= self._trimmed:
+            return
+        try:
+            await worker.write(lambda q: q.trim_changes(upto))
+        except HTGridError as exc:
+            _log.error("trimming the change feed failed: %s", exc)
+            return
+        self._trimmed = upto
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -168,6 +168,11 @@ class LocalRunner:
 
     # -- the loop -----------------------------------------------------------------------
 
+    @property
+    def seq(self) -> int:
+        """The last change of the queue's feed this follower has read."""
+        return self._seq
+
     async def run(self) -> None:
         """Follow the change feed and start jobs, until cancelled."""
         while True:

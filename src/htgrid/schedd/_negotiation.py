@@ -154,6 +154,11 @@ class NegotiationLoop:
         """Negotiate soon (condor_reschedule)."""
         self._news.set()
 
+    @property
+    def seq(self) -> int:
+        """The last change of the queue's feed this follower has read."""
+        return self._seq
+
     async def run(self) -> None:
         """Cycle until cancelled; a failed cycle is logged and the next one comes."""
         self._seq = await self._worker.read(lambda q: q.last_seq)

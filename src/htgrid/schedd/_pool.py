@@ -238,6 +238,10 @@ class Pool:
             "negotiator": self._negotiation is not None,
         }
 
+    def feed_positions(self) -> list[int]:
+        """Where this pool's in-process followers of the change feed are."""
+        return [self._negotiation.seq] if self._negotiation is not None else []
+
     def reschedule(self) -> None:
         if self._negotiation is not None:
             self._negotiation.reschedule()

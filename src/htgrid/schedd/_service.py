@@ -13,9 +13,9 @@ import asyncio
 import contextlib
 import copy
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 from htgrid.classad import ClassAd
 from htgrid.net._wire import Jobs
@@ -31,7 +31,7 @@ from htgrid.queue import (
     JobStatus,
     NotAuthorized,
 )
-from htgrid.schedd._spool import pack_output, unpack_input
+from htgrid.schedd._spool import NO_LIMIT, SizeLimit, pack_output, receive_input, unpack_input
 from htgrid.schedd._worker import QueueWorker
 
 __all__ = ["QueueService"]
@@ -59,9 +59,14 @@ class QueueService:
         spool: Callable[[int, int], Path],
         clock: Callable[[], float] = time.time,
         after_submit: Callable[[], Awaitable[None]] | None = None,
+        max_input: SizeLimit = NO_LIMIT,
+        max_output: SizeLimit = NO_LIMIT,
+        scratch: Path | None = None,
     ) -> None:
         """`spool(cluster, proc)` names a job's spool directory; `after_submit` runs
-        once a submit has committed, before it is answered."""
+        once a submit has committed, before it is answered; output tars are packed in
+        `scratch` (default: the system's temporary directory)."""
+        self._max_input, self._max_output, self._scratch = max_input, max_output, scratch
         self._worker = worker
         self._after_submit = after_submit
         self._status = status
@@ -167,7 +172,9 @@ class QueueService:
         spec = jobs.spec(identity)
         return await self._worker.write(lambda q: q.edit(spec, attrs, identity))
 
-    async def put_input(self, identity: Identity, job_id: JobId, data: bytes) -> list[JobId]:
+    async def put_input(
+        self, identity: Identity, job_id: JobId, body: AsyncIterable[bytes], length: int | None
+    ) -> list[JobId]:
         if job_id in self._staging:
             raise InvalidTransition(f"job {job_id}: another upload of its input is under way")
         self._staging.add(job_id)
@@ -178,8 +185,16 @@ class QueueService:
                 raise InvalidTransition(
                     f"job {job_id} is {status.label}: its input can no longer change"
                 )
+            what = f"the input sandbox of job {job_id}"
+            if length is not None:  # refused before a byte of it is read
+                self._max_input.check(length, what)
             start = int(self._clock())
-            await asyncio.to_thread(unpack_input, self._spool(*_ids(job_id)), data)
+            sandbox = self._spool(*_ids(job_id))
+            tar = await receive_input(sandbox, body, self._max_input, what)
+            try:
+                await asyncio.to_thread(unpack_input, sandbox, tar)
+            finally:
+                tar.close()
             done = {"StageInStart": start, "StageInFinish": int(self._clock())}
             await self._worker.write(lambda q: q.update(job_id, done))
             if _spooling(ad):
@@ -190,13 +205,20 @@ class QueueService:
             self._staging.discard(job_id)
         return [job_id]
 
-    async def get_output(self, identity: Identity, job_id: JobId) -> bytes:
+    async def get_output(self, identity: Identity, job_id: JobId) -> BinaryIO:
         ad = await self._owned(identity, job_id, "fetch the output of")
         start = int(self._clock())
-        data = await asyncio.to_thread(pack_output, ad, self._spool(*_ids(job_id)))
-        done = {"StageOutStart": start, "StageOutFinish": int(self._clock())}
-        await self._worker.write(lambda q: q.update(job_id, done))
-        return data
+        sandbox, what = self._spool(*_ids(job_id)), f"the output of job {job_id}"
+        tar = await asyncio.to_thread(
+            pack_output, ad, sandbox, self._scratch, self._max_output, what
+        )
+        try:
+            done = {"StageOutStart": start, "StageOutFinish": int(self._clock())}
+            await self._worker.write(lambda q: q.update(job_id, done))
+        except BaseException:
+            tar.close()
+            raise
+        return tar
 
     async def update_leases(self, identity: Identity, leases: Mapping[JobId, int]) -> list[JobId]:
         def renew(q: JobQueue) -> list[JobId]:

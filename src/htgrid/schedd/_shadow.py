@@ -160,6 +160,11 @@ class ShadowManager:
 
     # -- the change feed: holds and removals of running jobs ---------------------------
 
+    @property
+    def seq(self) -> int:
+        """The last change of the queue's feed this follower has read."""
+        return self._seq
+
     async def run(self) -> None:
         """Follow the change feed, stopping the shadows of held and removed jobs."""
         while True:

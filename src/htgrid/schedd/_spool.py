@@ -1,19 +1,23 @@
 """The spool directories of jobs whose sandboxes travel over the network (HTCondor-C).
 
 A job submitted held with HoldReasonCode 16 (SpoolingInput) runs in
-`<home>/spool/<cluster>/<proc>/`. Its input arrives as a plain tar (`unpack_input`) and
-its output leaves as one (`pack_output`). Both are blocking: call them off the event loop.
+`<home>/spool/<cluster>/<proc>/`. Its input arrives as a plain tar, streamed to an
+unnamed temporary file beside the sandbox (`receive_input`, never whole in memory), then
+unpacked (`unpack_input`); its output leaves as one, packed into an unnamed temporary file
+(`pack_output`). `unpack_input` and `pack_output` block: call them off the event loop.
+Both directions are capped (`SizeLimit`: MAX_TRANSFER_INPUT_MB, MAX_TRANSFER_OUTPUT_MB).
 
 Nothing a caller sends may land outside the sandbox: members must be regular files or
 directories with relative names and no `..`, symbolic links are neither made nor followed
 (a job may leave one pointing at a file it must not hand out), and the files of an upload
 are written aside, synced, then renamed into place, so a crash mid-upload leaves the
-sandbox as it was. What came in is remembered (`<proc>.input.json` beside the sandbox) so
+sandbox as it was (the temporary tar has no name: a crash leaves nothing behind). What came in is remembered (`<proc>.input.json` beside the sandbox) so
 that the output is what the job made or changed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
@@ -23,18 +27,46 @@ import secrets
 import shutil
 import stat
 import tarfile
-from collections.abc import Iterator
+import tempfile
+from collections.abc import AsyncIterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Final
+from typing import BinaryIO, Final
 
 from htgrid.classad import ClassAd
-from htgrid.net._errors import BadRequest
+from htgrid.net._errors import BadRequest, SandboxTooLarge
 
-__all__ = ["manifest_path", "pack_output", "unpack_input"]
+__all__ = ["NO_LIMIT", "SizeLimit", "manifest_path", "pack_output", "receive_input", "unpack_input"]
 
 _CHUNK: Final = 1 << 20
 _LIST_SPLIT: Final = re.compile(r"[\s,]+")
+_MIB: Final = 1 << 20
 Manifest = dict[str, tuple[int, int]]  # member name -> (size, mtime in ns)
+
+
+@dataclass(frozen=True, slots=True)
+class SizeLimit:
+    """A cap on a sandbox's size in MiB, named after its knob (None: no cap)."""
+
+    knob: str
+    megabytes: int | None = None
+
+    @property
+    def bytes(self) -> int | None:
+        return None if self.megabytes is None else self.megabytes * _MIB
+
+    def check(self, size: int, what: str, *, at_least: bool = False) -> None:
+        """SandboxTooLarge when `size` bytes (or more, `at_least`) of `what` exceed it."""
+        cap = self.bytes
+        if cap is not None and size > cap:
+            more = " at least" if at_least else ""
+            raise SandboxTooLarge(
+                f"{what} is{more} {size} bytes, over the limit of {self.knob} = "
+                f"{self.megabytes} MiB ({cap} bytes)"
+            )
+
+
+NO_LIMIT: Final = SizeLimit("(none)")
 
 
 def manifest_path(sandbox: Path) -> Path:
@@ -107,14 +139,56 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def unpack_input(sandbox: Path, data: bytes) -> list[str]:
-    """Unpack a plain tar into `sandbox` (made if missing); the files written.
+def _scratch_file(directory: Path | None) -> BinaryIO:
+    """A new file without a name in `directory` (made if missing): gone when closed, or
+    when the process dies."""
+    if directory is not None:
+        directory.mkdir(parents=True, exist_ok=True)
+    return tempfile.TemporaryFile("w+b", dir=directory)
+
+
+async def receive_input(
+    sandbox: Path,
+    chunks: AsyncIterable[bytes],
+    limit: SizeLimit,
+    what: str,
+) -> BinaryIO:
+    """The request body `chunks` written to an unnamed file beside `sandbox`, rewound.
+
+    Disk writes go to a thread a MiB at a time; SandboxTooLarge as soon as the body
+    passes `limit` (the file is closed, so its space is freed at once).
+    """
+    spooled = await asyncio.to_thread(_scratch_file, sandbox.parent)
+    try:
+        pending: list[bytes] = []
+        buffered = total = 0
+        async for chunk in chunks:
+            total += len(chunk)
+            limit.check(total, what, at_least=True)
+            pending.append(chunk)
+            buffered += len(chunk)
+            if buffered >= _CHUNK:
+                await asyncio.to_thread(spooled.write, b"".join(pending))
+                pending, buffered = [], 0
+        if pending:
+            await asyncio.to_thread(spooled.write, b"".join(pending))
+        await asyncio.to_thread(spooled.seek, 0)
+    except BaseException:
+        spooled.close()
+        raise
+    return spooled
+
+
+def unpack_input(sandbox: Path, data: bytes | BinaryIO) -> list[str]:
+    """Unpack a plain tar (bytes or a file) into `sandbox` (made if missing); the files
+    written.
 
     Every member is checked before anything is written (BadRequest naming the first bad
     one); the files are written to a directory aside and renamed into place.
     """
+    source = io.BytesIO(data) if isinstance(data, bytes) else data
     try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        with tarfile.open(fileobj=source, mode="r:") as tar:
             return _unpack(tar, sandbox)
     except tarfile.TarError as exc:
         raise BadRequest(f"the request body is not a whole tar archive: {exc}") from None
@@ -238,12 +312,38 @@ def _wanted(ad: ClassAd, iwd: Path, sandbox: Path) -> dict[str, Path]:
     return files
 
 
-def pack_output(ad: ClassAd, sandbox: Path) -> bytes:
-    """The job's output sandbox as a plain tar (see `_wanted` for what it holds)."""
+def _size(path: Path) -> int:
+    """The size of the regular file at `path` (0 when missing, a link or not regular)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
+
+
+def pack_output(
+    ad: ClassAd,
+    sandbox: Path,
+    scratch: Path | None = None,
+    limit: SizeLimit = NO_LIMIT,
+    what: str = "the output",
+) -> BinaryIO:
+    """The job's output sandbox as a plain tar in an unnamed file under `scratch`,
+    rewound (see `_wanted` for what it holds).
+
+    SandboxTooLarge, before anything is packed, when its files add up to over `limit`.
+    """
     iwd_value = ad.get("Iwd")
     iwd = Path(iwd_value) if isinstance(iwd_value, str) and iwd_value else sandbox
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:", format=tarfile.PAX_FORMAT) as tar:
-        for name, path in _wanted(ad, iwd, sandbox).items():
-            _add_file(tar, path, name)
-    return buffer.getvalue()
+    wanted = _wanted(ad, iwd, sandbox)
+    limit.check(sum(_size(path) for path in wanted.values()), what)
+    packed = _scratch_file(scratch)
+    try:
+        with tarfile.open(fileobj=packed, mode="w:", format=tarfile.PAX_FORMAT) as tar:
+            for name, path in wanted.items():
+                _add_file(tar, path, name)
+        packed.seek(0)
+    except BaseException:
+        packed.close()
+        raise
+    return packed

@@ -1,0 +1,65 @@
+"""The change feed is trimmed once every follower has read it, so the queue does not grow
+forever; nothing a follower still needs is trimmed."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from htgrid.schedd._config import ScheddConfig
+from htgrid.schedd._daemon import Daemon
+
+from ._harness import FAST, PersonalPool, event_types, finished, submit, wait_for
+
+JOBS = """universe = local
+executable = /bin/true
+log = job.log
+queue 20
+"""
+
+
+def _feed_rows(pool: PersonalPool) -> int:
+    db = sqlite3.connect(f"file:{pool.home / 'spool' / 'queue.db'}?mode=ro", uri=True)
+    try:
+        return int(db.execute("SELECT count(*) FROM changes").fetchone()[0])
+    finally:
+        db.close()
+
+
+def test_the_feed_is_trimmed_after_every_follower_has_read_it(tmp_path: Path) -> None:
+    with PersonalPool(tmp_path / "pool", **FAST) as pool:
+        cluster = submit(pool, tmp_path / "work", JOBS)
+        with pool.client() as schedd:
+            wait_for(lambda: finished(schedd, cluster, 20), timeout=60, what="20 jobs done")
+        # Every job's events reached the log: the writer read the feed first.
+        log = tmp_path / "work" / "job.log"
+        wait_for(lambda: event_types(log).count(5) == 20, what="20 terminated events")
+        # 20 jobs made well over 60 changes (submit, start, exit, leave); the periodic
+        # pass forgets them once read.
+        wait_for(lambda: _feed_rows(pool) <= 1, timeout=20, what="the feed trimmed")
+        assert event_types(log).count(0) == 20
+
+
+def test_what_the_grid_manager_has_not_read_is_kept(tmp_path: Path) -> None:
+    home = tmp_path / "pool"
+    PersonalPool(home, daemons=("MASTER", "SCHEDD", "GRIDMANAGER"))  # writes htgrid.conf
+    daemon = Daemon(ScheddConfig.load(home))
+    # Listed but not started yet (no position saved): it would have to rescan the queue
+    # for whatever was trimmed, so nothing is.
+    assert daemon._feed_read_upto() == 0
+    seq_file = home / "spool" / "gridmanager" / "feed.seq"
+    seq_file.parent.mkdir(parents=True)
+    seq_file.write_text("42\n")
+    assert daemon._feed_read_upto() == 42
+    seq_file.write_text("garbage\n")
+    assert daemon._feed_read_upto() == 0
+
+
+def test_without_a_grid_manager_its_position_does_not_count(tmp_path: Path) -> None:
+    home = tmp_path / "pool"
+    PersonalPool(home)  # the queue alone
+    daemon = Daemon(ScheddConfig.load(home))
+    seq_file = home / "spool" / "gridmanager" / "feed.seq"
+    seq_file.parent.mkdir(parents=True)
+    seq_file.write_text("42\n")
+    assert daemon._feed_read_upto() == 0  # no follower has started: keep everything
