@@ -7,6 +7,7 @@ pool's CA file and a token the pool issued, in a token directory.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import ssl
 import urllib.request
@@ -62,11 +63,11 @@ def _advertised_url(collector: str, ca_file: Path, token: str) -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RemotePool]:
-    base = tmp_path_factory.mktemp("condor-gahp")
+@contextlib.contextmanager
+def remote_pool(base: Path, **knobs: object) -> Iterator[RemotePool]:
+    """A running pool-b under `base`, with `knobs` in its htgrid.conf."""
     home = base / "pool-b"
-    config = {"TRUST_DOMAIN": TRUST_DOMAIN, "SCHEDD_NAME": SCHEDD_NAME}
+    config = {"TRUST_DOMAIN": TRUST_DOMAIN, "SCHEDD_NAME": SCHEDD_NAME, **knobs}
     pool = PersonalPool(
         home,
         periodic_interval=0.5,
@@ -86,3 +87,9 @@ def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RemotePool]:
             what="the schedd's ad with HTGridURL in the collector",
         )
         yield RemotePool(pool, collector, url, ca_file, tokens_dir, token)
+
+
+@pytest.fixture(scope="module")
+def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RemotePool]:
+    with remote_pool(tmp_path_factory.mktemp("condor-gahp")) as pool:
+        yield pool

@@ -18,9 +18,9 @@ import json
 import logging
 import re
 import ssl
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import AsyncIterator, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import IO, Any, Final
 
 import httpx
 
@@ -28,16 +28,26 @@ from htgrid.backends.condor._errors import (
     ConnectFailure,
     LocateError,
     RemoteRefusal,
+    SandboxError,
     refusal_of,
     translate,
 )
 from htgrid.backends.condor._tokens import TokenSource
 
-__all__ = ["Endpoint", "RemoteSettings", "Remotes", "TokenAuth", "pool_url", "tls_context"]
+__all__ = [
+    "Endpoint",
+    "FileBody",
+    "RemoteSettings",
+    "Remotes",
+    "TokenAuth",
+    "pool_url",
+    "tls_context",
+]
 
 log = logging.getLogger("htgrid.gahp.condor")
 
 DEFAULT_COLLECTOR_PORT: Final = 9618
+CHUNK: Final = 1 << 20  # sandboxes move a MiB at a time
 _REALM: Final = re.compile(r'\bBearer\b[^,]*?\brealm="([^"]*)"', re.IGNORECASE)
 
 
@@ -74,7 +84,9 @@ class TokenAuth(httpx.Auth):
     token file renewed in place is picked up without a restart).
     """
 
-    requires_request_body = True  # a refused request is sent again, body and all
+    # A refused request is sent again, body and all; bodies are bytes or a FileBody, both
+    # of which can be sent twice, so httpx need not read a body into memory first.
+    requires_request_body = False
 
     def __init__(self, source: TokenSource) -> None:
         self.source = source
@@ -179,6 +191,72 @@ class Endpoint:
         if not isinstance(value, dict):
             raise _odd_answer(self.what, "not a JSON object", response)
         return value
+
+    async def upload(self, path: str, body: FileBody, content_type: str) -> httpx.Response:
+        """PUT the file `body` to `path`, streamed with its Content-Length."""
+        headers = {"content-type": content_type, "content-length": str(body.size)}
+        with translate(self.what):
+            response = await self.client.request("PUT", path, content=body, headers=headers)
+        if response.status_code >= 400:
+            raise refusal_of(self.what, response)
+        return response
+
+    async def download(self, path: str, into: IO[bytes]) -> int:
+        """GET `path` and write its body to `into` as it comes (writes off the event loop);
+        the bytes written. Nothing is written when the answer is an error."""
+        written = 0
+        with translate(self.what):
+            async with self.client.stream("GET", path) as response:
+                if response.status_code >= 400:
+                    await response.aread()  # the problem document (small)
+                    raise refusal_of(self.what, response)
+                async for chunk in response.aiter_bytes(CHUNK):
+                    await asyncio.to_thread(_spool, into, chunk)
+                    written += len(chunk)
+        await asyncio.to_thread(_spool, into, b"")
+        return written
+
+
+class FileBody:
+    """A request body read from an open file a MiB at a time, its reads off the event loop.
+
+    Every iteration starts again from the file's beginning, so a request refused with
+    401 can be sent once more with the right token (TokenAuth) without holding it in memory.
+    """
+
+    def __init__(self, file: IO[bytes], size: int) -> None:
+        self.file = file
+        self.size = size
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        await asyncio.to_thread(_rewind, self.file)
+        while chunk := await asyncio.to_thread(_read, self.file):
+            yield chunk
+
+
+def _rewind(file: IO[bytes]) -> None:
+    try:
+        file.seek(0)
+    except OSError as exc:
+        raise SandboxError(f"cannot read the sandbox tar to send: {exc}") from None
+
+
+def _read(file: IO[bytes]) -> bytes:
+    try:
+        return file.read(CHUNK)
+    except OSError as exc:
+        raise SandboxError(f"cannot read the sandbox tar to send: {exc}") from None
+
+
+def _spool(file: IO[bytes], chunk: bytes) -> None:
+    """Write `chunk` (flush when it is empty) to the file a download goes to."""
+    try:
+        if chunk:
+            file.write(chunk)
+        else:
+            file.flush()
+    except OSError as exc:
+        raise SandboxError(f"cannot keep the sandbox tar received: {exc}") from None
 
 
 def _odd_answer(what: str, problem: str, response: httpx.Response) -> RemoteRefusal:

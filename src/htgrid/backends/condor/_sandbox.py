@@ -1,7 +1,8 @@
-"""Job sandboxes as tar streams: the input a stage-in sends, the output a stage-out unpacks.
+"""Job sandboxes as tar files: the input a stage-in sends, the output a stage-out unpacks.
 
-Both are blocking (they read and write files of any size): the server runs them in a
-worker thread. Names in a tar are relative to the remote sandbox; nothing outside it is
+The tars live in unnamed temporary files (`scratch_file`: gone when closed, or when the
+process dies), never in memory, so a sandbox of any size costs the GAHP a MiB or so.
+Everything here blocks (files of any size): the server runs it in a worker thread. Names in a tar are relative to the remote sandbox; nothing outside it is
 accepted from the remote side, and every file is written atomically (a temporary file in
 the destination's directory, then a rename), so a crash never leaves half a file under
 its final name.
@@ -10,7 +11,6 @@ its final name.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import posixpath
 import shutil
@@ -23,7 +23,14 @@ from typing import IO
 import htgrid.classad as classad
 from htgrid.backends.condor._errors import SandboxError
 
-__all__ = ["InputFile", "input_files", "input_tar", "output_destinations", "unpack_output"]
+__all__ = [
+    "InputFile",
+    "input_files",
+    "input_tar",
+    "output_destinations",
+    "scratch_file",
+    "unpack_output",
+]
 
 _CHUNK = 1024 * 1024
 
@@ -103,20 +110,40 @@ def input_files(ad: classad.ClassAd) -> list[InputFile]:
     return files
 
 
-def input_tar(ad: classad.ClassAd) -> bytes:
-    """The stage-in tar of `ad`'s input files (plain tar, names relative to the sandbox)."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for item in input_files(ad):
-            try:
-                if item.name == ".":
-                    for child in sorted(item.path.iterdir()):
-                        tar.add(child, arcname=child.name, filter=_plain)
-                else:
-                    tar.add(item.path, arcname=item.name, filter=_plain)
-            except OSError as exc:
-                raise SandboxError(f"cannot read input {str(item.path)!r}: {exc}") from None
-    return buffer.getvalue()
+def scratch_file() -> IO[bytes]:
+    """An unnamed temporary file for a sandbox tar, in $TMPDIR (deleted when closed)."""
+    try:
+        return tempfile.TemporaryFile(prefix="htgrid-gahp-sandbox-")
+    except OSError as exc:
+        where = tempfile.gettempdir()
+        raise SandboxError(
+            f"cannot make a temporary file for a sandbox in {where}: {exc}"
+        ) from None
+
+
+def input_tar(ad: classad.ClassAd, out: IO[bytes]) -> int:
+    """Write the stage-in tar of `ad`'s input files to `out` (plain tar, names relative to
+    the sandbox); its size in bytes."""
+    files = input_files(ad)
+    try:
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for item in files:
+                _add(tar, item)
+        out.flush()
+        return out.tell()
+    except OSError as exc:
+        raise SandboxError(f"cannot write the input tar: {exc}") from None
+
+
+def _add(tar: tarfile.TarFile, item: InputFile) -> None:
+    try:
+        if item.name == ".":
+            for child in sorted(item.path.iterdir()):
+                tar.add(child, arcname=child.name, filter=_plain)
+        else:
+            tar.add(item.path, arcname=item.name, filter=_plain)
+    except OSError as exc:  # a read, or the tar's write (the error says which)
+        raise SandboxError(f"cannot tar input {str(item.path)!r}: {exc}") from None
 
 
 def _plain(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
@@ -165,26 +192,32 @@ def _member_name(member: tarfile.TarInfo) -> str:
     return posixpath.normpath(name)
 
 
-def unpack_output(data: bytes, ad: classad.ClassAd) -> list[Path]:
-    """Write the files of an output tar where `ad` says they belong; the paths written."""
+def unpack_output(tar_file: IO[bytes], ad: classad.ClassAd) -> list[Path]:
+    """Write the files of the output tar in `tar_file` (read from its beginning) where `ad`
+    says they belong; the paths written.
+
+    Every member's name is checked before a file is written: an output sandbox holding
+    a name outside the sandbox writes nothing.
+    """
     iwd, special = output_destinations(ad)
     written: list[Path] = []
     try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-            for member in tar:
-                name = _member_name(member)
-                if member.isdir():
-                    continue  # made as the files in it are written
+        tar_file.seek(0)
+        with tarfile.open(fileobj=tar_file, mode="r:") as tar:
+            members = [(_member_name(m), m) for m in tar.getmembers()]
+            for name, member in members:
                 if not member.isfile():
-                    continue  # links and devices are not output files
-                dest = special.get(name, iwd / name)
+                    continue  # directories are made as their files are written; no links
                 source = tar.extractfile(member)
                 if source is None:
                     continue
+                dest = special.get(name, iwd / name)
                 _write_atomically(dest, source, member.mode & 0o7777)
                 written.append(dest)
     except tarfile.TarError as exc:
         raise SandboxError(f"the output sandbox is not a tar stream: {exc}") from None
+    except OSError as exc:  # reading the received tar back (writes say which file)
+        raise SandboxError(f"cannot read the output sandbox received: {exc}") from None
     return written
 
 

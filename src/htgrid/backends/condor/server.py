@@ -21,12 +21,16 @@ is answered E at once. `<schedd>` is the remote schedd's name in the pool given 
 --pool (NULL: the -s schedd, else the pool's first), or its URL. Status ads carry
 `ServerTime`, the remote daemon's clock (its HTTP Date), which the grid manager uses to
 drop stale answers. Removal errors keep HTCondor's words, which the grid manager matches:
-`Job not found`, `Already done`, `Bad job status`, `Permission denied`.
+`Job not found`, `Already done`, `Bad job status`, `Permission denied`. A sandbox the
+remote daemon refuses as too large (HTTP 413) fails with `Transfer input too large: ` or
+`Transfer output too large: ` and the daemon's text (HTCondor's hold codes 32 and 33).
+Sandboxes go through temporary files, never whole in memory.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import email.utils
 import logging
@@ -34,18 +38,20 @@ import re
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import htgrid.classad as classad
 from htgrid.backends.condor import _sandbox as sandbox
 from htgrid.backends.condor._errors import (
+    INPUT_TOO_LARGE,
+    OUTPUT_TOO_LARGE,
     CondorGahpError,
     ConnectFailure,
     LocateError,
     RemoteRefusal,
     SandboxError,
 )
-from htgrid.backends.condor._http import Endpoint, Remotes, RemoteSettings
+from htgrid.backends.condor._http import Endpoint, FileBody, Remotes, RemoteSettings
 from htgrid.backends.condor._tokens import TokenSource
 from htgrid.gahp import (
     Call,
@@ -303,41 +309,60 @@ class CondorGahp:
     # ---- sandboxes ----------------------------------------------------------------------------
 
     async def stage_in(self, call: Call) -> Sequence[str]:
-        """CONDOR_JOB_STAGE_IN: send the job's input files; the remote then releases it."""
+        """CONDOR_JOB_STAGE_IN: send the job's input files; the remote then releases it.
+
+        The tar is built in a temporary file and streamed from it, so the GAHP's memory
+        does not grow with the sandbox.
+        """
         ad = classad.ClassAd(call.args[1])
         job_id = _job_id_of(ad)
         schedd = await self._schedd(call)
         async with self._files:
+            tar: IO[bytes] | None = None
             try:
-                data = await asyncio.to_thread(sandbox.input_tar, ad)
-                await schedd.request(
-                    "PUT",
-                    f"/v1/jobs/{job_id}/input",
-                    content=data,
-                    headers={"content-type": "application/x-tar"},
-                )
-            except (SandboxError, RemoteRefusal) as err:
+                tar = await asyncio.to_thread(sandbox.scratch_file)
+                size = await asyncio.to_thread(sandbox.input_tar, ad, tar)
+                body = FileBody(tar, size)
+                await schedd.upload(f"/v1/jobs/{job_id}/input", body, "application/x-tar")
+            except RemoteRefusal as err:
+                if err.status == 413:
+                    return ("F", f"{INPUT_TOO_LARGE}{err.detail} (refused by {schedd.what})")
                 return ("F", f"Error sending files to {schedd.what}: {err}")
+            except SandboxError as err:
+                return ("F", f"Error sending files to {schedd.what}: {err}")
+            finally:
+                if tar is not None:
+                    await _close(tar)
         return ("S", "NULL")
 
     async def stage_out(self, call: Call) -> Sequence[str]:
-        """CONDOR_JOB_STAGE_OUT: fetch the job's output files into their local places."""
+        """CONDOR_JOB_STAGE_OUT: fetch the job's output files into their local places.
+
+        The output tar is received into a temporary file and unpacked from there.
+        """
         job_id = call.args[1]
         schedd = await self._schedd(call)
         async with self._files:
+            tar: IO[bytes] | None = None
             try:
                 response = await schedd.request("GET", f"/v1/jobs/{job_id}")
                 ads = await asyncio.to_thread(_parse_ads, response.content)
                 if not ads:
                     return ("F", "Job not found")
-                output = await schedd.request("GET", f"/v1/jobs/{job_id}/output")
-                written = await asyncio.to_thread(sandbox.unpack_output, output.content, ads[0])
+                tar = await asyncio.to_thread(sandbox.scratch_file)
+                await schedd.download(f"/v1/jobs/{job_id}/output", tar)
+                written = await asyncio.to_thread(sandbox.unpack_output, tar, ads[0])
             except RemoteRefusal as err:
                 if err.status == 404 and err.error == "JobNotFound":
                     return ("F", "Job not found")
+                if err.status == 413:
+                    return ("F", f"{OUTPUT_TOO_LARGE}{err.detail} (refused by {schedd.what})")
                 return ("F", f"Error receiving files from {schedd.what}: {err}")
             except SandboxError as err:
                 return ("F", f"Error receiving files from {schedd.what}: {err}")
+            finally:
+                if tar is not None:
+                    await _close(tar)
         log.info("job %s: %d output files written", job_id, len(written))
         return ("S", "NULL")
 
@@ -353,6 +378,13 @@ class CondorGahp:
         if not readable:
             return ("F", f"Error refreshing proxy for job {call.args[1]}: cannot read {path}")
         return ("S", "NULL")
+
+
+async def _close(tar: IO[bytes]) -> None:
+    """Close (and so delete) a sandbox's temporary tar, even when the request is cancelled."""
+    # Shielded: a cancelled stage-in or stage-out must not leave its temporary file open.
+    with contextlib.suppress(OSError):
+        await asyncio.shield(asyncio.to_thread(tar.close))
 
 
 def _readable(path: Path) -> bool:
