@@ -62,18 +62,14 @@ CONF
 
 echo "== the site (pool B)"
 HTGRID_HOME="$B" htgrid up
-site_pool="$(cat "$B/run/collector.address")"
+# Where the site's collector listens (its file says port 0: any free one).
+site_pool="$(HTGRID_HOME="$B" htgrid config_val COLLECTOR_HOST)"
 
 echo "== the laptop (pool A) trusts the site's CA and gets a token from the site"
-mkdir -p "$A/etc/ca/trusted.d"
-cp "$B/etc/ca/ca.crt" "$A/etc/ca/trusted.d/site.example.crt"
+HTGRID_HOME="$A" htgrid trust add site.example "$(HTGRID_HOME="$B" htgrid config_val TRUST_DOMAIN_CAFILE)"
 # The site's administrator signs a token for the user (user@site.example maps to the
-# local user there); the user keeps it where clients look for tokens.
-(
-    umask 077
-    mkdir -p "$A/etc/tokens.d"
-    HTGRID_HOME="$B" htgrid token create -identity "$user@site.example" > "$A/etc/tokens.d/site.example"
-)
+# local user there); the user keeps it where clients look for tokens (mode 0600).
+HTGRID_HOME="$B" htgrid token create -identity "$user@site.example" -token "$A/etc/tokens.d/site.example"
 HTGRID_HOME="$A" htgrid up
 
 echo "== submit on the laptop, for the site"
@@ -112,9 +108,12 @@ cat job.log
 echo "== the job in the laptop's history"
 HTGRID_HOME="$A" htgrid history -limit 1 -af ClusterId ExitCode GridJobId
 # Once the output is back, the grid manager lets the site's copy go to the site's history.
-echo "== the site's copy, in the site's history"
+echo "== the site's copy, in the site's history, seen from the laptop (-name/-pool)"
 site_history() {
-    [ -n "$(HTGRID_HOME="$B" htgrid history -af ClusterId)" ]
+    HTGRID_HOME="$A" htgrid history -name "$site_schedd" -pool "$site_pool" "$@"
 }
-retry 60 site_history
-HTGRID_HOME="$B" htgrid history -af ClusterId Owner ExitCode SubmitterGlobalJobId
+in_site_history() {
+    [ -n "$(site_history -af ClusterId)" ]
+}
+retry 60 in_site_history
+site_history -af ClusterId Owner ExitCode SubmitterGlobalJobId

@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     from htgrid.cli import (
         _act,
         _classad,
+        _config_val,
         _gahp,
         _grid,
         _history,
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         _status,
         _submit,
         _token,
+        _trust,
         _wait,
     )
 
@@ -48,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     _status.register(commands)  # collector, status, advertise
     _startd.register(commands)  # the execute node
     _token.register(commands)  # token create, list, revoke
+    _trust.register(commands)  # trust add, list, remove (other pools' CAs)
+    _config_val.register(commands)  # the pool's knobs
     for jobs in (_pool, _submit, _q, _act, _history, _wait):  # the job queue's commands
         jobs.register(commands)
     return parser

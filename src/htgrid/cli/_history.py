@@ -5,8 +5,11 @@
     3.0 alice 11/21 17:01 0+00:00:01 C  11/21 17:01 echo hello
     2.0 alice 11/21 17:00 0+00:00:00 X  11/21 17:00 sleep 600
 
-Exit status: 0 (even when nothing matches), 1 when the daemon is not running, 2 for a
-bad constraint.
+`-name SCHEDD -pool HOST:PORT` read another schedd's history, as condor_history's do
+(see `htgrid q`).
+
+Exit status: 0 (even when nothing matches), 1 when the daemon is not running (or the
+named schedd cannot be found), 2 for a bad constraint.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any, Final
 
 from htgrid.cli._common import (
     EXIT_OK,
+    add_schedd_options,
     client,
     command_line,
     format_date,
@@ -60,6 +64,7 @@ def register(commands: Any) -> None:
         "-af", "-autoformat", "--autoformat", nargs="+", metavar="ATTR", help="values of ATTRs"
     )
     hist.add_argument("-json", "--json", action="store_true", help="job ads as JSON")
+    add_schedd_options(hist)
     hist.set_defaults(handler=_history)
 
 
@@ -71,7 +76,7 @@ def _history(args: argparse.Namespace) -> int:
     if args.constraint:
         parts.extend(t.constraint for t in parse_targets([], args.constraint))
     constraint = " && ".join(parts) or None
-    with client() as schedd:
+    with client(args) as schedd:
         if args.json or args.long or args.autoformat:
             projection = plain_projection(args.autoformat) if args.autoformat else None
             ads = schedd.history(constraint, projection, limit=args.limit)

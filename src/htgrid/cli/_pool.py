@@ -5,7 +5,7 @@
       socket:    /home/alice/.htgrid/run/schedd.sock
       log:       /home/alice/.htgrid/log/SchedLog
       queue:     /home/alice/.htgrid/spool/queue.db
-      collector: 127.0.0.1:9618
+      collector: 127.0.0.1:9618   (or: none (COLLECTOR not in DAEMON_LIST))
       daemons:   MASTER, SCHEDD, COLLECTOR, NEGOTIATOR, STARTD
       trust domain: host.example.org   (the issuer of the pool's tokens: TRUST_DOMAIN)
       pool CA:   /home/alice/.htgrid/etc/ca/ca.crt   (other pools trust it to reach this one)
@@ -70,14 +70,24 @@ def _up(args: argparse.Namespace) -> int:
     print(f"  socket:    {info.socket}")
     print(f"  log:       {info.log}")
     print(f"  queue:     {info.queue}")
-    if info.collector:
-        print(f"  collector: {info.collector}")
+    print(f"  collector: {_collector(info)}")
     order = ("MASTER", "SCHEDD", "COLLECTOR", "NEGOTIATOR", "STARTD", "GRIDMANAGER")
     daemons = sorted(info.daemons, key=lambda d: (order.index(d) if d in order else 9, d))
     if daemons:
         print(f"  daemons:   {', '.join(daemons)}")
     _print_security(info)
     return EXIT_OK
+
+
+def _collector(info: DaemonInfo) -> str:
+    """Where the pool's collector listens; or that this pool runs none, and which one
+    its daemons report to instead (COLLECTOR_HOST), if any."""
+    if "COLLECTOR" in info.daemons and info.collector:
+        return info.collector
+    elsewhere = info.collector or ""
+    if not elsewhere or elsewhere.endswith(":0"):  # port 0: "any free port", nobody's
+        return "none (COLLECTOR not in DAEMON_LIST)"
+    return f"{elsewhere} (COLLECTOR_HOST; COLLECTOR not in DAEMON_LIST)"
 
 
 def _print_security(info: DaemonInfo) -> None:

@@ -3,6 +3,7 @@
     $ htgrid token create -identity alice@example.org -authz READ -lifetime 3600
     eyJhbGciOiJIUzI1NiIsImtpZCI6IlBPT0wifQ.eyJleHAiOjE3...
     $ htgrid token create -identity alice@example.org -token alice     # ~/.htgrid/tokens.d/alice
+    $ htgrid token create -identity alice@site.example -token laptop/etc/tokens.d/site
     $ htgrid token list
     Header: {"alg":"HS256","kid":"POOL"} Payload: {"iat":...,"iss":"submit","jti":"5f0c...",\
 "sub":"alice@example.org"} File: /home/alice/.htgrid/tokens.d/alice
@@ -11,7 +12,10 @@
 
 `create` signs with the pool's key in $HTGRID_HOME/etc/passwords.d (POOL, made on first
 use; only whoever can read it can mint tokens); the issuer is the pool's trust domain
-($HTGRID_TRUST_DOMAIN, else this host's name). `revoke` adds token ids to
+(TRUST_DOMAIN in $HTGRID_HOME/htgrid.conf, else $HTGRID_TRUST_DOMAIN, else this host's
+name). `-token FILE` names a bare file in ~/.htgrid/tokens.d, or any path with a `/`
+(relative to the current directory, or absolute); the file is written readable by its
+owner only (mode 0600), and a directory made for it is 0700. `revoke` adds token ids to
 $HTGRID_HOME/etc/tokens.revoked, which the daemons read on the next request.
 
 Exit status: 0 done, 2 bad usage or input (an unknown authorization or key, a file
@@ -24,6 +28,7 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from htgrid.cli._common import EXIT_OK, EXIT_USAGE
@@ -68,7 +73,10 @@ def register(commands: Any) -> None:
     create.add_argument("-lifetime", type=int, metavar="SECONDS", help="expire after this long")
     create.add_argument("-key", default="POOL", metavar="NAME", help="the signing key (POOL)")
     create.add_argument(
-        "-token", metavar="FILE", help="write to ~/.htgrid/tokens.d/FILE instead of stdout"
+        "-token",
+        metavar="FILE",
+        help="write to FILE (mode 0600) instead of stdout: a bare name is in "
+        "~/.htgrid/tokens.d, a path with a '/' is relative to here or absolute",
     )
     create.set_defaults(handler=_create)
 
@@ -86,7 +94,9 @@ def register(commands: Any) -> None:
     )
     which = revoke.add_mutually_exclusive_group(required=True)
     which.add_argument("-jti", metavar="ID", help="the token's id (its jti claim)")
-    which.add_argument("-token", metavar="FILE", help="the tokens in this token file")
+    which.add_argument(
+        "-token", metavar="FILE", help="the tokens in this file (named as for create)"
+    )
     revoke.set_defaults(handler=_revoke)
     token.set_defaults(handler=lambda _: _usage(token))
 
@@ -96,11 +106,25 @@ def _usage(parser: argparse.ArgumentParser) -> int:
     return EXIT_USAGE
 
 
+def _token_file(name: str) -> Path:
+    """Where `-token NAME` means: a bare name in ~/.htgrid/tokens.d (condor_token_create's
+    rule), a path with a `/` (or `~`) as the shell would read it."""
+    if "/" in name or name.startswith("~"):
+        path = Path(name).expanduser().absolute()
+        if path.is_dir():
+            raise UsageError(f"-token {name}: {path} is a directory; name a file in it")
+        return path
+    try:
+        return token_path(name)
+    except ValueError as exc:
+        raise UsageError(f"-token {exc}") from None
+
+
 def _create(args: argparse.Namespace) -> int:
     if args.lifetime is not None and args.lifetime < 0:
         raise UsageError("-lifetime must not be negative")
+    path = _token_file(args.token) if args.token else None
     try:
-        path = token_path(args.token) if args.token else None
         token = TokenIssuer(SecurityConfig.load()).create(
             args.identity, authz=args.authz, lifetime=args.lifetime, key=args.key
         )
@@ -132,10 +156,7 @@ def _revoke(args: argparse.Namespace) -> int:
     if args.jti is not None:
         targets = [(args.jti, "")]
     else:
-        try:
-            path = token_path(args.token)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+        path = _token_file(args.token)
         tokens, problems = read_token_file(path)
         if problems or not tokens:
             raise UsageError(str(problems[0]) if problems else f"{path}: holds no token")

@@ -1,14 +1,22 @@
 """The grid manager's settings: one frozen value passed down, no global configuration.
 
-Defaults are HTCondor's (`GRIDMANAGER_*`, reference §8) where it has one.
+Defaults are HTCondor's (`GRIDMANAGER_*`, reference §8) where it has one. The pool's
+htgrid.conf may set the knobs in `KNOBS` (HTCondor's names); `with_knobs` applies them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-__all__ = ["GridManagerConfig"]
+__all__ = ["KNOBS", "GridManagerConfig"]
+
+#: The htgrid.conf knobs the grid manager reads, and the field each one sets.
+KNOBS: Mapping[str, str] = {"GRIDMANAGER_JOB_PROBE_INTERVAL": "poll_interval"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,3 +67,17 @@ class GridManagerConfig:
     def backoff(self, failures: int) -> float:
         """The wait after `failures` (>= 1) failures in a row."""
         return min(self.retry_max, self.retry_initial * 2.0 ** max(0, failures - 1))
+
+    def with_knobs(self, home: Path) -> GridManagerConfig:
+        """This config with the knobs of `home`'s htgrid.conf applied to the fields still
+        at their defaults (a setting given on the command line wins over the file)."""
+        from htgrid.schedd._config import ConfigFile  # the pool's file and its parser
+
+        conf = ConfigFile.read(home)
+        defaults = GridManagerConfig()
+        changes: dict[str, Any] = {}
+        for knob, name in KNOBS.items():
+            default = getattr(defaults, name)
+            if conf.has(knob) and getattr(self, name) == default:
+                changes[name] = conf.number(knob, default)
+        return dataclasses.replace(self, **changes) if changes else self
