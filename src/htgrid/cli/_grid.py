@@ -60,6 +60,8 @@ def register(commands: Any) -> None:
         default=None,
         help="log file (default: HOME/log/GridmanagerLog; '-' for stderr)",
     )
+    # The master's pipe (`htgrid up`): stop when it closes.
+    cmd.add_argument("--parent-fd", type=int, help=argparse.SUPPRESS)
     cmd.add_argument("-v", "--verbose", action="store_true", help="log more")
     cmd.set_defaults(handler=_run)
 
@@ -93,7 +95,7 @@ def _run(args: argparse.Namespace) -> int:
     root = logging.getLogger("htgrid")
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if args.verbose else logging.INFO)
-    return run_gridmanager(home, queue_dir=queue_dir, config=config)
+    return run_gridmanager(home, queue_dir=queue_dir, config=config, parent_fd=args.parent_fd)
 
 
 def _setting(config: GridManagerConfig, text: str) -> GridManagerConfig:

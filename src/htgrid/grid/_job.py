@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from htgrid.classad import ClassAd
@@ -45,6 +46,8 @@ class Services:
     clock: Clock
     io: QueueIO
     logs: EventLogs
+    #: The pool's home (HTGRID_HOME), for what a type finds there (security material).
+    home: Path | None = None
 
 
 class JobGone(GridError):

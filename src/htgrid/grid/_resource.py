@@ -8,7 +8,8 @@ What HTCondor's BaseResource does, shared by every grid type:
   not fail.
 * submit throttle: at most `max_submitted_per_resource` jobs submitted at once, granted
   first come first served; a job recovered with a remote id holds its slot at once.
-* pending throttle: at most `max_pending_requests` GAHP requests in flight.
+* pending throttle: at most `max_pending_requests` GAHP requests in flight (a type whose
+  GAHP bounds its own work may ask for more).
 * failure-rate limit: after `failure_threshold` transient submit failures in a row the
   resource's submits pause, for a wait that doubles with each further failure.
 * status: one poll per `poll_interval` for all the jobs that want one (the type's `poll`).
@@ -60,7 +61,9 @@ class ResourceStats:
 class Resource(abc.ABC):
     """One remote resource and the jobs that use it."""
 
-    def __init__(self, name: str, gahp: GahpHandle, services: Services) -> None:
+    def __init__(
+        self, name: str, gahp: GahpHandle, services: Services, *, max_pending: int | None = None
+    ) -> None:
         self.name = name
         self.gahp = gahp
         self.services = services
@@ -73,7 +76,7 @@ class Resource(abc.ABC):
         self.stats = ResourceStats()
         self._submitted: set[JobId] = set()
         self._waiting: OrderedDict[JobId, AnyJob] = OrderedDict()
-        self._pending = asyncio.Semaphore(self.config.max_pending_requests)
+        self._pending = asyncio.Semaphore(max_pending or self.config.max_pending_requests)
         self._in_flight = 0
         self._failures = 0
         self._paused_until = 0.0

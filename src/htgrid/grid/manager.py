@@ -47,8 +47,11 @@ from typing import Any
 from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
 from htgrid.gahp import Clock, SystemClock
+from htgrid.grid._azure import AZURE
 from htgrid.grid._batch import BATCH
+from htgrid.grid._condor import CONDOR
 from htgrid.grid._config import GridManagerConfig
+from htgrid.grid._ec2 import EC2
 from htgrid.grid._errors import AlreadyRunning, GridError, UnsupportedGridJob
 from htgrid.grid._gahps import GahpHandle, GahpPids
 from htgrid.grid._gridids import grid_type_of
@@ -76,7 +79,12 @@ __all__ = ["ADOPTABLE", "GRID_TYPES", "GridManager", "run_gridmanager"]
 log = logging.getLogger("htgrid.grid")
 
 #: The grid types this grid manager runs, by the first word of GridResource.
-GRID_TYPES: Mapping[str, GridType] = {BATCH.name: BATCH}
+GRID_TYPES: Mapping[str, GridType] = {
+    BATCH.name: BATCH,
+    EC2.name: EC2,
+    AZURE.name: AZURE,
+    CONDOR.name: CONDOR,
+}
 #: Which queued jobs are the grid manager's (gridmanager.cpp's first-contact query). A job
 #: whose GridResource waits for grid matchmaking ($$(...)) has Matched = false until the
 #: negotiator fills it in.
@@ -124,7 +132,7 @@ class GridManager:
         with self._single_instance():
             await self._pids.reap_predecessors(self.clock)
             self._io = await asyncio.to_thread(self._open_queue)
-            self._services = Services(self.config, self.clock, self._io, EventLogs())
+            self._services = Services(self.config, self.clock, self._io, EventLogs(), self.home)
             feed: asyncio.Future[Any] | None = None
             try:
                 self._seq = await self._io.last_seq()
@@ -389,11 +397,14 @@ def run_gridmanager(
     queue_dir: str | os.PathLike[str] | None = None,
     config: GridManagerConfig | None = None,
     clock: Clock | None = None,
+    parent_fd: int | None = None,
 ) -> int:
     """Run a grid manager in this process until SIGTERM or SIGINT; the exit status.
 
     0 after a clean stop, 3 if another grid manager already runs on `home`, 1 if it
-    could not start (the queue cannot be opened...).
+    could not start (the queue cannot be opened...). With `parent_fd` (the master's
+    pipe) it also stops when that pipe closes: a master killed -9 takes it along, as
+    it takes its other daemons, instead of leaving it to run the queue alone.
     """
 
     async def main() -> None:
@@ -401,7 +412,21 @@ def run_gridmanager(
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        await GridManager(home, queue_dir=queue_dir, config=config, clock=clock).run(stop)
+        if parent_fd is not None:
+
+            def parent_readable() -> None:
+                try:
+                    data = os.read(parent_fd, 64)
+                except OSError:
+                    data = b""
+                if not data:  # the master's end closed: it is gone
+                    loop.remove_reader(parent_fd)
+                    log.warning("the master that started this grid manager is gone: stopping")
+                    stop.set()
+
+            loop.add_reader(parent_fd, parent_readable)
+        settings = (config or GridManagerConfig()).with_knobs(Path(home))
+        await GridManager(home, queue_dir=queue_dir, config=settings, clock=clock).run(stop)
 
     try:
         asyncio.run(main())

@@ -1,0 +1,189 @@
+"""The Azure resource (one per `azure <subscription>`) and what travels to and from the GAHP.
+
+Status is one AZURE_VM_LIST per poll interval for all the resource's jobs (one per auth
+file in use, normally one), answered by VM name: HTCondor's AzureResource::DoBatchStatus.
+A job whose VM the list does not show is told so (its VM is gone). A failed list says
+nothing about the jobs: they keep their state and the resource is pinged.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, cast
+
+from htgrid.classad import ClassAd
+from htgrid.gahp import GahpError
+from htgrid.grid._errors import GahpUnavailable
+from htgrid.grid._gahps import GahpHandle
+from htgrid.grid._job import Services
+from htgrid.grid._resource import AnyJob, Resource
+from htgrid.grid._values import as_str
+from htgrid.queue import JobId
+
+__all__ = [
+    "AzureResource",
+    "MissingAttribute",
+    "VmStatus",
+    "build_vm_params",
+    "is_transient",
+    "new_vm_name",
+    "parse_vm_list",
+]
+
+log = logging.getLogger("htgrid.grid")
+
+#: The job ad attributes AZURE_VM_CREATE's options come from (azurejob.cpp BuildVmParams).
+VM_PARAMS = (
+    ("location", "AzureLocation"),
+    ("image", "AzureImage"),
+    ("size", "AzureSize"),
+    ("adminUsername", "AzureAdminUsername"),
+    ("key", "AzureAdminKey"),
+)
+# The Azure GAHP's error strings say whether trying later may work:
+# `Error creating VM: QuotaExceeded (HTTP 409, permanent): ...`.
+_TRANSIENT = re.compile(r"\(HTTP [^,()]*, transient\)")
+_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,62}[A-Za-z0-9_])?")
+
+
+def new_vm_name(job_id: JobId) -> str:
+    """A fresh VM name for one submission: `htgrid-<cluster>-<proc>-<48 random bits>`.
+
+    HTCondor's `condorc<cluster>p<proc>` is the same every time so that a restarted grid
+    manager can look for it; ours is found the same way, by the name GridJobId holds,
+    committed before the create. The random part keeps apart two queues sharing a
+    subscription, and a released job's new VM from its old one. The name also names the
+    VM's resource group, NIC, IP and disks: it must be a valid Azure name.
+    """
+    name = f"htgrid-{job_id.cluster}-{job_id.proc}-{secrets.token_hex(6)}"
+    assert _NAME.fullmatch(name)
+    return name
+
+
+class MissingAttribute(ValueError):
+    """A job ad lacks what AZURE_VM_CREATE needs."""
+
+
+def build_vm_params(ad: ClassAd, name: str) -> list[str]:
+    """AZURE_VM_CREATE's `key=value` options, as HTCondor's BuildVmParams builds them."""
+    params = [f"name={name}"]
+    for key, attr in VM_PARAMS:
+        value = as_str(ad.get(attr))
+        if not value:
+            raise MissingAttribute(f"Missing attribute {attr}")
+        params.append(f"{key}={value}")
+    return params
+
+
+def is_transient(error: str) -> bool:
+    """Whether an Azure GAHP error string says trying later may work."""
+    return _TRANSIENT.search(error) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class VmStatus:
+    """What one AZURE_VM_LIST said about one VM (`text` None: not listed, i.e. gone)."""
+
+    text: str | None
+    #: Which poll it came from (AzureResource.poll_seq when the list was sent).
+    seq: int
+    when: float
+
+    @property
+    def listed(self) -> bool:
+        return self.text is not None
+
+    @property
+    def power(self) -> str | None:
+        """The state the grid manager keeps: what follows the last '/' (e.g. `running`)."""
+        if self.text is None:
+            return None
+        return self.text.rpartition("/")[2].strip().lower() or None
+
+
+class _Polled(Protocol):
+    """What an Azure resource needs of its jobs (AzureJob)."""
+
+    @property
+    def vm_name(self) -> str | None: ...
+
+    @property
+    def auth_file(self) -> str: ...
+
+    def vm_status(self, status: VmStatus) -> None: ...
+
+
+class AzureResource(Resource):
+    """`azure <subscription>`: pinged with AZURE_PING, polled with AZURE_VM_LIST."""
+
+    def __init__(self, name: str, subscription: str, gahp: GahpHandle, services: Services):
+        super().__init__(name, gahp, services)
+        self.subscription = subscription
+        #: The auth files its jobs use, in the order first seen (kept for the pings).
+        self.auth_files: dict[str, None] = {}
+        #: Numbers the polls: a job trusts only an answer to a list sent after it asked.
+        self.poll_seq = 0
+
+    def register(self, job: AnyJob) -> None:
+        super().register(job)
+        self.auth_files.setdefault(cast(_Polled, job).auth_file, None)
+
+    def next_seq(self) -> int:
+        """The number the next poll will have."""
+        return self.poll_seq + 1
+
+    async def ping(self) -> str | None:
+        for auth_file in self.auth_files or {"NULL": None}:
+            fields = await self.call("AZURE_PING", auth_file, self.subscription)
+            if fields[:1] != ("NULL",):
+                return fields[0] if fields else "AZURE_PING failed with no reason"
+        return None
+
+    async def poll(self, jobs: list[AnyJob]) -> None:
+        self.poll_seq += 1
+        seq = self.poll_seq
+        by_auth: dict[str, dict[str, _Polled]] = {}
+        for job in jobs:
+            polled = cast(_Polled, job)
+            if polled.vm_name:
+                by_auth.setdefault(polled.auth_file, {})[polled.vm_name.lower()] = polled
+        for auth_file, by_name in by_auth.items():
+            await self._list(auth_file, by_name, seq)
+
+    async def _list(self, auth_file: str, by_name: dict[str, _Polled], seq: int) -> None:
+        self.stats.status_commands += 1
+        try:
+            fields = await self.call("AZURE_VM_LIST", auth_file, self.subscription)
+        except (GahpError, GahpUnavailable) as err:
+            self._poll_failed(str(err))
+            return
+        try:
+            listed = parse_vm_list(fields)
+        except ValueError as err:
+            self._poll_failed(str(err))
+            return
+        now = self.clock.time()
+        for name, job in by_name.items():
+            job.vm_status(VmStatus(listed.get(name), seq, now))
+
+    def _poll_failed(self, reason: str) -> None:
+        self.stats.status_failures += 1
+        log.warning("resource %s: AZURE_VM_LIST failed: %s", self.name, reason)
+        self.request_ping()
+
+
+def parse_vm_list(fields: Sequence[str]) -> dict[str, str]:
+    """AZURE_VM_LIST's result `NULL <n> (<name> <status>)*`: status by lower-cased name."""
+    if fields[:1] != ("NULL",):
+        raise ValueError(fields[0] if fields else "AZURE_VM_LIST gave no result")
+    if len(fields) < 2 or not fields[1].isdigit():
+        raise ValueError(f"bad AZURE_VM_LIST result: {' '.join(fields)[:200]!r}")
+    count = int(fields[1])
+    pairs = fields[2:]
+    if len(pairs) != 2 * count:
+        raise ValueError(f"AZURE_VM_LIST promised {count} VMs and gave {len(pairs) // 2}")
+    return {pairs[i].lower(): pairs[i + 1] for i in range(0, len(pairs), 2)}

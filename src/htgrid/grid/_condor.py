@@ -1,0 +1,590 @@
+"""The condor (HTCondor-C) grid type's jobs: the actions of the states in `_condor_table`.
+
+Two-phase submit, so that a kill -9 at any moment neither loses a job nor leaves two
+remote copies:
+
+1. SAVE_TAG commits a fresh `GridSubmitTag` (and Managed = "External").
+2. SUBMIT sends CONDOR_JOB_SUBMIT with the tag in the remote ad (born held, spooling).
+3. SUBMIT_SAVE commits GridJobId = `condor <schedd> <pool> <c.p>`, then logs 027.
+
+A job found with only a tag goes to RECOVER: one CONDOR_JOB_STATUS_CONSTRAINED for
+`GridSubmitTag == "<tag>"` says whether that submit reached the remote schedd. A job
+found with a GridJobId goes to POLL_ACTIVE, which asks the remote schedd about it and
+goes on from where it stands: input not staged yet, running, or finished (its output is
+fetched again: the GAHP's writes are atomic, so fetching twice is harmless). After a
+fresh stage in the job waits for the bulk poll (SUBMITTED): no request of its own.
+
+The local job mirrors the remote one: 001 when it runs there (RemoteHost copied), 004
+when it goes back to idle, 012 when it is held there (with the remote HoldReason), 005
+after its output is back in the local Iwd, with the remote ExitCode. The remote copy is
+then let go (LeaveJobInQueue = false); should that fail, its lease lets it go later.
+
+The job's state and the helpers the actions share are in `_condor_base`, the remote ad
+and ids in `_condor_ad`, the bulk status and lease renewal in `_condor_resource`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from htgrid.gahp import GahpRequestRefused, LocalGahpError
+from htgrid.grid._condor_ad import (
+    LOCAL_LEASE,
+    CondorJobId,
+    CondorResourceName,
+    RemoteJob,
+    build_stage_in_ad,
+    new_submit_tag,
+    submitter_id,
+)
+from htgrid.grid._condor_base import (
+    ALREADY,
+    LOST_GAHP,
+    NO_ANSWER,
+    CondorJobBase,
+    is_transient,
+)
+from htgrid.grid._condor_resource import CondorResource, RemoteCallFailed
+from htgrid.grid._condor_table import CondorEvent, CondorState
+from htgrid.grid._errors import GahpUnavailable
+from htgrid.grid._gridids import JOB_STATUS_NAMES
+from htgrid.grid._gridtype import GahpFactory, GridType
+from htgrid.grid._job import Services, format_time
+from htgrid.grid._queueio import UNDEFINED
+from htgrid.net.security import SecurityConfig, trusted_ca_files, user_token_dir
+from htgrid.queue import ExitOutcome, HoldReasonCode, InvalidTransition, JobStatus
+
+__all__ = ["CONDOR", "CondorJob", "condor_type"]
+
+log = logging.getLogger("htgrid.grid")
+
+_S = CondorState
+_E = CondorEvent
+_RUNNING = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT})
+
+
+class CondorJob(CondorJobBase):
+    """One job of grid type condor: the actions of its states."""
+
+    def actions(self) -> Mapping[CondorState, Callable[[], Awaitable[CondorEvent]]]:
+        return {
+            _S.INIT: self._init,
+            _S.START: self._start,
+            _S.UNSUBMITTED: self._unsubmitted,
+            _S.SAVE_TAG: self._save_tag,
+            _S.SUBMIT: self._submit,
+            _S.RECOVER: self._recover,
+            _S.SUBMIT_SAVE: self._submit_save,
+            _S.STAGE_IN: self._stage_in,
+            _S.POLL_ACTIVE: self._poll_active,
+            _S.SUBMITTED: self._submitted,
+            _S.HOLD_REMOTE: self._hold_remote,
+            _S.RELEASE_REMOTE: self._release_remote,
+            _S.STAGE_OUT: self._stage_out,
+            _S.DONE_SAVE: self._done_save,
+            _S.DONE_COMMIT: self._done_commit,
+            _S.HOLD: self._hold_job,
+            _S.CANCEL: self._cancel,
+            _S.CLEAR: self._clear,
+        }
+
+    # ---- the actions ------------------------------------------------------------------------
+
+    async def _init(self) -> CondorEvent:
+        while self.resource.unknown:
+            await self.wait()
+        await self.sync_resource()
+        return _E.READY
+
+    async def _start(self) -> CondorEvent:
+        if self.status is JobStatus.COMPLETED:
+            if self.grid_id is not None:
+                self._cleanup_due = True
+                return _E.COMMIT_NEEDED
+            return _E.FINISHED
+        if self.grid_id is not None:
+            self.resource.hold_slot(self)
+            if self.status is JobStatus.REMOVED:
+                return _E.LOCAL_REMOVED
+            return _E.HAS_REMOTE_ID
+        if self.tag is not None:
+            return _E.HAS_TAG
+        return _E.NO_ID
+
+    async def _unsubmitted(self) -> CondorEvent:
+        since: str | None = None
+        while True:
+            stop = self._stopped()
+            if stop is not None:
+                self.resource.release(self)
+                return stop
+            if not self.resource.up:
+                await self.wait()
+                continue
+            if self.resource.try_acquire(self):
+                return _E.WANT_SUBMIT
+            since = since or format_time(self.clock.time())
+            _, limit, _ = self.resource.slots()
+            await self.set_wait_reason(
+                f"waiting for a submit slot since {since}: {self.resource.name} takes at "
+                f"most {limit} submitted jobs at once"
+            )
+            await self.wait()
+
+    async def _save_tag(self) -> CondorEvent:
+        self.tag = new_submit_tag(self.job_id.cluster, self.job_id.proc)
+        attrs = {"GridSubmitTag": self.tag, "Managed": "External", **self.clear_wait_attrs()}
+        # The idempotency key: on disk before the submit can happen.
+        await self.io.update(self.job_id, attrs, durable=True)
+        return _E.SAVED
+
+    async def _submit(self) -> CondorEvent:
+        while True:
+            stop = self._stopped()
+            if stop is not None:
+                return stop
+            if not self.resource.up:
+                await self.wait()
+                continue
+            pause = self.resource.submit_pause()
+            if pause <= 0:
+                break
+            await self.set_wait_reason(
+                f"submits to {self.resource.name} are paused until "
+                f"{format_time(self.clock.time() + pause)} after {self.resource.failures} "
+                "failed submits in a row"
+            )
+            await self.wait(pause)
+        assert self.tag is not None  # SAVE_TAG or START set it
+        self.resource.hold_slot(self)
+        ad_text = repr(self._remote_ad(self.tag))
+        try:
+            fields = await self.condor.command("CONDOR_JOB_SUBMIT", ad_text)
+        except LOST_GAHP as err:
+            # It may or may not have reached the remote schedd: look the tag up.
+            self.last_error = str(err)
+            self._grace_due = True
+            return _E.SUBMIT_LOST
+        except LocalGahpError as err:
+            return self._submit_refused(str(err))
+        except (GahpRequestRefused, GahpUnavailable) as err:
+            return await self._submit_retry(str(err))
+        except RemoteCallFailed as err:
+            if err.down:
+                return await self._submit_retry(err.text)
+            return self._submit_refused(err.text)
+        remote = fields[0] if fields else ""
+        parsed = CondorJobId.parse(f"condor {self.condor.schedd} {self.condor.pool} {remote}")
+        if parsed is None:
+            return self._submit_refused(f"the GAHP answered the submit with job id {remote!r}")
+        self.grid_id = parsed
+        self.resource.submit_succeeded()
+        return _E.SUBMIT_OK
+
+    async def _submit_retry(self, error: str) -> CondorEvent:
+        self.last_error = error
+        self.resource.submit_failed(transient=True)
+        self.failures += 1
+        if self.failures >= self.config.max_submit_attempts:
+            return self._submit_refused(error)
+        delay = self.config.backoff(self.failures)
+        await self.set_wait_reason(
+            f"submit attempt {self.failures} failed at {format_time(self.clock.time())}: "
+            f"{error}; trying again at {format_time(self.clock.time() + delay)}"
+        )
+        end = self.clock.monotonic() + delay
+        while self._stopped() is None and (left := end - self.clock.monotonic()) > 0:
+            await self.wait(left)
+        return _E.SUBMIT_RETRY
+
+    def _submit_refused(self, error: str) -> CondorEvent:
+        self.resource.submit_failed(transient=False)
+        self.resource.release(self)
+        self._will_hold(f"Attempts to submit failed: {error}", HoldReasonCode.Unspecified)
+        return _E.SUBMIT_REFUSED
+
+    async def _recover(self) -> CondorEvent:
+        assert self.tag is not None  # only jobs with a tag come here
+        if self._grace_due:
+            # A submit a dead GAHP server had on its way lands first.
+            self._grace_due = False
+            await self.pause(self.config.lost_submit_grace)
+        stop = await self._until_up(self._stopped)
+        if stop is not None:
+            return stop
+        try:
+            found = await self.condor.query(f'GridSubmitTag =?= "{self.tag}"')
+        except (RemoteCallFailed, *NO_ANSWER, LocalGahpError) as err:
+            self.failures += 1
+            self.condor.request_ping()
+            await self.set_wait_reason(
+                f"looking up the earlier submit (tag {self.tag}) at {self.condor.schedd} "
+                f"failed at {format_time(self.clock.time())}: {err}; trying again"
+            )
+            await self.pause(self.config.backoff(self.failures))
+            return _E.LOOKUP_FAILED
+        self.failures = 0
+        self.resource.hold_slot(self)
+        live = [job for job in found if job.job_status not in (JobStatus.REMOVED,)]
+        if live:
+            first = live[0]
+            self.grid_id = CondorJobId(
+                self.condor.schedd, self.condor.pool, first.cluster, first.proc
+            )
+            return _E.FOUND
+        return self._stopped() or _E.NOT_FOUND
+
+    async def _submit_save(self) -> CondorEvent:
+        now = self.clock.time()
+        attrs: dict[str, Any] = {
+            "GridJobId": str(self.grid_id),
+            "GridJobSubmitTime": int(now),
+            LOCAL_LEASE: int(now) + self.lease,
+            **self.clear_wait_attrs(),
+        }
+        await self.io.update(self.job_id, attrs)
+        self.failures = 0
+        await self.services.logs.grid_submit(
+            self.user_log,
+            self.job_id.cluster,
+            self.job_id.proc,
+            now,
+            self.grid_resource,
+            str(self.grid_id),
+        )
+        return _E.SAVED
+
+    async def _stage_in(self) -> CondorEvent:
+        stop = await self._until_up(self._removed)
+        if stop is not None:
+            return stop
+        assert self.grid_id is not None and self.tag is not None
+        stage_ad = build_stage_in_ad(self._remote_ad(self.tag), self.ad, self.grid_id)
+        result = await self._remote("CONDOR_JOB_STAGE_IN", repr(stage_ad))
+        if isinstance(result, str):
+            if is_transient(result):
+                return await self._call_failed(f"staging the input in to {self._where()}", result)
+            self._will_hold(
+                f"Failed to stage the input files in to {self._where()}: {result}",
+                HoldReasonCode.TransferInputError,
+            )
+            return _E.STAGE_FAILED
+        self.staged_in = True
+        # The upload released it there: a hold the next poll shows is a new one.
+        self.remote_state = int(JobStatus.IDLE)
+        self.failures = 0
+        await self.set_wait_reason(None)
+        return _E.STAGED
+
+    async def _poll_active(self) -> CondorEvent:
+        stop = await self._until_up(self._removed)
+        if stop is not None:
+            return stop
+        assert self.grid_id is not None
+        query = f"ClusterId == {self.grid_id.cluster} && ProcId == {self.grid_id.proc}"
+        try:
+            found = await self.condor.query(query)
+        except (RemoteCallFailed, *NO_ANSWER, LocalGahpError) as err:
+            return await self._call_failed(f"asking {self._where()} for its status", str(err))
+        self.failures = 0
+        self._missing = False
+        if not found:
+            self.remote_gone = True
+            expired = ""
+            if self.lease_expiration is not None and self.lease_expiration < self.clock.time():
+                expired = f"; its lease expired at {format_time(self.lease_expiration)}"
+            self._will_hold(
+                f"The job disappeared from {self._where()}: it was removed there or left "
+                f"its queue{expired}. Release it to submit it again."
+            )
+            return _E.REMOTE_GONE
+        status = found[0]
+        if status.spooling:
+            if not self.staged_in:
+                return _E.NEEDS_STAGE_IN
+            await self.pause(min(1.0, self.config.poll_interval))
+            return _E.SPOOLING
+        self.remote = status
+        self._fresh = True
+        return _E.STATUS
+
+    async def _submitted(self) -> CondorEvent:
+        while True:
+            if self.status is JobStatus.REMOVED:
+                return _E.LOCAL_REMOVED
+            if self._fresh and self.remote is not None:
+                self._fresh = False
+                event = await self._on_status(self.remote)
+                if event is not None:
+                    return event
+                continue
+            if self._missing:
+                self._missing = False
+                return _E.REMOTE_MISSING
+            if self.status is JobStatus.HELD:
+                return _E.BOTH_HELD if self.remote_state == JobStatus.HELD else _E.LOCAL_HELD
+            await self.wait()
+
+    async def _on_status(self, status: RemoteJob) -> CondorEvent | None:
+        """ProcessRemoteAd: mirror the remote job into the local one; an event if it moved."""
+        if status.spooling:  # not released there yet: POLL_ACTIVE stages in or waits
+            return _E.SPOOLING
+        first = self.remote_state is None
+        attrs: dict[str, Any] = {
+            name: value for name, value in status.copied.items() if self.ad.get(name) != value
+        }
+        if status.job_status != self.remote_state:
+            attrs["GridJobStatus"] = JOB_STATUS_NAMES.get(status.job_status, str(status.job_status))
+            attrs["LastRemoteStatusUpdate"] = int(status.server_time)
+        host = status.remote_host
+        if status.job_status in _RUNNING and host and self.ad.get("RemoteHost") != host:
+            attrs["RemoteHost"] = host
+        self.remote_state = status.job_status
+        if attrs:
+            await self.io.update(self.job_id, attrs)
+            for name, value in attrs.items():
+                self.ad[name] = value
+        if status.job_status == JobStatus.COMPLETED:
+            return _E.REMOTE_DONE
+        if status.job_status == JobStatus.REMOVED:
+            self.remote_gone = True
+            why = f": {status.remove_reason}" if status.remove_reason else ""
+            self._will_hold(f"The job was removed at {self._where()}{why}")
+            return _E.REMOTE_GONE
+        if status.job_status == JobStatus.HELD:
+            if self.status is JobStatus.HELD:
+                return _E.BOTH_HELD
+            if first:
+                # An old hold mirrored here and since released here: release it there.
+                return _E.RELEASE_NEEDED
+            reason = status.hold_reason or "held remotely with no hold reason"
+            self._will_hold(reason, status.hold_code, status.hold_subcode, keep_remote=True)
+            return _E.REMOTE_HELD
+        try:
+            if status.job_status == JobStatus.IDLE and self.status is JobStatus.RUNNING:
+                await self.io.evicted(self.job_id)
+                self.status = JobStatus.IDLE
+            elif status.job_status in _RUNNING and self.status is JobStatus.IDLE:
+                await self.io.started(self.job_id)
+                self.status = JobStatus.RUNNING
+        except InvalidTransition:
+            await self._refresh_status()
+        if self.status is JobStatus.HELD:
+            return _E.LOCAL_HELD
+        return None
+
+    async def _hold_remote(self) -> CondorEvent:
+        stop = await self._until_up(self._removed)
+        if stop is not None:
+            return stop
+        if self.status is not JobStatus.HELD:
+            return _E.LOCAL_RELEASED
+        assert self.grid_id is not None
+        result = await self._remote("CONDOR_JOB_HOLD", self.grid_id.remote, "by gridmanager")
+        if isinstance(result, str) and not ALREADY.search(result):
+            return await self._call_failed(f"holding the job at {self._where()}", result)
+        self.failures = 0
+        self.remote_state = int(JobStatus.HELD)
+        return _E.HELD_THERE
+
+    async def _release_remote(self) -> CondorEvent:
+        stop = await self._until_up(self._removed)
+        if stop is not None:
+            return stop
+        if self.status is JobStatus.HELD:
+            return _E.LOCAL_HELD
+        assert self.grid_id is not None
+        result = await self._remote("CONDOR_JOB_RELEASE", self.grid_id.remote, "by gridmanager")
+        if isinstance(result, str) and not ALREADY.search(result):
+            return await self._call_failed(f"releasing the job at {self._where()}", result)
+        self.failures = 0
+        self.remote_state = int(JobStatus.IDLE)
+        return _E.RELEASED_THERE
+
+    async def _stage_out(self) -> CondorEvent:
+        stop = await self._until_up(self._removed)
+        if stop is not None:
+            return stop
+        assert self.grid_id is not None
+        await self.set_wait_reason(f"fetching the output from {self._where()}")
+        result = await self._remote("CONDOR_JOB_STAGE_OUT", self.grid_id.remote)
+        if isinstance(result, str):
+            if is_transient(result):
+                return await self._call_failed(f"fetching the output from {self._where()}", result)
+            self._will_hold(
+                f"Failed to fetch the output from {self._where()}: {result}",
+                HoldReasonCode.TransferOutputError,
+                keep_remote=True,
+            )
+            return _E.STAGE_FAILED
+        self.failures = 0
+        return _E.STAGED
+
+    async def _done_save(self) -> CondorEvent:
+        status = self.remote
+        assert status is not None  # REMOTE_DONE came with a status
+        attrs: dict[str, Any] = {"GridJobStatus": "COMPLETED", **self.clear_wait_attrs()}
+        await self.io.update(self.job_id, attrs)
+        by_signal = status.exit_signal is not None
+        code = status.exit_signal if by_signal else status.exit_code
+        self._cleanup_due = True
+        try:
+            if self.status is JobStatus.IDLE:
+                await self.io.started(self.job_id)
+                self.status = JobStatus.RUNNING
+            outcome = await self.io.exited(self.job_id, code or 0, by_signal=by_signal)
+        except InvalidTransition:
+            await self._refresh_status()  # held or removed meanwhile: DONE_COMMIT decides
+            return _E.SAVED
+        self.resource.release(self)
+        if outcome is ExitOutcome.HELD:
+            self.status = JobStatus.HELD
+        elif outcome is ExitOutcome.REQUEUED:
+            self.status = JobStatus.IDLE
+        else:
+            self.status = JobStatus.COMPLETED
+            self._left_queue = outcome is ExitOutcome.COMPLETED
+        return _E.SAVED
+
+    async def _done_commit(self) -> CondorEvent:
+        await self._cleanup_remote()
+        self.remote_gone = True
+        if self.status in (JobStatus.COMPLETED, JobStatus.REMOVED):
+            return _E.CLEANED
+        return _E.CLEANED_AGAIN
+
+    async def _hold_job(self) -> CondorEvent:
+        reason, code, subcode = self._hold or ("Unspecified gridmanager error", 0, 0)
+        self._hold = None
+        try:
+            hold_code = HoldReasonCode(code)
+        except ValueError:
+            hold_code = HoldReasonCode.Unspecified
+        if self.ad.get("Nonessential") is True:
+            done = await self.io.remove(self.job_id, reason)
+        else:
+            done = await self.io.hold(self.job_id, reason, hold_code, subcode)
+        if done:
+            nonessential = self.ad.get("Nonessential") is True
+            self.status = JobStatus.REMOVED if nonessential else JobStatus.HELD
+        else:
+            await self._refresh_status()
+        if self.grid_id is None or self.remote_gone:
+            return _E.NOTHING_TO_CANCEL
+        if self._keep_remote and self.status is JobStatus.HELD:
+            return _E.KEEP_REMOTE
+        return _E.CANCEL_NEEDED
+
+    async def _cancel(self) -> CondorEvent:
+        if self.grid_id is not None and not self.remote_gone:
+            while not self.resource.up:
+                await self.wait()
+            result = await self._remote("CONDOR_JOB_REMOVE", self.grid_id.remote, "by gridmanager")
+            if isinstance(result, str) and not ALREADY.search(result):
+                self.failures += 1
+                self.last_error = result
+                self.condor.request_ping()
+                await self.set_wait_reason(
+                    f"removing the job at {self._where()} failed at "
+                    f"{format_time(self.clock.time())}: {result}; trying again"
+                )
+                await self.pause(self.config.backoff(self.failures))
+                return _E.CALL_FAILED
+            self.remote_gone = True
+            self.failures = 0
+        self.resource.release(self)
+        return _E.CANCELLED_REMOVED if self.status is JobStatus.REMOVED else _E.CANCELLED
+
+    async def _clear(self) -> CondorEvent:
+        self.resource.release(self)
+        attrs = self.clear_wait_attrs()
+        if self.grid_id is not None or self.tag is not None:
+            for name in ("GridJobId", "GridJobStatus", "GridSubmitTag", "GridJobSubmitTime"):
+                attrs[name] = UNDEFINED
+            attrs[LOCAL_LEASE] = UNDEFINED
+        if attrs:
+            await self.io.update(self.job_id, attrs, durable=True)
+        self.grid_id = None
+        self.tag = None
+        self.remote = None
+        self.remote_state = None
+        self.remote_gone = self._fresh = self._missing = self.staged_in = False
+        self._keep_remote = False
+        self.failures = 0
+        return _E.RESUBMIT if self.status is JobStatus.IDLE else _E.CLEARED
+
+    async def abandon(self) -> None:
+        """The job left the local queue: let its finished remote copy go, or remove it."""
+        if self._cleanup_due:
+            await self._cleanup_remote()
+            return
+        live = self.grid_id is not None and not self.remote_gone
+        if live and self.resource.up and self.state not in (_S.DONE_COMMIT, _S.DELETE):
+            assert self.grid_id is not None
+            result = await self._remote("CONDOR_JOB_REMOVE", self.grid_id.remote, "by gridmanager")
+            if isinstance(result, str) and not ALREADY.search(result):
+                log.warning("job %s: could not remove %s: %s", self.job_id, self._where(), result)
+
+    async def finish(self) -> None:
+        """DELETE: a removed job leaves the queue; a held one goes back to the queue's care."""
+        self.resource.release(self)
+        if self.status is JobStatus.REMOVED:
+            try:
+                await self.io.destroy(self.job_id)
+            except InvalidTransition:
+                log.warning("job %s: cannot destroy it: it is no longer removed", self.job_id)
+        elif self.status is JobStatus.COMPLETED:
+            if not self._left_queue:  # kept by LeaveJobInQueue: never pick it up again
+                await self.io.update(self.job_id, {"Managed": "ScheddDone"})
+        else:
+            await self.io.update(self.job_id, {"Managed": "Schedd", **self.clear_wait_attrs()})
+
+
+# ---- the grid type -------------------------------------------------------------------------
+
+#: The condor GAHP's command line without its per-resource arguments.
+CONDOR_GAHP: tuple[str, ...] = ("{python}", "-m", "htgrid.cli", "gahp", "condor")
+
+
+def condor_gahp_argv(base: tuple[str, ...], pool: str, services: Services) -> list[str]:
+    """`htgrid gahp condor --pool HOST:PORT --tokens-dir ... --ca-file ...` for one pool."""
+    argv = [sys.executable if word == "{python}" else word for word in base]
+    argv += ["--pool", pool]
+    security = SecurityConfig.load(services.home)
+    for directory in (user_token_dir(), security.system_token_dir):
+        argv += ["--tokens-dir", str(directory)]
+    for ca_file in trusted_ca_files(security):
+        argv += ["--ca-file", str(ca_file)]
+    return argv
+
+
+def condor_type(gahp: tuple[str, ...] = CONDOR_GAHP) -> GridType:
+    """The condor grid type, its GAHP server started as `gahp` (tests give a fake one)."""
+
+    def new_resource(key: str, gahps: GahpFactory, services: Services) -> CondorResource:
+        name = CondorResourceName.parse(key)
+        # One GAHP server per (pool, schedd), as HTCondor's key CONDOR/<pool>/<schedd>.
+        handle = gahps(
+            f"CONDOR/{name.pool}/{name.schedd}", condor_gahp_argv(gahp, name.pool, services)
+        )
+        return CondorResource(
+            key,
+            handle,
+            services,
+            schedd=name.schedd,
+            pool=name.pool,
+            submitter=submitter_id(services.home),
+        )
+
+    return GridType(
+        name="condor",
+        resource_key=lambda grid_resource: CondorResourceName.parse(grid_resource).key,
+        new_resource=new_resource,
+        new_job=CondorJob,
+    )
+
+
+CONDOR = condor_type()

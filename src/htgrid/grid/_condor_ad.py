@@ -1,0 +1,457 @@
+"""What an HTCondor-C job sends and reads: its ids, the remote ad, the remote status.
+
+    GridResource   condor <remote schedd name> <remote pool host:port>
+    GridJobId      condor <schedd> <pool> <cluster>.<proc>      (HTCondor's format)
+
+The remote ad is built as HTCondor's CondorJob::buildSubmitAd does: the local ad minus
+the local bookkeeping, born held ("Spooling input data files", HoldReasonCode 16) until
+its input is staged, `Remote_X` turned into `X`, the submitter's ids (`SubmitterId`, the
+local queue; `SubmitterGlobalJobId`, the local job), `LeaveJobInQueue` true until the
+output was fetched, and a lease. htgrid adds `GridSubmitTag`, the submission's
+idempotency key, committed locally before the submit: a lost submit is found by it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import secrets
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from htgrid.classad import ClassAd, ExprTree
+from htgrid.errors import ClassAdSyntaxError
+from htgrid.grid._errors import UnsupportedGridJob
+from htgrid.grid._values import as_int, as_number, as_str, is_plain
+
+__all__ = [
+    "DEFAULT_LEASE",
+    "LOCAL_LEASE",
+    "SPOOLING_REASON",
+    "CondorJobId",
+    "CondorResourceName",
+    "RemoteJob",
+    "build_remote_ad",
+    "build_stage_in_ad",
+    "new_submit_tag",
+    "submitter_id",
+]
+
+#: JobLeaseDuration when the job names none (HTCondor's 40 minutes).
+DEFAULT_LEASE = 2400
+#: Where the local job records the expiration of the lease its remote copy holds.
+#: Not JobLeaseExpiration, as HTCondor's local ad: htgrid's queue removes any job whose
+#: JobLeaseExpiration passed, which is right for the remote copy and wrong for the
+#: local job of a submitter that was away longer than the lease.
+LOCAL_LEASE = "GridJobLeaseExpiration"
+#: The hold reason of a remote job waiting for its input (HTCondor's CONDOR_HOLD_CODE 16).
+SPOOLING_REASON = "Spooling input data files"
+SPOOLING_CODE = 16
+#: How long a remote job may wait for its input before its schedd removes it (8 hours).
+STAGE_IN_LIMIT = 8 * 3600
+
+_JOB_ID = re.compile(r"(\d+)\.(\d+)")
+_TAG = re.compile(r"htgrid_[0-9]+_[0-9]+_[0-9a-f]+")
+
+
+@dataclass(frozen=True, slots=True)
+class CondorResourceName:
+    """A condor GridResource: the remote schedd's name and its pool's collector."""
+
+    schedd: str
+    pool: str
+
+    @property
+    def key(self) -> str:
+        return f"condor {self.schedd} {self.pool}"
+
+    @classmethod
+    def parse(cls, grid_resource: str) -> CondorResourceName:
+        """Read `condor <schedd> <pool>`; UnsupportedGridJob naming what is wrong."""
+        words = grid_resource.split()
+        if not words or words[0].lower() != "condor":
+            raise UnsupportedGridJob(f"GridResource {grid_resource!r} is not of type condor")
+        if len(words) < 2:
+            raise UnsupportedGridJob(f"GridResource {grid_resource!r}: missing schedd name")
+        if len(words) < 3:
+            raise UnsupportedGridJob(
+                f"GridResource {grid_resource!r}: missing pool name (condor <schedd> <host:port>)"
+            )
+        if len(words) > 3:
+            raise UnsupportedGridJob(
+                f"GridResource {grid_resource!r}: expected condor <schedd> <host:port>"
+            )
+        return cls(words[1], words[2])
+
+
+@dataclass(frozen=True, slots=True)
+class CondorJobId:
+    """A condor GridJobId: the remote schedd, its pool, and the job's id there."""
+
+    schedd: str
+    pool: str
+    cluster: int
+    proc: int
+
+    @property
+    def remote(self) -> str:
+        return f"{self.cluster}.{self.proc}"
+
+    def __str__(self) -> str:
+        return f"condor {self.schedd} {self.pool} {self.remote}"
+
+    @classmethod
+    def parse(cls, text: object) -> CondorJobId | None:
+        """The id in a GridJobId value; None when absent or not a condor id."""
+        if not isinstance(text, str):
+            return None
+        words = text.split()
+        if len(words) != 4 or words[0].lower() != "condor":
+            return None
+        match = _JOB_ID.fullmatch(words[3])
+        if match is None:
+            return None
+        return cls(words[1], words[2], int(match[1]), int(match[2]))
+
+
+def new_submit_tag(cluster: int, proc: int) -> str:
+    """A fresh submission tag: the local job's id and 48 random bits."""
+    return f"htgrid_{cluster}_{proc}_{secrets.token_hex(6)}"
+
+
+def is_submit_tag(value: object) -> bool:
+    return isinstance(value, str) and _TAG.fullmatch(value) is not None
+
+
+def submitter_id(home: Path | None) -> str:
+    """This grid manager's SubmitterId: the host and its pool home, stable across restarts.
+
+    HTCondor uses the local schedd's name; two pools on one host would share that, so the
+    pool home is part of it (a digest, so that no path travels).
+    """
+    where = str(home.resolve()) if home is not None else os.getcwd()
+    digest = hashlib.sha256(where.encode()).hexdigest()[:12]
+    return f"htgrid@{socket.gethostname()}#{digest}"
+
+
+# ---- the remote ad -----------------------------------------------------------------------
+
+# What the remote ad never carries (CondorJob::buildSubmitAd's list, plus htgrid's own
+# grid bookkeeping): the local queue's ids, policy evaluated here, hold history, leases.
+_DROP = frozenset(
+    name.lower()
+    for name in (
+        "ClusterId",
+        "ProcId",
+        "User",
+        "Owner",
+        "GridResource",
+        "GridJobId",
+        "GridJobStatus",
+        "GridSubmitTag",
+        "GridWaitReason",
+        "GridJobSubmitTime",
+        "GridResourceUnavailableTime",
+        "LastRemoteStatusUpdate",
+        "Matched",
+        "Managed",
+        "StageInFinish",
+        "StageInStart",
+        "StageOutFinish",
+        "StageOutStart",
+        "ScheddBday",
+        "FileSystemDomain",
+        "UserLog",
+        "UserLogUseXML",
+        "DAGManNodesLog",
+        "NotifyUser",
+        "OnExitHold",
+        "OnExitRemove",
+        "PeriodicHold",
+        "PeriodicRelease",
+        "PeriodicRemove",
+        "ServerTime",
+        "GlobalJobId",
+        "CondorPlatform",
+        "CondorVersion",
+        "WantClaiming",
+        "WantMatching",
+        "HoldReason",
+        "HoldReasonCode",
+        "HoldReasonSubCode",
+        "LastHoldReason",
+        "LastHoldReasonCode",
+        "LastHoldReasonSubCode",
+        "ReleaseReason",
+        "LastReleaseReason",
+        "RemoveReason",
+        "JobStatusOnRelease",
+        "LastJobLeaseRenewal",
+        "JobLeaseDuration",
+        "TimerRemove",
+        "JobLeaseExpiration",
+        LOCAL_LEASE,
+        "AutoClusterId",
+        "AutoClusterAttrs",
+        "TotalSubmitProcs",
+        "RemoteHost",
+        "LastRemoteHost",
+        "EnteredCurrentStatus",
+        "JobStartDate",
+        "JobCurrentStartDate",
+        "LastJobStatus",
+    )
+)
+# Counters a fresh remote job starts from (buildSubmitAd assigns them).
+_FRESH: Mapping[str, Any] = {
+    "CurrentHosts": 0,
+    "CompletionDate": 0,
+    "RemoteWallClockTime": 0.0,
+    "LocalUserCpu": 0.0,
+    "LocalSysCpu": 0.0,
+    "RemoteUserCpu": 0.0,
+    "RemoteSysCpu": 0.0,
+    "ExitStatus": 0,
+    "NumCkpts": 0,
+    "NumRestarts": 0,
+    "NumSystemHolds": 0,
+    "CommittedTime": 0,
+    "CommittedSlotTime": 0,
+    "CumulativeSlotTime": 0,
+    "TotalSuspensions": 0,
+    "LastSuspensionTime": 0,
+    "CumulativeSuspensionTime": 0,
+    "CommittedSuspensionTime": 0,
+    "ExitBySignal": False,
+    "JobNotification": 0,
+}
+_ENV = frozenset({"env", "envdelim", "environment"})
+_ARGS = frozenset({"args", "arguments"})
+_NULL_FILES = frozenset({"", "/dev/null"})
+_VANILLA = 5
+
+
+def _literal(ad: ClassAd, name: str) -> Any:
+    if name not in ad:
+        return None
+    try:
+        value = ad.eval(name)
+    except (KeyError, TypeError, ValueError):
+        return None
+    return value if is_plain(value) else None
+
+
+def _local_path(path: str, iwd: str) -> str:
+    return path if os.path.isabs(path) else os.path.normpath(os.path.join(iwd, path))
+
+
+def _inputs(text: object) -> list[str]:
+    if not isinstance(text, str):
+        return []
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def lease_duration(ad: ClassAd) -> int:
+    """The job's JobLeaseDuration (seconds), HTCondor's 2400 when it names none."""
+    value = as_int(_literal(ad, "JobLeaseDuration"))
+    return value if value is not None and value > 0 else DEFAULT_LEASE
+
+
+def transfers_executable(ad: ClassAd) -> bool:
+    return _literal(ad, "TransferExecutable") is not False
+
+
+def build_remote_ad(
+    ad: ClassAd,
+    *,
+    tag: str,
+    submitter: str,
+    global_job_id: str,
+    lease_expiration: int,
+    now: int,
+) -> ClassAd:
+    """The CONDOR_JOB_SUBMIT ad for local job `ad` (a new ClassAd; `ad` is not changed)."""
+    out = ClassAd()
+    for name in ad:
+        lowered = name.lower()
+        if lowered in _DROP or _prefixed(lowered):
+            continue
+        out[name] = ad[name]
+    iwd = as_str(_literal(ad, "Iwd")) or "/"
+    # Files travel in the sandbox: the remote job names them by their base names, and
+    # the local paths stay in SUBMIT_* for the output's way back (the GAHP's stage out).
+    cmd = as_str(_literal(ad, "Cmd"))
+    if cmd and transfers_executable(ad):
+        out["Cmd"] = os.path.basename(cmd)
+    for attr in ("Out", "Err"):
+        path = as_str(_literal(ad, attr))
+        if path is not None and path not in _NULL_FILES:
+            out[f"SUBMIT_{attr}"] = _local_path(path, iwd)
+            out[attr] = os.path.basename(path)
+    stdin = as_str(_literal(ad, "In"))
+    if stdin is not None and stdin not in _NULL_FILES:
+        out["In"] = os.path.basename(stdin)
+    inputs = _inputs(_literal(ad, "TransferInput"))
+    if inputs:
+        out["TransferInput"] = ",".join(os.path.basename(item.rstrip("/")) for item in inputs)
+    out["Iwd"] = iwd
+    out["SUBMIT_Iwd"] = iwd
+    out["JobUniverse"] = _VANILLA
+    for name, value in _FRESH.items():
+        out[name] = value
+    out["QDate"] = now
+    out["EnteredCurrentStatus"] = now
+    out["JobStatus"] = 5
+    out["HoldReason"] = SPOOLING_REASON
+    out["HoldReasonCode"] = SPOOLING_CODE
+    out["HoldReasonSubCode"] = 0
+    # Kept after completion until the output is fetched, but not past the lease: a
+    # submitter gone for good does not leave the job there forever.
+    out["LeaveJobInQueue"] = ExprTree(
+        "JobStatus == 4 && (JobLeaseExpiration =?= undefined || time() < JobLeaseExpiration)"
+    )
+    out["PeriodicRemove"] = ExprTree(
+        f"(StageInFinish > 0) =!= true && time() > QDate + {STAGE_IN_LIMIT}"
+    )
+    out["JobLeaseDuration"] = lease_duration(ad)
+    out["JobLeaseExpiration"] = lease_expiration
+    out["SubmitterId"] = submitter
+    out["SubmitterGlobalJobId"] = global_job_id
+    out["GridSubmitTag"] = tag
+    _apply_remote(ad, out)
+    return out
+
+
+def _prefixed(lowered: str) -> bool:
+    return len(lowered) > 7 and lowered[:7] in ("remote_", "submit_")
+
+
+def _apply_remote(ad: ClassAd, out: ClassAd) -> None:
+    """Remote_X becomes X; a remote environment or argument replaces the whole group."""
+    overrides = [(name[7:], name) for name in ad if _prefixed(name.lower())]
+    overrides = [(target, name) for target, name in overrides if name[:7].lower() == "remote_"]
+    for group in (_ENV, _ARGS):
+        if any(target.lower() in group for target, _ in overrides):
+            for name in list(out.keys()):
+                if name.lower() in group:
+                    del out[name]
+    for target, name in overrides:
+        out[target] = ad[name]
+
+
+def build_stage_in_ad(remote_ad: ClassAd, local: ClassAd, job_id: CondorJobId) -> ClassAd:
+    """The CONDOR_JOB_STAGE_IN ad: the remote ad with its remote ids and the local files.
+
+    The GAHP reads the files this ad names (Cmd, In, TransferInput) and sends them under
+    their base names; here they are the local absolute paths.
+    """
+    out = ClassAd()
+    for name in remote_ad:
+        out[name] = remote_ad[name]
+    out["ClusterId"] = job_id.cluster
+    out["ProcId"] = job_id.proc
+    iwd = as_str(_literal(local, "Iwd")) or "/"
+    cmd = as_str(_literal(local, "Cmd"))
+    if cmd:
+        out["Cmd"] = _local_path(cmd, iwd) if transfers_executable(local) else cmd
+    stdin = as_str(_literal(local, "In"))
+    if stdin is not None and stdin not in _NULL_FILES:
+        out["In"] = _local_path(stdin, iwd)
+    inputs = _inputs(_literal(local, "TransferInput"))
+    if inputs:
+        out["TransferInput"] = ",".join(_local_path(item, iwd) for item in inputs)
+    return out
+
+
+# ---- the remote status ---------------------------------------------------------------------
+
+# What the grid manager copies from the remote ad into the local one (ProcessRemoteAd).
+MIRRORED = (
+    "BytesSent",
+    "BytesRecvd",
+    "CompletionDate",
+    "JobRunCount",
+    "JobStartDate",
+    "ExitReason",
+    "JobCurrentStartDate",
+    "JobCurrentStartExecutingDate",
+    "JobLastStartDate",
+    "RemoteSysCpu",
+    "RemoteUserCpu",
+    "NumJobStarts",
+    "NumRestarts",
+    "RemoteWallClockTime",
+    "ImageSize",
+    "MemoryUsage",
+    "ResidentSetSize",
+    "DiskUsage",
+    "CpusProvisioned",
+    "DiskProvisioned",
+    "MemoryProvisioned",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteJob:
+    """One remote job as a status answer gave it."""
+
+    cluster: int
+    proc: int
+    job_status: int
+    server_time: float
+    hold_reason: str | None = None
+    hold_code: int = 0
+    hold_subcode: int = 0
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    remote_host: str | None = None
+    remove_reason: str | None = None
+    stage_in_finish: float | None = None
+    tag: str | None = None
+    copied: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def job_id(self) -> str:
+        return f"{self.cluster}.{self.proc}"
+
+    @property
+    def spooling(self) -> bool:
+        """Still held for its input (not yet staged in)."""
+        return self.job_status == 5 and (
+            self.hold_code == SPOOLING_CODE or self.hold_reason == SPOOLING_REASON
+        )
+
+    @classmethod
+    def from_text(cls, text: str, now: float) -> RemoteJob:
+        """Read a status ad; ValueError naming the ad if it is not one."""
+        try:
+            ad = ClassAd(text)
+        except (ClassAdSyntaxError, ValueError, TypeError) as err:
+            raise ValueError(f"bad status ad from the remote schedd: {text[:200]!r}") from err
+        cluster = as_int(ad.get("ClusterId"))
+        proc = as_int(ad.get("ProcId"))
+        status = as_int(ad.get("JobStatus"))
+        if cluster is None or proc is None or status is None:
+            raise ValueError(f"status ad without ClusterId, ProcId or JobStatus: {text[:200]!r}")
+        signal = as_int(ad.get("ExitSignal")) if ad.get("ExitBySignal") is True else None
+        server_time = as_number(ad.get("ServerTime"))
+        return cls(
+            cluster=cluster,
+            proc=proc,
+            job_status=status,
+            server_time=float(server_time) if server_time is not None else now,
+            hold_reason=as_str(ad.get("HoldReason")),
+            hold_code=as_int(ad.get("HoldReasonCode")) or 0,
+            hold_subcode=as_int(ad.get("HoldReasonSubCode")) or 0,
+            exit_code=as_int(ad.get("ExitCode")),
+            exit_signal=signal,
+            remote_host=as_str(ad.get("RemoteHost")),
+            remove_reason=as_str(ad.get("RemoveReason")),
+            stage_in_finish=as_number(ad.get("StageInFinish")),
+            tag=as_str(ad.get("GridSubmitTag")),
+            copied={name: ad[name] for name in MIRRORED if is_plain(ad.get(name))},
+        )

@@ -1,0 +1,197 @@
+"""The condor job's state and the helpers its actions (`_condor.py`) share.
+
+`CondorJobBase` holds what the job knows of its remote copy (GridJobId, submit tag, lease,
+the last status answer), takes the resource's inputs (bulk status answers, lease renewals)
+and offers the small steps every action uses: a GAHP call that answers with its error
+text, the wait while the remote schedd is down, the back-off after a failed call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Callable
+
+from htgrid.classad import ClassAd
+from htgrid.gahp import GahpRequestRefused, GahpServerExited, GahpTimeout, LocalGahpError
+from htgrid.grid._condor_ad import (
+    LOCAL_LEASE,
+    CondorJobId,
+    RemoteJob,
+    build_remote_ad,
+    is_submit_tag,
+    lease_duration,
+)
+from htgrid.grid._condor_resource import CondorResource, RemoteCallFailed, is_down_error
+from htgrid.grid._condor_table import INITIAL, TERMINAL, CondorEvent, CondorState, next_state
+from htgrid.grid._errors import GahpUnavailable
+from htgrid.grid._job import GridJob, Services, format_time
+from htgrid.grid._values import as_int
+from htgrid.queue import JobId, JobNotFound, JobStatus
+
+__all__ = ["CondorJobBase", "is_transient"]
+
+log = logging.getLogger("htgrid.grid")
+
+_S = CondorState
+_E = CondorEvent
+# What the remote schedd says when there is nothing (more) to do.
+ALREADY = re.compile(r"already done|job not found|not found|bad job status", re.IGNORECASE)
+LOST_GAHP = (GahpServerExited, GahpTimeout)
+NO_ANSWER = (GahpServerExited, GahpTimeout, GahpRequestRefused, GahpUnavailable)
+
+
+class CondorJobBase(GridJob[CondorState, CondorEvent]):
+    """One job of grid type condor: its state and shared steps (the actions: CondorJob)."""
+
+    terminal = TERMINAL
+
+    def __init__(self, job_id: JobId, ad: ClassAd, resource: CondorResource, services: Services):
+        super().__init__(job_id, ad, resource, services, INITIAL)
+        self.condor = resource
+        self.grid_id = CondorJobId.parse(ad.get("GridJobId"))
+        tag = ad.get("GridSubmitTag")
+        self.tag: str | None = tag if is_submit_tag(tag) else None
+        self.lease = lease_duration(ad)
+        self.lease_expiration = as_int(ad.get(LOCAL_LEASE))
+        #: The remote JobStatus last seen; None until the first answer since adoption.
+        self.remote_state: int | None = None
+        self.remote: RemoteJob | None = None
+        self.remote_gone = False
+        self.last_error: str | None = None
+        self.staged_in = False
+        self._fresh = False
+        self._missing = False
+        self._hold: tuple[str, int, int] | None = None
+        self._keep_remote = False
+        self._left_queue = False
+        self._cleanup_due = False
+        self._grace_due = True
+        self._first_poll_at = 0.0
+        self.failures = 0
+
+    @property
+    def remote_id(self) -> CondorJobId | None:
+        return self.grid_id
+
+    def next_state(self, state: CondorState, event: CondorEvent) -> CondorState:
+        return next_state(state, event)
+
+    # ---- inputs from the resource ------------------------------------------------------------
+
+    def wants_status(self) -> bool:
+        return (
+            self.state is _S.SUBMITTED
+            and self.grid_id is not None
+            and self.clock.monotonic() >= self._first_poll_at
+        )
+
+    def remote_status(self, status: RemoteJob) -> None:
+        """A bulk poll's answer for this job (an answer older than the last one is dropped)."""
+        if self.remote is not None and status.server_time < self.remote.server_time:
+            return
+        self.remote = status
+        self._fresh = True
+        self._missing = False
+        self.wake()
+
+    def remote_missing(self) -> None:
+        """A bulk poll did not list this job: POLL_ACTIVE asks about it alone."""
+        self._missing = True
+        self.wake()
+
+    async def lease_renewed(self, expiration: int) -> None:
+        self.lease_expiration = expiration
+        with contextlib.suppress(JobNotFound):
+            await self.io.update(self.job_id, {LOCAL_LEASE: expiration})
+
+    # ---- helpers ----------------------------------------------------------------------------
+
+    def _stopped(self) -> CondorEvent | None:
+        if self.status is JobStatus.REMOVED:
+            return _E.LOCAL_REMOVED
+        if self.status is JobStatus.HELD:
+            return _E.LOCAL_HELD
+        return None
+
+    def _removed(self) -> CondorEvent | None:
+        return _E.LOCAL_REMOVED if self.status is JobStatus.REMOVED else None
+
+    async def _refresh_status(self) -> None:
+        ad = await self.io.get(self.job_id)
+        self.status = JobStatus(as_int(ad.get("JobStatus")) or 1)
+
+    def _will_hold(
+        self, reason: str, code: int = 0, subcode: int = 0, *, keep_remote: bool = False
+    ) -> None:
+        self._hold = (reason, code, subcode)
+        self._keep_remote = keep_remote
+
+    def _where(self) -> str:
+        remote = f" as job {self.grid_id.remote}" if self.grid_id is not None else ""
+        return f"remote schedd {self.condor.schedd} (pool {self.condor.pool}){remote}"
+
+    def _global_job_id(self) -> str:
+        qdate = as_int(self.ad.get("QDate")) or 0
+        return f"{self.condor.submitter}#{self.job_id.cluster}.{self.job_id.proc}#{qdate}"
+
+    def _remote_ad(self, tag: str) -> ClassAd:
+        now = int(self.clock.time())
+        return build_remote_ad(
+            self.ad,
+            tag=tag,
+            submitter=self.condor.submitter,
+            global_job_id=self._global_job_id(),
+            lease_expiration=now + self.lease,
+            now=now,
+        )
+
+    async def _until_up(self, stop: Callable[[], CondorEvent | None]) -> CondorEvent | None:
+        """Wait while the resource is down (the job waits, it does not fail)."""
+        return await self.until_resource_up(stop)
+
+    async def _call_failed(self, what: str, error: str) -> CondorEvent:
+        """A remote call that may work later: back off, ping, and try the state again."""
+        self.failures += 1
+        self.last_error = error
+        self.condor.request_ping()
+        delay = self.config.backoff(self.failures)
+        await self.set_wait_reason(
+            f"{what} failed at {format_time(self.clock.time())}: {error}; trying again at "
+            f"{format_time(self.clock.time() + delay)}"
+        )
+        end = self.clock.monotonic() + delay
+        while self._removed() is None and (left := end - self.clock.monotonic()) > 0:
+            await self.wait(left)
+        return _E.CALL_FAILED
+
+    async def _remote(self, command: str, *args: str) -> tuple[str, ...] | str:
+        """A command's result fields, or the error text when it failed."""
+        try:
+            return await self.condor.command(command, *args)
+        except RemoteCallFailed as err:
+            return err.text
+        except (*NO_ANSWER, LocalGahpError) as err:
+            return str(err)
+
+    async def _cleanup_remote(self) -> None:
+        """CONDOR_JOB_UPDATE LeaveJobInQueue = false: the remote copy may leave its queue."""
+        if not self._cleanup_due or self.grid_id is None:
+            return
+        self._cleanup_due = False
+        update = ClassAd()
+        update["LeaveJobInQueue"] = False
+        result = await self._remote("CONDOR_JOB_UPDATE", self.grid_id.remote, repr(update))
+        if isinstance(result, str):
+            log.warning(
+                "job %s: could not let %s go (%s); its lease lets it go later",
+                self.job_id,
+                self._where(),
+                result,
+            )
+
+
+def is_transient(error: str) -> bool:
+    """An error that says the call did not get through (try again), not that it was refused."""
+    return is_down_error(error) or "gahp" in error.lower()

@@ -1,0 +1,265 @@
+"""The condor resource: one remote schedd (`condor <schedd> <pool>`) and its GAHP server.
+
+What HTCondor's CondorResource does:
+
+* ping: `CONDOR_JOB_STATUS_CONSTRAINED <schedd> False`; the schedd counts as down only
+  when the GAHP could not reach or locate it (an authorization failure is the jobs'
+  business: their submits fail and they are held with the schedd's words).
+* status: ONE `CONDOR_JOB_STATUS_CONSTRAINED <schedd> (SubmitterId =?= "<ours>")` per poll
+  interval for all of this grid manager's jobs there. A job missing from a successful
+  answer is asked about on its own (it may have vanished). A GAHP result line holds at
+  most 500 KiB and the answer carries whole job ads (2.5 KiB for a small job, more with a
+  big environment), so the question goes in chunks of at most `STATUS_CHUNK` jobs (by
+  remote ClusterId ranges); an answer still too long is asked for again in halves (and
+  when it was a full chunk, later chunks are half as big).
+* leases: ONE `CONDOR_JOB_UPDATE_LEASE` per renewal for every job there: one shared
+  expiration, now + the shortest JobLeaseDuration, renewed once a third of it passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Sequence
+from typing import Protocol, cast
+
+from htgrid.gahp import GahpError, GahpRequestRefused
+from htgrid.grid._condor_ad import CondorJobId, RemoteJob
+from htgrid.grid._errors import GahpUnavailable, GridError
+from htgrid.grid._gahps import GahpHandle
+from htgrid.grid._job import Services
+from htgrid.grid._resource import AnyJob, Resource
+
+__all__ = ["STATUS_CHUNK", "CondorResource", "RemoteCallFailed", "is_down_error"]
+
+log = logging.getLogger("htgrid.grid")
+
+#: Most jobs asked about in one status request at first (see the module's docstring).
+STATUS_CHUNK = 150
+# The GAHP's words for "the schedd cannot be reached" (HTCondor's GahpErrorResourceDown
+# looks for the first two); anything else (refused, not authorized) leaves it up.
+_DOWN = re.compile(
+    r"failed to connect|error locating schedd|connection (refused|reset|error|failed)"
+    r"|timed? ?out|unreachable|no route to host|cannot reach|not answer",
+    re.IGNORECASE,
+)
+# The GAHP's words for an answer over its line limit.
+_TOO_LONG = re.compile(r"over the (\d+ )?limit", re.IGNORECASE)
+STATUS = "CONDOR_JOB_STATUS_CONSTRAINED"
+LEASE = "CONDOR_JOB_UPDATE_LEASE"
+
+
+def is_down_error(text: str) -> bool:
+    """Whether a GAHP error says the remote schedd could not be reached."""
+    return _DOWN.search(text) is not None
+
+
+class RemoteCallFailed(GridError):
+    """A condor GAHP command failed; `down` when the schedd could not be reached."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+        self.down = is_down_error(text)
+
+
+class _Polled(Protocol):
+    """What the resource needs of its jobs (CondorJob)."""
+
+    @property
+    def remote_id(self) -> CondorJobId | None: ...
+
+    @property
+    def lease(self) -> int: ...
+
+    def remote_status(self, status: RemoteJob) -> None: ...
+
+    def remote_missing(self) -> None: ...
+
+    async def lease_renewed(self, expiration: int) -> None: ...
+
+
+class CondorResource(Resource):
+    """One remote schedd, reached through its own condor GAHP server."""
+
+    def __init__(
+        self,
+        name: str,
+        gahp: GahpHandle,
+        services: Services,
+        *,
+        schedd: str,
+        pool: str,
+        submitter: str,
+    ) -> None:
+        super().__init__(name, gahp, services)
+        self.schedd = schedd
+        self.pool = pool
+        self.submitter = submitter
+        #: The lease expiration last sent for all the jobs here (0: none yet).
+        self.lease_expiration = 0
+        self.lease_updates = 0
+        #: Most jobs asked about in one status request (halved when an answer is too long).
+        self.status_chunk = STATUS_CHUNK
+
+    def start(self) -> None:
+        super().start()
+        self._tasks.append(self._spawn_lease_loop())
+
+    def _spawn_lease_loop(self) -> asyncio.Task[None]:
+        return asyncio.create_task(self._lease_loop(), name=f"leases {self.name}")
+
+    # ---- requests --------------------------------------------------------------------------
+
+    async def command(self, command: str, *args: str) -> tuple[str, ...]:
+        """A condor GAHP command's result fields after the S; RemoteCallFailed on F."""
+        try:
+            fields = await self.call(command, self.schedd, *args)
+        except GahpRequestRefused as err:
+            raise RemoteCallFailed(str(err)) from err
+        if fields[:1] == ("S",):
+            return fields[1:]
+        error = fields[1] if len(fields) > 1 and fields[1] != "NULL" else ""
+        if len(fields) > 2 and fields[0] == "F" and command == "CONDOR_JOB_SUBMIT":
+            error = fields[2]  # F <c.p|NULL> <error>
+        raise RemoteCallFailed(error or f"{command} failed with no reason given")
+
+    async def query(self, constraint: str) -> list[RemoteJob]:
+        """The remote jobs matching `constraint` (RemoteCallFailed, GAHP errors)."""
+        fields = await self.command(STATUS, constraint)
+        if len(fields) < 2 or not fields[1].isdigit():
+            raise RemoteCallFailed(f"a {STATUS} result without a count: {fields[:2]}")
+        now = self.clock.time()
+        found: list[RemoteJob] = []
+        for text in fields[2 : 2 + int(fields[1])]:
+            try:
+                found.append(RemoteJob.from_text(text, now))
+            except ValueError as err:
+                log.warning("resource %s: %s", self.name, err)
+        return found
+
+    def constraint(self) -> str:
+        return f'(SubmitterId =?= "{_quote(self.submitter)}")'
+
+    # ---- the type's part -------------------------------------------------------------------
+
+    async def ping(self) -> str | None:
+        try:
+            await self.command(STATUS, "False")
+        except RemoteCallFailed as err:
+            return err.text if err.down else None
+        return None
+
+    async def poll(self, jobs: list[AnyJob]) -> None:
+        polled = [cast(_Polled, job) for job in jobs]
+        by_id = {job.remote_id.remote: job for job in polled if job.remote_id is not None}
+        if not by_id:
+            return
+        pending = _chunks(sorted(by_id.values(), key=_cluster_of), self.status_chunk)
+        while pending:
+            chunk = pending.pop(0)
+            # The range always: jobs not polled now (still staging in, say) stay out.
+            low, high = _cluster_of(chunk[0]), _cluster_of(chunk[-1])
+            constraint = f"{self.constraint()} && ClusterId >= {low} && ClusterId <= {high}"
+            self.stats.status_commands += 1
+            try:
+                answer = await self.query(constraint)
+            except (RemoteCallFailed, GahpError, GahpUnavailable) as err:
+                if _TOO_LONG.search(str(err)) and len(chunk) > 1:
+                    half = (len(chunk) + 1) // 2
+                    if len(chunk) >= self.status_chunk:  # a full chunk: smaller ones, for good
+                        self.status_chunk = half
+                    log.info(
+                        "resource %s: the status of %d jobs is too long for one answer "
+                        "(%s); asking again in halves of %d",
+                        self.name,
+                        len(chunk),
+                        err,
+                        half,
+                    )
+                    pending[:0] = _chunks(chunk, half)
+                    continue
+                self.stats.status_failures += 1
+                log.warning("resource %s: status poll failed: %s", self.name, err)
+                self.request_ping()
+                return
+            self._answered(chunk, by_id, answer)
+
+    def _answered(
+        self, chunk: Sequence[_Polled], by_id: dict[str, _Polled], answer: list[RemoteJob]
+    ) -> None:
+        seen: set[str] = set()
+        for status in answer:
+            job = by_id.get(status.job_id)
+            if job is not None:
+                seen.add(status.job_id)
+                job.remote_status(status)
+        for job in chunk:
+            assert job.remote_id is not None
+            if job.remote_id.remote not in seen:
+                job.remote_missing()
+
+    # ---- leases ----------------------------------------------------------------------------
+
+    def _leased(self) -> list[_Polled]:
+        jobs = [cast(_Polled, job) for job in self.jobs.values()]
+        return [job for job in jobs if job.remote_id is not None]
+
+    def _check_interval(self) -> float:
+        # Looked at every poll interval (cheap: no request unless a renewal is due), more
+        # often for short leases.
+        leases = [job.lease for job in self._leased()]
+        shortest = min(leases) if leases else 600
+        return max(1.0, min(self.config.poll_interval, shortest / 6))
+
+    async def _lease_loop(self) -> None:
+        while True:
+            await self.clock.sleep(self._check_interval())
+            if not self.up:
+                continue
+            try:
+                await self.renew_leases()
+            except Exception:  # a bug must not stop the renewals for good
+                log.exception("resource %s: lease renewal failed", self.name)
+
+    async def renew_leases(self, *, force: bool = False) -> bool:
+        """Renew every job's lease if a third of it passed; whether a request was sent."""
+        jobs = self._leased()
+        if not jobs:
+            return False
+        duration = min(job.lease for job in jobs)
+        now = int(self.clock.time())
+        if not force and self.lease_expiration - now > duration * 2 / 3:
+            return False
+        expiration = now + duration
+        pairs: list[str] = []
+        for job in jobs:
+            assert job.remote_id is not None
+            pairs += [job.remote_id.remote, str(expiration)]
+        self.lease_updates += 1
+        try:
+            fields = await self.command(LEASE, str(len(jobs)), *pairs)
+        except (RemoteCallFailed, GahpError, GahpUnavailable) as err:
+            log.warning("resource %s: lease renewal failed: %s", self.name, err)
+            self.request_ping()
+            return True
+        self.lease_expiration = expiration
+        updated = set(fields[1].split(",")) if len(fields) > 1 and fields[1] != "NULL" else set()
+        for job in jobs:
+            assert job.remote_id is not None
+            if job.remote_id.remote in updated:
+                await job.lease_renewed(expiration)
+        return True
+
+
+def _cluster_of(job: _Polled) -> int:
+    return job.remote_id.cluster if job.remote_id is not None else 0
+
+
+def _chunks(items: Sequence[_Polled], size: int) -> list[Sequence[_Polled]]:
+    return [items[start : start + size] for start in range(0, len(items), size)]
+
+
+def _quote(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')

@@ -1,0 +1,424 @@
+"""The condor grid type against a scripted GAHP whose remote schedd is a real JobQueue.
+
+The test plays the remote execute side (job_started, job_exited on the remote queue);
+the grid manager runs in this event loop. See condor_fake_gahp.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import stat
+import sys
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import htgrid.classad as classad
+from htgrid.grid import GridManager
+from htgrid.grid._condor import condor_type
+from htgrid.grid._condor_ad import CondorJobId, build_remote_ad, build_stage_in_ad
+from htgrid.grid._condor_resource import CondorResource
+from htgrid.queue import Identity, JobAction, JobId, JobNotFound, JobQueue, JobStatus
+from htgrid.submit import SubmitDescription
+
+from ._harness import FAST, Grid, unset, wait_for
+
+FAKE = Path(__file__).parent / "condor_fake_gahp.py"
+RESOURCE = "condor remote@test 127.0.0.1:9999"
+ROOT = Identity("root")
+
+
+class Remote:
+    """The fake GAHP's remote schedd, seen from the test."""
+
+    def __init__(self, state: Path) -> None:
+        self.state = state
+        (state / "control").mkdir(parents=True, exist_ok=True)
+        self.queue = JobQueue.open(state / "queue", fsync=False)
+
+    def flag(self, name: str, on: bool = True) -> None:
+        path = self.state / "control" / name
+        if on:
+            path.touch()
+        else:
+            path.unlink(missing_ok=True)
+
+    def requests(self, command: str) -> list[int]:
+        """The job counts of every request of `command` so far."""
+        path = self.state / "requests.log"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return [int(line.split()[1]) for line in lines if line.split()[0] == command]
+
+    def jobs(self) -> list[classad.ClassAd]:
+        return self.queue.query("true")
+
+    def all_jobs(self) -> list[classad.ClassAd]:
+        return self.jobs() + self.queue.history("true")
+
+    def ad(self, remote: str) -> classad.ClassAd | None:
+        try:
+            return self.queue.get(remote)
+        except JobNotFound:
+            return None
+
+    def idle(self, remote: str) -> bool:
+        ad = self.ad(remote)
+        return ad is not None and ad["JobStatus"] == JobStatus.IDLE
+
+    def run(self, remote: str, output: str, code: int) -> None:
+        """The remote job runs, writes its output into its sandbox and exits."""
+        ad = self.queue.get(remote)
+        self.queue.update(remote, {"RemoteHost": "slot1@execute.b"})
+        self.queue.job_started(remote)
+        cluster, proc = remote.split(".")
+        (self.state / "spool" / cluster / proc / str(ad["Out"])).write_text(output)
+        self.queue.job_exited(remote, code)
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> Remote:
+    r = Remote(tmp_path / "remote")
+    yield r
+    r.queue.close()
+
+
+@contextlib.asynccontextmanager
+async def running(grid: Grid, remote: Remote, **config: object) -> AsyncIterator[GridManager]:
+    gahp = (sys.executable, str(FAKE), "--state", str(remote.state))
+    settings = replace(FAST, **config)  # type: ignore[arg-type]
+    manager = GridManager(grid.home, config=settings, grid_types={"condor": condor_type(gahp)})
+    stop = asyncio.Event()
+    task = asyncio.create_task(manager.run(stop))
+    await asyncio.wait(
+        [task, asyncio.ensure_future(manager.ready.wait())], return_when=asyncio.FIRST_COMPLETED
+    )
+    try:
+        yield manager
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+
+
+def run(coro: Awaitable[None]) -> None:
+    asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def _submit(grid: Grid, count: int = 1, extra: str = "") -> list[JobId]:
+    script = grid.work / "job.sh"
+    script.write_text("#!/bin/sh\necho hello\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    (grid.work / "in.txt").write_text("input data\n")
+    body = (
+        "executable = job.sh\noutput = out.$(Process).txt\nerror = err.$(Process).txt\n"
+        f"log = job.log\ntransfer_input_files = in.txt\nremote_universe = local\n{extra}"
+    )
+    return grid.submit(body, count, resource=RESOURCE)
+
+
+def _grid_id(grid: Grid, job_id: JobId) -> CondorJobId | None:
+    return CondorJobId.parse(grid.ad(job_id).get("GridJobId"))
+
+
+def _remote_of(grid: Grid, job_id: JobId) -> str | None:
+    parsed = _grid_id(grid, job_id)
+    return None if parsed is None else parsed.remote
+
+
+def _events(log: str) -> list[str]:
+    return [line[:3] for line in log.splitlines() if line[:3].isdigit()]
+
+
+# ---- the remote ad ---------------------------------------------------------------------------
+
+
+def test_remote_ad_is_built_as_condorjob_does(tmp_path: Path) -> None:
+    text = (
+        "universe = grid\ngrid_resource = condor b@x 127.0.0.1:9618\n"
+        "executable = /bin/true\narguments = local args\noutput = logs/out.txt\n"
+        "error = err.txt\ninput = data/in.txt\ntransfer_input_files = a.txt, dir/b.txt\n"
+        'log = job.log\nremote_universe = local\n+Remote_Arguments = "remote args"\n'
+        '+Remote_Foo = 3\n+Remote_GridResource = "batch slurm"\n'
+        "periodic_hold = false\njob_lease_duration = 60\nqueue\n"
+    )
+    desc = SubmitDescription.from_text(text, cwd=str(tmp_path))
+    local = next(iter(desc.jobs(7, owner="alice", qdate=1))).ad
+    run_dir = str(tmp_path)
+    local["GridJobId"] = "condor b@x 127.0.0.1:9618 3.0"
+    ad = build_remote_ad(
+        local, tag="htgrid_7_0_abc", submitter="me#1", global_job_id="me#1#7.0#1",
+        lease_expiration=1060, now=1000,
+    )  # fmt: skip
+    assert ad["JobUniverse"] == 12  # remote_universe
+    assert ad["Foo"] == 3 and ad["GridResource"] == "batch slurm"
+    assert ad["Arguments"] == "remote args" and "Args" not in ad  # the whole group replaced
+    assert (ad["JobStatus"], ad["HoldReasonCode"]) == (5, 16)
+    assert ad["HoldReason"] == "Spooling input data files"
+    assert ad["Cmd"] == "true" and ad["Out"] == "out.txt" and ad["Err"] == "err.txt"
+    assert ad["In"] == "in.txt" and ad["TransferInput"] == "a.txt,b.txt"
+    assert ad["SUBMIT_Out"] == f"{run_dir}/logs/out.txt"
+    assert ad["SUBMIT_Err"] == f"{run_dir}/err.txt"
+    assert ad["SUBMIT_Iwd"] == run_dir
+    assert (ad["JobLeaseDuration"], ad["JobLeaseExpiration"]) == (60, 1060)
+    assert ad["SubmitterId"] == "me#1" and ad["SubmitterGlobalJobId"] == "me#1#7.0#1"
+    assert ad["GridSubmitTag"] == "htgrid_7_0_abc"
+    for gone in ("ClusterId", "ProcId", "Owner", "UserLog", "PeriodicHold", "GridJobId"):
+        assert gone not in ad, gone
+    assert "Remote_Foo" not in ad and "Remote_JobUniverse" not in ad
+    assert "\n" not in repr(ad)
+    left = classad.ClassAd(repr(ad))
+    left["JobStatus"] = 4
+    assert left.eval("LeaveJobInQueue") is False  # the lease (1060) is long past
+    staged = build_stage_in_ad(ad, local, CondorJobId("b@x", "127.0.0.1:9618", 3, 0))
+    assert (staged["ClusterId"], staged["ProcId"]) == (3, 0)
+    assert staged["Cmd"] == "/bin/true" and staged["In"] == f"{run_dir}/data/in.txt"
+    assert staged["TransferInput"] == f"{run_dir}/a.txt,{run_dir}/dir/b.txt"
+
+
+def test_default_lease_and_universe() -> None:
+    text = "universe = grid\ngrid_resource = condor b@x h:1\nexecutable = /bin/true\nqueue\n"
+    local = next(iter(SubmitDescription.from_text(text, cwd="/tmp").jobs(1, owner="a", qdate=1))).ad
+    ad = build_remote_ad(
+        local, tag="t", submitter="s", global_job_id="g", lease_expiration=2, now=1
+    )
+    assert ad["JobUniverse"] == 5 and ad["JobLeaseDuration"] == 2400
+
+
+# ---- whole paths -----------------------------------------------------------------------------
+
+
+def test_a_job_runs_remotely_and_its_output_comes_back(grid: Grid, remote: Remote) -> None:
+    [job] = _submit(grid)
+
+    async def main() -> None:
+        async with running(grid, remote):
+            await wait_for("the stage in", lambda: (r := _remote_of(grid, job)) and remote.idle(r))
+            rid = _remote_of(grid, job)
+            assert rid is not None
+            ad = remote.ad(rid)
+            assert ad is not None
+            assert ad["Cmd"] == "job.sh" and ad["Out"] == "out.0.txt"
+            assert ad["SUBMIT_Out"] == str(grid.work / "out.0.txt")
+            assert ad["GridSubmitTag"] == grid.ad(job)["GridSubmitTag"]
+            box = remote.state / "spool" / rid.replace(".", "/")
+            assert (box / "in.txt").read_text() == "input data\n"
+            assert (box / "job.sh").exists()
+            remote.run(rid, "hello from B\n", 3)
+            await wait_for("the local job to finish", lambda: not grid.in_queue(job))
+            await wait_for("the remote copy to go", lambda: remote.ad(rid) is None)
+
+    run(main())
+    ad = grid.ad(job)
+    assert ad["JobStatus"] == JobStatus.COMPLETED and ad["ExitCode"] == 3
+    assert ad["GridJobStatus"] == "COMPLETED"
+    assert (grid.work / "out.0.txt").read_text() == "hello from B\n"
+    # 027 is the grid manager's; 001 and 005 the queue daemon's (tests/htcondor_c checks them).
+    assert _events(grid.log()) == ["027"]
+    assert remote.requests("CONDOR_JOB_SUBMIT") == [1]
+
+
+def test_running_remotely_is_mirrored(grid: Grid, remote: Remote) -> None:
+    [job] = _submit(grid)
+
+    async def main() -> None:
+        async with running(grid, remote):
+            await wait_for("the stage in", lambda: (r := _remote_of(grid, job)) and remote.idle(r))
+            rid = _remote_of(grid, job)
+            assert rid is not None
+            remote.queue.update(rid, {"RemoteHost": "slot1@execute.b"})
+            remote.queue.job_started(rid)
+            await wait_for("running here", lambda: grid.ad(job)["JobStatus"] == JobStatus.RUNNING)
+            assert grid.ad(job)["RemoteHost"] == "slot1@execute.b"
+            assert grid.ad(job)["GridJobStatus"] == "RUNNING"
+
+    run(main())
+
+
+def test_a_lost_submit_is_found_by_its_tag_not_sent_twice(grid: Grid, remote: Remote) -> None:
+    remote.flag("submit-crash")  # the GAHP dies after the remote queue took the job
+    [job] = _submit(grid)
+
+    async def main() -> None:
+        async with running(grid, remote) as manager:
+            await wait_for("the stage in", lambda: (r := _remote_of(grid, job)) and remote.idle(r))
+            assert manager.gahps["CONDOR/127.0.0.1:9999/remote@test"].starts == 2
+
+    run(main())
+    assert len(remote.all_jobs()) == 1
+    assert remote.requests("CONDOR_JOB_SUBMIT") == [1]
+
+
+def test_a_restart_with_only_a_tag_recovers_or_submits_once(grid: Grid, remote: Remote) -> None:
+    """The grid manager died between committing the tag and the GridJobId: one job had
+    reached the remote schedd, the other had not."""
+    jobs = _submit(grid, 2)
+    for job in jobs:
+        grid.queue.update(
+            job, {"GridSubmitTag": f"htgrid_{job.cluster}_{job.proc}_ab", "Managed": "External"}
+        )
+    landed = classad.ClassAd('[Cmd = "job.sh"; JobStatus = 5; HoldReasonCode = 16; '
+                             'HoldReason = "Spooling input data files"; '
+                             f'GridSubmitTag = "htgrid_{jobs[0].cluster}_0_ab"]')  # fmt: skip
+    remote.queue.submit(Identity("condor", admin=True), landed, 1)
+
+    async def main() -> None:
+        async with running(grid, remote):
+            for job in jobs:
+                await wait_for(
+                    "the stage in", lambda j=job: (r := _remote_of(grid, j)) and remote.idle(r)
+                )
+
+    run(main())
+    assert _remote_of(grid, jobs[0]) == "1.0"  # found, not submitted again
+    assert remote.requests("CONDOR_JOB_SUBMIT") == [1]  # only the job that had not landed
+    assert len(remote.all_jobs()) == 2
+
+
+def test_remote_hold_is_mirrored_and_a_local_release_releases_it(
+    grid: Grid, remote: Remote
+) -> None:
+    [job] = _submit(grid)
+
+    async def main() -> None:
+        async with running(grid, remote):
+            await wait_for("the stage in", lambda: (r := _remote_of(grid, job)) and remote.idle(r))
+            rid = _remote_of(grid, job)
+            assert rid is not None
+            remote.queue.act(
+                JobAction.Hold,
+                rid,
+                Identity("condor", admin=True),
+                "scratch disk full",
+                code=34,
+                subcode=2,
+            )
+            await wait_for("held here", lambda: grid.ad(job)["JobStatus"] == JobStatus.HELD)
+            ad = grid.ad(job)
+            assert ad["HoldReason"] == "scratch disk full"
+            assert (ad["HoldReasonCode"], ad["HoldReasonSubCode"]) == (34, 2)
+            await wait_for("handed back", lambda: grid.ad(job).get("Managed") == "Schedd")
+            grid.queue.act(JobAction.Release, job, ROOT)
+            await wait_for("released there", lambda: remote.idle(rid))
+            assert _remote_of(grid, job) == rid  # the same remote job, not a new one
+
+    run(main())
+    assert remote.requests("CONDOR_JOB_SUBMIT") == [1]
+
+
+def test_local_hold_and_removal_are_forwarded(grid: Grid, remote: Remote) -> None:
+    [job] = _submit(grid)
+
+    async def main() -> None:
+        async with running(grid, remote):
+            await wait_for("the stage in", lambda: (r := _remote_of(grid, job)) and remote.idle(r))
+            rid = _remote_of(grid, job)
+            assert rid is not None
+            grid.queue.act(JobAction.Hold, job, ROOT, "wait a bit")
+            await wait_for(
+                "held there", lambda: (a := remote.ad(rid)) and a["JobStatus"] == JobStatus.HELD
+            )
+            await wait_for("handed back", lambda: grid.ad(job).get("Managed") == "Schedd")
+            grid.queue.act(JobAction.Release, job, ROOT)
+            await wait_for("released there", lambda: remote.idle(rid))
+            grid.queue.act(JobAction.Remove, job, ROOT, "not needed")
+            await wait_for("removed there", lambda: remote.ad(rid) is None)
+            await wait_for("gone here", lambda: not grid.in_queue(job))
+
+    run(main())
+    assert grid.ad(job)["JobStatus"] == JobStatus.REMOVED
+    assert remote.requests("CONDOR_JOB_HOLD") and remote.requests("CONDOR_JOB_REMOVE")
+
+
+def test_a_vanished_remote_job_is_held_with_a_clear_reason(grid: Grid, remote: Remote) -> None:
+    [job] = _submit(grid)
+
+    async def main() -> None:
+        async with running(grid, remote):
+            await wait_for("the stage in", lambda: (r := _remote_of(grid, job)) and remote.idle(r))
+            rid = _remote_of(grid, job)
+            assert rid is not None
+            remote.queue.act(JobAction.Remove, rid, Identity("condor", admin=True), "admin cleanup")
+            await wait_for("held here", lambda: grid.ad(job)["JobStatus"] == JobStatus.HELD)
+            # The remote id is forgotten (just after the hold): a release submits afresh.
+            await wait_for("the remote id cleared", lambda: unset(grid.ad(job), "GridJobId"))
+
+    run(main())
+    reason = grid.ad(job)["HoldReason"]
+    assert "remote schedd remote@test" in reason
+    assert "disappeared" in reason or "removed there" in reason
+
+
+def test_jobs_wait_while_the_remote_schedd_is_down(grid: Grid, remote: Remote) -> None:
+    remote.flag("down")
+    [job] = _submit(grid)
+
+    async def main() -> None:
+        async with running(grid, remote):
+            await wait_for("026", lambda: "026 (" in grid.log())
+            await asyncio.sleep(1.0)
+            assert grid.ad(job)["JobStatus"] == JobStatus.IDLE
+            assert remote.requests("CONDOR_JOB_SUBMIT") == []
+            remote.flag("down", on=False)
+            await wait_for("025", lambda: "025 (" in grid.log())
+            await wait_for("the stage in", lambda: (r := _remote_of(grid, job)) and remote.idle(r))
+
+    run(main())
+    assert _events(grid.log())[:3] == ["026", "025", "027"]
+
+
+def test_refused_submit_and_failed_stage_out_hold_the_job(grid: Grid, remote: Remote) -> None:
+    remote.flag("submit-refused")
+    [refused] = _submit(grid)
+
+    async def main() -> None:
+        async with running(grid, remote):
+            await wait_for("held", lambda: grid.ad(refused)["JobStatus"] == JobStatus.HELD)
+            remote.flag("submit-refused", on=False)
+            remote.flag("stage-out-fail")
+            [job] = _submit(grid)
+            await wait_for("the stage in", lambda: (r := _remote_of(grid, job)) and remote.idle(r))
+            rid = _remote_of(grid, job)
+            assert rid is not None
+            remote.run(rid, "x", 0)
+            await wait_for("held", lambda: grid.ad(job)["JobStatus"] == JobStatus.HELD)
+            assert grid.ad(job)["HoldReasonCode"] == 12
+            assert "disk full" in grid.ad(job)["HoldReason"]
+            assert remote.ad(rid) is not None  # kept there: a release fetches it again
+            remote.flag("stage-out-fail", on=False)
+            await wait_for("handed back", lambda: grid.ad(job).get("Managed") == "Schedd")
+            grid.queue.act(JobAction.Release, job, ROOT)
+            await wait_for("done", lambda: not grid.in_queue(job))
+
+    run(main())
+    assert grid.ad(refused)["HoldReason"] == "Attempts to submit failed: Permission denied"
+
+
+def test_one_status_and_one_lease_request_for_all_jobs(grid: Grid, remote: Remote) -> None:
+    jobs = _submit(grid, 20, extra="job_lease_duration = 6\n")
+
+    async def main() -> None:
+        async with running(grid, remote) as manager:
+            for job in jobs:
+                await wait_for(
+                    "the stage in", lambda j=job: (r := _remote_of(grid, j)) and remote.idle(r)
+                )
+            resource = manager.resources[RESOURCE]
+            assert isinstance(resource, CondorResource)
+            await wait_for(
+                "full polls", lambda: 20 in remote.requests("CONDOR_JOB_STATUS_CONSTRAINED")
+            )
+            before = (resource.stats.polls, resource.stats.status_commands)
+            await wait_for(
+                "a lease renewal", lambda: 20 in remote.requests("CONDOR_JOB_UPDATE_LEASE")
+            )
+            await wait_for("more polls", lambda: resource.stats.polls >= before[0] + 3)
+            polls = resource.stats.polls - before[0]
+            assert resource.stats.status_commands - before[1] == polls  # one request each
+
+    run(main())
+    renewed = {grid.ad(job)["GridJobLeaseExpiration"] for job in jobs}
+    assert len(renewed) == 1  # one shared expiration
+    for ad in remote.jobs():
+        assert ad["JobLeaseExpiration"] in renewed
