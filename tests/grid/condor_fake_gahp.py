@@ -9,7 +9,9 @@ htgrid JobQueue in a directory, and the test plays its execute side.
 * `DIR/control/<file>` steers failures: `down` (every command fails as the GAHP does when
   the schedd cannot be reached), `submit-refused` (submits fail with "Permission denied"),
   `submit-crash` (the submit reaches the queue, then the server dies before answering),
-  `stage-out-fail`.
+  `stage-out-fail`, `stage-in-too-large` and `stage-out-too-large` (the GAHP's refusal of a
+  sandbox over the remote MAX_TRANSFER_*_MB), `status-busy` (status queries other than the
+  ping's fail, the schedd still answering: no news about any job).
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ class FakeSchedd:
         if self._flag("down"):
             self._log(call.command)
             return ("F", DOWN, "0")
+        if self._flag("status-busy") and call.args[1] != "False":
+            self._log(call.command)
+            return ("F", "Error: the schedd is too busy to answer queries", "0")
         ads = self.queue.query(call.args[1])
         self._log(call.command, len(ads))
         now = int(time.time())
@@ -115,6 +120,9 @@ class FakeSchedd:
         self._log(call.command)
         if self._flag("down"):
             return ("F", DOWN)
+        if self._flag("stage-in-too-large"):
+            # Its text would read as transient too ("GAHP"): the prefix must win.
+            return ("F", "Transfer input too large: the GAHP sent 3 MB, MAX_TRANSFER_INPUT_MB = 1")
         ad = ClassAd(call.args[1])
         job_id = f"{ad['ClusterId']}.{ad['ProcId']}"
         box = self.sandbox(job_id)
@@ -139,6 +147,8 @@ class FakeSchedd:
             return ("F", DOWN)
         if self._flag("stage-out-fail"):
             return ("F", "Error receiving files: disk full")
+        if self._flag("stage-out-too-large"):
+            return ("F", "Transfer output too large: 5 MB for the GAHP, MAX_TRANSFER_OUTPUT_MB = 1")
         try:
             ad = self.queue.get(call.args[1])
         except JobNotFound:

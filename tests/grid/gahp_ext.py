@@ -10,7 +10,8 @@
 * back end `flaky`: the fork back end, steered by files in the control directory:
   `ping-down` fails its ping, `submit-down` fails submits as unavailable, `status-down`
   fails status queries, `lost` makes every job unknown to it, `submit-slow` makes a submit
-  wait 3 s before it reaches the batch system.
+  wait 3 s before it reaches the batch system. `mute` (any back end) holds blah ids, one a
+  line: the server answers no status for those jobs (an error ad, not "not found").
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from htgrid.backends.batch._base import BackendUnavailable, JobState, NativeStatus
 from htgrid.backends.batch._registry import register
+from htgrid.backends.batch._sandbox import JobRecord
 from htgrid.backends.batch.fork import ForkBackend
 from htgrid.backends.batch.server import BatchGahp, BatchOptions
 from htgrid.cli._gahp import default_scratch
@@ -64,11 +66,17 @@ class ExtendedGahp(BatchGahp):
     """The batch GAHP with commands left out of COMMANDS."""
 
     def __init__(
-        self, options: BatchOptions, *, leave_out: frozenset[str], finish_submits: bool
+        self,
+        options: BatchOptions,
+        *,
+        leave_out: frozenset[str],
+        finish_submits: bool,
+        control: Path,
     ) -> None:
         super().__init__(options)
         self.leave_out = leave_out
         self.finish_submits = finish_submits
+        self.control = control
         self.in_flight: set[asyncio.Task[Sequence[str]]] = set()
 
     def server(self) -> GahpServer:
@@ -87,6 +95,12 @@ class ExtendedGahp(BatchGahp):
         self.in_flight.add(task)
         task.add_done_callback(self.in_flight.discard)
         return await asyncio.shield(task)
+
+    async def _status(self, blah_id: str) -> tuple[NativeStatus, JobRecord | None]:
+        mute = self.control / "mute"
+        if mute.exists() and blah_id in mute.read_text().split():
+            raise BackendUnavailable(f"flaky: no answer about {blah_id}")
+        return await super()._status(blah_id)
 
     async def serve(self) -> None:
         await self.server().serve_stdio()
@@ -112,7 +126,12 @@ def main(argv: Sequence[str]) -> int:
     leave_out = {"BLAH_JOB_FIND"} if args.no_find else set()
     if args.no_status_all:
         leave_out.add("BLAH_JOB_STATUS_ALL")
-    gahp = ExtendedGahp(options, leave_out=frozenset(leave_out), finish_submits=args.finish_submits)
+    gahp = ExtendedGahp(
+        options,
+        leave_out=frozenset(leave_out),
+        finish_submits=args.finish_submits,
+        control=args.control,
+    )
     asyncio.run(gahp.serve())
     return 0
 

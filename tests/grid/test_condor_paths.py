@@ -422,3 +422,54 @@ def test_one_status_and_one_lease_request_for_all_jobs(grid: Grid, remote: Remot
     assert len(renewed) == 1  # one shared expiration
     for ad in remote.jobs():
         assert ad["JobLeaseExpiration"] in renewed
+
+
+def test_a_sandbox_too_large_holds_with_codes_32_and_33(grid: Grid, remote: Remote) -> None:
+    """The GAHP's "too large" refusals hold at once (no retry fits them), whatever else
+    their text says, with HTCondor's MaxTransferInput/OutputSizeExceeded codes."""
+    remote.flag("stage-in-too-large")
+    [big_in] = _submit(grid)
+
+    async def main() -> None:
+        async with running(grid, remote):
+            await wait_for("held", lambda: grid.ad(big_in)["JobStatus"] == JobStatus.HELD)
+            remote.flag("stage-in-too-large", on=False)
+            remote.flag("stage-out-too-large")
+            [job] = _submit(grid)
+            await wait_for("the stage in", lambda: (r := _remote_of(grid, job)) and remote.idle(r))
+            rid = _remote_of(grid, job)
+            assert rid is not None
+            remote.run(rid, "x", 0)
+            await wait_for("held", lambda: grid.ad(job)["JobStatus"] == JobStatus.HELD)
+            ad = grid.ad(job)
+            assert ad["HoldReasonCode"] == 33
+            assert "Transfer output too large: " in ad["HoldReason"]
+            assert remote.ad(rid) is not None  # kept there, as for any failed stage out
+
+    run(main())
+    ad = grid.ad(big_in)
+    assert ad["HoldReasonCode"] == 32
+    assert "Transfer input too large: " in ad["HoldReason"]
+    assert "MAX_TRANSFER_INPUT_MB" in ad["HoldReason"]
+    assert len(remote.requests("CONDOR_JOB_STAGE_IN")) == 2  # one per job: never retried
+
+
+def test_no_status_answers_make_the_status_unknown_then_known(grid: Grid, remote: Remote) -> None:
+    [job] = _submit(grid)
+
+    async def main() -> None:
+        async with running(grid, remote, status_unknown_after=1.5) as manager:
+            await wait_for("the stage in", lambda: (r := _remote_of(grid, job)) and remote.idle(r))
+            resource = manager.resources[RESOURCE]
+            remote.flag("status-busy")
+            await wait_for("029", lambda: "029" in _events(grid.log()))
+            assert grid.ad(job)["CurrentStatusUnknown"] is True
+            assert resource.up  # the schedd answers pings: only the statuses are missing
+            polls = resource.stats.polls
+            await wait_for("5 more polls", lambda: resource.stats.polls >= polls + 5)
+            remote.flag("status-busy", on=False)
+            await wait_for("030", lambda: "030" in _events(grid.log()))
+            assert grid.ad(job)["CurrentStatusUnknown"] is False
+
+    run(main())
+    assert _events(grid.log()) == ["027", "029", "030"]

@@ -327,3 +327,32 @@ def test_durable_writes_are_group_committed(tmp_path: Any) -> None:
         f"batch fork t{proc}" for proc in range(50)
     ]
     check.close()
+
+
+# ---- the 001 event of a grid job ---------------------------------------------------------------
+
+
+def test_a_grid_jobs_execute_event_names_its_grid_resource() -> None:
+    """HTCondor's gridmanager (WriteExecuteEventToUserLog) sets the execute host of a grid
+    job's 001 to its GridResource; a vanilla job's names the host it ran on."""
+    from htgrid.queue import Change, ChangeKind, JobStatus
+    from htgrid.queue.eventlog import ExecuteEvent
+    from htgrid.schedd._userlog import events_for
+
+    started = Change(
+        seq=1,
+        time=1_700_000_000,
+        kind=ChangeKind.STATUS,
+        cluster=7,
+        procs=range(1),
+        status=JobStatus.RUNNING,
+        last_status=JobStatus.IDLE,
+        attrs=classad.ClassAd(),
+    )
+    resource = "condor remote@site.example.org site.example.org:9618"
+    grid = _ad(JobUniverse=9, GridResource=resource, RemoteHost="slot1@execute.b")
+    vanilla = _ad(JobUniverse=5)
+    for ad, host in ((grid, resource), (vanilla, "<127.0.0.1:9618>")):
+        event = events_for(started, JobId(7, 0), ad, "<127.0.0.1:9618>")
+        assert isinstance(event, ExecuteEvent)
+        assert event.execute_host == host

@@ -242,13 +242,16 @@ class Result:
     fields: tuple[str, ...]
 
 
-def encode_result(request_id: int, fields: Sequence[str]) -> bytes:
-    """A result line without its CR LF (RESULTS adds those, and the prefix)."""
+def encode_result(
+    request_id: int, fields: Sequence[str], max_length: int = MAX_LINE_LENGTH
+) -> bytes:
+    """A result line without its CR LF (RESULTS adds those, and the prefix); one longer
+    than `max_length` (by default what HTCondor's grid manager reads) is refused."""
     text = str(request_id)
     if fields:
         text = text + " " + " ".join([escape(field) for field in fields])
     data = text.encode(_ENCODING, _ERRORS)
-    if len(data) + len(EOL) > MAX_LINE_LENGTH:
+    if len(data) + len(EOL) > max_length:
         raise LocalGahpError(f"a GAHP result line of {len(data)} bytes is over the limit")
     return data
 

@@ -26,6 +26,7 @@ from typing import TypeVar
 
 from htgrid.gahp._clock import Clock, SystemClock, wait_for
 from htgrid.gahp._codec import (
+    MAX_LINE_LENGTH,
     LineSplitter,
     Reply,
     ReplyCode,
@@ -87,8 +88,10 @@ class GahpClient:
         poll_interval: float = 5.0,
         async_poll_interval: float = 60.0,
         response_timeout: float = 20.0,
+        max_line: int = MAX_LINE_LENGTH,
     ) -> None:
         self._process = process
+        self._max_line = max_line
         self._clock: Clock = clock or SystemClock()
         self._max_pending = max_pending
         self._poll_interval = poll_interval
@@ -127,12 +130,14 @@ class GahpClient:
         poll_interval: float = 5.0,
         async_poll_interval: float = 60.0,
         response_timeout: float = 20.0,
+        max_line: int = MAX_LINE_LENGTH,
     ) -> GahpClient:
         """Spawn the server and do the start-up handshake.
 
         `poll_interval` is the RESULTS timer without async mode, `async_poll_interval` the
         safety-net timer with it; `response_timeout` is how long a return line may take
-        before the server counts as hung (the grid manager's 20 s).
+        before the server counts as hung (the grid manager's 20 s); `max_line` is the
+        longest line read (HTCondor's grid manager reads 500 KiB).
         """
         process = await spawn(argv, env)
         client = cls(
@@ -142,6 +147,7 @@ class GahpClient:
             poll_interval=poll_interval,
             async_poll_interval=async_poll_interval,
             response_timeout=response_timeout,
+            max_line=max_line,
         )
         try:
             await client._handshake()
@@ -400,7 +406,7 @@ class GahpClient:
     # ---- reading ------------------------------------------------------------------------------
 
     async def _read_loop(self) -> None:
-        splitter = LineSplitter()
+        splitter = LineSplitter(self._max_line)
         reason = "closed its stdout"
         try:
             while True:

@@ -332,7 +332,7 @@ class GahpServer:
     def _finished(self, command: Command, call: Call, fields: Sequence[str]) -> None:
         self._busy[call.command] -= 1
         try:
-            body = encode_result(call.request_id, fields)
+            body = encode_result(call.request_id, fields, self._max_line)
         except GahpError as err:  # e.g. a result line over the grid manager's limit
             log.error("%s %d: %s", call.command, call.request_id, err)
             self._report(command, call, str(err))
@@ -355,7 +355,7 @@ class GahpServer:
         if command.on_error is None:
             return
         try:
-            body = encode_result(call.request_id, command.on_error(reason[:4096]))
+            body = encode_result(call.request_id, command.on_error(reason[:4096]), self._max_line)
         except Exception:
             log.exception("%s %d: no result line can be made", call.command, call.request_id)
             return

@@ -103,6 +103,7 @@ class AzureJob(GridJob[AzureState, AzureEvent]):
         """An AZURE_VM_LIST's answer about this job's VM."""
         if status.seq < self._min_seq:
             return  # sent before the create returned, or before CHECK began: stale
+        self.remote_status_seen()
         self.remote = status
         self._fresh = True
         self.wake()

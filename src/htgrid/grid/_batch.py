@@ -109,7 +109,8 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
         )
 
     def remote_status(self, status: RemoteStatus) -> None:
-        """A status poll's answer for this job."""
+        """A status poll's answer for this job ("not found" is an answer too)."""
+        self.remote_status_seen()
         self.remote = status
         self._fresh = True
         self.wake()

@@ -42,8 +42,10 @@ from htgrid.grid._condor_ad import (
 )
 from htgrid.grid._condor_base import (
     ALREADY,
+    INPUT_TOO_LARGE,
     LOST_GAHP,
     NO_ANSWER,
+    OUTPUT_TOO_LARGE,
     CondorJobBase,
     is_transient,
 )
@@ -265,11 +267,14 @@ class CondorJob(CondorJobBase):
         stage_ad = build_stage_in_ad(self._remote_ad(self.tag), self.ad, self.grid_id)
         result = await self._remote("CONDOR_JOB_STAGE_IN", repr(stage_ad))
         if isinstance(result, str):
-            if is_transient(result):
+            too_large = result.startswith(INPUT_TOO_LARGE)  # no retry fits it, whatever it says
+            if not too_large and is_transient(result):
                 return await self._call_failed(f"staging the input in to {self._where()}", result)
             self._will_hold(
                 f"Failed to stage the input files in to {self._where()}: {result}",
-                HoldReasonCode.TransferInputError,
+                HoldReasonCode.MaxTransferInputSizeExceeded
+                if too_large
+                else HoldReasonCode.TransferInputError,
             )
             return _E.STAGE_FAILED
         self.staged_in = True
@@ -291,6 +296,7 @@ class CondorJob(CondorJobBase):
             return await self._call_failed(f"asking {self._where()} for its status", str(err))
         self.failures = 0
         self._missing = False
+        self.remote_status_seen()  # an answer about the job, even "not there"
         if not found:
             self.remote_gone = True
             expired = ""
@@ -412,11 +418,14 @@ class CondorJob(CondorJobBase):
         await self.set_wait_reason(f"fetching the output from {self._where()}")
         result = await self._remote("CONDOR_JOB_STAGE_OUT", self.grid_id.remote)
         if isinstance(result, str):
-            if is_transient(result):
+            too_large = result.startswith(OUTPUT_TOO_LARGE)  # no retry fits it either
+            if not too_large and is_transient(result):
                 return await self._call_failed(f"fetching the output from {self._where()}", result)
             self._will_hold(
                 f"Failed to fetch the output from {self._where()}: {result}",
-                HoldReasonCode.TransferOutputError,
+                HoldReasonCode.MaxTransferOutputSizeExceeded
+                if too_large
+                else HoldReasonCode.TransferOutputError,
                 keep_remote=True,
             )
             return _E.STAGE_FAILED

@@ -30,7 +30,7 @@ from htgrid.grid._job import GridJob, Services, format_time
 from htgrid.grid._values import as_int
 from htgrid.queue import JobId, JobNotFound, JobStatus
 
-__all__ = ["CondorJobBase", "is_transient"]
+__all__ = ["INPUT_TOO_LARGE", "OUTPUT_TOO_LARGE", "CondorJobBase", "is_transient"]
 
 log = logging.getLogger("htgrid.grid")
 
@@ -39,6 +39,11 @@ _E = CondorEvent
 # What the remote schedd says when there is nothing (more) to do.
 ALREADY = re.compile(r"already done|job not found|not found|bad job status", re.IGNORECASE)
 LOST_GAHP = (GahpServerExited, GahpTimeout)
+# How the condor GAHP's stage-in / stage-out errors start when the remote daemon refused the
+# sandbox as too large: copies of htgrid.backends.condor._errors' INPUT_TOO_LARGE and
+# OUTPUT_TOO_LARGE (a back end is a separate process the grid manager may not import).
+INPUT_TOO_LARGE = "Transfer input too large: "
+OUTPUT_TOO_LARGE = "Transfer output too large: "
 NO_ANSWER = (GahpServerExited, GahpTimeout, GahpRequestRefused, GahpUnavailable)
 
 
@@ -91,6 +96,7 @@ class CondorJobBase(GridJob[CondorState, CondorEvent]):
         """A bulk poll's answer for this job (an answer older than the last one is dropped)."""
         if self.remote is not None and status.server_time < self.remote.server_time:
             return
+        self.remote_status_seen()
         self.remote = status
         self._fresh = True
         self._missing = False

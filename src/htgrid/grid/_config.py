@@ -44,6 +44,10 @@ class GridManagerConfig:
     gahp_call_timeout: float = 300.0
     #: A GAHP server's return line may take this long before it counts as hung.
     gahp_response_timeout: float = 20.0
+    #: The longest line read from a GAHP server. HTCondor's grid manager stops at 500 KiB;
+    #: htgrid's reads more so that one status answer can cover every job of a resource
+    #: (a server never writes past its own limit: HTCondor's unless told otherwise).
+    gahp_max_line: int = 64 * 1024 * 1024
     #: First wait before retrying after a transient failure; it doubles up to `retry_max`.
     retry_initial: float = 5.0
     retry_max: float = 300.0
@@ -52,6 +56,10 @@ class GridManagerConfig:
     lost_submit_grace: float = 10.0
     #: Transient submit failures in a row before the job is held.
     max_submit_attempts: int = 5
+    #: A job no status poll has answered about for this long has an unknown status: the
+    #: grid manager sets CurrentStatusUnknown and logs 029, then 030 at the next answer.
+    #: HTCondor's BaseJob::CheckRemoteStatus uses a fixed 15 minutes (no knob).
+    status_unknown_after: float = 900.0
     #: Polls in a row the batch system may not know a submitted job before it is held.
     max_unknown_polls: int = 10
     #: Most job ids in one bulk status request (its reply is one line of at most 500 KiB).

@@ -85,6 +85,7 @@ class Ec2Spot(Ec2Instance):
 
     def spot_status(self, status: SpotStatus | None, asked: float) -> None:
         """A spot poll's answer for this job (None: no such request listed)."""
+        self.remote_status_seen()
         self._spot, self._spot_asked, self._spot_fresh = status, asked, True
         self.wake()
 

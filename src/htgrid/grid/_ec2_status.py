@@ -100,6 +100,7 @@ class Ec2Instance(GridJob[Ec2State, Ec2Event]):
 
     def remote_status(self, status: Ec2Status | None, asked: float) -> None:
         """A status poll's answer for this job (None: its instance is not there)."""
+        self.remote_status_seen()
         self._status, self._asked, self._fresh = status, asked, True
         self.wake()
 

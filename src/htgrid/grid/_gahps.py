@@ -144,6 +144,7 @@ class GahpHandle:
                     clock=self.clock,
                     max_pending=self.config.max_pending_requests,
                     response_timeout=self.config.gahp_response_timeout,
+                    max_line=self.config.gahp_max_line,
                 )
             except (OSError, GahpError) as err:
                 self._failures += 1

@@ -85,6 +85,11 @@ class GridJob(abc.ABC, Generic[S, E]):
         self._wait_reason = as_str(ad.get("GridWaitReason"))
         self._down_logged = as_number(ad.get("GridResourceUnavailableTime")) is not None
         self._wake = asyncio.Event()
+        #: When (monotonic) a status poll last answered about the job; None while the job's
+        #: status is not asked (the clock starts when it is, as HTCondor's does at submit).
+        self._status_seen: float | None = None
+        self._status_news = False  # an answer came since the last check
+        self._status_unknown = ad.get("CurrentStatusUnknown") is True
 
     # ---- the type's part ---------------------------------------------------------------------
 
@@ -154,6 +159,48 @@ class GridJob(abc.ABC, Generic[S, E]):
         self.gone = True
         self.wake()
 
+    def remote_status_seen(self) -> None:
+        """A status poll answered about this job (the types call it with each answer)."""
+        self._status_seen = self.clock.monotonic()
+        self._status_news = True
+
+    @property
+    def status_unknown(self) -> bool:
+        """Whether no poll has answered about the job for `status_unknown_after` (029)."""
+        return self._status_unknown
+
+    async def check_remote_status(self) -> None:
+        """Log 029 and set CurrentStatusUnknown when no poll answered about the job for
+        `status_unknown_after`; 030 and clear it at the next answer. The resource calls
+        this after each poll (HTCondor's BaseJob::CheckRemoteStatus, SetRemoteJobStatus)."""
+        if self._status_unknown and self._status_news:
+            await self._write_status_known(known=True)
+        self._status_news = False
+        if not self.wants_status():
+            self._status_seen = None
+            return
+        now = self.clock.monotonic()
+        if self._status_seen is None:
+            self._status_seen = now
+        elif not self._status_unknown and now - self._status_seen > (
+            self.config.status_unknown_after
+        ):
+            log.warning(
+                "job %s: no status answer for %.0f s; its status is unknown",
+                self.job_id,
+                now - self._status_seen,
+            )
+            await self._write_status_known(known=False)
+            self.wake()
+
+    async def _write_status_known(self, *, known: bool) -> None:
+        # The attribute first: should the queue fail, the next check tries both again.
+        await self.io.update(self.job_id, {"CurrentStatusUnknown": not known})
+        self._status_unknown = not known
+        await self.services.logs.status_known(
+            self.user_log, self.job_id.cluster, self.job_id.proc, self.clock.time(), known=known
+        )
+
     # ---- helpers for actions -------------------------------------------------------------------
 
     async def wait(self, seconds: float | None = None) -> None:
@@ -205,6 +252,10 @@ class GridJob(abc.ABC, Generic[S, E]):
             return
         when = self.resource.state_since
         self._down_logged = down
+        # The ad first: whoever reads 026 in the log finds GridResourceUnavailableTime set.
+        await self.io.update(
+            self.job_id, {"GridResourceUnavailableTime": int(when) if down else UNDEFINED}
+        )
         await self.services.logs.resource(
             self.user_log,
             self.job_id.cluster,
@@ -212,9 +263,6 @@ class GridJob(abc.ABC, Generic[S, E]):
             when,
             self.grid_resource,
             up=not down,
-        )
-        await self.io.update(
-            self.job_id, {"GridResourceUnavailableTime": int(when) if down else UNDEFINED}
         )
         self.wake()
 

@@ -12,7 +12,8 @@ What HTCondor's BaseResource does, shared by every grid type:
   GAHP bounds its own work may ask for more).
 * failure-rate limit: after `failure_threshold` transient submit failures in a row the
   resource's submits pause, for a wait that doubles with each further failure.
-* status: one poll per `poll_interval` for all the jobs that want one (the type's `poll`).
+* status: one poll per `poll_interval` for all the jobs that want one (the type's `poll`);
+  after each, every job checks how old its last answer is (029 / 030, `GridJob`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from htgrid.gahp import GahpServerExited, GahpTimeout, LocalGahpError
 from htgrid.grid._errors import GahpUnavailable
 from htgrid.grid._gahps import GahpHandle
 from htgrid.grid._job import GridJob, Services
-from htgrid.queue import JobId
+from htgrid.queue import JobId, JobNotFound, StoreError
 
 __all__ = ["Resource", "ResourceState", "ResourceStats"]
 
@@ -261,12 +262,21 @@ class Resource(abc.ABC):
     async def _poll_loop(self) -> None:
         while True:
             await self.clock.sleep(self.config.poll_interval)
-            if not self.up:
-                continue
             jobs = [job for job in self.jobs.values() if job.wants_status()]
-            if jobs:
+            if jobs and self.up:
                 self.stats.polls += 1
                 try:
                     await self.poll(jobs)
                 except Exception:
                     log.exception("resource %s: status poll failed", self.name)
+            # Down or not, a status goes stale (029) when no poll answers about it.
+            await self._check_statuses()
+
+    async def _check_statuses(self) -> None:
+        for job in list(self.jobs.values()):
+            try:
+                await job.check_remote_status()
+            except (StoreError, JobNotFound) as err:  # the next poll's check tries again
+                log.warning("job %s: cannot record its status age: %s", job.job_id, err)
+            except Exception:  # a bug must not stop the polls for good
+                log.exception("job %s: checking its status age failed", job.job_id)

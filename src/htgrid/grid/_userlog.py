@@ -1,4 +1,4 @@
-"""The user-log events the grid manager writes itself: 027, 025, 026.
+"""The user-log events the grid manager writes itself: 027, 025, 026, 029, 030.
 
 Status changes (001 execute, 004 evict, 005 terminate, 012 held, 009 aborted) are the
 queue daemon's to write: it follows the same change feed and writes them from the status
@@ -18,6 +18,8 @@ from htgrid.queue.eventlog import (
     GridResourceDownEvent,
     GridResourceUpEvent,
     GridSubmitEvent,
+    JobStatusKnownEvent,
+    JobStatusUnknownEvent,
     UserLog,
     UserLogEvent,
 )
@@ -69,3 +71,10 @@ class EventLogs:
         await self.append(
             path, kind(cluster=cluster, proc=proc, timestamp=when, grid_resource=resource)
         )
+
+    async def status_known(
+        self, path: str | None, cluster: int, proc: int, when: float, *, known: bool
+    ) -> None:
+        """030 (the remote status is known again) or 029 (it is not)."""
+        kind = JobStatusKnownEvent if known else JobStatusUnknownEvent
+        await self.append(path, kind(cluster=cluster, proc=proc, timestamp=when))
