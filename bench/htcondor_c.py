@@ -12,7 +12,8 @@ that its requests can be counted.
        N over B's TLS API, as A's user would without HTCondor-C;
    (b) through HTCondor-C: `htgrid submit` on A (universe grid, `remote_universe =
        local`); A's grid manager submits each job to B (born held, spooling), stages its
-       (empty) input in, and B releases it.
+       (empty) input in, and B releases it. The condor GAHP sends the submits (and the
+       stage-ins) waiting together as one request to B, each still its own GAHP command.
    Each is timed from the submit command until all N have completed on B: the point where
    B has had every job staged, released and run. The time until B has every job released
    (staged in, or idle for the direct path) is shown too. Target: (b) / (a) <= 1.5.

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterable, Mapping, Sequence
 from typing import Any, BinaryIO, Protocol
 
 from htgrid.classad import ClassAd
+from htgrid.errors import HTGridError
 from htgrid.net._wire import Jobs
 from htgrid.queue import Identity, JobAction, JobId
 
@@ -64,6 +65,13 @@ class QueueBackend(Protocol):
     ) -> list[JobId]:
         """Unpack a tar (the request body as it arrives; `length` its declared size) into
         the job's spool directory; release it if it was spooling."""
+        ...
+
+    async def put_inputs(
+        self, identity: Identity, body: AsyncIterable[bytes], length: int | None
+    ) -> dict[JobId, HTGridError | None]:
+        """Unpack a tar of several jobs' inputs (top-level directories named by job id)
+        as `put_input` does for each; per job, None when staged or why it was refused."""
         ...
 
     async def get_output(self, identity: Identity, job_id: JobId) -> BinaryIO:

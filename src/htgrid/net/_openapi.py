@@ -77,6 +77,21 @@ SCHEMAS: Final[dict[str, dict[str, Any]]] = {
             "a plain tar; member names relative, without '..'; files and directories only"
         ),
     },
+    "Staged": {
+        "type": "object",
+        "properties": {
+            "jobs": {
+                "type": "object",
+                "description": 'job id -> "ok", or the problem document of its refusal',
+                "additionalProperties": {
+                    "oneOf": [
+                        {"type": "string", "enum": ["ok"]},
+                        {"$ref": "#/components/schemas/Problem"},
+                    ]
+                },
+            }
+        },
+    },
     "Leases": {
         "type": "object",
         "required": ["leases"],

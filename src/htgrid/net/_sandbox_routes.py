@@ -1,6 +1,8 @@
 """The routes that move sandboxes and leases (HTCondor-C's remote side).
 
     PUT  /v1/jobs/{c.p}/input    a plain tar, unpacked into the job's spool directory
+    PUT  /v1/jobs/input          one tar for several jobs (`12.0/file`, `12.1/file`):
+                                 {"jobs": {"12.0": "ok", "12.1": <problem document>}}
     GET  /v1/jobs/{c.p}/output   the job's output sandbox as a plain tar
     POST /v1/jobs/lease          {"leases": {"c.p": <epoch seconds>, ...}}
 
@@ -21,12 +23,13 @@ from typing import TYPE_CHECKING, BinaryIO, Final
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from htgrid.net._errors import BadRequest
+from htgrid.net._problems import to_problem
 from htgrid.queue import JobId
 
 if TYPE_CHECKING:
     from htgrid.net.app import _Call
 
-__all__ = ["TAR", "get_output", "job_id_of", "put_input", "update_leases"]
+__all__ = ["TAR", "get_output", "job_id_of", "put_input", "put_inputs", "update_leases"]
 
 TAR: Final = "application/x-tar"
 _TAR_TYPES: Final = frozenset({TAR, "application/octet-stream"})
@@ -41,15 +44,32 @@ def job_id_of(call: _Call) -> JobId:
         raise BadRequest(str(exc)) from None
 
 
-async def put_input(call: _Call) -> Response:
-    job_id = job_id_of(call)
+def _tar_length(call: _Call) -> int | None:
+    """The declared length of a tar body (BadRequest when it is not sent as a tar)."""
     media = call.request.headers.get("content-type", TAR).split(";", 1)[0].strip().lower()
     if media not in _TAR_TYPES:
         raise BadRequest(f"the input sandbox must be sent as {TAR}, not {media}")
     declared = call.request.headers.get("content-length")
-    length = int(declared) if declared is not None and declared.isdigit() else None
+    return int(declared) if declared is not None and declared.isdigit() else None
+
+
+async def put_input(call: _Call) -> Response:
+    job_id = job_id_of(call)
+    length = _tar_length(call)
     ids = await call.backend.put_input(call.identity, job_id, call.request.stream(), length)
     return JSONResponse({"jobs": [str(i) for i in ids]})
+
+
+async def put_inputs(call: _Call) -> Response:
+    """Several jobs' inputs in one tar; each job's outcome on its own ("ok" or a problem
+    document), so one refused job does not fail the others."""
+    length = _tar_length(call)
+    outcome = await call.backend.put_inputs(call.identity, call.request.stream(), length)
+    jobs = {
+        str(job_id): "ok" if error is None else to_problem(error)
+        for job_id, error in sorted(outcome.items())
+    }
+    return JSONResponse({"jobs": jobs})
 
 
 async def _chunks(tar: BinaryIO) -> AsyncIterator[bytes]:

@@ -29,7 +29,13 @@ from htgrid.net._errors import BadRequest, status_of
 from htgrid.net._openapi import openapi_document
 from htgrid.net._peer import Authenticator
 from htgrid.net._problems import to_problem
-from htgrid.net._sandbox_routes import get_output, job_id_of, put_input, update_leases
+from htgrid.net._sandbox_routes import (
+    get_output,
+    job_id_of,
+    put_input,
+    put_inputs,
+    update_leases,
+)
 from htgrid.net._wire import Jobs, ad_from_json, ads_json, loads
 from htgrid.queue import Identity, JobAction, JobId
 
@@ -201,6 +207,10 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("PUT", "/v1/jobs/{job_id}/input", "put_input",
               "Unpack a tar into the job's spool directory; a spooling job is then released",
               put_input, body="Tar"),
+    RouteSpec("PUT", "/v1/jobs/input", "put_inputs",
+              "Unpack one tar of several jobs' inputs (top-level directories named by job "
+              "id) into their spool directories; the spooling ones are then released. "
+              "Each job's outcome on its own", put_inputs, body="Tar", returns="Staged"),
     RouteSpec("GET", "/v1/jobs/{job_id}/output", "get_output",
               "The job's output sandbox as a tar", get_output, returns="Tar"),
     RouteSpec("POST", "/v1/jobs/lease", "lease", "Renew the leases of jobs (JobLeaseExpiration)",

@@ -174,6 +174,7 @@ class Daemon:
             max_input=SizeLimit("MAX_TRANSFER_INPUT_MB", cfg.max_transfer_input_mb),
             max_output=SizeLimit("MAX_TRANSFER_OUTPUT_MB", cfg.max_transfer_output_mb),
             scratch=cfg.spool,
+            fsync=cfg.fsync,
         )
         server, serving = await self._start_server(service)
         try:

@@ -4,7 +4,8 @@ Who may do what is the queue's rule (`Identity.may_act_on` against the jobs' Own
 anyone may read, users act on their own jobs, administrators on all. A job submitted
 by a user is owned by that user whatever its ad says. A job submitted held with
 HoldReasonCode 16 (SpoolingInput) gets its own spool directory as Iwd (the submitter's
-kept in SUBMIT_Iwd); its input arrives with `put_input`, which then releases it.
+kept in SUBMIT_Iwd); its input arrives with `put_input` (or with other jobs' in one
+`put_inputs`), which then releases it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, Final
 
 from htgrid.classad import ClassAd
+from htgrid.errors import HTGridError
+from htgrid.net._errors import BadRequest
 from htgrid.net._wire import Jobs
 from htgrid.queue import (
     HoldReasonCode,
@@ -31,7 +34,16 @@ from htgrid.queue import (
     JobStatus,
     NotAuthorized,
 )
-from htgrid.schedd._spool import NO_LIMIT, SizeLimit, pack_output, receive_input, unpack_input
+from htgrid.schedd._spool import (
+    NO_LIMIT,
+    BatchInput,
+    SizeLimit,
+    pack_output,
+    read_batch,
+    receive_input,
+    unpack_input,
+    unpack_members,
+)
 from htgrid.schedd._worker import QueueWorker
 
 __all__ = ["QueueService"]
@@ -40,6 +52,9 @@ _MAX_RESERVATIONS: Final = 10_000  # ids reserved by submitters that never came 
 GRID: Final = 9  # JobUniverse
 SPOOLED: Final = "Data files spooled"  # the ReleaseReason HTCondor's schedd writes
 _STAGEABLE: Final = frozenset({JobStatus.HELD, JobStatus.IDLE})  # not yet started
+#: The most jobs one batch upload may carry; its body may be this many times the per-job
+#: MAX_TRANSFER_INPUT_MB.
+MAX_BATCH_JOBS: Final = 1000
 
 
 def _spooling(ad: ClassAd) -> bool:
@@ -62,10 +77,13 @@ class QueueService:
         max_input: SizeLimit = NO_LIMIT,
         max_output: SizeLimit = NO_LIMIT,
         scratch: Path | None = None,
+        fsync: bool = True,
     ) -> None:
         """`spool(cluster, proc)` names a job's spool directory; `after_submit` runs
         once a submit has committed, before it is answered; output tars are packed in
-        `scratch` (default: the system's temporary directory)."""
+        `scratch` (default: the system's temporary directory); `fsync`: uploaded files
+        are synced to disk before the job is released (QUEUE_FSYNC, as the queue)."""
+        self._fsync = fsync
         self._max_input, self._max_output, self._scratch = max_input, max_output, scratch
         self._worker = worker
         self._after_submit = after_submit
@@ -108,6 +126,12 @@ class QueueService:
             # As condor_submit marks it: the job waits for grid matchmaking, and the grid
             # manager leaves it alone until a match has filled GridResource in.
             ad["Matched"] = False
+        for proc in procs:  # the same for a proc carrying its own whole ad (HTCondor-C)
+            universe = proc.get("JobUniverse", ad.get("JobUniverse"))
+            resource = proc.get("GridResource", ad.get("GridResource"))
+            waits = universe == GRID and isinstance(resource, str) and "$$(" in resource
+            if waits and "Matched" not in ad:
+                proc.setdefault("Matched", False)
 
         def submit(q: JobQueue) -> list[JobId]:
             with q.transaction(identity, reserved=cluster) as tx:
@@ -190,9 +214,9 @@ class QueueService:
                 self._max_input.check(length, what)
             start = int(self._clock())
             sandbox = self._spool(*_ids(job_id))
-            tar = await receive_input(sandbox, body, self._max_input, what)
+            tar = await receive_input(sandbox.parent, body, self._max_input, what)
             try:
-                await asyncio.to_thread(unpack_input, sandbox, tar)
+                await asyncio.to_thread(unpack_input, sandbox, tar, sync=self._fsync)
             finally:
                 tar.close()
             done = {"StageInStart": start, "StageInFinish": int(self._clock())}
@@ -204,6 +228,104 @@ class QueueService:
         finally:
             self._staging.discard(job_id)
         return [job_id]
+
+    async def put_inputs(
+        self, identity: Identity, body: AsyncIterable[bytes], length: int | None
+    ) -> dict[JobId, HTGridError | None]:
+        """The input sandboxes of several jobs in one tar (`12.0/file`, `12.1/file`), each
+        unpacked into its job's spool directory as `put_input` does; the jobs staged (None)
+        or refused (the error), each on its own. The spooling ones are released together.
+
+        MAX_TRANSFER_INPUT_MB applies to each job's files; the whole body may be
+        MAX_BATCH_JOBS times that.
+        """
+        cap = self._max_input.megabytes
+        whole = SizeLimit(
+            f"{MAX_BATCH_JOBS} x {self._max_input.knob}",
+            None if cap is None else cap * MAX_BATCH_JOBS,
+        )
+        what = "the batch of input sandboxes"
+        if length is not None:
+            whole.check(length, what)
+        start = int(self._clock())
+        spool_root = self._spool(0, 0).parent.parent
+        tar = await receive_input(spool_root, body, whole, what)
+        try:
+            batch = await asyncio.to_thread(read_batch, tar, self._max_input)
+            try:
+                return await self._stage_batch(identity, batch, start)
+            finally:
+                batch.tar.close()
+        finally:
+            tar.close()
+
+    async def _stage_batch(
+        self, identity: Identity, batch: BatchInput, start: int
+    ) -> dict[JobId, HTGridError | None]:
+        named = list(batch.members) + list(batch.problems)
+        if len(named) > MAX_BATCH_JOBS:
+            raise BadRequest(f"a batch upload names {len(named)} jobs, over {MAX_BATCH_JOBS}")
+        result: dict[JobId, HTGridError | None] = {
+            JobId.parse(job): problem for job, problem in batch.problems.items()
+        }
+        wanted = [JobId.parse(job) for job in batch.members]
+        ads = await self._worker.read(lambda q: _ads_of(q, wanted))
+        mine: list[JobId] = []
+        try:
+            for job_id in wanted:
+                problem = self._stage_problem(identity, job_id, ads.get(job_id))
+                if problem is None:
+                    self._staging.add(job_id)
+                    mine.append(job_id)
+                result[job_id] = problem
+
+            def unpack() -> dict[JobId, HTGridError]:
+                failed: dict[JobId, HTGridError] = {}
+                for job_id in mine:
+                    try:
+                        members = batch.members[str(job_id)]
+                        sandbox = self._spool(*_ids(job_id))
+                        unpack_members(batch.tar, members, sandbox, sync=self._fsync)
+                    except HTGridError as exc:
+                        failed[job_id] = exc
+                    except OSError as exc:
+                        failed[job_id] = HTGridError(
+                            f"job {job_id}: cannot unpack its input: {exc}"
+                        )
+                return failed
+
+            failed = await asyncio.to_thread(unpack)
+            result.update(failed)
+            staged = [job_id for job_id in mine if job_id not in failed]
+            spooling = [job_id for job_id in staged if _spooling(ads[job_id])]
+            if staged:
+                times = {"StageInStart": start, "StageInFinish": int(self._clock())}
+                await self._worker.write(
+                    lambda q: _finish_staging(q, identity, staged, spooling, times)
+                )
+        finally:
+            self._staging.difference_update(mine)
+        return result
+
+    def _stage_problem(
+        self, identity: Identity, job_id: JobId, ad: ClassAd | None
+    ) -> HTGridError | None:
+        """Why the input of `job_id` (its ad `ad`) may not be uploaded now, if it may not."""
+        if ad is None:
+            return JobNotFound(f"job {job_id} is not in the queue")
+        owner = ad.get("Owner")
+        if not isinstance(owner, str) or not identity.may_act_on(owner):
+            return NotAuthorized(
+                f"job {job_id} is owned by {owner}; {identity.name} may not stage input for it"
+            )
+        status = JobStatus(ad.get("JobStatus", JobStatus.IDLE))
+        if status not in _STAGEABLE:
+            return InvalidTransition(
+                f"job {job_id} is {status.label}: its input can no longer change"
+            )
+        if job_id in self._staging:
+            return InvalidTransition(f"job {job_id}: another upload of its input is under way")
+        return None
 
     async def get_output(self, identity: Identity, job_id: JobId) -> BinaryIO:
         ad = await self._owned(identity, job_id, "fetch the output of")
@@ -258,6 +380,41 @@ class QueueService:
 
 def _ids(job_id: JobId) -> tuple[int, int]:
     return job_id.cluster, job_id.proc
+
+
+def _ads_of(q: JobQueue, ids: Sequence[JobId]) -> dict[JobId, ClassAd]:
+    """The ads of the jobs of `ids` still in the queue."""
+    found: dict[JobId, ClassAd] = {}
+    for job_id in ids:
+        with contextlib.suppress(JobNotFound):
+            found[job_id] = q.get(job_id)
+    return found
+
+
+def _finish_staging(
+    q: JobQueue,
+    identity: Identity,
+    staged: list[JobId],
+    spooling: list[JobId],
+    times: Mapping[str, int],
+) -> None:
+    """StageIn* of the jobs staged (one transaction), then the spooling ones released
+    (one more): after the files and StageInFinish are committed, so that a crash before
+    leaves them held and their submitter uploads again."""
+    try:
+        q.edit(staged, times, identity)
+    except HTGridError:  # one left or changed meanwhile: one by one
+        for job_id in staged:
+            with contextlib.suppress(HTGridError):
+                q.edit([job_id], times, identity)
+    if not spooling:
+        return
+    try:
+        q.act(JobAction.Release, spooling, identity, SPOOLED)
+    except HTGridError:  # named jobs are all released or none: the rest one by one
+        for job_id in spooling:
+            with contextlib.suppress(HTGridError):
+                q.act(JobAction.Release, [job_id], identity, SPOOLED)
 
 
 def _remove_dirs(paths: Sequence[Path]) -> None:

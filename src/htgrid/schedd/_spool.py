@@ -3,7 +3,8 @@
 A job submitted held with HoldReasonCode 16 (SpoolingInput) runs in
 `<home>/spool/<cluster>/<proc>/`. Its input arrives as a plain tar, streamed to an
 unnamed temporary file beside the sandbox (`receive_input`, never whole in memory), then
-unpacked (`unpack_input`); its output leaves as one, packed into an unnamed temporary file
+unpacked (`unpack_input`; several jobs' inputs in one tar, a top-level directory per job,
+with `read_batch` and `unpack_members`, each job refused or unpacked on its own); its output leaves as one, packed into an unnamed temporary file
 (`pack_output`). `unpack_input` and `pack_output` block: call them off the event loop.
 Both directions are capped (`SizeLimit`: MAX_TRANSFER_INPUT_MB, MAX_TRANSFER_OUTPUT_MB).
 
@@ -36,12 +37,23 @@ from typing import BinaryIO, Final
 from htgrid.classad import ClassAd
 from htgrid.net._errors import BadRequest, SandboxTooLarge
 
-__all__ = ["NO_LIMIT", "SizeLimit", "manifest_path", "pack_output", "receive_input", "unpack_input"]
+__all__ = [
+    "NO_LIMIT",
+    "BatchInput",
+    "SizeLimit",
+    "manifest_path",
+    "pack_output",
+    "read_batch",
+    "receive_input",
+    "unpack_input",
+    "unpack_members",
+]
 
 _CHUNK: Final = 1 << 20
 _LIST_SPLIT: Final = re.compile(r"[\s,]+")
 _MIB: Final = 1 << 20
 Manifest = dict[str, tuple[int, int]]  # member name -> (size, mtime in ns)
+Member = tuple[tarfile.TarInfo, PurePosixPath]  # a tar member, its name in the sandbox
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,15 +97,17 @@ def _member_name(name: str) -> PurePosixPath:
     return PurePosixPath(*parts)
 
 
-def _checked_members(tar: tarfile.TarFile) -> list[tuple[tarfile.TarInfo, PurePosixPath]]:
-    members = []
-    for member in tar.getmembers():
-        rel = _member_name(member.name)
-        if not (member.isfile() or member.isdir()):
-            kind = "a link" if member.issym() or member.islnk() else "not a regular file"
-            raise BadRequest(f"the tar member {member.name!r} is {kind}; send files only")
-        members.append((member, rel))
-    return members
+def _checked_member(member: tarfile.TarInfo, name: str) -> PurePosixPath:
+    """The sandbox path of `member` (its tar name `name` relative to the sandbox)."""
+    rel = _member_name(name)
+    if not (member.isfile() or member.isdir()):
+        kind = "a link" if member.issym() or member.islnk() else "not a regular file"
+        raise BadRequest(f"the tar member {member.name!r} is {kind}; send files only")
+    return rel
+
+
+def _checked_members(tar: tarfile.TarFile) -> list[Member]:
+    return [(member, _checked_member(member, member.name)) for member in tar.getmembers()]
 
 
 def _directory(root: Path, rel: PurePosixPath) -> Path:
@@ -130,12 +144,13 @@ def _read_manifest(sandbox: Path) -> Manifest:
     return {str(k): (int(v[0]), int(v[1])) for k, v in raw.items()}
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def _write_atomic(path: Path, data: bytes, sync: bool = True) -> None:
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}")
     with open(tmp, "wb") as out:
         out.write(data)
         out.flush()
-        os.fsync(out.fileno())
+        if sync:
+            os.fsync(out.fileno())
     os.replace(tmp, path)
 
 
@@ -148,17 +163,17 @@ def _scratch_file(directory: Path | None) -> BinaryIO:
 
 
 async def receive_input(
-    sandbox: Path,
+    directory: Path,
     chunks: AsyncIterable[bytes],
     limit: SizeLimit,
     what: str,
 ) -> BinaryIO:
-    """The request body `chunks` written to an unnamed file beside `sandbox`, rewound.
+    """The request body `chunks` written to an unnamed file in `directory`, rewound.
 
     Disk writes go to a thread a MiB at a time; SandboxTooLarge as soon as the body
     passes `limit` (the file is closed, so its space is freed at once).
     """
-    spooled = await asyncio.to_thread(_scratch_file, sandbox.parent)
+    spooled = await asyncio.to_thread(_scratch_file, directory)
     try:
         pending: list[bytes] = []
         buffered = total = 0
@@ -179,7 +194,7 @@ async def receive_input(
     return spooled
 
 
-def unpack_input(sandbox: Path, data: bytes | BinaryIO) -> list[str]:
+def unpack_input(sandbox: Path, data: bytes | BinaryIO, *, sync: bool = True) -> list[str]:
     """Unpack a plain tar (bytes or a file) into `sandbox` (made if missing); the files
     written.
 
@@ -189,20 +204,95 @@ def unpack_input(sandbox: Path, data: bytes | BinaryIO) -> list[str]:
     source = io.BytesIO(data) if isinstance(data, bytes) else data
     try:
         with tarfile.open(fileobj=source, mode="r:") as tar:
-            return _unpack(tar, sandbox)
+            return unpack_members(tar, _checked_members(tar), sandbox, sync=sync)
     except tarfile.TarError as exc:
         raise BadRequest(f"the request body is not a whole tar archive: {exc}") from None
 
 
-def _unpack(tar: tarfile.TarFile, sandbox: Path) -> list[str]:
-    members = _checked_members(tar)
+@dataclass(frozen=True, slots=True)
+class BatchInput:
+    """The input sandboxes of several jobs in one tar (`read_batch`), still open.
+
+    `members` maps each job id named ("cluster.proc", a top-level directory) to its
+    members, named relative to that job's sandbox; `problems` the jobs refused already
+    (a bad member, a sandbox over the limit), with the reason.
+    """
+
+    tar: tarfile.TarFile
+    members: dict[str, list[Member]]
+    problems: dict[str, BadRequest | SandboxTooLarge]
+
+
+_JOB_DIR: Final = re.compile(r"[0-9]+\.[0-9]+")
+
+
+def read_batch(data: BinaryIO, limit: SizeLimit) -> BatchInput:
+    """The jobs of a batch upload: a tar whose top-level directories are job ids
+    (`12.0/in.txt`, `12.1/`); the caller closes `.tar`.
+
+    A member outside any job's directory (`../x`, `/x`, `x.txt`) refuses the whole
+    upload (BadRequest naming it); a bad member inside one (`12.0/../x`, a link) and a
+    sandbox over `limit` (its files summed) refuse only that job.
+    """
+    try:
+        tar = tarfile.open(fileobj=data, mode="r:")  # noqa: SIM115 - the caller closes it
+        listed = tar.getmembers()
+    except tarfile.TarError as exc:
+        raise BadRequest(f"the request body is not a whole tar archive: {exc}") from None
+    members: dict[str, list[Member]] = {}
+    problems: dict[str, BadRequest | SandboxTooLarge] = {}
+    sizes: dict[str, int] = {}
+    try:
+        for member in listed:
+            name = member.name[2:] if member.name.startswith("./") else member.name
+            job, _, rest = name.partition("/")
+            if not _JOB_DIR.fullmatch(job):
+                raise BadRequest(
+                    f"the tar member {member.name!r} is not under a job's directory "
+                    "(cluster.proc/...)"
+                )
+            found = members.setdefault(job, [])
+            if job in problems or not rest.strip("/"):
+                if not member.isdir() and job not in problems:
+                    problems[job] = BadRequest(
+                        f"the tar member {member.name!r} must be a directory (the job's sandbox)"
+                    )
+                continue
+            try:
+                found.append((member, _checked_member(member, rest)))
+            except BadRequest as exc:
+                problems[job] = exc
+                continue
+            sizes[job] = sizes.get(job, 0) + (member.size if member.isfile() else 0)
+        for job, size in sizes.items():
+            if job not in problems:
+                try:
+                    limit.check(size, f"the input sandbox of job {job}")
+                except SandboxTooLarge as exc:
+                    problems[job] = exc
+    except BaseException:
+        tar.close()
+        raise
+    for job in problems:
+        members.pop(job, None)
+    return BatchInput(tar, members, problems)
+
+
+def unpack_members(
+    tar: tarfile.TarFile, members: list[Member], sandbox: Path, *, sync: bool = True
+) -> list[str]:
+    """Write `members` of `tar` (checked, named relative to the sandbox) into `sandbox`
+    (made if missing); the files written. `sync`: files and directory synced to disk
+    before this returns (off only where the queue itself is not synced, QUEUE_FSYNC)."""
     sandbox.mkdir(parents=True, exist_ok=True)
+    if not members:
+        return []  # an empty sandbox: nothing to write, the manifest stays as it is
     for stale in sandbox.parent.glob(f".{sandbox.name}.incoming-*"):
         shutil.rmtree(stale, ignore_errors=True)  # an upload a crash cut short
     incoming = sandbox.with_name(f".{sandbox.name}.incoming-{secrets.token_hex(6)}")
     incoming.mkdir()
     try:
-        staged = _stage(tar, members, incoming)
+        staged = _stage(tar, members, incoming, sync)
         targets = [(rel, _directory(sandbox, rel.parent) / rel.name) for rel in staged]
         for rel, target in targets:
             if target.is_dir() and not target.is_symlink():
@@ -212,8 +302,9 @@ def _unpack(tar: tarfile.TarFile, sandbox: Path) -> list[str]:
             os.replace(incoming / rel, target)  # replaces a link, never follows it
             st = os.lstat(target)
             manifest[str(rel)] = (st.st_size, st.st_mtime_ns)
-        _fsync_dir(sandbox)
-        _write_atomic(manifest_path(sandbox), json.dumps(manifest).encode())
+        if sync:
+            _fsync_dir(sandbox)
+        _write_atomic(manifest_path(sandbox), json.dumps(manifest).encode(), sync)
     finally:
         shutil.rmtree(incoming, ignore_errors=True)
     return [str(rel) for rel in staged]
@@ -223,6 +314,7 @@ def _stage(
     tar: tarfile.TarFile,
     members: list[tuple[tarfile.TarInfo, PurePosixPath]],
     incoming: Path,
+    sync: bool = True,
 ) -> list[PurePosixPath]:
     """Write the members' files under `incoming`, synced; their relative names."""
     staged: dict[PurePosixPath, None] = {}
@@ -241,7 +333,8 @@ def _stage(
         with os.fdopen(fd, "wb") as out:
             shutil.copyfileobj(source, out, _CHUNK)
             out.flush()
-            os.fsync(out.fileno())
+            if sync:
+                os.fsync(out.fileno())
         if member.mtime:
             os.utime(path, (member.mtime, member.mtime))
         staged[rel] = None

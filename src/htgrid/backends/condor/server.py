@@ -24,7 +24,9 @@ drop stale answers. Removal errors keep HTCondor's words, which the grid manager
 `Job not found`, `Already done`, `Bad job status`, `Permission denied`. A sandbox the
 remote daemon refuses as too large (HTTP 413) fails with `Transfer input too large: ` or
 `Transfer output too large: ` and the daemon's text (HTCondor's hold codes 32 and 33).
-Sandboxes go through temporary files, never whole in memory.
+Sandboxes go through temporary files, never whole in memory. Concurrent submits and
+stage-ins for one schedd are sent together, one HTTPS request per batch (_batch.py);
+each request still has its own result line.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from typing import IO, Any
 
 import htgrid.classad as classad
 from htgrid.backends.condor import _sandbox as sandbox
+from htgrid.backends.condor._batch import Coalescer, StageIn, send_stage_ins, send_submits
 from htgrid.backends.condor._errors import (
     INPUT_TOO_LARGE,
     OUTPUT_TOO_LARGE,
@@ -94,9 +97,6 @@ _FILTERED = frozenset(
         "ProcId",
     )
 )
-# The proc ad's attributes (schedd_client.cpp puts JobStatus there); the hold reason goes
-# with the status, or htgrid's queue reads a held proc as "submitted on hold" (code 15).
-_PROC_ATTRS = frozenset({"jobstatus", "holdreason", "holdreasoncode", "holdreasonsubcode"})
 
 
 class _CGahpVersion(GahpVersion):
@@ -122,6 +122,15 @@ class CondorOptions:
     file_workers: int = 10
     #: Requests of one command held at once; one more is refused "F Threads limit reached".
     accept_limit: int = 1000
+    #: How long a submit or stage-in waits for others to the same schedd (seconds).
+    batch_window: float = 0.002
+    #: The most submits in one remote cluster, and their ads' bytes: the grid manager asks
+    #: for status by ClusterId range, and one cluster's ads must fit in a GAHP line.
+    submit_batch: int = 100
+    submit_batch_bytes: int = 256 * 1024
+    #: The most stage-ins in one upload, and their tars' bytes.
+    stage_batch: int = 500
+    stage_batch_bytes: int = 64 * 1024 * 1024
 
 
 class CondorGahp:
@@ -134,6 +143,20 @@ class CondorGahp:
         self.remotes = Remotes(options.remote, self.tokens)
         self._files = asyncio.Semaphore(options.file_workers)
         self._token_file_in_force = options.token_file
+        self.submits: Coalescer[tuple[Endpoint, str], Fields] = Coalescer(
+            lambda _, items: send_submits(items[0][0], [text for _, text in items]),
+            window=options.batch_window,
+            most=options.submit_batch,
+            weight=lambda item: len(item[1]),
+            heaviest=options.submit_batch_bytes,
+        )
+        self.stage_ins: Coalescer[tuple[Endpoint, StageIn], Fields] = Coalescer(
+            self._send_stage_ins,
+            window=options.batch_window,
+            most=options.stage_batch,
+            weight=lambda item: item[1].size,
+            heaviest=options.stage_batch_bytes,
+        )
 
     def server(self) -> GahpServer:
         """A GahpServer serving the C-GAHP's commands."""
@@ -204,32 +227,20 @@ class CondorGahp:
     # ---- submit and status -----------------------------------------------------------------
 
     async def submit(self, call: Call) -> Sequence[str]:
-        """CONDOR_JOB_SUBMIT: reserve a cluster, queue the ad as its proc 0."""
+        """CONDOR_JOB_SUBMIT: queue the ad as a proc of a remote cluster, sent with the
+        other submits to that schedd waiting at the same moment (its own c.p each)."""
         ad = classad.ClassAd(call.args[1])
         try:
             schedd = await self._schedd(call)
         except LocateError as err:
             return ("F", "NULL", str(err))
-        cluster_ad, proc_ad = classad.ClassAd(), classad.ClassAd()
+        # The whole ad goes in the proc (JobStatus and the hold reason must, or the queue
+        # reads a held proc as submitted on hold, code 15): the cluster is a batch of jobs.
+        proc_ad = classad.ClassAd()
         for name in ad:
-            lowered = name.lower()
-            if lowered in _FILTERED:
-                continue
-            target = proc_ad if lowered in _PROC_ATTRS else cluster_ad
-            target[name] = ad.lookup(name)
-        reserved = await schedd.json("POST", "/v1/clusters", json_body={})
-        cluster = reserved.get("cluster")
-        body = f'{{"cluster_ad": {cluster_ad.printJson()}, "procs": [{proc_ad.printJson()}]}}'
-        answer = await schedd.json(
-            "POST",
-            f"/v1/clusters/{cluster}/jobs",
-            content=body.encode("utf-8"),
-            headers={"content-type": "application/json"},
-        )
-        jobs = answer.get("jobs")
-        if not isinstance(jobs, list) or len(jobs) != 1:
-            return ("F", f"{cluster}.-1", f"{schedd.what} did not say which job it queued")
-        return ("S", str(jobs[0]), "NULL")
+            if name.lower() not in _FILTERED:
+                proc_ad[name] = ad.lookup(name)
+        return await self.submits.add(schedd.url, (schedd, proc_ad.printJson()))
 
     async def status(self, call: Call) -> Sequence[str]:
         """CONDOR_JOB_STATUS_CONSTRAINED: the matching jobs' whole ads."""
@@ -317,23 +328,29 @@ class CondorGahp:
         ad = classad.ClassAd(call.args[1])
         job_id = _job_id_of(ad)
         schedd = await self._schedd(call)
-        async with self._files:
-            tar: IO[bytes] | None = None
-            try:
+        tar: IO[bytes] | None = None
+        try:
+            # The semaphore bounds the tars being built; the upload goes with the other
+            # stage-ins to this schedd waiting at the same moment.
+            async with self._files:
                 tar = await asyncio.to_thread(sandbox.scratch_file)
                 size = await asyncio.to_thread(sandbox.input_tar, ad, tar)
-                body = FileBody(tar, size)
-                await schedd.upload(f"/v1/jobs/{job_id}/input", body, "application/x-tar")
-            except RemoteRefusal as err:
-                if err.status == 413:
-                    return ("F", f"{INPUT_TOO_LARGE}{err.detail} (refused by {schedd.what})")
-                return ("F", f"Error sending files to {schedd.what}: {err}")
-            except SandboxError as err:
-                return ("F", f"Error sending files to {schedd.what}: {err}")
-            finally:
-                if tar is not None:
-                    await _close(tar)
-        return ("S", "NULL")
+            return await self.stage_ins.add(schedd.url, (schedd, StageIn(job_id, tar, size)))
+        except SandboxError as err:
+            return ("F", f"Error sending files to {schedd.what}: {err}")
+        finally:
+            if tar is not None:
+                await _close(tar)
+
+    async def _send_stage_ins(
+        self, _: str, items: list[tuple[Endpoint, StageIn]]
+    ) -> list[Fields | BaseException]:
+        schedd = items[0][0]
+
+        async def one(item: StageIn) -> Fields:
+            return await _put_input(schedd, item)
+
+        return await send_stage_ins(schedd, [item for _, item in items], sandbox.scratch_file, one)
 
     async def stage_out(self, call: Call) -> Sequence[str]:
         """CONDOR_JOB_STAGE_OUT: fetch the job's output files into their local places.
@@ -378,6 +395,20 @@ class CondorGahp:
         if not readable:
             return ("F", f"Error refreshing proxy for job {call.args[1]}: cannot read {path}")
         return ("S", "NULL")
+
+
+async def _put_input(schedd: Endpoint, item: StageIn) -> Fields:
+    """One job's input on its own: PUT /v1/jobs/{c.p}/input."""
+    try:
+        body = FileBody(item.tar, item.size)
+        await schedd.upload(f"/v1/jobs/{item.job_id}/input", body, "application/x-tar")
+    except RemoteRefusal as err:
+        if err.status == 413:
+            return ("F", f"{INPUT_TOO_LARGE}{err.detail} (refused by {schedd.what})")
+        return ("F", f"Error sending files to {schedd.what}: {err}")
+    except SandboxError as err:
+        return ("F", f"Error sending files to {schedd.what}: {err}")
+    return ("S", "NULL")
 
 
 async def _close(tar: IO[bytes]) -> None:

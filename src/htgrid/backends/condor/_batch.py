@@ -1,0 +1,270 @@
+"""Coalescing below the protocol: concurrent per-job requests to one schedd, one HTTPS call.
+
+HTCondor's C-GAHP submits and stages in one job per request, and stays so on the GAHP
+line; a grid manager with 1,000 jobs sends 1,000 of each. Sent one by one, each is its
+own HTTPS round trip and its own transaction on the remote queue. Here the requests for
+the same schedd that are waiting together are sent as one:
+
+    CONDOR_JOB_SUBMIT x n    -> POST /v1/clusters, POST /v1/clusters/{c}/jobs (n procs)
+    CONDOR_JOB_STAGE_IN x n  -> PUT /v1/jobs/input (one tar, a directory per job)
+
+A batch is whatever is waiting when one of the (two) batches out for that schedd has been
+answered, plus what comes within `window` (2 ms), up to `most` requests or `heaviest`
+bytes; no request waits longer than that for company. Each request still gets its own
+answer: a batch the daemon refuses as a whole (one ad it will not queue) is sent again one
+request at a time, so only the bad one fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import tarfile
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import IO, Any, Generic, TypeVar
+
+from htgrid.backends.condor._errors import INPUT_TOO_LARGE, RemoteRefusal, SandboxError
+from htgrid.backends.condor._http import Endpoint, FileBody
+
+__all__ = ["Coalescer", "StageIn", "send_stage_ins", "send_submits"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+Fields = tuple[str, ...]
+Outcome = Fields | BaseException  # one request's result, or what it raises
+
+
+class Coalescer(Generic[T, R]):
+    """Gathers the items added at once under one key and sends them in one `send`.
+
+    `send(key, items)` returns one result per item (an exception instance: that item's
+    caller raises it); if `send` raises, every caller of the batch does. At most
+    `in_flight` batches of one key are out at once; the next one gathers meanwhile.
+    """
+
+    def __init__(
+        self,
+        send: Callable[[str, list[T]], Awaitable[Sequence[R | BaseException]]],
+        *,
+        window: float = 0.002,
+        most: int = 500,
+        weight: Callable[[T], int] = lambda item: 0,
+        heaviest: int = 0,
+        in_flight: int = 2,
+    ) -> None:
+        self._send = send
+        self.window, self.most, self.in_flight = window, most, in_flight
+        self._weight, self._heaviest = weight, heaviest
+        self._waiting: dict[str, list[tuple[T, asyncio.Future[R]]]] = {}
+        self._full: dict[str, asyncio.Event] = {}
+        self._runners: dict[str, asyncio.Task[None]] = {}
+        self._slots: dict[str, asyncio.Semaphore] = {}  # batches out at once, per key
+        self._delivering: set[asyncio.Task[None]] = set()
+        #: Sizes of the batches sent, in order (for tests and benchmarks).
+        self.sent: list[int] = []
+
+    async def add(self, key: str, item: T) -> R:
+        """`item`'s result, once the batch it went in is answered."""
+        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        waiting = self._waiting.setdefault(key, [])
+        waiting.append((item, future))
+        full = self._full.setdefault(key, asyncio.Event())
+        if len(waiting) >= self.most:
+            full.set()
+        if key not in self._runners:
+            self._runners[key] = asyncio.create_task(self._run(key))
+        return await future
+
+    async def _run(self, key: str) -> None:
+        slots = self._slots.setdefault(key, asyncio.Semaphore(self.in_flight))
+        try:
+            while self._waiting.get(key):
+                await slots.acquire()  # the next batch gathers while the others are out
+                full = self._full[key]
+                if len(self._waiting[key]) < self.most:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(full.wait(), self.window)
+                batch = self._take(key)
+                full.clear()
+                if len(self._waiting[key]) >= self.most:
+                    full.set()
+                if not batch:
+                    slots.release()
+                    continue
+                task = asyncio.create_task(self._deliver(key, batch))
+                self._delivering.add(task)
+                task.add_done_callback(self._delivering.discard)
+                task.add_done_callback(lambda _: slots.release())
+        finally:
+            del self._runners[key]
+            if not self._waiting.get(key):
+                self._waiting.pop(key, None)
+                self._full.pop(key, None)
+
+    def _take(self, key: str) -> list[tuple[T, asyncio.Future[R]]]:
+        waiting = self._waiting[key]
+        count, load = 0, 0
+        for item, _future in waiting[: self.most]:
+            load += self._weight(item)
+            if count and self._heaviest and load > self._heaviest:
+                break
+            count += 1
+        batch, self._waiting[key] = waiting[:count], waiting[count:]
+        # Requests cancelled while waiting (their callers gave up) are not sent.
+        return [(item, future) for item, future in batch if not future.done()]
+
+    async def _deliver(self, key: str, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
+        if not batch:
+            return
+        self.sent.append(len(batch))
+        try:
+            results = await self._send(key, [item for item, _ in batch])
+        except asyncio.CancelledError:
+            for _, future in batch:
+                future.cancel()
+            raise
+        except BaseException as exc:  # everyone in the batch hears it
+            results = [exc] * len(batch)
+        for (_, future), result in zip(batch, results, strict=True):
+            if future.done():
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+
+# ---- submits -----------------------------------------------------------------------------
+
+
+async def send_submits(schedd: Endpoint, procs: list[str]) -> list[Outcome]:
+    """Queue the job ads `procs` (ClassAd JSON text, one per request) as one remote cluster;
+    each request's result line. A refused batch is sent again one ad at a time."""
+    try:
+        return await _submit_cluster(schedd, procs)
+    except RemoteRefusal as err:
+        if len(procs) == 1 or err.status in (401, 403) or err.status >= 500:
+            raise
+        # The daemon queues a cluster whole or not at all: one bad ad refused them all.
+        # Each on its own (its own cluster), so each request hears its own answer.
+        singles = await asyncio.gather(
+            *(_submit_cluster(schedd, [proc]) for proc in procs), return_exceptions=True
+        )
+        return [_one_answer(result) for result in singles]
+
+
+def _one_answer(result: list[Outcome] | BaseException) -> Outcome:
+    """A single submit's result line (its refusal as the F line a lone submit gets)."""
+    if isinstance(result, RemoteRefusal):
+        return ("F", "-1.-1", str(result))
+    return result[0] if isinstance(result, list) else result
+
+
+async def _submit_cluster(schedd: Endpoint, procs: list[str]) -> list[Outcome]:
+    reserved = await schedd.json("POST", "/v1/clusters", json_body={})
+    cluster = reserved.get("cluster")
+    # The cluster ad is empty: each proc carries its whole ad (each job's own attributes;
+    # the daemon sets Owner from the token whatever the ads say).
+    body = '{"cluster_ad": {}, "procs": [' + ", ".join(procs) + "]}"
+    answer = await schedd.json(
+        "POST",
+        f"/v1/clusters/{cluster}/jobs",
+        content=body.encode("utf-8"),
+        headers={"content-type": "application/json"},
+    )
+    jobs = answer.get("jobs")
+    if not isinstance(jobs, list) or len(jobs) != len(procs):
+        problem = f"{schedd.what} did not say which jobs it queued"
+        return [("F", f"{cluster}.-1", problem)] * len(procs)
+    return [("S", str(job), "NULL") for job in jobs]
+
+
+# ---- stage-ins ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StageIn:
+    """One job's input: its remote id and its own tar, in a temporary file."""
+
+    job_id: str
+    tar: IO[bytes]
+    size: int
+
+
+def batch_tar(items: Sequence[StageIn], out: IO[bytes]) -> int:
+    """One tar of the jobs' tars, each job's members under its id (`12.0/`, `12.0/in`);
+    its size. Blocking: run it in a thread."""
+    try:
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for item in items:
+                top = tarfile.TarInfo(item.job_id)
+                top.type, top.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(top)
+                item.tar.seek(0)
+                with tarfile.open(fileobj=item.tar, mode="r:") as one:
+                    for member in one:
+                        data = one.extractfile(member) if member.isfile() else None
+                        member.name = f"{item.job_id}/{member.name}"
+                        tar.addfile(member, data)
+        out.flush()
+        return out.tell()
+    except (OSError, tarfile.TarError) as exc:
+        raise SandboxError(f"cannot write the input tar of {len(items)} jobs: {exc}") from None
+
+
+async def send_stage_ins(
+    schedd: Endpoint,
+    items: list[StageIn],
+    scratch: Callable[[], IO[bytes]],
+    one: Callable[[StageIn], Awaitable[Fields]],
+) -> list[Outcome]:
+    """Upload the inputs of `items` in one PUT /v1/jobs/input; each job's result line.
+
+    A refusal of the whole upload (a daemon without the route, a body over its limit...)
+    sends each job's input on its own with `one`.
+    """
+    if len(items) == 1:
+        return [await one(items[0])]
+    if any(item.tar.closed for item in items):  # a request cancelled meanwhile: its tar is gone
+        gone = SandboxError("the stage-in was cancelled")
+        live = [item for item in items if not item.tar.closed]
+        sent = iter(await send_stage_ins(schedd, live, scratch, one) if live else [])
+        return [gone if item.tar.closed else next(sent) for item in items]
+    tar = await asyncio.to_thread(scratch)
+    try:
+        size = await asyncio.to_thread(batch_tar, items, tar)
+        response = await schedd.upload("/v1/jobs/input", FileBody(tar, size), "application/x-tar")
+    except (RemoteRefusal, SandboxError) as err:
+        if isinstance(err, RemoteRefusal) and (err.status in (401, 403) or err.status >= 500):
+            raise
+        # Each on its own, so that each hears its own answer (or the local problem).
+        return list(await asyncio.gather(*(one(item) for item in items), return_exceptions=True))
+    finally:
+        await asyncio.to_thread(tar.close)
+    try:
+        answers = json.loads(response.content).get("jobs")
+    except (ValueError, AttributeError):
+        answers = None
+    if not isinstance(answers, dict):
+        answers = {}
+    return [_staged(schedd, item.job_id, answers.get(item.job_id)) for item in items]
+
+
+def _staged(schedd: Endpoint, job_id: str, answer: Any) -> Fields:
+    """The result line of one job of a batch upload, from its part of the answer."""
+    if answer == "ok":
+        return ("S", "NULL")
+    if not isinstance(answer, dict):
+        return ("F", f"Error sending files to {schedd.what}: it did not answer for job {job_id}")
+    # The words a refusal of the job's own upload has (refusal_of), for the same reasons.
+    detail = str(answer.get("detail") or answer.get("title") or "refused")
+    status = answer.get("status")
+    if status == 413:
+        return ("F", f"{INPUT_TOO_LARGE}{detail} (refused by {schedd.what})")
+    if status == 403:
+        refusal = f"Permission denied by {schedd.what}: {detail}"
+    else:
+        refusal = f"{schedd.what} answered HTTP {status}: {detail}"
+    return ("F", f"Error sending files to {schedd.what}: {refusal}")

@@ -1,0 +1,199 @@
+"""Concurrent submits and stage-ins for one schedd go to it together, each answered alone.
+
+The GAHP runs in this process here, so that the HTTPS requests it sends to the remote
+schedd can be counted (an httpx event hook on its one client for that schedd).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import httpx
+import pytest
+
+from htgrid.backends.condor._http import RemoteSettings
+from htgrid.backends.condor.server import CondorGahp, CondorOptions
+from htgrid.gahp import Call, Credentials
+
+from ._wire import Wire
+from .conftest import SCHEDD_NAME, RemotePool, remote_pool
+from .test_condor_gahp import job_ad, status, wait_status
+
+Handler = str  # the CondorGahp method a command runs
+
+
+def _options(remote: RemotePool) -> CondorOptions:
+    return CondorOptions(
+        remote=RemoteSettings(ca_files=(str(remote.ca_file),)),
+        token_dirs=(remote.tokens_dir,),
+    )
+
+
+def run_together(
+    remote: RemotePool, command: str, handler: Handler, requests: Sequence[tuple[str, ...]]
+) -> tuple[list[Sequence[str]], list[str]]:
+    """Every request of `requests` (the arguments after the schedd) at once in a fresh
+    GAHP; their results in order, and the HTTP requests the GAHP sent (method and path)."""
+    sent: list[str] = []
+
+    async def count(request: httpx.Request) -> None:
+        sent.append(f"{request.method} {request.url.path}")
+
+    async def main() -> list[Sequence[str]]:
+        gahp = CondorGahp(_options(remote))
+        try:
+            endpoint = await gahp.remotes.schedd(remote.url)
+            endpoint.client.event_hooks["request"].append(count)
+            run = getattr(gahp, handler)
+            calls = [
+                run(Call(command, number, (remote.url, *args), Credentials()))
+                for number, args in enumerate(requests, 1)
+            ]
+            return list(await asyncio.gather(*calls))
+        finally:
+            await gahp.aclose()
+
+    return asyncio.run(main()), sent
+
+
+def stage_ad(ad: str, job_id: str) -> str:
+    cluster, proc = job_id.split(".")
+    return ad[:-1] + f"; ClusterId = {cluster}; ProcId = {proc} ]"
+
+
+def job_dirs(tmp_path: Path, count: int, script: str) -> list[Path]:
+    dirs = []
+    for number in range(count):
+        iwd = tmp_path / f"job{number}"
+        iwd.mkdir()
+        (iwd / "job.sh").write_text("#!/bin/sh\n" + script)
+        (iwd / "job.sh").chmod(0o755)
+        (iwd / "data.txt").write_text(f"input of job {number}\n")
+        dirs.append(iwd)
+    return dirs
+
+
+def submitted(results: Sequence[Sequence[str]]) -> list[str]:
+    for result in results:
+        assert result[0] == "S" and result[2] == "NULL", result
+    return [result[1] for result in results]
+
+
+@pytest.fixture
+def gahp(remote: RemotePool) -> Iterator[Wire]:
+    wire = Wire(*remote.gahp_options("-s", SCHEDD_NAME))
+    yield wire
+    wire.close()
+
+
+def test_100_concurrent_submits_are_a_few_remote_requests_with_100_jobs(
+    remote: RemotePool, gahp: Wire, tmp_path: Path
+) -> None:
+    ads = [
+        job_ad(tmp_path, BatchTag=number, Owner="mallory", SubmitterGlobalJobId=f"a#{number}")
+        for number in range(100)
+    ]
+    results, sent = run_together(remote, "CONDOR_JOB_SUBMIT", "submit", [(ad,) for ad in ads])
+
+    ids = submitted(results)
+    assert len(set(ids)) == 100
+    cluster_submits = [r for r in sent if r.startswith("POST /v1/clusters/")]
+    assert 1 <= len(cluster_submits) <= 5, sent
+    # Each request's id is the job made from its own ad, owned by the token's user.
+    remote_ads = {
+        f"{ad['ClusterId']}.{ad['ProcId']}": ad
+        for ad in status(gahp, "BatchTag =!= undefined && JobStatus == 5")
+    }
+    for number, job_id in enumerate(ids):
+        ad = remote_ads[job_id]
+        assert ad["BatchTag"] == number and ad["SubmitterGlobalJobId"] == f"a#{number}"
+        assert ad["Owner"] == "alice"
+        assert (ad["JobStatus"], ad["HoldReasonCode"]) == (5, 16)
+
+
+def test_one_ad_the_schedd_refuses_fails_only_its_own_submit(
+    remote: RemotePool, tmp_path: Path
+) -> None:
+    ads = [job_ad(tmp_path, BadBatchTag=number) for number in range(10)]
+    ads[3] = job_ad(tmp_path, BadBatchTag=3, JobStatus=2)  # nobody submits a running job
+    results, _ = run_together(remote, "CONDOR_JOB_SUBMIT", "submit", [(ad,) for ad in ads])
+
+    bad = results[3]
+    assert bad[0] == "F" and "submitted Idle (1) or Held (5)" in bad[2], bad
+    good = submitted([r for number, r in enumerate(results) if number != 3])
+    assert len(set(good)) == 9
+
+
+def test_50_concurrent_stage_ins_release_every_job_with_its_own_files(
+    remote: RemotePool, gahp: Wire, tmp_path: Path
+) -> None:
+    dirs = job_dirs(tmp_path, 50, "cat data.txt\n")
+    ads = [job_ad(iwd, StageBatch=50) for iwd in dirs]
+    ids = submitted(run_together(remote, "CONDOR_JOB_SUBMIT", "submit", [(a,) for a in ads])[0])
+
+    requests = [(stage_ad(ad, job_id),) for ad, job_id in zip(ads, ids, strict=True)]
+    results, sent = run_together(remote, "CONDOR_JOB_STAGE_IN", "stage_in", requests)
+
+    assert results == [("S", "NULL")] * 50
+    uploads = [r for r in sent if r.startswith("PUT ")]
+    assert uploads and set(uploads) == {"PUT /v1/jobs/input"} and len(uploads) <= 5, sent
+    assert status(gahp, "StageBatch == 50 && JobStatus == 5") == []  # all released
+    for number in (0, 17, 49):  # each ran with its own input
+        wait_status(gahp, ids[number], 4)
+        assert gahp.call("CONDOR_JOB_STAGE_OUT", SCHEDD_NAME, ids[number]) == ["S", "NULL"]
+        assert (dirs[number] / "out.txt").read_text() == f"input of job {number}\n"
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RemotePool]:
+    """A remote pool that takes at most 1 MiB of input a job."""
+    base = tmp_path_factory.mktemp("condor-gahp-batch-limited")
+    with remote_pool(base, MAX_TRANSFER_INPUT_MB=1) as pool:
+        yield pool
+
+
+def test_a_refused_sandbox_in_a_batch_fails_only_its_own_stage_in(
+    limited: RemotePool, tmp_path: Path
+) -> None:
+    dirs = job_dirs(tmp_path, 6, "cat data.txt\n")
+    (dirs[2] / "data.txt").write_bytes(b"x" * (2 << 20))  # over MAX_TRANSFER_INPUT_MB
+    ads = [job_ad(iwd) for iwd in dirs]
+    ids = submitted(run_together(limited, "CONDOR_JOB_SUBMIT", "submit", [(a,) for a in ads])[0])
+    requests = [(stage_ad(ad, job_id),) for ad, job_id in zip(ads, ids, strict=True)]
+    # And one for a job that is not there at all.
+    requests.append((stage_ad(ads[0], "999999.0"),))
+
+    results, sent = run_together(limited, "CONDOR_JOB_STAGE_IN", "stage_in", requests)
+
+    too_large, missing = results[2], results[6]
+    assert too_large[0] == "F" and too_large[1].startswith("Transfer input too large: ")
+    assert f"the input sandbox of job {ids[2]}" in too_large[1]
+    assert missing[0] == "F" and "999999.0 is not in the queue" in missing[1], missing
+    assert [r for n, r in enumerate(results) if n not in (2, 6)] == [("S", "NULL")] * 5
+    assert "PUT /v1/jobs/input" in sent
+
+    wire = Wire(*limited.gahp_options("-s", SCHEDD_NAME))
+    try:
+        by_id = {f"{a['ClusterId']}.{a['ProcId']}": a for a in status(wire, "true")}
+    finally:
+        wire.close()
+    assert by_id[ids[2]]["JobStatus"] == 5  # still waiting for an input that fits
+    assert all(by_id[i]["JobStatus"] != 5 for n, i in enumerate(ids) if n != 2)
+
+
+def test_jobs_of_one_remote_cluster_keep_their_own_attributes(
+    remote: RemotePool, gahp: Wire, tmp_path: Path
+) -> None:
+    # Two jobs in one remote cluster, each with attributes the other lacks or differs in.
+    first = job_ad(tmp_path, Only1="one", Shared=1)
+    second = job_ad(tmp_path, Only2=2.5, Shared=2, Cmd="other.sh")
+    results, _ = run_together(remote, "CONDOR_JOB_SUBMIT", "submit", [(first,), (second,)])
+    one_id, two_id = submitted(results)
+
+    ads = {f"{a['ClusterId']}.{a['ProcId']}": a for a in status(gahp, "Shared =!= undefined")}
+    assert ads[one_id]["Only1"] == "one" and "Only2" not in ads[one_id]
+    assert ads[two_id]["Only2"] == 2.5 and "Only1" not in ads[two_id]
+    assert (ads[one_id]["Shared"], ads[two_id]["Shared"]) == (1, 2)
+    assert (ads[one_id]["Cmd"], ads[two_id]["Cmd"]) == ("job.sh", "other.sh")

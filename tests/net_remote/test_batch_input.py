@@ -1,0 +1,135 @@
+"""PUT /v1/jobs/input: the input sandboxes of several jobs in one tar (`12.0/file`), each
+job's outcome on its own: the owner's jobs are staged and released, other users' jobs
+and jobs with a bad member are refused one by one, and nothing leaves a sandbox."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from htgrid.net import Jobs, ScheddClient
+from htgrid.queue import JobAction, JobId
+from htgrid.schedd.testing import PersonalPool
+
+from ._support import SPOOLING, submit, tar_of
+from .conftest import DOMAIN
+
+
+def _spool(pool: PersonalPool, job: JobId) -> Path:
+    return pool.home / "spool" / str(job.cluster) / str(job.proc)
+
+
+@pytest.fixture
+def alice(pool: PersonalPool) -> Iterator[ScheddClient]:
+    with pool.remote(pool.token(f"alice@{DOMAIN}")) as client:
+        yield client
+
+
+@pytest.fixture
+def bob(pool: PersonalPool) -> Iterator[ScheddClient]:
+    with pool.remote(pool.token(f"bob@{DOMAIN}")) as client:
+        yield client
+
+
+def put_inputs(pool: PersonalPool, user: str, body: bytes) -> httpx.Response:
+    """PUT /v1/jobs/input over the daemon's TLS API as `user`."""
+    context = ssl.create_default_context(cafile=str(pool.home / "etc" / "ca" / "ca.crt"))
+    headers = {
+        "Authorization": f"Bearer {pool.token(f'{user}@{DOMAIN}')}",
+        "Content-Type": "application/x-tar",
+    }
+    with httpx.Client(base_url=pool.url, verify=context, timeout=30) as client:
+        return client.put("/v1/jobs/input", content=body, headers=headers)
+
+
+def outcome(response: httpx.Response) -> dict[str, Any]:
+    assert response.status_code == 200, response.text
+    jobs = response.json()["jobs"]
+    assert isinstance(jobs, dict)
+    return jobs
+
+
+def test_every_job_of_a_batch_gets_its_own_files_and_is_released(
+    pool: PersonalPool, alice: ScheddClient
+) -> None:
+    jobs = [submit(alice, **SPOOLING) for _ in range(5)]
+    files = {f"{job}/in.txt": f"input of {job}".encode() for job in jobs}
+    files[f"{jobs[0]}/data/deep.txt"] = b"deep"
+
+    assert outcome(put_inputs(pool, "alice", tar_of(files))) == {str(j): "ok" for j in jobs}
+
+    for job in jobs:
+        assert (_spool(pool, job) / "in.txt").read_text() == f"input of {job}"
+        ad = alice.get(job)
+        assert ad["JobStatus"] == 1 and ad["ReleaseReason"] == "Data files spooled"
+        assert ad["StageInFinish"] >= ad["StageInStart"] > 0
+    assert (_spool(pool, jobs[0]) / "data" / "deep.txt").read_bytes() == b"deep"
+
+
+def test_a_user_cannot_upload_into_another_users_job(
+    pool: PersonalPool, alice: ScheddClient, bob: ScheddClient
+) -> None:
+    mine = submit(bob, **SPOOLING)
+    theirs = submit(alice, **SPOOLING)
+    body = tar_of({f"{mine}/in.txt": b"bob's", f"{theirs}/in.txt": b"planted by bob"})
+
+    jobs = outcome(put_inputs(pool, "bob", body))
+
+    assert jobs[str(mine)] == "ok"
+    refused = jobs[str(theirs)]
+    assert refused["status"] == 403 and refused["error"] == "NotAuthorized"
+    assert f"job {theirs} is owned by alice; bob may not stage input" in refused["detail"]
+    assert list(_spool(pool, theirs).iterdir()) == []
+    assert alice.get(theirs)["JobStatus"] == 5  # still waiting for alice's input
+    assert bob.get(mine)["JobStatus"] == 1
+
+
+@pytest.mark.parametrize(
+    ("member", "why"),
+    [("../escape.txt", "leaves the sandbox"), ("sub/../../escape.txt", "leaves the sandbox")],
+)
+def test_a_member_leaving_its_jobs_sandbox_fails_that_job_only(
+    pool: PersonalPool, alice: ScheddClient, member: str, why: str
+) -> None:
+    good, bad = submit(alice, **SPOOLING), submit(alice, **SPOOLING)
+    body = tar_of({f"{good}/in.txt": b"fine", f"{bad}/ok.txt": b"ok", f"{bad}/{member}": b"evil"})
+
+    jobs = outcome(put_inputs(pool, "alice", body))
+
+    assert jobs[str(good)] == "ok"
+    assert jobs[str(bad)]["status"] == 400 and why in jobs[str(bad)]["detail"]
+    assert list(_spool(pool, bad).iterdir()) == []  # not even its good member
+    assert not (_spool(pool, bad).parent / "escape.txt").exists()
+    assert (alice.get(good)["JobStatus"], alice.get(bad)["JobStatus"]) == (1, 5)
+
+
+def test_a_member_outside_every_jobs_directory_refuses_the_whole_upload(
+    pool: PersonalPool, alice: ScheddClient
+) -> None:
+    job = submit(alice, **SPOOLING)
+    for member in ("../escape.txt", "/etc/escape.txt", "loose.txt"):
+        response = put_inputs(pool, "alice", tar_of({f"{job}/in.txt": b"x", member: b"evil"}))
+        assert response.status_code == 400, response.text
+        assert repr(member) in response.json()["detail"]
+    assert list(_spool(pool, job).iterdir()) == []
+    assert alice.get(job)["JobStatus"] == 5
+
+
+def test_unknown_and_removed_jobs_are_refused_on_their_own(
+    pool: PersonalPool, alice: ScheddClient
+) -> None:
+    held = submit(alice, **SPOOLING)
+    done = submit(alice, **SPOOLING)
+    alice.act(JobAction.Remove, Jobs.of([done]))  # never ran: it leaves the queue
+    body = tar_of({f"{held}/in.txt": b"x", f"{done}/in.txt": b"x", "999999.0/in.txt": b"x"})
+
+    jobs = outcome(put_inputs(pool, "alice", body))
+
+    assert jobs[str(held)] == "ok"
+    assert jobs["999999.0"]["status"] == 404
+    assert jobs[str(done)]["status"] == 404
