@@ -561,7 +561,8 @@ CONDOR_GAHP: tuple[str, ...] = ("{python}", "-m", "htgrid.cli", "gahp", "condor"
 def condor_gahp_argv(base: tuple[str, ...], pool: str, services: Services) -> list[str]:
     """`htgrid gahp condor --pool HOST:PORT --tokens-dir ... --ca-file ...` for one pool."""
     argv = [sys.executable if word == "{python}" else word for word in base]
-    argv += ["--pool", pool]
+    # One status answer for every job there: a longer line than HTCondor's 500 KiB.
+    argv += ["--pool", pool, "--max-line", str(services.config.gahp_max_line)]
     security = SecurityConfig.load(services.home)
     for directory in (user_token_dir(), security.system_token_dir):
         argv += ["--tokens-dir", str(directory)]

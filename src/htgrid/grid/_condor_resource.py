@@ -7,10 +7,12 @@ What HTCondor's CondorResource does:
   business: their submits fail and they are held with the schedd's words).
 * status: ONE `CONDOR_JOB_STATUS_CONSTRAINED <schedd> (SubmitterId =?= "<ours>")` per poll
   interval for all of this grid manager's jobs there. A job missing from a successful
-  answer is asked about on its own (it may have vanished). A GAHP result line holds at
-  most 500 KiB and the answer carries whole job ads (2.5 KiB for a small job, more with a
-  big environment), so the question goes in chunks of at most `STATUS_CHUNK` jobs (by
-  remote ClusterId ranges); an answer still too long is asked for again in halves (and
+  answer is asked about on its own (it may have vanished). The answer carries whole job
+  ads (2.5 KiB for a small job, more with a big environment) on one GAHP line: HTCondor's
+  grid manager reads 500 KiB, enough for ~200 jobs; htgrid's starts its condor GAHP with
+  `--max-line` = GridManagerConfig.gahp_max_line (64 MiB), so one request answers for
+  `STATUS_CHUNK` jobs. More jobs than that, or an answer still too long, and the question
+  goes in chunks by remote ClusterId range, asked again in halves when too long (and
   when it was a full chunk, later chunks are half as big).
 * leases: ONE `CONDOR_JOB_UPDATE_LEASE` per renewal for every job there: one shared
   expiration, now + the shortest JobLeaseDuration, renewed once a third of it passed.
@@ -35,8 +37,9 @@ __all__ = ["STATUS_CHUNK", "CondorResource", "RemoteCallFailed", "is_down_error"
 
 log = logging.getLogger("htgrid.grid")
 
-#: Most jobs asked about in one status request at first (see the module's docstring).
-STATUS_CHUNK = 150
+#: Most jobs asked about in one status request at first (see the module's docstring):
+#: 10,000 ads of ~2.5 KiB fit the 64 MiB line htgrid's grid manager reads.
+STATUS_CHUNK = 10_000
 # The GAHP's words for "the schedd cannot be reached" (HTCondor's GahpErrorResourceDown
 # looks for the first two); anything else (refused, not authorized) leaves it up.
 _DOWN = re.compile(

@@ -108,6 +108,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="requests of one command held at once before 'F Threads limit reached' (1000)",
     )
+    parser.add_argument(
+        "--max-line",
+        type=int,
+        default=500 * 1024,
+        metavar="BYTES",
+        help="the longest GAHP line read or written (HTCondor's grid manager reads 500 KiB)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log more on stderr")
     parser.add_argument("-f", action="store_true", help=argparse.SUPPRESS)  # HTCondor's
     parser.set_defaults(handler=run)
@@ -121,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
     for name in ("max_connections", "file_workers", "accept_limit"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.max_line < 1024:
+        raise UsageError("--max-line must be at least 1024 bytes")
     if args.timeout <= 0:
         raise UsageError("--timeout must be positive")
     ca_files = list(args.ca_file) or [f for f in [os.environ.get("GAHP_SSL_CAFILE")] if f]
@@ -144,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
         token_dirs=tuple(args.tokens_dir),
         file_workers=args.file_workers,
         accept_limit=args.accept_limit,
+        max_line=args.max_line,
     )
     asyncio.run(_serve(CondorGahp, options))
     return 0

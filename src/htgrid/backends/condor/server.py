@@ -57,6 +57,7 @@ from htgrid.backends.condor._errors import (
 from htgrid.backends.condor._http import Endpoint, FileBody, Remotes, RemoteSettings
 from htgrid.backends.condor._tokens import TokenSource
 from htgrid.gahp import (
+    MAX_LINE_LENGTH,
     Call,
     Clock,
     Command,
@@ -131,6 +132,10 @@ class CondorOptions:
     #: The most stage-ins in one upload, and their tars' bytes.
     stage_batch: int = 500
     stage_batch_bytes: int = 64 * 1024 * 1024
+    #: The longest line read or written. HTCondor's grid manager reads 500 KiB, so that is
+    #: the default; htgrid's grid manager asks for more, so that one status answer covers
+    #: all its jobs at the schedd.
+    max_line: int = MAX_LINE_LENGTH
 
 
 class CondorGahp:
@@ -185,7 +190,7 @@ class CondorGahp:
             )
             for name, params, handler, failure, variadic in table
         ]
-        return _CondorServer(VERSION, commands)
+        return _CondorServer(VERSION, commands, max_line=self.options.max_line)
 
     async def aclose(self) -> None:
         """Close the HTTP clients."""
