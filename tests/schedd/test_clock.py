@@ -42,7 +42,15 @@ async def _until(probe: Callable[[], T | None], timeout: float = 20) -> T:
 
 
 def _run(tmp_path: Path, clock: Clock, scenario: Callable[[ScheddClient], object]) -> None:
-    config = ScheddConfig(tmp_path / "pool", periodic_interval=0.1, kill_grace=1, fsync=False)
+    # The queue alone: the clock is the queue's business, and a whole pool would put a
+    # collector on the default port 9618 inside the test process.
+    config = ScheddConfig(
+        tmp_path / "pool",
+        periodic_interval=0.1,
+        kill_grace=1,
+        fsync=False,
+        daemons=frozenset({"MASTER", "SCHEDD"}),
+    )
     daemon = Daemon(config, clock=clock)
 
     async def main() -> None:
