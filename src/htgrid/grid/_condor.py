@@ -162,9 +162,9 @@ class CondorJob(CondorJobBase):
             await self.wait(pause)
         assert self.tag is not None  # SAVE_TAG or START set it
         self.resource.hold_slot(self)
-        ad_text = repr(self._remote_ad(self.tag))
+        remote_ad = self._remote_ad(self.tag)
         try:
-            fields = await self.condor.command("CONDOR_JOB_SUBMIT", ad_text)
+            fields = await self.condor.command("CONDOR_JOB_SUBMIT", repr(remote_ad))
         except LOST_GAHP as err:
             # It may or may not have reached the remote schedd: look the tag up.
             self.last_error = str(err)
@@ -183,6 +183,7 @@ class CondorJob(CondorJobBase):
         if parsed is None:
             return self._submit_refused(f"the GAHP answered the submit with job id {remote!r}")
         self.grid_id = parsed
+        self.submitted_ad = remote_ad
         self.resource.submit_succeeded()
         return _E.SUBMIT_OK
 
@@ -264,7 +265,9 @@ class CondorJob(CondorJobBase):
         if stop is not None:
             return stop
         assert self.grid_id is not None and self.tag is not None
-        stage_ad = build_stage_in_ad(self._remote_ad(self.tag), self.ad, self.grid_id)
+        # The ad the submit sent, not a second one built (after a restart there is none).
+        remote_ad = self.submitted_ad or self._remote_ad(self.tag)
+        stage_ad = build_stage_in_ad(remote_ad, self.ad, self.grid_id)
         result = await self._remote("CONDOR_JOB_STAGE_IN", repr(stage_ad))
         if isinstance(result, str):
             too_large = result.startswith(INPUT_TOO_LARGE)  # no retry fits it, whatever it says
@@ -278,6 +281,7 @@ class CondorJob(CondorJobBase):
             )
             return _E.STAGE_FAILED
         self.staged_in = True
+        self.submitted_ad = None
         # The upload released it there: a hold the next poll shows is a new one.
         self.remote_state = int(JobStatus.IDLE)
         self.failures = 0
@@ -519,6 +523,7 @@ class CondorJob(CondorJobBase):
         self.grid_id = None
         self.tag = None
         self.remote = None
+        self.submitted_ad = None
         self.remote_state = None
         self.remote_gone = self._fresh = self._missing = self.staged_in = False
         self._keep_remote = False

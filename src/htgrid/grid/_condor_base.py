@@ -66,6 +66,8 @@ class CondorJobBase(GridJob[CondorState, CondorEvent]):
         self.remote_gone = False
         self.last_error: str | None = None
         self.staged_in = False
+        #: The ad the submit sent, for the stage in (None after a restart: built again).
+        self.submitted_ad: ClassAd | None = None
         self._fresh = False
         self._missing = False
         self._hold: tuple[str, int, int] | None = None

@@ -1,0 +1,39 @@
+"""What the condor grid type asks of its GAHP for many jobs: how many requests go out at
+once (fake GAHP, real remote queue)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from htgrid.grid._condor_resource import CondorResource
+
+from ._harness import Grid, wait_for
+from .test_condor_paths import RESOURCE, Remote, _remote_of, _submit, run, running
+
+
+@pytest.fixture
+def remote_b(tmp_path: Path) -> Remote:
+    r = Remote(tmp_path / "remote")
+    yield r
+    r.queue.close()
+
+
+def test_requests_are_not_held_back_at_max_pending_requests(grid: Grid, remote_b: Remote) -> None:
+    """The condor GAHP batches what waits: the resource lets more than
+    GRIDMANAGER_MAX_PENDING_REQUESTS reach it, so that 12 submits can go as one batch."""
+    jobs = _submit(grid, 12)
+
+    async def main() -> None:
+        async with running(grid, remote_b, max_pending_requests=2) as manager:
+            for job in jobs:
+                await wait_for(
+                    "the stage in", lambda j=job: (r := _remote_of(grid, j)) and remote_b.idle(r)
+                )
+            resource = manager.resources[RESOURCE]
+            assert isinstance(resource, CondorResource)
+            assert resource.stats.max_in_flight > 2
+
+    run(main())
+    assert len(remote_b.jobs()) == 12  # each job once
