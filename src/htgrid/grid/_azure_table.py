@@ -61,7 +61,7 @@ import enum
 from collections.abc import Mapping
 from typing import Final
 
-from htgrid.grid._errors import BadTransition
+from htgrid.grid._table import draw_table, lookup
 
 __all__ = ["INITIAL", "TERMINAL", "TRANSITIONS", "AzureEvent", "AzureState", "draw", "next_state"]
 
@@ -179,15 +179,9 @@ TRANSITIONS: Final[Mapping[AzureState, Mapping[AzureEvent, AzureState]]] = {
 
 def next_state(state: AzureState, event: AzureEvent) -> AzureState:
     """Where `event` takes a job in `state`; BadTransition if the table has no such move."""
-    try:
-        return TRANSITIONS[state][event]
-    except KeyError:
-        raise BadTransition(f"azure job in {state.name} got {event.name}") from None
+    return lookup(TRANSITIONS, state, event, "azure")
 
 
 def draw() -> list[str]:
     """The table as the lines drawn in this module's docstring."""
-    lines = [f"{'state':<14}{'event':<20}next state"]
-    for state, moves in TRANSITIONS.items():
-        lines += [f"{state.name:<14}{event.name:<20}{to.name}" for event, to in moves.items()]
-    return lines
+    return draw_table(TRANSITIONS, 14)

@@ -91,7 +91,7 @@ import enum
 from collections.abc import Mapping
 from typing import Final
 
-from htgrid.grid._errors import BadTransition
+from htgrid.grid._table import draw_table, lookup
 
 __all__ = ["INITIAL", "TERMINAL", "TRANSITIONS", "CondorEvent", "CondorState", "draw", "next_state"]
 
@@ -267,15 +267,9 @@ TRANSITIONS: Final[Mapping[CondorState, Mapping[CondorEvent, CondorState]]] = {
 
 def next_state(state: CondorState, event: CondorEvent) -> CondorState:
     """Where `event` takes a job in `state`; BadTransition if the table has no such move."""
-    try:
-        return TRANSITIONS[state][event]
-    except KeyError:
-        raise BadTransition(f"condor job in {state.name} got {event.name}") from None
+    return lookup(TRANSITIONS, state, event, "condor")
 
 
 def draw() -> list[str]:
     """The table as the lines drawn in this module's docstring."""
-    lines = [f"{'state':<16}{'event':<20}next state"]
-    for state, moves in TRANSITIONS.items():
-        lines += [f"{state.name:<16}{event.name:<20}{to.name}" for event, to in moves.items()]
-    return lines
+    return draw_table(TRANSITIONS, 16)

@@ -101,7 +101,7 @@ import enum
 from collections.abc import Mapping
 from typing import Final
 
-from htgrid.grid._errors import BadTransition
+from htgrid.grid._table import draw_table, lookup
 
 __all__ = ["INITIAL", "TERMINAL", "TRANSITIONS", "Ec2Event", "Ec2State", "draw", "next_state"]
 
@@ -288,15 +288,9 @@ TRANSITIONS: Final[Mapping[Ec2State, Mapping[Ec2Event, Ec2State]]] = {
 
 def next_state(state: Ec2State, event: Ec2Event) -> Ec2State:
     """Where `event` takes a job in `state`; BadTransition if the table has no such move."""
-    try:
-        return TRANSITIONS[state][event]
-    except KeyError:
-        raise BadTransition(f"ec2 job in {state.name} got {event.name}") from None
+    return lookup(TRANSITIONS, state, event, "ec2")
 
 
 def draw() -> list[str]:
     """The table as the lines drawn in this module's docstring."""
-    lines = [f"{'state':<19}{'event':<20}next state"]
-    for state, moves in TRANSITIONS.items():
-        lines += [f"{state.name:<19}{event.name:<20}{to.name}" for event, to in moves.items()]
-    return lines
+    return draw_table(TRANSITIONS, 19)
