@@ -8,8 +8,10 @@ usage or input (the message names the file, line or column), 3 an internal error
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
+from typing import Final
 
 from htgrid.errors import HTGridError
 
@@ -20,66 +22,78 @@ EXIT_NO = 1
 EXIT_USAGE = 2
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: Each command word and the module that registers it: a command imports only its own
+#: module, so that `htgrid gahp condor` (started per remote pool) or `htgrid q` does not
+#: pay for the web server, the submit language and the rest at every start.
+_MODULES: Final = {
+    "classad": "_classad",
+    "gahp": "_gahp",
+    "gridmanager": "_grid",
+    "collector": "_status",
+    "status": "_status",
+    "advertise": "_status",
+    "startd": "_startd",
+    "token": "_token",
+    "trust": "_trust",
+    "config_val": "_config_val",
+    "up": "_pool",
+    "down": "_pool",
+    "submit": "_submit",
+    "q": "_q",
+    "rm": "_act",
+    "hold": "_act",
+    "release": "_act",
+    "qedit": "_act",
+    "history": "_history",
+    "wait": "_wait",
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of `command` alone when it is one of them."""
     from htgrid import __version__
-    from htgrid.cli import (
-        _act,
-        _classad,
-        _config_val,
-        _gahp,
-        _grid,
-        _history,
-        _pool,
-        _q,
-        _startd,
-        _status,
-        _submit,
-        _token,
-        _trust,
-        _wait,
-    )
 
     parser = argparse.ArgumentParser(
         prog="htgrid", description="HTCondor's grid machinery: ClassAds, queue, grid jobs."
     )
     parser.add_argument("--version", action="version", version=f"htgrid {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    _classad.register(commands)
-    _gahp.register(commands)
-    _grid.register(commands)
-    _status.register(commands)  # collector, status, advertise
-    _startd.register(commands)  # the execute node
-    _token.register(commands)  # token create, list, revoke
-    _trust.register(commands)  # trust add, list, remove (other pools' CAs)
-    _config_val.register(commands)  # the pool's knobs
-    for jobs in (_pool, _submit, _q, _act, _history, _wait):  # the job queue's commands
-        jobs.register(commands)
+    if command in _MODULES:
+        names = [_MODULES[command]]
+    else:  # help, a typo: every command, in the order `htgrid --help` lists them
+        names = list(dict.fromkeys(_MODULES.values()))
+    for name in names:
+        importlib.import_module(f"htgrid.cli.{name}").register(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(words[0] if words else None)
+    args = parser.parse_args(words)
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    from htgrid.net import DaemonUnavailable
-    from htgrid.queue import JobNotFound, NotAuthorized
-
     try:
         return int(handler(args))
-    except (DaemonUnavailable, JobNotFound, NotAuthorized) as err:
-        print(f"htgrid: {err}", file=sys.stderr)  # a negative answer, not bad input
-        return EXIT_NO
     except HTGridError as err:
         print(f"htgrid: {err}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_NO if _negative(err) else EXIT_USAGE
     except OSError as err:
         print(f"htgrid: {err.strerror or err}: {err.filename or ''}".rstrip(": "), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+
+
+def _negative(err: HTGridError) -> bool:
+    """Whether `err` is a negative answer (no daemon, no such job, not yours), not bad input."""
+    # Imported here, not at the top: a GAHP server or `htgrid classad` never needs them.
+    from htgrid.net import DaemonUnavailable
+    from htgrid.queue import JobNotFound, NotAuthorized
+
+    return isinstance(err, (DaemonUnavailable, JobNotFound, NotAuthorized))
 
 
 if __name__ == "__main__":
