@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from htgrid.gahp import Call, Command, GahpServer, GahpVersion
+import htgrid.gahp.server as gahp_server
+from htgrid.gahp import BadArguments, Call, Command, GahpServer, GahpVersion
 from htgrid.gahp.server import ServerState
 
 from ._fakes import settle
@@ -368,3 +369,68 @@ def test_duplicate_commands_are_refused() -> None:
         GahpServer(VERSION, [Command("RESULTS", 0, toy.echo)])
     with pytest.raises(ValueError, match="worker"):
         GahpServer(VERSION, [Command("X", 0, toy.echo, workers=0)])
+
+
+class Numbers:
+    """A command whose parser reads its argument as a number, recording what ran when."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def parse(self, args: tuple[str, ...]) -> int:
+        self.events.append(f"parsed {args[0]}")
+        if not args[0].isdigit():
+            raise BadArguments(f"not a number: {args[0]!r}")
+        return int(args[0])
+
+    async def double(self, call: Call) -> Sequence[str]:
+        await asyncio.sleep(0)  # a handler that waits: it goes on in a task
+        self.events.append(f"ran {call.args[0]}")
+        return (str(2 * call.parsed),)
+
+    def server(self) -> GahpServer:
+        return GahpServer(VERSION, [Command("DOUBLE", 1, self.double, parse=self.parse)])
+
+
+def test_a_commands_parser_answers_e_and_hands_what_it_made_to_the_handler() -> None:
+    async def main() -> None:
+        numbers = Numbers()
+        pipe = Pipe()
+        task = asyncio.create_task(numbers.server().serve(pipe.reader, pipe))
+        pipe.send("DOUBLE", "1", "x7")
+        pipe.send("DOUBLE", "2", "21")
+        await settle()
+        pipe.send("RESULTS")
+        pipe.send("QUIT")
+        await task
+        assert pipe.lines()[1:] == [
+            ["E", "not a number: 'x7'"],
+            ["S"],
+            ["S", "1"],
+            ["2", "42"],
+            ["S"],
+        ]
+        # Each request parsed once; the refused one never reached the handler.
+        assert numbers.events == ["parsed x7", "parsed 21", "ran 21"]
+
+    run(main())
+
+
+def test_a_long_burst_of_requests_lets_the_handlers_started_run_while_it_is_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every request makes its time slice run out: the reading task lets the loop run after
+    # each line, as it does every few milliseconds of a real burst.
+    monkeypatch.setattr(gahp_server, "_SLICE", -1.0)
+
+    async def main() -> None:
+        numbers = Numbers()
+        pipe = Pipe()
+        task = asyncio.create_task(numbers.server().serve(pipe.reader, pipe))
+        pipe.reader.feed_data(b"".join(request_line("DOUBLE", str(n), str(n)) for n in range(1, 7)))
+        pipe.send("QUIT")
+        await task
+        assert numbers.events.index("ran 1") < numbers.events.index("parsed 6")
+        assert [line for line in pipe.lines()[1:] if line != ["R"]] == [["S"]] * 7
+
+    run(main())

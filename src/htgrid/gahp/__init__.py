@@ -35,6 +35,7 @@ from htgrid.gahp._codec import (
     unnull,
 )
 from htgrid.gahp._errors import (
+    BadArguments,
     GahpError,
     GahpProtocolError,
     GahpRequestRefused,
@@ -50,6 +51,7 @@ __all__ = [
     "MAX_LINE_LENGTH",
     "NULL",
     "REQUEST_ID_MAX",
+    "BadArguments",
     "ByteReader",
     "ByteWriter",
     "Call",

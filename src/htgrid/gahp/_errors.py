@@ -3,6 +3,7 @@
 GahpError
 ├── GahpProtocolError    (the peer sent something malformed: restart or ignore the peer)
 ├── LocalGahpError       (we were about to send something the protocol cannot carry: our bug)
+├── BadArguments         (a request's arguments cannot be right: the server answers E)
 ├── GahpRequestRefused   (the server answered E or F to a request)
 ├── GahpTimeout          (no result within the caller's time limit; the request id stays reserved)
 └── GahpServerExited     (the server process went away; every request in flight is lost)
@@ -16,6 +17,7 @@ from __future__ import annotations
 from htgrid.errors import HTGridError
 
 __all__ = [
+    "BadArguments",
     "GahpError",
     "GahpProtocolError",
     "GahpRequestRefused",
@@ -35,6 +37,10 @@ class GahpProtocolError(GahpError):
 
 class LocalGahpError(GahpError):
     """We tried to send something the GAHP protocol cannot carry."""
+
+
+class BadArguments(GahpError):
+    """A command's argument parser refused a request; the server answers `E <message>`."""
 
 
 class GahpRequestRefused(GahpError):

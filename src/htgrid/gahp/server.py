@@ -1,8 +1,10 @@
 """An asyncio GAHP server: the protocol's common commands, with a GAHP type's commands plugged in.
 
 A GAHP type (the batch GAHP, a cloud GAHP...) supplies `Command`s: a name, how many arguments
-follow the request id, an async handler returning the result line's fields, and a worker
-limit. The runtime answers every request line at once (S, E or F), starts the handler
+follow the request id, an async handler returning the result line's fields, a worker
+limit, and optionally a parser of the arguments (it raises BadArguments for a request to
+answer E; what it returns reaches the handler as `Call.parsed`, so nothing is parsed twice).
+The runtime answers every request line at once (S, E or F), starts the handler
 (a handler that has to wait goes on in a task; see _eager.py), queues result lines for
 `RESULTS` and, in async mode, prints `R` when a batch starts. The common commands (COMMANDS,
 VERSION, QUIT, RESULTS, ASYNC_MODE_ON/OFF, RESPONSE_PREFIX and the credential commands) are
@@ -42,7 +44,7 @@ from htgrid.gahp._codec import (
     unnull,
 )
 from htgrid.gahp._eager import finish_in_task
-from htgrid.gahp._errors import GahpError, GahpProtocolError
+from htgrid.gahp._errors import BadArguments, GahpError, GahpProtocolError
 from htgrid.gahp._streams import ByteReader, ByteWriter, stdin_reader, stdout_writer
 
 __all__ = [
@@ -90,6 +92,8 @@ class Call(NamedTuple):
     request_id: int
     args: tuple[str, ...]
     credentials: Credentials
+    #: What the command's `parse` made of `args` (None without one).
+    parsed: Any = None
 
 
 Handler = Callable[[Call], Coroutine[Any, Any, Sequence[str]]]
@@ -102,7 +106,9 @@ class Command:
     `params` counts the arguments after the request id (at least that many when
     `variadic`). `workers` bounds how many run at once; one more is refused with
     `F Threads limit reached`, as the blahp does. `on_error` builds the result fields
-    reported when the handler raises (without it the request gets no result).
+    reported when the handler raises (without it the request gets no result). `parse`
+    reads the arguments before the handler starts: BadArguments from it is answered
+    `E <its message>`; its value is the handler's `Call.parsed`.
     """
 
     name: str
@@ -111,6 +117,7 @@ class Command:
     workers: int = 50
     variadic: bool = False
     on_error: Callable[[str], Sequence[str]] | None = None
+    parse: Callable[[tuple[str, ...]], Any] | None = None
 
 
 class ServerState(enum.Enum):
@@ -130,6 +137,9 @@ _TRANSITIONS: dict[ServerState, frozenset[ServerState]] = {
 }
 
 _READ_SIZE = 256 * 1024
+# The longest the reading task dispatches requests before letting the loop run: a burst of
+# requests must not hold back the handlers (and their network traffic) of the first ones.
+_SLICE = 0.005
 
 _Builtin = Callable[["GahpServer", tuple[str, ...]], bytes]
 
@@ -237,6 +247,7 @@ class GahpServer:
 
     async def _read_loop(self, reader: ByteReader, writer: ByteWriter) -> None:
         splitter = LineSplitter(self._max_line)
+        clock = asyncio.get_running_loop().time
         while self._state is ServerState.SERVING:
             try:
                 data = await reader.read(_READ_SIZE)
@@ -251,6 +262,7 @@ class GahpServer:
             # Handlers that finish at once queue results meanwhile: their R goes after
             # the return lines (the protocol allows either order; this one reads better).
             self._in_batch = True
+            due = clock() + _SLICE
             try:
                 while self._state is ServerState.SERVING:
                     try:
@@ -264,17 +276,33 @@ class GahpServer:
                         replies.append(self._dispatch(line))
                         if self._quit_requested:
                             break
+                        if clock() > due:
+                            # A long burst: answer what was read so far and let the
+                            # handlers started run before reading on.
+                            self._in_batch = False
+                            if not await self._send_replies(replies, writer):
+                                return
+                            replies = []
+                            await asyncio.sleep(0)
+                            self._in_batch = True
+                            due = clock() + _SLICE
             finally:
                 self._in_batch = False
-            if self._notify_due:
-                self._notify_due = False
-                replies.append(encode_notification(self._prefix))
-            try:
-                writer.write(b"".join(replies))
-                await writer.drain()
-            except (OSError, RuntimeError) as err:
-                log.warning("writing replies failed: %s", err)
+            if not await self._send_replies(replies, writer):
                 return
+
+    async def _send_replies(self, replies: list[bytes], writer: ByteWriter) -> bool:
+        """Write the return lines (and an R due meanwhile); False when the client is gone."""
+        if self._notify_due:
+            self._notify_due = False
+            replies.append(encode_notification(self._prefix))
+        try:
+            writer.write(b"".join(replies))
+            await writer.drain()
+        except (OSError, RuntimeError) as err:
+            log.warning("writing replies failed: %s", err)
+            return False
+        return True
 
     def _dispatch(self, line: bytes) -> bytes:
         """The return line for one request line; starts the handler of an async command."""
@@ -295,11 +323,18 @@ class GahpServer:
                 request_id = parse_request_id(text)
             except GahpProtocolError:
                 return self._reply(ReplyCode.ERROR, f"Bad request id {text}")
+        args = tuple(fields[2:])
+        parsed = None
+        if command.parse is not None:
+            try:
+                parsed = command.parse(args)
+            except BadArguments as err:
+                return self._reply(ReplyCode.ERROR, str(err))
         busy = self._busy
         if busy[name] >= command.workers:
             return self._reply(ReplyCode.FAILURE, THREADS_LIMIT_REACHED)
         busy[name] += 1
-        call = Call(name, request_id, tuple(fields[2:]), self._credentials)
+        call = Call(name, request_id, args, self._credentials, parsed)
         # The handler's first step runs here (run_eagerly, inlined: this is the hot path);
         # only a handler that has to wait costs a task.
         coro = command.handler(call)
