@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Mapping, Sequence
+from collections.abc import AsyncIterable, Callable, Mapping, Sequence
 from typing import Any, BinaryIO, Protocol
 
 from htgrid.classad import ClassAd
@@ -76,6 +76,18 @@ class QueueBackend(Protocol):
 
     async def get_output(self, identity: Identity, job_id: JobId) -> BinaryIO:
         """The job's output sandbox as a tar in a file, rewound; the caller closes it."""
+        ...
+
+    async def get_outputs(
+        self,
+        identity: Identity,
+        job_ids: Sequence[JobId],
+        describe: Callable[[Mapping[JobId, ClassAd | HTGridError]], bytes],
+    ) -> BinaryIO:
+        """Several jobs' output sandboxes in one tar in a file, rewound; the caller closes
+        it. Its first member, `jobs.json`, is `describe` of what each job got (its ad, or
+        the error refusing it, as `get_output` would raise); then the files of each job
+        answered, under its id (`12.0/out.txt`)."""
         ...
 
     async def update_leases(self, identity: Identity, leases: Mapping[JobId, int]) -> list[JobId]:

@@ -16,6 +16,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from htgrid.net._sandbox_routes import MAX_OUTPUT_JOBS
+
 if TYPE_CHECKING:
     from htgrid.net.app import RouteSpec
 
@@ -91,6 +93,11 @@ SCHEMAS: Final[dict[str, dict[str, Any]]] = {
                 },
             }
         },
+    },
+    "JobIds": {
+        "type": "object",
+        "required": ["jobs"],
+        "properties": {"jobs": {**_IDS, "minItems": 1, "maxItems": MAX_OUTPUT_JOBS}},
     },
     "Leases": {
         "type": "object",

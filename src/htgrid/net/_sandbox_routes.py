@@ -4,11 +4,16 @@
     PUT  /v1/jobs/input          one tar for several jobs (`12.0/file`, `12.1/file`):
                                  {"jobs": {"12.0": "ok", "12.1": <problem document>}}
     GET  /v1/jobs/{c.p}/output   the job's output sandbox as a plain tar
+    POST /v1/jobs/output         {"jobs": ["12.0", "12.1"]}: their outputs in one tar,
+                                 `jobs.json` first ({"12.0": {"ad": <ad>}, "12.1":
+                                 <problem document>}), then `12.0/out.txt`...
     POST /v1/jobs/lease          {"leases": {"c.p": <epoch seconds>, ...}}
 
 Sandboxes stream: the upload is handed to the backend as it arrives (the backend writes
 it to disk and refuses it, 413, past MAX_TRANSFER_INPUT_MB), and the output tar is sent
-from the backend's file a MiB at a time, its reads off the event loop.
+from the backend's file a MiB at a time, its reads off the event loop. In a batch each
+job is answered on its own (its ad and files, or a 404, 403 or 413 problem document),
+so one job refused does not fail the others.
 
 Handlers only: `app.ROUTES` lists them with the others.
 """
@@ -16,12 +21,15 @@ Handlers only: `app.ROUTES` lists them with the others.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, BinaryIO, Final
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from htgrid.classad import ClassAd
+from htgrid.errors import HTGridError
 from htgrid.net._errors import BadRequest
 from htgrid.net._problems import to_problem
 from htgrid.queue import JobId
@@ -29,11 +37,22 @@ from htgrid.queue import JobId
 if TYPE_CHECKING:
     from htgrid.net.app import _Call
 
-__all__ = ["TAR", "get_output", "job_id_of", "put_input", "put_inputs", "update_leases"]
+__all__ = [
+    "MAX_OUTPUT_JOBS",
+    "TAR",
+    "get_output",
+    "get_outputs",
+    "job_id_of",
+    "put_input",
+    "put_inputs",
+    "update_leases",
+]
 
 TAR: Final = "application/x-tar"
 _TAR_TYPES: Final = frozenset({TAR, "application/octet-stream"})
 _CHUNK: Final = 1 << 20
+#: The most jobs one POST /v1/jobs/output may name.
+MAX_OUTPUT_JOBS: Final = 1000
 
 
 def job_id_of(call: _Call) -> JobId:
@@ -85,6 +104,40 @@ async def get_output(call: _Call) -> Response:
     size = os.fstat(tar.fileno()).st_size
     headers = {"Content-Length": str(size)}
     return StreamingResponse(_chunks(tar), media_type=TAR, headers=headers)
+
+
+async def get_outputs(call: _Call) -> Response:
+    """Several jobs' outputs in one tar; each job's ad or refusal in `jobs.json`."""
+    body = await call.json()
+    named = body.get("jobs")
+    if not isinstance(named, list) or not named:
+        raise BadRequest('"jobs" must be a non-empty list of job ids ("cluster.proc")')
+    if len(named) > MAX_OUTPUT_JOBS:
+        raise BadRequest(f'"jobs" names {len(named)} jobs, over the {MAX_OUTPUT_JOBS} a request')
+    job_ids: dict[JobId, None] = {}  # in order, each once
+    for text in named:
+        try:
+            if not isinstance(text, str):
+                raise ValueError(f"not a job id (cluster.proc): {json.dumps(text)}")
+            job_ids[JobId.parse(text)] = None
+        except ValueError as exc:
+            raise BadRequest(f'"jobs": {exc}') from None
+    tar = await call.backend.get_outputs(call.identity, list(job_ids), _describe)
+    size = os.fstat(tar.fileno()).st_size
+    headers = {"Content-Length": str(size)}
+    return StreamingResponse(_chunks(tar), media_type=TAR, headers=headers)
+
+
+def _describe(answers: Mapping[JobId, ClassAd | HTGridError]) -> bytes:
+    """`jobs.json` of a batch of outputs: per job `{"ad": <its ad>}` or its problem."""
+    parts = []
+    for job_id, answer in answers.items():
+        if isinstance(answer, ClassAd):
+            value = '{"ad": ' + answer.printJson() + "}"  # the ad's JSON text as is
+        else:
+            value = json.dumps(to_problem(answer))
+        parts.append(f"{json.dumps(str(job_id))}: {value}")
+    return ("{" + ",\n".join(parts) + "}").encode("utf-8")
 
 
 async def update_leases(call: _Call) -> Response:

@@ -31,6 +31,7 @@ from htgrid.net._peer import Authenticator
 from htgrid.net._problems import to_problem
 from htgrid.net._sandbox_routes import (
     get_output,
+    get_outputs,
     job_id_of,
     put_input,
     put_inputs,
@@ -213,6 +214,10 @@ ROUTES: tuple[RouteSpec, ...] = (
               "Each job's outcome on its own", put_inputs, body="Tar", returns="Staged"),
     RouteSpec("GET", "/v1/jobs/{job_id}/output", "get_output",
               "The job's output sandbox as a tar", get_output, returns="Tar"),
+    RouteSpec("POST", "/v1/jobs/output", "get_outputs",
+              "Several jobs' output sandboxes in one tar: first jobs.json, each job's ad "
+              "or the problem document of its refusal, then each answered job's files "
+              "under its id (12.0/out.txt)", get_outputs, body="JobIds", returns="Tar"),
     RouteSpec("POST", "/v1/jobs/lease", "lease", "Renew the leases of jobs (JobLeaseExpiration)",
               update_leases, body="Leases"),
 )  # fmt: skip

@@ -5,7 +5,8 @@ anyone may read, users act on their own jobs, administrators on all. A job submi
 by a user is owned by that user whatever its ad says. A job submitted held with
 HoldReasonCode 16 (SpoolingInput) gets its own spool directory as Iwd (the submitter's
 kept in SUBMIT_Iwd); its input arrives with `put_input` (or with other jobs' in one
-`put_inputs`), which then releases it.
+`put_inputs`), which then releases it; its output leaves with `get_output` (or with
+other jobs' in one `get_outputs`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, BinaryIO, Final
 
 from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
-from htgrid.net._errors import BadRequest
+from htgrid.net._errors import BadRequest, SandboxTooLarge
 from htgrid.net._wire import Jobs
 from htgrid.queue import (
     HoldReasonCode,
@@ -38,7 +39,9 @@ from htgrid.schedd._spool import (
     NO_LIMIT,
     BatchInput,
     SizeLimit,
+    output_files,
     pack_output,
+    pack_outputs,
     read_batch,
     receive_input,
     unpack_input,
@@ -342,6 +345,53 @@ class QueueService:
             raise
         return tar
 
+    async def get_outputs(
+        self,
+        identity: Identity,
+        job_ids: Sequence[JobId],
+        describe: Callable[[Mapping[JobId, ClassAd | HTGridError]], bytes],
+    ) -> BinaryIO:
+        """Several jobs' output sandboxes in one tar, each job answered on its own: its ad
+        and files, or why not (not in the queue, not the caller's, over
+        MAX_TRANSFER_OUTPUT_MB); `describe` makes the tar's first member of those."""
+        ads = await self._worker.read(lambda q: _ads_of(q, job_ids))
+        start = int(self._clock())
+
+        def pack() -> tuple[BinaryIO, list[JobId]]:
+            answers: dict[JobId, ClassAd | HTGridError] = {}
+            files: dict[str, dict[str, Path]] = {}
+            for job_id in job_ids:
+                ad = ads.get(job_id)
+                owner = None if ad is None else ad.get("Owner")
+                if ad is None:
+                    answers[job_id] = JobNotFound(f"job {job_id} is not in the queue")
+                elif not isinstance(owner, str) or not identity.may_act_on(owner):
+                    answers[job_id] = NotAuthorized(
+                        f"job {job_id} is owned by {owner}; {identity.name} may not "
+                        "fetch the output of it"
+                    )
+                else:
+                    sandbox, what = self._spool(*_ids(job_id)), f"the output of job {job_id}"
+                    try:
+                        files[str(job_id)] = output_files(ad, sandbox, self._max_output, what)
+                        answers[job_id] = ad
+                    except SandboxTooLarge as exc:
+                        answers[job_id] = exc
+            tar = pack_outputs(describe(answers), files, self._scratch)
+            return tar, [
+                job_id for job_id, answer in answers.items() if isinstance(answer, ClassAd)
+            ]
+
+        tar, packed = await asyncio.to_thread(pack)
+        try:
+            if packed:
+                done = {"StageOutStart": start, "StageOutFinish": int(self._clock())}
+                await self._worker.write(lambda q: _edit_each(q, identity, packed, done))
+        except BaseException:
+            tar.close()
+            raise
+        return tar
+
     async def update_leases(self, identity: Identity, leases: Mapping[JobId, int]) -> list[JobId]:
         def renew(q: JobQueue) -> list[JobId]:
             groups: dict[int, list[JobId]] = {}
@@ -389,6 +439,17 @@ def _ads_of(q: JobQueue, ids: Sequence[JobId]) -> dict[JobId, ClassAd]:
         with contextlib.suppress(JobNotFound):
             found[job_id] = q.get(job_id)
     return found
+
+
+def _edit_each(q: JobQueue, identity: Identity, ids: list[JobId], attrs: Mapping[str, int]) -> None:
+    """`attrs` set in the jobs of `ids` in one transaction (one by one if one of them
+    left or changed meanwhile)."""
+    try:
+        q.edit(ids, attrs, identity)
+    except HTGridError:
+        for job_id in ids:
+            with contextlib.suppress(HTGridError):
+                q.edit([job_id], attrs, identity)
 
 
 def _finish_staging(

@@ -4,8 +4,10 @@ A job submitted held with HoldReasonCode 16 (SpoolingInput) runs in
 `<home>/spool/<cluster>/<proc>/`. Its input arrives as a plain tar, streamed to an
 unnamed temporary file beside the sandbox (`receive_input`, never whole in memory), then
 unpacked (`unpack_input`; several jobs' inputs in one tar, a top-level directory per job,
-with `read_batch` and `unpack_members`, each job refused or unpacked on its own); its output leaves as one, packed into an unnamed temporary file
-(`pack_output`). `unpack_input` and `pack_output` block: call them off the event loop.
+with `read_batch` and `unpack_members`, each job refused or unpacked on its own); its
+output leaves as one, packed into an unnamed temporary file (`pack_output`; several
+jobs' outputs in one tar, `jobs.json` first, with `output_files` and `pack_outputs`).
+`unpack_input` and the packing block: call them off the event loop.
 Both directions are capped (`SizeLimit`: MAX_TRANSFER_INPUT_MB, MAX_TRANSFER_OUTPUT_MB).
 
 Nothing a caller sends may land outside the sandbox: members must be regular files or
@@ -29,7 +31,7 @@ import shutil
 import stat
 import tarfile
 import tempfile
-from collections.abc import AsyncIterable, Iterator
+from collections.abc import AsyncIterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Final
@@ -38,11 +40,14 @@ from htgrid.classad import ClassAd
 from htgrid.net._errors import BadRequest, SandboxTooLarge
 
 __all__ = [
+    "INDEX",
     "NO_LIMIT",
     "BatchInput",
     "SizeLimit",
     "manifest_path",
+    "output_files",
     "pack_output",
+    "pack_outputs",
     "read_batch",
     "receive_input",
     "unpack_input",
@@ -50,6 +55,8 @@ __all__ = [
 ]
 
 _CHUNK: Final = 1 << 20
+#: The first member of a tar of several jobs' outputs: what each job got (`pack_outputs`).
+INDEX: Final = "jobs.json"
 _LIST_SPLIT: Final = re.compile(r"[\s,]+")
 _MIB: Final = 1 << 20
 Manifest = dict[str, tuple[int, int]]  # member name -> (size, mtime in ns)
@@ -426,15 +433,46 @@ def pack_output(
 
     SandboxTooLarge, before anything is packed, when its files add up to over `limit`.
     """
-    iwd_value = ad.get("Iwd")
-    iwd = Path(iwd_value) if isinstance(iwd_value, str) and iwd_value else sandbox
-    wanted = _wanted(ad, iwd, sandbox)
-    limit.check(sum(_size(path) for path in wanted.values()), what)
+    wanted = output_files(ad, sandbox, limit, what)
     packed = _scratch_file(scratch)
     try:
         with tarfile.open(fileobj=packed, mode="w:", format=tarfile.PAX_FORMAT) as tar:
             for name, path in wanted.items():
                 _add_file(tar, path, name)
+        packed.seek(0)
+    except BaseException:
+        packed.close()
+        raise
+    return packed
+
+
+def output_files(
+    ad: ClassAd, sandbox: Path, limit: SizeLimit = NO_LIMIT, what: str = "the output"
+) -> dict[str, Path]:
+    """The files of the job's output sandbox by member name (see `_wanted`);
+    SandboxTooLarge when they add up to over `limit`."""
+    iwd_value = ad.get("Iwd")
+    iwd = Path(iwd_value) if isinstance(iwd_value, str) and iwd_value else sandbox
+    wanted = _wanted(ad, iwd, sandbox)
+    limit.check(sum(_size(path) for path in wanted.values()), what)
+    return wanted
+
+
+def pack_outputs(
+    index: bytes, files: Mapping[str, Mapping[str, Path]], scratch: Path | None = None
+) -> BinaryIO:
+    """Several jobs' output sandboxes as one plain tar in an unnamed file under
+    `scratch`, rewound: first `jobs.json` holding `index`, then each job's files (`files`:
+    job id -> member name -> file, from `output_files`) under its id, `12.0/out.txt`."""
+    packed = _scratch_file(scratch)
+    try:
+        with tarfile.open(fileobj=packed, mode="w:", format=tarfile.PAX_FORMAT) as tar:
+            info = tarfile.TarInfo(INDEX)
+            info.size, info.mode = len(index), 0o644
+            tar.addfile(info, io.BytesIO(index))
+            for job, wanted in files.items():
+                for name, path in wanted.items():
+                    _add_file(tar, path, f"{job}/{name}")
         packed.seek(0)
     except BaseException:
         packed.close()

@@ -268,6 +268,21 @@ def test_malformed_requests_are_answered_e(gahp: Wire, request_fields: list[str]
     assert gahp.ask("RESULTS") == ["S", "0"]  # and nothing was started
 
 
+@pytest.mark.parametrize("command", ["CONDOR_JOB_SUBMIT", "CONDOR_JOB_STAGE_IN"])
+def test_an_ad_that_does_not_parse_is_answered_e_with_the_parsers_reason(
+    gahp: Wire, tmp_path: Path, command: str
+) -> None:
+    with pytest.raises(classad.ClassAdException) as parsed:
+        classad.ClassAd("[ A = ; B = 1 ]")
+    reason = "not a ClassAd: " + str(parsed.value).splitlines()[0]
+
+    bad = gahp.ask(command, "7", SCHEDD_NAME, "[ A = ; B = 1 ]")
+    good = gahp.call("CONDOR_JOB_SUBMIT", SCHEDD_NAME, job_ad(sandbox(tmp_path)))
+
+    assert bad == ["E", reason]
+    assert good[0] == "S"  # the GAHP goes on serving; the good ad's own parse reached it
+
+
 def test_update_token_names_the_token_to_present(remote: RemotePool, tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(f"# from the grid manager\n{remote.token}\n")

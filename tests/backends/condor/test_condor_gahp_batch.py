@@ -9,11 +9,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from htgrid.backends.condor._http import RemoteSettings
+import htgrid.classad as classad
+from htgrid.backends.condor import _sandbox as sandbox
+from htgrid.backends.condor._errors import RemoteRefusal
+from htgrid.backends.condor._http import Endpoint, FileBody, RemoteSettings
 from htgrid.backends.condor.server import CondorGahp, CondorOptions
 from htgrid.gahp import Call, Credentials
 
@@ -24,28 +28,35 @@ from .test_condor_gahp import job_ad, status, wait_status
 Handler = str  # the CondorGahp method a command runs
 
 
-def _options(remote: RemotePool) -> CondorOptions:
+def _options(remote: RemotePool, **options: Any) -> CondorOptions:
     return CondorOptions(
         remote=RemoteSettings(ca_files=(str(remote.ca_file),)),
         token_dirs=(remote.tokens_dir,),
+        **options,
     )
 
 
 def run_together(
-    remote: RemotePool, command: str, handler: Handler, requests: Sequence[tuple[str, ...]]
+    remote: RemotePool,
+    command: str,
+    handler: Handler,
+    requests: Sequence[tuple[str, ...]],
+    **options: Any,
 ) -> tuple[list[Sequence[str]], list[str]]:
     """Every request of `requests` (the arguments after the schedd) at once in a fresh
-    GAHP; their results in order, and the HTTP requests the GAHP sent (method and path)."""
+    GAHP made with `options`; their results in order, and the HTTP requests the GAHP sent
+    (method and path; not those refused for want of a token, which go again with one)."""
     sent: list[str] = []
 
-    async def count(request: httpx.Request) -> None:
-        sent.append(f"{request.method} {request.url.path}")
+    async def count(response: httpx.Response) -> None:
+        if response.status_code != 401:
+            sent.append(f"{response.request.method} {response.request.url.path}")
 
     async def main() -> list[Sequence[str]]:
-        gahp = CondorGahp(_options(remote))
+        gahp = CondorGahp(_options(remote, **options))
         try:
             endpoint = await gahp.remotes.schedd(remote.url)
-            endpoint.client.event_hooks["request"].append(count)
+            endpoint.client.event_hooks["response"].append(count)
             run = getattr(gahp, handler)
             calls = [
                 run(Call(command, number, (remote.url, *args), Credentials()))
@@ -197,3 +208,142 @@ def test_jobs_of_one_remote_cluster_keep_their_own_attributes(
     assert ads[two_id]["Only2"] == 2.5 and "Only1" not in ads[two_id]
     assert (ads[one_id]["Shared"], ads[two_id]["Shared"]) == (1, 2)
     assert (ads[one_id]["Cmd"], ads[two_id]["Cmd"]) == ("job.sh", "other.sh")
+
+
+def one_batch(count: int) -> dict[str, Any]:
+    """Options under which `count` stage-ins go as one upload: the batch leaves when it
+    is full, whenever the last request comes."""
+    return {"stage_batch": count, "batch_window": 300.0}
+
+
+# Sizes around the tar's 512-byte blocks and the GAHP's 1 MiB copy chunks.
+SIZES = (0, 1, 511, 512, 513, 3 * 512 + 7, (1 << 20) + 3)
+
+
+def sized_inputs(iwd: Path, number: int) -> None:
+    """Input files of several sizes, and a directory with a file under a long name."""
+    for size in SIZES:
+        data = bytes((number + i) % 251 for i in range(size))
+        (iwd / f"in-{size}.dat").write_bytes(data)
+    deep = iwd / "tree" / "sub"
+    deep.mkdir(parents=True)
+    (deep / ("long-name-" * 12 + f"{number}.txt")).write_text(f"deep input of job {number}\n")
+
+
+def local_inputs(iwd: Path) -> dict[str, tuple[bytes, int]]:
+    """Each input file's contents and permission bits, by its name in the sandbox."""
+    files = {"job.sh": iwd / "job.sh", **{p.name: p for p in iwd.glob("in-*.dat")}}
+    files.update({str(p.relative_to(iwd)): p for p in (iwd / "tree").rglob("*") if p.is_file()})
+    return {name: (path.read_bytes(), path.stat().st_mode & 0o777) for name, path in files.items()}
+
+
+def spooled(remote: RemotePool, job_id: str, names: Sequence[str]) -> dict[str, tuple[bytes, int]]:
+    cluster, proc = job_id.split(".")
+    spool = remote.pool.home / "spool" / cluster / proc
+    return {
+        name: ((spool / name).read_bytes(), (spool / name).stat().st_mode & 0o777) for name in names
+    }
+
+
+def test_stage_ins_of_files_of_several_sizes_land_identical_in_one_upload(
+    remote: RemotePool, tmp_path: Path
+) -> None:
+    dirs = job_dirs(tmp_path, 4, "true\n")
+    for number, iwd in enumerate(dirs):
+        sized_inputs(iwd, number)
+    inputs = ",".join([*(f"in-{size}.dat" for size in SIZES), "tree"])
+    ads = [job_ad(iwd, TransferInput=inputs, JobUniverse=5) for iwd in dirs]
+    ids = submitted(run_together(remote, "CONDOR_JOB_SUBMIT", "submit", [(a,) for a in ads])[0])
+
+    requests = [(stage_ad(ad, job_id),) for ad, job_id in zip(ads, ids, strict=True)]
+    results, sent = run_together(
+        remote, "CONDOR_JOB_STAGE_IN", "stage_in", requests, **one_batch(4)
+    )
+
+    assert results == [("S", "NULL")] * 4
+    assert [r for r in sent if r.startswith("PUT ")] == ["PUT /v1/jobs/input"], sent
+    for iwd, job_id in zip(dirs, ids, strict=True):
+        wanted = local_inputs(iwd)
+        assert len(wanted) == len(SIZES) + 2
+        assert spooled(remote, job_id, list(wanted)) == wanted
+
+
+def test_an_input_file_gone_after_the_stage_in_was_accepted_fails_only_its_job(
+    remote: RemotePool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dirs = job_dirs(tmp_path, 5, "true\n")
+    ads = [job_ad(iwd, JobUniverse=5) for iwd in dirs]
+    ids = submitted(run_together(remote, "CONDOR_JOB_SUBMIT", "submit", [(a,) for a in ads])[0])
+    (dirs[3] / "data.txt").write_bytes(b"y" * 5000)
+    # The stage-ins of jobs 1 and 3 are accepted (their files looked at), and then job 1's
+    # input is removed and job 3's cut short before the batch's tar is written: job 3's
+    # goes as it is then.
+    look = sandbox.input_entries
+
+    def then_change(ad: classad.ClassAd) -> tuple[sandbox.InputEntry, ...]:
+        entries = look(ad)
+        iwd = Path(ad.eval("SUBMIT_Iwd"))
+        if iwd == dirs[1]:
+            (iwd / "data.txt").unlink()
+        elif iwd == dirs[3]:
+            (iwd / "data.txt").write_bytes(b"y" * 10)
+        return entries
+
+    monkeypatch.setattr(sandbox, "input_entries", then_change)
+    requests = [(stage_ad(ad, job_id),) for ad, job_id in zip(ads, ids, strict=True)]
+    results, sent = run_together(
+        remote, "CONDOR_JOB_STAGE_IN", "stage_in", requests, **one_batch(5)
+    )
+
+    gone = results[1]
+    assert gone[0] == "F" and gone[1].startswith("Error sending files to "), gone
+    assert f"{dirs[1] / 'data.txt'}' was removed before it could be sent" in gone[1]
+    assert [r for n, r in enumerate(results) if n != 1] == [("S", "NULL")] * 4
+    assert [r for r in sent if r.startswith("PUT ")] == ["PUT /v1/jobs/input"], sent
+    for number in (0, 2, 3, 4):
+        landed = spooled(remote, ids[number], ["data.txt"])["data.txt"][0]
+        assert landed == (dirs[number] / "data.txt").read_bytes()
+    assert spooled(remote, ids[3], ["data.txt"])["data.txt"][0] == b"y" * 10
+    wire = Wire(*remote.gahp_options("-s", SCHEDD_NAME))
+    try:
+        by_id = {f"{a['ClusterId']}.{a['ProcId']}": a for a in status(wire, "true")}
+    finally:
+        wire.close()
+    assert by_id[ids[1]]["JobStatus"] == 5  # still held, waiting for its input
+    cluster, proc = ids[1].split(".")
+    assert not (remote.pool.home / "spool" / cluster / proc / "job.sh").exists()
+
+
+def test_a_daemon_without_the_batch_upload_gets_each_jobs_own_tar(
+    remote: RemotePool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dirs = job_dirs(tmp_path, 3, "true\n")
+    for number, iwd in enumerate(dirs):
+        sized_inputs(iwd, number)
+    inputs = ",".join([*(f"in-{size}.dat" for size in SIZES), "tree"])
+    ads = [job_ad(iwd, TransferInput=inputs, JobUniverse=5) for iwd in dirs]
+    ids = submitted(run_together(remote, "CONDOR_JOB_SUBMIT", "submit", [(a,) for a in ads])[0])
+    upload = Endpoint.upload
+
+    async def without_batch_route(
+        self: Endpoint, path: str, body: FileBody, content_type: str
+    ) -> httpx.Response:
+        if path == "/v1/jobs/input":  # as a daemon older than the route answers
+            raise RemoteRefusal(
+                f"{self.what} answered HTTP 404: Not Found", status=404, error="", detail=""
+            )
+        return await upload(self, path, body, content_type)
+
+    monkeypatch.setattr(Endpoint, "upload", without_batch_route)
+    requests = [(stage_ad(ad, job_id),) for ad, job_id in zip(ads, ids, strict=True)]
+    results, sent = run_together(
+        remote, "CONDOR_JOB_STAGE_IN", "stage_in", requests, **one_batch(3)
+    )
+
+    assert results == [("S", "NULL")] * 3
+    assert sorted(r for r in sent if r.startswith("PUT ")) == [
+        f"PUT /v1/jobs/{job_id}/input" for job_id in sorted(ids)
+    ]
+    for iwd, job_id in zip(dirs, ids, strict=True):
+        wanted = local_inputs(iwd)
+        assert spooled(remote, job_id, list(wanted)) == wanted

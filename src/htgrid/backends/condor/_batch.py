@@ -20,13 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import tarfile
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Generic, TypeVar
 
 from htgrid.backends.condor._errors import INPUT_TOO_LARGE, RemoteRefusal, SandboxError
 from htgrid.backends.condor._http import Endpoint, FileBody
+from htgrid.backends.condor._sandbox import InputEntry, InputTar, scratch_file
 
 __all__ = ["Coalescer", "StageIn", "send_stage_ins", "send_submits"]
 
@@ -186,70 +186,95 @@ async def _submit_cluster(schedd: Endpoint, procs: list[str]) -> list[Outcome]:
 
 @dataclass(frozen=True, slots=True)
 class StageIn:
-    """One job's input: its remote id and its own tar, in a temporary file."""
+    """One job's input: its remote id, its files as stat saw them, and about their tar's
+    bytes (the batch's weight)."""
 
     job_id: str
-    tar: IO[bytes]
+    entries: tuple[InputEntry, ...]
     size: int
 
 
-def batch_tar(items: Sequence[StageIn], out: IO[bytes]) -> int:
-    """One tar of the jobs' tars, each job's members under its id (`12.0/`, `12.0/in`);
-    its size. Blocking: run it in a thread."""
+def batch_tar(items: Sequence[StageIn]) -> tuple[IO[bytes], int, dict[str, SandboxError]]:
+    """One tar of the jobs' input files, each job's members under its id (`12.0/`,
+    `12.0/in`), written straight from the files into a temporary file: the file, its
+    size, and the jobs left out because a file of theirs could not be read. Blocking:
+    run it in a thread."""
+    out = scratch_file()
     try:
-        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for item in items:
-                top = tarfile.TarInfo(item.job_id)
-                top.type, top.mode = tarfile.DIRTYPE, 0o755
-                tar.addfile(top)
-                item.tar.seek(0)
-                with tarfile.open(fileobj=item.tar, mode="r:") as one:
-                    for member in one:
-                        data = one.extractfile(member) if member.isfile() else None
-                        member.name = f"{item.job_id}/{member.name}"
-                        tar.addfile(member, data)
-        out.flush()
-        return out.tell()
-    except (OSError, tarfile.TarError) as exc:
+        tar = InputTar(out)
+        left_out: dict[str, SandboxError] = {}
+        for item in items:
+            try:
+                tar.add(item.entries, top=item.job_id)
+            except SandboxError as err:
+                left_out[item.job_id] = err
+        return out, tar.finish(), left_out
+    except OSError as exc:
+        out.close()
         raise SandboxError(f"cannot write the input tar of {len(items)} jobs: {exc}") from None
+    except BaseException:
+        out.close()
+        raise
 
 
 async def send_stage_ins(
-    schedd: Endpoint,
-    items: list[StageIn],
-    scratch: Callable[[], IO[bytes]],
-    one: Callable[[StageIn], Awaitable[Fields]],
+    schedd: Endpoint, items: list[StageIn], one: Callable[[StageIn], Awaitable[Fields]]
 ) -> list[Outcome]:
-    """Upload the inputs of `items` in one PUT /v1/jobs/input; each job's result line.
+    """Upload the inputs of `items` in one PUT /v1/jobs/input (a lone job's too: its tar
+    is written the same way); each job's result line.
 
-    A refusal of the whole upload (a daemon without the route, a body over its limit...)
-    sends each job's input on its own with `one`.
+    A job whose files cannot be read fails alone. A refusal of the whole upload (a daemon
+    without the route, a body over its limit...) sends each job's input on its own with
+    `one`.
     """
-    if len(items) == 1:
-        return [await one(items[0])]
-    if any(item.tar.closed for item in items):  # a request cancelled meanwhile: its tar is gone
-        gone = SandboxError("the stage-in was cancelled")
-        live = [item for item in items if not item.tar.closed]
-        sent = iter(await send_stage_ins(schedd, live, scratch, one) if live else [])
-        return [gone if item.tar.closed else next(sent) for item in items]
-    tar = await asyncio.to_thread(scratch)
     try:
-        size = await asyncio.to_thread(batch_tar, items, tar)
-        response = await schedd.upload("/v1/jobs/input", FileBody(tar, size), "application/x-tar")
-    except (RemoteRefusal, SandboxError) as err:
-        if isinstance(err, RemoteRefusal) and (err.status in (401, 403) or err.status >= 500):
-            raise
-        # Each on its own, so that each hears its own answer (or the local problem).
+        tar, size, left_out = await asyncio.to_thread(batch_tar, items)
+    except SandboxError:
         return list(await asyncio.gather(*(one(item) for item in items), return_exceptions=True))
-    finally:
-        await asyncio.to_thread(tar.close)
     try:
-        answers = json.loads(response.content).get("jobs")
+        sent = [item for item in items if item.job_id not in left_out]
+        answers: dict[str, Any] = {}
+        if sent:
+            try:
+                response = await schedd.upload(
+                    "/v1/jobs/input", FileBody(tar, size), "application/x-tar"
+                )
+            except (RemoteRefusal, SandboxError) as err:
+                if isinstance(err, RemoteRefusal) and (
+                    err.status in (401, 403) or err.status >= 500
+                ):
+                    raise
+                # Each on its own, so that each hears its own answer (or the local problem).
+                singles = await asyncio.gather(
+                    *(one(item) for item in sent), return_exceptions=True
+                )
+                answers = {item.job_id: result for item, result in zip(sent, singles, strict=True)}
+            else:
+                answers = {
+                    job_id: _staged(schedd, job_id, answer)
+                    for job_id, answer in _answers(response.content).items()
+                }
+    finally:
+        await asyncio.shield(asyncio.to_thread(tar.close))
+    return [
+        _unsent(schedd, left_out[item.job_id])
+        if item.job_id in left_out
+        else answers.get(item.job_id) or _staged(schedd, item.job_id, None)
+        for item in items
+    ]
+
+
+def _answers(body: bytes) -> dict[str, Any]:
+    """The per-job part of a batch upload's answer, `{"jobs": {"12.0": "ok", ...}}`."""
+    try:
+        answers = json.loads(body).get("jobs")
     except (ValueError, AttributeError):
         answers = None
-    if not isinstance(answers, dict):
-        answers = {}
-    return [_staged(schedd, item.job_id, answers.get(item.job_id)) for item in items]
+    return answers if isinstance(answers, dict) else {}
+
+
+def _unsent(schedd: Endpoint, err: SandboxError) -> Fields:
+    return ("F", f"Error sending files to {schedd.what}: {err}")
 
 
 def _staged(schedd: Endpoint, job_id: str, answer: Any) -> Fields:

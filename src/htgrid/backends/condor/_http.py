@@ -201,12 +201,19 @@ class Endpoint:
             raise refusal_of(self.what, response)
         return response
 
-    async def download(self, path: str, into: IO[bytes]) -> int:
-        """GET `path` and write its body to `into` as it comes (writes off the event loop);
-        the bytes written. Nothing is written when the answer is an error."""
+    async def download(self, path: str, into: IO[bytes], *, json_body: object = None) -> int:
+        """GET `path` (POST `json_body` to it, if given) and write the answer's body to
+        `into` as it comes (writes off the event loop); the bytes written. Nothing is
+        written when the answer is an error."""
         written = 0
+        method, content, headers = "GET", None, None
+        if json_body is not None:
+            method, content = "POST", json.dumps(json_body).encode("utf-8")
+            headers = {"content-type": "application/json"}
         with translate(self.what):
-            async with self.client.stream("GET", path) as response:
+            async with self.client.stream(
+                method, path, content=content, headers=headers
+            ) as response:
                 if response.status_code >= 400:
                     await response.aread()  # the problem document (small)
                     raise refusal_of(self.what, response)

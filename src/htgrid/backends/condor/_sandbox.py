@@ -2,20 +2,25 @@
 
 The tars live in unnamed temporary files (`scratch_file`: gone when closed, or when the
 process dies), never in memory, so a sandbox of any size costs the GAHP a MiB or so.
-Everything here blocks (files of any size): the server runs it in a worker thread. Names in a tar are relative to the remote sandbox; nothing outside it is
-accepted from the remote side, and every file is written atomically (a temporary file in
-the destination's directory, then a rename), so a crash never leaves half a file under
-its final name.
+A stage-in looks at its files first (`input_entries`, stat only); the tar is written
+later straight from them, one for a whole batch of jobs (`InputTar`). Everything here
+blocks (files of any size): the server runs it in a worker thread. Names in a tar are
+relative to the remote sandbox; nothing outside it is accepted from the remote side, and
+every file is written atomically (a temporary file in the destination's directory, then a
+rename), so a crash never leaves half a file under its final name.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import posixpath
 import shutil
+import stat
 import tarfile
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
@@ -24,15 +29,20 @@ import htgrid.classad as classad
 from htgrid.backends.condor._errors import SandboxError
 
 __all__ = [
+    "InputEntry",
     "InputFile",
+    "InputTar",
+    "input_entries",
     "input_files",
     "input_tar",
     "output_destinations",
     "scratch_file",
     "unpack_output",
+    "write_output",
 ]
 
 _CHUNK = 1024 * 1024
+_BLOCK = tarfile.BLOCKSIZE
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,38 +131,145 @@ def scratch_file() -> IO[bytes]:
         ) from None
 
 
-def input_tar(ad: classad.ClassAd, out: IO[bytes]) -> int:
-    """Write the stage-in tar of `ad`'s input files to `out` (plain tar, names relative to
-    the sandbox); its size in bytes."""
-    files = input_files(ad)
+@dataclass(frozen=True, slots=True)
+class InputEntry:
+    """One member of a stage-in tar: a local file or directory, its name in the remote
+    sandbox, and what stat said of it (the size weighs the batch; the tar takes the size
+    the file has when it is copied)."""
+
+    path: str
+    name: str
+    size: int  # 0 for a directory
+    mode: int
+    mtime: int
+    is_dir: bool
+
+
+def input_entries(ad: classad.ClassAd) -> tuple[InputEntry, ...]:
+    """The members of `ad`'s stage-in tar, found by stat (directories walked in name
+    order); no file is read. Links, devices and the like are left out: a link could
+    point outside the sandbox."""
+    entries: list[InputEntry] = []
+    for item in input_files(ad):
+        if item.name == ".":
+            try:
+                children = sorted(os.listdir(item.path))
+            except OSError as exc:
+                raise SandboxError(f"cannot tar input {str(item.path)!r}: {exc}") from None
+            for child in children:
+                _walk(str(item.path / child), child, entries)
+        else:
+            _walk(str(item.path), item.name, entries)
+    return tuple(entries)
+
+
+def _walk(path: str, name: str, into: list[InputEntry]) -> None:
     try:
-        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for item in files:
-                _add(tar, item)
+        info = os.lstat(path)
+        mode, mtime = info.st_mode, int(info.st_mtime)
+        if stat.S_ISREG(mode):
+            if not os.access(path, os.R_OK):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+            into.append(InputEntry(path, name, info.st_size, mode & 0o7777, mtime, False))
+        elif stat.S_ISDIR(mode):
+            into.append(InputEntry(path, name, 0, mode & 0o7777, mtime, True))
+            for child in sorted(os.listdir(path)):
+                _walk(os.path.join(path, child), f"{name}/{child}", into)
+    except OSError as exc:
+        raise SandboxError(f"cannot tar input {path!r}: {exc}") from None
+
+
+def tar_size(entries: Sequence[InputEntry]) -> int:
+    """About the bytes `entries` take in a tar (a header block each, data in whole blocks)."""
+    return sum(_BLOCK + -(-entry.size // _BLOCK) * _BLOCK for entry in entries) + 2 * _BLOCK
+
+
+class InputTar:
+    """A plain tar written straight from the input files into a seekable file, one job's
+    entries after another's; a job whose file cannot be read is taken back out whole.
+
+    Blocking: run it in a worker thread. Nothing is held in memory but a MiB of copying.
+    """
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self._out = out
+
+    def add(self, entries: Sequence[InputEntry], top: str = "") -> None:
+        """Append `entries` (under directory `top`, when given). SandboxError: one of them
+        cannot be read, and none of them is in the tar; OSError: writing the tar failed."""
+        mark = self._out.tell()
+        try:
+            if top:
+                self._header(top, tarfile.DIRTYPE, 0, 0o755, 0)
+            for entry in entries:
+                name = f"{top}/{entry.name}" if top else entry.name
+                if entry.is_dir:
+                    self._header(name, tarfile.DIRTYPE, 0, entry.mode, entry.mtime)
+                else:
+                    self._copy(entry, name)
+        except SandboxError:
+            self._out.seek(mark)
+            self._out.truncate()
+            raise
+
+    def finish(self) -> int:
+        """End the tar (two zero blocks, padded to a whole record, as tarfile does); its size."""
+        out = self._out
+        out.write(tarfile.NUL * (2 * _BLOCK))
+        out.write(tarfile.NUL * (-out.tell() % tarfile.RECORDSIZE))
         out.flush()
         return out.tell()
+
+    def _header(self, name: str, kind: bytes, size: int, mode: int, mtime: int) -> None:
+        # Ownership means nothing on the remote side: uid/gid 0, no user or group names.
+        info = tarfile.TarInfo(name)
+        info.type, info.size, info.mode, info.mtime = kind, size, mode, mtime
+        self._out.write(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
+
+    def _copy(self, entry: InputEntry, name: str) -> None:
+        try:
+            # Non-blocking open: a FIFO put in the file's place must not hang the GAHP.
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NONBLOCK)
+        except FileNotFoundError:
+            raise SandboxError(
+                f"input file {entry.path!r} was removed before it could be sent"
+            ) from None
+        except OSError as exc:
+            raise SandboxError(f"cannot tar input {entry.path!r}: {exc}") from None
+        with open(fd, "rb", buffering=0) as source:
+            try:
+                info = os.fstat(fd)
+            except OSError as exc:
+                raise SandboxError(f"cannot tar input {entry.path!r}: {exc}") from None
+            if not stat.S_ISREG(info.st_mode):
+                raise SandboxError(f"input file {entry.path!r} is no longer a regular file")
+            size = info.st_size
+            self._header(name, tarfile.REGTYPE, size, info.st_mode & 0o7777, int(info.st_mtime))
+            left = size
+            while left:
+                try:
+                    chunk = source.read(min(left, _CHUNK))
+                except OSError as exc:
+                    raise SandboxError(f"cannot tar input {entry.path!r}: {exc}") from None
+                if not chunk:
+                    raise SandboxError(
+                        f"input file {entry.path!r} shrank while it was being sent "
+                        f"({size - left} of {size} bytes read)"
+                    )
+                self._out.write(chunk)
+                left -= len(chunk)
+            self._out.write(tarfile.NUL * (-size % _BLOCK))
+
+
+def input_tar(entries: Sequence[InputEntry], out: IO[bytes]) -> int:
+    """Write the stage-in tar of one job's `entries` to `out` (plain tar, names relative
+    to the sandbox); its size in bytes."""
+    tar = InputTar(out)
+    try:
+        tar.add(entries)
+        return tar.finish()
     except OSError as exc:
         raise SandboxError(f"cannot write the input tar: {exc}") from None
-
-
-def _add(tar: tarfile.TarFile, item: InputFile) -> None:
-    try:
-        if item.name == ".":
-            for child in sorted(item.path.iterdir()):
-                tar.add(child, arcname=child.name, filter=_plain)
-        else:
-            tar.add(item.path, arcname=item.name, filter=_plain)
-    except OSError as exc:  # a read, or the tar's write (the error says which)
-        raise SandboxError(f"cannot tar input {str(item.path)!r}: {exc}") from None
-
-
-def _plain(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-    # Ownership means nothing on the remote side; links could point outside the sandbox.
-    if not (info.isfile() or info.isdir()):
-        return None
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    return info
 
 
 def _remaps(text: str | None) -> dict[str, str]:
@@ -184,8 +301,7 @@ def output_destinations(ad: classad.ClassAd) -> tuple[Path, dict[str, Path]]:
     return iwd, special
 
 
-def _member_name(member: tarfile.TarInfo) -> str:
-    name = member.name
+def _member_name(name: str) -> str:
     parts = PurePosixPath(name).parts
     if not name or name.startswith("/") or ".." in parts:
         raise SandboxError(f"the output sandbox holds {name!r}, a name outside the sandbox")
@@ -199,21 +315,34 @@ def unpack_output(tar_file: IO[bytes], ad: classad.ClassAd) -> list[Path]:
     Every member's name is checked before a file is written: an output sandbox holding
     a name outside the sandbox writes nothing.
     """
-    iwd, special = output_destinations(ad)
-    written: list[Path] = []
     try:
         tar_file.seek(0)
         with tarfile.open(fileobj=tar_file, mode="r:") as tar:
-            members = [(_member_name(m), m) for m in tar.getmembers()]
-            for name, member in members:
-                if not member.isfile():
-                    continue  # directories are made as their files are written; no links
-                source = tar.extractfile(member)
-                if source is None:
-                    continue
-                dest = special.get(name, iwd / name)
-                _write_atomically(dest, source, member.mode & 0o7777)
-                written.append(dest)
+            return write_output(tar, [(m.name, m) for m in tar.getmembers()], ad)
+    except tarfile.TarError as exc:
+        raise SandboxError(f"the output sandbox is not a tar stream: {exc}") from None
+    except OSError as exc:  # reading the received tar back (writes say which file)
+        raise SandboxError(f"cannot read the output sandbox received: {exc}") from None
+
+
+def write_output(
+    tar: tarfile.TarFile, members: Sequence[tuple[str, tarfile.TarInfo]], ad: classad.ClassAd
+) -> list[Path]:
+    """Write `members` of `tar` (each with its name relative to the job's sandbox) where
+    `ad` says they belong, as `unpack_output` does; the paths written."""
+    iwd, special = output_destinations(ad)
+    written: list[Path] = []
+    try:
+        checked = [(_member_name(name), member) for name, member in members]
+        for name, member in checked:
+            if not member.isfile():
+                continue  # directories are made as their files are written; no links
+            source = tar.extractfile(member)
+            if source is None:
+                continue
+            dest = special.get(name, iwd / name)
+            _write_atomically(dest, source, member.mode & 0o7777)
+            written.append(dest)
     except tarfile.TarError as exc:
         raise SandboxError(f"the output sandbox is not a tar stream: {exc}") from None
     except OSError as exc:  # reading the received tar back (writes say which file)

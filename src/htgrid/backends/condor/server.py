@@ -24,9 +24,10 @@ drop stale answers. Removal errors keep HTCondor's words, which the grid manager
 `Job not found`, `Already done`, `Bad job status`, `Permission denied`. A sandbox the
 remote daemon refuses as too large (HTTP 413) fails with `Transfer input too large: ` or
 `Transfer output too large: ` and the daemon's text (HTCondor's hold codes 32 and 33).
-Sandboxes go through temporary files, never whole in memory. Concurrent submits and
-stage-ins for one schedd are sent together, one HTTPS request per batch (_batch.py);
-each request still has its own result line.
+Sandboxes go through temporary files, never whole in memory. Concurrent submits,
+stage-ins (_batch.py), stage-outs (_stageout.py) and same-attribute updates (_update.py)
+for one schedd are sent together, one HTTPS request per batch; each request still has
+its own result line.
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ from htgrid.backends.condor import _sandbox as sandbox
 from htgrid.backends.condor._batch import Coalescer, StageIn, send_stage_ins, send_submits
 from htgrid.backends.condor._errors import (
     INPUT_TOO_LARGE,
-    OUTPUT_TOO_LARGE,
     CondorGahpError,
     ConnectFailure,
     LocateError,
@@ -55,17 +55,18 @@ from htgrid.backends.condor._errors import (
     SandboxError,
 )
 from htgrid.backends.condor._http import Endpoint, FileBody, Remotes, RemoteSettings
+from htgrid.backends.condor._stageout import StageOuts
 from htgrid.backends.condor._tokens import TokenSource
+from htgrid.backends.condor._update import Updates
 from htgrid.gahp import (
     MAX_LINE_LENGTH,
+    BadArguments,
     Call,
     Clock,
     Command,
     GahpServer,
     GahpVersion,
-    ReplyCode,
     SystemClock,
-    decode_fields,
     unnull,
 )
 
@@ -162,6 +163,8 @@ class CondorGahp:
             weight=lambda item: item[1].size,
             heaviest=options.stage_batch_bytes,
         )
+        self.stage_outs = StageOuts(self._files, window=options.batch_window)
+        self.updates = Updates(window=options.batch_window)
 
     def server(self) -> GahpServer:
         """A GahpServer serving the C-GAHP's commands."""
@@ -187,10 +190,11 @@ class CondorGahp:
                 self.options.accept_limit,
                 variadic=variadic,
                 on_error=failure,
+                parse=_CHECKS.get(name),
             )
             for name, params, handler, failure, variadic in table
         ]
-        return _CondorServer(VERSION, commands, max_line=self.options.max_line)
+        return GahpServer(VERSION, commands, max_line=self.options.max_line)
 
     async def aclose(self) -> None:
         """Close the HTTP clients."""
@@ -234,18 +238,17 @@ class CondorGahp:
     async def submit(self, call: Call) -> Sequence[str]:
         """CONDOR_JOB_SUBMIT: queue the ad as a proc of a remote cluster, sent with the
         other submits to that schedd waiting at the same moment (its own c.p each)."""
-        ad = classad.ClassAd(call.args[1])
+        ad = _request_ad(call)
         try:
             schedd = await self._schedd(call)
         except LocateError as err:
             return ("F", "NULL", str(err))
         # The whole ad goes in the proc (JobStatus and the hold reason must, or the queue
         # reads a held proc as submitted on hold, code 15): the cluster is a batch of jobs.
-        proc_ad = classad.ClassAd()
-        for name in ad:
-            if name.lower() not in _FILTERED:
-                proc_ad[name] = ad.lookup(name)
-        return await self.submits.add(schedd.url, (schedd, proc_ad.printJson()))
+        # The ad was parsed for this request alone: take the filtered names out in place.
+        for name in [name for name in ad if name.lower() in _FILTERED]:
+            del ad[name]
+        return await self.submits.add(schedd.url, (schedd, ad.printJson()))
 
     async def status(self, call: Call) -> Sequence[str]:
         """CONDOR_JOB_STATUS_CONSTRAINED: the matching jobs' whole ads."""
@@ -290,21 +293,24 @@ class CondorGahp:
     # ---- updates and leases -----------------------------------------------------------------
 
     async def update(self, call: Call) -> Sequence[str]:
-        """CONDOR_JOB_UPDATE: set the ad's attributes in one job (condor_qedit)."""
-        return await self._edit(call, {"ids": [call.args[1]]}, call.args[2])
-
-    async def update_constrained(self, call: Call) -> Sequence[str]:
-        """CONDOR_JOB_UPDATE_CONSTRAINED: set the ad's attributes in the matching jobs."""
-        return await self._edit(call, {"constraint": call.args[1]}, call.args[2])
-
-    async def _edit(self, call: Call, jobs: dict[str, object], ad_text: str) -> Sequence[str]:
-        ad = classad.ClassAd(ad_text)
-        attrs = {name: str(ad.lookup(name)) for name in ad}
+        """CONDOR_JOB_UPDATE: set the ad's attributes in one job (condor_qedit), in one edit
+        with the other updates of that schedd setting the same, waiting at the same
+        moment (_update.py)."""
+        attrs = _edit_attrs(call.args[2])
         if not attrs:
             return ("S", "NULL")
         schedd = await self._schedd(call)
+        return await self.updates.update(schedd, call.args[1], attrs)
+
+    async def update_constrained(self, call: Call) -> Sequence[str]:
+        """CONDOR_JOB_UPDATE_CONSTRAINED: set the ad's attributes in the matching jobs."""
+        attrs = _edit_attrs(call.args[2])
+        if not attrs:
+            return ("S", "NULL")
+        schedd = await self._schedd(call)
+        body = {"jobs": {"constraint": call.args[1]}, "attrs": attrs}
         try:
-            await schedd.json("POST", "/v1/jobs/edit", json_body={"jobs": jobs, "attrs": attrs})
+            await schedd.json("POST", "/v1/jobs/edit", json_body=body)
         except RemoteRefusal as err:
             if err.status == 404:
                 return ("F", "Job not found")
@@ -327,25 +333,20 @@ class CondorGahp:
     async def stage_in(self, call: Call) -> Sequence[str]:
         """CONDOR_JOB_STAGE_IN: send the job's input files; the remote then releases it.
 
-        The tar is built in a temporary file and streamed from it, so the GAHP's memory
-        does not grow with the sandbox.
+        Here the files are only looked at (stat, one worker-thread call); the upload goes
+        with the other stage-ins to this schedd waiting at the same moment, as one tar
+        written straight from the files into a temporary file and streamed from it, so the
+        GAHP's memory does not grow with the sandboxes.
         """
-        ad = classad.ClassAd(call.args[1])
+        ad = _request_ad(call)
         job_id = _job_id_of(ad)
         schedd = await self._schedd(call)
-        tar: IO[bytes] | None = None
         try:
-            # The semaphore bounds the tars being built; the upload goes with the other
-            # stage-ins to this schedd waiting at the same moment.
-            async with self._files:
-                tar = await asyncio.to_thread(sandbox.scratch_file)
-                size = await asyncio.to_thread(sandbox.input_tar, ad, tar)
-            return await self.stage_ins.add(schedd.url, (schedd, StageIn(job_id, tar, size)))
+            entries = await asyncio.to_thread(sandbox.input_entries, ad)
+            item = StageIn(job_id, entries, sandbox.tar_size(entries))
+            return await self.stage_ins.add(schedd.url, (schedd, item))
         except SandboxError as err:
             return ("F", f"Error sending files to {schedd.what}: {err}")
-        finally:
-            if tar is not None:
-                await _close(tar)
 
     async def _send_stage_ins(
         self, _: str, items: list[tuple[Endpoint, StageIn]]
@@ -353,40 +354,18 @@ class CondorGahp:
         schedd = items[0][0]
 
         async def one(item: StageIn) -> Fields:
-            return await _put_input(schedd, item)
+            return await _put_input(schedd, item, self._files)
 
-        return await send_stage_ins(schedd, [item for _, item in items], sandbox.scratch_file, one)
+        return await send_stage_ins(schedd, [item for _, item in items], one)
 
     async def stage_out(self, call: Call) -> Sequence[str]:
-        """CONDOR_JOB_STAGE_OUT: fetch the job's output files into their local places.
+        """CONDOR_JOB_STAGE_OUT: fetch the job's output files into their local places,
+        with the other stage-outs from that schedd waiting at the same moment (_stageout.py).
 
         The output tar is received into a temporary file and unpacked from there.
         """
-        job_id = call.args[1]
         schedd = await self._schedd(call)
-        async with self._files:
-            tar: IO[bytes] | None = None
-            try:
-                response = await schedd.request("GET", f"/v1/jobs/{job_id}")
-                ads = await asyncio.to_thread(_parse_ads, response.content)
-                if not ads:
-                    return ("F", "Job not found")
-                tar = await asyncio.to_thread(sandbox.scratch_file)
-                await schedd.download(f"/v1/jobs/{job_id}/output", tar)
-                written = await asyncio.to_thread(sandbox.unpack_output, tar, ads[0])
-            except RemoteRefusal as err:
-                if err.status == 404 and err.error == "JobNotFound":
-                    return ("F", "Job not found")
-                if err.status == 413:
-                    return ("F", f"{OUTPUT_TOO_LARGE}{err.detail} (refused by {schedd.what})")
-                return ("F", f"Error receiving files from {schedd.what}: {err}")
-            except SandboxError as err:
-                return ("F", f"Error receiving files from {schedd.what}: {err}")
-            finally:
-                if tar is not None:
-                    await _close(tar)
-        log.info("job %s: %d output files written", job_id, len(written))
-        return ("S", "NULL")
+        return await self.stage_outs.fetch(schedd, call.args[1])
 
     async def refresh_proxy(self, call: Call) -> Sequence[str]:
         """CONDOR_JOB_REFRESH_PROXY: htgrid's remote queue takes no X.509 proxies.
@@ -402,10 +381,15 @@ class CondorGahp:
         return ("S", "NULL")
 
 
-async def _put_input(schedd: Endpoint, item: StageIn) -> Fields:
-    """One job's input on its own: PUT /v1/jobs/{c.p}/input."""
+async def _put_input(schedd: Endpoint, item: StageIn, files: asyncio.Semaphore) -> Fields:
+    """One job's input on its own: its tar built (`files` bounds the tars being built),
+    then PUT /v1/jobs/{c.p}/input."""
+    tar: IO[bytes] | None = None
     try:
-        body = FileBody(item.tar, item.size)
+        async with files:
+            tar = await asyncio.to_thread(sandbox.scratch_file)
+            size = await asyncio.to_thread(sandbox.input_tar, item.entries, tar)
+        body = FileBody(tar, size)
         await schedd.upload(f"/v1/jobs/{item.job_id}/input", body, "application/x-tar")
     except RemoteRefusal as err:
         if err.status == 413:
@@ -413,6 +397,9 @@ async def _put_input(schedd: Endpoint, item: StageIn) -> Fields:
         return ("F", f"Error sending files to {schedd.what}: {err}")
     except SandboxError as err:
         return ("F", f"Error sending files to {schedd.what}: {err}")
+    finally:
+        if tar is not None:
+            await _close(tar)
     return ("S", "NULL")
 
 
@@ -421,6 +408,12 @@ async def _close(tar: IO[bytes]) -> None:
     # Shielded: a cancelled stage-in or stage-out must not leave its temporary file open.
     with contextlib.suppress(OSError):
         await asyncio.shield(asyncio.to_thread(tar.close))
+
+
+def _edit_attrs(ad_text: str) -> dict[str, str]:
+    """The attributes of an update's ad, as expression text (what the edit route takes)."""
+    ad = classad.ClassAd(ad_text)
+    return {name: str(ad.lookup(name)) for name in ad}
 
 
 def _readable(path: Path) -> bool:
@@ -488,61 +481,76 @@ def _one_line_ads(body: bytes, server_time: int) -> list[str]:
 
 
 # ---- request checks: a malformed request is answered E, as the C-GAHP's io_loop does ------
+#
+# Each runs in the runtime's dispatch (Command.parse) before the handler starts; the ad a
+# SUBMIT or STAGE_IN carries is parsed there once and reaches the handler as Call.parsed.
 
 
-def _ad_problem(text: str) -> str | None:
+def _request_ad(call: Call) -> classad.ClassAd:
+    """The ad of a SUBMIT or STAGE_IN request, as its check parsed it (or parsed here, for
+    a Call made without the runtime)."""
+    if isinstance(call.parsed, classad.ClassAd):
+        return call.parsed
+    return classad.ClassAd(call.args[1])
+
+
+def _parse_ad(text: str) -> classad.ClassAd:
     try:
-        classad.ClassAd(text)
+        return classad.ClassAd(text)
     except classad.ClassAdException as exc:
-        return "not a ClassAd: " + str(exc).splitlines()[0]
-    return None
+        raise BadArguments("not a ClassAd: " + str(exc).splitlines()[0]) from None
 
 
-def _job_problem(text: str) -> str | None:
-    return None if _JOB_ID.fullmatch(text) else f"bad job id {text!r}: expected cluster.proc"
+def _check_job(text: str) -> None:
+    if not _JOB_ID.fullmatch(text):
+        raise BadArguments(f"bad job id {text!r}: expected cluster.proc")
 
 
 def _check(
     args: Sequence[str], jobs: Sequence[int], ads: Sequence[int], texts: Sequence[int]
-) -> str | None:
-    """The first problem with the arguments after the request id, if any."""
+) -> classad.ClassAd | None:
+    """Raise BadArguments for the first problem with the arguments after the request id;
+    the ad at index ads[-1], parsed, if any."""
     if not args or not args[0]:
-        return "the schedd name is empty"
+        raise BadArguments("the schedd name is empty")
     for i in jobs:
-        if i < len(args) and (problem := _job_problem(args[i])):
-            return problem
+        if i < len(args):
+            _check_job(args[i])
     for i in texts:
         if i < len(args) and not args[i]:
-            return "the constraint is empty"
+            raise BadArguments("the constraint is empty")
+    ad = None
     for i in ads:
-        if i < len(args) and (problem := _ad_problem(args[i])):
-            return problem
-    return None
+        if i < len(args):
+            ad = _parse_ad(args[i])
+    return ad
 
 
-def _check_lease(args: Sequence[str]) -> str | None:
+def _check_lease(args: Sequence[str]) -> None:
     if len(args) < 2 or not _NUMBER.fullmatch(args[1]):
-        return "expected <schedd> <count> (<job id> <expiration>)..."
+        raise BadArguments("expected <schedd> <count> (<job id> <expiration>)...")
     count = int(args[1])
     if len(args) != 2 + 2 * count:
-        return f"expected {count} job id and expiration pairs, found {(len(args) - 2) / 2:g}"
+        found = (len(args) - 2) / 2
+        raise BadArguments(f"expected {count} job id and expiration pairs, found {found:g}")
     for i in range(2, len(args), 2):
-        if problem := _job_problem(args[i]):
-            return problem
+        _check_job(args[i])
         if not _EXPIRY.fullmatch(args[i + 1]):
-            return f"bad expiration {args[i + 1]!r} for job {args[i]}: expected epoch seconds"
-    return _check(args, (), (), ())
+            raise BadArguments(
+                f"bad expiration {args[i + 1]!r} for job {args[i]}: expected epoch seconds"
+            )
+    _check(args, (), (), ())
 
 
-def _check_refresh(args: Sequence[str]) -> str | None:
+def _check_refresh(args: Sequence[str]) -> None:
     if len(args) > 4:
-        return f"expected 4 or 5 parameters, {len(args) + 1} found"
+        raise BadArguments(f"expected 4 or 5 parameters, {len(args) + 1} found")
     if len(args) == 4 and not _EXPIRY.fullmatch(args[3]):
-        return f"bad proxy expiration {args[3]!r}: expected epoch seconds"
-    return _check(args, (1,), (), (2,))
+        raise BadArguments(f"bad proxy expiration {args[3]!r}: expected epoch seconds")
+    _check(args, (1,), (), (2,))
 
 
-_CHECKS: dict[str, Callable[[Sequence[str]], str | None]] = {
+_CHECKS: dict[str, Callable[[Sequence[str]], classad.ClassAd | None]] = {
     "CONDOR_JOB_SUBMIT": lambda a: _check(a, (), (1,), ()),
     "CONDOR_JOB_STAGE_IN": lambda a: _check(a, (), (1,), ()),
     "CONDOR_JOB_STATUS_CONSTRAINED": lambda a: _check(a, (), (), (1,)),
@@ -555,17 +563,3 @@ _CHECKS: dict[str, Callable[[Sequence[str]], str | None]] = {
     "CONDOR_JOB_REFRESH_PROXY": _check_refresh,
     "CONDOR_JOB_UPDATE_LEASE": _check_lease,
 }
-
-
-class _CondorServer(GahpServer):
-    """GahpServer that answers E to a request whose arguments cannot be right."""
-
-    def _dispatch(self, line: bytes) -> bytes:
-        fields = decode_fields(line)
-        check = _CHECKS.get(fields[0].upper())
-        # Counts are the runtime's to check (it says how many it wanted); the rest is ours.
-        if check is not None and len(fields) >= 3:
-            problem = check(fields[2:])
-            if problem is not None:
-                return self._reply(ReplyCode.ERROR, problem)
-        return super()._dispatch(line)
