@@ -7,6 +7,7 @@ schedd can be counted (an httpx event hook on its one client for that schedd).
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 
 import htgrid.classad as classad
 from htgrid.backends.condor import _sandbox as sandbox
+from htgrid.backends.condor._batch import cluster_body
 from htgrid.backends.condor._errors import RemoteRefusal
 from htgrid.backends.condor._http import Endpoint, FileBody, RemoteSettings
 from htgrid.backends.condor.server import CondorGahp, CondorOptions
@@ -347,3 +349,47 @@ def test_a_daemon_without_the_batch_upload_gets_each_jobs_own_tar(
     for iwd, job_id in zip(dirs, ids, strict=True):
         wanted = local_inputs(iwd)
         assert spooled(remote, job_id, list(wanted)) == wanted
+
+
+def test_what_every_job_of_a_batch_shares_goes_once_in_the_cluster_ad() -> None:
+    procs = [
+        '{"Cmd": "job.sh", "Iwd": "/w", "JobStatus": 5, "HoldReasonCode": 16, "Args": "1", '
+        '"Number": 1, "Flag": true, "List": [1, 2], "Keep": "\\/Expr(JobStatus == 4)\\/"}',
+        '{"Cmd": "job.sh", "Iwd": "/w", "JobStatus": 5, "HoldReasonCode": 16, "Args": "2", '
+        '"Number": 1.0, "Flag": 1, "List": [1, 2], "Keep": "\\/Expr(JobStatus == 4)\\/"}',
+    ]
+    text = cluster_body(procs)
+    body = json.loads(text)
+
+    # Shared attributes once; the status and hold reason stay in each proc, as do the
+    # values that differ, if only in type (1 and 1.0, true and 1).
+    assert body["cluster_ad"] == {
+        "Cmd": "job.sh",
+        "Iwd": "/w",
+        "List": [1, 2],
+        "Keep": "/Expr(JobStatus == 4)/",
+    }
+    # ... and an expression stays one (HTCondor's JSON marks it with escaped slashes).
+    assert text.count('"\\/Expr(JobStatus == 4)') == 1
+    first, second = body["procs"]
+    assert first == {"JobStatus": 5, "HoldReasonCode": 16, "Args": "1", "Number": 1, "Flag": True}
+    assert second["Number"] == 1.0 and type(second["Number"]) is float
+    assert second["Flag"] == 1 and type(second["Flag"]) is int
+
+
+def test_jobs_sharing_most_of_their_ads_read_back_whole_and_typed(
+    remote: RemotePool, gahp: Wire, tmp_path: Path
+) -> None:
+    ads = [job_ad(tmp_path, Typed=value, Mark=number) for number, value in enumerate((1, 1.5))]
+    results, _ = run_together(remote, "CONDOR_JOB_SUBMIT", "submit", [(ad,) for ad in ads])
+    one_id, two_id = submitted(results)
+
+    found = {f"{a['ClusterId']}.{a['ProcId']}": a for a in status(gahp, "Mark =!= undefined")}
+    assert found[one_id]["Typed"] == 1 and isinstance(found[one_id]["Typed"], int)
+    assert found[two_id]["Typed"] == 1.5
+    for job_id in (one_id, two_id):
+        mine = classad.ClassAd(ads[found[job_id]["Mark"]])
+        for name in ("Cmd", "JobUniverse", "TransferInput", "Out", "SUBMIT_Iwd"):
+            if name in mine:
+                assert found[job_id][name] == mine.eval(name), name
+        assert (found[job_id]["JobStatus"], found[job_id]["HoldReasonCode"]) == (5, 16)

@@ -22,8 +22,9 @@ import contextlib
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, Generic, TypeVar
+from typing import IO, Any, Final, Generic, TypeVar
 
+from htgrid.backends.condor import _adjson as adjson
 from htgrid.backends.condor._errors import INPUT_TOO_LARGE, RemoteRefusal, SandboxError
 from htgrid.backends.condor._http import Endpoint, FileBody
 from htgrid.backends.condor._sandbox import InputEntry, InputTar, scratch_file
@@ -165,9 +166,8 @@ def _one_answer(result: list[Outcome] | BaseException) -> Outcome:
 async def _submit_cluster(schedd: Endpoint, procs: list[str]) -> list[Outcome]:
     reserved = await schedd.json("POST", "/v1/clusters", json_body={})
     cluster = reserved.get("cluster")
-    # The cluster ad is empty: each proc carries its whole ad (each job's own attributes;
-    # the daemon sets Owner from the token whatever the ads say).
-    body = '{"cluster_ad": {}, "procs": [' + ", ".join(procs) + "]}"
+    # The daemon sets Owner from the token whatever the ads say.
+    body = cluster_body(procs)
     answer = await schedd.json(
         "POST",
         f"/v1/clusters/{cluster}/jobs",
@@ -179,6 +179,43 @@ async def _submit_cluster(schedd: Endpoint, procs: list[str]) -> list[Outcome]:
         problem = f"{schedd.what} did not say which jobs it queued"
         return [("F", f"{cluster}.-1", problem)] * len(procs)
     return [("S", str(job), "NULL") for job in jobs]
+
+
+#: Attributes each proc keeps in its own ad even when every job of the batch has the same
+#: value: the queue reads a proc's status (and its hold reason) from the proc itself.
+_PER_PROC: Final = frozenset({"jobstatus", "holdreason", "holdreasoncode", "holdreasonsubcode"})
+
+
+def cluster_body(procs: Sequence[str]) -> str:
+    """The body of `POST /v1/clusters/{c}/jobs` for these job ads (ClassAd JSON text).
+
+    The attributes every ad has with the same value go once, in the cluster ad, and each
+    proc keeps only its own: the remote queue then stores (and reads back at every edit,
+    poll and periodic pass) a shared cluster ad and small procs, as for a direct submit
+    of one cluster, instead of a thousand whole ads. Each job's ad, the cluster's overlaid
+    by its proc's, is unchanged.
+    """
+    if len(procs) < 2:
+        return '{"cluster_ad": {}, "procs": [' + ", ".join(procs) + "]}"
+    ads: list[dict[str, Any]] = [adjson.loads(proc) for proc in procs]
+    first, rest = ads[0], ads[1:]
+    common = {
+        name: value
+        for name, value in first.items()
+        if name.lower() not in _PER_PROC
+        and all(name in ad and _same(ad[name], value) for ad in rest)
+    }
+    own = [{name: value for name, value in ad.items() if name not in common} for ad in ads]
+    return adjson.dumps({"cluster_ad": common, "procs": own})
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON text: 1 and 1.0, or true and 1, are different ClassAd values."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (dict, list)):
+        return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    return bool(a == b)
 
 
 # ---- stage-ins ---------------------------------------------------------------------------

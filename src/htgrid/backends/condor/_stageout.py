@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import IO, Any, Final
 
 import htgrid.classad as classad
+from htgrid.backends.condor import _adjson as adjson
 from htgrid.backends.condor import _sandbox as sandbox
 from htgrid.backends.condor._batch import Coalescer
 from htgrid.backends.condor._errors import OUTPUT_TOO_LARGE, RemoteRefusal, SandboxError
@@ -42,11 +43,6 @@ Outcome = Fields | BaseException
 MOST: Final = 200
 INDEX: Final = "jobs.json"  # the batch tar's first member
 ROUTE: Final = "/v1/jobs/output"
-# HTCondor's JSON marks an expression by the escaped slashes of "\/Expr(...)\/", which a
-# JSON decoder turns into plain slashes: held as a NUL (never in a ClassAd string) while
-# the index is decoded, and put back before the ClassAd reader sees the ad.
-_RAW: Final = '"\\/Expr('
-_HELD: Final = '"\\u0000Expr('
 
 
 class StageOuts:
@@ -184,7 +180,7 @@ def _read_index(tar: tarfile.TarFile) -> tuple[dict[str, Any], Members]:
     if first is None:
         raise SandboxError(f"the batch of outputs does not start with {INDEX}")
     try:
-        index = json.loads(first.read().decode("utf-8").replace(_RAW, _HELD))
+        index = adjson.loads(first.read())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SandboxError(f"{INDEX} of the batch of outputs is not JSON: {exc}") from None
     if not isinstance(index, dict):
@@ -226,7 +222,7 @@ def _ad_of(obj: object, job_id: str) -> classad.ClassAd | None:
         raise SandboxError(f"the ad of job {job_id} in {INDEX} is not a JSON object")
     if not obj:
         return None
-    text = json.dumps(obj, ensure_ascii=False).replace(_HELD, _RAW)
+    text = adjson.dumps(obj)
     try:
         return classad.parseOne(text, classad.ParserType.JSON)
     except classad.ClassAdException as exc:
@@ -236,7 +232,7 @@ def _ad_of(obj: object, job_id: str) -> classad.ClassAd | None:
 def _job_ad(body: bytes, job_id: str) -> classad.ClassAd | None:
     """The ad of GET /v1/jobs/{c.p}'s answer, `{"jobs": [<ad>]}` (None: no such job)."""
     try:
-        answer = json.loads(body.decode("utf-8").replace(_RAW, _HELD))
+        answer = adjson.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SandboxError(f"the ad of job {job_id} received is not JSON: {exc}") from None
     ads = answer.get("jobs") if isinstance(answer, dict) else None
