@@ -175,6 +175,9 @@ def test_remote_ad_is_built_as_condorjob_does(tmp_path: Path) -> None:
     assert (staged["ClusterId"], staged["ProcId"]) == (3, 0)
     assert staged["Cmd"] == "/bin/true" and staged["In"] == f"{run_dir}/data/in.txt"
     assert staged["TransferInput"] == f"{run_dir}/a.txt,{run_dir}/dir/b.txt"
+    assert staged["SUBMIT_Iwd"] == run_dir
+    # Only what the stage in reads travels: the whole ad went with the submit.
+    assert "JobLeaseDuration" not in staged and "SubmitterGlobalJobId" not in staged
 
 
 def test_default_lease_and_universe() -> None:

@@ -21,7 +21,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from htgrid.classad import ClassAd, ExprTree
 from htgrid.errors import ClassAdSyntaxError
@@ -343,15 +343,34 @@ def _apply_remote(ad: ClassAd, out: ClassAd) -> None:
         out[target] = ad[name]
 
 
+#: What a stage in reads of its ad (the C-GAHP's input file list): nothing else is sent.
+_STAGE_IN_ATTRS: Final = (
+    "Iwd",
+    "SUBMIT_Iwd",
+    "Cmd",
+    "SUBMIT_Cmd",
+    "TransferExecutable",
+    "In",
+    "SUBMIT_In",
+    "TransferIn",
+    "TransferInput",
+)
+
+
 def build_stage_in_ad(remote_ad: ClassAd, local: ClassAd, job_id: CondorJobId) -> ClassAd:
-    """The CONDOR_JOB_STAGE_IN ad: the remote ad with its remote ids and the local files.
+    """The CONDOR_JOB_STAGE_IN ad: the remote job's ids and where its input files are.
 
     The GAHP reads the files this ad names (Cmd, In, TransferInput) and sends them under
-    their base names; here they are the local absolute paths.
+    their base names; here they are the local absolute paths. Only the attributes the
+    stage in reads travel, as values: the whole ad went with the submit, and a thousand
+    stage-ins of whole ads cost both sides more than the files did (the GAHP takes a
+    whole ad as well, as HTCondor's grid manager sends it).
     """
     out = ClassAd()
-    for name in remote_ad:
-        out[name] = remote_ad[name]
+    for name in _STAGE_IN_ATTRS:
+        if name in remote_ad:
+            value = _literal(remote_ad, name)
+            out[name] = remote_ad[name] if value is None else value
     out["ClusterId"] = job_id.cluster
     out["ProcId"] = job_id.proc
     iwd = as_str(_literal(local, "Iwd")) or "/"
