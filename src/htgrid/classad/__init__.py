@@ -11,6 +11,7 @@ from htgrid.classad._ast import Literal
 from htgrid.classad._classad import ClassAd, ExprTree
 from htgrid.classad._io import ParserType, parseAds, parseNext, parseOne
 from htgrid.classad._parser import parse_expr
+from htgrid.classad._select import select_attrs
 from htgrid.classad._unparse import quote_string as _quote_string
 from htgrid.classad._values import Value
 from htgrid.errors import ClassAdException, ClassAdSyntaxError, ClassAdValueError
@@ -29,6 +30,7 @@ __all__ = [
     "parseNext",
     "parseOne",
     "quote",
+    "select_attrs",
     "unquote",
     "version",
 ]

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from htgrid.classad import ClassAd, ExprTree
+from htgrid.classad import ClassAd, ExprTree, select_attrs
 from htgrid.errors import ClassAdSyntaxError
 from htgrid.grid._errors import UnsupportedGridJob
 from htgrid.grid._values import as_int, as_number, as_str, is_plain
@@ -414,6 +414,26 @@ MIRRORED = (
 )
 
 
+#: Every attribute `RemoteJob.from_text` reads.
+_STATUS_ATTRS: Final = (
+    "ClusterId",
+    "ProcId",
+    "JobStatus",
+    "ExitSignal",
+    "ExitBySignal",
+    "ServerTime",
+    "HoldReason",
+    "HoldReasonCode",
+    "HoldReasonSubCode",
+    "ExitCode",
+    "RemoteHost",
+    "RemoveReason",
+    "StageInFinish",
+    "GridSubmitTag",
+    *MIRRORED,
+)
+
+
 @dataclass(frozen=True, slots=True)
 class RemoteJob:
     """One remote job as a status answer gave it."""
@@ -448,7 +468,8 @@ class RemoteJob:
     def from_text(cls, text: str, now: float) -> RemoteJob:
         """Read a status ad; ValueError naming the ad if it is not one."""
         try:
-            ad = ClassAd(text)
+            # Only what is read here is parsed: a status ad is ten times that.
+            ad = select_attrs(text, _STATUS_ATTRS)
         except (ClassAdSyntaxError, ValueError, TypeError) as err:
             raise ValueError(f"bad status ad from the remote schedd: {text[:200]!r}") from err
         cluster = as_int(ad.get("ClusterId"))

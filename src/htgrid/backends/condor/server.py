@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import htgrid.classad as classad
+from htgrid.backends.condor import _adjson as adjson
 from htgrid.backends.condor import _sandbox as sandbox
 from htgrid.backends.condor._batch import Coalescer, StageIn, send_stage_ins, send_submits
 from htgrid.backends.condor._errors import (
@@ -472,11 +473,25 @@ def _parse_ads(body: bytes) -> list[classad.ClassAd]:
 
 def _one_line_ads(body: bytes, server_time: int) -> list[str]:
     """Each ad in compact new ClassAd syntax (one line), with ServerTime."""
-    ads = _parse_ads(body)
+    try:
+        answer = adjson.loads(body)
+    except (UnicodeDecodeError, ValueError):
+        answer = None
+    jobs = answer.get("jobs") if isinstance(answer, dict) else None
+    if not isinstance(jobs, list) or not all(isinstance(ad, dict) for ad in jobs):
+        ads = _parse_ads(body)  # not the usual answer: the parser says what is wrong
+        for ad in ads:
+            ad["ServerTime"] = server_time
+        return [repr(ad) for ad in ads]
     lines = []
-    for ad in ads:
-        ad["ServerTime"] = server_time
-        lines.append(repr(ad))
+    for job in jobs:
+        for name in [name for name in job if name.lower() == "servertime"]:
+            del job[name]
+        job["ServerTime"] = server_time
+        line = adjson.ad_text(job)
+        if line is None:  # a value the translation leaves to the parser
+            line = repr(_parse_ads(('{"jobs": [' + adjson.dumps(job) + "]}").encode())[0])
+        lines.append(line)
     return lines
 
 
