@@ -38,6 +38,11 @@ def _start_manager(grid: Grid) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL)
 
 
+def _log(grid: Grid) -> str:
+    path = grid.home / "gridmanager.log"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
 def _running(grid: Grid, ids: list[JobId]) -> bool:
     return all(grid.ad(i)["JobStatus"] == JobStatus.RUNNING for i in ids)
 
@@ -80,6 +85,11 @@ def test_kill_9_while_starting(
                 break
             time.sleep(rng.uniform(0.3, 1.5))
         deadline = time.monotonic() + 120
+        # A SIGTERM before the new manager is up would find Python's default handler.
+        while _log(grid).count("grid jobs after the scan") < kills + 1:
+            assert manager.poll() is None, "the grid manager exited"
+            assert time.monotonic() < deadline, "the grid manager did not start"
+            time.sleep(0.05)
         while not _running(grid, ids):
             assert manager.poll() is None, "the grid manager exited"
             assert time.monotonic() < deadline, "the VMs did not all run"
