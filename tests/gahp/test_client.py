@@ -282,6 +282,41 @@ def test_r_asks_for_results_at_once_and_the_prefix_is_used() -> None:
     run(main())
 
 
+def test_results_ready_are_asked_for_before_a_backlog_of_requests() -> None:
+    async def main() -> None:
+        clock = ManualClock()
+        process = FakeProcess()
+        client = await (await scripted_start(process, clock, ["RESULTS", "ECHO"]))
+        client._max_pending = 1000
+        calls = [asyncio.create_task(client.call("ECHO", str(n))) for n in range(300)]
+        await settle()
+        # The server is sent a window of requests, not all 300 at once...
+        sent = []
+        while process.to_server._buffer:  # type: ignore[attr-defined]
+            sent.append(await process.request())
+        assert 0 < len(sent) < 300 and sent[0] == ["ECHO", "1", "0"]
+        # ... so that when it says a result is ready, RESULTS goes before the rest.
+        for _ in sent:
+            process.reply("S")
+        process.reply("R")
+        await settle()
+        assert await process.request() == ["RESULTS"]
+        process.reply("S", "1")
+        process.reply("1", "first")
+        assert await calls[0] == ("first",)
+        # Every request still reaches the server, in order.
+        rest = []
+        while len(sent) + len(rest) < 300:
+            rest.append(await process.request())
+            process.reply("S")
+        assert [line[2] for line in sent + rest] == [str(n) for n in range(300)]
+        for call in calls[1:]:
+            call.cancel()
+        process.exit(0)
+
+    run(main())
+
+
 def test_a_hung_server_is_killed_after_the_response_timeout() -> None:
     async def main() -> None:
         clock = ManualClock()

@@ -74,6 +74,9 @@ RESPONSE_PREFIX = "GAHP:"
 _BANNER_MAX = 150
 _READ_SIZE = 256 * 1024
 _STDERR_KEEP = 4
+#: Request lines at the server unanswered at most (each is answered S, E or F as soon as
+#: the server reads it); the rest wait in the client, behind an urgent RESULTS.
+_WINDOW = 64
 
 
 class GahpClient:
@@ -100,7 +103,8 @@ class GahpClient:
         self._state = ClientState.STARTING
         self._ids = RequestIds()
         self._waiters: deque[Waiter] = deque()
-        self._outgoing: list[bytes] = []
+        self._outgoing: deque[tuple[bytes, Waiter]] = deque()
+        self._flush_due = False
         self._requests: dict[int, Pending] = {}
         self._queue: deque[Pending] = deque()
         self._in_flight = 0
@@ -293,25 +297,47 @@ class GahpClient:
 
     # ---- writing ------------------------------------------------------------------------------
 
-    def _write(self, data: bytes, command: str, kind: WaitKind = WaitKind.PLAIN) -> Waiter:
-        """Write a request line and queue the wait for its return line, with no await between."""
+    def _write(
+        self, data: bytes, command: str, kind: WaitKind = WaitKind.PLAIN, *, urgent: bool = False
+    ) -> Waiter:
+        """Queue a request line and the wait for its return line, with no await between.
+
+        At most `_WINDOW` lines are at the server unanswered; the others wait here, where an
+        `urgent` line (RESULTS) goes before them: results the server has ready must not wait
+        behind a thousand requests written ahead of the poll.
+        """
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        waiter = Waiter(command, future, self._clock.monotonic() + self._response_timeout, kind)
-        self._waiters.append(waiter)
-        self._waiter_added.set()
-        # Lines written in one turn of the event loop leave in one write: a system call
-        # per request would cost more than the request.
-        self._outgoing.append(data)
-        if len(self._outgoing) == 1:
+        waiter = Waiter(command, future, 0.0, kind)
+        if urgent:
+            self._outgoing.appendleft((data, waiter))
+        else:
+            self._outgoing.append((data, waiter))
+        if not self._flush_due:
+            # Lines written in one turn of the event loop leave in one write: a system
+            # call per request would cost more than the request.
+            self._flush_due = True
             asyncio.get_running_loop().call_soon(self._flush)
         return waiter
 
     def _flush(self) -> None:
-        data, self._outgoing = b"".join(self._outgoing), []
-        if not data or not (self.alive or self._state is ClientState.CLOSING):
+        self._flush_due = False
+        room = _WINDOW - len(self._waiters)
+        if room <= 0 or not self._outgoing:
             return
+        if not (self.alive or self._state is ClientState.CLOSING):
+            self._outgoing.clear()
+            return
+        chunks = []
+        deadline = self._clock.monotonic() + self._response_timeout
+        while self._outgoing and room > 0:
+            data, waiter = self._outgoing.popleft()
+            waiter.deadline = deadline  # the server's time to answer starts now
+            self._waiters.append(waiter)
+            chunks.append(data)
+            room -= 1
+        self._waiter_added.set()
         try:
-            self._process.stdin.write(data)
+            self._process.stdin.write(b"".join(chunks))
         except (OSError, RuntimeError) as err:
             self._schedule_death(f"stopped reading requests ({err})")
 
@@ -388,7 +414,9 @@ class GahpClient:
         self._polling = True
         self._poll_again = False
         try:
-            waiter = self._write(encode_request("RESULTS"), "RESULTS", WaitKind.RESULTS)
+            waiter = self._write(
+                encode_request("RESULTS"), "RESULTS", WaitKind.RESULTS, urgent=True
+            )
         except GahpError:
             return
         waiter.future.add_done_callback(self._polled)
@@ -445,6 +473,9 @@ class GahpClient:
         if not self._waiters:
             raise GahpProtocolError(f"unexpected line from the GAHP server: {line!r}")
         waiter = self._waiters.popleft()
+        if self._outgoing and not self._flush_due:  # room at the server for more lines
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush)
         reply = decode_reply(fields)
         if waiter.kind is WaitKind.RESULTS and reply.ok:
             count = reply.args[0] if reply.args else ""
@@ -531,7 +562,9 @@ class GahpClient:
         self._death = GahpServerExited(f"GAHP server (pid {self.pid}) {reason}{status}{stderr}")
         if not clean:
             log.warning("%s", self._death)
-        for waiter in self._waiters:
+        unwritten = [waiter for _, waiter in self._outgoing]
+        self._outgoing.clear()
+        for waiter in [*self._waiters, *unwritten]:
             if not waiter.future.done():
                 waiter.future.set_exception(self._death)
         self._waiters.clear()
