@@ -129,8 +129,8 @@ class CondorOptions:
     batch_window: float = 0.002
     #: The most submits in one remote cluster, and their ads' bytes: the grid manager asks
     #: for status by ClusterId range, and one cluster's ads must fit in a GAHP line.
-    submit_batch: int = 100
-    submit_batch_bytes: int = 256 * 1024
+    submit_batch: int = 250
+    submit_batch_bytes: int = 1024 * 1024
     #: The most stage-ins in one upload, and their tars' bytes.
     stage_batch: int = 500
     stage_batch_bytes: int = 64 * 1024 * 1024
