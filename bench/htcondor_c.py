@@ -195,7 +195,9 @@ async def per_poll(
             await asyncio.to_thread(submit, a.home, work / f"idle{size}", text)
             queued = size
             tick = time.monotonic()
-            while waiting(manager) < size:
+            # Counted once only the idle jobs are left: the throughput run's jobs are
+            # still being cleaned up (one CONDOR_JOB_UPDATE each) when this one starts.
+            while waiting(manager) < size or len(manager.jobs) > waiting(manager):
                 if time.monotonic() - tick > 10:
                     tick = time.monotonic()
                     states = collections.Counter(
