@@ -25,7 +25,12 @@ from dataclasses import dataclass
 from typing import IO, Any, Final, Generic, TypeVar
 
 from htgrid.backends.condor import _adjson as adjson
-from htgrid.backends.condor._errors import INPUT_TOO_LARGE, RemoteRefusal, SandboxError
+from htgrid.backends.condor._errors import (
+    INPUT_TOO_LARGE,
+    RemoteRefusal,
+    SandboxError,
+    refusal_message,
+)
 from htgrid.backends.condor._http import Endpoint, FileBody
 from htgrid.backends.condor._sandbox import InputEntry, InputTar, scratch_file
 
@@ -325,8 +330,5 @@ def _staged(schedd: Endpoint, job_id: str, answer: Any) -> Fields:
     status = answer.get("status")
     if status == 413:
         return ("F", f"{INPUT_TOO_LARGE}{detail} (refused by {schedd.what})")
-    if status == 403:
-        refusal = f"Permission denied by {schedd.what}: {detail}"
-    else:
-        refusal = f"{schedd.what} answered HTTP {status}: {detail}"
+    refusal = refusal_message(schedd.what, status if isinstance(status, int) else 0, detail)
     return ("F", f"Error sending files to {schedd.what}: {refusal}")

@@ -35,6 +35,7 @@ __all__ = [
     "LocateError",
     "RemoteRefusal",
     "SandboxError",
+    "refusal_message",
     "refusal_of",
     "translate",
 ]
@@ -85,13 +86,17 @@ def refusal_of(what: str, response: httpx.Response) -> RemoteRefusal:
     if not detail:
         detail = response.text.strip()[:300] or response.reason_phrase
     status = response.status_code
-    if status == 401:
-        message = f"Authentication failed at {what}: {detail}"
-    elif status == 403:
-        message = f"Permission denied by {what}: {detail}"
-    else:
-        message = f"{what} answered HTTP {status}: {detail}"
+    message = refusal_message(what, status, detail)
     return RemoteRefusal(message, status=status, error=error, detail=detail)
+
+
+def refusal_message(what: str, status: int, detail: str) -> str:
+    """How a refusal with HTTP `status` reads (also for one job's part of a batch answer)."""
+    if status == 401:
+        return f"Authentication failed at {what}: {detail}"
+    if status == 403:
+        return f"Permission denied by {what}: {detail}"
+    return f"{what} answered HTTP {status}: {detail}"
 
 
 @contextlib.contextmanager

@@ -29,7 +29,12 @@ import htgrid.classad as classad
 from htgrid.backends.condor import _adjson as adjson
 from htgrid.backends.condor import _sandbox as sandbox
 from htgrid.backends.condor._batch import Coalescer
-from htgrid.backends.condor._errors import OUTPUT_TOO_LARGE, RemoteRefusal, SandboxError
+from htgrid.backends.condor._errors import (
+    OUTPUT_TOO_LARGE,
+    RemoteRefusal,
+    SandboxError,
+    refusal_message,
+)
 from htgrid.backends.condor._http import Endpoint
 
 __all__ = ["MOST", "StageOuts"]
@@ -138,12 +143,7 @@ def _problem_line(what: str, job_id: str, problem: dict[str, Any]) -> Fields:
     status = problem.get("status")
     status = status if isinstance(status, int) else 0
     detail = str(problem.get("detail") or problem.get("title") or "refused")
-    if status == 401:
-        message = f"Authentication failed at {what}: {detail}"
-    elif status == 403:
-        message = f"Permission denied by {what}: {detail}"
-    else:
-        message = f"{what} answered HTTP {status}: {detail}"
+    message = refusal_message(what, status, detail)
     return _refused(what, status, str(problem.get("error") or ""), detail, message)
 
 
