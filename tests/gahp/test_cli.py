@@ -94,3 +94,19 @@ def test_end_of_file_at_the_terminal_quits(terminal: Terminal) -> None:
 def test_gahp_without_a_type_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["gahp"]) == 2
     assert "batch" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["batch", "condor"])
+def test_a_gahp_with_stdin_from_dev_null_says_its_banner_and_ends(
+    kind: str, tmp_path: Path
+) -> None:
+    # Started from a script or a cron job with no input: end of file at once, not a hang.
+    extra = ["--scratch", str(tmp_path)] if kind == "batch" else ["--pool", "127.0.0.1:1"]
+    done = subprocess.run(
+        [sys.executable, "-m", "htgrid.cli", "gahp", kind, *extra],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(b"$GahpVersion")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 import sys
 from typing import Protocol
 
@@ -63,6 +64,11 @@ class _BlockingWriter:
 
 async def stdin_reader(loop: asyncio.AbstractEventLoop) -> ByteReader:
     """This process's stdin as a ByteReader (a pipe, a terminal or a regular file)."""
+    mode = os.fstat(0).st_mode
+    if stat.S_ISCHR(mode) and not os.isatty(0):
+        # /dev/null and its kind: epoll refuses them (EPERM, raised only once the loop
+        # runs, so the server would wait forever); read them in a thread like a file.
+        return _ThreadReader(0)
     reader = asyncio.StreamReader(limit=_READ_SIZE, loop=loop)
     stdin = os.fdopen(0, "rb", buffering=0, closefd=False)
     try:
