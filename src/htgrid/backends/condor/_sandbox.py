@@ -4,7 +4,7 @@ The tars live in unnamed temporary files (`scratch_file`: gone when closed, or w
 process dies), never in memory, so a sandbox of any size costs the GAHP a MiB or so.
 A stage-in looks at its files first (`input_entries`, stat only); the tar is written
 later straight from them, one for a whole batch of jobs (`InputTar`). Everything here
-blocks (files of any size): the server runs it in a worker thread. Names in a tar are
+but `close_scratch` blocks (files of any size): the server runs it in a worker thread. Names in a tar are
 relative to the remote sandbox; nothing outside it is accepted from the remote side, and
 every file is written atomically (a temporary file in the destination's directory, then a
 rename), so a crash never leaves half a file under its final name.
@@ -12,6 +12,7 @@ rename), so a crash never leaves half a file under its final name.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import os
@@ -32,6 +33,7 @@ __all__ = [
     "InputEntry",
     "InputFile",
     "InputTar",
+    "close_scratch",
     "input_entries",
     "input_files",
     "input_tar",
@@ -129,6 +131,13 @@ def scratch_file() -> IO[bytes]:
         raise SandboxError(
             f"cannot make a temporary file for a sandbox in {where}: {exc}"
         ) from None
+
+
+async def close_scratch(tar: IO[bytes]) -> None:
+    """Close (and so delete) a sandbox's temporary tar, even when the request is cancelled."""
+    # Shielded: a cancelled stage-in or stage-out must not leave its temporary file open.
+    with contextlib.suppress(OSError):
+        await asyncio.shield(asyncio.to_thread(tar.close))
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,6 @@ that refuses a batch as a whole, gets each job's stage-out on its own, as before
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import tarfile
@@ -99,7 +98,7 @@ class StageOuts:
                 await schedd.download(ROUTE, tar, json_body={"jobs": named})
                 results = await asyncio.to_thread(unpack_outputs, tar, job_ids, schedd.what)
             finally:
-                await _close(tar)
+                await sandbox.close_scratch(tar)
         for job_id, result in zip(job_ids, results, strict=True):
             if result == ("S", "NULL"):
                 log.info("job %s: output files written", job_id)
@@ -123,7 +122,7 @@ class StageOuts:
                 return ("F", f"Error receiving files from {schedd.what}: {err}")
             finally:
                 if tar is not None:
-                    await _close(tar)
+                    await sandbox.close_scratch(tar)
         log.info("job %s: %d output files written", job_id, len(written))
         return ("S", "NULL")
 
@@ -239,9 +238,3 @@ def _job_ad(body: bytes, job_id: str) -> classad.ClassAd | None:
     if not isinstance(ads, list):
         raise SandboxError(f"the answer for job {job_id} holds no list of jobs")
     return _ad_of(ads[0], job_id) if ads else None
-
-
-async def _close(tar: IO[bytes]) -> None:
-    """Close (and so delete) a temporary tar, even when the request is cancelled."""
-    with contextlib.suppress(OSError):
-        await asyncio.shield(asyncio.to_thread(tar.close))

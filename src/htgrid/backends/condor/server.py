@@ -33,7 +33,6 @@ its own result line.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import email.utils
 import logging
@@ -297,7 +296,7 @@ class CondorGahp:
         """CONDOR_JOB_UPDATE: set the ad's attributes in one job (condor_qedit), in one edit
         with the other updates of that schedd setting the same, waiting at the same
         moment (_update.py)."""
-        attrs = _edit_attrs(call.args[2])
+        attrs = _edit_attrs(_request_ad(call, 2))
         if not attrs:
             return ("S", "NULL")
         schedd = await self._schedd(call)
@@ -305,7 +304,7 @@ class CondorGahp:
 
     async def update_constrained(self, call: Call) -> Sequence[str]:
         """CONDOR_JOB_UPDATE_CONSTRAINED: set the ad's attributes in the matching jobs."""
-        attrs = _edit_attrs(call.args[2])
+        attrs = _edit_attrs(_request_ad(call, 2))
         if not attrs:
             return ("S", "NULL")
         schedd = await self._schedd(call)
@@ -400,20 +399,12 @@ async def _put_input(schedd: Endpoint, item: StageIn, files: asyncio.Semaphore) 
         return ("F", f"Error sending files to {schedd.what}: {err}")
     finally:
         if tar is not None:
-            await _close(tar)
+            await sandbox.close_scratch(tar)
     return ("S", "NULL")
 
 
-async def _close(tar: IO[bytes]) -> None:
-    """Close (and so delete) a sandbox's temporary tar, even when the request is cancelled."""
-    # Shielded: a cancelled stage-in or stage-out must not leave its temporary file open.
-    with contextlib.suppress(OSError):
-        await asyncio.shield(asyncio.to_thread(tar.close))
-
-
-def _edit_attrs(ad_text: str) -> dict[str, str]:
+def _edit_attrs(ad: classad.ClassAd) -> dict[str, str]:
     """The attributes of an update's ad, as expression text (what the edit route takes)."""
-    ad = classad.ClassAd(ad_text)
     return {name: str(ad.lookup(name)) for name in ad}
 
 
@@ -501,12 +492,12 @@ def _one_line_ads(body: bytes, server_time: int) -> list[str]:
 # SUBMIT or STAGE_IN carries is parsed there once and reaches the handler as Call.parsed.
 
 
-def _request_ad(call: Call) -> classad.ClassAd:
-    """The ad of a SUBMIT or STAGE_IN request, as its check parsed it (or parsed here, for
-    a Call made without the runtime)."""
+def _request_ad(call: Call, index: int = 1) -> classad.ClassAd:
+    """The ad of a request (SUBMIT, STAGE_IN, UPDATE...), as its check parsed it (or
+    parsed here, for a Call made without the runtime)."""
     if isinstance(call.parsed, classad.ClassAd):
         return call.parsed
-    return classad.ClassAd(call.args[1])
+    return classad.ClassAd(call.args[index])
 
 
 def _parse_ad(text: str) -> classad.ClassAd:
