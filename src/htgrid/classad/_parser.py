@@ -27,6 +27,7 @@ from htgrid.classad._ast import (
     Unary,
 )
 from htgrid.classad._lexer import EOF, ID, INT, KW, OP, REAL, STR, Token, tokenize
+from htgrid.classad._split import ATTR_NAME, RESERVED, split_ad
 from htgrid.classad._times import parse_abstime, parse_reltime
 from htgrid.errors import ClassAdSyntaxError
 
@@ -343,6 +344,50 @@ def parse_expr(text: str, *, origin: str = "") -> Node:
 
 def parse_new_ad(text: str, *, origin: str = "") -> AdExpr:
     """Parse exactly one new-syntax ad `[ ... ]`."""
+    pairs = _split_parse(text, origin)
+    if pairs is not None:
+        return AdExpr(pairs)
+    return parse_new_ad_whole(text, origin=origin)
+
+
+def parse_record_value(text: str, *, origin: str = "") -> Node:
+    """Parse one attribute's value as it stands in an ad (nested one bracket deep)."""
+    return _cached(text, False, origin, nested=_BRACKET)
+
+
+def _split_parse(text: str, origin: str) -> tuple[tuple[str, Node], ...] | None:
+    """The ad's attributes, its values parsed one by one through the expression cache.
+
+    The jobs of one cluster repeat most of their values, so most come from the cache. None
+    when the splitter is unsure or a piece does not parse: the whole parse then gives the
+    answer, or the error with its place in the whole text.
+    """
+    pieces = split_ad(text)
+    if pieces is None:
+        return None
+    found: dict[str, tuple[str, Node]] = {}
+    for piece in pieces:
+        match = ATTR_NAME.match(piece)
+        if match is None:
+            if piece.strip():
+                return None
+            continue
+        name = match.group(1)
+        key = name.lower()
+        if key in RESERVED:
+            return None
+        try:
+            node = parse_record_value(piece[match.end() :], origin=origin)
+        except ClassAdSyntaxError:
+            return None
+        # A repeated name: the last value wins, the first spelling stays (as ad_body).
+        previous = found.get(key)
+        found[key] = (previous[0] if previous else name, node)
+    return tuple(found.values())
+
+
+def parse_new_ad_whole(text: str, *, origin: str = "") -> AdExpr:
+    """Parse exactly one new-syntax ad `[ ... ]`, all of it through the tokenizer."""
     parser = _Parser(text, tokenize(text, origin=origin), origin)
     tok = parser.tokens[0]
     if not (tok[0] == OP and tok[1] == "["):
@@ -373,11 +418,12 @@ _CACHE: dict[str, Node] = {}
 _CACHE_LIMIT: Final = 20_000
 
 
-def _cached(text: str, old: bool, origin: str) -> Node:
-    key = ("o" if old else "n") + text
+def _cached(text: str, old: bool, origin: str, nested: int = 0) -> Node:
+    key = f"{'o' if old else 'n'}{nested} {text}"
     node = _CACHE.get(key)
     if node is None:
         parser = _Parser(text, tokenize(text, old=old, origin=origin), origin)
+        parser.depth += nested  # an ad's value starts inside its brackets
         node = parser.expression()
         parser.end()
         if len(_CACHE) >= _CACHE_LIMIT:

@@ -11,23 +11,13 @@ whole parse gives for those attributes.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
-from typing import Final
 
 from htgrid.classad._classad import ClassAd, Entry
-from htgrid.classad._parser import parse_expr
+from htgrid.classad._parser import parse_record_value
+from htgrid.classad._split import ATTR_NAME, RESERVED, split_ad
 
 __all__ = ["select_attrs"]
-
-# String literals and quoted names whole (so no ; or ] inside them counts), single
-# brackets, and runs of anything else.
-_PIECES: Final = re.compile(
-    r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|[\[\]{}();]|[^"\'\[\]{}();]+', re.S
-)
-_NAME: Final = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=(?!=)")
-_OPEN: Final = frozenset("[{(")
-_CLOSE: Final = frozenset("]})")
 
 
 def select_attrs(text: str, names: Iterable[str]) -> ClassAd:
@@ -37,52 +27,23 @@ def select_attrs(text: str, names: Iterable[str]) -> ClassAd:
     the other values are not looked at.
     """
     wanted = {name.lower() for name in names}
-    pieces = _split(text)
+    pieces = split_ad(text)
     if pieces is None:  # not plain enough to split safely: the parser decides
         return _whole(text, wanted)
     ad = ClassAd()
     for piece in pieces:
-        match = _NAME.match(piece)
+        match = ATTR_NAME.match(piece)
         if match is None:
             if piece.strip():
                 return _whole(text, wanted)
             continue
         name = match.group(1)
-        if name.lower() in wanted:
-            ad._attrs[name.lower()] = Entry(name, parse_expr(piece[match.end() :]))
+        key = name.lower()
+        if key in RESERVED:
+            return _whole(text, wanted)  # no attribute name: the parser says why
+        if key in wanted:
+            ad._attrs[key] = Entry(name, parse_record_value(piece[match.end() :]))
     return ad
-
-
-def _split(text: str) -> list[str] | None:
-    """The `name = expression` pieces of an ad, or None when unsure."""
-    body = text.strip()
-    if not (body.startswith("[") and body.endswith("]")) or "/*" in body or "//" in body:
-        return None
-    pieces: list[str] = []
-    current: list[str] = []
-    depth = 0
-    chunks = _PIECES.findall(body, 1, len(body) - 1)
-    if sum(map(len, chunks)) != len(body) - 2:
-        return None  # an unterminated string or quoted name: nothing matched some of it
-    for chunk in chunks:
-        first = chunk[0]
-        if first == ";" and depth == 0:
-            pieces.append("".join(current))
-            current = []
-            continue
-        if first in _OPEN:
-            depth += 1
-        elif first in _CLOSE:
-            depth -= 1
-            if depth < 0:
-                return None
-        elif first == "'" and depth == 0 and not "".join(current).strip():
-            return None  # a quoted attribute name: rare, and the parser's business
-        current.append(chunk)
-    if depth != 0:
-        return None
-    pieces.append("".join(current))
-    return pieces
 
 
 def _whole(text: str, wanted: set[str]) -> ClassAd:

@@ -1,0 +1,56 @@
+"""An ad in new syntax split into its `name = expression` pieces, without the tokenizer.
+
+String literals, quoted names and brackets are kept whole by one regular expression, so
+a `;` or `]` inside them does not split. Anything the splitter is not sure of (comments,
+a quoted attribute name, unbalanced brackets, text after the ad) gives None: the caller
+then hands the ad to the full parser, whose answer (or error) is the one that counts.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+__all__ = ["ATTR_NAME", "RESERVED", "split_ad"]
+
+_PIECES: Final = re.compile(
+    r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|[\[\]{}();]|[^"\'\[\]{}();]+', re.S
+)
+#: `Name =` at the start of a piece (not `==`, `=?=`: those are no assignment).
+ATTR_NAME: Final = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=(?![=?!])")
+#: Words the lexer reads as values or operators: never an attribute name.
+RESERVED: Final = frozenset({"true", "false", "undefined", "error", "is", "isnt"})
+_OPEN: Final = frozenset("[{(")
+_CLOSE: Final = frozenset("]})")
+
+
+def split_ad(text: str) -> list[str] | None:
+    """The `name = expression` pieces of an ad (some may be blank), or None when unsure."""
+    body = text.strip()
+    if not (body.startswith("[") and body.endswith("]")) or "/*" in body or "//" in body:
+        return None
+    chunks = _PIECES.findall(body, 1, len(body) - 1)
+    if sum(map(len, chunks)) != len(body) - 2:
+        return None  # an unterminated string or quoted name: nothing matched some of it
+    pieces: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for chunk in chunks:
+        first = chunk[0]
+        if first == ";" and depth == 0:
+            pieces.append("".join(current))
+            current = []
+            continue
+        if first in _OPEN:
+            depth += 1
+        elif first in _CLOSE:
+            depth -= 1
+            if depth < 0:
+                return None
+        elif first == "'" and depth == 0 and not "".join(current).strip():
+            return None  # a quoted attribute name: rare, and the parser's business
+        current.append(chunk)
+    if depth != 0:
+        return None
+    pieces.append("".join(current))
+    return pieces
