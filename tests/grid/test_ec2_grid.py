@@ -108,7 +108,14 @@ def test_a_refused_start_holds_the_job_with_the_providers_message(
 
     async def main() -> None:
         async with running(grid):
-            await wait_for("the hold", lambda: grid.ad(job_id)["JobStatus"] == JobStatus.HELD)
+            # Held first, then handed back once the job's keypair is destroyed.
+            await wait_for(
+                "the hold and the hand back",
+                lambda: (
+                    (grid.ad(job_id)["JobStatus"], grid.ad(job_id).get("Managed"))
+                    == (JobStatus.HELD, "Schedd")
+                ),
+            )
 
     asyncio.run(main())
     assert instances(aws) == {}
