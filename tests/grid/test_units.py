@@ -329,6 +329,38 @@ def test_durable_writes_are_group_committed(tmp_path: Any) -> None:
     check.close()
 
 
+def test_updates_waiting_together_go_in_one_transaction(tmp_path: Any) -> None:
+    from htgrid.grid._queueio import QueueIO
+    from htgrid.queue import Identity, JobNotFound, JobQueue, ProtectedAttribute
+
+    root = Identity("root")
+    setup = JobQueue.open(tmp_path, fsync=False)
+    cluster = setup.submit(root, _ad(Cmd="/bin/true", JobUniverse=9), 100)
+    setup.close()
+
+    async def main() -> tuple[int, list[Any]]:
+        io = QueueIO(JobQueue.open(tmp_path, fsync=False))
+        updates = [(JobId(cluster, proc), {"GridJobStatus": f"s{proc}"}) for proc in range(100)]
+        updates += [(JobId(cluster + 1, 0), {"GridJobStatus": "x"})]
+        updates += [(JobId(cluster, 7), {"Owner": "bob"})]
+        results = await asyncio.gather(
+            *(io.update(job, attrs) for job, attrs in updates), return_exceptions=True
+        )
+        transactions = io.transactions
+        await io.close()
+        return transactions, results
+
+    transactions, results = asyncio.run(main())
+    assert results[:100] == [None] * 100
+    assert isinstance(results[100], JobNotFound) and isinstance(results[101], ProtectedAttribute)
+    assert transactions < 10  # batches, not a transaction per job
+    check = JobQueue.open(tmp_path, fsync=False)
+    found = check.query(f"ClusterId == {cluster}")
+    assert [ad["GridJobStatus"] for ad in found] == [f"s{proc}" for proc in range(100)]
+    assert {ad["Owner"] for ad in found} == {"root"}
+    check.close()
+
+
 # ---- the 001 event of a grid job ---------------------------------------------------------------
 
 

@@ -299,6 +299,39 @@ def test_update_moves_only_between_runtime_states(q: JobQueue) -> None:
     assert q.job_exited("1.0", 0).value == "completed"
 
 
+def test_update_many_refuses_each_job_on_its_own_in_one_transaction(q: JobQueue) -> None:
+    q.submit(ALICE, job(), 4)
+    q.job_started("1.1")
+    before = q.last_seq
+
+    errors = q.update_many(
+        [
+            ("1.0", {"GridJobId": "a"}),
+            ("1.1", {"JobStatus": 7, "RemoteHost": "slot1@ep"}),
+            ("1.2", {"Owner": "bob", "GridJobId": "not kept"}),
+            ("9.0", {"GridJobId": "nobody"}),
+            ("1.3", {"JobStatus": 99}),
+            ("1.0", {"GridJobSubmitTime": 5}),
+        ]
+    )
+
+    assert [type(error).__name__ if error else None for error in errors] == [
+        None,
+        None,
+        "ProtectedAttribute",
+        "JobNotFound",
+        "InvalidTransition",
+        None,
+    ]
+    assert "no JobStatus 99" in str(errors[4])
+    first = q.get("1.0")
+    assert (first["GridJobId"], first["GridJobSubmitTime"]) == ("a", 5)
+    assert (q.get("1.1")["JobStatus"], q.get("1.1")["RemoteHost"]) == (7, "slot1@ep")
+    assert "GridJobId" not in q.get("1.2")  # nothing of a refused job's update is kept
+    changed = [job for change in q.changes_since(before) for job in change.job_ids]
+    assert changed == [JobId(1, 0), JobId(1, 1), JobId(1, 0)]
+
+
 def test_the_transition_table_is_enforced_everywhere() -> None:
     for old, new in itertools.product(JobStatus, JobStatus):
         if new in TRANSITIONS[old]:

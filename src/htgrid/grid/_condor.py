@@ -242,10 +242,13 @@ class CondorJob(CondorJobBase):
 
     async def _submit_save(self) -> CondorEvent:
         now = self.clock.time()
+        # The lease the remote copy was born with; found again after a restart, not known.
+        sent = self.submitted_ad.get("JobLeaseExpiration") if self.submitted_ad else None
+        self.lease_expiration = sent if isinstance(sent, int) else None
         attrs: dict[str, Any] = {
             "GridJobId": str(self.grid_id),
             "GridJobSubmitTime": int(now),
-            LOCAL_LEASE: int(now) + self.lease,
+            LOCAL_LEASE: self.lease_expiration or int(now) + self.lease,
             **self.clear_wait_attrs(),
         }
         await self.io.update(self.job_id, attrs)

@@ -17,7 +17,9 @@ What HTCondor's CondorResource does:
 * requests in flight: up to the GAHP's accept limit (`MAX_PENDING`), not
   GRIDMANAGER_MAX_PENDING_REQUESTS: the GAHP coalesces what waits into remote batches.
 * leases: ONE `CONDOR_JOB_UPDATE_LEASE` per renewal for every job there: one shared
-  expiration, now + the shortest JobLeaseDuration, renewed once a third of it passed.
+  expiration, now + the shortest JobLeaseDuration, sent once a third of that duration
+  passed since the oldest lease a job holds was set (at its submit or the last renewal):
+  jobs just submitted carry a fresh lease and cost the remote schedd nothing more.
 """
 
 from __future__ import annotations
@@ -86,6 +88,9 @@ class _Polled(Protocol):
     @property
     def lease(self) -> int: ...
 
+    @property
+    def lease_expiration(self) -> int | None: ...
+
     def remote_status(self, status: RemoteJob) -> None: ...
 
     def remote_missing(self) -> None: ...
@@ -113,8 +118,6 @@ class CondorResource(Resource):
         self.schedd = schedd
         self.pool = pool
         self.submitter = submitter
-        #: The lease expiration last sent for all the jobs here (0: none yet).
-        self.lease_expiration = 0
         self.lease_updates = 0
         #: Most jobs asked about in one status request (halved when an answer is too long).
         self.status_chunk = STATUS_CHUNK
@@ -240,13 +243,15 @@ class CondorResource(Resource):
                 log.exception("resource %s: lease renewal failed", self.name)
 
     async def renew_leases(self, *, force: bool = False) -> bool:
-        """Renew every job's lease if a third of it passed; whether a request was sent."""
+        """Renew every job's lease if a third of one passed; whether a request was sent."""
         jobs = self._leased()
         if not jobs:
             return False
         duration = min(job.lease for job in jobs)
         now = int(self.clock.time())
-        if not force and self.lease_expiration - now > duration * 2 / 3:
+        # A job whose lease is not known (found again after a restart) is renewed now.
+        oldest = min(job.lease_expiration or 0 for job in jobs)
+        if not force and oldest - now > duration * 2 / 3:
             return False
         expiration = now + duration
         pairs: list[str] = []
@@ -260,7 +265,6 @@ class CondorResource(Resource):
             log.warning("resource %s: lease renewal failed: %s", self.name, err)
             self.request_ping()
             return True
-        self.lease_expiration = expiration
         updated = set(fields[1].split(",")) if len(fields) > 1 and fields[1] != "NULL" else set()
         for job in jobs:
             assert job.remote_id is not None

@@ -10,10 +10,11 @@ the remote submit, and its clearing). Everything else (batch job ids, statuses, 
 recovered from the batch system should a power cut take the last commits; a kill -9 loses
 none of them either way (SQLite's WAL).
 
-Durable writes are group-committed: those waiting while the thread is busy are written
-unsynced, then the last of them again through the synced connection, whose fsync of the
-write-ahead log makes every earlier frame in it durable too. One fsync per batch, not per
-job: that is what lets 2,000 submits go as fast as the batch system takes them.
+Updates are group-committed: those waiting while the thread is busy go in one transaction
+(a job's refusal is its own). Durable ones are then written again, the last of them,
+through the synced connection, whose fsync of the write-ahead log makes every earlier
+frame in it durable too. One transaction and one fsync per batch, not per job: that is
+what lets 2,000 submits go as fast as the batch system takes them.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from htgrid.queue import (
 __all__ = ["GRIDMANAGER", "UNDEFINED", "QueueIO"]
 
 _T = TypeVar("_T")
+_Waiting = tuple[JobId, Mapping[str, Any], "asyncio.Future[None]"]
 
 #: Who the grid manager acts as when it holds or removes jobs.
 GRIDMANAGER = Identity("condor_gridmanager", admin=True)
@@ -56,10 +58,12 @@ class QueueIO:
         self.queue = queue
         self.durable = durable or queue
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="htgrid-queue")
-        self._synced: list[tuple[JobId, Mapping[str, Any], asyncio.Future[None]]] = []
+        self._synced: list[_Waiting] = []  # durable updates waiting for the thread
+        self._plain: list[_Waiting] = []  # the others
         self._flusher: asyncio.Task[None] | None = None
         self.writes = 0
         self.syncs = 0
+        self.transactions = 0  # of grouped updates
 
     async def _run(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         loop = asyncio.get_running_loop()
@@ -98,40 +102,47 @@ class QueueIO:
     ) -> None:
         """Set attributes; `durable`: on disk when this returns, even through a power cut."""
         self.writes += 1
-        if not durable or self.durable is self.queue:
-            await self._run(self.queue.update, job_id, attrs)
-            return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._synced.append((job_id, attrs, future))
+        synced = durable and self.durable is not self.queue
+        (self._synced if synced else self._plain).append((job_id, attrs, future))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush())
         await future
 
     async def _flush(self) -> None:
-        while self._synced:
-            batch, self._synced = self._synced, []
-            errors = await self._run(self._write_synced, [(j, a) for j, a, _ in batch])
-            for (_, _, future), error in zip(batch, errors, strict=True):
-                if future.done():  # its caller went away
-                    continue
-                if error is None:
-                    future.set_result(None)
-                else:
-                    future.set_exception(error)
+        """The updates waiting, a transaction for all of them, until none is left."""
+        while self._plain or self._synced:
+            plain, self._plain = self._plain, []
+            synced, self._synced = self._synced, []
+            await self._settle(plain, self.queue.update_many)
+            await self._settle(synced, self._write_synced)
+
+    async def _settle(
+        self,
+        batch: list[_Waiting],
+        write: Callable[[list[tuple[JobId, Mapping[str, Any]]]], Sequence[Exception | None]],
+    ) -> None:
+        if not batch:
+            return
+        self.transactions += 1
+        errors: Sequence[Exception | None]
+        try:
+            errors = await self._run(write, [(job_id, attrs) for job_id, attrs, _ in batch])
+        except Exception as err:  # the transaction failed: everyone's write did
+            errors = [err] * len(batch)
+        for (_, _, future), error in zip(batch, errors, strict=True):
+            if future.done():  # its caller went away
+                continue
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
 
     def _write_synced(self, batch: list[tuple[JobId, Mapping[str, Any]]]) -> list[Exception | None]:
         """(In the queue thread) the batch's updates, then one synced commit for them all."""
         self.syncs += 1
-        errors: list[Exception | None] = []
-        done: list[tuple[JobId, Mapping[str, Any]]] = []
-        for job_id, attrs in batch:
-            try:
-                self.queue.update(job_id, attrs)
-            except Exception as err:  # handed to that job's caller, not to the others
-                errors.append(err)
-            else:
-                errors.append(None)
-                done.append((job_id, attrs))
+        errors: list[Exception | None] = list(self.queue.update_many(batch))
+        done = [update for update, error in zip(batch, errors, strict=True) if error is None]
         for job_id, attrs in reversed(done):
             try:
                 self.durable.update(job_id, attrs)  # the same values, through the fsync

@@ -412,20 +412,43 @@ class JobQueue:
         the table allows; holds, exits and removals have their own calls.
         """
         with self._writing() as txn:
-            edit = txn.load(job_id_of(job_id))
-            for name, value in attrs.items():
-                if name.lower() == "jobstatus":
-                    new = JobStatus(value)
-                    if new not in _RUNTIME:
-                        raise InvalidTransition(
-                            f"job {edit.job_id}: {new.label} has its own call, not update"
-                        )
-                    actions.set_status(edit, new, txn.now, f"become {new.label}")
-                elif name.lower() in PROTECTED:
-                    raise ProtectedAttribute(f"job {edit.job_id}: {name} cannot change")
+            self._update(txn, job_id, attrs)
+
+    def update_many(
+        self, updates: Sequence[tuple[JobId | str, Mapping[str, Any]]]
+    ) -> list[QueueError | None]:
+        """`update` of each job, all in one transaction; a job's refusal (not found, a
+        transition or attribute refused) is its own, in its place in the list returned."""
+        errors: list[QueueError | None] = []
+        with self._writing() as txn:
+            for job_id, attrs in updates:
+                try:
+                    self._update(txn, job_id, attrs)
+                except (JobNotFound, InvalidTransition, ProtectedAttribute) as err:
+                    errors.append(err)  # nothing of this job's was saved
                 else:
-                    edit.set(name, value)
-            txn.save(edit)
+                    errors.append(None)
+        return errors
+
+    @staticmethod
+    def _update(txn: Txn, job_id: JobId | str, attrs: Mapping[str, Any]) -> None:
+        edit = txn.load(job_id_of(job_id))
+        for name, value in attrs.items():
+            if name.lower() == "jobstatus":
+                try:
+                    new = JobStatus(value)
+                except ValueError:
+                    raise InvalidTransition(f"job {edit.job_id}: no JobStatus {value!r}") from None
+                if new not in _RUNTIME:
+                    raise InvalidTransition(
+                        f"job {edit.job_id}: {new.label} has its own call, not update"
+                    )
+                actions.set_status(edit, new, txn.now, f"become {new.label}")
+            elif name.lower() in PROTECTED:
+                raise ProtectedAttribute(f"job {edit.job_id}: {name} cannot change")
+            else:
+                edit.set(name, value)
+        txn.save(edit)
 
     def evaluate_periodic(self, now: int | None = None) -> list[tuple[JobId, PolicyDecision]]:
         """The schedd's periodic pass: PeriodicHold/Release/Remove and TimerRemove on every
