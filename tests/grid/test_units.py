@@ -379,7 +379,6 @@ def test_a_grid_jobs_execute_event_names_its_grid_resource() -> None:
         procs=range(1),
         status=JobStatus.RUNNING,
         last_status=JobStatus.IDLE,
-        attrs=classad.ClassAd(),
     )
     resource = "condor remote@site.example.org site.example.org:9618"
     grid = _ad(JobUniverse=9, GridResource=resource, RemoteHost="slot1@execute.b")

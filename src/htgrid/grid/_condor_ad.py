@@ -13,6 +13,7 @@ idempotency key, committed locally before the submit: a lost submit is found by 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import re
@@ -275,12 +276,11 @@ def build_remote_ad(
     now: int,
 ) -> ClassAd:
     """The CONDOR_JOB_SUBMIT ad for local job `ad` (a new ClassAd; `ad` is not changed)."""
-    out = ClassAd()
-    for name in ad:
+    out = copy.copy(ad)  # the expressions shared, not converted to values and back
+    for name in list(out):
         lowered = name.lower()
         if lowered in _DROP or _prefixed(lowered):
-            continue
-        out[name] = ad[name]
+            del out[name]
     iwd = as_str(_literal(ad, "Iwd")) or "/"
     # Files travel in the sandbox: the remote job names them by their base names, and
     # the local paths stay in SUBMIT_* for the output's way back (the GAHP's stage out).

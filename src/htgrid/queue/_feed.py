@@ -39,8 +39,20 @@ class Change:
     procs: range
     status: JobStatus | None
     last_status: JobStatus | None
-    attrs: ClassAd = field(compare=False, hash=False)
+    #: The attributes as stored (`attrs` decodes them).
+    stored: str = field(default="{}", compare=False, hash=False, repr=False)
     deleted: tuple[str, ...] = ()
+    _attrs: ClassAd | None = field(default=None, init=False, compare=False, hash=False, repr=False)
+
+    @property
+    def attrs(self) -> ClassAd:
+        """The attributes the change set, decoded when first asked for: most followers
+        (the local-universe runner, the shadows) only look at the kind and the status."""
+        ad = self._attrs
+        if ad is None:
+            ad = decode(self.stored)
+            object.__setattr__(self, "_attrs", ad)  # a cache: the change itself is frozen
+        return ad
 
     @property
     def job_ids(self) -> list[JobId]:
@@ -64,7 +76,7 @@ def read_changes(conn: sqlite3.Connection, after: int, limit: int | None) -> lis
             procs=range(first, last + 1),
             status=None if status is None else JobStatus(status),
             last_status=None if last_status is None else JobStatus(last_status),
-            attrs=decode(attrs),
+            stored=attrs,
             deleted=tuple(deleted.split()),
         )
         for seq, time, kind, cluster, first, last, status, last_status, attrs, deleted in rows
