@@ -188,6 +188,9 @@ async def per_poll(
     found: dict[int, dict[str, float]] = {}
 
     async def body(manager: GridManager) -> None:
+        # Polls are numbered per resource, from 0 in each grid manager: the commands the
+        # throughput run's manager sent carry the same numbers and are not this one's.
+        SENT.clear()
         queued = 0
         for size in sizes:
             extra = "remote_universe = vanilla\n"
