@@ -1,5 +1,7 @@
-"""select_attrs gives what a whole parse gives for the attributes asked, however the ad
-is written; what it cannot split safely goes to the parser."""
+"""The splitter's two users: select_attrs gives what a whole parse gives for the
+attributes asked, and an ad read through the splitter and the expression cache is the
+ad a whole parse gives (an ad that does not parse fails with the whole parse's error);
+what the splitter cannot split safely goes to the parser."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import random
 import pytest
 
 import htgrid.classad as classad
+from htgrid.classad._parser import parse_new_ad, parse_new_ad_whole
 
 _VALUES = [
     "1",
@@ -70,3 +73,88 @@ def test_what_the_splitter_is_unsure_of_is_parsed_whole(text: str) -> None:
 def test_an_ad_that_does_not_parse_is_refused(text: str) -> None:
     with pytest.raises(classad.ClassAdSyntaxError):
         classad.select_attrs(text, ["A", "B"])
+
+
+# ---- the whole ad through the splitter ---------------------------------------------------
+
+_MORE_VALUES = [
+    "3--2",
+    "error",
+    "A is undefined || B isnt 3",
+    "A =?= B && C =!= D",
+    "X ?: 3",
+    "!Done",
+    'absTime("2025-01-01T00:00:00Z")',
+]
+# Each of these breaks the ad (or the splitter's nerve); the whole parse must decide.
+_BROKEN = [
+    "",
+    "(1",
+    "1 B = 2",
+    '"open',
+    "= 1",
+    "1 ]",
+    "[",
+    "/* c */ 1",
+    "1 // c\n",
+    "'Name",
+]
+_NAMES = ["Attr", "attr", "ATTR", "true", "Is", "error", "_x", "a1"]
+
+
+def _whole_ad(rng: random.Random, broken: bool) -> str:
+    pieces = []
+    for n in range(rng.randint(0, 20)):
+        name = rng.choice(_NAMES) if rng.random() < 0.15 else f"Attr{n}"
+        op = rng.choice(["=", " = ", "=", "==", "=?="]) if broken else rng.choice(["=", " = "])
+        value = (
+            rng.choice(_BROKEN)
+            if broken and rng.random() < 0.2
+            else rng.choice(_VALUES + _MORE_VALUES)
+        )
+        pieces.append(f"{name}{op}{value}")
+    spaces = rng.choice(["", " ", "\n  "])
+    body = rng.choice([";", f";{spaces}", ";;"]).join(pieces)
+    return f"{spaces}[{spaces}{body}{rng.choice(['', ';'])}{spaces}]{spaces}"
+
+
+def _outcome(parse: object, text: str) -> tuple[str, ...]:
+    try:
+        node = parse(text)  # type: ignore[operator]
+    except classad.ClassAdSyntaxError as err:
+        return ("error", str(err), repr(getattr(err, "offset", None)))
+    return tuple(f"{name}={value!r}" for name, value in node.attrs)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_the_split_parse_gives_what_the_whole_parse_gives(seed: int) -> None:
+    rng = random.Random(seed)
+    text = _whole_ad(rng, broken=seed % 3 == 0)
+
+    assert _outcome(parse_new_ad, text) == _outcome(parse_new_ad_whole, text), text
+
+
+@pytest.mark.parametrize("depth", [163, 164, 165, 166])
+def test_nesting_is_limited_as_deep_as_in_the_whole_parse(depth: int) -> None:
+    # The limit counts the ad's own bracket: at 165 the value alone would still parse.
+    value = "(" * depth + "1" + ")" * depth
+    text = f"[ A = {value}; B = 2 ]"
+
+    assert _outcome(parse_new_ad, text) == _outcome(parse_new_ad_whole, text)
+    assert (_outcome(parse_new_ad, text)[0] == "error") == (depth >= 165)
+    if depth == 165:
+        classad.ExprTree(value)  # parses alone
+
+
+def test_a_repeated_name_keeps_its_first_spelling_and_last_value() -> None:
+    ad = classad.ClassAd("[ Foo = 1; FOO = 2 ]")
+
+    assert list(ad) == ["Foo"] and ad["foo"] == 2
+
+
+def test_an_error_points_into_the_whole_ad() -> None:
+    text = "[ A = 1; B = (2 + ; C = 3 ]"
+    with pytest.raises(classad.ClassAdSyntaxError) as err:
+        classad.ClassAd(text)
+
+    assert str(err.value) == _outcome(parse_new_ad_whole, text)[1]

@@ -403,12 +403,7 @@ def test_one_status_and_one_lease_request_for_all_jobs(grid: Grid, remote: Remot
 
     async def main() -> None:
         async with running(grid, remote) as manager:
-            for job in jobs:
-                await wait_for(
-                    "the stage in", lambda j=job: (r := _remote_of(grid, j)) and remote.idle(r)
-                )
-            resource = manager.resources[RESOURCE]
-            assert isinstance(resource, CondorResource)
+            resource = await _all_staged(manager, grid, remote, jobs)
             await wait_for(
                 "full polls", lambda: 20 in remote.requests("CONDOR_JOB_STATUS_CONSTRAINED")
             )
@@ -441,12 +436,7 @@ def test_jobs_just_submitted_are_not_renewed_before_a_third_of_their_lease(
 
     async def main() -> None:
         async with running(grid, remote) as manager:
-            for job in jobs:
-                await wait_for(
-                    "the stage in", lambda j=job: (r := _remote_of(grid, j)) and remote.idle(r)
-                )
-            resource = manager.resources[RESOURCE]
-            assert isinstance(resource, CondorResource)
+            resource = await _all_staged(manager, grid, remote, jobs)
             first = resource.stats.polls
             await wait_for("three polls", lambda: resource.stats.polls >= first + 3)
             assert remote.requests("CONDOR_JOB_UPDATE_LEASE") == []
@@ -455,6 +445,17 @@ def test_jobs_just_submitted_are_not_renewed_before_a_third_of_their_lease(
             assert remote.requests("CONDOR_JOB_UPDATE_LEASE") == [5]
 
     run(main())
+
+
+async def _all_staged(
+    manager: GridManager, grid: Grid, remote: Remote, jobs: list[JobId]
+) -> CondorResource:
+    """Once every job is staged in and idle there: the remote schedd's resource."""
+    for job in jobs:
+        await wait_for("the stage in", lambda j=job: (r := _remote_of(grid, j)) and remote.idle(r))
+    resource = manager.resources[RESOURCE]
+    assert isinstance(resource, CondorResource)
+    return resource
 
 
 def _leases(grid: Grid, remote: Remote, jobs: list[JobId]) -> bool:
