@@ -11,7 +11,7 @@ import bisect
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 from htgrid.classad._ast import AdExpr, ListExpr, Literal, Node
@@ -21,9 +21,9 @@ from htgrid.classad._values import INT64_MAX, INT64_MIN, UNDEFINED, RelTime
 from htgrid.errors import ClassAdSyntaxError
 
 if TYPE_CHECKING:
-    from htgrid.classad._classad import ClassAd
+    from htgrid.classad._classad import ClassAd, Entry
 
-__all__ = ["ad_to_json", "iter_json_ads"]
+__all__ = ["ad_to_json", "iter_json_ads", "json_texts"]
 
 # NUL never appears in a ClassAd string, so it safely tags the raw `"\/Expr(` marker.
 _MARK: Final = "\x00Expr("
@@ -72,6 +72,26 @@ def _object(attrs: tuple[tuple[str, Node], ...], indent: int) -> str:
 def ad_to_json(ad: ClassAd) -> str:
     """An ad as printJson writes it."""
     return _object(ad._pairs(), 0)
+
+
+def json_texts(ads: Iterable[ClassAd]) -> list[str]:
+    """Each ad as printJson writes it. An attribute the ads share (the same entry, as a
+    cluster's attributes are in the ads of its jobs) is written once and reused: a
+    thousand jobs of one cluster cost little more than their own attributes."""
+    written: dict[int, tuple[Entry, str]] = {}  # the entry kept: its id stays its own
+    texts: list[str] = []
+    for ad in ads:
+        lines: list[str] = []
+        for entry in ad._attrs.values():
+            known = written.get(id(entry))
+            if known is None:
+                line = f"  {_string(entry.name)}: {_node(entry.node, 2)}"
+                written[id(entry)] = (entry, line)
+            else:
+                line = known[1]
+            lines.append(line)
+        texts.append("{\n" + ",\n".join(lines) + "\n}" if lines else "{\n}")
+    return texts
 
 
 def _from_json(value: Any, text: str, offset: int) -> Node:
