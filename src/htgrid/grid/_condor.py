@@ -162,9 +162,11 @@ class CondorJob(CondorJobBase):
             await self.wait(pause)
         assert self.tag is not None  # SAVE_TAG or START set it
         self.resource.hold_slot(self)
-        remote_ad = self._remote_ad(self.tag)
+        tag = self.tag
+        # A thousand jobs get here at once: their ads are built a few at a loop turn.
+        remote_ad, line = await self.services.turns.run(lambda: self._submit_ad(tag))
         try:
-            fields = await self.condor.command("CONDOR_JOB_SUBMIT", repr(remote_ad))
+            fields = await self.condor.command("CONDOR_JOB_SUBMIT", line)
         except LOST_GAHP as err:
             # It may or may not have reached the remote schedd: look the tag up.
             self.last_error = str(err)

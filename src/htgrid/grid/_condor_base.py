@@ -155,6 +155,11 @@ class CondorJobBase(GridJob[CondorState, CondorEvent]):
             now=now,
         )
 
+    def _submit_ad(self, tag: str) -> tuple[ClassAd, str]:
+        """The remote ad and its text, as CONDOR_JOB_SUBMIT sends it."""
+        ad = self._remote_ad(tag)
+        return ad, repr(ad)
+
     async def _until_up(self, stop: Callable[[], CondorEvent | None]) -> CondorEvent | None:
         """Wait while the resource is down (the job waits, it does not fail)."""
         return await self.until_resource_up(stop)

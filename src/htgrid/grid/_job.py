@@ -14,7 +14,7 @@ import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -23,6 +23,7 @@ from htgrid.gahp import Clock
 from htgrid.grid._config import GridManagerConfig
 from htgrid.grid._errors import GridError
 from htgrid.grid._queueio import UNDEFINED, QueueIO
+from htgrid.grid._turns import Turns
 from htgrid.grid._userlog import EventLogs, user_log_path
 from htgrid.grid._values import as_int, as_number, as_str
 from htgrid.queue import JobId, JobNotFound, JobStatus, StoreError
@@ -48,6 +49,8 @@ class Services:
     logs: EventLogs
     #: The pool's home (HTGRID_HOME), for what a type finds there (security material).
     home: Path | None = None
+    #: Where the jobs' CPU-heavy steps take their turn (remote ads built by the hundred).
+    turns: Turns = field(default_factory=Turns)
 
 
 class JobGone(GridError):
