@@ -8,21 +8,20 @@ import pytest
 
 import htgrid.classad as classad
 
+# What JSON writes in its own ways: reals, escapes, nesting, and expressions as strings.
 _VALUES = [
-    "1",
-    "-7",
-    "2.5",
-    "true",
-    "undefined",
-    '"plain"',
+    "0.1",
+    "1e300",
+    "-0.0",
+    "false",
+    "error",
     '"with \\"quotes\\" and \\\\ backslash"',
-    '"unicode \u00e9"',
-    '{ 1, 2.5, "x" }',
-    "[ Inner = 1; Other = { 2, 3 } ]",
+    '"unicode \u00e9 and \\t tab"',
+    '{ 1, 2.5, "x", { } }',
+    "[ Inner = 1; Other = { 2, [ ] } ]",
     "JobStatus == 4 && (JobLeaseExpiration =?= undefined || time() < JobLeaseExpiration)",
     'ifThenElse(A, "a", B)',
-    "{ }",
-    "[ ]",
+    "RequestMemory * 1024",
 ]
 
 
