@@ -54,3 +54,19 @@ def test_each_ad_is_written_as_print_json_writes_it(seed: int) -> None:
 def test_no_ads_no_texts() -> None:
     assert classad.json_texts([]) == []
     assert classad.json_texts([classad.ClassAd()]) == [classad.ClassAd().printJson()]
+
+
+def test_one_value_shared_at_three_depths_is_written_at_each_depth() -> None:
+    # The same node (the parser's cache shares them between ads) at three indents: the
+    # lines written once are reused only at their own depth and under their own name.
+    shared = classad.ExprTree("{ 1, 2 }")
+    inner = classad.ClassAd({"A": shared})
+    middle = classad.ClassAd({"A": shared, "C": inner})
+    outer = classad.ClassAd({"A": shared, "B": middle, "Z": shared})
+
+    expected = classad.ClassAd(
+        "[ A = { 1, 2 }; B = [ A = { 1, 2 }; C = [ A = { 1, 2 } ] ]; Z = { 1, 2 } ]"
+    )
+    for _ in range(2):  # written fresh, then from what was written
+        assert outer.printJson() == expected.printJson()
+    assert outer.printJson().count('"A": [\n        1,') == 1  # the deepest, indented so

@@ -61,12 +61,30 @@ def _node(node: Node, indent: int) -> str:
     return f'"\\/Expr({expr})\\/"'
 
 
+# Lines already written, by (name, the value's node, indent); the node is kept, so its id
+# stays its own. Ads parsed from text share their values' nodes (the parser's cache), so
+# a thousand ads of one cluster write each shared attribute once.
+_LINES: dict[tuple[str, int, int], tuple[Node, str]] = {}
+_LINES_LIMIT: Final = 50_000
+
+
 def _object(attrs: tuple[tuple[str, Node], ...], indent: int) -> str:
     if not attrs:
         return "{\n" + " " * indent + "}"
     pad = " " * (indent + 2)
-    body = ",\n".join(f"{pad}{_string(name)}: {_node(expr, indent + 2)}" for name, expr in attrs)
-    return "{\n" + body + "\n" + " " * indent + "}"
+    lines = []
+    for name, expr in attrs:
+        key = (name, id(expr), indent)
+        known = _LINES.get(key)
+        if known is not None and known[0] is expr:
+            lines.append(known[1])
+            continue
+        line = f"{pad}{_string(name)}: {_node(expr, indent + 2)}"
+        if len(_LINES) >= _LINES_LIMIT:
+            _LINES.clear()
+        _LINES[key] = (expr, line)
+        lines.append(line)
+    return "{\n" + ",\n".join(lines) + "\n" + " " * indent + "}"
 
 
 def ad_to_json(ad: ClassAd) -> str:
