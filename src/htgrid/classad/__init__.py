@@ -10,7 +10,6 @@ from __future__ import annotations
 from htgrid.classad._ast import Literal
 from htgrid.classad._classad import ClassAd, ExprTree
 from htgrid.classad._io import ParserType, parseAds, parseNext, parseOne
-from htgrid.classad._json import json_texts
 from htgrid.classad._parser import parse_expr
 from htgrid.classad._select import select_attrs
 from htgrid.classad._unparse import quote_string as _quote_string
@@ -26,7 +25,6 @@ __all__ = [
     "Parser",
     "ParserType",
     "Value",
-    "json_texts",
     "lastError",
     "parseAds",
     "parseNext",

@@ -11,7 +11,7 @@ import bisect
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 from htgrid.classad._ast import AdExpr, ListExpr, Literal, Node
@@ -21,9 +21,9 @@ from htgrid.classad._values import INT64_MAX, INT64_MIN, UNDEFINED, RelTime
 from htgrid.errors import ClassAdSyntaxError
 
 if TYPE_CHECKING:
-    from htgrid.classad._classad import ClassAd, Entry
+    from htgrid.classad._classad import ClassAd
 
-__all__ = ["ad_to_json", "iter_json_ads", "json_texts"]
+__all__ = ["ad_to_json", "iter_json_ads"]
 
 # NUL never appears in a ClassAd string, so it safely tags the raw `"\/Expr(` marker.
 _MARK: Final = "\x00Expr("
@@ -62,8 +62,9 @@ def _node(node: Node, indent: int) -> str:
 
 
 # Lines already written, by (name, the value's node, indent); the node is kept, so its id
-# stays its own. Ads parsed from text share their values' nodes (the parser's cache), so
-# a thousand ads of one cluster write each shared attribute once.
+# stays its own. A thousand ads of one cluster share their values' nodes (the parser's
+# cache; the queue's cluster ad under each job's own attributes): each shared attribute
+# is written once.
 _LINES: dict[tuple[str, int, int], tuple[Node, str]] = {}
 _LINES_LIMIT: Final = 50_000
 
@@ -90,26 +91,6 @@ def _object(attrs: tuple[tuple[str, Node], ...], indent: int) -> str:
 def ad_to_json(ad: ClassAd) -> str:
     """An ad as printJson writes it."""
     return _object(ad._pairs(), 0)
-
-
-def json_texts(ads: Iterable[ClassAd]) -> list[str]:
-    """Each ad as printJson writes it. An attribute the ads share (the same entry, as a
-    cluster's attributes are in the ads of its jobs) is written once and reused: a
-    thousand jobs of one cluster cost little more than their own attributes."""
-    written: dict[int, tuple[Entry, str]] = {}  # the entry kept: its id stays its own
-    texts: list[str] = []
-    for ad in ads:
-        lines: list[str] = []
-        for entry in ad._attrs.values():
-            known = written.get(id(entry))
-            if known is None:
-                line = f"  {_string(entry.name)}: {_node(entry.node, 2)}"
-                written[id(entry)] = (entry, line)
-            else:
-                line = known[1]
-            lines.append(line)
-        texts.append("{\n" + ",\n".join(lines) + "\n}" if lines else "{\n}")
-    return texts
 
 
 def _from_json(value: Any, text: str, offset: int) -> Node:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, BinaryIO, Final
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from htgrid.classad import ClassAd, json_texts
+from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
 from htgrid.net._errors import BadRequest
 from htgrid.net._problems import to_problem
@@ -130,12 +130,10 @@ async def get_outputs(call: _Call) -> Response:
 
 def _describe(answers: Mapping[JobId, ClassAd | HTGridError]) -> bytes:
     """`jobs.json` of a batch of outputs: per job `{"ad": <its ad>}` or its problem."""
-    ads = [answer for answer in answers.values() if isinstance(answer, ClassAd)]
-    texts = iter(json_texts(ads))  # the ads' JSON texts as they are, in that order
     parts = []
     for job_id, answer in answers.items():
         if isinstance(answer, ClassAd):
-            value = '{"ad": ' + next(texts) + "}"
+            value = '{"ad": ' + answer.printJson() + "}"  # the ad's JSON text as is
         else:
             value = json.dumps(to_problem(answer))
         parts.append(f"{json.dumps(str(job_id))}: {value}")

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from htgrid.classad import ClassAd, ParserType, json_texts, parseOne, quote
+from htgrid.classad import ClassAd, ParserType, parseOne, quote
 from htgrid.errors import HTGridError
 from htgrid.net._errors import BadRequest
 from htgrid.queue import Identity, JobId, JobSpec
@@ -36,7 +36,7 @@ def loads(text: str | bytes) -> Any:
 
 def ads_json(ads: Sequence[ClassAd]) -> str:
     """A JSON array of ads in HTCondor's JSON form (text: the markers must stay raw)."""
-    return "[" + ",\n".join(json_texts(ads)) + "]"
+    return "[" + ",\n".join(ad.printJson() for ad in ads) + "]"
 
 
 def ad_from_json(obj: object) -> ClassAd:

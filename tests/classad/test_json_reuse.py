@@ -1,4 +1,5 @@
-"""json_texts writes each ad as printJson does, however many entries the ads share."""
+"""printJson reuses the lines it wrote for values the ads share (the same node), and
+writes every ad as it would have written it alone."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import random
 import pytest
 
 import htgrid.classad as classad
+import htgrid.classad._json as json_module
 
 # What JSON writes in its own ways: reals, escapes, nesting, and expressions as strings.
 _VALUES = [
@@ -44,16 +46,23 @@ def _ads(rng: random.Random) -> list[classad.ClassAd]:
     return ads
 
 
+def _alone(ad: classad.ClassAd) -> str:
+    json_module._LINES.clear()  # nothing written before: this ad's text from scratch
+    return ad.printJson()
+
+
 @pytest.mark.parametrize("seed", range(100))
-def test_each_ad_is_written_as_print_json_writes_it(seed: int) -> None:
+def test_each_ad_is_written_as_it_would_be_alone(seed: int) -> None:
     ads = _ads(random.Random(seed))
+    json_module._LINES.clear()
 
-    assert classad.json_texts(ads) == [ad.printJson() for ad in ads]
+    together = [ad.printJson() for ad in ads]  # the shared values' lines reused
+
+    assert together == [_alone(ad) for ad in ads]
 
 
-def test_no_ads_no_texts() -> None:
-    assert classad.json_texts([]) == []
-    assert classad.json_texts([classad.ClassAd()]) == [classad.ClassAd().printJson()]
+def test_an_empty_ad() -> None:
+    assert classad.ClassAd().printJson() == "{\n}"
 
 
 def test_one_value_shared_at_three_depths_is_written_at_each_depth() -> None:
@@ -64,9 +73,12 @@ def test_one_value_shared_at_three_depths_is_written_at_each_depth() -> None:
     middle = classad.ClassAd({"A": shared, "C": inner})
     outer = classad.ClassAd({"A": shared, "B": middle, "Z": shared})
 
-    expected = classad.ClassAd(
-        "[ A = { 1, 2 }; B = [ A = { 1, 2 }; C = [ A = { 1, 2 } ] ]; Z = { 1, 2 } ]"
+    expected = _alone(
+        classad.ClassAd(
+            "[ A = { 1, 2 }; B = [ A = { 1, 2 }; C = [ A = { 1, 2 } ] ]; Z = { 1, 2 } ]"
+        )
     )
+    json_module._LINES.clear()
     for _ in range(2):  # written fresh, then from what was written
-        assert outer.printJson() == expected.printJson()
+        assert outer.printJson() == expected
     assert outer.printJson().count('"A": [\n        1,') == 1  # the deepest, indented so
