@@ -27,7 +27,7 @@ from htgrid.classad._ast import (
     Unary,
 )
 from htgrid.classad._lexer import EOF, ID, INT, KW, OP, REAL, STR, Token, tokenize
-from htgrid.classad._split import ATTR_NAME, RESERVED, split_ad
+from htgrid.classad._split import split_attrs
 from htgrid.classad._times import parse_abstime, parse_reltime
 from htgrid.errors import ClassAdSyntaxError
 
@@ -362,24 +362,16 @@ def _split_parse(text: str, origin: str) -> tuple[tuple[str, Node], ...] | None:
     when the splitter is unsure or a piece does not parse: the whole parse then gives the
     answer, or the error with its place in the whole text.
     """
-    pieces = split_ad(text)
-    if pieces is None:
+    pairs = split_attrs(text)
+    if pairs is None:
         return None
     found: dict[str, tuple[str, Node]] = {}
-    for piece in pieces:
-        match = ATTR_NAME.match(piece)
-        if match is None:
-            if piece.strip():
-                return None
-            continue
-        name = match.group(1)
-        key = name.lower()
-        if key in RESERVED:
-            return None
+    for name, value in pairs:
         try:
-            node = parse_record_value(piece[match.end() :], origin=origin)
+            node = parse_record_value(value, origin=origin)
         except ClassAdSyntaxError:
             return None
+        key = name.lower()
         # A repeated name: the last value wins, the first spelling stays (as ad_body).
         previous = found.get(key)
         found[key] = (previous[0] if previous else name, node)

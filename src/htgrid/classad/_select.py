@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from htgrid.classad._classad import ClassAd, Entry
 from htgrid.classad._parser import parse_record_value
-from htgrid.classad._split import ATTR_NAME, RESERVED, split_ad
+from htgrid.classad._split import split_attrs
 
 __all__ = ["select_attrs"]
 
@@ -27,22 +27,14 @@ def select_attrs(text: str, names: Iterable[str]) -> ClassAd:
     the other values are not looked at.
     """
     wanted = {name.lower() for name in names}
-    pieces = split_ad(text)
-    if pieces is None:  # not plain enough to split safely: the parser decides
+    pairs = split_attrs(text)
+    if pairs is None:  # not plain enough to split safely: the parser decides
         return _whole(text, wanted)
     ad = ClassAd()
-    for piece in pieces:
-        match = ATTR_NAME.match(piece)
-        if match is None:
-            if piece.strip():
-                return _whole(text, wanted)
-            continue
-        name = match.group(1)
+    for name, value in pairs:
         key = name.lower()
-        if key in RESERVED:
-            return _whole(text, wanted)  # no attribute name: the parser says why
         if key in wanted:
-            ad._attrs[key] = Entry(name, parse_record_value(piece[match.end() :]))
+            ad._attrs[key] = Entry(name, parse_record_value(value))
     return ad
 
 

@@ -11,20 +11,20 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["ATTR_NAME", "RESERVED", "split_ad"]
+__all__ = ["split_attrs"]
 
 _PIECES: Final = re.compile(
     r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|[\[\]{}();]|[^"\'\[\]{}();]+', re.S
 )
-#: `Name =` at the start of a piece (not `==`, `=?=`: those are no assignment).
-ATTR_NAME: Final = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=(?![=?!])")
-#: Words the lexer reads as values or operators: never an attribute name.
-RESERVED: Final = frozenset({"true", "false", "undefined", "error", "is", "isnt"})
+# `Name =` at the start of a piece (not `==`, `=?=`: those are no assignment).
+_ATTR_NAME: Final = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=(?![=?!])")
+# Words the lexer reads as values or operators: never an attribute name.
+_RESERVED: Final = frozenset({"true", "false", "undefined", "error", "is", "isnt"})
 _OPEN: Final = frozenset("[{(")
 _CLOSE: Final = frozenset("]})")
 
 
-def split_ad(text: str) -> list[str] | None:
+def _split(text: str) -> list[str] | None:
     """The `name = expression` pieces of an ad (some may be blank), or None when unsure."""
     body = text.strip()
     if not (body.startswith("[") and body.endswith("]")) or "/*" in body or "//" in body:
@@ -54,3 +54,24 @@ def split_ad(text: str) -> list[str] | None:
         return None
     pieces.append("".join(current))
     return pieces
+
+
+def split_attrs(text: str) -> list[tuple[str, str]] | None:
+    """The ad's `(name, value text)` pairs in order (a name may repeat), or None when
+    unsure: what `_split` is unsure of, a piece that is no `name = ...`, a reserved word
+    as a name."""
+    pieces = _split(text)
+    if pieces is None:
+        return None
+    pairs: list[tuple[str, str]] = []
+    for piece in pieces:
+        match = _ATTR_NAME.match(piece)
+        if match is None:
+            if piece.strip():
+                return None
+            continue  # `;;` or a `;` before the `]`: allowed
+        name = match.group(1)
+        if name.lower() in _RESERVED:
+            return None
+        pairs.append((name, piece[match.end() :]))
+    return pairs
