@@ -332,6 +332,67 @@ def test_update_many_refuses_each_job_on_its_own_in_one_transaction(q: JobQueue)
     assert changed == [JobId(1, 0), JobId(1, 1), JobId(1, 0)]
 
 
+def test_input_staged_sets_the_times_and_releases_the_spooling_jobs_in_one_change_each(
+    q: JobQueue, clock: Clock
+) -> None:
+    spooling = {
+        "JobStatus": int(JobStatus.HELD),
+        "HoldReasonCode": int(HoldReasonCode.SpoolingInput),
+        "HoldReason": "Spooling input data files",
+    }
+    q.submit(ALICE, job(**spooling), 2)  # 1.0, 1.1: held for their input
+    q.submit(ALICE, job())  # 2.0: idle, nothing to release
+    q.submit(BOB, job(**spooling))  # 3.0: not alice's
+    q.submit(ALICE, job())  # 4.0: held by its owner, not for its input
+    q.act(JobAction.Hold, "4.0", ALICE, "wait")
+    before = q.last_seq
+    clock.now = T0 + 9
+    times = {"StageInStart": T0 + 5, "StageInFinish": T0 + 8}
+
+    done = q.input_staged(
+        [JobId(1, 0), JobId(1, 1), JobId(2, 0), JobId(3, 0), JobId(4, 0), JobId(9, 0)],
+        ALICE,
+        times,
+        "Data files spooled",
+    )
+
+    assert done == [JobId(1, 0), JobId(1, 1), JobId(2, 0), JobId(4, 0)]
+    for jid in ("1.0", "1.1"):
+        ad = q.get(jid)
+        assert ad["JobStatus"] == JobStatus.IDLE
+        assert ad["ReleaseReason"] == "Data files spooled"
+        assert ad["LastHoldReasonCode"] == HoldReasonCode.SpoolingInput
+        assert (ad["StageInStart"], ad["StageInFinish"]) == (T0 + 5, T0 + 8)
+        assert ad["EnteredCurrentStatus"] == T0 + 9
+    assert q.get("2.0")["JobStatus"] == JobStatus.IDLE
+    assert q.get("2.0")["StageInFinish"] == T0 + 8
+    assert q.get("3.0")["JobStatus"] == JobStatus.HELD  # bob's: untouched
+    assert "StageInFinish" not in q.get("3.0")
+    held = q.get("4.0")  # its owner's hold stands
+    assert (held["JobStatus"], held["HoldReason"]) == (JobStatus.HELD, "wait")
+    changes = q.changes_since(before)
+    assert [(c.job_ids, c.status) for c in changes] == [
+        ([JobId(1, 0)], JobStatus.IDLE),
+        ([JobId(1, 1)], JobStatus.IDLE),
+        ([JobId(2, 0)], JobStatus.IDLE),
+        ([JobId(4, 0)], JobStatus.HELD),
+    ]
+    assert len({c.seq for c in changes}) == 4
+
+
+def test_an_edit_does_not_change_what_other_readers_of_the_same_ad_see(q: JobQueue) -> None:
+    # Ads decoded from the same stored text are shared between readers.
+    q.submit(ALICE, job(), [classad.ClassAd({"Note": "a"}) for _ in range(3)])
+    first, again = q.get("1.0"), q.query("ProcId == 0")[0]
+    q.edit(["1.0"], {"Note": '"b"'}, ALICE)
+    q.update("1.1", {"RemoteHost": "slot1@ep"})
+    assert (first["Note"], again["Note"]) == ("a", "a")
+    assert "RemoteHost" not in first
+    assert [ad["Note"] for ad in q.query()] == ["b", "a", "a"]
+    assert q.get("1.1")["RemoteHost"] == "slot1@ep"
+    assert "RemoteHost" not in q.get("1.2")
+
+
 def test_the_transition_table_is_enforced_everywhere() -> None:
     for old, new in itertools.product(JobStatus, JobStatus):
         if new in TRANSITIONS[old]:

@@ -168,7 +168,7 @@ class ClassAd(MutableMapping[str, Any]):
 
     def __copy__(self) -> ClassAd:
         ad = ClassAd()
-        ad._attrs = {k: Entry(e.name, e.node) for k, e in self._attrs.items()}
+        ad._attrs = self._attrs.copy()  # entries are immutable: shared, not copied
         return ad
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ClassAd:

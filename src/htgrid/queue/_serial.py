@@ -28,6 +28,7 @@ from htgrid.classad._unparse import quote_string
 
 __all__ = [
     "decode",
+    "decode_shared",
     "encode",
     "encode_names",
     "encode_plain",
@@ -43,6 +44,10 @@ _json_str: Callable[[str], str] = json.encoder.encode_basestring
 # recur over thousands of jobs, and nodes are immutable, so ads can share them.
 _NODES: dict[str, Node] = {}
 _NODES_MAX = 65_536
+# Proc ads by their stored text. Between two changes a job is read many times (each
+# query, each periodic pass, each load before an update) from the same text.
+_ADS: dict[str, ClassAd] = {}
+_ADS_MAX = 16_384
 
 
 def _entry_text(entry: Entry) -> str:
@@ -145,6 +150,18 @@ def decode(text: str) -> ClassAd:
             attrs[name.lower()] = Entry(name, Literal(expr[1:-1]))
         else:
             attrs[name.lower()] = Entry(name, _node(expr))
+    return ad
+
+
+def decode_shared(text: str) -> ClassAd:
+    """`decode(text)`, from a cache: the same ad object for the same text. Callers must
+    not change it (`copy.copy` first: entries are immutable, so that is a dict copy)."""
+    ad = _ADS.get(text)
+    if ad is None:
+        ad = decode(text)
+        if len(_ADS) >= _ADS_MAX:
+            _ADS.clear()
+        _ADS[text] = ad
     return ad
 
 

@@ -8,6 +8,7 @@ power cut too, not only a killed process).
 
 from __future__ import annotations
 
+import copy
 import gc
 import sqlite3
 from collections.abc import Iterator
@@ -20,7 +21,14 @@ from htgrid.classad import ClassAd
 from htgrid.queue._errors import JobNotFound, StoreError
 from htgrid.queue._ids import JobId
 from htgrid.queue._query import Filter
-from htgrid.queue._serial import decode, encode, encode_names, overlay, with_proc_id
+from htgrid.queue._serial import (
+    decode,
+    decode_shared,
+    encode,
+    encode_names,
+    overlay,
+    with_proc_id,
+)
 from htgrid.queue._status import JobStatus
 
 __all__ = ["EMPTY", "JobEdit", "Store", "Txn", "gc_paused", "sql_errors"]
@@ -149,7 +157,7 @@ class Store:
     def job_ad(self, row: tuple[Any, ...], *, history: bool = False) -> ClassAd:
         """The job ad of a row (cluster, proc, ad, masked)."""
         cluster, proc, text, masked = row
-        own = decode(text) if text != EMPTY else ClassAd()
+        own = decode_shared(text) if text != EMPTY else ClassAd()  # overlay copies it
         ad = overlay(
             self.cluster_ad(cluster, history=history), own, masked.split() if masked else ()
         )
@@ -266,7 +274,7 @@ class Txn:
             filt.params,
         ).fetchall()  # all read first: the loop's caller updates these rows
         for cluster, proc, text, masked in rows:
-            own = decode(text) if text != EMPTY else ClassAd()
+            own = _own_ad(text)
             hidden = set(masked.split()) if masked else set()
             cluster_ad = self.store.cluster_ad(cluster)
             view = overlay(cluster_ad, own, hidden)
@@ -275,7 +283,7 @@ class Txn:
                 yield JobEdit(JobId(cluster, proc), cluster_ad, own, hidden)
 
     def edit_of(self, job_id: JobId, text: str, masked: str | None) -> JobEdit:
-        own = decode(text) if text != EMPTY else ClassAd()
+        own = _own_ad(text)
         cluster_ad = self.store.cluster_ad(job_id.cluster)
         return JobEdit(job_id, cluster_ad, own, set(masked.split()) if masked else set())
 
@@ -363,3 +371,8 @@ class Txn:
         )
         self.add_change(seq, "left_queue", jid.cluster, jid.proc, jid.proc, edit.status, None)
         self._left_clusters.add(jid.cluster)
+
+
+def _own_ad(text: str) -> ClassAd:
+    """A proc's own attributes, for a JobEdit to change."""
+    return copy.copy(decode_shared(text)) if text != EMPTY else ClassAd()

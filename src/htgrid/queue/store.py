@@ -352,6 +352,32 @@ class JobQueue:
                 done.append(edit.job_id)
         return done
 
+    def input_staged(
+        self, job_ids: Sequence[JobId], identity: Identity, times: Mapping[str, int], reason: str
+    ) -> list[JobId]:
+        """The input of these jobs is spooled: `times` (StageInStart, StageInFinish) set,
+        and those held for it (SpoolingInput) released with `reason`, in one transaction,
+        one change each. Jobs gone or not `identity`'s are skipped; those staged."""
+        done: list[JobId] = []
+        with self._writing() as txn:
+            for job_id in job_ids:
+                try:
+                    edit = txn.load(job_id)
+                except JobNotFound:
+                    continue
+                if not identity.may_act_on(edit.owner):
+                    continue
+                for name, value in times.items():
+                    edit.set(name, value)
+                if (
+                    edit.status == JobStatus.HELD
+                    and edit.get("HoldReasonCode") == HoldReasonCode.SpoolingInput
+                ):
+                    actions.release(edit, reason, txn.now)
+                txn.save(edit)
+                done.append(job_id)
+        return done
+
     # -- the schedd's own changes -------------------------------------------------------
 
     def job_started(self, job_id: JobId | str) -> None:

@@ -60,10 +60,10 @@ _STAGEABLE: Final = frozenset({JobStatus.HELD, JobStatus.IDLE})  # not yet start
 MAX_BATCH_JOBS: Final = 1000
 
 
-def _spooling(ad: ClassAd) -> bool:
-    return ad.get("JobStatus") == JobStatus.HELD and (
-        ad.get("HoldReasonCode") == HoldReasonCode.SpoolingInput
-    )
+def _spooling(get: Callable[[str], Any]) -> bool:
+    """Whether the job (`get` reads its attributes) waits for its input to be spooled."""
+    held: bool = get("JobStatus") == JobStatus.HELD
+    return held and get("HoldReasonCode") == HoldReasonCode.SpoolingInput
 
 
 class QueueService:
@@ -156,15 +156,19 @@ class QueueService:
         """Give each spooling proc its spool directory as Iwd (made here); those made."""
         made: list[Path] = []
         for number, proc in enumerate(procs):
-            merged = copy.copy(ad)
-            merged.update(proc)
-            if not _spooling(merged):
+
+            def get(name: str, proc: ClassAd = proc) -> Any:  # the proc over its cluster
+                return proc[name] if name in proc else ad.get(name)
+
+            if not _spooling(get):
                 continue
             sandbox = self._spool(cluster, number)
             sandbox.mkdir(parents=True, exist_ok=True)
             made.append(sandbox)
-            if "SUBMIT_Iwd" not in merged and isinstance(merged.get("Iwd"), str):
-                proc["SUBMIT_Iwd"] = merged["Iwd"]
+            if "SUBMIT_Iwd" not in proc and "SUBMIT_Iwd" not in ad:
+                iwd = get("Iwd")
+                if isinstance(iwd, str):
+                    proc["SUBMIT_Iwd"] = iwd
             proc["Iwd"] = str(sandbox)
         return made
 
@@ -223,11 +227,9 @@ class QueueService:
             finally:
                 tar.close()
             done = {"StageInStart": start, "StageInFinish": int(self._clock())}
-            await self._worker.write(lambda q: q.update(job_id, done))
-            if _spooling(ad):
-                # After the files and StageInFinish are committed: a crash before this
-                # leaves the job held, and the submitter uploads again.
-                await self.act(identity, JobAction.Release, Jobs.of([job_id]), SPOOLED)
+            # After the files are written: a crash before this commits leaves the job
+            # held, and the submitter uploads again.
+            await self._worker.write(lambda q: q.input_staged([job_id], identity, done, SPOOLED))
         finally:
             self._staging.discard(job_id)
         return [job_id]
@@ -300,12 +302,10 @@ class QueueService:
             failed = await asyncio.to_thread(unpack)
             result.update(failed)
             staged = [job_id for job_id in mine if job_id not in failed]
-            spooling = [job_id for job_id in staged if _spooling(ads[job_id])]
             if staged:
                 times = {"StageInStart": start, "StageInFinish": int(self._clock())}
-                await self._worker.write(
-                    lambda q: _finish_staging(q, identity, staged, spooling, times)
-                )
+                # After the files are written, as put_input does.
+                await self._worker.write(lambda q: q.input_staged(staged, identity, times, SPOOLED))
         finally:
             self._staging.difference_update(mine)
         return result
@@ -450,32 +450,6 @@ def _edit_each(q: JobQueue, identity: Identity, ids: list[JobId], attrs: Mapping
         for job_id in ids:
             with contextlib.suppress(HTGridError):
                 q.edit([job_id], attrs, identity)
-
-
-def _finish_staging(
-    q: JobQueue,
-    identity: Identity,
-    staged: list[JobId],
-    spooling: list[JobId],
-    times: Mapping[str, int],
-) -> None:
-    """StageIn* of the jobs staged (one transaction), then the spooling ones released
-    (one more): after the files and StageInFinish are committed, so that a crash before
-    leaves them held and their submitter uploads again."""
-    try:
-        q.edit(staged, times, identity)
-    except HTGridError:  # one left or changed meanwhile: one by one
-        for job_id in staged:
-            with contextlib.suppress(HTGridError):
-                q.edit([job_id], times, identity)
-    if not spooling:
-        return
-    try:
-        q.act(JobAction.Release, spooling, identity, SPOOLED)
-    except HTGridError:  # named jobs are all released or none: the rest one by one
-        for job_id in spooling:
-            with contextlib.suppress(HTGridError):
-                q.act(JobAction.Release, [job_id], identity, SPOOLED)
 
 
 def _remove_dirs(paths: Sequence[Path]) -> None:
