@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import stat
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import replace
 from pathlib import Path
@@ -369,6 +370,27 @@ def test_jobs_wait_while_the_remote_schedd_is_down(grid: Grid, remote: Remote) -
 
     run(main())
     assert _events(grid.log())[:3] == ["026", "025", "027"]
+
+
+def test_the_lease_of_a_job_submitted_after_a_down_time_counts_from_its_submit(
+    grid: Grid, remote: Remote
+) -> None:
+    # The remote ad is built while the first ping is under way; not kept past a "down".
+    remote.flag("down")
+    [job] = _submit(grid, extra="JobLeaseDuration = 600\n")
+
+    async def main() -> None:
+        async with running(grid, remote):
+            await wait_for("026", lambda: "026 (" in grid.log())
+            await asyncio.sleep(2.5)
+            back = int(time.time())
+            remote.flag("down", on=False)
+            await wait_for("the stage in", lambda: (r := _remote_of(grid, job)) and remote.idle(r))
+            rid = _remote_of(grid, job)
+            assert rid is not None
+            assert remote.ad(rid)["JobLeaseExpiration"] >= back + 600
+
+    run(main())
 
 
 def test_refused_submit_and_failed_stage_out_hold_the_job(grid: Grid, remote: Remote) -> None:

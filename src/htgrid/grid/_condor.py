@@ -96,7 +96,9 @@ class CondorJob(CondorJobBase):
     # ---- the actions ------------------------------------------------------------------------
 
     async def _init(self) -> CondorEvent:
-        while self.resource.unknown:
+        # A new job has nothing to look up: it gets ready to submit while the remote
+        # schedd's first ping is under way (the submit itself waits for it).
+        while self.resource.unknown and (self.grid_id is not None or self.tag is not None):
             await self.wait()
         await self.sync_resource()
         return _E.READY
@@ -123,7 +125,7 @@ class CondorJob(CondorJobBase):
             if stop is not None:
                 self.resource.release(self)
                 return stop
-            if not self.resource.up:
+            if self.resource.down:
                 await self.wait()
                 continue
             if self.resource.try_acquire(self):
@@ -144,27 +146,11 @@ class CondorJob(CondorJobBase):
         return _E.SAVED
 
     async def _submit(self) -> CondorEvent:
-        while True:
-            stop = self._stopped()
-            if stop is not None:
-                return stop
-            if not self.resource.up:
-                await self.wait()
-                continue
-            pause = self.resource.submit_pause()
-            if pause <= 0:
-                break
-            await self.set_wait_reason(
-                f"submits to {self.resource.name} are paused until "
-                f"{format_time(self.clock.time() + pause)} after {self.resource.failures} "
-                "failed submits in a row"
-            )
-            await self.wait(pause)
         assert self.tag is not None  # SAVE_TAG or START set it
-        self.resource.hold_slot(self)
-        tag = self.tag
-        # A thousand jobs get here at once: their ads are built a few at a loop turn.
-        remote_ad, line = await self.services.turns.run(lambda: self._submit_ad(tag))
+        ready = await self._until_submit(self.tag)
+        if isinstance(ready, CondorEvent):
+            return ready
+        remote_ad, line = ready
         try:
             fields = await self.condor.command("CONDOR_JOB_SUBMIT", line)
         except LOST_GAHP as err:

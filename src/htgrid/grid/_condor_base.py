@@ -45,6 +45,7 @@ LOST_GAHP = (GahpServerExited, GahpTimeout)
 INPUT_TOO_LARGE = "Transfer input too large: "
 OUTPUT_TOO_LARGE = "Transfer output too large: "
 NO_ANSWER = (GahpServerExited, GahpTimeout, GahpRequestRefused, GahpUnavailable)
+_READY_FOR = 10.0  # seconds a remote ad built ahead of its submit stays good
 
 
 class CondorJobBase(GridJob[CondorState, CondorEvent]):
@@ -159,6 +160,42 @@ class CondorJobBase(GridJob[CondorState, CondorEvent]):
         """The remote ad and its text, as CONDOR_JOB_SUBMIT sends it."""
         ad = self._remote_ad(tag)
         return ad, repr(ad)
+
+    async def _until_submit(self, tag: str) -> CondorEvent | tuple[ClassAd, str]:
+        """Wait until the submit may go (the schedd up, no pause after failures): the
+        remote ad and its text then, or the event that stopped the job meanwhile."""
+        # Built while the first ping is under way, kept if the schedd is up by its end
+        # (soon: the lease in the ad counts from when it was built).
+        ready: tuple[ClassAd, str] | None = None
+        built = 0.0
+        while True:
+            stop = self._stopped()
+            if stop is not None:
+                return stop
+            if self.resource.unknown and ready is None:
+                ready = await self.services.turns.run(lambda: self._submit_ad(tag))
+                built = self.clock.monotonic()
+                continue
+            if not self.resource.up:
+                if self.resource.down:
+                    ready = None  # built again when it is back: its lease counts from then
+                await self.wait()
+                continue
+            pause = self.resource.submit_pause()
+            if pause <= 0:
+                break
+            ready = None
+            await self.set_wait_reason(
+                f"submits to {self.resource.name} are paused until "
+                f"{format_time(self.clock.time() + pause)} after {self.resource.failures} "
+                "failed submits in a row"
+            )
+            await self.wait(pause)
+        self.resource.hold_slot(self)
+        # A thousand jobs get here at once: their ads are built a few at a loop turn.
+        if ready is None or self.clock.monotonic() - built > _READY_FOR:
+            ready = await self.services.turns.run(lambda: self._submit_ad(tag))
+        return ready
 
     async def _until_up(self, stop: Callable[[], CondorEvent | None]) -> CondorEvent | None:
         """Wait while the resource is down (the job waits, it does not fail)."""
