@@ -25,6 +25,7 @@ __all__ = ["Jobs", "ad_from_json", "ads_json", "job_ids_from_json", "loads"]
 # a ClassAd string) before decoding, and back before the ClassAd reader sees it.
 _RAW: Final = '"\\/Expr('
 _HELD: Final = '"\\u0000Expr('
+_INT64: Final = (-(2**63), 2**63 - 1)
 
 
 def loads(text: str | bytes) -> Any:
@@ -45,11 +46,23 @@ def ad_from_json(obj: object) -> ClassAd:
         raise BadRequest(f"a job ad must be a JSON object, not {type(obj).__name__}")
     if not obj:
         return ClassAd()
+    if all(_plain(value) for value in obj.values()):
+        # Literals only (most ads a query returns): the same ad, without the parser.
+        return ClassAd(obj)
     text = json.dumps(obj, ensure_ascii=False).replace(_HELD, _RAW)
     try:
         return parseOne(text, ParserType.JSON)
     except HTGridError as exc:
         raise BadRequest(f"not a ClassAd in JSON form: {exc}") from exc
+
+
+def _plain(value: object) -> bool:
+    """Whether a decoded JSON value is a literal ClassAd(dict) reads as the parser does."""
+    if type(value) is str:
+        return "\0" not in value  # else an expression's marker (see loads)
+    if type(value) is int:
+        return _INT64[0] <= value <= _INT64[1]
+    return type(value) is float or type(value) is bool or value is None
 
 
 def job_ids_from_json(obj: object) -> list[JobId]:
