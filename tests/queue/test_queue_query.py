@@ -13,7 +13,7 @@ import htgrid.classad as classad
 from htgrid.errors import ClassAdSyntaxError
 from htgrid.queue import Identity, JobAction, JobQueue
 from htgrid.queue._query import compile_constraint
-from htgrid.queue._serial import decode, encode
+from htgrid.queue._serial import decode, decode_shared, encode, remember
 
 T0 = 1_700_000_000
 USERS = [Identity("alice"), Identity("bob"), Identity("Carol")]
@@ -240,3 +240,36 @@ def test_stored_ads_round_trip(value: object) -> None:
     back = decode(encode(ad))
     assert back == ad
     assert repr(back) == repr(ad)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "plain",
+        'quote " and \\ backslash',
+        0,
+        2**62,
+        True,
+        0.5,
+        0.1 + 0.2,  # 0.30000000000000004: its stored text reads back as 0.3
+        float("inf"),
+        5e-324,
+        [1, "two"],
+        classad.ExprTree("RequestCpus * 2"),
+    ],
+)
+def test_an_ad_remembered_at_its_save_reads_as_its_stored_text_does(value: object) -> None:
+    # The queue keeps the ad it just saved for the next reader of that text: that reader
+    # must see what a reader of the database (another process) sees.
+    ad = classad.ClassAd({"Other": "x", "Count": 3})
+    ad["Value"] = value
+    text = encode(ad)
+    remember(text, ad)
+    ad["Other"] = "changed after the save"
+    shared = decode_shared(text)
+    fresh = decode(text)
+    assert repr(shared) == repr(fresh)
+    assert shared == fresh
+    assert [type(e.lit) for e in shared._attrs.values()] == [
+        type(e.lit) for e in fresh._attrs.values()
+    ]

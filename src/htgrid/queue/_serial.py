@@ -16,6 +16,7 @@ on the way in and out, and that was most of the cost of storing and reading 100,
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Callable, Iterable
@@ -35,6 +36,7 @@ __all__ = [
     "overlay",
     "parse_value",
     "project",
+    "remember",
     "with_proc_id",
 ]
 
@@ -163,6 +165,27 @@ def decode_shared(text: str) -> ClassAd:
             _ADS.clear()
         _ADS[text] = ad
     return ad
+
+
+def remember(text: str, ad: ClassAd) -> None:
+    """Let `decode_shared(text)` give a copy of `ad`, the ad `text` was encoded from, when
+    decoding would give it back exactly: strings, integers, booleans, and reals whose text
+    reads back the same value (a job is read again soon after each change)."""
+    if text in _ADS:
+        return
+    for entry in ad._attrs.values():
+        kind = type(entry.lit)
+        if kind is float:
+            try:
+                if float(_entry_text(entry)) != entry.lit:
+                    return
+            except ValueError:  # real("INF") and the like
+                return
+        elif kind is not str and kind is not int and kind is not bool:
+            return
+    if len(_ADS) >= _ADS_MAX:
+        _ADS.clear()
+    _ADS[text] = copy.copy(ad)  # its owner may go on changing it
 
 
 def with_proc_id(ad: ClassAd, proc: int) -> None:

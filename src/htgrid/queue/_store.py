@@ -27,6 +27,7 @@ from htgrid.queue._serial import (
     encode,
     encode_names,
     overlay,
+    remember,
     with_proc_id,
 )
 from htgrid.queue._status import JobStatus
@@ -294,12 +295,14 @@ class Txn:
         seq = self.new_seq()
         status = edit.status
         jid = edit.job_id
+        text = encode(edit.own)
+        remember(text, edit.own)
         self.conn.execute(
             "UPDATE jobs SET status = ?, seq = ?, ad = ?, masked = ? WHERE cluster = ? AND proc = ?",
             (
                 int(status),
                 seq,
-                encode(edit.own),
+                text,
                 " ".join(sorted(edit.masked)) or None,
                 jid.cluster,
                 jid.proc,

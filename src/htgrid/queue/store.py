@@ -191,14 +191,23 @@ class JobQueue:
     def get(self, job_id: JobId | str) -> ClassAd:
         """The whole ad of a job in the queue (JobNotFound otherwise)."""
         jid = job_id_of(job_id)
+        found = self.get_many([jid])
+        if jid not in found:
+            raise JobNotFound(f"job {jid} is not in the queue")
+        return found[jid]
+
+    def get_many(self, job_ids: Iterable[JobId]) -> dict[JobId, ClassAd]:
+        """The whole ads of those of `job_ids` in the queue, read together."""
+        found: dict[JobId, ClassAd] = {}
         with self._reading() as store:
-            row = store.conn.execute(
-                "SELECT cluster, proc, ad, masked FROM jobs WHERE cluster = ? AND proc = ?",
-                (jid.cluster, jid.proc),
-            ).fetchone()
-            if row is None:
-                raise JobNotFound(f"job {jid} is not in the queue")
-            return store.job_ad(row)
+            for jid in job_ids:
+                row = store.conn.execute(
+                    "SELECT cluster, proc, ad, masked FROM jobs WHERE cluster = ? AND proc = ?",
+                    (jid.cluster, jid.proc),
+                ).fetchone()
+                if row is not None:
+                    found[jid] = store.job_ad(row)
+        return found
 
     def query(
         self,

@@ -434,11 +434,7 @@ def _ids(job_id: JobId) -> tuple[int, int]:
 
 def _ads_of(q: JobQueue, ids: Sequence[JobId]) -> dict[JobId, ClassAd]:
     """The ads of the jobs of `ids` still in the queue."""
-    found: dict[JobId, ClassAd] = {}
-    for job_id in ids:
-        with contextlib.suppress(JobNotFound):
-            found[job_id] = q.get(job_id)
-    return found
+    return q.get_many(ids)
 
 
 def _edit_each(q: JobQueue, identity: Identity, ids: list[JobId], attrs: Mapping[str, int]) -> None:

@@ -132,7 +132,9 @@ class UserLogWriter:
                 self._paths.pop(jid, None)
             return []
         if change.kind is ChangeKind.ATTRIBUTES:
-            if "UserLog" in change.attrs or "userlog" in {d.lower() for d in change.deleted}:
+            # The stored text first: decoding every edit's attributes to look costs more.
+            named = "userlog" in change.stored.lower() and "UserLog" in change.attrs
+            if named or "userlog" in {d.lower() for d in change.deleted}:
                 for jid in change.job_ids:
                     self._paths.pop(jid, None)
             return []
