@@ -27,7 +27,7 @@ from htgrid.classad._ast import (
     Unary,
 )
 from htgrid.classad._lexer import EOF, ID, INT, KW, OP, REAL, STR, Token, tokenize
-from htgrid.classad._split import split_attrs
+from htgrid.classad._split import BLANK, piece_attr, split_pieces
 from htgrid.classad._times import parse_abstime, parse_reltime
 from htgrid.errors import ClassAdSyntaxError
 
@@ -356,22 +356,33 @@ def parse_record_value(text: str, *, origin: str = "") -> Node:
 
 
 def _split_parse(text: str, origin: str) -> tuple[tuple[str, Node], ...] | None:
-    """The ad's attributes, its values parsed one by one through the expression cache.
+    """The ad's attributes, its `name = value` pieces parsed one by one through a cache.
 
-    The jobs of one cluster repeat most of their values, so most come from the cache. None
+    The jobs of one cluster repeat most of their pieces, so most come from the cache. None
     when the splitter is unsure or a piece does not parse: the whole parse then gives the
     answer, or the error with its place in the whole text.
     """
-    pairs = split_attrs(text)
-    if pairs is None:
+    pieces = split_pieces(text)
+    if pieces is None:
         return None
     found: dict[str, tuple[str, Node]] = {}
-    for name, value in pairs:
-        try:
-            node = parse_record_value(value, origin=origin)
-        except ClassAdSyntaxError:
-            return None
-        key = name.lower()
+    for piece in pieces:
+        known = _PIECES.get(piece)
+        if known is None:
+            pair = piece_attr(piece)
+            if pair is None:
+                return None
+            if pair is BLANK:
+                continue
+            try:
+                node = parse_record_value(pair[1], origin=origin)
+            except ClassAdSyntaxError:
+                return None
+            known = (pair[0].lower(), pair[0], node)
+            if len(_PIECES) >= _CACHE_LIMIT:
+                _PIECES.clear()
+            _PIECES[piece] = known
+        key, name, node = known
         # A repeated name: the last value wins, the first spelling stays (as ad_body).
         previous = found.get(key)
         found[key] = (previous[0] if previous else name, node)
@@ -408,6 +419,8 @@ _SIMPLE_LINE: Final = re.compile(
 # nodes are immutable, so they (and their compiled closures) can be shared.
 _CACHE: dict[str, Node] = {}
 _CACHE_LIMIT: Final = 20_000
+# The same for whole `name = value` pieces of new-syntax ads: (lower-case name, name, node).
+_PIECES: dict[str, tuple[str, str, Node]] = {}
 
 
 def _cached(text: str, old: bool, origin: str, nested: int = 0) -> Node:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["split_attrs"]
+__all__ = ["BLANK", "piece_attr", "split_attrs", "split_pieces"]
 
 _PIECES: Final = re.compile(
     r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|[\[\]{}();]|[^"\'\[\]{}();]+', re.S
@@ -24,7 +24,7 @@ _OPEN: Final = frozenset("[{(")
 _CLOSE: Final = frozenset("]})")
 
 
-def _split(text: str) -> list[str] | None:
+def split_pieces(text: str) -> list[str] | None:
     """The `name = expression` pieces of an ad (some may be blank), or None when unsure."""
     body = text.strip()
     if not (body.startswith("[") and body.endswith("]")) or "/*" in body or "//" in body:
@@ -56,22 +56,33 @@ def _split(text: str) -> list[str] | None:
     return pieces
 
 
+#: What `piece_attr` gives for a blank piece (`;;`, or a `;` before the `]`).
+BLANK: Final = ("", "")
+
+
+def piece_attr(piece: str) -> tuple[str, str] | None:
+    """A piece's `(name, value text)`, BLANK for a blank one, None when it is no
+    `name = ...` or its name is a reserved word."""
+    match = _ATTR_NAME.match(piece)
+    if match is None:
+        return None if piece.strip() else BLANK
+    name = match.group(1)
+    if name.lower() in _RESERVED:
+        return None
+    return name, piece[match.end() :]
+
+
 def split_attrs(text: str) -> list[tuple[str, str]] | None:
     """The ad's `(name, value text)` pairs in order (a name may repeat), or None when
-    unsure: what `_split` is unsure of, a piece that is no `name = ...`, a reserved word
-    as a name."""
-    pieces = _split(text)
+    unsure: what `split_pieces` is unsure of, a piece that `piece_attr` is unsure of."""
+    pieces = split_pieces(text)
     if pieces is None:
         return None
     pairs: list[tuple[str, str]] = []
     for piece in pieces:
-        match = _ATTR_NAME.match(piece)
-        if match is None:
-            if piece.strip():
-                return None
-            continue  # `;;` or a `;` before the `]`: allowed
-        name = match.group(1)
-        if name.lower() in _RESERVED:
+        pair = piece_attr(piece)
+        if pair is None:
             return None
-        pairs.append((name, piece[match.end() :]))
+        if pair is not BLANK:
+            pairs.append(pair)
     return pairs
