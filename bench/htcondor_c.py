@@ -53,9 +53,11 @@ SENT: collections.Counter[tuple[int, str]] = collections.Counter()
 _command = CondorResource.command
 
 
-async def _counted(self: CondorResource, command: str, *args: str) -> tuple[str, ...]:
+async def _counted(
+    self: CondorResource, command: str, *args: str, later: bool = False
+) -> tuple[str, ...]:
     SENT[self.stats.polls, command] += 1
-    return await _command(self, command, *args)
+    return await _command(self, command, *args, later=later)
 
 
 CondorResource.command = _counted  # type: ignore[method-assign]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import htgrid.gahp.client as client_module
 from htgrid.gahp import (
     Call,
     Command,
@@ -312,6 +313,53 @@ def test_results_ready_are_asked_for_before_a_backlog_of_requests() -> None:
         assert [line[2] for line in sent + rest] == [str(n) for n in range(300)]
         for call in calls[1:]:
             call.cancel()
+        process.exit(0)
+
+    run(main())
+
+
+async def finish(process: FakeProcess, *request_ids: int) -> None:
+    """The server says results are ready; the client asks; these requests are done."""
+    process.reply("R")
+    assert (await process.request())[0] == "RESULTS"
+    process.reply("S", str(len(request_ids)))
+    for request_id in request_ids:
+        process.reply(str(request_id), "done")
+
+
+@pytest.mark.parametrize("limit", [1000, 280])
+def test_new_work_waits_behind_the_requests_of_work_under_way(limit: int) -> None:
+    # 300 submits (new work) are asked for, then 3 stage-ins (work under way). The window
+    # of lines at the server (1000) or the in-flight limit (280) holds some submits back:
+    # the stage-ins go before those.
+    async def main() -> None:
+        clock = ManualClock()
+        process = FakeProcess()
+        client = await (await scripted_start(process, clock, ["RESULTS", "ECHO"]))
+        client._max_pending = limit
+        submits = [
+            asyncio.create_task(client.call("ECHO", f"submit {n}", later=True)) for n in range(300)
+        ]
+        await settle()
+        stages = [asyncio.create_task(client.call("ECHO", f"stage {n}")) for n in range(3)]
+        await settle()
+        # Submits written before the stage-ins: the window's worth, or all those issued.
+        ahead = client_module._WINDOW if limit > 300 else limit
+        expected = min(303, limit + 3)
+        order = []
+        while len(order) < expected:
+            order.append((await process.request())[2])
+            process.reply("S")
+            if len(order) == limit:  # three submits finish: room for three requests
+                await finish(process, 1, 2, 3)
+        submitted = [f"submit {n}" for n in range(300)]
+        stage_ins = ["stage 0", "stage 1", "stage 2"]
+        assert order == [*submitted[:ahead], *stage_ins, *submitted[ahead:]][:expected]
+        if limit < 300:  # the held-back submits follow as room comes
+            await finish(process, 4, 5, 6)
+            assert [(await process.request())[2] for _ in range(3)] == submitted[limit:][:3]
+        for task in [*submits[3:], *stages]:
+            task.cancel()
         process.exit(0)
 
     run(main())

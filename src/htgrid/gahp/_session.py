@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from htgrid.gahp._codec import Reply, Result
 
-__all__ = ["TRANSITIONS", "Batch", "ClientState", "Pending", "WaitKind", "Waiter"]
+__all__ = ["TRANSITIONS", "Batch", "ClientState", "Lanes", "Pending", "WaitKind", "Waiter"]
+
+_T = TypeVar("_T")
 
 
 class ClientState(enum.Enum):
@@ -59,6 +65,46 @@ class Pending:
     result: asyncio.Future[tuple[str, ...]]
     at_server: bool = False  # counted in the in-flight total
     abandoned: bool = False  # the caller gave up; keep the id until the result comes
+    later: bool = False  # new work (a submit): waits behind the requests of work under way
+
+
+class Lanes(Generic[_T]):
+    """A queue in two lanes: items of the `later` lane leave only when the first is empty.
+
+    A grid manager with a thousand submits queued still sends the stage-in of a job whose
+    submit was answered at once: work under way finishes before new work starts.
+    """
+
+    def __init__(self) -> None:
+        self._first: deque[_T] = deque()
+        self._later: deque[_T] = deque()
+
+    def append(self, item: _T, *, later: bool = False) -> None:
+        (self._later if later else self._first).append(item)
+
+    def appendleft(self, item: _T, *, later: bool = False) -> None:
+        (self._later if later else self._first).appendleft(item)
+
+    def popleft(self) -> _T:
+        return self._first.popleft() if self._first else self._later.popleft()
+
+    def remove(self, item: _T) -> bool:
+        """Take `item` out; whether it was queued."""
+        for lane in (self._first, self._later):
+            if item in lane:
+                lane.remove(item)
+                return True
+        return False
+
+    def clear(self) -> None:
+        self._first.clear()
+        self._later.clear()
+
+    def __iter__(self) -> Iterator[_T]:
+        return itertools.chain(self._first, self._later)
+
+    def __len__(self) -> int:
+        return len(self._first) + len(self._later)
 
 
 @dataclass(slots=True)

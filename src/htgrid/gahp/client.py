@@ -51,6 +51,7 @@ from htgrid.gahp._session import (
     TRANSITIONS,
     Batch,
     ClientState,
+    Lanes,
     Pending,
     Waiter,
     WaitKind,
@@ -103,10 +104,10 @@ class GahpClient:
         self._state = ClientState.STARTING
         self._ids = RequestIds()
         self._waiters: deque[Waiter] = deque()
-        self._outgoing: deque[tuple[bytes, Waiter]] = deque()
+        self._outgoing: Lanes[tuple[bytes, Waiter]] = Lanes()
         self._flush_due = False
         self._requests: dict[int, Pending] = {}
-        self._queue: deque[Pending] = deque()
+        self._queue: Lanes[Pending] = Lanes()
         self._in_flight = 0
         self._prefix = ""
         self._batch: Batch | None = None
@@ -211,8 +212,13 @@ class GahpClient:
             raise GahpRequestRefused(name, reply.code.value, reply.reason)
         return reply
 
-    async def call(self, name: str, *args: str, timeout: float | None = None) -> tuple[str, ...]:
-        """An asynchronous command: the fields of its result line after the request id."""
+    async def call(
+        self, name: str, *args: str, timeout: float | None = None, later: bool = False
+    ) -> tuple[str, ...]:
+        """An asynchronous command: the fields of its result line after the request id.
+
+        A `later` request (new work, a submit) waits behind the others still queued here.
+        """
         self._check_alive()
         if self.commands and not self.supports(name):
             raise LocalGahpError(f"the GAHP server does not support {name}")
@@ -223,9 +229,9 @@ class GahpClient:
             self._ids.release(request_id)
             raise
         future: asyncio.Future[tuple[str, ...]] = asyncio.get_running_loop().create_future()
-        pending = Pending(request_id, name, line, future)
+        pending = Pending(request_id, name, line, future, later=later)
         self._requests[request_id] = pending
-        self._queue.append(pending)
+        self._queue.append(pending, later=later)
         self._pump()
         await self._drain()
         try:
@@ -298,20 +304,27 @@ class GahpClient:
     # ---- writing ------------------------------------------------------------------------------
 
     def _write(
-        self, data: bytes, command: str, kind: WaitKind = WaitKind.PLAIN, *, urgent: bool = False
+        self,
+        data: bytes,
+        command: str,
+        kind: WaitKind = WaitKind.PLAIN,
+        *,
+        urgent: bool = False,
+        later: bool = False,
     ) -> Waiter:
         """Queue a request line and the wait for its return line, with no await between.
 
         At most `_WINDOW` lines are at the server unanswered; the others wait here, where an
         `urgent` line (RESULTS) goes before them: results the server has ready must not wait
-        behind a thousand requests written ahead of the poll.
+        behind a thousand requests written ahead of the poll. A `later` line goes after
+        the others.
         """
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         waiter = Waiter(command, future, 0.0, kind)
         if urgent:
             self._outgoing.appendleft((data, waiter))
         else:
-            self._outgoing.append((data, waiter))
+            self._outgoing.append((data, waiter), later=later)
         if len(self._waiters) < _WINDOW:
             # Out at once: a write per line costs microseconds, while waiting for the loop
             # to come round could hold the first line back behind a thousand callers
@@ -349,7 +362,7 @@ class GahpClient:
             raise self._dead_error() from err
 
     def _issue(self, pending: Pending) -> None:
-        waiter = self._write(pending.line, pending.command)
+        waiter = self._write(pending.line, pending.command, later=pending.later)
         pending.at_server = True
         self._in_flight += 1
         waiter.future.add_done_callback(lambda future: self._issued(pending, future))
@@ -368,7 +381,7 @@ class GahpClient:
             # one first when a result frees a slot.
             self._max_pending = min(self._max_pending, self._in_flight)
             log.info("GAHP server %s overloaded; at most %d requests", self.pid, self._max_pending)
-            self._queue.appendleft(pending)
+            self._queue.appendleft(pending, later=pending.later)
             return
         self._forget(pending)
         if not pending.result.done():
@@ -390,8 +403,7 @@ class GahpClient:
 
     def _abandon(self, pending: Pending) -> None:
         pending.abandoned = True
-        if pending in self._queue:
-            self._queue.remove(pending)
+        if self._queue.remove(pending):
             self._forget(pending)
         elif pending.at_server:
             # The id stays reserved until the result arrives (the grid manager's rule).

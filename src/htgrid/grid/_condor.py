@@ -152,7 +152,7 @@ class CondorJob(CondorJobBase):
             return ready
         remote_ad, line = ready
         try:
-            fields = await self.condor.command("CONDOR_JOB_SUBMIT", line)
+            fields = await self.condor.command("CONDOR_JOB_SUBMIT", line, later=True)
         except LOST_GAHP as err:
             # It may or may not have reached the remote schedd: look the tag up.
             self.last_error = str(err)

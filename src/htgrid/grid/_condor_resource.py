@@ -134,10 +134,11 @@ class CondorResource(Resource):
 
     # ---- requests --------------------------------------------------------------------------
 
-    async def command(self, command: str, *args: str) -> tuple[str, ...]:
-        """A condor GAHP command's result fields after the S; RemoteCallFailed on F."""
+    async def command(self, command: str, *args: str, later: bool = False) -> tuple[str, ...]:
+        """A condor GAHP command's result fields after the S; RemoteCallFailed on F. A
+        `later` one (a submit: new work) waits behind the others queued."""
         try:
-            fields = await self.call(command, self.schedd, *args)
+            fields = await self.call(command, self.schedd, *args, later=later)
         except GahpRequestRefused as err:
             raise RemoteCallFailed(str(err)) from err
         if fields[:1] == ("S",):

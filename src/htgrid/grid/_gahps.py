@@ -157,15 +157,18 @@ class GahpHandle:
             log.info("GAHP server %s started (pid %s)", self.key, client.pid)
             return client
 
-    async def call(self, command: str, *args: str, timeout: float | None = None) -> tuple[str, ...]:
-        """An asynchronous command's result fields (after the request id).
+    async def call(
+        self, command: str, *args: str, timeout: float | None = None, later: bool = False
+    ) -> tuple[str, ...]:
+        """An asynchronous command's result fields (after the request id); a `later` one
+        (new work) waits behind the others queued.
 
         Raises GahpUnavailable (no server), GahpServerExited or GahpTimeout (the request is
         lost), GahpRequestRefused (an E or F return line), LocalGahpError (not supported).
         """
         client = await self.client()
         limit = self.config.gahp_call_timeout if timeout is None else timeout
-        return await client.call(command, *args, timeout=limit)
+        return await client.call(command, *args, timeout=limit, later=later)
 
     async def close(self) -> None:
         """QUIT the server, if one is up."""

@@ -117,13 +117,15 @@ class Resource(abc.ABC):
 
     # ---- requests ----------------------------------------------------------------------------
 
-    async def call(self, command: str, *args: str, timeout: float | None = None) -> tuple[str, ...]:
+    async def call(
+        self, command: str, *args: str, timeout: float | None = None, later: bool = False
+    ) -> tuple[str, ...]:
         """A GAHP request within the pending-request throttle (see GahpHandle.call)."""
         async with self._pending:
             self._in_flight += 1
             self.stats.max_in_flight = max(self.stats.max_in_flight, self._in_flight)
             try:
-                return await self.gahp.call(command, *args, timeout=timeout)
+                return await self.gahp.call(command, *args, timeout=timeout, later=later)
             finally:
                 self._in_flight -= 1
 
