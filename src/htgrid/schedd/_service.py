@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import time
 from collections.abc import AsyncIterable, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -58,6 +59,11 @@ _STAGEABLE: Final = frozenset({JobStatus.HELD, JobStatus.IDLE})  # not yet start
 #: The most jobs one batch upload may carry; its body may be this many times the per-job
 #: MAX_TRANSFER_INPUT_MB.
 MAX_BATCH_JOBS: Final = 1000
+
+
+def _proc_get(proc: ClassAd, cluster: ClassAd, name: str) -> Any:
+    """A proc's attribute, over its cluster's (no merged copy made)."""
+    return proc[name] if name in proc else cluster.get(name)
 
 
 def _spooling(get: Callable[[str], Any]) -> bool:
@@ -156,10 +162,7 @@ class QueueService:
         """Give each spooling proc its spool directory as Iwd (made here); those made."""
         made: list[Path] = []
         for number, proc in enumerate(procs):
-
-            def get(name: str, proc: ClassAd = proc) -> Any:  # the proc over its cluster
-                return proc[name] if name in proc else ad.get(name)
-
+            get = functools.partial(_proc_get, proc, ad)
             if not _spooling(get):
                 continue
             sandbox = self._spool(cluster, number)
@@ -274,7 +277,7 @@ class QueueService:
             JobId.parse(job): problem for job, problem in batch.problems.items()
         }
         wanted = [JobId.parse(job) for job in batch.members]
-        ads = await self._worker.read(lambda q: _ads_of(q, wanted))
+        ads = await self._worker.read(lambda q: q.get_many(wanted))
         mine: list[JobId] = []
         try:
             for job_id in wanted:
@@ -354,7 +357,7 @@ class QueueService:
         """Several jobs' output sandboxes in one tar, each job answered on its own: its ad
         and files, or why not (not in the queue, not the caller's, over
         MAX_TRANSFER_OUTPUT_MB); `describe` makes the tar's first member of those."""
-        ads = await self._worker.read(lambda q: _ads_of(q, job_ids))
+        ads = await self._worker.read(lambda q: q.get_many(job_ids))
         start = int(self._clock())
 
         def pack() -> tuple[BinaryIO, list[JobId]]:
@@ -430,11 +433,6 @@ class QueueService:
 
 def _ids(job_id: JobId) -> tuple[int, int]:
     return job_id.cluster, job_id.proc
-
-
-def _ads_of(q: JobQueue, ids: Sequence[JobId]) -> dict[JobId, ClassAd]:
-    """The ads of the jobs of `ids` still in the queue."""
-    return q.get_many(ids)
 
 
 def _edit_each(q: JobQueue, identity: Identity, ids: list[JobId], attrs: Mapping[str, int]) -> None:
