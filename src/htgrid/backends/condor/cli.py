@@ -165,7 +165,19 @@ def run(args: argparse.Namespace) -> int:
 
 async def _serve(factory: Any, options: Any) -> None:
     gahp = factory(options)
+    # What the first request sets up once (~90 ms: httpx's first client, anyio's asyncio
+    # back end) is done aside while the grid manager answers the banner: the first ping,
+    # which every first submit waits for, does not pay for it.
+    warm = asyncio.get_running_loop().run_in_executor(None, _warm_up)
     try:
         await gahp.server().serve_stdio()
     finally:
         await gahp.aclose()
+        await warm
+
+
+def _warm_up() -> None:
+    import anyio._backends._asyncio  # noqa: F401 - imported at the first request otherwise
+    import httpx
+
+    httpx.AsyncClient()  # never used: its first creation loads what every later one needs
