@@ -66,6 +66,11 @@ class CertRotator:
     def check(self) -> CertFiles | None:
         """Renew the certificate if due and load it if its files changed: the
         certificate now presented, or None when nothing changed. Blocking."""
+        return self._present(self._changed())
+
+    def _changed(self) -> tuple[CertFiles, _Signature] | None:
+        """The certificate (renewed if due) and its files' signature, when they changed
+        and load together; None otherwise. Blocking; the live context is not touched."""
         cert = self.ca.ensure_server_cert(self.name)
         signature = _signature(cert)
         if signature == self._loaded:
@@ -74,6 +79,22 @@ class CertRotator:
             # On a scratch context first: a failed load_cert_chain can leave a context
             # holding a certificate without its key.
             ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert.cert, cert.key)
+        except (OSError, ssl.SSLError) as exc:
+            _log.error("TLS certificate %s: cannot load the new one, keeping the old: %s",
+                       cert.cert, exc)  # fmt: skip
+            return None
+        return cert, signature
+
+    def _present(self, found: tuple[CertFiles, _Signature] | None) -> CertFiles | None:
+        """Load `cert` into the live context. Run where the handshakes run (the event
+        loop): loading sets the certificate, then the key, and a handshake between the
+        two would offer a certificate its key does not match."""
+        if found is None:
+            return None
+        cert, signature = found
+        if _signature(cert) != signature:
+            return None  # rewritten since it was checked: the next check takes it
+        try:
             cert.load_into(self.context)
         except (OSError, ssl.SSLError) as exc:
             _log.error("TLS certificate %s: cannot load the new one, keeping the old: %s",
@@ -85,11 +106,12 @@ class CertRotator:
         return cert
 
     async def run(self) -> None:
-        """`check` every `interval` seconds (off the event loop) until cancelled."""
+        """`check` every `interval` seconds (the file work off the event loop) until
+        cancelled."""
         while True:
             await self._sleep(self.interval)
             try:
-                await asyncio.to_thread(self.check)
+                self._present(await asyncio.to_thread(self._changed))
             except (OSError, SecurityError) as exc:
                 _log.warning("TLS certificate %s: cannot check it: %s", self.name, exc)
 
