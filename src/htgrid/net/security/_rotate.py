@@ -80,15 +80,14 @@ class CertRotator:
             # holding a certificate without its key.
             ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert.cert, cert.key)
         except (OSError, ssl.SSLError) as exc:
-            _log.error("TLS certificate %s: cannot load the new one, keeping the old: %s",
-                       cert.cert, exc)  # fmt: skip
+            _not_loaded(cert, exc)
             return None
         return cert, signature
 
     def _present(self, found: tuple[CertFiles, _Signature] | None) -> CertFiles | None:
-        """Load `cert` into the live context. Run where the handshakes run (the event
-        loop): loading sets the certificate, then the key, and a handshake between the
-        two would offer a certificate its key does not match."""
+        """Load the certificate `_changed` found into the live context. Run where the
+        handshakes run (the event loop): loading sets the certificate, then the key, and
+        a handshake between the two would offer a certificate its key does not match."""
         if found is None:
             return None
         cert, signature = found
@@ -97,8 +96,7 @@ class CertRotator:
         try:
             cert.load_into(self.context)
         except (OSError, ssl.SSLError) as exc:
-            _log.error("TLS certificate %s: cannot load the new one, keeping the old: %s",
-                       cert.cert, exc)  # fmt: skip
+            _not_loaded(cert, exc)
             return None
         self._loaded = signature
         _log.info("TLS certificate %s %s: presenting it until %s", cert.cert,
@@ -114,6 +112,10 @@ class CertRotator:
                 self._present(await asyncio.to_thread(self._changed))
             except (OSError, SecurityError) as exc:
                 _log.warning("TLS certificate %s: cannot check it: %s", self.name, exc)
+
+
+def _not_loaded(cert: CertFiles, exc: Exception) -> None:
+    _log.error("TLS certificate %s: cannot load the new one, keeping the old: %s", cert.cert, exc)
 
 
 class RotatingServer(uvicorn.Server):
