@@ -27,7 +27,10 @@ class GridManagerConfig:
     #: HTCondor waits 60 s; one poll costs one bulk query whatever the number of jobs,
     #: so a personal pool can afford to look every 10 s.
     poll_interval: float = 10.0
-    #: Between two reads of the queue's change feed (GRIDMANAGER_CONTACT_SCHEDD_DELAY).
+    #: At most this long between two reads of the queue's change feed. The queue daemon
+    #: rings the grid manager's doorbell after each change it makes, which starts a read
+    #: at once (as its GRIDMAN_ADD_JOBS signal does in HTCondor); this read on a timer
+    #: catches what was written to the queue without the daemon.
     feed_interval: float = 2.0
     #: Between two evaluations of the jobs' PeriodicHold/PeriodicRemove (the queue's own
     #: periodic pass leaves the grid manager's jobs to it: PERIODIC_EXPR_INTERVAL).

@@ -8,8 +8,8 @@ The contract with the queue daemon that spawns and supervises it:
 * Arguments: `home` (HTGRID_HOME); the queue database is `JobQueue.open(queue_dir)`,
   `queue_dir` defaulting to `<home>/spool` as the daemon lays it out (HTGRID_QUEUE_DIR,
   `--queue-dir`). Its own files are under `<queue_dir>/gridmanager/`: `lock` (one grid
-  manager per queue: a second exits at once with status 3), `gahp.pids`, `feed.seq`, and
-  the batch GAHP's scratch (`gahp/`, which must survive restarts: it holds the GAHP's job
+  manager per queue: a second exits at once with status 3), `gahp.pids`, `feed.seq`, `wake`
+  (the doorbell the daemon rings after it changes the queue), and the batch GAHP's scratch (`gahp/`, which must survive restarts: it holds the GAHP's job
   records). `htgrid gridmanager` logs to `<home>/log/GridmanagerLog`.
 * Signals and exit: SIGTERM or SIGINT stop it cleanly (exit 0); it exits 1 if it cannot
   start (the queue cannot be opened) and 3 if another one runs. kill -9 is safe at any
@@ -21,7 +21,8 @@ The contract with the queue daemon that spawns and supervises it:
   Removed) until the batch job is cancelled and the grid manager calls `destroy`. A job
   it put on hold is handed back with `Managed = "Schedd"`; a job it finished has left
   the queue through `job_exited`.
-* The feed: it reads `changes_since`; `feed.seq` holds the last sequence number it has
+* The feed: it reads `changes_since` when the daemon rings `wake` (queue/doorbell.py),
+  and every `feed_interval` in any case; `feed.seq` holds the last sequence number it has
   read, so the daemon's `trim_changes` can keep what it has not. Should changes it never
   read be trimmed anyway, it notices the gap and rescans the queue.
 * Policy: the queue's periodic pass skips `Managed == "External"` jobs; the grid manager
@@ -73,6 +74,7 @@ from htgrid.queue import (
     StoreError,
     periodic_decision,
 )
+from htgrid.queue.doorbell import Doorbell
 
 __all__ = ["ADOPTABLE", "GRID_TYPES", "GridManager", "run_gridmanager"]
 
@@ -93,6 +95,9 @@ ADOPTABLE = (
     ' && (JobStatus != 5 || Managed =?= "External")'
 )
 _FEED_BATCH = 10_000
+#: The least time between two reads of the feed when the daemon keeps ringing (a queue
+#: busy with local jobs changes many times a second; each read costs a query).
+_FEED_MIN_GAP = 0.05
 
 
 class GridManager:
@@ -123,6 +128,7 @@ class GridManager:
         self._io: QueueIO | None = None
         self._services: Services | None = None
         self._pids = GahpPids(self.dir / "gahp.pids")
+        self._bell = Doorbell(self.dir / "wake")
 
     # ---- life ------------------------------------------------------------------------------
 
@@ -135,6 +141,11 @@ class GridManager:
             self._services = Services(self.config, self.clock, self._io, EventLogs(), self.home)
             feed: asyncio.Future[Any] | None = None
             try:
+                # Listening before the scan: a change made during it rings for the feed.
+                try:
+                    self._bell.open()
+                except OSError as err:  # no named pipes here: the timer alone will do
+                    log.warning("grid manager: no doorbell at %s: %s", self._bell.path, err)
                 self._seq = await self._io.last_seq()
                 await self._scan()
                 self.ready.set()
@@ -172,6 +183,7 @@ class GridManager:
             await resource.stop()
         for gahp in self.gahps.values():
             await gahp.close()
+        self._bell.close()
         if self._io is not None:
             await self._io.close()
 
@@ -317,9 +329,21 @@ class GridManager:
                 changes = []
             if changes:
                 self._seq = changes[-1].seq
-            await asyncio.to_thread(self._save_seq)
+            if self._seq != self._saved_seq:
+                await asyncio.to_thread(self._save_seq)
             if len(changes) < _FEED_BATCH:
-                await self.clock.sleep(self.config.feed_interval)
+                await self.clock.sleep(_FEED_MIN_GAP)
+                await self._until_rung()
+
+    async def _until_rung(self) -> None:
+        """Until the daemon rings the doorbell, or `feed_interval` passes without a ring."""
+        rung = asyncio.ensure_future(self._bell.wait())
+        timer = asyncio.ensure_future(self.clock.sleep(self.config.feed_interval))
+        try:
+            await asyncio.wait({rung, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            rung.cancel()
+            timer.cancel()
 
     async def _apply(self, changes: Iterable[Change]) -> None:
         submitted: list[int] = []

@@ -316,6 +316,11 @@ class ScheddConfig:
         return self.spool / "gridmanager" / "feed.seq"
 
     @property
+    def gridmanager_doorbell(self) -> Path:
+        """The grid manager's doorbell, rung after each change to the queue."""
+        return self.spool / "gridmanager" / "wake"
+
+    @property
     def collector_address_file(self) -> Path:
         """Where the running collector's host:port is written (COLLECTOR_ADDRESS_FILE)."""
         return self.run_dir / "collector.address"

@@ -118,7 +118,7 @@ class Daemon:
         lock = self._lock()
         try:
             queue = JobQueue.open(cfg.spool, clock=self._clock, fsync=cfg.fsync)
-            worker = QueueWorker(queue)
+            worker = QueueWorker(queue, doorbells=[cfg.gridmanager_doorbell])
             try:
                 await self._serve(worker)
             finally:

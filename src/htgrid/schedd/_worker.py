@@ -4,18 +4,21 @@ SQLite calls block, so they never run on the event loop; and one thread means on
 writer, in the order the loop asked. Nothing else holds the `JobQueue`: callers pass a
 function that receives it (`await worker.read(lambda q: q.query(...))`). After each write
 the worker wakes the followers of the change feed (the event log writer, the local
-universe runner), which then read `changes_since` themselves.
+universe runner), which then read `changes_since` themselves, and rings the doorbells of
+the followers in other processes (the grid manager's).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TypeVar
 
 from htgrid.queue import JobQueue
+from htgrid.queue.doorbell import ring
 
 __all__ = ["QueueWorker"]
 
@@ -25,8 +28,9 @@ T = TypeVar("T")
 class QueueWorker:
     """Runs functions of the queue on one thread; wakes subscribers after writes."""
 
-    def __init__(self, queue: JobQueue) -> None:
+    def __init__(self, queue: JobQueue, doorbells: Sequence[Path] = ()) -> None:
         self._queue = queue
+        self._doorbells = tuple(doorbells)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="htgrid-queue")
         self._subscribers: list[asyncio.Event] = []
 
@@ -55,6 +59,8 @@ class QueueWorker:
     def notify(self) -> None:
         for event in self._subscribers:
             event.set()
+        for path in self._doorbells:
+            ring(path)
 
     def close(self) -> None:
         """Finish the queued calls, then close the queue."""

@@ -126,6 +126,10 @@ def run(args: argparse.Namespace) -> int:
     # falls back without it on an ImportError: a GAHP server never runs it, and its start
     # is on the way of a grid manager's first submit (36 ms of 250).
     sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+    # httpcore imports trio whenever it is installed, to lock for trio's tasks too (67 ms
+    # of a 450 ms start here); this server runs on asyncio alone, and httpcore falls back
+    # the same way.
+    sys.modules.setdefault("trio", None)  # type: ignore[arg-type]
     from htgrid.backends.condor._http import RemoteSettings
     from htgrid.backends.condor.server import CondorGahp, CondorOptions
 
