@@ -36,6 +36,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from htgrid._gc import tune_gc
 from htgrid.grid import GridManager, GridManagerConfig
 from htgrid.grid._condor import CondorJob
 from htgrid.grid._condor_resource import CondorResource
@@ -276,6 +277,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
+    tune_gc()  # A's grid manager runs here: its collector set as `htgrid gridmanager` sets it
     ratio = asyncio.run(main_async(args))
     sys.exit(0 if ratio <= TARGET else 1)
 

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from htgrid._gc import tune_gc
+
 __all__ = ["main", "register"]
 
 
@@ -149,6 +151,7 @@ def _batch(args: argparse.Namespace) -> int:
         submit_workers=args.submit_workers,
         status_workers=args.status_workers,
     )
+    tune_gc()
     asyncio.run(BatchGahp(options).serve())
     return 0
 

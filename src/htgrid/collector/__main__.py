@@ -19,6 +19,7 @@ import socket
 import sys
 from pathlib import Path
 
+from htgrid._gc import tune_gc
 from htgrid.collector.client import DEFAULT_PORT
 from htgrid.collector.daemon import make_server
 
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         await server.serve(sockets=[sock] if sock is not None else None)
 
+    tune_gc()
     asyncio.run(serve())
     return 0
 

@@ -45,6 +45,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from htgrid._gc import tune_gc
 from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
 from htgrid.gahp import Clock, SystemClock
@@ -452,6 +453,7 @@ def run_gridmanager(
         settings = (config or GridManagerConfig()).with_knobs(Path(home))
         await GridManager(home, queue_dir=queue_dir, config=settings, clock=clock).run(stop)
 
+    tune_gc()
     try:
         asyncio.run(main())
     except AlreadyRunning as err:

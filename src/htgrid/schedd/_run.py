@@ -12,6 +12,7 @@ import logging
 import os
 from pathlib import Path
 
+from htgrid._gc import tune_gc
 from htgrid.errors import HTGridError
 from htgrid.schedd._config import ScheddConfig, htgrid_home
 from htgrid.schedd._daemon import Daemon, configure_logging
@@ -30,6 +31,7 @@ def run_daemon(home: Path | None = None, *, execute: bool = True) -> int:
         config = ScheddConfig.load((home or htgrid_home()).absolute())
         if not execute:
             config = config.without_execute()
+        tune_gc()
         asyncio.run(Daemon(config).run())
     except HTGridError as exc:
         log.error("cannot run: %s", exc)  # the log is stderr

@@ -12,6 +12,7 @@ import logging
 import os
 from pathlib import Path
 
+from htgrid._gc import tune_gc
 from htgrid.errors import HTGridError
 from htgrid.startd._config import StartdConfig
 from htgrid.startd._daemon import EXIT_IDLE, ExitReason, Startd
@@ -30,6 +31,7 @@ def run_startd(
     configure_logging()
     try:
         config = StartdConfig.load(home)
+        tune_gc()
         reason = asyncio.run(Startd(config, pool=pool, parent_fd=parent_fd).run())
     except HTGridError as exc:
         _log.error("cannot run: %s", exc)

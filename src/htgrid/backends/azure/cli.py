@@ -24,6 +24,8 @@ import os
 import sys
 from typing import Any
 
+from htgrid._gc import tune_gc
+
 __all__ = ["add_parser", "run"]
 
 
@@ -101,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         list_workers=args.list_workers,
         vmss_workers=args.vmss_workers,
     )
+    tune_gc()
     asyncio.run(AzureGahp(options).serve_stdio())
     # QUIT means "terminate as quickly as possible". Nothing is left to save, yet worker
     # threads may still be inside Azure calls and Python's teardown of the SDK's modules

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from htgrid._gc import tune_gc
 from htgrid.errors import UsageError
 
 __all__ = ["add_arguments", "add_parser", "run"]
@@ -163,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
         accept_limit=args.accept_limit,
         max_line=args.max_line,
     )
+    tune_gc()
     asyncio.run(_serve(CondorGahp, options))
     return 0
 

@@ -24,6 +24,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from htgrid._gc import tune_gc
 from htgrid.errors import UsageError
 
 __all__ = ["add_arguments", "add_parser", "main", "run"]
@@ -141,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
     )
     gahp = Ec2Gahp(options)
     try:
+        tune_gc()
         asyncio.run(gahp.server().serve_stdio())
     finally:
         gahp.close()
