@@ -1,6 +1,6 @@
 """HTCondor-C (pool A -> pool B) against submitting the same jobs to B directly.
 
-    python bench/htcondor_c.py [--jobs 1000] [--small 10] [--polls 5] [--poll 2]
+    python bench/htcondor_c.py [--jobs 1000] [--small 10] [--polls 5] [--poll 2] [--probe db|api]
 
 Two real pools on this machine (queue daemons over TLS + tokens; B with its collector),
 as the tests in tests/htcondor_c/ build them. A's grid manager runs in this process, so
@@ -17,6 +17,10 @@ that its requests can be counted.
    Each is timed from the submit command until all N have completed on B: the point where
    B has had every job staged, released and run. The time until B has every job released
    (staged in, or idle for the direct path) is shown too. Target: (b) / (a) <= 1.5.
+   B's progress is read every 50 ms from its queue database, read-only, beside the daemon
+   (`--probe db`, the default): asking B's API (`--probe api`, every 0.5 s: a query and
+   a history of N jobs each time) loads the daemon being measured, and more so the longer
+   the run.
 2. Requests per poll interval. With --small and with N jobs waiting on B (the vanilla
    universe: B has no execute node, so they stay idle once staged), every condor GAHP
    command A's grid manager sends to B over --polls poll intervals, per interval.
@@ -27,12 +31,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import getpass
 import logging
+import sqlite3
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,8 +107,45 @@ def count_b(schedd: ScheddClient, run: str) -> tuple[int, int]:
     return released, done
 
 
-async def until(probe: Callable[[], tuple[int, int]], n: int, begin: float) -> tuple[float, float]:
-    """(seconds until `n` released, until `n` done) after `begin`."""
+def _database(pool: PersonalPool) -> sqlite3.Connection:
+    """B's queue database, read-only (a reader never holds up the daemon's writes)."""
+    path = pool.home / "spool" / "queue.db"
+    return sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+
+
+def next_cluster(pool: PersonalPool) -> int:
+    """The cluster id B gives next: the run's jobs are in this cluster and after."""
+    with contextlib.closing(_database(pool)) as db:
+        (value,) = db.execute("SELECT value FROM meta WHERE key = 'next_cluster'").fetchone()
+    return int(value)
+
+
+def count_b_db(pool: PersonalPool, first: int) -> tuple[int, int]:
+    """count_b, read from B's database: the jobs of clusters `first` and after."""
+    counts: collections.Counter[int] = collections.Counter()
+    with contextlib.closing(_database(pool)) as db:
+        for table in ("jobs", "history"):
+            sql = f"SELECT status, count(*) FROM {table} WHERE cluster >= ? GROUP BY status"
+            counts.update(dict(db.execute(sql, (first,)).fetchall()))
+    return counts[1] + counts[2] + counts[4], counts[4]
+
+
+Probe = Callable[[], tuple[int, int]]
+
+
+@contextlib.contextmanager
+def progress(b: PersonalPool, run: str, how: str) -> Iterator[tuple[Probe, float]]:
+    """How to count the jobs of `run` on B, and how often (see the module's docstring)."""
+    if how == "db":
+        first = next_cluster(b)
+        yield (lambda: count_b_db(b, first)), 0.05
+        return
+    with b.client() as schedd:
+        yield (lambda: count_b(schedd, run)), 0.5
+
+
+async def until(probe: Probe, n: int, begin: float, step: float) -> tuple[float, float]:
+    """(seconds until `n` released, until `n` done) after `begin`, looking every `step`."""
     released_at = 0.0
     while True:
         released, done = await asyncio.to_thread(probe)
@@ -111,7 +154,7 @@ async def until(probe: Callable[[], tuple[int, int]], n: int, begin: float) -> t
             released_at = now
         if done >= n:
             return released_at or now, now
-        await asyncio.sleep(0.5)  # looking costs B some time: not too often
+        await asyncio.sleep(step)
 
 
 def job_text(universe: str, n: int, run: str, collector: str, extra: str = "") -> str:
@@ -126,14 +169,16 @@ def job_text(universe: str, n: int, run: str, collector: str, extra: str = "") -
     )
 
 
-async def direct(a: PersonalPool, b: PersonalPool, work: Path, n: int) -> tuple[float, float]:
+async def direct(
+    a: PersonalPool, b: PersonalPool, work: Path, n: int, how: str
+) -> tuple[float, float]:
     text = job_text("local", n, "direct", b.collector)
-    begin = time.perf_counter()
-    await asyncio.to_thread(
-        submit, a.home, work / "direct", text, "-name", B_NAME, "-pool", b.collector
-    )
-    with b.client() as schedd:
-        return await until(lambda: count_b(schedd, "direct"), n, begin)
+    with progress(b, "direct", how) as (probe, step):
+        begin = time.perf_counter()
+        await asyncio.to_thread(
+            submit, a.home, work / "direct", text, "-name", B_NAME, "-pool", b.collector
+        )
+        return await until(probe, n, begin, step)
 
 
 async def with_manager(
@@ -157,15 +202,15 @@ async def with_manager(
 
 
 async def through_c(
-    a: PersonalPool, b: PersonalPool, work: Path, n: int, config: GridManagerConfig
+    a: PersonalPool, b: PersonalPool, work: Path, n: int, config: GridManagerConfig, how: str
 ) -> tuple[float, float]:
     text = job_text("grid", n, "grid", b.collector, "remote_universe = local\n")
 
     async def body(manager: GridManager) -> tuple[float, float]:
-        begin = time.perf_counter()
-        await asyncio.to_thread(submit, a.home, work / "grid", text)
-        with b.client() as schedd:
-            return await until(lambda: count_b(schedd, "grid"), n, begin)
+        with progress(b, "grid", how) as (probe, step):
+            begin = time.perf_counter()
+            await asyncio.to_thread(submit, a.home, work / "grid", text)
+            return await until(probe, n, begin, step)
 
     result: tuple[float, float] = await with_manager(a, config, body)
     return result
@@ -236,13 +281,13 @@ async def main_async(args: argparse.Namespace) -> float:
         with b:
             a.trust(b, user=getpass.getuser())
             with a:
-                plain = await direct(a, b, root, args.jobs)
+                plain = await direct(a, b, root, args.jobs, args.probe)
                 print(
                     f"{args.jobs} jobs straight to B: released {plain[0]:.2f} s, "
                     f"all done {plain[1]:.2f} s",
                     flush=True,
                 )
-                grid = await through_c(a, b, root, args.jobs, config)
+                grid = await through_c(a, b, root, args.jobs, config, args.probe)
                 print(
                     f"{args.jobs} jobs through HTCondor-C: staged and released {grid[0]:.2f} s, "
                     f"all done {grid[1]:.2f} s",
@@ -274,6 +319,12 @@ def main() -> None:
         type=int,
         default=50,
         help="GAHP requests in flight (GRIDMANAGER_MAX_PENDING_REQUESTS)",
+    )
+    parser.add_argument(
+        "--probe",
+        choices=("db", "api"),
+        default="db",
+        help="how B's progress is read: its database (read-only) or its API",
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
