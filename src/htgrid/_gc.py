@@ -7,7 +7,7 @@ grown it by a quarter. Measured on the queue daemon taking 1,000 jobs through
 HTCondor-C (bench/htcondor_c.py), the collector took ~0.35 s of its ~3.3 s of CPU, each
 full collection ~0.1 s. Young collections now come every 50,000 allocations, and what
 the process holds when it starts serving is frozen out of every collection; the daemon's
-CPU for the same run fell to ~2.5-3.0 s. The few cycles asyncio leaves (exceptions with
+CPU for the same run fell to ~2.5-3.3 s. The few cycles asyncio leaves (exceptions with
 their tracebacks) are still collected, only later.
 """
 
