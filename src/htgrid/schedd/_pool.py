@@ -187,7 +187,9 @@ class Pool:
         url = pool_url(self.config.collector_host)
         host, _, port = url.removeprefix("https://").rpartition(":")
         for attempt in range(_BIND_TRIES):
-            sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            # TCP by name: asyncio turns Nagle's algorithm off only then (see _daemon.py).
+            sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind((host.strip("[]"), int(port)))
