@@ -29,6 +29,7 @@ import uvicorn
 
 from htgrid import __version__
 from htgrid.errors import HTGridError
+from htgrid.net._listen import tcp_listener
 from htgrid.net._peer import PeerCredProtocol, peercred_identity
 from htgrid.net.app import create_app
 from htgrid.net.security import (
@@ -275,12 +276,7 @@ class Daemon:
         ca = PoolCA(security.ca_dir, clock=self._clock)
         rotator = CertRotator(ca, SERVER_CERT, config.ssl, material.server)
         host, port = cfg.schedd_address
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        # IPPROTO_TCP, not 0: asyncio turns Nagle's algorithm off only on connections of a
-        # socket that says it is TCP. With it on, a response's last TLS record waited for
-        # the client's delayed ACK: 40 ms added to every request over the network.
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock = tcp_listener(host)
         try:
             sock.bind((host, port))
         except OSError as exc:
@@ -296,7 +292,7 @@ class Daemon:
                 sock.close()
                 raise ScheddError(f"the TLS API server did not start: {serving.exception()!r}")
             await asyncio.sleep(0.01)
-        url = f"https://{f'[{host}]' if family == socket.AF_INET6 else host}:{bound}"
+        url = f"https://{f'[{host}]' if sock.family == socket.AF_INET6 else host}:{bound}"
         await asyncio.to_thread(_write_atomic, cfg.url_file, url + "\n")
         _log.info("serving the API at %s (trust domain %s)", url, security.trust_domain)
         return server, serving, url

@@ -33,6 +33,7 @@ from htgrid.collector import CollectorClient
 from htgrid.collector.client import pool_url
 from htgrid.negotiator import NegotiatorConfig
 from htgrid.negotiator.daemon import CollectorMachines, Negotiator
+from htgrid.net._listen import tcp_listener
 from htgrid.net.security import SecurityConfig, ensure_pool_security
 from htgrid.schedd._advertise import ScheddAdvertiser, schedd_name
 from htgrid.schedd._config import ScheddConfig, ScheddError
@@ -187,10 +188,7 @@ class Pool:
         url = pool_url(self.config.collector_host)
         host, _, port = url.removeprefix("https://").rpartition(":")
         for attempt in range(_BIND_TRIES):
-            family = socket.AF_INET6 if ":" in host else socket.AF_INET
-            # TCP by name: asyncio turns Nagle's algorithm off only then (see _daemon.py).
-            sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock = tcp_listener(host)
             try:
                 sock.bind((host.strip("[]"), int(port)))
                 sock.listen(128)
