@@ -203,7 +203,7 @@ class LocalRunner:
             jobs, self._recheck = self._recheck, set()
             clusters: set[int] = set()
             for change in changes:
-                self._note(change, clusters)
+                self._note(change, clusters, jobs)
             if changes:
                 self._seq = changes[-1].seq
             if clusters or jobs:
@@ -211,7 +211,8 @@ class LocalRunner:
             if not changes:
                 return
 
-    def _note(self, change: Change, clusters: set[int]) -> None:
+    def _note(self, change: Change, clusters: set[int], jobs: set[JobId]) -> None:
+        """What `change` asks of the runner: a cluster or jobs to look at, a run to stop."""
         if change.kind is ChangeKind.SUBMITTED:
             clusters.add(change.cluster)
         elif change.kind is ChangeKind.STATUS:
@@ -219,7 +220,7 @@ class LocalRunner:
                 run = self._runs.get(jid)
                 if run is None:
                     if change.status == JobStatus.IDLE:
-                        clusters.add(change.cluster)
+                        jobs.add(jid)  # released or requeued: that job, not its cluster
                 elif run.start_seq and change.seq <= run.start_seq:
                     continue  # about an earlier run, or about this job before it started
                 elif change.status == JobStatus.HELD:
@@ -236,11 +237,12 @@ class LocalRunner:
             for cluster in sorted(clusters):
                 ads = q.query(f"ClusterId == {cluster} && {idle}", ["JobStatus"])
                 found.extend(JobId(cluster, ad["ProcId"]) for ad in ads)
+            # Jobs by id, read together: a query each scanned its cluster's constraint.
+            by_id = q.get_many(sorted(jid for jid in jobs if jid.cluster not in clusters))
             found.extend(
                 jid
-                for jid in sorted(jobs)
-                if jid.cluster not in clusters
-                and q.query(f"ClusterId == {jid.cluster} && ProcId == {jid.proc} && {idle}")
+                for jid, ad in by_id.items()
+                if ad.get("JobStatus") == JobStatus.IDLE and ad.get("JobUniverse") == LOCAL
             )
             return found
 
