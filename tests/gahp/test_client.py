@@ -318,6 +318,35 @@ def test_results_ready_are_asked_for_before_a_backlog_of_requests() -> None:
     run(main())
 
 
+def test_long_request_lines_wait_here_beyond_a_pipeful() -> None:
+    # 300 requests of ~8 KiB (a SUBMIT's ad): the window of lines (256) would put 2 MiB in
+    # the pipe ahead of the next RESULTS. Only about a pipeful (64 KiB) goes out unanswered.
+    big = "x" * 8000
+
+    async def main() -> None:
+        clock = ManualClock()
+        process = FakeProcess()
+        client = await (await scripted_start(process, clock, ["RESULTS", "ECHO"]))
+        client._max_pending = 1000
+        calls = [asyncio.create_task(client.call("ECHO", big)) for _ in range(300)]
+        await settle()
+        sent = []
+        while process.to_server._buffer:  # type: ignore[attr-defined]
+            sent.append(await process.request())
+        assert 1 < len(sent) <= client_module._WINDOW_BYTES // len(big)
+        # Answered, they make room for as many more; RESULTS still goes first.
+        for _ in sent:
+            process.reply("S")
+        process.reply("R")
+        await settle()
+        assert await process.request() == ["RESULTS"]
+        for call in calls:
+            call.cancel()
+        process.exit(0)
+
+    run(main())
+
+
 async def finish(process: FakeProcess, *request_ids: int) -> None:
     """The server says results are ready; the client asks; these requests are done."""
     process.reply("R")

@@ -53,6 +53,7 @@ class Waiter:
     future: asyncio.Future[Reply]
     deadline: float
     kind: WaitKind = WaitKind.PLAIN
+    size: int = 0  # of the request line, in bytes
 
 
 @dataclass(slots=True)
@@ -87,6 +88,10 @@ class Lanes(Generic[_T]):
 
     def popleft(self) -> _T:
         return self._first.popleft() if self._first else self._later.popleft()
+
+    def peek(self) -> _T:
+        """The item `popleft` would take, left in place."""
+        return self._first[0] if self._first else self._later[0]
 
     def remove(self, item: _T) -> bool:
         """Take `item` out; whether it was queued."""

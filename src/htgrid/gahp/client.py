@@ -78,6 +78,10 @@ _STDERR_KEEP = 4
 #: Request lines at the server unanswered at most (each is answered S, E or F as soon as
 #: the server reads it); the rest wait in the client, behind an urgent RESULTS.
 _WINDOW = 256
+#: ...and at most this many bytes of them, about what a pipe holds: a line written past
+#: it would wait in the pipe, where a RESULTS or a stage-in cannot pass it (256 SUBMIT
+#: lines of 4 KiB ads held a stage-in back ~0.15 s).
+_WINDOW_BYTES = 64 * 1024
 
 
 class GahpClient:
@@ -104,6 +108,7 @@ class GahpClient:
         self._state = ClientState.STARTING
         self._ids = RequestIds()
         self._waiters: deque[Waiter] = deque()
+        self._out_bytes = 0  # of the lines in _waiters
         self._outgoing: Lanes[tuple[bytes, Waiter]] = Lanes()
         self._flush_due = False
         self._requests: dict[int, Pending] = {}
@@ -314,18 +319,18 @@ class GahpClient:
     ) -> Waiter:
         """Queue a request line and the wait for its return line, with no await between.
 
-        At most `_WINDOW` lines are at the server unanswered; the others wait here, where an
-        `urgent` line (RESULTS) goes before them: results the server has ready must not wait
-        behind a thousand requests written ahead of the poll. A `later` line goes after
-        the others.
+        At most `_WINDOW` lines (`_WINDOW_BYTES` bytes) are at the server unanswered; the
+        others wait here, where an `urgent` line (RESULTS) goes before them: results the
+        server has ready must not wait behind a thousand requests written ahead of the poll.
+        A `later` line goes after the others.
         """
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        waiter = Waiter(command, future, 0.0, kind)
+        waiter = Waiter(command, future, 0.0, kind, len(data))
         if urgent:
             self._outgoing.appendleft((data, waiter))
         else:
             self._outgoing.append((data, waiter), later=later)
-        if len(self._waiters) < _WINDOW:
+        if len(self._waiters) < _WINDOW and self._out_bytes < _WINDOW_BYTES:
             # Out at once: a write per line costs microseconds, while waiting for the loop
             # to come round could hold the first line back behind a thousand callers
             # each building its request (0.4 s for 1,000 HTCondor-C submits).
@@ -343,9 +348,13 @@ class GahpClient:
         chunks = []
         deadline = self._clock.monotonic() + self._response_timeout
         while self._outgoing and room > 0:
-            data, waiter = self._outgoing.popleft()
+            data, waiter = self._outgoing.peek()
+            if self._waiters and self._out_bytes + len(data) > _WINDOW_BYTES:
+                break  # a line longer than the window still goes, alone
+            self._outgoing.popleft()
             waiter.deadline = deadline  # the server's time to answer starts now
             self._waiters.append(waiter)
+            self._out_bytes += len(data)
             chunks.append(data)
             room -= 1
         self._waiter_added.set()
@@ -485,6 +494,7 @@ class GahpClient:
         if not self._waiters:
             raise GahpProtocolError(f"unexpected line from the GAHP server: {line!r}")
         waiter = self._waiters.popleft()
+        self._out_bytes -= waiter.size
         if self._outgoing and not self._flush_due:  # room at the server for more lines
             self._flush_due = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -580,6 +590,7 @@ class GahpClient:
             if not waiter.future.done():
                 waiter.future.set_exception(self._death)
         self._waiters.clear()
+        self._out_bytes = 0
         if self._batch is not None and not self._batch.waiter.future.done():
             self._batch.waiter.future.set_exception(self._death)
         for pending in list(self._requests.values()):
