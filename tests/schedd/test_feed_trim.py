@@ -3,6 +3,7 @@ forever; nothing a follower still needs is trimmed."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -63,3 +64,36 @@ def test_without_a_grid_manager_its_position_does_not_count(tmp_path: Path) -> N
     seq_file.parent.mkdir(parents=True)
     seq_file.write_text("42\n")
     assert daemon._feed_read_upto() == 0  # no follower has started: keep everything
+
+
+def _first_kept(pool: PersonalPool) -> int | None:
+    db = sqlite3.connect(f"file:{pool.home / 'spool' / 'queue.db'}?mode=ro", uri=True)
+    try:
+        return db.execute("SELECT min(seq) FROM changes").fetchone()[0]  # type: ignore[no-any-return]
+    finally:
+        db.close()
+
+
+def test_a_grid_manager_started_by_hand_counts_while_it_listens(tmp_path: Path) -> None:
+    # GRIDMANAGER is not in DAEMON_LIST: this grid manager was started by hand. It
+    # listens on the doorbell and has read the feed up to change 5.
+    with PersonalPool(tmp_path / "pool", **FAST) as pool:
+        state = pool.home / "spool" / "gridmanager"
+        state.mkdir(parents=True, exist_ok=True)
+        (state / "feed.seq").write_text("5\n")
+        os.mkfifo(state / "wake")
+        listener = os.open(state / "wake", os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            cluster = submit(pool, tmp_path / "work", JOBS)
+            with pool.client() as schedd:
+                wait_for(lambda: finished(schedd, cluster, 20), timeout=60, what="20 jobs done")
+            # The daemon's own followers have read it all; what the grid manager has
+            # not read stays.
+            wait_for(lambda: _first_kept(pool) == 6, timeout=20, what="changes 1-5 trimmed")
+        finally:
+            os.close(listener)
+        # Gone (the next ring finds no one): its position no longer holds the feed back.
+        more = submit(pool, tmp_path / "more", JOBS.replace("queue 20", "queue 1"))
+        with pool.client() as schedd:
+            wait_for(lambda: finished(schedd, more, 1), timeout=60, what="the last job done")
+        wait_for(lambda: _feed_rows(pool) <= 1, timeout=20, what="the feed trimmed")

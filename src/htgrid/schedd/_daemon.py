@@ -322,17 +322,19 @@ class Daemon:
                 _log.info("job %s: %s by %s", jid, decision.action.value, decision.attribute)
             await self._trim_feed(worker)
 
-    def _feed_read_upto(self) -> int:
+    def _feed_read_upto(self, grid_manager_listens: bool = False) -> int:
         """The last change every follower of the feed has read (0: keep everything).
 
         The followers in this process start from the queue's last change when they start;
         the event log writer and the grid manager persist their positions, so what they
-        have not read must stay (the grid manager would have to rescan the queue).
+        have not read must stay (the grid manager would have to rescan the queue). The
+        grid manager counts when this daemon runs it, or when one listened on its doorbell
+        at the last ring (one started by hand, `htgrid gridmanager`).
         """
         positions = [f.seq for f in (self._writer, self._runner, self._shadows) if f is not None]
         if self.pool is not None:
             positions += self.pool.feed_positions()
-        if "GRIDMANAGER" in self.config.daemons:
+        if grid_manager_listens or "GRIDMANAGER" in self.config.daemons:
             try:
                 positions.append(int(self.config.gridmanager_feed_file.read_text().strip()))
             except (OSError, ValueError):
@@ -341,7 +343,7 @@ class Daemon:
 
     async def _trim_feed(self, worker: QueueWorker) -> None:
         """Forget the changes every follower has read, so the feed does not grow forever."""
-        upto = self._feed_read_upto()
+        upto = self._feed_read_upto(worker.listened(self.config.gridmanager_doorbell))
         if upto <= self._trimmed:
             return
         try:

@@ -33,6 +33,7 @@ class QueueWorker:
         self._doorbells = tuple(doorbells)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="htgrid-queue")
         self._subscribers: list[asyncio.Event] = []
+        self._heard: set[Path] = set()
 
     async def read(self, fn: Callable[[JobQueue], T]) -> T:
         """`fn(queue)` on the queue thread."""
@@ -60,7 +61,14 @@ class QueueWorker:
         for event in self._subscribers:
             event.set()
         for path in self._doorbells:
-            ring(path)
+            if ring(path):
+                self._heard.add(path)
+            else:
+                self._heard.discard(path)
+
+    def listened(self, doorbell: Path) -> bool:
+        """Whether a follower listened on `doorbell` at its last ring."""
+        return doorbell in self._heard
 
     def close(self) -> None:
         """Finish the queued calls, then close the queue."""
