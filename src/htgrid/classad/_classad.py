@@ -174,6 +174,25 @@ class ClassAd(MutableMapping[str, Any]):
     def __deepcopy__(self, memo: dict[int, Any]) -> ClassAd:
         return self.__copy__()
 
+    def update(self, other: Any = (), /, **kwds: Any) -> None:
+        """Set each attribute of `other` (a ClassAd, a mapping or pairs) and of `kwds`.
+
+        From a ClassAd the expressions are taken as they are, not turned into values and
+        back: the same as `self[name] = other[name]` for each, at a fraction of the cost.
+        """
+        if type(other) is not ClassAd:
+            super().update(other, **kwds)
+            return
+        attrs = self._attrs
+        for key, entry in other._attrs.items():
+            previous = attrs.get(key)
+            if previous is None or previous.name == entry.name:
+                attrs[key] = entry  # immutable: shared
+            else:
+                attrs[key] = Entry(previous.name, entry.node)  # the name keeps its spelling
+        if kwds:
+            super().update(**kwds)
+
     # -- classad2's methods -------------------------------------------------------------
 
     def lookup(self, attr: str) -> ExprTree:

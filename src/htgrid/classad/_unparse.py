@@ -111,14 +111,23 @@ def quote_name(name: str) -> str:
     return f"'{_escape(name, chr(39))}'"
 
 
+#: How many attribute expressions and names an unparser remembers the text of.
+_KEEP: Final = 8192
+
+
 class _Unparser:
     """One printing style; `old` selects old syntax, `pretty` the indented form."""
 
-    __slots__ = ("old", "pretty")
+    __slots__ = ("_names", "_texts", "old", "pretty")
 
     def __init__(self, *, old: bool = False, pretty: bool = False) -> None:
         self.old = old
         self.pretty = pretty
+        # An ad's attributes share their trees with other ads (the parser's cache, copied
+        # ads): a thousand job ads print the same Requirements once. Trees are frozen, and
+        # each is held here with its text, so its id stays its own.
+        self._texts: dict[int, tuple[Node, str]] = {}
+        self._names: dict[str, str] = {}
 
     def node(self, n: Node, indent: int = 0) -> str:
         t = type(n)
@@ -182,9 +191,28 @@ class _Unparser:
                 f"{pad}{quote_name(name)} = {self.node(expr, inner)}" for name, expr in attrs
             )
             return f"\n{' ' * (indent + 4)}[{body}\n{' ' * (indent + 4)}]"
-        return (
-            "[ " + "; ".join(f"{quote_name(k)} = {self.node(v, indent)}" for k, v in attrs) + " ]"
-        )
+        return "[ " + "; ".join(f"{self._name(k)} = {self._attr(v)}" for k, v in attrs) + " ]"
+
+    def _name(self, name: str) -> str:
+        text = self._names.get(name)
+        if text is None:
+            if len(self._names) >= _KEEP:
+                self._names.clear()
+            text = self._names[name] = quote_name(name)
+        return text
+
+    def _attr(self, n: Node) -> str:
+        """An attribute's expression in the one-line form (its indent does not matter)."""
+        if type(n) is Literal:
+            return self.value(n.value)
+        hit = self._texts.get(id(n))
+        if hit is not None and hit[0] is n:
+            return hit[1]
+        text = self.node(n)
+        if len(self._texts) >= _KEEP:
+            self._texts.clear()
+        self._texts[id(n)] = (n, text)
+        return text
 
     def value(self, v: Val, indent: int = 0) -> str:
         t = type(v)

@@ -266,6 +266,65 @@ def transfers_executable(ad: ClassAd) -> bool:
     return _literal(ad, "TransferExecutable") is not False
 
 
+def _born() -> ClassAd:
+    """What every remote ad has the same: the counters it starts from, held for its input."""
+    ad = ClassAd()
+    ad["JobUniverse"] = _VANILLA
+    ad.update(_FRESH)
+    ad["JobStatus"] = 5
+    ad["HoldReason"] = SPOOLING_REASON
+    ad["HoldReasonCode"] = SPOOLING_CODE
+    ad["HoldReasonSubCode"] = 0
+    # Kept after completion until the output is fetched, but not past the lease: a
+    # submitter gone for good does not leave the job there forever.
+    ad["LeaveJobInQueue"] = ExprTree(
+        "JobStatus == 4 && (JobLeaseExpiration =?= undefined || time() < JobLeaseExpiration)"
+    )
+    ad["PeriodicRemove"] = ExprTree(
+        f"(StageInFinish > 0) =!= true && time() > QDate + {STAGE_IN_LIMIT}"
+    )
+    return ad
+
+
+#: Made once; each remote ad takes its expressions as they are (ClassAd.update).
+_BORN: Final = _born()
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What building a remote ad does with a local ad's names: the same for every job of
+    a cluster, so worked out once for each set of names."""
+
+    drop: tuple[str, ...]
+    #: (X, Remote_X): the remote value of X.
+    remote: tuple[tuple[str, str], ...]
+    #: The environment and argument attributes a Remote_ one of their group replaces.
+    groups: tuple[frozenset[str], ...]
+
+
+_PLANS: dict[tuple[str, ...], _Plan] = {}
+_PLANS_MAX = 256
+
+
+def _plan(names: tuple[str, ...]) -> _Plan:
+    plan = _PLANS.get(names)
+    if plan is None:
+        lowered = [(name, name.lower()) for name in names]
+        remote = tuple(
+            (name[7:], name) for name, low in lowered if _prefixed(low) and low[:7] == "remote_"
+        )
+        targets = {target.lower() for target, _ in remote}
+        plan = _Plan(
+            drop=tuple(name for name, low in lowered if low in _DROP or _prefixed(low)),
+            remote=remote,
+            groups=tuple(group for group in (_ENV, _ARGS) if not targets.isdisjoint(group)),
+        )
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        _PLANS[names] = plan
+    return plan
+
+
 def build_remote_ad(
     ad: ClassAd,
     *,
@@ -276,11 +335,10 @@ def build_remote_ad(
     now: int,
 ) -> ClassAd:
     """The CONDOR_JOB_SUBMIT ad for local job `ad` (a new ClassAd; `ad` is not changed)."""
+    plan = _plan(tuple(ad))
     out = copy.copy(ad)  # the expressions shared, not converted to values and back
-    for name in list(out):
-        lowered = name.lower()
-        if lowered in _DROP or _prefixed(lowered):
-            del out[name]
+    for name in plan.drop:
+        del out[name]
     iwd = as_str(_literal(ad, "Iwd")) or "/"
     # Files travel in the sandbox: the remote job names them by their base names, and
     # the local paths stay in SUBMIT_* for the output's way back (the GAHP's stage out).
@@ -300,47 +358,25 @@ def build_remote_ad(
         out["TransferInput"] = ",".join(os.path.basename(item.rstrip("/")) for item in inputs)
     out["Iwd"] = iwd
     out["SUBMIT_Iwd"] = iwd
-    out["JobUniverse"] = _VANILLA
-    for name, value in _FRESH.items():
-        out[name] = value
+    out.update(_BORN)
     out["QDate"] = now
     out["EnteredCurrentStatus"] = now
-    out["JobStatus"] = 5
-    out["HoldReason"] = SPOOLING_REASON
-    out["HoldReasonCode"] = SPOOLING_CODE
-    out["HoldReasonSubCode"] = 0
-    # Kept after completion until the output is fetched, but not past the lease: a
-    # submitter gone for good does not leave the job there forever.
-    out["LeaveJobInQueue"] = ExprTree(
-        "JobStatus == 4 && (JobLeaseExpiration =?= undefined || time() < JobLeaseExpiration)"
-    )
-    out["PeriodicRemove"] = ExprTree(
-        f"(StageInFinish > 0) =!= true && time() > QDate + {STAGE_IN_LIMIT}"
-    )
     out["JobLeaseDuration"] = lease_duration(ad)
     out["JobLeaseExpiration"] = lease_expiration
     out["SubmitterId"] = submitter
     out["SubmitterGlobalJobId"] = global_job_id
     out["GridSubmitTag"] = tag
-    _apply_remote(ad, out)
+    # Remote_X becomes X; a remote environment or argument replaces the whole group.
+    for group in plan.groups:
+        for name in [name for name in out if name.lower() in group]:
+            del out[name]
+    for target, name in plan.remote:
+        out[target] = ad[name]
     return out
 
 
 def _prefixed(lowered: str) -> bool:
     return len(lowered) > 7 and lowered[:7] in ("remote_", "submit_")
-
-
-def _apply_remote(ad: ClassAd, out: ClassAd) -> None:
-    """Remote_X becomes X; a remote environment or argument replaces the whole group."""
-    overrides = [(name[7:], name) for name in ad if _prefixed(name.lower())]
-    overrides = [(target, name) for target, name in overrides if name[:7].lower() == "remote_"]
-    for group in (_ENV, _ARGS):
-        if any(target.lower() in group for target, _ in overrides):
-            for name in list(out.keys()):
-                if name.lower() in group:
-                    del out[name]
-    for target, name in overrides:
-        out[target] = ad[name]
 
 
 #: What a stage in reads of its ad (the C-GAHP's input file list): nothing else is sent.

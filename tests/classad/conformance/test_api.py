@@ -223,6 +223,20 @@ def test_update_overwrites_existing_values(ad: Any) -> None:
     assert ad["key"] == "bar"
 
 
+def test_update_from_an_ad_keeps_expressions_and_spellings(mod: ModuleType) -> None:
+    ad = mod.ClassAd('[ Key = 1; other = x + 1; Kept = "s" ]')
+    ad.update(mod.ClassAd("[ KEY = y * 2; Other = { 1, [ a = b ] }; New = undefined ]"))
+    # The names already there keep their spelling; the values are the other ad's, as
+    # written (an expression stays one).
+    assert {name: repr(ad.lookup(name)) for name in ad} == {
+        "Key": "y * 2",
+        "other": "{ 1,[ a = b ] }",
+        "Kept": '"s"',
+        "New": "undefined",
+    }
+    assert ad.eval("Key") == mod.Value.Undefined
+
+
 def test_abstime_evals_to_datetime(mod: ModuleType) -> None:
     assert mod.ExprTree('absTime("2013-11-12T07:50:23+0000")').eval() == datetime.datetime(
         year=2013,
