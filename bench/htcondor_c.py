@@ -1,6 +1,7 @@
 """HTCondor-C (pool A -> pool B) against submitting the same jobs to B directly.
 
     python bench/htcondor_c.py [--jobs 1000] [--small 10] [--polls 5] [--poll 2] [--probe db|api]
+                               [--repeat 1]
 
 Two real pools on this machine (queue daemons over TLS + tokens; B with its collector),
 as the tests in tests/htcondor_c/ build them. A's grid manager runs in this process, so
@@ -35,6 +36,7 @@ import contextlib
 import getpass
 import logging
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
@@ -71,7 +73,10 @@ CondorResource.command = _counted  # type: ignore[method-assign]
 
 
 def pools(root: Path) -> tuple[PersonalPool, PersonalPool]:
-    common: dict[str, Any] = {"periodic_interval": 1.0, "fsync": False}
+    # The periodic pass at its default (PERIODIC_EXPR_INTERVAL, 60 s, as HTCondor's): a
+    # pass a second, a test's setting, evaluates B's HTCondor-C jobs' PeriodicRemove and
+    # LeaveJobInQueue every second, and direct jobs have none to evaluate.
+    common: dict[str, Any] = {"fsync": False}
     b = PersonalPool(
         root / "b",
         daemons=("MASTER", "SCHEDD", "COLLECTOR"),
@@ -274,7 +279,8 @@ async def per_poll(
     return found
 
 
-async def main_async(args: argparse.Namespace) -> float:
+async def main_async(args: argparse.Namespace, polls: int) -> float:
+    """One run on two new pools: the ratio, and the request counts when `polls`."""
     config = GridManagerConfig(
         poll_interval=args.poll, feed_interval=0.2, max_pending_requests=args.pending
     )
@@ -300,9 +306,9 @@ async def main_async(args: argparse.Namespace) -> float:
                 print(
                     f"ratio HTCondor-C / direct (all done on B): {ratio:.2f} (target <= {TARGET})"
                 )
-                if not args.polls:
+                if not polls:
                     return ratio
-                counts = await per_poll(a, b, root, [args.small, args.jobs], args.polls, config)
+                counts = await per_poll(a, b, root, [args.small, args.jobs], polls, config)
                 for size, sent in counts.items():
                     what = ", ".join(f"{name} {count:g}" for name, count in sorted(sent.items()))
                     print(
@@ -316,6 +322,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--small", type=int, default=10)
     parser.add_argument("--polls", type=int, default=5, help="0: no request counts")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="runs, each on new pools (the median ratio counts; requests counted in the last)",
+    )
     parser.add_argument("--poll", type=float, default=2.0, help="poll interval (s)")
     parser.add_argument(
         "--pending",
@@ -332,7 +344,14 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     tune_gc()  # A's grid manager runs here: its collector set as `htgrid gridmanager` sets it
-    ratio = asyncio.run(main_async(args))
+    ratios = [
+        asyncio.run(main_async(args, args.polls if run == args.repeat - 1 else 0))
+        for run in range(args.repeat)
+    ]
+    ratio = statistics.median(ratios)
+    if args.repeat > 1:
+        each = ", ".join(f"{r:.2f}" for r in ratios)
+        print(f"median ratio over {args.repeat} runs: {ratio:.2f} ({each}; target <= {TARGET})")
     sys.exit(0 if ratio <= TARGET else 1)
 
 
