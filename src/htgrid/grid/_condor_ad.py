@@ -237,12 +237,15 @@ _VANILLA = 5
 
 
 def _literal(ad: ClassAd, name: str) -> Any:
-    if name not in ad:
-        return None
     try:
-        value = ad.eval(name)
-    except (KeyError, TypeError, ValueError):
+        value = ad[name]  # a constant as it is: most are, and need no evaluation
+    except KeyError:
         return None
+    if isinstance(value, ExprTree):
+        try:
+            value = ad.eval(name)
+        except (KeyError, TypeError, ValueError):
+            return None
     return value if is_plain(value) else None
 
 
