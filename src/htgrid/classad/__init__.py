@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from htgrid.classad._ast import Literal
 from htgrid.classad._classad import ClassAd, ExprTree
+from htgrid.classad._factor import common_attrs
 from htgrid.classad._io import ParserType, parseAds, parseNext, parseOne
 from htgrid.classad._parser import parse_expr
 from htgrid.classad._select import select_attrs
@@ -25,6 +26,7 @@ __all__ = [
     "Parser",
     "ParserType",
     "Value",
+    "common_attrs",
     "lastError",
     "parseAds",
     "parseNext",

@@ -352,11 +352,16 @@ def test_a_daemon_without_the_batch_upload_gets_each_jobs_own_tar(
 
 
 def test_what_every_job_of_a_batch_shares_goes_once_in_the_cluster_ad() -> None:
+    # As the SUBMIT lines bring them: parsed from new ClassAd syntax.
     procs = [
-        '{"Cmd": "job.sh", "Iwd": "/w", "JobStatus": 5, "HoldReasonCode": 16, "Args": "1", '
-        '"Number": 1, "Flag": true, "List": [1, 2], "Keep": "\\/Expr(JobStatus == 4)\\/"}',
-        '{"Cmd": "job.sh", "Iwd": "/w", "JobStatus": 5, "HoldReasonCode": 16, "Args": "2", '
-        '"Number": 1.0, "Flag": 1, "List": [1, 2], "Keep": "\\/Expr(JobStatus == 4)\\/"}',
+        classad.ClassAd(
+            '[ Cmd = "job.sh"; Iwd = "/w"; JobStatus = 5; HoldReasonCode = 16; Args = "1"; '
+            "Number = 1; Flag = true; List = { 1, 2 }; Keep = JobStatus == 4 ]"
+        ),
+        classad.ClassAd(
+            '[ Cmd = "job.sh"; Iwd = "/w"; JobStatus = 5; HoldReasonCode = 16; Args = "2"; '
+            "Number = 1.0; Flag = 1; List = { 1, 2 }; Keep = JobStatus == 4 ]"
+        ),
     ]
     text = cluster_body(procs)
     body = json.loads(text)

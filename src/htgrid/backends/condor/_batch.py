@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Final, Generic, TypeVar
 
-from htgrid.backends.condor import _adjson as adjson
+import htgrid.classad as classad
 from htgrid.backends.condor._errors import (
     INPUT_TOO_LARGE,
     RemoteRefusal,
@@ -145,9 +145,9 @@ class Coalescer(Generic[T, R]):
 # ---- submits -----------------------------------------------------------------------------
 
 
-async def send_submits(schedd: Endpoint, procs: list[str]) -> list[Outcome]:
-    """Queue the job ads `procs` (ClassAd JSON text, one per request) as one remote cluster;
-    each request's result line. A refused batch is sent again one ad at a time."""
+async def send_submits(schedd: Endpoint, procs: list[classad.ClassAd]) -> list[Outcome]:
+    """Queue the job ads `procs` (one per request) as one remote cluster; each request's
+    result line. A refused batch is sent again one ad at a time."""
     try:
         return await _submit_cluster(schedd, procs)
     except RemoteRefusal as err:
@@ -168,7 +168,7 @@ def _one_answer(result: list[Outcome] | BaseException) -> Outcome:
     return result[0] if isinstance(result, list) else result
 
 
-async def _submit_cluster(schedd: Endpoint, procs: list[str]) -> list[Outcome]:
+async def _submit_cluster(schedd: Endpoint, procs: list[classad.ClassAd]) -> list[Outcome]:
     reserved = await schedd.json("POST", "/v1/clusters", json_body={})
     cluster = reserved.get("cluster")
     # The daemon sets Owner from the token whatever the ads say.
@@ -191,36 +191,26 @@ async def _submit_cluster(schedd: Endpoint, procs: list[str]) -> list[Outcome]:
 _PER_PROC: Final = frozenset({"jobstatus", "holdreason", "holdreasoncode", "holdreasonsubcode"})
 
 
-def cluster_body(procs: Sequence[str]) -> str:
-    """The body of `POST /v1/clusters/{c}/jobs` for these job ads (ClassAd JSON text).
+def cluster_body(procs: Sequence[classad.ClassAd]) -> str:
+    """The body of `POST /v1/clusters/{c}/jobs` for these job ads (HTCondor's JSON).
 
-    The attributes every ad has with the same value go once, in the cluster ad, and each
-    proc keeps only its own: the remote queue then stores (and reads back at every edit,
-    poll and periodic pass) a shared cluster ad and small procs, as for a direct submit
-    of one cluster, instead of a thousand whole ads. Each job's ad, the cluster's overlaid
-    by its proc's, is unchanged.
+    The attributes every ad has the same go once, in the cluster ad, and each proc keeps
+    only its own: the remote queue then stores (and reads back at every edit, poll and
+    periodic pass) a shared cluster ad and small procs, as for a direct submit of one
+    cluster, instead of a thousand whole ads. Each job's ad, the cluster's overlaid by
+    its proc's, is unchanged.
     """
     if len(procs) < 2:
-        return '{"cluster_ad": {}, "procs": [' + ", ".join(procs) + "]}"
-    ads: list[dict[str, Any]] = [adjson.loads(proc) for proc in procs]
-    first, rest = ads[0], ads[1:]
-    common = {
-        name: value
-        for name, value in first.items()
-        if name.lower() not in _PER_PROC
-        and all(name in ad and _same(ad[name], value) for ad in rest)
-    }
-    own = [{name: value for name, value in ad.items() if name not in common} for ad in ads]
-    return adjson.dumps({"cluster_ad": common, "procs": own})
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equal as JSON text: 1 and 1.0, or true and 1, are different ClassAd values."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, (dict, list)):
-        return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
-    return bool(a == b)
+        common, own = classad.ClassAd(), list(procs)
+    else:
+        common, own = classad.common_attrs(procs, _PER_PROC)
+    return (
+        '{"cluster_ad": '
+        + common.printJson()
+        + ', "procs": ['
+        + ", ".join(proc.printJson() for proc in own)
+        + "]}"
+    )
 
 
 # ---- stage-ins ---------------------------------------------------------------------------

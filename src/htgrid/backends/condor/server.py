@@ -149,11 +149,11 @@ class CondorGahp:
         self.remotes = Remotes(options.remote, self.tokens)
         self._files = asyncio.Semaphore(options.file_workers)
         self._token_file_in_force = options.token_file
-        self.submits: Coalescer[tuple[Endpoint, str], Fields] = Coalescer(
-            lambda _, items: send_submits(items[0][0], [text for _, text in items]),
+        self.submits: Coalescer[tuple[Endpoint, classad.ClassAd, int], Fields] = Coalescer(
+            lambda _, items: send_submits(items[0][0], [ad for _, ad, _ in items]),
             window=options.batch_window,
             most=options.submit_batch,
-            weight=lambda item: len(item[1]),
+            weight=lambda item: item[2],
             heaviest=options.submit_batch_bytes,
         )
         self.stage_ins: Coalescer[tuple[Endpoint, StageIn], Fields] = Coalescer(
@@ -248,7 +248,8 @@ class CondorGahp:
         # The ad was parsed for this request alone: take the filtered names out in place.
         for name in [name for name in ad if name.lower() in _FILTERED]:
             del ad[name]
-        return await self.submits.add(schedd.url, (schedd, ad.printJson()))
+        # Weighed by the size of its line: about what its part of the body will be.
+        return await self.submits.add(schedd.url, (schedd, ad, len(call.args[1])))
 
     async def status(self, call: Call) -> Sequence[str]:
         """CONDOR_JOB_STATUS_CONSTRAINED: the matching jobs' whole ads."""
