@@ -41,6 +41,10 @@ __all__ = ["UserLogWriter", "events_for"]
 _log = logging.getLogger("htgrid.schedd.userlog")
 
 _BATCH: Final = 500
+# The position is saved with each batch of events; after changes that make none (most of
+# a busy queue's: jobs without a log, attribute edits) it is saved only every this many,
+# as a restart reads them again and they make none again.
+_SAVE_EVERY: Final = 10_000
 _CACHE_MAX: Final = 100_000
 _INFO: Final = (
     "UserLog",
@@ -66,6 +70,7 @@ class UserLogWriter:
         self._seq_file = seq_file
         self._host = host
         self._seq = 0
+        self._saved = 0  # the position in the file
         self._paths: dict[JobId, str | None] = {}  # UserLog per job; touched on the queue thread
         self._wake = worker.subscribe()
         # catch_up runs from the writer's loop and from submits (see `written`): one at a
@@ -88,6 +93,7 @@ class UserLogWriter:
                 "%s unreadable (%s): writing events from the start again", self._seq_file, exc
             )
             self._seq = 0
+        self._saved = self._seq
 
     async def run(self, poll: float = 1.0) -> None:
         """Write events as changes commit, until cancelled.
@@ -109,7 +115,9 @@ class UserLogWriter:
                 last, pending = await self._worker.read(collect)
                 if last == self._seq:
                     return
-                await asyncio.to_thread(self._write, pending, last)
+                if pending or last - self._saved >= _SAVE_EVERY:
+                    await asyncio.to_thread(self._write, pending, last)
+                    self._saved = last
                 self._seq = last
 
     # -- on the queue thread ----------------------------------------------------------------
