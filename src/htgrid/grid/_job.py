@@ -121,6 +121,7 @@ class GridJob(abc.ABC, Generic[S, E]):
         """Drive the machine to a terminal state (or until the job leaves the queue)."""
         actions = self.actions()
         failures = 0
+        await self._submit_event_due()
         try:
             while self.state not in self.terminal:
                 if self.gone:
@@ -146,6 +147,27 @@ class GridJob(abc.ABC, Generic[S, E]):
         except (JobGone, JobNotFound):
             self.gone = True
             log.info("job %s left the queue (in %s)", self.job_id, self.state.name)
+
+    async def _submit_event_due(self) -> None:
+        """The 027 of a job found with its submit saved, if its log lacks it.
+
+        Every type saves GridJobId with GridJobSubmitTime, then writes the event (and
+        clears both to submit again): a kill -9 between the save and the write lost it.
+        """
+        submitted = self.ad.get("GridJobSubmitTime")
+        grid_job_id = self.ad.get("GridJobId")
+        if self.user_log is None or not isinstance(grid_job_id, str):
+            return
+        if not isinstance(submitted, int) or isinstance(submitted, bool):
+            return
+        await self.services.logs.grid_submit_once(
+            self.user_log,
+            self.job_id.cluster,
+            self.job_id.proc,
+            submitted,
+            self.grid_resource,
+            grid_job_id,
+        )
 
     # ---- inputs from outside ------------------------------------------------------------------
 

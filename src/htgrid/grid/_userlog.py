@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
+import threading
 
 from htgrid.classad import ClassAd
 from htgrid.queue.eventlog import (
@@ -27,6 +29,9 @@ from htgrid.queue.eventlog import (
 __all__ = ["EventLogs", "user_log_path"]
 
 log = logging.getLogger("htgrid.grid")
+
+# The header line of a 027 event in HTCondor's text format: `027 (042.007.000) ...`.
+_GRID_SUBMIT = re.compile(rb"^027 \((\d+)\.(\d+)\.\d+\) ", re.MULTILINE)
 
 
 def user_log_path(ad: ClassAd) -> str | None:
@@ -45,6 +50,9 @@ class EventLogs:
 
     def __init__(self) -> None:
         self.written = 0
+        # Per log: how far it was read, and the jobs with a 027 in what was read.
+        self._submitted: dict[str, tuple[int, set[tuple[int, int]]]] = {}
+        self._reading = threading.Lock()
 
     async def append(self, path: str | None, event: UserLogEvent) -> None:
         if path is None:
@@ -63,6 +71,40 @@ class EventLogs:
             cluster=cluster, proc=proc, timestamp=when, grid_resource=resource, grid_job_id=job_id
         )
         await self.append(path, event)
+
+    async def grid_submit_once(
+        self, path: str | None, cluster: int, proc: int, when: float, resource: str, job_id: str
+    ) -> None:
+        """`grid_submit`, unless the log has the job's 027 already.
+
+        For a job found with its submit saved: the grid manager saves the remote id, then
+        writes the event, and a kill -9 between the two loses the event unless it is
+        written on the way back.
+        """
+        if path is None:
+            return
+        try:
+            logged = await asyncio.to_thread(self._logged, path)
+        except OSError as err:
+            if not isinstance(err, FileNotFoundError):
+                log.warning("job %d.%d: cannot read %s: %s", cluster, proc, path, err)
+            logged = set()
+        if (cluster, proc) not in logged:
+            await self.grid_submit(path, cluster, proc, when, resource, job_id)
+
+    def _logged(self, path: str) -> set[tuple[int, int]]:
+        """The jobs with a 027 in the log at `path`, read from where the last look ended."""
+        with self._reading:
+            done, jobs = self._submitted.get(path, (0, set()))
+            with open(path, "rb") as f:
+                if os.fstat(f.fileno()).st_size < done:  # a new file there: read it all
+                    done, jobs = 0, set()
+                f.seek(done)
+                text = f.read()
+            whole = text.rfind(b"\n") + 1  # an event being written is read next time
+            jobs.update((int(c), int(p)) for c, p in _GRID_SUBMIT.findall(text, 0, whole))
+            self._submitted[path] = (done + whole, jobs)
+            return set(jobs)
 
     async def resource(
         self, path: str | None, cluster: int, proc: int, when: float, resource: str, *, up: bool
