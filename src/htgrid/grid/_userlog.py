@@ -32,6 +32,8 @@ log = logging.getLogger("htgrid.grid")
 
 # The header line of a 027 event in HTCondor's text format: `027 (042.007.000) ...`.
 _GRID_SUBMIT = re.compile(rb"^027 \((\d+)\.(\d+)\.\d+\) ", re.MULTILINE)
+# Logs whose 027s are remembered (a look after the last is read from the start again).
+_LOGS_KEPT = 1024
 
 
 def user_log_path(ad: ClassAd) -> str | None:
@@ -103,6 +105,8 @@ class EventLogs:
                 text = f.read()
             whole = text.rfind(b"\n") + 1  # an event being written is read next time
             jobs.update((int(c), int(p)) for c, p in _GRID_SUBMIT.findall(text, 0, whole))
+            if path not in self._submitted and len(self._submitted) >= _LOGS_KEPT:
+                self._submitted.clear()
             self._submitted[path] = (done + whole, jobs)
             return set(jobs)
 
