@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
+from htgrid.grid import _userlog
 from htgrid.grid._userlog import EventLogs
 from htgrid.queue.eventlog import ExecuteEvent, GridSubmitEvent, UserLog
 
@@ -63,3 +66,24 @@ def test_an_event_being_written_is_read_whole_later(tmp_path: Path) -> None:
     # The half line was left for the next look, which reads it whole.
     asyncio.run(logs.grid_submit_once(str(log), 7, 3, 2.0, RESOURCE, "ec2 x i-3"))
     assert (_submitted(log, 7, 5), _submitted(log, 7, 3)) == (1, 1)
+
+
+def test_a_log_longer_than_a_read_is_read_to_its_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_userlog, "_CHUNK", 100)  # an event is ~200 bytes
+    log = tmp_path / "job.log"
+    for proc in range(20):
+        UserLog(log).append(
+            GridSubmitEvent(
+                cluster=7,
+                proc=proc,
+                timestamp=1.0,
+                grid_resource=RESOURCE,
+                grid_job_id=f"ec2 x i-{proc}",
+            )
+        )
+    logs = EventLogs()
+    for proc in (0, 19, 10, 20):
+        asyncio.run(logs.grid_submit_once(str(log), 7, proc, 2.0, RESOURCE, f"ec2 x i-{proc}"))
+    assert [_submitted(log, 7, proc) for proc in range(21)] == [1] * 21

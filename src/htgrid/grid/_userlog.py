@@ -34,6 +34,7 @@ log = logging.getLogger("htgrid.grid")
 _GRID_SUBMIT = re.compile(rb"^027 \((\d+)\.(\d+)\.\d+\) ", re.MULTILINE)
 # Logs whose 027s are remembered (a look after the last is read from the start again).
 _LOGS_KEPT = 1024
+_CHUNK = 1 << 20
 
 
 def user_log_path(ad: ClassAd) -> str | None:
@@ -86,29 +87,37 @@ class EventLogs:
         if path is None:
             return
         try:
-            logged = await asyncio.to_thread(self._logged, path)
+            logged = await asyncio.to_thread(self._logged, path, cluster, proc)
         except OSError as err:
             if not isinstance(err, FileNotFoundError):
                 log.warning("job %d.%d: cannot read %s: %s", cluster, proc, path, err)
-            logged = set()
-        if (cluster, proc) not in logged:
+            logged = False
+        if not logged:
             await self.grid_submit(path, cluster, proc, when, resource, job_id)
 
-    def _logged(self, path: str) -> set[tuple[int, int]]:
-        """The jobs with a 027 in the log at `path`, read from where the last look ended."""
+    def _logged(self, path: str, cluster: int, proc: int) -> bool:
+        """Whether the log at `path` has a 027 of the job (read on from the last look)."""
         with self._reading:
             done, jobs = self._submitted.get(path, (0, set()))
             with open(path, "rb") as f:
                 if os.fstat(f.fileno()).st_size < done:  # a new file there: read it all
                     done, jobs = 0, set()
                 f.seek(done)
-                text = f.read()
-            whole = text.rfind(b"\n") + 1  # an event being written is read next time
-            jobs.update((int(c), int(p)) for c, p in _GRID_SUBMIT.findall(text, 0, whole))
+                while chunk := f.read(_CHUNK):
+                    # Whole lines only: an unfinished last one (an event being written)
+                    # is read the next time.
+                    whole = chunk.rfind(b"\n") + 1
+                    if whole == 0:
+                        if len(chunk) < _CHUNK:
+                            break
+                        whole = len(chunk)  # a line longer than a chunk holds no header
+                    jobs.update((int(c), int(p)) for c, p in _GRID_SUBMIT.findall(chunk, 0, whole))
+                    done += whole
+                    f.seek(done)
             if path not in self._submitted and len(self._submitted) >= _LOGS_KEPT:
                 self._submitted.clear()
-            self._submitted[path] = (done + whole, jobs)
-            return set(jobs)
+            self._submitted[path] = (done, jobs)
+            return (cluster, proc) in jobs
 
     async def resource(
         self, path: str | None, cluster: int, proc: int, when: float, resource: str, *, up: bool
