@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,17 +19,25 @@ class _Op:
     polls_left: int
     done: Callable[[], None]
     on_fail: Callable[[], None]
+    started: float
     failure: tuple[str, str] | None = None
     finished: bool = False
     status: str = "InProgress"
 
 
 class Operations:
-    """Operations that answer `InProgress` `polls` times, then finish (or fail on request)."""
+    """Operations that answer `InProgress` `polls` times, then finish (or fail on request).
 
-    def __init__(self, polls: int) -> None:
+    One that nobody polls still finishes, `settle_after` seconds after it started: Azure
+    provisions a VM whether or not its creator is still there to watch (a GAHP killed
+    with its grid manager leaves the VM's create to Azure).
+    """
+
+    def __init__(self, polls: int, settle_after: float = 2.0) -> None:
         self.polls = polls
+        self.settle_after = settle_after
         self._ops: dict[str, _Op] = {}
+        self._unfinished: dict[str, _Op] = {}
         self._failures: list[tuple[re.Pattern[str], str, str]] = []
         self._ids = itertools.count(1)
 
@@ -53,11 +62,19 @@ class Operations:
                 failure = (code, message)
                 del self._failures[index]
                 break
-        self._ops[op_id] = _Op(self.polls, done, on_fail, failure)
+        op = _Op(self.polls, done, on_fail, time.monotonic(), failure)
+        self._ops[op_id] = self._unfinished[op_id] = op
         return op_id, {
             "Azure-AsyncOperation": f"{base}/operations/{op_id}?api-version=2024-01-01",
             "Retry-After": "0",
         }
+
+    def settle(self) -> None:
+        """Finish every operation that has run `settle_after` seconds, polled or not."""
+        due = time.monotonic() - self.settle_after
+        for op_id, op in list(self._unfinished.items()):
+            if op.started <= due:
+                self._finish(op_id, op)
 
     def _advance(self, op_id: str) -> _Op:
         op = self._ops.get(op_id)
@@ -66,14 +83,19 @@ class Operations:
         if op.polls_left > 0:
             op.polls_left -= 1
         elif not op.finished:
-            op.finished = True
-            if op.failure is None:
-                op.done()
-                op.status = "Succeeded"
-            else:
-                op.on_fail()
-                op.status = "Failed"
+            self._finish(op_id, op)
         return op
+
+    def _finish(self, op_id: str, op: _Op) -> None:
+        op.finished = True
+        op.polls_left = 0
+        del self._unfinished[op_id]
+        if op.failure is None:
+            op.done()
+            op.status = "Succeeded"
+        else:
+            op.on_fail()
+            op.status = "Failed"
 
     def status(self, op_id: str) -> Reply:
         """GET on an Azure-AsyncOperation URL."""

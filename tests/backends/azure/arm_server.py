@@ -12,7 +12,8 @@ shows exactly what the GAHP sends.
 * Resources (see _arm_types): PUT, GET (`$expand=instanceView` for VMs), PATCH (scale sets),
   DELETE, list by resource group (VMs also by subscription), paged with `nextLink`.
   Compute and network PUT/DELETE are long-running: 201/202 with `Azure-AsyncOperation`
-  (and `Location` on DELETE) answered `InProgress` `op_polls` times, then `Succeeded`.
+  (and `Location` on DELETE) answered `InProgress` `op_polls` times, then `Succeeded`;
+  one nobody polls finishes by itself after 2 s, as Azure's do.
 * Scale set actions: POST start, deallocate, restart. Key Vault: vaults, secrets (ARM
   never returns their values), `accessPolicies/{add,replace,remove}`.
 * Faults: `fault()` makes matching requests fail with a status and code (with
@@ -230,6 +231,7 @@ class ArmServer:
                 body = dict(parse_qsl(raw.decode(), keep_blank_values=True))
         with self._lock:
             self.log.append(Logged(method, path, query, body))
+            self.ops.settle()
             try:
                 return self._route(method, path, query, headers, body)
             except ArmError as err:
