@@ -102,3 +102,34 @@ def test_a_daemon_without_the_route_gets_each_stage_out_on_its_own(
         assert f"GET /v1/jobs/{job_id}" in sent and f"GET /v1/jobs/{job_id}/output" in sent
     for number, iwd in enumerate(dirs):
         assert (iwd / "out.txt").read_text() == f"out: input of job {number}\n"
+
+
+def _destinations(index_json: str) -> tuple[Path, dict[str, Path]]:
+    """Where the GAHP writes a job's output, from its ad as jobs.json carries it."""
+    ad = _stageout._ad_of(_stageout.adjson.loads(index_json), "1.0")
+    assert ad is not None
+    return _stageout.sandbox.output_destinations(ad)
+
+
+def test_the_output_goes_where_the_ad_says_whether_its_values_are_plain_or_expressions() -> None:
+    plain = (
+        '{"ClusterId": 1, "Cmd": "\\/Expr(strcat(\\"a\\", \\"b\\"))\\/", "Iwd": "/spool/1/0",'
+        ' "SUBMIT_Iwd": "/home/u/run", "Out": "_condor_stdout", "SUBMIT_Out": "out.txt",'
+        ' "Err": "_condor_stderr", "SUBMIT_Err": "/tmp/err.txt",'
+        ' "TransferOutputRemaps": "a.dat = results/a.dat"}'
+    )
+    iwd, special = _destinations(plain)
+    assert iwd == Path("/home/u/run")
+    assert special == {
+        "_condor_stdout": Path("/home/u/run/out.txt"),
+        "_condor_stderr": Path("/tmp/err.txt"),
+        "a.dat": Path("/home/u/run/results/a.dat"),
+    }
+    # An expression among them may refer to any attribute: the whole ad is read.
+    computed = (
+        '{"Run": "/home/u/run", "SUBMIT_Iwd": "\\/Expr(strcat(Run, \\"/x\\"))\\/",'
+        ' "Out": "_condor_stdout", "SUBMIT_Out": "\\/Expr(strcat(\\"o\\", \\".txt\\"))\\/"}'
+    )
+    iwd, special = _destinations(computed)
+    assert iwd == Path("/home/u/run/x")
+    assert special == {"_condor_stdout": Path("/home/u/run/x/o.txt")}

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import htgrid.classad as classad
 
-__all__ = ["ad_text", "dumps", "loads"]
+__all__ = ["EXPR_MARK", "ad_text", "dumps", "loads"]
 
 _RAW: Final = '"\\/Expr('
 _HELD: Final = '"\\u0000Expr('
@@ -38,7 +38,8 @@ def dumps(obj: Any) -> str:
 
 _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RESERVED: Final = frozenset({"true", "false", "undefined", "error", "is", "isnt", "parent"})
-_MARK: Final = "\x00Expr("
+#: How an expression's string starts once `loads` has read it.
+EXPR_MARK: Final = "\x00Expr("
 _INT64: Final = range(-(2**63), 2**63)
 
 
@@ -72,8 +73,8 @@ def _record(ad: dict[str, Any]) -> str:
 def _value(value: Any) -> str:
     kind = type(value)
     if kind is str:
-        if value.startswith(_MARK) and value.endswith(")/"):
-            expr: str = value[len(_MARK) : -2]
+        if value.startswith(EXPR_MARK) and value.endswith(")/"):
+            expr: str = value[len(EXPR_MARK) : -2]
             if "\n" in expr or "\r" in expr or "//" in expr or "/*" in expr:
                 raise _Unsure(expr)
             return expr

@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, Final
 
 import htgrid.classad as classad
 from htgrid.backends.condor._errors import SandboxError
@@ -289,6 +289,18 @@ def _remaps(text: str | None) -> dict[str, str]:
         if sep and name.strip() and dest.strip():
             remaps[name.strip()] = dest.strip()
     return remaps
+
+
+#: The attributes `output_destinations` reads.
+OUTPUT_ATTRS: Final = (
+    "SUBMIT_Iwd",
+    "Iwd",
+    "Out",
+    "SUBMIT_Out",
+    "Err",
+    "SUBMIT_Err",
+    "TransferOutputRemaps",
+)
 
 
 def output_destinations(ad: classad.ClassAd) -> tuple[Path, dict[str, Path]]:
