@@ -469,6 +469,24 @@ def test_jobs_just_submitted_are_not_renewed_before_a_third_of_their_lease(
     run(main())
 
 
+def test_polls_that_find_nothing_new_write_nothing_here(grid: Grid, remote: Remote) -> None:
+    """Jobs staged and idle there: a poll that finds them as they were changes nothing in
+    the local queue, whose every change each of its followers reads (the event log
+    writer, the grid manager itself)."""
+    jobs = _submit(grid, 5)
+
+    async def main() -> None:
+        async with running(grid, remote) as manager:
+            resource = await _all_staged(manager, grid, remote, jobs)
+            await wait_for("the stage-ins recorded", lambda: all(_grid_id(grid, j) for j in jobs))
+            seq, first = grid.queue.last_seq, resource.stats.polls
+            await wait_for("three polls", lambda: resource.stats.polls >= first + 3)
+            assert grid.queue.last_seq == seq
+            assert all(grid.ad(job)["JobStatus"] == 1 for job in jobs)
+
+    run(main())
+
+
 async def _all_staged(
     manager: GridManager, grid: Grid, remote: Remote, jobs: list[JobId]
 ) -> CondorResource:

@@ -334,9 +334,7 @@ class CondorJob(CondorJobBase):
         if status.spooling:  # not released there yet: POLL_ACTIVE stages in or waits
             return _E.SPOOLING
         first = self.remote_state is None
-        attrs: dict[str, Any] = {
-            name: value for name, value in status.copied.items() if self.ad.get(name) != value
-        }
+        attrs = status.changes_for(self.ad)
         if status.job_status != self.remote_state:
             attrs["GridJobStatus"] = JOB_STATUS_NAMES.get(status.job_status, str(status.job_status))
             attrs["LastRemoteStatusUpdate"] = int(status.server_time)

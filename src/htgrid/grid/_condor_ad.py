@@ -230,6 +230,7 @@ _FRESH: Mapping[str, Any] = {
     "ExitBySignal": False,
     "JobNotification": 0,
 }
+_ABSENT: Final = object()
 _ENV = frozenset({"env", "envdelim", "environment"})
 _ARGS = frozenset({"args", "arguments"})
 _NULL_FILES = frozenset({"", "/dev/null"})
@@ -495,6 +496,22 @@ class RemoteJob:
     @property
     def job_id(self) -> str:
         return f"{self.cluster}.{self.proc}"
+
+    def changes_for(self, local: ClassAd) -> dict[str, Any]:
+        """The copied attributes the local job should take (ProcessRemoteAd): those whose
+        value differs there. A counter the local job has not got, still at the value the
+        remote copy was born with (CompletionDate 0 of a job not done), is left out: it
+        tells nothing, and writing it made a queue change per job at the first poll."""
+        changes: dict[str, Any] = {}
+        for name, value in self.copied.items():
+            if name not in local:
+                fresh = _FRESH.get(name, _ABSENT)
+                if fresh is not _ABSENT and type(fresh) is type(value) and fresh == value:
+                    continue
+            elif local.get(name) == value:
+                continue
+            changes[name] = value
+        return changes
 
     @property
     def spooling(self) -> bool:
