@@ -123,10 +123,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until QUIT, EOF on stdin or SIGTERM."""
-    # httpx imports its command-line tool (rich, click) when those are installed, and
-    # falls back without it on an ImportError: a GAHP server never runs it, and its start
-    # is on the way of a grid manager's first submit (36 ms of 250).
-    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+    # (httpx's command line is kept out by htgrid.cli, which this server starts through.)
     # httpcore imports trio whenever it is installed, to lock for trio's tasks too (67 ms
     # of a 450 ms start here); this server runs on asyncio alone, and httpcore falls back
     # the same way.
