@@ -11,7 +11,8 @@ htgrid JobQueue in a directory, and the test plays its execute side.
   `submit-crash` (the submit reaches the queue, then the server dies before answering),
   `stage-out-fail`, `stage-in-too-large` and `stage-out-too-large` (the GAHP's refusal of a
   sandbox over the remote MAX_TRANSFER_*_MB), `status-busy` (status queries other than the
-  ping's fail, the schedd still answering: no news about any job).
+  ping's fail, the schedd still answering: no news about any job), `stage-out-slow` (a
+  stage-out waits while the file is there).
 """
 
 from __future__ import annotations
@@ -149,6 +150,8 @@ class FakeSchedd:
             return ("F", "Error receiving files: disk full")
         if self._flag("stage-out-too-large"):
             return ("F", "Transfer output too large: 5 MB for the GAHP, MAX_TRANSFER_OUTPUT_MB = 1")
+        while self._flag("stage-out-slow"):
+            await asyncio.sleep(0.05)
         try:
             ad = self.queue.get(call.args[1])
         except JobNotFound:

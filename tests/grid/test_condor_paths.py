@@ -223,6 +223,45 @@ def test_a_job_runs_remotely_and_its_output_comes_back(grid: Grid, remote: Remot
     assert remote.requests("CONDOR_JOB_SUBMIT") == [1]
 
 
+def test_only_a_slow_stage_out_shows_in_the_wait_reason(grid: Grid, remote: Remote) -> None:
+    """GridWaitReason says a job's output is being fetched once that takes a while; a
+    quick stage-out writes nothing of it (a queue change per job, for every follower)."""
+    quick, slow = _submit(grid, 2)
+
+    def reasons(job: JobId) -> list[object]:
+        return [
+            change.attrs.get("GridWaitReason")
+            for change in grid.queue.changes_since(0, limit=100_000)
+            if job in change.job_ids and "GridWaitReason" in change.attrs
+        ]
+
+    async def main() -> None:
+        async with running(grid, remote, slow_step_after=1.0):
+            ids = []
+            for job in (quick, slow):
+                await wait_for(
+                    "the stage in", lambda j=job: (r := _remote_of(grid, j)) and remote.idle(r)
+                )
+                ids.append(_remote_of(grid, job))
+            remote.run(ids[0], "quick\n", 0)
+            await wait_for("the quick one done", lambda: not grid.in_queue(quick))
+            remote.flag("stage-out-slow")
+            remote.run(ids[1], "slow\n", 0)
+            await wait_for(
+                "the slow one shown",
+                lambda: str(grid.ad(slow).get("GridWaitReason")).startswith("fetching the output"),
+            )
+            remote.flag("stage-out-slow", False)
+            await wait_for("the slow one done", lambda: not grid.in_queue(slow))
+
+    run(main())
+    assert not [r for r in reasons(quick) if isinstance(r, str)]
+    assert (grid.work / "out.0.txt").read_text() == "quick\n"
+    assert (grid.work / "out.1.txt").read_text() == "slow\n"
+    assert grid.ad(slow)["JobStatus"] == JobStatus.COMPLETED
+    assert not isinstance(grid.ad(slow).get("GridWaitReason"), str)  # cleared at the end
+
+
 def test_running_remotely_is_mirrored(grid: Grid, remote: Remote) -> None:
     [job] = _submit(grid)
 

@@ -408,8 +408,10 @@ class CondorJob(CondorJobBase):
         if stop is not None:
             return stop
         assert self.grid_id is not None
-        await self.set_wait_reason(f"fetching the output from {self._where()}")
-        result = await self._remote("CONDOR_JOB_STAGE_OUT", self.grid_id.remote)
+        result = await self.said_if_slow(
+            self._remote("CONDOR_JOB_STAGE_OUT", self.grid_id.remote),
+            f"fetching the output from {self._where()}",
+        )
         if isinstance(result, str):
             too_large = result.startswith(OUTPUT_TOO_LARGE)  # no retry fits it either
             if not too_large and is_transient(result):

@@ -59,6 +59,10 @@ class GridManagerConfig:
     lost_submit_grace: float = 10.0
     #: Transient submit failures in a row before the job is held.
     max_submit_attempts: int = 5
+    #: A routine step (fetching a job's output) shows in GridWaitReason once it has taken
+    #: this long: most end sooner, and writing the reason for each of them was a queue
+    #: change per job for every follower of the queue to read.
+    slow_step_after: float = 5.0
     #: A job no status poll has answered about for this long has an unknown status: the
     #: grid manager sets CurrentStatusUnknown and logs 029, then 030 at the next answer.
     #: HTCondor's BaseJob::CheckRemoteStatus uses a fixed 15 minutes (no knob).

@@ -35,6 +35,7 @@ __all__ = ["GridJob", "JobGone", "Services", "format_time"]
 
 log = logging.getLogger("htgrid.grid")
 
+_T = TypeVar("_T")
 S = TypeVar("S", bound=enum.Enum)
 E = TypeVar("E", bound=enum.Enum)
 
@@ -248,6 +249,22 @@ class GridJob(abc.ABC, Generic[S, E]):
         end = self.clock.monotonic() + seconds
         while (left := end - self.clock.monotonic()) > 0:
             await self.wait(left)
+
+    async def said_if_slow(self, work: Awaitable[_T], reason: str) -> _T:
+        """`work`'s result; GridWaitReason says `reason` only if it takes longer than
+        `config.slow_step_after` (left set: the next write of the job clears it)."""
+        task = asyncio.ensure_future(work)
+        sleeper = asyncio.ensure_future(self.clock.sleep(self.config.slow_step_after))
+        try:
+            await asyncio.wait([task, sleeper], return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                await self.set_wait_reason(reason)
+        except BaseException:
+            task.cancel()
+            raise
+        finally:
+            sleeper.cancel()
+        return await task
 
     @property
     def wait_reason(self) -> str | None:
