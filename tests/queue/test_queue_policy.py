@@ -246,6 +246,16 @@ def test_on_exit_hold_uses_job_policy_code(q: JobQueue) -> None:
     assert "CompletionDate" not in ad
 
 
+def test_the_exit_policy_sees_the_usage_of_the_run_that_ended(q: JobQueue) -> None:
+    # As HTCondor's shadow updates the job's usage before its exit policy is evaluated.
+    q.submit(ALICE, job(OnExitHold="RemoteWallClockTime > 100"))
+    q.job_started("1.0")
+    outcome = q.job_exited("1.0", 0, usage={"RemoteWallClockTime": 250.0, "RemoteUserCpu": 1.5})
+    assert outcome is ExitOutcome.HELD
+    ad = q.get("1.0")
+    assert (ad["RemoteWallClockTime"], ad["RemoteUserCpu"]) == (250.0, 1.5)
+
+
 def test_on_exit_hold_default_reason(q: JobQueue) -> None:
     q.submit(ALICE, job(OnExitHold="ExitBySignal"))
     assert run(q, "1.0", 9, by_signal=True) is ExitOutcome.HELD

@@ -404,16 +404,24 @@ class JobQueue:
             txn.save(edit)
 
     def job_exited(
-        self, job_id: JobId | str, exit_code: int, *, by_signal: bool = False
+        self,
+        job_id: JobId | str,
+        exit_code: int,
+        *,
+        by_signal: bool = False,
+        usage: Mapping[str, float] | None = None,
     ) -> ExitOutcome:
         """The job's process ended with `exit_code` (a signal number if `by_signal`).
 
-        Records ExitCode/ExitSignal/ExitBySignal and NumJobCompletions, then lets the
-        job's policy decide (see `_policy`): hold, requeue, or complete, and a completed
-        job leaves for the history unless LeaveJobInQueue is true.
+        Records `usage` (RemoteWallClockTime, RemoteUserCpu...: what the policy may read),
+        ExitCode/ExitSignal/ExitBySignal and NumJobCompletions, then lets the job's policy
+        decide (see `_policy`): hold, requeue, or complete, and a completed job leaves for
+        the history unless LeaveJobInQueue is true. One transaction, one change.
         """
         with self._writing() as txn:
             edit = txn.load(job_id_of(job_id))
+            for name, value in (usage or {}).items():
+                edit.set(name, value)
             actions.record_exit(edit, exit_code, by_signal)
             decision = exit_decision(edit.view(), txn.now)
             if decision.action is PolicyAction.HOLD:

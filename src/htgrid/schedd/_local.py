@@ -342,18 +342,20 @@ class LocalRunner:
 
         def record(q: JobQueue) -> str:
             try:
+                if reason is None and ended is not None:
+                    # The usage with the exit, in its transaction: one commit, one change.
+                    by_signal = ended.signal is not None
+                    code = ended.signal if by_signal else ended.code
+                    outcome = q.job_exited(jid, code or 0, by_signal=by_signal, usage=usage)
+                    return _OUTCOMES[outcome]
                 q.update(jid, usage)
                 if reason is StopReason.SHUTDOWN:
                     q.job_evicted(jid)
                     return "evicted (daemon shutdown): back to idle"
-                if reason is None and ended is not None:
-                    if ended.signal is not None:
-                        outcome = q.job_exited(jid, ended.signal, by_signal=True)
-                    else:
-                        outcome = q.job_exited(jid, ended.code or 0)
-                    return _OUTCOMES[outcome]
             except InvalidTransition:
-                pass  # held or removed while it ended: that decision stands
+                # Held or removed while it ended: that decision stands, with the usage.
+                with contextlib.suppress(InvalidTransition, JobNotFound):
+                    q.update(jid, usage)
             except JobNotFound:
                 return "gone from the queue"
             if q.get(jid)["JobStatus"] == JobStatus.REMOVED:
