@@ -346,16 +346,15 @@ class LocalRunner:
                     # The usage with the exit, in its transaction: one commit, one change.
                     by_signal = ended.signal is not None
                     code = ended.signal if by_signal else ended.code
-                    outcome = q.job_exited(jid, code or 0, by_signal=by_signal, usage=usage)
-                    return _OUTCOMES[outcome]
+                    with contextlib.suppress(InvalidTransition):  # held or removed as it ended
+                        outcome = q.job_exited(jid, code or 0, by_signal=by_signal, usage=usage)
+                        return _OUTCOMES[outcome]
                 q.update(jid, usage)
                 if reason is StopReason.SHUTDOWN:
                     q.job_evicted(jid)
                     return "evicted (daemon shutdown): back to idle"
             except InvalidTransition:
-                # Held or removed while it ended: that decision stands, with the usage.
-                with contextlib.suppress(InvalidTransition, JobNotFound):
-                    q.update(jid, usage)
+                pass  # held or removed while it ended: that decision stands
             except JobNotFound:
                 return "gone from the queue"
             if q.get(jid)["JobStatus"] == JobStatus.REMOVED:

@@ -232,15 +232,17 @@ def _ad_of(obj: object, job_id: str) -> classad.ClassAd | None:
         raise SandboxError(f"the ad of job {job_id} does not parse: {exc}") from None
 
 
+_OUTPUT_NAMES: Final = frozenset(name.lower() for name in sandbox.OUTPUT_ATTRS)
+
+
 def _plain_output_attrs(obj: dict[str, Any]) -> classad.ClassAd | None:
     """The attributes `sandbox.write_output` reads of a job ad decoded by `adjson.loads`,
     when each is a plain value; None when one is an expression (it may refer to any other
     attribute, so the whole ad is parsed). A status ad has a hundred attributes and the
     output needs six: parsing all of them was most of a batch stage-out's cost."""
-    wanted = {name.lower(): name for name in sandbox.OUTPUT_ATTRS}
     ad = classad.ClassAd()
     for name, value in obj.items():
-        if name.lower() not in wanted:
+        if name.lower() not in _OUTPUT_NAMES:
             continue
         kind = type(value)
         if (kind is str and not value.startswith(adjson.EXPR_MARK)) or kind in (int, float, bool):
