@@ -236,7 +236,7 @@ def test_only_a_slow_stage_out_shows_in_the_wait_reason(grid: Grid, remote: Remo
         ]
 
     async def main() -> None:
-        async with running(grid, remote, slow_step_after=1.0):
+        async with running(grid, remote, slow_step_after=3.0):
             ids = []
             for job in (quick, slow):
                 await wait_for(
