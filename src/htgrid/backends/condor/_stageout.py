@@ -239,7 +239,7 @@ def _plain_output_attrs(obj: dict[str, Any]) -> classad.ClassAd | None:
     """The attributes `sandbox.write_output` reads of a job ad decoded by `adjson.loads`,
     when each is a plain value; None when one is an expression (it may refer to any other
     attribute, so the whole ad is parsed). A status ad has a hundred attributes and the
-    output needs six: parsing all of them was most of a batch stage-out's cost."""
+    output needs seven: parsing all of them was most of a batch stage-out's cost."""
     ad = classad.ClassAd()
     for name, value in obj.items():
         if name.lower() not in _OUTPUT_NAMES:
