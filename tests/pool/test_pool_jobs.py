@@ -54,7 +54,7 @@ queue 100
         assert (work / f"square.{i}").read_text() == f"{i * i}\n"
         assert (work / "out" / f"job.{i}.out").read_text() == f"job {i}\n"
         assert (work / "out" / f"job.{i}.err").read_text() == ""
-    logged = events(work / "jobs.log")
+    logged = _logged(work / "jobs.log", 300)
     assert len(logged) == 100
     assert all(numbers == [0, 1, 5] for numbers in logged.values()), logged
     ads = schedd.history(f"ClusterId == {cluster}", ["ExitCode", "RemoteHost", "BytesRecvd"])
@@ -62,6 +62,17 @@ queue 100
     assert all(str(ad["RemoteHost"]).startswith("slot1_") for ad in ads)
     assert len({ad["RemoteHost"] for ad in ads}) < 100  # claims ran several jobs each
     assert all(ad["BytesRecvd"] > 0 for ad in ads)
+
+
+def _logged(log: Path, count: int) -> dict[str, list[int]]:
+    """The log's events once it holds `count` of them: the queue daemon writes the log from
+    its change feed, a moment after the queue records what happened."""
+
+    def enough() -> dict[str, list[int]] | None:
+        got = events(log) if log.exists() else {}
+        return got if sum(map(len, got.values())) >= count else None
+
+    return wait_for(enough, what=f"{count} events in {log.name}")
 
 
 def _pids(path: Path, count: int) -> list[int] | None:
@@ -106,7 +117,7 @@ def test_a_job_whose_execute_node_is_killed_runs_again_and_completes(
     )
     wait_for(lambda: _done(schedd, cluster, 1), timeout=30, what="the second run to finish")
     assert not _alive(first)  # the restarted node killed what the dead one left running
-    assert events(tmp_path / "job.log")[job] == [0, 1, 4, 1, 5]
+    assert _logged(tmp_path / "job.log", 5)[job] == [0, 1, 4, 1, 5]
     assert (tmp_path / "result.txt").read_text() == "finished\n"
     (ad,) = schedd.history(f"ClusterId == {cluster}", ["NumJobStarts", "ExitCode"])
     assert (ad["NumJobStarts"], ad["ExitCode"]) == (2, 0)
@@ -134,7 +145,7 @@ def test_holding_and_removing_running_jobs_stops_them_on_the_node(
     wait_for(lambda: _pids(pids, 3), what="the released job running again")
     schedd.act(JobAction.Remove, Jobs.of([f"{cluster}.0"]))
     wait_for(lambda: len(schedd.history(f"ClusterId == {cluster}")) == 2, what="0 leaves")
-    logged = events(tmp_path / "job.log")
+    logged = _logged(tmp_path / "job.log", 9)
     assert logged[f"{cluster}.0"] == [0, 1, 12, 13, 1, 9]
     assert logged[f"{cluster}.1"] == [0, 1, 9]
 
