@@ -104,7 +104,7 @@ class QueueService:
 
     async def reserve_cluster(self, identity: Identity) -> int:
         # It commits only the id counter: nothing for the change feed's followers.
-        cluster = await self._worker.read(lambda q: q.reserve_cluster())
+        cluster = await self._worker.read(lambda q: q.reserve_cluster(), client=True)
         self._reservations[cluster] = identity.name
         while len(self._reservations) > _MAX_RESERVATIONS:
             del self._reservations[next(iter(self._reservations))]
@@ -149,7 +149,7 @@ class QueueService:
                 return [tx.new_proc(cid, proc if len(proc) else None) for proc in procs]
 
         try:
-            ids = await self._worker.write(submit)
+            ids = await self._worker.write(submit, client=True)
         except BaseException:
             await asyncio.to_thread(_remove_dirs, spooled)
             raise
@@ -182,7 +182,9 @@ class QueueService:
         projection: Sequence[str] | None,
         limit: int | None,
     ) -> list[ClassAd]:
-        return await self._worker.read(lambda q: q.query(constraint, projection, limit=limit))
+        return await self._worker.read(
+            lambda q: q.query(constraint, projection, limit=limit), client=True
+        )
 
     async def history(
         self,
@@ -191,20 +193,24 @@ class QueueService:
         projection: Sequence[str] | None,
         limit: int | None,
     ) -> list[ClassAd]:
-        return await self._worker.read(lambda q: q.history(constraint, projection, limit=limit))
+        return await self._worker.read(
+            lambda q: q.history(constraint, projection, limit=limit), client=True
+        )
 
     async def get(self, identity: Identity, job_id: JobId) -> ClassAd:
-        return await self._worker.read(lambda q: q.get(job_id))
+        return await self._worker.read(lambda q: q.get(job_id), client=True)
 
     async def act(
         self, identity: Identity, action: JobAction, jobs: Jobs, reason: str | None
     ) -> list[JobId]:
         spec = jobs.spec(identity)
-        return await self._worker.write(lambda q: q.act(action, spec, identity, reason))
+        return await self._worker.write(
+            lambda q: q.act(action, spec, identity, reason), client=True
+        )
 
     async def edit(self, identity: Identity, jobs: Jobs, attrs: dict[str, str]) -> list[JobId]:
         spec = jobs.spec(identity)
-        return await self._worker.write(lambda q: q.edit(spec, attrs, identity))
+        return await self._worker.write(lambda q: q.edit(spec, attrs, identity), client=True)
 
     async def put_input(
         self, identity: Identity, job_id: JobId, body: AsyncIterable[bytes], length: int | None
@@ -232,7 +238,9 @@ class QueueService:
             done = {"StageInStart": start, "StageInFinish": int(self._clock())}
             # After the files are written: a crash before this commits leaves the job
             # held, and the submitter uploads again.
-            await self._worker.write(lambda q: q.input_staged([job_id], identity, done, SPOOLED))
+            await self._worker.write(
+                lambda q: q.input_staged([job_id], identity, done, SPOOLED), client=True
+            )
         finally:
             self._staging.discard(job_id)
         return [job_id]
@@ -277,7 +285,7 @@ class QueueService:
             JobId.parse(job): problem for job, problem in batch.problems.items()
         }
         wanted = [JobId.parse(job) for job in batch.members]
-        ads = await self._worker.read(lambda q: q.get_many(wanted))
+        ads = await self._worker.read(lambda q: q.get_many(wanted), client=True)
         mine: list[JobId] = []
         try:
             for job_id in wanted:
@@ -308,7 +316,9 @@ class QueueService:
             if staged:
                 times = {"StageInStart": start, "StageInFinish": int(self._clock())}
                 # After the files are written, as put_input does.
-                await self._worker.write(lambda q: q.input_staged(staged, identity, times, SPOOLED))
+                await self._worker.write(
+                    lambda q: q.input_staged(staged, identity, times, SPOOLED), client=True
+                )
         finally:
             self._staging.difference_update(mine)
         return result
@@ -342,7 +352,7 @@ class QueueService:
         )
         try:
             done = {"StageOutStart": start, "StageOutFinish": int(self._clock())}
-            await self._worker.write(lambda q: q.update(job_id, done))
+            await self._worker.write(lambda q: q.update(job_id, done), client=True)
         except BaseException:
             tar.close()
             raise
@@ -357,7 +367,7 @@ class QueueService:
         """Several jobs' output sandboxes in one tar, each job answered on its own: its ad
         and files, or why not (not in the queue, not the caller's, over
         MAX_TRANSFER_OUTPUT_MB); `describe` makes the tar's first member of those."""
-        ads = await self._worker.read(lambda q: q.get_many(job_ids))
+        ads = await self._worker.read(lambda q: q.get_many(job_ids), client=True)
         start = int(self._clock())
 
         def pack() -> tuple[BinaryIO, list[JobId]]:
@@ -389,7 +399,9 @@ class QueueService:
         try:
             if packed:
                 done = {"StageOutStart": start, "StageOutFinish": int(self._clock())}
-                await self._worker.write(lambda q: _edit_each(q, identity, packed, done))
+                await self._worker.write(
+                    lambda q: _edit_each(q, identity, packed, done), client=True
+                )
         except BaseException:
             tar.close()
             raise
@@ -416,7 +428,7 @@ class QueueService:
                             done += q.edit([job_id], attrs, identity)
             return sorted(done)
 
-        return await self._worker.write(renew)
+        return await self._worker.write(renew, client=True)
 
     async def _owned(self, identity: Identity, job_id: JobId, verb: str) -> ClassAd:
         ad = await self.get(identity, job_id)
