@@ -1,5 +1,6 @@
 """HTCondor-C's remote side: a spooling submit, stage in, stage out, leases, and the
-remote copy leaving once the submitter is done with it."""
+remote copy leaving once the submitter is done with it, and its spool files with it (or,
+after a crash, when the daemon starts)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from htgrid.net import BadRequest, Jobs, ScheddClient
-from htgrid.queue import JobId
+from htgrid.queue import JobAction, JobId
+from htgrid.schedd._spool_sweep import remove_spools, spooled_jobs
 from htgrid.schedd.testing import PersonalPool, wait_for
 
 from ._support import LOCAL, SPOOLING, submit, tar_of, untar
@@ -186,3 +188,65 @@ def test_a_large_upload_streams_to_disk(pool: PersonalPool, alice: ScheddClient)
     with big.open("rb") as data:
         data.seek(size - len(block))
         assert data.read() == block
+
+
+def test_a_job_that_left_the_queue_leaves_no_spool_files(
+    pool: PersonalPool, alice: ScheddClient
+) -> None:
+    with alice:
+        ran = submit(alice, Cmd="/bin/true", JobUniverse=LOCAL, **SPOOLING)
+        removed = submit(alice, **SPOOLING)
+        waiting = submit(alice, **SPOOLING)
+        for job in (ran, removed, waiting):
+            alice.put_input(job, tar_of({"in.txt": b"input\n"}))
+        alice.act(JobAction.Remove, Jobs.of([removed]))
+        wait_for(
+            lambda: (
+                len(
+                    alice.history(
+                        f"ClusterId == {ran.cluster} || ClusterId == {removed.cluster}",
+                        ["JobStatus"],
+                    )
+                )
+                == 2
+            ),
+            what="two jobs in the history",
+        )
+        wait_for(
+            lambda: (
+                not _spool(pool, ran).parent.exists() and not _spool(pool, removed).parent.exists()
+            ),
+            what="their spool directories gone",
+        )
+        assert (_spool(pool, waiting) / "in.txt").read_bytes() == b"input\n"  # still queued
+        assert _spool(pool, waiting).with_name("0.input.json").exists()
+
+
+def test_what_a_crash_left_behind_goes_when_the_daemon_starts(tmp_path: Path) -> None:
+    with PersonalPool(tmp_path / "pool", fsync=False, config={"TRUST_DOMAIN": DOMAIN}) as pool:
+        stale = pool.home / "spool" / "999" / "0"
+        stale.mkdir(parents=True)
+        (stale / "out.txt").write_text("from a job long gone\n")
+        (stale.parent / ".1.incoming-0a1b2c").mkdir()
+        pool.stop()
+        pool.start()
+        wait_for(lambda: not stale.parent.exists(), what="the stale spool directory gone")
+        assert (pool.home / "spool" / "queue.db").exists()
+
+
+def test_the_sweep_reads_only_job_spools(tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    for path in ("12/0", "12/1", "12/.2.incoming-ab12", "13/4", "sandboxes/5.0", "gridmanager"):
+        (spool / path).mkdir(parents=True)
+    for path in ("12/0.input.json", "13/7.input.json", "queue.db", "12/notes.txt"):
+        (spool / path).write_text("x")
+    (spool / "14").write_text("a file, not a cluster")
+
+    found = spooled_jobs(spool)
+    assert found == {JobId(12, p) for p in (0, 1, 2)} | {JobId(13, 4), JobId(13, 7)}
+
+    assert remove_spools(spool, [JobId(12, 0), JobId(12, 2), JobId(13, 4), JobId(13, 7)]) == 4
+    assert sorted(p.name for p in (spool / "12").iterdir()) == ["1", "notes.txt"]
+    assert not (spool / "13").exists()  # emptied, so gone
+    assert (spool / "sandboxes" / "5.0").is_dir() and (spool / "queue.db").exists()
+    assert spooled_jobs(tmp_path / "nowhere") == set()

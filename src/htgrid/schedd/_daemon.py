@@ -51,6 +51,7 @@ from htgrid.schedd._pool import Pool
 from htgrid.schedd._service import QueueService
 from htgrid.schedd._shadow import ShadowManager, ShadowSettings
 from htgrid.schedd._spool import SizeLimit
+from htgrid.schedd._spool_sweep import remove_spools, spooled_jobs
 from htgrid.schedd._userlog import UserLogWriter
 from htgrid.schedd._worker import QueueWorker
 
@@ -311,6 +312,7 @@ class Daemon:
         return asyncio.create_task(guard(), name=name)
 
     async def _periodic(self, worker: QueueWorker) -> None:
+        await self._sweep_spool(worker)
         while True:
             await asyncio.sleep(self.config.periodic_interval)
             try:
@@ -321,6 +323,23 @@ class Daemon:
             for jid, decision in applied:
                 _log.info("job %s: %s by %s", jid, decision.action.value, decision.attribute)
             await self._trim_feed(worker)
+            await self._sweep_spool(worker)
+
+    async def _sweep_spool(self, worker: QueueWorker) -> None:
+        """Remove the spool directories of jobs no longer in the queue (_spool_sweep)."""
+        spool = self.config.spool
+        try:
+            found = await asyncio.to_thread(spooled_jobs, spool)
+            if not found:
+                return
+            present = await worker.read(lambda q: q.get_many(sorted(found)))
+            gone = sorted(found - present.keys())
+            removed = await asyncio.to_thread(remove_spools, spool, gone)
+        except OSError as exc:  # tried again at the next pass
+            _log.warning("cannot clean the spool directory %s: %s", spool, exc)
+            return
+        if removed:
+            _log.info("removed the spool files of %d job(s) no longer in the queue", removed)
 
     def _feed_read_upto(self, grid_manager_listens: bool = False) -> int:
         """The last change every follower of the feed has read (0: keep everything).
