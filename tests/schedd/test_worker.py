@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from htgrid.queue import JobQueue
+from htgrid.schedd._userlog import UserLogWriter
 from htgrid.schedd._worker import QueueWorker
 
 
@@ -125,3 +127,28 @@ def test_close_finishes_the_calls_already_waiting(tmp_path: Path) -> None:
             await worker.read(lambda q: None)
 
     asyncio.run(scenario())
+
+
+def test_a_submits_wait_for_its_events_goes_before_the_bookkeeping(
+    worker: QueueWorker, tmp_path: Path
+) -> None:
+    # The daemon answers a submit once its 000 events are written (UserLogWriter.catch_up);
+    # with hundreds of the runner's calls waiting, that answer must not wait for them.
+    writer = UserLogWriter(worker, tmp_path / "userlog.seq", "host")
+    ran: list[str] = []
+
+    def bookkeeping(q: JobQueue) -> None:
+        time.sleep(0.3)
+        ran.append("bookkeeping")
+
+    async def scenario() -> None:
+        free, blocker = await _busy(worker)
+        later = [asyncio.ensure_future(worker.write(bookkeeping)) for _ in range(5)]
+        await asyncio.sleep(0.05)
+        free.set()
+        await writer.catch_up(client=True)
+        ran.append("submit answered")
+        await asyncio.gather(blocker, *later)
+
+    asyncio.run(scenario())
+    assert ran.index("submit answered") <= 1, ran

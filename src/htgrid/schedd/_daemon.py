@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import signal
@@ -172,7 +173,7 @@ class Daemon:
             self._status,
             spool=cfg.job_spool,
             clock=self._clock,
-            after_submit=writer.catch_up,
+            after_submit=functools.partial(writer.catch_up, client=True),
             max_input=SizeLimit("MAX_TRANSFER_INPUT_MB", cfg.max_transfer_input_mb),
             max_output=SizeLimit("MAX_TRANSFER_OUTPUT_MB", cfg.max_transfer_output_mb),
             scratch=cfg.spool,

@@ -76,6 +76,7 @@ class UserLogWriter:
         # catch_up runs from the writer's loop and from submits (see `written`): one at a
         # time, or a batch of events could be written twice.
         self._lock = asyncio.Lock()
+        self._clients = 0  # submits waiting for catch_up: its queue calls go first then
 
     @property
     def seq(self) -> int:
@@ -107,18 +108,27 @@ class UserLogWriter:
             self._wake.clear()
             await self.catch_up()
 
-    async def catch_up(self) -> None:
-        """Write the events of every change committed so far."""
-        async with self._lock:
-            while True:
-                collect = functools.partial(self._collect, after=self._seq)
-                last, pending = await self._worker.read(collect)
-                if last == self._seq:
-                    return
-                if pending or last - self._saved >= _SAVE_EVERY:
-                    await asyncio.to_thread(self._write, pending, last)
-                    self._saved = last
-                self._seq = last
+    async def catch_up(self, *, client: bool = False) -> None:
+        """Write the events of every change committed so far.
+
+        `client`: an API client waits for this (a submit's answer waits for its 000
+        events); then the queue calls go with the clients', before the daemon's own, also
+        those of a catch_up already under way that this one waits for.
+        """
+        self._clients += client
+        try:
+            async with self._lock:
+                while True:
+                    collect = functools.partial(self._collect, after=self._seq)
+                    last, pending = await self._worker.read(collect, client=self._clients > 0)
+                    if last == self._seq:
+                        return
+                    if pending or last - self._saved >= _SAVE_EVERY:
+                        await asyncio.to_thread(self._write, pending, last)
+                        self._saved = last
+                    self._seq = last
+        finally:
+            self._clients -= client
 
     # -- on the queue thread ----------------------------------------------------------------
 
