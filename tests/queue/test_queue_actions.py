@@ -424,3 +424,11 @@ def test_the_documented_table_is_the_table() -> None:
             allowed = {new for new, cell in zip(JobStatus, cells[1:], strict=True) if cell == "yes"}
             drawn[labels[cells[0]]] = allowed
     assert drawn == dict(TRANSITIONS)
+
+
+def test_present_names_the_jobs_still_in_the_queue(q: JobQueue) -> None:
+    q.submit(ALICE, job(), 2)
+    q.job_started("1.0")
+    q.job_exited("1.0", 0, by_signal=False)  # completed: it leaves for the history
+    asked = {JobId(1, 0), JobId(1, 1), JobId(7, 0)}
+    assert q.present(asked) == {JobId(1, 1)}

@@ -209,6 +209,17 @@ class JobQueue:
                     found[jid] = store.job_ad(row)
         return found
 
+    def present(self, job_ids: Iterable[JobId]) -> set[JobId]:
+        """Those of `job_ids` in the queue (no ads read)."""
+        with self._reading() as store:
+            return {
+                jid
+                for jid in job_ids
+                if store.conn.execute(
+                    "SELECT 1 FROM jobs WHERE cluster = ? AND proc = ?", (jid.cluster, jid.proc)
+                ).fetchone()
+            }
+
     def query(
         self,
         constraint: str | ExprTree | None = None,

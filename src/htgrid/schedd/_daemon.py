@@ -333,8 +333,8 @@ class Daemon:
             found = await asyncio.to_thread(spooled_jobs, spool)
             if not found:
                 return
-            present = await worker.read(lambda q: q.get_many(sorted(found)))
-            gone = sorted(found - present.keys())
+            present = await worker.read(lambda q: q.present(found))
+            gone = sorted(found - present)
             removed = await asyncio.to_thread(remove_spools, spool, gone)
         except OSError as exc:  # tried again at the next pass
             _log.warning("cannot clean the spool directory %s: %s", spool, exc)

@@ -43,7 +43,10 @@ class _Call:
     __slots__ = ("fn", "future", "loop")
 
     def __init__(
-        self, fn: Callable[[JobQueue], Any], future: asyncio.Future[Any], loop: Any
+        self,
+        fn: Callable[[JobQueue], Any],
+        future: asyncio.Future[Any],
+        loop: asyncio.AbstractEventLoop,
     ) -> None:
         self.fn, self.future, self.loop = fn, future, loop
 
