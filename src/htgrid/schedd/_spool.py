@@ -44,6 +44,7 @@ __all__ = [
     "NO_LIMIT",
     "BatchInput",
     "SizeLimit",
+    "cut_short_uploads",
     "manifest_path",
     "output_files",
     "pack_output",
@@ -91,6 +92,11 @@ NO_LIMIT: Final = SizeLimit("(none)")
 def manifest_path(sandbox: Path) -> Path:
     """Where the names of a sandbox's uploaded files are kept (beside it, not in it)."""
     return sandbox.with_name(f"{sandbox.name}.input.json")
+
+
+def cut_short_uploads(sandbox: Path) -> Iterator[Path]:
+    """The directories of uploads into `sandbox` that a crash cut short (beside it)."""
+    return sandbox.parent.glob(f".{sandbox.name}.incoming-*")
 
 
 def _member_name(name: str) -> PurePosixPath:
@@ -294,7 +300,7 @@ def unpack_members(
     sandbox.mkdir(parents=True, exist_ok=True)
     if not members:
         return []  # an empty sandbox: nothing to write, the manifest stays as it is
-    for stale in sandbox.parent.glob(f".{sandbox.name}.incoming-*"):
+    for stale in cut_short_uploads(sandbox):
         shutil.rmtree(stale, ignore_errors=True)  # an upload a crash cut short
     incoming = sandbox.with_name(f".{sandbox.name}.incoming-{secrets.token_hex(6)}")
     incoming.mkdir()

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from htgrid.queue import JobId
+from htgrid.schedd._spool import cut_short_uploads, manifest_path
 
 __all__ = ["remove_spools", "spooled_jobs"]
 
@@ -55,10 +56,9 @@ def remove_spools(spool: Path, jobs: Iterable[JobId]) -> int:
     removed = 0
     clusters: set[int] = set()
     for job in jobs:
-        directory = spool / str(job.cluster)
+        sandbox = spool / str(job.cluster) / str(job.proc)
         clusters.add(job.cluster)
-        paths = [directory / str(job.proc), directory / f"{job.proc}.input.json"]
-        paths += directory.glob(f".{job.proc}.incoming-*")
+        paths = [sandbox, manifest_path(sandbox), *cut_short_uploads(sandbox)]
         hit = False
         for path in paths:
             if path.is_dir() and not path.is_symlink():
