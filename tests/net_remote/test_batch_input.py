@@ -4,7 +4,9 @@ and jobs with a bad member are refused one by one, and nothing leaves a sandbox.
 
 from __future__ import annotations
 
+import io
 import ssl
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -69,6 +71,34 @@ def test_every_job_of_a_batch_gets_its_own_files_and_is_released(
         assert ad["JobStatus"] == 1 and ad["ReleaseReason"] == "Data files spooled"
         assert ad["StageInFinish"] >= ad["StageInStart"] > 0
     assert (_spool(pool, jobs[0]) / "data" / "deep.txt").read_bytes() == b"deep"
+
+
+def test_jobs_with_empty_and_with_full_sandboxes_in_one_batch_are_all_released(
+    pool: PersonalPool, alice: ScheddClient
+) -> None:
+    full, empty, gone = (submit(alice, **SPOOLING) for _ in range(3))
+    # A spool directory that went missing after the submit is made again by the stage-in.
+    _spool(pool, gone).rmdir()
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:") as tar:
+        data = tarfile.TarInfo(f"{full}/in.txt")
+        data.size = 4
+        tar.addfile(data, io.BytesIO(b"data"))
+        for job in (empty, gone):  # an empty sandbox: its directory entry alone
+            directory = tarfile.TarInfo(f"{job}/")
+            directory.type, directory.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(directory)
+
+    jobs = outcome(put_inputs(pool, "alice", buffer.getvalue()))
+
+    assert jobs == {str(full): "ok", str(empty): "ok", str(gone): "ok"}
+    assert (_spool(pool, full) / "in.txt").read_bytes() == b"data"
+    for job in (empty, gone):
+        assert list(_spool(pool, job).iterdir()) == []
+    for job in (full, empty, gone):
+        ad = alice.get(job)
+        assert ad["JobStatus"] == 1 and ad["ReleaseReason"] == "Data files spooled"
+        assert ad["Iwd"] == str(_spool(pool, job))
 
 
 def test_a_user_cannot_upload_into_another_users_job(

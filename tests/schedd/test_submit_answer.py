@@ -1,0 +1,61 @@
+"""A submit is answered once its jobs' 000 events are in their logs, and at once when no
+job has a log: nothing to wait for then."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from htgrid.classad import ClassAd
+from htgrid.queue import Identity, JobQueue
+from htgrid.schedd._service import QueueService
+from htgrid.schedd._worker import QueueWorker
+
+ALICE = Identity("alice")
+
+
+def test_only_a_submit_of_jobs_with_a_log_waits_for_the_event_log(tmp_path: Path) -> None:
+    # The daemon's after_submit writes every event since the last (the runner's included)
+    # so that a job's 000 event is in its log when the submit returns; a job with no log
+    # has none to wait for.
+    worker = QueueWorker(JobQueue.open(tmp_path / "queue", fsync=False))
+    caught_up = asyncio.Event()
+    waits: list[str] = []
+
+    async def after_submit() -> None:
+        waits.append("catch-up")
+        await caught_up.wait()
+
+    service = QueueService(
+        worker, dict, spool=lambda c, p: tmp_path / str(c) / str(p), after_submit=after_submit
+    )
+    plain = {"Cmd": "/bin/true", "JobUniverse": 12, "Iwd": str(tmp_path)}
+
+    async def scenario() -> None:
+        cluster = await service.reserve_cluster(ALICE)
+        plain_submit = service.submit(ALICE, cluster, ClassAd(plain), [ClassAd()] * 3)
+        assert len(await asyncio.wait_for(plain_submit, 5)) == 3
+        assert waits == []
+
+        logged = ClassAd({**plain, "UserLog": "job.log"})
+        cluster = await service.reserve_cluster(ALICE)
+        submit = asyncio.ensure_future(service.submit(ALICE, cluster, logged, [ClassAd()]))
+        await asyncio.sleep(0.2)
+        assert waits == ["catch-up"] and not submit.done()
+        caught_up.set()
+        assert len(await submit) == 1
+
+        # A log named by one proc only counts too.
+        caught_up.clear()
+        cluster = await service.reserve_cluster(ALICE)
+        procs = [ClassAd(), ClassAd({"UserLog": "one.log"})]
+        submit = asyncio.ensure_future(service.submit(ALICE, cluster, ClassAd(plain), procs))
+        await asyncio.sleep(0.2)
+        assert waits == ["catch-up"] * 2 and not submit.done()
+        caught_up.set()
+        assert len(await submit) == 2
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        worker.close()
