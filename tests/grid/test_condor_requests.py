@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from htgrid.grid._condor_resource import CondorResource
+from htgrid.queue import JobStatus
 
 from ._harness import Grid, wait_for
 from .test_condor_paths import RESOURCE, Remote, _remote_of, _submit, run, running
@@ -37,3 +38,32 @@ def test_requests_are_not_held_back_at_max_pending_requests(grid: Grid, remote_b
 
     run(main())
     assert len(remote_b.jobs()) == 12  # each job once
+
+
+def test_a_poll_reads_again_only_the_ads_that_changed(grid: Grid, remote_b: Remote) -> None:
+    """Each status answer carries every job's whole ad: the ads of the jobs that did not
+    change since the last poll (all but ServerTime the same) are not read again, and a
+    job that changed is still seen to."""
+    jobs = _submit(grid, 3)
+
+    async def main() -> None:
+        async with running(grid, remote_b) as manager:
+            ids = []
+            for job in jobs:
+                await wait_for(
+                    "the stage in", lambda j=job: (r := _remote_of(grid, j)) and remote_b.idle(r)
+                )
+                ids.append(_remote_of(grid, job))
+            resource = manager.resources[RESOURCE]
+            assert isinstance(resource, CondorResource)
+            await wait_for("a poll of the three idle", lambda: resource.status_ads_reused >= 3)
+            assert ids[0] is not None
+            remote_b.run(ids[0], "done\n", 0)
+            await wait_for("the first one back", lambda: not grid.in_queue(jobs[0]))
+            reused = resource.status_ads_reused
+            await wait_for("another poll", lambda: resource.status_ads_reused >= reused + 2)
+
+    run(main())
+    assert grid.ad(jobs[0])["JobStatus"] == JobStatus.COMPLETED
+    assert (grid.work / "out.0.txt").read_text() == "done\n"
+    assert [grid.ad(job)["JobStatus"] for job in jobs[1:]] == [JobStatus.IDLE] * 2
