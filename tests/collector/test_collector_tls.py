@@ -4,8 +4,13 @@ command line says to a user without the right token or CA."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
+import os
+import select
 import shutil
+import socket
+import warnings
 from pathlib import Path
 
 import httpx
@@ -116,3 +121,31 @@ def test_a_collector_whose_ca_is_not_trusted_is_named_so(
     other = _client_home(tmp_path, home, trust=False)
     with pytest.raises(CollectorUnavailable, match=r"trusted\.d"):
         _query(pool, other, user_token(home, "alice"))
+
+
+def test_a_request_cancelled_in_the_tls_handshake_leaves_no_socket_open(home: Path) -> None:
+    """A daemon stopping while its collector is silent (dead, its listener kept by the
+    master) cancels a request mid-handshake: the socket is closed then, not by the GC."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()  # the kernel accepts the connection; nobody answers its hello
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+
+        async def run() -> int:
+            client = CollectorClient(address, home=home, daemon=True)
+            before = len(os.listdir("/proc/self/fd"))
+            request = asyncio.create_task(client.health())
+            await asyncio.to_thread(select.select, [listener], [], [], 10)
+            await asyncio.sleep(0.2)  # connected: now waiting in the handshake
+            request.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await request
+            await client.aclose()
+            return len(os.listdir("/proc/self/fd")) - before
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            left_open = asyncio.run(run())
+            gc.collect()
+    assert left_open == 0
+    assert [str(w.message) for w in caught if w.category is ResourceWarning] == []

@@ -36,6 +36,7 @@ from htgrid.collector._store import UpdateResult
 from htgrid.collector._types import AdType, Command
 from htgrid.collector._wire import decode_ads, encode_ad, fragments, join_ads
 from htgrid.errors import UsageError
+from htgrid.net._transport import tls_transport
 from htgrid.net.security import (
     BearerAuth,
     CertificateError,
@@ -122,6 +123,9 @@ class CollectorClient:
                 verify = client_ssl_context(trusted_ca_files(self._security))
             except CertificateError as exc:
                 self._tls_problem = str(exc)  # said when a request is made
+            # A daemon stopping cancels its requests, maybe mid-handshake: close their
+            # sockets then (httpx's own transport leaves them to the garbage collector).
+            transport = tls_transport(verify)
         self._daemon = daemon
         # A daemon knows its pool's trust domain: its token goes with the first request.
         issuer = self._security.trust_domain if daemon else None
@@ -130,7 +134,6 @@ class CollectorClient:
             base_url=pool_url(self.pool),
             timeout=timeout,
             transport=transport,
-            verify=verify,
             auth=self._auth,
         )
 
