@@ -38,9 +38,9 @@ from htgrid.grid._azure_table import INITIAL, TERMINAL, AzureEvent, AzureState, 
 from htgrid.grid._errors import GahpUnavailable
 from htgrid.grid._gridids import AzureJobId, AzureResourceName
 from htgrid.grid._gridtype import GahpFactory, GridType
-from htgrid.grid._job import GridJob, Services, format_time
+from htgrid.grid._job import SUBMIT_ATTRS, GridJob, Services, format_time
 from htgrid.grid._queueio import UNDEFINED
-from htgrid.grid._values import as_int, as_str
+from htgrid.grid._values import as_str
 from htgrid.queue import ExitOutcome, HoldReasonCode, InvalidTransition, JobId, JobStatus
 
 __all__ = ["AZURE", "DEFAULT_AZURE_GAHP", "AzureJob", "azure_grid_type"]
@@ -64,6 +64,7 @@ class AzureJob(GridJob[AzureState, AzureEvent]):
     """One job of grid type azure: one VM."""
 
     terminal = TERMINAL
+    events = AzureEvent
 
     def __init__(self, job_id: JobId, ad: ClassAd, resource: AzureResource, services: Services):
         super().__init__(job_id, ad, resource, services, INITIAL)
@@ -80,10 +81,8 @@ class AzureJob(GridJob[AzureState, AzureEvent]):
         self.delete_failures = 0
         self._fresh = False
         self._min_seq = 0  # answers from polls numbered below this are stale
-        self._hold: tuple[str, int, int] | None = None
         self._created_now = False
         self._ended = False
-        self._left_queue = False
         self._grace_due = True  # a name without a VM id: a create may still be landing
 
     # ---- what the resource reads -------------------------------------------------------------
@@ -130,17 +129,6 @@ class AzureJob(GridJob[AzureState, AzureEvent]):
         return next_state(state, event)
 
     # ---- helpers -----------------------------------------------------------------------------
-
-    def _stopped(self) -> AzureEvent | None:
-        if self.status is JobStatus.REMOVED:
-            return _E.LOCAL_REMOVED
-        if self.status is JobStatus.HELD:
-            return _E.LOCAL_HELD
-        return None
-
-    async def _refresh_status(self) -> None:
-        ad = await self.io.get(self.job_id)
-        self.status = JobStatus(as_int(ad.get("JobStatus")) or 1)
 
     def _will_hold(self, reason: str, code: int = 0, subcode: int = 0) -> None:
         self._hold = (reason, code, subcode)
@@ -306,14 +294,7 @@ class AzureJob(GridJob[AzureState, AzureEvent]):
         attrs |= self.clear_wait_attrs()
         await self.io.update(self.job_id, attrs)
         self.create_failures = 0
-        await self.services.logs.grid_submit(
-            self.user_log,
-            self.job_id.cluster,
-            self.job_id.proc,
-            now,
-            self.grid_resource,
-            str(self.grid_id),
-        )
+        await self._log_grid_submit(now, str(self.grid_id))
         return _E.SAVED
 
     async def _submitted(self) -> AzureEvent:
@@ -408,33 +389,12 @@ class AzureJob(GridJob[AzureState, AzureEvent]):
             return _E.EXITED
 
     async def _hold_job(self) -> AzureEvent:
-        reason, code, subcode = self._hold or ("Unspecified gridmanager error", 0, 0)
-        self._hold = None
-        try:
-            hold_code = HoldReasonCode(code)
-        except ValueError:
-            hold_code = HoldReasonCode.Unspecified
-        nonessential = self.ad.get("Nonessential") is True
-        if nonessential:
-            # HTCondor removes a non-essential job rather than hold it.
-            done = await self.io.remove(self.job_id, reason)
-        else:
-            done = await self.io.hold(self.job_id, reason, hold_code, subcode)
-        if done:
-            self.status = JobStatus.REMOVED if nonessential else JobStatus.HELD
-        else:
-            await self._refresh_status()  # the user held or removed it first
+        await self._hold_here()
         return _E.CANCEL_NEEDED if self.vm_id is not None else _E.NOTHING_TO_CANCEL
 
     async def _clear(self) -> AzureEvent:
-        self.resource.release(self)
-        attrs = self.clear_wait_attrs()
-        if self.grid_id is not None:
-            for name in ("GridJobId", "GridJobStatus", "GridJobSubmitTime"):
-                attrs[name] = UNDEFINED
-            attrs |= {"AzureVmId": UNDEFINED, "VmIpAddress": UNDEFINED}
-        if attrs:
-            await self.io.update(self.job_id, attrs, durable=True)
+        vm_attrs = (*SUBMIT_ATTRS, "AzureVmId", "VmIpAddress")
+        await self._clear_submit(vm_attrs if self.grid_id is not None else ())
         self.grid_id = None
         self.vm_id = self.address = self.power = None
         self.remote = None
@@ -452,20 +412,6 @@ class AzureJob(GridJob[AzureState, AzureEvent]):
                 await self._call("AZURE_VM_DELETE", self.grid_id.name)
             except (*_NO_ANSWER, LocalGahpError) as err:
                 log.warning("job %s: could not delete VM %s: %s", self.job_id, self.vm_name, err)
-
-    async def finish(self) -> None:
-        """DELETE: a removed job leaves the queue; a held one goes back to the queue's care."""
-        self.resource.release(self)
-        if self.status is JobStatus.REMOVED:
-            try:
-                await self.io.destroy(self.job_id)
-            except InvalidTransition:
-                log.warning("job %s: cannot destroy it: it is no longer removed", self.job_id)
-        elif self.status is JobStatus.COMPLETED:
-            if not self._left_queue:  # kept by LeaveJobInQueue: never pick it up again
-                await self.io.update(self.job_id, {"Managed": "ScheddDone"})
-        else:
-            await self.io.update(self.job_id, {"Managed": "Schedd", **self.clear_wait_attrs()})
 
 
 def azure_grid_type(gahp_argv: Sequence[str] = DEFAULT_AZURE_GAHP) -> GridType:

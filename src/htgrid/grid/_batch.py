@@ -29,9 +29,7 @@ from htgrid.grid._batch_table import INITIAL, TERMINAL, BatchEvent, BatchState, 
 from htgrid.grid._errors import GahpUnavailable
 from htgrid.grid._gridids import JOB_STATUS_NAMES, BatchJobId, BatchResourceName, new_tag
 from htgrid.grid._gridtype import GahpFactory, GridType
-from htgrid.grid._job import GridJob, Services, format_time
-from htgrid.grid._queueio import UNDEFINED
-from htgrid.grid._values import as_int
+from htgrid.grid._job import SUBMIT_ATTRS, GridJob, Services, format_time
 from htgrid.queue import ExitOutcome, HoldReasonCode, InvalidTransition, JobId, JobStatus
 
 __all__ = ["BATCH", "BatchJob"]
@@ -53,6 +51,7 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
     """One job of grid type batch."""
 
     terminal = TERMINAL
+    events = BatchEvent
 
     def __init__(self, job_id: JobId, ad: ClassAd, resource: BatchResource, services: Services):
         super().__init__(job_id, ad, resource, services, INITIAL)
@@ -65,12 +64,10 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
         self.remote_gone = False
         self.last_error: str | None = None
         self._fresh = False
-        self._hold: tuple[str, int, int] | None = None
         self.unknown_polls = 0
         self.submit_failures = 0
         self.lookup_failures = 0
         self.cancel_failures = 0
-        self._left_queue = False
         # A submission found with a tag only was in flight when something died.
         self._grace_due = True
         self._queued_now = False
@@ -116,18 +113,6 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
         self.wake()
 
     # ---- helpers --------------------------------------------------------------------------
-
-    def _stopped(self) -> BatchEvent | None:
-        if self.status is JobStatus.REMOVED:
-            return _E.LOCAL_REMOVED
-        if self.status is JobStatus.HELD:
-            return _E.LOCAL_HELD
-        return None
-
-    async def _refresh_status(self) -> None:
-        """Read the job's status again (after a status change raced with ours)."""
-        ad = await self.io.get(self.job_id)
-        self.status = JobStatus(as_int(ad.get("JobStatus")) or 1)
 
     def _will_hold(self, reason: str, code: int = 0, subcode: int = 0) -> None:
         self._hold = (reason, code, subcode)
@@ -307,14 +292,7 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
         attrs |= self.clear_wait_attrs()
         await self.io.update(self.job_id, attrs)
         self.submit_failures = self.unknown_polls = 0
-        await self.services.logs.grid_submit(
-            self.user_log,
-            self.job_id.cluster,
-            self.job_id.proc,
-            now,
-            self.grid_resource,
-            str(self.grid_id),
-        )
+        await self._log_grid_submit(now, str(self.grid_id))
         return _E.SAVED
 
     async def _submitted(self) -> BatchEvent:
@@ -410,22 +388,7 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
             return _E.EXITED
 
     async def _hold_job(self) -> BatchEvent:
-        reason, code, subcode = self._hold or ("Unspecified gridmanager error", 0, 0)
-        self._hold = None
-        try:
-            hold_code = HoldReasonCode(code)
-        except ValueError:
-            hold_code = HoldReasonCode.Unspecified
-        if self.ad.get("Nonessential") is True:
-            # HTCondor removes a non-essential job rather than hold it.
-            done = await self.io.remove(self.job_id, reason)
-        else:
-            done = await self.io.hold(self.job_id, reason, hold_code, subcode)
-        if done:
-            nonessential = self.ad.get("Nonessential") is True
-            self.status = JobStatus.REMOVED if nonessential else JobStatus.HELD
-        else:
-            await self._refresh_status()  # the user held or removed it first
+        await self._hold_here()
         return _E.CANCEL_NEEDED if self._remote_live() else _E.NOTHING_TO_CANCEL
 
     async def _cancel(self) -> BatchEvent:
@@ -458,13 +421,7 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
         return _E.CANCELLED_REMOVED if self.status is JobStatus.REMOVED else _E.CANCELLED
 
     async def _clear(self) -> BatchEvent:
-        self.resource.release(self)
-        attrs = self.clear_wait_attrs()
-        if self.grid_id is not None:
-            attrs |= {"GridJobId": UNDEFINED, "GridJobStatus": UNDEFINED}
-            attrs["GridJobSubmitTime"] = UNDEFINED
-        if attrs:
-            await self.io.update(self.job_id, attrs, durable=True)
+        await self._clear_submit(SUBMIT_ATTRS if self.grid_id is not None else ())
         self.grid_id = None
         self.remote = None
         self.remote_state = None
@@ -479,20 +436,6 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
                 await self.resource.call("BLAH_JOB_CANCEL", self.blah_id)
             except (*_NO_ANSWER, LocalGahpError) as err:
                 log.warning("job %s: could not cancel %s: %s", self.job_id, self.blah_id, err)
-
-    async def finish(self) -> None:
-        """DELETE: a removed job leaves the queue; a held one goes back to the queue's care."""
-        self.resource.release(self)
-        if self.status is JobStatus.REMOVED:
-            try:
-                await self.io.destroy(self.job_id)
-            except InvalidTransition:
-                log.warning("job %s: cannot destroy it: it is no longer removed", self.job_id)
-        elif self.status is JobStatus.COMPLETED:
-            if not self._left_queue:  # kept by LeaveJobInQueue: never pick it up again
-                await self.io.update(self.job_id, {"Managed": "ScheddDone"})
-        else:
-            await self.io.update(self.job_id, {"Managed": "Schedd", **self.clear_wait_attrs()})
 
 
 _RUNNING = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT})

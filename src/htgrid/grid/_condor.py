@@ -55,7 +55,6 @@ from htgrid.grid._errors import GahpUnavailable
 from htgrid.grid._gridids import JOB_STATUS_NAMES
 from htgrid.grid._gridtype import GahpFactory, GridType
 from htgrid.grid._job import Services, format_time
-from htgrid.grid._queueio import UNDEFINED
 from htgrid.net.security import SecurityConfig, trusted_ca_files, user_token_dir
 from htgrid.queue import ExitOutcome, HoldReasonCode, InvalidTransition, JobStatus
 
@@ -241,14 +240,7 @@ class CondorJob(CondorJobBase):
         }
         await self.io.update(self.job_id, attrs)
         self.failures = 0
-        await self.services.logs.grid_submit(
-            self.user_log,
-            self.job_id.cluster,
-            self.job_id.proc,
-            now,
-            self.grid_resource,
-            str(self.grid_id),
-        )
+        await self._log_grid_submit(now, str(self.grid_id))
         return _E.SAVED
 
     async def _stage_in(self) -> CondorEvent:
@@ -461,21 +453,7 @@ class CondorJob(CondorJobBase):
         return _E.CLEANED_AGAIN
 
     async def _hold_job(self) -> CondorEvent:
-        reason, code, subcode = self._hold or ("Unspecified gridmanager error", 0, 0)
-        self._hold = None
-        try:
-            hold_code = HoldReasonCode(code)
-        except ValueError:
-            hold_code = HoldReasonCode.Unspecified
-        if self.ad.get("Nonessential") is True:
-            done = await self.io.remove(self.job_id, reason)
-        else:
-            done = await self.io.hold(self.job_id, reason, hold_code, subcode)
-        if done:
-            nonessential = self.ad.get("Nonessential") is True
-            self.status = JobStatus.REMOVED if nonessential else JobStatus.HELD
-        else:
-            await self._refresh_status()
+        await self._hold_here()
         if self.grid_id is None or self.remote_gone:
             return _E.NOTHING_TO_CANCEL
         if self._keep_remote and self.status is JobStatus.HELD:
@@ -503,14 +481,9 @@ class CondorJob(CondorJobBase):
         return _E.CANCELLED_REMOVED if self.status is JobStatus.REMOVED else _E.CANCELLED
 
     async def _clear(self) -> CondorEvent:
-        self.resource.release(self)
-        attrs = self.clear_wait_attrs()
-        if self.grid_id is not None or self.tag is not None:
-            for name in ("GridJobId", "GridJobStatus", "GridSubmitTag", "GridJobSubmitTime"):
-                attrs[name] = UNDEFINED
-            attrs[LOCAL_LEASE] = UNDEFINED
-        if attrs:
-            await self.io.update(self.job_id, attrs, durable=True)
+        names = ("GridJobId", "GridJobStatus", "GridSubmitTag", "GridJobSubmitTime", LOCAL_LEASE)
+        submitted = self.grid_id is not None or self.tag is not None
+        await self._clear_submit(names if submitted else ())
         self.grid_id = None
         self.tag = None
         self.remote = None
@@ -532,20 +505,6 @@ class CondorJob(CondorJobBase):
             result = await self._remote("CONDOR_JOB_REMOVE", self.grid_id.remote, "by gridmanager")
             if isinstance(result, str) and not ALREADY.search(result):
                 log.warning("job %s: could not remove %s: %s", self.job_id, self._where(), result)
-
-    async def finish(self) -> None:
-        """DELETE: a removed job leaves the queue; a held one goes back to the queue's care."""
-        self.resource.release(self)
-        if self.status is JobStatus.REMOVED:
-            try:
-                await self.io.destroy(self.job_id)
-            except InvalidTransition:
-                log.warning("job %s: cannot destroy it: it is no longer removed", self.job_id)
-        elif self.status is JobStatus.COMPLETED:
-            if not self._left_queue:  # kept by LeaveJobInQueue: never pick it up again
-                await self.io.update(self.job_id, {"Managed": "ScheddDone"})
-        else:
-            await self.io.update(self.job_id, {"Managed": "Schedd", **self.clear_wait_attrs()})
 
 
 # ---- the grid type -------------------------------------------------------------------------

@@ -52,6 +52,7 @@ class CondorJobBase(GridJob[CondorState, CondorEvent]):
     """One job of grid type condor: its state and shared steps (the actions: CondorJob)."""
 
     terminal = TERMINAL
+    events = CondorEvent
 
     def __init__(self, job_id: JobId, ad: ClassAd, resource: CondorResource, services: Services):
         super().__init__(job_id, ad, resource, services, INITIAL)
@@ -71,9 +72,7 @@ class CondorJobBase(GridJob[CondorState, CondorEvent]):
         self.submitted_ad: ClassAd | None = None
         self._fresh = False
         self._missing = False
-        self._hold: tuple[str, int, int] | None = None
         self._keep_remote = False
-        self._left_queue = False
         self._cleanup_due = False
         self._grace_due = True
         self._first_poll_at = 0.0
@@ -117,19 +116,8 @@ class CondorJobBase(GridJob[CondorState, CondorEvent]):
 
     # ---- helpers ----------------------------------------------------------------------------
 
-    def _stopped(self) -> CondorEvent | None:
-        if self.status is JobStatus.REMOVED:
-            return _E.LOCAL_REMOVED
-        if self.status is JobStatus.HELD:
-            return _E.LOCAL_HELD
-        return None
-
     def _removed(self) -> CondorEvent | None:
         return _E.LOCAL_REMOVED if self.status is JobStatus.REMOVED else None
-
-    async def _refresh_status(self) -> None:
-        ad = await self.io.get(self.job_id)
-        self.status = JobStatus(as_int(ad.get("JobStatus")) or 1)
 
     def _will_hold(
         self, reason: str, code: int = 0, subcode: int = 0, *, keep_remote: bool = False

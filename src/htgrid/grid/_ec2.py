@@ -44,8 +44,7 @@ from htgrid.grid._ec2_table import TERMINAL, Ec2Event, Ec2State, next_state
 from htgrid.grid._errors import GahpUnavailable
 from htgrid.grid._gridids import Ec2JobId, Ec2ResourceName
 from htgrid.grid._gridtype import GahpFactory, GridType
-from htgrid.grid._job import Services, format_time
-from htgrid.grid._queueio import UNDEFINED
+from htgrid.grid._job import SUBMIT_ATTRS, Services, format_time
 from htgrid.queue import ExitOutcome, HoldReasonCode, InvalidTransition, JobStatus
 
 __all__ = ["DEFAULT_EC2_GAHP", "EC2", "REASONS", "Ec2Job", "ec2_grid_type"]
@@ -278,14 +277,7 @@ class Ec2Job(Ec2Spot):
             attrs |= {"GridJobStatus": self.remote_state, "LastRemoteStatusUpdate": int(now)}
         await self.io.update(self.job_id, attrs | self.clear_wait_attrs())
         self.start_failures = self.unknown_polls = 0
-        await self.services.logs.grid_submit(
-            self.user_log,
-            self.job_id.cluster,
-            self.job_id.proc,
-            now,
-            self.grid_resource,
-            str(self.grid_id),
-        )
+        await self._log_grid_submit(now, str(self.grid_id))
         return _E.SAVED
 
     async def _done_save(self) -> Ec2Event:
@@ -314,21 +306,7 @@ class Ec2Job(Ec2Spot):
             return _E.EXITED
 
     async def _hold_job(self) -> Ec2Event:
-        reason, code, subcode = self._hold or ("Unspecified gridmanager error", 0, 0)
-        self._hold = None
-        try:
-            hold_code = HoldReasonCode(code)
-        except ValueError:
-            hold_code = HoldReasonCode.Unspecified
-        nonessential = self.ad.get("Nonessential") is True
-        if nonessential:
-            done = await self.io.remove(self.job_id, reason)
-        else:
-            done = await self.io.hold(self.job_id, reason, hold_code, subcode)
-        if done:
-            self.status = JobStatus.REMOVED if nonessential else JobStatus.HELD
-        else:
-            await self._refresh_status()
+        await self._hold_here()
         if self._instance_live():
             return _E.CANCEL_NEEDED
         return _E.SPOT_CANCEL_NEEDED if self._request_open() else _E.NOTHING_TO_CANCEL
@@ -384,15 +362,10 @@ class Ec2Job(Ec2Spot):
         return _E.CANCELLED_REMOVED if self.status is JobStatus.REMOVED else _E.CANCELLED
 
     async def _clear(self) -> Ec2Event:
-        self.resource.release(self)
-        attrs = self.clear_wait_attrs()
-        if self.grid_id is not None:
-            for name in ("GridJobId", "GridJobStatus", "GridJobSubmitTime", "EC2InstanceName"):
-                attrs[name] = UNDEFINED
+        names = [*SUBMIT_ATTRS, "EC2InstanceName"] if self.grid_id is not None else []
         if self.spot_request is not None:
-            attrs["EC2SpotRequestID"] = UNDEFINED
-        if attrs:
-            await self.io.update(self.job_id, attrs, durable=True)
+            names.append("EC2SpotRequestID")
+        await self._clear_submit(names)
         self.grid_id = self.spot_request = None
         self._status, self._fresh, self.seen, self._attached = None, False, False, False
         self._spot, self._spot_fresh, self._spot_cancelled = None, False, False
@@ -411,21 +384,10 @@ class Ec2Job(Ec2Spot):
                 log.warning("job %s: could not stop %s: %s", self.job_id, self.instance_id, err)
         await self._destroy_keypair()
 
-    async def finish(self) -> None:
-        """DELETE: destroy the keypair made for the job, then leave or hand back the job."""
-        self.resource.release(self)
+    async def _finishing(self) -> None:
+        """DELETE's first step: destroy the keypair made for a job that is done with it."""
         if self.status in (JobStatus.REMOVED, JobStatus.COMPLETED) or self.grid_id is None:
             await self._destroy_keypair()
-        if self.status is JobStatus.REMOVED:
-            try:
-                await self.io.destroy(self.job_id)
-            except InvalidTransition:
-                log.warning("job %s: cannot destroy it: it is no longer removed", self.job_id)
-        elif self.status is JobStatus.COMPLETED:
-            if not self._left_queue:
-                await self.io.update(self.job_id, {"Managed": "ScheddDone"})
-        else:
-            await self.io.update(self.job_id, {"Managed": "Schedd", **self.clear_wait_attrs()})
 
     async def _destroy_keypair(self) -> None:
         """EC2_VM_DESTROY_KEYPAIR and the private key file, for a keypair this job made."""

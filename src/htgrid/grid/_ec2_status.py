@@ -25,7 +25,7 @@ from htgrid.grid._errors import GahpUnavailable
 from htgrid.grid._gridids import Ec2JobId
 from htgrid.grid._job import GridJob, Services
 from htgrid.grid._queueio import UNDEFINED
-from htgrid.grid._values import as_int, as_str
+from htgrid.grid._values import as_str
 from htgrid.queue import HoldReasonCode, InvalidTransition, JobId, JobStatus
 
 __all__ = ["REASONS", "Ec2Instance"]
@@ -56,6 +56,8 @@ REASONS: Mapping[str, str] = {
 class Ec2Instance(GridJob[Ec2State, Ec2Event]):
     """An ec2 job's instance as the polls show it; `Ec2Job` adds the other actions."""
 
+    events = Ec2Event
+
     def __init__(self, job_id: JobId, ad: ClassAd, resource: Ec2Resource, services: Services):
         super().__init__(job_id, ad, resource, services, INITIAL)
         self.ec2 = resource
@@ -73,12 +75,10 @@ class Ec2Instance(GridJob[Ec2State, Ec2Event]):
         self._status: Ec2Status | None = None
         self._asked = 0.0
         self._fresh = False
-        self._hold: tuple[str, int, int] | None = None
         self._completion = False  # the VM stopped itself: terminate it, then complete
         self._attached = self.remote_state == "running"
         self._since = 0.0  # answers to polls asked before this say nothing new
         self._grace_due = True
-        self._left_queue = False
         self.start_failures = self.cancel_failures = self.unknown_polls = 0
 
     # ---- what the resource reads --------------------------------------------------------
@@ -109,17 +109,6 @@ class Ec2Instance(GridJob[Ec2State, Ec2Event]):
     @property
     def _target(self) -> list[str]:
         return [self.ec2.service_url, self.access, self.secret]
-
-    def _stopped(self) -> Ec2Event | None:
-        if self.status is JobStatus.REMOVED:
-            return _E.LOCAL_REMOVED
-        if self.status is JobStatus.HELD:
-            return _E.LOCAL_HELD
-        return None
-
-    async def _refresh_status(self) -> None:
-        ad = await self.io.get(self.job_id)
-        self.status = JobStatus(as_int(ad.get("JobStatus")) or 1)
 
     def _will_hold(self, reason: str, code: HoldReasonCode, subcode: int) -> None:
         self._hold = (reason, int(code), subcode)

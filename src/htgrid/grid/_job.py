@@ -13,7 +13,7 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -26,18 +26,28 @@ from htgrid.grid._queueio import UNDEFINED, QueueIO
 from htgrid.grid._turns import Turns
 from htgrid.grid._userlog import EventLogs, user_log_path
 from htgrid.grid._values import as_int, as_number, as_str
-from htgrid.queue import JobId, JobNotFound, JobStatus, StoreError
+from htgrid.queue import (
+    HoldReasonCode,
+    InvalidTransition,
+    JobId,
+    JobNotFound,
+    JobStatus,
+    StoreError,
+)
 
 if TYPE_CHECKING:
     from htgrid.grid._resource import Resource
 
-__all__ = ["GridJob", "JobGone", "Services", "format_time"]
+__all__ = ["SUBMIT_ATTRS", "GridJob", "JobGone", "Services", "format_time"]
 
 log = logging.getLogger("htgrid.grid")
 
 _T = TypeVar("_T")
 S = TypeVar("S", bound=enum.Enum)
 E = TypeVar("E", bound=enum.Enum)
+
+#: What every type's submit saves, and CLEAR undefines.
+SUBMIT_ATTRS = ("GridJobId", "GridJobStatus", "GridJobSubmitTime")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +78,8 @@ class GridJob(abc.ABC, Generic[S, E]):
 
     #: The states the task ends in (their action is `finish`).
     terminal: frozenset[Any] = frozenset()
+    #: The type's event enum: `_stopped` gives its LOCAL_REMOVED and LOCAL_HELD.
+    events: type[E]
 
     def __init__(
         self, job_id: JobId, ad: ClassAd, resource: Resource, services: Services, initial: S
@@ -94,6 +106,10 @@ class GridJob(abc.ABC, Generic[S, E]):
         self._status_seen: float | None = None
         self._status_news = False  # an answer came since the last check
         self._status_unknown = ad.get("CurrentStatusUnknown") is True
+        #: What HOLD writes: (HoldReason, code, subcode); None: a generic reason.
+        self._hold: tuple[str, int, int] | None = None
+        #: The job's exit let it leave the queue (not kept by LeaveJobInQueue).
+        self._left_queue = False
 
     # ---- the type's part ---------------------------------------------------------------------
 
@@ -105,12 +121,11 @@ class GridJob(abc.ABC, Generic[S, E]):
     def next_state(self, state: S, event: E) -> S:
         """The transition table's answer."""
 
-    @abc.abstractmethod
-    async def finish(self) -> None:
-        """The terminal state's action."""
-
     async def abandon(self) -> None:
         """The job left the queue while its remote part may live on: clean up if possible."""
+
+    async def _finishing(self) -> None:
+        """What the type cleans up as the job ends, its slot released (`finish`)."""
 
     def wants_status(self) -> bool:
         """Whether the resource's status poll should ask about this job."""
@@ -148,6 +163,21 @@ class GridJob(abc.ABC, Generic[S, E]):
         except (JobGone, JobNotFound):
             self.gone = True
             log.info("job %s left the queue (in %s)", self.job_id, self.state.name)
+
+    async def finish(self) -> None:
+        """DELETE: a removed job leaves the queue; a held one goes back to the queue's care."""
+        self.resource.release(self)
+        await self._finishing()
+        if self.status is JobStatus.REMOVED:
+            try:
+                await self.io.destroy(self.job_id)
+            except InvalidTransition:
+                log.warning("job %s: cannot destroy it: it is no longer removed", self.job_id)
+        elif self.status is JobStatus.COMPLETED:
+            if not self._left_queue:  # kept by LeaveJobInQueue: never pick it up again
+                await self.io.update(self.job_id, {"Managed": "ScheddDone"})
+        else:
+            await self.io.update(self.job_id, {"Managed": "Schedd", **self.clear_wait_attrs()})
 
     async def _submit_event_due(self) -> None:
         """The 027 of a job found with its submit saved, if its log lacks it.
@@ -228,6 +258,58 @@ class GridJob(abc.ABC, Generic[S, E]):
         )
 
     # ---- helpers for actions -------------------------------------------------------------------
+
+    def _stopped(self) -> E | None:
+        """LOCAL_REMOVED or LOCAL_HELD when the job was removed or held here."""
+        if self.status is JobStatus.REMOVED:
+            return self.events["LOCAL_REMOVED"]
+        if self.status is JobStatus.HELD:
+            return self.events["LOCAL_HELD"]
+        return None
+
+    async def _refresh_status(self) -> None:
+        """Read the job's status again (after a status change raced with ours)."""
+        ad = await self.io.get(self.job_id)
+        self.status = JobStatus(as_int(ad.get("JobStatus")) or 1)
+
+    async def _log_grid_submit(self, when: float, grid_job_id: str) -> None:
+        """Log 027, the submit saved under `grid_job_id` (written after the save)."""
+        await self.services.logs.grid_submit(
+            self.user_log,
+            self.job_id.cluster,
+            self.job_id.proc,
+            when,
+            self.grid_resource,
+            grid_job_id,
+        )
+
+    async def _hold_here(self) -> None:
+        """HOLD's local part: hold the job with `_hold`'s reason (remove it if Nonessential)."""
+        reason, code, subcode = self._hold or ("Unspecified gridmanager error", 0, 0)
+        self._hold = None
+        try:
+            hold_code = HoldReasonCode(code)
+        except ValueError:
+            hold_code = HoldReasonCode.Unspecified
+        nonessential = self.ad.get("Nonessential") is True
+        if nonessential:
+            # HTCondor removes a non-essential job rather than hold it.
+            done = await self.io.remove(self.job_id, reason)
+        else:
+            done = await self.io.hold(self.job_id, reason, hold_code, subcode)
+        if done:
+            self.status = JobStatus.REMOVED if nonessential else JobStatus.HELD
+        else:
+            await self._refresh_status()  # the user held or removed it first
+
+    async def _clear_submit(self, names: Iterable[str]) -> None:
+        """CLEAR's write: release the slot; undefine `names` and GridWaitReason, durably."""
+        self.resource.release(self)
+        attrs = self.clear_wait_attrs()
+        for name in names:
+            attrs[name] = UNDEFINED
+        if attrs:
+            await self.io.update(self.job_id, attrs, durable=True)
 
     async def wait(self, seconds: float | None = None) -> None:
         """Sleep until woken, or `seconds` pass."""
