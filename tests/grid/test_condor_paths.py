@@ -181,6 +181,21 @@ def test_remote_ad_is_built_as_condorjob_does(tmp_path: Path) -> None:
     assert "JobLeaseDuration" not in staged and "SubmitterGlobalJobId" not in staged
 
 
+def test_the_proxy_is_staged_in_and_named_by_its_base_name_there(tmp_path: Path) -> None:
+    text = (
+        "universe = grid\ngrid_resource = condor b@x 127.0.0.1:9618\n"
+        "executable = /bin/true\nx509userproxy = creds/x509up_u1000\nqueue\n"
+    )
+    desc = SubmitDescription.from_text(text, cwd=str(tmp_path))
+    local = next(iter(desc.jobs(7, owner="alice", qdate=1))).ad
+    ad = build_remote_ad(
+        local, tag="t", submitter="me#1", global_job_id="g", lease_expiration=1060, now=1000
+    )
+    staged = build_stage_in_ad(ad, local, CondorJobId("b@x", "127.0.0.1:9618", 3, 0))
+    assert ad["x509userproxy"] == "x509up_u1000"
+    assert staged["x509userproxy"] == f"{tmp_path}/creds/x509up_u1000"
+
+
 def test_default_lease_and_universe() -> None:
     text = "universe = grid\ngrid_resource = condor b@x h:1\nexecutable = /bin/true\nqueue\n"
     local = next(iter(SubmitDescription.from_text(text, cwd="/tmp").jobs(1, owner="a", qdate=1))).ad

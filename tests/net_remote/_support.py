@@ -4,12 +4,17 @@ and tar archives."""
 from __future__ import annotations
 
 import io
+import ssl
 import tarfile
 from collections.abc import Mapping
+from pathlib import Path
+
+import httpx
 
 from htgrid.classad import ClassAd
 from htgrid.net import ScheddClient
 from htgrid.queue import JobId
+from htgrid.schedd.testing import PersonalPool
 
 LOCAL = 12  # JobUniverse
 VANILLA = 5
@@ -50,3 +55,16 @@ def submit(schedd: ScheddClient, **attrs: object) -> JobId:
     ad = ClassAd({"Cmd": "/bin/true", "JobUniverse": VANILLA, "Iwd": "/submit/dir", **attrs})
     (job,) = schedd.submit(cluster, ad, [ClassAd()])
     return job
+
+
+def spool_dir(pool: PersonalPool, job: JobId) -> Path:
+    """The job's spool directory in the pool."""
+    return pool.home / "spool" / str(job.cluster) / str(job.proc)
+
+
+def put_raw(pool: PersonalPool, token: str, path: str, body: bytes, media: str) -> httpx.Response:
+    """PUT `body` to `path` over the daemon's TLS API with `token`: the answer as it is."""
+    context = ssl.create_default_context(cafile=str(pool.home / "etc" / "ca" / "ca.crt"))
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": media}
+    with httpx.Client(base_url=pool.url, verify=context, timeout=30) as client:
+        return client.put(path, content=body, headers=headers)

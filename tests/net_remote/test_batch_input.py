@@ -5,48 +5,24 @@ and jobs with a bad member are refused one by one, and nothing leaves a sandbox.
 from __future__ import annotations
 
 import io
-import ssl
 import tarfile
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from htgrid.net import Jobs, ScheddClient
-from htgrid.queue import JobAction, JobId
+from htgrid.queue import JobAction
 from htgrid.schedd.testing import PersonalPool
 
-from ._support import SPOOLING, submit, tar_of
+from ._support import SPOOLING, put_raw, spool_dir, submit, tar_of
 from .conftest import DOMAIN
-
-
-def _spool(pool: PersonalPool, job: JobId) -> Path:
-    return pool.home / "spool" / str(job.cluster) / str(job.proc)
-
-
-@pytest.fixture
-def alice(pool: PersonalPool) -> Iterator[ScheddClient]:
-    with pool.remote(pool.token(f"alice@{DOMAIN}")) as client:
-        yield client
-
-
-@pytest.fixture
-def bob(pool: PersonalPool) -> Iterator[ScheddClient]:
-    with pool.remote(pool.token(f"bob@{DOMAIN}")) as client:
-        yield client
 
 
 def put_inputs(pool: PersonalPool, user: str, body: bytes) -> httpx.Response:
     """PUT /v1/jobs/input over the daemon's TLS API as `user`."""
-    context = ssl.create_default_context(cafile=str(pool.home / "etc" / "ca" / "ca.crt"))
-    headers = {
-        "Authorization": f"Bearer {pool.token(f'{user}@{DOMAIN}')}",
-        "Content-Type": "application/x-tar",
-    }
-    with httpx.Client(base_url=pool.url, verify=context, timeout=30) as client:
-        return client.put("/v1/jobs/input", content=body, headers=headers)
+    token = pool.token(f"{user}@{DOMAIN}")
+    return put_raw(pool, token, "/v1/jobs/input", body, "application/x-tar")
 
 
 def outcome(response: httpx.Response) -> dict[str, Any]:
@@ -66,11 +42,11 @@ def test_every_job_of_a_batch_gets_its_own_files_and_is_released(
     assert outcome(put_inputs(pool, "alice", tar_of(files))) == {str(j): "ok" for j in jobs}
 
     for job in jobs:
-        assert (_spool(pool, job) / "in.txt").read_text() == f"input of {job}"
+        assert (spool_dir(pool, job) / "in.txt").read_text() == f"input of {job}"
         ad = alice.get(job)
         assert ad["JobStatus"] == 1 and ad["ReleaseReason"] == "Data files spooled"
         assert ad["StageInFinish"] >= ad["StageInStart"] > 0
-    assert (_spool(pool, jobs[0]) / "data" / "deep.txt").read_bytes() == b"deep"
+    assert (spool_dir(pool, jobs[0]) / "data" / "deep.txt").read_bytes() == b"deep"
 
 
 def test_jobs_with_empty_and_with_full_sandboxes_in_one_batch_are_all_released(
@@ -78,7 +54,7 @@ def test_jobs_with_empty_and_with_full_sandboxes_in_one_batch_are_all_released(
 ) -> None:
     full, empty, gone = (submit(alice, **SPOOLING) for _ in range(3))
     # A spool directory that went missing after the submit is made again by the stage-in.
-    _spool(pool, gone).rmdir()
+    spool_dir(pool, gone).rmdir()
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:") as tar:
         data = tarfile.TarInfo(f"{full}/in.txt")
@@ -92,13 +68,13 @@ def test_jobs_with_empty_and_with_full_sandboxes_in_one_batch_are_all_released(
     jobs = outcome(put_inputs(pool, "alice", buffer.getvalue()))
 
     assert jobs == {str(full): "ok", str(empty): "ok", str(gone): "ok"}
-    assert (_spool(pool, full) / "in.txt").read_bytes() == b"data"
+    assert (spool_dir(pool, full) / "in.txt").read_bytes() == b"data"
     for job in (empty, gone):
-        assert list(_spool(pool, job).iterdir()) == []
+        assert list(spool_dir(pool, job).iterdir()) == []
     for job in (full, empty, gone):
         ad = alice.get(job)
         assert ad["JobStatus"] == 1 and ad["ReleaseReason"] == "Data files spooled"
-        assert ad["Iwd"] == str(_spool(pool, job))
+        assert ad["Iwd"] == str(spool_dir(pool, job))
 
 
 def test_a_user_cannot_upload_into_another_users_job(
@@ -114,7 +90,7 @@ def test_a_user_cannot_upload_into_another_users_job(
     refused = jobs[str(theirs)]
     assert refused["status"] == 403 and refused["error"] == "NotAuthorized"
     assert f"job {theirs} is owned by alice; bob may not stage input" in refused["detail"]
-    assert list(_spool(pool, theirs).iterdir()) == []
+    assert list(spool_dir(pool, theirs).iterdir()) == []
     assert alice.get(theirs)["JobStatus"] == 5  # still waiting for alice's input
     assert bob.get(mine)["JobStatus"] == 1
 
@@ -133,8 +109,8 @@ def test_a_member_leaving_its_jobs_sandbox_fails_that_job_only(
 
     assert jobs[str(good)] == "ok"
     assert jobs[str(bad)]["status"] == 400 and why in jobs[str(bad)]["detail"]
-    assert list(_spool(pool, bad).iterdir()) == []  # not even its good member
-    assert not (_spool(pool, bad).parent / "escape.txt").exists()
+    assert list(spool_dir(pool, bad).iterdir()) == []  # not even its good member
+    assert not (spool_dir(pool, bad).parent / "escape.txt").exists()
     assert (alice.get(good)["JobStatus"], alice.get(bad)["JobStatus"]) == (1, 5)
 
 
@@ -146,7 +122,7 @@ def test_a_member_outside_every_jobs_directory_refuses_the_whole_upload(
         response = put_inputs(pool, "alice", tar_of({f"{job}/in.txt": b"x", member: b"evil"}))
         assert response.status_code == 400, response.text
         assert repr(member) in response.json()["detail"]
-    assert list(_spool(pool, job).iterdir()) == []
+    assert list(spool_dir(pool, job).iterdir()) == []
     assert alice.get(job)["JobStatus"] == 5
 
 

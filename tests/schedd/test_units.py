@@ -65,6 +65,13 @@ def test_launch_spec_old_syntax_and_defaults() -> None:
     assert spec.vacate_time == 10.0
 
 
+def test_a_job_with_a_proxy_finds_it_in_x509_user_proxy() -> None:
+    """As HTCondor's starter tells the job: the proxy's path, from its Iwd."""
+    assert _spec(x509userproxy="x509up_u1000").env["X509_USER_PROXY"] == "/work/x509up_u1000"
+    assert _spec(x509userproxy="/tmp/x509up").env["X509_USER_PROXY"] == "/tmp/x509up"
+    assert "X509_USER_PROXY" not in _spec().env
+
+
 def test_launch_spec_refuses_a_job_it_cannot_run() -> None:
     with pytest.raises(LaunchError) as caught:
         LaunchSpec.from_ad(JOB, ClassAd({"Cmd": "/bin/true"}), "pool", 1)

@@ -60,6 +60,17 @@ def test_input_is_the_executable_stdin_and_the_listed_files(tmp_path: Path) -> N
     assert [n for n, _ in input_entries(_job(tmp_path), spooled)] == ["run.sh", STDOUT]
 
 
+def test_the_jobs_proxy_goes_with_its_input(tmp_path: Path) -> None:
+    """HTCondor's file transfer adds x509userproxy to the input."""
+    (tmp_path / "run.sh").write_text("#!/bin/sh\n")
+    (tmp_path / "creds").mkdir()
+    (tmp_path / "creds" / "x509up").write_text("proxy")
+    entries = input_entries(_job(tmp_path, x509userproxy="creds/x509up"))
+    assert entries[-1] == ("x509up", tmp_path / "creds" / "x509up")
+    with pytest.raises(TransferError, match="x509gone"):
+        input_entries(_job(tmp_path, x509userproxy="x509gone"))
+
+
 def test_input_lands_flat_in_the_sandbox(tmp_path: Path) -> None:
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "x").write_text("x")

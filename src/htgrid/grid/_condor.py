@@ -82,6 +82,7 @@ class CondorJob(CondorJobBase):
             _S.STAGE_IN: self._stage_in,
             _S.POLL_ACTIVE: self._poll_active,
             _S.SUBMITTED: self._submitted,
+            _S.REFRESH_PROXY: self._refresh_proxy,
             _S.HOLD_REMOTE: self._hold_remote,
             _S.RELEASE_REMOTE: self._release_remote,
             _S.STAGE_OUT: self._stage_out,
@@ -251,6 +252,7 @@ class CondorJob(CondorJobBase):
         # The ad the submit sent, not a second one built (after a restart there is none).
         remote_ad = self.submitted_ad or self._remote_ad(self.tag)
         stage_ad = build_stage_in_ad(remote_ad, self.ad, self.grid_id)
+        proxy = await self._proxy_mtime()  # before the upload reads it
         result = await self._remote("CONDOR_JOB_STAGE_IN", repr(stage_ad))
         if isinstance(result, str):
             too_large = result.startswith(INPUT_TOO_LARGE)  # no retry fits it, whatever it says
@@ -264,6 +266,7 @@ class CondorJob(CondorJobBase):
             )
             return _E.STAGE_FAILED
         self.staged_in = True
+        self.proxy_sent = proxy
         self.submitted_ad = None
         # The upload released it there: a hold the next poll shows is a new one.
         self.remote_state = int(JobStatus.IDLE)
@@ -313,6 +316,11 @@ class CondorJob(CondorJobBase):
                 event = await self._on_status(self.remote)
                 if event is not None:
                     return event
+                # Looked at with each poll's news, as HTCondor's grid manager looks at the
+                # proxy it watches: renewed here, it goes to the remote copy.
+                mtime = await self._proxy_mtime()
+                if mtime is not None and mtime != self.proxy_sent:
+                    return _E.PROXY_NEWER
                 continue
             if self._missing:
                 self._missing = False
@@ -320,6 +328,30 @@ class CondorJob(CondorJobBase):
             if self.status is JobStatus.HELD:
                 return _E.BOTH_HELD if self.remote_state == JobStatus.HELD else _E.LOCAL_HELD
             await self.wait()
+
+    async def _refresh_proxy(self) -> CondorEvent:
+        """CONDOR_JOB_REFRESH_PROXY: the job's X.509 proxy file changed here; send it.
+
+        A refusal is not retried until the file changes again (a request per poll for
+        every job would be the cost), and the job runs on with the proxy it has there.
+        """
+        assert self.grid_id is not None
+        proxy = self._proxy_path()
+        mtime = await self._proxy_mtime()
+        if proxy is None or mtime is None:
+            return _E.REFRESHED  # gone meanwhile: nothing to send
+        result = await self._remote("CONDOR_JOB_REFRESH_PROXY", self.grid_id.remote, proxy)
+        self.proxy_sent = mtime
+        if isinstance(result, str):
+            log.warning(
+                "job %s: could not send its renewed proxy to %s: %s",
+                self.job_id,
+                self._where(),
+                result,
+            )
+            return _E.CALL_FAILED
+        log.info("job %s: renewed proxy %s sent to %s", self.job_id, proxy, self._where())
+        return _E.REFRESHED
 
     async def _on_status(self, status: RemoteJob) -> CondorEvent | None:
         """ProcessRemoteAd: mirror the remote job into the local one; an event if it moved."""

@@ -360,6 +360,9 @@ def build_remote_ad(
     inputs = _inputs(_literal(ad, "TransferInput"))
     if inputs:
         out["TransferInput"] = ",".join(os.path.basename(item.rstrip("/")) for item in inputs)
+    proxy = as_str(_literal(ad, "x509userproxy"))
+    if proxy:  # staged in with the input, as HTCondor's file transfer adds it
+        out["x509userproxy"] = os.path.basename(proxy)
     out["Iwd"] = iwd
     out["SUBMIT_Iwd"] = iwd
     out.update(_BORN)
@@ -394,17 +397,18 @@ _STAGE_IN_ATTRS: Final = (
     "SUBMIT_In",
     "TransferIn",
     "TransferInput",
+    "x509userproxy",
 )
 
 
 def build_stage_in_ad(remote_ad: ClassAd, local: ClassAd, job_id: CondorJobId) -> ClassAd:
     """The CONDOR_JOB_STAGE_IN ad: the remote job's ids and where its input files are.
 
-    The GAHP reads the files this ad names (Cmd, In, TransferInput) and sends them under
-    their base names; here they are the local absolute paths. Only the attributes the
-    stage in reads travel, as values: the whole ad went with the submit, and a thousand
-    stage-ins of whole ads cost both sides more than the files did (the GAHP takes a
-    whole ad as well, as HTCondor's grid manager sends it).
+    The GAHP reads the files this ad names (Cmd, In, TransferInput, x509userproxy) and
+    sends them under their base names; here they are the local absolute paths. Only the
+    attributes the stage in reads travel, as values: the whole ad went with the submit,
+    and a thousand stage-ins of whole ads cost both sides more than the files did (the
+    GAHP takes a whole ad as well, as HTCondor's grid manager sends it).
     """
     out = ClassAd()
     for name in _STAGE_IN_ATTRS:
@@ -423,6 +427,9 @@ def build_stage_in_ad(remote_ad: ClassAd, local: ClassAd, job_id: CondorJobId) -
     inputs = _inputs(_literal(local, "TransferInput"))
     if inputs:
         out["TransferInput"] = ",".join(_local_path(item, iwd) for item in inputs)
+    proxy = as_str(_literal(local, "x509userproxy"))
+    if proxy:
+        out["x509userproxy"] = _local_path(proxy, iwd)
     return out
 
 

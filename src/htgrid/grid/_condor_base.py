@@ -8,8 +8,10 @@ text, the wait while the remote schedd is down, the back-off after a failed call
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import os
 import re
 from collections.abc import Callable
 
@@ -27,7 +29,7 @@ from htgrid.grid._condor_resource import CondorResource, RemoteCallFailed, is_do
 from htgrid.grid._condor_table import INITIAL, TERMINAL, CondorEvent, CondorState, next_state
 from htgrid.grid._errors import GahpUnavailable
 from htgrid.grid._job import GridJob, Services, format_time
-from htgrid.grid._values import as_int
+from htgrid.grid._values import as_int, as_str
 from htgrid.queue import JobId, JobNotFound, JobStatus
 
 __all__ = ["INPUT_TOO_LARGE", "OUTPUT_TOO_LARGE", "CondorJobBase", "is_transient"]
@@ -68,6 +70,9 @@ class CondorJobBase(GridJob[CondorState, CondorEvent]):
         self.remote_gone = False
         self.last_error: str | None = None
         self.staged_in = False
+        #: The mtime of the X.509 proxy file the remote copy has. None: not known (after
+        #: a restart), so a running job's proxy is sent once more.
+        self.proxy_sent: float | None = None
         #: The ad the submit sent, for the stage in (None after a restart: built again).
         self.submitted_ad: ClassAd | None = None
         self._fresh = False
@@ -203,6 +208,24 @@ class CondorJobBase(GridJob[CondorState, CondorEvent]):
         while self._removed() is None and (left := end - self.clock.monotonic()) > 0:
             await self.wait(left)
         return _E.CALL_FAILED
+
+    def _proxy_path(self) -> str | None:
+        """The job's X.509 proxy file (x509userproxy, from its Iwd), if it has one."""
+        proxy = as_str(self.ad.get("x509userproxy"))
+        if not proxy:
+            return None
+        iwd = as_str(self.ad.get("Iwd")) or "/"
+        return os.path.join(iwd, proxy)
+
+    async def _proxy_mtime(self) -> float | None:
+        """When the job's proxy file last changed (None: no proxy, or none readable)."""
+        path = self._proxy_path()
+        if path is None:
+            return None
+        try:
+            return (await asyncio.to_thread(os.stat, path)).st_mtime
+        except OSError:
+            return None
 
     async def _remote(self, command: str, *args: str) -> tuple[str, ...] | str:
         """A command's result fields, or the error text when it failed."""

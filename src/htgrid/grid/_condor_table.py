@@ -58,6 +58,9 @@ goes back to POLL_ACTIVE.
     SUBMITTED       LOCAL_HELD          HOLD_REMOTE
     SUBMITTED       BOTH_HELD           DELETE
     SUBMITTED       LOCAL_REMOVED       CANCEL
+    SUBMITTED       PROXY_NEWER         REFRESH_PROXY
+    REFRESH_PROXY   REFRESHED           SUBMITTED
+    REFRESH_PROXY   CALL_FAILED         SUBMITTED
     HOLD_REMOTE     HELD_THERE          DELETE
     HOLD_REMOTE     CALL_FAILED         HOLD_REMOTE
     HOLD_REMOTE     LOCAL_RELEASED      POLL_ACTIVE
@@ -109,6 +112,7 @@ class CondorState(enum.Enum):
     STAGE_IN = "stage_in"  # CONDOR_JOB_STAGE_IN: the input sandbox; the remote releases it
     POLL_ACTIVE = "poll_active"  # this one job's status, asked directly
     SUBMITTED = "submitted"  # the resource's bulk poll reports on it
+    REFRESH_PROXY = "refresh_proxy"  # CONDOR_JOB_REFRESH_PROXY: the X.509 proxy, renewed here
     HOLD_REMOTE = "hold_remote"  # held here: CONDOR_JOB_HOLD there
     RELEASE_REMOTE = "release_remote"  # released here: CONDOR_JOB_RELEASE there
     STAGE_OUT = "stage_out"  # CONDOR_JOB_STAGE_OUT: the output back into the local Iwd
@@ -164,6 +168,8 @@ class CondorEvent(enum.Enum):
     CLEARED = "cleared"
     LOCAL_HELD = "local_held"
     LOCAL_REMOVED = "local_removed"
+    PROXY_NEWER = "proxy_newer"
+    REFRESHED = "refreshed"
 
 
 _S = CondorState
@@ -229,7 +235,9 @@ TRANSITIONS: Final[Mapping[CondorState, Mapping[CondorEvent, CondorState]]] = {
         _E.LOCAL_HELD: _S.HOLD_REMOTE,
         _E.BOTH_HELD: _S.DELETE,
         _E.LOCAL_REMOVED: _S.CANCEL,
+        _E.PROXY_NEWER: _S.REFRESH_PROXY,
     },
+    _S.REFRESH_PROXY: {_E.REFRESHED: _S.SUBMITTED, _E.CALL_FAILED: _S.SUBMITTED},
     _S.HOLD_REMOTE: {
         _E.HELD_THERE: _S.DELETE,
         _E.CALL_FAILED: _S.HOLD_REMOTE,

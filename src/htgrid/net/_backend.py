@@ -67,6 +67,10 @@ class QueueBackend(Protocol):
         the job's spool directory; release it if it was spooling."""
         ...
 
+    async def put_proxy(self, identity: Identity, job_id: JobId, data: bytes) -> None:
+        """Replace the spooled job's X.509 proxy file with `data`."""
+        ...
+
     async def put_inputs(
         self, identity: Identity, body: AsyncIterable[bytes], length: int | None
     ) -> dict[JobId, HTGridError | None]:

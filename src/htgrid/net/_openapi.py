@@ -72,6 +72,11 @@ SCHEMAS: Final[dict[str, dict[str, Any]]] = {
             "attrs": {"type": "object", "additionalProperties": {"type": "string"}},
         },
     },
+    "Proxy": {
+        "type": "string",
+        "format": "binary",
+        "description": "an X.509 proxy file (PEM: the proxy's certificate first), at most 1 MiB",
+    },
     "Tar": {
         "type": "string",
         "format": "binary",
@@ -136,8 +141,11 @@ def _ref(name: str) -> dict[str, Any]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
+_MEDIA: Final = {"Tar": "application/x-tar", "Proxy": "application/x-pem-file"}
+
+
 def _json(name: str, media: str | None = None) -> dict[str, Any]:
-    media = media or ("application/x-tar" if name == "Tar" else "application/json")
+    media = media or _MEDIA.get(name, "application/json")
     return {"content": {media: {"schema": _ref(name)}}}
 
 

@@ -45,6 +45,7 @@ __all__ = [
     "job_id_of",
     "put_input",
     "put_inputs",
+    "put_proxy",
     "update_leases",
 ]
 
@@ -77,6 +78,24 @@ async def put_input(call: _Call) -> Response:
     length = _tar_length(call)
     ids = await call.backend.put_input(call.identity, job_id, call.request.stream(), length)
     return JSONResponse({"jobs": [str(i) for i in ids]})
+
+
+#: The largest proxy file taken (a proxy and its chain are a few KiB).
+MAX_PROXY_BYTES: Final = 1 << 20
+
+
+async def put_proxy(call: _Call) -> Response:
+    """A spooled job's renewed X.509 proxy (the body: the PEM file)."""
+    job_id = job_id_of(call)
+    data = bytearray()
+    async for chunk in call.request.stream():
+        data += chunk
+        if len(data) > MAX_PROXY_BYTES:
+            raise BadRequest(f"a proxy file is at most {MAX_PROXY_BYTES} bytes")
+    if not data:
+        raise BadRequest("the body is empty: it must be the job's X.509 proxy file")
+    await call.backend.put_proxy(call.identity, job_id, bytes(data))
+    return JSONResponse({"jobs": [str(job_id)]})
 
 
 async def put_inputs(call: _Call) -> Response:

@@ -35,6 +35,7 @@ from htgrid.net._sandbox_routes import (
     job_id_of,
     put_input,
     put_inputs,
+    put_proxy,
     update_leases,
 )
 from htgrid.net._wire import Jobs, ad_from_json, ads_json, loads
@@ -212,6 +213,9 @@ ROUTES: tuple[RouteSpec, ...] = (
               "Unpack one tar of several jobs' inputs (top-level directories named by job "
               "id) into their spool directories; the spooling ones are then released. "
               "Each job's outcome on its own", put_inputs, body="Tar", returns="Staged"),
+    RouteSpec("PUT", "/v1/jobs/{job_id}/proxy", "put_proxy",
+              "Replace a spooled job's X.509 proxy file (CONDOR_JOB_REFRESH_PROXY)",
+              put_proxy, body="Proxy"),
     RouteSpec("GET", "/v1/jobs/{job_id}/output", "get_output",
               "The job's output sandbox as a tar", get_output, returns="Tar"),
     RouteSpec("POST", "/v1/jobs/output", "get_outputs",

@@ -132,6 +132,9 @@ class LaunchSpec:
 
         env = job_environment(ad)
         env[MARKER] = f"{marker}:{job_id}"
+        proxy = ad.get("x509userproxy")
+        if isinstance(proxy, str) and proxy:  # as HTCondor's starter tells the job
+            env["X509_USER_PROXY"] = os.path.join(iwd, proxy)
         kill = signal_of(ad.get("KillSig"), signal.SIGTERM)
         vacate = ad.get("JobMaxVacateTime")
         if not isinstance(vacate, (int, float)) or isinstance(vacate, bool) or vacate < 0:

@@ -17,7 +17,7 @@ import copy
 import functools
 import time
 from collections.abc import AsyncIterable, Awaitable, Callable, Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, Final
 
 from htgrid.classad import ClassAd
@@ -43,8 +43,10 @@ from htgrid.schedd._spool import (
     output_files,
     pack_output,
     pack_outputs,
+    proxy_expiration,
     read_batch,
     receive_input,
+    replace_proxy,
     unpack_input,
     unpack_members,
 )
@@ -347,6 +349,31 @@ class QueueService:
         if job_id in self._staging:
             return InvalidTransition(f"job {job_id}: another upload of its input is under way")
         return None
+
+    async def put_proxy(self, identity: Identity, job_id: JobId, data: bytes) -> None:
+        """The job's renewed X.509 proxy (CONDOR_JOB_REFRESH_PROXY's remote part) in the
+        place of the one its input brought into its spool directory; its expiration (the
+        first certificate's) as x509UserProxyExpiration."""
+        ad = await self._owned(identity, job_id, "refresh the proxy of")
+        proxy = ad.get("x509userproxy")
+        name = PurePosixPath(proxy).name if isinstance(proxy, str) else ""
+        if name in ("", ".", ".."):
+            raise InvalidTransition(f"job {job_id} has no x509userproxy: no proxy to refresh")
+        status = JobStatus(ad.get("JobStatus", JobStatus.IDLE))
+        if status in (JobStatus.COMPLETED, JobStatus.REMOVED):
+            raise InvalidTransition(f"job {job_id} is {status.label}: its proxy is not used")
+        sandbox = self._spool(*_ids(job_id))
+        if ad.get("Iwd") != str(sandbox):
+            # Only a spooled job's own directory is the daemon's to write in.
+            raise InvalidTransition(
+                f"job {job_id}'s input was not spooled here: its proxy {proxy} is not in "
+                "a spool directory"
+            )
+        await asyncio.to_thread(replace_proxy, sandbox, name, data, sync=self._fsync)
+        expiration = proxy_expiration(data)
+        if expiration is not None:
+            attrs = {"x509UserProxyExpiration": expiration}
+            await self._worker.write(lambda q: q.update(job_id, attrs), client=True)
 
     async def get_output(self, identity: Identity, job_id: JobId) -> BinaryIO:
         ad = await self._owned(identity, job_id, "fetch the output of")

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Final
 
+from cryptography import x509
+
 from htgrid.classad import ClassAd
 from htgrid.net._errors import BadRequest, SandboxTooLarge
 
@@ -49,8 +51,10 @@ __all__ = [
     "output_files",
     "pack_output",
     "pack_outputs",
+    "proxy_expiration",
     "read_batch",
     "receive_input",
+    "replace_proxy",
     "unpack_input",
     "unpack_members",
 ]
@@ -157,14 +161,37 @@ def _read_manifest(sandbox: Path) -> Manifest:
     return {str(k): (int(v[0]), int(v[1])) for k, v in raw.items()}
 
 
-def _write_atomic(path: Path, data: bytes, sync: bool = True) -> None:
+def _write_atomic(path: Path, data: bytes, sync: bool = True, mode: int = 0o666) -> None:
+    """`data` written whole beside `path` (`mode`, less the umask), then renamed over it."""
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}")
-    with open(tmp, "wb") as out:
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as out:
         out.write(data)
         out.flush()
         if sync:
             os.fsync(out.fileno())
     os.replace(tmp, path)
+
+
+def replace_proxy(sandbox: Path, name: str, data: bytes, *, sync: bool) -> None:
+    """`data` in the place of the sandbox's file `name` (a job's renewed X.509 proxy):
+    written whole, mode 0600, then renamed over the old one; noted as uploaded, so it
+    does not go back as output."""
+    target = _directory(sandbox, PurePosixPath(name).parent) / PurePosixPath(name).name
+    _write_atomic(target, data, sync, mode=0o600)
+    manifest = _read_manifest(sandbox)
+    st = os.lstat(target)
+    manifest[name] = (st.st_size, st.st_mtime_ns)
+    _write_atomic(manifest_path(sandbox), json.dumps(manifest).encode(), sync)
+
+
+def proxy_expiration(data: bytes) -> int | None:
+    """When an X.509 proxy file's first certificate (the proxy's own) expires, in epoch
+    seconds; None when the file holds no PEM certificate."""
+    try:
+        cert = x509.load_pem_x509_certificate(data)
+    except ValueError:
+        return None
+    return int(cert.not_valid_after_utc.timestamp())
 
 
 def _scratch_file(directory: Path | None) -> BinaryIO:

@@ -17,6 +17,7 @@ daemon's TLS API as a token's holder would; `trust` lets one pool's users reach 
 
 from __future__ import annotations
 
+import datetime
 import io
 import os
 import signal
@@ -26,13 +27,18 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import TypeVar
 
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
 from htgrid.net import ScheddClient
 from htgrid.schedd._config import CONFIG_NAME, ScheddConfig
 from htgrid.schedd._control import DaemonInfo, _alive, start, stop
 from htgrid.schedd._launch import family_marker, kill_leftovers
 from htgrid.startd._config import StartdConfig
 
-__all__ = ["QUEUE_ONLY", "WHOLE_POOL", "PersonalPool", "run_cli", "wait_for"]
+__all__ = ["QUEUE_ONLY", "WHOLE_POOL", "PersonalPool", "proxy_pem", "run_cli", "wait_for"]
 
 QUEUE_ONLY = ("MASTER", "SCHEDD")
 WHOLE_POOL = ("MASTER", "SCHEDD", "COLLECTOR", "NEGOTIATOR", "STARTD", "GRIDMANAGER")
@@ -188,3 +194,25 @@ class PersonalPool:
             # Jobs of a killed daemon keep running; a test must not leave them behind.
             kill_leftovers(family_marker(self.config.home))
             kill_leftovers(family_marker(StartdConfig.load(self.home).execute_dir))
+
+
+def proxy_pem(expires: int) -> bytes:
+    """A proxy-like file: a certificate valid until `expires` (epoch s), then its key."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "alice proxy")])
+    until = datetime.datetime.fromtimestamp(expires, datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(until - datetime.timedelta(days=1))
+        .not_valid_after(until)
+        .sign(key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM) + key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )

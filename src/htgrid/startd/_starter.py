@@ -263,6 +263,9 @@ class Starter:
             cwd, exe = iwd, os.path.join(iwd, cmd)
             stdin, stdout, stderr = where("In", False), where("Out", False), where("Err", False)
         env = job_environment(job)
+        proxy = job.get("x509userproxy")
+        if isinstance(proxy, str) and proxy:
+            env["X509_USER_PROXY"] = where("x509userproxy", True)
         cpus = str(claim.resources.cpus)
         env.update(dict.fromkeys(_THREAD_VARS, cpus))
         env.update(

@@ -117,6 +117,9 @@ def input_entries(job: ClassAd, spooled: Path | None = None) -> list[tuple[str, 
             entries.extend((child.name, child) for child in sorted(path.iterdir()))
         else:
             entries.append((PurePosixPath(item.rstrip("/")).name, path))
+    proxy = _text(job, "x509userproxy")
+    if proxy:  # HTCondor's file transfer sends the job's X.509 proxy with its input
+        entries.append((PurePosixPath(proxy).name, iwd / proxy))
     for _, path in entries:
         if not path.exists():
             raise _missing(path, "input", HoldReasonCode.TransferInputError)

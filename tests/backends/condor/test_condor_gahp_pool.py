@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
+from pathlib import Path
 
 import htgrid.classad as classad
 from htgrid.backends.condor._http import RemoteSettings
-from htgrid.backends.condor.server import CondorGahp, CondorOptions
+from htgrid.backends.condor.server import MAX_PROXY_BYTES, CondorGahp, CondorOptions
 from htgrid.gahp import Call, Credentials
 
 from .conftest import SCHEDD_NAME, RemotePool
@@ -47,3 +49,39 @@ def test_200_status_requests_in_flight_share_one_pool(remote: RemotePool) -> Non
         assert isinstance(classad.ClassAd(text)["ServerTime"], int)
     # The collector and the one schedd: every request reused the schedd's client.
     assert pools == 2
+
+
+def test_refresh_proxy_says_what_failed(remote: RemotePool, tmp_path: Path) -> None:
+    """CONDOR_JOB_REFRESH_PROXY sends the file to the remote schedd; an unreadable file, a
+    file too large to be a proxy and a job that has no proxy there each fail with why."""
+    options = CondorOptions(
+        remote=RemoteSettings(pool=remote.collector, ca_files=(str(remote.ca_file),)),
+        token_dirs=(remote.tokens_dir,),
+    )
+    proxy, huge = tmp_path / "x509up", tmp_path / "huge"
+    proxy.write_bytes(b"renewed")
+    huge.write_bytes(b"x" * (MAX_PROXY_BYTES + 1))
+
+    async def scenario() -> list[Sequence[str]]:
+        gahp = CondorGahp(options)
+        try:
+            submitted = await gahp.submit(
+                Call("CONDOR_JOB_SUBMIT", 1, (SCHEDD_NAME, '[ Cmd = "/bin/true" ]'), Credentials())
+            )
+            assert submitted[0] == "S", submitted
+            job = submitted[1]
+            return [
+                await gahp.refresh_proxy(
+                    Call(
+                        "CONDOR_JOB_REFRESH_PROXY", n, (SCHEDD_NAME, job, str(path)), Credentials()
+                    )
+                )
+                for n, path in enumerate((tmp_path / "missing", huge, proxy), start=2)
+            ]
+        finally:
+            await gahp.aclose()
+
+    missing, too_large, no_proxy_there = asyncio.run(scenario())
+    assert missing[0] == "F" and "cannot read" in missing[1] and "missing" in missing[1]
+    assert too_large[0] == "F" and "not a proxy" in too_large[1]
+    assert no_proxy_there[0] == "F" and "no x509userproxy" in no_proxy_there[1]

@@ -91,7 +91,8 @@ def _split_list(text: str) -> list[str]:
 
 
 def input_files(ad: classad.ClassAd) -> list[InputFile]:
-    """What a stage-in sends: the executable, stdin and TransferInput, by their names."""
+    """What a stage-in sends: the executable, stdin, TransferInput and the job's X.509
+    proxy (as HTCondor's file transfer adds it), by their names."""
     iwd = _iwd(ad, "input files")
     wanted: list[tuple[str, str]] = []  # (where it comes from, local name)
     cmd = _text(ad, "SUBMIT_Cmd") or _text(ad, "Cmd")
@@ -104,6 +105,9 @@ def input_files(ad: classad.ClassAd) -> list[InputFile]:
         if "://" in entry:
             raise SandboxError(f"TransferInput entry {entry!r}: URL transfers are not supported")
         wanted.append(("TransferInput", entry))
+    proxy = _text(ad, "x509userproxy")
+    if proxy is not None:
+        wanted.append(("x509userproxy", proxy))
     files: list[InputFile] = []
     seen: dict[str, str] = {}
     for attr, local in wanted:

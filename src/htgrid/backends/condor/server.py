@@ -40,7 +40,7 @@ import re
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Final
 
 import htgrid.classad as classad
 from htgrid.backends.condor import _adjson as adjson
@@ -369,16 +369,26 @@ class CondorGahp:
         return await self.stage_outs.fetch(schedd, call.args[1])
 
     async def refresh_proxy(self, call: Call) -> Sequence[str]:
-        """CONDOR_JOB_REFRESH_PROXY: htgrid's remote queue takes no X.509 proxies.
-
-        The remote side authenticates the GAHP by token, not by a delegated proxy, so
-        there is nothing to send; the file is still checked, so a grid manager pointing
-        at a proxy that is gone hears about it.
-        """
-        path = Path(call.args[2])
-        readable = await asyncio.to_thread(_readable, path)
-        if not readable:
-            return ("F", f"Error refreshing proxy for job {call.args[1]}: cannot read {path}")
+        """CONDOR_JOB_REFRESH_PROXY: the job's renewed X.509 proxy file, sent to take the
+        place of the one its input brought (PUT /v1/jobs/{c.p}/proxy)."""
+        schedd = await self._schedd(call)
+        job_id, path = call.args[1], Path(call.args[2])
+        failed = f"Error refreshing proxy for job {job_id}"
+        try:
+            data = await asyncio.to_thread(_read_proxy, path)
+        except OSError as exc:
+            return ("F", f"{failed}: cannot read {path}: {exc.strerror or exc}")
+        if data is None:
+            return ("F", f"{failed}: {path} is over {MAX_PROXY_BYTES} bytes: not a proxy")
+        try:
+            await schedd.request(
+                "PUT",
+                f"/v1/jobs/{job_id}/proxy",
+                content=data,
+                headers={"content-type": "application/x-pem-file"},
+            )
+        except RemoteRefusal as err:
+            return ("F", f"{failed}: {err}")
         return ("S", "NULL")
 
 
@@ -409,12 +419,15 @@ def _edit_attrs(ad: classad.ClassAd) -> dict[str, str]:
     return {name: str(ad.lookup(name)) for name in ad}
 
 
-def _readable(path: Path) -> bool:
-    try:
-        with path.open("rb"):
-            return True
-    except OSError:
-        return False
+#: The largest proxy file sent (a proxy and its chain are a few KiB).
+MAX_PROXY_BYTES: Final = 1 << 20
+
+
+def _read_proxy(path: Path) -> bytes | None:
+    """The file's bytes, None when it is too large to be a proxy (OSError if unreadable)."""
+    with path.open("rb") as file:
+        data = file.read(MAX_PROXY_BYTES + 1)
+    return None if len(data) > MAX_PROXY_BYTES else data
 
 
 def _act_error(action: str, err: RemoteRefusal) -> str:

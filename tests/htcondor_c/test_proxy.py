@@ -1,0 +1,70 @@
+"""A job's X.509 proxy across HTCondor-C: it goes to B with the input, the job there finds
+it in X509_USER_PROXY, and a proxy renewed on A follows it there while it runs
+(CONDOR_JOB_REFRESH_PROXY)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from htgrid.queue import JobStatus
+from htgrid.schedd.testing import PersonalPool, proxy_pem, wait_for
+
+from ._pools import ad_of, remote_id, submit
+
+# The job keeps what it first found, waits (at most 60 s) for the file to change, then
+# keeps the new one: both come back with its output.
+_SCRIPT = """cat in.txt
+cp "$X509_USER_PROXY" first.pem
+n=0
+while cmp -s "$X509_USER_PROXY" first.pem && [ $n -lt 300 ]; do sleep 0.2; n=$((n + 1)); done
+cp "$X509_USER_PROXY" second.pem
+echo "$X509_USER_PROXY"
+"""
+
+
+@pytest.mark.timeout(300)
+def test_the_proxy_goes_with_the_job_and_a_renewed_one_follows_it(
+    pools: tuple[PersonalPool, PersonalPool], tmp_path: Path
+) -> None:
+    a, b = pools
+    work = tmp_path / "work"
+    work.mkdir()
+    proxy = work / "x509up_test"
+    first, renewed = proxy_pem(2_000_000_000), proxy_pem(2_100_000_000)
+    proxy.write_bytes(first)
+    proxy.chmod(0o600)
+    job = submit(a, b, work, extra=f"x509userproxy = {proxy}\n", body=_SCRIPT)
+    # Running on B: the job has its first proxy by now.
+    wait_for(
+        lambda: (ad := ad_of(a, job)) and ad.get("JobStatus") == JobStatus.RUNNING,
+        timeout=120,
+        what="the job running on B",
+    )
+    remote = remote_id(ad_of(a, job) or {})
+    wait_for(
+        lambda: (ad := ad_of(b, remote)) and ad.get("JobStatus") == JobStatus.RUNNING,
+        timeout=30,
+        what="B's copy running",
+    )
+
+    proxy.write_bytes(renewed)
+    later = proxy.stat().st_mtime + 5  # a change the grid manager cannot miss
+    os.utime(proxy, (later, later))
+
+    done = wait_for(
+        lambda: (ad := ad_of(a, job)) and ad.get("JobStatus") == JobStatus.COMPLETED and ad,
+        timeout=120,
+        what="the job to complete on A",
+    )
+    assert done["ExitCode"] == 0
+    assert (work / "first.pem").read_bytes() == first
+    assert (work / "second.pem").read_bytes() == renewed
+    out = (work / "out.txt").read_text().splitlines()
+    assert out[0] == "from A"
+    assert out[1].endswith("/x509up_test") and out[1] != str(proxy)  # B's copy, in its spool
+    assert proxy.read_bytes() == renewed  # not overwritten by what came back
+    b_ad = ad_of(b, remote) or {}
+    assert b_ad.get("x509UserProxyExpiration") == 2_100_000_000
