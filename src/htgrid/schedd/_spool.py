@@ -173,10 +173,10 @@ def _write_atomic(path: Path, data: bytes, sync: bool = True, mode: int = 0o666)
 
 
 def replace_proxy(sandbox: Path, name: str, data: bytes, *, sync: bool) -> None:
-    """`data` in the place of the sandbox's file `name` (a job's renewed X.509 proxy):
-    written whole, mode 0600, then renamed over the old one; noted as uploaded, so it
-    does not go back as output."""
-    target = _directory(sandbox, PurePosixPath(name).parent) / PurePosixPath(name).name
+    """`data` in the place of the sandbox's file `name`, a base name (a job's renewed
+    X.509 proxy): written whole, mode 0600, then renamed over the old one (a link there
+    is replaced, not followed); noted as uploaded, so it does not go back as output."""
+    target = sandbox / name
     _write_atomic(target, data, sync, mode=0o600)
     manifest = _read_manifest(sandbox)
     st = os.lstat(target)
