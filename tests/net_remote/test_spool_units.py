@@ -1,15 +1,24 @@
-"""The spool's tar handling on its own: what a job left behind cannot redirect a write
-or leak a file."""
+"""The spool's tar and directory handling on its own: what a job left behind cannot
+redirect a write or leak a file; a submit's many directories are made together."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from htgrid.classad import ClassAd
 from htgrid.net import BadRequest
-from htgrid.schedd._spool import pack_output, unpack_input
+from htgrid.schedd._spool import (
+    NO_LIMIT,
+    make_dirs,
+    pack_output,
+    receive_input,
+    unpack_input,
+)
 
 from ._support import tar_of, untar
 
@@ -49,3 +58,40 @@ def test_output_outside_iwd_names_and_links(tmp_path: Path) -> None:
     with pack_output(ad, sandbox, tmp_path) as tar:
         assert untar(tar.read()) == {"in.txt": b"changed", "made.txt": b"made"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["1"]  # the tar had no name
+
+
+@pytest.mark.parametrize("count", [3, 1200])
+def test_missing_spool_directories_are_made_and_existing_ones_kept(
+    tmp_path: Path, count: int
+) -> None:
+    # 1,200 go to `mkdir` processes (at most 500 names each); 3 are made in place.
+    paths = [tmp_path / "spool" / str(1 + i % 2) / str(i) for i in range(count)]
+    paths[1].mkdir(parents=True)
+    (paths[1] / "in.txt").write_text("staged before")
+
+    make_dirs(paths)
+
+    assert all(path.is_dir() for path in paths)
+    assert (paths[1] / "in.txt").read_text() == "staged before"
+
+
+@pytest.mark.parametrize("count", [3, 20])
+def test_a_directory_that_cannot_be_made_is_named(tmp_path: Path, count: int) -> None:
+    (tmp_path / "7").write_text("a file where a cluster's directory should be")
+    paths = [tmp_path / "6" / str(i) for i in range(count - 1)] + [tmp_path / "7" / "0"]
+
+    with pytest.raises(OSError, match=str(tmp_path / "7")):
+        make_dirs(paths)
+
+
+@pytest.mark.parametrize("size", [100, 3 << 20])
+def test_an_upload_reads_back_whole_in_memory_or_from_a_file(tmp_path: Path, size: int) -> None:
+    data = os.urandom(size)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for start in range(0, size, 64 << 10):
+            yield data[start : start + (64 << 10)]
+
+    body = asyncio.run(receive_input(tmp_path, chunks(), NO_LIMIT, "the input"))
+    with body:
+        assert body.read() == data

@@ -40,6 +40,7 @@ from htgrid.schedd._spool import (
     NO_LIMIT,
     BatchInput,
     SizeLimit,
+    make_dirs,
     output_files,
     pack_output,
     pack_outputs,
@@ -173,13 +174,13 @@ class QueueService:
             if not _spooling(get):
                 continue
             sandbox = self._spool(cluster, number)
-            sandbox.mkdir(parents=True, exist_ok=True)
             made.append(sandbox)
             if "SUBMIT_Iwd" not in proc and "SUBMIT_Iwd" not in ad:
                 iwd = get("Iwd")
                 if isinstance(iwd, str):
                     proc["SUBMIT_Iwd"] = iwd
             proc["Iwd"] = str(sandbox)
+        make_dirs(made)
         return made
 
     async def query(
@@ -304,10 +305,17 @@ class QueueService:
 
             def unpack() -> dict[JobId, HTGridError]:
                 failed: dict[JobId, HTGridError] = {}
-                for job_id in mine:
+                sandboxes = {job_id: self._spool(*_ids(job_id)) for job_id in mine}
+                try:  # made at the submit; again if a spool sweep took one meanwhile
+                    make_dirs(list(sandboxes.values()))
+                except OSError as exc:
+                    problem = HTGridError(f"cannot make the spool directories: {exc}")
+                    return dict.fromkeys(mine, problem)
+                for job_id, sandbox in sandboxes.items():
+                    members = batch.members[str(job_id)]
+                    if not members:
+                        continue  # an empty sandbox: nothing to write
                     try:
-                        members = batch.members[str(job_id)]
-                        sandbox = self._spool(*_ids(job_id))
                         unpack_members(batch.tar, members, sandbox, sync=self._fsync)
                     except HTGridError as exc:
                         failed[job_id] = exc
