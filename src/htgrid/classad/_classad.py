@@ -71,6 +71,12 @@ class ClassAd(MutableMapping[str, Any]):
                 self[key] = value
             return
         if isinstance(input, str):
+            from htgrid.classad._prefix import read_entries
+
+            entries = read_entries(input)
+            if entries is not None:
+                self._attrs = entries
+                return
             from htgrid.classad._parser import parse_new_ad
 
             for name, node in parse_new_ad(input).attrs:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["BLANK", "piece_attr", "split_attrs", "split_pieces"]
+__all__ = ["BLANK", "piece_attr", "pieces_from", "split_attrs", "split_pieces"]
 
 _PIECES: Final = re.compile(
     r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|[\[\]{}();]|[^"\'\[\]{}();]+', re.S
@@ -29,16 +29,30 @@ def split_pieces(text: str) -> list[str] | None:
     body = text.strip()
     if not (body.startswith("[") and body.endswith("]")) or "/*" in body or "//" in body:
         return None
-    chunks = _PIECES.findall(body, 1, len(body) - 1)
-    if sum(map(len, chunks)) != len(body) - 2:
-        return None  # an unterminated string or quoted name: nothing matched some of it
+    found = pieces_from(body, 1)
+    return None if found is None else found[0]
+
+
+def pieces_from(body: str, start: int) -> tuple[list[str], list[int]] | None:
+    """The pieces of the ad `body` (`[` ... `]`, no comments) from `start`, just after its
+    `[` or after a `;` between two pieces, to its `]`; and for each piece but the last,
+    the offset just after the `;` that ends it. None when unsure.
+
+    Where a piece ends depends only on the text before: two ads whose text is the same up
+    to one of those offsets have the same pieces up to it.
+    """
+    end = len(body) - 1
     pieces: list[str] = []
+    ends: list[int] = []
     current: list[str] = []
     depth = 0
-    for chunk in chunks:
+    at = start
+    for chunk in _PIECES.findall(body, start, end):
+        at += len(chunk)
         first = chunk[0]
         if first == ";" and depth == 0:
             pieces.append("".join(current))
+            ends.append(at)
             current = []
             continue
         if first in _OPEN:
@@ -50,10 +64,12 @@ def split_pieces(text: str) -> list[str] | None:
         elif first == "'" and depth == 0 and not "".join(current).strip():
             return None  # a quoted attribute name: rare, and the parser's business
         current.append(chunk)
+    if at != end:
+        return None  # an unterminated string or quoted name: nothing matched some of it
     if depth != 0:
         return None
     pieces.append("".join(current))
-    return pieces
+    return pieces, ends
 
 
 #: What `piece_attr` gives for a blank piece (`;;`, or a `;` before the `]`).
