@@ -70,6 +70,8 @@ class EventLogs:
     async def grid_submit(
         self, path: str | None, cluster: int, proc: int, when: float, resource: str, job_id: str
     ) -> None:
+        if path is None:  # no log: not even the event (checked when made: 20 µs a job)
+            return
         event = GridSubmitEvent(
             cluster=cluster, proc=proc, timestamp=when, grid_resource=resource, grid_job_id=job_id
         )
@@ -122,6 +124,8 @@ class EventLogs:
     async def resource(
         self, path: str | None, cluster: int, proc: int, when: float, resource: str, *, up: bool
     ) -> None:
+        if path is None:
+            return
         kind = GridResourceUpEvent if up else GridResourceDownEvent
         await self.append(
             path, kind(cluster=cluster, proc=proc, timestamp=when, grid_resource=resource)
@@ -131,5 +135,7 @@ class EventLogs:
         self, path: str | None, cluster: int, proc: int, when: float, *, known: bool
     ) -> None:
         """030 (the remote status is known again) or 029 (it is not)."""
+        if path is None:
+            return
         kind = JobStatusKnownEvent if known else JobStatusUnknownEvent
         await self.append(path, kind(cluster=cluster, proc=proc, timestamp=when))
