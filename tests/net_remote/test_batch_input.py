@@ -77,6 +77,21 @@ def test_jobs_with_empty_and_with_full_sandboxes_in_one_batch_are_all_released(
         assert ad["Iwd"] == str(spool_dir(pool, job))
 
 
+def test_a_job_whose_spool_directory_cannot_be_made_is_refused_alone(
+    pool: PersonalPool, alice: ScheddClient
+) -> None:
+    jobs = [submit(alice, **SPOOLING) for _ in range(10)]
+    blocked = jobs[3]
+    spool_dir(pool, blocked).rmdir()
+    spool_dir(pool, blocked).write_text("a file where the job's directory should be")
+
+    answers = outcome(put_inputs(pool, "alice", tar_of({f"{j}/in.txt": b"x" for j in jobs})))
+
+    assert str(spool_dir(pool, blocked)) in answers.pop(str(blocked))["detail"]
+    assert answers == {str(j): "ok" for j in jobs if j != blocked}
+    assert alice.get(blocked)["JobStatus"] == 5  # still held for its input
+
+
 def test_a_user_cannot_upload_into_another_users_job(
     pool: PersonalPool, alice: ScheddClient, bob: ScheddClient
 ) -> None:
