@@ -29,14 +29,26 @@ echo "$X509_USER_PROXY"
 def test_the_proxy_goes_with_the_job_and_a_renewed_one_follows_it(
     pools: tuple[PersonalPool, PersonalPool], tmp_path: Path
 ) -> None:
-    a, b = pools
+    _renewed_proxy_follows(*pools, tmp_path, "local")
+
+
+@pytest.mark.timeout(300)
+def test_a_renewed_proxy_reaches_the_job_on_an_execute_node_of_b(
+    pools_with_nodes: tuple[PersonalPool, PersonalPool], tmp_path: Path
+) -> None:
+    # B's schedd has the new file in its spool; its shadow hands it to the starter, which
+    # puts it in the job's sandbox in place of the copy the input brought.
+    _renewed_proxy_follows(*pools_with_nodes, tmp_path, "vanilla")
+
+
+def _renewed_proxy_follows(a: PersonalPool, b: PersonalPool, tmp_path: Path, universe: str) -> None:
     work = tmp_path / "work"
     work.mkdir()
     proxy = work / "x509up_test"
     first, renewed = proxy_pem(2_000_000_000), proxy_pem(2_100_000_000)
     proxy.write_bytes(first)
     proxy.chmod(0o600)
-    job = submit(a, b, work, extra=f"x509userproxy = {proxy}\n", body=_SCRIPT)
+    job = submit(a, b, work, extra=f"x509userproxy = {proxy}\n", body=_SCRIPT, universe=universe)
     # Running on B: the job has its first proxy by now.
     wait_for(
         lambda: (ad := ad_of(a, job)) and ad.get("JobStatus") == JobStatus.RUNNING,
@@ -64,7 +76,9 @@ def test_the_proxy_goes_with_the_job_and_a_renewed_one_follows_it(
     assert (work / "second.pem").read_bytes() == renewed
     out = (work / "out.txt").read_text().splitlines()
     assert out[0] == "from A"
-    assert out[1].endswith("/x509up_test") and out[1] != str(proxy)  # B's copy, in its spool
+    # B's copy: in its spool (local universe) or the execute node's sandbox (vanilla).
+    where = b.home / ("execute" if universe == "vanilla" else "spool")
+    assert out[1].endswith("/x509up_test") and Path(out[1]).is_relative_to(where), out[1]
     assert proxy.read_bytes() == renewed  # not overwritten by what came back
     b_ad = ad_of(b, remote) or {}
     assert b_ad.get("x509UserProxyExpiration") == 2_100_000_000

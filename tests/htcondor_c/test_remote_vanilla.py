@@ -7,7 +7,6 @@ in a sandbox of its own with the spooled input, and the output goes back to A.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,23 +14,7 @@ import pytest
 from htgrid.queue import JobStatus
 from htgrid.schedd.testing import PersonalPool, wait_for
 
-from ._pools import ad_of, b_jobs, remote_id, submit, two_pools
-
-B_WHOLE_POOL = ("MASTER", "SCHEDD", "COLLECTOR", "NEGOTIATOR", "STARTD")
-# Quick negotiation cycles and ad updates: the test waits for seconds, not minutes.
-FAST: dict[str, object] = {
-    "NEGOTIATOR_INTERVAL": 2,
-    "NEGOTIATOR_MIN_INTERVAL": 0.1,
-    "NUM_CPUS": 2,
-    "UPDATE_INTERVAL": 5,
-    "SCHEDD_INTERVAL": 1,
-}
-
-
-@pytest.fixture
-def pools_with_nodes(tmp_path: Path) -> Iterator[tuple[PersonalPool, PersonalPool]]:
-    with two_pools(tmp_path, b_daemons=B_WHOLE_POOL, b_config=FAST) as both:
-        yield both
+from ._pools import ad_of, b_jobs, remote_id, submit
 
 
 @pytest.mark.timeout(300)

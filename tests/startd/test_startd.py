@@ -313,3 +313,48 @@ def test_a_claim_is_reused_for_another_job_that_fits_it(tmp_path: Path) -> None:
 
     run_startd(tmp_path / "home", scenario)
     assert (iwd / "second.out").read_text() == "run second\n"
+
+
+def test_a_renewed_proxy_replaces_the_jobs_copy_also_before_its_input_arrives(
+    tmp_path: Path,
+) -> None:
+    iwd = tmp_path / "iwd"
+    iwd.mkdir()
+    (iwd / "x509up").write_bytes(b"the submitted proxy")
+    script(
+        iwd,
+        'cp "$X509_USER_PROXY" first.pem\n'
+        "n=0\n"
+        'while cmp -s "$X509_USER_PROXY" first.pem && [ $n -lt 300 ]; do sleep 0.05; '
+        "n=$((n + 1)); done\n"
+        'cp "$X509_USER_PROXY" second.pem\n',
+    )
+    job = job_ad(iwd, x509userproxy="x509up")
+
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        idle = claim_id()
+        await client.request_claim(idle, job, "s", 60)
+        with pytest.raises(ClaimStateError, match="runs no job"):
+            await client.put_proxy(idle, b"renewed")
+        await client.release(idle)
+
+        cid = claim_id()
+        await client.request_claim(cid, job, "s", 60)
+        status = await client.activate(cid, job)
+        with pytest.raises(StartdProtocolError, match="not empty"):
+            await client.put_proxy(cid, b"")
+        # Renewed while the input (with the submitted proxy in it) is on its way.
+        await client.put_proxy(cid, b"renewed once")
+        pack(input_entries(job), tmp_path / "in.tar", dereference=True)
+        status = await client.send_input(cid, tmp_path / "in.tar")
+        status = await until(client, cid, ClaimState.RUNNING, status)
+        await client.put_proxy(cid, b"renewed twice")
+        status = await until(client, cid, ClaimState.ENDED, status)
+        await client.fetch_output(cid, tmp_path / "out.tar")
+        unpack_output(tmp_path / "out.tar", job)
+        await client.release(cid)
+
+    run_startd(tmp_path / "home", scenario)
+    assert (iwd / "first.pem").read_bytes() == b"renewed once"
+    assert (iwd / "second.pem").read_bytes() == b"renewed twice"
+    assert (iwd / "x509up").read_bytes() == b"the submitted proxy"

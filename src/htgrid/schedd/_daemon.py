@@ -23,12 +23,12 @@ import signal
 import socket
 import time
 from collections.abc import Callable, Coroutine
-from pathlib import Path
 from typing import Any
 
 import uvicorn
 
 from htgrid import __version__
+from htgrid._files import write_atomic
 from htgrid.errors import HTGridError
 from htgrid.net._listen import tcp_listener
 from htgrid.net._peer import PeerCredProtocol, peercred_identity
@@ -174,6 +174,7 @@ class Daemon:
             spool=cfg.job_spool,
             clock=self._clock,
             after_submit=functools.partial(writer.catch_up, client=True),
+            proxy_renewed=shadows.proxy_renewed,
             max_input=SizeLimit("MAX_TRANSFER_INPUT_MB", cfg.max_transfer_input_mb),
             max_output=SizeLimit("MAX_TRANSFER_OUTPUT_MB", cfg.max_transfer_output_mb),
             scratch=cfg.spool,
@@ -295,7 +296,7 @@ class Daemon:
                 raise ScheddError(f"the TLS API server did not start: {serving.exception()!r}")
             await asyncio.sleep(0.01)
         url = f"https://{f'[{host}]' if sock.family == socket.AF_INET6 else host}:{bound}"
-        await asyncio.to_thread(_write_atomic, cfg.url_file, url + "\n")
+        await asyncio.to_thread(write_atomic, cfg.url_file, (url + "\n").encode())
         _log.info("serving the API at %s (trust domain %s)", url, security.trust_domain)
         return server, serving, url
 
@@ -372,9 +373,3 @@ class Daemon:
             _log.error("trimming the change feed failed: %s", exc)
             return
         self._trimmed = upto
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)

@@ -89,6 +89,7 @@ class QueueService:
         spool: Callable[[int, int], Path],
         clock: Callable[[], float] = time.time,
         after_submit: Callable[[], Awaitable[None]] | None = None,
+        proxy_renewed: Callable[[JobId, Path], None] | None = None,
         max_input: SizeLimit = NO_LIMIT,
         max_output: SizeLimit = NO_LIMIT,
         scratch: Path | None = None,
@@ -96,13 +97,15 @@ class QueueService:
     ) -> None:
         """`spool(cluster, proc)` names a job's spool directory; `after_submit` runs
         once a submit of jobs with a user log (UserLog) has committed, before it is
-        answered (the daemon writes their 000 events then); output tars are packed in
+        answered (the daemon writes their 000 events then); `proxy_renewed(job, path)`
+        hears of a job's X.509 proxy renewed in its spool; output tars are packed in
         `scratch` (default: the system's temporary directory); `fsync`: uploaded files
         are synced to disk before the job is released (QUEUE_FSYNC, as the queue)."""
         self._fsync = fsync
         self._max_input, self._max_output, self._scratch = max_input, max_output, scratch
         self._worker = worker
         self._after_submit = after_submit
+        self._proxy_renewed = proxy_renewed
         self._status = status
         self._spool = spool
         self._clock = clock
@@ -419,6 +422,8 @@ class QueueService:
                 "a spool directory"
             )
         await asyncio.to_thread(replace_proxy, sandbox, name, data, sync=self._fsync)
+        if self._proxy_renewed is not None:  # a job running on an execute node gets it too
+            self._proxy_renewed(job_id, sandbox / name)
         expiration = proxy_expiration(data)
         if expiration is not None:
             attrs = {"x509UserProxyExpiration": expiration}

@@ -130,6 +130,17 @@ class ShadowManager:
         task.add_done_callback(functools.partial(self._done, jid, shadow))
         return True
 
+    def proxy_renewed(self, job_id: JobId, proxy: Path) -> None:
+        """The job's X.509 proxy was renewed in its spool (`proxy`): if it runs on an
+        execute node, the node gets the new one too, as HTCondor's shadow hands it to the
+        starter."""
+        shadow = self._shadows.get(job_id)
+        if shadow is None:
+            return
+        task = asyncio.create_task(shadow.forward_proxy(proxy), name=f"proxy of {job_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     def _done(self, jid: JobId, shadow: ShadowRun, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if self._shadows.get(shadow.job_id) is shadow:  # its last job (claims are reused)

@@ -130,6 +130,19 @@ class ShadowRun:
         self.slot_ad = ClassAd()  # the claimed slot, once claimed
         self.resources = Resources(0, 0, 0)
 
+    async def forward_proxy(self, proxy: Path) -> None:
+        """Hand the job on the claim its renewed X.509 proxy (the spooled file `proxy`);
+        logged when it cannot (the job then keeps the copy it has)."""
+        try:
+            data = await asyncio.to_thread(proxy.read_bytes)
+            await self.client.put_proxy(self.claim_id, data)
+        except (OSError, StartdError) as exc:
+            _log.warning(
+                "job %s: its renewed proxy did not reach %s: %s", self.job_id, self.address, exc
+            )
+        else:
+            _log.info("job %s: its renewed proxy went to %s", self.job_id, self.address)
+
     def stop(self, reason: StopReason) -> None:
         if self.stop_reason is None:
             self.stop_reason = reason

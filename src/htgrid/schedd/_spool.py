@@ -40,6 +40,7 @@ from typing import BinaryIO, Final
 
 from cryptography import x509
 
+from htgrid._files import write_atomic
 from htgrid.classad import ClassAd
 from htgrid.net._errors import BadRequest, SandboxTooLarge
 
@@ -168,27 +169,16 @@ def _read_manifest(sandbox: Path) -> Manifest:
     return {str(k): (int(v[0]), int(v[1])) for k, v in raw.items()}
 
 
-def _write_atomic(path: Path, data: bytes, sync: bool = True, mode: int = 0o666) -> None:
-    """`data` written whole beside `path` (`mode`, less the umask), then renamed over it."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}")
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as out:
-        out.write(data)
-        out.flush()
-        if sync:
-            os.fsync(out.fileno())
-    os.replace(tmp, path)
-
-
 def replace_proxy(sandbox: Path, name: str, data: bytes, *, sync: bool) -> None:
     """`data` in the place of the sandbox's file `name`, a base name (a job's renewed
     X.509 proxy): written whole, mode 0600, then renamed over the old one (a link there
     is replaced, not followed); noted as uploaded, so it does not go back as output."""
     target = sandbox / name
-    _write_atomic(target, data, sync, mode=0o600)
+    write_atomic(target, data, sync=sync, mode=0o600)
     manifest = _read_manifest(sandbox)
     st = os.lstat(target)
     manifest[name] = (st.st_size, st.st_mtime_ns)
-    _write_atomic(manifest_path(sandbox), json.dumps(manifest).encode(), sync)
+    write_atomic(manifest_path(sandbox), json.dumps(manifest).encode(), sync=sync)
 
 
 def proxy_expiration(data: bytes) -> int | None:
@@ -403,7 +393,7 @@ def unpack_members(
             manifest[str(rel)] = (st.st_size, st.st_mtime_ns)
         if sync:
             _fsync_dir(sandbox)
-        _write_atomic(manifest_path(sandbox), json.dumps(manifest).encode(), sync)
+        write_atomic(manifest_path(sandbox), json.dumps(manifest).encode(), sync=sync)
     finally:
         shutil.rmtree(incoming, ignore_errors=True)
     return [str(rel) for rel in staged]

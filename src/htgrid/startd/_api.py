@@ -37,6 +37,7 @@ from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
 from htgrid.net import BadRequest
 from htgrid.net._peer import PEER_KEY, PeerCredentials, PeerCredProtocol
+from htgrid.net._sandbox_routes import MAX_PROXY_BYTES
 from htgrid.net._wire import ad_from_json, ads_json, loads
 from htgrid.startd._errors import (
     CallerRefused,
@@ -69,6 +70,8 @@ class StartdBackend(Protocol):
     async def activate(self, claim_id: str, job_ad: ClassAd) -> ClaimStatus: ...
 
     async def receive_input(self, claim_id: str, request: Request) -> ClaimStatus: ...
+
+    async def refresh_proxy(self, claim_id: str, data: bytes) -> ClaimStatus: ...
 
     def output_path(self, claim_id: str) -> Path: ...
 
@@ -162,6 +165,17 @@ def create_app(backend: StartdBackend) -> Starlette:
         found = await backend.receive_input(request.path_params["claim_id"], request)
         return JSONResponse(found.to_json())
 
+    async def put_proxy(request: Request) -> Response:
+        data = bytearray()
+        async for chunk in request.stream():
+            data += chunk
+            if len(data) > MAX_PROXY_BYTES:
+                raise StartdProtocolError(f"a proxy is at most {MAX_PROXY_BYTES} bytes")
+        if not data:
+            raise StartdProtocolError("the body must be the proxy file, not empty")
+        found = await backend.refresh_proxy(request.path_params["claim_id"], bytes(data))
+        return JSONResponse(found.to_json())
+
     async def output(request: Request) -> Response:
         path = backend.output_path(request.path_params["claim_id"])
         return FileResponse(path, media_type="application/x-tar")
@@ -205,6 +219,7 @@ def create_app(backend: StartdBackend) -> Starlette:
         Route(f"{claim_path}/activate", guarded(activate), methods=["POST"]),
         Route(f"{claim_path}/input", guarded(send_input), methods=["PUT"]),
         Route(f"{claim_path}/output", guarded(output), methods=["GET"]),
+        Route(f"{claim_path}/proxy", guarded(put_proxy), methods=["PUT"]),
         Route(f"{claim_path}/vacate", guarded(vacate), methods=["POST"]),
         Route(f"{claim_path}/reuse", guarded(reuse), methods=["POST"]),
     ]

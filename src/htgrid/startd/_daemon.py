@@ -236,6 +236,15 @@ class Startd:
         await starter.receive_input(request.stream())
         return claim.status()
 
+    async def refresh_proxy(self, claim_id: str, data: bytes) -> ClaimStatus:
+        """The running job's renewed X.509 proxy, from the shadow (see Starter)."""
+        claim = self.slots.get(claim_id)
+        starter = claim.starter
+        if starter is None or claim.state not in (ClaimState.STARTING, ClaimState.RUNNING):
+            raise ClaimStateError(f"claim {claim_id} runs no job: no proxy to refresh")
+        await starter.replace_proxy(data)
+        return claim.status()
+
     def output_path(self, claim_id: str) -> Path:
         claim = self.slots.get(claim_id)
         outcome = claim.outcome

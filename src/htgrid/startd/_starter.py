@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path, PurePosixPath
 from typing import Final
 
+from htgrid._files import write_atomic
 from htgrid.classad import ClassAd
 from htgrid.queue import HoldReasonCode, JobId
 from htgrid.schedd._launch import (
@@ -43,6 +44,7 @@ from htgrid.schedd._launch import (
 )
 from htgrid.startd._claims import Claim
 from htgrid.startd._config import StartdConfig
+from htgrid.startd._errors import ClaimStateError
 from htgrid.startd._states import ClaimState, Outcome, OutcomeKind
 from htgrid.startd._transfer import (
     JOB_AD,
@@ -102,6 +104,7 @@ class Starter:
         self.transfer = should_transfer(job, config.filesystem_domain)
         self._input = asyncio.Event()
         self._input_error: TransferError | None = None
+        self._renewed_proxy: bytes | None = None
         self._stop: StopReason | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._spec: LaunchSpec | None = None
@@ -135,6 +138,11 @@ class Starter:
             await asyncio.to_thread(f.close)
         try:
             await asyncio.to_thread(unpack_input, self.input_tar, self.sandbox)
+            if self._renewed_proxy is not None:  # renewed while the input was on its way
+                try:
+                    await self.replace_proxy(self._renewed_proxy, unpacked=True)
+                except OSError as exc:
+                    _log.warning("claim %s: cannot renew its proxy: %s", self.claim.name, exc)
         except TransferError as exc:
             self._input_error = exc  # the run ends with it, and the job is held
         finally:
@@ -304,6 +312,23 @@ class Starter:
         )
 
     # -- stopping and cleaning up -------------------------------------------------------
+
+    async def replace_proxy(self, data: bytes, *, unpacked: bool = False) -> None:
+        """The job's renewed X.509 proxy in the place of the copy its input brought
+        (written whole, mode 0600, then renamed over it), as HTCondor's starter takes one
+        from the shadow; kept until the input is unpacked when it has not arrived yet (it
+        may hold the old one). A job that does not transfer files reads the proxy where
+        its ad names it, which the schedd renews itself."""
+        proxy = self.job.get("x509userproxy")
+        name = PurePosixPath(proxy).name if isinstance(proxy, str) else ""
+        if name in ("", ".", ".."):
+            raise ClaimStateError(f"claim {self.claim.name}: its job has no x509userproxy")
+        if not self.transfer:
+            return
+        if not (unpacked or self.input_received):
+            self._renewed_proxy = data
+            return
+        await asyncio.to_thread(write_atomic, self.sandbox / name, data, mode=0o600)
 
     def vacate(self, reason: StopReason) -> None:
         """Stop the job: its kill signal, SIGKILL after its vacate time."""

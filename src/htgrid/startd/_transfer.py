@@ -175,7 +175,8 @@ def snapshot(sandbox: Path) -> dict[str, int]:
 def output_entries(
     job: ClassAd, sandbox: Path, before: Mapping[str, int], *, strict: bool
 ) -> list[tuple[str, Path]]:
-    """What goes back: stdout, stderr, and the listed or new and changed files.
+    """What goes back: stdout, stderr, and the listed or new and changed files (not the
+    job's proxy).
 
     A listed file that does not exist is a TransferError when `strict` (the job
     exited), skipped otherwise (an eviction keeps what there is).
@@ -191,8 +192,12 @@ def output_entries(
                 continue
             entries.append((PurePosixPath(item.rstrip("/")).name, path))
         return entries
+    # The job's X.509 proxy came with its input and is never output, also when the shadow
+    # renewed it meanwhile (HTCondor's file transfer leaves it out too).
+    proxy = _text(job, "x509userproxy")
+    skip = _OURS | {PurePosixPath(proxy).name} if proxy else _OURS
     for entry in sorted(os.scandir(sandbox), key=lambda e: e.name):
-        if entry.name in _OURS or not entry.is_file(follow_symlinks=False):
+        if entry.name in skip or not entry.is_file(follow_symlinks=False):
             continue
         if before.get(entry.name) != entry.stat(follow_symlinks=False).st_mtime_ns:
             entries.append((entry.name, Path(entry.path)))

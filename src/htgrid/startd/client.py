@@ -119,6 +119,16 @@ class StartdClient:
         )
         return ClaimStatus.from_json(doc)
 
+    async def put_proxy(self, claim_id: str, data: bytes) -> ClaimStatus:
+        """Hand the claim's running job its renewed X.509 proxy."""
+        doc = await self._json(
+            "PUT",
+            f"/v1/claims/{claim_id}/proxy",
+            data,
+            content_type="application/octet-stream",
+        )
+        return ClaimStatus.from_json(doc)
+
     async def fetch_output(self, claim_id: str, dest: Path) -> int:
         """Write the claim's output sandbox (a tar) to `dest`; its size."""
         size = 0
@@ -176,7 +186,7 @@ class StartdClient:
             content: Any = None
         elif isinstance(body, _Raw):
             content = body.text
-        elif isinstance(body, AsyncIterator):
+        elif isinstance(body, AsyncIterator | bytes):
             content = body
         else:
             content = json.dumps(body)
