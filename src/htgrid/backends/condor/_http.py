@@ -65,13 +65,16 @@ def pool_url(pool: str) -> str:
 
 
 def tls_context(ca_files: Sequence[str]) -> ssl.SSLContext:
-    """A client context trusting `ca_files` (the system's CAs when none are given)."""
+    """A client context trusting only `ca_files` (the system's CAs when none are given),
+    checking host names, TLS 1.2 or newer."""
     if not ca_files:
         return ssl.create_default_context()
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
-    context.load_verify_locations(cafile=ca_files[0])
+    # Given a CA file, the default context loads no system CA: a pool's own CA is the one
+    # to trust for its daemons (and the system's 140-odd took 20-30 ms at each start).
+    context = ssl.create_default_context(cafile=ca_files[0])
     for path in ca_files[1:]:
         context.load_verify_locations(cafile=path)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
     return context
 
 
