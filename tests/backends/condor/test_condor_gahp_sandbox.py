@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+import htgrid.classad as classad
+from htgrid.backends.condor import _sandbox as sandbox
+from htgrid.backends.condor._errors import SandboxError
 from htgrid.backends.condor._http import RemoteSettings
 from htgrid.backends.condor.server import CondorGahp, CondorOptions
 from htgrid.gahp import Call, Credentials
@@ -214,3 +217,23 @@ def test_a_stage_in_as_the_first_request_is_sent_again_with_the_token(
     wait_status(gahp, job_id, 4)
     assert gahp.call("CONDOR_JOB_STAGE_OUT", SCHEDD_NAME, job_id) == ["S", "NULL"]
     assert (iwd / "out.txt").read_text().strip() == str(3 * MIB)
+
+
+@pytest.mark.parametrize(
+    ("attrs", "names"),
+    [
+        ({"Cmd": "/bin/true", "TransferExecutable": False}, False),
+        ({"Cmd": "run.sh"}, True),  # the executable travels unless told not to
+        ({"Cmd": "/bin/true", "TransferExecutable": False, "In": "/dev/null"}, False),
+        ({"Cmd": "/bin/true", "TransferExecutable": False, "In": "in.txt"}, True),
+        ({"Cmd": "/bin/true", "TransferExecutable": False, "TransferInput": "a, b"}, True),
+        ({"Cmd": "/bin/true", "TransferExecutable": False, "x509userproxy": "x509up"}, True),
+    ],
+)
+def test_a_stage_in_looks_for_files_only_when_its_ad_names_some(
+    attrs: dict[str, object], names: bool
+) -> None:
+    ad = classad.ClassAd({"Iwd": "/somewhere", **attrs})
+    assert sandbox.names_inputs(ad) is names
+    with pytest.raises(SandboxError, match="no absolute SUBMIT_Iwd or Iwd"):
+        sandbox.names_inputs(classad.ClassAd(attrs))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -226,12 +227,14 @@ class StageIn:
     size: int
 
 
-def batch_tar(items: Sequence[StageIn]) -> tuple[IO[bytes], int, dict[str, SandboxError]]:
+def batch_tar(
+    items: Sequence[StageIn], out: IO[bytes] | None = None
+) -> tuple[IO[bytes], int, dict[str, SandboxError]]:
     """One tar of the jobs' input files, each job's members under its id (`12.0/`,
-    `12.0/in`), written straight from the files into a temporary file: the file, its
-    size, and the jobs left out because a file of theirs could not be read. Blocking:
-    run it in a thread."""
-    out = scratch_file()
+    `12.0/in`), written straight from the files into `out` (a new temporary file by
+    default): the file, its size, and the jobs left out because a file of theirs could
+    not be read. Blocking when files are read: run it in a thread then."""
+    out = scratch_file() if out is None else out
     try:
         tar = InputTar(out)
         left_out: dict[str, SandboxError] = {}
@@ -259,18 +262,23 @@ async def send_stage_ins(
     without the route, a body over its limit...) sends each job's input on its own with
     `one`.
     """
+    # Jobs with no files (a directory entry each, 512 bytes) are written here, in memory:
+    # in a thread, each write to a temporary file would wait for the GIL (see stage_in).
+    empty = all(not item.entries for item in items)
     try:
-        tar, size, left_out = await asyncio.to_thread(batch_tar, items)
+        if empty:
+            tar, size, left_out = batch_tar(items, io.BytesIO())
+        else:
+            tar, size, left_out = await asyncio.to_thread(batch_tar, items)
     except SandboxError:
         return list(await asyncio.gather(*(one(item) for item in items), return_exceptions=True))
     try:
         sent = [item for item in items if item.job_id not in left_out]
         answers: dict[str, Any] = {}
         if sent:
+            body = tar.getvalue() if isinstance(tar, io.BytesIO) else FileBody(tar, size)
             try:
-                response = await schedd.upload(
-                    "/v1/jobs/input", FileBody(tar, size), "application/x-tar"
-                )
+                response = await schedd.upload("/v1/jobs/input", body, "application/x-tar")
             except (RemoteRefusal, SandboxError) as err:
                 if isinstance(err, RemoteRefusal) and (
                     err.status in (401, 403) or err.status >= 500
@@ -287,7 +295,10 @@ async def send_stage_ins(
                     for job_id, answer in _answers(response.content).items()
                 }
     finally:
-        await asyncio.shield(asyncio.to_thread(tar.close))
+        if empty:
+            tar.close()
+        else:
+            await asyncio.shield(asyncio.to_thread(tar.close))
     return [
         _unsent(schedd, left_out[item.job_id])
         if item.job_id in left_out

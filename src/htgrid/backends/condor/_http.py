@@ -195,9 +195,10 @@ class Endpoint:
             raise _odd_answer(self.what, "not a JSON object", response)
         return value
 
-    async def upload(self, path: str, body: FileBody, content_type: str) -> httpx.Response:
-        """PUT the file `body` to `path`, streamed with its Content-Length."""
-        headers = {"content-type": content_type, "content-length": str(body.size)}
+    async def upload(self, path: str, body: FileBody | bytes, content_type: str) -> httpx.Response:
+        """PUT `body` to `path`: a file streamed with its Content-Length, or bytes."""
+        size = len(body) if isinstance(body, bytes) else body.size
+        headers = {"content-type": content_type, "content-length": str(size)}
         with translate(self.what):
             response = await self.client.request("PUT", path, content=body, headers=headers)
         if response.status_code >= 400:

@@ -37,6 +37,7 @@ __all__ = [
     "input_entries",
     "input_files",
     "input_tar",
+    "names_inputs",
     "output_destinations",
     "scratch_file",
     "unpack_output",
@@ -90,27 +91,20 @@ def _split_list(text: str) -> list[str]:
     return [item for item in text.replace(",", " ").split() if item]
 
 
+def names_inputs(ad: classad.ClassAd) -> bool:
+    """Whether `ad` names any input file (read from the ad alone, no file looked at);
+    SandboxError as `input_files` gives it for an ad without an Iwd."""
+    _iwd(ad, "input files")
+    return bool(_wanted(ad))
+
+
 def input_files(ad: classad.ClassAd) -> list[InputFile]:
     """What a stage-in sends: the executable, stdin, TransferInput and the job's X.509
     proxy (as HTCondor's file transfer adds it), by their names."""
     iwd = _iwd(ad, "input files")
-    wanted: list[tuple[str, str]] = []  # (where it comes from, local name)
-    cmd = _text(ad, "SUBMIT_Cmd") or _text(ad, "Cmd")
-    if cmd is not None and _flag(ad, "TransferExecutable", True):
-        wanted.append(("Cmd", cmd))
-    stdin = _text(ad, "SUBMIT_In") or _text(ad, "In")
-    if stdin is not None and stdin != "/dev/null" and _flag(ad, "TransferIn", True):
-        wanted.append(("In", stdin))
-    for entry in _split_list(_text(ad, "TransferInput") or ""):
-        if "://" in entry:
-            raise SandboxError(f"TransferInput entry {entry!r}: URL transfers are not supported")
-        wanted.append(("TransferInput", entry))
-    proxy = _text(ad, "x509userproxy")
-    if proxy is not None:
-        wanted.append(("x509userproxy", proxy))
     files: list[InputFile] = []
     seen: dict[str, str] = {}
-    for attr, local in wanted:
+    for attr, local in _wanted(ad):
         path = Path(local) if os.path.isabs(local) else iwd / local
         contents_only = local.endswith("/") and path.is_dir()
         name = "." if contents_only else path.name
@@ -124,6 +118,25 @@ def input_files(ad: classad.ClassAd) -> list[InputFile]:
         seen[name] = str(path)
         files.append(InputFile(path, name))
     return files
+
+
+def _wanted(ad: classad.ClassAd) -> list[tuple[str, str]]:
+    """The input files `ad` names: (the attribute naming it, its name there)."""
+    wanted: list[tuple[str, str]] = []
+    cmd = _text(ad, "SUBMIT_Cmd") or _text(ad, "Cmd")
+    if cmd is not None and _flag(ad, "TransferExecutable", True):
+        wanted.append(("Cmd", cmd))
+    stdin = _text(ad, "SUBMIT_In") or _text(ad, "In")
+    if stdin is not None and stdin != "/dev/null" and _flag(ad, "TransferIn", True):
+        wanted.append(("In", stdin))
+    for entry in _split_list(_text(ad, "TransferInput") or ""):
+        if "://" in entry:
+            raise SandboxError(f"TransferInput entry {entry!r}: URL transfers are not supported")
+        wanted.append(("TransferInput", entry))
+    proxy = _text(ad, "x509userproxy")
+    if proxy is not None:
+        wanted.append(("x509userproxy", proxy))
+    return wanted
 
 
 def scratch_file() -> IO[bytes]:

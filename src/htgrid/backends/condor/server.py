@@ -343,7 +343,11 @@ class CondorGahp:
         job_id = _job_id_of(ad)
         schedd = await self._schedd(call)
         try:
-            entries = await asyncio.to_thread(sandbox.input_entries, ad)
+            # No thread for a job with no files to look at: in a thread each system call
+            # then waits for the GIL behind the read loop, a few ms each under load.
+            entries: tuple[sandbox.InputEntry, ...] = ()
+            if sandbox.names_inputs(ad):
+                entries = await asyncio.to_thread(sandbox.input_entries, ad)
             item = StageIn(job_id, entries, sandbox.tar_size(entries))
             return await self.stage_ins.add(schedd.url, (schedd, item))
         except SandboxError as err:
