@@ -1,7 +1,9 @@
-"""Ads read one after another that share their beginning (a cluster's jobs, as a grid
-manager sends them) read exactly as each read alone with the full parser."""
+"""Ads read or printed one after another that share their beginning (a cluster's jobs, as
+a grid manager sends them) read and print exactly as each does alone."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 from hypothesis import given, settings
@@ -9,6 +11,7 @@ from hypothesis import strategies as st
 
 from htgrid.classad import ClassAd
 from htgrid.classad._parser import parse_new_ad_whole
+from htgrid.classad._unparse import unparse
 from htgrid.errors import ClassAdException
 
 # Pieces chosen to trip a splitter: `;` and `]` inside strings, escaped quotes, nested
@@ -94,3 +97,23 @@ def test_a_string_that_ends_where_a_piece_did_is_not_taken_for_it() -> None:
     ad = ClassAd('[ A = "x; B = 1" ]')
 
     assert dict(ad) == {"A": "x; B = 1"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from([p for p in PIECES if p]), min_size=0, max_size=10),
+    st.lists(st.tuples(st.integers(0, 9), st.integers(0, 99)), min_size=1, max_size=6),
+)
+def test_each_ad_of_a_run_prints_as_it_prints_alone(
+    base: list[str], edits: list[tuple[int, int]]
+) -> None:
+    # As a grid manager builds them: one ad's attributes copied (their entries shared),
+    # then one set or added per job.
+    ad = ClassAd(_text(base)) if base else ClassAd()
+    for where, value in edits:
+        job = copy.copy(ad)
+        names = list(job.keys())
+        job[names[where] if where < len(names) else f"Own{where}"] = value
+        assert repr(job) == unparse(job._node())
+        assert ClassAd(repr(job)) == job
+        ad = job if value % 2 else ad

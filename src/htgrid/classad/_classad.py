@@ -160,9 +160,9 @@ class ClassAd(MutableMapping[str, Any]):
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        from htgrid.classad._unparse import unparse
+        from htgrid.classad._unparse import unparse_ad
 
-        return unparse(self._node())
+        return unparse_ad(tuple(self._attrs.values()))
 
     def __str__(self) -> str:
         from htgrid.classad._unparse import unparse_pretty

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING, Final
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final, NamedTuple, Protocol
 
 from htgrid.classad._ast import (
     AdExpr,
@@ -31,11 +32,13 @@ if TYPE_CHECKING:
     from htgrid.classad._values import Val
 
 __all__ = [
+    "Attribute",
     "format_real",
     "format_real_old",
     "quote_name",
     "quote_string",
     "unparse",
+    "unparse_ad",
     "unparse_old",
     "unparse_pretty",
     "unparse_value",
@@ -251,6 +254,69 @@ _PRETTY: Final = _Unparser(pretty=True)
 def unparse(node: Node) -> str:
     """Compact new syntax, as repr() of a classad2 ExprTree shows it."""
     return _COMPACT.node(node)
+
+
+class Attribute(Protocol):
+    """An ad's attribute as `unparse_ad` takes it (htgrid.classad's Entry)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def node(self) -> Node: ...
+
+
+class _Printed(NamedTuple):
+    """The last ad `unparse_ad` printed: its attributes, its text, and where the text of
+    each attribute but the last ends (after its `; `)."""
+
+    attrs: tuple[Attribute, ...]
+    text: str
+    ends: tuple[int, ...]
+
+
+# Replaced whole, never changed: threads printing at once only miss the shortcut.
+_printed: _Printed | None = None
+
+
+def unparse_ad(attrs: Sequence[Attribute]) -> str:
+    """An ad's attributes in the compact one-line form (`unparse` of the ad).
+
+    A grid manager prints a cluster's thousand job ads in a row, each the cluster's ~70
+    attributes (the same immutable attribute objects, shared) with the job's own few
+    last: the text of the attributes an ad begins with the same as the last ad printed
+    is taken from that ad's text, not made again.
+    """
+    global _printed
+    if not attrs:
+        return "[  ]"
+    last = _printed
+    shared = 0
+    if last is not None:  # the most leading attributes the same (identical) objects
+        before, high = last.attrs, min(len(attrs), len(last.ends))
+        while shared < high:
+            mid = (shared + high + 1) // 2
+            if attrs[:mid] == before[:mid]:  # attributes compare by identity
+                shared = mid
+            else:
+                high = mid - 1
+    head = last.text[: last.ends[shared - 1]] if last is not None and shared else "[ "
+    ends = list(last.ends[:shared]) if last is not None else []
+    parts = [head]
+    at = len(head)
+    final = len(attrs) - 1
+    for i in range(shared, len(attrs)):
+        attr = attrs[i]
+        piece = f"{_COMPACT._name(attr.name)} = {_COMPACT._attr(attr.node)}"
+        if i < final:
+            piece += "; "
+            at += len(piece)
+            ends.append(at)
+        parts.append(piece)
+    parts.append(" ]")
+    text = "".join(parts)
+    _printed = _Printed(tuple(attrs), text, tuple(ends))
+    return text
 
 
 def unparse_old(node: Node) -> str:
