@@ -209,7 +209,8 @@ class QueueService:
             await asyncio.wait(pending)
 
     def _spool_procs(self, cluster: int, ad: ClassAd, procs: list[ClassAd]) -> list[Path]:
-        """Give each spooling proc its spool directory as Iwd (made by the caller); those."""
+        """Give each spooling proc its spool directory as Iwd; the directories (which the
+        caller makes)."""
         made: list[Path] = []
         for number, proc in enumerate(procs):
             get = functools.partial(_proc_get, proc, ad)
@@ -222,7 +223,6 @@ class QueueService:
                 if isinstance(iwd, str):
                     proc["SUBMIT_Iwd"] = iwd
             proc["Iwd"] = str(sandbox)
-        make_dirs(made)
         return made
 
     async def query(
