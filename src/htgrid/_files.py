@@ -1,4 +1,4 @@
-"""Small file helpers the daemons and the command line share."""
+"""Small file helpers the daemons share."""
 
 from __future__ import annotations
 
