@@ -321,9 +321,10 @@ def test_a_renewed_proxy_replaces_the_jobs_copy_also_before_its_input_arrives(
     iwd = tmp_path / "iwd"
     iwd.mkdir()
     (iwd / "x509up").write_bytes(b"the submitted proxy")
+    copied = iwd / "copied"  # the job has its first proxy: the test renews it only then
     script(
         iwd,
-        'cp "$X509_USER_PROXY" first.pem\n'
+        f'cp "$X509_USER_PROXY" first.pem && touch {copied}\n'
         "n=0\n"
         'while cmp -s "$X509_USER_PROXY" first.pem && [ $n -lt 300 ]; do sleep 0.05; '
         "n=$((n + 1)); done\n"
@@ -348,6 +349,10 @@ def test_a_renewed_proxy_replaces_the_jobs_copy_also_before_its_input_arrives(
         pack(input_entries(job), tmp_path / "in.tar", dereference=True)
         status = await client.send_input(cid, tmp_path / "in.tar")
         status = await until(client, cid, ClaimState.RUNNING, status)
+        for _ in range(600):
+            if copied.exists():
+                break
+            await asyncio.sleep(0.05)
         await client.put_proxy(cid, b"renewed twice")
         status = await until(client, cid, ClaimState.ENDED, status)
         await client.fetch_output(cid, tmp_path / "out.tar")
