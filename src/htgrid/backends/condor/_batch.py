@@ -264,9 +264,8 @@ async def send_stage_ins(
     """
     # Jobs with no files (a directory entry each, 512 bytes) are written here, in memory:
     # in a thread, each write to a temporary file would wait for the GIL (see stage_in).
-    empty = all(not item.entries for item in items)
     try:
-        if empty:
+        if all(not item.entries for item in items):
             tar, size, left_out = batch_tar(items, io.BytesIO())
         else:
             tar, size, left_out = await asyncio.to_thread(batch_tar, items)
@@ -295,7 +294,7 @@ async def send_stage_ins(
                     for job_id, answer in _answers(response.content).items()
                 }
     finally:
-        if empty:
+        if isinstance(tar, io.BytesIO):
             tar.close()
         else:
             await asyncio.shield(asyncio.to_thread(tar.close))
