@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from htgrid._gc import tune_gc
+from htgrid.classad import preload_functions
 from htgrid.grid import GridManager, GridManagerConfig
 from htgrid.grid._condor import CondorJob
 from htgrid.grid._condor_resource import CondorResource
@@ -343,7 +344,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
-    tune_gc()  # A's grid manager runs here: its collector set as `htgrid gridmanager` sets it
+    # A's grid manager runs here: set up as `htgrid gridmanager` sets itself up.
+    preload_functions()
+    tune_gc()
     ratios = [
         asyncio.run(main_async(args, args.polls if run == args.repeat - 1 else 0))
         for run in range(args.repeat)

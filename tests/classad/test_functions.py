@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -1293,3 +1295,18 @@ def test_sweep_matches_oracle(name: str) -> None:
         if ours(expr) != want:
             bad.append(expr)
     assert not bad
+
+
+def test_preload_functions_loads_the_library_before_any_expression_calls_one() -> None:
+    # A fresh interpreter: this one has long loaded the library through other tests.
+    code = (
+        "import sys, htgrid.classad as c\n"
+        "name = 'htgrid.classad._functions'\n"
+        "assert name not in sys.modules, 'loaded by the import alone'\n"
+        "c.preload_functions()\n"
+        "assert name in sys.modules\n"
+        'print(c.ExprTree(\'strcat("a", toUpper("b"))\').eval())\n'
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "aB"

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from htgrid._gc import tune_gc
+from htgrid.classad import preload_functions
 from htgrid.collector.client import DEFAULT_PORT
 from htgrid.collector.daemon import make_server
 
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         await server.serve(sockets=[sock] if sock is not None else None)
 
+    preload_functions()
     tune_gc()
     asyncio.run(serve())
     return 0

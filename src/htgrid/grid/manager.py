@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from htgrid._gc import tune_gc
-from htgrid.classad import ClassAd
+from htgrid.classad import ClassAd, preload_functions
 from htgrid.errors import HTGridError
 from htgrid.gahp import Clock, SystemClock
 from htgrid.grid._azure import AZURE
@@ -454,6 +454,7 @@ def run_gridmanager(
         settings = (config or GridManagerConfig()).with_knobs(Path(home))
         await GridManager(home, queue_dir=queue_dir, config=settings, clock=clock).run(stop)
 
+    preload_functions()
     tune_gc()
     try:
         asyncio.run(main())

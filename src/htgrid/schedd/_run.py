@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from htgrid._gc import tune_gc
+from htgrid.classad import preload_functions
 from htgrid.errors import HTGridError
 from htgrid.schedd._config import ScheddConfig, htgrid_home
 from htgrid.schedd._daemon import Daemon, configure_logging
@@ -31,6 +32,7 @@ def run_daemon(home: Path | None = None, *, execute: bool = True) -> int:
         config = ScheddConfig.load((home or htgrid_home()).absolute())
         if not execute:
             config = config.without_execute()
+        preload_functions()
         tune_gc()
         asyncio.run(Daemon(config).run())
     except HTGridError as exc:

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from htgrid._gc import tune_gc
+from htgrid.classad import preload_functions
 from htgrid.errors import HTGridError
 from htgrid.startd._config import StartdConfig
 from htgrid.startd._daemon import EXIT_IDLE, ExitReason, Startd
@@ -31,6 +32,7 @@ def run_startd(
     configure_logging()
     try:
         config = StartdConfig.load(home)
+        preload_functions()
         tune_gc()
         reason = asyncio.run(Startd(config, pool=pool, parent_fd=parent_fd).run())
     except HTGridError as exc:
