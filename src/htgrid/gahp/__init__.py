@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from htgrid.gahp._clock import Clock, SystemClock
+from htgrid.gahp._clock import Clock, SystemClock, first_of
 from htgrid.gahp._codec import (
     MAX_LINE_LENGTH,
     NULL,
@@ -85,6 +85,7 @@ __all__ = [
     "encode_result",
     "encode_results",
     "escape",
+    "first_of",
     "is_notification",
     "null",
     "parse_request_id",

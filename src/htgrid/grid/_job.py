@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from htgrid.classad import ClassAd
-from htgrid.gahp import Clock
+from htgrid.gahp import Clock, first_of
 from htgrid.grid._config import GridManagerConfig
 from htgrid.grid._errors import GridError
 from htgrid.grid._queueio import UNDEFINED, QueueIO
@@ -100,7 +100,8 @@ class GridJob(abc.ABC, Generic[S, E]):
         self.gone = False
         self._wait_reason = as_str(ad.get("GridWaitReason"))
         self._down_logged = as_number(ad.get("GridResourceUnavailableTime")) is not None
-        self._wake = asyncio.Event()
+        #: What the job's task waits on in `wait` (one at a time: only it waits).
+        self._waker: asyncio.Future[None] | None = None
         #: When (monotonic) a status poll last answered about the job; None while the job's
         #: status is not asked (the clock starts when it is, as HTCondor's does at submit).
         self._status_seen: float | None = None
@@ -203,7 +204,9 @@ class GridJob(abc.ABC, Generic[S, E]):
     # ---- inputs from outside ------------------------------------------------------------------
 
     def wake(self) -> None:
-        self._wake.set()
+        waker = self._waker
+        if waker is not None and not waker.done():
+            waker.set_result(None)
 
     def local_change(self, status: JobStatus | None, attrs: ClassAd) -> None:
         """The queue's change feed reported a change of this job."""
@@ -313,16 +316,15 @@ class GridJob(abc.ABC, Generic[S, E]):
 
     async def wait(self, seconds: float | None = None) -> None:
         """Sleep until woken, or `seconds` pass."""
-        self._wake.clear()
-        waker = asyncio.ensure_future(self._wake.wait())
-        racers: list[asyncio.Future[Any]] = [waker]
-        if seconds is not None:
-            racers.append(asyncio.ensure_future(self.clock.sleep(max(0.0, seconds))))
+        waker: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waker = waker
         try:
-            await asyncio.wait(racers, return_when=asyncio.FIRST_COMPLETED)
+            if seconds is None:
+                await waker
+            else:
+                await first_of(waker, max(0.0, seconds), self.clock)
         finally:
-            for racer in racers:
-                racer.cancel()
+            self._waker = None
         if self.gone:
             raise JobGone
 
@@ -336,16 +338,13 @@ class GridJob(abc.ABC, Generic[S, E]):
         """`work`'s result; GridWaitReason says `reason` only if it takes longer than
         `config.slow_step_after` (left set: the next write of the job clears it)."""
         task = asyncio.ensure_future(work)
-        sleeper = asyncio.ensure_future(self.clock.sleep(self.config.slow_step_after))
         try:
-            await asyncio.wait([task, sleeper], return_when=asyncio.FIRST_COMPLETED)
+            await first_of(task, self.config.slow_step_after, self.clock)
             if not task.done():
                 await self.set_wait_reason(reason)
         except BaseException:
             task.cancel()
             raise
-        finally:
-            sleeper.cancel()
         return await task
 
     @property
