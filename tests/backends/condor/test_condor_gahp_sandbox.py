@@ -7,6 +7,8 @@ sandbox held whole in memory anywhere on the way shows, whatever the code looks 
 from __future__ import annotations
 
 import asyncio
+import io
+import tarfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -237,3 +239,13 @@ def test_a_stage_in_looks_for_files_only_when_its_ad_names_some(
     assert sandbox.names_inputs(ad) is names
     with pytest.raises(SandboxError, match="no absolute SUBMIT_Iwd or Iwd"):
         sandbox.names_inputs(classad.ClassAd(attrs))
+
+
+@pytest.mark.parametrize("name", ["1.0", "12345.678", "x" * 99, "x" * 100, "é.0", "j" * 300])
+def test_a_jobs_directory_header_is_the_one_tarfile_writes(name: str) -> None:
+    header = sandbox._top_header(name)
+
+    assert header == sandbox._tar_header(name, tarfile.DIRTYPE, 0, 0o755, 0)
+    with tarfile.open(fileobj=io.BytesIO(header + tarfile.NUL * 1024)) as tar:
+        (member,) = tar.getmembers()
+    assert (member.name, member.isdir(), member.mode) == (name, True, 0o755)
