@@ -158,3 +158,60 @@ def test_an_error_points_into_the_whole_ad() -> None:
         classad.ClassAd(text)
 
     assert str(err.value) == _outcome(parse_new_ad_whole, text)[1]
+
+
+# ---- a flat ad in one regular expression -------------------------------------------------
+
+_FLAT_VALUES = [
+    "1",
+    "2.5",
+    '"plain"',
+    '"semi ; colon"',
+    '"escaped \\" quote; x = 1"',
+    'ifThenElse(JobStatus == 4, "done;", f(g(1)))',
+    "(A + B) * (C - (D / 2))",
+    "time() < QDate + 3600",
+    "A =?= B && C =!= undefined",
+    "",
+]
+# Each makes the one expression give up (or would split wrongly if it did not).
+_UNFLAT = ["(1; B = 2)", "((((1))))", '"open', "1)", "(1", "'Quoted'", "{ 1 }", "[ X = 1 ]"]
+
+
+def _pieces_path(text: str) -> list[tuple[str, str]] | None:
+    from htgrid.classad._split import BLANK, piece_attr, split_pieces
+
+    pieces = split_pieces(text)
+    if pieces is None:
+        return None
+    pairs = []
+    for piece in pieces:
+        pair = piece_attr(piece)
+        if pair is None:
+            return None
+        if pair is not BLANK:
+            pairs.append(pair)
+    return pairs
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_a_flat_ad_splits_as_its_pieces_do(seed: int) -> None:
+    from htgrid.classad._split import _flat_pairs
+
+    rng = random.Random(seed)
+    odd = seed % 2 == 1
+    pieces = []
+    for n in range(rng.randint(1, 30)):
+        name = rng.choice(_NAMES) if odd and rng.random() < 0.1 else f"Attr{n}"
+        op = rng.choice(["=", " = ", "==", "=?="]) if odd and rng.random() < 0.1 else " = "
+        value = rng.choice(_UNFLAT if odd and rng.random() < 0.1 else _FLAT_VALUES)
+        pieces.append(f"{name}{op}{value}")
+    sep = rng.choice([";", "; ", ";\n  ", ";;"] if odd else [";", "; ", ";\n  "])
+    text = f"[ {sep.join(pieces)}{rng.choice(['', ';', ' '])} ]"
+
+    flat = _flat_pairs(text)
+
+    if flat is not None:
+        assert flat == _pieces_path(text), text
+    if not odd:
+        assert flat is not None, text  # a clean flat ad takes the quick way

@@ -88,9 +88,54 @@ def piece_attr(piece: str) -> tuple[str, str] | None:
     return name, piece[match.end() :]
 
 
+# A flat ad (no nested ad, list or quoted name; parentheses at most three deep) in one
+# regular expression: a status ad of eighty attributes splits in ~65 us instead of
+# ~150 through the pieces. Each match is one `Name = value;`, and the matches must tile
+# the ad: where they do not, the pieces decide.
+_STRING: Final = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+
+
+def _flat_value(depth: int) -> str:
+    """A value with no `;` outside strings, its parentheses at most `depth` deep."""
+    inside = rf"\({_flat_value(depth - 1)}\)|" if depth else ""
+    return rf'(?:[^;"()]++|{inside}{_STRING})*+'
+
+
+_FLAT: Final = _flat_value(3)
+_FLAT_PAIR: Final = re.compile(
+    r"(\s*+(?!(?i:true|false|undefined|error|is|isnt)\b)([A-Za-z_][A-Za-z0-9_]*+)\s*+"
+    rf"=(?![=?!]))({_FLAT})(?:;|\Z)"
+)
+_NOT_FLAT: Final = ("'", "[", "]", "{", "}", "/*", "//")
+
+
+def _flat_pairs(text: str) -> list[tuple[str, str]] | None:
+    body = text.strip()
+    if not (body.startswith("[") and body.endswith("]")):
+        return None
+    inner = body[1:-1]
+    if any(mark in inner for mark in _NOT_FLAT):
+        return None
+    last = inner.rstrip()
+    if last.endswith(";"):  # a blank last piece: the pieces leave it out too
+        inner = last[:-1]
+    found = _FLAT_PAIR.findall(inner)
+    if not found:
+        return None
+    heads, names, values = zip(*found, strict=True)
+    # Matches never overlap: they cover the ad, with nothing left out between them, when
+    # their lengths with a `;` each add up to the ad's and the one `;` the last has not.
+    if sum(map(len, heads)) + sum(map(len, values)) + len(found) != len(inner) + 1:
+        return None
+    return list(zip(names, values, strict=True))
+
+
 def split_attrs(text: str) -> list[tuple[str, str]] | None:
     """The ad's `(name, value text)` pairs in order (a name may repeat), or None when
     unsure: what `split_pieces` is unsure of, a piece that `piece_attr` is unsure of."""
+    flat = _flat_pairs(text)
+    if flat is not None:
+        return flat
     pieces = split_pieces(text)
     if pieces is None:
         return None
