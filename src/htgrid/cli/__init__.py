@@ -17,12 +17,6 @@ from htgrid.errors import HTGridError
 
 __all__ = ["main"]
 
-# httpx imports its own command line (click, rich, pygments: ~60 ms) whenever those are
-# installed, and they are with htgrid (rich is its own); on an ImportError it goes
-# without. No command runs it. Set before any command imports httpx: the GAHP servers
-# start through here too.
-sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
-
 EXIT_OK = 0
 EXIT_NO = 1
 EXIT_USAGE = 2
