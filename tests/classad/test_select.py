@@ -178,25 +178,9 @@ _FLAT_VALUES = [
 _UNFLAT = ["(1; B = 2)", "((((1))))", '"open', "1)", "(1", "'Quoted'", "{ 1 }", "[ X = 1 ]"]
 
 
-def _pieces_path(text: str) -> list[tuple[str, str]] | None:
-    from htgrid.classad._split import BLANK, piece_attr, split_pieces
-
-    pieces = split_pieces(text)
-    if pieces is None:
-        return None
-    pairs = []
-    for piece in pieces:
-        pair = piece_attr(piece)
-        if pair is None:
-            return None
-        if pair is not BLANK:
-            pairs.append(pair)
-    return pairs
-
-
 @pytest.mark.parametrize("seed", range(300))
 def test_a_flat_ad_splits_as_its_pieces_do(seed: int) -> None:
-    from htgrid.classad._split import _flat_pairs
+    from htgrid.classad._split import _flat_pairs, _piece_pairs
 
     rng = random.Random(seed)
     odd = seed % 2 == 1
@@ -212,6 +196,6 @@ def test_a_flat_ad_splits_as_its_pieces_do(seed: int) -> None:
     flat = _flat_pairs(text)
 
     if flat is not None:
-        assert flat == _pieces_path(text), text
+        assert flat == _piece_pairs(text), text
     if not odd:
         assert flat is not None, text  # a clean flat ad takes the quick way

@@ -134,8 +134,10 @@ def split_attrs(text: str) -> list[tuple[str, str]] | None:
     """The ad's `(name, value text)` pairs in order (a name may repeat), or None when
     unsure: what `split_pieces` is unsure of, a piece that `piece_attr` is unsure of."""
     flat = _flat_pairs(text)
-    if flat is not None:
-        return flat
+    return flat if flat is not None else _piece_pairs(text)
+
+
+def _piece_pairs(text: str) -> list[tuple[str, str]] | None:
     pieces = split_pieces(text)
     if pieces is None:
         return None
