@@ -14,7 +14,7 @@ import httpx
 from htgrid.classad import ClassAd
 from htgrid.net import ScheddClient
 from htgrid.queue import JobId
-from htgrid.schedd.testing import PersonalPool
+from htgrid.schedd.testing import PersonalPool, wait_for
 
 LOCAL = 12  # JobUniverse
 VANILLA = 5
@@ -60,6 +60,13 @@ def submit(schedd: ScheddClient, **attrs: object) -> JobId:
 def spool_dir(pool: PersonalPool, job: JobId) -> Path:
     """The job's spool directory in the pool."""
     return pool.home / "spool" / str(job.cluster) / str(job.proc)
+
+
+def made_spool_dir(pool: PersonalPool, job: JobId) -> Path:
+    """The job's spool directory once the daemon has made it (after the submit has
+    answered: the daemon makes a cluster's directories in the background)."""
+    path = spool_dir(pool, job)
+    return wait_for(lambda: path if path.is_dir() else None, what=f"{path} made")
 
 
 def put_raw(pool: PersonalPool, token: str, path: str, body: bytes, media: str) -> httpx.Response:

@@ -15,7 +15,7 @@ from htgrid.net import Jobs, ScheddClient
 from htgrid.queue import JobAction
 from htgrid.schedd.testing import PersonalPool
 
-from ._support import SPOOLING, put_raw, spool_dir, submit, tar_of
+from ._support import SPOOLING, made_spool_dir, put_raw, spool_dir, submit, tar_of
 from .conftest import DOMAIN
 
 
@@ -54,7 +54,7 @@ def test_jobs_with_empty_and_with_full_sandboxes_in_one_batch_are_all_released(
 ) -> None:
     full, empty, gone = (submit(alice, **SPOOLING) for _ in range(3))
     # A spool directory that went missing after the submit is made again by the stage-in.
-    spool_dir(pool, gone).rmdir()
+    made_spool_dir(pool, gone).rmdir()
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:") as tar:
         data = tarfile.TarInfo(f"{full}/in.txt")
@@ -82,7 +82,7 @@ def test_a_job_whose_spool_directory_cannot_be_made_is_refused_alone(
 ) -> None:
     jobs = [submit(alice, **SPOOLING) for _ in range(10)]
     blocked = jobs[3]
-    spool_dir(pool, blocked).rmdir()
+    made_spool_dir(pool, blocked).rmdir()
     spool_dir(pool, blocked).write_text("a file where the job's directory should be")
 
     answers = outcome(put_inputs(pool, "alice", tar_of({f"{j}/in.txt": b"x" for j in jobs})))
