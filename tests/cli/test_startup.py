@@ -40,3 +40,25 @@ def test_httpxs_own_command_line_is_not_loaded(command: str, module: str) -> Non
         timeout=60,
     ).stdout.splitlines()
     assert out == [""]  # neither
+
+
+def test_a_command_that_talks_to_a_queue_loads_no_server_side() -> None:
+    # The client needs the security package's errors; its server middleware (starlette)
+    # and CA (cryptography) are ~200 ms of every `htgrid q` otherwise.
+    probe = (
+        "import sys\n"
+        "from htgrid.cli import build_parser\n"
+        "build_parser('q')\n"
+        "import htgrid.net.client\n"
+        "print(sorted(m for m in ('starlette', 'cryptography', 'uvicorn') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.splitlines()
+    assert out == ["[]"]
+
+
+def test_every_name_of_the_security_package_is_there_when_asked_for() -> None:
+    import htgrid.net.security as security
+
+    assert [name for name in security.__all__ if getattr(security, name, None) is None] == []

@@ -15,34 +15,11 @@
 See `_errors` for the error tree; every refusal is an `AuthError` with its HTTP status.
 """
 
-from htgrid.net.security._asgi import (
-    PRINCIPAL_KEY,
-    TokenAuthMiddleware,
-    auth_error_handler,
-    authz_by_method,
-    bearer_token,
-    principal_of,
-    problem_response,
-    require,
-    token_authenticator,
-    token_identity,
-)
-from htgrid.net.security._authz import (
-    AUTHORIZATIONS,
-    MapFile,
-    Principal,
-    format_scope,
-    normalize_authz,
-    parse_scope,
-)
-from htgrid.net.security._ca import (
-    CertFiles,
-    PoolCA,
-    client_ssl_context,
-    server_ssl_context,
-    trusted_ca_files,
-)
-from htgrid.net.security._config import SecurityConfig, user_token_dir
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any, Final
+
 from htgrid.net.security._errors import (
     AuthError,
     CertificateError,
@@ -57,32 +34,130 @@ from htgrid.net.security._errors import (
     UnknownKey,
     UntrustedIssuer,
 )
-from htgrid.net.security._httpx import BearerAuth
-from htgrid.net.security._keys import POOL_KEY, SigningKeys
-from htgrid.net.security._material import (
-    DAEMON_IDENTITY,
-    DAEMON_TOKEN,
-    SERVER_CERT,
-    PoolSecurity,
-    daemon_token,
-    daemon_token_path,
-    ensure_pool_security,
-)
-from htgrid.net.security._tokenfiles import (
-    StoredToken,
-    TokenFileProblem,
-    find_token,
-    read_token_file,
-    save_token,
-    scan_tokens,
-    token_path,
-)
-from htgrid.net.security._tokens import (
-    RevocationList,
-    TokenClaims,
-    TokenIssuer,
-    TokenVerifier,
-)
+
+if TYPE_CHECKING:
+    from htgrid.net.security._asgi import (
+        PRINCIPAL_KEY,
+        TokenAuthMiddleware,
+        auth_error_handler,
+        authz_by_method,
+        bearer_token,
+        principal_of,
+        problem_response,
+        require,
+        token_authenticator,
+        token_identity,
+    )
+    from htgrid.net.security._authz import (
+        AUTHORIZATIONS,
+        MapFile,
+        Principal,
+        format_scope,
+        normalize_authz,
+        parse_scope,
+    )
+    from htgrid.net.security._ca import (
+        CertFiles,
+        PoolCA,
+        client_ssl_context,
+        server_ssl_context,
+        trusted_ca_files,
+    )
+    from htgrid.net.security._config import (
+        SecurityConfig,
+        user_token_dir,
+    )
+    from htgrid.net.security._httpx import (
+        BearerAuth,
+    )
+    from htgrid.net.security._keys import (
+        POOL_KEY,
+        SigningKeys,
+    )
+    from htgrid.net.security._material import (
+        DAEMON_IDENTITY,
+        DAEMON_TOKEN,
+        SERVER_CERT,
+        PoolSecurity,
+        daemon_token,
+        daemon_token_path,
+        ensure_pool_security,
+    )
+    from htgrid.net.security._tokenfiles import (
+        StoredToken,
+        TokenFileProblem,
+        find_token,
+        read_token_file,
+        save_token,
+        scan_tokens,
+        token_path,
+    )
+    from htgrid.net.security._tokens import (
+        RevocationList,
+        TokenClaims,
+        TokenIssuer,
+        TokenVerifier,
+    )
+
+#: Where each other name lives, loaded when first asked for: a command that imports the
+#: client (and with it the errors above) does not load the server's middleware
+#: (starlette), the CA's (cryptography) and the rest, ~200 ms of its start.
+_LAZY: Final = {
+    "PRINCIPAL_KEY": "_asgi",
+    "TokenAuthMiddleware": "_asgi",
+    "auth_error_handler": "_asgi",
+    "authz_by_method": "_asgi",
+    "bearer_token": "_asgi",
+    "principal_of": "_asgi",
+    "problem_response": "_asgi",
+    "require": "_asgi",
+    "token_authenticator": "_asgi",
+    "token_identity": "_asgi",
+    "AUTHORIZATIONS": "_authz",
+    "MapFile": "_authz",
+    "Principal": "_authz",
+    "format_scope": "_authz",
+    "normalize_authz": "_authz",
+    "parse_scope": "_authz",
+    "CertFiles": "_ca",
+    "PoolCA": "_ca",
+    "client_ssl_context": "_ca",
+    "server_ssl_context": "_ca",
+    "trusted_ca_files": "_ca",
+    "SecurityConfig": "_config",
+    "user_token_dir": "_config",
+    "BearerAuth": "_httpx",
+    "POOL_KEY": "_keys",
+    "SigningKeys": "_keys",
+    "DAEMON_IDENTITY": "_material",
+    "DAEMON_TOKEN": "_material",
+    "SERVER_CERT": "_material",
+    "PoolSecurity": "_material",
+    "daemon_token": "_material",
+    "daemon_token_path": "_material",
+    "ensure_pool_security": "_material",
+    "StoredToken": "_tokenfiles",
+    "TokenFileProblem": "_tokenfiles",
+    "find_token": "_tokenfiles",
+    "read_token_file": "_tokenfiles",
+    "save_token": "_tokenfiles",
+    "scan_tokens": "_tokenfiles",
+    "token_path": "_tokenfiles",
+    "RevocationList": "_tokens",
+    "TokenClaims": "_tokens",
+    "TokenIssuer": "_tokens",
+    "TokenVerifier": "_tokens",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # asked once
+    return value
+
 
 __all__ = [
     "AUTHORIZATIONS",
