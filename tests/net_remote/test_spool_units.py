@@ -4,21 +4,27 @@ redirect a write or leak a file; a submit's many directories are made together."
 from __future__ import annotations
 
 import asyncio
+import io
 import os
+import tarfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from htgrid.backends.condor._sandbox import _top_header
 from htgrid.classad import ClassAd
 from htgrid.net import BadRequest
+from htgrid.schedd import _spool
 from htgrid.schedd._spool import (
     NO_LIMIT,
     make_dirs,
     pack_output,
+    read_batch,
     receive_input,
     unpack_input,
 )
+from htgrid.schedd._tarscan import empty_job_dirs
 
 from ._support import tar_of, untar
 
@@ -95,3 +101,88 @@ def test_an_upload_reads_back_whole_in_memory_or_from_a_file(tmp_path: Path, siz
     body = asyncio.run(receive_input(tmp_path, chunks(), NO_LIMIT, "the input"))
     with body:
         assert body.read() == data
+
+
+def _batch(blocks: bytes) -> io.BytesIO:
+    """A batch upload: header blocks, then the end of the archive as tarfile writes it."""
+    data = blocks + tarfile.NUL * (2 * tarfile.BLOCKSIZE)
+    return io.BytesIO(data + tarfile.NUL * (-len(data) % tarfile.RECORDSIZE))
+
+
+def _dir_header(name: str, fmt: int = tarfile.PAX_FORMAT, **fields: object) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode = tarfile.DIRTYPE, 0o755
+    for key, value in fields.items():
+        setattr(info, key, value)
+    return info.tobuf(fmt, "utf-8", "surrogateescape")
+
+
+def _file(name: str, data: bytes) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape") + data.ljust(512, b"\0")
+
+
+def _corrupt(header: bytes, at: int, value: bytes) -> bytes:
+    return header[:at] + value + header[at + len(value) :]
+
+
+def _read(data: io.BytesIO, monkeypatch: pytest.MonkeyPatch, quick: bool) -> object:
+    """What read_batch makes of `data`: its jobs' members and problems, or its error."""
+    if not quick:
+        monkeypatch.setattr(_spool, "empty_job_dirs", lambda _: None)
+    data.seek(0)
+    try:
+        batch = read_batch(data, NO_LIMIT)
+    except BadRequest as exc:
+        return ("refused", str(exc))
+    finally:
+        monkeypatch.undo()
+    with batch.tar:
+        members = {
+            job: [(m.name, str(rel)) for m, rel in found] for job, found in batch.members.items()
+        }
+        return members, {job: str(problem) for job, problem in batch.problems.items()}
+
+
+_EMPTY_DIRS = {
+    "the GAHP's headers": b"".join(_top_header(f"{c}.{p}") for c in (7, 1234) for p in range(3)),
+    "ustar": b"".join(_dir_header(f"3.{p}", tarfile.USTAR_FORMAT) for p in range(4)),
+    "gnu": b"".join(_dir_header(f"3.{p}", tarfile.GNU_FORMAT) for p in range(4)),
+    "./ names": b"".join(_dir_header(f"./5.{p}") for p in range(2)),
+    "a job twice": _dir_header("8.0") + _dir_header("8.1") + _dir_header("8.0"),
+    "owners and times": _dir_header("9.0", uid=1000, gid=50, mtime=1_700_000_000, uname="u"),
+}
+_OTHERS = {
+    "a file in a job": _dir_header("1.0") + _file("1.0/in.txt", b"data"),
+    "a directory in a job": _dir_header("1.0") + _dir_header("1.0/sub"),
+    "not a job": _dir_header("1.0") + _dir_header("input"),
+    "a long name": _dir_header("1." + "0" * 120),
+    "not ASCII": _dir_header("1.0") + _dir_header("é.0"),
+    "a bad checksum": _dir_header("1.0") + _corrupt(_dir_header("1.1"), 148, b"000001\0 "),
+    "a bad mode": _corrupt(_dir_header("1.0"), 100, b"9999999\0"),
+    "a later bad mode": _dir_header("1.0") + _corrupt(_dir_header("1.1"), 100, b"xyz\0"),
+    "a size": _corrupt(_dir_header("1.0"), 124, b"00000000001\0"),
+    "a prefix": _corrupt(_dir_header("1.0"), 345, b"2.0"),
+    "nothing": b"",
+    "not a tar": b"garbage".ljust(512, b"x"),
+}
+
+
+@pytest.mark.parametrize("what", [*_EMPTY_DIRS, *_OTHERS])
+def test_a_batch_of_empty_sandboxes_reads_as_tarfile_reads_it(
+    what: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocks = _EMPTY_DIRS.get(what, _OTHERS.get(what, b""))
+    data = _batch(blocks)
+
+    assert (empty_job_dirs(data) is not None) is (what in _EMPTY_DIRS)
+    assert data.tell() == 0
+    assert _read(data, monkeypatch, quick=True) == _read(data, monkeypatch, quick=False)
+
+
+def test_the_quick_read_of_empty_sandboxes_names_each_job_once_in_order() -> None:
+    assert empty_job_dirs(_batch(_EMPTY_DIRS["a job twice"])) == ["8.0", "8.1"]
+    assert empty_job_dirs(_batch(_EMPTY_DIRS["./ names"])) == ["5.0", "5.1"]
+    # A tar cut short before its end block is tarfile's to judge.
+    assert empty_job_dirs(io.BytesIO(_top_header("1.0"))) is None

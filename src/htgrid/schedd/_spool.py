@@ -43,6 +43,7 @@ from cryptography import x509
 from htgrid._files import write_atomic
 from htgrid.classad import ClassAd
 from htgrid.net._errors import BadRequest, SandboxTooLarge
+from htgrid.schedd._tarscan import empty_job_dirs
 
 __all__ = [
     "INDEX",
@@ -323,8 +324,11 @@ def read_batch(data: BinaryIO, limit: SizeLimit) -> BatchInput:
     upload (BadRequest naming it); a bad member inside one (`12.0/../x`, a link) and a
     sandbox over `limit` (its files summed) refuse only that job.
     """
+    empty = empty_job_dirs(data)
     try:
         tar = tarfile.open(fileobj=data, mode="r:")  # noqa: SIM115 - the caller closes it
+        if empty is not None:  # only empty job directories: each job has no member
+            return BatchInput(tar, {job: [] for job in empty}, {})
         listed = tar.getmembers()
     except tarfile.TarError as exc:
         raise BadRequest(f"the request body is not a whole tar archive: {exc}") from None

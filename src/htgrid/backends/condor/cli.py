@@ -183,4 +183,7 @@ def _warm_up() -> None:
     import anyio._backends._asyncio  # noqa: F401 - imported at the first request otherwise
     import httpx
 
-    httpx.AsyncClient()  # never used: its first creation loads what every later one needs
+    # Never used: its first creation loads what every later one needs. Not verifying, so
+    # that it does not load the system's CAs (20-30 ms holding the GIL), which no client
+    # here uses: they trust the pool's CA files, or build their own default context.
+    httpx.AsyncClient(verify=False)
