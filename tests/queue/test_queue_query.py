@@ -11,7 +11,7 @@ import pytest
 
 import htgrid.classad as classad
 from htgrid.errors import ClassAdSyntaxError
-from htgrid.queue import Identity, JobAction, JobQueue
+from htgrid.queue import Identity, JobAction, JobQueue, _serial
 from htgrid.queue._query import compile_constraint
 from htgrid.queue._serial import decode, decode_shared, encode, remember
 
@@ -273,3 +273,25 @@ def test_an_ad_remembered_at_its_save_reads_as_its_stored_text_does(value: objec
     assert [type(e.lit) for e in shared._attrs.values()] == [
         type(e.lit) for e in fresh._attrs.values()
     ]
+
+
+def test_a_saved_ad_with_a_real_that_rounds_is_read_without_decoding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A job's measured wall clock time rarely survives its 16 stored digits; its next
+    # readers (the event log, the status poll, the output's fetch) still get the ad kept
+    # at the save, with the real as the database holds it.
+    wall = 0.013430118560791016  # stored as 1.343011856079102E-02
+    ad = classad.ClassAd({"RemoteWallClockTime": wall, "Owner": "alice", "ExitCode": 0})
+    text = encode(ad)
+    assert float(text.split('"RemoteWallClockTime":"')[1].split('"')[0]) != wall
+    remember(text, ad)
+
+    def decode_again(_: str) -> classad.ClassAd:
+        raise AssertionError("decoded again")
+
+    monkeypatch.setattr(_serial, "decode", decode_again)
+    shared = decode_shared(text)
+    monkeypatch.undo()
+    assert shared == decode(text)
+    assert shared["RemoteWallClockTime"] != wall

@@ -168,24 +168,30 @@ def decode_shared(text: str) -> ClassAd:
 
 
 def remember(text: str, ad: ClassAd) -> None:
-    """Let `decode_shared(text)` give a copy of `ad`, the ad `text` was encoded from, when
-    decoding would give it back exactly: strings, integers, booleans, and reals whose text
-    reads back the same value (a job is read again soon after each change)."""
+    """Let `decode_shared(text)` give a copy of `ad`, the ad `text` was encoded from, as
+    decoding would give it: strings, integers and booleans as they are, and reals as
+    their text reads back (a measured time rarely survives its 16 digits: such a job
+    was decoded again at every read after its end). A job is read again soon after each
+    change. Ads holding other expressions are left to be decoded."""
     if text in _ADS:
         return
-    for entry in ad._attrs.values():
+    read_back: dict[str, Entry] = {}
+    for key, entry in ad._attrs.items():
         kind = type(entry.lit)
         if kind is float:
+            stored = _entry_text(entry)
             try:
-                if float(_entry_text(entry)) != entry.lit:
-                    return
+                if float(stored) != entry.lit:
+                    read_back[key] = Entry(entry.name, _node(stored))
             except ValueError:  # real("INF") and the like
                 return
         elif kind is not str and kind is not int and kind is not bool:
             return
+    kept = copy.copy(ad)  # its owner may go on changing it
+    kept._attrs.update(read_back)
     if len(_ADS) >= _ADS_MAX:
         _ADS.clear()
-    _ADS[text] = copy.copy(ad)  # its owner may go on changing it
+    _ADS[text] = kept
 
 
 def with_proc_id(ad: ClassAd, proc: int) -> None:
