@@ -31,10 +31,9 @@ def select_attrs(text: str, names: Iterable[str]) -> ClassAd:
     if pairs is None:  # not plain enough to split safely: the parser decides
         return _whole(text, wanted)
     ad = ClassAd()
-    for name, value in pairs:
-        key = name.lower()
-        if key in wanted:
-            ad._attrs[key] = Entry(name, parse_record_value(value))
+    attrs = ad._attrs
+    for name, value in [pair for pair in pairs if pair[0].lower() in wanted]:
+        attrs[name.lower()] = Entry(name, parse_record_value(value))
     return ad
 
 
