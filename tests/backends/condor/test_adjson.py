@@ -74,3 +74,18 @@ def test_the_line_reads_back_as_the_json_ad(seed: int) -> None:
 )
 def test_what_it_does_not_take_on_is_left_to_the_parser(ad: dict[str, Any]) -> None:
     assert adjson.ad_text(ad) is None
+
+
+def test_values_equal_in_python_keep_their_own_types_from_ad_to_ad() -> None:
+    # The parts are remembered from ad to ad; 1, true, 1.0 and "1" are four values.
+    lines = [adjson.ad_text({"A": value, "B": "same"}) for value in (1, True, 1.0, "1", 1, True)]
+
+    assert lines == [
+        '[ A = 1; B = "same" ]',
+        '[ A = true; B = "same" ]',
+        '[ A = 1.0; B = "same" ]',
+        '[ A = "1"; B = "same" ]',
+        '[ A = 1; B = "same" ]',
+        '[ A = true; B = "same" ]',
+    ]
+    assert adjson.ad_text({"A": 1, "true": 1}) is None  # a bad name after a known part

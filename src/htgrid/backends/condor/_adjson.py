@@ -61,12 +61,29 @@ def ad_text(ad: dict[str, Any]) -> str | None:
         return None
 
 
+# `name = value` parts already written, by (name, type, value) of a string, integer or
+# boolean value (the type keeps 1 and true apart): a thousand status ads of one cluster
+# repeat most of their attributes word for word.
+_PARTS: dict[tuple[str, type, object], str] = {}
+_PARTS_MAX: Final = 50_000
+_CACHED: Final = frozenset({str, int, bool})
+
+
 def _record(ad: dict[str, Any]) -> str:
     parts = []
     for name, value in ad.items():
-        if not _NAME.fullmatch(name) or name.lower() in _RESERVED:
-            raise _Unsure(name)
-        parts.append(f"{name} = {_value(value)}")
+        kind = type(value)
+        key = (name, kind, value) if kind in _CACHED else None
+        part = _PARTS.get(key) if key is not None else None
+        if part is None:
+            if not _NAME.fullmatch(name) or name.lower() in _RESERVED:
+                raise _Unsure(name)
+            part = f"{name} = {_value(value)}"
+            if key is not None:
+                if len(_PARTS) >= _PARTS_MAX:
+                    _PARTS.clear()
+                _PARTS[key] = part
+        parts.append(part)
     return "[ " + "; ".join(parts) + " ]" if parts else "[ ]"
 
 
