@@ -46,15 +46,20 @@ def _ads(rng: random.Random) -> list[classad.ClassAd]:
     return ads
 
 
+def _forget() -> None:
+    json_module._LINES.clear()
+    json_module._ENTRY_LINES.clear()
+
+
 def _alone(ad: classad.ClassAd) -> str:
-    json_module._LINES.clear()  # nothing written before: this ad's text from scratch
+    _forget()  # nothing written before: this ad's text from scratch
     return ad.printJson()
 
 
 @pytest.mark.parametrize("seed", range(100))
 def test_each_ad_is_written_as_it_would_be_alone(seed: int) -> None:
     ads = _ads(random.Random(seed))
-    json_module._LINES.clear()
+    _forget()
 
     together = [ad.printJson() for ad in ads]  # the shared values' lines reused
 
@@ -78,7 +83,30 @@ def test_one_value_shared_at_three_depths_is_written_at_each_depth() -> None:
             "[ A = { 1, 2 }; B = [ A = { 1, 2 }; C = [ A = { 1, 2 } ] ]; Z = { 1, 2 } ]"
         )
     )
-    json_module._LINES.clear()
+    _forget()
     for _ in range(2):  # written fresh, then from what was written
         assert outer.printJson() == expected
     assert outer.printJson().count('"A": [\n        1,') == 1  # the deepest, indented so
+
+
+def test_an_entry_shared_by_many_ads_is_written_once_and_a_new_one_afresh() -> None:
+    # The queue's job ads share their cluster's entries: each is written once; a job's
+    # own value for one of those names is a new entry, written as itself.
+    cluster = classad.ClassAd({"Cmd": "/bin/true", "RequestMemory": classad.ExprTree("2 * 64")})
+    jobs = []
+    for proc in range(3):
+        ad = classad.ClassAd()
+        ad._attrs = dict(cluster._attrs)
+        ad["ProcId"] = proc
+        jobs.append(ad)
+    jobs[2]["Cmd"] = "/bin/false"
+    _forget()
+
+    texts = [ad.printJson() for ad in jobs]
+
+    assert texts == [_alone(ad) for ad in jobs]
+    assert '"Cmd": "/bin/false"' in texts[2] and '"Cmd": "/bin/true"' in texts[0]
+    _forget()
+    for ad in jobs:
+        ad.printJson()
+    assert len(json_module._ENTRY_LINES) == 2 + 3 + 1  # cluster's, ProcIds, the new Cmd

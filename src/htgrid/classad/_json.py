@@ -21,7 +21,7 @@ from htgrid.classad._values import INT64_MAX, INT64_MIN, UNDEFINED, RelTime
 from htgrid.errors import ClassAdSyntaxError
 
 if TYPE_CHECKING:
-    from htgrid.classad._classad import ClassAd
+    from htgrid.classad._classad import ClassAd, Entry
 
 __all__ = ["ad_to_json", "iter_json_ads"]
 
@@ -88,9 +88,28 @@ def _object(attrs: tuple[tuple[str, Node], ...], indent: int) -> str:
     return "{\n" + ",\n".join(lines) + "\n" + " " * indent + "}"
 
 
+# Top-level lines by the entry they print (kept here, so that its id stays its own).
+# Entries are immutable and shared: the queue's job ads share their cluster's, so a
+# thousand ads of a cluster look each of those up once per ad, without building a key.
+_ENTRY_LINES: dict[int, tuple[Entry, str]] = {}
+
+
 def ad_to_json(ad: ClassAd) -> str:
     """An ad as printJson writes it."""
-    return _object(ad._pairs(), 0)
+    if not ad._attrs:
+        return "{\n}"
+    lines = []
+    for entry in ad._attrs.values():
+        known = _ENTRY_LINES.get(id(entry))
+        if known is not None and known[0] is entry:
+            lines.append(known[1])
+            continue
+        line = f"  {_string(entry.name)}: {_node(entry.node, 2)}"
+        if len(_ENTRY_LINES) >= _LINES_LIMIT:
+            _ENTRY_LINES.clear()
+        _ENTRY_LINES[id(entry)] = (entry, line)
+        lines.append(line)
+    return "{\n" + ",\n".join(lines) + "\n}"
 
 
 def _from_json(value: Any, text: str, offset: int) -> Node:
