@@ -267,3 +267,46 @@ def test_the_daemon_names_callers_by_their_uid(tmp_path: Path) -> None:
     me = pwd.getpwuid(os.getuid()).pw_name
     assert you == {"user": me, "admin": me in ("root", "condor")}
     assert owner == me
+
+
+@pytest.mark.parametrize(
+    ("priority", "later"),
+    [
+        (None, False),
+        ("u=7", True),
+        ("u=7, i", True),
+        ("i, u=7;x", True),
+        ("u=3", False),
+        ("u=8", False),
+        ("u=seven", False),
+        ("", False),
+    ],
+)
+def test_an_edit_at_the_lowest_urgency_is_background_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, priority: str | None, later: bool
+) -> None:
+    # A grid manager lets finished remote jobs go with `Priority: u=7` (RFC 9218): the
+    # daemon queues such an edit behind the jobs it is running. A header that does not
+    # parse is the default urgency, as the RFC has it.
+    lanes: list[bool] = []
+    write = QueueWorker.write
+
+    async def spy(self: QueueWorker, fn, *, client: bool = False, later: bool = False):  # type: ignore[no-untyped-def]
+        lanes.append(later)
+        return await write(self, fn, client=client, later=later)
+
+    monkeypatch.setattr(QueueWorker, "write", spy)
+    worker = QueueWorker(JobQueue.open(tmp_path / "spool", fsync=False))
+    service = QueueService(worker, dict, spool=lambda c, p: tmp_path / f"{c}.{p}")
+    try:
+        with _served(create_app(service, _forged), tmp_path / "api.sock") as http:
+            cluster = _submit(_as(http, "alice"))
+            lanes.clear()
+            headers = {} if priority is None else {"priority": priority}
+            body = {"jobs": {"ids": [f"{cluster}.0"]}, "attrs": {"Note": '"let go"'}}
+            answer = http.post("/v1/jobs/edit", json=body, headers=headers)
+            assert answer.status_code == 200, answer.text
+            assert _as(http, "alice").get(f"{cluster}.0")["Note"] == "let go"
+    finally:
+        worker.close()
+    assert lanes == [later]

@@ -152,3 +152,60 @@ def test_a_submits_wait_for_its_events_goes_before_the_bookkeeping(
 
     asyncio.run(scenario())
     assert ran.index("submit answered") <= 1, ran
+
+
+class _Clock:
+    """A monotonic clock the test moves (the worker reads it from its thread)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_background_work_waits_for_both_lines_and_no_longer_than_its_bound(
+    tmp_path: Path,
+) -> None:
+    clock = _Clock()
+    worker = QueueWorker(JobQueue.open(tmp_path / "spool", fsync=False), clock=clock)
+    ran: list[str] = []
+
+    async def scenario() -> None:
+        free, blocker = await _busy(worker)
+        cleanup = asyncio.ensure_future(worker.write(lambda q: ran.append("let go"), later=True))
+        runner = [
+            asyncio.ensure_future(worker.write(lambda q, i=i: ran.append(f"runner {i}")))
+            for i in range(3)
+        ]
+        query = asyncio.ensure_future(worker.read(lambda q: ran.append("query"), client=True))
+        await asyncio.sleep(0.05)  # every call is waiting now
+        free.set()
+        await asyncio.gather(blocker, cleanup, query, *runner)
+        assert ran == ["query", "runner 0", "runner 1", "runner 2", "let go"]
+
+        # Behind a line that stays busy, background work waits its bound, then goes first.
+        ran.clear()
+        free, blocker = await _busy(worker)
+        cleanup = asyncio.ensure_future(worker.write(lambda q: ran.append("let go"), later=True))
+        runner = [
+            asyncio.ensure_future(worker.write(lambda q, i=i: ran.append(f"runner {i}")))
+            for i in range(3)
+        ]
+        await asyncio.sleep(0.05)
+        clock.now += 0.5  # the bound, _LATER_WAIT
+        free.set()
+        await asyncio.gather(blocker, cleanup, *runner)
+        assert ran == ["let go", "runner 0", "runner 1", "runner 2"]
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        worker.close()
+
+
+def test_background_work_runs_at_once_on_an_idle_queue(worker: QueueWorker) -> None:
+    async def scenario() -> list[Any]:
+        return await asyncio.wait_for(worker.write(lambda q: q.query(None), later=True), 5)
+
+    assert asyncio.run(scenario()) == []

@@ -56,8 +56,11 @@ class QueueBackend(Protocol):
         """Hold, release or remove jobs; the jobs acted on."""
         ...
 
-    async def edit(self, identity: Identity, jobs: Jobs, attrs: dict[str, str]) -> list[JobId]:
-        """Set attributes (ClassAd expression text) of jobs; the jobs edited."""
+    async def edit(
+        self, identity: Identity, jobs: Jobs, attrs: dict[str, str], *, later: bool = False
+    ) -> list[JobId]:
+        """Set attributes (ClassAd expression text) of jobs; the jobs edited. `later`:
+        background work, which may wait while the daemon is busy with its jobs."""
         ...
 
     async def put_input(

@@ -17,7 +17,7 @@ from htgrid.errors import HTGridError
 from htgrid.net._errors import BadRequest
 from htgrid.queue import Identity, JobId, JobSpec
 
-__all__ = ["Jobs", "ad_from_json", "ads_json", "job_ids_from_json", "loads"]
+__all__ = ["Jobs", "ad_from_json", "ads_json", "background", "job_ids_from_json", "loads"]
 
 
 # HTCondor's JSON marks an expression by the escaped slashes of "\/Expr(...)\/", which
@@ -145,3 +145,20 @@ class Jobs:
             # Parenthesised: the queue reads a bare "12" or "12.0" as job ids.
             return f"({self.constraint})"
         return f"Owner == {quote(identity.name)}"
+
+
+#: The urgency (RFC 9218's Priority header, `u=0`..`u=7`, 3 by default) of a request the
+#: daemon may put behind its own work: a grid manager letting go of finished jobs.
+BACKGROUND_URGENCY: Final = 7
+
+
+def background(priority: str | None) -> bool:
+    """Whether a request's `Priority` header (RFC 9218) asks for the lowest urgency. A
+    header that does not parse is ignored, as the RFC has it: the default urgency."""
+    urgency = 3
+    for member in (priority or "").split(","):
+        name, _, value = member.partition("=")
+        value = value.split(";", 1)[0].strip()
+        if name.strip() == "u" and value.isdigit() and int(value) <= BACKGROUND_URGENCY:
+            urgency = int(value)
+    return urgency == BACKGROUND_URGENCY

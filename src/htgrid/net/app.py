@@ -38,7 +38,7 @@ from htgrid.net._sandbox_routes import (
     put_proxy,
     update_leases,
 )
-from htgrid.net._wire import Jobs, ad_from_json, ads_json, loads
+from htgrid.net._wire import Jobs, ad_from_json, ads_json, background, loads
 from htgrid.queue import Identity, JobAction, JobId
 
 __all__ = ["ROUTES", "RouteSpec", "create_app"]
@@ -178,7 +178,8 @@ async def _edit(call: _Call) -> Response:
     ):
         raise BadRequest('"attrs" must map attribute names to ClassAd expression text')
     jobs = Jobs.from_json(body.get("jobs"))
-    return _ids(await call.backend.edit(call.identity, jobs, attrs))
+    later = background(call.request.headers.get("priority"))
+    return _ids(await call.backend.edit(call.identity, jobs, attrs, later=later))
 
 
 async def _openapi(call: _Call) -> Response:
@@ -202,8 +203,10 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/v1/jobs/{job_id}", "job", "One queued job's ad", _get, returns="Ads"),
     RouteSpec("POST", "/v1/jobs/act", "act", "Hold, release or remove jobs", _act,
               body="Act"),
-    RouteSpec("POST", "/v1/jobs/edit", "edit", "Set job attributes (condor_qedit)", _edit,
-              body="Edit"),
+    RouteSpec("POST", "/v1/jobs/edit", "edit",
+              "Set job attributes (condor_qedit); with `Priority: u=7` (RFC 9218), as "
+              "background work the daemon may put behind its running jobs for up to 0.5 s",
+              _edit, body="Edit"),
     RouteSpec("GET", "/v1/history", "history", "Jobs that left the queue, newest first",
               _history, returns="Ads", params=_SELECT),
     RouteSpec("PUT", "/v1/jobs/{job_id}/input", "put_input",

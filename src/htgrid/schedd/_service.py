@@ -258,9 +258,13 @@ class QueueService:
             lambda q: q.act(action, spec, identity, reason), client=True
         )
 
-    async def edit(self, identity: Identity, jobs: Jobs, attrs: dict[str, str]) -> list[JobId]:
+    async def edit(
+        self, identity: Identity, jobs: Jobs, attrs: dict[str, str], *, later: bool = False
+    ) -> list[JobId]:
         spec = jobs.spec(identity)
-        return await self._worker.write(lambda q: q.edit(spec, attrs, identity), client=True)
+        return await self._worker.write(
+            lambda q: q.edit(spec, attrs, identity), client=not later, later=later
+        )
 
     async def put_input(
         self, identity: Identity, job_id: JobId, body: AsyncIterable[bytes], length: int | None

@@ -14,6 +14,11 @@ and a submit, a query or a stage-in behind them waited a tenth of a second or mo
 every call it made. The bookkeeping still gets one call in every `_BURST + 1` while both
 lines wait, so a busy API slows the daemon's own work and never stops it. Within a line,
 calls run in the order they were made.
+
+A third line holds what a client sent as background work (`later`: a grid manager
+letting go of the remote copies of finished jobs): it runs when the other two are
+empty, or once its first call has waited `_LATER_WAIT` seconds, so that it never
+delays the jobs the daemon is running by more than that, and is never starved.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import asyncio
 import collections
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -35,20 +41,23 @@ T = TypeVar("T")
 
 #: Client calls run in a row while the daemon's own calls wait, before one of those.
 _BURST: Final = 4
+#: The longest a background call waits behind the other two lines (seconds).
+_LATER_WAIT: Final = 0.5
 
 
 class _Call:
     """One function waiting for the queue thread, and where its result goes."""
 
-    __slots__ = ("fn", "future", "loop")
+    __slots__ = ("fn", "future", "loop", "since")
 
     def __init__(
         self,
         fn: Callable[[JobQueue], Any],
         future: asyncio.Future[Any],
         loop: asyncio.AbstractEventLoop,
+        since: float = 0.0,
     ) -> None:
-        self.fn, self.future, self.loop = fn, future, loop
+        self.fn, self.future, self.loop, self.since = fn, future, loop, since
 
     def run(self, queue: JobQueue) -> None:
         # Not begun when its caller was cancelled, as an executor's pending call.
@@ -80,37 +89,50 @@ class QueueWorker:
     """Runs functions of the queue on one thread, clients' first; wakes subscribers
     after writes."""
 
-    def __init__(self, queue: JobQueue, doorbells: Sequence[Path] = ()) -> None:
+    def __init__(
+        self,
+        queue: JobQueue,
+        doorbells: Sequence[Path] = (),
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._queue = queue
         self._doorbells = tuple(doorbells)
+        self._clock = clock
         self._subscribers: list[asyncio.Event] = []
         self._heard: set[Path] = set()
         self._ready = threading.Condition()
         self._first: collections.deque[_Call] = collections.deque()
         self._after: collections.deque[_Call] = collections.deque()
+        self._later: collections.deque[_Call] = collections.deque()
         self._closing = False
         self._thread = threading.Thread(target=self._serve, name="htgrid-queue", daemon=True)
         self._thread.start()
 
-    async def read(self, fn: Callable[[JobQueue], T], *, client: bool = False) -> T:
+    async def read(
+        self, fn: Callable[[JobQueue], T], *, client: bool = False, later: bool = False
+    ) -> T:
         """`fn(queue)` on the queue thread; `client`: a call an API client waits for,
-        which goes before the daemon's own."""
+        which goes before the daemon's own; `later`: background work, after both."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         with self._ready:
             if self._closing:
                 raise RuntimeError("the job queue is closed")
-            (self._first if client else self._after).append(_Call(fn, future, loop))
+            line = self._later if later else self._first if client else self._after
+            line.append(_Call(fn, future, loop, self._clock()))
             self._ready.notify()
         return await future
 
-    async def write(self, fn: Callable[[JobQueue], T], *, client: bool = False) -> T:
+    async def write(
+        self, fn: Callable[[JobQueue], T], *, client: bool = False, later: bool = False
+    ) -> T:
         """`fn(queue)` on the queue thread, then wake the change feed's followers.
 
         They are woken even when `fn` raises: it may have committed before failing.
         """
         try:
-            return await self.read(fn, client=client)
+            return await self.read(fn, client=client, later=later)
         finally:
             self.notify()
 
@@ -118,15 +140,25 @@ class QueueWorker:
         burst = 0
         while True:
             with self._ready:
-                while not (self._first or self._after or self._closing):
+                while not (self._first or self._after or self._later or self._closing):
                     self._ready.wait()
-                if self._first and (burst < _BURST or not self._after):
-                    call, burst = self._first.popleft(), burst + 1
-                elif self._after:
-                    call, burst = self._after.popleft(), 0
-                else:
+                call, burst = self._next(burst)
+                if call is None:
                     return  # closing, and nothing left to run
             call.run(self._queue)
+
+    def _next(self, burst: int) -> tuple[_Call | None, int]:
+        """The call to run now (with the lock held), and the client burst after it."""
+        later = self._later
+        if later and (
+            not (self._first or self._after) or self._clock() - later[0].since >= _LATER_WAIT
+        ):
+            return later.popleft(), burst
+        if self._first and (burst < _BURST or not self._after):
+            return self._first.popleft(), burst + 1
+        if self._after:
+            return self._after.popleft(), 0
+        return None, burst
 
     def subscribe(self) -> asyncio.Event:
         """An event set after every write (and set at first, so a follower catches up)."""

@@ -43,16 +43,20 @@ def run_together(
     command: str,
     handler: Handler,
     requests: Sequence[tuple[str, ...]],
+    priorities: list[str] | None = None,
     **options: Any,
 ) -> tuple[list[Sequence[str]], list[str]]:
     """Every request of `requests` (the arguments after the schedd) at once in a fresh
     GAHP made with `options`; their results in order, and the HTTP requests the GAHP sent
-    (method and path; not those refused for want of a token, which go again with one)."""
+    (method and path; not those refused for want of a token, which go again with one).
+    Their Priority headers go to `priorities`, when given."""
     sent: list[str] = []
 
     async def count(response: httpx.Response) -> None:
         if response.status_code != 401:
             sent.append(f"{response.request.method} {response.request.url.path}")
+            if priorities is not None:
+                priorities.append(response.request.headers.get("priority", ""))
 
     async def main() -> list[Sequence[str]]:
         gahp = CondorGahp(_options(remote, **options))

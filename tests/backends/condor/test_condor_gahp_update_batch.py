@@ -24,12 +24,16 @@ def test_20_updates_setting_the_same_are_one_edit(remote: RemotePool, tmp_path: 
     ids, _ = completed_jobs(remote, tmp_path, 20)
     assert still_queued(remote, ids) == ids  # kept by LeaveJobInQueue
 
+    priorities: list[str] = []
     results, sent = run_together(
-        remote, "CONDOR_JOB_UPDATE", "update", [(job_id, LET_GO) for job_id in ids]
+        remote, "CONDOR_JOB_UPDATE", "update", [(job_id, LET_GO) for job_id in ids], priorities
     )
 
     assert results == [("S", "NULL")] * 20
     assert sent and set(sent) == {"POST /v1/jobs/edit"} and len(sent) <= 3, sent
+    # Background work for the remote daemon (RFC 9218's lowest urgency): letting go of
+    # finished jobs waits behind the jobs it is running.
+    assert set(priorities) == {"u=7"}
     assert still_queued(remote, ids) == []  # all let go
 
 

@@ -6,7 +6,8 @@ that wait together and set the same attributes to the same expressions go as one
 
     POST /v1/jobs/edit {"jobs": {"ids": ["12.0", "12.1"]}, "attrs": {...}}
 
-which the daemon does in one transaction, all or nothing. Each request still gets its own
+which the daemon does in one transaction, all or nothing, as background work (`Priority:
+u=7`: after the jobs it is running, within half a second). Each request still gets its own
 result line: a batch refused as a whole (one job gone, or another user's) is sent again
 one job at a time, so only that job's update fails, with the words it always had.
 """
@@ -30,6 +31,8 @@ Attrs = Mapping[str, str]  # attribute name -> ClassAd expression text
 
 #: The most jobs in one edit request.
 MOST: Final = 500
+#: RFC 9218's Priority header at its lowest urgency: background work.
+_BACKGROUND: Final = "u=7"
 
 
 class Updates:
@@ -62,7 +65,10 @@ class Updates:
 
 async def _edit(schedd: Endpoint, job_ids: list[str], attrs: Attrs) -> None:
     body = {"jobs": {"ids": job_ids}, "attrs": dict(attrs)}
-    await schedd.json("POST", "/v1/jobs/edit", json_body=body)
+    # Background work for the daemon (RFC 9218's lowest urgency): letting go of finished
+    # jobs may wait while it starts and ends the ones still to run.
+    headers = {"priority": _BACKGROUND}
+    await schedd.json("POST", "/v1/jobs/edit", json_body=body, headers=headers)
 
 
 async def _edit_one(schedd: Endpoint, job_id: str, attrs: Attrs) -> Outcome:
