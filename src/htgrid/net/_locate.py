@@ -11,7 +11,6 @@ trusted CAs and the user's token of that pool (see `htgrid.collector.CollectorCl
 
 from __future__ import annotations
 
-import asyncio
 import os
 from dataclasses import dataclass
 from typing import Final
@@ -93,6 +92,8 @@ def find_schedd(
     """Schedd `name` (None: the only or first one) of the pool whose collector is at
     `pool` (host:port; None: this pool's); ScheddNotFound, saying what the pool has,
     otherwise."""
+    import asyncio  # here: `htgrid q` and the like, run without -name, never need it
+
     return asyncio.run(find_schedd_async(name, pool, home=home))
 
 
