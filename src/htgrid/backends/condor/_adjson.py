@@ -63,17 +63,20 @@ def ad_text(ad: dict[str, Any]) -> str | None:
 
 # `name = value` parts already written, by (name, type, value) of a string, integer or
 # boolean value (the type keeps 1 and true apart): a thousand status ads of one cluster
-# repeat most of their attributes word for word.
+# repeat most of their attributes word for word. Long strings (an environment) are
+# written each time, which bounds what this holds.
 _PARTS: dict[tuple[str, type, object], str] = {}
 _PARTS_MAX: Final = 50_000
 _CACHED: Final = frozenset({str, int, bool})
+_LONGEST: Final = 256
 
 
 def _record(ad: dict[str, Any]) -> str:
     parts = []
     for name, value in ad.items():
         kind = type(value)
-        key = (name, kind, value) if kind in _CACHED else None
+        cached = kind in _CACHED and (kind is not str or len(value) <= _LONGEST)
+        key = (name, kind, value) if cached else None
         part = _PARTS.get(key) if key is not None else None
         if part is None:
             if not _NAME.fullmatch(name) or name.lower() in _RESERVED:
