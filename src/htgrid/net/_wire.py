@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from htgrid.classad import ClassAd, ParserType, parseOne, quote
 from htgrid.errors import HTGridError
 from htgrid.net._errors import BadRequest
-from htgrid.queue import Identity, JobId, JobSpec
+from htgrid.queue import Identity, JobId
+
+if TYPE_CHECKING:
+    from htgrid.queue import JobSpec
 
 __all__ = ["Jobs", "ad_from_json", "ads_json", "background", "job_ids_from_json", "loads"]
 

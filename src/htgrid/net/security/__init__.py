@@ -17,9 +17,9 @@ See `_errors` for the error tree; every refusal is an `AuthError` with its HTTP 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
+from htgrid._lazy import on_demand
 from htgrid.net.security._errors import (
     AuthError,
     CertificateError,
@@ -150,13 +150,7 @@ _LAZY: Final = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # asked once
-    return value
+__getattr__ = on_demand(__name__, _LAZY)
 
 
 __all__ = [
