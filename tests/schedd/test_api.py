@@ -11,10 +11,10 @@ import os
 import pwd
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -291,7 +291,13 @@ def test_an_edit_at_the_lowest_urgency_is_background_work(
     lanes: list[bool] = []
     write = QueueWorker.write
 
-    async def spy(self: QueueWorker, fn, *, client: bool = False, later: bool = False):  # type: ignore[no-untyped-def]
+    async def spy(
+        self: QueueWorker,
+        fn: Callable[[JobQueue], Any],
+        *,
+        client: bool = False,
+        later: bool = False,
+    ) -> Any:
         lanes.append(later)
         return await write(self, fn, client=client, later=later)
 
