@@ -119,8 +119,10 @@ class QueueWorker:
         with self._ready:
             if self._closing:
                 raise RuntimeError("the job queue is closed")
-            line = self._later if later else self._first if client else self._after
-            line.append(_Call(fn, future, loop, self._clock()))
+            if later:  # only background work is timed: its wait has a bound
+                self._later.append(_Call(fn, future, loop, self._clock()))
+            else:
+                (self._first if client else self._after).append(_Call(fn, future, loop))
             self._ready.notify()
         return await future
 
