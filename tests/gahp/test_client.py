@@ -256,6 +256,59 @@ def test_polling_on_a_timer_without_async_mode() -> None:
     run(main())
 
 
+def test_the_handshake_is_two_round_trips() -> None:
+    """COMMANDS goes before the banner is read; the rest of the handshake goes in one
+    write once COMMANDS is answered, and the answers are read in order."""
+
+    async def main() -> None:
+        clock = ManualClock()
+        process = FakeProcess()
+        starting = asyncio.create_task(
+            GahpClient.start(["fake"], spawn=spawner(process), clock=clock)
+        )
+        # The server has printed nothing yet.
+        assert await asyncio.wait_for(process.request(), 10) == ["COMMANDS"]
+        process.reply("$GahpVersion:", "1.0.0", "Jan", "01", "2026", "fake", "$")
+        process.reply("S", "RESULTS", "CONDOR_VERSION", "RESPONSE_PREFIX", "ASYNC_MODE_ON")
+        assert (await process.request())[0] == "CONDOR_VERSION"
+        assert await process.request() == ["RESPONSE_PREFIX", "GAHP:"]
+        assert await process.request() == ["ASYNC_MODE_ON"]  # all three before any answer
+        assert not starting.done()
+        process.reply("S")
+        process.reply("S")
+        process.reply("GAHP:S")  # prefixed: RESPONSE_PREFIX was answered first
+        client = await starting
+        assert client.state is ClientState.READY and client.async_mode
+        assert client.version == "$GahpVersion: 1.0.0 Jan 01 2026 fake $"
+        process.exit(0)
+
+    run(main())
+
+
+def test_a_refused_handshake_step() -> None:
+    """A refused ASYNC_MODE_ON leaves the client polling on its timer; a refused
+    CONDOR_VERSION fails the start, naming the command."""
+
+    async def main() -> None:
+        clock = ManualClock()
+        process = FakeProcess()
+        starting = await scripted_start(process, clock, ["RESULTS", "ASYNC_MODE_ON"])
+        assert await process.request() == ["ASYNC_MODE_ON"]
+        process.reply("E")
+        client = await starting
+        assert client.state is ClientState.READY and not client.async_mode
+        process.exit(0)
+
+        process = FakeProcess()
+        starting = await scripted_start(process, clock, ["RESULTS", "CONDOR_VERSION"])
+        assert (await process.request())[0] == "CONDOR_VERSION"
+        process.reply("E", "unknown version")
+        with pytest.raises(GahpRequestRefused, match="CONDOR_VERSION"):
+            await starting
+
+    run(main())
+
+
 def test_r_asks_for_results_at_once_and_the_prefix_is_used() -> None:
     async def main() -> None:
         clock = ManualClock()

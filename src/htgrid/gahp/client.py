@@ -5,7 +5,8 @@
     await client.close()
 
 It does what the grid manager's `GahpServer` does: reads the banner, runs the start-up
-handshake (COMMANDS, CONDOR_VERSION and RESPONSE_PREFIX if listed, ASYNC_MODE_ON), numbers
+handshake (COMMANDS, CONDOR_VERSION and RESPONSE_PREFIX if listed, ASYNC_MODE_ON: COMMANDS
+written without waiting for the banner, the others together once it is answered), numbers
 requests from 1 (wrapping after 990,000,000 and skipping ids in use), keeps at most
 `max_pending` requests at the server and queues the rest, polls RESULTS on `R` and on a
 timer, and backs off on `F Threads limit reached`. Request lines are pipelined: return
@@ -279,30 +280,42 @@ class GahpClient:
         if self._process.stderr is not None:
             reader = read_stderr(self._process.stderr, self._stderr_tail, self.pid)
             self._tasks.append(asyncio.create_task(reader))
+        # COMMANDS goes at once, ahead of the banner (the pipe keeps it until the server
+        # reads): each round trip of the handshake waits for a turn of this loop, which is
+        # busy with every job at the moment a first GAHP server is started.
+        commands = self._write(encode_request("COMMANDS"), "COMMANDS")
+        await self._drain()
         try:
             self.version = await self._wait(self._banner, self._response_timeout)
         except GahpTimeout:
             raise GahpProtocolError(
                 f"no $GahpVersion banner in {self._response_timeout} s"
             ) from None
-        reply = await self.command("COMMANDS")
+        reply = await commands.future
+        if not reply.ok:
+            raise GahpRequestRefused("COMMANDS", reply.code.value, reply.reason)
         self.commands = frozenset(name.upper() for name in reply.args)
+        # The rest of the handshake in one write, its return lines read in order.
+        sent: list[Waiter] = []
         if self.supports("CONDOR_VERSION"):
             from htgrid import __version__
 
-            await self.command("CONDOR_VERSION", f"$CondorVersion: {__version__} htgrid $")
+            version = f"$CondorVersion: {__version__} htgrid $"
+            sent.append(self._write(encode_request("CONDOR_VERSION", [version]), "CONDOR_VERSION"))
         if self.supports("RESPONSE_PREFIX"):
             request = encode_request("RESPONSE_PREFIX", [RESPONSE_PREFIX])
-            waiter = self._write(request, "RESPONSE_PREFIX", WaitKind.PREFIX)
-            await self._drain()
-            await waiter.future
-        interval = self._poll_interval
+            sent.append(self._write(request, "RESPONSE_PREFIX", WaitKind.PREFIX))
         if self.supports("ASYNC_MODE_ON"):
-            with contextlib.suppress(GahpRequestRefused):
-                await self.command("ASYNC_MODE_ON")
-                self.async_mode = True
-                # The grid manager still polls, rarely, in case an R is lost.
-                interval = self._async_poll_interval
+            sent.append(self._write(encode_request("ASYNC_MODE_ON"), "ASYNC_MODE_ON"))
+        await self._drain()
+        for waiter in sent:
+            reply = await waiter.future
+            if reply.ok:
+                self.async_mode = self.async_mode or waiter.command == "ASYNC_MODE_ON"
+            elif waiter.command == "CONDOR_VERSION":
+                raise GahpRequestRefused(waiter.command, reply.code.value, reply.reason)
+        # In async mode the grid manager still polls, rarely, in case an R is lost.
+        interval = self._async_poll_interval if self.async_mode else self._poll_interval
         self._tasks.append(asyncio.create_task(self._poll_timer(interval)))
         self._set_state(ClientState.READY)
 
@@ -544,6 +557,10 @@ class GahpClient:
                 continue
             waiter = self._waiters[0]
             delay = waiter.deadline - self._clock.monotonic()
+            if not self._banner.done():
+                # COMMANDS is written ahead of the banner: a server that never prints
+                # one is the banner's wait to report, however late COMMANDS is.
+                delay = max(delay, self._response_timeout)
             if delay > 0:
                 await self._clock.sleep(delay)
                 continue
