@@ -12,6 +12,7 @@ import json
 import math
 import re
 from collections.abc import Iterator
+from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any, Final
 
 from htgrid.classad._ast import AdExpr, ListExpr, Literal, Node
@@ -29,8 +30,9 @@ __all__ = ["ad_to_json", "iter_json_ads"]
 _MARK: Final = "\x00Expr("
 
 
-def _string(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
+#: A string as a JSON string, as json.dumps(text, ensure_ascii=False) writes it: the
+#: encoder it calls, without its ~0.7 µs of set-up per call (two calls a line here).
+_string: Final = encode_basestring
 
 
 def _node(node: Node, indent: int) -> str:
