@@ -70,7 +70,8 @@ def test_a_change_carries_what_it_set(q: JobQueue) -> None:
 def test_followers_read_from_where_they_stopped(q: JobQueue) -> None:
     q.submit(ALICE, job(), 2)
     seen = q.last_seq
-    q.act(JobAction.Hold, 1, ALICE)
+    q.act(JobAction.Hold, "1.0", ALICE)
+    q.act(JobAction.Hold, "1.1", ALICE)
     later = q.changes_since(seen)
     assert [c.job_ids for c in later] == [[JobId(1, 0)], [JobId(1, 1)]]
     assert q.changes_since(seen, limit=1) == later[:1]
@@ -93,8 +94,41 @@ def test_sequence_numbers_survive_trimming_and_restart(tmp_path: Path) -> None:
         q.trim_changes(last)
         assert q.changes_since(0) == []
     with JobQueue.open(tmp_path, fsync=False) as q:
-        q.act(JobAction.Release, 1, ALICE)
+        q.act(JobAction.Release, "1.0", ALICE)
+        q.act(JobAction.Release, "1.1", ALICE)
         assert [c.seq for c in q.changes_since(0)] == [last + 1, last + 2]
+
+
+def test_jobs_changed_alike_in_one_transaction_are_one_change(q: JobQueue) -> None:
+    """A run of procs of one cluster changed the same way is one entry of the feed, so
+    that its followers read one change for a batch, as for a submitted cluster."""
+    q.submit(ALICE, job(), 5)
+    q.act(JobAction.Hold, "1.2", ALICE, "one of them first")
+    q.submit(ALICE, job(), 2)
+    seen = q.last_seq
+    held = q.act(JobAction.Hold, ["1.0", "1.1", "1.3", "1.4", "2.0", "2.1"], ALICE, "disk")
+    assert len(held) == 6
+    changes = q.changes_since(seen)
+    # 1.2 (already held) breaks the run of cluster 1; cluster 2 is a run of its own.
+    assert [(c.job_ids, c.status, c.last_status) for c in changes] == [
+        ([JobId(1, 0), JobId(1, 1)], JobStatus.HELD, JobStatus.IDLE),
+        ([JobId(1, 3), JobId(1, 4)], JobStatus.HELD, JobStatus.IDLE),
+        ([JobId(2, 0), JobId(2, 1)], JobStatus.HELD, JobStatus.IDLE),
+    ]
+    assert all(c.attrs["HoldReason"] == "disk" for c in changes)
+    # Numbers stay dense (a follower reads a gap as a trimmed feed): one per entry.
+    assert [c.seq for c in changes] == [seen + 1, seen + 2, seen + 3]
+    assert q.last_seq == seen + 3
+    # Changed differently: each its own entry, in order.
+    q.edit(["1.0", "1.1"], {"Note": '"a"'}, ALICE)
+    q.edit(["1.3"], {"Note": '"b"'}, ALICE)
+    q.edit(["1.4"], {"Note": '"c"'}, ALICE)
+    notes = q.changes_since(seen + 3)
+    assert [(c.job_ids, c.attrs["Note"]) for c in notes] == [
+        ([JobId(1, 0), JobId(1, 1)], "a"),
+        ([JobId(1, 3)], "b"),
+        ([JobId(1, 4)], "c"),
+    ]
 
 
 def test_readers_and_one_writer_share_a_queue(q: JobQueue) -> None:
@@ -118,3 +152,19 @@ def test_readers_and_one_writer_share_a_queue(q: JobQueue) -> None:
         t.join()
     assert errors == []
     assert len(q.query("JobStatus == 5")) == 200
+
+
+def test_jobs_let_go_by_an_edit_are_one_change_and_one_leaving(q: JobQueue) -> None:
+    """HTCondor-C's cleanup: LeaveJobInQueue = false on finished jobs kept in the queue."""
+    q.submit(ALICE, classad.ClassAd({"Cmd": "/bin/true", "LeaveJobInQueue": True}), 3)
+    for proc in range(3):
+        q.job_started(f"1.{proc}")
+        q.job_exited(f"1.{proc}", 0)
+    seen = q.last_seq
+    assert q.edit(1, {"LeaveJobInQueue": "false"}, ALICE) == [JobId(1, p) for p in range(3)]
+    changes = q.changes_since(seen)
+    assert [(c.kind, c.job_ids) for c in changes] == [
+        (ChangeKind.ATTRIBUTES, [JobId(1, 0), JobId(1, 1), JobId(1, 2)]),
+        (ChangeKind.LEFT_QUEUE, [JobId(1, 0), JobId(1, 1), JobId(1, 2)]),
+    ]
+    assert q.query() == [] and len(q.history()) == 3

@@ -13,6 +13,7 @@ import gc
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -229,6 +230,21 @@ class JobEdit:
         return encode_names(self.own, self.changed.values())
 
 
+@dataclass(slots=True)
+class FeedEntry:
+    """A row of the change feed being written: procs `first`..`last` of `cluster`."""
+
+    seq: int
+    kind: str
+    cluster: int
+    first: int
+    last: int
+    status: JobStatus | None = None
+    last_status: JobStatus | None = None
+    attrs: str = EMPTY
+    deleted: str = ""
+
+
 class Txn:
     """One write transaction: hands out sequence numbers and writes rows."""
 
@@ -239,13 +255,56 @@ class Txn:
         self.last_seq = store.meta("last_seq")
         self.next_cluster = store.meta("next_cluster")
         self._left_clusters: set[int] = set()
+        # The last job change, not yet written: the same change of the next proc of its
+        # cluster joins it (see `job_change`).
+        self._pending: FeedEntry | None = None
 
     def new_seq(self) -> int:
         self.last_seq += 1
         return self.last_seq
 
+    def job_change(
+        self,
+        kind: str,
+        job_id: JobId,
+        status: JobStatus | None,
+        last_status: JobStatus | None,
+        attrs: str = EMPTY,
+        deleted: str = "",
+    ) -> int:
+        """The feed's entry for a change of one job; its sequence number.
+
+        The same change (kind, statuses, attributes) of the next proc of the cluster the
+        previous one was about, in this transaction, is the same entry: a batch of jobs
+        released, edited or let go alike is one change for each follower to read, as a
+        submitted cluster is, instead of one per job. Its procs share its number.
+        """
+        last = self._pending
+        if (
+            last is not None
+            and last.cluster == job_id.cluster
+            and last.last == job_id.proc - 1
+            and (last.kind, last.status, last.last_status, last.attrs, last.deleted)
+            == (kind, status, last_status, attrs, deleted)
+        ):
+            last.last = job_id.proc
+            return last.seq
+        self._write_pending()
+        proc = job_id.proc
+        entry = FeedEntry(
+            self.new_seq(), kind, job_id.cluster, proc, proc, status, last_status, attrs, deleted
+        )
+        self._pending = entry
+        return entry.seq
+
+    def _write_pending(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            self.add_change(pending)
+
     def finish(self) -> None:
         """Write back the counters and drop clusters that have no job left."""
+        self._write_pending()
         for cluster in self._left_clusters:
             cur = self.conn.execute(
                 "DELETE FROM clusters WHERE cluster = ? "
@@ -292,9 +351,11 @@ class Txn:
         """Write the job's row and its change-feed entry; the change's sequence number."""
         if not edit.changed and not edit.deleted:
             return None
-        seq = self.new_seq()
         status = edit.status
         jid = edit.job_id
+        kind = "status" if status != edit.old_status else "attributes"
+        deleted = " ".join(edit.deleted.values())
+        seq = self.job_change(kind, jid, status, edit.old_status, edit.changed_attrs(), deleted)
         text = encode(edit.own)
         remember(text, edit.own)
         self.conn.execute(
@@ -308,56 +369,37 @@ class Txn:
                 jid.proc,
             ),
         )
-        kind = "status" if status != edit.old_status else "attributes"
-        self.add_change(
-            seq,
-            kind,
-            jid.cluster,
-            jid.proc,
-            jid.proc,
-            status,
-            edit.old_status,
-            edit.changed_attrs(),
-            " ".join(edit.deleted.values()),
-        )
         edit.changed.clear()
         edit.deleted.clear()
         edit.old_status = status
         return seq
 
-    def add_change(
-        self,
-        seq: int,
-        kind: str,
-        cluster: int,
-        first: int,
-        last: int,
-        status: JobStatus | None,
-        last_status: JobStatus | None,
-        attrs: str = EMPTY,
-        deleted: str = "",
-    ) -> None:
+    def add_change(self, entry: FeedEntry) -> None:
+        """Write a row of the change feed (after the pending one, in their numbers' order)."""
+        if self._pending is not None and self._pending is not entry:
+            self._write_pending()
+        status, last_status = entry.status, entry.last_status
         self.conn.execute(
             "INSERT INTO changes (seq, time, kind, cluster, first_proc, last_proc, status,"
             " last_status, attrs, deleted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                seq,
+                entry.seq,
                 self.now,
-                kind,
-                cluster,
-                first,
-                last,
+                entry.kind,
+                entry.cluster,
+                entry.first,
+                entry.last,
                 None if status is None else int(status),
                 None if last_status is None else int(last_status),
-                attrs,
-                deleted,
+                entry.attrs,
+                entry.deleted,
             ),
         )
 
     def leave(self, edit: JobEdit) -> None:
         """Move a job (already saved) from the queue to the history."""
         jid = edit.job_id
-        seq = self.new_seq()
+        seq = self.job_change("left_queue", jid, edit.status, None)
         self.conn.execute(
             "INSERT OR IGNORE INTO history_clusters (cluster, ad) "
             "SELECT cluster, ad FROM clusters WHERE cluster = ?",
@@ -372,7 +414,6 @@ class Txn:
         self.conn.execute(
             "DELETE FROM jobs WHERE cluster = ? AND proc = ?", (jid.cluster, jid.proc)
         )
-        self.add_change(seq, "left_queue", jid.cluster, jid.proc, jid.proc, edit.status, None)
         self._left_clusters.add(jid.cluster)
 
 

@@ -19,7 +19,7 @@ from htgrid.queue._errors import InvalidSubmit, NotAuthorized
 from htgrid.queue._ids import Identity, JobId
 from htgrid.queue._serial import encode, encode_plain
 from htgrid.queue._status import JobStatus
-from htgrid.queue._store import EMPTY, Txn
+from htgrid.queue._store import EMPTY, FeedEntry, Txn
 
 __all__ = ["SubmitTransaction"]
 
@@ -133,7 +133,7 @@ class SubmitTransaction:
                 (cluster, pending.owner, encode(pending.ad)),
             )
             self._txn.add_change(
-                pending.seq, "submitted", cluster, 0, pending.next_proc - 1, None, None
+                FeedEntry(pending.seq, "submitted", cluster, 0, pending.next_proc - 1)
             )
             ads[cluster] = pending.ad
         return ads

@@ -363,21 +363,27 @@ class JobQueue:
             parsed[name] = ExprTree(value) if isinstance(value, str) else value
         done: list[JobId] = []
         with self._writing() as txn:
+            leaving = []
             for edit in select_targets(txn, jobs, identity, "edit", lambda s: True):
                 for name, value in parsed.items():
                     edit.set(name, value)
                 txn.save(edit)
                 if _finished(edit) and not _keep_in_queue(edit, txn.now):
-                    txn.leave(edit)
+                    leaving.append(edit)
                 done.append(edit.job_id)
+            # Let go after every edit: a run of procs edited alike is then one change, and
+            # their leaving one more (a job's edit and leaving in turn would part them).
+            for edit in leaving:
+                txn.leave(edit)
         return done
 
     def input_staged(
         self, job_ids: Sequence[JobId], identity: Identity, times: Mapping[str, int], reason: str
     ) -> list[JobId]:
         """The input of these jobs is spooled: `times` (StageInStart, StageInFinish) set,
-        and those held for it (SpoolingInput) released with `reason`, in one transaction,
-        one change each. Jobs gone or not `identity`'s are skipped; those staged."""
+        and those held for it (SpoolingInput) released with `reason`, in one transaction
+        (procs of a cluster changed alike are one change). Jobs gone or not `identity`'s
+        are skipped; those staged."""
         done: list[JobId] = []
         with self._writing() as txn:
             for job_id in job_ids:
