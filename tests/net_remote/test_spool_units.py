@@ -186,3 +186,31 @@ def test_the_quick_read_of_empty_sandboxes_names_each_job_once_in_order() -> Non
     assert empty_job_dirs(_batch(_EMPTY_DIRS["./ names"])) == ["5.0", "5.1"]
     # A tar cut short before its end block is tarfile's to judge.
     assert empty_job_dirs(io.BytesIO(_top_header("1.0"))) is None
+
+
+def _walked_by_os_walk(root: Path) -> list[str]:
+    """What the output walk found when it was os.walk's (the reference)."""
+    found = []
+    for here, dirs, files in os.walk(root):
+        base = os.path.relpath(here, root)
+        dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(here, d)))
+        found += [name if base == "." else f"{base}/{name}" for name in sorted(files)]
+    return found
+
+
+def test_the_output_walk_finds_what_os_walk_found(tmp_path: Path) -> None:
+    root = tmp_path / "sandbox"
+    (root / "b" / "deep").mkdir(parents=True)
+    (root / "a").mkdir()
+    (root / "empty").mkdir()
+    for name in ("z.txt", "m.txt", "b/deep/x", "b/y", "a/é é"):
+        (root / name).write_text(name)
+    os.symlink(root / "b", root / "link-to-dir")  # not entered, not listed
+    os.symlink(root / "z.txt", root / "link-to-file")  # listed (refused when packed)
+    os.symlink(tmp_path / "nowhere", root / "a" / "dangling")
+    os.mkfifo(root / "b" / "fifo")
+    walked = [str(rel) for rel in _spool._walk(root)]
+    assert walked == _walked_by_os_walk(root)
+    assert walked[:3] == ["link-to-file", "m.txt", "z.txt"]  # a directory's files first
+    assert list(_spool._walk(tmp_path / "missing")) == []
+    assert list(_spool._walk(root / "empty")) == []
