@@ -295,7 +295,8 @@ class GahpClient:
         if not reply.ok:
             raise GahpRequestRefused("COMMANDS", reply.code.value, reply.reason)
         self.commands = frozenset(name.upper() for name in reply.args)
-        # The rest of the handshake in one write, its return lines read in order.
+        # The rest of the handshake without a wait between its lines; the return lines
+        # come back in order.
         sent: list[Waiter] = []
         if self.supports("CONDOR_VERSION"):
             from htgrid import __version__
@@ -310,9 +311,9 @@ class GahpClient:
         await self._drain()
         for waiter in sent:
             reply = await waiter.future
-            if reply.ok:
-                self.async_mode = self.async_mode or waiter.command == "ASYNC_MODE_ON"
-            elif waiter.command == "CONDOR_VERSION":
+            if waiter.command == "ASYNC_MODE_ON":
+                self.async_mode = reply.ok
+            elif waiter.command == "CONDOR_VERSION" and not reply.ok:
                 raise GahpRequestRefused(waiter.command, reply.code.value, reply.reason)
         # In async mode the grid manager still polls, rarely, in case an R is lost.
         interval = self._async_poll_interval if self.async_mode else self._poll_interval

@@ -375,7 +375,7 @@ class Txn:
         return seq
 
     def add_change(self, entry: FeedEntry) -> None:
-        """Write a row of the change feed (after the pending one, in their numbers' order)."""
+        """Write a row of the change feed (the pending one first: readers order by number)."""
         if self._pending is not None and self._pending is not entry:
             self._write_pending()
         status, last_status = entry.status, entry.last_status
