@@ -30,7 +30,8 @@ class ChangeKind(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One committed change of one job (or of a whole cluster, for a submit)."""
+    """One committed change of a run of procs of one cluster: a submitted cluster, or
+    jobs changed alike in one transaction (a batch released, edited, let go), or one job."""
 
     seq: int
     time: int
