@@ -129,6 +129,17 @@ async def _submit(call: _Call) -> Response:
     cluster = _int(call.request.path_params["cluster"], "cluster")
     if not cluster:
         raise BadRequest("the cluster id must be a positive whole number")
+    return await _queue_cluster(call, cluster)
+
+
+async def _submit_new(call: _Call) -> Response:
+    # A reserve and a submit in one request: a client sending batch after batch (the
+    # condor GAHP) saves a round trip and a request's work here for each.
+    return await _queue_cluster(call, None)
+
+
+async def _queue_cluster(call: _Call, cluster: int | None) -> Response:
+    """The procs of the body queued in `cluster` (a new one when None)."""
     body = await call.json()
     procs = body.get("procs")
     if not isinstance(procs, list) or not procs:
@@ -138,6 +149,8 @@ async def _submit(call: _Call) -> Response:
         return ad_from_json(body.get("cluster_ad")), [ad_from_json(p) for p in procs]
 
     cluster_ad, proc_ads = await asyncio.to_thread(parse)
+    if cluster is None:
+        cluster = await call.backend.reserve_cluster(call.identity)
     ids = await call.backend.submit(call.identity, cluster, cluster_ad, proc_ads)
     return JSONResponse({"cluster": cluster, "jobs": [str(i) for i in ids]}, status_code=201)
 
@@ -198,6 +211,9 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/v1/clusters/{cluster}/jobs", "submit",
               "Queue every proc of a reserved cluster, in one transaction", _submit,
               body="Submit", returns="Submitted", status=201),
+    RouteSpec("POST", "/v1/jobs", "submit_new",
+              "Queue every proc in a new cluster, in one transaction (reserve and submit "
+              "in one request)", _submit_new, body="Submit", returns="Submitted", status=201),
     RouteSpec("GET", "/v1/jobs", "query", "The queued jobs matching a constraint", _query,
               returns="Ads", params=_SELECT),
     RouteSpec("GET", "/v1/jobs/{job_id}", "job", "One queued job's ad", _get, returns="Ads"),

@@ -137,9 +137,17 @@ class ScheddClient:
 
     def submit(self, cluster: int, cluster_ad: ClassAd, procs: Sequence[ClassAd]) -> list[JobId]:
         """Queue the procs of a reserved cluster (each holds what differs from cluster_ad)."""
+        return self._submit(f"/v1/clusters/{cluster}/jobs", cluster_ad, procs)
+
+    def submit_new(self, cluster_ad: ClassAd, procs: Sequence[ClassAd]) -> list[JobId]:
+        """Queue the procs in a new cluster, reserved and filled in one request (for ads
+        that do not name their cluster id)."""
+        return self._submit("/v1/jobs", cluster_ad, procs)
+
+    def _submit(self, path: str, cluster_ad: ClassAd, procs: Sequence[ClassAd]) -> list[JobId]:
         # Assembled as text: the ads' expression markers must reach the daemon raw.
         body = f'{{"cluster_ad": {cluster_ad.printJson()}, "procs": {ads_json(procs)}}}'
-        answer = self._json("POST", f"/v1/clusters/{cluster}/jobs", RawJson(body))
+        answer = self._json("POST", path, RawJson(body))
         return [JobId.parse(i) for i in answer["jobs"]]
 
     def query(

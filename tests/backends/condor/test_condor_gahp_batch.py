@@ -116,8 +116,10 @@ def test_100_concurrent_submits_are_a_few_remote_requests_with_100_jobs(
 
     ids = submitted(results)
     assert len(set(ids)) == 100
-    cluster_submits = [r for r in sent if r.startswith("POST /v1/clusters/")]
+    # Each batch a new cluster and its procs in one request (no reserve before it).
+    cluster_submits = [r for r in sent if r == "POST /v1/jobs"]
     assert 1 <= len(cluster_submits) <= 5, sent
+    assert not any(r.startswith("POST /v1/clusters") for r in sent), sent
     # Each request's id is the job made from its own ad, owned by the token's user.
     remote_ads = {
         f"{ad['ClusterId']}.{ad['ProcId']}": ad

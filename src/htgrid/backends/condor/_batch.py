@@ -5,7 +5,7 @@ line; a grid manager with 1,000 jobs sends 1,000 of each. Sent one by one, each 
 own HTTPS round trip and its own transaction on the remote queue. Here the requests for
 the same schedd that are waiting together are sent as one:
 
-    CONDOR_JOB_SUBMIT x n    -> POST /v1/clusters, POST /v1/clusters/{c}/jobs (n procs)
+    CONDOR_JOB_SUBMIT x n    -> POST /v1/jobs (a new cluster of n procs)
     CONDOR_JOB_STAGE_IN x n  -> PUT /v1/jobs/input (one tar, a directory per job)
 
 A batch is whatever is waiting when one of the (two) batches out for that schedd has been
@@ -169,21 +169,37 @@ def _one_answer(result: list[Outcome] | BaseException) -> Outcome:
     return result[0] if isinstance(result, list) else result
 
 
+#: A new cluster and its procs in one request; a daemon without it (an older htgrid)
+#: answers 405 and is sent a reserve, then a submit, from then on.
+_SUBMIT_NEW: Final = "POST /v1/jobs"
+
+
 async def _submit_cluster(schedd: Endpoint, procs: list[classad.ClassAd]) -> list[Outcome]:
-    reserved = await schedd.json("POST", "/v1/clusters", json_body={})
-    cluster = reserved.get("cluster")
     # The daemon sets Owner from the token whatever the ads say.
-    body = cluster_body(procs)
-    answer = await schedd.json(
-        "POST",
-        f"/v1/clusters/{cluster}/jobs",
-        content=body.encode("utf-8"),
-        headers={"content-type": "application/json"},
+    body = cluster_body(procs).encode("utf-8")
+    headers = {"content-type": "application/json"}
+    if _SUBMIT_NEW not in schedd.missing:
+        try:
+            answer = await schedd.json("POST", "/v1/jobs", content=body, headers=headers)
+        except RemoteRefusal as err:
+            if err.status not in (404, 405):
+                raise
+            schedd.missing.add(_SUBMIT_NEW)
+        else:
+            return _queued(schedd, answer, len(procs))
+    reserved = await schedd.json("POST", "/v1/clusters", json_body={})
+    path = f"/v1/clusters/{reserved.get('cluster')}/jobs"
+    return _queued(
+        schedd, await schedd.json("POST", path, content=body, headers=headers), len(procs)
     )
+
+
+def _queued(schedd: Endpoint, answer: dict[str, Any], count: int) -> list[Outcome]:
+    """Each submit's result line from the daemon's answer to a cluster of `count` procs."""
     jobs = answer.get("jobs")
-    if not isinstance(jobs, list) or len(jobs) != len(procs):
+    if not isinstance(jobs, list) or len(jobs) != count:
         problem = f"{schedd.what} did not say which jobs it queued"
-        return [("F", f"{cluster}.-1", problem)] * len(procs)
+        return [("F", f"{answer.get('cluster')}.-1", problem)] * count
     return [("S", str(job), "NULL") for job in jobs]
 
 
@@ -193,7 +209,8 @@ _PER_PROC: Final = frozenset({"jobstatus", "holdreason", "holdreasoncode", "hold
 
 
 def cluster_body(procs: Sequence[classad.ClassAd]) -> str:
-    """The body of `POST /v1/clusters/{c}/jobs` for these job ads (HTCondor's JSON).
+    """The body of `POST /v1/jobs` (and `/v1/clusters/{c}/jobs`) for these job ads, in
+    HTCondor's JSON.
 
     The attributes every ad has the same go once, in the cluster ad, and each proc keeps
     only its own: the remote queue then stores (and reads back at every edit, poll and

@@ -161,6 +161,8 @@ class Endpoint:
         self.url = url
         self.what = what
         self.client = client
+        #: Routes this daemon answered 404 or 405 ("POST /v1/jobs"): an older htgrid.
+        self.missing: set[str] = set()
 
     async def request(
         self,
