@@ -169,22 +169,17 @@ def _one_answer(result: list[Outcome] | BaseException) -> Outcome:
     return result[0] if isinstance(result, list) else result
 
 
-#: A new cluster and its procs in one request; a daemon without it (an older htgrid)
-#: answers 405 and is sent a reserve, then a submit, from then on.
-_SUBMIT_NEW: Final = "POST /v1/jobs"
-
-
 async def _submit_cluster(schedd: Endpoint, procs: list[classad.ClassAd]) -> list[Outcome]:
     # The daemon sets Owner from the token whatever the ads say.
     body = cluster_body(procs).encode("utf-8")
     headers = {"content-type": "application/json"}
-    if _SUBMIT_NEW not in schedd.missing:
+    if schedd.submits_new:  # a new cluster and its procs in one request
         try:
             answer = await schedd.json("POST", "/v1/jobs", content=body, headers=headers)
         except RemoteRefusal as err:
             if err.status not in (404, 405):
                 raise
-            schedd.missing.add(_SUBMIT_NEW)
+            schedd.submits_new = False  # an older htgrid, from now on
         else:
             return _queued(schedd, answer, len(procs))
     reserved = await schedd.json("POST", "/v1/clusters", json_body={})

@@ -161,8 +161,9 @@ class Endpoint:
         self.url = url
         self.what = what
         self.client = client
-        #: Routes this daemon answered 404 or 405 ("POST /v1/jobs"): an older htgrid.
-        self.missing: set[str] = set()
+        #: Whether it takes a new cluster's jobs in one request (POST /v1/jobs); an older
+        #: htgrid answers 405, and is sent a reserve, then a submit.
+        self.submits_new = True
 
     async def request(
         self,
