@@ -17,7 +17,7 @@ import copy
 import functools
 import logging
 import time
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, Final
 
@@ -111,8 +111,9 @@ class QueueService:
         self._clock = clock
         self._reservations: dict[int, str] = {}  # cluster id -> the user who reserved it
         self._staging: set[JobId] = set()  # jobs whose input is being uploaded
-        # Spool directories of submitted clusters being made, by cluster (see submit).
-        self._making: dict[int, asyncio.Task[None]] = {}
+        # Submitted clusters' spool directories being made (see submit); held here so
+        # that the tasks are not collected before they end.
+        self._making: set[asyncio.Task[None]] = set()
 
     async def reserve_cluster(self, identity: Identity) -> int:
         # It commits only the id counter: nothing for the change feed's followers.
@@ -143,10 +144,10 @@ class QueueService:
         ad["TotalSubmitProcs"] = len(procs)
         spooled = self._spool_procs(cluster, ad, procs)
         # Made while the submit commits and after it is answered: they are needed by the
-        # stage-in, which waits for them (`_dirs_made`), not by the answer. On this
-        # project's disk a new directory costs up to a millisecond after many were removed
-        # (ext4 without a journal looks past recently freed inodes), which held each
-        # HTCondor-C submit of 250 jobs up by 0.3 s.
+        # stage-in, not by the answer. On this project's disk a new directory costs up to
+        # a millisecond after many were removed, which held each HTCondor-C submit of 250
+        # jobs up by 0.3 s. A stage-in does not wait for them either: it makes those of
+        # its own jobs still missing (`make_dirs` takes a directory made meanwhile).
         making = self._make_dirs(cluster, spooled) if spooled else None
         resource = ad.get("GridResource")
         if ad.get("JobUniverse") == GRID and isinstance(resource, str) and "$$(" in resource:
@@ -186,8 +187,7 @@ class QueueService:
         """Start making a submitted cluster's spool directories `paths`."""
 
         def done(task: asyncio.Task[None]) -> None:
-            if self._making.get(cluster) is task:
-                del self._making[cluster]
+            self._making.discard(task)
             if not task.cancelled() and task.exception() is not None:
                 # The stage-in tries again and refuses the jobs, saying why.
                 _log.warning(
@@ -197,16 +197,13 @@ class QueueService:
                 )
 
         task = asyncio.create_task(asyncio.to_thread(make_dirs, paths))
-        self._making[cluster] = task
+        self._making.add(task)
         task.add_done_callback(done)
         return task
 
-    async def _dirs_made(self, clusters: Iterable[int]) -> None:
-        """Wait until the spool directories of these clusters' submits are made (or
-        failed to be: the caller makes what is missing, or says why it cannot)."""
-        pending = [self._making[c] for c in set(clusters) if c in self._making]
-        if pending:
-            await asyncio.wait(pending)
+    def _spool_root(self) -> Path:
+        """The directory holding the clusters' spool directories."""
+        return self._spool(0, 0).parent.parent
 
     def _spool_procs(self, cluster: int, ad: ClassAd, procs: list[ClassAd]) -> list[Path]:
         """Give each spooling proc its spool directory as Iwd; the directories (which the
@@ -284,9 +281,10 @@ class QueueService:
                 self._max_input.check(length, what)
             start = int(self._clock())
             sandbox = self._spool(*_ids(job_id))
-            tar = await receive_input(sandbox.parent, body, self._max_input, what)
-            try:
-                await self._dirs_made([job_id.cluster])
+            # Spooled (past 1 MiB) beside the spool, which is there: the job's directory
+            # may not be yet.
+            tar = await receive_input(self._spool_root(), body, self._max_input, what)
+            try:  # unpack_input makes the directory if the submit's task has not yet
                 await asyncio.to_thread(unpack_input, sandbox, tar, sync=self._fsync)
             finally:
                 tar.close()
@@ -319,12 +317,10 @@ class QueueService:
         if length is not None:
             whole.check(length, what)
         start = int(self._clock())
-        spool_root = self._spool(0, 0).parent.parent
-        tar = await receive_input(spool_root, body, whole, what)
+        tar = await receive_input(self._spool_root(), body, whole, what)
         try:
             batch = await asyncio.to_thread(read_batch, tar, self._max_input)
             try:
-                await self._dirs_made(JobId.parse(job).cluster for job in batch.members)
                 return await self._stage_batch(identity, batch, start)
             finally:
                 batch.tar.close()
@@ -354,7 +350,7 @@ class QueueService:
             def unpack() -> dict[JobId, HTGridError]:
                 failed: dict[JobId, HTGridError] = {}
                 sandboxes = {job_id: self._spool(*_ids(job_id)) for job_id in mine}
-                try:  # made at the submit; again if a spool sweep took one meanwhile
+                try:  # those the submit's task has not made yet, or a spool sweep took
                     make_dirs(list(sandboxes.values()))
                     made = True
                 except OSError:
