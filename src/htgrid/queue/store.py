@@ -40,16 +40,8 @@ from htgrid.queue._errors import (
 )
 from htgrid.queue._feed import Change, read_changes
 from htgrid.queue._ids import Identity, JobId
-from htgrid.queue._policy import (
-    ExitOutcome,
-    PolicyAction,
-    PolicyDecision,
-    exit_decision,
-    lease_decision,
-    periodic_decision,
-    truth,
-    with_time,
-)
+from htgrid.queue._periodic import keep_in_queue, periodic_pass
+from htgrid.queue._policy import ExitOutcome, PolicyAction, PolicyDecision, exit_decision
 from htgrid.queue._query import Filter, compile_constraint
 from htgrid.queue._serial import project
 from htgrid.queue._status import ACTIVE, TRANSITIONS, JobStatus
@@ -66,14 +58,6 @@ _RUNTIME: Final = frozenset(
     {JobStatus.IDLE, JobStatus.RUNNING, JobStatus.SUSPENDED, JobStatus.TRANSFERRING_OUTPUT}
 )
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_POLICY_ATTRS: Final = (
-    "PeriodicHold",
-    "PeriodicRelease",
-    "PeriodicRemove",
-    "TimerRemove",
-    "JobLeaseExpiration",
-)
-_POLICY_KEYS: Final = tuple(f'"{name.lower()}"' for name in _POLICY_ATTRS)
 _VERBS: Final = {
     JobAction.Hold: ("hold", "condor_hold"),
     JobAction.Release: ("release", "condor_release"),
@@ -368,7 +352,7 @@ class JobQueue:
                 for name, value in parsed.items():
                     edit.set(name, value)
                 txn.save(edit)
-                if _finished(edit) and not _keep_in_queue(edit, txn.now):
+                if _finished(edit) and not keep_in_queue(edit, txn.now):
                     leaving.append(edit)
                 done.append(edit.job_id)
             # Let go after every edit: a run of procs edited alike is then one change, and
@@ -520,56 +504,8 @@ class JobQueue:
         are its to evaluate. `now` (default: the clock) is the time of the pass. Returns
         the decisions applied.
         """
-        applied: list[tuple[JobId, PolicyDecision]] = []
         with self._writing(now) as txn:
-            rows = txn.conn.execute(
-                "SELECT cluster, proc, status, ad, masked FROM jobs WHERE status <> ? "
-                "ORDER BY cluster, proc",
-                (int(JobStatus.REMOVED),),
-            ).fetchall()
-            policy_clusters: dict[int, bool] = {}
-            for cluster, proc, status, text, masked in rows:
-                if status != JobStatus.COMPLETED and not self._may_have_policy(
-                    txn.store, policy_clusters, cluster, text
-                ):
-                    continue
-                edit = txn.edit_of(JobId(cluster, proc), text, masked)
-                if status == JobStatus.COMPLETED:
-                    if not _keep_in_queue(edit, txn.now):
-                        txn.leave(edit)
-                    continue
-                decision = self._periodic(edit, txn.now)
-                if decision is not None:
-                    self._apply_policy(txn, edit, decision)
-                    applied.append((edit.job_id, decision))
-        return applied
-
-    @staticmethod
-    def _may_have_policy(store: Store, seen: dict[int, bool], cluster: int, text: str) -> bool:
-        # A cheap test before decoding 100,000 ads: a policy is an attribute of the
-        # cluster ad or of the proc's own, whose stored form has the name as a JSON key.
-        has = seen.get(cluster)
-        if has is None:
-            ad = store.cluster_ad(cluster)
-            has = any(name in ad for name in _POLICY_ATTRS)
-            seen[cluster] = has
-        lowered = text.lower()
-        return has or any(key in lowered for key in _POLICY_KEYS)
-
-    @staticmethod
-    def _periodic(edit: JobEdit, now: int) -> PolicyDecision | None:
-        view = edit.view()
-        lease = lease_decision(view, now)
-        if lease is not None:  # whoever manages the job, its submitter is gone
-            return lease
-        if view.get("Managed") == "External":
-            return None
-        if (
-            edit.status == JobStatus.HELD
-            and view.get("HoldReasonCode") == HoldReasonCode.SpoolingInput
-        ):
-            return None
-        return periodic_decision(view, now)
+            return periodic_pass(txn, self._apply_policy)
 
     def _apply_policy(self, txn: Txn, edit: JobEdit, decision: PolicyDecision) -> None:
         if decision.action is PolicyAction.HOLD:
@@ -582,7 +518,7 @@ class JobQueue:
     def _finish(self, txn: Txn, edit: JobEdit) -> bool:
         """The job is finished: JobFinishedHookDone, then to the history unless kept."""
         edit.set("JobFinishedHookDone", txn.now)
-        keep = _keep_in_queue(edit, txn.now)
+        keep = keep_in_queue(edit, txn.now)
         txn.save(edit)
         if not keep:
             txn.leave(edit)
@@ -615,10 +551,3 @@ def _finished(edit: JobEdit) -> bool:
     return status == JobStatus.COMPLETED or (
         status == JobStatus.REMOVED and edit.has("JobFinishedHookDone")
     )
-
-
-def _keep_in_queue(edit: JobEdit, now: int) -> bool:
-    """Whether LeaveJobInQueue keeps a finished job in the queue (absent: it leaves)."""
-    if not edit.has("LeaveJobInQueue"):
-        return False
-    return truth(with_time(edit.view(), now).eval("LeaveJobInQueue"))
