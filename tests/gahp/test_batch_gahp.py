@@ -415,6 +415,40 @@ def test_status_all(tmp_path: Path, fake: FakeBackend) -> None:
     run(main())
 
 
+def test_a_poll_of_all_jobs_gets_the_batch_systems_state_now(
+    tmp_path: Path, fake: FakeBackend
+) -> None:
+    # The grid manager polls every 10 s with BLAH_JOB_STATUS_ALL: an answer reused for
+    # the 20 s a single BLAH_JOB_STATUS may reuse one would show it a job's end a poll late.
+    async def main() -> None:
+        clock = ManualClock()
+        gahp = make_gahp(tmp_path, clock)
+        blah_id = await submit(gahp, ad(tmp_path))
+        native_id = blah_id.rsplit("/", 1)[1]
+
+        async def poll() -> int:
+            task = asyncio.create_task(gahp.status_all(call("BLAH_JOB_STATUS_ALL", blah_id)))
+            while not task.done() and not clock.sleepers:
+                await asyncio.sleep(0.001)
+            if not task.done():
+                await clock.advance(0.5)
+            result = await task
+            assert result[:3] == ("0", "No error", "1")
+            return int(parsed(result[3])["JobStatus"])
+
+        assert await poll() == 1
+        fake.jobs[native_id] = NativeStatus(native_id, JobState.RUNNING)
+        await clock.advance(10)
+        assert (await status(gahp, clock, blah_id))[2] == "1"  # one job: the kept answer
+        assert len(fake.queries) == 1
+        assert await poll() == 2  # the poll: a new query
+        assert len(fake.queries) == 2
+        assert await poll() == 2  # at once again (a poll's next chunk): the same query
+        assert len(fake.queries) == 2
+
+    run(main())
+
+
 # ---- cancel, hold, resume --------------------------------------------------------------------
 
 

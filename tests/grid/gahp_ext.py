@@ -96,11 +96,13 @@ class ExtendedGahp(BatchGahp):
         task.add_done_callback(self.in_flight.discard)
         return await asyncio.shield(task)
 
-    async def _status(self, blah_id: str) -> tuple[NativeStatus, JobRecord | None]:
+    async def _status(
+        self, blah_id: str, *, max_age: float | None = None
+    ) -> tuple[NativeStatus, JobRecord | None]:
         mute = self.control / "mute"
         if mute.exists() and blah_id in mute.read_text().split():
             raise BackendUnavailable(f"flaky: no answer about {blah_id}")
-        return await super()._status(blah_id)
+        return await super()._status(blah_id, max_age=max_age)
 
     async def serve(self) -> None:
         await self.server().serve_stdio()

@@ -7,6 +7,7 @@ import contextlib
 import os
 import re
 import signal
+import sys
 import time
 from collections.abc import Awaitable
 from pathlib import Path
@@ -176,6 +177,48 @@ def test_status_is_one_bulk_request_per_poll(grid: Grid) -> None:
 
     run(main())
     assert all(grid.ad(i)["ExitCode"] == 0 for i in ids)
+
+
+#: The stock batch GAHP with its own status settings (a 20 s answer cache for single
+#: BLAH_JOB_STATUS questions), as `htgrid gahp batch` runs by default.
+DEFAULT_GAHP = (sys.executable, "-m", "htgrid.cli", "gahp", "batch")
+
+
+def _seen_done_after(grid: Grid, body: str, poll: float) -> float:
+    """Seconds from a job's submit to the batch system until the grid manager records it
+    completed, with status polls every `poll` s."""
+    (job_id,) = grid.submit(body)
+    config = with_gahp(DEFAULT_GAHP, poll_interval=poll)
+    submitted: list[float] = []
+
+    def batch_id() -> object:
+        grid_id = BatchJobId.parse(grid.ad(job_id).get("GridJobId"))
+        if not submitted and grid_id is not None and grid_id.blah_id:
+            submitted.append(time.monotonic())
+        return submitted
+
+    async def main() -> float:
+        async with running(grid, config):
+            await wait_for("the batch submit", batch_id)
+            await wait_for(
+                "the job to complete",
+                lambda: grid.ad(job_id)["JobStatus"] == JobStatus.COMPLETED,
+            )
+            return time.monotonic() - submitted[0]
+
+    return asyncio.run(main())
+
+
+def test_a_job_that_ends_at_once_is_seen_done_at_the_next_poll(grid: Grid) -> None:
+    # Asked about only a whole poll interval after its submit, it waited for the poll
+    # after the next one: two intervals.
+    assert _seen_done_after(grid, "executable = /bin/true", poll=3.0) < 5.0
+
+
+def test_a_running_job_is_seen_done_at_the_poll_after_it_ends(grid: Grid) -> None:
+    # The GAHP keeps a single job's answer 20 s; a poll of all the jobs gets a new one,
+    # or a job's end would reach the grid manager several polls late.
+    assert _seen_done_after(grid, "executable = /bin/sleep\narguments = 4", poll=3.0) < 11.0
 
 
 def test_without_a_bulk_command_each_job_is_asked(grid: Grid) -> None:

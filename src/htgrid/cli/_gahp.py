@@ -76,7 +76,15 @@ def _add_gahp_types(sub: Any) -> None:
         type=float,
         default=20.0,
         metavar="SECONDS",
-        help="reuse a status answer this long (20)",
+        help="reuse a status answer this long for BLAH_JOB_STATUS (20)",
+    )
+    batch.add_argument(
+        "--status-all-max-age",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="reuse a status answer this long for BLAH_JOB_STATUS_ALL, a poll of all jobs "
+        "(1; at most --status-max-age)",
     )
     batch.add_argument(
         "--submit-workers",
@@ -148,6 +156,7 @@ def _batch(args: argparse.Namespace) -> int:
         scratch=scratch,
         status_window=args.status_window,
         status_max_age=args.status_max_age,
+        status_all_max_age=args.status_all_max_age,
         submit_workers=args.submit_workers,
         status_workers=args.status_workers,
     )

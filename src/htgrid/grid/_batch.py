@@ -71,7 +71,6 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
         # A submission found with a tag only was in flight when something died.
         self._grace_due = True
         self._queued_now = False
-        self._first_poll_at = 0.0  # recovered jobs: at the next poll
 
     @property
     def blah_id(self) -> str | None:
@@ -97,13 +96,10 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
         return next_state(state, event)
 
     def wants_status(self) -> bool:
-        # A job just submitted is first asked about one poll interval later, as HTCondor
-        # does: a submit storm is not slowed by polls about jobs known to be queued.
-        return (
-            self.state is _S.SUBMITTED
-            and self.blah_id is not None
-            and self.clock.monotonic() >= self._first_poll_at
-        )
+        # A job just submitted is asked about at the resource's next poll: one bulk
+        # command however many jobs, so that a job is seen to start or end within one
+        # poll interval (waiting a whole interval after the submit made it up to two).
+        return self.state is _S.SUBMITTED and self.blah_id is not None
 
     def remote_status(self, status: RemoteStatus) -> None:
         """A status poll's answer for this job ("not found" is an answer too)."""
@@ -286,7 +282,6 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
             # Just accepted: queued (idle) at the batch system, as its first poll will say;
             # written now, the poll has nothing to write unless the job has moved on.
             self._queued_now = False
-            self._first_poll_at = self.clock.monotonic() + self.config.poll_interval
             self.remote_state = int(JobStatus.IDLE)
             attrs |= {"GridJobStatus": "IDLE", "LastRemoteStatusUpdate": int(now)}
         attrs |= self.clear_wait_attrs()

@@ -1,12 +1,14 @@
 """Many single-job status questions, one batch-system query: the blahp's status cache, done here.
 
-The grid manager asks about each job on its own (`BLAH_JOB_STATUS`), spread over its poll
-interval. A `StatusBatcher` collects the questions arriving within `window` seconds and
-answers them from one `backend.status()` call, which also covers every other job asked
-about recently and not yet finished. Answers are reused for `max_age` seconds, so with
-steady polling there is about one squeue (qstat, bjobs...) per `max_age`, whatever the
-number of jobs. At most one query runs at a time; questions arriving meanwhile wait for
-the next one.
+HTCondor's grid manager asks about each job on its own (`BLAH_JOB_STATUS`), spread over
+its poll interval. A `StatusBatcher` collects the questions arriving within `window`
+seconds and answers them from one `backend.status()` call, which also covers every other
+job asked about recently and not yet finished. Answers are reused for `max_age` seconds,
+so with steady polling there is about one squeue (qstat, bjobs...) per `max_age`, whatever
+the number of jobs. A caller that asks about all its jobs at once, once per poll (htgrid's
+grid manager, through BLAH_JOB_STATUS_ALL), passes a shorter `max_age`: an answer kept
+from its last poll would be as old as its poll interval. At most one query runs at a time;
+questions arriving meanwhile wait for the next one.
 """
 
 from __future__ import annotations
@@ -63,12 +65,14 @@ class StatusBatcher:
         #: How many times the back end was queried (for tests and statistics).
         self.queries = 0
 
-    async def status(self, native_id: str) -> NativeStatus:
-        """The job's status, fresh within `max_age` seconds; raises what the back end raises."""
+    async def status(self, native_id: str, *, max_age: float | None = None) -> NativeStatus:
+        """The job's status, fresh within `max_age` seconds (default: the batcher's);
+        raises what the back end raises."""
         now = self._clock.monotonic()
         self._asked[native_id] = now
         answer = self._answers.get(native_id)
-        if answer is not None and now - answer.at <= self._max_age:
+        limit = self._max_age if max_age is None else max_age
+        if answer is not None and now - answer.at <= limit:
             return answer.status
         future = self._waiting.get(native_id)
         if future is None:

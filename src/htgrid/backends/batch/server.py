@@ -75,8 +75,12 @@ class BatchOptions:
     scratch: Path
     #: Seconds status questions are collected before one back-end query answers them all.
     status_window: float = 0.5
-    #: Seconds a status answer is reused.
+    #: Seconds a status answer is reused for BLAH_JOB_STATUS (one job a question).
     status_max_age: float = 20.0
+    #: Seconds an answer is reused for BLAH_JOB_STATUS_ALL (at most `status_max_age`): a
+    #: poll of all the jobs gets the batch system's state now, its chunks (sent one after
+    #: the other) one query.
+    status_all_max_age: float = 1.0
     #: Worker limits: submits and other job commands, status questions, pings.
     submit_workers: int = 50
     status_workers: int = 1000
@@ -290,8 +294,10 @@ class BatchGahp:
 
     async def status_all(self, call: Call) -> Sequence[str]:
         """BLAH_JOB_STATUS_ALL <id> <blah id>...: one ad per job, in the order asked."""
+        fresh = min(self.options.status_all_max_age, self.options.status_max_age)
         answers = await asyncio.gather(
-            *(self._status(blah_id) for blah_id in call.args), return_exceptions=True
+            *(self._status(blah_id, max_age=fresh) for blah_id in call.args),
+            return_exceptions=True,
         )
         ads = []
         for blah_id, answer in zip(call.args, answers, strict=True):
@@ -307,14 +313,16 @@ class BatchGahp:
                 ads.append(status_ad(*answer, blah_id=blah_id)[1])
         return ("0", NO_ERROR, str(len(ads)), *ads)
 
-    async def _status(self, blah_id: str) -> tuple[NativeStatus, JobRecord | None]:
+    async def _status(
+        self, blah_id: str, *, max_age: float | None = None
+    ) -> tuple[NativeStatus, JobRecord | None]:
         lrms, native_id = parse_blah_id(blah_id)
         key = (lrms, native_id)
         final = self._finals.get(key)
         if final is not None:
             self._finals.move_to_end(key)
             return final
-        status = await self.batcher(lrms).status(native_id)
+        status = await self.batcher(lrms).status(native_id, max_age=max_age)
         if status.state not in (JobState.COMPLETED, JobState.UNKNOWN):
             return status, None
         # Finished (stage out once), or forgotten by the batch system (the record knows).
