@@ -1,5 +1,5 @@
-"""Fixtures shared across test areas: a scratch default pool home, and a real EC2 API on
-loopback (moto's server).
+"""Fixtures shared across test areas: a scratch default pool home, a real EC2 API on
+loopback (moto's server), and a request cancelled in its TLS handshake.
 
 Used by tests/backends/ec2 (the EC2 GAHP) and tests/grid (the grid manager's ec2 jobs).
 moto is a test dependency (`htgrid[test]`): these tests never skip for want of it. The
@@ -11,11 +11,16 @@ and moto are imported only when a test asks for these fixtures.
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import logging
 import os
+import select
+import socket
 import stat
 import urllib.request
-from collections.abc import Iterator
+import warnings
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -126,3 +131,40 @@ def _no_real_pool_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
             os.environ.pop("HTGRID_HOME", None)
         else:
             os.environ["HTGRID_HOME"] = saved
+
+
+#: Given a listener's "host:port", a request to it and how to close its client.
+StartRequest = Callable[[str], tuple[Coroutine[Any, Any, Any], Callable[[], Awaitable[None]]]]
+
+
+@pytest.fixture
+def cancelled_in_handshake() -> Callable[[StartRequest], tuple[int, list[str]]]:
+    """Runs a request against a listener that accepts and never answers (a daemon that
+    died, its socket kept by its master), cancels it in its TLS handshake, closes the
+    client: (file descriptors left open, ResourceWarnings raised)."""
+
+    def check(start: StartRequest) -> tuple[int, list[str]]:
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen()  # the kernel accepts the connection; nobody answers its hello
+            address = f"127.0.0.1:{listener.getsockname()[1]}"
+
+            async def run() -> int:
+                before = len(os.listdir("/proc/self/fd"))
+                request, close = start(address)
+                task = asyncio.create_task(request)
+                await asyncio.to_thread(select.select, [listener], [], [], 10)
+                await asyncio.sleep(0.2)  # connected: now waiting in the handshake
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                await close()
+                return len(os.listdir("/proc/self/fd")) - before
+
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", ResourceWarning)
+                left_open = asyncio.run(run())
+                gc.collect()
+        return left_open, [str(w.message) for w in caught if w.category is ResourceWarning]
+
+    return check

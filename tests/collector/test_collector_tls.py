@@ -4,14 +4,11 @@ command line says to a user without the right token or CA."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
-import os
-import select
 import shutil
-import socket
-import warnings
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -29,6 +26,8 @@ from htgrid.net.security import (
 )
 
 from .conftest import DOMAIN
+
+StartRequest = Callable[[str], tuple[Coroutine[Any, Any, Any], Callable[[], Awaitable[None]]]]
 
 SITE = ClassAd({"MyType": "Machine", "Name": "site1", "Memory": 2048})
 
@@ -123,29 +122,14 @@ def test_a_collector_whose_ca_is_not_trusted_is_named_so(
         _query(pool, other, user_token(home, "alice"))
 
 
-def test_a_request_cancelled_in_the_tls_handshake_leaves_no_socket_open(home: Path) -> None:
+def test_a_request_cancelled_in_the_tls_handshake_leaves_no_socket_open(
+    home: Path, cancelled_in_handshake: Callable[[StartRequest], tuple[int, list[str]]]
+) -> None:
     """A daemon stopping while its collector is silent (dead, its listener kept by the
     master) cancels a request mid-handshake: the socket is closed then, not by the GC."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()  # the kernel accepts the connection; nobody answers its hello
-        address = f"127.0.0.1:{listener.getsockname()[1]}"
 
-        async def run() -> int:
-            client = CollectorClient(address, home=home, daemon=True)
-            before = len(os.listdir("/proc/self/fd"))
-            request = asyncio.create_task(client.health())
-            await asyncio.to_thread(select.select, [listener], [], [], 10)
-            await asyncio.sleep(0.2)  # connected: now waiting in the handshake
-            request.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await request
-            await client.aclose()
-            return len(os.listdir("/proc/self/fd")) - before
+    def start(address: str) -> tuple[Coroutine[Any, Any, Any], Callable[[], Awaitable[None]]]:
+        client = CollectorClient(address, home=home, daemon=True)
+        return client.health(), client.aclose
 
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", ResourceWarning)
-            left_open = asyncio.run(run())
-            gc.collect()
-    assert left_open == 0
-    assert [str(w.message) for w in caught if w.category is ResourceWarning] == []
+    assert cancelled_in_handshake(start) == (0, [])

@@ -29,6 +29,7 @@ from typing import Any, Final
 
 import httpx
 
+from htgrid._transport import tls_transport
 from htgrid.classad import ClassAd, ExprTree
 from htgrid.collector._errors import CollectorRefused, CollectorUnavailable, ProtocolError
 from htgrid.collector._problems import from_problem
@@ -36,7 +37,6 @@ from htgrid.collector._store import UpdateResult
 from htgrid.collector._types import AdType, Command
 from htgrid.collector._wire import decode_ads, encode_ad, fragments, join_ads
 from htgrid.errors import UsageError
-from htgrid.net._transport import tls_transport
 from htgrid.net.security import (
     BearerAuth,
     CertificateError,

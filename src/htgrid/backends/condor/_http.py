@@ -24,6 +24,7 @@ from typing import IO, Any, Final
 
 import httpx
 
+from htgrid._transport import tls_transport
 from htgrid.backends.condor._errors import (
     ConnectFailure,
     LocateError,
@@ -302,8 +303,11 @@ class Remotes:
                 max_keepalive_connections=self.settings.max_connections,
             )
             timeout = httpx.Timeout(self.settings.timeout, pool=None)
+            # A request cancelled mid-handshake (a QUIT while the remote is silent) closes
+            # its socket at once, not when the garbage collector finds it.
+            transport = tls_transport(self._verify, limits)
             client = httpx.AsyncClient(
-                base_url=url, verify=self._verify, auth=self.auth, limits=limits, timeout=timeout
+                base_url=url, auth=self.auth, transport=transport, timeout=timeout
             )
             endpoint = Endpoint(url, what, client)
             self._endpoints[url] = endpoint

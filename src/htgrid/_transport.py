@@ -4,7 +4,10 @@ httpcore (1.0) closes the TCP connection under a failed TLS handshake on an erro
 a task cancelled while the server has not yet answered its hello leaves the socket open
 until the garbage collector finds it (a ResourceWarning). That is what a daemon stopping
 while its collector is silent does (a collector that died, its listening socket kept by
-the master): the ad's and the negotiator's requests are cancelled mid-handshake.
+the master): the ad's and the negotiator's requests are cancelled mid-handshake; and a
+condor GAHP server told to QUIT while a remote schedd does not answer.
+
+Shared by the daemons' clients and the GAHP servers, which import no daemon package.
 """
 
 from __future__ import annotations
@@ -82,10 +85,14 @@ class _Backend(httpcore.AsyncNetworkBackend):
         await self._backend.sleep(seconds)
 
 
-def tls_transport(verify: ssl.SSLContext | bool) -> httpx.AsyncHTTPTransport:
-    """httpx's transport (as `httpx.AsyncClient(verify=...)` makes it), closing the
-    connection of a cancelled TLS handshake at once."""
-    transport = httpx.AsyncHTTPTransport(verify=verify)
+def tls_transport(
+    verify: ssl.SSLContext | bool, limits: httpx.Limits | None = None
+) -> httpx.AsyncHTTPTransport:
+    """httpx's transport (as `httpx.AsyncClient(verify=..., limits=...)` makes it),
+    closing the connection of a cancelled TLS handshake at once."""
+    transport = httpx.AsyncHTTPTransport(
+        verify=verify, limits=httpx.Limits() if limits is None else limits
+    )
     # httpx takes no network backend; its pool's is the one place to put ours. Another
     # httpx may keep it elsewhere: then its transport is used as it is (only the leak left).
     pool = getattr(transport, "_pool", None)
