@@ -90,8 +90,10 @@ def tls_transport(
 ) -> httpx.AsyncHTTPTransport:
     """httpx's transport (as `httpx.AsyncClient(verify=..., limits=...)` makes it),
     closing the connection of a cancelled TLS handshake at once."""
-    transport = httpx.AsyncHTTPTransport(
-        verify=verify, limits=httpx.Limits() if limits is None else limits
+    transport = (  # httpx's own limits unless told (httpx.Limits() would be none at all)
+        httpx.AsyncHTTPTransport(verify=verify)
+        if limits is None
+        else httpx.AsyncHTTPTransport(verify=verify, limits=limits)
     )
     # httpx takes no network backend; its pool's is the one place to put ours. Another
     # httpx may keep it elsewhere: then its transport is used as it is (only the leak left).
