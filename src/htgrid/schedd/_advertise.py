@@ -37,12 +37,11 @@ def schedd_name() -> str:
 
 def _counts(q: JobQueue) -> Counter[str]:
     counts: Counter[str] = Counter()
-    for ad in q.query(None, ["JobStatus", "JobUniverse"]):
-        status, universe = ad.get("JobStatus"), ad.get("JobUniverse")
-        counts["all"] += 1
-        counts[f"status{status}"] += 1
+    for (status, universe), n in q.count_jobs("JobUniverse").items():
+        counts["all"] += n
+        counts[f"status{status}"] += n
         if universe == _LOCAL:
-            counts[f"local{status}"] += 1
+            counts[f"local{status}"] += n
     return counts
 
 
