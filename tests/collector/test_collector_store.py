@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from htgrid.classad import ClassAd, parseOne
@@ -154,10 +152,10 @@ def test_constraint_queries_with_projection_and_limit() -> None:
         store.query("Machine", limit=-1)
 
 
-def test_ten_thousand_ads_are_quick() -> None:
+def test_ten_thousand_ads_are_stored_and_queried() -> None:
+    # How fast is for bench/ (no timed assertions in tests): about 1 s here.
     store = AdStore(clock=Clock())
     template = slot("x", Arch="X86_64", Requirements=True, State="Unclaimed", Cpus=1)
-    start = time.perf_counter()
     for i in range(10_000):
         ad = template.__copy__()
         ad["Name"] = f"slot{i % 8 + 1}@node{i // 8}"
@@ -165,7 +163,5 @@ def test_ten_thousand_ads_are_quick() -> None:
         store.update("UPDATE_STARTD_AD", ad)
     found = store.query("Machine", 'Memory >= 8192 && Arch == "X86_64"', ["Name"])
     text = store.query_json("Machine")
-    elapsed = time.perf_counter() - start
     assert len(found) == 5_000
     assert text.count('"Name"') == 10_000
-    assert elapsed < 15  # about 1 s on the project's machine; generous for loaded CI
