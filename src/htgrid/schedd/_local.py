@@ -1,5 +1,8 @@
 """The local universe: the daemon runs `universe = local` jobs on this host itself.
 
+`universe = scheduler` jobs run here too, as HTCondor's schedd runs them on its own host
+(without a starter); they share START_LOCAL_UNIVERSE_LIMIT's slots with local jobs.
+
 It follows the change feed: a submitted cluster or a job back to Idle may be a job to
 start; a running job that became Held or Removed (by a user, or by a periodic policy) is
 killed. The end of each run is recorded so the queue's policies apply: an exit goes to
@@ -62,6 +65,8 @@ __all__ = ["SCHEDD", "LocalRunner", "RunState", "StopReason"]
 _log = logging.getLogger("htgrid.schedd.local")
 
 LOCAL: Final = 12  # JobUniverse
+SCHEDULER: Final = 7  # JobUniverse: run on the schedd's host like local, as HTCondor does
+_MINE: Final = f"(JobUniverse == {LOCAL} || JobUniverse == {SCHEDULER})"
 SCHEDD: Final = Identity("htgrid", admin=True)  # the daemon acting on its own account
 _FEED_BATCH: Final = 2000
 
@@ -145,7 +150,7 @@ class LocalRunner:
 
         def evict(q: JobQueue) -> list[JobId]:
             evicted = []
-            for ad in q.query(f"JobUniverse == {LOCAL} && JobStatus != 1 && JobStatus != 5"):
+            for ad in q.query(f"{_MINE} && JobStatus != 1 && JobStatus != 5"):
                 jid = JobId(ad["ClusterId"], ad["ProcId"])
                 if ad["JobStatus"] == JobStatus.REMOVED:
                     q.destroy(jid)
@@ -160,7 +165,7 @@ class LocalRunner:
 
         def idle(q: JobQueue) -> tuple[int, list[ClassAd]]:
             seq = q.last_seq  # first: a change after this is read from the feed
-            return seq, q.query(f"JobStatus == 1 && JobUniverse == {LOCAL}", ["JobStatus"])
+            return seq, q.query(f"JobStatus == 1 && {_MINE}", ["JobStatus"])
 
         self._seq, ads = await self._worker.read(idle)
         self._pending.update((JobId(ad["ClusterId"], ad["ProcId"]), None) for ad in ads)
@@ -230,7 +235,7 @@ class LocalRunner:
 
     async def _find_idle(self, clusters: set[int], jobs: set[JobId]) -> None:
         """Add the idle local jobs of these clusters, and these jobs if idle, to pending."""
-        idle = f"JobStatus == 1 && JobUniverse == {LOCAL}"
+        idle = f"JobStatus == 1 && {_MINE}"
 
         def find(q: JobQueue) -> list[JobId]:
             found: list[JobId] = []
@@ -242,7 +247,8 @@ class LocalRunner:
             found.extend(
                 jid
                 for jid, ad in by_id.items()
-                if ad.get("JobStatus") == JobStatus.IDLE and ad.get("JobUniverse") == LOCAL
+                if ad.get("JobStatus") == JobStatus.IDLE
+                and ad.get("JobUniverse") in (LOCAL, SCHEDULER)
             )
             return found
 

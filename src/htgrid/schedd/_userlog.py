@@ -56,7 +56,9 @@ _INFO: Final = (
     "ExitCode",
     "ExitSignal",
     "ExitBySignal",
+    "JobUniverse",
 )
+_SCHEDULER: Final = 7  # JobUniverse
 _RUNNING: Final = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED})
 
 Pending = list[tuple[str, UserLogEvent]]
@@ -234,6 +236,10 @@ def _job_ad(q: JobQueue, jid: JobId) -> ClassAd | None:
 
 
 def _usage(ad: ClassAd, user: str, system: str) -> Rusage:
+    if ad.get("JobUniverse") == _SCHEDULER:
+        # HTCondor's schedd measures no usage of its scheduler universe jobs: its 005 and
+        # 004 events show zeros (Scheduler::WriteTerminateToUserLog); the ad keeps ours.
+        return Rusage()
     return Rusage(user_cpu=_number(ad.get(user)), sys_cpu=_number(ad.get(system)))
 
 
