@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+import htgrid
 from htgrid._args import ArgumentParser
 from htgrid.cli import build_parser, main
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
+SRC = str(Path(htgrid.__file__).resolve().parents[1])  # the htgrid under test, for children
 
 
 def _commands(
