@@ -119,3 +119,19 @@ def test_itemdata(tmp_path: Path) -> None:
     desc = SubmitDescription.from_text("queue a,b from (\n1 2\n3 4\n)\n", cwd=str(tmp_path))
     (rows,) = desc.itemdata()
     assert [r.values for r in rows] == [(("a", "1"), ("b", "2")), (("a", "3"), ("b", "4"))]
+
+
+def test_ec2_iam_profile_name_alone_sets_its_attribute(tmp_path: Path) -> None:
+    head = (
+        "universe = grid\ngrid_resource = ec2 https://ec2.us-east-1.amazonaws.com\n"
+        "executable = worker\nec2_access_key_id = a\nec2_secret_access_key = s\n"
+        "ec2_ami_id = ami-1\n"
+    )
+    (job,) = jobs(tmp_path, head + "ec2_iam_profile_name = worker-role\nqueue\n")
+    assert job.ad["EC2IamProfileName"] == "worker-role"
+    assert "EC2IamProfileArn" not in job.ad and not job.warnings
+    arn = "arn:aws:iam::1:instance-profile/w"
+    both = f"ec2_iam_profile_arn = {arn}\nec2_iam_profile_name = worker-role\nqueue\n"
+    (job,) = jobs(tmp_path, head + both)
+    assert job.ad["EC2IamProfileArn"] == arn and "EC2IamProfileName" not in job.ad
+    assert any("ignoring ec2_iam_profile_name" in w for w in job.warnings)
