@@ -135,3 +135,27 @@ def test_ec2_iam_profile_name_alone_sets_its_attribute(tmp_path: Path) -> None:
     (job,) = jobs(tmp_path, head + both)
     assert job.ad["EC2IamProfileArn"] == arn and "EC2IamProfileName" not in job.ad
     assert any("ignoring ec2_iam_profile_name" in w for w in job.warnings)
+
+
+@pytest.mark.parametrize(
+    ("grid_type", "release"),
+    [
+        ("cream", "9.2.0"),
+        ("unicore", "9.2.0"),
+        ("gt2", "9.2.0"),
+        ("GT5", "9.2.0"),
+        ("deltacloud", "8.5.4"),
+        ("boinc", "10.0.0"),
+        ("nordugrid", "10.2.0"),
+    ],
+)
+def test_a_grid_type_htcondor_retired_is_refused_as_such(
+    tmp_path: Path, grid_type: str, release: str
+) -> None:
+    text = f"universe = grid\nexecutable = x\ngrid_resource = {grid_type} https://ce\nqueue\n"
+    with pytest.raises(SubmitError) as err:
+        SubmitDescription.from_text(text, "job.sub", cwd=str(tmp_path)).jobs(1, owner="a", qdate=1)
+    message = str(err.value)
+    assert message.startswith("job.sub:4: grid_resource: ")
+    assert f'grid type "{grid_type}" was retired by HTCondor in {release}' in message
+    assert "Invalid value" not in message
