@@ -126,10 +126,28 @@ def register(commands: Any) -> None:
 
 
 def _collector(args: argparse.Namespace) -> int:
+    from htgrid._ports import held_by
     from htgrid.collector import daemon
+    from htgrid.net._listen import tcp_listener
 
-    print(f"htgrid collector listening on {pool_url(f'{args.host}:{args.port}')}", file=sys.stderr)
-    daemon.run(args.host, args.port, default_lifetime=args.lifetime, name=args.name)
+    # Bound here, before a word is said: a port another program holds is an error that
+    # names it, not "listening" and then a server that dies.
+    sock = tcp_listener(args.host)
+    try:
+        sock.bind((args.host, args.port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        where = f"{args.host}:{args.port}"
+        print(
+            f"htgrid collector: cannot listen on {where}: {exc.strerror}{held_by(args.port)}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    port = sock.getsockname()[1]
+    print(f"htgrid collector listening on {pool_url(f'{args.host}:{port}')}", file=sys.stderr)
+    server = daemon.make_server(args.host, port, default_lifetime=args.lifetime, name=args.name)
+    server.run(sockets=[sock])
     return 0
 
 

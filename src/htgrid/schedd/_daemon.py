@@ -29,6 +29,7 @@ import uvicorn
 
 from htgrid import __version__
 from htgrid._files import write_atomic
+from htgrid._ports import held_by
 from htgrid.errors import HTGridError
 from htgrid.net._listen import tcp_listener
 from htgrid.net._peer import PeerCredProtocol, peercred_identity
@@ -180,12 +181,24 @@ class Daemon:
             scratch=cfg.spool,
             fsync=cfg.fsync,
         )
-        server, serving = await self._start_server(service)
+        pool = Pool(cfg, worker, shadows, clock=self._clock, request_stop=self._stop.set)
+        self.pool = pool
+        # Every TCP port first, the socket `htgrid up` asks last: a port another program
+        # holds fails the start before the daemon has answered anyone.
+        await pool.listen()
         try:
             api, api_serving, url = await self._start_api(service)
         except BaseException:
-            server.should_exit = True
-            await serving
+            pool.close_listener()
+            raise
+        try:
+            server, serving = await self._start_server(service)
+        except BaseException:
+            api.should_exit = True
+            await api_serving
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(cfg.url_file)
+            pool.close_listener()
             raise
         tasks = [
             self._supervised(runner.run(), "local universe"),
@@ -193,9 +206,7 @@ class Daemon:
             self._supervised(self._periodic(worker), "periodic policy"),
             self._supervised(shadows.run(), "shadows"),
         ]
-        pool = Pool(cfg, worker, shadows, clock=self._clock, request_stop=self._stop.set)
         pool.api_url = url
-        self.pool = pool
         try:
             await pool.start()
             cfg.pid_file.write_text(f"{os.getpid()}\n")
@@ -284,8 +295,9 @@ class Daemon:
             sock.bind((host, port))
         except OSError as exc:
             sock.close()
+            held = await asyncio.to_thread(held_by, port)
             raise ScheddError(
-                f"SCHEDD_ADDRESS {host}:{port}: cannot listen: {exc.strerror}"
+                f"SCHEDD_ADDRESS {host}:{port}: cannot listen: {exc.strerror}{held}"
             ) from None
         bound = sock.getsockname()[1]
         server = RotatingServer(config, rotator)
