@@ -127,6 +127,8 @@ def test_better_analyze_without_a_job_analyses_each_autocluster_once(
     assert out.count("RequestMemory = 100") == 1 and out.count("RequestMemory = 200") == 1
     assert "Job 4.0 (owner" in out and "is held" in out
     assert len(out.splitlines()) < 100
-    # A job named: its own analysis.
+    # A job named: its own analysis; a cluster named: its groups.
     rc, out, _ = run_cli(pool.home, "q", "-better-analyze", "3.7")
     assert rc == 0 and out.startswith("Job 3.7 (owner")
+    rc, out, _ = run_cli(pool.home, "q", "-better-analyze", "2")
+    assert rc == 0 and out.startswith("1000 job(s) in 1 group(s) of alike jobs")

@@ -13,7 +13,7 @@
 As condor_q: only your jobs unless `-allusers` or arguments name jobs, clusters or
 users; `-nobatch` one line per job, `-hold` why jobs are held, `-l` whole ads (old
 syntax), `-grid` grid jobs' remote state and id (a VM's instance id), `-af ATTR...` values, `-json` ads as JSON, `-better-analyze` why jobs do not
-run (with no job named, one analysis per group of alike jobs). Plain text in a pipe, a
+run (unless job ids are named, one analysis per group of alike jobs). Plain text in a pipe, a
 rich table in a terminal. Exit status: 0, even when no job matches; 1 when a job or
 cluster named on the command line is not in the queue, or the daemon is not running; 2
 for a bad constraint (with its column).
@@ -155,7 +155,10 @@ def _q(args: argparse.Namespace) -> int:
 
             _pool_analysis.install()
             ads = schedd.query(constraint)
-            analyze(ads, schedd.health(), sys.stdout, each=bool(targets))
+            # Named jobs each get their own analysis; a cluster, a user or the whole
+            # queue one per group of alike jobs (thousands of jobs are a few groups).
+            each = any(target.kind == "job" for target in targets)
+            analyze(ads, schedd.health(), sys.stdout, each=each)
             return report_missing("q", "the queue", missing(targets, ads))
         if args.json or args.long or args.autoformat:
             projection = plain_projection(args.autoformat) if args.autoformat else None
