@@ -17,7 +17,9 @@ The contract with the queue daemon that spawns and supervises it:
   moment. Restart it whenever it exits (HTCondor's schedd does); a restarted grid manager
   recovers every job from the queue alone.
 * Jobs: it adopts `JobUniverse == 9 && Managed =!= "ScheddDone" && (JobStatus != 5 ||
-  Managed =?= "External")`, at start-up by a full scan and afterwards from the change feed.
+  Managed =?= "External")`, at start-up by a full scan and afterwards from the change feed
+  (a submit, a job back to idle, and a grid match: the attribute change that sets
+  `Matched = true` and fills GridResource in).
   A job it works on has `Managed = "External"`: a removed one stays in the queue (as
   Removed) until the batch job is cancelled and the grid manager calls `destroy`. A job
   it put on hold is handed back with `Managed = "Schedd"`; a job it finished has left
@@ -423,6 +425,9 @@ class GridManager:
                 job.local_change(change.status, change.attrs)
             elif change.status is JobStatus.IDLE:
                 await self._recheck(job_id)  # released, or requeued
+        elif job is None and _matched(change):
+            # Grid matchmaking filled GridResource in (the status stays Idle): ours now.
+            await self._recheck(job_id)
 
     async def _periodic(self) -> None:
         """PeriodicHold and PeriodicRemove of the jobs this grid manager runs.
@@ -470,6 +475,11 @@ class GridManager:
         tmp.write_text(f"{self._seq}\n", encoding="ascii")
         tmp.replace(path)
         self._saved_seq = self._seq
+
+
+def _matched(change: Change) -> bool:
+    """Whether an attribute change set Matched = true (grid matchmaking's, or a user's)."""
+    return '"matched"' in change.stored.lower() and change.attrs.get("Matched") is True
 
 
 def _adoptable(ad: ClassAd) -> bool:

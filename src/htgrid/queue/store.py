@@ -42,6 +42,7 @@ from htgrid.queue._errors import (
 )
 from htgrid.queue._feed import Change, read_changes
 from htgrid.queue._ids import Identity, JobId
+from htgrid.queue._matches import record_match
 from htgrid.queue._periodic import keep_in_queue, periodic_pass
 from htgrid.queue._policy import ExitOutcome, PolicyAction, PolicyDecision, exit_decision
 from htgrid.queue._query import Filter, compile_constraint
@@ -504,6 +505,20 @@ class JobQueue:
                 else:
                     errors.append(None)
         return errors
+
+    def grid_matched(
+        self, job_id: JobId | str, updates: Mapping[str, Any], expanded: Iterable[str]
+    ) -> bool:
+        """Record a grid match in an idle job: `updates` (the match's history, its MATCH_
+        records and the filled-in attributes), the templates of the `expanded` attributes,
+        and Matched = true (see `_matches`). False when the job is no longer idle."""
+        with self._writing() as txn:
+            edit = txn.load(job_id_of(job_id))
+            if edit.status != JobStatus.IDLE:  # held or removed since the cycle began
+                return False
+            record_match(edit, updates, expanded)
+            txn.save(edit)
+        return True
 
     @staticmethod
     def _update(txn: Txn, job_id: JobId | str, attrs: Mapping[str, Any]) -> None:

@@ -7,7 +7,8 @@ shadow is already starting. Its `report` carries out a cycle's decisions:
 - a vanilla match starts a shadow, which claims the slot and runs the job there;
 - a grid match writes the match into the job (NumJobMatches, LastMatchName0, the
   MATCH_ attributes) with its macros filled, GridResource included, and `Matched =
-  true` (submit made it false): the grid manager then submits it to the matched site;
+  true` (submit made it false; `JobQueue.grid_matched`, which keeps the templates for a
+  release to restore): the grid manager then submits it to the matched site;
 - a macro the matched ad cannot fill holds the job ("Cannot expand $$(...)");
 - a job the cycle could not evaluate (`CycleResult.failures`) is held, logged once;
 - an unmatched job gets LastRejMatchReason and LastRejMatchTime.
@@ -169,7 +170,7 @@ def _record(
         if each(jid, _hold, q, jid, reason):
             held.add(jid)
     for match in grid:
-        each(match.job_id, _grid_matched, q, match)
+        each(match.job_id, q.grid_matched, match.job_id, match.updates, match.expanded)
     for reason, ids in rejected.items():
         attrs = {"LastRejMatchReason": quote(reason), "LastRejMatchTime": str(now)}
         try:
@@ -178,11 +179,6 @@ def _record(
             for jid in ids:
                 each(jid, q.edit, jid, attrs, SCHEDD)
     return held, failures
-
-
-def _grid_matched(q: JobQueue, match: _GridMatch) -> None:
-    if q.get(match.job_id)["JobStatus"] == JobStatus.IDLE:  # not held or removed meanwhile
-        q.update(match.job_id, {**match.updates, "Matched": True})
 
 
 def _hold(q: JobQueue, jid: JobId, reason: str) -> bool:
