@@ -174,9 +174,7 @@ def test_a_job_whose_log_cannot_be_written_is_held_and_the_others_are_logged(
                                       UserLog=str(directory))
         )  # fmt: skip
         ad = await held(schedd, bad)
-        assert ad["HoldReason"] == (
-            f"Failed to initialize user log to {directory}: Is a directory: {directory}"
-        )
+        assert ad["HoldReason"] == (f"Failed to initialize user log to {directory}: Is a directory")
         assert ad["HoldReasonCode"] == HoldReasonCode.UnableToInitUserLog
         good = await asyncio.to_thread(submit, schedd, local_job("nobody", UserLog=str(good_log)))
         await completed(schedd, good)

@@ -288,7 +288,7 @@ class _Failed:
         cause = exc.__cause__ if isinstance(exc, EventLogError) else exc
         if isinstance(cause, OSError):
             # HTCondor's words when the shadow cannot open a job's log.
-            what = problem(cause)
+            what = cause.strerror or problem(cause)
             return cls(job_id, what, f"Failed to initialize user log to {path}: {what}", exc)
         what = problem(exc)
         return cls(job_id, what, f"The event log writer failed on this job's event: {what}", exc)
