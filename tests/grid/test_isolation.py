@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import htgrid.grid.manager as manager_module
 from htgrid.classad import ClassAd
 from htgrid.grid import GRID_TYPES, GridManager
 from htgrid.queue import HoldReasonCode, JobAction, JobId, JobStatus
@@ -105,3 +106,34 @@ def test_a_job_that_cannot_be_adopted_is_held_and_a_restart_does_not_crash(
         "internal error (KeyError: 'a bug this job alone meets')"
     )
     assert ad["NumHolds"] == 2
+
+
+def test_a_periodic_policy_the_grid_manager_cannot_evaluate_holds_its_job_only(
+    grid: Grid, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = manager_module.periodic_decision
+
+    def decision(ad: ClassAd, now: int) -> Any:
+        if ad.get("Poison") is True:
+            raise ValueError("a bug this job alone meets")
+        return real(ad, now)
+
+    monkeypatch.setattr(manager_module, "periodic_decision", decision)
+    caplog.set_level(logging.INFO)
+    (bad,) = grid.submit("executable = /bin/sleep\narguments = 300\n+Poison = true")
+    (good,) = grid.submit("executable = /bin/true\nperiodic_hold = false")
+
+    async def main() -> None:
+        async with manager(grid):
+            await wait_for("the hold", lambda: grid.ad(bad)["JobStatus"] == JobStatus.HELD)
+            await wait_for("the hand-back", lambda: grid.ad(bad).get("Managed") == "Schedd")
+            await wait_for("the good job", lambda: done(grid, good))
+
+    asyncio.run(main())
+    ad = grid.ad(bad)
+    assert ad["HoldReason"] == (
+        "The grid manager failed on this job (evaluating its periodic policy): "
+        "internal error (ValueError: a bug this job alone meets)"
+    )
+    assert ad["HoldReasonCode"] == HoldReasonCode.JobPolicyUndefined
+    assert failures_logged(caplog, bad) == 1
