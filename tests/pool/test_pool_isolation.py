@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -22,28 +22,17 @@ import htgrid.negotiator._cycle as cycle_module
 import htgrid.schedd._shadow_run as shadow_module
 from htgrid.classad import ClassAd
 from htgrid.net import ScheddClient
-from htgrid.queue import HoldReasonCode, JobStatus
+from htgrid.queue import HoldReasonCode
 from htgrid.schedd import ScheddConfig
 from htgrid.schedd._config import CONFIG_NAME
-from htgrid.schedd._daemon import Daemon
 from htgrid.schedd._launch import family_marker, kill_leftovers
+from htgrid.schedd.testing import completed, held, in_process
 from htgrid.startd._config import StartdConfig
 from htgrid.submit import SubmitDescription
 
 from .conftest import FAST
 
-T = TypeVar("T")
 POOL = ("MASTER", "SCHEDD", "COLLECTOR", "NEGOTIATOR", "STARTD")
-
-
-async def until(probe: Callable[[], T | None], timeout: float = 60) -> T:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        value = await asyncio.to_thread(probe)
-        if value:
-            return value
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.1)
 
 
 def run_pool(home: Path, scenario: Callable[[ScheddClient], Awaitable[None]]) -> None:
@@ -57,23 +46,8 @@ def run_pool(home: Path, scenario: Callable[[ScheddClient], Awaitable[None]]) ->
     }
     (home / CONFIG_NAME).write_text("".join(f"{k} = {v}\n" for k, v in knobs.items()))
     config = ScheddConfig.load(home)
-    daemon = Daemon(config)
-
-    async def main() -> None:
-        serving = asyncio.create_task(daemon.run())
-        try:
-            await until(config.url_file.exists)
-            client = ScheddClient(config.socket)
-            try:
-                await scenario(client)
-            finally:
-                client.close()
-        finally:
-            daemon.request_stop()
-            await serving
-
     try:
-        asyncio.run(main())
+        in_process(config, scenario)
     finally:
         kill_leftovers(family_marker(StartdConfig.load(home).execute_dir))
 
@@ -90,18 +64,6 @@ def vanilla(schedd: ScheddClient, work: Path, owner: str, extra: str = "") -> st
     job.ad["Owner"] = owner
     schedd.submit(cluster, job.ad, [ClassAd()])
     return f"{cluster}.0"
-
-
-async def completed(schedd: ScheddClient, job: str) -> ClassAd:
-    cluster, proc = job.split(".")
-    (ad,) = await until(lambda: schedd.history(f"ClusterId == {cluster} && ProcId == {proc}"))
-    assert ad["JobStatus"] == JobStatus.COMPLETED
-    assert ad["ExitCode"] == 0
-    return ad
-
-
-async def held(schedd: ScheddClient, job: str) -> ClassAd:
-    return await until(lambda: (ad := schedd.get(job))["JobStatus"] == JobStatus.HELD and ad)
 
 
 def logged(caplog: pytest.LogCaptureFixture, job: str, loop: str) -> int:

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import htcondor2
 import pytest
@@ -20,22 +20,9 @@ import pytest
 import htgrid.queue._periodic as periodic_module
 from htgrid.classad import ClassAd
 from htgrid.net import Jobs, ScheddClient
-from htgrid.queue import HoldReasonCode, JobAction, JobStatus
+from htgrid.queue import HoldReasonCode, JobAction
 from htgrid.schedd import ScheddConfig
-from htgrid.schedd._daemon import Daemon
-
-T = TypeVar("T")
-
-
-async def until(probe: Callable[[], T | None], timeout: float = 30) -> T:
-    """Poll a blocking probe (in a thread, off the daemon's loop) until it answers."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        value = await asyncio.to_thread(probe)
-        if value:
-            return value
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.05)
+from htgrid.schedd.testing import completed, held, in_process, until
 
 
 def run_daemon(tmp_path: Path, scenario: Callable[[ScheddClient], Awaitable[None]]) -> None:
@@ -46,22 +33,7 @@ def run_daemon(tmp_path: Path, scenario: Callable[[ScheddClient], Awaitable[None
         fsync=False,
         daemons=frozenset({"MASTER", "SCHEDD"}),
     )
-    daemon = Daemon(config)
-
-    async def main() -> None:
-        serving = asyncio.create_task(daemon.run())
-        try:
-            await until(config.socket.exists)
-            client = ScheddClient(config.socket)
-            try:
-                await scenario(client)
-            finally:
-                client.close()
-        finally:
-            daemon.request_stop()
-            await serving
-
-    asyncio.run(main())
+    in_process(config, scenario)
 
 
 def submit(schedd: ScheddClient, ad: ClassAd) -> str:
@@ -73,18 +45,6 @@ def submit(schedd: ScheddClient, ad: ClassAd) -> str:
 def local_job(owner: str, **attrs: Any) -> ClassAd:
     # Iwd "/" and no output files: whoever the job runs as can start it.
     return ClassAd({"Owner": owner, "JobUniverse": 12, "Cmd": "/bin/true", "Iwd": "/", **attrs})
-
-
-async def completed(schedd: ScheddClient, job: str) -> ClassAd:
-    cluster, proc = job.split(".")
-    constraint = f"ClusterId == {cluster} && ProcId == {proc}"
-    (ad,) = await until(lambda: schedd.history(constraint))
-    assert ad["JobStatus"] == JobStatus.COMPLETED
-    return ad
-
-
-async def held(schedd: ScheddClient, job: str) -> ClassAd:
-    return await until(lambda: (ad := schedd.get(job))["JobStatus"] == JobStatus.HELD and ad)
 
 
 def failures_logged(caplog: pytest.LogCaptureFixture, job: str, loop: str) -> int:
