@@ -46,6 +46,7 @@ from htgrid.net.security import (
 )
 from htgrid.net.security._rotate import CertRotator, RotatingServer
 from htgrid.queue import JobQueue
+from htgrid.queue.faults import FaultLog
 from htgrid.schedd._config import ScheddConfig, ScheddError
 from htgrid.schedd._launch import family_marker
 from htgrid.schedd._local import LocalRunner
@@ -85,6 +86,7 @@ class Daemon:
         self._shadows: ShadowManager | None = None
         self._writer: UserLogWriter | None = None
         self._trimmed = 0
+        self._policy_faults = FaultLog(_log, "periodic policy evaluation")
         self.pool: Pool | None = None
 
     def request_stop(self) -> None:
@@ -330,12 +332,13 @@ class Daemon:
         while True:
             await asyncio.sleep(self.config.periodic_interval)
             try:
-                applied = await worker.write(lambda q: q.evaluate_periodic())
+                applied, failures = await worker.write(lambda q: q.periodic_pass())
             except HTGridError as exc:
                 _log.error("periodic policy evaluation failed: %s", exc)
                 continue
             for jid, decision in applied:
                 _log.info("job %s: %s by %s", jid, decision.action.value, decision.attribute)
+            self._policy_faults.pass_over(failures)
             await self._trim_feed(worker)
             await self._sweep_spool(worker)
 

@@ -41,6 +41,7 @@ from htgrid.queue import (
     Change,
     ChangeKind,
     ExitOutcome,
+    HoldReasonCode,
     Identity,
     InvalidTransition,
     JobAction,
@@ -49,6 +50,7 @@ from htgrid.queue import (
     JobQueue,
     JobStatus,
 )
+from htgrid.queue.faults import FaultLog, JobFailure, daemon_fault, problem
 from htgrid.schedd._launch import (
     Exit,
     LaunchError,
@@ -139,6 +141,7 @@ class LocalRunner:
         self._seq = 0
         self._accepting = True
         self._wake = worker.subscribe()
+        self._faults = FaultLog(_log, "local universe runner")
 
     # -- start-up -----------------------------------------------------------------------
 
@@ -273,8 +276,13 @@ class LocalRunner:
     async def _run_job(self, run: _Run) -> None:
         try:
             await self._run_steps(run)
-        except HTGridError as exc:
-            _log.error("job %s: %s", run.job_id, exc)
+        except Exception as exc:
+            if not daemon_fault(exc):
+                await self._contain(run, exc)
+            elif isinstance(exc, HTGridError):  # the queue failed: the job stays as it is
+                _log.error("job %s: %s", run.job_id, exc)
+            else:
+                raise
         finally:
             self._runs.pop(run.job_id, None)
             if run.proc is not None and run.proc.returncode is None:
@@ -322,6 +330,32 @@ class LocalRunner:
         kill_group(run.proc.pid, signal.SIGKILL)  # what the job left running dies with it
         run.move(RunState.ENDED)
         await self._record(run, ended)
+
+    async def _contain(self, run: _Run, exc: Exception) -> None:
+        """Hold a job whose run failed for a reason of its own (a value of the wrong type,
+        a bug it alone meets): it would fail again at every start."""
+        jid = run.job_id
+        if run.proc is not None and run.proc.returncode is None:
+            kill_group(run.proc.pid, signal.SIGKILL)
+        what = problem(exc)
+        code = (
+            HoldReasonCode.FailedToCreateProcess if run.proc is None else HoldReasonCode.Unspecified
+        )
+        reason = f"The local universe runner failed on this job: {what}"
+
+        def hold(q: JobQueue) -> bool:
+            try:
+                return bool(q.act(JobAction.Hold, jid, SCHEDD, reason, code=code))
+            except (InvalidTransition, JobNotFound):
+                return False  # held or removed meanwhile
+
+        held = False
+        try:
+            held = await self._worker.write(hold)
+        except Exception as again:
+            if daemon_fault(again) and not isinstance(again, HTGridError):
+                raise
+        self._faults.report(JobFailure(jid, what, held=held, error=exc))
 
     async def _hold(self, jid: JobId, exc: LaunchError) -> None:
         _log.warning("job %s cannot start: %s", jid, exc.reason)
