@@ -14,7 +14,11 @@ from __future__ import annotations
 import re
 from typing import BinaryIO, Final
 
-__all__ = ["empty_job_dirs"]
+__all__ = ["MAX_TAR_MEMBERS", "empty_job_dirs"]
+
+#: The most members one upload may hold: each costs the daemon a TarInfo (or, here, a
+#: job id) before anything is checked.
+MAX_TAR_MEMBERS: Final = 100_000
 
 _BLOCK: Final = 512
 _END: Final = bytes(_BLOCK)
@@ -26,14 +30,15 @@ _DIRTYPE: Final = b"5"
 _FIELDS: Final = ((100, 108), (108, 116), (116, 124), (136, 148))
 
 
-def empty_job_dirs(data: BinaryIO) -> list[str] | None:
+def empty_job_dirs(data: BinaryIO, most: int = MAX_TAR_MEMBERS) -> list[str] | None:
     """The job ids ("12.0") of a tar of empty job directories, in order, each once; None
-    when the tar is anything else. Leaves `data` at its start either way."""
+    when the tar is anything else, or holds more than `most` headers. Leaves `data` at
+    its start either way."""
     start = data.tell()
     try:
         jobs: dict[str, None] = {}
         known: set[bytes] = set()  # numeric fields already read (one set in a batch, often)
-        while True:
+        for _ in range(most + 1):
             block = data.read(_BLOCK)
             if block == _END:
                 return list(jobs) if jobs else None
@@ -41,6 +46,7 @@ def empty_job_dirs(data: BinaryIO) -> list[str] | None:
             if job is None:
                 return None
             jobs[job] = None
+        return None  # too many: tarfile reads it, and says so
     finally:
         data.seek(start)
 
