@@ -5,6 +5,7 @@ that are not JSON, nesting deeper than any decoder goes, integers past 64 bits."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Iterator
@@ -15,6 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from htgrid.collector import AdStore
+from htgrid.collector.app import create_app
 from htgrid.schedd.testing import PersonalPool
 
 # hypothesis reports a failure through libcst, whose import warns (DeprecationWarning)
@@ -167,3 +170,38 @@ def test_paths_and_queries_are_never_a_500(
         answer = http.get(path, params=clean)
         assert answer.status_code < 500, (path, clean, answer.text[:300])
     assert http.get("/v1/health").status_code == 200
+
+
+_COLLECTOR_BODIES = (
+    st.lists(_AD | _JSON, max_size=3).map(lambda v: json.dumps(v).encode("utf-8", "surrogatepass"))
+    | _AD.map(lambda v: json.dumps(v).encode("utf-8", "surrogatepass"))
+    | _RAW_BODIES
+)
+
+
+def test_collector_updates_are_never_a_500() -> None:
+    store = AdStore(clock=lambda: 1_700_000_000.0)
+    app = create_app(store)
+
+    async def post(path: str, body: bytes) -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://collector") as http:
+            return await http.post(path, content=body)
+
+    @_SETTINGS
+    @given(
+        path=st.sampled_from(
+            [
+                "/v1/updates/UPDATE_STARTD_AD",
+                "/v1/updates/UPDATE_SCHEDD_AD",
+                "/v1/invalidations/INVALIDATE_STARTD_ADS",
+                "/v1/updates/NO_SUCH_COMMAND",
+            ]
+        ),
+        body=_COLLECTOR_BODIES,
+    )
+    def check(path: str, body: bytes) -> None:
+        answer = asyncio.run(post(path, body))
+        assert answer.status_code < 500, (path, body[:200], answer.text[:500])
+
+    check()

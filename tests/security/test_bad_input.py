@@ -212,6 +212,19 @@ def test_an_id_or_an_integer_past_64_bits_is_a_400(
     assert words in _problem(answer)
 
 
+def test_a_problem_quoting_a_lone_surrogate_is_still_a_problem_document(
+    http: httpx.Client,
+) -> None:
+    # Found by the fuzz: the detail named an attribute "\ud800", which UTF-8 cannot
+    # carry, and the answer was a bare 500 instead of the 400 it was.
+    body = '{"cluster_ad": {}, "procs": [{"\\ud800": 9223372036854775808}]}'
+    detail = _problem(_post(http, "/v1/jobs", body))
+    assert detail == (
+        "the ad of proc 0: attribute '\\ud800' is 9223372036854775808, past the 64 bits of "
+        "a ClassAd integer"
+    )
+
+
 def test_a_body_that_is_not_utf8_is_a_400(http: httpx.Client) -> None:
     answer = http.post(
         "/v1/jobs", content=b'{"x": "\xff"}', headers={"content-type": "application/json"}

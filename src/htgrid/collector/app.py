@@ -45,6 +45,7 @@ from htgrid.collector._store import AdStore, UpdateResult
 from htgrid.collector._types import AdType, parse_command
 from htgrid.collector._wire import decode_ads
 from htgrid.errors import HTGridError
+from htgrid.net._guard import ProblemResponse
 from htgrid.net._limits import DEFAULT_LIMITS, ApiLimits, read_body
 from htgrid.net.security import SecurityConfig, TokenAuthMiddleware, TokenVerifier
 
@@ -112,7 +113,7 @@ def _problem(error: HTGridError, status: int | None = None) -> JSONResponse:
     doc = to_problem(error)
     if status is not None:
         doc["status"] = status
-    return JSONResponse(doc, status_code=doc["status"], media_type="application/problem+json")
+    return ProblemResponse(doc, status_code=doc["status"])
 
 
 def _limit(text: str | None) -> int | None:

@@ -1,4 +1,5 @@
-"""`GuardedProtocol`: uvicorn's HTTP/1.1 protocol with the clocks of `_limits`."""
+"""The daemons' HTTP serving: `GuardedProtocol`, uvicorn's HTTP/1.1 protocol with the
+clocks of `_limits`, and `ProblemResponse`, how every API sends a problem document."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import logging
 import time
 from typing import Any, ClassVar, cast
 
+from starlette.responses import JSONResponse
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from htgrid.net._limits import DEFAULT_LIMITS, MIN_BODY_RATE, ApiLimits
 
-__all__ = ["GuardedProtocol", "guarded_protocol"]
+__all__ = ["GuardedProtocol", "ProblemResponse", "guarded_protocol"]
 
 _log = logging.getLogger("htgrid.net")
 
@@ -75,7 +77,7 @@ class GuardedProtocol(H11Protocol):
         self._guard = None
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
-            return  # a request is being answered: the keep-alive clock is uvicorn's
+            return  # a request is in hand: its body's clock, or none, applies
         self._cut_off(
             f"the request's headers did not arrive within API_HEADER_TIMEOUT = "
             f"{self.limits.header_timeout:g} s"
@@ -140,3 +142,13 @@ def guarded_protocol(
 ) -> type[GuardedProtocol]:
     """`base` with `limits` (uvicorn makes one protocol object per connection from it)."""
     return cast(type[GuardedProtocol], type(base.__name__, (base,), {"limits": limits}))
+
+
+class ProblemResponse(JSONResponse):
+    """A problem document (RFC 9457), written as ASCII JSON: a detail may quote what a
+    client sent, a lone surrogate included, which UTF-8 cannot carry."""
+
+    media_type = "application/problem+json"
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, separators=(",", ":")).encode("ascii")

@@ -14,9 +14,10 @@ two clocks, and reads JSON bodies with `read_body`. The knobs (htgrid.conf):
 
 A client too slow for either (a "slowloris", which holds a connection open with a byte
 now and then) is answered 408 and its connection closed, while every other connection
-is served as usual. 64 MiB holds the largest submit expected: a cluster of 100,000
-procs, each with its arguments and files, is about 15 MiB; procs that carry their whole
-ad (HTCondor-C) come a thousand to a request.
+is served as usual. 64 MiB holds the largest submit expected: `htgrid submit` of a
+cluster of 100,000 procs, each with its own arguments, input files, output and error
+names, sends about 20 MiB; procs that carry their whole ad (HTCondor-C) come 250, or
+1 MiB, to a request.
 """
 
 from __future__ import annotations

@@ -75,7 +75,8 @@ def ad_from_json(obj: object, what: str = "a job ad") -> ClassAd:
         if "\0" in name:
             raise BadRequest(f"{what}: the attribute name {name!r} holds a NUL character")
         if not _plain(value):
-            _check_value(value, f"{what}: attribute {name}")
+            shown = name if name.isprintable() else repr(name)
+            _check_value(value, f"{what}: attribute {shown}")
             plain = False
     if plain:
         # Literals only (most ads a query returns): the same ad, without the parser.

@@ -25,6 +25,7 @@ from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
 from htgrid.net._backend import QueueBackend
 from htgrid.net._errors import BadRequest, status_of
+from htgrid.net._guard import ProblemResponse
 from htgrid.net._limits import DEFAULT_LIMITS, ApiLimits, read_body
 from htgrid.net._openapi import openapi_document
 from htgrid.net._peer import Authenticator
@@ -297,7 +298,5 @@ def create_app(
     return Starlette(routes=routes)
 
 
-def _problem(error: HTGridError) -> JSONResponse:
-    return JSONResponse(
-        to_problem(error), status_code=status_of(error), media_type="application/problem+json"
-    )
+def _problem(error: HTGridError) -> Response:
+    return ProblemResponse(to_problem(error), status_code=status_of(error))

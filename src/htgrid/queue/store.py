@@ -44,12 +44,7 @@ from htgrid.queue._feed import Change, read_changes
 from htgrid.queue._ids import Identity, JobId
 from htgrid.queue._periodic import keep_in_queue, periodic_pass
 from htgrid.queue._policy import ExitOutcome, PolicyAction, PolicyDecision, exit_decision
-from htgrid.queue._quarantine import (
-    Quarantined,
-    history_ad,
-    quarantine_unreadable,
-    quarantined,
-)
+from htgrid.queue._quarantine import Quarantined, history_ad, quarantine_unreadable, quarantined
 from htgrid.queue._query import Filter, compile_constraint
 from htgrid.queue._serial import project
 from htgrid.queue._status import ACTIVE, TRANSITIONS, JobStatus

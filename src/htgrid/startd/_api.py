@@ -36,7 +36,7 @@ from starlette.routing import Route
 from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
 from htgrid.net import BadRequest
-from htgrid.net._guard import guarded_protocol
+from htgrid.net._guard import ProblemResponse, guarded_protocol
 from htgrid.net._limits import DEFAULT_LIMITS, ApiLimits, read_body
 from htgrid.net._peer import PEER_KEY, PeerCredentials, PeerCredProtocol
 from htgrid.net._sandbox_routes import MAX_PROXY_BYTES
@@ -229,9 +229,7 @@ def create_app(backend: StartdBackend, limits: ApiLimits = DEFAULT_LIMITS) -> St
 
 
 def _problem(error: HTGridError) -> JSONResponse:
-    return JSONResponse(
-        to_problem(error), status_code=status_of(error), media_type="application/problem+json"
-    )
+    return ProblemResponse(to_problem(error), status_code=status_of(error))
 
 
 async def start_unix_server(
