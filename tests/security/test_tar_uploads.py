@@ -24,7 +24,7 @@ from htgrid.backends.condor._errors import SandboxError
 from htgrid.classad import ClassAd
 from htgrid.net._errors import BadRequest, SandboxTooLarge
 from htgrid.queue import HoldReasonCode, JobId
-from htgrid.schedd import _spool
+from htgrid.schedd import _tarscan
 from htgrid.schedd._spool import SizeLimit, read_batch, unpack_input
 from htgrid.schedd.testing import PersonalPool
 from htgrid.startd._transfer import TransferError
@@ -158,7 +158,7 @@ def _member(
 def test_an_upload_of_too_many_members_is_refused_before_it_is_listed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_spool, "MAX_TAR_MEMBERS", 10)
+    monkeypatch.setattr(_tarscan, "MAX_TAR_MEMBERS", 10)
     many = _tar_of([_member(f"f{i}") for i in range(11)])
     with pytest.raises(SandboxTooLarge, match="more than 10 members"):
         unpack_input(tmp_path / "one", many, sync=False)

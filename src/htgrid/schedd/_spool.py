@@ -35,7 +35,7 @@ import stat
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import AsyncIterable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Final
@@ -45,16 +45,14 @@ from cryptography import x509
 from htgrid._files import write_atomic
 from htgrid.classad import ClassAd
 from htgrid.net._errors import BadRequest, SandboxTooLarge
-from htgrid.schedd._tarscan import MAX_TAR_MEMBERS, empty_job_dirs
+from htgrid.schedd._tarscan import empty_job_dirs, listed_members, unpacked_size
 
 __all__ = [
     "INDEX",
-    "MAX_TAR_MEMBERS",
     "NO_LIMIT",
     "BatchInput",
     "SizeLimit",
     "cut_short_uploads",
-    "listed_members",
     "make_dirs",
     "manifest_path",
     "output_files",
@@ -66,7 +64,6 @@ __all__ = [
     "replace_proxy",
     "unpack_input",
     "unpack_members",
-    "unpacked_size",
 ]
 
 _CHUNK: Final = 1 << 20
@@ -139,23 +136,6 @@ def _checked_member(member: tarfile.TarInfo, name: str) -> PurePosixPath:
 
 def _checked_members(tar: tarfile.TarFile) -> list[Member]:
     return [(member, _checked_member(member, member.name)) for member in listed_members(tar)]
-
-
-def listed_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
-    """The members of a tar being read; SandboxTooLarge past MAX_TAR_MEMBERS (read one
-    by one, so a tar of millions of empty files is refused before it fills memory)."""
-    members: list[tarfile.TarInfo] = []
-    for member in tar:
-        members.append(member)
-        if len(members) > MAX_TAR_MEMBERS:
-            raise SandboxTooLarge(f"the tar holds more than {MAX_TAR_MEMBERS} members")
-    return members
-
-
-def unpacked_size(members: Iterable[tarfile.TarInfo]) -> int:
-    """The bytes the files of `members` take once unpacked: a sparse member counts whole
-    (its holes are written as zeros), however few bytes it took on the wire."""
-    return sum(member.size for member in members if member.isfile())
 
 
 def _directory(root: Path, rel: PurePosixPath) -> Path:

@@ -1,4 +1,6 @@
-"""A quick look at a batch upload that holds nothing but empty job directories.
+"""Reading an upload's tar: its members, counted as they come (`listed_members`) and by
+the size they unpack to (`unpacked_size`); and a quick look at a batch upload that holds
+nothing but empty job directories (`empty_job_dirs`).
 
 HTCondor-C stages in every job, also one with no input file: a batch of a thousand such
 jobs is a tar of a thousand directory headers (`12.0/`, `12.1/`...). tarfile reads a
@@ -12,9 +14,13 @@ which decides and says what is wrong.
 from __future__ import annotations
 
 import re
+import tarfile
+from collections.abc import Iterable
 from typing import BinaryIO, Final
 
-__all__ = ["MAX_TAR_MEMBERS", "empty_job_dirs"]
+from htgrid.net._errors import SandboxTooLarge
+
+__all__ = ["MAX_TAR_MEMBERS", "empty_job_dirs", "listed_members", "unpacked_size"]
 
 #: The most members one upload may hold: each costs the daemon a TarInfo (or, here, a
 #: job id) before anything is checked.
@@ -78,3 +84,20 @@ def _octal(field: bytes) -> int | None:
         return None
     digits = text.strip()
     return int(digits, 8) if digits else 0
+
+
+def listed_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
+    """The members of a tar being read; SandboxTooLarge past MAX_TAR_MEMBERS (read one
+    by one, so a tar of millions of empty files is refused before it fills memory)."""
+    members: list[tarfile.TarInfo] = []
+    for member in tar:
+        members.append(member)
+        if len(members) > MAX_TAR_MEMBERS:
+            raise SandboxTooLarge(f"the tar holds more than {MAX_TAR_MEMBERS} members")
+    return members
+
+
+def unpacked_size(members: Iterable[tarfile.TarInfo]) -> int:
+    """The bytes the files of `members` take once unpacked: a sparse member counts whole
+    (its holes are written as zeros), however few bytes it took on the wire."""
+    return sum(member.size for member in members if member.isfile())

@@ -28,7 +28,8 @@ from typing import Final
 from htgrid.classad import ClassAd
 from htgrid.net._errors import SandboxTooLarge
 from htgrid.queue import HoldReasonCode
-from htgrid.schedd._spool import NO_LIMIT, SizeLimit, listed_members, unpacked_size
+from htgrid.schedd._spool import NO_LIMIT, SizeLimit
+from htgrid.schedd._tarscan import listed_members, unpacked_size
 from htgrid.startd._errors import StartdError
 
 __all__ = [
