@@ -13,10 +13,12 @@
 As condor_q: only your jobs unless `-allusers` or arguments name jobs, clusters or
 users; `-nobatch` one line per job, `-hold` why jobs are held, `-l` whole ads (old
 syntax), `-grid` grid jobs' remote state and id (a VM's instance id), `-af ATTR...` values, `-json` ads as JSON, `-better-analyze` why jobs do not
-run (unless job ids are named, one analysis per group of alike jobs). Plain text in a pipe, a
-rich table in a terminal. Exit status: 0, even when no job matches; 1 when a job or
-cluster named on the command line is not in the queue, or the daemon is not running; 2
-for a bad constraint (with its column).
+run (unless job ids are named, one analysis per group of alike jobs), `-quarantined` the
+jobs the daemon could not read from its queue database when it started and set aside
+(their rows are kept in its `quarantine` table; the SchedLog says why), of which the usual
+view gives the number. Plain text in a pipe, a rich table in a terminal. Exit status: 0,
+even when no job matches; 1 when a job or cluster named on the command line is not in the
+queue, or the daemon is not running; 2 for a bad constraint (with its column).
 """
 
 from __future__ import annotations
@@ -118,6 +120,13 @@ def register(commands: Any) -> None:
     for spelling in ("better-analyse", "analyze", "analyse"):
         flag(q, spelling, 2, help=argparse.SUPPRESS, **analysis)
     flag(q, "totals", 3, action="store_true", help="only the totals")
+    flag(
+        q,
+        "quarantined",
+        len("quarantined"),
+        action="store_true",
+        help="jobs the daemon could not read from its queue and set aside",
+    )
     add_schedd_options(q)
     q.set_defaults(handler=_q)
 
@@ -150,6 +159,9 @@ def _q(args: argparse.Namespace) -> int:
     constraint = _constraint(args, me, targets)
     schedd, which = connect(args)
     with schedd:
+        if args.quarantined:
+            _quarantine_view(schedd.quarantined(), is_terminal())
+            return EXIT_OK
         if args.analyze:
             from htgrid.cli import _pool_analysis
 
@@ -170,6 +182,7 @@ def _q(args: argparse.Namespace) -> int:
         projection = _NOBATCH if (args.nobatch or args.hold) else _BATCH
         ads = schedd.query(constraint, _GRID if args.grid else projection)
         everyone = schedd.query(None, ["Owner", "JobStatus"])
+        unreadable = schedd.health().get("quarantined")
     rich = is_terminal()
     print(
         f"\n-- Schedd: {which.name} : <{_home(which.address)}> @ {format_date(time.time(), with_year=True)}"
@@ -187,6 +200,11 @@ def _q(args: argparse.Namespace) -> int:
     print(totals_line("query", ads))
     print(totals_line(me, [ad for ad in everyone if ad.get("Owner") == me]))
     print(totals_line("all users", everyone))
+    if isinstance(unreadable, int) and unreadable > 0:
+        print(
+            f"\n{unreadable} row(s) of the queue could not be read when the daemon started "
+            "and are set aside: `htgrid q -quarantined` lists them"
+        )
     return report_missing("q", "the queue", missing(targets, ads))
 
 
@@ -346,6 +364,28 @@ def _hold_view(ads: Sequence[ClassAd], rich: bool) -> None:
         Column("OWNER"),
         Column("HELD_SINCE"),
         Column("HOLD_REASON"),
+    ]
+    print_table(columns, rows, rich=rich)
+
+
+def _quarantine_view(entries: Sequence[dict[str, Any]], rich: bool) -> None:
+    """The rows set aside: the job (or the table a row came from), whose, when, why."""
+    rows = [
+        [
+            str(e.get("id", "")),
+            str(e.get("job") or f"({e.get('source', '?')})"),
+            str(e.get("owner") or "?"),
+            format_date(e.get("time")),
+            str(e.get("reason", "")),
+        ]
+        for e in entries
+    ]
+    columns = [
+        Column("N", right=True),
+        Column("ID", right=True),
+        Column("OWNER"),
+        Column("SET_ASIDE"),
+        Column("WHY"),
     ]
     print_table(columns, rows, rich=rich)
 

@@ -171,11 +171,12 @@ class GridManager:
 
     def _open_queue(self) -> QueueIO:
         """Two connections: tags are synced to disk one batch at a time (see QueueIO)."""
-        queue = JobQueue.open(self.queue_dir, clock=self.clock.time, fsync=False)
+        # The daemon set aside the rows it could not read when it opened the queue.
+        queue = JobQueue.open(self.queue_dir, clock=self.clock.time, fsync=False, check=False)
         if not self.config.fsync:
             return QueueIO(queue)
         try:
-            durable = JobQueue.open(self.queue_dir, clock=self.clock.time, fsync=True)
+            durable = JobQueue.open(self.queue_dir, clock=self.clock.time, fsync=True, check=False)
         except BaseException:
             queue.close()
             raise

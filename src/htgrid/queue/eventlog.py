@@ -122,6 +122,8 @@ class UserLog:
             fd = os.open(self.path, _OPEN_FLAGS, 0o664)
         except OSError as exc:
             raise EventLogError(f"cannot open user log {self.path}: {exc.strerror}") from exc
+        except ValueError as exc:  # a NUL in the name: no file has one
+            raise EventLogError(f"cannot open user log {self.path!r}: {exc}") from exc
         try:
             written = os.write(fd, data)
             # A regular file takes the whole buffer unless the disk fills up or a

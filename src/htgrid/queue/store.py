@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from htgrid.classad import ClassAd, ExprTree
+from htgrid.errors import ClassAdSyntaxError
 from htgrid.queue import _actions as actions
 from htgrid.queue._codes import HoldReasonCode, JobAction
 from htgrid.queue._errors import (
@@ -45,6 +46,7 @@ from htgrid.queue._ids import Identity, JobId
 from htgrid.queue._matches import record_match
 from htgrid.queue._periodic import keep_in_queue, periodic_pass
 from htgrid.queue._policy import ExitOutcome, PolicyAction, PolicyDecision, exit_decision
+from htgrid.queue._quarantine import Quarantined, history_ad, quarantine_unreadable, quarantined
 from htgrid.queue._query import Filter, compile_constraint
 from htgrid.queue._serial import project
 from htgrid.queue._status import ACTIVE, TRANSITIONS, JobStatus
@@ -96,13 +98,24 @@ class JobQueue:
         *,
         clock: Callable[[], float] = time.time,
         fsync: bool = True,
+        check: bool = True,
     ) -> JobQueue:
         """Open (creating if needed) the queue in `state_dir`.
 
         `clock` gives the time written into job ads (QDate, EnteredCurrentStatus...);
         `fsync=False` keeps commits safe from a killed process but not from a power cut.
+        `check`: rows that cannot be read are first set aside (`_quarantine`), so that
+        one bad row does not stop every query; a process that opens a queue a daemon
+        has opened already may skip it.
         """
-        return cls(Store(Path(state_dir), fsync=fsync), clock)
+        store = Store(Path(state_dir), fsync=fsync)
+        try:
+            if check:
+                quarantine_unreadable(store, int(clock()))
+        except BaseException:
+            store.close()
+            raise
+        return cls(store, clock)
 
     def close(self) -> None:
         """Close the database; the queue cannot be used afterwards."""
@@ -278,10 +291,15 @@ class JobQueue:
         for row in store.conn.execute(sql, filt.params):
             if limit is not None and count >= limit:
                 return
-            ad = store.job_ad(row, history=history)
-            if filt.matches(ad):
+            ad = history_ad(store, row) if history else store.job_ad(row)
+            if ad is not None and filt.matches(ad):
                 count += 1
                 yield ad
+
+    def quarantined(self) -> list[Quarantined]:
+        """The rows set aside because they could not be read (see `_quarantine`)."""
+        with self._reading() as store:
+            return quarantined(store.conn)
 
     def changes_since(self, seq: int, *, limit: int | None = None) -> list[Change]:
         """The committed changes after sequence number `seq` (0: from the start)."""
@@ -376,7 +394,7 @@ class JobQueue:
                 raise QueueError(f"cannot edit {name!r}: not an attribute name")
             if name.lower() in PROTECTED:
                 raise ProtectedAttribute(f"cannot edit {name}: it is set by the queue only")
-            parsed[name] = ExprTree(value) if isinstance(value, str) else value
+            parsed[name] = _parsed(name, value) if isinstance(value, str) else value
         done: list[JobId] = []
         with self._writing() as txn:
             leaving = []
@@ -612,6 +630,16 @@ def _exit_decision(edit: JobEdit, now: int) -> PolicyDecision:
             EXIT_POLICY_FAILED.format(problem(exc)),
             HoldReasonCode.JobPolicyUndefined,
         )
+
+
+def _parsed(name: str, text: str) -> ExprTree:
+    """An edit's expression text parsed; ClassAdSyntaxError naming the attribute."""
+    try:
+        return ExprTree(text)
+    except ClassAdSyntaxError as exc:
+        raise ClassAdSyntaxError(
+            exc.reason, text=text, offset=exc.offset, origin=f"the value of {name}"
+        ) from None
 
 
 def _finished(edit: JobEdit) -> bool:

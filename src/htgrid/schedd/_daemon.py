@@ -31,6 +31,7 @@ from htgrid import __version__
 from htgrid._files import write_atomic
 from htgrid._ports import held_by
 from htgrid.errors import HTGridError
+from htgrid.net._guard import guarded_protocol
 from htgrid.net._listen import tcp_listener
 from htgrid.net._peer import PeerCredProtocol, peercred_identity
 from htgrid.net.app import create_app
@@ -87,6 +88,7 @@ class Daemon:
         self._writer: UserLogWriter | None = None
         self._trimmed = 0
         self._policy_faults = FaultLog(_log, "periodic policy evaluation")
+        self._quarantined = 0  # rows of the queue set aside as unreadable
         self.pool: Pool | None = None
 
     def request_stop(self) -> None:
@@ -108,6 +110,7 @@ class Daemon:
             "started": int(self._started),
             "home": str(self.config.home),
             "periodic_interval": self.config.periodic_interval,
+            "quarantined": self._quarantined,
         }
         if self._runner is not None:
             status.update(self._runner.status())
@@ -123,7 +126,9 @@ class Daemon:
         cfg.make_dirs()
         lock = self._lock()
         try:
+            # Rows it cannot read are set aside as it opens (logged, counted in health).
             queue = JobQueue.open(cfg.spool, clock=self._clock, fsync=cfg.fsync)
+            self._quarantined = len(queue.quarantined())
             worker = QueueWorker(queue, doorbells=[cfg.gridmanager_doorbell])
             try:
                 await self._serve(worker)
@@ -242,10 +247,10 @@ class Daemon:
     ) -> tuple[uvicorn.Server, asyncio.Task[None]]:
         """uvicorn on our socket, in a task; it returns once the server is listening."""
         cfg = self.config
-        app = create_app(service, peercred_identity)
+        app = create_app(service, peercred_identity, cfg.api_limits)
         config = uvicorn.Config(
             app,
-            http=PeerCredProtocol,
+            http=guarded_protocol(cfg.api_limits, PeerCredProtocol),
             lifespan="off",
             log_config=None,
             access_log=False,
@@ -282,10 +287,17 @@ class Daemon:
         material = await asyncio.to_thread(ensure_pool_security, security)
         verifier = TokenVerifier(security)
         app = TokenAuthMiddleware(
-            create_app(service, token_identity), verifier.verify, realm=security.trust_domain
+            create_app(service, token_identity, cfg.api_limits),
+            verifier.verify,
+            realm=security.trust_domain,
         )
         config = uvicorn.Config(
-            app, lifespan="off", log_config=None, access_log=False, timeout_graceful_shutdown=5
+            app,
+            http=guarded_protocol(cfg.api_limits),
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=5,
         )
         config.load()
         config.ssl = server_ssl_context(material.server)
