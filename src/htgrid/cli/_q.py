@@ -35,6 +35,7 @@ from htgrid._args import flag
 from htgrid.classad import ClassAd, quote
 from htgrid.cli._analyze import analyze
 from htgrid.cli._common import (
+    EXIT_OK,
     Target,
     add_schedd_options,
     command_line,
