@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from htgrid._args import ArgumentParser
+from htgrid._startup import lean_process
 from htgrid.errors import HTGridError
 
 __all__ = ["main"]
@@ -75,6 +76,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    lean_process()
     words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(words[0] if words else None)
     args = parser.parse_args(words)

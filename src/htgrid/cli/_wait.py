@@ -26,8 +26,8 @@ from typing import Any, Final
 
 from htgrid.cli._common import EXIT_NO, EXIT_OK, client, is_terminal
 from htgrid.errors import UsageError
+from htgrid.eventlog import EventLogReader, LoggedEvent
 from htgrid.queue import JobId, JobNotFound
-from htgrid.schedd import EventLogReader, LoggedEvent
 
 __all__ = ["JobTally", "register"]
 

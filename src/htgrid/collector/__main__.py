@@ -20,12 +20,14 @@ from pathlib import Path
 
 from htgrid._args import ArgumentParser
 from htgrid._gc import tune_gc
+from htgrid._startup import lean_process
 from htgrid.classad import preload_functions
 from htgrid.collector.client import DEFAULT_PORT
 from htgrid.collector.daemon import make_server
 
 
 def main(argv: list[str] | None = None) -> int:
+    lean_process()
     parser = ArgumentParser(prog="python -m htgrid.collector")
     parser.add_argument("--home", type=Path, help="the pool's home ($HTGRID_HOME)")
     parser.add_argument("--host", default="127.0.0.1")

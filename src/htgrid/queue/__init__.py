@@ -1,7 +1,7 @@
 """The durable job queue (HTCondor's schedd) and what it writes for its jobs.
 
 `JobQueue` (store.py) keeps clusters and procs in SQLite with HTCondor's ids, statuses,
-hold codes and policy semantics; `eventlog` writes the user job event log.
+hold codes and policy semantics (the user job event log is `htgrid.eventlog`).
 
 The ids, codes, statuses and errors load with the package; the store, its change feed
 and its policies when first asked for: a command that only talks to a daemon (`htgrid

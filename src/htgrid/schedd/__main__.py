@@ -12,9 +12,11 @@ import sys
 from pathlib import Path
 
 from htgrid._args import ArgumentParser
+from htgrid._startup import lean_process
 
 
 def main(argv: list[str] | None = None) -> int:
+    lean_process()
     parser = ArgumentParser(prog="python -m htgrid.schedd")
     parser.add_argument("--home", type=Path, help="the pool's state directory ($HTGRID_HOME)")
     parser.add_argument(

@@ -21,16 +21,7 @@ from typing import Any, Final
 
 from htgrid._aio import wait_event
 from htgrid.classad import ClassAd
-from htgrid.queue import (
-    Change,
-    ChangeKind,
-    HoldReasonCode,
-    JobAction,
-    JobId,
-    JobQueue,
-    JobStatus,
-)
-from htgrid.queue.eventlog import (
+from htgrid.eventlog import (
     EventLogError,
     ExecuteEvent,
     JobAbortedEvent,
@@ -42,6 +33,15 @@ from htgrid.queue.eventlog import (
     SubmitEvent,
     UserLog,
     UserLogEvent,
+)
+from htgrid.queue import (
+    Change,
+    ChangeKind,
+    HoldReasonCode,
+    JobAction,
+    JobId,
+    JobQueue,
+    JobStatus,
 )
 from htgrid.queue.faults import FaultLog, JobFailure, daemon_fault, problem
 from htgrid.schedd._local import SCHEDD
