@@ -228,7 +228,7 @@ class ClassAd(MutableMapping[str, Any]):
 
     def printJson(self) -> str:
         """This ad in HTCondor's JSON form."""
-        from htgrid.classad._json import ad_to_json
+        from htgrid.classad.adjson import ad_to_json
 
         return ad_to_json(self)
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from typing import IO
 
 from htgrid.classad._classad import ClassAd
-from htgrid.classad._json import iter_json_ads
 from htgrid.classad._parser import parse_old_line
+from htgrid.classad.adjson import iter_json_ads
 from htgrid.errors import ClassAdException, ClassAdSyntaxError
 
 __all__ = ["ParserType", "iter_ads", "parseAds", "parseNext", "parseOne"]

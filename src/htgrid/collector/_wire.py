@@ -14,7 +14,7 @@ from htgrid.classad import ClassAd
 
 # The classad package's JSON codec, one value at a time (its whole-document reader
 # rescans the text for every ad, which is slow for thousands of ads in one array).
-from htgrid.classad._json import _MARK, _node, _pairs
+from htgrid.classad.adjson import _MARK, _node, _pairs
 from htgrid.collector._errors import ProtocolError
 from htgrid.errors import ClassAdSyntaxError
 

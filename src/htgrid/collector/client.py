@@ -29,8 +29,8 @@ from typing import Any, Final
 
 import httpx
 
-from htgrid._transport import tls_transport
 from htgrid.classad import ClassAd, ExprTree
+from htgrid.client import tls_transport
 from htgrid.collector._errors import CollectorRefused, CollectorUnavailable, ProtocolError
 from htgrid.collector._problems import from_problem
 from htgrid.collector._store import UpdateResult

@@ -24,7 +24,6 @@ from typing import IO, Any, Final
 
 import httpx
 
-from htgrid._transport import tls_transport
 from htgrid.backends.condor._errors import (
     ConnectFailure,
     LocateError,
@@ -34,6 +33,7 @@ from htgrid.backends.condor._errors import (
     translate,
 )
 from htgrid.backends.condor._tokens import TokenSource
+from htgrid.client import tls_transport
 
 __all__ = [
     "Endpoint",

@@ -7,7 +7,7 @@ while its collector is silent does (a collector that died, its listening socket 
 the master): the ad's and the negotiator's requests are cancelled mid-handshake; and a
 condor GAHP server told to QUIT while a remote schedd does not answer.
 
-Shared by the daemons' clients and the GAHP servers, which import no daemon package.
+Shared by the daemons' clients and the GAHP servers (htgrid.client).
 """
 
 from __future__ import annotations
