@@ -22,7 +22,8 @@ import classad2
 import htcondor2  # noqa: F401 - HTCondor mode for classad2
 
 import htgrid.classad as ours
-from htgrid.collector._wire import decode_ads, encode_ad, fragments, join_ads
+from htgrid.classad.adjson import json_members
+from htgrid.collector._wire import decode_ads, encode_ad, join_ads
 from htgrid.negotiator import NegotiatorConfig, PriorityTable, negotiate
 
 TYPES = [  # (memory per slot MB, KFlops)
@@ -102,7 +103,7 @@ WhenToTransferOutput = "ON_EXIT"
 
 
 def over_the_wire(ads: Iterable[ours.ClassAd]) -> list[ours.ClassAd]:
-    return decode_ads(join_ads(encode_ad(fragments(ad)) for ad in ads))
+    return decode_ads(join_ads(encode_ad(json_members(ad)) for ad in ads))
 
 
 def best_of(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:

@@ -7,8 +7,9 @@ import json
 import pytest
 
 from htgrid.classad import ClassAd, ParserType, parseOne
+from htgrid.classad.adjson import loads
 from htgrid.net import BadRequest
-from htgrid.net._wire import ad_from_json, loads
+from htgrid.net._wire import ad_from_json
 
 TEXTS = [
     '{"ClusterId": 12, "ProcId": 3, "JobStatus": 4}',

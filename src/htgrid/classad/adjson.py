@@ -1,8 +1,24 @@
-"""HTCondor's JSON form of ClassAds.
+"""HTCondor's JSON form of ClassAds: the one codec of htgrid's APIs and the condor GAHP.
 
 Constants map to JSON (undefined is null, lists arrays, ads objects); any other expression
-is a string `"\\/Expr(<new syntax>)\\/"`. The escaped slashes are the marker, so the
-reader looks at the raw text, not only the decoded string.
+is a string `"\\/Expr(<new syntax>)\\/"`. The escaped slashes are the marker, and a JSON
+decoder turns them into plain slashes, indistinguishable from a string that happens to
+read "/Expr(...)/": so each reader here swaps the raw marker for a NUL (never in a ClassAd
+string) before decoding, and each writer writes it back.
+
+    loads(text), dumps(obj)         JSON text <-> Python values, expressions still marked
+                                    (a string starting with EXPR_MARK)
+    ad_to_json(ad), ads_to_json(ads), json_members(ad)
+                                    ClassAds -> JSON text, as printJson writes them
+    ad_from_object(obj)             a value of `loads` -> ClassAd (an ad of literals only
+                                    without the parser)
+    ad_text(obj)                    a value of `loads` -> one line of new ClassAd syntax,
+                                    without building a ClassAd (the condor GAHP's status
+                                    answers: a tenth of parsing and printing them)
+    iter_json_ads(text)             the ClassAd parser's reader (ParserType.JSON)
+
+A number past 64 bits reads as 0, as HTCondor's reader has it (an API that must refuse
+it instead checks the decoded value first); a NUL in a string or a name is refused.
 """
 
 from __future__ import annotations
@@ -11,23 +27,52 @@ import bisect
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any, Final
 
 from htgrid.classad._ast import AdExpr, ListExpr, Literal, Node
+from htgrid.classad._classad import ClassAd
 from htgrid.classad._parser import parse_expr
-from htgrid.classad._unparse import format_real_old, unparse
+from htgrid.classad._unparse import format_real_old, quote_string, unparse
 from htgrid.classad._values import INT64_MAX, INT64_MIN, UNDEFINED, RelTime
 from htgrid.errors import ClassAdSyntaxError
 
 if TYPE_CHECKING:
-    from htgrid.classad._classad import ClassAd, Entry
+    from htgrid.classad._classad import Entry
 
-__all__ = ["ad_to_json", "iter_json_ads"]
+__all__ = [
+    "EXPR_MARK",
+    "ad_from_object",
+    "ad_text",
+    "ad_to_json",
+    "ads_to_json",
+    "dumps",
+    "iter_json_ads",
+    "json_members",
+    "loads",
+]
 
-# NUL never appears in a ClassAd string, so it safely tags the raw `"\/Expr(` marker.
-_MARK: Final = "\x00Expr("
+#: How an expression's string starts once `loads` has read it: NUL never appears in a
+#: ClassAd string, so it safely stands for the raw `"\/Expr(` marker.
+EXPR_MARK: Final = "\x00Expr("
+# The marker as it is written (raw), and as the reader holds it in the text it decodes.
+_RAW: Final = '"\\/Expr('
+_HELD: Final = '"\\u0000Expr('
+
+
+def loads(text: str | bytes) -> Any:
+    """JSON holding ads, their expressions kept recognisable (strings starting with
+    EXPR_MARK). ValueError (JSONDecodeError, UnicodeDecodeError) when it is not JSON."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
+    return json.loads(text.replace(_RAW, _HELD))
+
+
+def dumps(obj: Any) -> str:
+    """`obj` (from `loads`) as compact JSON again, its expressions marked as HTCondor
+    marks them."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).replace(_HELD, _RAW)
 
 
 #: A string as a JSON string, as json.dumps(text, ensure_ascii=False) writes it: the
@@ -114,6 +159,19 @@ def ad_to_json(ad: ClassAd) -> str:
     return "{\n" + ",\n".join(lines) + "\n}"
 
 
+def ads_to_json(ads: Sequence[ClassAd]) -> str:
+    """A JSON array of ads as printJson writes each (text: the markers must stay raw)."""
+    return "[" + ",\n".join(ad_to_json(ad) for ad in ads) + "]"
+
+
+def json_members(ad: ClassAd) -> dict[str, str]:
+    """Each attribute of `ad` as a JSON object member (`"Memory": 2048`), by its lower-case
+    name: what an ad is written from when only some of its attributes go (a projection)."""
+    return {
+        key: f"{_string(entry.name)}: {_node(entry.node, 0)}" for key, entry in ad._attrs.items()
+    }
+
+
 #: The text parser's nesting budget (source.cpp's): a list or a nested ad costs 3 levels.
 _MAX_DEPTH: Final = 500
 _NESTED_COST: Final = 3
@@ -130,14 +188,14 @@ def _from_json(value: Any, text: str, offset: int, depth: int = _NESTED_COST) ->
     if isinstance(value, float):
         return Literal(value)
     if isinstance(value, str):
-        if value.startswith(_MARK) and value.endswith(")/"):
+        if value.startswith(EXPR_MARK) and value.endswith(")/"):
             try:
-                return parse_expr(value[len(_MARK) : -2])
+                return parse_expr(value[len(EXPR_MARK) : -2])
             except ClassAdSyntaxError as err:
                 raise ClassAdSyntaxError(
                     f"bad expression in JSON: {err.reason}", text=text, offset=offset
                 ) from None
-        string = value.replace(_MARK, "/Expr(")
+        string = value.replace(EXPR_MARK, "/Expr(")
         if "\0" in string:  # as the text reader, and HTCondor's: a string holds no NUL
             raise ClassAdSyntaxError(
                 "a string may not hold a NUL character", text=text, offset=offset
@@ -155,7 +213,7 @@ def _from_json(value: Any, text: str, offset: int, depth: int = _NESTED_COST) ->
 
 
 def _pairs(
-    obj: dict[str, Any], text: str, offset: int, depth: int = _NESTED_COST
+    obj: Mapping[str, Any], text: str, offset: int, depth: int = _NESTED_COST
 ) -> tuple[tuple[str, Node], ...]:
     found: dict[str, tuple[str, Node]] = {}
     for name, value in obj.items():
@@ -181,14 +239,34 @@ def _named(name: str) -> str:
     return name if name.isprintable() else repr(name)
 
 
+def ad_from_object(obj: Mapping[str, Any]) -> ClassAd:
+    """The ClassAd of a JSON object decoded by `loads`, as the parser reads its text:
+    ClassAdSyntaxError, its reason naming the attribute, for what a ClassAd cannot hold."""
+    for name, value in obj.items():
+        if not _plain(value) or "\0" in name:
+            return ClassAd._from_pairs(_pairs(obj, "", 0))
+    # Literals only (most ads a query returns): the same ad, without the parser.
+    return ClassAd(obj if type(obj) is dict else dict(obj))
+
+
+def _plain(value: object) -> bool:
+    """Whether a decoded value is a literal ClassAd(dict) stores as the parser reads it."""
+    kind = type(value)
+    if kind is str:
+        return "\0" not in value  # type: ignore[operator]  # else an expression's marker
+    if kind is int:
+        return INT64_MIN <= value <= INT64_MAX  # type: ignore[operator]
+    return kind is float or kind is bool or value is None
+
+
 def _keep_last(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
 def iter_json_ads(text: str, start: int = 0) -> Iterator[tuple[tuple[tuple[str, Node], ...], int]]:
     """Each JSON object in `text` (concatenated, or in one top-level array) with its end."""
-    marked = text.replace('"\\/Expr(', '"\\u0000Expr(')
-    marks = [m.start() for m in re.finditer(re.escape(_RAW_MARK), marked)]
+    marked = text.replace(_RAW, _HELD)
+    marks = [m.start() for m in re.finditer(re.escape(_HELD), marked)]
     # The marker replacement keeps offsets stable up to a fixed growth per marker, so
     # positions are mapped back by counting markers before them.
     decoder = json.JSONDecoder(object_pairs_hook=_keep_last)
@@ -226,10 +304,90 @@ def _skip(text: str, pos: int) -> int:
     return pos
 
 
-_RAW_MARK: Final = '"\\u0000Expr('
-_GROWTH: Final = len(_RAW_MARK) - len('"\\/Expr(')
+_GROWTH: Final = len(_HELD) - len(_RAW)
 
 
 def _unmap(marks: list[int], pos: int) -> int:
     """A position in the marked text as a position in the original text."""
     return pos - bisect.bisect_left(marks, pos) * _GROWTH
+
+
+# ---- to new ClassAd syntax, without building ClassAds ---------------------------------------
+
+_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_RESERVED: Final = frozenset({"true", "false", "undefined", "error", "is", "isnt", "parent"})
+
+
+class _Unsure(Exception):
+    """A value this translation does not take on: the caller parses the ad instead."""
+
+
+def ad_text(ad: dict[str, Any]) -> str | None:
+    """An ad decoded by `loads` in new ClassAd syntax on one line, or None when one of its
+    values is one to leave to the ClassAd parser (an odd name, an out-of-range number).
+
+    The daemon wrote the expressions (`"\\/Expr(...)\\/"`) in new syntax already, so they
+    are copied as they are, and literals are written as the parser would print them: a
+    thousand status ads cost a tenth of parsing and printing them.
+    """
+    try:
+        return _record(ad)
+    except _Unsure:
+        return None
+
+
+# `name = value` parts already written, by (name, type, value) of a string, integer or
+# boolean value (the type keeps 1 and true apart): a thousand status ads of one cluster
+# repeat most of their attributes word for word. Long strings (an environment) are
+# written each time, which bounds what this holds.
+_PARTS: dict[tuple[str, type, object], str] = {}
+_PARTS_MAX: Final = 50_000
+_CACHED: Final = frozenset({str, int, bool})
+_LONGEST: Final = 256
+
+
+def _record(ad: dict[str, Any]) -> str:
+    parts = []
+    for name, value in ad.items():
+        kind = type(value)
+        cached = kind in _CACHED and (kind is not str or len(value) <= _LONGEST)
+        key = (name, kind, value) if cached else None
+        part = _PARTS.get(key) if key is not None else None
+        if part is None:
+            if not _NAME.fullmatch(name) or name.lower() in _RESERVED:
+                raise _Unsure(name)
+            part = f"{name} = {_value(value)}"
+            if key is not None:
+                if len(_PARTS) >= _PARTS_MAX:
+                    _PARTS.clear()
+                _PARTS[key] = part
+        parts.append(part)
+    return "[ " + "; ".join(parts) + " ]" if parts else "[ ]"
+
+
+def _value(value: Any) -> str:
+    kind = type(value)
+    if kind is str:
+        if value.startswith(EXPR_MARK) and value.endswith(")/"):
+            expr: str = value[len(EXPR_MARK) : -2]
+            if "\n" in expr or "\r" in expr or "//" in expr or "/*" in expr:
+                raise _Unsure(expr)
+            return expr
+        return quote_string(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int:
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise _Unsure(value)
+        return str(value)
+    if kind is float:
+        if not math.isfinite(value):
+            raise _Unsure(value)
+        return repr(value)
+    if value is None:
+        return "undefined"
+    if kind is list:
+        return "{ " + ", ".join(map(_value, value)) + " }"
+    if kind is dict:
+        return _record(value)
+    raise _Unsure(value)

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 
 from htgrid.classad import ClassAd, ExprTree
 from htgrid.classad._match import requirements_hold
+from htgrid.classad.adjson import json_members
 from htgrid.collector._errors import InvalidAd, InvalidQuery
 from htgrid.collector._types import AdType, Command, parse_command
-from htgrid.collector._wire import encode_ad, fragments, join_ads
+from htgrid.collector._wire import encode_ad, join_ads
 
 __all__ = ["DEFAULT_LIFETIME", "AdStore", "UpdateResult"]
 
@@ -299,7 +300,7 @@ class AdStore:
         objects = []
         for record in self._select(ad_type, constraint, limit):
             if record.parts is None:
-                record.parts = fragments(record.ad)
+                record.parts = json_members(record.ad)
             objects.append(encode_ad(record.parts, projection))
         return join_ads(objects)
 

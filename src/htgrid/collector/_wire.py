@@ -11,25 +11,15 @@ import json
 from collections.abc import Iterable, Mapping
 
 from htgrid.classad import ClassAd
-
-# The classad package's JSON codec, one value at a time (its whole-document reader
-# rescans the text for every ad, which is slow for thousands of ads in one array).
-from htgrid.classad.adjson import _MARK, _node, _pairs
+from htgrid.classad.adjson import ad_from_object, loads
 from htgrid.collector._errors import ProtocolError
 from htgrid.errors import ClassAdSyntaxError
 
-__all__ = ["Fragments", "decode_ads", "encode_ad", "fragments", "join_ads"]
+__all__ = ["Fragments", "decode_ads", "encode_ad", "join_ads"]
 
-# An ad's attributes as JSON members, by lower-case name (`"Memory": 2048`).
+# An ad's attributes as JSON members, by lower-case name (`"Memory": 2048`): what
+# `adjson.json_members` makes of it.
 Fragments = Mapping[str, str]
-
-
-def fragments(ad: ClassAd) -> dict[str, str]:
-    """Each attribute of `ad` as a JSON object member, keyed by its lower-case name."""
-    return {
-        key: f"{json.dumps(entry.name, ensure_ascii=False)}: {_node(entry.node, 0)}"
-        for key, entry in ad._attrs.items()
-    }
 
 
 def encode_ad(parts: Fragments, names: Iterable[str] | None = None) -> str:
@@ -48,11 +38,8 @@ def join_ads(objects: Iterable[str]) -> str:
 def decode_ads(body: str | bytes) -> list[ClassAd]:
     """The ads of a JSON array (or one object) in HTCondor's JSON form."""
     text = body.decode("utf-8") if isinstance(body, bytes) else body
-    # The raw `"\/Expr(` marker must survive decoding; json.loads would turn `\/` into `/`
-    # and make it indistinguishable from a string that happens to start with "/Expr(".
-    marked = text.replace('"\\/Expr(', json.dumps(_MARK)[:-1])
     try:
-        value = json.loads(marked)
+        value = loads(text)
     except json.JSONDecodeError as err:
         raise ProtocolError(f"not JSON: {err.msg} at line {err.lineno}") from None
     except RecursionError:
@@ -63,7 +50,7 @@ def decode_ads(body: str | bytes) -> list[ClassAd]:
         if not isinstance(item, dict):
             raise ProtocolError(f"item {i + 1} is not a JSON object, so not a ClassAd")
         try:
-            ads.append(ClassAd._from_pairs(_pairs(item, text, 0)))
+            ads.append(ad_from_object(item))
         except ClassAdSyntaxError as err:
             raise ProtocolError(f"ad {i + 1}: {err.reason}") from None
     return ads

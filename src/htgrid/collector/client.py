@@ -30,12 +30,13 @@ from typing import Any, Final
 import httpx
 
 from htgrid.classad import ClassAd, ExprTree
+from htgrid.classad.adjson import json_members
 from htgrid.client import tls_transport
 from htgrid.collector._errors import CollectorRefused, CollectorUnavailable, ProtocolError
 from htgrid.collector._problems import from_problem
 from htgrid.collector._store import UpdateResult
 from htgrid.collector._types import AdType, Command
-from htgrid.collector._wire import decode_ads, encode_ad, fragments, join_ads
+from htgrid.collector._wire import decode_ads, encode_ad, join_ads
 from htgrid.errors import UsageError
 from htgrid.net.security import (
     BearerAuth,
@@ -231,7 +232,7 @@ class CollectorClient:
 
     async def advertise(self, command: Command | str, ads: Sequence[ClassAd]) -> list[UpdateResult]:
         """Send `ads` with an UPDATE_* command; what became of each."""
-        body = join_ads(encode_ad(fragments(ad)) for ad in ads)
+        body = join_ads(encode_ad(json_members(ad)) for ad in ads)
         response = await self._request(
             "POST",
             f"/v1/updates/{_command_name(command)}",
@@ -254,7 +255,7 @@ class CollectorClient:
         response = await self._request(
             "POST",
             f"/v1/invalidations/{_command_name(command)}",
-            content=encode_ad(fragments(query)).encode("utf-8"),
+            content=encode_ad(json_members(query)).encode("utf-8"),
             headers={"content-type": "application/json"},
         )
         count = self._json(response).get("invalidated")

@@ -2,17 +2,18 @@
 
 Job ads travel in HTCondor's JSON form of a ClassAd (what `condor_q -json` prints):
 literals as JSON values, expressions as `"\\/Expr(...)\\/"` strings, so nothing is
-evaluated on the way.
+evaluated on the way (the codec: htgrid.classad.adjson). A request's ads are checked
+here first, so that what a ClassAd cannot hold is refused naming the ad and attribute.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from htgrid.classad import ClassAd, ParserType, parseOne, quote
+from htgrid.classad import ClassAd, adjson, quote
+from htgrid.classad.adjson import EXPR_MARK
 from htgrid.errors import ClassAdSyntaxError, HTGridError
 from htgrid.net._errors import BadRequest
 from htgrid.queue import ID_MAX, Identity, JobId
@@ -23,67 +24,39 @@ if TYPE_CHECKING:
 __all__ = [
     "Jobs",
     "ad_from_json",
-    "ads_json",
     "background",
     "job_ids_from_json",
-    "loads",
     "loads_request",
 ]
 
-
-# HTCondor's JSON marks an expression by the escaped slashes of "\/Expr(...)\/", which
-# a JSON decoder turns into plain slashes: so the marker is swapped for a NUL (never in
-# a ClassAd string) before decoding, and back before the ClassAd reader sees it.
-_RAW: Final = '"\\/Expr('
-_HELD: Final = '"\\u0000Expr('
 _INT64: Final = (-(2**63), 2**63 - 1)
 
 
-def loads(text: str | bytes) -> Any:
-    """Decode JSON holding job ads, keeping their expressions recognisable."""
-    if isinstance(text, bytes):
-        text = text.decode("utf-8")
-    return json.loads(text.replace(_RAW, _HELD))
-
-
 def loads_request(body: bytes) -> Any:
-    """`loads` of a request body; BadRequest when it is not JSON (or nested past what
-    the decoder takes)."""
+    """`adjson.loads` of a request body; BadRequest when it is not JSON (or nested past
+    what the decoder takes)."""
     try:
-        return loads(body)
+        return adjson.loads(body)
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
         raise BadRequest(f"the request body is not JSON: {exc}") from None
     except RecursionError:
         raise BadRequest("the request body is not JSON htgrid reads: nested too deeply") from None
 
 
-def ads_json(ads: Sequence[ClassAd]) -> str:
-    """A JSON array of ads in HTCondor's JSON form (text: the markers must stay raw)."""
-    return "[" + ",\n".join(ad.printJson() for ad in ads) + "]"
-
-
 def ad_from_json(obj: object, what: str = "a job ad") -> ClassAd:
-    """The ClassAd of an object decoded by `loads`; BadRequest, saying which attribute of
-    `what` is wrong, when it is not one (or holds what a ClassAd cannot: a NUL in a
-    string, an integer past 64 bits)."""
+    """The ClassAd of an object decoded by `adjson.loads`; BadRequest, saying which
+    attribute of `what` is wrong, when it is not one (or holds what a ClassAd cannot: a
+    NUL in a string, an integer past 64 bits)."""
     if not isinstance(obj, dict):
         raise BadRequest(f"{what} must be a JSON object, not {type(obj).__name__}")
-    if not obj:
-        return ClassAd()
-    plain = True
     for name, value in obj.items():
         if "\0" in name:
             raise BadRequest(f"{what}: the attribute name {name!r} holds a NUL character")
         if not _plain(value):
             shown = name if name.isprintable() else repr(name)
             _check_value(value, f"{what}: attribute {shown}")
-            plain = False
-    if plain:
-        # Literals only (most ads a query returns): the same ad, without the parser.
-        return ClassAd(obj)
-    text = json.dumps(obj, ensure_ascii=False).replace(_HELD, _RAW)
     try:
-        return parseOne(text, ParserType.JSON)
+        return adjson.ad_from_object(obj)
     except ClassAdSyntaxError as exc:
         raise BadRequest(f"{what}: not a ClassAd in JSON form: {exc.reason}") from exc
     except HTGridError as exc:
@@ -91,9 +64,9 @@ def ad_from_json(obj: object, what: str = "a job ad") -> ClassAd:
 
 
 def _plain(value: object) -> bool:
-    """Whether a decoded JSON value is a literal ClassAd(dict) reads as the parser does."""
+    """Whether a decoded JSON value is a literal that needs no walk."""
     if type(value) is str:
-        return "\0" not in value  # else an expression's marker (see loads)
+        return "\0" not in value  # else an expression's marker (see adjson.loads)
     if type(value) is int:
         return _INT64[0] <= value <= _INT64[1]
     return type(value) is float or type(value) is bool or value is None
@@ -113,7 +86,7 @@ def _check_value(value: object, where: str) -> None:
         kind = type(item)
         if kind is str:
             text: str = item  # type: ignore[assignment]
-            body = text[1:] if text.startswith("\0Expr(") else text  # an expression's marker
+            body = text[1:] if text.startswith(EXPR_MARK) else text  # an expression's marker
             if "\0" in body:
                 raise BadRequest(
                     f"{where} holds a NUL character, which a ClassAd string cannot hold"

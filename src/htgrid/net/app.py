@@ -22,6 +22,7 @@ from starlette.routing import Route
 
 from htgrid import __version__
 from htgrid.classad import ClassAd
+from htgrid.classad.adjson import ads_to_json
 from htgrid.errors import HTGridError
 from htgrid.net._backend import QueueBackend
 from htgrid.net._errors import BadRequest, status_of
@@ -39,7 +40,7 @@ from htgrid.net._sandbox_routes import (
     put_proxy,
     update_leases,
 )
-from htgrid.net._wire import Jobs, ad_from_json, ads_json, background, loads_request
+from htgrid.net._wire import Jobs, ad_from_json, background, loads_request
 from htgrid.queue import ID_MAX, Identity, JobAction, JobId
 
 __all__ = ["ROUTES", "RouteSpec", "create_app"]
@@ -89,7 +90,7 @@ async def _ads(ads: list[ClassAd]) -> Response:
     # printJson per ad, joined: no detour through Python objects. Done off the loop,
     # as 100,000 ads take a while.
     def render() -> str:
-        return '{"jobs": ' + ads_json(ads) + "}"
+        return '{"jobs": ' + ads_to_json(ads) + "}"
 
     text = await asyncio.to_thread(render)
     return Response(text, media_type="application/json")

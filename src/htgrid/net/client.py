@@ -31,10 +31,11 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from htgrid.classad import ClassAd
+from htgrid.classad.adjson import ads_to_json, loads
 from htgrid.errors import HTGridError
 from htgrid.net._errors import ApiError, DaemonUnavailable
 from htgrid.net._problems import from_problem
-from htgrid.net._wire import Jobs, ad_from_json, ads_json, loads
+from htgrid.net._wire import Jobs, ad_from_json
 from htgrid.queue import JobAction, JobId
 
 if TYPE_CHECKING:
@@ -146,7 +147,7 @@ class ScheddClient:
 
     def _submit(self, path: str, cluster_ad: ClassAd, procs: Sequence[ClassAd]) -> list[JobId]:
         # Assembled as text: the ads' expression markers must reach the daemon raw.
-        body = f'{{"cluster_ad": {cluster_ad.printJson()}, "procs": {ads_json(procs)}}}'
+        body = f'{{"cluster_ad": {cluster_ad.printJson()}, "procs": {ads_to_json(procs)}}}'
         answer = self._json("POST", path, RawJson(body))
         return [JobId.parse(i) for i in answer["jobs"]]
 

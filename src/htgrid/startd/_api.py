@@ -34,13 +34,14 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from htgrid.classad import ClassAd
+from htgrid.classad.adjson import ads_to_json
 from htgrid.errors import HTGridError
 from htgrid.net import BadRequest
 from htgrid.net._guard import ProblemResponse, guarded_protocol
 from htgrid.net._limits import DEFAULT_LIMITS, ApiLimits, read_body
 from htgrid.net._peer import PEER_KEY, PeerCredentials, PeerCredProtocol
 from htgrid.net._sandbox_routes import MAX_PROXY_BYTES
-from htgrid.net._wire import ad_from_json, ads_json, loads_request
+from htgrid.net._wire import ad_from_json, loads_request
 from htgrid.startd._errors import (
     CallerRefused,
     StartdError,
@@ -129,7 +130,7 @@ def create_app(backend: StartdBackend, limits: ApiLimits = DEFAULT_LIMITS) -> St
         return JSONResponse({"status": "ok", **backend.health()})
 
     async def slots(request: Request) -> Response:
-        return Response(ads_json(backend.slot_ads()), media_type="application/json")
+        return Response(ads_to_json(backend.slot_ads()), media_type="application/json")
 
     async def claim(request: Request) -> Response:
         doc = await _body(request, limits)

@@ -26,7 +26,8 @@ from typing import Any
 import httpx
 
 from htgrid.classad import ClassAd
-from htgrid.net._wire import ad_from_json, ads_json, loads
+from htgrid.classad.adjson import ads_to_json, loads
+from htgrid.net._wire import ad_from_json
 from htgrid.startd._errors import (
     StartdError,
     StartdProtocolError,
@@ -222,7 +223,7 @@ class _Raw:
 def _raw(fields: dict[str, Any], job_ad: ClassAd) -> _Raw:
     head = json.dumps(fields)[:-1]
     sep = ", " if fields else ""
-    return _Raw(f'{head}{sep}"job_ad": {ads_json([job_ad])[1:-1]}}}')
+    return _Raw(f'{head}{sep}"job_ad": {ads_to_json([job_ad])[1:-1]}}}')
 
 
 def _decode(response: httpx.Response) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import htgrid.classad as classad
-from htgrid.backends.condor import _adjson as adjson
+from htgrid.classad import adjson
 
 _EXPRESSIONS = [
     "JobStatus == 4 && (JobLeaseExpiration =?= undefined || time() < JobLeaseExpiration)",

@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from typing import IO, Any, Final
 
 import htgrid.classad as classad
-from htgrid.backends.condor import _adjson as adjson
 from htgrid.backends.condor import _sandbox as sandbox
 from htgrid.backends.condor._batch import Coalescer
 from htgrid.backends.condor._errors import (
@@ -35,6 +34,7 @@ from htgrid.backends.condor._errors import (
     refusal_message,
 )
 from htgrid.backends.condor._http import Endpoint
+from htgrid.classad import adjson
 
 __all__ = ["MOST", "StageOuts"]
 

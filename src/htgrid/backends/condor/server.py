@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 import htgrid.classad as classad
-from htgrid.backends.condor import _adjson as adjson
 from htgrid.backends.condor import _sandbox as sandbox
 from htgrid.backends.condor._batch import Coalescer, StageIn, send_stage_ins, send_submits
 from htgrid.backends.condor._errors import (
@@ -58,6 +57,7 @@ from htgrid.backends.condor._http import Endpoint, FileBody, Remotes, RemoteSett
 from htgrid.backends.condor._stageout import StageOuts
 from htgrid.backends.condor._tokens import TokenSource
 from htgrid.backends.condor._update import Updates
+from htgrid.classad import adjson
 from htgrid.gahp import (
     MAX_LINE_LENGTH,
     BadArguments,
