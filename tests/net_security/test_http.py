@@ -23,9 +23,9 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import Message
 from starlette.websockets import WebSocket
 
+from htgrid.client import BearerAuth, find_token
 from htgrid.net.security import (
     AuthError,
-    BearerAuth,
     InsufficientScope,
     PoolCA,
     Principal,
@@ -36,7 +36,6 @@ from htgrid.net.security import (
     TokenVerifier,
     auth_error_handler,
     client_ssl_context,
-    find_token,
     principal_of,
     require,
     save_token,

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from htgrid.cli import main
+from htgrid.client import find_token
 from htgrid.net.security import (
     RevokedToken,
     SecurityConfig,
     TokenVerifier,
-    find_token,
 )
 
 from ._support import parts

@@ -31,6 +31,7 @@ from htgrid.cli._status_tables import (
     render,
     schedd_table,
 )
+from htgrid.client import DEFAULT_PORT, pool_url
 from htgrid.collector import (
     AdType,
     CollectorClient,
@@ -39,7 +40,6 @@ from htgrid.collector import (
     default_pool,
     parse_command,
 )
-from htgrid.collector.client import DEFAULT_PORT, pool_url
 from htgrid.errors import UsageError
 
 __all__ = ["register"]

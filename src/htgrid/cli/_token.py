@@ -32,17 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from htgrid.cli._common import EXIT_OK, EXIT_USAGE
+from htgrid.client import read_token_file, scan_tokens, user_token_dir
 from htgrid.errors import UsageError
 from htgrid.net.security import (
     AUTHORIZATIONS,
     RevocationList,
     SecurityConfig,
     TokenIssuer,
-    read_token_file,
     save_token,
-    scan_tokens,
     token_path,
-    user_token_dir,
 )
 
 __all__ = ["register"]

@@ -7,6 +7,7 @@ talks to it. `htgrid collector`, `htgrid status` and
 `htgrid advertise` are the command-line faces.
 """
 
+from htgrid.client import pool_url
 from htgrid.collector._errors import (
     CollectorError,
     CollectorRefused,
@@ -18,7 +19,7 @@ from htgrid.collector._errors import (
 )
 from htgrid.collector._store import DEFAULT_LIFETIME, AdStore, UpdateResult
 from htgrid.collector._types import AdType, Command, command_for, parse_command
-from htgrid.collector.client import CollectorClient, default_pool, pool_url
+from htgrid.collector.client import CollectorClient, default_pool
 
 __all__ = [
     "DEFAULT_LIFETIME",

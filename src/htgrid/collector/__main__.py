@@ -22,7 +22,7 @@ from htgrid._args import ArgumentParser
 from htgrid._gc import tune_gc
 from htgrid._startup import lean_process
 from htgrid.classad import preload_functions
-from htgrid.collector.client import DEFAULT_PORT
+from htgrid.client import DEFAULT_PORT
 from htgrid.collector.daemon import make_server
 
 

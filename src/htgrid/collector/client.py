@@ -31,28 +31,30 @@ import httpx
 
 from htgrid.classad import ClassAd, ExprTree
 from htgrid.classad.adjson import json_members
-from htgrid.client import tls_transport
+from htgrid.client import (
+    DEFAULT_PORT,
+    BearerAuth,
+    find_token,
+    pool_url,
+    read_token_file,
+    tls_transport,
+    user_token_dir,
+)
 from htgrid.collector._errors import CollectorRefused, CollectorUnavailable, ProtocolError
 from htgrid.collector._problems import from_problem
 from htgrid.collector._store import UpdateResult
 from htgrid.collector._types import AdType, Command
 from htgrid.collector._wire import decode_ads, encode_ad, join_ads
-from htgrid.errors import UsageError
 from htgrid.net.security import (
-    BearerAuth,
     CertificateError,
     SecurityConfig,
     client_ssl_context,
     daemon_token_path,
-    find_token,
-    read_token_file,
     trusted_ca_files,
-    user_token_dir,
 )
 
-__all__ = ["DEFAULT_PORT", "CollectorClient", "default_pool", "pool_url"]
+__all__ = ["CollectorClient", "default_pool"]
 
-DEFAULT_PORT = 9618
 _REALM: Final = re.compile(r'realm="([^"]*)"', re.IGNORECASE)
 
 
@@ -75,22 +77,6 @@ def default_pool(home: str | os.PathLike[str] | None = None) -> str:
     except OSError:
         written = ""
     return written or f"127.0.0.1:{DEFAULT_PORT}"
-
-
-def pool_url(pool: str) -> str:
-    """The base URL of a pool given as `host[:port]`: `https://host:port` (an https
-    URL is taken as it is)."""
-    pool = pool.strip()
-    if pool.startswith("https://"):
-        return pool.rstrip("/")
-    if pool.startswith("http://"):
-        raise UsageError(f"the collector speaks https only, not {pool!r}")
-    host, sep, port = pool.rpartition(":")
-    if not sep or "]" in port:  # no port, or a bare IPv6 address
-        host, port = pool, str(DEFAULT_PORT)
-    if not host or not port.isdigit():
-        raise UsageError(f"not a pool address (host[:port]): {pool!r}")
-    return f"https://{host}:{port}"
 
 
 def _command_name(command: Command | str) -> str:

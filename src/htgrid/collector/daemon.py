@@ -15,9 +15,9 @@ from pathlib import Path
 
 import uvicorn
 
+from htgrid.client import DEFAULT_PORT
 from htgrid.collector._store import DEFAULT_LIFETIME, AdStore
 from htgrid.collector.app import create_app
-from htgrid.collector.client import DEFAULT_PORT
 from htgrid.net._guard import guarded_protocol
 from htgrid.net._limits import ApiLimits
 from htgrid.net.security import (

@@ -101,12 +101,8 @@ class ScheddClient:
         domain, found by the realm of its first 401 (BearerAuth).
         """
         # Loaded here: the local client (every command) does not pay for TLS and tokens.
-        from htgrid.net.security import (
-            BearerAuth,
-            SecurityConfig,
-            client_ssl_context,
-            trusted_ca_files,
-        )
+        from htgrid.client import BearerAuth
+        from htgrid.net.security import SecurityConfig, client_ssl_context, trusted_ca_files
 
         config = SecurityConfig.load(Path(home) if home is not None else None)
         http = httpx.Client(

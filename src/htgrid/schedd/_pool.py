@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from htgrid._ports import port_holder
+from htgrid.client import pool_url
 from htgrid.collector import CollectorClient
-from htgrid.collector.client import pool_url
 from htgrid.negotiator import NegotiatorConfig
 from htgrid.negotiator.daemon import CollectorMachines, Negotiator
 from htgrid.net._listen import tcp_listener

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from htgrid.backends.condor._http import Remotes, RemoteSettings
-from htgrid.backends.condor._tokens import TokenSource
+from htgrid.client import TokenSource
 
 StartRequest = Callable[[str], tuple[Coroutine[Any, Any, Any], Callable[[], Awaitable[None]]]]
 

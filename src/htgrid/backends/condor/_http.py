@@ -16,9 +16,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import ssl
-from collections.abc import AsyncIterator, Generator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Final
 
@@ -32,37 +31,20 @@ from htgrid.backends.condor._errors import (
     refusal_of,
     translate,
 )
-from htgrid.backends.condor._tokens import TokenSource
-from htgrid.client import tls_transport
+from htgrid.client import BearerAuth, TokenSource, pool_url, tls_transport
+from htgrid.errors import UsageError
 
 __all__ = [
     "Endpoint",
     "FileBody",
     "RemoteSettings",
     "Remotes",
-    "TokenAuth",
-    "pool_url",
     "tls_context",
 ]
 
 log = logging.getLogger("htgrid.gahp.condor")
 
-DEFAULT_COLLECTOR_PORT: Final = 9618
 CHUNK: Final = 1 << 20  # sandboxes move a MiB at a time
-_REALM: Final = re.compile(r'\bBearer\b[^,]*?\brealm="([^"]*)"', re.IGNORECASE)
-
-
-def pool_url(pool: str) -> str:
-    """The collector's base URL for `host[:port]` (or an http(s) URL given as is)."""
-    pool = pool.strip()
-    if pool.startswith(("https://", "http://")):
-        return pool.rstrip("/")
-    host, sep, port = pool.rpartition(":")
-    if not sep or "]" in port:
-        host, port = pool, str(DEFAULT_COLLECTOR_PORT)
-    if not host or not port.isdigit():
-        raise ValueError(f"not a pool address (host[:port]): {pool!r}")
-    return f"https://{host}:{port}"
 
 
 def tls_context(ca_files: Sequence[str]) -> ssl.SSLContext:
@@ -77,67 +59,6 @@ def tls_context(ca_files: Sequence[str]) -> ssl.SSLContext:
         context.load_verify_locations(cafile=path)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     return context
-
-
-class TokenAuth(httpx.Auth):
-    """`Authorization: Bearer <token>`, with the realm dance of a 401.
-
-    The first request to a pool goes with the fixed token if there is one, else without;
-    a 401 names the server's trust domain, and the request is sent once more with the
-    token issued by it. Tokens found are kept per realm, and read again after a 401 (a
-    token file renewed in place is picked up without a restart).
-    """
-
-    # A refused request is sent again, body and all; bodies are bytes or a FileBody, both
-    # of which can be sent twice, so httpx need not read a body into memory first.
-    requires_request_body = False
-
-    def __init__(self, source: TokenSource) -> None:
-        self.source = source
-        self._fixed: str | None = None
-        self._fixed_read = False
-        self._realm: str | None = None
-        self._by_realm: dict[str, str] = {}
-
-    def reset(self) -> None:
-        """Forget the tokens read (the token file changed)."""
-        self._fixed, self._fixed_read = None, False
-        self._by_realm.clear()
-
-    def _current(self) -> str | None:
-        if self.source.token_file is not None:
-            if not self._fixed_read:
-                self._fixed, self._fixed_read = self.source.fixed(), True
-            return self._fixed
-        if self._realm is not None:
-            return self._by_realm.get(self._realm)
-        return None
-
-    def _fresh(self, realm: str | None) -> str | None:
-        if self.source.token_file is not None:
-            self._fixed, self._fixed_read = self.source.fixed(), True
-            return self._fixed
-        if realm is None:
-            return None
-        token = self.source.for_issuer(realm)
-        if token is not None:
-            self._realm = realm
-            self._by_realm[realm] = token
-        return token
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        token = self._current()
-        if token is not None:
-            request.headers["Authorization"] = f"Bearer {token}"
-        response = yield request
-        if response.status_code != 401:
-            return
-        match = _REALM.search(response.headers.get("WWW-Authenticate", ""))
-        fresh = self._fresh(match[1] if match else None)
-        if fresh is None or fresh == token:
-            return  # nothing better to offer: the 401 stands, with the server's reason
-        request.headers["Authorization"] = f"Bearer {fresh}"
-        yield request
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +157,7 @@ class FileBody:
     """A request body read from an open file a MiB at a time, its reads off the event loop.
 
     Every iteration starts again from the file's beginning, so a request refused with
-    401 can be sent once more with the right token (TokenAuth) without holding it in memory.
+    401 can be sent once more with the right token (BearerAuth) without holding it in memory.
     """
 
     def __init__(self, file: IO[bytes], size: int) -> None:
@@ -284,7 +205,7 @@ class Remotes:
 
     def __init__(self, settings: RemoteSettings, tokens: TokenSource) -> None:
         self.settings = settings
-        self.auth = TokenAuth(tokens)
+        self.auth = BearerAuth(source=tokens)
         self._verify = tls_context(settings.ca_files)
         self._endpoints: dict[str, Endpoint] = {}  # by URL: one client per remote daemon
         self._urls: dict[str, str] = {}  # schedd name -> URL, from the collector
@@ -319,7 +240,7 @@ class Remotes:
             raise LocateError("no remote pool was given (htgrid gahp condor --pool HOST:PORT)")
         try:
             url = pool_url(self.settings.pool)
-        except ValueError as exc:
+        except UsageError as exc:
             raise LocateError(str(exc)) from None
         return self._endpoint(url, f"the collector at {self.settings.pool}")
 

@@ -55,9 +55,9 @@ from htgrid.backends.condor._errors import (
 )
 from htgrid.backends.condor._http import Endpoint, FileBody, Remotes, RemoteSettings
 from htgrid.backends.condor._stageout import StageOuts
-from htgrid.backends.condor._tokens import TokenSource
 from htgrid.backends.condor._update import Updates
 from htgrid.classad import adjson
+from htgrid.client import TokenSource
 from htgrid.gahp import (
     MAX_LINE_LENGTH,
     BadArguments,

@@ -5,10 +5,11 @@
   `TokenVerifier` (signature, issuer, times, revocations) into a `Principal`.
 - Who and what (`_authz`): HTCondor's authorization names, a map file from subjects to
   local users, `Principal.require`.
-- Token files (`_tokenfiles`): the client's search for the token of a server's pool.
+- Token files (`_tokenfiles`): where `htgrid token create` saves one. Reading them, the
+  client's search for the token of a server's pool and `BearerAuth` are the client
+  side's, shared with the GAHP servers: htgrid.client.
 - TLS (`_ca`): the pool CA, daemons' certificates and their rotation, SSL contexts.
-- HTTP (`_asgi`, `_httpx`): the server's middleware and `require`, the client's
-  `BearerAuth`.
+- HTTP (`_asgi`): the server's middleware and `require`.
 - A pool's material (`_material`): what `htgrid up` makes: key, CA, the daemons'
   server certificate and their token (`ensure_pool_security`).
 
@@ -67,9 +68,6 @@ if TYPE_CHECKING:
         SecurityConfig,
         user_token_dir,
     )
-    from htgrid.net.security._httpx import (
-        BearerAuth,
-    )
     from htgrid.net.security._keys import (
         POOL_KEY,
         SigningKeys,
@@ -84,12 +82,7 @@ if TYPE_CHECKING:
         ensure_pool_security,
     )
     from htgrid.net.security._tokenfiles import (
-        StoredToken,
-        TokenFileProblem,
-        find_token,
-        read_token_file,
         save_token,
-        scan_tokens,
         token_path,
     )
     from htgrid.net.security._tokens import (
@@ -126,7 +119,6 @@ _LAZY: Final = {
     "trusted_ca_files": "_ca",
     "SecurityConfig": "_config",
     "user_token_dir": "_config",
-    "BearerAuth": "_httpx",
     "POOL_KEY": "_keys",
     "SigningKeys": "_keys",
     "DAEMON_IDENTITY": "_material",
@@ -136,12 +128,7 @@ _LAZY: Final = {
     "daemon_token": "_material",
     "daemon_token_path": "_material",
     "ensure_pool_security": "_material",
-    "StoredToken": "_tokenfiles",
-    "TokenFileProblem": "_tokenfiles",
-    "find_token": "_tokenfiles",
-    "read_token_file": "_tokenfiles",
     "save_token": "_tokenfiles",
-    "scan_tokens": "_tokenfiles",
     "token_path": "_tokenfiles",
     "RevocationList": "_tokens",
     "TokenClaims": "_tokens",
@@ -161,7 +148,6 @@ __all__ = [
     "PRINCIPAL_KEY",
     "SERVER_CERT",
     "AuthError",
-    "BearerAuth",
     "CertFiles",
     "CertificateError",
     "ExpiredToken",
@@ -178,10 +164,8 @@ __all__ = [
     "SecurityConfig",
     "SecurityError",
     "SigningKeys",
-    "StoredToken",
     "TokenAuthMiddleware",
     "TokenClaims",
-    "TokenFileProblem",
     "TokenIssuer",
     "TokenNotYetValid",
     "TokenVerifier",
@@ -194,16 +178,13 @@ __all__ = [
     "daemon_token",
     "daemon_token_path",
     "ensure_pool_security",
-    "find_token",
     "format_scope",
     "normalize_authz",
     "parse_scope",
     "principal_of",
     "problem_response",
-    "read_token_file",
     "require",
     "save_token",
-    "scan_tokens",
     "server_ssl_context",
     "token_authenticator",
     "token_identity",

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Generic, TypeVar
 
+# Where tokens live and how messages quote a value: the client side's, shared.
+from htgrid.client import pool_home, shown, user_token_dir
 from htgrid.net.security._errors import SecurityError
 
 __all__ = [
@@ -39,24 +41,6 @@ __all__ = [
 DEFAULT_ADMINS: Final = frozenset({"root", "condor"})  # QUEUE_SUPER_USERS' default
 ENV_TRUST_DOMAIN: Final = "HTGRID_TRUST_DOMAIN"
 _T = TypeVar("_T")
-
-
-def pool_home(env: Mapping[str, str] | None = None) -> Path:
-    """$HTGRID_HOME, or ~/.htgrid; made absolute."""
-    environ = os.environ if env is None else env
-    home = environ.get("HTGRID_HOME") or str(Path("~/.htgrid").expanduser())
-    return Path(home).expanduser().absolute()
-
-
-def shown(value: object, limit: int = 40) -> str:
-    """`repr(value)`, cut short: how messages quote what a caller sent (it may be anything)."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def user_token_dir() -> Path:
-    """The user's token directory, ~/.htgrid/tokens.d (HTCondor's ~/.condor/tokens.d)."""
-    return Path("~/.htgrid/tokens.d").expanduser()
 
 
 @dataclass(frozen=True, slots=True)

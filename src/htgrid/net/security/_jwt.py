@@ -5,73 +5,30 @@
 
 Only HS256 exists here, so `alg` is checked against it before anything else: a token
 saying `none`, or naming an algorithm the key was not made for, never reaches the MAC.
-Decoding is strict where lenient parsers differ: base64url without padding and in its
-one canonical form (so a signature cannot be altered in its spare bits), JSON objects
-without duplicate names or NaN. The claims are only read here; `_tokens` decides whether
-to believe them, and only after the signature verified.
+A token is taken apart as its clients read it (htgrid.client.take_apart: strict base64url
+and JSON); the claims are only read here; `_tokens` decides whether to believe them, and
+only after the signature verified.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import hmac
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
-from htgrid.net.security._config import shown
+from htgrid.client import (
+    ALGORITHM,
+    NotAToken,
+    OtherAlgorithm,
+    b64url,
+    take_apart,
+)
 from htgrid.net.security._errors import ForgedToken, MalformedToken
 
-__all__ = ["ALGORITHM", "MAX_TOKEN_LENGTH", "SignedToken", "b64url", "encode", "parse"]
-
-ALGORITHM: Final = "HS256"
-# Real tokens are a few hundred bytes; a cap keeps a hostile header from costing much.
-MAX_TOKEN_LENGTH: Final = 8192
-
-
-def b64url(data: bytes) -> str:
-    """base64url without padding (RFC 7515, section 2)."""
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _unb64url(text: str, part: str) -> bytes:
-    try:
-        raw = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
-    except (binascii.Error, ValueError):
-        raise MalformedToken(f"the token's {part} is not base64url") from None
-    if b64url(raw) != text:  # padding, or spare bits set: not the canonical encoding
-        raise MalformedToken(f"the token's {part} is not canonical base64url")
-    return raw
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise ValueError(f"duplicate member {shown(key)}")
-        obj[key] = value
-    return obj
-
-
-def _json_object(raw: bytes, part: str) -> dict[str, Any]:
-    try:
-        value = json.loads(
-            raw.decode("utf-8"),
-            object_pairs_hook=_unique_object,
-            parse_constant=_reject_constant,
-        )
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise MalformedToken(f"the token's {part} is not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise MalformedToken(f"the token's {part} is not a JSON object")
-    return value
+__all__ = ["SignedToken", "encode", "parse"]
 
 
 def _compact(obj: Mapping[str, Any]) -> bytes:
@@ -116,23 +73,10 @@ class SignedToken:
 
 def parse(token: str) -> SignedToken:
     """Take a compact JWT apart, refusing any `alg` but HS256 (MalformedToken, ForgedToken)."""
-    if len(token) > MAX_TOKEN_LENGTH:
-        raise MalformedToken(f"the token is longer than {MAX_TOKEN_LENGTH} characters")
-    if not token.isascii():
-        raise MalformedToken("the token is not ASCII")
-    parts = token.split(".")
-    if len(parts) != 3:
-        raise MalformedToken(f"a token has three dot-separated parts, this one has {len(parts)}")
-    head, body, sig = parts
-    header = _json_object(_unb64url(head, "header"), "header")
-    alg = header.get("alg")
-    if alg != ALGORITHM:
-        # alg=none and RS256/ES256 confusion attacks end here, before any key is used.
-        raise ForgedToken(
-            f"the token's algorithm is {shown(alg)}; this pool signs with {ALGORITHM}"
-        )
-    if "crit" in header:
-        raise MalformedToken("the token has critical header extensions this pool does not know")
-    claims = _json_object(_unb64url(body, "payload"), "payload")
-    signature = _unb64url(sig, "signature")
-    return SignedToken(header, claims, f"{head}.{body}".encode("ascii"), signature)
+    try:
+        header, claims, signing_input, signature = take_apart(token)
+    except OtherAlgorithm as exc:
+        raise ForgedToken(str(exc)) from None
+    except NotAToken as exc:
+        raise MalformedToken(str(exc)) from None
+    return SignedToken(header, claims, signing_input, signature)

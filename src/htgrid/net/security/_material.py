@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from htgrid.client import read_token_file
 from htgrid.net.security._ca import CertFiles, PoolCA
 from htgrid.net.security._config import SecurityConfig
 from htgrid.net.security._errors import AuthError
 from htgrid.net.security._keys import POOL_KEY, SigningKeys
-from htgrid.net.security._tokenfiles import read_token_file, save_token
+from htgrid.net.security._tokenfiles import save_token
 from htgrid.net.security._tokens import Clock, TokenIssuer, TokenVerifier
 
 __all__ = [
