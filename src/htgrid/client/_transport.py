@@ -7,19 +7,56 @@ while its collector is silent does (a collector that died, its listening socket 
 the master): the ad's and the negotiator's requests are cancelled mid-handshake; and a
 condor GAHP server told to QUIT while a remote schedd does not answer.
 
-Shared by the daemons' clients and the GAHP servers (htgrid.client).
+httpx's own transport takes no network backend, so this one is built from the public
+parts of both libraries: httpcore's connection pool with the backend below, under an
+httpx transport doing what httpx's does (requests and answers passed across, httpcore's
+errors raised as httpx's).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ssl
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from types import TracebackType
+from typing import Any, Final
 
 import httpcore
 import httpx
 
 __all__ = ["tls_transport"]
+
+#: httpx's own limits, which its client uses unless told (httpx.Limits() is none at all).
+_HTTPX_LIMITS: Final = httpx.Limits(max_connections=100, max_keepalive_connections=20)
+
+#: httpcore's errors as httpx raises them, the most specific first.
+_ERRORS: Final[tuple[tuple[type[Exception], type[httpx.TransportError]], ...]] = (
+    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
+    (httpcore.ReadTimeout, httpx.ReadTimeout),
+    (httpcore.WriteTimeout, httpx.WriteTimeout),
+    (httpcore.PoolTimeout, httpx.PoolTimeout),
+    (httpcore.TimeoutException, httpx.TimeoutException),
+    (httpcore.ConnectError, httpx.ConnectError),
+    (httpcore.ReadError, httpx.ReadError),
+    (httpcore.WriteError, httpx.WriteError),
+    (httpcore.NetworkError, httpx.NetworkError),
+    (httpcore.ProxyError, httpx.ProxyError),
+    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
+    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
+    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
+    (httpcore.ProtocolError, httpx.ProtocolError),
+)
+
+
+@contextlib.contextmanager
+def _as_httpx_errors() -> Iterator[None]:
+    try:
+        yield
+    except Exception as exc:
+        for theirs, ours in _ERRORS:
+            if isinstance(exc, theirs):
+                raise ours(str(exc)) from exc
+        raise
 
 
 class _Stream(httpcore.AsyncNetworkStream):
@@ -57,10 +94,11 @@ class _Stream(httpcore.AsyncNetworkStream):
 
 
 class _Backend(httpcore.AsyncNetworkBackend):
-    """httpcore's backend, its connections wrapped in `_Stream`."""
+    """httpcore's asyncio backend (htgrid runs on asyncio alone), its connections wrapped
+    in `_Stream`."""
 
-    def __init__(self, backend: httpcore.AsyncNetworkBackend) -> None:
-        self._backend = backend
+    def __init__(self) -> None:
+        self._backend = httpcore.AnyIOBackend()
 
     async def connect_tcp(
         self,
@@ -85,20 +123,81 @@ class _Backend(httpcore.AsyncNetworkBackend):
         await self._backend.sleep(seconds)
 
 
+class _Body(httpx.AsyncByteStream):
+    """An answer's body, httpcore's errors raised as httpx's."""
+
+    def __init__(self, stream: AsyncIterable[bytes]) -> None:
+        self._stream = stream
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        with _as_httpx_errors():
+            async for part in self._stream:
+                yield part
+
+    async def aclose(self) -> None:
+        close = getattr(self._stream, "aclose", None)
+        if close is not None:
+            await close()
+
+
+class _Transport(httpx.AsyncBaseTransport):
+    """httpx's HTTP/1.1 transport over httpcore's pool with `_Backend`."""
+
+    def __init__(self, context: ssl.SSLContext, limits: httpx.Limits) -> None:
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=context,
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            network_backend=_Backend(),
+        )
+
+    async def __aenter__(self) -> _Transport:
+        await self._pool.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_value: BaseException | None = None,
+        traceback: TracebackType | None = None,
+    ) -> None:
+        with _as_httpx_errors():
+            await self._pool.__aexit__(exc_type, exc_value, traceback)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        assert isinstance(request.stream, httpx.AsyncByteStream)
+        url = request.url
+        sent = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(
+                scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
+            ),
+            headers=request.headers.raw,
+            content=request.stream,
+            extensions=request.extensions,
+        )
+        with _as_httpx_errors():
+            answer = await self._pool.handle_async_request(sent)
+        assert isinstance(answer.stream, AsyncIterable)
+        return httpx.Response(
+            status_code=answer.status,
+            headers=answer.headers,
+            stream=_Body(answer.stream),
+            extensions=answer.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self._pool.aclose()
+
+
 def tls_transport(
     verify: ssl.SSLContext | bool, limits: httpx.Limits | None = None
-) -> httpx.AsyncHTTPTransport:
-    """httpx's transport (as `httpx.AsyncClient(verify=..., limits=...)` makes it),
-    closing the connection of a cancelled TLS handshake at once."""
-    transport = (  # httpx's own limits unless told (httpx.Limits() would be none at all)
-        httpx.AsyncHTTPTransport(verify=verify)
-        if limits is None
-        else httpx.AsyncHTTPTransport(verify=verify, limits=limits)
-    )
-    # httpx takes no network backend; its pool's is the one place to put ours. Another
-    # httpx may keep it elsewhere: then its transport is used as it is (only the leak left).
-    pool = getattr(transport, "_pool", None)
-    backend = getattr(pool, "_network_backend", None)
-    if pool is not None and isinstance(backend, httpcore.AsyncNetworkBackend):
-        pool._network_backend = _Backend(backend)
-    return transport
+) -> httpx.AsyncBaseTransport:
+    """A transport as `httpx.AsyncClient(verify=..., limits=...)` makes it, closing the
+    connection of a cancelled TLS handshake at once."""
+    if isinstance(verify, ssl.SSLContext):
+        context = verify
+    else:  # what httpx makes of True or False (its CA bundle, or no checks)
+        context = httpx.create_ssl_context(verify=verify)
+    return _Transport(context, limits if limits is not None else _HTTPX_LIMITS)
