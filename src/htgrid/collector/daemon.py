@@ -13,13 +13,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import uvicorn
-
 from htgrid.client import DEFAULT_PORT
 from htgrid.collector._store import DEFAULT_LIFETIME, AdStore
 from htgrid.collector.app import create_app
-from htgrid.net._guard import guarded_protocol
 from htgrid.net._limits import ApiLimits
+from htgrid.net._listen import api_config
 from htgrid.net.security import (
     SERVER_CERT,
     PoolCA,
@@ -45,7 +43,7 @@ def make_server(
     name: str = "htgrid pool",
     housekeeping_interval: float = 60.0,
     limits: ApiLimits | None = None,
-) -> uvicorn.Server:
+) -> RotatingServer:
     """A uvicorn server for a collector of the pool in `home` ($HTGRID_HOME) at
     `host:port`, over TLS (not started); `limits` defaults to the pool's knobs."""
     security = SecurityConfig.load(home)
@@ -60,24 +58,9 @@ def make_server(
         security=security,
         limits=limits,
     )
-    config = uvicorn.Config(
-        app,
-        http=guarded_protocol(limits),
-        host=host,
-        port=port,
-        log_level="warning",
-        lifespan="on",
-        access_log=False,
-        # A TLS connection's close waits for the peer's close_notify (30 s in asyncio);
-        # an idle client that never reads must not hold a stopping collector that long.
-        timeout_graceful_shutdown=5,
-        ssl_certfile=str(material.server.cert),
-        ssl_keyfile=str(material.server.key),
-    )
-    config.load()
-    # The pool's own context (TLS 1.2 at least) in place of the one uvicorn built.
-    config.ssl = server_ssl_context(material.server)
-    rotator = CertRotator(PoolCA(security.ca_dir), SERVER_CERT, config.ssl, material.server)
+    tls = server_ssl_context(material.server)
+    config = api_config(app, limits, tls=tls, lifespan=True, address=(host, port))
+    rotator = CertRotator(PoolCA(security.ca_dir), SERVER_CERT, tls, material.server)
     return RotatingServer(config, rotator)
 
 

@@ -1,5 +1,16 @@
 """The daemons' HTTP serving: `GuardedProtocol`, uvicorn's HTTP/1.1 protocol with the
-clocks of `_limits`, and `ProblemResponse`, how every API sends a problem document."""
+clocks of `_limits`, and `ProblemResponse`, how every API sends a problem document.
+
+`GuardedProtocol` is the one place htgrid relies on uvicorn's internals (uvicorn 0.47 to
+0.54; tests/net_remote/test_uvicorn_adapter.py fails if they change): it subclasses
+`H11Protocol` and uses its connection's `transport`, `loop`, `client`, `app_state` and
+`cycle` (a `RequestResponseCycle`: `more_body`, `response_started`, `response_complete`,
+`disconnected`, `message_event`), and extends `connection_made`, `connection_lost`,
+`data_received`, `handle_events` and `on_response_complete`. uvicorn offers no public
+way to time a request's arrival, nor to give a connection's requests what the kernel
+says of its peer. Subclasses add to each request's `scope["state"]` through
+`connection_state`, not through uvicorn's `app_state`.
+"""
 
 from __future__ import annotations
 
@@ -30,10 +41,20 @@ class GuardedProtocol(H11Protocol):
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
+        state = self.connection_state(transport)
+        if state:
+            # uvicorn copies app_state into each request's scope["state"]: a copy of
+            # its own gives this connection's requests what is known of their peer.
+            self.app_state = {**self.app_state, **state}
         self._guard: Any = None  # the TimerHandle of the clock running
         self._body_start = 0.0
         self._body_bytes = 0
         self._arm(self.limits.header_timeout, self._head_late)
+
+    def connection_state(self, transport: Any) -> dict[str, Any]:
+        """What each request on this connection finds in its `scope["state"]` besides
+        the app's (none here)."""
+        return {}
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()

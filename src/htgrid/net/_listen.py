@@ -1,10 +1,38 @@
-"""The TCP sockets the daemons' network APIs listen on."""
+"""How every htgrid API is served: its listening socket and its uvicorn server, made once.
+
+    sock = unix_listener(path)                         # or tcp_listener(host), bound
+    server = ApiServer(api_config(app, limits, protocol=PeerCredProtocol), signals=False)
+    serving = await start(server, sock, "the API server", ScheddError)
+    ...
+    server.should_exit = True
+    await serving
+
+Each API (the schedd's on its socket and over TLS, the collector's, the execute node's)
+runs on `GuardedProtocol` with the daemon's limits (slow clients cut off, see `_limits`),
+over TLS with the pool's own context (TLS 1.2 at least, renewed in place by
+`CertRotator`), without an access log, and with uvicorn's own lines left to the
+process's logging, so that they land in the daemon's log like its other lines. A daemon
+that handles SIGTERM and SIGINT itself serves with `signals=False`.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 import socket
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
-__all__ = ["tcp_listener"]
+import uvicorn
+
+from htgrid.errors import HTGridError
+from htgrid.net._guard import GuardedProtocol, guarded_protocol
+from htgrid.net._limits import ApiLimits
+
+__all__ = ["ApiServer", "api_config", "start", "tcp_listener", "unix_listener"]
 
 
 def tcp_listener(host: str) -> socket.socket:
@@ -18,3 +46,93 @@ def tcp_listener(host: str) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     return sock
+
+
+def unix_listener(path: Path) -> socket.socket:
+    """A Unix socket bound at `path`, made 0600 (nobody else connects); a socket file left
+    there is replaced (the caller holds the daemon's lock: it was a dead daemon's)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)  # created 0600, never wider first
+    try:
+        sock.bind(str(path))
+    except OSError:
+        sock.close()
+        raise
+    finally:
+        os.umask(old)
+    return sock
+
+
+def api_config(
+    app: Any,
+    limits: ApiLimits,
+    *,
+    protocol: type[GuardedProtocol] = GuardedProtocol,
+    tls: ssl.SSLContext | None = None,
+    lifespan: bool = False,
+    grace: int = 5,
+    address: tuple[str, int] = ("127.0.0.1", 0),
+) -> uvicorn.Config:
+    """uvicorn's configuration of an API: `app` on `protocol` with `limits`, over `tls`
+    when given; `lifespan` runs the app's startup and shutdown; a stopping server waits
+    `grace` seconds for the requests in progress (a TLS close waits for the peer's
+    close_notify, 30 s in asyncio: an idle client must not hold a stopping daemon that
+    long). `address` is where `ApiServer.serve()` listens when given no socket."""
+    return uvicorn.Config(
+        app,
+        host=address[0],
+        port=address[1],
+        http=guarded_protocol(limits, protocol),
+        lifespan="on" if lifespan else "off",
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=grace,
+        # The pool's context, in place of the one uvicorn would build from files: the
+        # certificate rotation loads the renewed one into it.
+        ssl_context_factory=(lambda config, default: tls) if tls is not None else None,
+    )
+
+
+class ApiServer(uvicorn.Server):
+    """uvicorn's server of an API; `ready` is set once it listens (or gave up).
+
+    With `signals=False` it leaves the process's SIGTERM and SIGINT alone (uvicorn would
+    take them over while it serves): the daemon handles them and stops it.
+    """
+
+    def __init__(self, config: uvicorn.Config, *, signals: bool = True) -> None:
+        super().__init__(config)
+        self.signals = signals
+        self.ready = asyncio.Event()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if not self.signals:
+            yield
+            return
+        with super().capture_signals():
+            yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        try:
+            await super().startup(sockets)
+        finally:
+            self.ready.set()
+
+
+async def start(
+    server: ApiServer, sock: socket.socket, what: str, error: type[HTGridError]
+) -> asyncio.Task[None]:
+    """`server` serving on `sock` in a task, returned once it listens; `error` saying
+    `what` did not start otherwise. The socket is closed when the serving ends."""
+    serving = asyncio.create_task(server.serve(sockets=[sock]), name=what)
+    serving.add_done_callback(lambda _: sock.close())  # uvicorn leaves given sockets open
+    ready = asyncio.create_task(server.ready.wait())
+    await asyncio.wait((serving, ready), return_when=asyncio.FIRST_COMPLETED)
+    ready.cancel()
+    if not server.started:
+        await asyncio.wait((serving,))  # it gave up: its task ends
+        raise error(f"{what} did not start: {serving.exception()!r}")
+    return serving

@@ -65,14 +65,9 @@ def peer_credentials(sock: Any) -> PeerCredentials:
 
 class PeerCredProtocol(GuardedProtocol):
     """uvicorn's HTTP/1.1 protocol (with the clocks of `_guard`), with the peer's
-    credentials in every request's state.
+    credentials in every request's state (`request.state`, under PEER_KEY)."""
 
-    uvicorn copies `app_state` into each request's `scope["state"]`; giving each
-    connection its own copy carries the credentials to the routes (`request.state`).
-    """
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+    def connection_state(self, transport: asyncio.Transport) -> dict[str, Any]:
         sock = transport.get_extra_info("socket")
         creds: PeerCredentials | None = None
         if sock is not None and sock.family == socket.AF_UNIX:
@@ -80,7 +75,7 @@ class PeerCredProtocol(GuardedProtocol):
                 creds = peer_credentials(sock)
             except OSError:
                 creds = None  # the caller is gone already; its requests will be refused
-        self.app_state = {**self.app_state, PEER_KEY: creds}
+        return {PEER_KEY: creds}
 
 
 def peercred_identity(request: Request) -> Identity:

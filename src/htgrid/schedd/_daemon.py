@@ -25,14 +25,11 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-import uvicorn
-
 from htgrid import __version__
 from htgrid._files import write_atomic
 from htgrid._ports import held_by
 from htgrid.errors import HTGridError
-from htgrid.net._guard import guarded_protocol
-from htgrid.net._listen import tcp_listener
+from htgrid.net._listen import ApiServer, api_config, start, tcp_listener, unix_listener
 from htgrid.net._peer import PeerCredProtocol, peercred_identity
 from htgrid.net.app import create_app
 from htgrid.net.security import (
@@ -242,41 +239,17 @@ class Daemon:
             await asyncio.gather(*tasks, return_exceptions=True)
             await writer.catch_up()
 
-    async def _start_server(
-        self, service: QueueService
-    ) -> tuple[uvicorn.Server, asyncio.Task[None]]:
-        """uvicorn on our socket, in a task; it returns once the server is listening."""
+    async def _start_server(self, service: QueueService) -> tuple[ApiServer, asyncio.Task[None]]:
+        """uvicorn on our socket (0600; a dead daemon's replaced: we hold the lock), in a
+        task; it returns once the server is listening."""
         cfg = self.config
         app = create_app(service, peercred_identity, cfg.api_limits)
-        config = uvicorn.Config(
-            app,
-            http=guarded_protocol(cfg.api_limits, PeerCredProtocol),
-            lifespan="off",
-            log_config=None,
-            access_log=False,
-            timeout_graceful_shutdown=5,
-        )
-        server = uvicorn.Server(config)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(cfg.socket)  # a dead daemon's: we hold the lock
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)  # the socket is created 0600: nobody else connects
-        try:
-            sock.bind(str(cfg.socket))
-        finally:
-            os.umask(old)
-        # uvicorn's serve() would take over SIGTERM and SIGINT; its inner loop does not.
-        serving = asyncio.create_task(server._serve(sockets=[sock]), name="api server")
-        while not server.started:
-            if serving.done():
-                sock.close()
-                raise ScheddError(f"the API server did not start: {serving.exception()!r}")
-            await asyncio.sleep(0.01)
+        config = api_config(app, cfg.api_limits, protocol=PeerCredProtocol)
+        server = ApiServer(config, signals=False)  # the daemon handles SIGTERM and SIGINT
+        serving = await start(server, unix_listener(cfg.socket), "the API server", ScheddError)
         return server, serving
 
-    async def _start_api(
-        self, service: QueueService
-    ) -> tuple[uvicorn.Server, asyncio.Task[None], str]:
+    async def _start_api(self, service: QueueService) -> tuple[ApiServer, asyncio.Task[None], str]:
         """The API over TLS on SCHEDD_ADDRESS, callers named by their bearer tokens; its URL.
 
         The pool's key, CA and certificate are made here if `htgrid up` did not; the
@@ -291,18 +264,10 @@ class Daemon:
             verifier.verify,
             realm=security.trust_domain,
         )
-        config = uvicorn.Config(
-            app,
-            http=guarded_protocol(cfg.api_limits),
-            lifespan="off",
-            log_config=None,
-            access_log=False,
-            timeout_graceful_shutdown=5,
-        )
-        config.load()
-        config.ssl = server_ssl_context(material.server)
+        tls = server_ssl_context(material.server)
+        config = api_config(app, cfg.api_limits, tls=tls)
         ca = PoolCA(security.ca_dir, clock=self._clock)
-        rotator = CertRotator(ca, SERVER_CERT, config.ssl, material.server)
+        rotator = CertRotator(ca, SERVER_CERT, tls, material.server)
         host, port = cfg.schedd_address
         sock = tcp_listener(host)
         try:
@@ -314,13 +279,8 @@ class Daemon:
                 f"SCHEDD_ADDRESS {host}:{port}: cannot listen: {exc.strerror}{held}"
             ) from None
         bound = sock.getsockname()[1]
-        server = RotatingServer(config, rotator)
-        serving = asyncio.create_task(server._serve(sockets=[sock]), name="TLS API server")
-        while not server.started:
-            if serving.done():
-                sock.close()
-                raise ScheddError(f"the TLS API server did not start: {serving.exception()!r}")
-            await asyncio.sleep(0.01)
+        server = RotatingServer(config, rotator, signals=False)
+        serving = await start(server, sock, "the TLS API server", ScheddError)
         url = f"https://{f'[{host}]' if sock.family == socket.AF_INET6 else host}:{bound}"
         await asyncio.to_thread(write_atomic, cfg.url_file, (url + "\n").encode())
         _log.info("serving the API at %s (trust domain %s)", url, security.trust_domain)

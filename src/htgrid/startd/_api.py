@@ -19,15 +19,12 @@ about a claim renews its lease; the claim id is the capability.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
@@ -37,8 +34,9 @@ from htgrid.classad import ClassAd
 from htgrid.classad.adjson import ads_to_json
 from htgrid.errors import HTGridError
 from htgrid.net import BadRequest
-from htgrid.net._guard import ProblemResponse, guarded_protocol
+from htgrid.net._guard import ProblemResponse
 from htgrid.net._limits import DEFAULT_LIMITS, ApiLimits, read_body
+from htgrid.net._listen import ApiServer, api_config, start, unix_listener
 from htgrid.net._peer import PEER_KEY, PeerCredentials, PeerCredProtocol
 from htgrid.net._sandbox_routes import MAX_PROXY_BYTES
 from htgrid.net._wire import ad_from_json, loads_request
@@ -235,32 +233,10 @@ def _problem(error: HTGridError) -> JSONResponse:
 
 async def start_unix_server(
     app: Starlette, path: Path, limits: ApiLimits = DEFAULT_LIMITS
-) -> tuple[uvicorn.Server, asyncio.Task[None]]:
-    """uvicorn serving `app` on a 0600 Unix socket at `path`, in a task, once it listens
-    (slow clients cut off as `limits` says)."""
-    config = uvicorn.Config(
-        app,
-        http=guarded_protocol(limits, PeerCredProtocol),
-        lifespan="off",
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=2,
-    )
-    server = uvicorn.Server(config)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)  # a dead startd's: we hold the lock
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        sock.bind(str(path))
-    finally:
-        os.umask(old)
-    # serve() would take over SIGTERM and SIGINT; the daemon handles those itself.
-    serving = asyncio.create_task(server._serve(sockets=[sock]), name="startd api")
-    serving.add_done_callback(lambda _: sock.close())  # uvicorn leaves given sockets open
-    while not server.started:
-        if serving.done():
-            sock.close()
-            raise StartdError(f"the execute node's API did not start: {serving.exception()!r}")
-        await asyncio.sleep(0.01)
+) -> tuple[ApiServer, asyncio.Task[None]]:
+    """uvicorn serving `app` on a 0600 Unix socket at `path` (a dead startd's replaced: we
+    hold the lock), in a task, once it listens (slow clients cut off as `limits` says)."""
+    config = api_config(app, limits, protocol=PeerCredProtocol, grace=2)
+    server = ApiServer(config, signals=False)  # the daemon handles SIGTERM and SIGINT
+    serving = await start(server, unix_listener(path), "the execute node's API", StartdError)
     return server, serving

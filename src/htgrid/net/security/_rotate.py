@@ -3,7 +3,7 @@
     cert = ca.ensure_server_cert(SERVER_CERT)
     context = server_ssl_context(cert)
     rotator = CertRotator(ca, SERVER_CERT, context, cert)
-    server = RotatingServer(uvicorn_config, rotator)   # checks every `interval` seconds
+    server = RotatingServer(api_config(app, limits, tls=context), rotator)   # every `interval` s
 
 Each check calls `PoolCA.ensure_server_cert` (which renews a certificate close to
 expiry) and, when the certificate or key files differ from the ones the context loaded
@@ -26,6 +26,7 @@ from typing import Final
 
 import uvicorn
 
+from htgrid.net._listen import ApiServer
 from htgrid.net.security._ca import CertFiles, PoolCA
 from htgrid.net.security._errors import SecurityError
 
@@ -118,11 +119,13 @@ def _not_loaded(cert: CertFiles, exc: Exception) -> None:
     _log.error("TLS certificate %s: cannot load the new one, keeping the old: %s", cert.cert, exc)
 
 
-class RotatingServer(uvicorn.Server):
-    """uvicorn's server, its `rotator` running while it serves."""
+class RotatingServer(ApiServer):
+    """An API's server (`htgrid.net._listen`), its `rotator` running while it serves."""
 
-    def __init__(self, config: uvicorn.Config, rotator: CertRotator) -> None:
-        super().__init__(config)
+    def __init__(
+        self, config: uvicorn.Config, rotator: CertRotator, *, signals: bool = True
+    ) -> None:
+        super().__init__(config, signals=signals)
         self.rotator = rotator
         self._rotating: asyncio.Task[None] | None = None
 
