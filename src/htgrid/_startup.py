@@ -8,6 +8,10 @@ too (~67 ms of a GAHP server's start); htgrid's processes run on asyncio alone, 
 httpcore goes without it the same way. A None entry in sys.modules makes such an import
 fail, and both libraries then do without. Only `main()` functions call this: a program
 that imports htgrid as a library keeps its modules as they are.
+
+The one place htgrid names a private module of a library: httpx (0.27, 0.28) imports
+`httpx._main` in a try/except ImportError and has no other switch for it.
+tests/test_startup_modules.py fails if httpx stops importing it by that name.
 """
 
 from __future__ import annotations

@@ -175,8 +175,12 @@ async def _serve(factory: Any, options: Any) -> None:
 
 
 def _warm_up() -> None:
-    import anyio._backends._asyncio  # noqa: F401 - imported at the first request otherwise
+    import anyio
     import httpx
+
+    # anyio loads its asyncio back end at its first use in a loop (the first request
+    # would): a run of nothing, on a loop of this thread's own, loads it here.
+    anyio.run(anyio.sleep, 0)
 
     # Never used: its first creation loads what every later one needs. Not verifying, so
     # that it does not load the system's CAs (20-30 ms holding the GIL), which no client
