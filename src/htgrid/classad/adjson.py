@@ -48,6 +48,7 @@ __all__ = [
     "ad_to_json",
     "ads_to_json",
     "dumps",
+    "is_literal",
     "iter_json_ads",
     "json_members",
     "loads",
@@ -243,14 +244,15 @@ def ad_from_object(obj: Mapping[str, Any]) -> ClassAd:
     """The ClassAd of a JSON object decoded by `loads`, as the parser reads its text:
     ClassAdSyntaxError, its reason naming the attribute, for what a ClassAd cannot hold."""
     for name, value in obj.items():
-        if not _plain(value) or "\0" in name:
+        if not is_literal(value) or "\0" in name:
             return ClassAd._from_pairs(_pairs(obj, "", 0))
     # Literals only (most ads a query returns): the same ad, without the parser.
     return ClassAd(obj if type(obj) is dict else dict(obj))
 
 
-def _plain(value: object) -> bool:
-    """Whether a decoded value is a literal ClassAd(dict) stores as the parser reads it."""
+def is_literal(value: object) -> bool:
+    """Whether a value decoded by `loads` is a literal that ClassAd(dict) stores as the
+    parser reads it: no expression, list or ad, nothing a ClassAd cannot hold."""
     kind = type(value)
     if kind is str:
         return "\0" not in value  # type: ignore[operator]  # else an expression's marker

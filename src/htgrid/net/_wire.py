@@ -52,7 +52,7 @@ def ad_from_json(obj: object, what: str = "a job ad") -> ClassAd:
     for name, value in obj.items():
         if "\0" in name:
             raise BadRequest(f"{what}: the attribute name {name!r} holds a NUL character")
-        if not _plain(value):
+        if not adjson.is_literal(value):
             shown = name if name.isprintable() else repr(name)
             _check_value(value, f"{what}: attribute {shown}")
     try:
@@ -61,15 +61,6 @@ def ad_from_json(obj: object, what: str = "a job ad") -> ClassAd:
         raise BadRequest(f"{what}: not a ClassAd in JSON form: {exc.reason}") from exc
     except HTGridError as exc:
         raise BadRequest(f"{what}: not a ClassAd in JSON form: {exc}") from exc
-
-
-def _plain(value: object) -> bool:
-    """Whether a decoded JSON value is a literal that needs no walk."""
-    if type(value) is str:
-        return "\0" not in value  # else an expression's marker (see adjson.loads)
-    if type(value) is int:
-        return _INT64[0] <= value <= _INT64[1]
-    return type(value) is float or type(value) is bool or value is None
 
 
 #: Deeper than any ClassAd the parser reads (its budget of 500 gives lists 165 levels);
