@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Final
 from htgrid._lazy import on_demand
 
 if TYPE_CHECKING:
-    from htgrid.client._auth import BearerAuth, Finder
+    from htgrid.client._auth import BearerAuth, Finder, realm_of
     from htgrid.client._jwt import ALGORITHM, NotAToken, OtherAlgorithm, b64url, shown, take_apart
     from htgrid.client._pool import DEFAULT_PORT, pool_url
     from htgrid.client._tokens import (
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 _LAZY: Final = {
     "BearerAuth": "_auth",
     "Finder": "_auth",
+    "realm_of": "_auth",
     "ALGORITHM": "_jwt",
     "NotAToken": "_jwt",
     "OtherAlgorithm": "_jwt",
@@ -77,6 +78,7 @@ __all__ = [
     "pool_home",
     "pool_url",
     "read_token_file",
+    "realm_of",
     "scan_tokens",
     "shown",
     "take_apart",

@@ -26,13 +26,19 @@ import httpx
 from htgrid.client._jwt import NotAToken
 from htgrid.client._tokens import StoredToken, TokenSource, find_token
 
-__all__ = ["BearerAuth", "Finder"]
+__all__ = ["BearerAuth", "Finder", "realm_of"]
 
 _REALM: Final = re.compile(r'\bBearer\b[^,]*?\brealm="([^"]*)"', re.IGNORECASE)
 _MARGIN: Final = 30.0  # do not present a token this close to its expiry
 
 Finder = Callable[[str], str | None]
 """The token to present to a server of a trust domain (None: none is at hand)."""
+
+
+def realm_of(response: httpx.Response) -> str | None:
+    """The trust domain a 401 names (`WWW-Authenticate: Bearer realm="..."`), if any."""
+    match = _REALM.search(response.headers.get("WWW-Authenticate", ""))
+    return match[1] if match else None
 
 
 class BearerAuth(httpx.Auth):
@@ -121,8 +127,7 @@ class BearerAuth(httpx.Auth):
         response = yield request
         if response.status_code != 401:
             return
-        match = _REALM.search(response.headers.get("WWW-Authenticate", ""))
-        fresh = self._after_refusal(match[1] if match else None)
+        fresh = self._after_refusal(realm_of(response))
         if fresh is None or fresh == token:
             return  # nothing better to offer: the 401 stands, with the server's reason
         request.headers["Authorization"] = f"Bearer {fresh}"

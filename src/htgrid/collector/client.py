@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import ssl
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final
+from typing import Any
 
 import httpx
 
@@ -37,6 +36,7 @@ from htgrid.client import (
     find_token,
     pool_url,
     read_token_file,
+    realm_of,
     tls_transport,
     user_token_dir,
 )
@@ -54,8 +54,6 @@ from htgrid.net.security import (
 )
 
 __all__ = ["CollectorClient", "default_pool"]
-
-_REALM: Final = re.compile(r'realm="([^"]*)"', re.IGNORECASE)
 
 
 def _home(home: str | os.PathLike[str] | None) -> Path:
@@ -183,8 +181,7 @@ class CollectorClient:
 
     def _refused(self, response: httpx.Response, doc: object) -> CollectorRefused:
         detail = doc.get("detail") if isinstance(doc, dict) else None
-        found = _REALM.search(response.headers.get("WWW-Authenticate", ""))
-        realm = found[1] if found else None
+        realm = realm_of(response)
         text = f"the collector at {self.pool} refused the request: {detail or 'no reason given'}"
         if (
             response.status_code == 401
