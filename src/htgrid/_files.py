@@ -6,7 +6,7 @@ import os
 import secrets
 from pathlib import Path
 
-__all__ = ["open_beneath", "parts_beneath", "write_atomic"]
+__all__ = ["open_beneath", "open_with_mode", "parts_beneath", "write_atomic"]
 
 
 def write_atomic(path: Path, data: bytes, *, sync: bool = False, mode: int = 0o666) -> None:
@@ -53,3 +53,24 @@ def open_beneath(root: str | os.PathLike[str], rel: str, flags: int, mode: int =
         return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd)
     finally:
         os.close(fd)
+
+
+def open_with_mode(path: str | os.PathLike[str], flags: int, mode: int) -> int:
+    """os.open(path, flags | O_CREAT) whose new file gets `mode` whatever the process's
+    umask (the daemons' keeps their own files private); a file already there keeps its
+    own mode."""
+    for _ in range(3):  # a file removed or made between the two opens: look again
+        try:
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+        except FileExistsError:
+            try:
+                return os.open(path, (flags & ~os.O_CREAT) | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+        try:
+            os.fchmod(fd, mode)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+    return os.open(path, flags | os.O_CREAT | os.O_CLOEXEC, mode)

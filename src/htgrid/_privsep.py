@@ -31,15 +31,18 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import logging
 import os
 import platform
 import pwd
+import stat
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 from htgrid.errors import HTGridError
@@ -51,7 +54,9 @@ __all__ = [
     "OwnerRefused",
     "PrivilegeError",
     "as_owner",
+    "closed_to_others",
     "daemon_umask",
+    "owned_dir",
     "spawn_identity",
     "switching",
 ]
@@ -297,3 +302,36 @@ def daemon_umask() -> None:
     """Set the daemon process's umask: what it makes is its own unless it says otherwise
     (the files it makes for a job's owner are given their modes explicitly)."""
     os.umask(DAEMON_UMASK)
+
+
+def owned_dir(path: Path, account: Account | None, mode: int = 0o700) -> None:
+    """The directory `path` (its parent must exist) made by the daemon if missing, with
+    `mode`, and given to `account` (a directory its owner's jobs work in, which the
+    owner could not make in the daemon's own); OSError when something else (a link, a
+    file) is there."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, mode)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory (nor made one)", str(path))
+    if _needs_switch(account):
+        assert account is not None
+        if (st.st_uid, st.st_gid) != (account.uid, account.gid):
+            os.chown(path, account.uid, account.gid, follow_symlinks=False)
+    if stat.S_IMODE(st.st_mode) != mode:
+        os.chmod(path, mode, follow_symlinks=False)
+
+
+def closed_to_others(path: Path) -> Path | None:
+    """The first directory from / down to `path` that other users cannot pass (no x for
+    others), if any: jobs of the host's users cannot reach what is below it."""
+    here = Path("/")
+    for part in path.absolute().parts[1:]:
+        here = here / part
+        try:
+            st = os.stat(here)
+        except OSError:
+            return None  # not there yet: made by the daemon with its own mode
+        if stat.S_ISDIR(st.st_mode) and not st.st_mode & stat.S_IXOTH:
+            return here
+    return None

@@ -50,6 +50,7 @@ def _run(tmp_path: Path, clock: Clock, scenario: Callable[[ScheddClient], object
         kill_grace=1,
         fsync=False,
         daemons=frozenset({"MASTER", "SCHEDD"}),
+        allow_root_jobs=True,  # the test submits as root
     )
     daemon = Daemon(config, clock=clock)
 

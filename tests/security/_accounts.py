@@ -11,32 +11,28 @@ from __future__ import annotations
 
 import grp
 import os
+import pwd
 import secrets
 import shutil
 import subprocess
-import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from htgrid._privsep import Account
 
 __all__ = ["LocalUser", "need_root", "second_user", "shared_dir"]
 
 
 @dataclass(frozen=True, slots=True)
 class LocalUser:
-    """The second user: its account (primary group its own) and an extra group it is in."""
+    """The second user (its primary group its own) and an extra group it is in."""
 
-    account: Account
+    name: str
+    uid: int
+    gid: int
     extra_group: str
     extra_gid: int
-
-    @property
-    def name(self) -> str:
-        return self.account.name
 
 
 def need_root(why: str) -> None:
@@ -68,8 +64,8 @@ def second_user() -> Iterator[LocalUser]:
     try:
         _run("useradd", "-M", "-U", "-d", "/nonexistent", "-s", "/bin/sh", "-G", extra, name)
         try:
-            account = Account.lookup(name)
-            yield LocalUser(account, extra, grp.getgrnam(extra).gr_gid)
+            entry = pwd.getpwnam(name)
+            yield LocalUser(name, entry.pw_uid, entry.pw_gid, extra, grp.getgrnam(extra).gr_gid)
         finally:
             _run("userdel", name)
     finally:
@@ -77,12 +73,7 @@ def second_user() -> Iterator[LocalUser]:
 
 
 @pytest.fixture
-def shared_dir() -> Iterator[Path]:
+def shared_dir(shared_tmp_factory: Callable[[str], Path]) -> Path:
     """A scratch directory other local users can pass through (0711, in /tmp: pytest's
-    own temporary directories are root's alone), removed after."""
-    path = Path(tempfile.mkdtemp(prefix="htgrid-sec-", dir="/tmp"))
-    path.chmod(0o711)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+    own temporary directories are root's alone)."""
+    return shared_tmp_factory("security")

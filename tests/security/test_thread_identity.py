@@ -28,6 +28,10 @@ from ._accounts import LocalUser
 T = TypeVar("T")
 
 
+def account_of(user: LocalUser) -> Account:
+    return Account.lookup(user.name)
+
+
 def in_thread(fn: Callable[[], T]) -> T:
     """`fn()` run in a new thread; its result, or its exception raised here."""
     result: list[Any] = []
@@ -69,7 +73,7 @@ def test_a_switched_thread_cannot_read_roots_file_or_write_in_roots_directory(
 
     def attempt() -> list[str]:
         refused = []
-        with as_owner(second_user.account):
+        with as_owner(account_of(second_user)):
             for what, action in (
                 ("read a 0600 file", lambda: (shared_dir / "key").read_text()),
                 ("enter a 0700 directory", lambda: (private / "key").read_text()),
@@ -99,7 +103,7 @@ def test_only_the_switched_thread_changes(second_user: LocalUser, secret: Path) 
     root_groups = os.getgroups()
 
     def switched() -> None:
-        with as_owner(second_user.account):
+        with as_owner(account_of(second_user)):
             try:
                 secret.read_text()
             except PermissionError:
@@ -133,15 +137,15 @@ def test_what_a_switched_thread_makes_is_the_owners(
 ) -> None:
     home = shared_dir / "home"
     home.mkdir()
-    os.chown(home, second_user.account.uid, second_user.account.gid)
+    os.chown(home, second_user.uid, second_user.gid)
 
     def make() -> os.stat_result:
-        with as_owner(second_user.account):
+        with as_owner(account_of(second_user)):
             (home / "out.txt").write_text("mine\n")
         return (home / "out.txt").stat()
 
     st = in_thread(make)
-    assert (st.st_uid, st.st_gid) == (second_user.account.uid, second_user.account.gid)
+    assert (st.st_uid, st.st_gid) == (second_user.uid, second_user.gid)
 
 
 def test_the_owners_supplementary_groups_count(second_user: LocalUser, shared_dir: Path) -> None:
@@ -152,7 +156,7 @@ def test_the_owners_supplementary_groups_count(second_user: LocalUser, shared_di
     before = os.getgroups()
 
     def read() -> tuple[str, list[int]]:
-        with as_owner(second_user.account):
+        with as_owner(account_of(second_user)):
             text = shared.read_text()
         return text, os.getgroups()
 
@@ -163,7 +167,7 @@ def test_the_owners_supplementary_groups_count(second_user: LocalUser, shared_di
 
 def test_the_identity_comes_back_after_an_error(second_user: LocalUser, secret: Path) -> None:
     def fail_then_read() -> str:
-        with pytest.raises(ZeroDivisionError), as_owner(second_user.account):
+        with pytest.raises(ZeroDivisionError), as_owner(account_of(second_user)):
             _ = 1 / 0
         return secret.read_text()  # root again in this thread
 
@@ -193,7 +197,7 @@ def test_a_thread_that_cannot_get_its_identity_back_ends_the_process(
 
     def run() -> None:
         try:
-            with as_owner(second_user.account):
+            with as_owner(account_of(second_user)):
                 pass
         finally:
             real(_privsep._calls(), 0, 0, (0,))  # this test's thread, repaired
@@ -216,7 +220,7 @@ def test_a_switch_that_does_not_take_refuses_the_block(
     ran: list[bool] = []
 
     def run() -> None:
-        with as_owner(second_user.account):
+        with as_owner(account_of(second_user)):
             ran.append(True)
 
     with pytest.raises(PrivilegeError, match="cannot take the identity"):
@@ -241,7 +245,7 @@ def test_nothing_switches_in_a_process_not_run_by_root(monkeypatch: pytest.Monke
 def test_a_process_spawned_with_the_owners_identity_is_the_owners(
     second_user: LocalUser,
 ) -> None:
-    account = second_user.account
+    account = account_of(second_user)
     done = subprocess.run(
         ["/bin/sh", "-c", "id -u; id -g; id -G"],
         capture_output=True,
@@ -259,7 +263,7 @@ def test_a_process_spawned_with_the_owners_identity_is_the_owners(
 
 def test_the_owner_policy_of_a_pool_run_by_root(second_user: LocalUser) -> None:
     policy = OwnerPolicy(daemon_uid=0)
-    assert policy.account(second_user.name) == second_user.account
+    assert policy.account(second_user.name) == account_of(second_user)
     with pytest.raises(OwnerRefused, match=r"is root \(uid 0\): jobs do not run as root unless"):
         policy.account("root")
     assert OwnerPolicy(daemon_uid=0, allow_root=True).account("root").uid == 0
@@ -270,8 +274,8 @@ def test_the_owner_policy_of_a_pool_run_by_root(second_user: LocalUser) -> None:
 
 
 def test_a_personal_pool_runs_its_users_jobs_only(second_user: LocalUser) -> None:
-    policy = OwnerPolicy(daemon_uid=second_user.account.uid)
-    assert policy.account(second_user.name).uid == second_user.account.uid
+    policy = OwnerPolicy(daemon_uid=second_user.uid)
+    assert policy.account(second_user.name).uid == second_user.uid
     with pytest.raises(OwnerRefused, match=f"run as {second_user.name}, not as root"):
         policy.account("root")
     with pytest.raises(OwnerRefused, match="not an account"):

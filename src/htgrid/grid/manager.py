@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from htgrid._gc import tune_gc
+from htgrid._privsep import daemon_umask
 from htgrid.classad import ClassAd, preload_functions
 from htgrid.errors import HTGridError
 from htgrid.gahp import Clock, SystemClock
@@ -454,6 +455,7 @@ def run_gridmanager(
         settings = (config or GridManagerConfig()).with_knobs(Path(home))
         await GridManager(home, queue_dir=queue_dir, config=settings, clock=clock).run(stop)
 
+    daemon_umask()  # what it makes is its own, whatever the umask it was started with
     preload_functions()
     tune_gc()
     try:

@@ -29,6 +29,7 @@ import uvicorn
 
 from htgrid import __version__
 from htgrid._files import write_atomic
+from htgrid._privsep import OwnerPolicy
 from htgrid.errors import HTGridError
 from htgrid.net._listen import tcp_listener
 from htgrid.net._peer import PeerCredProtocol, peercred_identity
@@ -85,6 +86,8 @@ class Daemon:
         self._writer: UserLogWriter | None = None
         self._trimmed = 0
         self.pool: Pool | None = None
+        # Whose jobs run here, and as whom: the daemon's user (root: each job as its owner).
+        self.policy = OwnerPolicy(allow_root=config.allow_root_jobs)
 
     def request_stop(self) -> None:
         """Begin a clean shutdown (what SIGTERM does)."""
@@ -144,9 +147,10 @@ class Daemon:
             max_jobs=cfg.max_local_jobs,
             grace=cfg.kill_grace,
             clock=self._clock,
+            policy=self.policy,
         )
         self._runner = runner
-        writer = UserLogWriter(worker, cfg.userlog_seq_file, host)
+        writer = UserLogWriter(worker, cfg.userlog_seq_file, host, self.policy)
         writer.load()
         self._writer = writer
         shadows = ShadowManager(
@@ -157,6 +161,7 @@ class Daemon:
                 alive_interval=cfg.alive_interval,
                 lease=cfg.claim_lease,
                 vacate_grace=cfg.kill_grace,
+                policy=self.policy,
             ),
             clock=self._clock,
         )
@@ -179,6 +184,7 @@ class Daemon:
             max_output=SizeLimit("MAX_TRANSFER_OUTPUT_MB", cfg.max_transfer_output_mb),
             scratch=cfg.spool,
             fsync=cfg.fsync,
+            policy=self.policy,
         )
         server, serving = await self._start_server(service)
         try:
@@ -242,11 +248,13 @@ class Daemon:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(cfg.socket)  # a dead daemon's: we hold the lock
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)  # the socket is created 0600: nobody else connects
+        old = os.umask(0o177)  # the socket is created 0600: nobody else connects...
         try:
             sock.bind(str(cfg.socket))
         finally:
             os.umask(old)
+        if cfg.shared:  # ...but the host's users, in a pool run by root (peercred_identity)
+            os.chmod(cfg.socket, 0o666)
         # uvicorn's serve() would take over SIGTERM and SIGINT; its inner loop does not.
         serving = asyncio.create_task(server._serve(sockets=[sock]), name="api server")
         while not server.started:

@@ -7,6 +7,10 @@ terminated, 009 aborted, 012 held, 013 released. The events carry the change's t
 The last change written is kept in a file (`spool/userlog.seq`), written after the
 events, so a crash never loses an event: at worst the events of the last batch are
 written again after the restart (a duplicate, which readers such as DAGMan tolerate).
+
+A log is the job's owner's file: it is opened (made, if missing) with the owner's
+rights, never the daemon's; the event of a job whose owner may not run jobs here is not
+written.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from htgrid._aio import wait_event
+from htgrid._privsep import Account, OwnerPolicy, OwnerRefused, as_owner
 from htgrid.classad import ClassAd
 from htgrid.queue import Change, ChangeKind, JobId, JobQueue, JobStatus
 from htgrid.queue.eventlog import (
@@ -48,6 +53,7 @@ _SAVE_EVERY: Final = 10_000
 _CACHE_MAX: Final = 100_000
 _INFO: Final = (
     "UserLog",
+    "Owner",
     "Iwd",
     "RemoteUserCpu",
     "RemoteSysCpu",
@@ -59,19 +65,24 @@ _INFO: Final = (
 )
 _RUNNING: Final = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED})
 
-Pending = list[tuple[str, UserLogEvent]]
+Log = tuple[str, str]  # the log's path, the job's owner
+Pending = list[tuple[Log, UserLogEvent]]
 
 
 class UserLogWriter:
     """Follows the change feed and appends each job's events to its user log."""
 
-    def __init__(self, worker: QueueWorker, seq_file: Path, host: str) -> None:
+    def __init__(
+        self, worker: QueueWorker, seq_file: Path, host: str, policy: OwnerPolicy | None = None
+    ) -> None:
+        """`policy`: as whom each log is written (None: as the daemon's own user)."""
+        self._policy = policy
         self._worker = worker
         self._seq_file = seq_file
         self._host = host
         self._seq = 0
         self._saved = 0  # the position in the file
-        self._paths: dict[JobId, str | None] = {}  # UserLog per job; touched on the queue thread
+        self._paths: dict[JobId, Log | None] = {}  # UserLog per job; touched on the queue thread
         self._wake = worker.subscribe()
         # catch_up runs from the writer's loop and from submits (see `written`): one at a
         # time, or a batch of events could be written twice.
@@ -187,7 +198,7 @@ class UserLogWriter:
                 out.append((path, event))
         return out
 
-    def _remember(self, jid: JobId, ad: ClassAd | None) -> str | None:
+    def _remember(self, jid: JobId, ad: ClassAd | None) -> Log | None:
         path = _log_path(ad) if ad is not None else None
         if len(self._paths) >= _CACHE_MAX:
             self._paths.clear()
@@ -197,9 +208,16 @@ class UserLogWriter:
     # -- in a helper thread --------------------------------------------------------------
 
     def _write(self, pending: Pending, last: int) -> None:
-        for path, event in pending:
+        accounts: dict[str, Account | None] = {}
+        for (path, owner), event in pending:
+            if owner not in accounts:
+                accounts[owner] = self._account(owner)
+            account = accounts[owner]
+            if account is None and self._policy is not None:
+                continue  # the owner may not run jobs here: said once, below
             try:
-                UserLog(path).append(event)
+                with as_owner(account):
+                    UserLog(path).append(event)
             except EventLogError as exc:
                 _log.warning("job %d.%d: %s", event.cluster, event.proc, exc)
         tmp = self._seq_file.with_suffix(".tmp")
@@ -210,13 +228,25 @@ class UserLogWriter:
             # The events are written; after a restart they would be written again.
             _log.error("cannot record the event log position in %s: %s", self._seq_file, exc)
 
+    def _account(self, owner: str) -> Account | None:
+        """The account a log of `owner`'s is written as (None: not written, or, with no
+        policy, as the daemon)."""
+        if self._policy is None:
+            return None
+        try:
+            return self._policy.account(owner)
+        except OwnerRefused as exc:
+            _log.warning("user logs of %s are not written: %s", owner, exc)
+            return None
 
-def _log_path(ad: ClassAd) -> str | None:
+
+def _log_path(ad: ClassAd) -> Log | None:
     log = ad.get("UserLog")
     if not isinstance(log, str) or not log:
         return None
     iwd = ad.get("Iwd")
-    return os.path.join(iwd, log) if isinstance(iwd, str) else log
+    owner = ad.get("Owner")
+    return (os.path.join(iwd, log) if isinstance(iwd, str) else log), str(owner)
 
 
 def _cluster_ads(q: JobQueue, cluster: int) -> dict[JobId, ClassAd]:

@@ -12,7 +12,9 @@ or changed. Each lands in Iwd under its base name, or where `transfer_output_rem
 sends it.
 
 The receiving side never trusts member names: absolute names, `..` and links are
-refused. Every function here blocks (file I/O): call it off the event loop.
+refused. Every function here blocks (file I/O): call it off the event loop. The job's
+files are read and written with the rights of the thread that calls: its owner's
+(`htgrid._privsep.as_owner`); a tar is a path or a file the daemon opened for it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import shutil
 import tarfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
-from typing import Final
+from typing import BinaryIO, Final
 
 from htgrid.classad import ClassAd
 from htgrid.queue import HoldReasonCode
@@ -128,22 +130,39 @@ def input_entries(job: ClassAd, spooled: Path | None = None) -> list[tuple[str, 
     return entries
 
 
+Tar = Path | BinaryIO  # a tar file by name, or open
+
+
+def _open_tar(tar: Tar) -> tarfile.TarFile:
+    """A tar to read, by name or open."""
+    if isinstance(tar, Path):
+        return tarfile.open(tar)
+    return tarfile.open(fileobj=tar)
+
+
 def pack(
     entries: Iterable[tuple[str, Path]],
-    dest: Path,
+    dest: Tar,
     *,
     dereference: bool,
     code: HoldReasonCode = HoldReasonCode.TransferInputError,
 ) -> int:
-    """Write `entries` (directories with their contents) into the tar file `dest`; its size.
+    """Write `entries` (directories with their contents) into the tar `dest` (a path, or
+    a file open for writing at its start); its size.
 
     A file that cannot be read is a TransferError with `code` (the job is held for it).
     """
     try:
-        with tarfile.open(dest, "w", dereference=dereference) as tar:
+        if isinstance(dest, Path):
+            with tarfile.open(dest, "w", dereference=dereference) as tar:
+                for name, path in entries:
+                    tar.add(path, arcname=name, recursive=True)
+            return dest.stat().st_size
+        with tarfile.open(fileobj=dest, mode="w", dereference=dereference) as tar:
             for name, path in entries:
                 tar.add(path, arcname=name, recursive=True)
-        return dest.stat().st_size
+        dest.flush()
+        return dest.tell()
     except (tarfile.TarError, OSError) as exc:
         what = "input" if code == HoldReasonCode.TransferInputError else "output"
         raise TransferError(
@@ -151,10 +170,10 @@ def pack(
         ) from exc
 
 
-def unpack_input(tar_path: Path, sandbox: Path) -> None:
+def unpack_input(tar_path: Tar, sandbox: Path) -> None:
     """Extract an input tar into the sandbox (links and escapes refused)."""
     try:
-        with tarfile.open(tar_path) as tar:
+        with _open_tar(tar_path) as tar:
             tar.extractall(sandbox, filter="data")
     except (tarfile.TarError, OSError) as exc:
         raise TransferError(
@@ -221,7 +240,7 @@ def _safe_parts(name: str) -> tuple[str, ...] | None:
     return tuple(p for p in path.parts if p != ".")
 
 
-def unpack_output(tar_path: Path, job: ClassAd) -> int:
+def unpack_output(tar_path: Tar, job: ClassAd) -> int:
     """Place an output tar's members in Iwd, Out, Err or their remaps; bytes written."""
     iwd = _iwd(job)
     remaps = _remaps(job)
@@ -232,7 +251,7 @@ def unpack_output(tar_path: Path, job: ClassAd) -> int:
         dests[name] = iwd / target if keep and target else None
     written = 0
     try:
-        with tarfile.open(tar_path) as tar:
+        with _open_tar(tar_path) as tar:
             for member in tar:
                 parts = _safe_parts(member.name)
                 if parts is None or not (member.isfile() or member.isdir()):
@@ -262,13 +281,18 @@ def unpack_output(tar_path: Path, job: ClassAd) -> int:
     return written
 
 
-def unpack_to(tar_path: Path, directory: Path) -> int:
-    """Replace `directory` with the contents of a tar (an evicted job's spooled output)."""
+def unpack_to(tar_path: Tar, directory: Path) -> int:
+    """Replace what `directory` holds (it is made if missing) with the contents of a tar
+    (an evicted job's spooled output)."""
     try:
-        if directory.exists():
-            shutil.rmtree(directory)
-        directory.mkdir(parents=True)
-        with tarfile.open(tar_path) as tar:
+        directory.mkdir(parents=True, exist_ok=True)
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
+        with _open_tar(tar_path) as tar:
             tar.extractall(directory, filter="data")
             return sum(m.size for m in tar.getmembers())
     except (tarfile.TarError, OSError) as exc:

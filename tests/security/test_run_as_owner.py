@@ -1,0 +1,143 @@
+"""Jobs run as their owner in a pool run by root: their processes have the owner's uid,
+gid and groups, and what they or the daemons make for them is the owner's. (Issue 24:
+every job ran as root, whatever its Owner.)"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from htgrid.net import ScheddClient
+from htgrid.schedd.testing import WHOLE_POOL, PersonalPool, wait_for
+
+from ._accounts import LocalUser
+from ._pool import DOMAIN, completed, strict_pool, submit
+
+ID = "#!/bin/sh\nid -u\nid -g\nid -G\numask\n"
+
+
+# Quick cycles, so that a vanilla job is matched and run in seconds.
+FAST: dict[str, object] = {
+    "NEGOTIATOR_INTERVAL": 2,
+    "NEGOTIATOR_MIN_INTERVAL": 0.1,
+    "NUM_CPUS": 4,
+    "SCHEDD_INTERVAL": 1,
+    "GRIDMANAGER_JOB_PROBE_INTERVAL": 1,
+}
+
+
+@pytest.fixture(scope="module")
+def pool(
+    shared_tmp_factory: Callable[[str], Path], second_user: LocalUser
+) -> Iterator[PersonalPool]:
+    """A whole pool run by root: queue, collector, negotiator, execute node, grid manager."""
+    home = shared_tmp_factory("run-as") / "home"
+    with strict_pool(home, daemons=WHOLE_POOL, **FAST) as p:
+        yield p
+
+
+@pytest.fixture
+def user(pool: PersonalPool, second_user: LocalUser) -> Iterator[ScheddClient]:
+    with pool.remote(pool.token(f"{second_user.name}@{DOMAIN}")) as client:
+        yield client
+
+
+@pytest.fixture
+def workdir(shared_dir: Path, second_user: LocalUser) -> Path:
+    """A directory of the second user's, where its job runs."""
+    work = shared_dir / "work"
+    work.mkdir()
+    os.chown(work, second_user.uid, second_user.gid)
+    return work
+
+
+def ids_of(text: str) -> tuple[int, int, set[int], str]:
+    uid, gid, groups, umask = text.split("\n")[:4]
+    return int(uid), int(gid), {int(g) for g in groups.split()}, umask
+
+
+def owned(path: Path, user: LocalUser) -> bool:
+    st = path.stat()
+    return (st.st_uid, st.st_gid) == (user.uid, user.gid)
+
+
+def test_a_local_universe_job_runs_as_its_owner(
+    user: ScheddClient, second_user: LocalUser, workdir: Path
+) -> None:
+    job = submit(
+        user,
+        Cmd="/bin/sh",
+        Arguments=f"-c '{ID}'",
+        Iwd=str(workdir),
+        Out="id.out",
+        Err="id.err",
+        UserLog="job.log",
+        LeaveJobInQueue=True,
+    )
+    completed(user, job)
+    out = workdir / "id.out"
+    assert ids_of(out.read_text()) == (
+        second_user.uid,
+        second_user.gid,
+        {second_user.gid, second_user.extra_gid},
+        "0022",
+    )
+    # What the daemon made for the job (its standard files, its event log) is the owner's.
+    for made in (out, workdir / "id.err", workdir / "job.log"):
+        assert owned(made, second_user), made
+    assert (out.stat().st_mode & 0o777) == 0o644
+    log = wait_for(lambda: "005 (" in (workdir / "job.log").read_text() and workdir / "job.log")
+    assert "Job terminated" in log.read_text()
+
+
+def test_a_job_cannot_make_the_daemon_write_where_its_owner_may_not(
+    user: ScheddClient, shared_dir: Path
+) -> None:
+    target = Path("/etc") / f"htgrid-owner-test-{os.getpid()}"
+    job = submit(user, Iwd="/etc", Out=target.name, UserLog=f"{target.name}.log")
+
+    def held() -> dict[str, object] | None:
+        ad = user.get(job)
+        return dict(ad) if ad["JobStatus"] == 5 else None
+
+    try:
+        ad = wait_for(held, 30, what=f"job {job} held")
+        assert ad["HoldReasonCode"] == 7  # UnableToOpenOutput
+        assert "Permission denied" in str(ad["HoldReason"])
+        assert not target.exists() and not Path(f"{target}.log").exists()
+    finally:  # what a daemon that writes as root would have left in /etc
+        for path in (target, Path(f"{target}.log")):
+            path.unlink(missing_ok=True)
+
+
+def test_a_vanilla_job_runs_as_its_owner_on_the_execute_node(
+    user: ScheddClient, second_user: LocalUser, workdir: Path
+) -> None:
+    job = submit(
+        user,
+        JobUniverse=5,
+        Cmd="/bin/sh",
+        TransferExecutable=False,
+        Arguments=f"-c '{ID}id -u > made.txt'",
+        Iwd=str(workdir),
+        Out="id.out",
+        Err="id.err",
+        ShouldTransferFiles="YES",
+        WhenToTransferOutput="ON_EXIT",
+        FileSystemDomain="elsewhere",
+        Requirements=True,
+        RequestCpus=1,
+        RequestMemory=10,
+        RequestDisk=100,
+        LeaveJobInQueue=True,
+    )
+    completed(user, job)
+    ids = (second_user.uid, second_user.gid, {second_user.gid, second_user.extra_gid}, "0022")
+    assert ids_of((workdir / "id.out").read_text()) == ids
+    # The output, staged back into Iwd by the schedd, is the owner's.
+    for made in ("id.out", "id.err", "made.txt"):
+        assert owned(workdir / made, second_user), made
+    assert (workdir / "made.txt").read_text() == f"{second_user.uid}\n"
