@@ -49,6 +49,7 @@ from htgrid.errors import HTGridError
 
 __all__ = [
     "ALLOW_ROOT_JOBS",
+    "JOB_UMASK",
     "Account",
     "OwnerPolicy",
     "OwnerRefused",
@@ -69,6 +70,8 @@ ALLOW_ROOT_JOBS: Final = "ALLOW_ROOT_JOBS"
 EXIT_IDENTITY_LOST: Final = 70
 #: The umask of the daemons: what they make is theirs alone unless they say otherwise.
 DAEMON_UMASK: Final = 0o077
+#: The umask of what runs for a job's owner (HTCondor's daemons set 022; jobs inherit it).
+JOB_UMASK: Final = 0o022
 #: How long a looked-up account is believed (accounts change rarely; a job's owner's
 #: groups are read again after this).
 ACCOUNT_TTL: Final = 60.0

@@ -14,14 +14,19 @@ import os
 import pwd
 import secrets
 import shutil
+import stat
+import struct
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-__all__ = ["LocalUser", "need_root", "second_user", "shared_dir"]
+import htgrid
+
+__all__ = ["LocalUser", "need_root", "second_user", "shared_dir", "user_runs_python"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,3 +82,71 @@ def shared_dir(shared_tmp_factory: Callable[[str], Path]) -> Path:
     """A scratch directory other local users can pass through (0711, in /tmp: pytest's
     own temporary directories are root's alone)."""
     return shared_tmp_factory("security")
+
+
+_ACL = "system.posix_acl_access"
+
+
+def _closed_to(user: LocalUser, path: Path) -> Path | None:
+    """The first directory above `path` that `user` cannot pass, if any."""
+    here = Path("/")
+    for part in path.parts[1:-1]:
+        here = here / part
+        st = os.stat(here)
+        if st.st_uid == user.uid:
+            bit = stat.S_IXUSR
+        elif st.st_gid in (user.gid, user.extra_gid):
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not st.st_mode & bit:
+            return here
+    return None
+
+
+def _acl_letting_through(mode: int, uid: int) -> bytes:
+    """A POSIX access ACL (the kernel's xattr form) equal to `mode`, plus search (x) for
+    `uid`."""
+
+    def entry(tag: int, perm: int, who: int = 0xFFFFFFFF) -> bytes:
+        return struct.pack("<HHI", tag, perm, who)
+
+    user_obj, user, group_obj, mask, other = 0x01, 0x02, 0x04, 0x10, 0x20
+    group = (mode >> 3) & 7
+    return (
+        struct.pack("<I", 2)
+        + entry(user_obj, (mode >> 6) & 7)
+        + entry(user, 1, uid)
+        + entry(group_obj, group)
+        + entry(mask, group | 1)
+        + entry(other, mode & 7)
+    )
+
+
+@pytest.fixture(scope="session")
+def user_runs_python(second_user: LocalUser) -> Iterator[None]:
+    """The second user may run this Python and import htgrid, as the GAHP servers of its
+    jobs do (they run as the job's owner). Where a directory above them is closed to it
+    (CI keeps pyenv's Pythons under /root, mode 0700), that directory alone lets it
+    through, by a POSIX ACL entry naming it, taken away after."""
+    needed = [Path(os.path.realpath(sys.executable)), Path(sys.base_prefix) / "lib"]
+    needed += [Path(htgrid.__file__).parent]
+    needed += [Path(p) for p in os.environ.get("PYTHONPATH", "").split(":") if p]
+    closed = {d for path in needed if (d := _closed_to(second_user, path)) is not None}
+    opened: list[tuple[Path, int]] = []
+    try:
+        for directory in sorted(closed):
+            mode = stat.S_IMODE(os.stat(directory).st_mode)
+            try:
+                os.getxattr(directory, _ACL)
+            except OSError:
+                pass
+            else:
+                pytest.fail(f"{directory} has an ACL already: the tests leave it alone")
+            os.setxattr(directory, _ACL, _acl_letting_through(mode, second_user.uid))
+            opened.append((directory, mode))
+        yield
+    finally:
+        for directory, mode in opened:
+            os.removexattr(directory, _ACL)
+            os.chmod(directory, mode)

@@ -49,7 +49,7 @@ def submit(schedd: ScheddClient, **attrs: object) -> JobId:
     return job
 
 
-def completed(schedd: ScheddClient, job: JobId) -> ClassAd:
+def completed(schedd: ScheddClient, job: JobId, timeout: float = 30) -> ClassAd:
     """The job's ad once it completed (submitted with LeaveJobInQueue)."""
 
     def done() -> ClassAd | None:
@@ -57,7 +57,7 @@ def completed(schedd: ScheddClient, job: JobId) -> ClassAd:
         assert ad["JobStatus"] != 5, f"job {job} held: {ad.get('HoldReason')}"
         return ad if ad["JobStatus"] == 4 else None
 
-    return wait_for(done, 30, what=f"job {job} to complete")
+    return wait_for(done, timeout, what=f"job {job} to complete")
 
 
 def outputs_of(pool: PersonalPool, token: str, jobs: list[JobId]) -> dict[str, bytes]:

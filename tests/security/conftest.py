@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from ._accounts import second_user, shared_dir
+from ._accounts import second_user, shared_dir, user_runs_python
 
-__all__ = ["second_user", "shared_dir"]
+__all__ = ["second_user", "shared_dir", "user_runs_python"]

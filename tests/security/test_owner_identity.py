@@ -10,8 +10,8 @@ import pytest
 
 from htgrid.classad import ClassAd
 from htgrid.net import Jobs, ScheddClient
-from htgrid.queue import JobId, NotAuthorized, ProtectedAttribute
-from htgrid.schedd.testing import PersonalPool
+from htgrid.queue import JobAction, JobId, NotAuthorized, ProtectedAttribute
+from htgrid.schedd.testing import PersonalPool, wait_for
 
 from ._accounts import LocalUser
 
@@ -89,3 +89,21 @@ def test_a_users_job_is_theirs_and_its_owner_cannot_be_edited(
                 admin.edit(Jobs.of([job]), {attr: '"root"'})
         ad = admin.get(job)
     assert ad["Owner"] == second_user.name and "OsUser" not in ad
+
+
+def test_a_queued_job_whose_owner_no_longer_qualifies_is_held(tmp_path: Path) -> None:
+    home = tmp_path / "pool"
+    pool = PersonalPool(home, config={"ALLOW_ROOT_JOBS": "true"})
+    with pool, pool.client() as schedd:
+        job = _submit(schedd)  # root's, held: queued while the pool allowed it
+    conf = home / "htgrid.conf"
+    conf.write_text(conf.read_text().replace("ALLOW_ROOT_JOBS = true", "ALLOW_ROOT_JOBS = false"))
+    with pool, pool.client() as schedd:
+        schedd.act(JobAction.Release, Jobs.of([job]))
+
+        def held_again() -> ClassAd | None:
+            ad = schedd.get(job)
+            return ad if ad["JobStatus"] == 5 and ad.get("HoldReasonCode") == 23 else None
+
+        ad = wait_for(held_again, what=f"job {job} held for its owner")
+    assert "root (uid 0): jobs do not run as root" in str(ad["HoldReason"])

@@ -5,6 +5,8 @@ every job ran as root, whatever its Owner.)"""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -79,12 +81,7 @@ def test_a_local_universe_job_runs_as_its_owner(
     )
     completed(user, job)
     out = workdir / "id.out"
-    assert ids_of(out.read_text()) == (
-        second_user.uid,
-        second_user.gid,
-        {second_user.gid, second_user.extra_gid},
-        "0022",
-    )
+    assert ids_of(out.read_text()) == ids_of_user(second_user)
     # What the daemon made for the job (its standard files, its event log) is the owner's.
     for made in (out, workdir / "id.err", workdir / "job.log"):
         assert owned(made, second_user), made
@@ -113,31 +110,86 @@ def test_a_job_cannot_make_the_daemon_write_where_its_owner_may_not(
             path.unlink(missing_ok=True)
 
 
-def test_a_vanilla_job_runs_as_its_owner_on_the_execute_node(
-    user: ScheddClient, second_user: LocalUser, workdir: Path
-) -> None:
+def run_reporting(
+    user: ScheddClient, workdir: Path, timeout: float = 30, **attrs: object
+) -> dict[str, object]:
+    """A job whose files travel, that reports its ids (id.out) and makes a file, run to
+    completion from `workdir`; its ad."""
+    (workdir / "job.sh").write_text(ID + "id -u > made.txt\n")
     job = submit(
         user,
-        JobUniverse=5,
-        Cmd="/bin/sh",
-        TransferExecutable=False,
-        Arguments=f"-c '{ID}id -u > made.txt'",
+        Cmd="job.sh",
         Iwd=str(workdir),
         Out="id.out",
         Err="id.err",
         ShouldTransferFiles="YES",
         WhenToTransferOutput="ON_EXIT",
-        FileSystemDomain="elsewhere",
-        Requirements=True,
-        RequestCpus=1,
-        RequestMemory=10,
-        RequestDisk=100,
         LeaveJobInQueue=True,
+        **attrs,
     )
-    completed(user, job)
-    ids = (second_user.uid, second_user.gid, {second_user.gid, second_user.extra_gid}, "0022")
-    assert ids_of((workdir / "id.out").read_text()) == ids
+    return dict(completed(user, job, timeout))
+
+
+def ids_of_user(user: LocalUser) -> tuple[int, int, set[int], str]:
+    return user.uid, user.gid, {user.gid, user.extra_gid}, "0022"
+
+
+def test_a_vanilla_job_runs_as_its_owner_on_the_execute_node(
+    user: ScheddClient, second_user: LocalUser, workdir: Path
+) -> None:
+    vanilla = {"JobUniverse": 5, "FileSystemDomain": "elsewhere", "Requirements": True}
+    run_reporting(user, workdir, RequestCpus=1, RequestMemory=10, RequestDisk=100, **vanilla)
+    assert ids_of((workdir / "id.out").read_text()) == ids_of_user(second_user)
     # The output, staged back into Iwd by the schedd, is the owner's.
     for made in ("id.out", "id.err", "made.txt"):
         assert owned(workdir / made, second_user), made
     assert (workdir / "made.txt").read_text() == f"{second_user.uid}\n"
+
+
+def grid_job(
+    user: ScheddClient, workdir: Path, resource: str, timeout: float = 30
+) -> dict[str, object]:
+    """A grid job of `resource` that reports its ids, run to completion; its ad."""
+    return run_reporting(
+        user, workdir, timeout, JobUniverse=9, GridResource=resource, TransferOutput="made.txt"
+    )
+
+
+def test_a_batch_fork_job_and_its_gahp_run_as_its_owner(
+    user: ScheddClient, second_user: LocalUser, workdir: Path, user_runs_python: None
+) -> None:
+    ad = grid_job(user, workdir, "batch fork")
+    assert ids_of((workdir / "id.out").read_text()) == ids_of_user(second_user)
+    for made in ("id.out", "id.err", "made.txt"):
+        assert owned(workdir / made, second_user), made
+    assert str(ad["GridJobId"]).startswith("batch fork ")
+
+
+@pytest.fixture(scope="module")
+def slurm() -> None:
+    """A Slurm controller that answers (.ci/slurm-up.sh starts one on loopback)."""
+    why = ""
+    if shutil.which("scontrol") is None:
+        why = "scontrol is not installed"
+    else:
+        done = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=20)
+        why = "" if done.returncode == 0 else f"scontrol ping: {done.stderr.strip()[:200]}"
+    if why and os.environ.get("CI") == "true":
+        pytest.fail(f"Slurm is required under CI=true: {why}")
+    if why:
+        pytest.skip(f"Slurm not available: {why}")
+
+
+def test_a_slurm_job_runs_as_its_owner(
+    user: ScheddClient,
+    second_user: LocalUser,
+    workdir: Path,
+    user_runs_python: None,
+    slurm: None,
+) -> None:
+    """sbatch is run by the owner's GAHP server: Slurm runs the job as the owner."""
+    ad = grid_job(user, workdir, "batch slurm", timeout=120)
+    # (Slurm gives its jobs its own umask.)
+    assert ids_of((workdir / "id.out").read_text())[:3] == ids_of_user(second_user)[:3]
+    assert owned(workdir / "made.txt", second_user)
+    assert str(ad["GridJobId"]).startswith("batch slurm ")

@@ -20,6 +20,7 @@ from htgrid._privsep import (
     OwnerRefused,
     PrivilegeError,
     as_owner,
+    closed_to_others,
     spawn_identity,
 )
 
@@ -297,3 +298,11 @@ def test_open_beneath_follows_no_link(tmp_path: Path) -> None:
     for rel in ("etc/passwd", "passwd", "../box/sub/out.txt", "/etc/passwd", "sub/../../x"):
         with pytest.raises((OSError, ValueError)):
             os.close(open_beneath(box, rel, os.O_RDONLY))
+
+
+def test_a_directory_closed_to_other_users_is_found(shared_dir: Path) -> None:
+    closed = shared_dir / "closed"
+    closed.mkdir(mode=0o700)
+    (closed / "home").mkdir()
+    assert closed_to_others(closed / "home" / "execute") == closed
+    assert closed_to_others(shared_dir / "home") is None  # 0711 all the way down

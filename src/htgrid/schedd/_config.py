@@ -16,9 +16,10 @@ Nothing of the daemons' is readable by another local user, whatever the umask th
 started with (`make_dirs`; the daemons' own umask is 077). Run by an ordinary user (a
 personal pool) every directory is 0700 and the socket 0600: that user alone uses the
 pool. Run by root (a pool of the host's users, whose jobs run as their owners), the
-home, spool/, execute/ and run/ are 0711: users pass through to the socket (0666; the
-kernel names each caller, and each may act on their own jobs only) and to their jobs'
-directories (theirs, 0700), and list nothing; etc/ and log/ stay 0700.
+home, spool/, execute/, run/ and etc/ are 0711: users pass through to the socket (0666;
+the kernel names each caller, and each may act on their own jobs only), to their jobs'
+directories (theirs, 0700) and to the CA certificates their GAHP servers trust
+(etc/ca/*.crt), and list nothing; log/, etc/passwords.d and etc/tokens.d stay 0700.
 
 Knobs (htgrid.conf), named as HTCondor names the closest setting:
 
@@ -386,7 +387,9 @@ class ScheddConfig:
         passable = 0o711 if self.shared else 0o700
         for path, mode in (
             (self.home, passable),
-            (self.home / "etc", 0o700),
+            # Users' GAHP servers read the pool's CA certificates (etc/ca, 0755); the keys
+            # and tokens are in 0700 directories (passwords.d, tokens.d) or 0600 files.
+            (self.home / "etc", passable),
             (self.spool, passable),
             (self.log_dir, 0o700),
             (self.run_dir, passable),
@@ -394,8 +397,10 @@ class ScheddConfig:
             path.mkdir(parents=True, exist_ok=True, mode=mode)
             os.chmod(path, mode)  # mkdir's mode is cut by the umask; an old one is wider
         # What an older daemon, or one started with a wide umask, left readable in the
-        # directories users pass through (etc/ and log/ hide what they hold).
-        private = [self.spool / "gridmanager", self.spool / "transfer"]
+        # directories users pass through (log/ hides what it holds).
+        etc = self.home / "etc"
+        private = [etc / "passwords.d", etc / "tokens.d", *(etc / "ca").glob("*.key")]
+        private += [self.spool / "gridmanager", self.spool / "transfer"]
         private += [self.spool / name for name in ("queue.db", "queue.db-wal", "queue.db-shm")]
         private.append(self.userlog_seq_file)
         with contextlib.suppress(FileNotFoundError), os.scandir(self.run_dir) as entries:

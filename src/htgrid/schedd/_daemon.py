@@ -29,7 +29,7 @@ import uvicorn
 
 from htgrid import __version__
 from htgrid._files import write_atomic
-from htgrid._privsep import OwnerPolicy
+from htgrid._privsep import OwnerPolicy, closed_to_others
 from htgrid.errors import HTGridError
 from htgrid.net._listen import tcp_listener
 from htgrid.net._peer import PeerCredProtocol, peercred_identity
@@ -121,6 +121,14 @@ class Daemon:
         """Serve until asked to stop (SIGTERM, SIGINT or `request_stop`)."""
         cfg = self.config
         cfg.make_dirs()
+        closed = closed_to_others(cfg.home) if cfg.shared else None
+        if closed is not None:
+            _log.warning(
+                "%s is closed to other users: they cannot reach this pool's socket, nor "
+                "their jobs their spool and execute directories (put HTGRID_HOME where "
+                "they pass through, e.g. /var/lib/htgrid)",
+                closed,
+            )
         lock = self._lock()
         try:
             queue = JobQueue.open(cfg.spool, clock=self._clock, fsync=cfg.fsync)

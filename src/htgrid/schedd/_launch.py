@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from htgrid._files import open_with_mode
-from htgrid._privsep import Account, as_owner, spawn_identity
+from htgrid._privsep import JOB_UMASK, Account, as_owner, spawn_identity
 from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
 from htgrid.queue import HoldReasonCode, JobId
@@ -50,8 +50,6 @@ __all__ = [
 MARKER: Final = "_HTGRID_JOB_FAMILY"
 _WRITE: Final = os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC
 _APPEND: Final = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
-#: A job's umask (HTCondor's daemons set 022, and their jobs inherit it).
-JOB_UMASK: Final = 0o022
 
 
 class LaunchError(HTGridError):

@@ -350,7 +350,7 @@ class ShadowRun:
             def place() -> int:
                 with open(tar, "rb") as source:  # the daemon's file, read by the owner's thread
                     if spool:
-                        kept.parent.mkdir(mode=0o711, parents=True, exist_ok=True)
+                        owned_dir(kept.parent, None, 0o711)  # users pass through
                         owned_dir(kept, account)
                         with as_owner(account):
                             return unpack_to(source, kept)

@@ -34,7 +34,7 @@ from typing import Any, Final
 from starlette.requests import Request
 
 from htgrid._aio import wait_event
-from htgrid._privsep import OwnerPolicy
+from htgrid._privsep import OwnerPolicy, closed_to_others
 from htgrid.classad import ClassAd, ExprTree, quote
 from htgrid.classad._match import requirements_hold
 from htgrid.collector import CollectorClient
@@ -297,6 +297,14 @@ class Startd:
         lock = await asyncio.to_thread(_lock, cfg.lock_file)
         try:
             await asyncio.to_thread(cfg.make_execute_dir)
+            closed = closed_to_others(cfg.execute_dir) if self.policy.shared else None
+            if closed is not None:
+                _log.warning(
+                    "%s is closed to other users: their jobs cannot enter their sandboxes "
+                    "in EXECUTE (%s)",
+                    closed,
+                    cfg.execute_dir,
+                )
             await asyncio.to_thread(self._clean_up_after_predecessor)
             machine = self._machine
             if machine is None:
