@@ -21,6 +21,18 @@ from ._pool import DOMAIN, completed, strict_pool, submit
 ID = "#!/bin/sh\nid -u\nid -g\nid -G\numask\n"
 
 
+#: A vanilla job that any slot of the pool takes, its files travelling.
+VANILLA: dict[str, object] = {
+    "JobUniverse": 5,
+    "FileSystemDomain": "elsewhere",
+    "Requirements": True,
+    "RequestCpus": 1,
+    "RequestMemory": 10,
+    "RequestDisk": 100,
+    "ShouldTransferFiles": "YES",
+    "WhenToTransferOutput": "ON_EXIT",
+}
+
 # Quick cycles, so that a vanilla job is matched and run in seconds.
 FAST: dict[str, object] = {
     "NEGOTIATOR_INTERVAL": 2,
@@ -116,17 +128,12 @@ def run_reporting(
     """A job whose files travel, that reports its ids (id.out) and makes a file, run to
     completion from `workdir`; its ad."""
     (workdir / "job.sh").write_text(ID + "id -u > made.txt\n")
+    travels = {"ShouldTransferFiles": "YES", "WhenToTransferOutput": "ON_EXIT"}
+    attrs = {**travels, **attrs}
     job = submit(
-        user,
-        Cmd="job.sh",
-        Iwd=str(workdir),
-        Out="id.out",
-        Err="id.err",
-        ShouldTransferFiles="YES",
-        WhenToTransferOutput="ON_EXIT",
-        LeaveJobInQueue=True,
+        user, Cmd="job.sh", Iwd=str(workdir), Out="id.out", Err="id.err", LeaveJobInQueue=True,
         **attrs,
-    )
+    )  # fmt: skip
     return dict(completed(user, job, timeout))
 
 
@@ -137,8 +144,7 @@ def ids_of_user(user: LocalUser) -> tuple[int, int, set[int], str]:
 def test_a_vanilla_job_runs_as_its_owner_on_the_execute_node(
     user: ScheddClient, second_user: LocalUser, workdir: Path
 ) -> None:
-    vanilla = {"JobUniverse": 5, "FileSystemDomain": "elsewhere", "Requirements": True}
-    run_reporting(user, workdir, RequestCpus=1, RequestMemory=10, RequestDisk=100, **vanilla)
+    run_reporting(user, workdir, **VANILLA)
     assert ids_of((workdir / "id.out").read_text()) == ids_of_user(second_user)
     # The output, staged back into Iwd by the schedd, is the owner's.
     for made in ("id.out", "id.err", "made.txt"):
@@ -193,3 +199,30 @@ def test_a_slurm_job_runs_as_its_owner(
     assert ids_of((workdir / "id.out").read_text())[:3] == ids_of_user(second_user)[:3]
     assert owned(workdir / "made.txt", second_user)
     assert str(ad["GridJobId"]).startswith("batch slurm ")
+
+
+def test_a_link_out_of_the_execute_sandbox_is_not_followed(
+    user: ScheddClient, second_user: LocalUser, workdir: Path
+) -> None:
+    (workdir / "job.sh").write_text("#!/bin/sh\nln -s /etc etc\n")
+    job = submit(user, Cmd="job.sh", Iwd=str(workdir), TransferOutput="etc/hostname", **VANILLA)
+    ad = wait_for(lambda: (a := user.get(job))["JobStatus"] == 5 and a, 60, what="held")
+    assert ad["HoldReasonCode"] == 12  # TransferOutputError
+    assert "etc/hostname: a link out of the job's sandbox" in str(ad["HoldReason"])
+    assert not (workdir / "hostname").exists()
+
+
+def test_what_a_killed_daemon_left_of_an_owners_job_is_killed_at_its_restart(
+    shared_tmp_factory: Callable[[str], Path], second_user: LocalUser, workdir: Path
+) -> None:
+    pidfile = workdir / "pid"
+    with strict_pool(shared_tmp_factory("restart") / "home") as pool:
+        with pool.remote(pool.token(f"{second_user.name}@{DOMAIN}")) as user:
+            submit(user, Cmd="/bin/sh", Arguments=f"-c 'echo $$ > {pidfile}; exec sleep 300'",
+                   Iwd=str(workdir))  # fmt: skip
+            pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 30))
+        assert Path(f"/proc/{pid}").stat().st_uid == second_user.uid
+        pool.kill()
+        assert Path(f"/proc/{pid}").exists()  # the daemon died, not its owner's job
+        pool.start()
+        wait_for(lambda: not Path(f"/proc/{pid}").exists(), 30, what=f"process {pid} killed")

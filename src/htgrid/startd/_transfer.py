@@ -209,6 +209,14 @@ def output_entries(
                 if strict:
                     raise _missing(path, "output", HoldReasonCode.TransferOutputError)
                 continue
+            if not _inside(sandbox, path):  # nothing is taken out of the sandbox by a link
+                if strict:
+                    raise TransferError(
+                        f"Transfer output files failure: {item}: a link out of the job's "
+                        "sandbox, which is not followed",
+                        HoldReasonCode.TransferOutputError,
+                    )
+                continue
             entries.append((PurePosixPath(item.rstrip("/")).name, path))
         return entries
     # The job's X.509 proxy came with its input and is never output, also when the shadow
@@ -221,6 +229,13 @@ def output_entries(
         if before.get(entry.name) != entry.stat(follow_symlinks=False).st_mtime_ns:
             entries.append((entry.name, Path(entry.path)))
     return entries
+
+
+def _inside(sandbox: Path, path: Path) -> bool:
+    """Whether `path`, its links resolved, is in `sandbox` (a link itself, as the last
+    step, is packed as a link, never followed)."""
+    where = os.path.realpath(path.parent) if path.is_symlink() else os.path.realpath(path)
+    return (where + "/").startswith(os.path.realpath(sandbox) + "/")
 
 
 def _remaps(job: ClassAd) -> dict[str, str]:
