@@ -50,6 +50,7 @@ from htgrid.errors import HTGridError
 __all__ = [
     "ALLOW_ROOT_JOBS",
     "JOB_UMASK",
+    "USER_FILE_MODE",
     "Account",
     "OwnerPolicy",
     "OwnerRefused",
@@ -72,6 +73,8 @@ EXIT_IDENTITY_LOST: Final = 70
 DAEMON_UMASK: Final = 0o077
 #: The umask of what runs for a job's owner (HTCondor's daemons set 022; jobs inherit it).
 JOB_UMASK: Final = 0o022
+#: The mode of a file a daemon makes for a job's owner (its standard files, its log).
+USER_FILE_MODE: Final = 0o666 & ~JOB_UMASK
 #: How long a looked-up account is believed (accounts change rarely; a job's owner's
 #: groups are read again after this).
 ACCOUNT_TTL: Final = 60.0

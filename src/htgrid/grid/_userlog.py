@@ -16,7 +16,7 @@ import re
 import threading
 from collections.abc import Callable
 
-from htgrid._privsep import Account, as_owner
+from htgrid._privsep import USER_FILE_MODE, Account, as_owner
 from htgrid.classad import ClassAd
 from htgrid.queue.eventlog import (
     EventLogError,
@@ -70,7 +70,7 @@ class EventLogs:
 
         def write() -> None:
             with as_owner(owner):
-                UserLog(path).append(event)
+                UserLog(path, create_mode=USER_FILE_MODE).append(event)
 
         try:
             await asyncio.to_thread(write)

@@ -319,8 +319,10 @@ class GridManager:
             # The GAHP keeps its job records there (HTCondor's GAHP_TEMP): they must
             # outlive the server and this grid manager.
             env["GAHP_TEMP"] = str(self.dir / "gahp")
+            # It writes the jobs' files (their output staged back): with a job's umask.
+            spawn = functools.partial(spawn_subprocess, umask=JOB_UMASK)
             handle = GahpHandle(
-                key, argv, env, clock=self.clock, config=self.config, pids=self._pids
+                key, argv, env, clock=self.clock, config=self.config, pids=self._pids, spawn=spawn
             )
             self.gahps[key] = handle
         return handle

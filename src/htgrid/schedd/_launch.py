@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from htgrid._files import open_with_mode
-from htgrid._privsep import JOB_UMASK, Account, as_owner, spawn_identity
+from htgrid._privsep import JOB_UMASK, USER_FILE_MODE, Account, as_owner, spawn_identity
 from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
 from htgrid.queue import HoldReasonCode, JobId
@@ -174,7 +174,7 @@ class LaunchSpec:
 def _open(path: str, flags: int, what: str, code: HoldReasonCode) -> int:
     try:
         if flags & (os.O_WRONLY | os.O_RDWR):  # made, if missing, as the job would (0644)
-            return open_with_mode(path, flags, 0o666 & ~JOB_UMASK)
+            return open_with_mode(path, flags, USER_FILE_MODE)
         return os.open(path, flags)
     except OSError as exc:
         raise LaunchError(

@@ -155,6 +155,7 @@ def _directory(root: Path, rel: PurePosixPath) -> Path:
             st = os.lstat(here)
         except FileNotFoundError:
             here.mkdir(mode=0o755)
+            os.chmod(here, 0o755)  # as sent, whatever the daemon's umask
             continue
         if not stat.S_ISDIR(st.st_mode):
             raise BadRequest(
@@ -449,6 +450,7 @@ def _stage(
         mode = 0o755 if member.mode & 0o111 else 0o644
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
         with os.fdopen(fd, "wb") as out:
+            os.fchmod(out.fileno(), mode)  # as sent, whatever the daemon's umask
             shutil.copyfileobj(source, out, _CHUNK)
             out.flush()
             if sync:

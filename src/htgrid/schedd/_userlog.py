@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from htgrid._aio import wait_event
-from htgrid._privsep import Account, OwnerPolicy, OwnerRefused, as_owner
+from htgrid._privsep import USER_FILE_MODE, Account, OwnerPolicy, OwnerRefused, as_owner
 from htgrid.classad import ClassAd
 from htgrid.queue import Change, ChangeKind, JobId, JobQueue, JobStatus
 from htgrid.queue.eventlog import (
@@ -217,7 +217,7 @@ class UserLogWriter:
                 continue  # the owner may not run jobs here: said once, below
             try:
                 with as_owner(account):
-                    UserLog(path).append(event)
+                    UserLog(path, create_mode=USER_FILE_MODE).append(event)
             except EventLogError as exc:
                 _log.warning("job %d.%d: %s", event.cluster, event.proc, exc)
         tmp = self._seq_file.with_suffix(".tmp")
