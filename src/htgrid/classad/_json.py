@@ -114,7 +114,12 @@ def ad_to_json(ad: ClassAd) -> str:
     return "{\n" + ",\n".join(lines) + "\n}"
 
 
-def _from_json(value: Any, text: str, offset: int) -> Node:
+#: The text parser's nesting budget (source.cpp's): a list or a nested ad costs 3 levels.
+_MAX_DEPTH: Final = 500
+_NESTED_COST: Final = 3
+
+
+def _from_json(value: Any, text: str, offset: int, depth: int = _NESTED_COST) -> Node:
     if value is None:
         return Literal(UNDEFINED)
     if isinstance(value, bool):
@@ -132,21 +137,48 @@ def _from_json(value: Any, text: str, offset: int) -> Node:
                 raise ClassAdSyntaxError(
                     f"bad expression in JSON: {err.reason}", text=text, offset=offset
                 ) from None
-        return Literal(value.replace(_MARK, "/Expr("))
-    if isinstance(value, list):
-        return ListExpr(tuple(_from_json(v, text, offset) for v in value))
-    if isinstance(value, dict):
-        return AdExpr(_pairs(value, text, offset))
+        string = value.replace(_MARK, "/Expr(")
+        if "\0" in string:  # as the text reader, and HTCondor's: a string holds no NUL
+            raise ClassAdSyntaxError(
+                "a string may not hold a NUL character", text=text, offset=offset
+            )
+        return Literal(string)
+    if isinstance(value, list | dict):
+        # Held to the text parser's budget: what is read here is printed and read back.
+        depth += _NESTED_COST
+        if depth > _MAX_DEPTH:
+            raise ClassAdSyntaxError("value nested too deeply", text=text, offset=offset)
+        if isinstance(value, list):
+            return ListExpr(tuple(_from_json(v, text, offset, depth) for v in value))
+        return AdExpr(_pairs(value, text, offset, depth))
     raise ClassAdSyntaxError("unexpected JSON value", text=text, offset=offset)
 
 
-def _pairs(obj: dict[str, Any], text: str, offset: int) -> tuple[tuple[str, Node], ...]:
+def _pairs(
+    obj: dict[str, Any], text: str, offset: int, depth: int = _NESTED_COST
+) -> tuple[tuple[str, Node], ...]:
     found: dict[str, tuple[str, Node]] = {}
     for name, value in obj.items():
         key = name.lower()
         previous = found.get(key)
-        found[key] = (previous[0] if previous else name, _from_json(value, text, offset))
+        try:
+            if "\0" in name:
+                raise ClassAdSyntaxError(
+                    "an attribute name may not hold a NUL character", text=text, offset=offset
+                )
+            node = _from_json(value, text, offset, depth)
+        except ClassAdSyntaxError as err:
+            # Said of the attribute (a path, for a nested ad's): which value is wrong.
+            raise ClassAdSyntaxError(
+                f"{_named(name)}: {err.reason}", text=text, offset=err.offset
+            ) from None
+        found[key] = (previous[0] if previous else name, node)
     return tuple(found.values())
+
+
+def _named(name: str) -> str:
+    """An attribute name for a message (quoted when it holds what does not print)."""
+    return name if name.isprintable() else repr(name)
 
 
 def _keep_last(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

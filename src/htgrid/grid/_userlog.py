@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from htgrid._privsep import USER_FILE_MODE, Account, as_owner
 from htgrid.classad import ClassAd
-from htgrid.queue.eventlog import (
+from htgrid.eventlog import (
     EventLogError,
     GridResourceDownEvent,
     GridResourceUpEvent,

@@ -37,6 +37,7 @@ from htgrid.queue import (
     JobQueue,
     JobStatus,
     NotAuthorized,
+    Quarantined,
 )
 from htgrid.schedd._spool import (
     NO_LIMIT,
@@ -312,7 +313,7 @@ class QueueService:
             def unpack() -> None:
                 make_dirs([sandbox], account)  # if the submit's task has not made it yet
                 with as_owner(account):
-                    unpack_input(sandbox, tar, sync=self._fsync)
+                    unpack_input(sandbox, tar, self._max_input, what, sync=self._fsync)
 
             try:
                 await asyncio.to_thread(unpack)
@@ -572,6 +573,10 @@ class QueueService:
                 f"job {job_id} is owned by {owner}; {identity.name} may not {verb} it"
             )
         return ad
+
+    async def quarantined(self, identity: Identity) -> list[Quarantined]:
+        found = await self._worker.read(lambda q: q.quarantined(), client=True)
+        return [e for e in found if identity.admin or e.owner == identity.name]
 
     async def status(self) -> dict[str, Any]:
         return self._status()

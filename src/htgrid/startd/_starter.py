@@ -36,6 +36,7 @@ from typing import BinaryIO, Final
 from htgrid._files import write_atomic
 from htgrid._privsep import Account, OwnerPolicy, OwnerRefused, as_owner, owned_dir
 from htgrid.classad import ClassAd
+from htgrid.net._errors import SandboxTooLarge
 from htgrid.queue import HoldReasonCode, JobId
 from htgrid.schedd._launch import (
     MARKER,
@@ -49,6 +50,7 @@ from htgrid.schedd._launch import (
     spawn,
     wait_exit,
 )
+from htgrid.schedd._spool import SizeLimit
 from htgrid.startd._claims import Claim
 from htgrid.startd._config import StartdConfig
 from htgrid.startd._errors import ClaimStateError
@@ -151,33 +153,43 @@ class Starter:
         return self._input.is_set()
 
     async def receive_input(self, chunks: AsyncIterator[bytes]) -> None:
-        """Take the input sandbox (a tar, streamed) and unpack it; the job may then run."""
-        f = await asyncio.to_thread(_private_file, self.input_tar)
+        """Take the input sandbox (a tar, streamed, kept in a file of the node's own) and
+        unpack it as the job's owner; the job may then run (or is held: a sandbox over
+        MAX_TRANSFER_INPUT_MB, on the wire or unpacked)."""
+        limit = SizeLimit("MAX_TRANSFER_INPUT_MB", self.config.max_transfer_input_mb)
+        f: BinaryIO | None = None
         try:
+            f = await asyncio.to_thread(_private_file, self.input_tar)
+            total = 0
             async for chunk in chunks:
+                total += len(chunk)
+                limit.check(total, "the input sandbox", at_least=True)
                 await asyncio.to_thread(f.write, chunk)
-        except BaseException:
-            await asyncio.to_thread(f.close)
-            raise
-        try:
-            await asyncio.to_thread(self._unpack_input, f)
+            await asyncio.to_thread(self._unpack_input, f, limit)
             if self._renewed_proxy is not None:  # renewed while the input was on its way
                 try:
                     await self.replace_proxy(self._renewed_proxy, unpacked=True)
                 except OSError as exc:
                     _log.warning("claim %s: cannot renew its proxy: %s", self.claim.name, exc)
+        except SandboxTooLarge as exc:  # the rest of the body is not read
+            self._input_error = TransferError(
+                f"Transfer input files failure: {exc}",
+                HoldReasonCode.MaxTransferInputSizeExceeded,
+            )
         except TransferError as exc:
             self._input_error = exc  # the run ends with it, and the job is held
         finally:
-            await asyncio.to_thread(f.close)
+            if f is not None:
+                await asyncio.to_thread(f.close)
             with contextlib.suppress(OSError):
                 self.input_tar.unlink()
             self._input.set()
 
-    def _unpack_input(self, tar: BinaryIO) -> None:
+    def _unpack_input(self, tar: BinaryIO, limit: SizeLimit) -> None:
+        tar.flush()
         tar.seek(0)  # the node's file, read by the owner's thread: no need to open it
         with as_owner(self.account):
-            unpack_input(tar, self.sandbox)
+            unpack_input(tar, self.sandbox, limit)
 
     # -- the run --------------------------------------------------------------------------
 
