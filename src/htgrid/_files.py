@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import BinaryIO
 
-__all__ = ["open_beneath", "open_with_mode", "parts_beneath", "write_atomic"]
+__all__ = ["open_beneath", "open_with_mode", "parts_beneath", "private_file", "write_atomic"]
 
 
 def write_atomic(path: Path, data: bytes, *, sync: bool = False, mode: int = 0o666) -> None:
@@ -74,3 +75,12 @@ def open_with_mode(path: str | os.PathLike[str], flags: int, mode: int) -> int:
             raise
         return fd
     return os.open(path, flags | os.O_CREAT | os.O_CLOEXEC, mode)
+
+
+def private_file(path: Path) -> BinaryIO:
+    """`path` made anew (what was there removed, a link not followed), this process's
+    user's alone (0600), open for writing and reading (a transfer tar a daemon hands to
+    a job owner's thread)."""
+    path.unlink(missing_ok=True)
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.fdopen(os.open(path, flags, 0o600), "w+b")

@@ -16,15 +16,15 @@ import asyncio
 import contextlib
 import enum
 import logging
-import os
 import secrets
 import shutil
 from collections.abc import Callable, Mapping
 from copy import copy
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Final, Protocol
+from typing import Any, Final, Protocol
 
+from htgrid._files import private_file
 from htgrid._privsep import Account, OwnerPolicy, OwnerRefused, as_owner, owned_dir
 from htgrid.classad import ClassAd, ExprTree
 from htgrid.errors import HTGridError
@@ -345,7 +345,8 @@ class ShadowRun:
         account = self.account
 
         def build() -> int:
-            with _transfer_file(tar) as out, as_owner(account):
+            tar.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with private_file(tar) as out, as_owner(account):
                 return pack(input_entries(ad, spooled), out, dereference=True)
 
         try:
@@ -519,15 +520,6 @@ def _after_stop(q: JobQueue, jid: JobId) -> str:
         q.destroy(jid)
         return "removed"
     return status.label.lower()
-
-
-def _transfer_file(path: Path) -> BinaryIO:
-    """A transfer tar made anew, the daemon's alone (0600), open for writing."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    return os.fdopen(os.open(path, flags, 0o600), "wb")
 
 
 def _unlink(path: Path) -> None:

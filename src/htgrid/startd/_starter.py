@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Final
 
-from htgrid._files import write_atomic
+from htgrid._files import private_file, write_atomic
 from htgrid._privsep import Account, OwnerPolicy, OwnerRefused, as_owner, owned_dir
 from htgrid.classad import ClassAd
 from htgrid.net._errors import SandboxTooLarge
@@ -159,7 +159,7 @@ class Starter:
         limit = SizeLimit("MAX_TRANSFER_INPUT_MB", self.config.max_transfer_input_mb)
         f: BinaryIO | None = None
         try:
-            f = await asyncio.to_thread(_private_file, self.input_tar)
+            f = await asyncio.to_thread(private_file, self.input_tar)
             total = 0
             async for chunk in chunks:
                 total += len(chunk)
@@ -269,7 +269,7 @@ class Starter:
     def _pack_output(self, before: dict[str, int], strict: bool) -> None:
         """The output tar (the node's file), its members read as the job's owner; an
         eviction (not `strict`) skips the listed files that are not there."""
-        with _private_file(self.output_tar) as tar, as_owner(self.account):
+        with private_file(self.output_tar) as tar, as_owner(self.account):
             entries = output_entries(self.job, self.sandbox, before, strict=strict)
             pack(entries, tar, dereference=False, code=HoldReasonCode.TransferOutputError)
 
@@ -428,14 +428,6 @@ class Starter:
 
 
 _NO_JOB: Final = JobId(0, 0)  # a claim whose ad has no ids (a test's)
-
-
-def _private_file(path: Path) -> BinaryIO:
-    """`path` made anew for writing (and reading), the node's alone (0600)."""
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    return os.fdopen(fd, "w+b")
 
 
 def _kill_if_running(proc: subprocess.Popen[bytes]) -> None:
