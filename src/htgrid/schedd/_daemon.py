@@ -30,6 +30,7 @@ import uvicorn
 from htgrid import __version__
 from htgrid._files import write_atomic
 from htgrid._ports import held_by
+from htgrid._privsep import OwnerPolicy, closed_to_others
 from htgrid.errors import HTGridError
 from htgrid.net._guard import guarded_protocol
 from htgrid.net._listen import tcp_listener
@@ -90,6 +91,8 @@ class Daemon:
         self._policy_faults = FaultLog(_log, "periodic policy evaluation")
         self._quarantined = 0  # rows of the queue set aside as unreadable
         self.pool: Pool | None = None
+        # Whose jobs run here, and as whom: the daemon's user (root: each job as its owner).
+        self.policy = OwnerPolicy(allow_root=config.allow_root_jobs)
 
     def request_stop(self) -> None:
         """Begin a clean shutdown (what SIGTERM does)."""
@@ -124,6 +127,14 @@ class Daemon:
         """Serve until asked to stop (SIGTERM, SIGINT or `request_stop`)."""
         cfg = self.config
         cfg.make_dirs()
+        closed = closed_to_others(cfg.home) if cfg.shared else None
+        if closed is not None:
+            _log.warning(
+                "%s is closed to other users: they cannot reach this pool's socket, nor "
+                "their jobs their spool and execute directories (put HTGRID_HOME where "
+                "they pass through, e.g. /var/lib/htgrid)",
+                closed,
+            )
         lock = self._lock()
         try:
             # Rows it cannot read are set aside as it opens (logged, counted in health).
@@ -152,9 +163,10 @@ class Daemon:
             max_jobs=cfg.max_local_jobs,
             grace=cfg.kill_grace,
             clock=self._clock,
+            policy=self.policy,
         )
         self._runner = runner
-        writer = UserLogWriter(worker, cfg.userlog_seq_file, host)
+        writer = UserLogWriter(worker, cfg.userlog_seq_file, host, self.policy)
         writer.load()
         self._writer = writer
         shadows = ShadowManager(
@@ -165,6 +177,7 @@ class Daemon:
                 alive_interval=cfg.alive_interval,
                 lease=cfg.claim_lease,
                 vacate_grace=cfg.kill_grace,
+                policy=self.policy,
             ),
             clock=self._clock,
         )
@@ -187,6 +200,7 @@ class Daemon:
             max_output=SizeLimit("MAX_TRANSFER_OUTPUT_MB", cfg.max_transfer_output_mb),
             scratch=cfg.spool,
             fsync=cfg.fsync,
+            policy=self.policy,
         )
         pool = Pool(cfg, worker, shadows, clock=self._clock, request_stop=self._stop.set)
         self.pool = pool
@@ -260,11 +274,13 @@ class Daemon:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(cfg.socket)  # a dead daemon's: we hold the lock
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)  # the socket is created 0600: nobody else connects
+        old = os.umask(0o177)  # the socket is created 0600: nobody else connects...
         try:
             sock.bind(str(cfg.socket))
         finally:
             os.umask(old)
+        if cfg.shared:  # ...but the host's users, in a pool run by root (peercred_identity)
+            os.chmod(cfg.socket, 0o666)
         # uvicorn's serve() would take over SIGTERM and SIGINT; its inner loop does not.
         serving = asyncio.create_task(server._serve(sockets=[sock]), name="api server")
         while not server.started:
