@@ -1,5 +1,6 @@
-"""Fixtures shared across test areas: a scratch default pool home, a real EC2 API on
-loopback (moto's server), and a request cancelled in its TLS handshake.
+"""Fixtures shared across test areas: a scratch default pool home, the test users as
+local accounts, a real EC2 API on loopback (moto's server), and a request cancelled in
+its TLS handshake.
 
 Used by tests/backends/ec2 (the EC2 GAHP) and tests/grid (the grid manager's ec2 jobs).
 moto is a test dependency (`htgrid[test]`): these tests never skip for want of it. The
@@ -12,12 +13,17 @@ and moto are imported only when a test asks for these fixtures.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import gc
 import logging
 import os
+import pwd
 import select
+import shutil
 import socket
 import stat
+import subprocess
+import tempfile
 import urllib.request
 import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
@@ -131,6 +137,64 @@ def _no_real_pool_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
             os.environ.pop("HTGRID_HOME", None)
         else:
             os.environ["HTGRID_HOME"] = saved
+
+
+#: The users the tests name in tokens and jobs: alice submits, bob is someone else, carol
+#: is submitted for by an administrator, mallory is claimed in an ad and not believed.
+TEST_USERS = ("alice", "bob", "carol", "mallory")
+
+
+@pytest.fixture(scope="session")
+def test_users() -> tuple[str, ...]:
+    """TEST_USERS as local accounts: a pool queues only jobs whose owner is an account of
+    its host. Made as root (useradd: no home, no login) when missing, and left for the
+    next run, as other test runs on the host may use them at the same time. Not root: the
+    test is skipped (a failure under CI=true, which runs as root)."""
+    missing = []
+    for name in TEST_USERS:
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            missing.append(name)
+    if not missing:
+        return TEST_USERS
+    if os.geteuid() != 0:
+        why = f"the test users {', '.join(missing)} are not accounts here (root makes them)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    with open("/tmp/htgrid-test-users.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two test runs starting together
+        for name in missing:
+            done = subprocess.run(
+                ["useradd", "-M", "-d", "/nonexistent", "-s", "/usr/sbin/nologin",
+                 "-c", "htgrid test user", name],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            if done.returncode not in (0, 9):  # 9: it exists (made by another run)
+                pytest.fail(f"useradd {name}: {done.stderr.strip()}")
+    return TEST_USERS
+
+
+@pytest.fixture(scope="session")
+def shared_tmp_factory(request: pytest.FixtureRequest) -> Iterator[Callable[[str], Path]]:
+    """Makes scratch directories other local users pass through (0711, under /tmp:
+    pytest's own are root's alone), for pools whose jobs run as the test users: their
+    jobs reach their spool and execute directories through the pool's home. Removed
+    after the session, unless a test failed (the pools' logs are there)."""
+    base = Path(tempfile.mkdtemp(prefix="htgrid-tests-", dir="/tmp"))
+    base.chmod(0o711)
+
+    def make(name: str) -> Path:
+        path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=base))
+        path.chmod(0o711)
+        return path
+
+    yield make
+    if request.session.testsfailed:
+        print(f"\nkept for a look at the failures: {base}")
+    else:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 #: Given a listener's "host:port", a request to it and how to close its client.

@@ -43,12 +43,19 @@ retry() {
 }
 
 mkdir -p "$A" "$B"
+# A pool run by root runs each job as its owner, and refuses root's (as HTCondor does):
+# run as root, this demo lets both pools run root's jobs.
+root_jobs=""
+if [ "$(id -u)" = 0 ]; then
+    root_jobs="ALLOW_ROOT_JOBS = true"
+fi
 # The site: its own trust domain and schedd name, a collector on a free loopback port.
 cat > "$B/htgrid.conf" <<CONF
 TRUST_DOMAIN = site.example
 SCHEDD_NAME = $site_schedd
 COLLECTOR_HOST = 127.0.0.1:0
 DAEMON_LIST = MASTER, SCHEDD, COLLECTOR
+$root_jobs
 CONF
 # The laptop: a queue and the grid manager, which looks at the site every 2 seconds;
 # no collector (COLLECTOR_HOST keeps it off another pool's default port 9618).
@@ -58,6 +65,7 @@ SCHEDD_NAME = schedd@laptop.example
 COLLECTOR_HOST = 127.0.0.1:0
 DAEMON_LIST = MASTER, SCHEDD, GRIDMANAGER
 GRIDMANAGER_JOB_PROBE_INTERVAL = 2
+$root_jobs
 CONF
 
 echo "== the site (pool B)"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import BinaryIO
 
-__all__ = ["write_atomic"]
+__all__ = ["open_beneath", "open_with_mode", "parts_beneath", "private_file", "write_atomic"]
 
 
 def write_atomic(path: Path, data: bytes, *, sync: bool = False, mode: int = 0o666) -> None:
@@ -25,3 +26,61 @@ def write_atomic(path: Path, data: bytes, *, sync: bool = False, mode: int = 0o6
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+_DIR_STEP = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def parts_beneath(rel: str) -> list[str]:
+    """The components of `rel`, a path that must stay inside its directory (ValueError
+    for an absolute path, `..` or nothing at all)."""
+    parts = [part for part in rel.split("/") if part not in ("", ".")]
+    if rel.startswith("/") or not parts or ".." in parts or "\0" in rel:
+        raise ValueError(f"{rel!r} is not a path inside the directory")
+    return parts
+
+
+def open_beneath(root: str | os.PathLike[str], rel: str, flags: int, mode: int = 0o600) -> int:
+    """Open `root/rel` without following a link anywhere below `root` (no `..`, no
+    absolute `rel`): a link inside, to a file or a directory, is ELOOP/ENOTDIR, so what
+    is opened is inside `root`. Each directory on the way is its own openat()."""
+    parts = parts_beneath(rel)
+    fd = os.open(root, _DIR_STEP & ~os.O_NOFOLLOW)
+    try:
+        for part in parts[:-1]:
+            step = os.open(part, _DIR_STEP, dir_fd=fd)
+            os.close(fd)
+            fd = step
+        return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def open_with_mode(path: str | os.PathLike[str], flags: int, mode: int) -> int:
+    """os.open(path, flags | O_CREAT) whose new file gets `mode` whatever the process's
+    umask (the daemons' keeps their own files private); a file already there keeps its
+    own mode."""
+    for _ in range(3):  # a file removed or made between the two opens: look again
+        try:
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+        except FileExistsError:
+            try:
+                return os.open(path, (flags & ~os.O_CREAT) | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+        try:
+            os.fchmod(fd, mode)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+    return os.open(path, flags | os.O_CREAT | os.O_CLOEXEC, mode)
+
+
+def private_file(path: Path) -> BinaryIO:
+    """`path` made anew (what was there removed, a link not followed), this process's
+    user's alone (0600), open for writing and reading (a transfer tar a daemon hands to
+    a job owner's thread)."""
+    path.unlink(missing_ok=True)
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.fdopen(os.open(path, flags, 0o600), "w+b")

@@ -3,10 +3,7 @@ and tar archives."""
 
 from __future__ import annotations
 
-import io
 import ssl
-import tarfile
-from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
@@ -15,6 +12,8 @@ from htgrid.classad import ClassAd
 from htgrid.net import ScheddClient
 from htgrid.queue import JobId
 from htgrid.schedd.testing import PersonalPool, wait_for
+from htgrid.schedd.testing import tar_of as tar_of  # the tests here take it from here
+from htgrid.schedd.testing import untar as untar
 
 LOCAL = 12  # JobUniverse
 VANILLA = 5
@@ -25,28 +24,6 @@ SPOOLING = {
     "HoldReasonSubCode": 0,
     "HoldReason": "Spooling input data files",
 }
-
-
-def tar_of(files: Mapping[str, bytes], *, mode: int = 0o644) -> bytes:
-    """A plain tar holding `files` (name -> contents)."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), mode
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
-def untar(data: bytes) -> dict[str, bytes]:
-    """The files of a tar: name -> contents."""
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-        out: dict[str, bytes] = {}
-        for member in tar.getmembers():
-            extracted = tar.extractfile(member)
-            assert extracted is not None and member.isfile()
-            out[member.name] = extracted.read()
-        return out
 
 
 def submit(schedd: ScheddClient, **attrs: object) -> JobId:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -13,9 +14,12 @@ DOMAIN = "pool-a.test"
 
 
 @pytest.fixture(scope="module")
-def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PersonalPool]:
+def pool(
+    shared_tmp_factory: Callable[[str], Path], test_users: tuple[str, ...]
+) -> Iterator[PersonalPool]:
+    """alice's and bob's jobs run as they: the pool's home is one they pass through."""
     config = {"TRUST_DOMAIN": DOMAIN, "SCHEDD_NAME": "queue@pool-a"}
-    home = tmp_path_factory.mktemp("pool")
+    home = shared_tmp_factory("pool") / "home"
     with PersonalPool(home, periodic_interval=0.5, kill_grace=2.0, fsync=False, config=config) as p:
         yield p
 

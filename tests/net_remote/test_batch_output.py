@@ -9,7 +9,8 @@ import io
 import json
 import ssl
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,9 +28,11 @@ MIB = 1 << 20
 
 
 @pytest.fixture(scope="module")
-def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PersonalPool]:
+def pool(
+    shared_tmp_factory: Callable[[str], Path], test_users: tuple[str, ...]
+) -> Iterator[PersonalPool]:
     config = {"TRUST_DOMAIN": DOMAIN, "MAX_TRANSFER_OUTPUT_MB": 1}
-    home = tmp_path_factory.mktemp("batch-output")
+    home = shared_tmp_factory("batch-output") / "home"
     with PersonalPool(home, periodic_interval=0.5, fsync=False, config=config) as p:
         yield p
 

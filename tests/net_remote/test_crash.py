@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -27,8 +28,11 @@ def _start_upload(pool: PersonalPool, path: str, token: str, body: bytes) -> soc
     return conn
 
 
-def test_a_kill_during_stage_in_leaves_the_job_held_for_a_new_upload(tmp_path: Path) -> None:
-    with PersonalPool(tmp_path / "pool", fsync=True, config={"TRUST_DOMAIN": DOMAIN}) as pool:
+def test_a_kill_during_stage_in_leaves_the_job_held_for_a_new_upload(
+    shared_tmp_factory: Callable[[str], Path], test_users: tuple[str, ...]
+) -> None:
+    home = shared_tmp_factory("crash") / "pool"  # alice's input is written as alice
+    with PersonalPool(home, fsync=True, config={"TRUST_DOMAIN": DOMAIN}) as pool:
         token = pool.token(f"alice@{DOMAIN}")
         with pool.remote(token) as alice:
             job = submit(alice, **SPOOLING)

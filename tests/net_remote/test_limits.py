@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -23,9 +23,11 @@ MIB = 1 << 20
 
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PersonalPool]:
+def small(
+    shared_tmp_factory: Callable[[str], Path], test_users: tuple[str, ...]
+) -> Iterator[PersonalPool]:
     config = {"TRUST_DOMAIN": DOMAIN, "MAX_TRANSFER_INPUT_MB": 1, "MAX_TRANSFER_OUTPUT_MB": 1}
-    home = tmp_path_factory.mktemp("small")
+    home = shared_tmp_factory("small") / "home"
     with PersonalPool(home, periodic_interval=0.5, fsync=False, config=config) as pool:
         yield pool
 

@@ -66,7 +66,12 @@ def test_a_dead_collector_is_restarted_on_the_same_address(tmp_path: Path) -> No
 def test_up_without_an_execute_node_leaves_vanilla_jobs_waiting(tmp_path: Path) -> None:
     home = tmp_path / "pool"
     home.mkdir()
-    conf = {**FAST, "COLLECTOR_HOST": "127.0.0.1:0", "QUEUE_FSYNC": "false"}
+    conf = {
+        **FAST,
+        "COLLECTOR_HOST": "127.0.0.1:0",
+        "QUEUE_FSYNC": "false",
+        "ALLOW_ROOT_JOBS": "true",
+    }
     (home / "htgrid.conf").write_text("".join(f"{k} = {v}\n" for k, v in conf.items()))
     rc, out, err = run_cli(home, "up", "-no-execute")
     try:

@@ -43,6 +43,7 @@ def run_pool(home: Path, scenario: Callable[[ScheddClient], Awaitable[None]]) ->
         "COLLECTOR_HOST": "127.0.0.1:0",
         "QUEUE_FSYNC": "false",
         "JOB_MAX_VACATE_TIME": 2,
+        "ALLOW_ROOT_JOBS": "true",  # the tests submit as root
     }
     (home / CONFIG_NAME).write_text("".join(f"{k} = {v}\n" for k, v in knobs.items()))
     config = ScheddConfig.load(home)
@@ -50,6 +51,16 @@ def run_pool(home: Path, scenario: Callable[[ScheddClient], Awaitable[None]]) ->
         in_process(config, scenario)
     finally:
         kill_leftovers(family_marker(StartdConfig.load(home).execute_dir))
+
+
+@pytest.fixture
+def where(shared_tmp_factory: Callable[[str], Path], test_users: tuple[str, ...]) -> Path:
+    """Where the pool and the jobs' directory are: the jobs (alice's, nobody's) run as
+    their owners, who pass through to their sandboxes and write in `work`."""
+    base = shared_tmp_factory("isolation")
+    (base / "work").mkdir(mode=0o777)
+    (base / "work").chmod(0o777)
+    return base
 
 
 def vanilla(schedd: ScheddClient, work: Path, owner: str, extra: str = "") -> str:
@@ -75,7 +86,7 @@ def logged(caplog: pytest.LogCaptureFixture, job: str, loop: str) -> int:
 
 
 def test_a_job_the_shadow_fails_on_is_held_and_the_next_job_runs(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    where: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real = shadow_module.apply_updates
 
@@ -86,8 +97,7 @@ def test_a_job_the_shadow_fails_on_is_held_and_the_next_job_runs(
 
     monkeypatch.setattr(shadow_module, "apply_updates", apply_updates)
     caplog.set_level(logging.INFO)
-    work = tmp_path / "work"
-    work.mkdir()
+    work = where / "work"
 
     async def scenario(schedd: ScheddClient) -> None:
         bad = await asyncio.to_thread(vanilla, schedd, work, "alice", "+Poison = true\n")
@@ -101,12 +111,12 @@ def test_a_job_the_shadow_fails_on_is_held_and_the_next_job_runs(
         good = await asyncio.to_thread(vanilla, schedd, work, "nobody")
         await completed(schedd, good)
 
-    run_pool(tmp_path / "pool", scenario)
+    run_pool(where / "pool", scenario)
     assert logged(caplog, "1.0", "shadow") == 1
 
 
 def test_a_job_the_negotiator_cannot_evaluate_is_held_and_the_others_match(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    where: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real = cycle_module.requirements_hold
 
@@ -117,8 +127,7 @@ def test_a_job_the_negotiator_cannot_evaluate_is_held_and_the_others_match(
 
     monkeypatch.setattr(cycle_module, "requirements_hold", requirements_hold)
     caplog.set_level(logging.INFO)
-    work = tmp_path / "work"
-    work.mkdir()
+    work = where / "work"
 
     async def scenario(schedd: ScheddClient) -> None:
         bad = await asyncio.to_thread(vanilla, schedd, work, "alice", "+Poison = true\n")
@@ -133,5 +142,5 @@ def test_a_job_the_negotiator_cannot_evaluate_is_held_and_the_others_match(
         # Later cycles come and match what comes; the held job is not tried again.
         await completed(schedd, await asyncio.to_thread(vanilla, schedd, work, "nobody"))
 
-    run_pool(tmp_path / "pool", scenario)
+    run_pool(where / "pool", scenario)
     assert logged(caplog, "1.0", "negotiator") == 1

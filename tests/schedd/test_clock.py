@@ -37,6 +37,7 @@ def _run(tmp_path: Path, clock: Clock, scenario: Callable[[ScheddClient], Awaita
         kill_grace=1,
         fsync=False,
         daemons=frozenset({"MASTER", "SCHEDD"}),
+        allow_root_jobs=True,  # the test submits as root
     )
     in_process(config, scenario, clock=clock)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 from pathlib import Path
 
 from htgrid.net import Jobs, ScheddClient
@@ -71,8 +72,10 @@ def test_files_environment_and_arguments_with_spaces(
     )
     (ad,) = wait_for(lambda: finished(schedd, cluster, 1))
     assert ad["ExitCode"] == 0
+    # The environment is the ad's, and HOME the owner's (HTCondor's STARTER_SETS_HOME_ENV).
+    home = pwd.getpwuid(os.geteuid()).pw_dir
     assert (work / "out.txt").read_text() == (
-        f'arg<one>\narg<two words>\narg<"three">\nA<1> B<x y> HOME<unset>\nfrom stdin\n{work}\n'
+        f'arg<one>\narg<two words>\narg<"three">\nA<1> B<x y> HOME<{home}>\nfrom stdin\n{work}\n'
     )
     assert (work / "err.txt").read_text() == "oops\n"
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import pwd
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,7 @@ def run_daemon(tmp_path: Path, scenario: Callable[[ScheddClient], Awaitable[None
         kill_grace=1,
         fsync=False,
         daemons=frozenset({"MASTER", "SCHEDD"}),
+        allow_root_jobs=True,  # the tests submit as root
     )
     in_process(config, scenario)
 
@@ -121,12 +124,21 @@ def test_a_local_job_that_cannot_be_started_is_held_not_left_running(
 
 
 def test_a_job_whose_log_cannot_be_written_is_held_and_the_others_are_logged(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    shared_tmp_factory: Callable[[str], Path],
+    test_users: tuple[str, ...],
 ) -> None:
     caplog.set_level(logging.INFO)
-    directory = tmp_path / "a-directory"
+    # The logs are written as the jobs' owners (alice, nobody): where they reach them.
+    logs = shared_tmp_factory("logs")
+    directory = logs / "a-directory"
     directory.mkdir()
-    good_log = tmp_path / "good.log"
+    mine = logs / "nobody"
+    mine.mkdir()
+    nobody = pwd.getpwnam("nobody")
+    os.chown(mine, nobody.pw_uid, nobody.pw_gid)
+    good_log = mine / "good.log"
 
     async def scenario(schedd: ScheddClient) -> None:
         bad = await asyncio.to_thread(

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from htgrid._privsep import Account
 from htgrid.classad import ClassAd
 from htgrid.queue import Identity, JobId, JobQueue
 from htgrid.schedd import _service
@@ -55,14 +56,14 @@ def test_a_stage_in_does_not_wait_for_its_clusters_directories(
     let_go, cluster_made = threading.Event(), threading.Event()
     calls: list[int] = []
 
-    def slow_for_the_cluster(paths: Sequence[Path]) -> None:
+    def slow_for_the_cluster(paths: Sequence[Path], account: Account | None) -> None:
         calls.append(len(paths))
         if len(calls) == 1:  # the submit's, for the whole cluster: a slow disk
             assert let_go.wait(10)
-            real(paths)
+            real(paths, account)
             cluster_made.set()
         else:
-            real(paths)
+            real(paths, account)
 
     monkeypatch.setattr(_service, "make_dirs", slow_for_the_cluster)
     spool = tmp_path / "spool"

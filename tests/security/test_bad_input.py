@@ -20,8 +20,8 @@ from htgrid.classad import ClassAd, ExprTree, ParserType, parseOne
 from htgrid.collector import AdStore
 from htgrid.collector.app import create_app as collector_app
 from htgrid.errors import ClassAdSyntaxError
-from htgrid.queue import HoldReasonCode, Identity, InvalidValue, JobId, JobQueue
 from htgrid.eventlog import EventLogError, SubmitEvent, UserLog
+from htgrid.queue import HoldReasonCode, Identity, InvalidValue, JobId, JobQueue
 from htgrid.schedd._launch import LaunchError, LaunchSpec, spawn
 from htgrid.schedd.testing import PersonalPool, run_cli
 from htgrid.submit import SubmitDescription, SubmitError

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import pwd
 import secrets
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -32,6 +34,8 @@ MACHINE = MachineInfo(
 
 Scenario = Callable[[StartdClient, Startd], Awaitable[None]]
 DOMAIN = "startd.test"
+#: The jobs' owner: the user running the tests (root, whose jobs the nodes here allow).
+OWNER = pwd.getpwuid(os.geteuid()).pw_name
 
 
 @pytest.fixture
@@ -50,7 +54,9 @@ def run_startd(
 ) -> ExitReason:
     """Run an execute node for `home` while `scenario` talks to it; why it stopped."""
     home.mkdir(parents=True, exist_ok=True)
-    (home / "htgrid.conf").write_text(f"TRUST_DOMAIN = {DOMAIN}\nJOB_MAX_VACATE_TIME = 1\n" + conf)
+    (home / "htgrid.conf").write_text(
+        f"TRUST_DOMAIN = {DOMAIN}\nJOB_MAX_VACATE_TIME = 1\nALLOW_ROOT_JOBS = true\n" + conf
+    )
     config = StartdConfig.load(home)
 
     async def main() -> ExitReason:
@@ -76,8 +82,8 @@ def job_ad(iwd: Path, cmd: str = "run.sh", **attrs: object) -> ClassAd:
         {
             "ClusterId": 1,
             "ProcId": 0,
-            "Owner": "alice",
-            "User": "alice@test",
+            "Owner": OWNER,
+            "User": f"{OWNER}@test",
             "JobUniverse": 5,
             "Iwd": str(iwd),
             "Cmd": cmd,

@@ -24,7 +24,7 @@ from htgrid.startd import (
 from htgrid.startd._daemon import ExitReason, Startd
 from htgrid.startd._transfer import input_entries, pack, unpack_output
 
-from .conftest import claim_id, job_ad, run_job, run_startd, script, until
+from .conftest import OWNER, claim_id, job_ad, run_job, run_startd, script, until
 
 
 async def _machines(pool: str) -> dict[str, ClassAd]:
@@ -69,7 +69,7 @@ def test_a_job_runs_in_a_sandbox_with_its_files_and_is_advertised(
         assert grant.slot == "slot1_1@node.test"
         ads = await _eventually(lambda: _machines_with(collector, grant.slot))
         assert ads[grant.slot]["State"] == "Claimed" and ads[grant.slot]["Activity"] == "Idle"
-        assert ads[grant.slot]["RemoteOwner"] == "alice"
+        assert ads[grant.slot]["RemoteOwner"] == OWNER
         assert ads["slot1@node.test"]["Cpus"] == 2
         assert ads["slot1@node.test"]["PartitionableSlot"] is True
         status = await client.activate(cid, job)
@@ -149,7 +149,7 @@ def test_claims_the_node_cannot_or_will_not_give_are_refused(tmp_path: Path) -> 
         health = await client.health()
         assert (health["claims"], health["state"]) == (1, "Unclaimed")
 
-    run_startd(tmp_path / "home", scenario, conf='START = TARGET.Owner == "alice"\n')
+    run_startd(tmp_path / "home", scenario, conf=f'START = TARGET.Owner == "{OWNER}"\n')
 
 
 def test_a_job_that_cannot_start_ends_failed_with_a_hold_code(tmp_path: Path) -> None:

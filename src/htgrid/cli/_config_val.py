@@ -168,6 +168,7 @@ def pool_knobs(home: Path, *, live: bool = True) -> dict[str, Knob]:
         "DEFAULT_MASTER_SHUTDOWN_SCRIPT": lambda: schedd.shutdown_script,
         "TRUST_DOMAIN": lambda: security.trust_domain,
         "GRIDMANAGER_JOB_PROBE_INTERVAL": lambda: _number(grid.poll_interval),
+        "ALLOW_ROOT_JOBS": lambda: _flag(schedd.allow_root_jobs),
         "NUM_CPUS": lambda: str(len(os.sched_getaffinity(0)) or os.cpu_count() or 1),
         "MEMORY": lambda: str(_host_memory_mb()),
         "DISK": lambda: str(_free_disk_kb(startd.execute_dir)),

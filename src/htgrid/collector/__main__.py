@@ -37,8 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lifetime", type=float, default=900.0, help="CLASSAD_LIFETIME")
     parser.add_argument("--name", default="htgrid pool")
     args = parser.parse_args(argv)
+    from htgrid._privsep import daemon_umask
     from htgrid.schedd._daemon import configure_logging
 
+    daemon_umask()
     configure_logging()
     sock = socket.socket(fileno=args.fd) if args.fd is not None else None
     host, port = sock.getsockname()[:2] if sock is not None else (args.host, args.port)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from htgrid._files import open_with_mode
 from htgrid.eventlog._events import EventLogError, UserLogEvent
 from htgrid.eventlog._format import LogFormat, format_event
 
@@ -18,9 +19,9 @@ class UserLog:
     Each event goes out in a single `write()` on a descriptor opened with O_APPEND,
     so writers sharing the file (two schedds, a schedd and a shadow) never interleave
     their events, and a crash leaves at worst a cut-off last event, which readers
-    skip. The file is created (mode 0664 less the umask) if missing; its directory
-    must exist. The file is opened per event, as HTCondor does, so a log that is
-    moved or deleted between events is simply started anew.
+    skip. The file is created (mode 0664 less the umask, or `create_mode` exactly) if
+    missing; its directory must exist. The file is opened per event, as HTCondor does,
+    so a log that is moved or deleted between events is simply started anew.
     """
 
     def __init__(
@@ -29,14 +30,18 @@ class UserLog:
         *,
         fmt: LogFormat | None = None,
         fsync: bool = False,
+        create_mode: int | None = None,
     ) -> None:
-        """`fmt` sets the header time format; `fsync` syncs each event to disk.
+        """`fmt` sets the header time format; `fsync` syncs each event to disk;
+        `create_mode`: the mode of a log made anew, whatever the umask (a daemon, whose
+        own umask keeps its files private, writes a user's log).
 
         fsync is off by default, as in HTCondor since 10.x (ENABLE_USERLOG_FSYNC).
         """
         self.path = os.fspath(path)
         self.fmt = fmt if fmt is not None else LogFormat()
         self.fsync = fsync
+        self.create_mode = create_mode
 
     def __repr__(self) -> str:
         return f"UserLog({self.path!r}, fmt={self.fmt!r}, fsync={self.fsync!r})"
@@ -45,7 +50,10 @@ class UserLog:
         """Write `event` at the end of the log; EventLogError if it cannot."""
         data = format_event(event, self.fmt).encode("utf-8", "surrogateescape")
         try:
-            fd = os.open(self.path, _OPEN_FLAGS, 0o664)
+            if self.create_mode is None:
+                fd = os.open(self.path, _OPEN_FLAGS, 0o664)
+            else:
+                fd = open_with_mode(self.path, _OPEN_FLAGS & ~os.O_CREAT, self.create_mode)
         except OSError as exc:
             raise EventLogError(f"cannot open user log {self.path}: {exc.strerror}") from exc
         except ValueError as exc:  # a NUL in the name: no file has one

@@ -11,7 +11,7 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from htgrid.gahp._codec import LineSplitter
 from htgrid.gahp._errors import GahpProtocolError
@@ -89,8 +89,11 @@ class _Subprocess:
             self._process.kill()
 
 
-async def spawn_subprocess(argv: Sequence[str], env: Mapping[str, str] | None) -> GahpProcess:
-    """Start `argv` with pipes on stdin, stdout and stderr."""
+async def spawn_subprocess(
+    argv: Sequence[str], env: Mapping[str, str] | None, **popen: Any
+) -> GahpProcess:
+    """Start `argv` with pipes on stdin, stdout and stderr; `popen` goes to Popen as it
+    is (the user to run as, the umask)."""
     process = await asyncio.create_subprocess_exec(
         *argv,
         stdin=asyncio.subprocess.PIPE,
@@ -98,6 +101,7 @@ async def spawn_subprocess(argv: Sequence[str], env: Mapping[str, str] | None) -
         stderr=asyncio.subprocess.PIPE,
         env=None if env is None else dict(env),
         limit=_READ_SIZE,
+        **popen,
     )
     return _Subprocess(process)
 

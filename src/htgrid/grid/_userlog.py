@@ -3,7 +3,8 @@
 Status changes (001 execute, 004 evict, 005 terminate, 012 held, 009 aborted) are the
 queue daemon's to write: it follows the same change feed and writes them from the status
 changes this grid manager makes through JobQueue (job_started, job_exited, act...). A log
-that cannot be written costs the event, never the job.
+that cannot be written costs the event, never the job. A log is its job's owner's file:
+it is read and written with the owner's rights (`owner_of`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Callable
 
+from htgrid._privsep import USER_FILE_MODE, Account, as_owner
 from htgrid.classad import ClassAd
 from htgrid.eventlog import (
     EventLogError,
@@ -51,7 +54,10 @@ def user_log_path(ad: ClassAd) -> str | None:
 class EventLogs:
     """Writes grid events to jobs' user logs, off the event loop."""
 
-    def __init__(self) -> None:
+    def __init__(self, owner_of: Callable[[int, int], Account | None] | None = None) -> None:
+        """`owner_of(cluster, proc)`: whose rights a job's log is touched with (None, or
+        no function: the grid manager's own)."""
+        self._owner_of = owner_of
         self.written = 0
         # Per log: how far it was read, and the jobs with a 027 in what was read.
         self._submitted: dict[str, tuple[int, set[tuple[int, int]]]] = {}
@@ -60,8 +66,14 @@ class EventLogs:
     async def append(self, path: str | None, event: UserLogEvent) -> None:
         if path is None:
             return
+        owner = self._owner(event.cluster, event.proc)
+
+        def write() -> None:
+            with as_owner(owner):
+                UserLog(path, create_mode=USER_FILE_MODE).append(event)
+
         try:
-            await asyncio.to_thread(UserLog(path).append, event)
+            await asyncio.to_thread(write)
         except EventLogError as err:
             log.warning("job %d.%d: %s", event.cluster, event.proc, err)
             return
@@ -97,9 +109,12 @@ class EventLogs:
         if not logged:
             await self.grid_submit(path, cluster, proc, when, resource, job_id)
 
+    def _owner(self, cluster: int, proc: int) -> Account | None:
+        return None if self._owner_of is None else self._owner_of(cluster, proc)
+
     def _logged(self, path: str, cluster: int, proc: int) -> bool:
         """Whether the log at `path` has a 027 of the job (read on from the last look)."""
-        with self._reading:
+        with self._reading, as_owner(self._owner(cluster, proc)):
             done, jobs = self._submitted.get(path, (0, set()))
             with open(path, "rb") as f:
                 if os.fstat(f.fileno()).st_size < done:  # a new file there: read it all

@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import signal
@@ -52,9 +53,20 @@ from pathlib import Path
 from typing import Any
 
 from htgrid._gc import tune_gc
+from htgrid._privsep import (
+    ALLOW_ROOT_JOBS,
+    JOB_UMASK,
+    Account,
+    OwnerPolicy,
+    OwnerRefused,
+    daemon_umask,
+    owned_dir,
+    spawn_identity,
+)
 from htgrid.classad import ClassAd, preload_functions
 from htgrid.errors import HTGridError
 from htgrid.gahp import Clock, SystemClock
+from htgrid.gahp.client import GahpProcess, spawn_subprocess
 from htgrid.grid._azure import AZURE
 from htgrid.grid._batch import BATCH
 from htgrid.grid._condor import CONDOR
@@ -69,6 +81,7 @@ from htgrid.grid._queueio import QueueIO
 from htgrid.grid._resource import Resource
 from htgrid.grid._userlog import EventLogs
 from htgrid.grid._values import as_int
+from htgrid.net.security import user_token_dir
 from htgrid.queue import (
     Change,
     ChangeKind,
@@ -119,7 +132,11 @@ class GridManager:
         config: GridManagerConfig | None = None,
         clock: Clock | None = None,
         grid_types: Mapping[str, GridType] | None = None,
+        policy: OwnerPolicy | None = None,
     ) -> None:
+        """`policy`: whose jobs it runs, and as whom (None: all, as its own user)."""
+        self.policy = policy
+        self._owners: dict[JobId, Account] = {}  # the jobs run as another user than ours
         self.home = Path(home)
         self.queue_dir = Path(queue_dir) if queue_dir is not None else self.home / "spool"
         self.dir = self.queue_dir / "gridmanager"
@@ -147,7 +164,8 @@ class GridManager:
         with self._single_instance():
             await self._pids.reap_predecessors(self.clock)
             self._io = await asyncio.to_thread(self._open_queue)
-            self._services = Services(self.config, self.clock, self._io, EventLogs(), self.home)
+            logs = EventLogs(lambda cluster, proc: self._owners.get(JobId(cluster, proc)))
+            self._services = Services(self.config, self.clock, self._io, logs, self.home)
             feed: asyncio.Future[Any] | None = None
             try:
                 # Listening before the scan: a change made during it rings for the feed.
@@ -267,13 +285,24 @@ class GridManager:
         except UnsupportedGridJob as err:
             await self._refuse(job_id, ad, str(err))
             return None
-        resource = self.resources.get(key)
+        try:
+            owner = self._owner(ad)
+        except OwnerRefused as err:
+            await self._refuse(job_id, ad, str(err), HoldReasonCode.FailedToAccessUserAccount)
+            return None
+        # HTCondor runs a grid manager per user, so each user has resources and GAHP
+        # servers of their own: here those of a job run as another user are keyed by it.
+        where = key if owner is None else f"{key}#{owner.name}"
+        resource = self.resources.get(where)
         if resource is None:
-            resource = gtype.new_resource(key, self._gahp, self.services)
-            self.resources[key] = resource
+            gahps = self._gahp if owner is None else functools.partial(self._owners_gahp, owner)
+            resource = gtype.new_resource(key, gahps, self.services)
+            self.resources[where] = resource
             resource.start()
         job = gtype.new_job(job_id, ad, resource, self.services)
         resource.register(job)
+        if owner is not None:
+            self._owners[job_id] = owner
         return job
 
     async def _contain(
@@ -297,8 +326,23 @@ class GridManager:
                 raise
         self._faults.report(JobFailure(job_id, what, held=held, error=exc))
 
-    async def _refuse(self, job_id: JobId, ad: ClassAd, reason: str) -> None:
-        """Hold a job no grid type can run (HTCondor's BaseJob does the same)."""
+    def _owner(self, ad: ClassAd) -> Account | None:
+        """The account the job's GAHP servers run as, when not this process's own user
+        (OwnerRefused when its owner may not run jobs here)."""
+        if self.policy is None:
+            return None
+        account = self.policy.account(ad.get("Owner"))
+        return account if spawn_identity(account) else None
+
+    async def _refuse(
+        self,
+        job_id: JobId,
+        ad: ClassAd,
+        reason: str,
+        code: HoldReasonCode = HoldReasonCode.Unspecified,
+    ) -> None:
+        """Hold a job no grid type can run (HTCondor's BaseJob does the same), or whose
+        owner may not run jobs here."""
         log.warning("job %s: %s", job_id, reason)
         io = self.services.io
         with contextlib.suppress(JobNotFound):
@@ -307,7 +351,7 @@ class GridManager:
                 await io.destroy(job_id)
                 return
             if status is not JobStatus.HELD:
-                await io.hold(job_id, reason, HoldReasonCode.Unspecified, 0)
+                await io.hold(job_id, reason, code, 0)
             await io.update(job_id, {"Managed": "Schedd"})
 
     def _gahp(self, key: str, argv: Sequence[str]) -> GahpHandle:
@@ -317,8 +361,34 @@ class GridManager:
             # The GAHP keeps its job records there (HTCondor's GAHP_TEMP): they must
             # outlive the server and this grid manager.
             env["GAHP_TEMP"] = str(self.dir / "gahp")
+            # It writes the jobs' files (their output staged back): with a job's umask.
+            spawn = functools.partial(spawn_subprocess, umask=JOB_UMASK)
             handle = GahpHandle(
-                key, argv, env, clock=self.clock, config=self.config, pids=self._pids
+                key, argv, env, clock=self.clock, config=self.config, pids=self._pids, spawn=spawn
+            )
+            self.gahps[key] = handle
+        return handle
+
+    def _owners_gahp(self, owner: Account, key: str, argv: Sequence[str]) -> GahpHandle:
+        """The GAHP server `key` of `owner`'s jobs, run as `owner`: what it reads (the
+        credential files its jobs name) and runs (their batch jobs) is the owner's. Its
+        records (GAHP_TEMP) are in a directory of the owner's."""
+        key = f"{key}#{owner.name}"
+        handle = self.gahps.get(key)
+        if handle is None:
+            temp = self.queue_dir / "gahp" / owner.name
+            env = dict(os.environ, GAHP_TEMP=str(temp), HOME=owner.home)
+            env.update(USER=owner.name, LOGNAME=owner.name)
+            # The GAHP finds the owner's tokens in the owner's home, not the grid manager's.
+            mine, theirs = str(user_token_dir()), str(Path(owner.home) / ".htgrid" / "tokens.d")
+            argv = [theirs if word == mine else word for word in argv]
+
+            async def spawn(argv: Sequence[str], env: Mapping[str, str] | None) -> GahpProcess:
+                await asyncio.to_thread(_owned_temp, temp, owner)
+                return await spawn_subprocess(argv, env, umask=JOB_UMASK, **spawn_identity(owner))
+
+            handle = GahpHandle(
+                key, argv, env, clock=self.clock, config=self.config, pids=self._pids, spawn=spawn
             )
             self.gahps[key] = handle
         return handle
@@ -342,6 +412,7 @@ class GridManager:
         finally:
             self.jobs.pop(job.job_id, None)
             self._tasks.pop(job.job_id, None)
+            self._owners.pop(job.job_id, None)
             job.resource.unregister(job)
         if job.gone:
             await job.abandon()
@@ -528,8 +599,20 @@ def run_gridmanager(
 
             loop.add_reader(parent_fd, parent_readable)
         settings = (config or GridManagerConfig()).with_knobs(Path(home))
-        await GridManager(home, queue_dir=queue_dir, config=settings, clock=clock).run(stop)
+        # Whose jobs run, and as whom: this process's user (root: each job's as its owner).
+        from htgrid.schedd._config import ConfigFile  # the pool's file and its parser
 
+        allow_root = ConfigFile.read(Path(home)).flag(ALLOW_ROOT_JOBS, False)
+        manager = GridManager(
+            home,
+            queue_dir=queue_dir,
+            config=settings,
+            clock=clock,
+            policy=OwnerPolicy(allow_root=allow_root),
+        )
+        await manager.run(stop)
+
+    daemon_umask()  # what it makes is its own, whatever the umask it was started with
     preload_functions()
     tune_gc()
     try:
@@ -541,3 +624,10 @@ def run_gridmanager(
         log.error("grid manager: %s", err)
         return 1
     return 0
+
+
+def _owned_temp(temp: Path, owner: Account) -> None:
+    """`temp`, an owner's GAHP records directory (0700, the owner's), made if missing;
+    its parent passable (0711) and the grid manager's."""
+    owned_dir(temp.parent, None, 0o711)
+    owned_dir(temp, owner)

@@ -57,9 +57,12 @@ from htgrid.queue.faults import JobFailure, daemon_fault, problem
 
 __all__ = ["JobQueue", "JobSpec"]
 
-# condor_qedit refuses these (SYSTEM_IMMUTABLE_JOB_ATTRS); JobStatus changes only through
-# actions, so the transition table applies.
-PROTECTED: Final = frozenset({"owner", "clusterid", "procid", "mytype", "targettype", "jobstatus"})
+# condor_qedit refuses these (SYSTEM_IMMUTABLE_JOB_ATTRS): Owner, User and OsUser say whose
+# rights a job has, which nobody may change once it is queued, not even an administrator;
+# JobStatus changes only through actions, so the transition table applies.
+PROTECTED: Final = frozenset(
+    {"owner", "user", "osuser", "clusterid", "procid", "mytype", "targettype", "jobstatus"}
+)
 _RUNTIME: Final = frozenset(
     {JobStatus.IDLE, JobStatus.RUNNING, JobStatus.SUSPENDED, JobStatus.TRANSFERRING_OUTPUT}
 )

@@ -2,14 +2,24 @@
 
     $HTGRID_HOME (default ~/.htgrid)
     ├── htgrid.conf          optional, HTCondor style: NAME = value, # comments
+    ├── etc/                 the pool's keys, CA and tokens (htgrid.net.security)
     ├── spool/queue.db       the job queue (SQLite)
     ├── spool/userlog.seq    the last change written to user event logs
     ├── spool/sandboxes/     output kept from evicted jobs (when_to_transfer_output ON_EXIT_OR_EVICT)
     ├── spool/<c>/<p>/       the sandbox of a job whose input was spooled (HTCondor-C)
     ├── execute/             the execute node's job sandboxes
     ├── log/                 SchedLog (this daemon, the negotiator), CollectorLog, StartLog
-    └── run/                 mode 0700: schedd.sock, startd.sock (0600), pid and lock files,
+    └── run/                 schedd.sock, startd.sock (0600), pid and lock files,
                              collector.address (the collector's host:port), schedd.url
+
+Nothing of the daemons' is readable by another local user, whatever the umask they were
+started with (`make_dirs`; the daemons' own umask is 077). Run by an ordinary user (a
+personal pool) every directory is 0700 and the socket 0600: that user alone uses the
+pool. Run by root (a pool of the host's users, whose jobs run as their owners), the
+home, spool/, execute/, run/ and etc/ are 0711: users pass through to the socket (0666;
+the kernel names each caller, and each may act on their own jobs only), to their jobs'
+directories (theirs, 0700) and to the CA certificates their GAHP servers trust
+(etc/ca/*.crt), and list nothing; log/, etc/passwords.d and etc/tokens.d stay 0700.
 
 Knobs (htgrid.conf), named as HTCondor names the closest setting:
 
@@ -45,6 +55,10 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
     DEFAULT_MASTER_SHUTDOWN_SCRIPT = (none)   a command run when the daemons exit
     TRUST_DOMAIN = (host name)      the issuer of the pool's tokens (htgrid.net.security)
     GRIDMANAGER_JOB_PROBE_INTERVAL = 10  seconds between the grid manager's status polls
+    ALLOW_ROOT_JOBS = false         whether a job may be root's (run as root); HTCondor has
+                                    no such knob and never runs one. Daemons run by root
+                                    run each job as its owner (a local account); daemons
+                                    run by another user run that user's jobs only
 
 The execute node's knobs (NUM_CPUS, MEMORY, DISK, EXECUTE, START, STARTD_ATTRS,
 UPDATE_INTERVAL, STARTD_NOCLAIM_SHUTDOWN, FILESYSTEM_DOMAIN, UID_DOMAIN, GPU_DISCOVERY)
@@ -54,10 +68,12 @@ a ClassAd expression). Any other name is refused, so that a typo does not pass s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
 import socket
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,6 +138,7 @@ _KNOWN: Final = frozenset(
         "DEFAULT_MASTER_SHUTDOWN_SCRIPT",
         "TRUST_DOMAIN",  # read by htgrid.net.security.SecurityConfig.load
         "GRIDMANAGER_JOB_PROBE_INTERVAL",  # read by htgrid.grid (GridManagerConfig.KNOBS)
+        "ALLOW_ROOT_JOBS",
         # the execute node's (htgrid.startd)
         "NUM_CPUS",
         "MEMORY",
@@ -259,6 +276,16 @@ def _parse(text: str, path: Path) -> dict[str, tuple[str, int]]:
     return values
 
 
+def _narrow(path: Path, mode: int) -> None:
+    """Take from `path` (not a link) the permissions `mode` does not give, if any."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISLNK(st.st_mode) and stat.S_IMODE(st.st_mode) & ~mode:
+        os.chmod(path, stat.S_IMODE(st.st_mode) & mode)
+
+
 @dataclass(frozen=True, slots=True)
 class Backoff:
     """How long the master waits before restarting a daemon that died (MASTER_BACKOFF_*)."""
@@ -296,6 +323,7 @@ class ScheddConfig:
     max_transfer_input_mb: int | None = DEFAULT_TRANSFER_MB  # None: no limit
     max_transfer_output_mb: int | None = DEFAULT_TRANSFER_MB
     api_limits: ApiLimits = DEFAULT_LIMITS
+    allow_root_jobs: bool = False
 
     @property
     def spool(self) -> Path:
@@ -367,12 +395,37 @@ class ScheddConfig:
         """The same settings with no execute node (`htgrid up -no-execute`)."""
         return dataclasses.replace(self, daemons=self.daemons - {"STARTD"})
 
+    @property
+    def shared(self) -> bool:
+        """Whether the pool is its host's users' (its daemons run as root)."""
+        return os.geteuid() == 0
+
     def make_dirs(self) -> None:
-        """Create the directories; run/ is private to the user (mode 0700)."""
-        for path in (self.spool, self.log_dir):
-            path.mkdir(parents=True, exist_ok=True)
-        self.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(self.run_dir, 0o700)
+        """Create the directories, and give them (and those there already) their modes:
+        0700, or 0711 for those the users of a pool run by root pass through."""
+        passable = 0o711 if self.shared else 0o700
+        for path, mode in (
+            (self.home, passable),
+            # Users' GAHP servers read the pool's CA certificates (etc/ca, 0755); the keys
+            # and tokens are in 0700 directories (passwords.d, tokens.d) or 0600 files.
+            (self.home / "etc", passable),
+            (self.spool, passable),
+            (self.log_dir, 0o700),
+            (self.run_dir, passable),
+        ):
+            path.mkdir(parents=True, exist_ok=True, mode=mode)
+            os.chmod(path, mode)  # mkdir's mode is cut by the umask; an old one is wider
+        # What an older daemon, or one started with a wide umask, left readable in the
+        # directories users pass through (log/ hides what it holds).
+        etc = self.home / "etc"
+        private = [etc / "passwords.d", etc / "tokens.d", *(etc / "ca").glob("*.key")]
+        private += [self.spool / "gridmanager", self.spool / "transfer"]
+        private += [self.spool / name for name in ("queue.db", "queue.db-wal", "queue.db-shm")]
+        private.append(self.userlog_seq_file)
+        with contextlib.suppress(FileNotFoundError), os.scandir(self.run_dir) as entries:
+            private += [Path(e.path) for e in entries if e.name != self.socket.name]
+        for path in private:
+            _narrow(path, 0o700 if path.is_dir() else 0o600)
 
     @classmethod
     def load(cls, home: Path | None = None) -> ScheddConfig:
@@ -412,4 +465,5 @@ class ScheddConfig:
             max_transfer_input_mb=conf.megabytes("MAX_TRANSFER_INPUT_MB", DEFAULT_TRANSFER_MB),
             max_transfer_output_mb=conf.megabytes("MAX_TRANSFER_OUTPUT_MB", DEFAULT_TRANSFER_MB),
             api_limits=conf.api_limits(),
+            allow_root_jobs=conf.flag("ALLOW_ROOT_JOBS", False),
         )

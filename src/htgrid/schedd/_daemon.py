@@ -28,6 +28,7 @@ from typing import Any
 from htgrid import __version__
 from htgrid._files import write_atomic
 from htgrid._ports import held_by
+from htgrid._privsep import OwnerPolicy, closed_to_others
 from htgrid.errors import HTGridError
 from htgrid.net._listen import ApiServer, api_config, start, tcp_listener, unix_listener
 from htgrid.net._peer import PeerCredProtocol, peercred_identity
@@ -87,6 +88,8 @@ class Daemon:
         self._policy_faults = FaultLog(_log, "periodic policy evaluation")
         self._quarantined = 0  # rows of the queue set aside as unreadable
         self.pool: Pool | None = None
+        # Whose jobs run here, and as whom: the daemon's user (root: each job as its owner).
+        self.policy = OwnerPolicy(allow_root=config.allow_root_jobs)
 
     def request_stop(self) -> None:
         """Begin a clean shutdown (what SIGTERM does)."""
@@ -121,6 +124,14 @@ class Daemon:
         """Serve until asked to stop (SIGTERM, SIGINT or `request_stop`)."""
         cfg = self.config
         cfg.make_dirs()
+        closed = closed_to_others(cfg.home) if cfg.shared else None
+        if closed is not None:
+            _log.warning(
+                "%s is closed to other users: they cannot reach this pool's socket, nor "
+                "their jobs their spool and execute directories (put HTGRID_HOME where "
+                "they pass through, e.g. /var/lib/htgrid)",
+                closed,
+            )
         lock = self._lock()
         try:
             # Rows it cannot read are set aside as it opens (logged, counted in health).
@@ -149,9 +160,10 @@ class Daemon:
             max_jobs=cfg.max_local_jobs,
             grace=cfg.kill_grace,
             clock=self._clock,
+            policy=self.policy,
         )
         self._runner = runner
-        writer = UserLogWriter(worker, cfg.userlog_seq_file, host)
+        writer = UserLogWriter(worker, cfg.userlog_seq_file, host, self.policy)
         writer.load()
         self._writer = writer
         shadows = ShadowManager(
@@ -162,6 +174,7 @@ class Daemon:
                 alive_interval=cfg.alive_interval,
                 lease=cfg.claim_lease,
                 vacate_grace=cfg.kill_grace,
+                policy=self.policy,
             ),
             clock=self._clock,
         )
@@ -184,6 +197,7 @@ class Daemon:
             max_output=SizeLimit("MAX_TRANSFER_OUTPUT_MB", cfg.max_transfer_output_mb),
             scratch=cfg.spool,
             fsync=cfg.fsync,
+            policy=self.policy,
         )
         pool = Pool(cfg, worker, shadows, clock=self._clock, request_stop=self._stop.set)
         self.pool = pool
@@ -246,7 +260,10 @@ class Daemon:
         app = create_app(service, peercred_identity, cfg.api_limits)
         config = api_config(app, cfg.api_limits, protocol=PeerCredProtocol)
         server = ApiServer(config, signals=False)  # the daemon handles SIGTERM and SIGINT
-        serving = await start(server, unix_listener(cfg.socket), "the API server", ScheddError)
+        sock = unix_listener(cfg.socket)  # 0600: nobody else connects...
+        if cfg.shared:  # ...but the host's users, in a pool run by root (peercred_identity)
+            os.chmod(cfg.socket, 0o666)
+        serving = await start(server, sock, "the API server", ScheddError)
         return server, serving
 
     async def _start_api(self, service: QueueService) -> tuple[ApiServer, asyncio.Task[None], str]:

@@ -1,8 +1,11 @@
 """Starting, signalling and reaping a local universe job's process.
 
 A job runs as its own session and process group (so a signal reaches everything it
-started), with the ad's Environment only (as HTCondor starts jobs) plus one marker
-variable naming the pool and the job. After a crash of the daemon the marker is how the
+started), with the ad's Environment only (as HTCondor starts jobs) plus HOME (the
+owner's, as HTCondor's STARTER_SETS_HOME_ENV) and one marker variable naming the pool
+and the job. It runs as its owner (`LaunchSpec.account`, when the daemon runs as root):
+its Iwd, executable and standard files are reached with the owner's rights, its process
+has the owner's uid, gid and groups, and umask 022 (as HTCondor's daemons give theirs). After a crash of the daemon the marker is how the
 next daemon finds the job's processes, even those the job forked, and kills them before
 running the job again (HTCondor's procd tracks job families with such a variable too).
 """
@@ -15,6 +18,7 @@ import errno
 import hashlib
 import os
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
@@ -22,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from htgrid._files import open_with_mode
+from htgrid._privsep import JOB_UMASK, USER_FILE_MODE, Account, as_owner, spawn_identity
 from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
 from htgrid.queue import HoldReasonCode, JobId
@@ -42,8 +48,8 @@ __all__ = [
 ]
 
 MARKER: Final = "_HTGRID_JOB_FAMILY"
-_WRITE: Final = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
-_APPEND: Final = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+_WRITE: Final = os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC
+_APPEND: Final = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
 
 
 class LaunchError(HTGridError):
@@ -114,10 +120,18 @@ class LaunchSpec:
     remove_signal: signal.Signals = signal.SIGTERM
     vacate_time: float = 10.0
     append_output: bool = False  # stdout/stderr kept from an earlier run (a spooled sandbox)
+    account: Account | None = None  # who runs it (None: the daemon's own user)
 
     @classmethod
-    def from_ad(cls, job_id: JobId, ad: ClassAd, marker: str, grace: float) -> LaunchSpec:
-        """The spec of a job ad (LaunchError when the ad cannot be run)."""
+    def from_ad(
+        cls,
+        job_id: JobId,
+        ad: ClassAd,
+        marker: str,
+        grace: float,
+        account: Account | None = None,
+    ) -> LaunchSpec:
+        """The spec of a job ad, run as `account` (LaunchError when the ad cannot be run)."""
         iwd = ad.get("Iwd")
         if not isinstance(iwd, str) or not iwd:
             raise LaunchError("the job has no Iwd", HoldReasonCode.IwdError)
@@ -131,6 +145,8 @@ class LaunchSpec:
             return os.path.join(iwd, text)
 
         env = job_environment(ad)
+        if account is not None:
+            env.setdefault("HOME", account.home)
         env[MARKER] = f"{marker}:{job_id}"
         proxy = ad.get("x509userproxy")
         if isinstance(proxy, str) and proxy:  # as HTCondor's starter tells the job
@@ -151,12 +167,15 @@ class LaunchSpec:
             hold_signal=signal_of(ad.get("HoldKillSig"), kill),
             remove_signal=signal_of(ad.get("RemoveKillSig"), kill),
             vacate_time=float(vacate),
+            account=account,
         )
 
 
 def _open(path: str, flags: int, what: str, code: HoldReasonCode) -> int:
     try:
-        return os.open(path, flags, 0o644)
+        if flags & (os.O_WRONLY | os.O_RDWR):  # made, if missing, as the job would (0644)
+            return open_with_mode(path, flags, USER_FILE_MODE)
+        return os.open(path, flags)
     except OSError as exc:
         raise LaunchError(
             f"Failed to open '{path}' as standard {what}: {exc.strerror} (errno {exc.errno})",
@@ -186,14 +205,28 @@ def _refuse_nul(spec: LaunchSpec) -> None:
 
 
 def spawn(spec: LaunchSpec) -> subprocess.Popen[bytes]:
-    """Start the job's process (blocking: call off the event loop); LaunchError if it cannot."""
+    """Start the job's process as its owner (blocking: call off the event loop, in a
+    worker thread); LaunchError if it cannot.
+
+    This thread takes the owner's file-system identity while it opens the standard files
+    and forks: the child starts with it, so the Iwd is entered with the owner's rights
+    too (Popen changes directory before it drops to the owner's uid)."""
     _refuse_nul(spec)
-    if not os.path.isdir(spec.cwd):
+    with as_owner(spec.account):
+        return _spawn(spec)
+
+
+def _spawn(spec: LaunchSpec) -> subprocess.Popen[bytes]:
+    try:
+        if not stat.S_ISDIR(os.stat(spec.cwd).st_mode):
+            raise NotADirectoryError(errno.ENOTDIR, "Not a directory")
+    except OSError as exc:
+        why = "No such directory" if exc.errno == errno.ENOENT else exc.strerror
         raise LaunchError(
-            f"Failed to change to the job's Iwd '{spec.cwd}': No such directory",
+            f"Failed to change to the job's Iwd '{spec.cwd}': {why}",
             HoldReasonCode.IwdError,
-            errno.ENOENT,
-        )
+            exc.errno or 0,
+        ) from None
     fds: list[int] = []
     try:
         fds.append(
@@ -215,6 +248,8 @@ def spawn(spec: LaunchSpec) -> subprocess.Popen[bytes]:
                 stderr=fds[2],
                 start_new_session=True,
                 close_fds=True,
+                umask=JOB_UMASK,
+                **spawn_identity(spec.account),
             )
         except OSError as exc:
             raise LaunchError(

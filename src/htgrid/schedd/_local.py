@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from htgrid._privsep import OwnerPolicy, OwnerRefused
 from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
 from htgrid.queue import (
@@ -128,7 +129,10 @@ class LocalRunner:
         max_jobs: int,
         grace: float,
         clock: Callable[[], float],
+        policy: OwnerPolicy | None = None,
     ) -> None:
+        """`policy`: whose jobs run, as whom (None: all, as the daemon's own user)."""
+        self._policy = policy
         self._worker = worker
         self._marker = marker
         self._max_jobs = max_jobs
@@ -315,7 +319,13 @@ class LocalRunner:
             await self._record(run, None)
             return
         try:
-            run.spec = LaunchSpec.from_ad(jid, ad, self._marker, self._grace)
+            account = None
+            if self._policy is not None:
+                try:
+                    account = self._policy.account(ad.get("Owner"))
+                except OwnerRefused as exc:
+                    raise LaunchError(str(exc), HoldReasonCode.FailedToAccessUserAccount) from None
+            run.spec = LaunchSpec.from_ad(jid, ad, self._marker, self._grace, account)
             run.proc = await asyncio.to_thread(spawn, run.spec)
         except LaunchError as exc:
             run.move(RunState.ENDED)

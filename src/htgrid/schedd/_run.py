@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from htgrid._gc import tune_gc
+from htgrid._privsep import daemon_umask
 from htgrid.classad import preload_functions
 from htgrid.errors import HTGridError
 from htgrid.schedd._config import ScheddConfig, htgrid_home
@@ -26,6 +27,7 @@ def run_daemon(home: Path | None = None, *, execute: bool = True) -> int:
 
     `execute=False` leaves the execute node out (`htgrid up -no-execute`).
     """
+    daemon_umask()  # what it makes is its own, whatever the umask it was started with
     configure_logging()
     log = logging.getLogger("htgrid.schedd")
     try:

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterable, Awaitable, Callable, Mapping, Sequenc
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, Final
 
+from htgrid._privsep import Account, OwnerPolicy, OwnerRefused, as_owner
 from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
 from htgrid.net._errors import BadRequest, SandboxTooLarge
@@ -41,6 +42,7 @@ from htgrid.queue import (
 from htgrid.schedd._spool import (
     NO_LIMIT,
     BatchInput,
+    JobOutput,
     SizeLimit,
     make_dirs,
     output_files,
@@ -95,13 +97,16 @@ class QueueService:
         max_output: SizeLimit = NO_LIMIT,
         scratch: Path | None = None,
         fsync: bool = True,
+        policy: OwnerPolicy | None = None,
     ) -> None:
         """`spool(cluster, proc)` names a job's spool directory; `after_submit` runs
         once a submit of jobs with a user log (UserLog) has committed, before it is
         answered (the daemon writes their 000 events then); `proxy_renewed(job, path)`
         hears of a job's X.509 proxy renewed in its spool; output tars are packed in
         `scratch` (default: the system's temporary directory); `fsync`: uploaded files
-        are synced to disk before the job is released (QUEUE_FSYNC, as the queue)."""
+        are synced to disk before the job is released (QUEUE_FSYNC, as the queue);
+        `policy`: whose jobs may be queued (None: anyone's, for tests of the service)."""
+        self._policy = policy
         self._fsync = fsync
         self._max_input, self._max_output, self._scratch = max_input, max_output, scratch
         self._worker = worker
@@ -141,6 +146,7 @@ class QueueService:
             ad["Owner"] = identity.name
             for proc in procs:
                 proc.pop("Owner", None)
+        account = self._check_owner(ad.get("Owner", identity.name))
         # condor_q's DONE column counts the procs that left the queue against this.
         ad["TotalSubmitProcs"] = len(procs)
         spooled = self._spool_procs(cluster, ad, procs)
@@ -149,7 +155,7 @@ class QueueService:
         # a millisecond after many were removed, which held each HTCondor-C submit of 250
         # jobs up by 0.3 s. A stage-in does not wait for them either: it makes those of
         # its own jobs still missing (`make_dirs` takes a directory made meanwhile).
-        making = self._make_dirs(cluster, spooled) if spooled else None
+        making = self._make_dirs(cluster, spooled, account) if spooled else None
         resource = ad.get("GridResource")
         if ad.get("JobUniverse") == GRID and isinstance(resource, str) and "$$(" in resource:
             # As condor_submit marks it: the job waits for grid matchmaking, and the grid
@@ -184,7 +190,24 @@ class QueueService:
             await self._after_submit()
         return ids
 
-    def _make_dirs(self, cluster: int, paths: list[Path]) -> asyncio.Task[None]:
+    def _check_owner(self, owner: object, doing: str = "queue the job") -> Account | None:
+        """The account jobs of `owner` run as (None: the daemon's own, when this service
+        has no policy); NotAuthorized, saying why, when they may not run here (no such
+        account, root's, or not the personal pool's user)."""
+        if self._policy is None:
+            return None
+        try:
+            return self._policy.account(owner)
+        except OwnerRefused as exc:
+            raise NotAuthorized(f"cannot {doing}: {exc}") from None
+
+    def _account(self, ad: ClassAd, job_id: JobId) -> Account | None:
+        """The account whose rights the job's files are touched with."""
+        return self._check_owner(ad.get("Owner"), f"touch the files of job {job_id}")
+
+    def _make_dirs(
+        self, cluster: int, paths: list[Path], account: Account | None
+    ) -> asyncio.Task[None]:
         """Start making a submitted cluster's spool directories `paths`."""
 
         def done(task: asyncio.Task[None]) -> None:
@@ -197,7 +220,7 @@ class QueueService:
                     task.exception(),
                 )
 
-        task = asyncio.create_task(asyncio.to_thread(make_dirs, paths))
+        task = asyncio.create_task(asyncio.to_thread(make_dirs, paths, account))
         self._making.add(task)
         task.add_done_callback(done)
         return task
@@ -280,15 +303,20 @@ class QueueService:
             what = f"the input sandbox of job {job_id}"
             if length is not None:  # refused before a byte of it is read
                 self._max_input.check(length, what)
+            account = self._account(ad, job_id)
             start = int(self._clock())
             sandbox = self._spool(*_ids(job_id))
             # Spooled (past 1 MiB) beside the spool, which is there: the job's directory
             # may not be yet.
             tar = await receive_input(self._spool_root(), body, self._max_input, what)
-            try:  # unpack_input makes the directory if the submit's task has not yet
-                await asyncio.to_thread(
-                    unpack_input, sandbox, tar, self._max_input, what, sync=self._fsync
-                )
+
+            def unpack() -> None:
+                make_dirs([sandbox], account)  # if the submit's task has not made it yet
+                with as_owner(account):
+                    unpack_input(sandbox, tar, self._max_input, what, sync=self._fsync)
+
+            try:
+                await asyncio.to_thread(unpack)
             finally:
                 tar.close()
             done = {"StageInStart": start, "StageInFinish": int(self._clock())}
@@ -341,29 +369,37 @@ class QueueService:
         }
         wanted = [JobId.parse(job) for job in batch.members]
         ads = await self._worker.read(lambda q: q.get_many(wanted), client=True)
-        mine: list[JobId] = []
+        mine: dict[JobId, Account | None] = {}
         try:
             for job_id in wanted:
                 problem = self._stage_problem(identity, job_id, ads.get(job_id))
                 if problem is None:
+                    try:
+                        account = self._account(ads[job_id], job_id)
+                    except NotAuthorized as exc:
+                        problem = exc
+                if problem is None:
                     self._staging.add(job_id)
-                    mine.append(job_id)
+                    mine[job_id] = account
                 result[job_id] = problem
 
             def unpack() -> dict[JobId, HTGridError]:
                 failed: dict[JobId, HTGridError] = {}
                 sandboxes = {job_id: self._spool(*_ids(job_id)) for job_id in mine}
-                try:  # those the submit's task has not made yet, or a spool sweep took
-                    make_dirs(list(sandboxes.values()))
-                    made = True
-                except OSError:
-                    made = False  # each job on its own below, refused with its reason
+                made = True
+                for owner in set(mine.values()):
+                    paths = [sandboxes[job] for job, account in mine.items() if account == owner]
+                    try:  # those the submit's task has not made yet, or a sweep took
+                        make_dirs(paths, owner)
+                    except OSError:
+                        made = False  # each job on its own below, refused with its reason
                 for job_id, sandbox in sandboxes.items():
                     members = batch.members[str(job_id)]
                     if made and not members:
                         continue  # an empty sandbox: nothing to write
                     try:
-                        unpack_members(batch.tar, members, sandbox, sync=self._fsync)
+                        with as_owner(mine[job_id]):
+                            unpack_members(batch.tar, members, sandbox, sync=self._fsync)
                     except HTGridError as exc:
                         failed[job_id] = exc
                     except OSError as exc:
@@ -374,7 +410,7 @@ class QueueService:
 
             failed = await asyncio.to_thread(unpack)
             result.update(failed)
-            staged = [job_id for job_id in mine if job_id not in failed]
+            staged = [job_id for job_id in mine if job_id not in failed]  # in upload order
             if staged:
                 times = {"StageInStart": start, "StageInFinish": int(self._clock())}
                 # After the files are written, as put_input does.
@@ -424,7 +460,13 @@ class QueueService:
                 f"job {job_id}'s input was not spooled here: its proxy {proxy} is not in "
                 "a spool directory"
             )
-        await asyncio.to_thread(replace_proxy, sandbox, name, data, sync=self._fsync)
+        account = self._account(ad, job_id)
+
+        def replace() -> None:
+            with as_owner(account):
+                replace_proxy(sandbox, name, data, sync=self._fsync)
+
+        await asyncio.to_thread(replace)
         if self._proxy_renewed is not None:  # a job running on an execute node gets it too
             self._proxy_renewed(job_id, sandbox / name)
         expiration = proxy_expiration(data)
@@ -434,10 +476,11 @@ class QueueService:
 
     async def get_output(self, identity: Identity, job_id: JobId) -> BinaryIO:
         ad = await self._owned(identity, job_id, "fetch the output of")
+        account = self._account(ad, job_id)
         start = int(self._clock())
         sandbox, what = self._spool(*_ids(job_id)), f"the output of job {job_id}"
         tar = await asyncio.to_thread(
-            pack_output, ad, sandbox, self._scratch, self._max_output, what
+            pack_output, ad, sandbox, self._scratch, self._max_output, what, account
         )
         try:
             done = {"StageOutStart": start, "StageOutFinish": int(self._clock())}
@@ -461,7 +504,7 @@ class QueueService:
 
         def pack() -> tuple[BinaryIO, list[JobId]]:
             answers: dict[JobId, ClassAd | HTGridError] = {}
-            files: dict[str, dict[str, Path]] = {}
+            outputs: dict[str, JobOutput] = {}
             for job_id in job_ids:
                 ad = ads.get(job_id)
                 owner = None if ad is None else ad.get("Owner")
@@ -475,11 +518,14 @@ class QueueService:
                 else:
                     sandbox, what = self._spool(*_ids(job_id)), f"the output of job {job_id}"
                     try:
-                        files[str(job_id)] = output_files(ad, sandbox, self._max_output, what)
+                        account = self._account(ad, job_id)
+                        with as_owner(account):
+                            files = output_files(ad, sandbox, self._max_output, what)
+                        outputs[str(job_id)] = JobOutput(files, sandbox, account)
                         answers[job_id] = ad
-                    except SandboxTooLarge as exc:
+                    except (SandboxTooLarge, NotAuthorized) as exc:
                         answers[job_id] = exc
-            tar = pack_outputs(describe(answers), files, self._scratch)
+            tar = pack_outputs(describe(answers), outputs, self._scratch)
             return tar, [
                 job_id for job_id, answer in answers.items() if isinstance(answer, ClassAd)
             ]

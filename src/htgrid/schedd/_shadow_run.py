@@ -4,6 +4,10 @@
 follows the claim by long polls (its keep-alives), fetches the output and records the
 end: exit, eviction, or a hold for a job that could not start or whose files could not
 move. Every queue write goes through the `ShadowHost` (the manager's queue thread).
+
+The job's files (its executable and input read, its output written into Iwd, an evicted
+run's output kept in the spool) are touched with its owner's rights; the transfer tars
+are the daemon's own files, opened by the daemon and handed to the owner's thread.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from htgrid._files import private_file
+from htgrid._privsep import Account, OwnerPolicy, OwnerRefused, as_owner, owned_dir
 from htgrid.classad import ClassAd, ExprTree
 from htgrid.errors import HTGridError
 from htgrid.negotiator import Match, apply_updates
@@ -66,6 +72,7 @@ class ShadowSettings:
     alive_interval: float = 60.0
     lease: float = 360.0
     vacate_grace: float = 10.0  # beyond a job's own vacate time, at shutdown
+    policy: OwnerPolicy | None = None  # as whom jobs' files are touched (None: the daemon)
 
     @property
     def transfers(self) -> Path:
@@ -134,12 +141,19 @@ class ShadowRun:
         self._started_at = 0.0
         self.slot_ad = ClassAd()  # the claimed slot, once claimed
         self.resources = Resources(0, 0, 0)
+        self.account: Account | None = None  # the current job's owner's, once it starts
 
     async def forward_proxy(self, proxy: Path) -> None:
         """Hand the job on the claim its renewed X.509 proxy (the spooled file `proxy`);
         logged when it cannot (the job then keeps the copy it has)."""
+        account = self.account
+
+        def read() -> bytes:
+            with as_owner(account):
+                return proxy.read_bytes()
+
         try:
-            data = await asyncio.to_thread(proxy.read_bytes)
+            data = await asyncio.to_thread(read)
             await self.client.put_proxy(self.claim_id, data)
         except (OSError, StartdError) as exc:
             _log.warning(
@@ -223,6 +237,13 @@ class ShadowRun:
 
     async def _run_job(self, slot: str, updates: Updates, expanded: Updates) -> bool:
         """Run the current job on the claim; whether the claim may run another."""
+        policy = self.m.settings.policy
+        if policy is not None:
+            try:
+                self.account = policy.account(self.job.get("Owner"))
+            except OwnerRefused as exc:
+                await self._hold(str(exc), HoldReasonCode.FailedToAccessUserAccount, 0)
+                return False
         ad = await self._start(slot, updates, expanded)
         if ad is None:  # held or removed since the match
             return False
@@ -321,10 +342,12 @@ class ShadowRun:
         s = self.m.settings
         tar = s.transfers / f"{self.claim_id}.in.tar"
         spooled = s.spooled(self.job_id)
+        account = self.account
 
         def build() -> int:
-            tar.parent.mkdir(parents=True, exist_ok=True)
-            return pack(input_entries(ad, spooled), tar, dereference=True)
+            tar.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with private_file(tar) as out, as_owner(account):
+                return pack(input_entries(ad, spooled), out, dereference=True)
 
         try:
             size = await asyncio.to_thread(build)
@@ -348,9 +371,19 @@ class ShadowRun:
                 raise TransferError(
                     f"Transfer output files failure: {exc}", HoldReasonCode.TransferOutputError
                 ) from exc
-            if spool:
-                return await asyncio.to_thread(unpack_to, tar, s.spooled(self.job_id))
-            return await asyncio.to_thread(unpack_output, tar, ad)
+            account, kept = self.account, s.spooled(self.job_id)
+
+            def place() -> int:
+                with open(tar, "rb") as source:  # the daemon's file, read by the owner's thread
+                    if spool:
+                        owned_dir(kept.parent, None, 0o711)  # users pass through
+                        owned_dir(kept, account)
+                        with as_owner(account):
+                            return unpack_to(source, kept)
+                    with as_owner(account):
+                        return unpack_output(source, ad)
+
+            return await asyncio.to_thread(place)
         finally:
             await asyncio.to_thread(_unlink, tar)
 

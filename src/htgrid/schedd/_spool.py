@@ -19,6 +19,14 @@ MAX_TAR_MEMBERS members, symbolic links are neither made nor followed
 are written aside, synced, then renamed into place, so a crash mid-upload leaves the
 sandbox as it was (the temporary tar has no name: a crash leaves nothing behind). What came in is remembered (`<proc>.input.json` beside the sandbox) so
 that the output is what the job made or changed.
+
+A cluster's directory (`<spool>/<cluster>/`, mode 0700) and everything in it belong to
+the jobs' owner, and every file of a sandbox is read and written with the owner's
+rights (`htgrid._privsep`, the `account` arguments): when the daemons run as root, a
+job's output is only what its owner may read, its input lands only where its owner may
+write. A path inside the sandbox is opened without following any link
+(`open_beneath`); a path elsewhere (an absolute Out, an Iwd not spooled) as the owner
+would open it.
 """
 
 from __future__ import annotations
@@ -42,7 +50,8 @@ from typing import BinaryIO, Final
 
 from cryptography import x509
 
-from htgrid._files import write_atomic
+from htgrid._files import open_beneath, write_atomic
+from htgrid._privsep import Account, as_owner, owned_dir, spawn_identity
 from htgrid.classad import ClassAd
 from htgrid.net._errors import BadRequest, SandboxTooLarge
 from htgrid.schedd._tarscan import empty_job_dirs, listed_members, unpacked_size
@@ -51,6 +60,7 @@ __all__ = [
     "INDEX",
     "NO_LIMIT",
     "BatchInput",
+    "JobOutput",
     "SizeLimit",
     "cut_short_uploads",
     "make_dirs",
@@ -147,6 +157,7 @@ def _directory(root: Path, rel: PurePosixPath) -> Path:
             st = os.lstat(here)
         except FileNotFoundError:
             here.mkdir(mode=0o755)
+            os.chmod(here, 0o755)  # as sent, whatever the daemon's umask
             continue
         if not stat.S_ISDIR(st.st_mode):
             raise BadRequest(
@@ -243,28 +254,43 @@ async def receive_input(
     return spooled
 
 
-def make_dirs(paths: Sequence[Path]) -> None:
-    """Make those of the directories `paths` (and their parents) that are missing;
-    OSError naming the first that could not be made.
+def make_dirs(paths: Sequence[Path], account: Account | None = None) -> None:
+    """Make those of the job directories `paths` (`<spool>/<cluster>/<proc>`) that are
+    missing, `account`'s (None: the daemon's own); OSError naming the first that could
+    not be made.
 
-    Looked for with one listing per parent; many missing are made by one `mkdir -p`
-    process. Made here one by one, each `mkdir` (or look) releases the GIL and then waits
-    up to the switch interval (5 ms) to take it back from the daemon's busy threads: 250
-    directories took 1.3 s beside one thread running Python, against 7 ms for a `mkdir`
-    process.
+    Each cluster's directory is made by the daemon and given to the owner (mode 0700);
+    the jobs' directories in it are made as the owner. Looked for with one listing per
+    parent; many missing are made by one `mkdir -p` process. Made here one by one, each
+    `mkdir` (or look) releases the GIL and then waits up to the switch interval (5 ms)
+    to take it back from the daemon's busy threads: 250 directories took 1.3 s beside
+    one thread running Python, against 7 ms for a `mkdir` process.
     """
     missing = _missing(paths)
+    if not missing:
+        return
+    for parent in dict.fromkeys(path.parent for path in missing):
+        parent.parent.mkdir(parents=True, exist_ok=True)
+        owned_dir(parent, account)
     if len(missing) < _MKDIR_PROCESS_FROM:
-        for path in missing:
-            path.mkdir(parents=True, exist_ok=True)
+        with as_owner(account):
+            for path in missing:
+                path.mkdir(mode=0o700, exist_ok=True)
         return
     mkdir = shutil.which("mkdir") or "/bin/mkdir"
     for start in range(0, len(missing), _MKDIR_ARGS):
-        argv = [mkdir, "-p", "--", *(str(p) for p in missing[start : start + _MKDIR_ARGS])]
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, check=False)
+        argv = [mkdir, "-p", "-m", "0700", "--"]
+        argv += [str(p) for p in missing[start : start + _MKDIR_ARGS]]
+        done = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            check=False,
+            **spawn_identity(account),
+        )
         if done.returncode != 0:
             detail = done.stderr.decode(errors="replace").strip().splitlines()
-            raise OSError(f"cannot make spool directories: {detail[0] if detail else argv[3]}")
+            raise OSError(f"cannot make spool directories: {detail[0] if detail else argv[5]}")
 
 
 def _missing(paths: Sequence[Path]) -> list[Path]:
@@ -443,6 +469,7 @@ def _stage(
         mode = 0o755 if member.mode & 0o111 else 0o644
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
         with os.fdopen(fd, "wb") as out:
+            os.fchmod(out.fileno(), mode)  # as sent, whatever the daemon's umask
             shutil.copyfileobj(source, out, _CHUNK)
             out.flush()
             if sync:
@@ -453,12 +480,23 @@ def _stage(
     return list(staged)
 
 
-def _add_file(tar: tarfile.TarFile, path: Path, name: str) -> bool:
-    """Add the regular file at `path` as `name`, never through a link; whether it was."""
+def _open_output(path: Path, sandbox: Path) -> int:
+    """A file of the output, opened for reading: one inside the sandbox without following
+    a link anywhere on its way, one elsewhere as the caller's rights allow (not a link)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return False  # missing, or a link: not the job's output to hand out
+        rel = path.relative_to(sandbox)
+    except ValueError:
+        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    return open_beneath(sandbox, str(rel), os.O_RDONLY)
+
+
+def _add_file(tar: tarfile.TarFile, path: Path, name: str, sandbox: Path) -> bool:
+    """Add the regular file at `path` as `name`, never through a link below `sandbox`
+    nor as the last step; whether it was."""
+    try:
+        fd = _open_output(path, sandbox)
+    except (OSError, ValueError):
+        return False  # missing, unreadable, or a link: not the job's output to hand out
     with os.fdopen(fd, "rb") as source:
         st = os.fstat(source.fileno())
         if not stat.S_ISREG(st.st_mode):
@@ -551,18 +589,20 @@ def pack_output(
     scratch: Path | None = None,
     limit: SizeLimit = NO_LIMIT,
     what: str = "the output",
+    account: Account | None = None,
 ) -> BinaryIO:
     """The job's output sandbox as a plain tar in an unnamed file under `scratch`,
-    rewound (see `_wanted` for what it holds).
+    rewound (see `_wanted` for what it holds), its files read as `account`.
 
     SandboxTooLarge, before anything is packed, when its files add up to over `limit`.
     """
-    wanted = output_files(ad, sandbox, limit, what)
-    packed = _scratch_file(scratch)
+    packed = _scratch_file(scratch)  # the daemon's file: made before the switch
     try:
-        with tarfile.open(fileobj=packed, mode="w:", format=tarfile.PAX_FORMAT) as tar:
-            for name, path in wanted.items():
-                _add_file(tar, path, name)
+        with as_owner(account):
+            wanted = output_files(ad, sandbox, limit, what)
+            with tarfile.open(fileobj=packed, mode="w:", format=tarfile.PAX_FORMAT) as tar:
+                for name, path in wanted.items():
+                    _add_file(tar, path, name, sandbox)
         packed.seek(0)
     except BaseException:
         packed.close()
@@ -574,7 +614,8 @@ def output_files(
     ad: ClassAd, sandbox: Path, limit: SizeLimit = NO_LIMIT, what: str = "the output"
 ) -> dict[str, Path]:
     """The files of the job's output sandbox by member name (see `_wanted`);
-    SandboxTooLarge when they add up to over `limit`."""
+    SandboxTooLarge when they add up to over `limit`. Looks at the files with the
+    caller's rights: call it as the job's owner."""
     iwd_value = ad.get("Iwd")
     iwd = Path(iwd_value) if isinstance(iwd_value, str) and iwd_value else sandbox
     wanted = _wanted(ad, iwd, sandbox)
@@ -582,21 +623,32 @@ def output_files(
     return wanted
 
 
+@dataclass(frozen=True, slots=True)
+class JobOutput:
+    """One job's part of a tar of several outputs: its files by member name (from
+    `output_files`), read as `account` from its `sandbox`."""
+
+    files: Mapping[str, Path]
+    sandbox: Path
+    account: Account | None = None
+
+
 def pack_outputs(
-    index: bytes, files: Mapping[str, Mapping[str, Path]], scratch: Path | None = None
+    index: bytes, outputs: Mapping[str, JobOutput], scratch: Path | None = None
 ) -> BinaryIO:
     """Several jobs' output sandboxes as one plain tar in an unnamed file under
-    `scratch`, rewound: first `jobs.json` holding `index`, then each job's files (`files`:
-    job id -> member name -> file, from `output_files`) under its id, `12.0/out.txt`."""
+    `scratch`, rewound: first `jobs.json` holding `index`, then each job's files under
+    its id (`outputs`: job id -> its files), `12.0/out.txt`."""
     packed = _scratch_file(scratch)
     try:
         with tarfile.open(fileobj=packed, mode="w:", format=tarfile.PAX_FORMAT) as tar:
             info = tarfile.TarInfo(INDEX)
             info.size, info.mode = len(index), 0o644
             tar.addfile(info, io.BytesIO(index))
-            for job, wanted in files.items():
-                for name, path in wanted.items():
-                    _add_file(tar, path, f"{job}/{name}")
+            for job, output in outputs.items():
+                with as_owner(output.account):
+                    for name, path in output.files.items():
+                        _add_file(tar, path, f"{job}/{name}", output.sandbox)
         packed.seek(0)
     except BaseException:
         packed.close()

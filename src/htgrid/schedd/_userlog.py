@@ -7,6 +7,10 @@ terminated, 009 aborted, 012 held, 013 released. The events carry the change's t
 The last change written is kept in a file (`spool/userlog.seq`), written after the
 events, so a crash never loses an event: at worst the events of the last batch are
 written again after the restart (a duplicate, which readers such as DAGMan tolerate).
+
+A log is the job's owner's file: it is opened (made, if missing) with the owner's
+rights, never the daemon's; the event of a job whose owner may not run jobs here is not
+written.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from htgrid._aio import wait_event
+from htgrid._privsep import USER_FILE_MODE, Account, OwnerPolicy, OwnerRefused, as_owner
 from htgrid.classad import ClassAd
 from htgrid.eventlog import (
     EventLogError,
@@ -59,6 +64,7 @@ _SAVE_EVERY: Final = 10_000
 _CACHE_MAX: Final = 100_000
 _INFO: Final = (
     "UserLog",
+    "Owner",
     "Iwd",
     "RemoteUserCpu",
     "RemoteSysCpu",
@@ -72,19 +78,24 @@ _INFO: Final = (
 _SCHEDULER: Final = 7  # JobUniverse
 _RUNNING: Final = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED})
 
-Pending = list[tuple[str, UserLogEvent]]
+Log = tuple[str, str]  # the log's path, the job's owner
+Pending = list[tuple[Log, UserLogEvent]]
 
 
 class UserLogWriter:
     """Follows the change feed and appends each job's events to its user log."""
 
-    def __init__(self, worker: QueueWorker, seq_file: Path, host: str) -> None:
+    def __init__(
+        self, worker: QueueWorker, seq_file: Path, host: str, policy: OwnerPolicy | None = None
+    ) -> None:
+        """`policy`: as whom each log is written (None: as the daemon's own user)."""
+        self._policy = policy
         self._worker = worker
         self._seq_file = seq_file
         self._host = host
         self._seq = 0
         self._saved = 0  # the position in the file
-        self._paths: dict[JobId, str | None] = {}  # UserLog per job; touched on the queue thread
+        self._paths: dict[JobId, Log | None] = {}  # UserLog per job; touched on the queue thread
         self._wake = worker.subscribe()
         # catch_up runs from the writer's loop and from submits (see `written`): one at a
         # time, or a batch of events could be written twice.
@@ -227,7 +238,7 @@ class UserLogWriter:
             except Exception as exc:  # this job's values only: the others' events go on
                 if daemon_fault(exc):
                     raise
-                failed.append(_Failed.of(jid, path, exc))
+                failed.append(_Failed.of(jid, path[0], exc))
                 continue
             if event is not None:
                 out.append((path, event))
@@ -248,20 +259,38 @@ class UserLogWriter:
                 out.append((path, event))
         return out
 
-    def _remember(self, jid: JobId, ad: ClassAd | None) -> str | None:
+    def _remember(self, jid: JobId, ad: ClassAd | None) -> Log | None:
         path = _log_path(ad) if ad is not None else None
         if len(self._paths) >= _CACHE_MAX:
             self._paths.clear()
         self._paths[jid] = path
         return path
 
+    def _account(self, owner: str) -> Account | None:
+        """The account a log of `owner`'s is written as (None: not written, or, with no
+        policy, as the daemon)."""
+        if self._policy is None:
+            return None
+        try:
+            return self._policy.account(owner)
+        except OwnerRefused as exc:
+            _log.warning("user logs of %s are not written: %s", owner, exc)
+            return None
+
     # -- in a helper thread --------------------------------------------------------------
 
     def _write(self, pending: Pending, last: int) -> list[_Failed]:
         failed: list[_Failed] = []
-        for path, event in pending:
+        accounts: dict[str, Account | None] = {}
+        for (path, owner), event in pending:
+            if owner not in accounts:
+                accounts[owner] = self._account(owner)
+            account = accounts[owner]
+            if account is None and self._policy is not None:
+                continue  # the owner may not run jobs here (said once, in the log)
             try:
-                UserLog(path).append(event)
+                with as_owner(account):
+                    UserLog(path, create_mode=USER_FILE_MODE).append(event)
             except Exception as exc:  # this job's log only: the others' events go on
                 if daemon_fault(exc):
                     raise
@@ -296,12 +325,13 @@ class _Failed:
         return cls(job_id, what, f"The event log writer failed on this job's event: {what}", exc)
 
 
-def _log_path(ad: ClassAd) -> str | None:
+def _log_path(ad: ClassAd) -> Log | None:
     log = ad.get("UserLog")
     if not isinstance(log, str) or not log:
         return None
     iwd = ad.get("Iwd")
-    return os.path.join(iwd, log) if isinstance(iwd, str) else log
+    owner = ad.get("Owner")
+    return (os.path.join(iwd, log) if isinstance(iwd, str) else log), str(owner)
 
 
 def _cluster_ads(q: JobQueue, cluster: int) -> dict[JobId, ClassAd]:

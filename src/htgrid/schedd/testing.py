@@ -9,7 +9,9 @@
 The daemon is the one `htgrid up` starts (a detached process), so tests see what users
 see. By default it runs the job queue alone (DAEMON_LIST = MASTER, SCHEDD): vanilla jobs
 stay idle. `daemons=WHOLE_POOL` adds the collector (on a free loopback port), the
-negotiator and an execute node; `config` sets further knobs of htgrid.conf. `wait_for`
+negotiator and an execute node; `config` sets further knobs of htgrid.conf (the pool lets
+root's jobs run, ALLOW_ROOT_JOBS = true, as the tests run as root and submit as root; a
+test of whose rights jobs have sets it false and submits as another user). `wait_for`
 polls with a deadline instead of sleeping a fixed time. `token` and `remote` reach the
 daemon's TLS API as a token's holder would; `trust` lets one pool's users reach another
 (its CA trusted, a user's token of it kept).
@@ -22,6 +24,7 @@ import datetime
 import io
 import os
 import signal
+import tarfile
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import redirect_stderr, redirect_stdout
@@ -49,6 +52,8 @@ __all__ = [
     "in_process",
     "proxy_pem",
     "run_cli",
+    "tar_of",
+    "untar",
     "until",
     "wait_for",
 ]
@@ -169,6 +174,9 @@ class PersonalPool:
             "QUEUE_FSYNC": str(fsync).lower(),
             "DAEMON_LIST": ", ".join(daemons),
             "COLLECTOR_HOST": "127.0.0.1:0",  # tests run side by side: any free port
+            # The tests run as root and submit as root: the pool lets root's jobs run.
+            # The security tests set it false and submit as another local user.
+            "ALLOW_ROOT_JOBS": "true",
             **(config or {}),
         }
         (home / CONFIG_NAME).write_text("".join(f"{k} = {v}\n" for k, v in knobs.items()))
@@ -285,3 +293,25 @@ def proxy_pem(expires: int) -> bytes:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
+
+
+def tar_of(files: Mapping[str, bytes], *, mode: int = 0o644) -> bytes:
+    """A plain tar holding `files` (name -> contents), as a submitter sends a sandbox."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def untar(data: bytes) -> dict[str, bytes]:
+    """The files of a plain tar (name -> contents); AssertionError for any other member."""
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        out: dict[str, bytes] = {}
+        for member in tar.getmembers():
+            extracted = tar.extractfile(member)
+            assert extracted is not None and member.isfile()
+            out[member.name] = extracted.read()
+        return out

@@ -15,14 +15,20 @@
     GPU_DISCOVERY = true          look for GPUs with nvidia-smi (if it is on PATH)
     JOB_MAX_VACATE_TIME = 10      seconds between a job's KillSig and SIGKILL
     MAX_TRANSFER_INPUT_MB = 10240 MiB an input sandbox may unpack to (as the schedd's)
+    ALLOW_ROOT_JOBS = false       whether a job owned by root may run (as root)
 
 FILESYSTEM_DOMAIN defaults to "localhost", the domain `htgrid submit` writes into job
 ads: an execute node on the submit host shares its files. Set both when jobs run
 elsewhere.
+
+A node run by root runs each job as its owner, in a sandbox of the owner's under
+EXECUTE (mode 0711: the owners pass through it to their sandboxes, and list nothing);
+EXECUTE and the directories above it must let them pass (not under a 0700 /root).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +61,14 @@ class StartdConfig:
     shutdown_script: str | None = None
     api_limits: ApiLimits = DEFAULT_LIMITS
     max_transfer_input_mb: int | None = DEFAULT_TRANSFER_MB  # an input sandbox's files
+    allow_root_jobs: bool = False
+
+    def make_execute_dir(self) -> None:
+        """EXECUTE, made if missing: 0711 when the node runs as root (each job's owner
+        passes through to its sandbox), else 0700."""
+        mode = 0o711 if os.geteuid() == 0 else 0o700
+        self.execute_dir.mkdir(parents=True, exist_ok=True, mode=mode)
+        os.chmod(self.execute_dir, mode)
 
     @property
     def run_dir(self) -> Path:
@@ -116,4 +130,5 @@ class StartdConfig:
             shutdown_script=script or None,
             api_limits=conf.api_limits(),
             max_transfer_input_mb=conf.megabytes("MAX_TRANSFER_INPUT_MB", DEFAULT_TRANSFER_MB),
+            allow_root_jobs=conf.flag("ALLOW_ROOT_JOBS", False),
         )

@@ -34,11 +34,12 @@ from typing import Any, Final
 from starlette.requests import Request
 
 from htgrid._aio import wait_event
+from htgrid._privsep import OwnerPolicy, closed_to_others
 from htgrid.classad import ClassAd, ExprTree, quote
 from htgrid.classad._match import requirements_hold
 from htgrid.collector import CollectorClient
 from htgrid.errors import HTGridError
-from htgrid.schedd._launch import family_marker, kill_leftovers
+from htgrid.schedd._launch import LaunchError, family_marker, kill_leftovers
 from htgrid.startd._ads import AdContext, dynamic_ad, partitionable_ad, slot_state
 from htgrid.startd._api import create_app, start_unix_server
 from htgrid.startd._claims import Claim, Slots, request_of
@@ -91,6 +92,8 @@ class Startd:
         self._machine = machine
         self.started = int(clock())
         self.marker = family_marker(config.execute_dir)
+        # Whose jobs run here, and as whom: the node's user (root: each job as its owner).
+        self.policy = OwnerPolicy(allow_root=config.allow_root_jobs)
         self._stop = asyncio.Event()
         self._reason = ExitReason.STOPPED
         self._dirty = asyncio.Event()
@@ -186,6 +189,7 @@ class Startd:
             marker=self.marker,
             clock=self._clock,
             changed=self._changed,
+            policy=self.policy,
         )
         claim.job_ad = job_ad
         claim.starter = starter
@@ -195,6 +199,10 @@ class Startd:
             await starter.prepare()
         except OSError as exc:
             claim.outcome = Outcome(OutcomeKind.FAILED, reason=f"cannot make the sandbox: {exc}")
+            claim.move(ClaimState.ENDED, self._clock())
+        except LaunchError as exc:  # the job's owner may not run jobs here: it is held
+            _log.warning("%s: job %s refused: %s", claim.name, claim.job_id, exc.reason)
+            claim.outcome = Outcome(OutcomeKind.FAILED, reason=exc.reason, hold_code=int(exc.code))
             claim.move(ClaimState.ENDED, self._clock())
         self._changed()
         return claim.status()
@@ -288,6 +296,15 @@ class Startd:
         cfg.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         lock = await asyncio.to_thread(_lock, cfg.lock_file)
         try:
+            await asyncio.to_thread(cfg.make_execute_dir)
+            closed = closed_to_others(cfg.execute_dir) if self.policy.shared else None
+            if closed is not None:
+                _log.warning(
+                    "%s is closed to other users: their jobs cannot enter their sandboxes "
+                    "in EXECUTE (%s)",
+                    closed,
+                    cfg.execute_dir,
+                )
             await asyncio.to_thread(self._clean_up_after_predecessor)
             machine = self._machine
             if machine is None:

@@ -124,7 +124,7 @@ def detect(config: StartdConfig) -> MachineInfo:
     """The host, with what the configuration offers of it (blocking)."""
     cpus = len(os.sched_getaffinity(0)) or os.cpu_count() or 1
     memory = _memory_mb()
-    config.execute_dir.mkdir(parents=True, exist_ok=True)
+    config.make_execute_dir()
     disk = shutil.disk_usage(config.execute_dir).free // 1024
     gpus = detect_gpus() if config.gpu_discovery else ()
     ids = tuple(g.id for g in gpus)

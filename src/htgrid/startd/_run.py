@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from htgrid._gc import tune_gc
+from htgrid._privsep import daemon_umask
 from htgrid.classad import preload_functions
 from htgrid.errors import HTGridError
 from htgrid.startd._config import StartdConfig
@@ -29,6 +30,7 @@ def run_startd(
     """Run the execute node of `home` (default $HTGRID_HOME); the process exit status."""
     from htgrid.schedd._daemon import configure_logging
 
+    daemon_umask()  # what it makes is its own, whatever the umask it was started with
     configure_logging()
     try:
         config = StartdConfig.load(home)

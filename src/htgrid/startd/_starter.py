@@ -9,14 +9,20 @@ Otherwise the job runs in its Iwd on the shared filesystem, as a local job does.
 
 The job's process is its own session, with the job's environment plus HTCondor's
 (`_CONDOR_SCRATCH_DIR`, `_CONDOR_SLOT`, `_CONDOR_JOB_AD`, `OMP_NUM_THREADS`,
-`CUDA_VISIBLE_DEVICES`...) and a marker naming the execute node, by which a restarted
-startd finds and kills what a killed one left running.
+`CUDA_VISIBLE_DEVICES`, HOME...) and a marker naming the execute node, by which a
+restarted startd finds and kills what a killed one left running.
+
+When the node runs as root, the job runs as its owner (the job ad's Owner, a local
+account; root's only with ALLOW_ROOT_JOBS): the sandbox is the owner's, the job's files
+are unpacked, read and packed with the owner's rights (the transfer tars, beside the
+sandbox, are the node's own), and its process has the owner's uid, gid and groups.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -25,9 +31,10 @@ import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path, PurePosixPath
-from typing import Final
+from typing import BinaryIO, Final
 
-from htgrid._files import write_atomic
+from htgrid._files import private_file, write_atomic
+from htgrid._privsep import Account, OwnerPolicy, OwnerRefused, as_owner, owned_dir
 from htgrid.classad import ClassAd
 from htgrid.net._errors import SandboxTooLarge
 from htgrid.queue import HoldReasonCode, JobId
@@ -91,7 +98,11 @@ class Starter:
         marker: str,
         clock: Callable[[], float] = time.time,
         changed: Callable[[], None] = lambda: None,
+        policy: OwnerPolicy | None = None,
     ) -> None:
+        """`policy`: as whom the job runs (None: as the node's own user)."""
+        self._policy = policy
+        self.account: Account | None = None
         self.claim = claim
         self.job = job
         self.config = config
@@ -115,36 +126,46 @@ class Starter:
     # -- set-up -------------------------------------------------------------------------
 
     async def prepare(self) -> None:
-        """Make the sandbox and write the ads into it; then wait for input, or run."""
+        """Make the sandbox and write the ads into it; then wait for input, or run.
+
+        LaunchError when the job's owner may not run jobs here."""
+        if self._policy is not None:
+            try:
+                self.account = self._policy.account(self.job.get("Owner"))
+            except OwnerRefused as exc:
+                raise LaunchError(str(exc), HoldReasonCode.FailedToAccessUserAccount) from None
         await asyncio.to_thread(self._make_sandbox)
         if not self.transfer:
             self._input.set()
         self._task = asyncio.create_task(self._run(), name=f"starter {self.claim.name}")
 
     def _make_sandbox(self) -> None:
-        self.sandbox.mkdir(mode=0o700, parents=True)
-        (self.sandbox / JOB_AD).write_text(self.job.printOld() + "\n")
-        (self.sandbox / MACHINE_AD).write_text(self.machine_ad.printOld() + "\n")
+        self.sandbox.parent.mkdir(parents=True, exist_ok=True)
+        if self.sandbox.exists():
+            raise FileExistsError(errno.EEXIST, "a sandbox is there already", str(self.sandbox))
+        owned_dir(self.sandbox, self.account)
+        with as_owner(self.account):
+            (self.sandbox / JOB_AD).write_text(self.job.printOld() + "\n")
+            (self.sandbox / MACHINE_AD).write_text(self.machine_ad.printOld() + "\n")
 
     @property
     def input_received(self) -> bool:
         return self._input.is_set()
 
     async def receive_input(self, chunks: AsyncIterator[bytes]) -> None:
-        """Take the input sandbox (a tar, streamed) and unpack it; the job may then run
-        (or is held: a sandbox over MAX_TRANSFER_INPUT_MB, on the wire or unpacked)."""
+        """Take the input sandbox (a tar, streamed, kept in a file of the node's own) and
+        unpack it as the job's owner; the job may then run (or is held: a sandbox over
+        MAX_TRANSFER_INPUT_MB, on the wire or unpacked)."""
         limit = SizeLimit("MAX_TRANSFER_INPUT_MB", self.config.max_transfer_input_mb)
+        f: BinaryIO | None = None
         try:
-            f = await asyncio.to_thread(open, self.input_tar, "wb")
-            try:
-                total = 0
-                async for chunk in chunks:
-                    total += len(chunk)
-                    limit.check(total, "the input sandbox", at_least=True)
-                    await asyncio.to_thread(f.write, chunk)
-            finally:
-                await asyncio.to_thread(f.close)
-            await asyncio.to_thread(unpack_input, self.input_tar, self.sandbox, limit)
+            f = await asyncio.to_thread(private_file, self.input_tar)
+            total = 0
+            async for chunk in chunks:
+                total += len(chunk)
+                limit.check(total, "the input sandbox", at_least=True)
+                await asyncio.to_thread(f.write, chunk)
+            await asyncio.to_thread(self._unpack_input, f, limit)
             if self._renewed_proxy is not None:  # renewed while the input was on its way
                 try:
                     await self.replace_proxy(self._renewed_proxy, unpacked=True)
@@ -158,9 +179,17 @@ class Starter:
         except TransferError as exc:
             self._input_error = exc  # the run ends with it, and the job is held
         finally:
+            if f is not None:
+                await asyncio.to_thread(f.close)
             with contextlib.suppress(OSError):
                 self.input_tar.unlink()
             self._input.set()
+
+    def _unpack_input(self, tar: BinaryIO, limit: SizeLimit) -> None:
+        tar.flush()
+        tar.seek(0)  # the node's file, read by the owner's thread: no need to open it
+        with as_owner(self.account):
+            unpack_input(tar, self.sandbox, limit)
 
     # -- the run --------------------------------------------------------------------------
 
@@ -223,14 +252,7 @@ class Starter:
             str(self.job.get("WhenToTransferOutput", "")).upper() == "ON_EXIT_OR_EVICT"
         )
         if self.transfer and keep:
-            strict = kind is OutcomeKind.EXITED
-            entries = await asyncio.to_thread(
-                output_entries, self.job, self.sandbox, before, strict=strict
-            )
-            out_error = HoldReasonCode.TransferOutputError
-            await asyncio.to_thread(
-                pack, entries, self.output_tar, dereference=False, code=out_error
-            )
+            await asyncio.to_thread(self._pack_output, before, kind is OutcomeKind.EXITED)
             output = True
         return Outcome(
             kind,
@@ -244,11 +266,19 @@ class Starter:
             output=output,
         )
 
+    def _pack_output(self, before: dict[str, int], strict: bool) -> None:
+        """The output tar (the node's file), its members read as the job's owner; an
+        eviction (not `strict`) skips the listed files that are not there."""
+        with private_file(self.output_tar) as tar, as_owner(self.account):
+            entries = output_entries(self.job, self.sandbox, before, strict=strict)
+            pack(entries, tar, dereference=False, code=HoldReasonCode.TransferOutputError)
+
     def _ready_and_snapshot(self, spec: LaunchSpec) -> dict[str, int]:
-        if self.transfer and spec.argv[0].startswith(str(self.sandbox)):
-            with contextlib.suppress(OSError):  # spawn says what is wrong with it
-                os.chmod(spec.argv[0], os.stat(spec.argv[0]).st_mode | 0o700)
-        return snapshot(self.sandbox)
+        with as_owner(self.account):
+            if self.transfer and spec.argv[0].startswith(str(self.sandbox)):
+                with contextlib.suppress(OSError):  # spawn says what is wrong with it
+                    os.chmod(spec.argv[0], os.stat(spec.argv[0]).st_mode | 0o700)
+            return snapshot(self.sandbox)
 
     def _launch_spec(self) -> LaunchSpec:
         job, claim = self.job, self.claim
@@ -283,6 +313,8 @@ class Starter:
             cwd, exe = iwd, os.path.join(iwd, cmd)
             stdin, stdout, stderr = where("In", False), where("Out", False), where("Err", False)
         env = job_environment(job)
+        if self.account is not None:  # HTCondor's STARTER_SETS_HOME_ENV
+            env.setdefault("HOME", self.account.home)
         proxy = job.get("x509userproxy")
         if isinstance(proxy, str) and proxy:
             env["X509_USER_PROXY"] = where("x509userproxy", True)
@@ -321,6 +353,7 @@ class Starter:
             remove_signal=signal_of(job.get("RemoveKillSig"), kill),
             vacate_time=float(vacate),
             append_output=self.transfer,  # a spooled stdout (ON_EXIT_OR_EVICT) goes on
+            account=self.account,
         )
 
     # -- stopping and cleaning up -------------------------------------------------------
@@ -340,7 +373,12 @@ class Starter:
         if not (unpacked or self.input_received):
             self._renewed_proxy = data
             return
-        await asyncio.to_thread(write_atomic, self.sandbox / name, data, mode=0o600)
+
+        def write() -> None:
+            with as_owner(self.account):
+                write_atomic(self.sandbox / name, data, mode=0o600)
+
+        await asyncio.to_thread(write)
 
     def vacate(self, reason: StopReason) -> None:
         """Stop the job: its kill signal, SIGKILL after its vacate time."""

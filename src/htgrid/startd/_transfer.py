@@ -12,7 +12,9 @@ or changed. Each lands in Iwd under its base name, or where `transfer_output_rem
 sends it.
 
 The receiving side never trusts member names: absolute names, `..` and links are
-refused. Every function here blocks (file I/O): call it off the event loop.
+refused. Every function here blocks (file I/O): call it off the event loop. The job's
+files are read and written with the rights of the thread that calls: its owner's
+(`htgrid._privsep.as_owner`); a tar is a path or a file the daemon opened for it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import shutil
 import tarfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
-from typing import Final
+from typing import BinaryIO, Final
 
 from htgrid.classad import ClassAd
 from htgrid.net._errors import SandboxTooLarge
@@ -131,22 +133,39 @@ def input_entries(job: ClassAd, spooled: Path | None = None) -> list[tuple[str, 
     return entries
 
 
+Tar = Path | BinaryIO  # a tar file by name, or open
+
+
+def _open_tar(tar: Tar) -> tarfile.TarFile:
+    """A tar to read, by name or open."""
+    if isinstance(tar, Path):
+        return tarfile.open(tar)
+    return tarfile.open(fileobj=tar)
+
+
 def pack(
     entries: Iterable[tuple[str, Path]],
-    dest: Path,
+    dest: Tar,
     *,
     dereference: bool,
     code: HoldReasonCode = HoldReasonCode.TransferInputError,
 ) -> int:
-    """Write `entries` (directories with their contents) into the tar file `dest`; its size.
+    """Write `entries` (directories with their contents) into the tar `dest` (a path, or
+    a file open for writing at its start); its size.
 
     A file that cannot be read is a TransferError with `code` (the job is held for it).
     """
     try:
-        with tarfile.open(dest, "w", dereference=dereference) as tar:
+        if isinstance(dest, Path):
+            with tarfile.open(dest, "w", dereference=dereference) as tar:
+                for name, path in entries:
+                    tar.add(path, arcname=name, recursive=True)
+            return dest.stat().st_size
+        with tarfile.open(fileobj=dest, mode="w", dereference=dereference) as tar:
             for name, path in entries:
                 tar.add(path, arcname=name, recursive=True)
-        return dest.stat().st_size
+        dest.flush()
+        return dest.tell()
     except (tarfile.TarError, OSError) as exc:
         what = "input" if code == HoldReasonCode.TransferInputError else "output"
         raise TransferError(
@@ -154,12 +173,13 @@ def pack(
         ) from exc
 
 
-def unpack_input(tar_path: Path, sandbox: Path, limit: SizeLimit = NO_LIMIT) -> None:
-    """Extract an input tar into the sandbox: links out, escapes and special files
-    refused, its files' sizes (a sparse file's whole) and its members counted against
-    `limit` and MAX_TAR_MEMBERS, all before anything is written."""
+def unpack_input(tar_path: Tar, sandbox: Path, limit: SizeLimit = NO_LIMIT) -> None:
+    """Extract an input tar (a path, or a file open at its start) into the sandbox: links
+    out, escapes and special files refused, its files' sizes (a sparse file's whole) and
+    its members counted against `limit` and MAX_TAR_MEMBERS, all before anything is
+    written."""
     try:
-        with tarfile.open(tar_path) as tar:
+        with _open_tar(tar_path) as tar:
             members = listed_members(tar)
             limit.check(unpacked_size(members), "the input sandbox (its files unpacked)")
             for member in members:  # each refused before any is written
@@ -203,6 +223,14 @@ def output_entries(
                 if strict:
                     raise _missing(path, "output", HoldReasonCode.TransferOutputError)
                 continue
+            if not _inside(sandbox, path):  # nothing is taken out of the sandbox by a link
+                if strict:
+                    raise TransferError(
+                        f"Transfer output files failure: {item}: a link out of the job's "
+                        "sandbox, which is not followed",
+                        HoldReasonCode.TransferOutputError,
+                    )
+                continue
             entries.append((PurePosixPath(item.rstrip("/")).name, path))
         return entries
     # The job's X.509 proxy came with its input and is never output, also when the shadow
@@ -215,6 +243,13 @@ def output_entries(
         if before.get(entry.name) != entry.stat(follow_symlinks=False).st_mtime_ns:
             entries.append((entry.name, Path(entry.path)))
     return entries
+
+
+def _inside(sandbox: Path, path: Path) -> bool:
+    """Whether `path`, its links resolved, is in `sandbox` (a link itself, as the last
+    step, is packed as a link, never followed)."""
+    where = os.path.realpath(path.parent) if path.is_symlink() else os.path.realpath(path)
+    return (where + "/").startswith(os.path.realpath(sandbox) + "/")
 
 
 def _remaps(job: ClassAd) -> dict[str, str]:
@@ -234,7 +269,7 @@ def _safe_parts(name: str) -> tuple[str, ...] | None:
     return tuple(p for p in path.parts if p != ".")
 
 
-def unpack_output(tar_path: Path, job: ClassAd) -> int:
+def unpack_output(tar_path: Tar, job: ClassAd) -> int:
     """Place an output tar's members in Iwd, Out, Err or their remaps; bytes written."""
     iwd = _iwd(job)
     remaps = _remaps(job)
@@ -245,7 +280,7 @@ def unpack_output(tar_path: Path, job: ClassAd) -> int:
         dests[name] = iwd / target if keep and target else None
     written = 0
     try:
-        with tarfile.open(tar_path) as tar:
+        with _open_tar(tar_path) as tar:
             for member in tar:
                 parts = _safe_parts(member.name)
                 if parts is None or not (member.isfile() or member.isdir()):
@@ -275,13 +310,18 @@ def unpack_output(tar_path: Path, job: ClassAd) -> int:
     return written
 
 
-def unpack_to(tar_path: Path, directory: Path) -> int:
-    """Replace `directory` with the contents of a tar (an evicted job's spooled output)."""
+def unpack_to(tar_path: Tar, directory: Path) -> int:
+    """Replace what `directory` holds (it is made if missing) with the contents of a tar
+    (an evicted job's spooled output)."""
     try:
-        if directory.exists():
-            shutil.rmtree(directory)
-        directory.mkdir(parents=True)
-        with tarfile.open(tar_path) as tar:
+        directory.mkdir(parents=True, exist_ok=True)
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
+        with _open_tar(tar_path) as tar:
             tar.extractall(directory, filter="data")
             return sum(m.size for m in tar.getmembers())
     except (tarfile.TarError, OSError) as exc:

@@ -11,7 +11,7 @@ import contextlib
 import json
 import ssl
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,6 +90,9 @@ def remote_pool(base: Path, **knobs: object) -> Iterator[RemotePool]:
 
 
 @pytest.fixture(scope="module")
-def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RemotePool]:
-    with remote_pool(tmp_path_factory.mktemp("condor-gahp")) as pool:
+def remote(
+    shared_tmp_factory: Callable[[str], Path], test_users: tuple[str, ...]
+) -> Iterator[RemotePool]:
+    """pool-b, whose jobs (alice's) run as alice: its home is one she passes through."""
+    with remote_pool(shared_tmp_factory("condor-gahp")) as pool:
         yield pool

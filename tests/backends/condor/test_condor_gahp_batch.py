@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -166,9 +166,11 @@ def test_50_concurrent_stage_ins_release_every_job_with_its_own_files(
 
 
 @pytest.fixture(scope="module")
-def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RemotePool]:
+def limited(
+    shared_tmp_factory: Callable[[str], Path], test_users: tuple[str, ...]
+) -> Iterator[RemotePool]:
     """A remote pool that takes at most 1 MiB of input a job."""
-    base = tmp_path_factory.mktemp("condor-gahp-batch-limited")
+    base = shared_tmp_factory("condor-gahp-batch-limited")
     with remote_pool(base, MAX_TRANSFER_INPUT_MB=1) as pool:
         yield pool
 

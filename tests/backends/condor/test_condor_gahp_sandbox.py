@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import io
 import tarfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -93,9 +93,11 @@ def gahp(remote: RemotePool, scratch: Path) -> Iterator[Wire]:
 
 
 @pytest.fixture(scope="module")
-def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RemotePool]:
+def limited(
+    shared_tmp_factory: Callable[[str], Path], test_users: tuple[str, ...]
+) -> Iterator[RemotePool]:
     """A remote pool that takes at most 1 MiB of input and hands out at most 1 MiB."""
-    base = tmp_path_factory.mktemp("condor-gahp-limited")
+    base = shared_tmp_factory("condor-gahp-limited")
     with remote_pool(base, MAX_TRANSFER_INPUT_MB=1, MAX_TRANSFER_OUTPUT_MB=1) as pool:
         yield pool
 

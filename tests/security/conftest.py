@@ -1,0 +1,7 @@
+"""The security tests' fixtures: a second local user (`_accounts`)."""
+
+from __future__ import annotations
+
+from ._accounts import second_user, shared_dir, user_runs_python
+
+__all__ = ["second_user", "shared_dir", "user_runs_python"]
