@@ -27,7 +27,7 @@ import bisect
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any, Final
 
@@ -136,6 +136,19 @@ def _object(attrs: tuple[tuple[str, Node], ...], indent: int) -> str:
     return "{\n" + ",\n".join(lines) + "\n" + " " * indent + "}"
 
 
+def ads_to_json(ads: Sequence[ClassAd]) -> str:
+    """A JSON array of ads as printJson writes each (text: the markers must stay raw)."""
+    return "[" + ",\n".join(ad_to_json(ad) for ad in ads) + "]"
+
+
+def json_members(ad: ClassAd) -> dict[str, str]:
+    """Each attribute of `ad` as a JSON object member (`"Memory": 2048`), by its lower-case
+    name: what an ad is written from when only some of its attributes go (a projection)."""
+    return {
+        key: f"{_string(entry.name)}: {_node(entry.node, 0)}" for key, entry in ad._attrs.items()
+    }
+
+
 # Top-level lines by the entry they print (kept here, so that its id stays its own).
 # Entries are immutable and shared: the queue's job ads share their cluster's, so a
 # thousand ads of a cluster look each of those up once per ad, without building a key.
@@ -158,19 +171,6 @@ def ad_to_json(ad: ClassAd) -> str:
         _ENTRY_LINES[id(entry)] = (entry, line)
         lines.append(line)
     return "{\n" + ",\n".join(lines) + "\n}"
-
-
-def ads_to_json(ads: Sequence[ClassAd]) -> str:
-    """A JSON array of ads as printJson writes each (text: the markers must stay raw)."""
-    return "[" + ",\n".join(ad_to_json(ad) for ad in ads) + "]"
-
-
-def json_members(ad: ClassAd) -> dict[str, str]:
-    """Each attribute of `ad` as a JSON object member (`"Memory": 2048`), by its lower-case
-    name: what an ad is written from when only some of its attributes go (a projection)."""
-    return {
-        key: f"{_string(entry.name)}: {_node(entry.node, 0)}" for key, entry in ad._attrs.items()
-    }
 
 
 #: The text parser's nesting budget (source.cpp's): a list or a nested ad costs 3 levels.
@@ -214,7 +214,7 @@ def _from_json(value: Any, text: str, offset: int, depth: int = _NESTED_COST) ->
 
 
 def _pairs(
-    obj: Mapping[str, Any], text: str, offset: int, depth: int = _NESTED_COST
+    obj: dict[str, Any], text: str, offset: int, depth: int = _NESTED_COST
 ) -> tuple[tuple[str, Node], ...]:
     found: dict[str, tuple[str, Node]] = {}
     for name, value in obj.items():
@@ -240,14 +240,14 @@ def _named(name: str) -> str:
     return name if name.isprintable() else repr(name)
 
 
-def ad_from_object(obj: Mapping[str, Any]) -> ClassAd:
+def ad_from_object(obj: dict[str, Any]) -> ClassAd:
     """The ClassAd of a JSON object decoded by `loads`, as the parser reads its text:
     ClassAdSyntaxError, its reason naming the attribute, for what a ClassAd cannot hold."""
     for name, value in obj.items():
         if not is_literal(value) or "\0" in name:
             return ClassAd._from_pairs(_pairs(obj, "", 0))
     # Literals only (most ads a query returns): the same ad, without the parser.
-    return ClassAd(obj if type(obj) is dict else dict(obj))
+    return ClassAd(obj)
 
 
 def is_literal(value: object) -> bool:
