@@ -7,10 +7,10 @@ from collections import deque
 
 import pytest
 
-import htgrid.grid._azure_table as table
+import htgrid.grid.azure._table as table
 from htgrid.grid import BadTransition
-from htgrid.grid._azure import AzureJob
-from htgrid.grid._azure_table import (
+from htgrid.grid.azure._job import AzureJob
+from htgrid.grid.azure._table import (
     INITIAL,
     TERMINAL,
     TRANSITIONS,

@@ -7,9 +7,9 @@ from collections import deque
 
 import pytest
 
-import htgrid.grid._batch_table as table
+import htgrid.grid.batch._table as table
 from htgrid.grid import BadTransition, BatchEvent, BatchJob, BatchState
-from htgrid.grid._batch_table import INITIAL, TERMINAL, TRANSITIONS, draw, next_state
+from htgrid.grid.batch._table import INITIAL, TERMINAL, TRANSITIONS, draw, next_state
 
 
 def test_every_state_has_a_row() -> None:

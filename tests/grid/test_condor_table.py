@@ -7,10 +7,10 @@ from collections import deque
 
 import pytest
 
-import htgrid.grid._condor_table as table
+import htgrid.grid.condor._table as table
 from htgrid.grid import BadTransition
-from htgrid.grid._condor import CondorJob
-from htgrid.grid._condor_table import (
+from htgrid.grid.condor._job import CondorJob
+from htgrid.grid.condor._table import (
     INITIAL,
     TERMINAL,
     TRANSITIONS,

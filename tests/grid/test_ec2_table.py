@@ -7,10 +7,10 @@ from collections import deque
 
 import pytest
 
-import htgrid.grid._ec2_table as table
+import htgrid.grid.ec2._table as table
 from htgrid.grid import BadTransition
-from htgrid.grid._ec2 import Ec2Job
-from htgrid.grid._ec2_table import (
+from htgrid.grid.ec2._job import Ec2Job
+from htgrid.grid.ec2._table import (
     INITIAL,
     TERMINAL,
     TRANSITIONS,

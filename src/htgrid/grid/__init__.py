@@ -11,9 +11,6 @@ are other processes, reached only through the protocol).
 
 from __future__ import annotations
 
-from htgrid.grid._batch import BATCH, BatchJob
-from htgrid.grid._batch_resource import BatchResource, RemoteStatus, build_submit_ad
-from htgrid.grid._batch_table import TRANSITIONS, BatchEvent, BatchState
 from htgrid.grid._config import GridManagerConfig
 from htgrid.grid._errors import (
     AlreadyRunning,
@@ -25,6 +22,16 @@ from htgrid.grid._errors import (
 from htgrid.grid._gridids import BatchJobId, BatchResourceName, grid_type_of
 from htgrid.grid._gridtype import GridType
 from htgrid.grid._resource import Resource, ResourceState, ResourceStats
+from htgrid.grid.batch import (
+    BATCH,
+    TRANSITIONS,
+    BatchEvent,
+    BatchJob,
+    BatchResource,
+    BatchState,
+    RemoteStatus,
+    build_submit_ad,
+)
 from htgrid.grid.explain import explain_grid_job
 from htgrid.grid.manager import ADOPTABLE, GRID_TYPES, GridManager, run_gridmanager
 

@@ -14,10 +14,10 @@ import time
 from dataclasses import dataclass
 
 from htgrid.classad import ClassAd
-from htgrid.grid._condor_ad import LOCAL_LEASE, CondorJobId, CondorResourceName, is_submit_tag
 from htgrid.grid._errors import UnsupportedGridJob
 from htgrid.grid._gridids import BatchJobId, Ec2JobId, grid_type_of
 from htgrid.grid._values import as_int, as_number, as_str
+from htgrid.grid.condor._ad import LOCAL_LEASE, CondorJobId, CondorResourceName, is_submit_tag
 from htgrid.queue import HoldReasonCode, JobStatus
 
 __all__ = ["explain_grid_job"]

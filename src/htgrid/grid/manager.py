@@ -50,11 +50,7 @@ from htgrid._gc import tune_gc
 from htgrid.classad import ClassAd, preload_functions
 from htgrid.errors import HTGridError
 from htgrid.gahp import Clock, SystemClock
-from htgrid.grid._azure import AZURE
-from htgrid.grid._batch import BATCH
-from htgrid.grid._condor import CONDOR
 from htgrid.grid._config import GridManagerConfig
-from htgrid.grid._ec2 import EC2
 from htgrid.grid._errors import AlreadyRunning, GridError, UnsupportedGridJob
 from htgrid.grid._gahps import GahpHandle, GahpPids
 from htgrid.grid._gridids import grid_type_of
@@ -64,6 +60,10 @@ from htgrid.grid._queueio import QueueIO
 from htgrid.grid._resource import Resource
 from htgrid.grid._userlog import EventLogs
 from htgrid.grid._values import as_int
+from htgrid.grid.azure import AZURE
+from htgrid.grid.batch import BATCH
+from htgrid.grid.condor import CONDOR
+from htgrid.grid.ec2 import EC2
 from htgrid.queue import (
     Change,
     ChangeKind,

@@ -36,15 +36,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from htgrid.gahp import GahpRequestRefused, GahpServerExited, GahpTimeout, LocalGahpError
-from htgrid.grid._ec2_args import keypair_name, vm_start_args
-from htgrid.grid._ec2_resource import Ec2Resource, GahpFailure
-from htgrid.grid._ec2_spot import Ec2Spot
-from htgrid.grid._ec2_status import NO_ANSWER, REASONS
-from htgrid.grid._ec2_table import TERMINAL, Ec2Event, Ec2State, next_state
 from htgrid.grid._errors import GahpUnavailable
 from htgrid.grid._gridids import Ec2JobId, Ec2ResourceName
 from htgrid.grid._gridtype import GahpFactory, GridType
 from htgrid.grid._job import SUBMIT_ATTRS, Services, format_time
+from htgrid.grid.ec2._args import keypair_name, vm_start_args
+from htgrid.grid.ec2._resource import Ec2Resource, GahpFailure
+from htgrid.grid.ec2._spot import Ec2Spot
+from htgrid.grid.ec2._status import NO_ANSWER, REASONS
+from htgrid.grid.ec2._table import TERMINAL, Ec2Event, Ec2State, next_state
 from htgrid.queue import ExitOutcome, HoldReasonCode, InvalidTransition, JobStatus
 
 __all__ = ["DEFAULT_EC2_GAHP", "EC2", "REASONS", "Ec2Job", "ec2_grid_type"]

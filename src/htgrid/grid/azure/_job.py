@@ -26,7 +26,13 @@ from typing import Any
 
 from htgrid.classad import ClassAd
 from htgrid.gahp import GahpRequestRefused, GahpServerExited, GahpTimeout, LocalGahpError, unnull
-from htgrid.grid._azure_resource import (
+from htgrid.grid._errors import GahpUnavailable
+from htgrid.grid._gridids import AzureJobId, AzureResourceName
+from htgrid.grid._gridtype import GahpFactory, GridType
+from htgrid.grid._job import SUBMIT_ATTRS, GridJob, Services, format_time
+from htgrid.grid._queueio import UNDEFINED
+from htgrid.grid._values import as_str
+from htgrid.grid.azure._resource import (
     AzureResource,
     MissingAttribute,
     VmStatus,
@@ -34,13 +40,7 @@ from htgrid.grid._azure_resource import (
     is_transient,
     new_vm_name,
 )
-from htgrid.grid._azure_table import INITIAL, TERMINAL, AzureEvent, AzureState, next_state
-from htgrid.grid._errors import GahpUnavailable
-from htgrid.grid._gridids import AzureJobId, AzureResourceName
-from htgrid.grid._gridtype import GahpFactory, GridType
-from htgrid.grid._job import SUBMIT_ATTRS, GridJob, Services, format_time
-from htgrid.grid._queueio import UNDEFINED
-from htgrid.grid._values import as_str
+from htgrid.grid.azure._table import INITIAL, TERMINAL, AzureEvent, AzureState, next_state
 from htgrid.queue import ExitOutcome, HoldReasonCode, InvalidTransition, JobId, JobStatus
 
 __all__ = ["AZURE", "DEFAULT_AZURE_GAHP", "AzureJob", "azure_grid_type"]

@@ -18,14 +18,14 @@ from typing import Any
 
 from htgrid.classad import ClassAd
 from htgrid.gahp import GahpRequestRefused, GahpServerExited, GahpTimeout, LocalGahpError
-from htgrid.grid._ec2_args import post_start_requests
-from htgrid.grid._ec2_resource import Ec2Resource, Ec2Status, GahpFailure
-from htgrid.grid._ec2_table import INITIAL, Ec2Event, Ec2State
 from htgrid.grid._errors import GahpUnavailable
 from htgrid.grid._gridids import Ec2JobId
 from htgrid.grid._job import GridJob, Services
 from htgrid.grid._queueio import UNDEFINED
 from htgrid.grid._values import as_str
+from htgrid.grid.ec2._args import post_start_requests
+from htgrid.grid.ec2._resource import Ec2Resource, Ec2Status, GahpFailure
+from htgrid.grid.ec2._table import INITIAL, Ec2Event, Ec2State
 from htgrid.queue import HoldReasonCode, InvalidTransition, JobId, JobStatus
 
 __all__ = ["REASONS", "Ec2Instance"]

@@ -24,12 +24,12 @@ from typing import Any
 
 from htgrid.classad import ClassAd
 from htgrid.gahp import GahpRequestRefused, GahpServerExited, GahpTimeout, LocalGahpError, unnull
-from htgrid.grid._batch_resource import FIND, BatchResource, RemoteStatus, build_submit_ad
-from htgrid.grid._batch_table import INITIAL, TERMINAL, BatchEvent, BatchState, next_state
 from htgrid.grid._errors import GahpUnavailable
 from htgrid.grid._gridids import JOB_STATUS_NAMES, BatchJobId, BatchResourceName, new_tag
 from htgrid.grid._gridtype import GahpFactory, GridType
 from htgrid.grid._job import SUBMIT_ATTRS, GridJob, Services, format_time
+from htgrid.grid.batch._resource import FIND, BatchResource, RemoteStatus, build_submit_ad
+from htgrid.grid.batch._table import INITIAL, TERMINAL, BatchEvent, BatchState, next_state
 from htgrid.queue import ExitOutcome, HoldReasonCode, InvalidTransition, JobId, JobStatus
 
 __all__ = ["BATCH", "BatchJob"]

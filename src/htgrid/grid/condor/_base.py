@@ -17,7 +17,10 @@ from collections.abc import Callable
 
 from htgrid.classad import ClassAd
 from htgrid.gahp import GahpRequestRefused, GahpServerExited, GahpTimeout, LocalGahpError
-from htgrid.grid._condor_ad import (
+from htgrid.grid._errors import GahpUnavailable
+from htgrid.grid._job import GridJob, Services, format_time
+from htgrid.grid._values import as_int, as_str
+from htgrid.grid.condor._ad import (
     LOCAL_LEASE,
     CondorJobId,
     RemoteJob,
@@ -25,11 +28,8 @@ from htgrid.grid._condor_ad import (
     is_submit_tag,
     lease_duration,
 )
-from htgrid.grid._condor_resource import CondorResource, RemoteCallFailed, is_down_error
-from htgrid.grid._condor_table import INITIAL, TERMINAL, CondorEvent, CondorState, next_state
-from htgrid.grid._errors import GahpUnavailable
-from htgrid.grid._job import GridJob, Services, format_time
-from htgrid.grid._values import as_int, as_str
+from htgrid.grid.condor._resource import CondorResource, RemoteCallFailed, is_down_error
+from htgrid.grid.condor._table import INITIAL, TERMINAL, CondorEvent, CondorState, next_state
 from htgrid.queue import JobId, JobNotFound, JobStatus
 
 __all__ = ["INPUT_TOO_LARGE", "OUTPUT_TOO_LARGE", "CondorJobBase", "is_transient"]

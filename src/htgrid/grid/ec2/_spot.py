@@ -19,14 +19,14 @@ from collections.abc import Mapping
 
 from htgrid.classad import ClassAd
 from htgrid.gahp import GahpRequestRefused, GahpServerExited, GahpTimeout, LocalGahpError
-from htgrid.grid._ec2_args import spot_start_args
-from htgrid.grid._ec2_resource import Ec2Resource, GahpFailure, SpotStatus
-from htgrid.grid._ec2_status import NO_ANSWER, Ec2Instance
-from htgrid.grid._ec2_table import Ec2Event, Ec2State
 from htgrid.grid._errors import GahpUnavailable
 from htgrid.grid._job import Services, format_time
 from htgrid.grid._queueio import UNDEFINED
 from htgrid.grid._values import as_str
+from htgrid.grid.ec2._args import spot_start_args
+from htgrid.grid.ec2._resource import Ec2Resource, GahpFailure, SpotStatus
+from htgrid.grid.ec2._status import NO_ANSWER, Ec2Instance
+from htgrid.grid.ec2._table import Ec2Event, Ec2State
 from htgrid.queue import HoldReasonCode, JobId, JobStatus
 
 __all__ = ["SPOT_CODES", "Ec2Spot"]

@@ -34,11 +34,11 @@ from collections.abc import Sequence
 from typing import Protocol, cast
 
 from htgrid.gahp import GahpError, GahpRequestRefused
-from htgrid.grid._condor_ad import CondorJobId, RemoteJob
 from htgrid.grid._errors import GahpUnavailable, GridError
 from htgrid.grid._gahps import GahpHandle
 from htgrid.grid._job import Services
 from htgrid.grid._resource import AnyJob, Resource
+from htgrid.grid.condor._ad import CondorJobId, RemoteJob
 
 __all__ = ["MAX_PENDING", "STATUS_CHUNK", "CondorResource", "RemoteCallFailed", "is_down_error"]
 

@@ -31,7 +31,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from htgrid.gahp import GahpRequestRefused, LocalGahpError
-from htgrid.grid._condor_ad import (
+from htgrid.grid._errors import GahpUnavailable
+from htgrid.grid._gridids import JOB_STATUS_NAMES
+from htgrid.grid._gridtype import GahpFactory, GridType
+from htgrid.grid._job import Services, format_time
+from htgrid.grid.condor._ad import (
     LOCAL_LEASE,
     CondorJobId,
     CondorResourceName,
@@ -40,7 +44,7 @@ from htgrid.grid._condor_ad import (
     new_submit_tag,
     submitter_id,
 )
-from htgrid.grid._condor_base import (
+from htgrid.grid.condor._base import (
     ALREADY,
     INPUT_TOO_LARGE,
     LOST_GAHP,
@@ -49,12 +53,8 @@ from htgrid.grid._condor_base import (
     CondorJobBase,
     is_transient,
 )
-from htgrid.grid._condor_resource import CondorResource, RemoteCallFailed
-from htgrid.grid._condor_table import CondorEvent, CondorState
-from htgrid.grid._errors import GahpUnavailable
-from htgrid.grid._gridids import JOB_STATUS_NAMES
-from htgrid.grid._gridtype import GahpFactory, GridType
-from htgrid.grid._job import Services, format_time
+from htgrid.grid.condor._resource import CondorResource, RemoteCallFailed
+from htgrid.grid.condor._table import CondorEvent, CondorState
 from htgrid.net.security import SecurityConfig, trusted_ca_files, user_token_dir
 from htgrid.queue import ExitOutcome, HoldReasonCode, InvalidTransition, JobStatus
 

@@ -1,0 +1,18 @@
+"""The batch grid type (`batch <lrms>`: Slurm, PBS, SGE, LSF, fork) through the blahp's GAHP."""
+
+from __future__ import annotations
+
+from htgrid.grid.batch._job import BATCH, BatchJob
+from htgrid.grid.batch._resource import BatchResource, RemoteStatus, build_submit_ad
+from htgrid.grid.batch._table import TRANSITIONS, BatchEvent, BatchState
+
+__all__ = [
+    "BATCH",
+    "TRANSITIONS",
+    "BatchEvent",
+    "BatchJob",
+    "BatchResource",
+    "BatchState",
+    "RemoteStatus",
+    "build_submit_ad",
+]
