@@ -8,7 +8,8 @@ from collections import deque
 import pytest
 
 import htgrid.grid.batch._table as table
-from htgrid.grid import BadTransition, BatchEvent, BatchJob, BatchState
+from htgrid.grid import BadTransition
+from htgrid.grid.batch import BatchEvent, BatchJob, BatchState
 from htgrid.grid.batch._table import INITIAL, TERMINAL, TRANSITIONS, draw, next_state
 
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from htgrid.grid import BatchJobId, explain_grid_job
+from htgrid.grid import explain_grid_job
+from htgrid.grid.batch import BatchJobId
 from htgrid.grid.batch._resource import BatchResource
 from htgrid.queue import JobAction, JobId, JobStatus
 

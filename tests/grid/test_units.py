@@ -10,19 +10,16 @@ import pytest
 
 import htgrid.classad as classad
 from htgrid.grid import (
-    BatchJobId,
-    BatchResourceName,
     GridManagerConfig,
-    RemoteStatus,
     Resource,
     UnsupportedGridJob,
-    build_submit_ad,
     explain_grid_job,
     grid_type_of,
 )
 from htgrid.grid._gahps import GahpHandle
 from htgrid.grid._gridids import new_tag
 from htgrid.grid._job import Services
+from htgrid.grid.batch import BatchJobId, BatchResourceName, RemoteStatus, build_submit_ad
 from htgrid.queue import JobAction, JobId
 
 # ---- ids ---------------------------------------------------------------------------------

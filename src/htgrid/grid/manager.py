@@ -53,17 +53,13 @@ from htgrid.gahp import Clock, SystemClock
 from htgrid.grid._config import GridManagerConfig
 from htgrid.grid._errors import AlreadyRunning, GridError, UnsupportedGridJob
 from htgrid.grid._gahps import GahpHandle, GahpPids
-from htgrid.grid._gridids import grid_type_of
 from htgrid.grid._gridtype import GridType
 from htgrid.grid._job import GridJob, Services
 from htgrid.grid._queueio import QueueIO
+from htgrid.grid._registry import GRID_TYPES, grid_type_of
 from htgrid.grid._resource import Resource
 from htgrid.grid._userlog import EventLogs
 from htgrid.grid._values import as_int
-from htgrid.grid.azure import AZURE
-from htgrid.grid.batch import BATCH
-from htgrid.grid.condor import CONDOR
-from htgrid.grid.ec2 import EC2
 from htgrid.queue import (
     Change,
     ChangeKind,
@@ -82,13 +78,6 @@ __all__ = ["ADOPTABLE", "GRID_TYPES", "GridManager", "run_gridmanager"]
 
 log = logging.getLogger("htgrid.grid")
 
-#: The grid types this grid manager runs, by the first word of GridResource.
-GRID_TYPES: Mapping[str, GridType] = {
-    BATCH.name: BATCH,
-    EC2.name: EC2,
-    AZURE.name: AZURE,
-    CONDOR.name: CONDOR,
-}
 #: Which queued jobs are the grid manager's (gridmanager.cpp's first-contact query). A job
 #: whose GridResource waits for grid matchmaking ($$(...)) has Matched = false until the
 #: negotiator fills it in.
@@ -112,7 +101,7 @@ class GridManager:
         queue_dir: str | os.PathLike[str] | None = None,
         config: GridManagerConfig | None = None,
         clock: Clock | None = None,
-        grid_types: Mapping[str, GridType] | None = None,
+        grid_types: Mapping[str, GridType[Any]] | None = None,
     ) -> None:
         self.home = Path(home)
         self.queue_dir = Path(queue_dir) if queue_dir is not None else self.home / "spool"

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+from htgrid.grid.azure._ids import AzureJobId, AzureResourceName
 from htgrid.grid.azure._job import AZURE, AzureJob, azure_grid_type
 from htgrid.grid.azure._resource import AzureResource
 from htgrid.grid.azure._table import AzureEvent, AzureState
 
-__all__ = ["AZURE", "AzureEvent", "AzureJob", "AzureResource", "AzureState", "azure_grid_type"]
+__all__ = [
+    "AZURE",
+    "AzureEvent",
+    "AzureJob",
+    "AzureJobId",
+    "AzureResource",
+    "AzureResourceName",
+    "AzureState",
+    "azure_grid_type",
+]

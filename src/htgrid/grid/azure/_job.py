@@ -1,4 +1,4 @@
-"""The azure grid type's jobs: one VM per job, the actions of the states in `_azure_table`.
+"""The azure grid type's jobs: one VM per job, the actions of the states in `_table`.
 
 Two-phase create, so that a kill -9 at any moment neither loses a VM nor makes two:
 
@@ -27,11 +27,11 @@ from typing import Any
 from htgrid.classad import ClassAd
 from htgrid.gahp import GahpRequestRefused, GahpServerExited, GahpTimeout, LocalGahpError, unnull
 from htgrid.grid._errors import GahpUnavailable
-from htgrid.grid._gridids import AzureJobId, AzureResourceName
-from htgrid.grid._gridtype import GahpFactory, GridType
-from htgrid.grid._job import SUBMIT_ATTRS, GridJob, Services, format_time
+from htgrid.grid._gridtype import GridType, fixed_gahp
+from htgrid.grid._job import SUBMIT_ATTRS, GridJob, Services
 from htgrid.grid._queueio import UNDEFINED
-from htgrid.grid._values import as_str
+from htgrid.grid._values import as_str, format_time
+from htgrid.grid.azure._ids import AzureJobId, AzureResourceName, remote_of
 from htgrid.grid.azure._resource import (
     AzureResource,
     MissingAttribute,
@@ -414,20 +414,10 @@ class AzureJob(GridJob[AzureState, AzureEvent]):
                 log.warning("job %s: could not delete VM %s: %s", self.job_id, self.vm_name, err)
 
 
-def azure_grid_type(gahp_argv: Sequence[str] = DEFAULT_AZURE_GAHP) -> GridType:
+def azure_grid_type(gahp_argv: Sequence[str] = DEFAULT_AZURE_GAHP) -> GridType[AzureResourceName]:
     """The azure grid type, its GAHP server started with `gahp_argv` (one for all)."""
-    argv = tuple(gahp_argv)
-
-    def new_resource(key: str, gahps: GahpFactory, services: Services) -> AzureResource:
-        name = AzureResourceName.parse(key)
-        return AzureResource(key, name.subscription, gahps("azure", argv), services)
-
-    return GridType(
-        name="azure",
-        resource_key=lambda grid_resource: AzureResourceName.parse(grid_resource).key,
-        new_resource=new_resource,
-        new_job=AzureJob,
-    )
+    gahp = fixed_gahp("azure", gahp_argv)
+    return GridType("azure", AzureResourceName.parse, gahp, AzureResource, AzureJob, remote_of)
 
 
 AZURE = azure_grid_type()

@@ -22,6 +22,7 @@ from htgrid.grid._gahps import GahpHandle
 from htgrid.grid._job import Services
 from htgrid.grid._resource import AnyJob, Resource
 from htgrid.grid._values import as_str
+from htgrid.grid.azure._ids import AzureResourceName
 from htgrid.queue import JobId
 
 __all__ = [
@@ -120,9 +121,11 @@ class _Polled(Protocol):
 class AzureResource(Resource):
     """`azure <subscription>`: pinged with AZURE_PING, polled with AZURE_VM_LIST."""
 
-    def __init__(self, name: str, subscription: str, gahp: GahpHandle, services: Services):
+    def __init__(
+        self, name: str, resource: AzureResourceName, gahp: GahpHandle, services: Services
+    ) -> None:
         super().__init__(name, gahp, services)
-        self.subscription = subscription
+        self.subscription = resource.subscription
         #: The auth files its jobs use, in the order first seen (kept for the pings).
         self.auth_files: dict[str, None] = {}
         #: Numbers the polls: a job trusts only an answer to a list sent after it asked.

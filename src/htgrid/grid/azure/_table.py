@@ -1,6 +1,6 @@
 """The Azure job's state machine: ONE Enum of states, ONE of events, ONE transition table.
 
-Every way an Azure job can move lives in `TRANSITIONS`; the job's code (`_azure.py`)
+Every way an Azure job can move lives in `TRANSITIONS`; the job's code (`_job.py`)
 only runs the action of the state it is in, which answers with an event. An event the
 table does not list for a state is a bug (`BadTransition`).
 

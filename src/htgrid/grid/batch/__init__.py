@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from htgrid.grid.batch._ids import BatchJobId, BatchResourceName
 from htgrid.grid.batch._job import BATCH, BatchJob
 from htgrid.grid.batch._resource import BatchResource, RemoteStatus, build_submit_ad
 from htgrid.grid.batch._table import TRANSITIONS, BatchEvent, BatchState
@@ -11,7 +12,9 @@ __all__ = [
     "TRANSITIONS",
     "BatchEvent",
     "BatchJob",
+    "BatchJobId",
     "BatchResource",
+    "BatchResourceName",
     "BatchState",
     "RemoteStatus",
     "build_submit_ad",

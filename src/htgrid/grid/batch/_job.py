@@ -1,4 +1,4 @@
-"""The batch grid type's jobs: the actions of the states in `_batch_table`.
+"""The batch grid type's jobs: the actions of the states in `_table`.
 
 Two-phase submit, so that a kill -9 at any moment neither loses a job nor runs it twice:
 
@@ -19,15 +19,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from htgrid.classad import ClassAd
 from htgrid.gahp import GahpRequestRefused, GahpServerExited, GahpTimeout, LocalGahpError, unnull
 from htgrid.grid._errors import GahpUnavailable
-from htgrid.grid._gridids import JOB_STATUS_NAMES, BatchJobId, BatchResourceName, new_tag
-from htgrid.grid._gridtype import GahpFactory, GridType
-from htgrid.grid._job import SUBMIT_ATTRS, GridJob, Services, format_time
+from htgrid.grid._gridids import JOB_STATUS_NAMES, new_tag
+from htgrid.grid._gridtype import GridType
+from htgrid.grid._job import SUBMIT_ATTRS, GridJob, Services
+from htgrid.grid._values import format_time
+from htgrid.grid.batch._ids import ALIASES, BatchJobId, BatchResourceName, remote_of
 from htgrid.grid.batch._resource import FIND, BatchResource, RemoteStatus, build_submit_ad
 from htgrid.grid.batch._table import INITIAL, TERMINAL, BatchEvent, BatchState, next_state
 from htgrid.queue import ExitOutcome, HoldReasonCode, InvalidTransition, JobId, JobStatus
@@ -436,15 +438,17 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
 _RUNNING = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT})
 
 
-def _new_resource(key: str, gahps: GahpFactory, services: Services) -> BatchResource:
-    name = BatchResourceName.parse(key)
+def _gahp(name: BatchResourceName, services: Services) -> tuple[str, Sequence[str]]:
     # One batch GAHP server serves every batch system (HTCondor starts one per LRM).
-    return BatchResource(key, name.lrms, gahps("batch", services.config.batch_gahp), services)
+    return "batch", services.config.batch_gahp
 
 
 BATCH = GridType(
     name="batch",
-    resource_key=lambda grid_resource: BatchResourceName.parse(grid_resource).key,
-    new_resource=_new_resource,
+    aliases=ALIASES,
+    parse_resource=BatchResourceName.parse,
+    gahp=_gahp,
+    resource=BatchResource,
     new_job=BatchJob,
+    remote=remote_of,
 )

@@ -24,6 +24,7 @@ from htgrid.grid._gahps import GahpHandle
 from htgrid.grid._job import Services
 from htgrid.grid._resource import AnyJob, Resource
 from htgrid.grid._values import as_int, as_str, is_plain
+from htgrid.grid.batch._ids import BatchResourceName
 
 __all__ = ["FIND", "STATUS_ALL", "BatchResource", "RemoteStatus", "build_submit_ad"]
 
@@ -108,9 +109,11 @@ class _Polled(Protocol):
 class BatchResource(Resource):
     """`batch <lrms>`: pinged with BLAH_PING, polled with BLAH_JOB_STATUS_ALL."""
 
-    def __init__(self, name: str, lrms: str, gahp: GahpHandle, services: Services) -> None:
+    def __init__(
+        self, name: str, resource: BatchResourceName, gahp: GahpHandle, services: Services
+    ) -> None:
         super().__init__(name, gahp, services)
-        self.lrms = lrms
+        self.lrms = resource.lrms
 
     async def ping(self) -> str | None:
         try:

@@ -1,7 +1,7 @@
 """The batch job's state machine: ONE Enum of states, ONE of events, ONE transition table.
 
 Rule 1 (h11's): every way a batch job can move lives in `TRANSITIONS`; the job's code
-(`_batch.py`) only runs the action of the state it is in, which answers with an event.
+(`_job.py`) only runs the action of the state it is in, which answers with an event.
 An event the table does not list for a state is a bug (`BadTransition`), never a guess.
 
 The shape is HTCondor's INFNBatchJob (infnbatchjob.cpp) with one change: the submission's

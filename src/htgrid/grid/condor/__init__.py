@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+from htgrid.grid.condor._ids import CondorJobId, CondorResourceName
 from htgrid.grid.condor._job import CONDOR, CondorJob, condor_type
 from htgrid.grid.condor._resource import CondorResource
 from htgrid.grid.condor._table import CondorEvent, CondorState
 
-__all__ = ["CONDOR", "CondorEvent", "CondorJob", "CondorResource", "CondorState", "condor_type"]
+__all__ = [
+    "CONDOR",
+    "CondorEvent",
+    "CondorJob",
+    "CondorJobId",
+    "CondorResource",
+    "CondorResourceName",
+    "CondorState",
+    "condor_type",
+]

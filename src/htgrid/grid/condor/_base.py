@@ -1,4 +1,4 @@
-"""The condor job's state and the helpers its actions (`_condor.py`) share.
+"""The condor job's state and the helpers its actions (`_job.py`) share.
 
 `CondorJobBase` holds what the job knows of its remote copy (GridJobId, submit tag, lease,
 the last status answer), takes the resource's inputs (bulk status answers, lease renewals)
@@ -18,16 +18,11 @@ from collections.abc import Callable
 from htgrid.classad import ClassAd
 from htgrid.gahp import GahpRequestRefused, GahpServerExited, GahpTimeout, LocalGahpError
 from htgrid.grid._errors import GahpUnavailable
-from htgrid.grid._job import GridJob, Services, format_time
-from htgrid.grid._values import as_int, as_str
-from htgrid.grid.condor._ad import (
-    LOCAL_LEASE,
-    CondorJobId,
-    RemoteJob,
-    build_remote_ad,
-    is_submit_tag,
-    lease_duration,
-)
+from htgrid.grid._gridids import is_tag
+from htgrid.grid._job import GridJob, Services
+from htgrid.grid._values import as_int, as_str, format_time
+from htgrid.grid.condor._ad import LOCAL_LEASE, RemoteJob, build_remote_ad, lease_duration
+from htgrid.grid.condor._ids import CondorJobId
 from htgrid.grid.condor._resource import CondorResource, RemoteCallFailed, is_down_error
 from htgrid.grid.condor._table import INITIAL, TERMINAL, CondorEvent, CondorState, next_state
 from htgrid.queue import JobId, JobNotFound, JobStatus
@@ -61,7 +56,7 @@ class CondorJobBase(GridJob[CondorState, CondorEvent]):
         self.condor = resource
         self.grid_id = CondorJobId.parse(ad.get("GridJobId"))
         tag = ad.get("GridSubmitTag")
-        self.tag: str | None = tag if is_submit_tag(tag) else None
+        self.tag: str | None = tag if is_tag(tag) else None
         self.lease = lease_duration(ad)
         self.lease_expiration = as_int(ad.get(LOCAL_LEASE))
         #: The remote JobStatus last seen; None until the first answer since adoption.

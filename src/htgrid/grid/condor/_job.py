@@ -1,4 +1,4 @@
-"""The condor (HTCondor-C) grid type's jobs: the actions of the states in `_condor_table`.
+"""The condor (HTCondor-C) grid type's jobs: the actions of the states in `_table`.
 
 Two-phase submit, so that a kill -9 at any moment neither loses a job nor leaves two
 remote copies:
@@ -19,31 +19,24 @@ when it goes back to idle, 012 when it is held there (with the remote HoldReason
 after its output is back in the local Iwd, with the remote ExitCode. The remote copy is
 then let go (LeaveJobInQueue = false); should that fail, its lease lets it go later.
 
-The job's state and the helpers the actions share are in `_condor_base`, the remote ad
-and ids in `_condor_ad`, the bulk status and lease renewal in `_condor_resource`.
+The job's state and the helpers the actions share are in `_base`, the remote ad
+in `_ad`, the ids in `_ids`, the bulk status and lease renewal in `_resource`.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from htgrid.gahp import GahpRequestRefused, LocalGahpError
 from htgrid.grid._errors import GahpUnavailable
-from htgrid.grid._gridids import JOB_STATUS_NAMES
-from htgrid.grid._gridtype import GahpFactory, GridType
-from htgrid.grid._job import Services, format_time
-from htgrid.grid.condor._ad import (
-    LOCAL_LEASE,
-    CondorJobId,
-    CondorResourceName,
-    RemoteJob,
-    build_stage_in_ad,
-    new_submit_tag,
-    submitter_id,
-)
+from htgrid.grid._gridids import JOB_STATUS_NAMES, new_tag
+from htgrid.grid._gridtype import GridType
+from htgrid.grid._job import Services
+from htgrid.grid._values import format_time
+from htgrid.grid.condor._ad import LOCAL_LEASE, RemoteJob, build_stage_in_ad
 from htgrid.grid.condor._base import (
     ALREADY,
     INPUT_TOO_LARGE,
@@ -53,6 +46,8 @@ from htgrid.grid.condor._base import (
     CondorJobBase,
     is_transient,
 )
+from htgrid.grid.condor._explain import active_lines, remote_of
+from htgrid.grid.condor._ids import CondorJobId, CondorResourceName
 from htgrid.grid.condor._resource import CondorResource, RemoteCallFailed
 from htgrid.grid.condor._table import CondorEvent, CondorState
 from htgrid.net.security import SecurityConfig, trusted_ca_files, user_token_dir
@@ -139,7 +134,7 @@ class CondorJob(CondorJobBase):
             await self.wait()
 
     async def _save_tag(self) -> CondorEvent:
-        self.tag = new_submit_tag(self.job_id.cluster, self.job_id.proc)
+        self.tag = new_tag(self.job_id.cluster, self.job_id.proc)
         attrs = {"GridSubmitTag": self.tag, "Managed": "External", **self.clear_wait_attrs()}
         # The idempotency key: on disk before the submit can happen.
         await self.io.update(self.job_id, attrs, durable=True)
@@ -558,29 +553,21 @@ def condor_gahp_argv(base: tuple[str, ...], pool: str, services: Services) -> li
     return argv
 
 
-def condor_type(gahp: tuple[str, ...] = CONDOR_GAHP) -> GridType:
+def condor_type(gahp: tuple[str, ...] = CONDOR_GAHP) -> GridType[CondorResourceName]:
     """The condor grid type, its GAHP server started as `gahp` (tests give a fake one)."""
 
-    def new_resource(key: str, gahps: GahpFactory, services: Services) -> CondorResource:
-        name = CondorResourceName.parse(key)
+    def server(name: CondorResourceName, services: Services) -> tuple[str, Sequence[str]]:
         # One GAHP server per (pool, schedd), as HTCondor's key CONDOR/<pool>/<schedd>.
-        handle = gahps(
-            f"CONDOR/{name.pool}/{name.schedd}", condor_gahp_argv(gahp, name.pool, services)
-        )
-        return CondorResource(
-            key,
-            handle,
-            services,
-            schedd=name.schedd,
-            pool=name.pool,
-            submitter=submitter_id(services.home),
-        )
+        return f"CONDOR/{name.pool}/{name.schedd}", condor_gahp_argv(gahp, name.pool, services)
 
     return GridType(
         name="condor",
-        resource_key=lambda grid_resource: CondorResourceName.parse(grid_resource).key,
-        new_resource=new_resource,
+        parse_resource=CondorResourceName.parse,
+        gahp=server,
+        resource=CondorResource,
         new_job=CondorJob,
+        remote=remote_of,
+        active_lines=active_lines,
     )
 
 

@@ -38,7 +38,8 @@ from htgrid.grid._errors import GahpUnavailable, GridError
 from htgrid.grid._gahps import GahpHandle
 from htgrid.grid._job import Services
 from htgrid.grid._resource import AnyJob, Resource
-from htgrid.grid.condor._ad import CondorJobId, RemoteJob
+from htgrid.grid.condor._ad import RemoteJob, submitter_id
+from htgrid.grid.condor._ids import CondorJobId, CondorResourceName
 
 __all__ = ["MAX_PENDING", "STATUS_CHUNK", "CondorResource", "RemoteCallFailed", "is_down_error"]
 
@@ -109,22 +110,15 @@ class CondorResource(Resource):
     """One remote schedd, reached through its own condor GAHP server."""
 
     def __init__(
-        self,
-        name: str,
-        gahp: GahpHandle,
-        services: Services,
-        *,
-        schedd: str,
-        pool: str,
-        submitter: str,
+        self, name: str, resource: CondorResourceName, gahp: GahpHandle, services: Services
     ) -> None:
         pending = max(MAX_PENDING, services.config.max_pending_requests)
         super().__init__(name, gahp, services, max_pending=pending)
         # The GahpClient's own throttle too (the handle serves this one remote schedd).
         gahp.config = dataclasses.replace(gahp.config, max_pending_requests=pending)
-        self.schedd = schedd
-        self.pool = pool
-        self.submitter = submitter
+        self.schedd = resource.schedd
+        self.pool = resource.pool
+        self.submitter = submitter_id(services.home)
         self.lease_updates = 0
         #: Most jobs asked about in one status request (halved when an answer is too long).
         self.status_chunk = STATUS_CHUNK

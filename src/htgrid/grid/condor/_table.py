@@ -1,6 +1,6 @@
 """The condor (HTCondor-C) job's state machine: ONE Enum of states, ONE of events, ONE table.
 
-Every way a condor job can move lives in `TRANSITIONS`; the job's code (`_condor.py`) only
+Every way a condor job can move lives in `TRANSITIONS`; the job's code (`_job.py`) only
 runs the action of the state it is in, which answers with an event. An event the table
 does not list for a state is a bug (`BadTransition`).
 

@@ -1,4 +1,4 @@
-"""The ec2 grid type's jobs: the actions of the states in `_ec2_table` (ec2job.cpp).
+"""The ec2 grid type's jobs: the actions of the states in `_table` (ec2job.cpp).
 
 A VM job is one EC2 instance. Two-phase start, so a kill -9 at any moment never starts a
 second instance for a job:
@@ -15,9 +15,9 @@ carries client tokens, says whether an instance holds it. Only if none does is t
 sent again, with the same token, which the GAHP also checks before starting.
 
 A job with EC2SpotPrice asks for a spot instance between 1 and 3 instead
-(EC2_VM_START_SPOT, the request followed until fulfilled): see `_ec2_spot.Ec2Spot`.
+(EC2_VM_START_SPOT, the request followed until fulfilled): see `_spot.Ec2Spot`.
 
-The instance's state, once started, is followed by `_ec2_status.Ec2Instance` (the
+The instance's state, once started, is followed by `_status.Ec2Instance` (the
 SUBMITTED state and what each status poll says). rm and hold terminate the instance
 (EC2_VM_STOP) first, and cancel the spot request it came from.
 """
@@ -37,10 +37,11 @@ from typing import Any
 
 from htgrid.gahp import GahpRequestRefused, GahpServerExited, GahpTimeout, LocalGahpError
 from htgrid.grid._errors import GahpUnavailable
-from htgrid.grid._gridids import Ec2JobId, Ec2ResourceName
-from htgrid.grid._gridtype import GahpFactory, GridType
-from htgrid.grid._job import SUBMIT_ATTRS, Services, format_time
+from htgrid.grid._gridtype import GridType, fixed_gahp
+from htgrid.grid._job import SUBMIT_ATTRS
+from htgrid.grid._values import format_time
 from htgrid.grid.ec2._args import keypair_name, vm_start_args
+from htgrid.grid.ec2._ids import Ec2JobId, Ec2ResourceName, active_lines, remote_of
 from htgrid.grid.ec2._resource import Ec2Resource, GahpFailure
 from htgrid.grid.ec2._spot import Ec2Spot
 from htgrid.grid.ec2._status import NO_ANSWER, REASONS
@@ -406,20 +407,18 @@ class Ec2Job(Ec2Spot):
                 await asyncio.to_thread(os.remove, self.keypair_file)
 
 
-def ec2_grid_type(gahp_argv: Sequence[str] = DEFAULT_EC2_GAHP) -> GridType:
+def ec2_grid_type(gahp_argv: Sequence[str] = DEFAULT_EC2_GAHP) -> GridType[Ec2ResourceName]:
     """The ec2 grid type, its GAHP server started with `gahp_argv`."""
-    argv = tuple(gahp_argv)
-
-    def new_resource(key: str, gahps: GahpFactory, services: Services) -> Ec2Resource:
-        name = Ec2ResourceName.parse(key)
-        # One EC2 GAHP server for every service URL and key (it keeps a client per pair).
-        return Ec2Resource(key, name.service_url, gahps("ec2", argv), services)
-
+    # One EC2 GAHP server for every service URL and key (it keeps a client per pair).
+    gahp = fixed_gahp("ec2", gahp_argv)
     return GridType(
-        name="ec2",
-        resource_key=lambda grid_resource: Ec2ResourceName.parse(grid_resource).key,
-        new_resource=new_resource,
-        new_job=Ec2Job,
+        "ec2",
+        Ec2ResourceName.parse,
+        gahp,
+        Ec2Resource,
+        Ec2Job,
+        remote_of,
+        active_lines=active_lines,
     )
 
 

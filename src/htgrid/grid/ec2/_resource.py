@@ -30,6 +30,7 @@ from htgrid.grid._errors import GahpUnavailable
 from htgrid.grid._gahps import GahpHandle
 from htgrid.grid._job import Services
 from htgrid.grid._resource import AnyJob, Resource
+from htgrid.grid.ec2._ids import Ec2ResourceName
 
 __all__ = [
     "MAX_PENDING",
@@ -171,12 +172,14 @@ class _Polled(Protocol):
 class Ec2Resource(Resource):
     """`ec2 <service-url>`: pinged with EC2_VM_SERVER_TYPE, polled with EC2_VM_STATUS_ALL."""
 
-    def __init__(self, name: str, service_url: str, gahp: GahpHandle, services: Services) -> None:
+    def __init__(
+        self, name: str, resource: Ec2ResourceName, gahp: GahpHandle, services: Services
+    ) -> None:
         pending = max(MAX_PENDING, services.config.max_pending_requests)
         super().__init__(name, gahp, services, max_pending=pending)
         # The GahpClient's own throttle too (the handle serves only the ec2 type).
         gahp.config = dataclasses.replace(gahp.config, max_pending_requests=pending)
-        self.service_url = service_url
+        self.service_url = resource.service_url
         #: What EC2_VM_SERVER_TYPE said (Amazon, OpenStack, ...); "" until it answered.
         self.server_type = ""
         #: EC2_VM_STATUS_ALL_SPOT requests sent (also counted in stats.status_commands).

@@ -1,4 +1,4 @@
-"""An ec2 job's spot instance request: the SPOT_* states of `_ec2_table` (ec2job.cpp's GM_SPOT_*).
+"""An ec2 job's spot instance request: the SPOT_* states of `_table` (ec2job.cpp's GM_SPOT_*).
 
 A job with EC2SpotPrice asks for its instance with EC2_VM_START_SPOT once its client token
 is committed to GridJobId; the token is the request's launch group (RequestSpotInstances
@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from htgrid.classad import ClassAd
 from htgrid.gahp import GahpRequestRefused, GahpServerExited, GahpTimeout, LocalGahpError
 from htgrid.grid._errors import GahpUnavailable
-from htgrid.grid._job import Services, format_time
+from htgrid.grid._job import Services
 from htgrid.grid._queueio import UNDEFINED
-from htgrid.grid._values import as_str
+from htgrid.grid._values import as_str, format_time
 from htgrid.grid.ec2._args import spot_start_args
 from htgrid.grid.ec2._resource import Ec2Resource, GahpFailure, SpotStatus
 from htgrid.grid.ec2._status import NO_ANSWER, Ec2Instance

@@ -7,7 +7,7 @@ its public DNS name into EC2RemoteVirtualMachineName and its state reason into
 EC2StatusReasonCode. `running` makes the job Running (001); an instance that ends on its
 own (terminated, shutting-down, stopped) is the job's normal end; one ended by the
 provider (a Server.* state reason) is held with that reason. The actions of the other
-states are `Ec2Job`'s (`_ec2`).
+states are `Ec2Job`'s (`_job`).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from typing import Any
 from htgrid.classad import ClassAd
 from htgrid.gahp import GahpRequestRefused, GahpServerExited, GahpTimeout, LocalGahpError
 from htgrid.grid._errors import GahpUnavailable
-from htgrid.grid._gridids import Ec2JobId
 from htgrid.grid._job import GridJob, Services
 from htgrid.grid._queueio import UNDEFINED
 from htgrid.grid._values import as_str
 from htgrid.grid.ec2._args import post_start_requests
+from htgrid.grid.ec2._ids import Ec2JobId
 from htgrid.grid.ec2._resource import Ec2Resource, Ec2Status, GahpFailure
 from htgrid.grid.ec2._table import INITIAL, Ec2Event, Ec2State
 from htgrid.queue import HoldReasonCode, InvalidTransition, JobId, JobStatus

@@ -1,6 +1,6 @@
 """The ec2 job's state machine: ONE Enum of states, ONE of events, ONE transition table.
 
-As for batch (`_batch_table`): the job's code (`_ec2.py`) runs the action of the state it
+As for every grid type: the job's code (`_job.py`) runs the action of the state it
 is in, the action answers with an event, and this table alone says where that leads;
 a move it does not list is a bug (`BadTransition`).
 
@@ -10,7 +10,7 @@ the token up in the resource's next EC2_VM_STATUS_ALL (SEEK) instead of starting
 Cancelling (EC2_VM_STOP) is confirmed by a later poll (CANCEL_CHECK), as in HTCondor.
 
 A job with EC2SpotPrice takes HTCondor's GM_SPOT_* side road between the token and the
-instance (`_ec2_spot`): SPOT_START sends EC2_VM_START_SPOT with the committed token (its
+instance (`_spot`): SPOT_START sends EC2_VM_START_SPOT with the committed token (its
 launch group), SPOT_SUBMITTED follows the request in the resource's EC2_VM_STATUS_ALL_SPOT
 until it is fulfilled (then SAVE_INSTANCE: an ordinary instance from there on) or fails
 (HOLD, then SPOT_CANCEL if the request is still open). A token without a request id looks

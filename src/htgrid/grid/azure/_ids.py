@@ -1,0 +1,67 @@
+"""The azure type's GridResource and GridJobId (azurejob.cpp's formats).
+
+    GridResource   azure <subscription>
+    GridJobId      azure <vm-name>            committed before AZURE_VM_CREATE
+
+The VM's id is kept in AzureVmId, as HTCondor does, once the create answered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from htgrid.classad import ClassAd
+from htgrid.grid._gridids import grid_resource_words
+from htgrid.grid._gridtype import Remote
+from htgrid.grid._values import as_str
+
+__all__ = ["AzureJobId", "AzureResourceName", "remote_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class AzureResourceName:
+    """An azure GridResource: the subscription (`azure 0123...cdef`)."""
+
+    subscription: str
+
+    @property
+    def key(self) -> str:
+        return f"azure {self.subscription}"
+
+    @classmethod
+    def parse(cls, grid_resource: str) -> AzureResourceName:
+        """Read `azure <subscription>`; UnsupportedGridJob naming what is wrong."""
+        words = grid_resource_words(
+            grid_resource, "azure", "azure <subscription>", "Azure subscription"
+        )
+        return cls(words[1])
+
+
+@dataclass(frozen=True, slots=True)
+class AzureJobId:
+    """An azure GridJobId: the VM's name (its id is kept in AzureVmId, as HTCondor does)."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return f"azure {self.name}"
+
+    @classmethod
+    def parse(cls, text: object) -> AzureJobId | None:
+        """The id in a GridJobId value; None when it is absent or not an azure id."""
+        if not isinstance(text, str):
+            return None
+        words = text.split()
+        if len(words) != 2 or words[0].lower() != "azure":
+            return None
+        return cls(words[1])
+
+
+def remote_of(ad: ClassAd) -> Remote | None:
+    """How explanations name an azure job's VM: by its name, known before the create."""
+    azure = AzureJobId.parse(ad.get("GridJobId"))
+    if azure is None:
+        return None
+    # AzureVmId is set once the create answered ("" when the VM was found by name).
+    created = as_str(ad.get("AzureVmId")) is not None
+    return Remote(azure.name, azure.name if created else None, "VM", "VM name", "Azure")

@@ -1,0 +1,76 @@
+"""The ec2 type's GridResource and GridJobId (ec2job.cpp's formats).
+
+GridResource   ec2 <service-url>
+GridJobId      ec2 <service-url> <client-token>                phase 1 (before EC2_VM_START)
+               ec2 <service-url> <client-token> <instance-id>  phase 2
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from htgrid.classad import ClassAd
+from htgrid.grid._errors import UnsupportedGridJob
+from htgrid.grid._gridids import grid_resource_words
+from htgrid.grid._gridtype import Remote
+from htgrid.grid._values import as_str
+
+__all__ = ["Ec2JobId", "Ec2ResourceName", "active_lines", "remote_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class Ec2ResourceName:
+    """An ec2 GridResource: the service URL (`ec2 https://ec2.us-east-1.amazonaws.com`)."""
+
+    service_url: str
+
+    @property
+    def key(self) -> str:
+        return f"ec2 {self.service_url}"
+
+    @classmethod
+    def parse(cls, grid_resource: str) -> Ec2ResourceName:
+        """Read `ec2 <service-url>`; UnsupportedGridJob naming what is wrong."""
+        url = grid_resource_words(grid_resource, "ec2", "ec2 <service-url>", "service URL")[1]
+        if "://" not in url:
+            raise UnsupportedGridJob(
+                f"GridResource {grid_resource!r}: {url!r} is not a URL (https://host/...)"
+            )
+        return cls(url)
+
+
+@dataclass(frozen=True, slots=True)
+class Ec2JobId:
+    """An ec2 GridJobId: the client token, and the instance id once known."""
+
+    service_url: str
+    client_token: str
+    instance_id: str | None = None
+
+    def __str__(self) -> str:
+        text = f"ec2 {self.service_url} {self.client_token}"
+        return text if self.instance_id is None else f"{text} {self.instance_id}"
+
+    @classmethod
+    def parse(cls, text: object) -> Ec2JobId | None:
+        """The id in a GridJobId value; None when it is absent or not an ec2 id."""
+        if not isinstance(text, str):
+            return None
+        words = text.split()
+        if len(words) not in (3, 4) or words[0].lower() != "ec2":
+            return None
+        return cls(words[1], words[2], words[3] if len(words) == 4 else None)
+
+
+def remote_of(ad: ClassAd) -> Remote | None:
+    """How explanations name an ec2 job's start (its client token) and instance."""
+    ec2 = Ec2JobId.parse(ad.get("GridJobId"))
+    if ec2 is None:
+        return None
+    return Remote(ec2.client_token, ec2.instance_id, "instance", "client token", "EC2")
+
+
+def active_lines(ad: ClassAd) -> list[str]:
+    """What a started ec2 job adds to its explanation: the instance's public name."""
+    vm_name = as_str(ad.get("EC2RemoteVirtualMachineName"))
+    return [f"Its public DNS name is {vm_name}."] if vm_name else []
