@@ -18,7 +18,7 @@ from htgrid.grid import (
 )
 from htgrid.grid._gahps import GahpHandle
 from htgrid.grid._gridids import new_tag
-from htgrid.grid._job import Services
+from htgrid.grid._task import Services
 from htgrid.grid.batch import BatchJobId, BatchResourceName, RemoteStatus, build_submit_ad
 from htgrid.queue import JobAction, JobId
 
@@ -200,7 +200,7 @@ def _resource(**config: Any) -> tuple[_Resource, ManualClock]:
     gahp = GahpHandle("batch", ["true"], {}, clock=clock, config=settings)
 
     async def build() -> _Resource:
-        return _Resource("batch test", gahp, services)
+        return _Resource(BatchResourceName("test"), gahp, services)
 
     return asyncio.run(build()), clock
 

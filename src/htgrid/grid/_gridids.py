@@ -14,11 +14,19 @@ from __future__ import annotations
 
 import re
 import secrets
-from typing import TypeGuard
+from collections.abc import Collection
+from typing import Protocol, TypeGuard
 
 from htgrid.grid._errors import UnsupportedGridJob
 
-__all__ = ["JOB_STATUS_NAMES", "grid_resource_words", "is_tag", "new_tag"]
+__all__ = [
+    "JOB_STATUS_NAMES",
+    "ResourceName",
+    "grid_job_id_words",
+    "grid_resource_words",
+    "is_tag",
+    "new_tag",
+]
 
 #: HTCondor's JobStatus names, as GridJobStatus holds them (getJobStatusString).
 JOB_STATUS_NAMES = {
@@ -32,6 +40,15 @@ JOB_STATUS_NAMES = {
 }
 
 _TAG = re.compile(r"htgrid_[0-9]+_[0-9]+_[0-9a-f]+")
+
+
+class ResourceName(Protocol):
+    """A GridResource as its type reads it."""
+
+    @property
+    def key(self) -> str:
+        """The resource's name: one Resource object per key."""
+        ...
 
 
 def new_tag(cluster: int, proc: int) -> str:
@@ -57,4 +74,17 @@ def grid_resource_words(grid_resource: str, gtype: str, usage: str, missing: str
             f"GridResource {grid_resource!r}: expected {usage!r}"
             + (f" (the {missing} is missing)" if len(words) < 2 else "")
         )
+    return words
+
+
+def grid_job_id_words(
+    text: object, names: Collection[str], counts: Collection[int]
+) -> list[str] | None:
+    """The words of a GridJobId of one type (its first word in `names`, `counts` words);
+    None when `text` is absent or something else."""
+    if not isinstance(text, str):
+        return None
+    words = text.split()
+    if len(words) not in counts or words[0].lower() not in names:
+        return None
     return words

@@ -20,27 +20,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 from htgrid.classad import ClassAd
 from htgrid.grid._gahps import GahpHandle
-from htgrid.grid._job import GridJob, Services
+from htgrid.grid._gridids import ResourceName
+from htgrid.grid._job import GridJob
 from htgrid.grid._resource import Resource
+from htgrid.grid._task import Services
 from htgrid.queue import JobId
 
-__all__ = ["GahpFactory", "GridType", "Remote", "ResourceName", "fixed_gahp"]
+__all__ = ["GahpFactory", "GridType", "Remote", "fixed_gahp"]
 
 #: Gives the (shared) GAHP server for a key, started with `argv` when first used.
 GahpFactory = Callable[[str, Sequence[str]], GahpHandle]
-
-
-class ResourceName(Protocol):
-    """A GridResource as a type reads it."""
-
-    @property
-    def key(self) -> str:
-        """The resource's name: one Resource object per key."""
-        ...
 
 
 N = TypeVar("N", bound=ResourceName)
@@ -73,8 +66,8 @@ class GridType(Generic[N]):
     parse_resource: Callable[[str], N]
     #: The GAHP server of a resource: its key (one server per key) and command line.
     gahp: Callable[[N, Services], tuple[str, Sequence[str]]]
-    #: Build the resource for a key (its name read, its GAHP server given).
-    resource: Callable[[str, N, GahpHandle, Services], Resource]
+    #: Build the resource for a GridResource read (its GAHP server given).
+    resource: Callable[[N, GahpHandle, Services], Resource[Any, N]]
     #: Build a job object for an adopted job ad.
     new_job: Callable[[JobId, ClassAd, Any, Services], GridJob[Any, Any]]
     #: The job ad's GridJobId as explanations name it (None: nothing submitted yet).
@@ -88,11 +81,11 @@ class GridType(Generic[N]):
         """The name of the resource a GridResource names; UnsupportedGridJob if bad."""
         return self.parse_resource(grid_resource).key
 
-    def new_resource(self, key: str, gahps: GahpFactory, services: Services) -> Resource:
+    def new_resource(self, key: str, gahps: GahpFactory, services: Services) -> Resource[Any, N]:
         """The resource named `key`, with its GAHP server from `gahps`."""
         name = self.parse_resource(key)
         gahp_key, argv = self.gahp(name, services)
-        return self.resource(key, name, gahps(gahp_key, argv), services)
+        return self.resource(name, gahps(gahp_key, argv), services)
 
 
 def fixed_gahp(

@@ -54,10 +54,11 @@ from htgrid.grid._config import GridManagerConfig
 from htgrid.grid._errors import AlreadyRunning, GridError, UnsupportedGridJob
 from htgrid.grid._gahps import GahpHandle, GahpPids
 from htgrid.grid._gridtype import GridType
-from htgrid.grid._job import GridJob, Services
+from htgrid.grid._job import GridJob
 from htgrid.grid._queueio import QueueIO
 from htgrid.grid._registry import GRID_TYPES, grid_type_of
 from htgrid.grid._resource import Resource
+from htgrid.grid._task import Services
 from htgrid.grid._userlog import EventLogs
 from htgrid.grid._values import as_int
 from htgrid.queue import (
@@ -110,7 +111,7 @@ class GridManager:
         self.clock: Clock = clock or SystemClock()
         self.grid_types = dict(grid_types or GRID_TYPES)
         self.jobs: dict[JobId, GridJob[Any, Any]] = {}
-        self.resources: dict[str, Resource] = {}
+        self.resources: dict[str, Resource[Any, Any]] = {}
         self.gahps: dict[str, GahpHandle] = {}
         self.ready = asyncio.Event()  # set once the start-up scan is done
         self._tasks: dict[JobId, asyncio.Task[None]] = {}

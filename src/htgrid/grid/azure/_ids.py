@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from htgrid.classad import ClassAd
-from htgrid.grid._gridids import grid_resource_words
+from htgrid.grid._gridids import grid_job_id_words, grid_resource_words
 from htgrid.grid._gridtype import Remote
 from htgrid.grid._values import as_str
 
@@ -49,12 +49,8 @@ class AzureJobId:
     @classmethod
     def parse(cls, text: object) -> AzureJobId | None:
         """The id in a GridJobId value; None when it is absent or not an azure id."""
-        if not isinstance(text, str):
-            return None
-        words = text.split()
-        if len(words) != 2 or words[0].lower() != "azure":
-            return None
-        return cls(words[1])
+        words = grid_job_id_words(text, ("azure",), (2,))
+        return None if words is None else cls(words[1])
 
 
 def remote_of(ad: ClassAd) -> Remote | None:

@@ -21,16 +21,17 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from htgrid.classad import ClassAd
-from htgrid.gahp import GahpRequestRefused, GahpServerExited, GahpTimeout, LocalGahpError, unnull
-from htgrid.grid._errors import GahpUnavailable
+from htgrid.gahp import unnull
+from htgrid.grid._errors import NO_ANSWER
 from htgrid.grid._gridtype import GridType, fixed_gahp
-from htgrid.grid._job import SUBMIT_ATTRS, GridJob, Services
+from htgrid.grid._job import SUBMIT_ATTRS, GridJob, Words
 from htgrid.grid._queueio import UNDEFINED
-from htgrid.grid._values import as_str, format_time
+from htgrid.grid._task import Services
+from htgrid.grid._values import as_str
 from htgrid.grid.azure._ids import AzureJobId, AzureResourceName, remote_of
 from htgrid.grid.azure._resource import (
     AzureResource,
@@ -40,8 +41,8 @@ from htgrid.grid.azure._resource import (
     is_transient,
     new_vm_name,
 )
-from htgrid.grid.azure._table import INITIAL, TERMINAL, AzureEvent, AzureState, next_state
-from htgrid.queue import ExitOutcome, HoldReasonCode, InvalidTransition, JobId, JobStatus
+from htgrid.grid.azure._table import TABLE, AzureEvent, AzureState
+from htgrid.queue import HoldReasonCode, JobId, JobStatus
 
 __all__ = ["AZURE", "DEFAULT_AZURE_GAHP", "AzureJob", "azure_grid_type"]
 
@@ -52,8 +53,6 @@ DEFAULT_AZURE_GAHP: tuple[str, ...] = (sys.executable, "-m", "htgrid.cli", "gahp
 
 _S = AzureState
 _E = AzureEvent
-_LOST_GAHP = (GahpServerExited, GahpTimeout)
-_NO_ANSWER = (GahpServerExited, GahpTimeout, GahpRequestRefused, GahpUnavailable)
 #: Power states (after the last '/') that end the job: the VM no longer runs it.
 _ENDED = frozenset({"deallocated", "stopped"})
 #: Power states in which the job counts as running (HTCondor's PROBE_JOB list, and stopping).
@@ -63,11 +62,11 @@ _RUNNING = frozenset({"running", "deallocating", "stopping"})
 class AzureJob(GridJob[AzureState, AzureEvent]):
     """One job of grid type azure: one VM."""
 
-    terminal = TERMINAL
-    events = AzureEvent
+    table = TABLE
+    words = Words("create", "creates on", "VMs")
 
     def __init__(self, job_id: JobId, ad: ClassAd, resource: AzureResource, services: Services):
-        super().__init__(job_id, ad, resource, services, INITIAL)
+        super().__init__(job_id, ad, resource, services)
         self.azure = resource
         self._auth_file = as_str(ad.get("AzureAuthFile")) or "NULL"
         self.grid_id = AzureJobId.parse(ad.get("GridJobId"))
@@ -76,14 +75,9 @@ class AzureJob(GridJob[AzureState, AzureEvent]):
         self.address: str | None = None
         self.power = as_str(ad.get("GridJobStatus"))
         self.remote: VmStatus | None = None
-        self.last_error: str | None = None
-        self.create_failures = 0
-        self.delete_failures = 0
-        self._fresh = False
         self._min_seq = 0  # answers from polls numbered below this are stale
         self._created_now = False
         self._ended = False
-        self._grace_due = True  # a name without a VM id: a create may still be landing
 
     # ---- what the resource reads -------------------------------------------------------------
 
@@ -102,66 +96,64 @@ class AzureJob(GridJob[AzureState, AzureEvent]):
         """An AZURE_VM_LIST's answer about this job's VM."""
         if status.seq < self._min_seq:
             return  # sent before the create returned, or before CHECK began: stale
-        self.remote_status_seen()
         self.remote = status
-        self._fresh = True
-        self.wake()
+        self._heard()
 
     # ---- the table ---------------------------------------------------------------------------
 
-    def actions(self) -> Mapping[AzureState, Callable[[], Awaitable[AzureEvent]]]:
-        return {
-            _S.INIT: self._init,
-            _S.START: self._start,
-            _S.UNSUBMITTED: self._unsubmitted,
-            _S.SAVE_NAME: self._save_name,
-            _S.CREATE: self._create,
-            _S.CHECK: self._check,
-            _S.CREATE_SAVE: self._create_save,
-            _S.SUBMITTED: self._submitted,
-            _S.CANCEL: self._cancel,
-            _S.DONE_SAVE: self._done_save,
-            _S.HOLD: self._hold_job,
-            _S.CLEAR: self._clear,
-        }
+    #: SAVE_NAME: the submission's key committed before anything is sent.
+    _save_name = GridJob._save_key
 
-    def next_state(self, state: AzureState, event: AzureEvent) -> AzureState:
-        return next_state(state, event)
-
-    # ---- helpers -----------------------------------------------------------------------------
-
-    def _will_hold(self, reason: str, code: int = 0, subcode: int = 0) -> None:
-        self._hold = (reason, code, subcode)
+    # ---- the hooks of the shared actions -----------------------------------------------------
 
     async def _call(self, command: str, *args: str) -> tuple[str, ...]:
         return await self.resource.call(command, self._auth_file, self.azure.subscription, *args)
 
-    async def _until_submittable(self) -> AzureEvent | None:
-        """Wait for the resource to be up and its submits not paused; a stop event if any."""
-        while True:
-            stop = self._stopped()
-            if stop is not None:
-                return stop
-            if not self.resource.up:
-                await self.wait()
-                continue
-            pause = self.resource.submit_pause()
-            if pause <= 0:
-                return None
-            until = format_time(self.clock.time() + pause)
-            await self.set_wait_reason(
-                f"creates on {self.resource.name} are paused until {until} after "
-                f"{self.resource.failures} failed creates in a row"
-            )
-            await self.wait(pause)
+    def _new_key(self) -> dict[str, Any]:
+        self.grid_id = AzureJobId(new_vm_name(self.job_id))
+        return {"GridJobId": str(self.grid_id)}
+
+    def _refusal(self, error: str, subcode: int) -> tuple[str, int, int]:
+        # HTCondor's hold reason is the GAHP's error string itself.
+        return error, HoldReasonCode.Unspecified, 0
+
+    def _remote_live(self) -> bool:
+        return self.vm_id is not None
+
+    async def _cancel_remote(self) -> str | None:
+        """AZURE_VM_DELETE: the VM, its NIC, IP, disks and group; "not found" is success."""
+        assert self.grid_id is not None
+        try:
+            fields = await self._call("AZURE_VM_DELETE", self.grid_id.name)
+        except NO_ANSWER as err:
+            return str(err)
+        if fields[:1] != ("NULL",) and "could not be found" not in " ".join(fields):
+            return fields[0] if fields else "AZURE_VM_DELETE failed"
+        self.vm_id = None
+        return None
+
+    def _remote_name(self) -> str:
+        # A VM left behind costs money: CANCEL tries again, however long it takes.
+        return f"deleting VM {self.vm_name}"
+
+    def _cancelled(self) -> AzureEvent:
+        if self._ended and self.status not in (JobStatus.HELD, JobStatus.REMOVED):
+            return _E.CANCELLED_DONE  # the VM ended by itself: the job completes
+        return super()._cancelled()
+
+    def _submit_attrs(self) -> Iterable[str]:
+        return (*SUBMIT_ATTRS, "AzureVmId", "VmIpAddress") if self.grid_id is not None else ()
+
+    async def _forget(self) -> None:
+        self.grid_id = None
+        self.vm_id = self.address = self.power = None
+        self.remote = None
+        self._ended = False
+        if self.status is JobStatus.RUNNING:
+            await self.io.evicted(self.job_id)
+            self.status = JobStatus.IDLE
 
     # ---- the actions -------------------------------------------------------------------------
-
-    async def _init(self) -> AzureEvent:
-        while self.resource.unknown:
-            await self.wait()
-        await self.sync_resource()
-        return _E.READY
 
     async def _start(self) -> AzureEvent:
         if self.status is JobStatus.COMPLETED:
@@ -173,30 +165,6 @@ class AzureJob(GridJob[AzureState, AzureEvent]):
             return _E.HAS_NAME
         return _E.HAS_VM
 
-    async def _unsubmitted(self) -> AzureEvent:
-        since: str | None = None
-        while True:
-            stop = await self._until_submittable()
-            if stop is not None:
-                self.resource.release(self)
-                return stop
-            if self.resource.try_acquire(self):
-                return _E.WANT_CREATE
-            since = since or format_time(self.clock.time())
-            _, limit, _ = self.resource.slots()
-            await self.set_wait_reason(
-                f"waiting for a submit slot since {since}: {self.resource.name} takes at "
-                f"most {limit} VMs at once"
-            )
-            await self.wait()
-
-    async def _save_name(self) -> AzureEvent:
-        self.grid_id = AzureJobId(new_vm_name(self.job_id))
-        attrs = {"GridJobId": str(self.grid_id), "Managed": "External", **self.clear_wait_attrs()}
-        # The idempotency key: on disk before the create can happen.
-        await self.io.update(self.job_id, attrs, durable=True)
-        return _E.SAVED
-
     async def _create(self) -> AzureEvent:
         stop = await self._until_submittable()
         if stop is not None:
@@ -206,62 +174,28 @@ class AzureJob(GridJob[AzureState, AzureEvent]):
         try:
             params = build_vm_params(self.ad, self.grid_id.name)
         except MissingAttribute as err:
-            return self._create_refused(str(err))
-        try:
-            fields = await self._call("AZURE_VM_CREATE", *params)
-        except _LOST_GAHP as err:
-            # The create may or may not have reached Azure: the next list says.
-            self.last_error = str(err)
-            self._grace_due = True
-            return _E.CREATE_UNSURE
-        except LocalGahpError as err:
-            return self._create_refused(str(err))
-        except (GahpRequestRefused, GahpUnavailable) as err:
-            return await self._create_failed(str(err))
-        if fields[:1] == ("NULL",) and len(fields) >= 2:
-            self.vm_id = fields[1]
-            self.address = unnull(fields[2]) if len(fields) > 2 else None
-            self.resource.submit_succeeded()
-            self._created_now = True
-            return _E.CREATE_OK
-        error = fields[0] if fields and fields[0] != "NULL" else "AZURE_VM_CREATE gave no VM id"
-        if is_transient(error):
-            return await self._create_failed(error)
-        self.resource.submit_failed(transient=False)
-        return self._create_refused(error)
-
-    async def _create_failed(self, error: str) -> AzureEvent:
-        """A failure that may clear: look the name up (the create may have half-happened)."""
-        self.last_error = error
-        self.resource.submit_failed(transient=True)
-        self.create_failures += 1
-        if self.create_failures >= self.config.max_submit_attempts:
-            return self._create_refused(error)
-        delay = self.config.backoff(self.create_failures)
-        await self.set_wait_reason(
-            f"create attempt {self.create_failures} failed at {format_time(self.clock.time())}: "
-            f"{error}; trying again at {format_time(self.clock.time() + delay)}"
-        )
-        end = self.clock.monotonic() + delay
-        while self._stopped() is None and (left := end - self.clock.monotonic()) > 0:
-            await self.wait(left)
-        self._grace_due = False  # the GAHP answered: nothing of it is still in flight
-        return _E.CREATE_UNSURE
-
-    def _create_refused(self, error: str) -> AzureEvent:
-        # HTCondor's hold reason is the GAHP's error string itself.
-        self.last_error = error
-        self.resource.release(self)
-        self._will_hold(error, HoldReasonCode.Unspecified)
-        return _E.CREATE_REFUSED
+            return self._submit_refused(str(err))
+        # An unanswered create may have reached Azure: the next list says (CREATE_UNSURE).
+        fields = await self._send_submit(self._call("AZURE_VM_CREATE", *params), _E.CREATE_UNSURE)
+        if not isinstance(fields, AzureEvent):
+            if fields[:1] == ("NULL",) and len(fields) >= 2:
+                self.vm_id = fields[1]
+                self.address = unnull(fields[2]) if len(fields) > 2 else None
+                self.resource.submit_succeeded()
+                self._created_now = True
+                return _E.CREATE_OK
+            error = fields[0] if fields and fields[0] != "NULL" else "AZURE_VM_CREATE gave no VM id"
+            fields = await self._submit_failed(error, transient=is_transient(error))
+        if fields is _E.SUBMIT_RETRY:
+            # A failure that may clear is looked up after the back-off (CHECK): the create
+            # may have half-happened. The GAHP answered: nothing of it is still in flight.
+            self._grace_due = False
+        return fields
 
     async def _check(self) -> AzureEvent:
         assert self.grid_id is not None  # only named jobs come here
-        if self._grace_due:
-            self._grace_due = False
-            await self.pause(self.config.lost_submit_grace)
-        while not self.resource.up:
-            await self.wait()
+        await self._lost_submit_grace()
+        await self.until_resource_up()
         # Only a list sent from now on can tell whether the earlier create landed.
         self._min_seq = self.azure.next_seq()
         self._fresh = False
@@ -293,21 +227,13 @@ class AzureJob(GridJob[AzureState, AzureEvent]):
             self._min_seq = self.azure.next_seq()
         attrs |= self.clear_wait_attrs()
         await self.io.update(self.job_id, attrs)
-        self.create_failures = 0
+        self.submit_failures = 0
         await self._log_grid_submit(now, str(self.grid_id))
         return _E.SAVED
 
-    async def _submitted(self) -> AzureEvent:
-        while True:
-            stop = self._stopped()
-            if stop is not None:
-                return stop
-            if self._fresh and self.remote is not None:
-                self._fresh = False
-                return await self._on_status(self.remote) or _E.STATUS
-            await self.wait()
-
-    async def _on_status(self, status: VmStatus) -> AzureEvent | None:
+    async def _on_remote_status(self) -> AzureEvent | None:
+        status = self.remote
+        assert status is not None  # an answer came with the news
         # A VM the list no longer shows is gone: HTCondor counts it deallocated.
         power = status.power if status.listed else "deallocated"
         if power != self.power:
@@ -323,101 +249,20 @@ class AzureJob(GridJob[AzureState, AzureEvent]):
         if power == "failed":
             self._will_hold(f"Azure could not provision VM {self.vm_name}: {status.text}")
             return _E.VM_FAILED
-        if power in _RUNNING and self.status is JobStatus.IDLE:
-            try:
-                await self.io.started(self.job_id)
-                self.status = JobStatus.RUNNING
-            except InvalidTransition:
-                await self._refresh_status()  # held or removed meanwhile: the loop sees it
+        await self._mirror_run(running=power in _RUNNING)
         return None
-
-    async def _cancel(self) -> AzureEvent:
-        """AZURE_VM_DELETE: the VM, its NIC, IP, disks and group; "not found" is success."""
-        if self.grid_id is not None:
-            while not self.resource.up:
-                await self.wait()
-            error: str | None = None
-            try:
-                fields = await self._call("AZURE_VM_DELETE", self.grid_id.name)
-            except (*_NO_ANSWER, LocalGahpError) as err:
-                error = str(err)
-            else:
-                if fields[:1] != ("NULL",) and "could not be found" not in " ".join(fields):
-                    error = fields[0] if fields else "AZURE_VM_DELETE failed"
-            if error is not None:
-                # A VM left behind costs money: try again, however long it takes.
-                self.delete_failures += 1
-                self.last_error = error
-                self.resource.request_ping()
-                await self.set_wait_reason(
-                    f"deleting VM {self.grid_id.name} failed at "
-                    f"{format_time(self.clock.time())}: {error}; trying again"
-                )
-                await self.pause(self.config.backoff(self.delete_failures))
-                return _E.DELETE_FAILED
-            self.delete_failures = 0
-            self.vm_id = None
-        self.resource.release(self)
-        if self.status is JobStatus.REMOVED:
-            return _E.DELETED_REMOVED
-        if self._ended and self.status is not JobStatus.HELD:
-            return _E.DELETED_ENDED
-        return _E.DELETED
-
-    async def _done_save(self) -> AzureEvent:
-        """The VM ended (and is deleted): the job completes, exit code 0 as HTCondor's."""
-        while True:
-            stop = self._stopped()
-            if stop is not None:
-                return stop
-            try:
-                if self.status is JobStatus.IDLE:
-                    await self.io.started(self.job_id)
-                    self.status = JobStatus.RUNNING
-                outcome = await self.io.exited(self.job_id, 0, by_signal=False)
-            except InvalidTransition:
-                await self._refresh_status()
-                continue
-            if outcome is ExitOutcome.HELD:
-                self.status = JobStatus.HELD
-                return _E.POLICY_HELD
-            if outcome is ExitOutcome.REQUEUED:
-                self.status = JobStatus.IDLE
-                return _E.REQUEUED
-            self.status = JobStatus.COMPLETED
-            self._left_queue = outcome is ExitOutcome.COMPLETED
-            return _E.EXITED
-
-    async def _hold_job(self) -> AzureEvent:
-        await self._hold_here()
-        return _E.CANCEL_NEEDED if self.vm_id is not None else _E.NOTHING_TO_CANCEL
-
-    async def _clear(self) -> AzureEvent:
-        vm_attrs = (*SUBMIT_ATTRS, "AzureVmId", "VmIpAddress")
-        await self._clear_submit(vm_attrs if self.grid_id is not None else ())
-        self.grid_id = None
-        self.vm_id = self.address = self.power = None
-        self.remote = None
-        self._fresh = self._ended = False
-        self.create_failures = self.delete_failures = 0
-        if self.status is JobStatus.RUNNING:
-            await self.io.evicted(self.job_id)
-            self.status = JobStatus.IDLE
-        return _E.RESUBMIT if self.status is JobStatus.IDLE else _E.CLEARED
-
-    async def abandon(self) -> None:
-        """The job left the queue behind our back (condor_rm -forcex): delete, best effort."""
-        if self.grid_id is not None and self.vm_id is not None and self.resource.up:
-            try:
-                await self._call("AZURE_VM_DELETE", self.grid_id.name)
-            except (*_NO_ANSWER, LocalGahpError) as err:
-                log.warning("job %s: could not delete VM %s: %s", self.job_id, self.vm_name, err)
 
 
 def azure_grid_type(gahp_argv: Sequence[str] = DEFAULT_AZURE_GAHP) -> GridType[AzureResourceName]:
     """The azure grid type, its GAHP server started with `gahp_argv` (one for all)."""
-    gahp = fixed_gahp("azure", gahp_argv)
-    return GridType("azure", AzureResourceName.parse, gahp, AzureResource, AzureJob, remote_of)
+    return GridType(
+        name="azure",
+        parse_resource=AzureResourceName.parse,
+        gahp=fixed_gahp("azure", gahp_argv),
+        resource=AzureResource,
+        new_job=AzureJob,
+        remote=remote_of,
+    )
 
 
 AZURE = azure_grid_type()

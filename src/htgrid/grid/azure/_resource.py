@@ -2,28 +2,29 @@
 
 Status is one AZURE_VM_LIST per poll interval for all the resource's jobs (one per auth
 file in use, normally one), answered by VM name: HTCondor's AzureResource::DoBatchStatus.
-A job whose VM the list does not show is told so (its VM is gone). A failed list says
-nothing about the jobs: they keep their state and the resource is pinged.
+A job whose VM the list does not show is told so (its VM is gone).
 """
 
 from __future__ import annotations
 
-import logging
 import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import TYPE_CHECKING
 
 from htgrid.classad import ClassAd
 from htgrid.gahp import GahpError
 from htgrid.grid._errors import GahpUnavailable
 from htgrid.grid._gahps import GahpHandle
-from htgrid.grid._job import Services
-from htgrid.grid._resource import AnyJob, Resource
+from htgrid.grid._resource import Resource
+from htgrid.grid._task import Services
 from htgrid.grid._values import as_str
 from htgrid.grid.azure._ids import AzureResourceName
 from htgrid.queue import JobId
+
+if TYPE_CHECKING:
+    from htgrid.grid.azure._job import AzureJob
 
 __all__ = [
     "AzureResource",
@@ -34,8 +35,6 @@ __all__ = [
     "new_vm_name",
     "parse_vm_list",
 ]
-
-log = logging.getLogger("htgrid.grid")
 
 #: The job ad attributes AZURE_VM_CREATE's options come from (azurejob.cpp BuildVmParams).
 VM_PARAMS = (
@@ -106,34 +105,20 @@ class VmStatus:
         return self.text.rpartition("/")[2].strip().lower() or None
 
 
-class _Polled(Protocol):
-    """What an Azure resource needs of its jobs (AzureJob)."""
-
-    @property
-    def vm_name(self) -> str | None: ...
-
-    @property
-    def auth_file(self) -> str: ...
-
-    def vm_status(self, status: VmStatus) -> None: ...
-
-
-class AzureResource(Resource):
+class AzureResource(Resource["AzureJob", AzureResourceName]):
     """`azure <subscription>`: pinged with AZURE_PING, polled with AZURE_VM_LIST."""
 
-    def __init__(
-        self, name: str, resource: AzureResourceName, gahp: GahpHandle, services: Services
-    ) -> None:
-        super().__init__(name, gahp, services)
-        self.subscription = resource.subscription
+    def __init__(self, where: AzureResourceName, gahp: GahpHandle, services: Services) -> None:
+        super().__init__(where, gahp, services)
+        self.subscription = where.subscription
         #: The auth files its jobs use, in the order first seen (kept for the pings).
         self.auth_files: dict[str, None] = {}
         #: Numbers the polls: a job trusts only an answer to a list sent after it asked.
         self.poll_seq = 0
 
-    def register(self, job: AnyJob) -> None:
+    def register(self, job: AzureJob) -> None:
         super().register(job)
-        self.auth_files.setdefault(cast(_Polled, job).auth_file, None)
+        self.auth_files.setdefault(job.auth_file, None)
 
     def next_seq(self) -> int:
         """The number the next poll will have."""
@@ -146,37 +131,31 @@ class AzureResource(Resource):
                 return fields[0] if fields else "AZURE_PING failed with no reason"
         return None
 
-    async def poll(self, jobs: list[AnyJob]) -> None:
+    async def poll(self, jobs: list[AzureJob]) -> None:
         self.poll_seq += 1
         seq = self.poll_seq
-        by_auth: dict[str, dict[str, _Polled]] = {}
+        by_auth: dict[str, dict[str, AzureJob]] = {}
         for job in jobs:
-            polled = cast(_Polled, job)
-            if polled.vm_name:
-                by_auth.setdefault(polled.auth_file, {})[polled.vm_name.lower()] = polled
+            if job.vm_name:
+                by_auth.setdefault(job.auth_file, {})[job.vm_name.lower()] = job
         for auth_file, by_name in by_auth.items():
             await self._list(auth_file, by_name, seq)
 
-    async def _list(self, auth_file: str, by_name: dict[str, _Polled], seq: int) -> None:
+    async def _list(self, auth_file: str, by_name: dict[str, AzureJob], seq: int) -> None:
         self.stats.status_commands += 1
         try:
             fields = await self.call("AZURE_VM_LIST", auth_file, self.subscription)
         except (GahpError, GahpUnavailable) as err:
-            self._poll_failed(str(err))
+            self.poll_failed(str(err))
             return
         try:
             listed = parse_vm_list(fields)
         except ValueError as err:
-            self._poll_failed(str(err))
+            self.poll_failed(str(err))
             return
         now = self.clock.time()
         for name, job in by_name.items():
             job.vm_status(VmStatus(listed.get(name), seq, now))
-
-    def _poll_failed(self, reason: str) -> None:
-        self.stats.status_failures += 1
-        log.warning("resource %s: AZURE_VM_LIST failed: %s", self.name, reason)
-        self.request_ping()
 
 
 def parse_vm_list(fields: Sequence[str]) -> dict[str, str]:

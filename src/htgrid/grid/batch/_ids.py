@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from htgrid.classad import ClassAd
 from htgrid.grid._errors import UnsupportedGridJob
+from htgrid.grid._gridids import grid_job_id_words
 from htgrid.grid._gridtype import Remote
 
 __all__ = ["ALIASES", "BatchJobId", "BatchResourceName", "remote_of"]
@@ -70,10 +71,8 @@ class BatchJobId:
     @classmethod
     def parse(cls, text: object) -> BatchJobId | None:
         """The id in a GridJobId value; None when it is absent or not a batch id."""
-        if not isinstance(text, str):
-            return None
-        words = text.split()
-        if len(words) not in (3, 4) or words[0].lower() not in _NAMES:
+        words = grid_job_id_words(text, _NAMES, (3, 4))
+        if words is None:
             return None
         return cls(words[1].lower(), words[2], words[3] if len(words) == 4 else None)
 

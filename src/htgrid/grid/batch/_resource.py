@@ -3,8 +3,7 @@
 Status is asked for all the resource's jobs at once: BLAH_JOB_STATUS_ALL with every job's
 blah id (in chunks of `status_batch_size`, so the one-line reply stays under the 500 KiB
 the protocol allows), once per poll interval. A server that does not list it gets one
-BLAH_JOB_STATUS per job instead. A failed status command says nothing about the jobs:
-they keep their state and the resource is pinged.
+BLAH_JOB_STATUS per job instead.
 """
 
 from __future__ import annotations
@@ -14,17 +13,18 @@ import logging
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any
 
 from htgrid.classad import ClassAd
 from htgrid.errors import ClassAdSyntaxError
 from htgrid.gahp import GahpError, GahpRequestRefused
 from htgrid.grid._errors import GahpUnavailable
-from htgrid.grid._gahps import GahpHandle
-from htgrid.grid._job import Services
-from htgrid.grid._resource import AnyJob, Resource
+from htgrid.grid._resource import Resource
 from htgrid.grid._values import as_int, as_str, is_plain
 from htgrid.grid.batch._ids import BatchResourceName
+
+if TYPE_CHECKING:
+    from htgrid.grid.batch._job import BatchJob
 
 __all__ = ["FIND", "STATUS_ALL", "BatchResource", "RemoteStatus", "build_submit_ad"]
 
@@ -97,23 +97,12 @@ class RemoteStatus:
         )
 
 
-class _Polled(Protocol):
-    """What a batch resource needs of its jobs (BatchJob)."""
-
-    @property
-    def blah_id(self) -> str | None: ...
-
-    def remote_status(self, status: RemoteStatus) -> None: ...
-
-
-class BatchResource(Resource):
+class BatchResource(Resource["BatchJob", BatchResourceName]):
     """`batch <lrms>`: pinged with BLAH_PING, polled with BLAH_JOB_STATUS_ALL."""
 
-    def __init__(
-        self, name: str, resource: BatchResourceName, gahp: GahpHandle, services: Services
-    ) -> None:
-        super().__init__(name, gahp, services)
-        self.lrms = resource.lrms
+    @property
+    def lrms(self) -> str:
+        return self.where.lrms
 
     async def ping(self) -> str | None:
         try:
@@ -124,9 +113,8 @@ class BatchResource(Resource):
             return None
         return fields[1] if len(fields) > 1 else f"BLAH_PING {self.lrms} failed"
 
-    async def poll(self, jobs: list[AnyJob]) -> None:
-        polled = [cast(_Polled, job) for job in jobs]
-        by_id = {job.blah_id: job for job in polled if job.blah_id}
+    async def poll(self, jobs: list[BatchJob]) -> None:
+        by_id = {job.blah_id: job for job in jobs if job.blah_id}
         if not by_id:
             return
         if self.gahp.supports(STATUS_ALL):
@@ -137,16 +125,16 @@ class BatchResource(Resource):
         else:
             await asyncio.gather(*(self._poll_one(blah_id, job) for blah_id, job in by_id.items()))
 
-    async def _poll_bulk(self, ids: list[str], by_id: Mapping[str, _Polled]) -> None:
+    async def _poll_bulk(self, ids: list[str], by_id: Mapping[str, BatchJob]) -> None:
         self.stats.status_commands += 1
         try:
             fields = await self.call(STATUS_ALL, *ids)
         except (GahpError, GahpUnavailable) as err:
-            self._poll_failed(str(err))
+            self.poll_failed(str(err))
             return
         now = self.clock.time()
         if fields[:1] != ("0",) or len(fields) < 3 or not fields[2].isdigit():
-            self._poll_failed(fields[1] if len(fields) > 1 else "bad BLAH_JOB_STATUS_ALL result")
+            self.poll_failed(fields[1] if len(fields) > 1 else "bad BLAH_JOB_STATUS_ALL result")
             return
         ads = fields[3 : 3 + int(fields[2])]
         unanswered: list[str] = []
@@ -168,14 +156,14 @@ class BatchResource(Resource):
                 continue
             job.remote_status(status)
         if unanswered:
-            self._poll_failed(f"no status for {len(unanswered)} jobs: {unanswered[-1]}")
+            self.poll_failed(f"no status for {len(unanswered)} jobs: {unanswered[-1]}")
 
-    async def _poll_one(self, blah_id: str, job: _Polled) -> None:
+    async def _poll_one(self, blah_id: str, job: BatchJob) -> None:
         self.stats.status_commands += 1
         try:
             fields = await self.call("BLAH_JOB_STATUS", blah_id)
         except (GahpError, GahpUnavailable) as err:
-            self._poll_failed(str(err))
+            self.poll_failed(str(err))
             return
         now = self.clock.time()
         if fields[:1] == ("0",) and len(fields) >= 4:
@@ -186,12 +174,7 @@ class BatchResource(Resource):
         elif len(fields) > 1 and "not found" in fields[1].lower():
             job.remote_status(RemoteStatus(0, now, error=fields[1]))
         else:
-            self._poll_failed(fields[1] if len(fields) > 1 else "bad BLAH_JOB_STATUS result")
-
-    def _poll_failed(self, reason: str) -> None:
-        self.stats.status_failures += 1
-        log.warning("resource %s: status poll failed: %s", self.name, reason)
-        self.request_ping()
+            self.poll_failed(fields[1] if len(fields) > 1 else "bad BLAH_JOB_STATUS result")
 
 
 def _int_text(text: str) -> int | None:

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from htgrid.grid._errors import UnsupportedGridJob
+from htgrid.grid._gridids import grid_job_id_words
 
 __all__ = ["CondorJobId", "CondorResourceName"]
 
@@ -68,12 +69,8 @@ class CondorJobId:
     @classmethod
     def parse(cls, text: object) -> CondorJobId | None:
         """The id in a GridJobId value; None when absent or not a condor id."""
-        if not isinstance(text, str):
-            return None
-        words = text.split()
-        if len(words) != 4 or words[0].lower() != "condor":
-            return None
-        match = _JOB_ID.fullmatch(words[3])
-        if match is None:
+        words = grid_job_id_words(text, ("condor",), (4,))
+        match = None if words is None else _JOB_ID.fullmatch(words[3])
+        if words is None or match is None:
             return None
         return cls(words[1], words[2], int(match[1]), int(match[2]))

@@ -31,15 +31,18 @@ import hashlib
 import logging
 import re
 from collections.abc import Sequence
-from typing import Protocol, cast
+from typing import TYPE_CHECKING
 
 from htgrid.gahp import GahpError, GahpRequestRefused
 from htgrid.grid._errors import GahpUnavailable, GridError
 from htgrid.grid._gahps import GahpHandle
-from htgrid.grid._job import Services
-from htgrid.grid._resource import AnyJob, Resource
+from htgrid.grid._resource import Resource
+from htgrid.grid._task import Services
 from htgrid.grid.condor._ad import RemoteJob, submitter_id
-from htgrid.grid.condor._ids import CondorJobId, CondorResourceName
+from htgrid.grid.condor._ids import CondorResourceName
+
+if TYPE_CHECKING:
+    from htgrid.grid.condor._job import CondorJob
 
 __all__ = ["MAX_PENDING", "STATUS_CHUNK", "CondorResource", "RemoteCallFailed", "is_down_error"]
 
@@ -87,37 +90,13 @@ class RemoteCallFailed(GridError):
         self.down = is_down_error(text)
 
 
-class _Polled(Protocol):
-    """What the resource needs of its jobs (CondorJob)."""
-
-    @property
-    def remote_id(self) -> CondorJobId | None: ...
-
-    @property
-    def lease(self) -> int: ...
-
-    @property
-    def lease_expiration(self) -> int | None: ...
-
-    def remote_status(self, status: RemoteJob) -> None: ...
-
-    def remote_missing(self) -> None: ...
-
-    async def lease_renewed(self, expiration: int) -> None: ...
-
-
-class CondorResource(Resource):
+class CondorResource(Resource["CondorJob", CondorResourceName]):
     """One remote schedd, reached through its own condor GAHP server."""
 
-    def __init__(
-        self, name: str, resource: CondorResourceName, gahp: GahpHandle, services: Services
-    ) -> None:
-        pending = max(MAX_PENDING, services.config.max_pending_requests)
-        super().__init__(name, gahp, services, max_pending=pending)
-        # The GahpClient's own throttle too (the handle serves this one remote schedd).
-        gahp.config = dataclasses.replace(gahp.config, max_pending_requests=pending)
-        self.schedd = resource.schedd
-        self.pool = resource.pool
+    def __init__(self, where: CondorResourceName, gahp: GahpHandle, services: Services) -> None:
+        super().__init__(where, gahp, services, max_pending=MAX_PENDING)
+        self.schedd = where.schedd
+        self.pool = where.pool
         self.submitter = submitter_id(services.home)
         self.lease_updates = 0
         #: Most jobs asked about in one status request (halved when an answer is too long).
@@ -199,9 +178,8 @@ class CondorResource(Resource):
             return err.text if err.down else None
         return None
 
-    async def poll(self, jobs: list[AnyJob]) -> None:
-        polled = [cast(_Polled, job) for job in jobs]
-        by_id = {job.remote_id.remote: job for job in polled if job.remote_id is not None}
+    async def poll(self, jobs: list[CondorJob]) -> None:
+        by_id = {job.remote_id.remote: job for job in jobs if job.remote_id is not None}
         if not by_id:
             return
         pending = _chunks(sorted(by_id.values(), key=_cluster_of), self.status_chunk)
@@ -212,7 +190,7 @@ class CondorResource(Resource):
             self._known, self._seen = self._seen, {}
 
     async def _poll_chunks(
-        self, pending: list[Sequence[_Polled]], by_id: dict[str, _Polled]
+        self, pending: list[Sequence[CondorJob]], by_id: dict[str, CondorJob]
     ) -> None:
         while pending:
             chunk = pending.pop(0)
@@ -237,14 +215,12 @@ class CondorResource(Resource):
                     )
                     pending[:0] = _chunks(chunk, half)
                     continue
-                self.stats.status_failures += 1
-                log.warning("resource %s: status poll failed: %s", self.name, err)
-                self.request_ping()
+                self.poll_failed(str(err))
                 return
             self._answered(chunk, by_id, answer)
 
     def _answered(
-        self, chunk: Sequence[_Polled], by_id: dict[str, _Polled], answer: list[RemoteJob]
+        self, chunk: Sequence[CondorJob], by_id: dict[str, CondorJob], answer: list[RemoteJob]
     ) -> None:
         seen: set[str] = set()
         for status in answer:
@@ -259,9 +235,8 @@ class CondorResource(Resource):
 
     # ---- leases ----------------------------------------------------------------------------
 
-    def _leased(self) -> list[_Polled]:
-        jobs = [cast(_Polled, job) for job in self.jobs.values()]
-        return [job for job in jobs if job.remote_id is not None]
+    def _leased(self) -> list[CondorJob]:
+        return [job for job in self.jobs.values() if job.remote_id is not None]
 
     def _check_interval(self) -> float:
         # Looked at every poll interval (cheap: no request unless a renewal is due), more
@@ -311,11 +286,11 @@ class CondorResource(Resource):
         return True
 
 
-def _cluster_of(job: _Polled) -> int:
+def _cluster_of(job: CondorJob) -> int:
     return job.remote_id.cluster if job.remote_id is not None else 0
 
 
-def _chunks(items: Sequence[_Polled], size: int) -> list[Sequence[_Polled]]:
+def _chunks(items: Sequence[CondorJob], size: int) -> list[Sequence[CondorJob]]:
     return [items[start : start + size] for start in range(0, len(items), size)]
 
 

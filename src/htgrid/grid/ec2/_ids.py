@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from htgrid.classad import ClassAd
 from htgrid.grid._errors import UnsupportedGridJob
-from htgrid.grid._gridids import grid_resource_words
+from htgrid.grid._gridids import grid_job_id_words, grid_resource_words
 from htgrid.grid._gridtype import Remote
 from htgrid.grid._values import as_str
 
@@ -54,10 +54,8 @@ class Ec2JobId:
     @classmethod
     def parse(cls, text: object) -> Ec2JobId | None:
         """The id in a GridJobId value; None when it is absent or not an ec2 id."""
-        if not isinstance(text, str):
-            return None
-        words = text.split()
-        if len(words) not in (3, 4) or words[0].lower() != "ec2":
+        words = grid_job_id_words(text, ("ec2",), (3, 4))
+        if words is None:
             return None
         return cls(words[1], words[2], words[3] if len(words) == 4 else None)
 

@@ -19,18 +19,19 @@ request id, else by launch group (the client token, for a job that lost its requ
 
 from __future__ import annotations
 
-import dataclasses
-import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, TypeVar
 
 from htgrid.gahp import GahpError, GahpRequestRefused, unnull
 from htgrid.grid._errors import GahpUnavailable
 from htgrid.grid._gahps import GahpHandle
-from htgrid.grid._job import Services
-from htgrid.grid._resource import AnyJob, Resource
+from htgrid.grid._resource import Resource
+from htgrid.grid._task import Services
 from htgrid.grid.ec2._ids import Ec2ResourceName
+
+if TYPE_CHECKING:
+    from htgrid.grid.ec2._job import Ec2Job
 
 __all__ = [
     "MAX_PENDING",
@@ -44,7 +45,7 @@ __all__ = [
     "parse_status_all",
 ]
 
-log = logging.getLogger("htgrid.grid")
+_T = TypeVar("_T")
 
 STATUS_ALL = "EC2_VM_STATUS_ALL"
 SPOT_STATUS_ALL = "EC2_VM_STATUS_ALL_SPOT"
@@ -147,39 +148,12 @@ def parse_spot_status_all(fields: Sequence[str], asked: float) -> list[SpotStatu
     return out
 
 
-class _Polled(Protocol):
-    """What an ec2 resource needs of its jobs (Ec2Job)."""
-
-    @property
-    def credentials(self) -> tuple[str, str]: ...
-
-    @property
-    def client_token(self) -> str | None: ...
-
-    @property
-    def instance_id(self) -> str | None: ...
-
-    @property
-    def spot_request_id(self) -> str | None: ...
-
-    def wants_spot_status(self) -> bool: ...
-
-    def remote_status(self, status: Ec2Status | None, asked: float) -> None: ...
-
-    def spot_status(self, status: SpotStatus | None, asked: float) -> None: ...
-
-
-class Ec2Resource(Resource):
+class Ec2Resource(Resource["Ec2Job", Ec2ResourceName]):
     """`ec2 <service-url>`: pinged with EC2_VM_SERVER_TYPE, polled with EC2_VM_STATUS_ALL."""
 
-    def __init__(
-        self, name: str, resource: Ec2ResourceName, gahp: GahpHandle, services: Services
-    ) -> None:
-        pending = max(MAX_PENDING, services.config.max_pending_requests)
-        super().__init__(name, gahp, services, max_pending=pending)
-        # The GahpClient's own throttle too (the handle serves only the ec2 type).
-        gahp.config = dataclasses.replace(gahp.config, max_pending_requests=pending)
-        self.service_url = resource.service_url
+    def __init__(self, where: Ec2ResourceName, gahp: GahpHandle, services: Services) -> None:
+        super().__init__(where, gahp, services, max_pending=MAX_PENDING)
+        self.service_url = where.service_url
         #: What EC2_VM_SERVER_TYPE said (Amazon, OpenStack, ...); "" until it answered.
         self.server_type = ""
         #: EC2_VM_STATUS_ALL_SPOT requests sent (also counted in stats.status_commands).
@@ -187,7 +161,7 @@ class Ec2Resource(Resource):
 
     def _credentials(self) -> tuple[str, str] | None:
         for job in self.jobs.values():
-            access, secret = cast(_Polled, job).credentials
+            access, secret = job.credentials
             if access and secret:
                 return access, secret
         return None
@@ -208,11 +182,10 @@ class Ec2Resource(Resource):
             return failure.message
         return None  # the service answered: whatever it refused is a job's business
 
-    async def poll(self, jobs: list[AnyJob]) -> None:
-        groups: dict[tuple[str, str], list[_Polled]] = {}
+    async def poll(self, jobs: list[Ec2Job]) -> None:
+        groups: dict[tuple[str, str], list[Ec2Job]] = {}
         for job in jobs:
-            polled = cast(_Polled, job)
-            groups.setdefault(polled.credentials, []).append(polled)
+            groups.setdefault(job.credentials, []).append(job)
         for keys, members in groups.items():
             spot = [job for job in members if job.wants_spot_status()]
             if spot:
@@ -220,23 +193,12 @@ class Ec2Resource(Resource):
             if len(spot) < len(members):
                 await self._poll_group(keys, [job for job in members if job not in spot])
 
-    async def _poll_spot(self, keys: tuple[str, str], members: list[_Polled]) -> None:
-        self.stats.status_commands += 1
+    async def _poll_spot(self, keys: tuple[str, str], members: list[Ec2Job]) -> None:
         self.spot_status_commands += 1
-        asked = self.clock.time()
-        try:
-            fields = await self.call(SPOT_STATUS_ALL, self.service_url, *keys)
-        except (GahpError, GahpUnavailable) as err:
-            self._poll_failed(str(err))
+        answer = await self._ask(SPOT_STATUS_ALL, keys, parse_spot_status_all)
+        if answer is None:
             return
-        if fields[:1] != ("0",):
-            self._poll_failed(GahpFailure.of(fields, SPOT_STATUS_ALL).message)
-            return
-        try:
-            found = parse_spot_status_all(fields, asked)
-        except ValueError as err:
-            self._poll_failed(str(err))
-            return
+        found, asked = answer
         by_id = {status.request_id: status for status in found}
         by_group: dict[str, SpotStatus] = {}
         for status in found:
@@ -251,22 +213,11 @@ class Ec2Resource(Resource):
             elif job.client_token is not None:
                 job.spot_status(by_group.get(job.client_token), asked)
 
-    async def _poll_group(self, keys: tuple[str, str], members: list[_Polled]) -> None:
-        self.stats.status_commands += 1
-        asked = self.clock.time()
-        try:
-            fields = await self.call(STATUS_ALL, self.service_url, *keys)
-        except (GahpError, GahpUnavailable) as err:
-            self._poll_failed(str(err))
+    async def _poll_group(self, keys: tuple[str, str], members: list[Ec2Job]) -> None:
+        answer = await self._ask(STATUS_ALL, keys, parse_status_all)
+        if answer is None:
             return
-        if fields[:1] != ("0",):
-            self._poll_failed(GahpFailure.of(fields, STATUS_ALL).message)
-            return
-        try:
-            found = parse_status_all(fields, asked)
-        except ValueError as err:
-            self._poll_failed(str(err))
-            return
+        found, asked = answer
         by_id = {status.instance_id: status for status in found}
         by_token: dict[str, Ec2Status] = {}
         for status in found:
@@ -282,7 +233,18 @@ class Ec2Resource(Resource):
             elif job.client_token is not None:
                 job.remote_status(by_token.get(job.client_token), asked)
 
-    def _poll_failed(self, reason: str) -> None:
-        self.stats.status_failures += 1
-        log.warning("resource %s: status poll failed: %s", self.name, reason)
-        self.request_ping()
+    async def _ask(
+        self, command: str, keys: tuple[str, str], parse: Callable[[Sequence[str], float], list[_T]]
+    ) -> tuple[list[_T], float] | None:
+        """One status command for all that `keys` reach, its answer read, and when it was
+        asked; None (the poll counted as failed) if it failed."""
+        self.stats.status_commands += 1
+        asked = self.clock.time()
+        try:
+            fields = await self.call(command, self.service_url, *keys)
+            if fields[:1] != ("0",):
+                raise ValueError(GahpFailure.of(fields, command).message)
+            return parse(fields, asked), asked
+        except (GahpError, GahpUnavailable, ValueError) as err:
+            self.poll_failed(str(err))
+            return None

@@ -15,17 +15,16 @@ code; an open request is cancelled (EC2_VM_STOP_SPOT) on rm, hold or such a fail
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from htgrid.classad import ClassAd
-from htgrid.gahp import GahpRequestRefused, GahpServerExited, GahpTimeout, LocalGahpError
-from htgrid.grid._errors import GahpUnavailable
-from htgrid.grid._job import Services
+from htgrid.grid._errors import NO_ANSWER
 from htgrid.grid._queueio import UNDEFINED
+from htgrid.grid._task import Services
 from htgrid.grid._values import as_str, format_time
 from htgrid.grid.ec2._args import spot_start_args
 from htgrid.grid.ec2._resource import Ec2Resource, GahpFailure, SpotStatus
-from htgrid.grid.ec2._status import NO_ANSWER, Ec2Instance
+from htgrid.grid.ec2._status import Ec2Instance
 from htgrid.grid.ec2._table import Ec2Event, Ec2State
 from htgrid.queue import HoldReasonCode, JobId, JobStatus
 
@@ -33,7 +32,6 @@ __all__ = ["SPOT_CODES", "Ec2Spot"]
 
 _S = Ec2State
 _E = Ec2Event
-_LOST_GAHP = (GahpServerExited, GahpTimeout)
 # The request may have been made although no answer came: look the token up.
 _MAYBE_SENT = frozenset({"E_CURL_IO", "NEED_CHECK_VM_START"})
 _SPOT_STATES = frozenset({_S.SPOT_CHECK, _S.SPOT_SUBMITTED, _S.SPOT_CANCEL_CHECK})
@@ -91,20 +89,38 @@ class Ec2Spot(Ec2Instance):
 
     # ---- helpers shared with Ec2Job -------------------------------------------------------
 
-    async def _retry_later(self, what: str, error: str, failures: int) -> None:
-        delay = self.config.backoff(failures)
-        now = self.clock.time()
-        await self.set_wait_reason(
-            f"{what} failed at {format_time(now)}: {error}; trying again at "
-            f"{format_time(now + delay)}"
-        )
-        end = self.clock.monotonic() + delay
-        while self._stopped() is None and (left := end - self.clock.monotonic()) > 0:
-            await self.wait(left)
+    def _refusal(self, error: str, subcode: int) -> tuple[str, int, int]:
+        return error, HoldReasonCode.EC2ConnectionProblem, subcode
 
-    async def _until_up(self) -> None:
-        while not self.resource.up:
-            await self.wait()
+    async def _send_start(
+        self, command: str, args: Sequence[str], subcode: int, what: str
+    ) -> str | Ec2Event:
+        """EC2_VM_START or EC2_VM_START_SPOT with the committed client token: the id it
+        answered (an instance's or a spot request's), or the event instead: START_LOST if
+        it may have happened unanswered (the token says), else a retry or a refusal (held
+        with EC2ConnectionProblem, `subcode`)."""
+        self.resource.hold_slot(self)
+        request = self.resource.call(command, *args)
+        fields = await self._send_submit(request, _E.START_LOST, subcode=subcode, what=what)
+        if isinstance(fields, Ec2Event):
+            return fields
+        if fields[:1] == ("0",) and len(fields) > 1:
+            self.resource.submit_succeeded()
+            return fields[1]
+        failure = GahpFailure.of(fields, command)
+        if failure.code in _MAYBE_SENT:
+            # The request may have reached EC2: the token says whether it did.
+            self.last_error = failure.message
+            self.resource.request_ping()
+            self._grace_due = False
+            return _E.START_LOST
+        return await self._submit_failed(
+            failure.message, transient=failure.transient, subcode=subcode, what=what
+        )
+
+    def _unsent_transient(self, error: str) -> bool:
+        # Read as the GAHP's own errors are: transient only if it says so.
+        return GahpFailure("E_GAHP", error).transient
 
     def _ready(self) -> Ec2Event:
         """Where a job goes once its keypair (if any) exists: a start or a spot request."""
@@ -147,56 +163,20 @@ class Ec2Spot(Ec2Instance):
         stop = self._stopped()
         if stop is not None:
             return stop  # nothing was sent yet (a retry follows only a definite refusal)
-        await self._until_up()
+        await self.until_resource_up()
         assert self.grid_id is not None  # SAVE_TOKEN or START set it
-        self.resource.hold_slot(self)
         args = spot_start_args(self.ad, self._target, self.grid_id.client_token, self.keypair)
-        try:
-            fields = await self.resource.call("EC2_VM_START_SPOT", *args)
-        except _LOST_GAHP as err:
-            self.last_error = str(err)
-            self._grace_due = True
-            return _E.START_LOST
-        except LocalGahpError as err:
-            return self._spot_refused(GahpFailure("E_GAHP", str(err)))
-        except (GahpRequestRefused, GahpUnavailable) as err:
-            return await self._spot_failed(GahpFailure("E_GAHP", str(err)))
-        if fields[:1] == ("0",) and len(fields) > 1:
-            self.resource.submit_succeeded()
-            await self._save_request(fields[1])
-            return _E.REQUESTED
-        failure = GahpFailure.of(fields, "EC2_VM_START_SPOT")
-        if failure.code in _MAYBE_SENT:
-            self.last_error = failure.message
-            self.resource.request_ping()
-            self._grace_due = False
-            return _E.START_LOST
-        return await self._spot_failed(failure)
-
-    async def _spot_failed(self, failure: GahpFailure) -> Ec2Event:
-        self.last_error = failure.message
-        self.resource.submit_failed(transient=failure.transient)
-        self.start_failures += 1
-        if not failure.transient or self.start_failures >= self.config.max_submit_attempts:
-            return self._spot_refused(failure)
-        await self._retry_later(
-            f"spot request attempt {self.start_failures}", failure.message, self.start_failures
-        )
-        return _E.START_RETRY
-
-    def _spot_refused(self, failure: GahpFailure) -> Ec2Event:
-        self.resource.release(self)
         # ec2job.cpp holds a refused spot request with EC2ConnectionProblem, subcode 17.
-        self._will_hold(failure.message, HoldReasonCode.EC2ConnectionProblem, 17)
-        return _E.START_REFUSED
+        answer = await self._send_start("EC2_VM_START_SPOT", args, 17, "spot request")
+        if not isinstance(answer, str):
+            return answer
+        await self._save_request(answer)
+        return _E.REQUESTED
 
     async def _spot_check(self) -> Ec2Event:
         """A token without a request id: is there a request with that launch group?"""
         assert self.grid_id is not None
-        if self._grace_due:
-            # A request a dead GAHP server left in flight lands first.
-            self._grace_due = False
-            await self.pause(self.config.lost_submit_grace)
+        await self._lost_submit_grace()
         await self.set_wait_reason(
             f"looking for a spot request with launch group {self.grid_id.client_token} "
             "in the next spot status poll"
@@ -263,17 +243,14 @@ class Ec2Spot(Ec2Instance):
 
     async def _spot_cancel(self) -> Ec2Event:
         assert self.spot_request is not None  # every way here has a request
-        await self._until_up()
+        await self.until_resource_up()
         await self._stop_request()
         if self._spot_cancelled:
             self._spot_since = self.clock.time()
             return _E.STOP_SENT
         self.cancel_failures += 1
-        await self.set_wait_reason(
-            f"cancelling spot request {self.spot_request} failed at "
-            f"{format_time(self.clock.time())}: {self.last_error}; trying again"
-        )
-        await self.pause(self.config.backoff(self.cancel_failures))
+        what = f"cancelling spot request {self.spot_request}"
+        await self._try_again(what, self.last_error or "", self.cancel_failures)
         return _E.STOP_FAILED
 
     async def _stop_request(self) -> None:
@@ -281,7 +258,7 @@ class Ec2Spot(Ec2Instance):
         assert self.spot_request is not None
         try:
             fields = await self.resource.call("EC2_VM_STOP_SPOT", *self._target, self.spot_request)
-        except (*NO_ANSWER, LocalGahpError) as err:
+        except NO_ANSWER as err:
             fields = ("1", "E_GAHP", str(err))
         if fields[:1] == ("0",):
             self._spot_cancelled = True
