@@ -29,10 +29,12 @@ import dataclasses
 import enum
 import logging
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from htgrid.gahp import GahpServerExited, GahpTimeout, LocalGahpError
+from htgrid.gahp.commands import Spec
 from htgrid.grid._errors import GahpUnavailable
 from htgrid.grid._gahps import GahpHandle
 from htgrid.grid._gridids import ResourceName
@@ -46,6 +48,7 @@ log = logging.getLogger("htgrid.grid")
 AnyJob = JobTask[Any, Any]
 J = TypeVar("J", bound=AnyJob)
 N = TypeVar("N", bound=ResourceName)
+_R = TypeVar("_R")
 
 
 class ResourceState(enum.Enum):
@@ -136,16 +139,24 @@ class Resource(abc.ABC, Generic[J, N]):
     # ---- requests ----------------------------------------------------------------------------
 
     async def call(
-        self, command: str, *args: str, timeout: float | None = None, later: bool = False
+        self, command: Spec | str, *args: str, timeout: float | None = None, later: bool = False
     ) -> tuple[str, ...]:
-        """A GAHP request within the pending-request throttle (see GahpHandle.call)."""
+        """A GAHP request within the pending-request throttle: its result fields (see
+        GahpHandle.call)."""
         async with self._pending:
             self._in_flight += 1
             self.stats.max_in_flight = max(self.stats.max_in_flight, self._in_flight)
             try:
-                return await self.gahp.call(command, *args, timeout=timeout, later=later)
+                name = command if isinstance(command, str) else command.name
+                return await self.gahp.call(name, *args, timeout=timeout, later=later)
             finally:
                 self._in_flight -= 1
+
+    async def ask(
+        self, result: Callable[[Sequence[str]], _R], command: Spec, *args: str, later: bool = False
+    ) -> _R:
+        """`call`, its result read by `result` (a typed result's `of`)."""
+        return result(await self.call(command, *args, later=later))
 
     # ---- up and down ---------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from htgrid.grid.batch._ids import BatchJobId, BatchResourceName
 from htgrid.grid.batch._job import BATCH, BatchJob
-from htgrid.grid.batch._resource import BatchResource, RemoteStatus, build_submit_ad
+from htgrid.grid.batch._resource import BatchResource, build_submit_ad, remote_attrs
 from htgrid.grid.batch._table import TRANSITIONS, BatchEvent, BatchState
 
 __all__ = [
@@ -16,6 +16,6 @@ __all__ = [
     "BatchResource",
     "BatchResourceName",
     "BatchState",
-    "RemoteStatus",
     "build_submit_ad",
+    "remote_attrs",
 ]

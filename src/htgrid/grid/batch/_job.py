@@ -18,19 +18,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from htgrid.classad import ClassAd
-from htgrid.gahp import unnull
+from htgrid.gahp.commands import blah
 from htgrid.grid._errors import NO_ANSWER
 from htgrid.grid._gridids import JOB_STATUS_NAMES, new_tag
 from htgrid.grid._gridtype import GridType
 from htgrid.grid._job import SUBMIT_ATTRS, GridJob
 from htgrid.grid._task import Services
 from htgrid.grid.batch._ids import ALIASES, BatchJobId, BatchResourceName, remote_of
-from htgrid.grid.batch._resource import FIND, BatchResource, RemoteStatus, build_submit_ad
+from htgrid.grid.batch._resource import BatchResource, build_submit_ad, remote_attrs
 from htgrid.grid.batch._table import TABLE, BatchEvent, BatchState
 from htgrid.queue import JobId, JobStatus
 
@@ -40,11 +39,6 @@ log = logging.getLogger("htgrid.grid")
 
 _S = BatchState
 _E = BatchEvent
-# What the GAHP says when the job to cancel no longer needs it.
-_ALREADY_GONE = re.compile(r"not found|completed|removed|finished", re.IGNORECASE)
-# Submit failures that say nothing was submitted and trying later may work: code 3 is the
-# blahp's "error executing the submission command" (a batch system that did not answer).
-_TRANSIENT = re.compile(r"temporar|try again|timed? ?out|unavailable|connection", re.IGNORECASE)
 _RUNNING = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT})
 
 
@@ -60,7 +54,8 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
         self.grid_id = BatchJobId.parse(ad.get("GridJobId"))
         names = {name: number for number, name in JOB_STATUS_NAMES.items()}
         self.remote_state: int | None = names.get(str(ad.get("GridJobStatus")))
-        self.remote: RemoteStatus | None = None
+        self.remote: blah.StatusAd | None = None
+        self._when = 0.0  # when the last answer came
         self.remote_gone = False
         self.unknown_polls = 0
         self.lookup_failures = 0
@@ -79,9 +74,9 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
         # poll interval (waiting a whole interval after the submit made it up to two).
         return self.state is _S.SUBMITTED and self.blah_id is not None
 
-    def remote_status(self, status: RemoteStatus) -> None:
+    def remote_status(self, status: blah.StatusAd, when: float) -> None:
         """A status poll's answer for this job ("not found" is an answer too)."""
-        self.remote = status
+        self.remote, self._when = status, when
         self._heard()
 
     # ---- the hooks of the shared actions ----------------------------------------------------
@@ -100,12 +95,11 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
     async def _cancel_remote(self) -> str | None:
         assert self.blah_id is not None
         try:
-            fields = await self.resource.call("BLAH_JOB_CANCEL", self.blah_id)
+            outcome = await self.resource.ask(blah.Outcome.of, blah.CANCEL, self.blah_id)
         except NO_ANSWER as err:
             return str(err)
-        message = fields[1] if len(fields) > 1 else ""
-        if fields[:1] != ("0",) and not _ALREADY_GONE.search(message):
-            return message or "BLAH_JOB_CANCEL failed"
+        if not outcome.ok and not blah.already_gone(outcome.message):
+            return outcome.message or "BLAH_JOB_CANCEL failed"
         self.remote_gone = True
         return None
 
@@ -141,42 +135,39 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
         assert self.grid_id is not None  # SAVE_TAG or START set it
         self.resource.hold_slot(self)
         ad_text = build_submit_ad(self.ad, self.lrms, self.grid_id.tag)
-        fields = await self._send_submit(
-            self.resource.call("BLAH_JOB_SUBMIT", ad_text), _E.SUBMIT_LOST
-        )
-        if isinstance(fields, BatchEvent):
-            return fields
-        code = fields[0] if fields else ""
-        blah_id = unnull(fields[2]) if len(fields) > 2 else None
-        if code == "0" and blah_id and blah_id != "N/A":
-            self.grid_id = dataclasses.replace(self.grid_id, blah_id=blah_id)
+        submit = self.resource.ask(blah.Submitted.of, blah.SUBMIT, ad_text)
+        result = await self._send_submit(submit, _E.SUBMIT_LOST)
+        if isinstance(result, BatchEvent):
+            return result
+        if result.ok:
+            self.grid_id = dataclasses.replace(self.grid_id, blah_id=result.blah_id)
             self.resource.submit_succeeded()
             self._queued_now = True
             return _E.SUBMIT_OK
-        error = fields[1] if len(fields) > 1 else "the GAHP server gave no reason"
-        number = int(code) if code.isdigit() else 0
-        transient = code == "3" or _TRANSIENT.search(error) is not None
-        return await self._submit_failed(error, transient=transient, subcode=number)
+        error = result.error or "the GAHP server gave no reason"
+        transient = blah.transient_submit(result.code, error)
+        subcode = int(result.code) if result.code.isdigit() else 0
+        return await self._submit_failed(error, transient=transient, subcode=subcode)
 
     async def _recover(self) -> BatchEvent:
         assert self.grid_id is not None  # only jobs with a tag come here
         await self._lost_submit_grace()
         await self.until_resource_up()
-        if not self.resource.gahp.supports(FIND):
+        if not self.resource.gahp.supports(blah.FIND.name):
             # Sending the submit again is the lookup: the batch GAHP answers a repeated
             # ClientJobId with the job still queued or running under it.
             self.resource.hold_slot(self)
             return self._stopped() or _E.NOT_FOUND
+        find = blah.Find(self.lrms, self.grid_id.tag)
         try:
-            fields = await self.resource.call(FIND, self.lrms, self.grid_id.tag)
+            found = await self.resource.ask(blah.Found.of, blah.FIND, *find.args())
         except NO_ANSWER as err:
             return await self._lookup_failed(str(err))
-        if fields[:1] != ("0",):
-            return await self._lookup_failed(fields[1] if len(fields) > 1 else "no reason given")
+        if not found.ok:
+            return await self._lookup_failed(found.error or "no reason given")
         self.lookup_failures = 0
-        found = unnull(fields[2]) if len(fields) > 2 else None
-        if found:
-            self.grid_id = dataclasses.replace(self.grid_id, blah_id=found)
+        if found.blah_id:
+            self.grid_id = dataclasses.replace(self.grid_id, blah_id=found.blah_id)
             self.resource.hold_slot(self)
             return _E.FOUND
         stop = self._stopped()
@@ -224,7 +215,7 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
         attrs: dict[str, Any] = {}
         if status.job_status != self.remote_state:
             attrs["GridJobStatus"] = JOB_STATUS_NAMES.get(status.job_status, str(status.job_status))
-            attrs["LastRemoteStatusUpdate"] = int(status.when)
+            attrs["LastRemoteStatusUpdate"] = int(self._when)
         self.remote_state = status.job_status
         event: BatchEvent | None = None
         if status.job_status == JobStatus.COMPLETED:
@@ -253,8 +244,8 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
             return _E.EXIT_UNKNOWN
         attrs: dict[str, Any] = {
             "GridJobStatus": "COMPLETED",
-            "LastRemoteStatusUpdate": int(status.when),
-            **status.copied,
+            "LastRemoteStatusUpdate": int(self._when),
+            **remote_attrs(status),
         }
         await self.io.update(self.job_id, attrs)
         if status.exit_signal is not None:
