@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from htgrid.classad import ClassAd
-from htgrid.gahp import unnull
+from htgrid.gahp.commands import azure
 from htgrid.grid._errors import NO_ANSWER
 from htgrid.grid._gridtype import GridType, fixed_gahp
 from htgrid.grid._job import SUBMIT_ATTRS, GridJob, Words
@@ -37,9 +37,8 @@ from htgrid.grid.azure._resource import (
     AzureResource,
     MissingAttribute,
     VmStatus,
-    build_vm_params,
-    is_transient,
     new_vm_name,
+    vm_options,
 )
 from htgrid.grid.azure._table import TABLE, AzureEvent, AzureState
 from htgrid.queue import HoldReasonCode, JobId, JobStatus
@@ -106,8 +105,8 @@ class AzureJob(GridJob[AzureState, AzureEvent]):
 
     # ---- the hooks of the shared actions -----------------------------------------------------
 
-    async def _call(self, command: str, *args: str) -> tuple[str, ...]:
-        return await self.resource.call(command, self._auth_file, self.azure.subscription, *args)
+    def _account(self) -> tuple[str, str]:
+        return azure.account(self._auth_file, self.azure.subscription)
 
     def _new_key(self) -> dict[str, Any]:
         self.grid_id = AzureJobId(new_vm_name(self.job_id))
@@ -123,12 +122,13 @@ class AzureJob(GridJob[AzureState, AzureEvent]):
     async def _cancel_remote(self) -> str | None:
         """AZURE_VM_DELETE: the VM, its NIC, IP, disks and group; "not found" is success."""
         assert self.grid_id is not None
+        delete = (*self._account(), self.grid_id.name)
         try:
-            fields = await self._call("AZURE_VM_DELETE", self.grid_id.name)
+            done = await self.resource.ask(azure.Done.of, azure.VM_DELETE, *delete)
         except NO_ANSWER as err:
             return str(err)
-        if fields[:1] != ("NULL",) and "could not be found" not in " ".join(fields):
-            return fields[0] if fields else "AZURE_VM_DELETE failed"
+        if done.error is not None and "could not be found" not in done.error:
+            return done.error
         self.vm_id = None
         return None
 
@@ -172,25 +172,25 @@ class AzureJob(GridJob[AzureState, AzureEvent]):
         assert self.grid_id is not None  # SAVE_NAME or START set it
         self.resource.hold_slot(self)
         try:
-            params = build_vm_params(self.ad, self.grid_id.name)
+            args = azure.vm_create_args(self.grid_id.name, vm_options(self.ad))
         except MissingAttribute as err:
             return self._submit_refused(str(err))
+        create = self.resource.ask(azure.VmCreated.of, azure.VM_CREATE, *self._account(), *args)
         # An unanswered create may have reached Azure: the next list says (CREATE_UNSURE).
-        fields = await self._send_submit(self._call("AZURE_VM_CREATE", *params), _E.CREATE_UNSURE)
-        if not isinstance(fields, AzureEvent):
-            if fields[:1] == ("NULL",) and len(fields) >= 2:
-                self.vm_id = fields[1]
-                self.address = unnull(fields[2]) if len(fields) > 2 else None
+        result = await self._send_submit(create, _E.CREATE_UNSURE)
+        if isinstance(result, azure.VmCreated):
+            if result.error is None:
+                self.vm_id, self.address = result.vm_id, result.address
                 self.resource.submit_succeeded()
                 self._created_now = True
                 return _E.CREATE_OK
-            error = fields[0] if fields and fields[0] != "NULL" else "AZURE_VM_CREATE gave no VM id"
-            fields = await self._submit_failed(error, transient=is_transient(error))
-        if fields is _E.SUBMIT_RETRY:
+            transient = azure.is_transient(result.error)
+            result = await self._submit_failed(result.error, transient=transient)
+        if result is _E.SUBMIT_RETRY:
             # A failure that may clear is looked up after the back-off (CHECK): the create
             # may have half-happened. The GAHP answered: nothing of it is still in flight.
             self._grace_due = False
-        return fields
+        return result
 
     async def _check(self) -> AzureEvent:
         assert self.grid_id is not None  # only named jobs come here

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from htgrid.classad import ClassAd
 from htgrid.gahp import GahpError
+from htgrid.gahp.commands import azure
 from htgrid.grid._errors import GahpUnavailable
 from htgrid.grid._gahps import GahpHandle
 from htgrid.grid._resource import Resource
@@ -26,15 +26,7 @@ from htgrid.queue import JobId
 if TYPE_CHECKING:
     from htgrid.grid.azure._job import AzureJob
 
-__all__ = [
-    "AzureResource",
-    "MissingAttribute",
-    "VmStatus",
-    "build_vm_params",
-    "is_transient",
-    "new_vm_name",
-    "parse_vm_list",
-]
+__all__ = ["AzureResource", "MissingAttribute", "VmStatus", "new_vm_name", "vm_options"]
 
 #: The job ad attributes AZURE_VM_CREATE's options come from (azurejob.cpp BuildVmParams).
 VM_PARAMS = (
@@ -44,9 +36,6 @@ VM_PARAMS = (
     ("adminUsername", "AzureAdminUsername"),
     ("key", "AzureAdminKey"),
 )
-# The Azure GAHP's error strings say whether trying later may work:
-# `Error creating VM: QuotaExceeded (HTTP 409, permanent): ...`.
-_TRANSIENT = re.compile(r"\(HTTP [^,()]*, transient\)")
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,62}[A-Za-z0-9_])?")
 
 
@@ -68,20 +57,15 @@ class MissingAttribute(ValueError):
     """A job ad lacks what AZURE_VM_CREATE needs."""
 
 
-def build_vm_params(ad: ClassAd, name: str) -> list[str]:
-    """AZURE_VM_CREATE's `key=value` options, as HTCondor's BuildVmParams builds them."""
-    params = [f"name={name}"]
+def vm_options(ad: ClassAd) -> list[tuple[str, str]]:
+    """AZURE_VM_CREATE's options from the job ad, as HTCondor's BuildVmParams takes them."""
+    options = []
     for key, attr in VM_PARAMS:
         value = as_str(ad.get(attr))
         if not value:
             raise MissingAttribute(f"Missing attribute {attr}")
-        params.append(f"{key}={value}")
-    return params
-
-
-def is_transient(error: str) -> bool:
-    """Whether an Azure GAHP error string says trying later may work."""
-    return _TRANSIENT.search(error) is not None
+        options.append((key, value))
+    return options
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,9 +110,9 @@ class AzureResource(Resource["AzureJob", AzureResourceName]):
 
     async def ping(self) -> str | None:
         for auth_file in self.auth_files or {"NULL": None}:
-            fields = await self.call("AZURE_PING", auth_file, self.subscription)
-            if fields[:1] != ("NULL",):
-                return fields[0] if fields else "AZURE_PING failed with no reason"
+            done = await self.ask(azure.Done.of, azure.PING, auth_file, self.subscription)
+            if done.error is not None:
+                return done.error
         return None
 
     async def poll(self, jobs: list[AzureJob]) -> None:
@@ -144,28 +128,14 @@ class AzureResource(Resource["AzureJob", AzureResourceName]):
     async def _list(self, auth_file: str, by_name: dict[str, AzureJob], seq: int) -> None:
         self.stats.status_commands += 1
         try:
-            fields = await self.call("AZURE_VM_LIST", auth_file, self.subscription)
+            answer = await self.ask(azure.VmList.of, azure.VM_LIST, auth_file, self.subscription)
         except (GahpError, GahpUnavailable) as err:
             self.poll_failed(str(err))
             return
-        try:
-            listed = parse_vm_list(fields)
-        except ValueError as err:
-            self.poll_failed(str(err))
+        if answer.error is not None:
+            self.poll_failed(answer.error)
             return
+        listed = answer.by_name()
         now = self.clock.time()
         for name, job in by_name.items():
             job.vm_status(VmStatus(listed.get(name), seq, now))
-
-
-def parse_vm_list(fields: Sequence[str]) -> dict[str, str]:
-    """AZURE_VM_LIST's result `NULL <n> (<name> <status>)*`: status by lower-cased name."""
-    if fields[:1] != ("NULL",):
-        raise ValueError(fields[0] if fields else "AZURE_VM_LIST gave no result")
-    if len(fields) < 2 or not fields[1].isdigit():
-        raise ValueError(f"bad AZURE_VM_LIST result: {' '.join(fields)[:200]!r}")
-    count = int(fields[1])
-    pairs = fields[2:]
-    if len(pairs) != 2 * count:
-        raise ValueError(f"AZURE_VM_LIST promised {count} VMs and gave {len(pairs) // 2}")
-    return {pairs[i].lower(): pairs[i + 1] for i in range(0, len(pairs), 2)}
