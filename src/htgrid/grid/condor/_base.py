@@ -12,9 +12,9 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 
 from htgrid.classad import ClassAd
+from htgrid.gahp.commands import Spec, condor
 from htgrid.grid._errors import NO_ANSWER
 from htgrid.grid._gridids import is_tag
 from htgrid.grid._job import GridJob
@@ -26,19 +26,12 @@ from htgrid.grid.condor._resource import CondorResource, RemoteCallFailed, is_do
 from htgrid.grid.condor._table import TABLE, CondorEvent, CondorState
 from htgrid.queue import JobId, JobNotFound, JobStatus
 
-__all__ = ["ALREADY", "INPUT_TOO_LARGE", "OUTPUT_TOO_LARGE", "CondorJobBase", "is_transient"]
+__all__ = ["CondorJobBase", "is_transient"]
 
 log = logging.getLogger("htgrid.grid")
 
 _S = CondorState
 _E = CondorEvent
-# What the remote schedd says when there is nothing (more) to do.
-ALREADY = re.compile(r"already done|job not found|not found|bad job status", re.IGNORECASE)
-# How the condor GAHP's stage-in / stage-out errors start when the remote daemon refused the
-# sandbox as too large: copies of htgrid.backends.condor._errors' INPUT_TOO_LARGE and
-# OUTPUT_TOO_LARGE (a back end is a separate process the grid manager may not import).
-INPUT_TOO_LARGE = "Transfer input too large: "
-OUTPUT_TOO_LARGE = "Transfer output too large: "
 _READY_FOR = 10.0  # seconds a remote ad built ahead of its submit stays good
 
 
@@ -196,14 +189,15 @@ class CondorJobBase(GridJob[CondorState, CondorEvent]):
         except OSError:
             return None
 
-    async def _remote(self, command: str, *args: str) -> tuple[str, ...] | str:
-        """A command's result fields, or the error text when it failed."""
+    async def _remote(self, command: Spec, *args: str) -> str | None:
+        """A command answered S NULL or F <error>: None when it worked, else the error."""
         try:
-            return await self.condor.command(command, *args)
+            await self.condor.command(condor.Done.of, command, *args)
         except RemoteCallFailed as err:
             return err.text
         except NO_ANSWER as err:
             return str(err)
+        return None
 
     async def _cleanup_remote(self) -> None:
         """CONDOR_JOB_UPDATE LeaveJobInQueue = false: the remote copy may leave its queue."""
@@ -212,8 +206,8 @@ class CondorJobBase(GridJob[CondorState, CondorEvent]):
         self._cleanup_due = False
         update = ClassAd()
         update["LeaveJobInQueue"] = False
-        result = await self._remote("CONDOR_JOB_UPDATE", self.grid_id.remote, repr(update))
-        if isinstance(result, str):
+        result = await self._remote(condor.UPDATE, self.grid_id.remote, repr(update))
+        if result is not None:
             log.warning(
                 "job %s: could not let %s go (%s); its lease lets it go later",
                 self.job_id,

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from htgrid.gahp.commands import Spec, condor
 from htgrid.grid._errors import NO_ANSWER
 from htgrid.grid._gridids import JOB_STATUS_NAMES, new_tag
 from htgrid.grid._gridtype import GridType
@@ -38,13 +39,7 @@ from htgrid.grid._job import GridJob
 from htgrid.grid._task import Services
 from htgrid.grid._values import format_time
 from htgrid.grid.condor._ad import LOCAL_LEASE, RemoteJob, build_stage_in_ad
-from htgrid.grid.condor._base import (
-    ALREADY,
-    INPUT_TOO_LARGE,
-    OUTPUT_TOO_LARGE,
-    CondorJobBase,
-    is_transient,
-)
+from htgrid.grid.condor._base import CondorJobBase, is_transient
 from htgrid.grid.condor._explain import active_lines, remote_of
 from htgrid.grid.condor._ids import CondorJobId, CondorResourceName
 from htgrid.grid.condor._resource import CondorResource, RemoteCallFailed
@@ -78,7 +73,7 @@ class _Transfer:
 _IN = _Transfer(
     "staging the input in to",
     "Failed to stage the input files in to",
-    INPUT_TOO_LARGE,
+    condor.INPUT_TOO_LARGE,
     HoldReasonCode.MaxTransferInputSizeExceeded,
     HoldReasonCode.TransferInputError,
     keep_remote=False,
@@ -86,7 +81,7 @@ _IN = _Transfer(
 _OUT = _Transfer(
     "fetching the output from",
     "Failed to fetch the output from",
-    OUTPUT_TOO_LARGE,
+    condor.OUTPUT_TOO_LARGE,
     HoldReasonCode.MaxTransferOutputSizeExceeded,
     HoldReasonCode.TransferOutputError,
     keep_remote=True,
@@ -141,13 +136,13 @@ class CondorJob(CondorJobBase):
             return ready
         remote_ad, line = ready
         try:
-            submit = self.condor.command("CONDOR_JOB_SUBMIT", line, later=True)
-            fields = await self._send_submit(submit, _E.SUBMIT_LOST)
+            submit = self.condor.command(condor.Submitted.of, condor.SUBMIT, line, later=True)
+            submitted = await self._send_submit(submit, _E.SUBMIT_LOST)
         except RemoteCallFailed as err:
             return await self._submit_failed(err.text, transient=err.down)
-        if isinstance(fields, CondorEvent):
-            return fields
-        remote = fields[0] if fields else ""
+        if isinstance(submitted, CondorEvent):
+            return submitted
+        remote = submitted.job_id or ""
         parsed = CondorJobId.parse(f"condor {self.condor.schedd} {self.condor.pool} {remote}")
         if parsed is None:
             error = f"the GAHP answered the submit with job id {remote!r}"
@@ -206,8 +201,8 @@ class CondorJob(CondorJobBase):
         remote_ad = self.submitted_ad or self._remote_ad(self.tag)
         stage_ad = build_stage_in_ad(remote_ad, self.ad, self.grid_id)
         proxy = await self._proxy_mtime()  # before the upload reads it
-        result = await self._remote("CONDOR_JOB_STAGE_IN", repr(stage_ad))
-        if isinstance(result, str):
+        result = await self._remote(condor.STAGE_IN, repr(stage_ad))
+        if result is not None:
             return await self._transfer_failed(result, _IN)
         self.staged_in = True
         self.proxy_sent = proxy
@@ -284,9 +279,9 @@ class CondorJob(CondorJobBase):
         mtime = await self._proxy_mtime()
         if proxy is None or mtime is None:
             return _E.REFRESHED  # gone meanwhile: nothing to send
-        result = await self._remote("CONDOR_JOB_REFRESH_PROXY", self.grid_id.remote, proxy)
+        result = await self._remote(condor.REFRESH_PROXY, self.grid_id.remote, proxy)
         self.proxy_sent = mtime
-        if isinstance(result, str):
+        if result is not None:
             log.warning(
                 "job %s: could not send its renewed proxy to %s: %s",
                 self.job_id,
@@ -342,7 +337,7 @@ class CondorJob(CondorJobBase):
             return stop
         if self.status is not JobStatus.HELD:
             return _E.LOCAL_RELEASED
-        return await self._mirror_hold("CONDOR_JOB_HOLD", "holding", JobStatus.HELD)
+        return await self._mirror_hold(condor.HOLD, "holding", JobStatus.HELD)
 
     async def _release_remote(self) -> CondorEvent:
         stop = await self.until_resource_up(self._removed)
@@ -350,13 +345,13 @@ class CondorJob(CondorJobBase):
             return stop
         if self.status is JobStatus.HELD:
             return _E.LOCAL_HELD
-        return await self._mirror_hold("CONDOR_JOB_RELEASE", "releasing", JobStatus.IDLE)
+        return await self._mirror_hold(condor.RELEASE, "releasing", JobStatus.IDLE)
 
-    async def _mirror_hold(self, command: str, doing: str, state: JobStatus) -> CondorEvent:
+    async def _mirror_hold(self, command: Spec, doing: str, state: JobStatus) -> CondorEvent:
         """CONDOR_JOB_HOLD or _RELEASE: the remote copy made to follow the local job."""
         assert self.grid_id is not None
         result = await self._remote(command, self.grid_id.remote, "by gridmanager")
-        if isinstance(result, str) and not ALREADY.search(result):
+        if result is not None and not condor.ALREADY.search(result):
             return await self._call_failed(f"{doing} the job at {self._where()}", result)
         self.failures = 0
         self.remote_state = int(state)
@@ -368,10 +363,10 @@ class CondorJob(CondorJobBase):
             return stop
         assert self.grid_id is not None
         result = await self.said_if_slow(
-            self._remote("CONDOR_JOB_STAGE_OUT", self.grid_id.remote),
+            self._remote(condor.STAGE_OUT, self.grid_id.remote),
             f"{_OUT.doing} {self._where()}",
         )
-        if isinstance(result, str):
+        if result is not None:
             return await self._transfer_failed(result, _OUT)
         self.failures = 0
         return _E.STAGED
@@ -417,8 +412,8 @@ class CondorJob(CondorJobBase):
 
     async def _cancel_remote(self) -> str | None:
         assert self.grid_id is not None
-        result = await self._remote("CONDOR_JOB_REMOVE", self.grid_id.remote, "by gridmanager")
-        if isinstance(result, str) and not ALREADY.search(result):
+        result = await self._remote(condor.REMOVE, self.grid_id.remote, "by gridmanager")
+        if result is not None and not condor.ALREADY.search(result):
             return result
         self.remote_gone = True
         return None

@@ -30,16 +30,17 @@ import functools
 import hashlib
 import logging
 import re
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from htgrid.gahp import GahpError, GahpRequestRefused
+from htgrid.gahp.commands import Spec, condor
 from htgrid.grid._errors import GahpUnavailable, GridError
 from htgrid.grid._gahps import GahpHandle
 from htgrid.grid._resource import Resource
 from htgrid.grid._task import Services
 from htgrid.grid.condor._ad import RemoteJob, submitter_id
-from htgrid.grid.condor._ids import CondorResourceName
+from htgrid.grid.condor._ids import CondorJobId, CondorResourceName
 
 if TYPE_CHECKING:
     from htgrid.grid.condor._job import CondorJob
@@ -63,22 +64,19 @@ _READ_PART = 50
 # The condor GAHP writes ServerTime (the answer's time) last in each status ad: the text
 # before it is the job's, to be read again only when it changed.
 _SERVER_TIME_LAST = re.compile(r";\s*ServerTime\s*=\s*(\d+)\s*\]\s*")
-# The GAHP's words for "the schedd cannot be reached" (HTCondor's GahpErrorResourceDown
-# looks for the first two); anything else (refused, not authorized) leaves it up.
-_DOWN = re.compile(
-    r"failed to connect|error locating schedd|connection (refused|reset|error|failed)"
-    r"|timed? ?out|unreachable|no route to host|cannot reach|not answer",
-    re.IGNORECASE,
-)
-# The GAHP's words for an answer over its line limit.
-_TOO_LONG = re.compile(r"over the (\d+ )?limit", re.IGNORECASE)
-STATUS = "CONDOR_JOB_STATUS_CONSTRAINED"
-LEASE = "CONDOR_JOB_UPDATE_LEASE"
+_A = TypeVar("_A", bound="_Answer")
+
+
+class _Answer(Protocol):
+    """A condor GAHP result (htgrid.gahp.commands.condor): its error, None after an S."""
+
+    @property
+    def error(self) -> str | None: ...
 
 
 def is_down_error(text: str) -> bool:
     """Whether a GAHP error says the remote schedd could not be reached."""
-    return _DOWN.search(text) is not None
+    return condor.DOWN.search(text) is not None
 
 
 class RemoteCallFailed(GridError):
@@ -117,27 +115,24 @@ class CondorResource(Resource["CondorJob", CondorResourceName]):
 
     # ---- requests --------------------------------------------------------------------------
 
-    async def command(self, command: str, *args: str, later: bool = False) -> tuple[str, ...]:
-        """A condor GAHP command's result fields after the S; RemoteCallFailed on F. A
-        `later` one (a submit: new work) waits behind the others queued."""
+    async def command(
+        self, result: Callable[[Sequence[str]], _A], command: Spec, *args: str, later: bool = False
+    ) -> _A:
+        """A condor GAHP command to this schedd, its result read by `result`;
+        RemoteCallFailed when it failed. A `later` one (a submit: new work) waits behind
+        the others queued."""
         try:
-            fields = await self.call(command, self.schedd, *args, later=later)
+            answer = await self.ask(result, command, self.schedd, *args, later=later)
         except GahpRequestRefused as err:
             raise RemoteCallFailed(str(err)) from err
-        if fields[:1] == ("S",):
-            return fields[1:]
-        error = fields[1] if len(fields) > 1 and fields[1] != "NULL" else ""
-        if len(fields) > 2 and fields[0] == "F" and command == "CONDOR_JOB_SUBMIT":
-            error = fields[2]  # F <c.p|NULL> <error>
-        raise RemoteCallFailed(error or f"{command} failed with no reason given")
+        if answer.error is not None:
+            raise RemoteCallFailed(answer.error or f"{command.name} failed with no reason given")
+        return answer
 
     async def query(self, constraint: str) -> list[RemoteJob]:
         """The remote jobs matching `constraint` (RemoteCallFailed, GAHP errors)."""
-        fields = await self.command(STATUS, constraint)
-        if len(fields) < 2 or not fields[1].isdigit():
-            raise RemoteCallFailed(f"a {STATUS} result without a count: {fields[:2]}")
+        texts = (await self.command(condor.Statuses.of, condor.STATUS, constraint)).ads
         now = self.clock.time()
-        texts = fields[2 : 2 + int(fields[1])]
         found: list[RemoteJob] = []
         # A thousand ads are read a part at a loop turn: the GAHP's pipes wait meanwhile.
         for start in range(0, len(texts), _READ_PART):
@@ -173,7 +168,7 @@ class CondorResource(Resource["CondorJob", CondorResourceName]):
 
     async def ping(self) -> str | None:
         try:
-            await self.command(STATUS, "False")
+            await self.command(condor.Statuses.of, condor.STATUS, "False")
         except RemoteCallFailed as err:
             return err.text if err.down else None
         return None
@@ -201,7 +196,7 @@ class CondorResource(Resource["CondorJob", CondorResourceName]):
             try:
                 answer = await self.query(constraint)
             except (RemoteCallFailed, GahpError, GahpUnavailable) as err:
-                if _TOO_LONG.search(str(err)) and len(chunk) > 1:
+                if condor.TOO_LONG.search(str(err)) and len(chunk) > 1:
                     half = (len(chunk) + 1) // 2
                     if len(chunk) >= self.status_chunk:  # a full chunk: smaller ones, for good
                         self.status_chunk = half
@@ -267,23 +262,24 @@ class CondorResource(Resource["CondorJob", CondorResourceName]):
         if not force and oldest - now > duration * 2 / 3:
             return False
         expiration = now + duration
-        pairs: list[str] = []
-        for job in jobs:
-            assert job.remote_id is not None
-            pairs += [job.remote_id.remote, str(expiration)]
+        leases = condor.Leases(tuple((job.remote, expiration) for job in _remote_ids(jobs)))
         self.lease_updates += 1
         try:
-            fields = await self.command(LEASE, str(len(jobs)), *pairs)
+            renewed = await self.command(condor.Renewed.of, condor.UPDATE_LEASE, *leases.args())
         except (RemoteCallFailed, GahpError, GahpUnavailable) as err:
             log.warning("resource %s: lease renewal failed: %s", self.name, err)
             self.request_ping()
             return True
-        updated = set(fields[1].split(",")) if len(fields) > 1 and fields[1] != "NULL" else set()
+        updated = set(renewed.jobs)
         for job in jobs:
             assert job.remote_id is not None
             if job.remote_id.remote in updated:
                 await job.lease_renewed(expiration)
         return True
+
+
+def _remote_ids(jobs: Sequence[CondorJob]) -> list[CondorJobId]:
+    return [job.remote_id for job in jobs if job.remote_id is not None]
 
 
 def _cluster_of(job: CondorJob) -> int:
