@@ -139,7 +139,7 @@ class Resource(abc.ABC, Generic[J, N]):
     # ---- requests ----------------------------------------------------------------------------
 
     async def call(
-        self, command: Spec | str, *args: str, timeout: float | None = None, later: bool = False
+        self, command: Spec, *args: str, timeout: float | None = None, later: bool = False
     ) -> tuple[str, ...]:
         """A GAHP request within the pending-request throttle: its result fields (see
         GahpHandle.call)."""
@@ -147,8 +147,7 @@ class Resource(abc.ABC, Generic[J, N]):
             self._in_flight += 1
             self.stats.max_in_flight = max(self.stats.max_in_flight, self._in_flight)
             try:
-                name = command if isinstance(command, str) else command.name
-                return await self.gahp.call(name, *args, timeout=timeout, later=later)
+                return await self.gahp.call(command.name, *args, timeout=timeout, later=later)
             finally:
                 self._in_flight -= 1
 

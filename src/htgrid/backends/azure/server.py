@@ -132,9 +132,7 @@ class AzureGahp:
                 # Only a bug in this GAHP gets here; still one well-formed error field.
                 return [AzureError(reason, code="InternalError").error_string(what)]
 
-            return Command(
-                spec.name, spec.params, handler, workers, variadic=spec.variadic, on_error=on_error
-            )
+            return spec.command(handler, workers, on_error=on_error)
 
         vmss = opts.vmss_workers
         return GahpServer(

@@ -127,9 +127,7 @@ class BatchGahp:
             def broke(reason: str) -> Sequence[str]:
                 return result("1", reason).fields()
 
-            return Command(
-                spec.name, spec.params, handler, workers, variadic=spec.variadic, on_error=broke
-            )
+            return spec.command(handler, workers, on_error=broke)
 
         jobs = opts.submit_workers
         return GahpServer(

@@ -47,7 +47,6 @@ from htgrid.gahp import (
     BadArguments,
     Call,
     Clock,
-    Command,
     GahpServer,
     GahpVersion,
     SystemClock,
@@ -172,12 +171,9 @@ class CondorGahp:
             (condor.UPDATE_LEASE, self.update_lease, lambda r: condor.Renewed(error=r).fields()),
         ]
         commands = [
-            Command(
-                spec.name,
-                spec.params,
+            spec.command(
                 self._reporting(handler, failure),
                 self.options.accept_limit,
-                variadic=spec.variadic,
                 on_error=failure,
                 parse=_CHECKS.get(spec.name),
             )

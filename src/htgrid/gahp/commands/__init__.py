@@ -18,7 +18,11 @@ These modules read ClassAds (`htgrid.classad`) where a field carries one, and no
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from htgrid.gahp.server import Command, Handler
 
 __all__ = ["Spec"]
 
@@ -31,3 +35,22 @@ class Spec:
     name: str
     params: int
     variadic: bool = False
+
+    def command(
+        self,
+        handler: Handler,
+        workers: int,
+        *,
+        on_error: Callable[[str], Sequence[str]] | None = None,
+        parse: Callable[[tuple[str, ...]], Any] | None = None,
+    ) -> Command:
+        """The server's command: this one, answered by `handler` (see `Command`)."""
+        return Command(
+            self.name,
+            self.params,
+            handler,
+            workers,
+            variadic=self.variadic,
+            on_error=on_error,
+            parse=parse,
+        )

@@ -35,12 +35,12 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from htgrid.grid._errors import NO_ANSWER
+from htgrid.gahp.commands import ec2
 from htgrid.grid._gridtype import GridType, fixed_gahp
 from htgrid.grid._job import SUBMIT_ATTRS, GridJob
-from htgrid.grid.ec2._args import keypair_name, vm_start_args
+from htgrid.grid.ec2._args import keypair_name, vm_start
 from htgrid.grid.ec2._ids import Ec2JobId, Ec2ResourceName, active_lines, remote_of
-from htgrid.grid.ec2._resource import Ec2Resource, GahpFailure
+from htgrid.grid.ec2._resource import Ec2Resource
 from htgrid.grid.ec2._spot import Ec2Spot
 from htgrid.grid.ec2._status import REASONS
 from htgrid.grid.ec2._table import Ec2Event, Ec2State
@@ -92,14 +92,10 @@ class Ec2Job(Ec2Spot):
     async def _cancel_remote(self) -> str | None:
         """EC2_VM_STOP (terminate); an instance already purged counts as stopped."""
         assert self.instance_id is not None
-        try:
-            fields = await self.resource.call("EC2_VM_STOP", *self._target, self.instance_id)
-        except NO_ANSWER as err:
-            fields = ("1", "E_GAHP", str(err))
-        if fields[:1] == ("0",):
+        answer = await self._call(ec2.VM_STOP, *self._target.args(), self.instance_id)
+        if isinstance(answer, ec2.Done) or _GONE.search(answer.message):
             return None
-        failure = GahpFailure.of(fields, "EC2_VM_STOP")
-        return None if _GONE.search(failure.message) else failure.message
+        return answer.message
 
     def _remote_name(self) -> str:
         return f"terminating instance {self.instance_id}"
@@ -155,15 +151,10 @@ class Ec2Job(Ec2Spot):
             if stop is not None:
                 return stop
             await self.until_resource_up()
-            args = [*self._target, self.keypair, self.keypair_file]
-            try:
-                fields = await self.resource.call("EC2_VM_CREATE_KEYPAIR", *args)
-            except NO_ANSWER as err:
-                failure = GahpFailure("E_GAHP", str(err))
-            else:
-                if fields[:1] == ("0",):
-                    return self._ready()
-                failure = GahpFailure.of(fields, "EC2_VM_CREATE_KEYPAIR")
+            args = (*self._target.args(), self.keypair, self.keypair_file)
+            failure = await self._call(ec2.VM_CREATE_KEYPAIR, *args)
+            if isinstance(failure, ec2.Done):
+                return self._ready()
             if _KEYPAIR_EXISTS.search(failure.message):
                 return self._ready()  # made by an earlier attempt
             self.submit_failures += 1
@@ -183,9 +174,9 @@ class Ec2Job(Ec2Spot):
             return stop
         await self.until_resource_up()
         assert self.grid_id is not None  # SAVE_TOKEN or START set it
-        args = vm_start_args(self.ad, self._target, self.grid_id.client_token, self.keypair)
+        request = vm_start(self.ad, self._target, self.grid_id.client_token, self.keypair)
         # ec2job.cpp holds a refused start with EC2ConnectionProblem, subcode 12.
-        answer = await self._send_start("EC2_VM_START", args, 12, "start")
+        answer = await self._send_start(ec2.VM_START, request.args(), 12, "start")
         if not isinstance(answer, str):
             return answer
         self.grid_id = dataclasses.replace(self.grid_id, instance_id=answer)
@@ -288,13 +279,9 @@ class Ec2Job(Ec2Spot):
         """EC2_VM_DESTROY_KEYPAIR and the private key file, for a keypair this job made."""
         if not (self.keypair and self.keypair_file) or not self.resource.up:
             return
-        try:
-            fields = await self.resource.call("EC2_VM_DESTROY_KEYPAIR", *self._target, self.keypair)
-        except NO_ANSWER as err:
-            fields = ("1", "E_GAHP", str(err))
-        if fields[:1] != ("0",):
-            failure = GahpFailure.of(fields, "EC2_VM_DESTROY_KEYPAIR")
-            log.warning("job %s: destroying keypair failed: %s", self.job_id, failure.message)
+        answer = await self._call(ec2.VM_DESTROY_KEYPAIR, *self._target.args(), self.keypair)
+        if isinstance(answer, ec2.Failure):
+            log.warning("job %s: destroying keypair failed: %s", self.job_id, answer.message)
             return
         if self.keypair_file != os.devnull:
             with contextlib.suppress(OSError):

@@ -20,10 +20,10 @@ request id, else by launch group (the client token, for a job that lost its requ
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from htgrid.gahp import GahpError, GahpRequestRefused, unnull
+from htgrid.gahp import GahpError, GahpRequestRefused
+from htgrid.gahp.commands import Spec, ec2
 from htgrid.grid._errors import GahpUnavailable
 from htgrid.grid._gahps import GahpHandle
 from htgrid.grid._resource import Resource
@@ -33,119 +33,15 @@ from htgrid.grid.ec2._ids import Ec2ResourceName
 if TYPE_CHECKING:
     from htgrid.grid.ec2._job import Ec2Job
 
-__all__ = [
-    "MAX_PENDING",
-    "SPOT_STATUS_ALL",
-    "STATUS_ALL",
-    "Ec2Resource",
-    "Ec2Status",
-    "GahpFailure",
-    "SpotStatus",
-    "parse_spot_status_all",
-    "parse_status_all",
-]
+__all__ = ["MAX_PENDING", "Ec2Resource"]
 
-_T = TypeVar("_T")
-
-STATUS_ALL = "EC2_VM_STATUS_ALL"
-SPOT_STATUS_ALL = "EC2_VM_STATUS_ALL_SPOT"
 #: Requests in flight to the EC2 GAHP: its --accept-limit. The GAHP bounds the AWS calls
 #: itself (its worker pools) and looks up the client tokens of the starts it holds in one
 #: DescribeInstances; holding starts back here (GRIDMANAGER_MAX_PENDING_REQUESTS, 50) only
 #: splits that lookup into one per handful of starts, which doubled the time of 500 starts.
 MAX_PENDING = 1000
-#: Codes that say the service could not be reached (the request may not have run).
-TRANSPORT_CODES = frozenset({"E_CURL_IO", "E_HTTP_RESPONSE_NOT_200", "NEED_CHECK_VM_START"})
 
-
-@dataclass(frozen=True, slots=True)
-class Ec2Status:
-    """One instance in an EC2_VM_STATUS_ALL answer (None for NULL fields)."""
-
-    instance_id: str
-    state: str
-    client_token: str | None
-    keypair: str | None
-    reason: str | None
-    public_dns: str | None
-    #: When the poll was sent (time.time()): an answer predating an action says nothing of it.
-    asked: float
-
-
-@dataclass(frozen=True, slots=True)
-class SpotStatus:
-    """One spot instance request in an EC2_VM_STATUS_ALL_SPOT answer."""
-
-    request_id: str
-    #: open, active, closed, cancelled, failed (lower case).
-    state: str
-    launch_group: str | None
-    instance_id: str | None
-    #: The request's status code: pending-evaluation, fulfilled, price-too-low, ...
-    code: str | None
-    asked: float
-
-
-@dataclass(frozen=True, slots=True)
-class GahpFailure:
-    """A `1 <code> <message>` result of the EC2 GAHP."""
-
-    code: str
-    message: str
-
-    @property
-    def transient(self) -> bool:
-        """The GAHP marks errors a retry may cure (capacity, throttling, 5xx)."""
-        return "(transient" in self.message or self.code in TRANSPORT_CODES
-
-    @classmethod
-    def of(cls, fields: Sequence[str], command: str) -> GahpFailure:
-        code = fields[1] if len(fields) > 1 else "E_UNKNOWN"
-        message = fields[2] if len(fields) > 2 else f"{command} failed with no message"
-        return cls(code, message)
-
-
-def parse_status_all(fields: Sequence[str], asked: float) -> list[Ec2Status]:
-    """The 8-tuples after the `0` of an EC2_VM_STATUS_ALL result; ValueError if ragged."""
-    body = fields[1:]
-    if len(body) % 8:
-        raise ValueError(f"{STATUS_ALL} answered {len(body)} fields, not a multiple of 8")
-    out = []
-    for start in range(0, len(body), 8):
-        iid, state, token, keypair, reason, dns = body[start : start + 6]
-        out.append(
-            Ec2Status(
-                instance_id=iid,
-                state=(unnull(state) or "").lower(),
-                client_token=unnull(token),
-                keypair=unnull(keypair),
-                reason=unnull(reason),
-                public_dns=unnull(dns),
-                asked=asked,
-            )
-        )
-    return out
-
-
-def parse_spot_status_all(fields: Sequence[str], asked: float) -> list[SpotStatus]:
-    """The 5-tuples after the `0` of an EC2_VM_STATUS_ALL_SPOT result; ValueError if ragged."""
-    body = fields[1:]
-    if len(body) % 5:
-        raise ValueError(f"{SPOT_STATUS_ALL} answered {len(body)} fields, not a multiple of 5")
-    out = []
-    for start in range(0, len(body), 5):
-        sir, state, group, iid, code = body[start : start + 5]
-        out.append(
-            SpotStatus(
-                request_id=sir,
-                state=(unnull(state) or "").lower(),
-                launch_group=unnull(group) or None,
-                instance_id=unnull(iid) or None,
-                code=unnull(code) or None,
-                asked=asked,
-            )
-        )
-    return out
+_T = TypeVar("_T", bound="ec2.InstanceStatus | ec2.SpotStatus")
 
 
 class Ec2Resource(Resource["Ec2Job", Ec2ResourceName]):
@@ -171,15 +67,15 @@ class Ec2Resource(Resource["Ec2Job", Ec2ResourceName]):
         if keys is None:
             return None  # no job can be run here anyway: each is held for its keys
         try:
-            fields = await self.call("EC2_VM_SERVER_TYPE", self.service_url, *keys)
+            fields = await self.call(ec2.VM_SERVER_TYPE, self.service_url, *keys)
         except GahpRequestRefused as err:
             return str(err)
-        if fields[:1] == ("0",):
-            self.server_type = fields[1] if len(fields) > 1 else "Unknown"
+        answer = ec2.Done.of(fields, ec2.VM_SERVER_TYPE)
+        if isinstance(answer, ec2.Done):
+            self.server_type = answer.value or "Unknown"
             return None
-        failure = GahpFailure.of(fields, "EC2_VM_SERVER_TYPE")
-        if failure.transient:
-            return failure.message
+        if answer.transient:
+            return answer.message
         return None  # the service answered: whatever it refused is a job's business
 
     async def poll(self, jobs: list[Ec2Job]) -> None:
@@ -195,12 +91,12 @@ class Ec2Resource(Resource["Ec2Job", Ec2ResourceName]):
 
     async def _poll_spot(self, keys: tuple[str, str], members: list[Ec2Job]) -> None:
         self.spot_status_commands += 1
-        answer = await self._ask(SPOT_STATUS_ALL, keys, parse_spot_status_all)
+        answer = await self._ask(ec2.VM_STATUS_ALL_SPOT, keys, ec2.spot_requests)
         if answer is None:
             return
         found, asked = answer
         by_id = {status.request_id: status for status in found}
-        by_group: dict[str, SpotStatus] = {}
+        by_group: dict[str, ec2.SpotStatus] = {}
         for status in found:
             # A cancelled or failed request of a token, then a live one: the live one counts.
             if status.launch_group and (
@@ -214,12 +110,12 @@ class Ec2Resource(Resource["Ec2Job", Ec2ResourceName]):
                 job.spot_status(by_group.get(job.client_token), asked)
 
     async def _poll_group(self, keys: tuple[str, str], members: list[Ec2Job]) -> None:
-        answer = await self._ask(STATUS_ALL, keys, parse_status_all)
+        answer = await self._ask(ec2.VM_STATUS_ALL, keys, ec2.instances)
         if answer is None:
             return
         found, asked = answer
         by_id = {status.instance_id: status for status in found}
-        by_token: dict[str, Ec2Status] = {}
+        by_token: dict[str, ec2.InstanceStatus] = {}
         for status in found:
             # Several instances of one token (a server ignoring ClientToken, before the
             # GAHP tagged them): the live one is the job's.
@@ -234,17 +130,21 @@ class Ec2Resource(Resource["Ec2Job", Ec2ResourceName]):
                 job.remote_status(by_token.get(job.client_token), asked)
 
     async def _ask(
-        self, command: str, keys: tuple[str, str], parse: Callable[[Sequence[str], float], list[_T]]
-    ) -> tuple[list[_T], float] | None:
-        """One status command for all that `keys` reach, its answer read, and when it was
+        self,
+        command: Spec,
+        keys: tuple[str, str],
+        read: Callable[[Sequence[str]], ec2.Listing[_T] | ec2.Failure],
+    ) -> tuple[tuple[_T, ...], float] | None:
+        """One status command for all that `keys` reach, its statuses, and when it was
         asked; None (the poll counted as failed) if it failed."""
         self.stats.status_commands += 1
         asked = self.clock.time()
         try:
-            fields = await self.call(command, self.service_url, *keys)
-            if fields[:1] != ("0",):
-                raise ValueError(GahpFailure.of(fields, command).message)
-            return parse(fields, asked), asked
-        except (GahpError, GahpUnavailable, ValueError) as err:
+            answer = await self.ask(read, command, self.service_url, *keys)
+        except (GahpError, GahpUnavailable) as err:
             self.poll_failed(str(err))
             return None
+        if isinstance(answer, ec2.Failure):
+            self.poll_failed(answer.message)
+            return None
+        return answer.statuses, asked

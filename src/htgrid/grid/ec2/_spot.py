@@ -18,12 +18,12 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from htgrid.classad import ClassAd
-from htgrid.grid._errors import NO_ANSWER
+from htgrid.gahp.commands import Spec, ec2
 from htgrid.grid._queueio import UNDEFINED
 from htgrid.grid._task import Services
 from htgrid.grid._values import as_str, format_time
-from htgrid.grid.ec2._args import spot_start_args
-from htgrid.grid.ec2._resource import Ec2Resource, GahpFailure, SpotStatus
+from htgrid.grid.ec2._args import spot_start
+from htgrid.grid.ec2._resource import Ec2Resource
 from htgrid.grid.ec2._status import Ec2Instance
 from htgrid.grid.ec2._table import Ec2Event, Ec2State
 from htgrid.queue import HoldReasonCode, JobId, JobStatus
@@ -33,7 +33,7 @@ __all__ = ["SPOT_CODES", "Ec2Spot"]
 _S = Ec2State
 _E = Ec2Event
 # The request may have been made although no answer came: look the token up.
-_MAYBE_SENT = frozenset({"E_CURL_IO", "NEED_CHECK_VM_START"})
+_MAYBE_SENT = frozenset({ec2.E_CURL_IO, ec2.NEED_CHECK_VM_START})
 _SPOT_STATES = frozenset({_S.SPOT_CHECK, _S.SPOT_SUBMITTED, _S.SPOT_CANCEL_CHECK})
 _ENDED = frozenset({"cancelled", "closed", "failed"})
 #: Spot request status codes that end the job's wait (EC2's spot request status codes).
@@ -62,7 +62,7 @@ class Ec2Spot(Ec2Instance):
         super().__init__(job_id, ad, resource, services)
         self.spot_price = as_str(ad.get("EC2SpotPrice")) or None
         self.spot_request = as_str(ad.get("EC2SpotRequestID")) or None
-        self._spot: SpotStatus | None = None
+        self._spot: ec2.SpotStatus | None = None
         self._spot_asked = 0.0
         self._spot_fresh = False
         self._spot_since = 0.0  # answers to spot polls asked before this say nothing new
@@ -81,7 +81,7 @@ class Ec2Spot(Ec2Instance):
     def wants_status(self) -> bool:
         return super().wants_status() or self.wants_spot_status()
 
-    def spot_status(self, status: SpotStatus | None, asked: float) -> None:
+    def spot_status(self, status: ec2.SpotStatus | None, asked: float) -> None:
         """A spot poll's answer for this job (None: no such request listed)."""
         self.remote_status_seen()
         self._spot, self._spot_asked, self._spot_fresh = status, asked, True
@@ -93,7 +93,7 @@ class Ec2Spot(Ec2Instance):
         return error, HoldReasonCode.EC2ConnectionProblem, subcode
 
     async def _send_start(
-        self, command: str, args: Sequence[str], subcode: int, what: str
+        self, command: Spec, args: Sequence[str], subcode: int, what: str
     ) -> str | Ec2Event:
         """EC2_VM_START or EC2_VM_START_SPOT with the committed client token: the id it
         answered (an instance's or a spot request's), or the event instead: START_LOST if
@@ -104,10 +104,10 @@ class Ec2Spot(Ec2Instance):
         fields = await self._send_submit(request, _E.START_LOST, subcode=subcode, what=what)
         if isinstance(fields, Ec2Event):
             return fields
-        if fields[:1] == ("0",) and len(fields) > 1:
+        failure = ec2.Done.of(fields, command, values=1)
+        if isinstance(failure, ec2.Done):
             self.resource.submit_succeeded()
-            return fields[1]
-        failure = GahpFailure.of(fields, command)
+            return failure.values[0]
         if failure.code in _MAYBE_SENT:
             # The request may have reached EC2: the token says whether it did.
             self.last_error = failure.message
@@ -120,7 +120,7 @@ class Ec2Spot(Ec2Instance):
 
     def _unsent_transient(self, error: str) -> bool:
         # Read as the GAHP's own errors are: transient only if it says so.
-        return GahpFailure("E_GAHP", error).transient
+        return ec2.Failure("E_GAHP", error).transient
 
     def _ready(self) -> Ec2Event:
         """Where a job goes once its keypair (if any) exists: a start or a spot request."""
@@ -132,7 +132,7 @@ class Ec2Spot(Ec2Instance):
             return False
         return self._spot is None or self._spot.state not in _ENDED
 
-    async def _spot_answer(self, heed_stop: bool) -> tuple[bool, SpotStatus | None]:
+    async def _spot_answer(self, heed_stop: bool) -> tuple[bool, ec2.SpotStatus | None]:
         """The first spot poll asked after `_spot_since` (False first if held or removed)."""
         while True:
             if heed_stop and self._stopped() is not None:
@@ -165,9 +165,9 @@ class Ec2Spot(Ec2Instance):
             return stop  # nothing was sent yet (a retry follows only a definite refusal)
         await self.until_resource_up()
         assert self.grid_id is not None  # SAVE_TOKEN or START set it
-        args = spot_start_args(self.ad, self._target, self.grid_id.client_token, self.keypair)
+        request = spot_start(self.ad, self._target, self.grid_id.client_token, self.keypair)
         # ec2job.cpp holds a refused spot request with EC2ConnectionProblem, subcode 17.
-        answer = await self._send_start("EC2_VM_START_SPOT", args, 17, "spot request")
+        answer = await self._send_start(ec2.VM_START_SPOT, request.args(), 17, "spot request")
         if not isinstance(answer, str):
             return answer
         await self._save_request(answer)
@@ -228,7 +228,7 @@ class Ec2Spot(Ec2Instance):
             self._hold_request(status)
             return _E.REQUEST_FAILED
 
-    def _hold_request(self, status: SpotStatus) -> None:
+    def _hold_request(self, status: ec2.SpotStatus) -> None:
         code = status.code or "no status code"
         meaning = SPOT_CODES.get(code)
         text = f"Spot instance request {status.request_id} {status.state}: {code}"
@@ -256,14 +256,10 @@ class Ec2Spot(Ec2Instance):
     async def _stop_request(self) -> None:
         """EC2_VM_STOP_SPOT; `_spot_cancelled` says whether the request is done for."""
         assert self.spot_request is not None
-        try:
-            fields = await self.resource.call("EC2_VM_STOP_SPOT", *self._target, self.spot_request)
-        except NO_ANSWER as err:
-            fields = ("1", "E_GAHP", str(err))
-        if fields[:1] == ("0",):
+        failure = await self._call(ec2.VM_STOP_SPOT, *self._target.args(), self.spot_request)
+        if isinstance(failure, ec2.Done):
             self._spot_cancelled = True
             return
-        failure = GahpFailure.of(fields, "EC2_VM_STOP_SPOT")
         if any(code in failure.message for code in _GONE):
             self._spot_cancelled = True  # already purged
             return

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from htgrid.classad import ClassAd
+from htgrid.gahp.commands import Spec, ec2
 from htgrid.grid._errors import NO_ANSWER
 from htgrid.grid._job import GridJob, Words
 from htgrid.grid._queueio import UNDEFINED
@@ -24,7 +25,7 @@ from htgrid.grid._task import Services
 from htgrid.grid._values import as_str
 from htgrid.grid.ec2._args import post_start_requests
 from htgrid.grid.ec2._ids import Ec2JobId
-from htgrid.grid.ec2._resource import Ec2Resource, Ec2Status, GahpFailure
+from htgrid.grid.ec2._resource import Ec2Resource
 from htgrid.grid.ec2._table import TABLE, Ec2Event, Ec2State
 from htgrid.queue import HoldReasonCode, JobId
 
@@ -71,7 +72,7 @@ class Ec2Instance(GridJob[Ec2State, Ec2Event]):
         self.reason_code = as_str(ad.get("EC2StatusReasonCode")) or None
         # An instance some poll has shown: its disappearance is its end, not a lost start.
         self.seen = self.remote_state is not None
-        self._status: Ec2Status | None = None
+        self._status: ec2.InstanceStatus | None = None
         self._asked = 0.0
         self._completion = False  # the VM stopped itself: terminate it, then complete
         self._attached = self.remote_state == "running"
@@ -95,7 +96,7 @@ class Ec2Instance(GridJob[Ec2State, Ec2Event]):
     def wants_status(self) -> bool:
         return self.grid_id is not None and self.state in (_S.SUBMITTED, _S.SEEK, _S.CANCEL_CHECK)
 
-    def remote_status(self, status: Ec2Status | None, asked: float) -> None:
+    def remote_status(self, status: ec2.InstanceStatus | None, asked: float) -> None:
         """A status poll's answer for this job (None: its instance is not there)."""
         self._status, self._asked = status, asked
         self._heard()
@@ -103,8 +104,16 @@ class Ec2Instance(GridJob[Ec2State, Ec2Event]):
     # ---- helpers --------------------------------------------------------------------------
 
     @property
-    def _target(self) -> list[str]:
-        return [self.ec2.service_url, self.access, self.secret]
+    def _target(self) -> ec2.Target:
+        return ec2.Target(self.ec2.service_url, self.access, self.secret)
+
+    async def _call(self, command: Spec, *args: str) -> ec2.Done | ec2.Failure:
+        """A request's answer; a failure, E_GAHP, when the GAHP gave none."""
+        try:
+            fields = await self.resource.call(command, *args)
+        except NO_ANSWER as err:
+            return ec2.Failure("E_GAHP", str(err))
+        return ec2.Done.of(fields, command)
 
     def _instance_live(self) -> bool:
         return self.instance_id is not None and self.remote_state not in ("terminated", None)
@@ -154,13 +163,13 @@ class Ec2Instance(GridJob[Ec2State, Ec2Event]):
             return _E.VM_STOPPED
         return None
 
-    async def _mirror(self, status: Ec2Status) -> None:
+    async def _mirror(self, status: ec2.InstanceStatus) -> None:
         """GridJobStatus, EC2RemoteVirtualMachineName, EC2StatusReasonCode: what changed."""
         attrs: dict[str, Any] = {}
         if status.state != self.remote_state:
             self.remote_state = status.state
             attrs["GridJobStatus"] = status.state
-            attrs["LastRemoteStatusUpdate"] = int(status.asked)
+            attrs["LastRemoteStatusUpdate"] = int(self._asked)
         if status.public_dns and status.public_dns != self.public_dns:
             self.public_dns = status.public_dns
             attrs["EC2RemoteVirtualMachineName"] = status.public_dns
@@ -187,10 +196,6 @@ class Ec2Instance(GridJob[Ec2State, Ec2Event]):
         """Tags, elastic IP, volumes once the instance runs; failures are only logged."""
         assert self.instance_id is not None
         for command, args in post_start_requests(self.ad, self._target, self.instance_id):
-            try:
-                fields = await self.resource.call(command, *args)
-            except NO_ANSWER as err:
-                fields = ("1", "E_GAHP", str(err))
-            if fields[:1] != ("0",):
-                failure = GahpFailure.of(fields, command)
-                log.warning("job %s: %s failed: %s", self.job_id, command, failure.message)
+            answer = await self._call(command, *args)
+            if isinstance(answer, ec2.Failure):
+                log.warning("job %s: %s failed: %s", self.job_id, command.name, answer.message)
