@@ -15,15 +15,16 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Protocol, TypeGuard
 
 from htgrid.grid._errors import UnsupportedGridJob
 
 __all__ = [
     "JOB_STATUS_NAMES",
+    "OneWordResource",
     "ResourceName",
     "grid_job_id_words",
-    "grid_resource_words",
     "is_tag",
     "new_tag",
 ]
@@ -63,18 +64,31 @@ def is_tag(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and _TAG.fullmatch(value) is not None
 
 
-def grid_resource_words(grid_resource: str, gtype: str, usage: str, missing: str) -> list[str]:
-    """`<gtype> <one word>` read into its two words; UnsupportedGridJob naming what is wrong
-    (`usage` the expected form, `missing` what the second word is)."""
-    words = grid_resource.split()
-    if not words or words[0].lower() != gtype:
-        raise UnsupportedGridJob(f"GridResource {grid_resource!r} is not an {gtype} resource")
-    if len(words) != 2:
-        raise UnsupportedGridJob(
-            f"GridResource {grid_resource!r}: expected {usage!r}"
-            + (f" (the {missing} is missing)" if len(words) < 2 else "")
-        )
-    return words
+@dataclass(frozen=True, slots=True)
+class OneWordResource:
+    """A GridResource of one word after its type's name (`ec2 <service-url>`,
+    `azure <subscription>`)."""
+
+    gtype: str
+    word: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.gtype} {self.word}"
+
+    @classmethod
+    def parse(cls, grid_resource: str, gtype: str, usage: str, missing: str) -> OneWordResource:
+        """Read `<gtype> <word>`; UnsupportedGridJob naming what is wrong (`usage` the
+        expected form, `missing` what the word is)."""
+        words = grid_resource.split()
+        if not words or words[0].lower() != gtype:
+            raise UnsupportedGridJob(f"GridResource {grid_resource!r} is not an {gtype} resource")
+        if len(words) != 2:
+            raise UnsupportedGridJob(
+                f"GridResource {grid_resource!r}: expected {usage!r}"
+                + (f" (the {missing} is missing)" if len(words) < 2 else "")
+            )
+        return cls(gtype, words[1])
 
 
 def grid_job_id_words(

@@ -12,7 +12,6 @@ say what is its own (`_new_key`, `_on_remote_status`, `_remote_live`, `_cancel_r
 
 from __future__ import annotations
 
-import enum
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from htgrid.classad import ClassAd
 from htgrid.gahp import GahpRequestRefused, LocalGahpError
 from htgrid.grid._errors import ANSWER_LOST, GahpUnavailable
 from htgrid.grid._queueio import UNDEFINED
-from htgrid.grid._task import JobTask, Services
+from htgrid.grid._task import E, JobTask, S, Services
 from htgrid.grid._values import format_time
 from htgrid.queue import ExitOutcome, HoldReasonCode, InvalidTransition, JobId, JobStatus
 
@@ -34,8 +33,6 @@ __all__ = ["SUBMIT_ATTRS", "GridJob", "Words"]
 log = logging.getLogger("htgrid.grid")
 
 _T = TypeVar("_T")
-S = TypeVar("S", bound=enum.Enum)
-E = TypeVar("E", bound=enum.Enum)
 
 #: What every type's submit saves, and CLEAR undefines.
 SUBMIT_ATTRS = ("GridJobId", "GridJobStatus", "GridJobSubmitTime")
@@ -188,6 +185,25 @@ class GridJob(JobTask[S, E]):
                 return None
             await self._paused(pause)
         return stop
+
+    async def _turn_to_submit(self) -> E | None:
+        """SUBMIT's wait (`_until_submittable`), then the job holds its submit slot; the
+        event instead if the job was held or removed meanwhile."""
+        stop = await self._until_submittable()
+        if stop is None:
+            self.resource.hold_slot(self)
+        return stop
+
+    def _not_found(self, *, hold_slot: bool = False) -> E:
+        """A lookup of a lost submission found nothing: the job's stop if it was held or
+        removed meanwhile, else NOT_FOUND (the submit goes again; `hold_slot`: in the slot
+        the job keeps)."""
+        stop = self._stopped()
+        if stop is not None:
+            return stop
+        if hold_slot:
+            self.resource.hold_slot(self)
+        return self._event("NOT_FOUND")
 
     async def _paused(self, pause: float) -> None:
         """Wait out the resource's pause after failed submits, GridWaitReason saying so."""

@@ -61,12 +61,16 @@ class ResourceState(enum.Enum):
 class ResourceStats:
     """Counters, for tests, benchmarks and explanations."""
 
+    #: Pings sent, and status polls made (each one or more status commands).
     pings: int = 0
     polls: int = 0
+    #: Status commands sent, and those that failed (the poll told nothing).
     status_commands: int = 0
     status_failures: int = 0
+    #: Submits that worked, and those that failed (transient or not).
     submits: int = 0
     submit_failures: int = 0
+    #: The most GAHP requests in flight at once.
     max_in_flight: int = 0
 
 

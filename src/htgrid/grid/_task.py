@@ -39,11 +39,12 @@ from htgrid.queue import (
 if TYPE_CHECKING:
     from htgrid.grid._resource import Resource
 
-__all__ = ["JobGone", "JobTask", "Services"]
+__all__ = ["E", "JobGone", "JobTask", "S", "Services"]
 
 log = logging.getLogger("htgrid.grid")
 
 _T = TypeVar("_T")
+#: A type's state Enum and event Enum.
 S = TypeVar("S", bound=enum.Enum)
 E = TypeVar("E", bound=enum.Enum)
 

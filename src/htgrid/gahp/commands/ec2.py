@@ -192,6 +192,19 @@ class InstanceStatus:
     fleet_id: str | None = None
     annex: str | None = None
 
+    @property
+    def key(self) -> str:
+        return self.instance_id
+
+    @property
+    def token(self) -> str | None:
+        return self.client_token
+
+    @property
+    def live(self) -> bool:
+        """Not terminated."""
+        return self.state != "terminated"
+
     def fields(self) -> tuple[str, ...]:
         return (
             self.instance_id,
@@ -230,6 +243,20 @@ class SpotStatus:
     launch_group: str | None = None
     instance_id: str | None = None
     code: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self.request_id
+
+    @property
+    def token(self) -> str | None:
+        """The launch group: the client token, for the requests htgrid and HTCondor make."""
+        return self.launch_group
+
+    @property
+    def live(self) -> bool:
+        """Open or active: it may still be fulfilled, or was."""
+        return self.state in ("open", "active")
 
     def fields(self) -> tuple[str, ...]:
         return (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from htgrid.grid.azure._ids import AzureJobId, AzureResourceName
+from htgrid.grid.azure._ids import AzureJobId
 from htgrid.grid.azure._job import AZURE, AzureJob, azure_grid_type
 from htgrid.grid.azure._resource import AzureResource
 from htgrid.grid.azure._table import AzureEvent, AzureState
@@ -13,7 +13,6 @@ __all__ = [
     "AzureJob",
     "AzureJobId",
     "AzureResource",
-    "AzureResourceName",
     "AzureState",
     "azure_grid_type",
 ]

@@ -11,30 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from htgrid.classad import ClassAd
-from htgrid.grid._gridids import grid_job_id_words, grid_resource_words
+from htgrid.grid._gridids import OneWordResource, grid_job_id_words
 from htgrid.grid._gridtype import Remote
 from htgrid.grid._values import as_str
 
-__all__ = ["AzureJobId", "AzureResourceName", "remote_of"]
+__all__ = ["AzureJobId", "parse_resource", "remote_of"]
 
 
-@dataclass(frozen=True, slots=True)
-class AzureResourceName:
-    """An azure GridResource: the subscription (`azure 0123...cdef`)."""
-
-    subscription: str
-
-    @property
-    def key(self) -> str:
-        return f"azure {self.subscription}"
-
-    @classmethod
-    def parse(cls, grid_resource: str) -> AzureResourceName:
-        """Read `azure <subscription>`; UnsupportedGridJob naming what is wrong."""
-        words = grid_resource_words(
-            grid_resource, "azure", "azure <subscription>", "Azure subscription"
-        )
-        return cls(words[1])
+def parse_resource(grid_resource: str) -> OneWordResource:
+    """Read `azure <subscription>`; UnsupportedGridJob naming what is wrong."""
+    return OneWordResource.parse(
+        grid_resource, "azure", "azure <subscription>", "Azure subscription"
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,6 @@ the VM and what the GAHP made for it are deleted, then the job completes (005).
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -27,12 +26,13 @@ from typing import Any
 from htgrid.classad import ClassAd
 from htgrid.gahp.commands import azure
 from htgrid.grid._errors import NO_ANSWER
+from htgrid.grid._gridids import OneWordResource
 from htgrid.grid._gridtype import GridType, fixed_gahp
 from htgrid.grid._job import SUBMIT_ATTRS, GridJob, Words
 from htgrid.grid._queueio import UNDEFINED
 from htgrid.grid._task import Services
 from htgrid.grid._values import as_str
-from htgrid.grid.azure._ids import AzureJobId, AzureResourceName, remote_of
+from htgrid.grid.azure._ids import AzureJobId, parse_resource, remote_of
 from htgrid.grid.azure._resource import (
     AzureResource,
     MissingAttribute,
@@ -44,8 +44,6 @@ from htgrid.grid.azure._table import TABLE, AzureEvent, AzureState
 from htgrid.queue import HoldReasonCode, JobId, JobStatus
 
 __all__ = ["AZURE", "DEFAULT_AZURE_GAHP", "AzureJob", "azure_grid_type"]
-
-log = logging.getLogger("htgrid.grid")
 
 #: How the grid manager starts the Azure GAHP (HTCondor's AZURE_GAHP).
 DEFAULT_AZURE_GAHP: tuple[str, ...] = (sys.executable, "-m", "htgrid.cli", "gahp", "azure")
@@ -166,11 +164,9 @@ class AzureJob(GridJob[AzureState, AzureEvent]):
         return _E.HAS_VM
 
     async def _create(self) -> AzureEvent:
-        stop = await self._until_submittable()
-        if stop is not None:
+        if (stop := await self._turn_to_submit()) is not None:
             return stop
         assert self.grid_id is not None  # SAVE_NAME or START set it
-        self.resource.hold_slot(self)
         try:
             args = azure.vm_create_args(self.grid_id.name, vm_options(self.ad))
         except MissingAttribute as err:
@@ -207,11 +203,7 @@ class AzureJob(GridJob[AzureState, AzureEvent]):
             self.vm_id = self.vm_id or ""  # HTCondor's mark: created, id unknown
             self._fresh = True  # SUBMITTED acts on this very answer
             return _E.FOUND
-        stop = self._stopped()
-        if stop is not None:
-            return stop
-        self.resource.hold_slot(self)
-        return _E.NOT_FOUND
+        return self._not_found(hold_slot=True)
 
     async def _create_save(self) -> AzureEvent:
         now = self.clock.time()
@@ -253,11 +245,11 @@ class AzureJob(GridJob[AzureState, AzureEvent]):
         return None
 
 
-def azure_grid_type(gahp_argv: Sequence[str] = DEFAULT_AZURE_GAHP) -> GridType[AzureResourceName]:
+def azure_grid_type(gahp_argv: Sequence[str] = DEFAULT_AZURE_GAHP) -> GridType[OneWordResource]:
     """The azure grid type, its GAHP server started with `gahp_argv` (one for all)."""
     return GridType(
         name="azure",
-        parse_resource=AzureResourceName.parse,
+        parse_resource=parse_resource,
         gahp=fixed_gahp("azure", gahp_argv),
         resource=AzureResource,
         new_job=AzureJob,

@@ -17,10 +17,10 @@ from htgrid.gahp import GahpError
 from htgrid.gahp.commands import azure
 from htgrid.grid._errors import GahpUnavailable
 from htgrid.grid._gahps import GahpHandle
+from htgrid.grid._gridids import OneWordResource
 from htgrid.grid._resource import Resource
 from htgrid.grid._task import Services
 from htgrid.grid._values import as_str
-from htgrid.grid.azure._ids import AzureResourceName
 from htgrid.queue import JobId
 
 if TYPE_CHECKING:
@@ -89,12 +89,12 @@ class VmStatus:
         return self.text.rpartition("/")[2].strip().lower() or None
 
 
-class AzureResource(Resource["AzureJob", AzureResourceName]):
+class AzureResource(Resource["AzureJob", OneWordResource]):
     """`azure <subscription>`: pinged with AZURE_PING, polled with AZURE_VM_LIST."""
 
-    def __init__(self, where: AzureResourceName, gahp: GahpHandle, services: Services) -> None:
+    def __init__(self, where: OneWordResource, gahp: GahpHandle, services: Services) -> None:
         super().__init__(where, gahp, services)
-        self.subscription = where.subscription
+        self.subscription = where.word
         #: The auth files its jobs use, in the order first seen (kept for the pings).
         self.auth_files: dict[str, None] = {}
         #: Numbers the polls: a job trusts only an answer to a list sent after it asked.

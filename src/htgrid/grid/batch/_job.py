@@ -17,7 +17,6 @@ with the job it already has when that job is still queued or running.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -34,8 +33,6 @@ from htgrid.grid.batch._table import TABLE, BatchEvent, BatchState
 from htgrid.queue import JobId, JobStatus
 
 __all__ = ["BATCH", "BatchJob"]
-
-log = logging.getLogger("htgrid.grid")
 
 _S = BatchState
 _E = BatchEvent
@@ -129,11 +126,9 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
         return _E.HAS_BLAH_ID
 
     async def _submit(self) -> BatchEvent:
-        stop = await self._until_submittable()
-        if stop is not None:
+        if (stop := await self._turn_to_submit()) is not None:
             return stop
         assert self.grid_id is not None  # SAVE_TAG or START set it
-        self.resource.hold_slot(self)
         ad_text = build_submit_ad(self.ad, self.lrms, self.grid_id.tag)
         submit = self.resource.ask(blah.Submitted.of, blah.SUBMIT, ad_text)
         result = await self._send_submit(submit, _E.SUBMIT_LOST)
@@ -156,8 +151,7 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
         if not self.resource.gahp.supports(blah.FIND.name):
             # Sending the submit again is the lookup: the batch GAHP answers a repeated
             # ClientJobId with the job still queued or running under it.
-            self.resource.hold_slot(self)
-            return self._stopped() or _E.NOT_FOUND
+            return self._not_found(hold_slot=True)
         find = blah.Find(self.lrms, self.grid_id.tag)
         try:
             found = await self.resource.ask(blah.Found.of, blah.FIND, *find.args())
@@ -170,11 +164,7 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
             self.grid_id = dataclasses.replace(self.grid_id, blah_id=found.blah_id)
             self.resource.hold_slot(self)
             return _E.FOUND
-        stop = self._stopped()
-        if stop is not None:
-            return stop
-        self.resource.hold_slot(self)
-        return _E.NOT_FOUND
+        return self._not_found(hold_slot=True)
 
     async def _lookup_failed(self, error: str) -> BatchEvent:
         self.lookup_failures += 1

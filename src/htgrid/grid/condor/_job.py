@@ -174,7 +174,7 @@ class CondorJob(CondorJobBase):
                 self.condor.schedd, self.condor.pool, first.cluster, first.proc
             )
             return _E.FOUND
-        return self._stopped() or _E.NOT_FOUND
+        return self._not_found()
 
     async def _submit_save(self) -> CondorEvent:
         now = self.clock.time()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from htgrid.grid.ec2._ids import Ec2JobId, Ec2ResourceName
+from htgrid.grid.ec2._ids import Ec2JobId
 from htgrid.grid.ec2._job import EC2, Ec2Job, ec2_grid_type
 from htgrid.grid.ec2._resource import Ec2Resource
 from htgrid.grid.ec2._table import Ec2Event, Ec2State
@@ -13,7 +13,6 @@ __all__ = [
     "Ec2Job",
     "Ec2JobId",
     "Ec2Resource",
-    "Ec2ResourceName",
     "Ec2State",
     "ec2_grid_type",
 ]

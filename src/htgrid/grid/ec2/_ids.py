@@ -11,32 +11,21 @@ from dataclasses import dataclass
 
 from htgrid.classad import ClassAd
 from htgrid.grid._errors import UnsupportedGridJob
-from htgrid.grid._gridids import grid_job_id_words, grid_resource_words
+from htgrid.grid._gridids import OneWordResource, grid_job_id_words
 from htgrid.grid._gridtype import Remote
 from htgrid.grid._values import as_str
 
-__all__ = ["Ec2JobId", "Ec2ResourceName", "active_lines", "remote_of"]
+__all__ = ["Ec2JobId", "active_lines", "parse_resource", "remote_of"]
 
 
-@dataclass(frozen=True, slots=True)
-class Ec2ResourceName:
-    """An ec2 GridResource: the service URL (`ec2 https://ec2.us-east-1.amazonaws.com`)."""
-
-    service_url: str
-
-    @property
-    def key(self) -> str:
-        return f"ec2 {self.service_url}"
-
-    @classmethod
-    def parse(cls, grid_resource: str) -> Ec2ResourceName:
-        """Read `ec2 <service-url>`; UnsupportedGridJob naming what is wrong."""
-        url = grid_resource_words(grid_resource, "ec2", "ec2 <service-url>", "service URL")[1]
-        if "://" not in url:
-            raise UnsupportedGridJob(
-                f"GridResource {grid_resource!r}: {url!r} is not a URL (https://host/...)"
-            )
-        return cls(url)
+def parse_resource(grid_resource: str) -> OneWordResource:
+    """Read `ec2 <service-url>`; UnsupportedGridJob naming what is wrong."""
+    where = OneWordResource.parse(grid_resource, "ec2", "ec2 <service-url>", "service URL")
+    if "://" not in where.word:
+        raise UnsupportedGridJob(
+            f"GridResource {grid_resource!r}: {where.word!r} is not a URL (https://host/...)"
+        )
+    return where
 
 
 @dataclass(frozen=True, slots=True)

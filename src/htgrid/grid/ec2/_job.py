@@ -36,10 +36,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from htgrid.gahp.commands import ec2
+from htgrid.grid._gridids import OneWordResource
 from htgrid.grid._gridtype import GridType, fixed_gahp
 from htgrid.grid._job import SUBMIT_ATTRS, GridJob
 from htgrid.grid.ec2._args import keypair_name, vm_start
-from htgrid.grid.ec2._ids import Ec2JobId, Ec2ResourceName, active_lines, remote_of
+from htgrid.grid.ec2._ids import Ec2JobId, active_lines, parse_resource, remote_of
 from htgrid.grid.ec2._resource import Ec2Resource
 from htgrid.grid.ec2._spot import Ec2Spot
 from htgrid.grid.ec2._status import REASONS
@@ -169,16 +170,11 @@ class Ec2Job(Ec2Spot):
             await self._retry_later(f"creating keypair {self.keypair}", failure.message, 1)
 
     async def _start_vm(self) -> Ec2Event:
-        stop = self._stopped()
-        if stop is not None:
-            return stop
-        await self.until_resource_up()
-        assert self.grid_id is not None  # SAVE_TOKEN or START set it
-        request = vm_start(self.ad, self._target, self.grid_id.client_token, self.keypair)
         # ec2job.cpp holds a refused start with EC2ConnectionProblem, subcode 12.
-        answer = await self._send_start(ec2.VM_START, request.args(), 12, "start")
+        answer = await self._send_start(ec2.VM_START, vm_start, 12, "start")
         if not isinstance(answer, str):
             return answer
+        assert self.grid_id is not None
         self.grid_id = dataclasses.replace(self.grid_id, instance_id=answer)
         self._status, self._fresh = None, False
         self.remote_state = "pending"  # as ec2job.cpp: a poll has not said otherwise
@@ -199,10 +195,7 @@ class Ec2Job(Ec2Spot):
             self._fresh = True  # SUBMITTED takes this answer as its first status
             self._asked = max(self._asked, self._since)
             return _E.FOUND
-        stop = self._stopped()
-        if stop is not None:
-            return stop
-        return _E.NOT_FOUND
+        return self._not_found()
 
     async def _save_instance(self) -> Ec2Event:
         assert self.grid_id is not None and self.grid_id.instance_id is not None
@@ -288,11 +281,11 @@ class Ec2Job(Ec2Spot):
                 await asyncio.to_thread(os.remove, self.keypair_file)
 
 
-def ec2_grid_type(gahp_argv: Sequence[str] = DEFAULT_EC2_GAHP) -> GridType[Ec2ResourceName]:
+def ec2_grid_type(gahp_argv: Sequence[str] = DEFAULT_EC2_GAHP) -> GridType[OneWordResource]:
     """The ec2 grid type, its GAHP server started with `gahp_argv`."""
     return GridType(
         name="ec2",
-        parse_resource=Ec2ResourceName.parse,
+        parse_resource=parse_resource,
         # One EC2 GAHP server for every service URL and key (it keeps a client per pair).
         gahp=fixed_gahp("ec2", gahp_argv),
         resource=Ec2Resource,

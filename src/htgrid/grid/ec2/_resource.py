@@ -19,16 +19,16 @@ request id, else by launch group (the client token, for a job that lost its requ
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from htgrid.gahp import GahpError, GahpRequestRefused
 from htgrid.gahp.commands import Spec, ec2
 from htgrid.grid._errors import GahpUnavailable
 from htgrid.grid._gahps import GahpHandle
+from htgrid.grid._gridids import OneWordResource
 from htgrid.grid._resource import Resource
 from htgrid.grid._task import Services
-from htgrid.grid.ec2._ids import Ec2ResourceName
 
 if TYPE_CHECKING:
     from htgrid.grid.ec2._job import Ec2Job
@@ -44,12 +44,12 @@ MAX_PENDING = 1000
 _T = TypeVar("_T", bound="ec2.InstanceStatus | ec2.SpotStatus")
 
 
-class Ec2Resource(Resource["Ec2Job", Ec2ResourceName]):
+class Ec2Resource(Resource["Ec2Job", OneWordResource]):
     """`ec2 <service-url>`: pinged with EC2_VM_SERVER_TYPE, polled with EC2_VM_STATUS_ALL."""
 
-    def __init__(self, where: Ec2ResourceName, gahp: GahpHandle, services: Services) -> None:
+    def __init__(self, where: OneWordResource, gahp: GahpHandle, services: Services) -> None:
         super().__init__(where, gahp, services, max_pending=MAX_PENDING)
-        self.service_url = where.service_url
+        self.service_url = where.word
         #: What EC2_VM_SERVER_TYPE said (Amazon, OpenStack, ...); "" until it answered.
         self.server_type = ""
         #: EC2_VM_STATUS_ALL_SPOT requests sent (also counted in stats.status_commands).
@@ -92,42 +92,13 @@ class Ec2Resource(Resource["Ec2Job", Ec2ResourceName]):
     async def _poll_spot(self, keys: tuple[str, str], members: list[Ec2Job]) -> None:
         self.spot_status_commands += 1
         answer = await self._ask(ec2.VM_STATUS_ALL_SPOT, keys, ec2.spot_requests)
-        if answer is None:
-            return
-        found, asked = answer
-        by_id = {status.request_id: status for status in found}
-        by_group: dict[str, ec2.SpotStatus] = {}
-        for status in found:
-            # A cancelled or failed request of a token, then a live one: the live one counts.
-            if status.launch_group and (
-                status.launch_group not in by_group or status.state in ("open", "active")
-            ):
-                by_group[status.launch_group] = status
-        for job in members:
-            if job.spot_request_id is not None:
-                job.spot_status(by_id.get(job.spot_request_id), asked)
-            elif job.client_token is not None:
-                job.spot_status(by_group.get(job.client_token), asked)
+        for job, status, asked in _matched(answer, members, lambda job: job.spot_request_id):
+            job.spot_status(status, asked)
 
     async def _poll_group(self, keys: tuple[str, str], members: list[Ec2Job]) -> None:
         answer = await self._ask(ec2.VM_STATUS_ALL, keys, ec2.instances)
-        if answer is None:
-            return
-        found, asked = answer
-        by_id = {status.instance_id: status for status in found}
-        by_token: dict[str, ec2.InstanceStatus] = {}
-        for status in found:
-            # Several instances of one token (a server ignoring ClientToken, before the
-            # GAHP tagged them): the live one is the job's.
-            if status.client_token and (
-                status.client_token not in by_token or status.state != "terminated"
-            ):
-                by_token[status.client_token] = status
-        for job in members:
-            if job.instance_id is not None:
-                job.remote_status(by_id.get(job.instance_id), asked)
-            elif job.client_token is not None:
-                job.remote_status(by_token.get(job.client_token), asked)
+        for job, status, asked in _matched(answer, members, lambda job: job.instance_id):
+            job.remote_status(status, asked)
 
     async def _ask(
         self,
@@ -148,3 +119,29 @@ class Ec2Resource(Resource["Ec2Job", Ec2ResourceName]):
             self.poll_failed(answer.message)
             return None
         return answer.statuses, asked
+
+
+def _matched(
+    answer: tuple[tuple[_T, ...], float] | None,
+    jobs: list[Ec2Job],
+    own: Callable[[Ec2Job], str | None],
+) -> Iterator[tuple[Ec2Job, _T | None, float]]:
+    """Each job and its status in a listing (None: not listed), and when it was asked: by
+    the job's `own` id, else, for a job that has only its client token (recovery), by the
+    token. Several of one token (a server ignoring ClientToken, before the GAHP tagged
+    them; a spot request cancelled or failed, then a live one): the live one is the job's.
+    Nothing when the poll failed."""
+    if answer is None:
+        return
+    found, asked = answer
+    by_id = {status.key: status for status in found}
+    by_token: dict[str, _T] = {}
+    for status in found:
+        if status.token and (status.token not in by_token or status.live):
+            by_token[status.token] = status
+    for job in jobs:
+        key = own(job)
+        if key is not None:
+            yield job, by_id.get(key), asked
+        elif job.client_token is not None:
+            yield job, by_token.get(job.client_token), asked

@@ -15,7 +15,7 @@ code; an open request is cancelled (EC2_VM_STOP_SPOT) on rm, hold or such a fail
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 
 from htgrid.classad import ClassAd
 from htgrid.gahp.commands import Spec, ec2
@@ -34,6 +34,8 @@ _S = Ec2State
 _E = Ec2Event
 # The request may have been made although no answer came: look the token up.
 _MAYBE_SENT = frozenset({ec2.E_CURL_IO, ec2.NEED_CHECK_VM_START})
+#: Builds a start from the job ad, the target, the client token and the keypair.
+_Start = Callable[[ClassAd, ec2.Target, str, str | None], ec2.VmStart | ec2.SpotStart]
 _SPOT_STATES = frozenset({_S.SPOT_CHECK, _S.SPOT_SUBMITTED, _S.SPOT_CANCEL_CHECK})
 _ENDED = frozenset({"cancelled", "closed", "failed"})
 #: Spot request status codes that end the job's wait (EC2's spot request status codes).
@@ -93,14 +95,22 @@ class Ec2Spot(Ec2Instance):
         return error, HoldReasonCode.EC2ConnectionProblem, subcode
 
     async def _send_start(
-        self, command: Spec, args: Sequence[str], subcode: int, what: str
+        self, command: Spec, build: _Start, subcode: int, what: str
     ) -> str | Ec2Event:
-        """EC2_VM_START or EC2_VM_START_SPOT with the committed client token: the id it
-        answered (an instance's or a spot request's), or the event instead: START_LOST if
-        it may have happened unanswered (the token says), else a retry or a refusal (held
-        with EC2ConnectionProblem, `subcode`)."""
+        """EC2_VM_START or EC2_VM_START_SPOT (`build` makes it from the job ad) with the
+        committed client token, once the resource is up: the id it answered (an
+        instance's or a spot request's), or the event instead: the job's stop (held or
+        removed before anything was sent; a retry follows only a definite refusal),
+        START_LOST if it may have happened unanswered (the token says), else a retry or a
+        refusal (held with EC2ConnectionProblem, `subcode`)."""
+        stop = self._stopped()
+        if stop is not None:
+            return stop
+        await self.until_resource_up()
+        assert self.grid_id is not None  # SAVE_TOKEN or START set it
+        start = build(self.ad, self._target, self.grid_id.client_token, self.keypair)
         self.resource.hold_slot(self)
-        request = self.resource.call(command, *args)
+        request = self.resource.call(command, *start.args())
         fields = await self._send_submit(request, _E.START_LOST, subcode=subcode, what=what)
         if isinstance(fields, Ec2Event):
             return fields
@@ -160,14 +170,8 @@ class Ec2Spot(Ec2Instance):
     # ---- the actions ----------------------------------------------------------------------
 
     async def _spot_start(self) -> Ec2Event:
-        stop = self._stopped()
-        if stop is not None:
-            return stop  # nothing was sent yet (a retry follows only a definite refusal)
-        await self.until_resource_up()
-        assert self.grid_id is not None  # SAVE_TOKEN or START set it
-        request = spot_start(self.ad, self._target, self.grid_id.client_token, self.keypair)
         # ec2job.cpp holds a refused spot request with EC2ConnectionProblem, subcode 17.
-        answer = await self._send_start(ec2.VM_START_SPOT, request.args(), 17, "spot request")
+        answer = await self._send_start(ec2.VM_START_SPOT, spot_start, 17, "spot request")
         if not isinstance(answer, str):
             return answer
         await self._save_request(answer)
@@ -190,10 +194,7 @@ class Ec2Spot(Ec2Instance):
                 if found.instance_id is not None:
                     return self._adopt(found.instance_id)
                 return _E.FOUND
-        stop = self._stopped()
-        if stop is not None:
-            return stop
-        return _E.NOT_FOUND
+        return self._not_found()
 
     async def _spot_submitted(self) -> Ec2Event:
         assert self.spot_request is not None
