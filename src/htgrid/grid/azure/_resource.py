@@ -1,6 +1,6 @@
-"""The Azure resource (one per `azure <subscription>`) and what travels to and from the GAHP.
+"""The Azure resource (one per `azure <subscription>`), and what a job's VM is made from.
 
-Status is one AZURE_VM_LIST per poll interval for all the resource's jobs (one per auth
+The commands' lines are `htgrid.gahp.commands.azure`'s. Status is one AZURE_VM_LIST per poll interval for all the resource's jobs (one per auth
 file in use, normally one), answered by VM name: HTCondor's AzureResource::DoBatchStatus.
 A job whose VM the list does not show is told so (its VM is gone).
 """

@@ -1,6 +1,6 @@
-"""The batch resource (one per `batch <lrms>`) and what travels to and from the blahp.
+"""The batch resource (one per `batch <lrms>`), and the submit ad a job sends the blahp.
 
-Status is asked for all the resource's jobs at once: BLAH_JOB_STATUS_ALL with every job's
+The commands' lines are `htgrid.gahp.commands.blah`'s. Status is asked for all the resource's jobs at once: BLAH_JOB_STATUS_ALL with every job's
 blah id (in chunks of `status_batch_size`, so the one-line reply stays under the 500 KiB
 the protocol allows), once per poll interval. A server that does not list it gets one
 BLAH_JOB_STATUS per job instead.
