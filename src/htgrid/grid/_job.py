@@ -6,8 +6,9 @@ refusal, a call retried until it works, the wait after a lost answer) answer wit
 events every type's Enum names alike (READY, WANT_SUBMIT, SAVED, SUBMIT_RETRY,
 SUBMIT_REFUSED, STATUS, EXITED, REQUEUED, POLICY_HELD, CANCEL_NEEDED, NOTHING_TO_CANCEL,
 CANCEL_FAILED, CANCELLED, CANCELLED_REMOVED, RESUBMIT, CLEARED, LOCAL_HELD,
-LOCAL_REMOVED). A type lists in `actions` those its table uses and fills in the hooks that
-say what is its own (`_new_key`, `_on_remote_status`, `_remote_live`, `_cancel_remote`...).
+LOCAL_REMOVED). A state's action is the method named after it (`JobTask.actions`), these
+or the type's own, and a type fills in the hooks that say what is its own (`_new_key`,
+`_on_remote_status`, `_remote_live`, `_cancel_remote`...).
 """
 
 from __future__ import annotations
