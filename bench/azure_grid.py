@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import Any
 
 from htgrid.grid import GRID_TYPES, GridManager, GridManagerConfig
-from htgrid.grid._azure import azure_grid_type
+from htgrid.grid.azure._job import azure_grid_type
 from htgrid.queue import Identity, JobQueue, JobStatus
 from htgrid.submit import SubmitDescription
 

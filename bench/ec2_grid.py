@@ -30,7 +30,7 @@ from pathlib import Path
 from ec2_vms import AMI, Moto, boto3_loop  # bench/ is on sys.path when run as a script
 
 from htgrid.grid import GridManager, GridManagerConfig
-from htgrid.grid._ec2_resource import Ec2Resource
+from htgrid.grid.ec2._resource import Ec2Resource
 from htgrid.queue import Identity, JobId, JobQueue
 from htgrid.submit import SubmitDescription
 

@@ -33,7 +33,8 @@ from typing import Any
 
 from htgrid.classad import ClassAd
 from htgrid.gahp import GahpClient
-from htgrid.grid import BatchState, GridManager, GridManagerConfig, build_submit_ad
+from htgrid.grid import GridManager, GridManagerConfig
+from htgrid.grid.batch import BatchState, build_submit_ad
 from htgrid.queue import Identity, JobQueue
 from htgrid.submit import SubmitDescription
 

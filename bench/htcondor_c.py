@@ -47,9 +47,9 @@ from typing import Any
 from htgrid._gc import tune_gc
 from htgrid.classad import preload_functions
 from htgrid.grid import GridManager, GridManagerConfig
-from htgrid.grid._condor import CondorJob
-from htgrid.grid._condor_resource import CondorResource
-from htgrid.grid._condor_table import CondorState
+from htgrid.grid.condor._job import CondorJob
+from htgrid.grid.condor._resource import CondorResource
+from htgrid.grid.condor._table import CondorState
 from htgrid.net import ScheddClient
 from htgrid.schedd.testing import PersonalPool, run_cli
 

@@ -11,7 +11,7 @@ import signal
 import sys
 
 from htgrid.grid import GRID_TYPES, GridManager, GridManagerConfig
-from htgrid.grid._azure import azure_grid_type
+from htgrid.grid.azure._job import azure_grid_type
 
 CONFIG = GridManagerConfig(
     poll_interval=0.3,

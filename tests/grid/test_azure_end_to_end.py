@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from htgrid.grid import GRID_TYPES, GridManager, GridManagerConfig
-from htgrid.grid._azure import azure_grid_type
+from htgrid.grid.azure._job import azure_grid_type
 from htgrid.queue import JobAction, JobId, JobStatus
 
 from ._azure_arm import (

@@ -7,21 +7,16 @@ from collections import deque
 
 import pytest
 
-import htgrid.grid._azure_table as table
+import htgrid.grid.azure._table as table
 from htgrid.grid import BadTransition
-from htgrid.grid._azure import AzureJob
-from htgrid.grid._azure_table import (
-    INITIAL,
-    TERMINAL,
-    TRANSITIONS,
-    AzureEvent,
-    AzureState,
-    draw,
-    next_state,
-)
+from htgrid.grid.azure._job import AzureJob
+from htgrid.grid.azure._table import TABLE, TRANSITIONS, AzureEvent, AzureState
 
 _S = AzureState
 _E = AzureEvent
+
+INITIAL, TERMINAL = TABLE.initial, TABLE.terminal
+next_state, draw = TABLE.next_state, TABLE.draw
 
 
 def test_every_state_has_a_row() -> None:
@@ -79,7 +74,7 @@ def test_a_stopped_job_always_gets_out() -> None:
         assert {_E.LOCAL_HELD, _E.LOCAL_REMOVED} <= set(TRANSITIONS[state]), state
     # Once a VM may exist, a removal deletes it before the job may leave the queue.
     assert TRANSITIONS[_S.SUBMITTED][_E.LOCAL_REMOVED] is _S.CANCEL
-    assert TRANSITIONS[_S.CANCEL][_E.DELETED_REMOVED] is _S.DELETE
+    assert TRANSITIONS[_S.CANCEL][_E.CANCELLED_REMOVED] is _S.DELETE
 
 
 def test_the_name_is_saved_before_any_create() -> None:

@@ -7,9 +7,13 @@ from collections import deque
 
 import pytest
 
-import htgrid.grid._batch_table as table
-from htgrid.grid import BadTransition, BatchEvent, BatchJob, BatchState
-from htgrid.grid._batch_table import INITIAL, TERMINAL, TRANSITIONS, draw, next_state
+import htgrid.grid.batch._table as table
+from htgrid.grid import BadTransition
+from htgrid.grid.batch import BatchEvent, BatchJob, BatchState
+from htgrid.grid.batch._table import TABLE, TRANSITIONS
+
+INITIAL, TERMINAL = TABLE.initial, TABLE.terminal
+next_state, draw = TABLE.next_state, TABLE.draw
 
 
 def test_every_state_has_a_row() -> None:

@@ -19,9 +19,10 @@ import pytest
 
 import htgrid.classad as classad
 from htgrid.grid import GridManager
-from htgrid.grid._condor import condor_type
-from htgrid.grid._condor_ad import CondorJobId, build_remote_ad, build_stage_in_ad
-from htgrid.grid._condor_resource import CondorResource
+from htgrid.grid.condor import CondorJobId
+from htgrid.grid.condor._ad import build_remote_ad, build_stage_in_ad
+from htgrid.grid.condor._job import condor_type
+from htgrid.grid.condor._resource import CondorResource
 from htgrid.queue import Identity, JobAction, JobId, JobNotFound, JobQueue, JobStatus
 from htgrid.submit import SubmitDescription
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from htgrid.grid._condor_resource import CondorResource
+from htgrid.grid.condor._resource import CondorResource
 from htgrid.queue import JobStatus
 
 from ._harness import Grid, wait_for

@@ -8,8 +8,8 @@ import random
 import pytest
 
 import htgrid.classad as classad
-from htgrid.grid._condor_ad import MIRRORED, RemoteJob
 from htgrid.grid._values import as_int, as_number, as_str, is_plain
+from htgrid.grid.condor._ad import MIRRORED, RemoteJob
 
 
 def _whole_parse(text: str, now: float) -> RemoteJob:

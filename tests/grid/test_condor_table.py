@@ -7,21 +7,16 @@ from collections import deque
 
 import pytest
 
-import htgrid.grid._condor_table as table
+import htgrid.grid.condor._table as table
 from htgrid.grid import BadTransition
-from htgrid.grid._condor import CondorJob
-from htgrid.grid._condor_table import (
-    INITIAL,
-    TERMINAL,
-    TRANSITIONS,
-    CondorEvent,
-    CondorState,
-    draw,
-    next_state,
-)
+from htgrid.grid.condor._job import CondorJob
+from htgrid.grid.condor._table import TABLE, TRANSITIONS, CondorEvent, CondorState
 
 _S = CondorState
 _E = CondorEvent
+
+INITIAL, TERMINAL = TABLE.initial, TABLE.terminal
+next_state, draw = TABLE.next_state, TABLE.draw
 
 
 def test_every_state_has_a_row() -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from htgrid.grid._gridids import Ec2JobId
+from htgrid.grid.ec2 import Ec2JobId
 from htgrid.queue import JobId, JobStatus
 
 from ._ec2_harness import instances, submit_vms, token_tag

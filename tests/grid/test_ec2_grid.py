@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from htgrid.grid import explain_grid_job
-from htgrid.grid._ec2_resource import Ec2Resource
-from htgrid.grid._gridids import Ec2JobId
+from htgrid.grid.ec2 import Ec2JobId
+from htgrid.grid.ec2._resource import Ec2Resource
 from htgrid.queue import HoldReasonCode, JobAction, JobStatus
 
 from ._ec2_harness import instances, submit_vms, token_tag

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from htgrid.grid import GridManager
-from htgrid.grid._ec2 import ec2_grid_type
-from htgrid.grid._ec2_resource import Ec2Resource
-from htgrid.grid._gridids import Ec2JobId
+from htgrid.grid.ec2 import Ec2JobId
+from htgrid.grid.ec2._job import ec2_grid_type
+from htgrid.grid.ec2._resource import Ec2Resource
 from htgrid.queue import HoldReasonCode, JobAction, JobId, JobStatus
 
 from ._ec2_harness import instances, submit_vms

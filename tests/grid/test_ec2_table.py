@@ -7,18 +7,13 @@ from collections import deque
 
 import pytest
 
-import htgrid.grid._ec2_table as table
+import htgrid.grid.ec2._table as table
 from htgrid.grid import BadTransition
-from htgrid.grid._ec2 import Ec2Job
-from htgrid.grid._ec2_table import (
-    INITIAL,
-    TERMINAL,
-    TRANSITIONS,
-    Ec2Event,
-    Ec2State,
-    draw,
-    next_state,
-)
+from htgrid.grid.ec2._job import Ec2Job
+from htgrid.grid.ec2._table import TABLE, TRANSITIONS, Ec2Event, Ec2State
+
+INITIAL, TERMINAL = TABLE.initial, TABLE.terminal
+next_state, draw = TABLE.next_state, TABLE.draw
 
 
 def test_every_state_has_a_row() -> None:

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from htgrid.grid import BatchJobId, explain_grid_job
-from htgrid.grid._batch_resource import BatchResource
+from htgrid.grid import explain_grid_job
+from htgrid.grid.batch import BatchJobId
+from htgrid.grid.batch._resource import BatchResource
 from htgrid.queue import JobAction, JobId, JobStatus
 
 from ._harness import FAST, ROOT, Grid, ext_gahp, running, unset, wait_for, with_gahp

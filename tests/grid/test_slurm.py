@@ -13,7 +13,7 @@ from collections.abc import Awaitable
 
 import pytest
 
-from htgrid.grid import BatchJobId
+from htgrid.grid.batch import BatchJobId
 from htgrid.queue import JobAction, JobStatus
 
 from ._harness import ROOT, Grid, running, wait_for

@@ -12,8 +12,9 @@ from typing import Any, cast
 import htcondor2
 
 from htgrid.grid import GridManagerConfig
-from htgrid.grid._job import GridJob, Services
 from htgrid.grid._queueio import QueueIO
+from htgrid.grid._table import Table
+from htgrid.grid._task import JobTask, Services
 from htgrid.grid._userlog import EventLogs
 from htgrid.queue import JobAction, JobQueue, JobStatus
 
@@ -25,16 +26,14 @@ class _State(enum.Enum):
     ONLY = 1
 
 
-class _Polled(GridJob[_State, _State]):
+class _Polled(JobTask[_State, _State]):
     """A job whose status the resource asks while `asked` (no actions of its own)."""
 
     asked = True
+    table = Table("test", _State, {_State.ONLY: {}}, _State.ONLY, frozenset(), 10)
 
     def actions(self) -> Mapping[_State, Callable[[], Awaitable[_State]]]:
         return {}
-
-    def next_state(self, state: _State, event: _State) -> _State:
-        return state
 
     async def finish(self) -> None:
         return None
@@ -64,7 +63,7 @@ def test_status_unknown_after_15_minutes_without_an_answer(grid: Grid) -> None:
         services = Services(GridManagerConfig(), clock, io, EventLogs())
 
         def new_job() -> _Polled:
-            return _Polled(job_id, grid.queue.get(job_id), cast(Any, None), services, _State.ONLY)
+            return _Polled(job_id, grid.queue.get(job_id), cast(Any, None), services)
 
         job = new_job()
         try:

@@ -9,20 +9,19 @@ from typing import Any, cast
 import pytest
 
 import htgrid.classad as classad
+from htgrid.gahp import GahpProtocolError
+from htgrid.gahp.commands.blah import StatusAd
 from htgrid.grid import (
-    BatchJobId,
-    BatchResourceName,
     GridManagerConfig,
-    RemoteStatus,
     Resource,
     UnsupportedGridJob,
-    build_submit_ad,
     explain_grid_job,
     grid_type_of,
 )
 from htgrid.grid._gahps import GahpHandle
 from htgrid.grid._gridids import new_tag
-from htgrid.grid._job import Services
+from htgrid.grid._task import Services
+from htgrid.grid.batch import BatchJobId, BatchResourceName, build_submit_ad, remote_attrs
 from htgrid.queue import JobAction, JobId
 
 # ---- ids ---------------------------------------------------------------------------------
@@ -138,28 +137,27 @@ def test_submit_ad_remote_overrides_and_no_staging() -> None:
 
 
 def test_status_ads() -> None:
-    done = RemoteStatus.from_ad(
+    done = StatusAd.of(
         '[BatchJobId = "7"; BlahJobId = "slurm/x/7"; JobStatus = 4; ExitBySignal = false; '
-        "ExitCode = 3; RemoteWallClockTime = 12.5]",
-        100.0,
+        "ExitCode = 3; RemoteWallClockTime = 12.5]"
     )
     assert (done.job_status, done.exit_code, done.exit_signal) == (4, 3, None)
     assert done.blah_id == "slurm/x/7"
-    assert done.copied == {"RemoteWallClockTime": 12.5}
-    killed = RemoteStatus.from_ad("[JobStatus = 4; ExitBySignal = true; ExitSignal = 9]", 1.0)
+    assert remote_attrs(done) == {"RemoteWallClockTime": 12.5}
+    killed = StatusAd.of("[JobStatus = 4; ExitBySignal = true; ExitSignal = 9]")
     assert killed.exit_signal == 9
-    held = RemoteStatus.from_ad(
-        '[JobStatus = 5; HoldReason = "no output"; HoldReasonCode = 12; HoldReasonSubCode = 2]', 1
+    held = StatusAd.of(
+        '[JobStatus = 5; HoldReason = "no output"; HoldReasonCode = 12; HoldReasonSubCode = 2]'
     )
     assert (held.hold_reason, held.hold_code, held.hold_subcode) == ("no output", 12, 2)
-    missing = RemoteStatus.from_ad('[JobStatus = 0; BlahError = "Job slurm/x/8 not found"]', 1)
+    missing = StatusAd.of('[JobStatus = 0; BlahError = "Job slurm/x/8 not found"]')
     assert missing.not_found
-    unasked = RemoteStatus.from_ad('[JobStatus = 0; BlahError = "squeue timed out"]', 1)
+    unasked = StatusAd.of('[JobStatus = 0; BlahError = "squeue timed out"]')
     assert not unasked.not_found
-    assert RemoteStatus.from_ad("[BatchJobId = 1]", 1, job_status=2).job_status == 2
+    assert StatusAd.of("[BatchJobId = 1]", job_status=2).job_status == 2
     for bad in ("[", "[BatchJobId = 1]", "[JobStatus = undefined]"):
-        with pytest.raises(ValueError, match="status ad"):
-            RemoteStatus.from_ad(bad, 1)
+        with pytest.raises(GahpProtocolError, match="status ad"):
+            StatusAd.of(bad)
 
 
 # ---- the resource's throttles ----------------------------------------------------------------
@@ -203,7 +201,7 @@ def _resource(**config: Any) -> tuple[_Resource, ManualClock]:
     gahp = GahpHandle("batch", ["true"], {}, clock=clock, config=settings)
 
     async def build() -> _Resource:
-        return _Resource("batch test", gahp, services)
+        return _Resource(BatchResourceName("test"), gahp, services)
 
     return asyncio.run(build()), clock
 

@@ -3,6 +3,8 @@
 * `htgrid.gahp._codec`: lines and fields as pure functions (no I/O), re-exported here.
 * `htgrid.gahp.server`: an asyncio GAHP server a GAHP type plugs its commands into.
 * `htgrid.gahp.client`: the grid manager's side: spawn, handshake, requests, RESULTS.
+* `htgrid.gahp.commands`: each protocol family's commands (blah, condor, ec2, azure):
+  their requests and results as values both the grid manager and the servers use.
 """
 
 from __future__ import annotations

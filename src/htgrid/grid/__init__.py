@@ -3,7 +3,10 @@
 * `run_gridmanager(home)` / `htgrid gridmanager`: the process (see `manager` for the
   contract with the queue daemon that supervises it).
 * `explain_grid_job(ad)`: where a grid job stands and why (for `htgrid q -better-analyze`).
-* Grid types plug in through `GridType` (`manager.GRID_TYPES`); `batch` is the first.
+* Grid types plug in through `GridType` (`GRID_TYPES`): one sub-package each, `batch`
+  (the blahp's batch systems), `condor` (HTCondor-C), `ec2` and `azure`, with its jobs,
+  its resource, its state table and its GridResource and GridJobId formats. The core
+  here (the job's task, `Resource`, the queue and user-log writers) names none.
 
 Imports go one way: classad, submit, queue and gahp, never the back ends (GAHP servers
 are other processes, reached only through the protocol).
@@ -11,9 +14,6 @@ are other processes, reached only through the protocol).
 
 from __future__ import annotations
 
-from htgrid.grid._batch import BATCH, BatchJob
-from htgrid.grid._batch_resource import BatchResource, RemoteStatus, build_submit_ad
-from htgrid.grid._batch_table import TRANSITIONS, BatchEvent, BatchState
 from htgrid.grid._config import GridManagerConfig
 from htgrid.grid._errors import (
     AlreadyRunning,
@@ -22,36 +22,26 @@ from htgrid.grid._errors import (
     GridError,
     UnsupportedGridJob,
 )
-from htgrid.grid._gridids import BatchJobId, BatchResourceName, grid_type_of
 from htgrid.grid._gridtype import GridType
+from htgrid.grid._registry import GRID_TYPES, grid_type_of
 from htgrid.grid._resource import Resource, ResourceState, ResourceStats
 from htgrid.grid.explain import explain_grid_job
-from htgrid.grid.manager import ADOPTABLE, GRID_TYPES, GridManager, run_gridmanager
+from htgrid.grid.manager import ADOPTABLE, GridManager, run_gridmanager
 
 __all__ = [
     "ADOPTABLE",
-    "BATCH",
     "GRID_TYPES",
-    "TRANSITIONS",
     "AlreadyRunning",
     "BadTransition",
-    "BatchEvent",
-    "BatchJob",
-    "BatchJobId",
-    "BatchResource",
-    "BatchResourceName",
-    "BatchState",
     "GahpUnavailable",
     "GridError",
     "GridManager",
     "GridManagerConfig",
     "GridType",
-    "RemoteStatus",
     "Resource",
     "ResourceState",
     "ResourceStats",
     "UnsupportedGridJob",
-    "build_submit_ad",
     "explain_grid_job",
     "grid_type_of",
     "run_gridmanager",

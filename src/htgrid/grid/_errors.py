@@ -13,8 +13,17 @@ keep theirs (`htgrid.queue.QueueError`). Both are HTGridErrors already.
 from __future__ import annotations
 
 from htgrid.errors import HTGridError
+from htgrid.gahp import GahpRequestRefused, GahpServerExited, GahpTimeout, LocalGahpError
 
-__all__ = ["AlreadyRunning", "BadTransition", "GahpUnavailable", "GridError", "UnsupportedGridJob"]
+__all__ = [
+    "ANSWER_LOST",
+    "NO_ANSWER",
+    "AlreadyRunning",
+    "BadTransition",
+    "GahpUnavailable",
+    "GridError",
+    "UnsupportedGridJob",
+]
 
 
 class GridError(HTGridError):
@@ -35,3 +44,10 @@ class GahpUnavailable(GridError):
 
 class BadTransition(GridError):
     """A state machine got an event its transition table has no entry for."""
+
+
+#: The GAHP server died or hung with the request: it may or may not have been carried out.
+ANSWER_LOST = (GahpServerExited, GahpTimeout)
+#: No result came: the answer was lost, the GAHP refused the request (an E or F line) or
+#: does not know the command, or no GAHP server could be started.
+NO_ANSWER = (*ANSWER_LOST, GahpRequestRefused, LocalGahpError, GahpUnavailable)

@@ -1,44 +1,33 @@
-"""GridResource and GridJobId as HTCondor writes them (reference §5.2).
+"""What every grid type's ids share: reading GridResource, submission tags, status names.
 
-    GridResource   batch <lrms> [user@host ...]          (legacy: pbs, lsf, sge, nqs, ...)
-    GridJobId      batch <lrms> <tag>                    phase 1: committed before submitting
-                   batch <lrms> <tag> <blah job id>      phase 2: the batch system's id known
+Each type declares its own GridResource and GridJobId formats in its folder (`batch/_ids`,
+`condor/_ids`, `ec2/_ids`, `azure/_ids`) and reaches them through its `GridType`; these
+helpers know no type.
 
-    GridResource   ec2 <service-url>
-    GridJobId      ec2 <service-url> <client-token>                phase 1 (before EC2_VM_START)
-                   ec2 <service-url> <client-token> <instance-id>  phase 2 (ec2job.cpp's format)
-
-    GridResource   azure <subscription>
-    GridJobId      azure <vm-name>            committed before AZURE_VM_CREATE (azurejob.cpp's)
-
-The tag plays the part of HTCondor's sandbox id: the idempotency key of one submission,
-sent as the batch job's ClientJobId. Unlike the sandbox id it is fresh for every
-submission, so a released job is never mistaken for its earlier run.
+A submission tag is the idempotency key of one submission, committed to the job ad before
+anything is sent (HTCondor's sandbox id plays that part): a submit whose answer was lost
+is looked up by it. Unlike the sandbox id it is fresh for every submission, so a released
+job is never mistaken for its earlier run.
 """
 
 from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Collection
 from dataclasses import dataclass
+from typing import Protocol, TypeGuard
 
 from htgrid.grid._errors import UnsupportedGridJob
 
 __all__ = [
-    "BATCH_TYPES",
     "JOB_STATUS_NAMES",
-    "AzureJobId",
-    "AzureResourceName",
-    "BatchJobId",
-    "BatchResourceName",
-    "Ec2JobId",
-    "Ec2ResourceName",
-    "grid_type_of",
+    "OneWordResource",
+    "ResourceName",
+    "grid_job_id_words",
+    "is_tag",
     "new_tag",
 ]
-
-#: First GridResource words the batch type answers to (infnbatchjob.cpp's list).
-BATCH_TYPES = frozenset({"batch", "blah", "pbs", "lsf", "sge", "nqs", "naregi"})
 
 #: HTCondor's JobStatus names, as GridJobStatus holds them (getJobStatusString).
 JOB_STATUS_NAMES = {
@@ -51,172 +40,65 @@ JOB_STATUS_NAMES = {
     7: "SUSPENDED",
 }
 
-_TAG = re.compile(r"[A-Za-z0-9_.+#:@-]+")
+_TAG = re.compile(r"htgrid_[0-9]+_[0-9]+_[0-9a-f]+")
 
 
-def grid_type_of(grid_resource: str) -> str:
-    """The grid type a GridResource names: its first word, lower case ("" if none)."""
-    words = grid_resource.split()
-    if not words:
-        return ""
-    first = words[0].lower()
-    return "batch" if first in BATCH_TYPES else first
-
-
-@dataclass(frozen=True, slots=True)
-class BatchResourceName:
-    """A batch GridResource: the batch system and what follows it."""
-
-    lrms: str
-    args: tuple[str, ...] = ()
+class ResourceName(Protocol):
+    """A GridResource as its type reads it."""
 
     @property
     def key(self) -> str:
-        """The resource's name: one resource object per key."""
-        return " ".join(("batch", self.lrms, *self.args))
-
-    @classmethod
-    def parse(cls, grid_resource: str) -> BatchResourceName:
-        """Read `batch <lrms> [args]` or a legacy `<lrms> [args]`; UnsupportedGridJob if bad."""
-        words = grid_resource.split()
-        if not words or words[0].lower() not in BATCH_TYPES:
-            raise UnsupportedGridJob(f"GridResource {grid_resource!r} is not a batch resource")
-        if words[0].lower() in ("batch", "blah"):
-            words = words[1:]
-        if not words:
-            raise UnsupportedGridJob(f"GridResource {grid_resource!r} names no batch system")
-        lrms, args = words[0].lower(), tuple(words[1:])
-        if args:
-            # HTCondor reaches such a batch system through a blahp started over ssh.
-            raise UnsupportedGridJob(
-                f"GridResource {grid_resource!r}: remote batch systems (batch {lrms} "
-                "user@host) are not supported; run the grid manager on a submit host of "
-                f"the {lrms} cluster"
-            )
-        return cls(lrms, args)
-
-
-@dataclass(frozen=True, slots=True)
-class BatchJobId:
-    """A batch GridJobId: the submission's tag, and the batch job id once known."""
-
-    lrms: str
-    tag: str
-    blah_id: str | None = None
-
-    def __str__(self) -> str:
-        text = f"batch {self.lrms} {self.tag}"
-        return text if self.blah_id is None else f"{text} {self.blah_id}"
-
-    @classmethod
-    def parse(cls, text: object) -> BatchJobId | None:
-        """The id in a GridJobId value; None when it is absent or not a batch id."""
-        if not isinstance(text, str):
-            return None
-        words = text.split()
-        if len(words) not in (3, 4) or words[0].lower() not in BATCH_TYPES:
-            return None
-        return cls(words[1].lower(), words[2], words[3] if len(words) == 4 else None)
-
-
-@dataclass(frozen=True, slots=True)
-class Ec2ResourceName:
-    """An ec2 GridResource: the service URL (`ec2 https://ec2.us-east-1.amazonaws.com`)."""
-
-    service_url: str
-
-    @property
-    def key(self) -> str:
-        return f"ec2 {self.service_url}"
-
-    @classmethod
-    def parse(cls, grid_resource: str) -> Ec2ResourceName:
-        """Read `ec2 <service-url>`; UnsupportedGridJob naming what is wrong."""
-        words = grid_resource.split()
-        if not words or words[0].lower() != "ec2":
-            raise UnsupportedGridJob(f"GridResource {grid_resource!r} is not an ec2 resource")
-        if len(words) != 2:
-            raise UnsupportedGridJob(
-                f"GridResource {grid_resource!r}: expected 'ec2 <service-url>'"
-                + (" (the service URL is missing)" if len(words) < 2 else "")
-            )
-        url = words[1]
-        if "://" not in url:
-            raise UnsupportedGridJob(
-                f"GridResource {grid_resource!r}: {url!r} is not a URL (https://host/...)"
-            )
-        return cls(url)
-
-
-@dataclass(frozen=True, slots=True)
-class Ec2JobId:
-    """An ec2 GridJobId: the client token, and the instance id once known."""
-
-    service_url: str
-    client_token: str
-    instance_id: str | None = None
-
-    def __str__(self) -> str:
-        text = f"ec2 {self.service_url} {self.client_token}"
-        return text if self.instance_id is None else f"{text} {self.instance_id}"
-
-    @classmethod
-    def parse(cls, text: object) -> Ec2JobId | None:
-        """The id in a GridJobId value; None when it is absent or not an ec2 id."""
-        if not isinstance(text, str):
-            return None
-        words = text.split()
-        if len(words) not in (3, 4) or words[0].lower() != "ec2":
-            return None
-        return cls(words[1], words[2], words[3] if len(words) == 4 else None)
+        """The resource's name: one Resource object per key."""
+        ...
 
 
 def new_tag(cluster: int, proc: int) -> str:
     """A fresh submission tag: the job's id and 48 random bits (no two submissions share one)."""
     tag = f"htgrid_{cluster}_{proc}_{secrets.token_hex(6)}"
-    assert _TAG.fullmatch(tag)  # the batch GAHP keeps such tags unchanged
+    assert _TAG.fullmatch(tag)  # the GAHPs keep such tags unchanged
     return tag
 
 
-@dataclass(frozen=True, slots=True)
-class AzureResourceName:
-    """An azure GridResource: the subscription (`azure 0123...cdef`)."""
+def is_tag(value: object) -> TypeGuard[str]:
+    """Whether `value` is a submission tag `new_tag` could have made."""
+    return isinstance(value, str) and _TAG.fullmatch(value) is not None
 
-    subscription: str
+
+@dataclass(frozen=True, slots=True)
+class OneWordResource:
+    """A GridResource of one word after its type's name (`ec2 <service-url>`,
+    `azure <subscription>`)."""
+
+    gtype: str
+    word: str
 
     @property
     def key(self) -> str:
-        return f"azure {self.subscription}"
+        return f"{self.gtype} {self.word}"
 
     @classmethod
-    def parse(cls, grid_resource: str) -> AzureResourceName:
-        """Read `azure <subscription>`; UnsupportedGridJob naming what is wrong."""
+    def parse(cls, grid_resource: str, gtype: str, usage: str, missing: str) -> OneWordResource:
+        """Read `<gtype> <word>`; UnsupportedGridJob naming what is wrong (`usage` the
+        expected form, `missing` what the word is)."""
         words = grid_resource.split()
-        if not words or words[0].lower() != "azure":
-            raise UnsupportedGridJob(f"GridResource {grid_resource!r} is not an azure resource")
+        if not words or words[0].lower() != gtype:
+            raise UnsupportedGridJob(f"GridResource {grid_resource!r} is not an {gtype} resource")
         if len(words) != 2:
             raise UnsupportedGridJob(
-                f"GridResource {grid_resource!r}: expected 'azure <subscription>'"
-                + (" (the Azure subscription is missing)" if len(words) < 2 else "")
+                f"GridResource {grid_resource!r}: expected {usage!r}"
+                + (f" (the {missing} is missing)" if len(words) < 2 else "")
             )
-        return cls(words[1])
+        return cls(gtype, words[1])
 
 
-@dataclass(frozen=True, slots=True)
-class AzureJobId:
-    """An azure GridJobId: the VM's name (its id is kept in AzureVmId, as HTCondor does)."""
-
-    name: str
-
-    def __str__(self) -> str:
-        return f"azure {self.name}"
-
-    @classmethod
-    def parse(cls, text: object) -> AzureJobId | None:
-        """The id in a GridJobId value; None when it is absent or not an azure id."""
-        if not isinstance(text, str):
-            return None
-        words = text.split()
-        if len(words) != 2 or words[0].lower() != "azure":
-            return None
-        return cls(words[1])
+def grid_job_id_words(
+    text: object, names: Collection[str], counts: Collection[int]
+) -> list[str] | None:
+    """The words of a GridJobId of one type (its first word in `names`, `counts` words);
+    None when `text` is absent or something else."""
+    if not isinstance(text, str):
+        return None
+    words = text.split()
+    if len(words) not in counts or words[0].lower() not in names:
+        return None
+    return words

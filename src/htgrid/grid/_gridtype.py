@@ -1,38 +1,96 @@
 """Grid types plug in here: one `GridType` value per type, chosen by GridResource's first word.
 
-Adding a type (condor, ec2, azure) means a new module with its own state Enum and
-transition table, a Resource subclass (ping, bulk status), a GridJob subclass (the
-actions), and a GridType value listed in `manager.GRID_TYPES`.
+A type lives in its own folder (grid/batch, grid/condor, ...) with its state Enum and
+transition table, its Resource subclass (ping, bulk status), its GridJob subclass (the
+actions), its GridResource and GridJobId formats, and declares itself with a GridType
+value listed in `_registry.GRID_TYPES`:
+
+* `name` and `aliases`: the first words of GridResource it answers to;
+* `parse_resource`: GridResource read into the type's resource name (its `key` names
+  the one Resource object shared by the jobs there);
+* `gahp`: the GAHP server a resource talks to, its key and command line;
+* `resource` and `new_job`: the Resource and GridJob classes;
+* `remote` and `active_lines`: how `htgrid q -better-analyze` names the job's remote
+  part (GridJobId) and what more it says of a submitted job.
+
+Nothing outside a type's folder names the type.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from htgrid.classad import ClassAd
 from htgrid.grid._gahps import GahpHandle
-from htgrid.grid._job import GridJob, Services
+from htgrid.grid._gridids import ResourceName
+from htgrid.grid._job import GridJob
 from htgrid.grid._resource import Resource
+from htgrid.grid._task import Services
 from htgrid.queue import JobId
 
-__all__ = ["GahpFactory", "GridType"]
+__all__ = ["GahpFactory", "GridType", "Remote", "fixed_gahp"]
 
 #: Gives the (shared) GAHP server for a key, started with `argv` when first used.
 GahpFactory = Callable[[str, Sequence[str]], GahpHandle]
 
 
+N = TypeVar("N", bound=ResourceName)
+
+
 @dataclass(frozen=True, slots=True)
-class GridType:
+class Remote:
+    """A job's GridJobId as explanations name it: the idempotency key, and the remote id."""
+
+    key: str
+    remote_id: str | None
+    #: "batch job" or "instance"; "tag" or "client token"; who reports the status.
+    noun: str
+    key_noun: str
+    reporter: str
+
+
+def _no_lines(ad: ClassAd) -> list[str]:
+    return []
+
+
+@dataclass(frozen=True, slots=True)
+class GridType(Generic[N]):
     """How the grid manager runs the jobs of one grid type."""
 
-    #: The first word of GridResource (after alias folding, see _gridids.grid_type_of).
+    #: The first word of GridResource (after alias folding, see _registry.grid_type_of).
     name: str
-    #: GridResource -> the resource's name (one Resource per name); UnsupportedGridJob if
-    #: this grid manager cannot run it.
-    resource_key: Callable[[str], str]
-    #: Build the resource for a name.
-    new_resource: Callable[[str, GahpFactory, Services], Resource]
+    #: GridResource -> the type's resource name; UnsupportedGridJob if this grid manager
+    #: cannot run it.
+    parse_resource: Callable[[str], N]
+    #: The GAHP server of a resource: its key (one server per key) and command line.
+    gahp: Callable[[N, Services], tuple[str, Sequence[str]]]
+    #: Build the resource for a GridResource read (its GAHP server given).
+    resource: Callable[[N, GahpHandle, Services], Resource[Any, N]]
     #: Build a job object for an adopted job ad.
     new_job: Callable[[JobId, ClassAd, Any, Services], GridJob[Any, Any]]
+    #: The job ad's GridJobId as explanations name it (None: nothing submitted yet).
+    remote: Callable[[ClassAd], Remote | None]
+    #: More first words of GridResource that mean this type (legacy names).
+    aliases: frozenset[str] = frozenset()
+    #: What an explanation adds for a job with a remote id, not held, removed or done.
+    active_lines: Callable[[ClassAd], list[str]] = _no_lines
+
+    def resource_key(self, grid_resource: str) -> str:
+        """The name of the resource a GridResource names; UnsupportedGridJob if bad."""
+        return self.parse_resource(grid_resource).key
+
+    def new_resource(self, key: str, gahps: GahpFactory, services: Services) -> Resource[Any, N]:
+        """The resource named `key`, with its GAHP server from `gahps`."""
+        name = self.parse_resource(key)
+        gahp_key, argv = self.gahp(name, services)
+        return self.resource(name, gahps(gahp_key, argv), services)
+
+
+def fixed_gahp(
+    key: str, argv: Sequence[str]
+) -> Callable[[Any, Services], tuple[str, Sequence[str]]]:
+    """One GAHP server for every resource of a type: `argv`, under `key`."""
+    command = tuple(argv)
+    return lambda name, services: (key, command)

@@ -1,399 +1,372 @@
-"""What every grid job shares, whatever its type: a state machine runner and its inputs.
+"""A grid job: its task (`_task`) with the actions every type takes the same way.
 
-A job is one asyncio task running its type's state machine: the action of the state it is
-in returns an event, the type's transition table gives the next state. Everything that
-happens to a job from outside (a status change in the queue, a status poll's answer, its
-resource going down) sets a field and wakes the task; the action then looks and decides.
+The shared actions (`_init`, `_unsubmitted`, `_save_key`, `_submitted`, `_done_save`,
+`_hold`, `_cancel`, `_clear`, and `abandon`) and steps (a submit's back-off and
+refusal, a call retried until it works, the wait after a lost answer) answer with the
+events every type's Enum names alike (READY, WANT_SUBMIT, SAVED, SUBMIT_RETRY,
+SUBMIT_REFUSED, STATUS, EXITED, REQUEUED, POLICY_HELD, CANCEL_NEEDED, NOTHING_TO_CANCEL,
+CANCEL_FAILED, CANCELLED, CANCELLED_REMOVED, RESUBMIT, CLEARED, LOCAL_HELD,
+LOCAL_REMOVED). A state's action is the method named after it (`JobTask.actions`), these
+or the type's own, and a type fills in the hooks that say what is its own (`_new_key`,
+`_on_remote_status`, `_remote_live`, `_cancel_remote`...).
 """
 
 from __future__ import annotations
 
-import abc
-import asyncio
-import enum
 import logging
-import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from htgrid.classad import ClassAd
-from htgrid.gahp import Clock, first_of
-from htgrid.grid._config import GridManagerConfig
-from htgrid.grid._errors import GridError
-from htgrid.grid._queueio import UNDEFINED, QueueIO
-from htgrid.grid._turns import Turns
-from htgrid.grid._userlog import EventLogs, user_log_path
-from htgrid.grid._values import as_int, as_number, as_str
-from htgrid.queue import (
-    HoldReasonCode,
-    InvalidTransition,
-    JobId,
-    JobNotFound,
-    JobStatus,
-    StoreError,
-)
+from htgrid.gahp import GahpRequestRefused, LocalGahpError
+from htgrid.grid._errors import ANSWER_LOST, GahpUnavailable
+from htgrid.grid._queueio import UNDEFINED
+from htgrid.grid._task import E, JobTask, S, Services
+from htgrid.grid._values import format_time
+from htgrid.queue import ExitOutcome, HoldReasonCode, InvalidTransition, JobId, JobStatus
 
 if TYPE_CHECKING:
     from htgrid.grid._resource import Resource
 
-__all__ = ["SUBMIT_ATTRS", "GridJob", "JobGone", "Services", "format_time"]
+__all__ = ["SUBMIT_ATTRS", "GridJob", "Words"]
 
 log = logging.getLogger("htgrid.grid")
 
 _T = TypeVar("_T")
-S = TypeVar("S", bound=enum.Enum)
-E = TypeVar("E", bound=enum.Enum)
 
 #: What every type's submit saves, and CLEAR undefines.
 SUBMIT_ATTRS = ("GridJobId", "GridJobStatus", "GridJobSubmitTime")
+#: The job's status once the queue took its exit.
+_AFTER_EXIT = {ExitOutcome.HELD: JobStatus.HELD, ExitOutcome.REQUEUED: JobStatus.IDLE}
+#: The event an exit's outcome gives.
+_OUTCOME_EVENTS = {ExitOutcome.HELD: "POLICY_HELD", ExitOutcome.REQUEUED: "REQUEUED"}
 
 
 @dataclass(frozen=True, slots=True)
-class Services:
-    """What jobs and resources are given: settings, time, the queue, the user logs."""
+class Words:
+    """How a type's GridWaitReason names its work."""
 
-    config: GridManagerConfig
-    clock: Clock
-    io: QueueIO
-    logs: EventLogs
-    #: The pool's home (HTGRID_HOME), for what a type finds there (security material).
-    home: Path | None = None
-    #: Where the jobs' CPU-heavy steps take their turn (remote ads built by the hundred).
-    turns: Turns = field(default_factory=Turns)
+    #: "submit attempt 2 failed ...", "create attempt ...".
+    submit: str = "submit"
+    #: "submits to R are paused ...", "creates on R ...".
+    submits_to: str = "submits to"
+    #: "R takes at most 1000 submitted jobs at once", "... VMs at once".
+    slots: str = "submitted jobs"
 
 
-class JobGone(GridError):
-    """The job left the queue: its task ends (never raised out of `GridJob.run`)."""
+class GridJob(JobTask[S, E]):
+    """One grid job: its task, the shared actions, and the hooks its type fills in."""
 
-
-def format_time(when: float) -> str:
-    """A time as people read it in explanations (local time, seconds)."""
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
-
-
-class GridJob(abc.ABC, Generic[S, E]):
-    """One grid job's task and what it knows. Subclasses bring the table and the actions."""
-
-    #: The states the task ends in (their action is `finish`).
-    terminal: frozenset[Any] = frozenset()
-    #: The type's event enum: `_stopped` gives its LOCAL_REMOVED and LOCAL_HELD.
-    events: type[E]
+    #: How the type's GridWaitReason names its work.
+    words: Words = Words()
 
     def __init__(
-        self, job_id: JobId, ad: ClassAd, resource: Resource, services: Services, initial: S
+        self, job_id: JobId, ad: ClassAd, resource: Resource[Any, Any], services: Services
     ) -> None:
-        self.job_id = job_id
-        self.ad = ad
-        self.resource = resource
-        self.services = services
-        self.config = services.config
-        self.clock = services.clock
-        self.io = services.io
-        self.status = JobStatus(as_int(ad.get("JobStatus")) or 1)
-        self.grid_resource = str(ad.get("GridResource", ""))
-        self.user_log = user_log_path(ad)
-        self.state: S = initial
-        self.state_since = self.clock.time()
-        self.transitions = 0
-        self.gone = False
-        self._wait_reason = as_str(ad.get("GridWaitReason"))
-        self._down_logged = as_number(ad.get("GridResourceUnavailableTime")) is not None
-        #: What the job's task waits on in `wait` (one at a time: only it waits).
-        self._waker: asyncio.Future[None] | None = None
-        #: When (monotonic) a status poll last answered about the job; None while the job's
-        #: status is not asked (the clock starts when it is, as HTCondor's does at submit).
-        self._status_seen: float | None = None
-        self._status_news = False  # an answer came since the last check
-        self._status_unknown = ad.get("CurrentStatusUnknown") is True
-        #: What HOLD writes: (HoldReason, code, subcode); None: a generic reason.
-        self._hold: tuple[str, int, int] | None = None
-        #: The job's exit let it leave the queue (not kept by LeaveJobInQueue).
-        self._left_queue = False
+        super().__init__(job_id, ad, resource, services)
+        #: The last failure's text (for logs and the debugger).
+        self.last_error: str | None = None
+        #: Failed submits (the last one held), and failed cancels, in a row.
+        self.submit_failures = 0
+        self.cancel_failures = 0
+        #: A status answer came that SUBMITTED has not acted on yet.
+        self._fresh = False
+        #: A submission found without its answer was in flight when something died: its
+        #: lookup waits `lost_submit_grace` first (a submit a dead GAHP left running lands).
+        self._grace_due = True
 
-    # ---- the type's part ---------------------------------------------------------------------
+    # ---- the shared actions --------------------------------------------------------------------
 
-    @abc.abstractmethod
-    def actions(self) -> Mapping[S, Callable[[], Awaitable[E]]]:
-        """The action of every non-terminal state."""
+    async def _init(self) -> E:
+        """INIT: wait for the resource's first ping, then log where it stands (025 or 026)."""
+        while self.resource.unknown:
+            await self.wait()
+        await self.sync_resource()
+        return self._event("READY")
 
-    @abc.abstractmethod
-    def next_state(self, state: S, event: E) -> S:
-        """The transition table's answer."""
-
-    async def abandon(self) -> None:
-        """The job left the queue while its remote part may live on: clean up if possible."""
-
-    async def _finishing(self) -> None:
-        """What the type cleans up as the job ends, its slot released (`finish`)."""
-
-    def wants_status(self) -> bool:
-        """Whether the resource's status poll should ask about this job."""
-        return False
-
-    # ---- the task ----------------------------------------------------------------------------
-
-    async def run(self) -> None:
-        """Drive the machine to a terminal state (or until the job leaves the queue)."""
-        actions = self.actions()
-        failures = 0
-        await self._submit_event_due()
-        try:
-            while self.state not in self.terminal:
-                if self.gone:
-                    raise JobGone
-                try:
-                    event = await actions[self.state]()
-                except StoreError as err:
-                    # The queue was busy or failing: the action did nothing; try it again.
-                    failures += 1
-                    log.warning("job %s in %s: %s", self.job_id, self.state.name, err)
-                    await self.pause(self.config.backoff(failures))
-                    continue
-                failures = 0
-                new = self.next_state(self.state, event)
-                log.debug(
-                    "job %s: %s --%s--> %s", self.job_id, self.state.name, event.name, new.name
-                )
-                if new is not self.state:
-                    self.state_since = self.clock.time()
-                self.state = new
-                self.transitions += 1
-            await self.finish()
-        except (JobGone, JobNotFound):
-            self.gone = True
-            log.info("job %s left the queue (in %s)", self.job_id, self.state.name)
-
-    async def finish(self) -> None:
-        """DELETE: a removed job leaves the queue; a held one goes back to the queue's care."""
-        self.resource.release(self)
-        await self._finishing()
-        if self.status is JobStatus.REMOVED:
-            try:
-                await self.io.destroy(self.job_id)
-            except InvalidTransition:
-                log.warning("job %s: cannot destroy it: it is no longer removed", self.job_id)
-        elif self.status is JobStatus.COMPLETED:
-            if not self._left_queue:  # kept by LeaveJobInQueue: never pick it up again
-                await self.io.update(self.job_id, {"Managed": "ScheddDone"})
-        else:
-            await self.io.update(self.job_id, {"Managed": "Schedd", **self.clear_wait_attrs()})
-
-    async def _submit_event_due(self) -> None:
-        """The 027 of a job found with its submit saved, if its log lacks it.
-
-        Every type saves GridJobId with GridJobSubmitTime, then writes the event (and
-        clears both to submit again): a kill -9 between the save and the write lost it.
-        """
-        submitted = self.ad.get("GridJobSubmitTime")
-        grid_job_id = self.ad.get("GridJobId")
-        if self.user_log is None or not isinstance(grid_job_id, str):
-            return
-        if not isinstance(submitted, int) or isinstance(submitted, bool):
-            return
-        await self.services.logs.grid_submit_once(
-            self.user_log,
-            self.job_id.cluster,
-            self.job_id.proc,
-            submitted,
-            self.grid_resource,
-            grid_job_id,
-        )
-
-    # ---- inputs from outside ------------------------------------------------------------------
-
-    def wake(self) -> None:
-        waker = self._waker
-        if waker is not None and not waker.done():
-            waker.set_result(None)
-
-    def local_change(self, status: JobStatus | None, attrs: ClassAd) -> None:
-        """The queue's change feed reported a change of this job."""
-        if status is not None:
-            self.status = status
-        self.wake()
-
-    def left_queue(self) -> None:
-        self.gone = True
-        self.wake()
-
-    def remote_status_seen(self) -> None:
-        """A status poll answered about this job (the types call it with each answer)."""
-        self._status_seen = self.clock.monotonic()
-        self._status_news = True
-
-    @property
-    def status_unknown(self) -> bool:
-        """Whether no poll has answered about the job for `status_unknown_after` (029)."""
-        return self._status_unknown
-
-    async def check_remote_status(self) -> None:
-        """Log 029 and set CurrentStatusUnknown when no poll answered about the job for
-        `status_unknown_after`; 030 and clear it at the next answer. The resource calls
-        this after each poll (HTCondor's BaseJob::CheckRemoteStatus, SetRemoteJobStatus)."""
-        if self._status_unknown and self._status_news:
-            await self._write_status_known(known=True)
-        self._status_news = False
-        if not self.wants_status():
-            self._status_seen = None
-            return
-        now = self.clock.monotonic()
-        if self._status_seen is None:
-            self._status_seen = now
-        elif not self._status_unknown and now - self._status_seen > (
-            self.config.status_unknown_after
-        ):
-            log.warning(
-                "job %s: no status answer for %.0f s; its status is unknown",
-                self.job_id,
-                now - self._status_seen,
+    async def _unsubmitted(self) -> E:
+        """UNSUBMITTED: wait for a submit slot (the resource's limit), first come first served."""
+        since: str | None = None
+        while True:
+            stop = await self._until_submittable()
+            if stop is not None:
+                self.resource.release(self)
+                return stop
+            if self.resource.try_acquire(self):
+                return self._event("WANT_SUBMIT")
+            since = since or format_time(self.clock.time())
+            _, limit, _ = self.resource.slots()
+            await self.set_wait_reason(
+                f"waiting for a submit slot since {since}: {self.resource.name} takes at "
+                f"most {limit} {self.words.slots} at once"
             )
-            await self._write_status_known(known=False)
-            self.wake()
+            await self.wait()
 
-    async def _write_status_known(self, *, known: bool) -> None:
-        # The attribute first: should the queue fail, the next check tries both again.
-        await self.io.update(self.job_id, {"CurrentStatusUnknown": not known})
-        self._status_unknown = not known
-        await self.services.logs.status_known(
-            self.user_log, self.job_id.cluster, self.job_id.proc, self.clock.time(), known=known
-        )
+    async def _save_key(self) -> E:
+        """SAVE_TAG and its kin (a type names its state's action after it: `_save_tag =
+        GridJob._save_key`): this submission's idempotency key (`_new_key`) committed to
+        the job ad, on disk, before anything is sent: a lost answer is looked up by it."""
+        attrs = {**self._new_key(), "Managed": "External", **self.clear_wait_attrs()}
+        await self.io.update(self.job_id, attrs, durable=True)
+        return self._event("SAVED")
 
-    # ---- helpers for actions -------------------------------------------------------------------
+    async def _submitted(self) -> E:
+        """SUBMITTED: act on each status answer the resource's poll hands over."""
+        while (stop := self._stopped()) is None:
+            if self._fresh:
+                self._fresh = False
+                return await self._on_remote_status() or self._event("STATUS")
+            await self.wait()
+        return stop
 
-    def _stopped(self) -> E | None:
-        """LOCAL_REMOVED or LOCAL_HELD when the job was removed or held here."""
-        if self.status is JobStatus.REMOVED:
-            return self.events["LOCAL_REMOVED"]
-        if self.status is JobStatus.HELD:
-            return self.events["LOCAL_HELD"]
-        return None
+    async def _done_save(self) -> E:
+        """DONE_SAVE: the remote part ended: the job's exit into the queue, whose OnExit
+        policy may complete, requeue or hold it."""
+        while (stop := self._stopped()) is None:
+            end = await self._remote_end()
+            if not isinstance(end, tuple):
+                return end
+            code, by_signal = end
+            outcome = await self._exited(code, by_signal=by_signal)
+            if outcome is not None:
+                return self._event(_OUTCOME_EVENTS.get(outcome, "EXITED"))
+        return stop
 
-    async def _refresh_status(self) -> None:
-        """Read the job's status again (after a status change raced with ours)."""
-        ad = await self.io.get(self.job_id)
-        self.status = JobStatus(as_int(ad.get("JobStatus")) or 1)
+    async def _hold(self) -> E:
+        """HOLD: the job held here with its reason; then what lives remotely is cancelled."""
+        await self._hold_here()
+        return self._event("CANCEL_NEEDED" if self._remote_live() else "NOTHING_TO_CANCEL")
 
-    async def _log_grid_submit(self, when: float, grid_job_id: str) -> None:
-        """Log 027, the submit saved under `grid_job_id` (written after the save)."""
-        await self.services.logs.grid_submit(
-            self.user_log,
-            self.job_id.cluster,
-            self.job_id.proc,
-            when,
-            self.grid_resource,
-            grid_job_id,
-        )
+    async def _cancel(self) -> E:
+        """CANCEL: the remote part ended before the job may go, tried until it works."""
+        if self._remote_live():
+            await self.until_resource_up()
+            error = await self._cancel_remote()
+            if error is not None:
+                self.cancel_failures += 1
+                await self._try_again(self._remote_name(), error, self.cancel_failures)
+                return self._event("CANCEL_FAILED")
+            self.cancel_failures = 0
+        self.resource.release(self)
+        return self._cancelled()
 
-    async def _hold_here(self) -> None:
-        """HOLD's local part: hold the job with `_hold`'s reason (remove it if Nonessential)."""
-        reason, code, subcode = self._hold or ("Unspecified gridmanager error", 0, 0)
-        self._hold = None
-        try:
-            hold_code = HoldReasonCode(code)
-        except ValueError:
-            hold_code = HoldReasonCode.Unspecified
-        nonessential = self.ad.get("Nonessential") is True
-        if nonessential:
-            # HTCondor removes a non-essential job rather than hold it.
-            done = await self.io.remove(self.job_id, reason)
-        else:
-            done = await self.io.hold(self.job_id, reason, hold_code, subcode)
-        if done:
-            self.status = JobStatus.REMOVED if nonessential else JobStatus.HELD
-        else:
-            await self._refresh_status()  # the user held or removed it first
-
-    async def _clear_submit(self, names: Iterable[str]) -> None:
-        """CLEAR's write: release the slot; undefine `names` and GridWaitReason, durably."""
+    async def _clear(self) -> E:
+        """CLEAR: the submission forgotten (its attributes undefined, durably, and the slot
+        released); the job submits again if it is idle, else it is let go."""
         self.resource.release(self)
         attrs = self.clear_wait_attrs()
-        for name in names:
+        for name in self._submit_attrs():
             attrs[name] = UNDEFINED
         if attrs:
             await self.io.update(self.job_id, attrs, durable=True)
+        self.submit_failures = self.cancel_failures = 0
+        self._fresh = False
+        await self._forget()
+        return self._event("RESUBMIT" if self.status is JobStatus.IDLE else "CLEARED")
 
-    async def wait(self, seconds: float | None = None) -> None:
-        """Sleep until woken, or `seconds` pass."""
-        waker: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waker = waker
+    async def abandon(self) -> None:
+        """The job left the queue behind our back (condor_rm -forcex): its remote part is
+        cancelled, best effort."""
+        if self._remote_live() and self.resource.up:
+            error = await self._cancel_remote()
+            if error is not None:
+                log.warning("job %s: %s failed: %s", self.job_id, self._remote_name(), error)
+
+    # ---- the shared steps ----------------------------------------------------------------------
+
+    async def _until_submittable(self) -> E | None:
+        """Wait for the resource to be up and its submits not paused; a stop event if any."""
+        while (stop := self._stopped()) is None:
+            if not self.resource.up:
+                await self.wait()
+                continue
+            pause = self.resource.submit_pause()
+            if pause <= 0:
+                return None
+            await self._paused(pause)
+        return stop
+
+    async def _turn_to_submit(self) -> E | None:
+        """SUBMIT's wait (`_until_submittable`), then the job holds its submit slot; the
+        event instead if the job was held or removed meanwhile."""
+        stop = await self._until_submittable()
+        if stop is None:
+            self.resource.hold_slot(self)
+        return stop
+
+    def _not_found(self, *, hold_slot: bool = False) -> E:
+        """A lookup of a lost submission found nothing: the job's stop if it was held or
+        removed meanwhile, else NOT_FOUND (the submit goes again; `hold_slot`: in the slot
+        the job keeps)."""
+        stop = self._stopped()
+        if stop is not None:
+            return stop
+        if hold_slot:
+            self.resource.hold_slot(self)
+        return self._event("NOT_FOUND")
+
+    async def _paused(self, pause: float) -> None:
+        """Wait out the resource's pause after failed submits, GridWaitReason saying so."""
+        await self.set_wait_reason(
+            f"{self.words.submits_to} {self.resource.name} are paused until "
+            f"{format_time(self.clock.time() + pause)} after {self.resource.failures} "
+            f"failed {self.words.submit}s in a row"
+        )
+        await self.wait(pause)
+
+    async def _send_submit(
+        self, request: Awaitable[_T], lost: E, *, subcode: int = 0, what: str | None = None
+    ) -> _T | E:
+        """A submit's GAHP request: its result, or the event instead: `lost` when its answer
+        was lost (it may have happened: the key will say), a refusal when the GAHP does not
+        know the command, a retry (or a refusal, too often) when it was never sent."""
         try:
-            if seconds is None:
-                await waker
-            else:
-                await first_of(waker, max(0.0, seconds), self.clock)
-        finally:
-            self._waker = None
-        if self.gone:
-            raise JobGone
+            return await request
+        except ANSWER_LOST as err:
+            self.last_error = str(err)
+            self._grace_due = True
+            return lost
+        except LocalGahpError as err:
+            return self._submit_refused(str(err), subcode)
+        except (GahpRequestRefused, GahpUnavailable) as err:
+            error = str(err)
+            transient = self._unsent_transient(error)
+            return await self._submit_failed(error, transient=transient, subcode=subcode, what=what)
 
-    async def pause(self, seconds: float) -> None:
-        """Sleep `seconds` even if woken (the job is re-evaluated afterwards anyway)."""
-        end = self.clock.monotonic() + seconds
-        while (left := end - self.clock.monotonic()) > 0:
+    async def _submit_failed(
+        self, error: str, *, transient: bool, subcode: int = 0, what: str | None = None
+    ) -> E:
+        """A failed submit, counted by the resource too: SUBMIT_RETRY after the back-off
+        (waited here) when it may work later; SUBMIT_REFUSED once it cannot, or too often."""
+        self.last_error = error
+        self.resource.submit_failed(transient=transient)
+        self.submit_failures += 1
+        if not transient or self.submit_failures >= self.config.max_submit_attempts:
+            return self._submit_refused(error, subcode)
+        attempt = f"{what or self.words.submit} attempt {self.submit_failures}"
+        await self._retry_later(attempt, error, self.submit_failures)
+        return self._event("SUBMIT_RETRY")
+
+    def _submit_refused(self, error: str, subcode: int = 0) -> E:
+        """The submit cannot work: its slot released, HOLD told why (`_refusal`)."""
+        self.last_error = error
+        self.resource.release(self)
+        self._will_hold(*self._refusal(error, subcode))
+        return self._event("SUBMIT_REFUSED")
+
+    async def _retry_later(
+        self, what: str, error: str, failures: int, stop: Callable[[], E | None] | None = None
+    ) -> None:
+        """GridWaitReason says `what` failed and when it is tried again; wait until then,
+        or until `stop()` (the job held or removed) says otherwise."""
+        delay = self.config.backoff(failures)
+        now = self.clock.time()
+        await self.set_wait_reason(
+            f"{what} failed at {format_time(now)}: {error}; trying again at "
+            f"{format_time(now + delay)}"
+        )
+        end = self.clock.monotonic() + delay
+        while (stop or self._stopped)() is None and (left := end - self.clock.monotonic()) > 0:
             await self.wait(left)
 
-    async def said_if_slow(self, work: Awaitable[_T], reason: str) -> _T:
-        """`work`'s result; GridWaitReason says `reason` only if it takes longer than
-        `config.slow_step_after` (left set: the next write of the job clears it)."""
-        task = asyncio.ensure_future(work)
-        try:
-            await first_of(task, self.config.slow_step_after, self.clock)
-            if not task.done():
-                await self.set_wait_reason(reason)
-        except BaseException:
-            task.cancel()
-            raise
-        return await task
-
-    @property
-    def wait_reason(self) -> str | None:
-        return self._wait_reason
-
-    async def set_wait_reason(self, text: str | None, **more: Any) -> None:
-        """Write GridWaitReason (what the job waits for) with `more` attributes, if it changed."""
-        if text == self._wait_reason and not more:
-            return
-        attrs: dict[str, Any] = dict(more)
-        if text != self._wait_reason:
-            attrs["GridWaitReason"] = UNDEFINED if text is None else text
-        await self.io.update(self.job_id, attrs)
-        self._wait_reason = text
-
-    def clear_wait_attrs(self) -> dict[str, Any]:
-        """The attributes that clear GridWaitReason, for a write about to happen anyway."""
-        if self._wait_reason is None:
-            return {}
-        self._wait_reason = None
-        return {"GridWaitReason": UNDEFINED}
-
-    async def sync_resource(self) -> None:
-        """Log 026/025 and set GridResourceUnavailableTime when the resource changed state."""
-        down = self.resource.down
-        if down == self._down_logged or self.resource.unknown:
-            return
-        when = self.resource.state_since
-        self._down_logged = down
-        # The ad first: whoever reads 026 in the log finds GridResourceUnavailableTime set.
-        await self.io.update(
-            self.job_id, {"GridResourceUnavailableTime": int(when) if down else UNDEFINED}
+    async def _try_again(self, what: str, error: str, failures: int) -> None:
+        """A call that has to work in the end failed: said in GridWaitReason, the resource
+        pinged, and the back-off waited out before the state's action runs again."""
+        self.last_error = error
+        self.resource.request_ping()
+        await self.set_wait_reason(
+            f"{what} failed at {format_time(self.clock.time())}: {error}; trying again"
         )
-        await self.services.logs.resource(
-            self.user_log,
-            self.job_id.cluster,
-            self.job_id.proc,
-            when,
-            self.grid_resource,
-            up=not down,
-        )
+        await self.pause(self.config.backoff(failures))
+
+    async def _lost_submit_grace(self) -> None:
+        """Before looking up a submission whose answer was lost: wait `lost_submit_grace`
+        (once), for a submit a dead GAHP server left on its way to land first."""
+        if self._grace_due:
+            self._grace_due = False
+            await self.pause(self.config.lost_submit_grace)
+
+    def _heard(self) -> None:
+        """A status answer was stored for SUBMITTED: its age restarts (029/030), the task wakes."""
+        self.remote_status_seen()
+        self._fresh = True
         self.wake()
 
-    async def until_resource_up(self, stop: Callable[[], E | None]) -> E | None:
-        """Wait while the resource is down or unknown; `stop()`'s event if it gives one."""
-        while not self.resource.up:
-            event = stop()
-            if event is not None:
-                return event
-            await self.wait()
+    async def _mirror_run(self, *, running: bool, idle: bool = False) -> bool:
+        """001 when the remote job runs (`running`) and the local one is idle; 004 when it
+        went back to idle (`idle`) and the local one runs. False if the job was held or
+        removed here meanwhile (its status read again)."""
+        try:
+            if idle and self.status is JobStatus.RUNNING:
+                await self.io.evicted(self.job_id)
+                self.status = JobStatus.IDLE
+            elif running and self.status is JobStatus.IDLE:
+                await self.io.started(self.job_id)
+                self.status = JobStatus.RUNNING
+        except InvalidTransition:
+            await self._refresh_status()  # held or removed meanwhile: the loop sees it
+            return False
+        return True
+
+    async def _exited(self, code: int, *, by_signal: bool) -> ExitOutcome | None:
+        """The job's exit into the queue (001 first if it never ran), its slot released;
+        None if it was held or removed meanwhile (its status read again)."""
+        try:
+            if self.status is JobStatus.IDLE:
+                await self.io.started(self.job_id)
+                self.status = JobStatus.RUNNING
+            outcome = await self.io.exited(self.job_id, code, by_signal=by_signal)
+        except InvalidTransition:
+            await self._refresh_status()
+            return None
+        self.resource.release(self)
+        self.status = _AFTER_EXIT.get(outcome, JobStatus.COMPLETED)
+        self._left_queue = outcome is ExitOutcome.COMPLETED
+        return outcome
+
+    # ---- the hooks of the shared actions -------------------------------------------------------
+
+    def _new_key(self) -> dict[str, Any]:
+        """SAVE_TAG's attributes: a fresh idempotency key for this submission, kept."""
+        raise NotImplementedError
+
+    async def _on_remote_status(self) -> E | None:
+        """SUBMITTED's look at the status answer stored; an event if the job moves on."""
+        raise NotImplementedError
+
+    async def _remote_end(self) -> tuple[int, bool] | E:
+        """DONE_SAVE's exit code and whether it is a signal, or the event that holds the job
+        instead. A VM has no exit code: its end is the job's normal end."""
+        return 0, False
+
+    def _remote_live(self) -> bool:
+        """Whether something remote lives on that a hold or removal must cancel."""
+        return False
+
+    async def _cancel_remote(self) -> str | None:
+        """Cancel the remote part once; None if done (or nothing was left), else why not."""
         return None
+
+    def _remote_name(self) -> str:
+        """What cancelling means, for the wait reason and the log: "cancelling batch job X"."""
+        return "cancelling the remote job"
+
+    def _cancelled(self) -> E:
+        """CANCEL's event once the remote part is gone."""
+        return self._event("CANCELLED_REMOVED" if self.status is JobStatus.REMOVED else "CANCELLED")
+
+    def _submit_attrs(self) -> Iterable[str]:
+        """What CLEAR undefines: the attributes the submission wrote (none if none)."""
+        return ()
+
+    async def _forget(self) -> None:
+        """CLEAR's part of the type: what it knew of the submission, forgotten."""
+
+    def _unsent_transient(self, error: str) -> bool:
+        """Whether a submit the GAHP refused or could not take (no server) may work later."""
+        return True
+
+    def _refusal(self, error: str, subcode: int) -> tuple[str, int, int]:
+        """HOLD's reason, code and subcode for a refused submit."""
+        return f"Attempts to submit failed: {error}", HoldReasonCode.Unspecified, subcode

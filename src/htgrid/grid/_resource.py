@@ -13,7 +13,11 @@ What HTCondor's BaseResource does, shared by every grid type:
 * failure-rate limit: after `failure_threshold` transient submit failures in a row the
   resource's submits pause, for a wait that doubles with each further failure.
 * status: one poll per `poll_interval` for all the jobs that want one (the type's `poll`);
-  after each, every job checks how old its last answer is (029 / 030, `GridJob`).
+  after each, every job checks how old its last answer is (029 / 030, `JobTask`). A poll
+  that fails says nothing about the jobs: they keep their state and the resource is pinged.
+
+`Resource[J, N]` is generic over its type's job class and resource name: a type's poll
+reads its own jobs.
 """
 
 from __future__ import annotations
@@ -21,23 +25,30 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import logging
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from htgrid.gahp import GahpServerExited, GahpTimeout, LocalGahpError
+from htgrid.gahp.commands import Spec
 from htgrid.grid._errors import GahpUnavailable
 from htgrid.grid._gahps import GahpHandle
-from htgrid.grid._job import GridJob, Services
+from htgrid.grid._gridids import ResourceName
+from htgrid.grid._task import JobTask, Services
 from htgrid.queue import JobId, JobNotFound, StoreError
 
 __all__ = ["Resource", "ResourceState", "ResourceStats"]
 
 log = logging.getLogger("htgrid.grid")
 
-AnyJob = GridJob[Any, Any]
+AnyJob = JobTask[Any, Any]
+J = TypeVar("J", bound=AnyJob)
+N = TypeVar("N", bound=ResourceName)
+_R = TypeVar("_R")
 
 
 class ResourceState(enum.Enum):
@@ -50,34 +61,48 @@ class ResourceState(enum.Enum):
 class ResourceStats:
     """Counters, for tests, benchmarks and explanations."""
 
+    #: Pings sent, and status polls made (each one or more status commands).
     pings: int = 0
     polls: int = 0
+    #: Status commands sent, and those that failed (the poll told nothing).
     status_commands: int = 0
     status_failures: int = 0
+    #: Submits that worked, and those that failed (transient or not).
     submits: int = 0
     submit_failures: int = 0
+    #: The most GAHP requests in flight at once.
     max_in_flight: int = 0
 
 
-class Resource(abc.ABC):
-    """One remote resource and the jobs that use it."""
+class Resource(abc.ABC, Generic[J, N]):
+    """One remote resource (its GridResource read as N) and the jobs (J) that use it."""
 
     def __init__(
-        self, name: str, gahp: GahpHandle, services: Services, *, max_pending: int | None = None
+        self, where: N, gahp: GahpHandle, services: Services, *, max_pending: int | None = None
     ) -> None:
-        self.name = name
+        """`max_pending`: a type whose GAHP server bounds its own work lets that many requests
+        in flight (at least GRIDMANAGER_MAX_PENDING_REQUESTS), in the GAHP client too (the
+        server serves this type alone)."""
+        #: What its GridResource names, as the type reads it.
+        self.where = where
+        #: Its key: one resource object per key.
+        self.name = where.key
         self.gahp = gahp
         self.services = services
         self.config = services.config
         self.clock = services.clock
-        self.jobs: dict[JobId, AnyJob] = {}
+        self.jobs: dict[JobId, J] = {}
         self.state = ResourceState.UNKNOWN
         self.state_since = self.clock.time()
         self.down_reason = ""
         self.stats = ResourceStats()
         self._submitted: set[JobId] = set()
         self._waiting: OrderedDict[JobId, AnyJob] = OrderedDict()
-        self._pending = asyncio.Semaphore(max_pending or self.config.max_pending_requests)
+        pending = self.config.max_pending_requests
+        if max_pending is not None:
+            pending = max(max_pending, pending)
+            gahp.config = dataclasses.replace(gahp.config, max_pending_requests=pending)
+        self._pending = asyncio.Semaphore(pending)
         self._in_flight = 0
         self._failures = 0
         self._paused_until = 0.0
@@ -92,7 +117,7 @@ class Resource(abc.ABC):
         """None if the resource answers, else why not. May raise GAHP errors."""
 
     @abc.abstractmethod
-    async def poll(self, jobs: list[AnyJob]) -> None:
+    async def poll(self, jobs: list[J]) -> None:
         """Ask the status of `jobs` and hand each its answer."""
 
     # ---- life ----------------------------------------------------------------------------------
@@ -108,26 +133,33 @@ class Resource(abc.ABC):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def register(self, job: AnyJob) -> None:
+    def register(self, job: J) -> None:
         self.jobs[job.job_id] = job
 
-    def unregister(self, job: AnyJob) -> None:
+    def unregister(self, job: J) -> None:
         self.jobs.pop(job.job_id, None)
         self.release(job)
 
     # ---- requests ----------------------------------------------------------------------------
 
     async def call(
-        self, command: str, *args: str, timeout: float | None = None, later: bool = False
+        self, command: Spec, *args: str, timeout: float | None = None, later: bool = False
     ) -> tuple[str, ...]:
-        """A GAHP request within the pending-request throttle (see GahpHandle.call)."""
+        """A GAHP request within the pending-request throttle: its result fields (see
+        GahpHandle.call)."""
         async with self._pending:
             self._in_flight += 1
             self.stats.max_in_flight = max(self.stats.max_in_flight, self._in_flight)
             try:
-                return await self.gahp.call(command, *args, timeout=timeout, later=later)
+                return await self.gahp.call(command.name, *args, timeout=timeout, later=later)
             finally:
                 self._in_flight -= 1
+
+    async def ask(
+        self, result: Callable[[Sequence[str]], _R], command: Spec, *args: str, later: bool = False
+    ) -> _R:
+        """`call`, its result read by `result` (a typed result's `of`)."""
+        return result(await self.call(command, *args, later=later))
 
     # ---- up and down ---------------------------------------------------------------------------
 
@@ -260,6 +292,12 @@ class Resource(abc.ABC):
         return max(0.0, self._paused_until - self.clock.monotonic())
 
     # ---- status polling ------------------------------------------------------------------------
+
+    def poll_failed(self, reason: str) -> None:
+        """A status command failed: counted, logged, and the resource pinged."""
+        self.stats.status_failures += 1
+        log.warning("resource %s: status poll failed: %s", self.name, reason)
+        self.request_ping()
 
     async def _poll_loop(self) -> None:
         while True:

@@ -2,66 +2,27 @@
 
 For `htgrid q -better-analyze`. It reads what HTCondor's grid manager writes (GridJobId,
 GridJobStatus, LastRemoteStatusUpdate, GridResourceUnavailableTime, HoldReason...) plus
-htgrid's GridWaitReason (what the job waits for) and GridJobSubmitTime. For condor
-(HTCondor-C) jobs also the remote schedd and pool, the input's stage in, where the job
-runs there, and the lease the remote copy holds (GridJobLeaseExpiration).
+htgrid's GridWaitReason (what the job waits for) and GridJobSubmitTime. How a type's
+GridJobId reads, and what more a type says of a submitted job (a remote schedd's lease,
+a VM's public name), each type declares in its GridType (`remote`, `active_lines`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
-from dataclasses import dataclass
 
 from htgrid.classad import ClassAd
-from htgrid.grid._condor_ad import LOCAL_LEASE, CondorJobId, CondorResourceName, is_submit_tag
-from htgrid.grid._errors import UnsupportedGridJob
-from htgrid.grid._gridids import BatchJobId, Ec2JobId, grid_type_of
-from htgrid.grid._values import as_int, as_number, as_str
+from htgrid.grid._gridtype import Remote
+from htgrid.grid._registry import GRID_TYPES, grid_type_of
+from htgrid.grid._values import as_int, as_number, as_str, time_text
 from htgrid.queue import HoldReasonCode, JobStatus
 
 __all__ = ["explain_grid_job"]
 
-_KNOWN_TYPES = frozenset({"batch", "ec2", "condor"})
-
-
-@dataclass(frozen=True, slots=True)
-class _Remote:
-    """A GridJobId as explanations name it: the idempotency key, and the remote id."""
-
-    key: str
-    remote_id: str | None
-    #: "batch job" or "instance"; "tag" or "client token"; who reports the status.
-    noun: str
-    key_noun: str
-    reporter: str
-
-
-def _remote(gtype: str, ad: ClassAd) -> _Remote | None:
-    value = ad.get("GridJobId")
-    if gtype == "condor":
-        return _condor_remote(ad)
-    if gtype == "ec2":
-        ec2 = Ec2JobId.parse(value)
-        if ec2 is None:
-            return None
-        return _Remote(ec2.client_token, ec2.instance_id, "instance", "client token", "EC2")
-    batch = BatchJobId.parse(value)
-    if batch is None:
-        return None
-    return _Remote(batch.tag, batch.blah_id, "batch job", "tag", "The batch system")
-
-
-def _when(value: object) -> str | None:
-    number = as_number(value)
-    if number is None or number <= 0:
-        return None
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(number))
-
 
 def _lower_first(text: str) -> str:
-    """ "The batch system" -> "the batch system" (names further on keep their case)."""
-    return text[:1].lower() + text[1:]
+    """ "The remote schedd" -> "the remote schedd"; a name keeps its case."""
+    return text[:1].lower() + text[1:] if text.startswith("The ") else text
 
 
 def _text(ad: ClassAd, name: str) -> str | None:
@@ -73,13 +34,14 @@ def explain_grid_job(ad: ClassAd) -> list[str]:
     if ad.get("JobUniverse") != 9:
         return ["This is not a grid universe job."]
     resource = _text(ad, "GridResource") or ""
-    gtype = grid_type_of(resource)
-    if gtype not in _KNOWN_TYPES:
-        return [f"The grid manager cannot run grid type {gtype or '(none)'!r} ({resource!r})."]
+    name = grid_type_of(resource)
+    gtype = GRID_TYPES.get(name)
+    if gtype is None:
+        return [f"The grid manager cannot run grid type {name or '(none)'!r} ({resource!r})."]
     lines = [f"Grid job for {resource!r}."]
     status = ad.get("JobStatus")
     managed = _text(ad, "Managed")
-    grid_id = _remote(gtype, ad)
+    grid_id = gtype.remote(ad)
     if status == JobStatus.HELD:
         lines += _held(ad, managed, grid_id)
     elif status == JobStatus.REMOVED:
@@ -88,60 +50,12 @@ def explain_grid_job(ad: ClassAd) -> list[str]:
         lines += _completed(ad, grid_id)
     else:
         lines += _active(ad, managed, grid_id, resource)
-        if gtype == "condor" and grid_id is not None and grid_id.remote_id:
-            lines += _condor_active(ad)
+        if grid_id is not None and grid_id.remote_id:
+            lines += gtype.active_lines(ad)
     return lines
 
 
-def _condor_remote(ad: ClassAd) -> _Remote | None:
-    """A condor job's remote id (GridJobId), or its submit tag while being submitted."""
-    condor = CondorJobId.parse(ad.get("GridJobId"))
-    tag = ad.get("GridSubmitTag")
-    key = tag if isinstance(tag, str) and is_submit_tag(tag) else ""
-    if condor is None and not key:
-        return None
-    reporter = "The remote schedd"
-    try:
-        name = CondorResourceName.parse(as_str(ad.get("GridResource")) or "")
-        reporter = f"The remote schedd {name.schedd} (pool {name.pool})"
-    except UnsupportedGridJob:
-        pass
-    if condor is not None:
-        reporter = f"The remote schedd {condor.schedd} (pool {condor.pool})"
-    remote_id = condor.remote if condor is not None else None
-    return _Remote(key or "(none)", remote_id, "job", "submit tag", reporter)
-
-
-def _condor_active(ad: ClassAd) -> list[str]:
-    """What only a submitted condor job has to say: stage in, where it runs, its lease."""
-    lines: list[str] = []
-    if not _text(ad, "GridJobStatus"):
-        lines.append(
-            'Its input is staged in first: the remote copy waits, held ("Spooling input '
-            'data files"), until the files arrive; then it is released and polled.'
-        )
-    elif ad.get("JobStatus") == JobStatus.RUNNING and _text(ad, "RemoteHost"):
-        lines.append(f"It runs there on {_text(ad, 'RemoteHost')}.")
-    expiration = as_number(ad.get(LOCAL_LEASE))
-    duration = as_int(ad.get("JobLeaseDuration"))
-    if expiration is not None and expiration > 0:
-        how_long = f" (JobLeaseDuration {duration} s)" if duration else ""
-        if expiration < time.time():
-            lines.append(
-                f"Its lease at the remote schedd expired at {_when(expiration)}{how_long}: "
-                "unless the grid manager renews it now, the remote schedd has removed "
-                "the job."
-            )
-        else:
-            lines.append(
-                f"Its lease at the remote schedd runs until {_when(expiration)}{how_long}; "
-                "the grid manager renews it. Should the grid manager stay away past it, "
-                "the remote schedd removes the job."
-            )
-    return lines
-
-
-def _held(ad: ClassAd, managed: str | None, grid_id: _Remote | None) -> list[str]:
+def _held(ad: ClassAd, managed: str | None, grid_id: Remote | None) -> list[str]:
     code = as_int(ad.get("HoldReasonCode"))
     name = ""
     if code is not None:
@@ -159,7 +73,7 @@ def _held(ad: ClassAd, managed: str | None, grid_id: _Remote | None) -> list[str
     return lines
 
 
-def _removed(managed: str | None, grid_id: _Remote | None) -> list[str]:
+def _removed(managed: str | None, grid_id: Remote | None) -> list[str]:
     if managed != "External":
         return ["Removed."]
     if grid_id is not None and grid_id.remote_id:
@@ -170,7 +84,7 @@ def _removed(managed: str | None, grid_id: _Remote | None) -> list[str]:
     return ["Removed: the grid manager lets it leave the queue (nothing was submitted)."]
 
 
-def _completed(ad: ClassAd, grid_id: _Remote | None) -> list[str]:
+def _completed(ad: ClassAd, grid_id: Remote | None) -> list[str]:
     if ad.get("ExitBySignal") is True:
         how = f"killed by signal {ad.get('ExitSignal')}"
     else:
@@ -183,9 +97,9 @@ def _completed(ad: ClassAd, grid_id: _Remote | None) -> list[str]:
     return [f"Completed{where}: {how}{took}."]
 
 
-def _active(ad: ClassAd, managed: str | None, grid_id: _Remote | None, resource: str) -> list[str]:
+def _active(ad: ClassAd, managed: str | None, grid_id: Remote | None, resource: str) -> list[str]:
     lines: list[str] = []
-    down = _when(ad.get("GridResourceUnavailableTime"))
+    down = time_text(ad.get("GridResourceUnavailableTime"))
     if down:
         lines.append(
             f"Resource {resource!r} has been down since {down}: the job waits for it and "
@@ -208,11 +122,11 @@ def _active(ad: ClassAd, managed: str | None, grid_id: _Remote | None, resource:
             f"manager looks the {grid_id.key_noun} up)."
         )
         return lines
-    submitted = _when(ad.get("GridJobSubmitTime"))
+    submitted = time_text(ad.get("GridJobSubmitTime"))
     at = f" at {submitted}" if submitted else ""
     lines.append(f"Submitted to {resource!r} as {grid_id.noun} {grid_id.remote_id}{at}.")
     remote = _text(ad, "GridJobStatus")
-    seen = _when(ad.get("LastRemoteStatusUpdate"))
+    seen = time_text(ad.get("LastRemoteStatusUpdate"))
     if remote:
         lines.append(
             f"{grid_id.reporter} last reported it {remote}" + (f" (at {seen})." if seen else ".")
@@ -221,9 +135,6 @@ def _active(ad: ClassAd, managed: str | None, grid_id: _Remote | None, resource:
         lines.append(
             f"No status from {_lower_first(grid_id.reporter)} yet (it is polled periodically)."
         )
-    vm_name = _text(ad, "EC2RemoteVirtualMachineName")
-    if vm_name:
-        lines.append(f"Its public DNS name is {vm_name}.")
     if managed != "External":
         lines.append("The grid manager has not taken it up again yet.")
     return lines

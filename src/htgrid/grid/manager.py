@@ -67,18 +67,15 @@ from htgrid.classad import ClassAd, preload_functions
 from htgrid.errors import HTGridError
 from htgrid.gahp import Clock, SystemClock
 from htgrid.gahp.client import GahpProcess, spawn_subprocess
-from htgrid.grid._azure import AZURE
-from htgrid.grid._batch import BATCH
-from htgrid.grid._condor import CONDOR
 from htgrid.grid._config import GridManagerConfig
-from htgrid.grid._ec2 import EC2
 from htgrid.grid._errors import AlreadyRunning, GridError, UnsupportedGridJob
 from htgrid.grid._gahps import GahpHandle, GahpPids
-from htgrid.grid._gridids import grid_type_of
 from htgrid.grid._gridtype import GridType
-from htgrid.grid._job import GridJob, Services
+from htgrid.grid._job import GridJob
 from htgrid.grid._queueio import QueueIO
+from htgrid.grid._registry import GRID_TYPES, grid_type_of
 from htgrid.grid._resource import Resource
+from htgrid.grid._task import Services
 from htgrid.grid._userlog import EventLogs
 from htgrid.grid._values import as_int
 from htgrid.net.security import user_token_dir
@@ -101,13 +98,6 @@ __all__ = ["ADOPTABLE", "GRID_TYPES", "GridManager", "run_gridmanager"]
 
 log = logging.getLogger("htgrid.grid")
 
-#: The grid types this grid manager runs, by the first word of GridResource.
-GRID_TYPES: Mapping[str, GridType] = {
-    BATCH.name: BATCH,
-    EC2.name: EC2,
-    AZURE.name: AZURE,
-    CONDOR.name: CONDOR,
-}
 #: Which queued jobs are the grid manager's (gridmanager.cpp's first-contact query). A job
 #: whose GridResource waits for grid matchmaking ($$(...)) has Matched = false until the
 #: negotiator fills it in.
@@ -131,7 +121,7 @@ class GridManager:
         queue_dir: str | os.PathLike[str] | None = None,
         config: GridManagerConfig | None = None,
         clock: Clock | None = None,
-        grid_types: Mapping[str, GridType] | None = None,
+        grid_types: Mapping[str, GridType[Any]] | None = None,
         policy: OwnerPolicy | None = None,
     ) -> None:
         """`policy`: whose jobs it runs, and as whom (None: all, as its own user)."""
@@ -144,7 +134,7 @@ class GridManager:
         self.clock: Clock = clock or SystemClock()
         self.grid_types = dict(grid_types or GRID_TYPES)
         self.jobs: dict[JobId, GridJob[Any, Any]] = {}
-        self.resources: dict[str, Resource] = {}
+        self.resources: dict[str, Resource[Any, Any]] = {}
         self.gahps: dict[str, GahpHandle] = {}
         self.ready = asyncio.Event()  # set once the start-up scan is done
         self._tasks: dict[JobId, asyncio.Task[None]] = {}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from htgrid.backends.azure._errors import parse_error_string
+from htgrid.gahp.commands.azure import Failure
 
 from ._wire import AzureWire
 from .arm_server import SUBSCRIPTION, ArmServer
@@ -38,7 +38,7 @@ def test_quota_exceeded_is_permanent_with_its_code_and_rolls_back(
     [error] = wire.call(
         "AZURE_VM_CREATE", str(auth_file), SUBSCRIPTION, *vm_args("quotavm", ssh_key_file)
     )
-    info = parse_error_string(error)
+    info = Failure.of(error)
     assert info is not None, error
     assert (info.what, info.code, info.status, info.transient) == (
         "Error creating VM",
@@ -63,7 +63,7 @@ def test_throttling_and_unavailability_are_transient(
     # The GAHP runs with --retries 2: three refusals exhaust azure-core's retries.
     arm.fault("GET", f"/providers/{VMS}$", status, code, "try again later", times=3)
     [error] = wire.call("AZURE_VM_LIST", str(auth_file), SUBSCRIPTION)
-    info = parse_error_string(error)
+    info = Failure.of(error)
     assert info is not None and info.transient and info.status == status, error
     assert info.code == code and info.what == "Error listing VMs"
     # One refusal is absorbed by azure-core's retry (Retry-After: 0): success.
@@ -78,7 +78,7 @@ def test_a_failed_long_running_operation_reports_its_code(
     [error] = wire.call(
         "AZURE_VM_CREATE", str(auth_file), SUBSCRIPTION, *vm_args("allocvm", ssh_key_file)
     )
-    info = parse_error_string(error)
+    info = Failure.of(error)
     assert info is not None and info.code == "AllocationFailed" and info.transient, error
     assert "No capacity" in info.message
     assert leftovers(arm, "allocvm") == []
@@ -103,7 +103,7 @@ def test_malformed_arguments_give_an_error_result_not_an_abort(
             ]
             full.append(args[0])
         [error] = wire.call("AZURE_VM_CREATE", str(auth_file), SUBSCRIPTION, *full)
-        info = parse_error_string(error)
+        info = Failure.of(error)
         assert info is not None and info.code == "InvalidArgument" and not info.transient
         assert expected in info.message, (expected, error)
     # Too few arguments for the command itself is a syntax error: E.
@@ -113,7 +113,7 @@ def test_malformed_arguments_give_an_error_result_not_an_abort(
 
 def test_unreadable_auth_file(wire: AzureWire, tmp_path: Path) -> None:
     [error] = wire.call("AZURE_PING", str(tmp_path / "missing.auth"), SUBSCRIPTION)
-    info = parse_error_string(error)
+    info = Failure.of(error)
     assert info is not None and info.code == "InvalidAuthFile" and not info.transient
 
 
@@ -150,7 +150,7 @@ def test_a_failure_before_anything_exists_keeps_its_own_error(
     [error] = wire.call(
         "AZURE_VM_CREATE", str(auth_file), SUBSCRIPTION, *vm_args("earlyvm", ssh_key_file)
     )
-    info = parse_error_string(error)
+    info = Failure.of(error)
     # Not the roll-back's "could not be found": the error that stopped the creation.
     assert info is not None and info.code == "InternalServerError" and info.transient, error
     assert "earlyvm" not in arm.store.groups

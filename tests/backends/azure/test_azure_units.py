@@ -22,13 +22,13 @@ from htgrid.backends.azure._args import (
 from htgrid.backends.azure._errors import (
     AzureArgumentError,
     AzureServiceError,
-    parse_error_string,
     translate_errors,
 )
 from htgrid.backends.azure._expiry import autoscale_body, check_vm_expiry, shutdown_schedule_body
 from htgrid.backends.azure._keyvault import fetch_script
 from htgrid.backends.azure._session import PUBLIC_ARM, read_auth_file
 from htgrid.errors import HTGridError
+from htgrid.gahp.commands.azure import Failure
 
 BASE = ["name=vm1", "location=EastUS", "size=Standard_B1s", "image=a:b:c:d"]
 UTC = datetime.UTC
@@ -179,11 +179,11 @@ def test_error_strings_round_trip() -> None:
     )
     text = error.error_string("Error listing VMs")
     assert text == "Error listing VMs: TooManyRequests (HTTP 429, transient): Rate limit exceeded"
-    info = parse_error_string(text)
+    info = Failure.of(text)
     assert info is not None and info.transient and info.status == 429
-    no_status = parse_error_string(AzureServiceError("x", code="ConnectionError").error_string("E"))
+    no_status = Failure.of(AzureServiceError("x", code="ConnectionError").error_string("E"))
     assert no_status is not None and no_status.status is None
-    assert parse_error_string("some other text") is None
+    assert Failure.of("some other text") is None
 
 
 def test_translate_errors_maps_azure_core_exceptions() -> None:
@@ -230,5 +230,5 @@ def test_a_request_past_its_time_is_a_transient_timeout(tmp_path: Path) -> None:
         [error] = asyncio.run(gahp.run(call, "Error pinging Azure", slow))
     finally:
         gahp.close()
-    info = parse_error_string(error)
+    info = Failure.of(error)
     assert info is not None and info.code == "Timeout" and info.transient

@@ -7,7 +7,7 @@ import datetime
 import json
 from pathlib import Path
 
-from htgrid.backends.azure._errors import parse_error_string
+from htgrid.gahp.commands.azure import Failure
 
 from ._wire import AzureWire
 from .arm_server import CLIENT_ID, CLIENT_SECRET, SUBSCRIPTION, TENANT, ArmServer
@@ -58,11 +58,11 @@ def test_ping_authenticates_against_the_token_endpoint(
     assert calls and calls[-1].query.get("$top") == "1"
     bad = write_auth_file(tmp_path / "bad.auth", arm, secret="wrong")
     [error] = wire.call("AZURE_PING", str(bad), SUBSCRIPTION)
-    info = parse_error_string(error)
+    info = Failure.of(error)
     assert info is not None and not info.transient and info.status == 401, error
     assert "Invalid client secret" in info.message
     [error] = wire.call("AZURE_PING", str(auth_file), "not-my-subscription")
-    info = parse_error_string(error)
+    info = Failure.of(error)
     assert info is not None and info.code == "SubscriptionNotFound" and info.status == 404
 
 
@@ -231,7 +231,7 @@ def test_delete_removes_nic_ip_disks_network_and_group(
     assert ["virtualNetworks", "gonevm-vnet"] in deleted
     [error] = wire.call("AZURE_VM_DELETE", str(auth_file), SUBSCRIPTION, "gonevm")
     assert "could not be found" in error  # what the grid manager's GM_CANCEL looks for
-    info = parse_error_string(error)
+    info = Failure.of(error)
     assert info is not None and info.code == "ResourceNotFound" and not info.transient
 
 
@@ -270,7 +270,7 @@ def test_expiry_installs_an_auto_shutdown_schedule(
         SUBSCRIPTION,
         *vm_args("latevm", f"key={ssh_key_file}", f"schedule={late}"),
     )
-    info = parse_error_string(error)
+    info = Failure.of(error)
     assert info is not None and info.code == "InvalidArgument" and not info.transient
     assert "latevm" not in arm.store.groups
 

@@ -6,7 +6,7 @@ import base64
 import datetime
 from pathlib import Path
 
-from htgrid.backends.azure._errors import parse_error_string
+from htgrid.gahp.commands.azure import Failure
 
 from ._wire import AzureWire
 from .arm_server import SUBSCRIPTION, ArmServer
@@ -63,7 +63,7 @@ def test_create_scale_power_delete(
     assert "pool1" not in arm.store.groups
     assert not [res for res in arm.store.resources.values() if res.group == "pool1"]
     [error] = wire.call("AZURE_VMSS_SCALE", *auth, "name=pool1", "nodecount=3")
-    info = parse_error_string(error)
+    info = Failure.of(error)
     assert info is not None and info.status == 404 and not info.transient, error
     [error] = wire.call("AZURE_VMSS_DELETE", *auth, "pool1")
     assert "could not be found" in error
@@ -156,7 +156,7 @@ def test_missing_secret_is_a_permanent_error_and_nothing_is_left(
         SUBSCRIPTION,
         *vmss_args("pool3", ssh_key_file, "keyvaultName=otherkv", "vaultKey=absent"),
     )
-    info = parse_error_string(error)
+    info = Failure.of(error)
     assert info is not None and info.code == "SecretNotFound" and not info.transient, error
     assert arm.resource("pool3", f"{VMSS}/pool3") is None
     assert "pool3" not in arm.store.groups

@@ -30,8 +30,6 @@ from htgrid.backends.ec2._lookup import Batcher
 from htgrid.backends.ec2._requests import (
     launch_configuration,
     parse_bulk_start,
-    parse_spot_start,
-    parse_tags,
     parse_vm_start,
     run_instances_kwargs,
     spot_kwargs,
@@ -47,6 +45,7 @@ from htgrid.backends.ec2._results import (
     status_fields,
 )
 from htgrid.errors import HTGridError
+from htgrid.gahp.commands.ec2 import SpotStart, tag_pairs
 
 COMMON = ["https://ec2.us-west-2.amazonaws.com/", "/k/a", "/k/s"]
 
@@ -190,7 +189,7 @@ def test_spot_start() -> None:
         "sg-3",
         "NULL",
     ]
-    request = parse_spot_start(args)
+    request = SpotStart.of(args)
     assert (request.spot_price, request.client_token) == ("0.10", "tok")
     kwargs = spot_kwargs(request, b"hi")
     assert kwargs == {
@@ -278,7 +277,7 @@ def test_bulk_start() -> None:
 
 
 def test_tags_and_filters() -> None:
-    assert parse_tags(["Name=a=b", "flag", "NULL", "after=x"]) == [("Name", "a=b"), ("flag", "")]
+    assert tag_pairs(["Name=a=b", "flag", "NULL", "after=x"]) == [("Name", "a=b"), ("flag", "")]
     assert status_filters(COMMON) == []
     assert status_filters([*COMMON, "NULL", "NULL"]) == []
     assert status_filters([*COMMON, "client-token", "t"]) == [

@@ -2,6 +2,7 @@
 
 Needs the optional extra `htgrid[azure]`. `server` has the commands and result lines,
 `_expiry` the clean-up Azure enforces without htgrid, `_keyvault` the scale-set secrets
-fetched with a managed identity, `_errors` the error strings (and `parse_error_string`).
+fetched with a managed identity, `_errors` the errors (their one-field form is
+`htgrid.gahp.commands.azure.Failure`, which the grid manager reads back).
 Nothing is imported here, so `htgrid --help` works without the SDK.
 """

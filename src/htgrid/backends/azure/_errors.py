@@ -7,21 +7,18 @@ AzureError (an HTGridError)
 Every error knows the provider's `code`, the HTTP `status` (None when no response came)
 and whether it is `transient` (worth retrying later: throttling, a busy or failing
 service, no connection) or permanent (quota, bad request, missing resource, bad
-credentials). `error_string()` is the one-field form result lines carry:
+credentials). `error_string()` is the one-field form result lines carry
+(`htgrid.gahp.commands.azure.Failure`, which the grid manager reads back):
 
     Error creating VM: QuotaExceeded (HTTP 409, permanent): Operation could not be ...
     Error listing VMs: TooManyRequests (HTTP 429, transient): Rate limit exceeded
     Error deleting VM: ResourceNotFound (HTTP 404, permanent): ... could not be found.
-
-`parse_error_string()` reads it back (the grid manager's side).
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from azure.core.exceptions import (
@@ -32,13 +29,12 @@ from azure.core.exceptions import (
 )
 
 from htgrid.errors import HTGridError
+from htgrid.gahp.commands import azure
 
 __all__ = [
     "AzureArgumentError",
     "AzureError",
     "AzureServiceError",
-    "ErrorInfo",
-    "parse_error_string",
     "translate_errors",
 ]
 
@@ -60,7 +56,6 @@ _TRANSIENT_CODES = frozenset(
         "ZonalAllocationFailed",
     }
 )
-_MESSAGE_LIMIT = 1000
 
 
 class AzureError(HTGridError):
@@ -82,10 +77,7 @@ class AzureError(HTGridError):
 
     def error_string(self, what: str) -> str:
         """The result line's error field: what failed, the code, the kind, the message."""
-        status = "-" if self.status is None else str(self.status)
-        kind = "transient" if self.transient else "permanent"
-        detail = " ".join(self.detail.split())[:_MESSAGE_LIMIT]
-        return f"{what}: {self.code} (HTTP {status}, {kind}): {detail}"
+        return azure.Failure(what, self.code, self.status, self.transient, self.detail).text()
 
 
 class AzureArgumentError(AzureError):
@@ -97,39 +89,6 @@ class AzureArgumentError(AzureError):
 
 class AzureServiceError(AzureError):
     """Azure refused or failed the request, or could not be reached."""
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorInfo:
-    """An error string taken apart."""
-
-    what: str
-    code: str
-    status: int | None
-    transient: bool
-    message: str
-
-
-_ERROR_STRING = re.compile(
-    r"(?P<what>[^:]+): (?P<code>\S+) \(HTTP (?P<status>\d+|-), "
-    r"(?P<kind>transient|permanent)\): (?P<message>.*)",
-    re.DOTALL,
-)
-
-
-def parse_error_string(text: str) -> ErrorInfo | None:
-    """The parts of an error string this GAHP wrote; None for any other text."""
-    match = _ERROR_STRING.fullmatch(text)
-    if match is None:
-        return None
-    status = match["status"]
-    return ErrorInfo(
-        what=match["what"],
-        code=match["code"],
-        status=None if status == "-" else int(status),
-        transient=match["kind"] == "transient",
-        message=match["message"],
-    )
 
 
 def _classify(code: str, status: int | None) -> bool:

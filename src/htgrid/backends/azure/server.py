@@ -1,27 +1,9 @@
 """The Azure GAHP server: HTCondor's Azure GAHP commands, answered through the Azure SDK.
 
-Every request is `CMD <id> <auth-file> <subscription> ...` (`azure_gahp_protocol.txt`);
-every result line starts `<id> NULL` on success and is `<id> <error>` on failure, where
-<error> is one field, e.g. `Error creating VM: QuotaExceeded (HTTP 409, permanent): ...`
-(see _errors). Commands and success results:
-
-    AZURE_PING <id> <auth> <sub>                                  <id> NULL
-    AZURE_VM_CREATE <id> <auth> <sub> name= location= size= image= [key=value ...]
-                                                                  <id> NULL <vmId> <ip|NULL>
-    AZURE_VM_DELETE <id> <auth> <sub> [<group>] <name>            <id> NULL
-    AZURE_VM_LIST <id> <auth> <sub> [<group> [<name>]] [tag=<t>[=<v>]]...
-                                   <id> NULL <n> <name> <status> ... (n pairs)
-    AZURE_VMSS_CREATE <id> <auth> <sub> (VM_CREATE's keys) nodecount= [schedule=]
-                      [keyvaultName= vaultKey= [keyvaultRG=] [vaultSecretFile=] [vaultSecretPath=]]
-                                                                  <id> NULL
-    AZURE_VMSS_DELETE|START|STOP|RESTART <id> <auth> <sub> [<group>] <name>     <id> NULL
-    AZURE_VMSS_SCALE <id> <auth> <sub> name=<n> nodecount=<k> | [<group>] <name> <k>
-                                                                  <id> NULL
-
-A status is the VM's instance-view codes joined by commas, e.g.
-`ProvisioningState/succeeded,PowerState/running`; the grid manager keeps what follows the
-last `/`. AZURE_VM_LIST makes one paged list call however many VMs there are: the
-subscription's VMs, or one group's.
+The commands, their arguments and result lines are `htgrid.gahp.commands.azure`'s, which
+the grid manager reads with the same values; an error is one field (see _errors).
+AZURE_VM_LIST makes one paged list call however many VMs there are: the subscription's
+VMs, or one group's.
 
 SDK calls block, so each request runs in a worker thread (a pool sized by the commands'
 limits) and gets `timeout` seconds; past that the result is a transient Timeout error
@@ -48,13 +30,14 @@ from htgrid.backends.azure._errors import AzureError, AzureServiceError, transla
 from htgrid.backends.azure._session import ClientOptions, Session, SessionCache
 from htgrid.backends.azure._vm import create_vm, delete_vm, list_vms, ping
 from htgrid.backends.azure._vmss import create_vmss, delete_vmss, power_vmss, scale_vmss
-from htgrid.gahp import Call, Command, GahpServer, GahpVersion, null
+from htgrid.gahp import Call, Command, GahpServer, GahpVersion
+from htgrid.gahp.commands import Spec, azure
 
 __all__ = ["VERSION", "AzureGahp", "AzureOptions"]
 
 VERSION = GahpVersion(__version__, datetime.date(2026, 11, 21), "htgrid Azure GAHP")
 
-Operation = Callable[[Session, tuple[str, ...]], list[str]]
+Operation = Callable[[Session, tuple[str, ...]], Sequence[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,48 +59,47 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def _ping(session: Session, args: tuple[str, ...]) -> list[str]:
+_DONE = azure.Done().fields()
+
+
+def _ping(session: Session, args: tuple[str, ...]) -> Sequence[str]:
     ping(session)
-    return ["NULL"]
+    return _DONE
 
 
-def _vm_create(session: Session, args: tuple[str, ...]) -> list[str]:
+def _vm_create(session: Session, args: tuple[str, ...]) -> Sequence[str]:
     vm_id, address = create_vm(session, parse_vm_create(args), _now())
-    return ["NULL", vm_id, null(address)]
+    return azure.VmCreated(vm_id, address).fields()
 
 
-def _vm_delete(session: Session, args: tuple[str, ...]) -> list[str]:
+def _vm_delete(session: Session, args: tuple[str, ...]) -> Sequence[str]:
     delete_vm(session, parse_target(args))
-    return ["NULL"]
+    return _DONE
 
 
-def _vm_list(session: Session, args: tuple[str, ...]) -> list[str]:
-    rows = list_vms(session, parse_list(args))
-    fields = ["NULL", str(len(rows))]
-    for name, status in rows:
-        fields += [name, status]
-    return fields
+def _vm_list(session: Session, args: tuple[str, ...]) -> Sequence[str]:
+    return azure.VmList(tuple(list_vms(session, parse_list(args)))).fields()
 
 
-def _vmss_create(session: Session, args: tuple[str, ...]) -> list[str]:
+def _vmss_create(session: Session, args: tuple[str, ...]) -> Sequence[str]:
     create_vmss(session, parse_vmss_create(args), _now())
-    return ["NULL"]
+    return _DONE
 
 
-def _vmss_delete(session: Session, args: tuple[str, ...]) -> list[str]:
+def _vmss_delete(session: Session, args: tuple[str, ...]) -> Sequence[str]:
     delete_vmss(session, parse_target(args))
-    return ["NULL"]
+    return _DONE
 
 
-def _vmss_scale(session: Session, args: tuple[str, ...]) -> list[str]:
+def _vmss_scale(session: Session, args: tuple[str, ...]) -> Sequence[str]:
     scale_vmss(session, parse_scale(args))
-    return ["NULL"]
+    return _DONE
 
 
 def _vmss_power(action: str) -> Operation:
-    def run(session: Session, args: tuple[str, ...]) -> list[str]:
+    def run(session: Session, args: tuple[str, ...]) -> Sequence[str]:
         power_vmss(session, parse_target(args), action)
-        return ["NULL"]
+        return _DONE
 
     return run
 
@@ -142,7 +124,7 @@ class AzureGahp:
         """A GahpServer serving the Azure commands."""
         opts = self.options
 
-        def command(name: str, params: int, what: str, op: Operation, workers: int) -> Command:
+        def command(spec: Spec, what: str, op: Operation, workers: int) -> Command:
             async def handler(call: Call) -> Sequence[str]:
                 return await self.run(call, what, op)
 
@@ -150,30 +132,26 @@ class AzureGahp:
                 # Only a bug in this GAHP gets here; still one well-formed error field.
                 return [AzureError(reason, code="InternalError").error_string(what)]
 
-            return Command(name, params, handler, workers, variadic=True, on_error=on_error)
+            return spec.command(handler, workers, on_error=on_error)
 
         vmss = opts.vmss_workers
         return GahpServer(
             VERSION,
             [
-                command("AZURE_PING", 2, "Error pinging Azure", _ping, opts.ping_workers),
-                command("AZURE_VM_CREATE", 2, "Error creating VM", _vm_create, opts.create_workers),
-                command("AZURE_VM_DELETE", 3, "Error deleting VM", _vm_delete, opts.delete_workers),
-                command("AZURE_VM_LIST", 2, "Error listing VMs", _vm_list, opts.list_workers),
-                command("AZURE_VMSS_CREATE", 2, "Error creating VMSS", _vmss_create, vmss),
-                command("AZURE_VMSS_DELETE", 3, "Error deleting VMSS", _vmss_delete, vmss),
-                command("AZURE_VMSS_SCALE", 3, "Error scaling VMSS", _vmss_scale, vmss),
-                command("AZURE_VMSS_START", 3, "Error starting VMSS", _vmss_power("start"), vmss),
-                command(
-                    "AZURE_VMSS_STOP", 3, "Error stopping VMSS", _vmss_power("deallocate"), vmss
-                ),
-                command(
-                    "AZURE_VMSS_RESTART", 3, "Error restarting VMSS", _vmss_power("restart"), vmss
-                ),
+                command(azure.PING, "Error pinging Azure", _ping, opts.ping_workers),
+                command(azure.VM_CREATE, "Error creating VM", _vm_create, opts.create_workers),
+                command(azure.VM_DELETE, "Error deleting VM", _vm_delete, opts.delete_workers),
+                command(azure.VM_LIST, "Error listing VMs", _vm_list, opts.list_workers),
+                command(azure.VMSS_CREATE, "Error creating VMSS", _vmss_create, vmss),
+                command(azure.VMSS_DELETE, "Error deleting VMSS", _vmss_delete, vmss),
+                command(azure.VMSS_SCALE, "Error scaling VMSS", _vmss_scale, vmss),
+                command(azure.VMSS_START, "Error starting VMSS", _vmss_power("start"), vmss),
+                command(azure.VMSS_STOP, "Error stopping VMSS", _vmss_power("deallocate"), vmss),
+                command(azure.VMSS_RESTART, "Error restarting VMSS", _vmss_power("restart"), vmss),
             ],
         )
 
-    async def run(self, call: Call, what: str, op: Operation) -> list[str]:
+    async def run(self, call: Call, what: str, op: Operation) -> Sequence[str]:
         """Run `op` in a worker thread; its result fields, or one error field."""
         auth_file, subscription, *rest = call.args
         loop = asyncio.get_running_loop()
@@ -192,7 +170,7 @@ class AzureGahp:
 
     def _invoke(
         self, op: Operation, auth_file: str, subscription: str, args: tuple[str, ...]
-    ) -> list[str]:
+    ) -> Sequence[str]:
         # The one boundary where azure-core's exceptions become htgrid's.
         with translate_errors():
             return op(self._sessions.get(auth_file, subscription), args)

@@ -1,31 +1,11 @@
 """The batch GAHP server: the blahp's commands, answered by htgrid's batch back ends.
 
-Commands, argument counts (after the request id) and result lines, as the blahp has them
-(`src/blahp/src/server.c`) and the grid manager checks them:
-
-    BLAH_JOB_SUBMIT <id> <ad>               <id> 0 No\\ error <lrms>/<YYYYMMDD>/<native id>
-                                            <id> <code> <error> N/A
-    BLAH_JOB_STATUS <id> <blah id>          <id> 0 No\\ error <JobStatus> <status ad>
-                                            <id> 1 <error> 0 N/A
-    BLAH_JOB_CANCEL|HOLD|RESUME <id> <blah id>              <id> <code> <message>
-    BLAH_JOB_REFRESH_PROXY <id> <blah id> <proxy file>      <id> <code> <message>
-    BLAH_PING <id> <lrms>                                   <id> <code> <message>
-
-and two of our own, which HTCondor's grid manager never sends. (The blahp's own
-BLAH_JOB_STATUS_ALL, served only when it keeps a job registry, takes no job ids and answers
-one `[ad; ad...]` field; a client tells the two apart by the version banner.)
-
-    BLAH_JOB_STATUS_ALL <id> <blah id> [<blah id> ...]
-        <id> 0 No\\ error <n> <ad 1> ... <ad n>    one ad per id asked, in order; each has
-                                                   BlahJobId and JobStatus, and an unknown
-                                                   job has JobStatus 0 and BlahError
-        <id> 1 <error> 0                           nothing could be asked
-    BLAH_JOB_FIND <id> <lrms> <ClientJobId>
-        <id> 0 No\\ error <blah id>|NULL          the latest job submitted with that
-                                                   ClientJobId, whatever its state: lets a
-                                                   grid manager that crashed between submit
-                                                   and recording the id find its job
-        <id> 1 <error> NULL
+Its commands, their arguments and result lines are `htgrid.gahp.commands.blah`'s, which
+the grid manager reads with the same values: the blahp's (`src/blahp/src/server.c`) and
+htgrid's BLAH_JOB_STATUS_ALL (one status ad per id asked, in order; an unknown job has
+JobStatus 0 and BlahError) and BLAH_JOB_FIND (the blah id of the latest job submitted with
+a ClientJobId, whatever its state: lets a grid manager that crashed between submit and
+recording the id find its job).
 
 Status ads carry BatchJobId, JobStatus and, once known, ExitCode or ExitBySignal and
 ExitSignal, ExitReason (e.g. "walltime exceeded") and RemoteWallClockTime. A job whose
@@ -40,11 +20,11 @@ import os
 import uuid
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, Protocol
 
-import htgrid.classad as classad
 from htgrid import __version__
 from htgrid.backends.batch._base import (
     BackendError,
@@ -57,14 +37,27 @@ from htgrid.backends.batch._jobad import SubmitError, client_tag, parse_submit_a
 from htgrid.backends.batch._poller import StatusBatcher
 from htgrid.backends.batch._registry import BackendOptions, UnknownBackend, create_backend
 from htgrid.backends.batch._sandbox import HOLD_TRANSFER_OUTPUT, JobRecord, JobStore
-from htgrid.gahp import NULL, Call, Clock, Command, GahpServer, GahpVersion, SystemClock
+from htgrid.gahp import Call, Clock, Command, GahpServer, GahpVersion, SystemClock
+from htgrid.gahp.commands import Spec, blah
 
 __all__ = ["VERSION", "BatchGahp", "BatchOptions"]
 
 VERSION = GahpVersion(__version__, datetime.date(2026, 11, 21), "htgrid batch GAHP")
-NO_ERROR = "No error"
-NOT_AVAILABLE = "N/A"
 _FINALS_KEPT = 10_000
+
+Handler = Callable[[Call], Coroutine[Any, Any, Sequence[str]]]
+
+
+class _Result(Protocol):
+    """A result class of `htgrid.gahp.commands.blah`, built from a code and an error."""
+
+    def __call__(self, code: str, error: str, /) -> _Fields: ...
+
+
+class _Fields(Protocol):
+    def fields(self) -> tuple[str, ...]: ...
+
+
 _ACTIVE = frozenset({JobState.IDLE, JobState.RUNNING, JobState.HELD, JobState.SUSPENDED})
 
 
@@ -128,43 +121,27 @@ class BatchGahp:
         """A GahpServer serving this GAHP's commands."""
         opts = self.options
 
-        def fails(*tail: str) -> Callable[[str], Sequence[str]]:
-            # The result line reported if a handler breaks: code 1, the reason, the
+        def command(spec: Spec, handler: Handler, workers: int, result: _Result) -> Command:
+            # The result line reported if a handler breaks: code 1 and the reason, the
             # command's other fields filled so the grid manager's field count holds.
-            return lambda reason: ("1", reason, *tail)
+            def broke(reason: str) -> Sequence[str]:
+                return result("1", reason).fields()
+
+            return spec.command(handler, workers, on_error=broke)
 
         jobs = opts.submit_workers
         return GahpServer(
             VERSION,
             [
-                Command(
-                    "BLAH_JOB_SUBMIT",
-                    1,
-                    self._submit_shielded,
-                    jobs,
-                    on_error=fails(NOT_AVAILABLE),
-                ),
-                Command(
-                    "BLAH_JOB_STATUS",
-                    1,
-                    self.status,
-                    opts.status_workers,
-                    on_error=fails("0", NOT_AVAILABLE),
-                ),
-                Command("BLAH_JOB_CANCEL", 1, self.cancel, jobs, on_error=fails()),
-                Command("BLAH_JOB_HOLD", 1, self.hold, jobs, on_error=fails()),
-                Command("BLAH_JOB_RESUME", 1, self.resume, jobs, on_error=fails()),
-                Command("BLAH_JOB_REFRESH_PROXY", 2, self.refresh_proxy, jobs, on_error=fails()),
-                Command("BLAH_PING", 1, self.ping, opts.ping_workers, on_error=fails()),
-                Command("BLAH_JOB_FIND", 2, self.find, jobs, on_error=fails(NULL)),
-                Command(
-                    "BLAH_JOB_STATUS_ALL",
-                    1,
-                    self.status_all,
-                    jobs,
-                    variadic=True,
-                    on_error=fails("0"),
-                ),
+                command(blah.SUBMIT, self._submit_shielded, jobs, blah.Submitted),
+                command(blah.STATUS, self.status, opts.status_workers, blah.Status),
+                command(blah.CANCEL, self.cancel, jobs, blah.Outcome),
+                command(blah.HOLD, self.hold, jobs, blah.Outcome),
+                command(blah.RESUME, self.resume, jobs, blah.Outcome),
+                command(blah.REFRESH_PROXY, self.refresh_proxy, jobs, blah.Outcome),
+                command(blah.PING, self.ping, opts.ping_workers, blah.Outcome),
+                command(blah.FIND, self.find, jobs, blah.Found),
+                command(blah.STATUS_ALL, self.status_all, jobs, blah.StatusAll),
             ],
         )
 
@@ -202,9 +179,9 @@ class BatchGahp:
             )
             backend = self.backend(request.lrms)
         except SubmitError as err:
-            return (str(err.code), str(err), NOT_AVAILABLE)
+            return blah.Submitted(str(err.code), str(err)).fields()
         except UnknownBackend as err:
-            return ("3", f"Error executing the submission command: {err}", NOT_AVAILABLE)
+            return blah.Submitted("3", f"Error executing the submission command: {err}").fields()
         lock = self._lock(f"submit {request.tag}")
         try:
             async with lock:
@@ -213,20 +190,20 @@ class BatchGahp:
                         request.job_dir_name, request.lrms, backend
                     )
                     if again is not None:
-                        return ("0", NO_ERROR, again)
+                        return blah.Submitted("0", blah_id=again).fields()
                 spec, record = await asyncio.to_thread(self.store.stage_in, request)
                 native_id = await backend.submit(spec)
                 blah_id = f"{request.lrms}/{self._date()}/{native_id}"
                 done = _with_ids(record, native_id, blah_id)
                 await asyncio.to_thread(self.store.write, done)
         except SubmitError as err:
-            return (str(err.code), str(err), NOT_AVAILABLE)
+            return blah.Submitted(str(err.code), str(err)).fields()
         except BackendError as err:
-            return (str(err.code or 1), str(err), NOT_AVAILABLE)
+            return blah.Submitted(str(err.code or 1), str(err)).fields()
         except (BackendUnavailable, OSError) as err:
-            return ("3", f"Error executing the submission command: {err}", NOT_AVAILABLE)
+            return blah.Submitted("3", f"Error executing the submission command: {err}").fields()
         self.batcher(request.lrms).forget([native_id])
-        return ("0", NO_ERROR, blah_id)
+        return blah.Submitted("0", blah_id=blah_id).fields()
 
     async def _already_submitted(self, name: str, lrms: str, backend: BatchBackend) -> str | None:
         """The blah id of a live job submitted before for the same client job, if any.
@@ -260,21 +237,22 @@ class BatchGahp:
 
     async def find(self, call: Call) -> Sequence[str]:
         """BLAH_JOB_FIND <id> <lrms> <ClientJobId>: the blah id it was submitted under, or NULL."""
-        lrms, tag = call.args[0].lower(), client_tag(call.args[1])
+        find = blah.Find.of(call.args)
+        lrms, tag = find.lrms.lower(), client_tag(find.tag)
         try:
             backend = self.backend(lrms)
             record = await asyncio.to_thread(self.store.latest, tag)
             if record is not None and record.lrms == lrms and record.blah_id is not None:
-                return ("0", NO_ERROR, record.blah_id)
+                return blah.Found("0", blah_id=record.blah_id).fields()
             native_id = await backend.find_by_tag(tag)
         except (UnknownBackend, BackendError, BackendUnavailable) as err:
-            return ("1", str(err), NULL)
+            return blah.Found("1", str(err)).fields()
         if native_id is None:
-            return ("0", NO_ERROR, NULL)
+            return blah.Found("0").fields()
         blah_id = f"{lrms}/{self._date()}/{native_id}"
         if record is not None and record.lrms == lrms:
             await asyncio.to_thread(self.store.write, _with_ids(record, native_id, blah_id))
-        return ("0", NO_ERROR, blah_id)
+        return blah.Found("0", blah_id=blah_id).fields()
 
     def _date(self) -> str:
         return datetime.datetime.fromtimestamp(self.clock.time()).strftime("%Y%m%d")
@@ -286,11 +264,11 @@ class BatchGahp:
         try:
             status, record = await self._status(call.args[0])
         except (_BadJobId, UnknownBackend, BackendUnavailable, BackendError) as err:
-            return ("1", str(err), "0", NOT_AVAILABLE)
+            return blah.Status("1", str(err)).fields()
         if status.state is JobState.UNKNOWN:
-            return ("1", f"Job {call.args[0]} not found", "0", NOT_AVAILABLE)
+            return blah.Status("1", f"Job {call.args[0]} not found").fields()
         job_status, ad = status_ad(status, record)
-        return ("0", NO_ERROR, str(job_status), ad)
+        return blah.Status("0", job_status=job_status, ad=ad).fields()
 
     async def status_all(self, call: Call) -> Sequence[str]:
         """BLAH_JOB_STATUS_ALL <id> <blah id>...: one ad per job, in the order asked."""
@@ -311,7 +289,7 @@ class BatchGahp:
                 ads.append(_error_ad(blah_id, f"Job {blah_id} not found"))
             else:
                 ads.append(status_ad(*answer, blah_id=blah_id)[1])
-        return ("0", NO_ERROR, str(len(ads)), *ads)
+        return blah.StatusAll("0", ads=tuple(ads)).fields()
 
     async def _status(
         self, blah_id: str, *, max_age: float | None = None
@@ -353,13 +331,13 @@ class BatchGahp:
             lrms, native_id = parse_blah_id(call.args[0])
             await self.backend(lrms).cancel(native_id)
         except _BadJobId:
-            return ("2", f"Malformed jobId {call.args[0]}")
+            return blah.Outcome("2", f"Malformed jobId {call.args[0]}").fields()
         except BackendError as err:
-            return (str(err.code or 1), f"Cancellation command failed: {err}")
+            return blah.Outcome(str(err.code or 1), f"Cancellation command failed: {err}").fields()
         except (UnknownBackend, BackendUnavailable) as err:
-            return ("3", f"Error executing the cancel command: {err}")
+            return blah.Outcome("3", f"Error executing the cancel command: {err}").fields()
         self.batcher(lrms).forget([native_id])
-        return ("0", NO_ERROR)
+        return blah.Outcome("0").fields()
 
     async def hold(self, call: Call) -> Sequence[str]:
         """BLAH_JOB_HOLD <id> <blah id>: only idle or running jobs can be held."""
@@ -379,49 +357,51 @@ class BatchGahp:
             refusal = _HOLD_REFUSALS if hold else _RESUME_REFUSALS
             if state in refusal:
                 code, text = refusal[state]
-                return (code, f"{text} jobId {blah_id}")
+                return blah.Outcome(code, f"{text} jobId {blah_id}").fields()
             if hold:
                 await backend.hold(native_id)
             else:
                 await backend.resume(native_id)
         except _BadJobId:
-            return ("2", f"Malformed jobId {blah_id}")
+            return blah.Outcome("2", f"Malformed jobId {blah_id}").fields()
         except BackendError as err:
-            return (
-                str(err.code or 1),
-                f"Job {blah_id}: {'hold' if hold else 'resume'} failed: {err}",
-            )
+            action = "hold" if hold else "resume"
+            return blah.Outcome(
+                str(err.code or 1), f"Job {blah_id}: {action} failed: {err}"
+            ).fields()
         except (UnknownBackend, BackendUnavailable) as err:
-            return ("1", str(err))
+            return blah.Outcome("1", str(err)).fields()
         self.batcher(lrms).forget([native_id])
-        return ("0", NO_ERROR)
+        return blah.Outcome("0").fields()
 
     async def refresh_proxy(self, call: Call) -> Sequence[str]:
         """BLAH_JOB_REFRESH_PROXY <id> <blah id> <proxy>: replace the job's copy of its proxy."""
         try:
             lrms, native_id = parse_blah_id(call.args[0])
         except _BadJobId:
-            return ("2", f"Malformed jobId {call.args[0]}")
+            return blah.Outcome("2", f"Malformed jobId {call.args[0]}").fields()
         record = await asyncio.to_thread(self.store.find, lrms, native_id)
         if record is None:
-            return ("1", f"Cannot locate old proxy: job {call.args[0]} not found")
+            missing = f"Cannot locate old proxy: job {call.args[0]} not found"
+            return blah.Outcome("1", missing).fields()
         if record.final is not None:
-            return ("0", "No proxy to renew - Job completed")
+            return blah.Outcome("0", "No proxy to renew - Job completed").fields()
         if record.proxy is None:
-            return ("1", f"Cannot locate old proxy: job {call.args[0]} was given none")
+            none = f"Cannot locate old proxy: job {call.args[0]} was given none"
+            return blah.Outcome("1", none).fields()
         try:
             await asyncio.to_thread(_replace_proxy, Path(record.proxy), call.args[1])
         except OSError as err:
-            return ("1", f"renew failed: {err.strerror or err}")
-        return ("0", "Proxy renewed")
+            return blah.Outcome("1", f"renew failed: {err.strerror or err}").fields()
+        return blah.Outcome("0", "Proxy renewed").fields()
 
     async def ping(self, call: Call) -> Sequence[str]:
         """BLAH_PING <id> <lrms>."""
         try:
             await self.backend(call.args[0].lower()).ping()
         except (UnknownBackend, BackendError, BackendUnavailable) as err:
-            return ("1", str(err))
-        return ("0", NO_ERROR)
+            return blah.Outcome("1", str(err)).fields()
+        return blah.Outcome("0").fields()
 
 
 _HOLD_REFUSALS = {
@@ -452,46 +432,29 @@ def status_ad(
     status: NativeStatus, record: JobRecord | None, *, blah_id: str | None = None
 ) -> tuple[int, str]:
     """The JobStatus to report and the status ad, in new ClassAd syntax on one line."""
-    job_status = int(status.state)
-    attrs: list[tuple[str, object]] = [("BatchJobId", status.native_id)]
-    if blah_id is not None:
-        attrs.append(("BlahJobId", blah_id))
+    wallclock = status.wallclock_seconds
+    ad = blah.StatusAd(
+        job_status=int(status.state),
+        batch_id=status.native_id,
+        blah_id=blah_id,
+        exit_code=status.exit_code,
+        exit_signal=status.exit_signal,
+        exit_reason=status.reason or None,
+        wallclock=None if wallclock is None else round(wallclock, 3),
+    )
     if record is not None and record.stage_error is not None:
-        job_status = int(JobState.HELD)
-        attrs += [
-            ("HoldReason", record.stage_error),
-            ("HoldReasonCode", HOLD_TRANSFER_OUTPUT),
-            ("HoldReasonSubCode", record.stage_errno),
-        ]
-    attrs.append(("JobStatus", job_status))
-    if status.exit_signal is not None:
-        attrs += [("ExitBySignal", True), ("ExitSignal", status.exit_signal)]
-    elif status.exit_code is not None:
-        attrs += [("ExitBySignal", False), ("ExitCode", status.exit_code)]
-    if status.reason:
-        attrs.append(("ExitReason", status.reason))
-    if status.wallclock_seconds is not None:
-        attrs.append(("RemoteWallClockTime", round(status.wallclock_seconds, 3)))
-    return job_status, _unparse(attrs)
+        ad = replace(
+            ad,
+            job_status=int(JobState.HELD),
+            hold_reason=record.stage_error,
+            hold_code=HOLD_TRANSFER_OUTPUT,
+            hold_subcode=record.stage_errno,
+        )
+    return ad.job_status, ad.text()
 
 
 def _error_ad(blah_id: str, reason: str) -> str:
-    return _unparse([("BlahJobId", blah_id), ("JobStatus", 0), ("BlahError", reason)])
-
-
-def _unparse(attrs: Sequence[tuple[str, object]]) -> str:
-    parts = []
-    for name, value in attrs:
-        if isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, int):
-            text = str(int(value))  # int() also flattens IntEnums such as signal.Signals
-        elif isinstance(value, float):
-            text = repr(float(value))
-        else:
-            text = classad.quote(str(value))
-        parts.append(f"{name} = {text}")
-    return "[" + "; ".join(parts) + "]"
+    return blah.StatusAd(0, blah_id=blah_id, error=reason).text()
 
 
 def _with_ids(record: JobRecord, native_id: str, blah_id: str) -> JobRecord:

@@ -27,13 +27,13 @@ from typing import IO, Any, Final, Generic, TypeVar
 
 import htgrid.classad as classad
 from htgrid.backends.condor._errors import (
-    INPUT_TOO_LARGE,
     RemoteRefusal,
     SandboxError,
     refusal_message,
 )
 from htgrid.backends.condor._http import Endpoint, FileBody
 from htgrid.backends.condor._sandbox import InputEntry, InputTar, scratch_file
+from htgrid.gahp.commands import condor
 
 __all__ = ["Coalescer", "StageIn", "send_stage_ins", "send_submits"]
 
@@ -165,7 +165,7 @@ async def send_submits(schedd: Endpoint, procs: list[classad.ClassAd]) -> list[O
 def _one_answer(result: list[Outcome] | BaseException) -> Outcome:
     """A single submit's result line (its refusal as the F line a lone submit gets)."""
     if isinstance(result, RemoteRefusal):
-        return ("F", "-1.-1", str(result))
+        return condor.Submitted("-1.-1", str(result)).fields()
     return result[0] if isinstance(result, list) else result
 
 
@@ -194,8 +194,8 @@ def _queued(schedd: Endpoint, answer: dict[str, Any], count: int) -> list[Outcom
     jobs = answer.get("jobs")
     if not isinstance(jobs, list) or len(jobs) != count:
         problem = f"{schedd.what} did not say which jobs it queued"
-        return [("F", f"{answer.get('cluster')}.-1", problem)] * count
-    return [("S", str(job), "NULL") for job in jobs]
+        return [condor.Submitted(f"{answer.get('cluster')}.-1", problem).fields()] * count
+    return [condor.Submitted(str(job)).fields() for job in jobs]
 
 
 #: Attributes each proc keeps in its own ad even when every job of the batch has the same
@@ -328,19 +328,21 @@ def _answers(body: bytes) -> dict[str, Any]:
 
 
 def _unsent(schedd: Endpoint, err: SandboxError) -> Fields:
-    return ("F", f"Error sending files to {schedd.what}: {err}")
+    return condor.Done(f"Error sending files to {schedd.what}: {err}").fields()
 
 
 def _staged(schedd: Endpoint, job_id: str, answer: Any) -> Fields:
     """The result line of one job of a batch upload, from its part of the answer."""
     if answer == "ok":
-        return ("S", "NULL")
+        return condor.Done().fields()
     if not isinstance(answer, dict):
-        return ("F", f"Error sending files to {schedd.what}: it did not answer for job {job_id}")
+        return condor.Done(
+            f"Error sending files to {schedd.what}: it did not answer for job {job_id}"
+        ).fields()
     # The words a refusal of the job's own upload has (refusal_of), for the same reasons.
     detail = str(answer.get("detail") or answer.get("title") or "refused")
     status = answer.get("status")
     if status == 413:
-        return ("F", f"{INPUT_TOO_LARGE}{detail} (refused by {schedd.what})")
+        return condor.Done(f"{condor.INPUT_TOO_LARGE}{detail} (refused by {schedd.what})").fields()
     refusal = refusal_message(schedd.what, status if isinstance(status, int) else 0, detail)
-    return ("F", f"Error sending files to {schedd.what}: {refusal}")
+    return condor.Done(f"Error sending files to {schedd.what}: {refusal}").fields()

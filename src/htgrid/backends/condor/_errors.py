@@ -11,8 +11,9 @@ The grid manager reads "Error locating schedd" and "Failed to connect to" in an 
 "the resource is down" (condorresource.cpp), so those two prefixes are kept exactly.
 A sandbox the remote daemon refuses as too large (HTTP 413, over its MAX_TRANSFER_INPUT_MB
 or MAX_TRANSFER_OUTPUT_MB) fails the stage-in or stage-out with an error that starts with
-INPUT_TOO_LARGE or OUTPUT_TOO_LARGE, then the daemon's own text: no retry will fit it, and
-the grid manager holds the job with HTCondor's code 32 or 33 for it.
+`htgrid.gahp.commands.condor`'s INPUT_TOO_LARGE or OUTPUT_TOO_LARGE, then the daemon's own
+text: no retry will fit it, and the grid manager holds the job with HTCondor's code 32 or
+33 for it.
 """
 
 from __future__ import annotations
@@ -21,15 +22,12 @@ import contextlib
 import json
 import ssl
 from collections.abc import Iterator
-from typing import Final
 
 import httpx
 
 from htgrid.errors import HTGridError
 
 __all__ = [
-    "INPUT_TOO_LARGE",
-    "OUTPUT_TOO_LARGE",
     "CondorGahpError",
     "ConnectFailure",
     "LocateError",
@@ -39,11 +37,6 @@ __all__ = [
     "refusal_of",
     "translate",
 ]
-
-#: How a stage-in's error starts when the remote daemon refused the input as too large.
-INPUT_TOO_LARGE: Final = "Transfer input too large: "
-#: How a stage-out's error starts when the remote daemon refused the output as too large.
-OUTPUT_TOO_LARGE: Final = "Transfer output too large: "
 
 
 class CondorGahpError(HTGridError):

@@ -28,13 +28,13 @@ import htgrid.classad as classad
 from htgrid.backends.condor import _sandbox as sandbox
 from htgrid.backends.condor._batch import Coalescer
 from htgrid.backends.condor._errors import (
-    OUTPUT_TOO_LARGE,
     RemoteRefusal,
     SandboxError,
     refusal_message,
 )
 from htgrid.backends.condor._http import Endpoint
 from htgrid.classad import adjson
+from htgrid.gahp.commands import condor
 
 __all__ = ["MOST", "StageOuts"]
 
@@ -76,9 +76,9 @@ class StageOuts:
             except RemoteRefusal as err:
                 if err.status in (401, 403) or err.status >= 500:
                     # What each job's own request would have heard.
-                    return [("F", f"Error receiving files from {schedd.what}: {err}")] * len(
-                        job_ids
-                    )
+                    return [
+                        condor.Done(f"Error receiving files from {schedd.what}: {err}").fields()
+                    ] * len(job_ids)
                 if err.status in (404, 405) and not err.error:  # no problem document: no route
                     log.info("%s has no %s: fetching outputs one by one", schedd.what, ROUTE)
                     self._without_route.add(schedd.url)
@@ -100,7 +100,7 @@ class StageOuts:
             finally:
                 await sandbox.close_scratch(tar)
         for job_id, result in zip(job_ids, results, strict=True):
-            if result == ("S", "NULL"):
+            if result == condor.Done().fields():
                 log.info("job %s: output files written", job_id)
         return list(results)
 
@@ -112,28 +112,28 @@ class StageOuts:
                 response = await schedd.request("GET", f"/v1/jobs/{job_id}")
                 ad = await asyncio.to_thread(_job_ad, response.content, job_id)
                 if ad is None:
-                    return ("F", "Job not found")
+                    return condor.Done(condor.JOB_NOT_FOUND).fields()
                 tar = await asyncio.to_thread(sandbox.scratch_file)
                 await schedd.download(f"/v1/jobs/{job_id}/output", tar)
                 written = await asyncio.to_thread(sandbox.unpack_output, tar, ad)
             except RemoteRefusal as err:
                 return _refused(schedd.what, err.status, err.error, err.detail, str(err))
             except SandboxError as err:
-                return ("F", f"Error receiving files from {schedd.what}: {err}")
+                return condor.Done(f"Error receiving files from {schedd.what}: {err}").fields()
             finally:
                 if tar is not None:
                     await sandbox.close_scratch(tar)
         log.info("job %s: %d output files written", job_id, len(written))
-        return ("S", "NULL")
+        return condor.Done().fields()
 
 
 def _refused(what: str, status: int, error: str, detail: str, message: str) -> Fields:
     """The result line of a stage-out the remote daemon refused (`message`: its words)."""
     if status == 404 and error == "JobNotFound":
-        return ("F", "Job not found")
+        return condor.Done(condor.JOB_NOT_FOUND).fields()
     if status == 413:
-        return ("F", f"{OUTPUT_TOO_LARGE}{detail} (refused by {what})")
-    return ("F", f"Error receiving files from {what}: {message}")
+        return condor.Done(f"{condor.OUTPUT_TOO_LARGE}{detail} (refused by {what})").fields()
+    return condor.Done(f"Error receiving files from {what}: {message}").fields()
 
 
 def _problem_line(what: str, job_id: str, problem: dict[str, Any]) -> Fields:
@@ -202,17 +202,19 @@ def _unpack_one(
     tar: tarfile.TarFile, job_id: str, answer: object, members: Members, what: str
 ) -> Fields:
     if not isinstance(answer, dict):
-        return ("F", f"Error receiving files from {what}: it did not answer for job {job_id}")
+        return condor.Done(
+            f"Error receiving files from {what}: it did not answer for job {job_id}"
+        ).fields()
     if "ad" not in answer:
         return _problem_line(what, job_id, answer)
     try:
         ad = _ad_of(answer["ad"], job_id)
         if ad is None:
-            return ("F", "Job not found")
+            return condor.Done(condor.JOB_NOT_FOUND).fields()
         sandbox.write_output(tar, members.get(job_id, []), ad)
     except SandboxError as err:
-        return ("F", f"Error receiving files from {what}: {err}")
-    return ("S", "NULL")
+        return condor.Done(f"Error receiving files from {what}: {err}").fields()
+    return condor.Done().fields()
 
 
 def _ad_of(obj: object, job_id: str) -> classad.ClassAd | None:

@@ -22,6 +22,7 @@ from typing import Final
 from htgrid.backends.condor._batch import Coalescer
 from htgrid.backends.condor._errors import RemoteRefusal
 from htgrid.backends.condor._http import Endpoint
+from htgrid.gahp.commands import condor
 
 __all__ = ["MOST", "Updates"]
 
@@ -60,7 +61,7 @@ class Updates:
             # The daemon edits named jobs all or none: each on its own, to hear its answer.
             singles = [_edit_one(schedd, job_id, attrs) for job_id in job_ids]
             return list(await asyncio.gather(*singles, return_exceptions=True))
-        return [("S", "NULL")] * len(items)
+        return [condor.Done().fields()] * len(items)
 
 
 async def _edit(schedd: Endpoint, job_ids: list[str], attrs: Attrs) -> None:
@@ -76,10 +77,10 @@ async def _edit_one(schedd: Endpoint, job_id: str, attrs: Attrs) -> Outcome:
         await _edit(schedd, [job_id], attrs)
     except RemoteRefusal as err:
         return _lone_answer(err)
-    return ("S", "NULL")
+    return condor.Done().fields()
 
 
 def _lone_answer(err: RemoteRefusal) -> Outcome:
     """What one job's refused update answers: `Job not found` (HTCondor's words, which the
     grid manager matches), else the refusal itself, raised to the request."""
-    return ("F", "Job not found") if err.status == 404 else err
+    return condor.Done(condor.JOB_NOT_FOUND).fields() if err.status == 404 else err

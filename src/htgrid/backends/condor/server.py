@@ -1,33 +1,18 @@
 """The condor GAHP server (HTCondor's condor_c-gahp): a remote htgrid queue over HTTPS.
 
-Requests and results, as schedd_client.cpp and gahp-client.cpp have them (job ids are
-the remote queue's `<cluster>.<proc>`; ads are new ClassAd syntax on one line,
-`[ A = 1; B = "x" ]`, escaped as every GAHP field is):
-
-    CONDOR_JOB_SUBMIT <id> <schedd> <ad>            -> S <c.p> NULL | F <-1.-1|NULL> <err>
-    CONDOR_JOB_STATUS_CONSTRAINED <id> <schedd> <constraint>
-                                                    -> S NULL <n> <ad>*n | F <err> 0
-    CONDOR_JOB_REMOVE|HOLD|RELEASE <id> <schedd> <c.p> <reason>    -> S NULL | F <err>
-    CONDOR_JOB_UPDATE <id> <schedd> <c.p> <ad of attributes>       -> S NULL | F <err>
-    CONDOR_JOB_UPDATE_CONSTRAINED <id> <schedd> <constraint> <ad>  -> S NULL | F <err>
-    CONDOR_JOB_STAGE_IN <id> <schedd> <ad with ClusterId, ProcId>  -> S NULL | F <err>
-    CONDOR_JOB_STAGE_OUT <id> <schedd> <c.p>                       -> S NULL | F <err>
-    CONDOR_JOB_REFRESH_PROXY <id> <schedd> <c.p> <file> [<expiry>] -> S NULL | F <err>
-    CONDOR_JOB_UPDATE_LEASE <id> <schedd> <n> (<c.p> <expiry>)*n   -> S NULL <c.p,...|NULL>
-                                                                    | F <err> NULL
-
-A malformed request (bad job id, an ad that does not parse, a count that does not match)
-is answered E at once. `<schedd>` is the remote schedd's name in the pool given with
---pool (NULL: the -s schedd, else the pool's first), or its URL. Status ads carry
-`ServerTime`, the remote daemon's clock (its HTTP Date), which the grid manager uses to
-drop stale answers. Removal errors keep HTCondor's words, which the grid manager matches:
-`Job not found`, `Already done`, `Bad job status`, `Permission denied`. A sandbox the
-remote daemon refuses as too large (HTTP 413) fails with `Transfer input too large: ` or
-`Transfer output too large: ` and the daemon's text (HTCondor's hold codes 32 and 33).
-Sandboxes go through temporary files, never whole in memory. Concurrent submits,
-stage-ins (_batch.py), stage-outs (_stageout.py) and same-attribute updates (_update.py)
-for one schedd are sent together, one HTTPS request per batch; each request still has
-its own result line.
+The commands, their arguments and result lines are `htgrid.gahp.commands.condor`'s, which
+the grid manager reads with the same values. A malformed request (bad job id, an ad that
+does not parse, a count that does not match) is answered E at once. `<schedd>` is the
+remote schedd's name in the pool given with --pool (NULL: the -s schedd, else the pool's
+first), or its URL. Status ads carry `ServerTime`, the remote daemon's clock (its HTTP
+Date), which the grid manager uses to drop stale answers. Removal errors keep HTCondor's
+words, which the grid manager matches: `Job not found`, `Already done`, `Bad job status`,
+`Permission denied`. A sandbox the remote daemon refuses as too large (HTTP 413) fails
+with `Transfer input too large: ` or `Transfer output too large: ` and the daemon's text
+(HTCondor's hold codes 32 and 33). Sandboxes go through temporary files, never whole in
+memory. Concurrent submits, stage-ins (_batch.py), stage-outs (_stageout.py) and
+same-attribute updates (_update.py) for one schedd are sent together, one HTTPS request
+per batch; each request still has its own result line.
 """
 
 from __future__ import annotations
@@ -46,7 +31,6 @@ import htgrid.classad as classad
 from htgrid.backends.condor import _sandbox as sandbox
 from htgrid.backends.condor._batch import Coalescer, StageIn, send_stage_ins, send_submits
 from htgrid.backends.condor._errors import (
-    INPUT_TOO_LARGE,
     CondorGahpError,
     ConnectFailure,
     LocateError,
@@ -63,12 +47,12 @@ from htgrid.gahp import (
     BadArguments,
     Call,
     Clock,
-    Command,
     GahpServer,
     GahpVersion,
     SystemClock,
     unnull,
 )
+from htgrid.gahp.commands import Spec, condor
 
 __all__ = ["VERSION", "CondorGahp", "CondorOptions"]
 
@@ -76,6 +60,7 @@ log = logging.getLogger("htgrid.gahp.condor")
 
 Handler = Callable[[Call], Coroutine[Any, Any, Sequence[str]]]
 Fields = tuple[str, ...]
+_DONE = condor.Done().fields()
 
 _JOB_ID = re.compile(r"[0-9]+\.[0-9]+")
 _NUMBER = re.compile(r"[0-9]+")
@@ -168,31 +153,31 @@ class CondorGahp:
 
     def server(self) -> GahpServer:
         """A GahpServer serving the C-GAHP's commands."""
-        one: Callable[[str], Fields] = lambda reason: ("F", reason)  # noqa: E731
-        table: list[tuple[str, int, Handler, Callable[[str], Fields], bool]] = [
-            ("CONDOR_JOB_SUBMIT", 2, self.submit, lambda r: ("F", "-1.-1", r), False),
-            ("CONDOR_JOB_STATUS_CONSTRAINED", 2, self.status, lambda r: ("F", r, "0"), False),
-            ("CONDOR_JOB_REMOVE", 3, self.remove, one, False),
-            ("CONDOR_JOB_HOLD", 3, self.hold, one, False),
-            ("CONDOR_JOB_RELEASE", 3, self.release, one, False),
-            ("CONDOR_JOB_UPDATE", 3, self.update, one, False),
-            ("CONDOR_JOB_UPDATE_CONSTRAINED", 3, self.update_constrained, one, False),
-            ("CONDOR_JOB_STAGE_IN", 2, self.stage_in, one, False),
-            ("CONDOR_JOB_STAGE_OUT", 2, self.stage_out, one, False),
-            ("CONDOR_JOB_REFRESH_PROXY", 3, self.refresh_proxy, one, True),
-            ("CONDOR_JOB_UPDATE_LEASE", 2, self.update_lease, lambda r: ("F", r, "NULL"), True),
+
+        def one(reason: str) -> Fields:
+            return condor.Done(reason).fields()
+
+        table: list[tuple[Spec, Handler, Callable[[str], Fields]]] = [
+            (condor.SUBMIT, self.submit, lambda r: condor.Submitted("-1.-1", r).fields()),
+            (condor.STATUS, self.status, lambda r: condor.Statuses(error=r).fields()),
+            (condor.REMOVE, self.remove, one),
+            (condor.HOLD, self.hold, one),
+            (condor.RELEASE, self.release, one),
+            (condor.UPDATE, self.update, one),
+            (condor.UPDATE_CONSTRAINED, self.update_constrained, one),
+            (condor.STAGE_IN, self.stage_in, one),
+            (condor.STAGE_OUT, self.stage_out, one),
+            (condor.REFRESH_PROXY, self.refresh_proxy, one),
+            (condor.UPDATE_LEASE, self.update_lease, lambda r: condor.Renewed(error=r).fields()),
         ]
         commands = [
-            Command(
-                name,
-                params,
+            spec.command(
                 self._reporting(handler, failure),
                 self.options.accept_limit,
-                variadic=variadic,
                 on_error=failure,
-                parse=_CHECKS.get(name),
+                parse=_CHECKS.get(spec.name),
             )
-            for name, params, handler, failure, variadic in table
+            for spec, handler, failure in table
         ]
         return GahpServer(VERSION, commands, max_line=self.options.max_line)
 
@@ -242,7 +227,7 @@ class CondorGahp:
         try:
             schedd = await self._schedd(call)
         except LocateError as err:
-            return ("F", "NULL", str(err))
+            return condor.Submitted(error=str(err)).fields()
         # The whole ad goes in the proc (JobStatus and the hold reason must, or the queue
         # reads a held proc as submitted on hold, code 15): the cluster is a batch of jobs.
         # The ad was parsed for this request alone: take the filtered names out in place.
@@ -259,7 +244,7 @@ class CondorGahp:
         response = await schedd.request("GET", "/v1/jobs", params=params)
         server_time = _server_time(response.headers.get("date"), self._clock)
         ads = await asyncio.to_thread(_one_line_ads, response.content, server_time)
-        return ("S", "NULL", str(len(ads)), *ads)
+        return condor.Statuses(tuple(ads)).fields()
 
     # ---- remove, hold, release --------------------------------------------------------------
 
@@ -286,10 +271,10 @@ class CondorGahp:
         try:
             answer = await schedd.json("POST", "/v1/jobs/act", json_body=body)
         except RemoteRefusal as err:
-            return ("F", _act_error(action, err))
+            return condor.Done(_act_error(action, err)).fields()
         if job_id not in (answer.get("jobs") or []):
-            return ("F", "Bad job status" if action == "Release" else "Already done")
-        return ("S", "NULL")
+            return condor.Done(_not_acted(action)).fields()
+        return _DONE
 
     # ---- updates and leases -----------------------------------------------------------------
 
@@ -299,7 +284,7 @@ class CondorGahp:
         moment (_update.py)."""
         attrs = _edit_attrs(_request_ad(call, 2))
         if not attrs:
-            return ("S", "NULL")
+            return _DONE
         schedd = await self._schedd(call)
         return await self.updates.update(schedd, call.args[1], attrs)
 
@@ -307,27 +292,26 @@ class CondorGahp:
         """CONDOR_JOB_UPDATE_CONSTRAINED: set the ad's attributes in the matching jobs."""
         attrs = _edit_attrs(_request_ad(call, 2))
         if not attrs:
-            return ("S", "NULL")
+            return _DONE
         schedd = await self._schedd(call)
         body = {"jobs": {"constraint": call.args[1]}, "attrs": attrs}
         try:
             await schedd.json("POST", "/v1/jobs/edit", json_body=body)
         except RemoteRefusal as err:
             if err.status == 404:
-                return ("F", "Job not found")
+                return condor.Done(condor.JOB_NOT_FOUND).fields()
             raise
-        return ("S", "NULL")
+        return _DONE
 
     async def update_lease(self, call: Call) -> Sequence[str]:
         """CONDOR_JOB_UPDATE_LEASE: JobLeaseExpiration of each job; the ids updated."""
-        pairs = call.args[2:]
-        leases = {pairs[i]: int(pairs[i + 1]) for i in range(0, len(pairs), 2)}
+        leases = dict(condor.Leases.of(call.args[1:]).leases)
         if not leases:
-            return ("S", "NULL", "NULL")
+            return condor.Renewed().fields()
         schedd = await self._schedd(call)
         answer = await schedd.json("POST", "/v1/jobs/lease", json_body={"leases": leases})
         updated = [str(job) for job in answer.get("jobs") or [] if str(job) in leases]
-        return ("S", "NULL", ",".join(updated) or "NULL")
+        return condor.Renewed(tuple(updated)).fields()
 
     # ---- sandboxes ----------------------------------------------------------------------------
 
@@ -351,7 +335,7 @@ class CondorGahp:
             item = StageIn(job_id, entries, sandbox.tar_size(entries))
             return await self.stage_ins.add(schedd.url, (schedd, item))
         except SandboxError as err:
-            return ("F", f"Error sending files to {schedd.what}: {err}")
+            return condor.Done(f"Error sending files to {schedd.what}: {err}").fields()
 
     async def _send_stage_ins(
         self, _: str, items: list[tuple[Endpoint, StageIn]]
@@ -381,9 +365,10 @@ class CondorGahp:
         try:
             data = await asyncio.to_thread(_read_proxy, path)
         except OSError as exc:
-            return ("F", f"{failed}: cannot read {path}: {exc.strerror or exc}")
+            return condor.Done(f"{failed}: cannot read {path}: {exc.strerror or exc}").fields()
         if data is None:
-            return ("F", f"{failed}: {path} is over {MAX_PROXY_BYTES} bytes: not a proxy")
+            too_big = f"{failed}: {path} is over {MAX_PROXY_BYTES} bytes: not a proxy"
+            return condor.Done(too_big).fields()
         try:
             await schedd.request(
                 "PUT",
@@ -392,8 +377,8 @@ class CondorGahp:
                 headers={"content-type": "application/x-pem-file"},
             )
         except RemoteRefusal as err:
-            return ("F", f"{failed}: {err}")
-        return ("S", "NULL")
+            return condor.Done(f"{failed}: {err}").fields()
+        return _DONE
 
 
 async def _put_input(schedd: Endpoint, item: StageIn, files: asyncio.Semaphore) -> Fields:
@@ -408,14 +393,15 @@ async def _put_input(schedd: Endpoint, item: StageIn, files: asyncio.Semaphore) 
         await schedd.upload(f"/v1/jobs/{item.job_id}/input", body, "application/x-tar")
     except RemoteRefusal as err:
         if err.status == 413:
-            return ("F", f"{INPUT_TOO_LARGE}{err.detail} (refused by {schedd.what})")
-        return ("F", f"Error sending files to {schedd.what}: {err}")
+            too_large = f"{condor.INPUT_TOO_LARGE}{err.detail} (refused by {schedd.what})"
+            return condor.Done(too_large).fields()
+        return condor.Done(f"Error sending files to {schedd.what}: {err}").fields()
     except SandboxError as err:
-        return ("F", f"Error sending files to {schedd.what}: {err}")
+        return condor.Done(f"Error sending files to {schedd.what}: {err}").fields()
     finally:
         if tar is not None:
             await sandbox.close_scratch(tar)
-    return ("S", "NULL")
+    return _DONE
 
 
 def _edit_attrs(ad: classad.ClassAd) -> dict[str, str]:
@@ -437,12 +423,17 @@ def _read_proxy(path: Path) -> bytes | None:
 def _act_error(action: str, err: RemoteRefusal) -> str:
     """HTCondor's words for an act-on-jobs failure (the grid manager matches some)."""
     if err.status == 404:
-        return "Job not found"
+        return condor.JOB_NOT_FOUND
     if err.status == 409:
-        return "Bad job status" if action == "Release" else "Already done"
+        return _not_acted(action)
     if err.status == 403 and err.error == "NotAuthorized":
-        return "Permission denied"
+        return condor.PERMISSION_DENIED
     return str(err)
+
+
+def _not_acted(action: str) -> str:
+    """HTCondor's words for a job its act left as it was."""
+    return condor.BAD_JOB_STATUS if action == "Release" else condor.ALREADY_DONE
 
 
 def _job_id_of(ad: classad.ClassAd) -> str:
@@ -575,15 +566,15 @@ def _check_refresh(args: Sequence[str]) -> None:
 
 
 _CHECKS: dict[str, Callable[[Sequence[str]], classad.ClassAd | None]] = {
-    "CONDOR_JOB_SUBMIT": lambda a: _check(a, (), (1,), ()),
-    "CONDOR_JOB_STAGE_IN": lambda a: _check(a, (), (1,), ()),
-    "CONDOR_JOB_STATUS_CONSTRAINED": lambda a: _check(a, (), (), (1,)),
-    "CONDOR_JOB_REMOVE": lambda a: _check(a, (1,), (), ()),
-    "CONDOR_JOB_HOLD": lambda a: _check(a, (1,), (), ()),
-    "CONDOR_JOB_RELEASE": lambda a: _check(a, (1,), (), ()),
-    "CONDOR_JOB_UPDATE": lambda a: _check(a, (1,), (2,), ()),
-    "CONDOR_JOB_UPDATE_CONSTRAINED": lambda a: _check(a, (), (2,), (1,)),
-    "CONDOR_JOB_STAGE_OUT": lambda a: _check(a, (1,), (), ()),
-    "CONDOR_JOB_REFRESH_PROXY": _check_refresh,
-    "CONDOR_JOB_UPDATE_LEASE": _check_lease,
+    condor.SUBMIT.name: lambda a: _check(a, (), (1,), ()),
+    condor.STAGE_IN.name: lambda a: _check(a, (), (1,), ()),
+    condor.STATUS.name: lambda a: _check(a, (), (), (1,)),
+    condor.REMOVE.name: lambda a: _check(a, (1,), (), ()),
+    condor.HOLD.name: lambda a: _check(a, (1,), (), ()),
+    condor.RELEASE.name: lambda a: _check(a, (1,), (), ()),
+    condor.UPDATE.name: lambda a: _check(a, (1,), (2,), ()),
+    condor.UPDATE_CONSTRAINED.name: lambda a: _check(a, (), (2,), (1,)),
+    condor.STAGE_OUT.name: lambda a: _check(a, (1,), (), ()),
+    condor.REFRESH_PROXY.name: _check_refresh,
+    condor.UPDATE_LEASE.name: _check_lease,
 }

@@ -15,9 +15,6 @@ from htgrid.backends.ec2._errors import Ec2Error, Ec2RequestError
 from htgrid.backends.ec2._requests import (
     CLIENT_TOKEN_TAG,
     BulkStart,
-    LaunchSpec,
-    SpotStart,
-    VmStart,
     bulk_start_kwargs,
     run_instances_kwargs,
     spot_kwargs,
@@ -30,6 +27,7 @@ from htgrid.backends.ec2._results import (
     instances_of,
     server_type,
 )
+from htgrid.gahp.commands.ec2 import LaunchSpec, SpotStart, VmStart
 
 __all__ = [
     "associate_address",

@@ -35,6 +35,7 @@ from botocore.exceptions import (  # type: ignore[import-untyped]
 from botocore.parsers import ResponseParserError  # type: ignore[import-untyped]
 
 from htgrid.errors import HTGridError
+from htgrid.gahp.commands import ec2
 
 __all__ = [
     "CAPACITY_CODES",
@@ -83,9 +84,6 @@ CAPACITY_CODES = frozenset(
     }
 )
 
-#: A transport failure: HTCondor's name, on which the grid manager pings the resource.
-E_CURL_IO = "E_CURL_IO"
-
 
 def is_transient(code: str, status: int = 0) -> bool:
     """Whether an EC2 error code (or HTTP status) means "try again later"."""
@@ -109,13 +107,10 @@ class Ec2Error(HTGridError):
         self.attempts = attempts
         label = label or code
         text = f"{label}: {message}" if message else label
-        if transient:
-            plural = "" if attempts == 1 else "s"
-            text = f"{text} (transient, {attempts} attempt{plural})"
-        self.message = text
+        self.message = ec2.transient_message(text, attempts) if transient else text
         super().__init__(text)
 
-    def fields(self, transport_code: str | None = None) -> tuple[str, str, str]:
+    def fields(self, transport_code: str | None = None) -> tuple[str, ...]:
         """The result fields after the request id: `1 <code> <message>`.
 
         `transport_code` replaces E_CURL_IO for commands whose request may have run
@@ -124,7 +119,7 @@ class Ec2Error(HTGridError):
         code = self.code
         if transport_code is not None and isinstance(self, Ec2TransportError):
             code = transport_code
-        return ("1", code, self.message)
+        return ec2.Failure(code, self.message).fields()
 
 
 class Ec2ServiceError(Ec2Error):
@@ -146,7 +141,7 @@ class Ec2ServiceError(Ec2Error):
 class Ec2TransportError(Ec2Error):
     """No usable answer came back (connection refused, timeout, garbage)."""
 
-    def __init__(self, message: str, *, code: str = E_CURL_IO, attempts: int = 1) -> None:
+    def __init__(self, message: str, *, code: str = ec2.E_CURL_IO, attempts: int = 1) -> None:
         super().__init__(code, message, transient=True, attempts=attempts)
 
 
@@ -169,7 +164,7 @@ def translate() -> Iterator[None]:
     except ResponseParserError as err:
         # A server answering something that is not EC2's XML (moto's 500 HTML pages).
         raise Ec2TransportError(
-            f"unreadable answer: {str(err)[:300]}", code="E_HTTP_RESPONSE_NOT_200"
+            f"unreadable answer: {str(err)[:300]}", code=ec2.E_HTTP_RESPONSE_NOT_200
         ) from err
     except (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError) as err:
         raise Ec2RequestError("E_FILE_IO", f"no credentials: {err}") from err
@@ -183,7 +178,7 @@ def _service_error(response: Any) -> Ec2ServiceError:
     error = response.get("Error") or {}
     meta = response.get("ResponseMetadata") or {}
     status = int(meta.get("HTTPStatusCode") or 0)
-    code = str(error.get("Code") or f"E_HTTP_RESPONSE_NOT_200 ({status})")
+    code = str(error.get("Code") or f"{ec2.E_HTTP_RESPONSE_NOT_200} ({status})")
     message = " ".join(str(error.get("Message") or "").split())
     attempts = int(meta.get("RetryAttempts") or 0) + 1
     return Ec2ServiceError(code, message, status=status, attempts=attempts)

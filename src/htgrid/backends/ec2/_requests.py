@@ -1,21 +1,14 @@
-"""EC2 GAHP request arguments, parsed into values, and the boto3 arguments they become.
+"""EC2 GAHP requests as the server reads them, and the boto3 arguments they become.
 
-Pure functions, no I/O. Positions follow HTCondor's EC2 GAHP (`amazonCommands.cpp`,
-`*::workerFunction`), counted here after the request id:
+Pure functions, no I/O. The requests the grid manager sends (EC2_VM_START, its spot
+variant, CREATE_TAGS) are `htgrid.gahp.commands.ec2`'s values, read here with their `of`;
+EC2_BULK_START (condor_annex's) and EC2_VM_STATUS_ALL's filter are read here:
 
-    EC2_VM_START  0 url 1 access-file 2 secret-file 3 ami 4 keypair 5 user-data
-                  6 user-data-file 7 instance-type 8 zone 9 subnet 10 private-ip
-                  11 client-token 12 block-device-mapping 13 iam-arn 14 iam-name
-                  15 max-count 16... sg-name* NULL sg-id* NULL (param-name value)* NULL
-    EC2_VM_START_SPOT  0-2 as above, 3 ami 4 spot-price 5 keypair 6 user-data
-                  7 user-data-file 8 instance-type 9 zone 10 subnet 11 private-ip
-                  12 client-token 13 iam-arn 14 iam-name 15... sg-name* NULL sg-id* NULL
     EC2_BULK_START  0-2, 3 client-token 4 spot-price 5 target-capacity 6 fleet-role
                   7 allocation-strategy 8 valid-until 9... launch-config-json* NULL
 
-`NULL` (any case) is an absent value and ends a list. Where HTCondor silently skips a
-malformed item (a block device mapping without a colon, a parameter without a value)
-so does this module.
+Where HTCondor silently skips a malformed item (a block device mapping without a colon, a
+parameter without a value) so does this module.
 """
 
 from __future__ import annotations
@@ -24,30 +17,24 @@ import base64
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from htgrid.backends.ec2._errors import Ec2RequestError
 from htgrid.gahp import unnull
+from htgrid.gahp.commands.ec2 import LaunchSpec, SpotStart, Target, VmStart, tag_pairs
 
 __all__ = [
     "CLIENT_TOKEN_TAG",
     "EXTRA_QUERY",
     "BulkStart",
-    "LaunchSpec",
-    "SpotStart",
-    "Target",
-    "VmStart",
     "bulk_start_kwargs",
     "launch_configuration",
     "parse_bulk_start",
-    "parse_spot_start",
-    "parse_tags",
     "parse_vm_start",
     "run_instances_kwargs",
     "spot_kwargs",
     "status_filters",
-    "target_of",
     "user_data_bytes",
 ]
 
@@ -61,55 +48,12 @@ _TOKENS = re.compile(r"[^,\s]+")
 _NULL = "NULL"
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
-    """The three arguments every request starts with."""
-
-    service_url: str
-    access_key_file: str
-    secret_key_file: str
-
-
-@dataclass(frozen=True, slots=True)
-class LaunchSpec:
-    """What an instance is started from: shared by on-demand and spot requests."""
-
-    ami: str
-    keypair: str | None = None
-    user_data: str | None = None
-    user_data_file: str | None = None
-    instance_type: str | None = None
-    availability_zone: str | None = None
-    subnet: str | None = None
-    private_ip: str | None = None
-    iam_profile_arn: str | None = None
-    iam_profile_name: str | None = None
-    security_groups: tuple[str, ...] = ()
-    security_group_ids: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class VmStart:
-    """EC2_VM_START."""
-
-    target: Target
-    spec: LaunchSpec
-    client_token: str | None = None
-    #: (virtual name, device name) pairs.
-    block_devices: tuple[tuple[str, str], ...] = ()
-    max_count: int = 1
-    #: Raw RunInstances query parameters (ec2_parameter_*), in order.
-    parameters: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class SpotStart:
-    """EC2_VM_START_SPOT."""
-
-    target: Target
-    spec: LaunchSpec
-    spot_price: str
-    client_token: str | None = None
+def parse_vm_start(args: Sequence[str]) -> VmStart:
+    """EC2_VM_START's arguments (at least 19 after the request id)."""
+    try:
+        return VmStart.of(args)
+    except ValueError as err:
+        raise Ec2RequestError("GAHPERROR", str(err)) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,119 +71,6 @@ class BulkStart:
     launch_specs: tuple[Mapping[str, Any], ...]
 
 
-def target_of(args: Sequence[str]) -> Target:
-    """The common arguments (the server has checked there are at least three)."""
-    return Target(args[0], args[1], args[2])
-
-
-def _opt(args: Sequence[str], index: int) -> str | None:
-    return unnull(args[index]) if index < len(args) else None
-
-
-def _lists(args: Sequence[str], count: int) -> list[list[str]]:
-    """`count` NULL-terminated lists; extra NULLs at the end are ignored."""
-    lists: list[list[str]] = [[] for _ in range(count)]
-    which = 0
-    for arg in args:
-        if arg.upper() == _NULL:
-            which += 1
-        elif which < count:
-            lists[which].append(arg)
-    return lists
-
-
-def parse_vm_start(args: Sequence[str]) -> VmStart:
-    """EC2_VM_START's arguments (at least 19 after the request id)."""
-    spec = LaunchSpec(
-        ami=args[3],
-        keypair=_opt(args, 4),
-        user_data=_opt(args, 5),
-        user_data_file=_opt(args, 6),
-        instance_type=_opt(args, 7),
-        availability_zone=_opt(args, 8),
-        subnet=_opt(args, 9),
-        private_ip=_opt(args, 10),
-        iam_profile_arn=_opt(args, 13),
-        iam_profile_name=_opt(args, 14),
-    )
-    max_count = 1
-    count_arg = _opt(args, 15)
-    if count_arg is not None:
-        if not count_arg.isdigit() or int(count_arg) < 1:
-            raise Ec2RequestError("GAHPERROR", f"Bad max count {count_arg!r}")
-        max_count = int(count_arg)
-    groups, group_ids, parameters = _start_lists(args[16:])
-    spec = replace(spec, security_groups=tuple(groups), security_group_ids=tuple(group_ids))
-    return VmStart(
-        target=target_of(args),
-        spec=spec,
-        client_token=_opt(args, 11),
-        block_devices=_block_devices(_opt(args, 12)),
-        max_count=max_count,
-        parameters=tuple(parameters),
-    )
-
-
-def _start_lists(
-    args: Sequence[str],
-) -> tuple[list[str], list[str], list[tuple[str, str]]]:
-    """Security group names, ids and (name, value) parameters, as HTCondor reads them.
-
-    In the parameter list a value is taken as is, even the word NULL; a name without a
-    value is dropped.
-    """
-    groups: list[str] = []
-    group_ids: list[str] = []
-    parameters: list[tuple[str, str]] = []
-    which = 0
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg.upper() == _NULL:
-            which += 1
-        elif which == 0:
-            groups.append(arg)
-        elif which == 1:
-            group_ids.append(arg)
-        elif which == 2 and i + 1 < len(args):
-            parameters.append((arg, args[i + 1]))
-            i += 1
-        i += 1
-    return groups, group_ids, parameters
-
-
-def _block_devices(text: str | None) -> tuple[tuple[str, str], ...]:
-    """`virtual:device` pairs separated by commas or spaces; others are skipped."""
-    if not text:
-        return ()
-    pairs = []
-    for item in _TOKENS.findall(text):
-        parts = item.split(":")
-        if len(parts) == 2 and all(parts):
-            pairs.append((parts[0], parts[1]))
-    return tuple(pairs)
-
-
-def parse_spot_start(args: Sequence[str]) -> SpotStart:
-    """EC2_VM_START_SPOT's arguments (at least 17 after the request id)."""
-    groups, group_ids = _lists(args[15:], 2)
-    spec = LaunchSpec(
-        ami=args[3],
-        keypair=_opt(args, 5),
-        user_data=_opt(args, 6),
-        user_data_file=_opt(args, 7),
-        instance_type=_opt(args, 8),
-        availability_zone=_opt(args, 9),
-        subnet=_opt(args, 10),
-        private_ip=_opt(args, 11),
-        iam_profile_arn=_opt(args, 13),
-        iam_profile_name=_opt(args, 14),
-        security_groups=tuple(groups),
-        security_group_ids=tuple(group_ids),
-    )
-    return SpotStart(target_of(args), spec, spot_price=args[4], client_token=_opt(args, 12))
-
-
 def status_filters(args: Sequence[str]) -> list[dict[str, Any]]:
     """EC2_VM_STATUS_ALL's optional `<filter-name> <filter-value>` as boto3 Filters.
 
@@ -252,17 +83,6 @@ def status_filters(args: Sequence[str]) -> list[dict[str, Any]]:
     if name == "client-token":
         name = f"tag:{CLIENT_TOKEN_TAG}"
     return [{"Name": name, "Values": [value]}]
-
-
-def parse_tags(args: Sequence[str]) -> list[tuple[str, str]]:
-    """`name=value` arguments up to a NULL; a name without `=` gets an empty value."""
-    tags = []
-    for arg in args:
-        if arg.upper() == _NULL:
-            break
-        name, _, value = arg.partition("=")
-        tags.append((name, value))
-    return tags
 
 
 def user_data_bytes(spec: LaunchSpec, file_contents: bytes | None) -> bytes | None:
@@ -367,9 +187,9 @@ def parse_bulk_start(args: Sequence[str]) -> BulkStart:
     if not specs:
         raise Ec2RequestError("E_BAD_LAUNCH_CONFIGURATION", "No launch configuration given.")
     return BulkStart(
-        target=target_of(args),
-        client_token=_opt(args, 3),
-        spot_price=_opt(args, 4),
+        target=Target.of(args),
+        client_token=unnull(args[3]),
+        spot_price=unnull(args[4]),
         target_capacity=int(capacity),
         fleet_role=args[6],
         allocation_strategy=args[7],
@@ -412,7 +232,7 @@ def launch_configuration(blob: str, index: int = 1) -> dict[str, Any]:
         spec["TagSpecifications"] = [
             {
                 "ResourceType": "instance",
-                "Tags": [{"Key": key, "Value": value} for key, value in parse_tags(tags)],
+                "Tags": [{"Key": key, "Value": value} for key, value in tag_pairs(tags)],
             }
         ]
     groups = [{"GroupName": name} for name in _TOKENS.findall(conf.get("SecurityGroupNames", ""))]

@@ -1,16 +1,13 @@
 """EC2 answers (boto3's parsed responses) as the EC2 GAHP's result fields. Pure functions.
 
-Field lists, as HTCondor's EC2 GAHP writes them and its grid manager reads them
-(`amazonCommands.cpp`, `ec2-gahp-client.cpp`); unset values are `NULL`:
+What the grid manager reads (EC2_VM_STATUS_ALL's 8 fields an instance, the spot status's
+5 a request) is written with `htgrid.gahp.commands.ec2`'s InstanceStatus and SpotStatus;
+unset values are `NULL`. The others, which no htgrid client reads, as HTCondor's EC2 GAHP
+writes them (`amazonCommands.cpp`):
 
-    EC2_VM_STATUS_ALL       per instance, 8 fields: <instance-id> <state> <client-token>
-                            <keypair> <state-reason-code> <public-dns>
-                            <spot-fleet-request-id> <annex-name>
     EC2_VM_STATUS           per instance: <instance-id> <state> <ami> <state-reason-code>,
                             and when running also <public-dns> <private-dns> <keypair>
                             <group-id>... (or one NULL)
-    EC2_VM_STATUS[_ALL]_SPOT  per request, 5 fields: <request-id> <state> <launch-group>
-                            <instance-id> <status-code>
     EC2_BULK_QUERY          per fleet, 3 fields: <fleet-request-id> <create-time> <client-token>
 """
 
@@ -22,6 +19,7 @@ from typing import Any
 
 from htgrid.backends.ec2._requests import CLIENT_TOKEN_TAG
 from htgrid.gahp import null
+from htgrid.gahp.commands import ec2
 
 __all__ = [
     "ANNEX_TAG",
@@ -75,16 +73,17 @@ def status_all_fields(instances: Iterable[Json]) -> list[str]:
     fields: list[str] = []
     for instance in instances:
         tags = _tags(instance)
-        fields += [
+        status = ec2.InstanceStatus(
             str(instance["InstanceId"]),
-            null(_state(instance)),
-            null(client_token_of(instance)),
-            null(instance.get("KeyName")),
-            null(_reason(instance)),
-            null(instance.get("PublicDnsName")),
-            null(tags.get(FLEET_TAG)),
-            null(tags.get(ANNEX_TAG)),
-        ]
+            _state(instance),
+            client_token_of(instance) or None,
+            instance.get("KeyName") or None,
+            _reason(instance) or None,
+            instance.get("PublicDnsName") or None,
+            tags.get(FLEET_TAG) or None,
+            tags.get(ANNEX_TAG) or None,
+        )
+        fields += status.fields()
     return fields
 
 
@@ -115,13 +114,14 @@ def spot_fields(requests: Iterable[Json]) -> list[str]:
     """
     fields: list[str] = []
     for request in requests:
-        fields += [
+        status = ec2.SpotStatus(
             str(request["SpotInstanceRequestId"]),
             str(request.get("State") or ""),
-            null(request.get("LaunchGroup")),
-            null(request.get("InstanceId")),
-            null((request.get("Status") or {}).get("Code")),
-        ]
+            request.get("LaunchGroup") or None,
+            request.get("InstanceId") or None,
+            (request.get("Status") or {}).get("Code") or None,
+        )
+        fields += status.fields()
     return fields
 
 

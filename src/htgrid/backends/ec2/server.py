@@ -1,29 +1,8 @@
 """The EC2 GAHP server: HTCondor's EC2 GAHP commands, answered with boto3.
 
-Every request is `CMD <id> <service-url> <access-key-file> <secret-key-file> ...`; every
-result is `<id> 0 ...` or `<id> 1 <error-code> <error-message>` (see `_errors`).
-
-    EC2_VM_START <16 fixed args> <sg-name>* NULL <sg-id>* NULL (<param> <value>)* NULL
-                                                  -> 0 <instance-id>+
-    EC2_VM_STOP <instance-id>+                    -> 0
-    EC2_VM_STATUS <instance-id>                   -> 0 [<id> <state> <ami> <reason> ...]
-    EC2_VM_STATUS_ALL [<filter-name> <value>]     -> 0 (<id> <state> <client-token> <keypair>
-                                                     <reason> <dns> <fleet-id> <annex>)*
-    EC2_VM_SERVER_TYPE                            -> 0 Amazon|OpenStack|Nimbus|Eucalyptus|Unknown
-    EC2_VM_CREATE_KEYPAIR <name> <private-key-file>  -> 0
-    EC2_VM_DESTROY_KEYPAIR <name>                 -> 0
-    EC2_VM_ASSOCIATE_ADDRESS <instance-id> <ip[:allocation-id]>  -> 0
-    EC2_VM_ATTACH_VOLUME <volume-id> <instance-id> <device>      -> 0
-    EC2_VM_CREATE_TAGS <resource-id> <name>=<value>* NULL        -> 0
-    EC2_VM_START_SPOT <13 fixed args> <sg-name>* NULL <sg-id>* NULL  -> 0 <spot-request-id>
-    EC2_VM_STOP_SPOT <spot-request-id>            -> 0
-    EC2_VM_STATUS_SPOT <spot-request-id>          -> 0 (<sir> <state> <launch-group>
-    EC2_VM_STATUS_ALL_SPOT                        -> 0  <instance-id> <status-code>)*
-    EC2_BULK_START <token> <price> <capacity> <role> <strategy> <valid-until> <json>+ NULL
-                                                  -> 0 <spot-fleet-request-id>
-    EC2_BULK_STOP <spot-fleet-request-id>         -> 0
-    EC2_BULK_QUERY                                -> 0 (<fleet-id> <create-time> <token>)*
-    STATISTICS (synchronous)                      -> S <requests> <distinct> <throttled> 0
+The commands, their arguments and result lines are `htgrid.gahp.commands.ec2`'s, which
+the grid manager writes and reads with the same values; STATISTICS (synchronous) answers
+`S <requests> <distinct> <throttled> 0`.
 
 EC2_VM_START is idempotent per client token: the token goes to RunInstances as ClientToken
 and onto the instance as the tag htcondor:ClientToken, and before starting, the GAHP looks
@@ -50,15 +29,7 @@ from htgrid.backends.ec2._account import KeyFiles
 from htgrid.backends.ec2._aws import ClientPool, ClientSettings, Counters, Spacer, Workers
 from htgrid.backends.ec2._errors import Ec2Error, translate
 from htgrid.backends.ec2._lookup import Batcher
-from htgrid.backends.ec2._requests import (
-    Target,
-    parse_bulk_start,
-    parse_spot_start,
-    parse_tags,
-    parse_vm_start,
-    status_filters,
-    target_of,
-)
+from htgrid.backends.ec2._requests import parse_bulk_start, parse_vm_start, status_filters
 from htgrid.backends.ec2._results import (
     bulk_query_fields,
     spot_fields,
@@ -75,6 +46,8 @@ from htgrid.gahp import (
     SystemClock,
     decode_request,
 )
+from htgrid.gahp.commands import Spec, ec2
+from htgrid.gahp.commands.ec2 import Target
 
 __all__ = ["VERSION", "Ec2Gahp", "Ec2Options"]
 
@@ -84,6 +57,8 @@ VERSION = GahpVersion(__version__, datetime.date(2026, 11, 21), "htgrid EC2 GAHP
 
 _T = TypeVar("_T")
 Handler = Callable[[Call], Coroutine[Any, Any, Sequence[str]]]
+
+_DONE = ec2.Done().fields()
 
 # Worker groups: starts, stops and status questions never wait for each other's threads.
 START, STOP, STATUS, LOOKUP = "start", "stop", "status", "lookup"
@@ -131,35 +106,33 @@ class Ec2Gahp:
 
     def server(self) -> GahpServer:
         """A GahpServer serving this GAHP's commands (and STATISTICS)."""
-        table: list[tuple[str, int, Handler, bool, str | None]] = [
-            ("EC2_VM_START", 19, self.vm_start, True, "NEED_CHECK_VM_START"),
-            ("EC2_VM_STOP", 4, self.vm_stop, True, None),
-            ("EC2_VM_STATUS", 4, self.vm_status, False, None),
-            ("EC2_VM_STATUS_ALL", 3, self.vm_status_all, True, None),
-            ("EC2_VM_SERVER_TYPE", 3, self.server_type, False, None),
-            ("EC2_VM_CREATE_KEYPAIR", 5, self.create_keypair, False, "NEED_CHECK_SSHKEY"),
-            ("EC2_VM_DESTROY_KEYPAIR", 4, self.destroy_keypair, False, None),
-            ("EC2_VM_ASSOCIATE_ADDRESS", 5, self.associate_address, False, None),
-            ("EC2_VM_ATTACH_VOLUME", 6, self.attach_volume, False, None),
-            ("EC2_VM_CREATE_TAGS", 5, self.create_tags, True, None),
-            ("EC2_VM_START_SPOT", 17, self.spot_start, True, "NEED_CHECK_VM_START"),
-            ("EC2_VM_STOP_SPOT", 4, self.spot_stop, True, None),
-            ("EC2_VM_STATUS_SPOT", 4, self.spot_status, False, None),
-            ("EC2_VM_STATUS_ALL_SPOT", 3, self.spot_status_all, True, None),
-            ("EC2_BULK_START", 11, self.bulk_start, True, "NEED_CHECK_BULK_START"),
-            ("EC2_BULK_STOP", 4, self.bulk_stop, True, "NEED_CHECK_BULK_STOP"),
-            ("EC2_BULK_QUERY", 3, self.bulk_query, True, None),
+        start_check = ec2.NEED_CHECK_VM_START
+        table: list[tuple[Spec, Handler, str | None]] = [
+            (ec2.VM_START, self.vm_start, start_check),
+            (ec2.VM_STOP, self.vm_stop, None),
+            (ec2.VM_STATUS, self.vm_status, None),
+            (ec2.VM_STATUS_ALL, self.vm_status_all, None),
+            (ec2.VM_SERVER_TYPE, self.server_type, None),
+            (ec2.VM_CREATE_KEYPAIR, self.create_keypair, "NEED_CHECK_SSHKEY"),
+            (ec2.VM_DESTROY_KEYPAIR, self.destroy_keypair, None),
+            (ec2.VM_ASSOCIATE_ADDRESS, self.associate_address, None),
+            (ec2.VM_ATTACH_VOLUME, self.attach_volume, None),
+            (ec2.VM_CREATE_TAGS, self.create_tags, None),
+            (ec2.VM_START_SPOT, self.spot_start, start_check),
+            (ec2.VM_STOP_SPOT, self.spot_stop, None),
+            (ec2.VM_STATUS_SPOT, self.spot_status, None),
+            (ec2.VM_STATUS_ALL_SPOT, self.spot_status_all, None),
+            (ec2.BULK_START, self.bulk_start, "NEED_CHECK_BULK_START"),
+            (ec2.BULK_STOP, self.bulk_stop, "NEED_CHECK_BULK_STOP"),
+            (ec2.BULK_QUERY, self.bulk_query, None),
         ]
         commands = [
-            Command(
-                name,
-                params,
+            spec.command(
                 _reporting(handler, transport),
                 self.options.accept_limit,
-                variadic=variadic,
-                on_error=lambda reason: ("1", "E_INTERNAL", reason),
+                on_error=lambda reason: ec2.Failure("E_INTERNAL", reason).fields(),
             )
-            for name, params, handler, variadic, transport in table
+            for spec, handler, transport in table
         ]
         return _Ec2Server(VERSION, commands, self.counters)
 
@@ -194,14 +167,18 @@ class Ec2Gahp:
         request = parse_vm_start(call.args)
         token = request.client_token
         if token is None:
-            return ("0", *await self._aws(START, request.target, calls.run_instances, request))
+            return await self._run(request)
         async with self._lock((request.target, token)):
             fetch = functools.partial(self._find_tokens, request.target)
             existing = await self._tokens.find(request.target, token, fetch)
             if existing:
                 log.info("client token %s already started %s", token, " ".join(existing))
-                return ("0", *existing)
-            return ("0", *await self._aws(START, request.target, calls.run_instances, request))
+                return ec2.Done(tuple(existing)).fields()
+            return await self._run(request)
+
+    async def _run(self, request: ec2.VmStart) -> Sequence[str]:
+        ids = await self._aws(START, request.target, calls.run_instances, request)
+        return ec2.Done(tuple(ids)).fields()
 
     async def _find_tokens(self, target: Target, tokens: Sequence[str]) -> Mapping[str, list[str]]:
         return await self._aws(LOOKUP, target, calls.find_by_tokens, tokens)
@@ -209,101 +186,107 @@ class Ec2Gahp:
     async def vm_stop(self, call: Call) -> Sequence[str]:
         """EC2_VM_STOP: TerminateInstances."""
         ids = [arg for arg in call.args[3:] if arg.upper() != "NULL"]
-        await self._aws(STOP, target_of(call.args), calls.terminate, ids)
-        return ("0",)
+        await self._aws(STOP, ec2.Target.of(call.args), calls.terminate, ids)
+        return _DONE
 
     async def vm_status(self, call: Call) -> Sequence[str]:
         """EC2_VM_STATUS (deprecated): one instance, by a filtered DescribeInstances."""
         instance_id = call.args[3]
         filters = [{"Name": "instance-id", "Values": [instance_id]}]
-        found = await self._aws(STATUS, target_of(call.args), calls.describe_instances, filters)
-        return ("0", *status_fields(found, instance_id))
+        found = await self._aws(STATUS, ec2.Target.of(call.args), calls.describe_instances, filters)
+        return ec2.Done(tuple(status_fields(found, instance_id))).fields()
 
     async def vm_status_all(self, call: Call) -> Sequence[str]:
         """EC2_VM_STATUS_ALL: every instance, from one DescribeInstances."""
         filters = status_filters(call.args)
-        found = await self._aws(STATUS, target_of(call.args), calls.describe_instances, filters)
-        return ("0", *status_all_fields(found))
+        found = await self._aws(STATUS, ec2.Target.of(call.args), calls.describe_instances, filters)
+        return ec2.Done(tuple(status_all_fields(found))).fields()
 
     async def server_type(self, call: Call) -> Sequence[str]:
         """EC2_VM_SERVER_TYPE (the grid manager's ping)."""
-        return ("0", await self._aws(STATUS, target_of(call.args), calls.query_server_type))
+        kind = await self._aws(STATUS, ec2.Target.of(call.args), calls.query_server_type)
+        return ec2.Done((kind,)).fields()
 
     async def create_keypair(self, call: Call) -> Sequence[str]:
         """EC2_VM_CREATE_KEYPAIR: CreateKeyPair, private key written to a file."""
         name, output = call.args[3], call.args[4]
-        await self._aws(START, target_of(call.args), calls.create_key_pair, name, output)
-        return ("0",)
+        await self._aws(START, ec2.Target.of(call.args), calls.create_key_pair, name, output)
+        return _DONE
 
     async def destroy_keypair(self, call: Call) -> Sequence[str]:
         """EC2_VM_DESTROY_KEYPAIR: DeleteKeyPair."""
-        await self._aws(STOP, target_of(call.args), calls.delete_key_pair, call.args[3])
-        return ("0",)
+        await self._aws(STOP, ec2.Target.of(call.args), calls.delete_key_pair, call.args[3])
+        return _DONE
 
     async def associate_address(self, call: Call) -> Sequence[str]:
         """EC2_VM_ASSOCIATE_ADDRESS: AssociateAddress."""
         args = call.args
-        await self._aws(STOP, target_of(args), calls.associate_address, args[3], args[4])
-        return ("0",)
+        await self._aws(STOP, ec2.Target.of(args), calls.associate_address, args[3], args[4])
+        return _DONE
 
     async def attach_volume(self, call: Call) -> Sequence[str]:
         """EC2_VM_ATTACH_VOLUME: AttachVolume."""
         args = call.args
-        await self._aws(STOP, target_of(args), calls.attach_volume, args[3], args[4], args[5])
-        return ("0",)
+        await self._aws(STOP, ec2.Target.of(args), calls.attach_volume, args[3], args[4], args[5])
+        return _DONE
 
     async def create_tags(self, call: Call) -> Sequence[str]:
         """EC2_VM_CREATE_TAGS: CreateTags on one resource."""
-        args = call.args
-        tags = parse_tags(args[4:])
-        await self._aws(STOP, target_of(args), calls.create_tags, args[3], tags)
-        return ("0",)
+        request = ec2.CreateTags.of(call.args)
+        tags = list(request.tags)
+        await self._aws(STOP, request.target, calls.create_tags, request.resource_id, tags)
+        return _DONE
 
     # ---- spot instances -------------------------------------------------------------------------
 
     async def spot_start(self, call: Call) -> Sequence[str]:
         """EC2_VM_START_SPOT: RequestSpotInstances, unless the token has a live request."""
-        request = parse_spot_start(call.args)
+        request = ec2.SpotStart.of(call.args)
         token = request.client_token
         if token is None:
-            return ("0", await self._aws(START, request.target, calls.request_spot, request))
+            return await self._request_spot(request)
         async with self._lock((request.target, "spot " + token)):
             existing = await self._aws(LOOKUP, request.target, calls.find_spot_request, token)
             if existing is not None:
-                return ("0", existing)
-            return ("0", await self._aws(START, request.target, calls.request_spot, request))
+                return ec2.Done((existing,)).fields()
+            return await self._request_spot(request)
+
+    async def _request_spot(self, request: ec2.SpotStart) -> Sequence[str]:
+        request_id = await self._aws(START, request.target, calls.request_spot, request)
+        return ec2.Done((request_id,)).fields()
 
     async def spot_stop(self, call: Call) -> Sequence[str]:
         """EC2_VM_STOP_SPOT: CancelSpotInstanceRequests."""
-        await self._aws(STOP, target_of(call.args), calls.cancel_spot, call.args[3])
-        return ("0",)
+        await self._aws(STOP, ec2.Target.of(call.args), calls.cancel_spot, call.args[3])
+        return _DONE
 
     async def spot_status(self, call: Call) -> Sequence[str]:
         """EC2_VM_STATUS_SPOT (deprecated): one spot instance request."""
-        found = await self._aws(STATUS, target_of(call.args), calls.describe_spot, call.args[3])
-        return ("0", *spot_fields(found))
+        found = await self._aws(STATUS, ec2.Target.of(call.args), calls.describe_spot, call.args[3])
+        return ec2.Done(tuple(spot_fields(found))).fields()
 
     async def spot_status_all(self, call: Call) -> Sequence[str]:
         """EC2_VM_STATUS_ALL_SPOT: every spot instance request, from one call."""
-        found = await self._aws(STATUS, target_of(call.args), calls.describe_spot)
-        return ("0", *spot_fields(found))
+        found = await self._aws(STATUS, ec2.Target.of(call.args), calls.describe_spot)
+        return ec2.Done(tuple(spot_fields(found))).fields()
 
     # ---- spot fleets ----------------------------------------------------------------------------
 
     async def bulk_start(self, call: Call) -> Sequence[str]:
         """EC2_BULK_START: RequestSpotFleet."""
         request = parse_bulk_start(call.args)
-        return ("0", await self._aws(START, request.target, calls.request_fleet, request))
+        fleet_id = await self._aws(START, request.target, calls.request_fleet, request)
+        return ec2.Done((fleet_id,)).fields()
 
     async def bulk_stop(self, call: Call) -> Sequence[str]:
         """EC2_BULK_STOP: CancelSpotFleetRequests, terminating its instances."""
-        await self._aws(STOP, target_of(call.args), calls.cancel_fleet, call.args[3])
-        return ("0",)
+        await self._aws(STOP, ec2.Target.of(call.args), calls.cancel_fleet, call.args[3])
+        return _DONE
 
     async def bulk_query(self, call: Call) -> Sequence[str]:
         """EC2_BULK_QUERY: DescribeSpotFleetRequests."""
-        found = await self._aws(STATUS, target_of(call.args), calls.describe_fleets)
-        return ("0", *bulk_query_fields(found))
+        found = await self._aws(STATUS, ec2.Target.of(call.args), calls.describe_fleets)
+        return ec2.Done(tuple(bulk_query_fields(found))).fields()
 
 
 def _reporting(handler: Handler, transport_code: str | None) -> Handler:

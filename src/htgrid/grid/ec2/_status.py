@@ -7,7 +7,7 @@ its public DNS name into EC2RemoteVirtualMachineName and its state reason into
 EC2StatusReasonCode. `running` makes the job Running (001); an instance that ends on its
 own (terminated, shutting-down, stopped) is the job's normal end; one ended by the
 provider (a Server.* state reason) is held with that reason. The actions of the other
-states are `Ec2Job`'s (`_ec2`).
+states are `Ec2Job`'s (`_job`).
 """
 
 from __future__ import annotations
@@ -17,16 +17,17 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from htgrid.classad import ClassAd
-from htgrid.gahp import GahpRequestRefused, GahpServerExited, GahpTimeout, LocalGahpError
-from htgrid.grid._ec2_args import post_start_requests
-from htgrid.grid._ec2_resource import Ec2Resource, Ec2Status, GahpFailure
-from htgrid.grid._ec2_table import INITIAL, Ec2Event, Ec2State
-from htgrid.grid._errors import GahpUnavailable
-from htgrid.grid._gridids import Ec2JobId
-from htgrid.grid._job import GridJob, Services
+from htgrid.gahp.commands import Spec, ec2
+from htgrid.grid._errors import NO_ANSWER
+from htgrid.grid._job import GridJob, Words
 from htgrid.grid._queueio import UNDEFINED
+from htgrid.grid._task import Services
 from htgrid.grid._values import as_str
-from htgrid.queue import HoldReasonCode, InvalidTransition, JobId, JobStatus
+from htgrid.grid.ec2._args import post_start_requests
+from htgrid.grid.ec2._ids import Ec2JobId
+from htgrid.grid.ec2._resource import Ec2Resource
+from htgrid.grid.ec2._table import TABLE, Ec2Event, Ec2State
+from htgrid.queue import HoldReasonCode, JobId
 
 __all__ = ["REASONS", "Ec2Instance"]
 
@@ -34,7 +35,6 @@ log = logging.getLogger("htgrid.grid")
 
 _S = Ec2State
 _E = Ec2Event
-NO_ANSWER = (GahpServerExited, GahpTimeout, GahpRequestRefused, GahpUnavailable)
 # States after which the instance has run: the job is Running.
 _HAS_RUN = frozenset({"running", "shutting-down", "terminated", "stopping", "stopped", "shutoff"})
 _ENDED = frozenset({"terminated", "shutting-down"})
@@ -56,10 +56,11 @@ REASONS: Mapping[str, str] = {
 class Ec2Instance(GridJob[Ec2State, Ec2Event]):
     """An ec2 job's instance as the polls show it; `Ec2Job` adds the other actions."""
 
-    events = Ec2Event
+    table = TABLE
+    words = Words("start", slots="instances")
 
     def __init__(self, job_id: JobId, ad: ClassAd, resource: Ec2Resource, services: Services):
-        super().__init__(job_id, ad, resource, services, INITIAL)
+        super().__init__(job_id, ad, resource, services)
         self.ec2 = resource
         self.grid_id = Ec2JobId.parse(ad.get("GridJobId"))
         self.access = as_str(ad.get("EC2AccessKeyId")) or ""
@@ -71,15 +72,12 @@ class Ec2Instance(GridJob[Ec2State, Ec2Event]):
         self.reason_code = as_str(ad.get("EC2StatusReasonCode")) or None
         # An instance some poll has shown: its disappearance is its end, not a lost start.
         self.seen = self.remote_state is not None
-        self.last_error: str | None = None
-        self._status: Ec2Status | None = None
+        self._status: ec2.InstanceStatus | None = None
         self._asked = 0.0
-        self._fresh = False
         self._completion = False  # the VM stopped itself: terminate it, then complete
         self._attached = self.remote_state == "running"
         self._since = 0.0  # answers to polls asked before this say nothing new
-        self._grace_due = True
-        self.start_failures = self.cancel_failures = self.unknown_polls = 0
+        self.unknown_polls = 0
 
     # ---- what the resource reads --------------------------------------------------------
 
@@ -98,20 +96,24 @@ class Ec2Instance(GridJob[Ec2State, Ec2Event]):
     def wants_status(self) -> bool:
         return self.grid_id is not None and self.state in (_S.SUBMITTED, _S.SEEK, _S.CANCEL_CHECK)
 
-    def remote_status(self, status: Ec2Status | None, asked: float) -> None:
+    def remote_status(self, status: ec2.InstanceStatus | None, asked: float) -> None:
         """A status poll's answer for this job (None: its instance is not there)."""
-        self.remote_status_seen()
-        self._status, self._asked, self._fresh = status, asked, True
-        self.wake()
+        self._status, self._asked = status, asked
+        self._heard()
 
     # ---- helpers --------------------------------------------------------------------------
 
     @property
-    def _target(self) -> list[str]:
-        return [self.ec2.service_url, self.access, self.secret]
+    def _target(self) -> ec2.Target:
+        return ec2.Target(self.ec2.service_url, self.access, self.secret)
 
-    def _will_hold(self, reason: str, code: HoldReasonCode, subcode: int) -> None:
-        self._hold = (reason, int(code), subcode)
+    async def _call(self, command: Spec, *args: str) -> ec2.Done | ec2.Failure:
+        """A request's answer; a failure, E_GAHP, when the GAHP gave none."""
+        try:
+            fields = await self.resource.call(command, *args)
+        except NO_ANSWER as err:
+            return ec2.Failure("E_GAHP", str(err))
+        return ec2.Done.of(fields, command)
 
     def _instance_live(self) -> bool:
         return self.instance_id is not None and self.remote_state not in ("terminated", None)
@@ -130,17 +132,8 @@ class Ec2Instance(GridJob[Ec2State, Ec2Event]):
 
     # ---- SUBMITTED: the status polls' answers ---------------------------------------------
 
-    async def _submitted(self) -> Ec2Event:
-        while True:
-            stop = self._stopped()
-            if stop is not None:
-                return stop
-            if self._fresh:
-                self._fresh = False
-                return await self._on_status(self._status) or _E.STATUS
-            await self.wait()
-
-    async def _on_status(self, status: Ec2Status | None) -> Ec2Event | None:
+    async def _on_remote_status(self) -> Ec2Event | None:
+        status = self._status
         if status is None:
             if self.seen:
                 # Gone from the listing after it was seen: purged, i.e. terminated.
@@ -158,13 +151,8 @@ class Ec2Instance(GridJob[Ec2State, Ec2Event]):
         self.seen = True
         self.unknown_polls = 0
         await self._mirror(status)
-        if status.state in _HAS_RUN and self.status is JobStatus.IDLE:
-            try:
-                await self.io.started(self.job_id)
-                self.status = JobStatus.RUNNING
-            except InvalidTransition:
-                await self._refresh_status()  # held or removed meanwhile: the loop sees it
-                return None
+        if not await self._mirror_run(running=status.state in _HAS_RUN):
+            return None
         if status.state == "running" and not self._attached:
             self._attached = True
             await self._post_start()
@@ -175,13 +163,13 @@ class Ec2Instance(GridJob[Ec2State, Ec2Event]):
             return _E.VM_STOPPED
         return None
 
-    async def _mirror(self, status: Ec2Status) -> None:
+    async def _mirror(self, status: ec2.InstanceStatus) -> None:
         """GridJobStatus, EC2RemoteVirtualMachineName, EC2StatusReasonCode: what changed."""
         attrs: dict[str, Any] = {}
         if status.state != self.remote_state:
             self.remote_state = status.state
             attrs["GridJobStatus"] = status.state
-            attrs["LastRemoteStatusUpdate"] = int(status.asked)
+            attrs["LastRemoteStatusUpdate"] = int(self._asked)
         if status.public_dns and status.public_dns != self.public_dns:
             self.public_dns = status.public_dns
             attrs["EC2RemoteVirtualMachineName"] = status.public_dns
@@ -208,10 +196,6 @@ class Ec2Instance(GridJob[Ec2State, Ec2Event]):
         """Tags, elastic IP, volumes once the instance runs; failures are only logged."""
         assert self.instance_id is not None
         for command, args in post_start_requests(self.ad, self._target, self.instance_id):
-            try:
-                fields = await self.resource.call(command, *args)
-            except (*NO_ANSWER, LocalGahpError) as err:
-                fields = ("1", "E_GAHP", str(err))
-            if fields[:1] != ("0",):
-                failure = GahpFailure.of(fields, command)
-                log.warning("job %s: %s failed: %s", self.job_id, command, failure.message)
+            answer = await self._call(command, *args)
+            if isinstance(answer, ec2.Failure):
+                log.warning("job %s: %s failed: %s", self.job_id, command.name, answer.message)

@@ -30,15 +30,20 @@ import functools
 import hashlib
 import logging
 import re
-from collections.abc import Sequence
-from typing import Protocol, cast
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from htgrid.gahp import GahpError, GahpRequestRefused
-from htgrid.grid._condor_ad import CondorJobId, RemoteJob
+from htgrid.gahp.commands import Spec, condor
 from htgrid.grid._errors import GahpUnavailable, GridError
 from htgrid.grid._gahps import GahpHandle
-from htgrid.grid._job import Services
-from htgrid.grid._resource import AnyJob, Resource
+from htgrid.grid._resource import Resource
+from htgrid.grid._task import Services
+from htgrid.grid.condor._ad import RemoteJob, submitter_id
+from htgrid.grid.condor._ids import CondorJobId, CondorResourceName
+
+if TYPE_CHECKING:
+    from htgrid.grid.condor._job import CondorJob
 
 __all__ = ["MAX_PENDING", "STATUS_CHUNK", "CondorResource", "RemoteCallFailed", "is_down_error"]
 
@@ -59,22 +64,19 @@ _READ_PART = 50
 # The condor GAHP writes ServerTime (the answer's time) last in each status ad: the text
 # before it is the job's, to be read again only when it changed.
 _SERVER_TIME_LAST = re.compile(r";\s*ServerTime\s*=\s*(\d+)\s*\]\s*")
-# The GAHP's words for "the schedd cannot be reached" (HTCondor's GahpErrorResourceDown
-# looks for the first two); anything else (refused, not authorized) leaves it up.
-_DOWN = re.compile(
-    r"failed to connect|error locating schedd|connection (refused|reset|error|failed)"
-    r"|timed? ?out|unreachable|no route to host|cannot reach|not answer",
-    re.IGNORECASE,
-)
-# The GAHP's words for an answer over its line limit.
-_TOO_LONG = re.compile(r"over the (\d+ )?limit", re.IGNORECASE)
-STATUS = "CONDOR_JOB_STATUS_CONSTRAINED"
-LEASE = "CONDOR_JOB_UPDATE_LEASE"
+_A = TypeVar("_A", bound="_Answer")
+
+
+class _Answer(Protocol):
+    """A condor GAHP result (htgrid.gahp.commands.condor): its error, None after an S."""
+
+    @property
+    def error(self) -> str | None: ...
 
 
 def is_down_error(text: str) -> bool:
     """Whether a GAHP error says the remote schedd could not be reached."""
-    return _DOWN.search(text) is not None
+    return condor.DOWN.search(text) is not None
 
 
 class RemoteCallFailed(GridError):
@@ -86,45 +88,14 @@ class RemoteCallFailed(GridError):
         self.down = is_down_error(text)
 
 
-class _Polled(Protocol):
-    """What the resource needs of its jobs (CondorJob)."""
-
-    @property
-    def remote_id(self) -> CondorJobId | None: ...
-
-    @property
-    def lease(self) -> int: ...
-
-    @property
-    def lease_expiration(self) -> int | None: ...
-
-    def remote_status(self, status: RemoteJob) -> None: ...
-
-    def remote_missing(self) -> None: ...
-
-    async def lease_renewed(self, expiration: int) -> None: ...
-
-
-class CondorResource(Resource):
+class CondorResource(Resource["CondorJob", CondorResourceName]):
     """One remote schedd, reached through its own condor GAHP server."""
 
-    def __init__(
-        self,
-        name: str,
-        gahp: GahpHandle,
-        services: Services,
-        *,
-        schedd: str,
-        pool: str,
-        submitter: str,
-    ) -> None:
-        pending = max(MAX_PENDING, services.config.max_pending_requests)
-        super().__init__(name, gahp, services, max_pending=pending)
-        # The GahpClient's own throttle too (the handle serves this one remote schedd).
-        gahp.config = dataclasses.replace(gahp.config, max_pending_requests=pending)
-        self.schedd = schedd
-        self.pool = pool
-        self.submitter = submitter
+    def __init__(self, where: CondorResourceName, gahp: GahpHandle, services: Services) -> None:
+        super().__init__(where, gahp, services, max_pending=MAX_PENDING)
+        self.schedd = where.schedd
+        self.pool = where.pool
+        self.submitter = submitter_id(services.home)
         self.lease_updates = 0
         #: Most jobs asked about in one status request (halved when an answer is too long).
         self.status_chunk = STATUS_CHUNK
@@ -144,27 +115,24 @@ class CondorResource(Resource):
 
     # ---- requests --------------------------------------------------------------------------
 
-    async def command(self, command: str, *args: str, later: bool = False) -> tuple[str, ...]:
-        """A condor GAHP command's result fields after the S; RemoteCallFailed on F. A
-        `later` one (a submit: new work) waits behind the others queued."""
+    async def command(
+        self, result: Callable[[Sequence[str]], _A], command: Spec, *args: str, later: bool = False
+    ) -> _A:
+        """A condor GAHP command to this schedd, its result read by `result`;
+        RemoteCallFailed when it failed. A `later` one (a submit: new work) waits behind
+        the others queued."""
         try:
-            fields = await self.call(command, self.schedd, *args, later=later)
+            answer = await self.ask(result, command, self.schedd, *args, later=later)
         except GahpRequestRefused as err:
             raise RemoteCallFailed(str(err)) from err
-        if fields[:1] == ("S",):
-            return fields[1:]
-        error = fields[1] if len(fields) > 1 and fields[1] != "NULL" else ""
-        if len(fields) > 2 and fields[0] == "F" and command == "CONDOR_JOB_SUBMIT":
-            error = fields[2]  # F <c.p|NULL> <error>
-        raise RemoteCallFailed(error or f"{command} failed with no reason given")
+        if answer.error is not None:
+            raise RemoteCallFailed(answer.error or f"{command.name} failed with no reason given")
+        return answer
 
     async def query(self, constraint: str) -> list[RemoteJob]:
         """The remote jobs matching `constraint` (RemoteCallFailed, GAHP errors)."""
-        fields = await self.command(STATUS, constraint)
-        if len(fields) < 2 or not fields[1].isdigit():
-            raise RemoteCallFailed(f"a {STATUS} result without a count: {fields[:2]}")
+        texts = (await self.command(condor.Statuses.of, condor.STATUS, constraint)).ads
         now = self.clock.time()
-        texts = fields[2 : 2 + int(fields[1])]
         found: list[RemoteJob] = []
         # A thousand ads are read a part at a loop turn: the GAHP's pipes wait meanwhile.
         for start in range(0, len(texts), _READ_PART):
@@ -200,14 +168,13 @@ class CondorResource(Resource):
 
     async def ping(self) -> str | None:
         try:
-            await self.command(STATUS, "False")
+            await self.command(condor.Statuses.of, condor.STATUS, "False")
         except RemoteCallFailed as err:
             return err.text if err.down else None
         return None
 
-    async def poll(self, jobs: list[AnyJob]) -> None:
-        polled = [cast(_Polled, job) for job in jobs]
-        by_id = {job.remote_id.remote: job for job in polled if job.remote_id is not None}
+    async def poll(self, jobs: list[CondorJob]) -> None:
+        by_id = {job.remote_id.remote: job for job in jobs if job.remote_id is not None}
         if not by_id:
             return
         pending = _chunks(sorted(by_id.values(), key=_cluster_of), self.status_chunk)
@@ -218,7 +185,7 @@ class CondorResource(Resource):
             self._known, self._seen = self._seen, {}
 
     async def _poll_chunks(
-        self, pending: list[Sequence[_Polled]], by_id: dict[str, _Polled]
+        self, pending: list[Sequence[CondorJob]], by_id: dict[str, CondorJob]
     ) -> None:
         while pending:
             chunk = pending.pop(0)
@@ -229,7 +196,7 @@ class CondorResource(Resource):
             try:
                 answer = await self.query(constraint)
             except (RemoteCallFailed, GahpError, GahpUnavailable) as err:
-                if _TOO_LONG.search(str(err)) and len(chunk) > 1:
+                if condor.TOO_LONG.search(str(err)) and len(chunk) > 1:
                     half = (len(chunk) + 1) // 2
                     if len(chunk) >= self.status_chunk:  # a full chunk: smaller ones, for good
                         self.status_chunk = half
@@ -243,14 +210,12 @@ class CondorResource(Resource):
                     )
                     pending[:0] = _chunks(chunk, half)
                     continue
-                self.stats.status_failures += 1
-                log.warning("resource %s: status poll failed: %s", self.name, err)
-                self.request_ping()
+                self.poll_failed(str(err))
                 return
             self._answered(chunk, by_id, answer)
 
     def _answered(
-        self, chunk: Sequence[_Polled], by_id: dict[str, _Polled], answer: list[RemoteJob]
+        self, chunk: Sequence[CondorJob], by_id: dict[str, CondorJob], answer: list[RemoteJob]
     ) -> None:
         seen: set[str] = set()
         for status in answer:
@@ -265,9 +230,8 @@ class CondorResource(Resource):
 
     # ---- leases ----------------------------------------------------------------------------
 
-    def _leased(self) -> list[_Polled]:
-        jobs = [cast(_Polled, job) for job in self.jobs.values()]
-        return [job for job in jobs if job.remote_id is not None]
+    def _leased(self) -> list[CondorJob]:
+        return [job for job in self.jobs.values() if job.remote_id is not None]
 
     def _check_interval(self) -> float:
         # Looked at every poll interval (cheap: no request unless a renewal is due), more
@@ -298,18 +262,15 @@ class CondorResource(Resource):
         if not force and oldest - now > duration * 2 / 3:
             return False
         expiration = now + duration
-        pairs: list[str] = []
-        for job in jobs:
-            assert job.remote_id is not None
-            pairs += [job.remote_id.remote, str(expiration)]
+        leases = condor.Leases(tuple((job.remote, expiration) for job in _remote_ids(jobs)))
         self.lease_updates += 1
         try:
-            fields = await self.command(LEASE, str(len(jobs)), *pairs)
+            renewed = await self.command(condor.Renewed.of, condor.UPDATE_LEASE, *leases.args())
         except (RemoteCallFailed, GahpError, GahpUnavailable) as err:
             log.warning("resource %s: lease renewal failed: %s", self.name, err)
             self.request_ping()
             return True
-        updated = set(fields[1].split(",")) if len(fields) > 1 and fields[1] != "NULL" else set()
+        updated = set(renewed.jobs)
         for job in jobs:
             assert job.remote_id is not None
             if job.remote_id.remote in updated:
@@ -317,11 +278,15 @@ class CondorResource(Resource):
         return True
 
 
-def _cluster_of(job: _Polled) -> int:
+def _remote_ids(jobs: Sequence[CondorJob]) -> list[CondorJobId]:
+    return [job.remote_id for job in jobs if job.remote_id is not None]
+
+
+def _cluster_of(job: CondorJob) -> int:
     return job.remote_id.cluster if job.remote_id is not None else 0
 
 
-def _chunks(items: Sequence[_Polled], size: int) -> list[Sequence[_Polled]]:
+def _chunks(items: Sequence[CondorJob], size: int) -> list[Sequence[CondorJob]]:
     return [items[start : start + size] for start in range(0, len(items), size)]
 
 

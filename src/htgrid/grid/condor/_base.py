@@ -1,4 +1,4 @@
-"""The condor job's state and the helpers its actions (`_condor.py`) share.
+"""The condor job's state and the helpers its actions (`_job.py`) share.
 
 `CondorJobBase` holds what the job knows of its remote copy (GridJobId, submit tag, lease,
 the last status answer), takes the resource's inputs (bulk status answers, lease renewals)
@@ -12,83 +12,62 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
-from collections.abc import Callable
 
 from htgrid.classad import ClassAd
-from htgrid.gahp import GahpRequestRefused, GahpServerExited, GahpTimeout, LocalGahpError
-from htgrid.grid._condor_ad import (
-    LOCAL_LEASE,
-    CondorJobId,
-    RemoteJob,
-    build_remote_ad,
-    is_submit_tag,
-    lease_duration,
-)
-from htgrid.grid._condor_resource import CondorResource, RemoteCallFailed, is_down_error
-from htgrid.grid._condor_table import INITIAL, TERMINAL, CondorEvent, CondorState, next_state
-from htgrid.grid._errors import GahpUnavailable
-from htgrid.grid._job import GridJob, Services, format_time
+from htgrid.gahp.commands import Spec, condor
+from htgrid.grid._errors import NO_ANSWER
+from htgrid.grid._gridids import is_tag
+from htgrid.grid._job import GridJob
+from htgrid.grid._task import Services
 from htgrid.grid._values import as_int, as_str
+from htgrid.grid.condor._ad import LOCAL_LEASE, RemoteJob, build_remote_ad, lease_duration
+from htgrid.grid.condor._ids import CondorJobId
+from htgrid.grid.condor._resource import CondorResource, RemoteCallFailed, is_down_error
+from htgrid.grid.condor._table import TABLE, CondorEvent, CondorState
 from htgrid.queue import JobId, JobNotFound, JobStatus
 
-__all__ = ["INPUT_TOO_LARGE", "OUTPUT_TOO_LARGE", "CondorJobBase", "is_transient"]
+__all__ = ["CondorJobBase", "is_transient"]
 
 log = logging.getLogger("htgrid.grid")
 
 _S = CondorState
 _E = CondorEvent
-# What the remote schedd says when there is nothing (more) to do.
-ALREADY = re.compile(r"already done|job not found|not found|bad job status", re.IGNORECASE)
-LOST_GAHP = (GahpServerExited, GahpTimeout)
-# How the condor GAHP's stage-in / stage-out errors start when the remote daemon refused the
-# sandbox as too large: copies of htgrid.backends.condor._errors' INPUT_TOO_LARGE and
-# OUTPUT_TOO_LARGE (a back end is a separate process the grid manager may not import).
-INPUT_TOO_LARGE = "Transfer input too large: "
-OUTPUT_TOO_LARGE = "Transfer output too large: "
-NO_ANSWER = (GahpServerExited, GahpTimeout, GahpRequestRefused, GahpUnavailable)
 _READY_FOR = 10.0  # seconds a remote ad built ahead of its submit stays good
 
 
 class CondorJobBase(GridJob[CondorState, CondorEvent]):
     """One job of grid type condor: its state and shared steps (the actions: CondorJob)."""
 
-    terminal = TERMINAL
-    events = CondorEvent
+    table = TABLE
 
     def __init__(self, job_id: JobId, ad: ClassAd, resource: CondorResource, services: Services):
-        super().__init__(job_id, ad, resource, services, INITIAL)
+        super().__init__(job_id, ad, resource, services)
         self.condor = resource
         self.grid_id = CondorJobId.parse(ad.get("GridJobId"))
         tag = ad.get("GridSubmitTag")
-        self.tag: str | None = tag if is_submit_tag(tag) else None
+        self.tag: str | None = tag if is_tag(tag) else None
         self.lease = lease_duration(ad)
         self.lease_expiration = as_int(ad.get(LOCAL_LEASE))
         #: The remote JobStatus last seen; None until the first answer since adoption.
         self.remote_state: int | None = None
         self.remote: RemoteJob | None = None
         self.remote_gone = False
-        self.last_error: str | None = None
         self.staged_in = False
         #: The mtime of the X.509 proxy file the remote copy has. None: not known (after
         #: a restart), so a running job's proxy is sent once more.
         self.proxy_sent: float | None = None
         #: The ad the submit sent, for the stage in (None after a restart: built again).
         self.submitted_ad: ClassAd | None = None
-        self._fresh = False
         self._missing = False
         self._keep_remote = False
         self._cleanup_due = False
-        self._grace_due = True
         self._first_poll_at = 0.0
+        #: Failed remote calls in a row (submits and cancels count apart).
         self.failures = 0
 
     @property
     def remote_id(self) -> CondorJobId | None:
         return self.grid_id
-
-    def next_state(self, state: CondorState, event: CondorEvent) -> CondorState:
-        return next_state(state, event)
 
     # ---- inputs from the resource ------------------------------------------------------------
 
@@ -103,11 +82,9 @@ class CondorJobBase(GridJob[CondorState, CondorEvent]):
         """A bulk poll's answer for this job (an answer older than the last one is dropped)."""
         if self.remote is not None and status.server_time < self.remote.server_time:
             return
-        self.remote_status_seen()
         self.remote = status
-        self._fresh = True
         self._missing = False
-        self.wake()
+        self._heard()
 
     def remote_missing(self) -> None:
         """A bulk poll did not list this job: POLL_ACTIVE asks about it alone."""
@@ -127,7 +104,8 @@ class CondorJobBase(GridJob[CondorState, CondorEvent]):
     def _will_hold(
         self, reason: str, code: int = 0, subcode: int = 0, *, keep_remote: bool = False
     ) -> None:
-        self._hold = (reason, code, subcode)
+        """What HOLD writes; `keep_remote`: the remote copy stays (held there too)."""
+        super()._will_hold(reason, code, subcode)
         self._keep_remote = keep_remote
 
     def _where(self) -> str:
@@ -178,35 +156,19 @@ class CondorJobBase(GridJob[CondorState, CondorEvent]):
             if pause <= 0:
                 break
             ready = None
-            await self.set_wait_reason(
-                f"submits to {self.resource.name} are paused until "
-                f"{format_time(self.clock.time() + pause)} after {self.resource.failures} "
-                "failed submits in a row"
-            )
-            await self.wait(pause)
+            await self._paused(pause)
         self.resource.hold_slot(self)
         # A thousand jobs get here at once: their ads are built a few at a loop turn.
         if ready is None or self.clock.monotonic() - built > _READY_FOR:
             ready = await self.services.turns.run(lambda: self._submit_ad(tag))
         return ready
 
-    async def _until_up(self, stop: Callable[[], CondorEvent | None]) -> CondorEvent | None:
-        """Wait while the resource is down (the job waits, it does not fail)."""
-        return await self.until_resource_up(stop)
-
     async def _call_failed(self, what: str, error: str) -> CondorEvent:
         """A remote call that may work later: back off, ping, and try the state again."""
         self.failures += 1
         self.last_error = error
-        self.condor.request_ping()
-        delay = self.config.backoff(self.failures)
-        await self.set_wait_reason(
-            f"{what} failed at {format_time(self.clock.time())}: {error}; trying again at "
-            f"{format_time(self.clock.time() + delay)}"
-        )
-        end = self.clock.monotonic() + delay
-        while self._removed() is None and (left := end - self.clock.monotonic()) > 0:
-            await self.wait(left)
+        self.resource.request_ping()
+        await self._retry_later(what, error, self.failures, stop=self._removed)
         return _E.CALL_FAILED
 
     def _proxy_path(self) -> str | None:
@@ -227,14 +189,15 @@ class CondorJobBase(GridJob[CondorState, CondorEvent]):
         except OSError:
             return None
 
-    async def _remote(self, command: str, *args: str) -> tuple[str, ...] | str:
-        """A command's result fields, or the error text when it failed."""
+    async def _remote(self, command: Spec, *args: str) -> str | None:
+        """A command answered S NULL or F <error>: None when it worked, else the error."""
         try:
-            return await self.condor.command(command, *args)
+            await self.condor.command(condor.Done.of, command, *args)
         except RemoteCallFailed as err:
             return err.text
-        except (*NO_ANSWER, LocalGahpError) as err:
+        except NO_ANSWER as err:
             return str(err)
+        return None
 
     async def _cleanup_remote(self) -> None:
         """CONDOR_JOB_UPDATE LeaveJobInQueue = false: the remote copy may leave its queue."""
@@ -243,8 +206,8 @@ class CondorJobBase(GridJob[CondorState, CondorEvent]):
         self._cleanup_due = False
         update = ClassAd()
         update["LeaveJobInQueue"] = False
-        result = await self._remote("CONDOR_JOB_UPDATE", self.grid_id.remote, repr(update))
-        if isinstance(result, str):
+        result = await self._remote(condor.UPDATE, self.grid_id.remote, repr(update))
+        if result is not None:
             log.warning(
                 "job %s: could not let %s go (%s); its lease lets it go later",
                 self.job_id,

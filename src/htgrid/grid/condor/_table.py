@@ -1,6 +1,6 @@
 """The condor (HTCondor-C) job's state machine: ONE Enum of states, ONE of events, ONE table.
 
-Every way a condor job can move lives in `TRANSITIONS`; the job's code (`_condor.py`) only
+Every way a condor job can move lives in `TRANSITIONS`; the job's code (`_job.py`) only
 runs the action of the state it is in, which answers with an event. An event the table
 does not list for a state is a bug (`BadTransition`).
 
@@ -81,7 +81,7 @@ goes back to POLL_ACTIVE.
     HOLD            NOTHING_TO_CANCEL   CLEAR
     CANCEL          CANCELLED           CLEAR
     CANCEL          CANCELLED_REMOVED   DELETE
-    CANCEL          CALL_FAILED         CANCEL
+    CANCEL          CANCEL_FAILED       CANCEL
     CLEAR           RESUBMIT            UNSUBMITTED
     CLEAR           CLEARED             DELETE
 
@@ -94,9 +94,9 @@ import enum
 from collections.abc import Mapping
 from typing import Final
 
-from htgrid.grid._table import draw_table, lookup
+from htgrid.grid._table import Table, stops
 
-__all__ = ["INITIAL", "TERMINAL", "TRANSITIONS", "CondorEvent", "CondorState", "draw", "next_state"]
+__all__ = ["TABLE", "TRANSITIONS", "CondorEvent", "CondorState"]
 
 
 class CondorState(enum.Enum):
@@ -164,6 +164,7 @@ class CondorEvent(enum.Enum):
     NOTHING_TO_CANCEL = "nothing_to_cancel"
     CANCELLED = "cancelled"
     CANCELLED_REMOVED = "cancelled_removed"
+    CANCEL_FAILED = "cancel_failed"
     RESUBMIT = "resubmit"
     CLEARED = "cleared"
     LOCAL_HELD = "local_held"
@@ -175,9 +176,6 @@ class CondorEvent(enum.Enum):
 _S = CondorState
 _E = CondorEvent
 
-INITIAL: Final = _S.INIT
-TERMINAL: Final = frozenset({_S.DELETE})
-
 TRANSITIONS: Final[Mapping[CondorState, Mapping[CondorEvent, CondorState]]] = {
     _S.INIT: {_E.READY: _S.START},
     _S.START: {
@@ -188,26 +186,20 @@ TRANSITIONS: Final[Mapping[CondorState, Mapping[CondorEvent, CondorState]]] = {
         _E.LOCAL_REMOVED: _S.CANCEL,
         _E.FINISHED: _S.DELETE,
     },
-    _S.UNSUBMITTED: {
-        _E.WANT_SUBMIT: _S.SAVE_TAG,
-        _E.LOCAL_HELD: _S.DELETE,
-        _E.LOCAL_REMOVED: _S.DELETE,
-    },
+    _S.UNSUBMITTED: {_E.WANT_SUBMIT: _S.SAVE_TAG, **stops(_E, _S.DELETE)},
     _S.SAVE_TAG: {_E.SAVED: _S.SUBMIT},
     _S.SUBMIT: {
         _E.SUBMIT_OK: _S.SUBMIT_SAVE,
         _E.SUBMIT_RETRY: _S.SUBMIT,
         _E.SUBMIT_REFUSED: _S.HOLD,
         _E.SUBMIT_LOST: _S.RECOVER,
-        _E.LOCAL_HELD: _S.CLEAR,
-        _E.LOCAL_REMOVED: _S.CLEAR,
+        **stops(_E, _S.CLEAR),
     },
     _S.RECOVER: {
         _E.FOUND: _S.SUBMIT_SAVE,
         _E.NOT_FOUND: _S.SUBMIT,
         _E.LOOKUP_FAILED: _S.RECOVER,
-        _E.LOCAL_HELD: _S.CLEAR,
-        _E.LOCAL_REMOVED: _S.CLEAR,
+        **stops(_E, _S.CLEAR),
     },
     _S.SUBMIT_SAVE: {_E.SAVED: _S.STAGE_IN},
     _S.STAGE_IN: {
@@ -266,18 +258,11 @@ TRANSITIONS: Final[Mapping[CondorState, Mapping[CondorEvent, CondorState]]] = {
     _S.CANCEL: {
         _E.CANCELLED: _S.CLEAR,
         _E.CANCELLED_REMOVED: _S.DELETE,
-        _E.CALL_FAILED: _S.CANCEL,
+        _E.CANCEL_FAILED: _S.CANCEL,
     },
     _S.CLEAR: {_E.RESUBMIT: _S.UNSUBMITTED, _E.CLEARED: _S.DELETE},
     _S.DELETE: {},
 }
 
 
-def next_state(state: CondorState, event: CondorEvent) -> CondorState:
-    """Where `event` takes a job in `state`; BadTransition if the table has no such move."""
-    return lookup(TRANSITIONS, state, event, "condor")
-
-
-def draw() -> list[str]:
-    """The table as the lines drawn in this module's docstring."""
-    return draw_table(TRANSITIONS, 16)
+TABLE: Final = Table("condor", _E, TRANSITIONS, _S.INIT, frozenset({_S.DELETE}), 16)

@@ -1,4 +1,4 @@
-"""The condor (HTCondor-C) grid type's jobs: the actions of the states in `_condor_table`.
+"""The condor (HTCondor-C) grid type's jobs: the actions of the states in `_table`.
 
 Two-phase submit, so that a kill -9 at any moment neither loses a job nor leaves two
 remote copies:
@@ -19,44 +19,33 @@ when it goes back to idle, 012 when it is held there (with the remote HoldReason
 after its output is back in the local Iwd, with the remote ExitCode. The remote copy is
 then let go (LeaveJobInQueue = false); should that fail, its lease lets it go later.
 
-The job's state and the helpers the actions share are in `_condor_base`, the remote ad
-and ids in `_condor_ad`, the bulk status and lease renewal in `_condor_resource`.
+The job's state and the helpers the actions share are in `_base`, the remote ad
+in `_ad`, the ids in `_ids`, the bulk status and lease renewal in `_resource`.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from htgrid.gahp import GahpRequestRefused, LocalGahpError
-from htgrid.grid._condor_ad import (
-    LOCAL_LEASE,
-    CondorJobId,
-    CondorResourceName,
-    RemoteJob,
-    build_stage_in_ad,
-    new_submit_tag,
-    submitter_id,
-)
-from htgrid.grid._condor_base import (
-    ALREADY,
-    INPUT_TOO_LARGE,
-    LOST_GAHP,
-    NO_ANSWER,
-    OUTPUT_TOO_LARGE,
-    CondorJobBase,
-    is_transient,
-)
-from htgrid.grid._condor_resource import CondorResource, RemoteCallFailed
-from htgrid.grid._condor_table import CondorEvent, CondorState
-from htgrid.grid._errors import GahpUnavailable
-from htgrid.grid._gridids import JOB_STATUS_NAMES
-from htgrid.grid._gridtype import GahpFactory, GridType
-from htgrid.grid._job import Services, format_time
+from htgrid.gahp.commands import Spec, condor
+from htgrid.grid._errors import NO_ANSWER
+from htgrid.grid._gridids import JOB_STATUS_NAMES, new_tag
+from htgrid.grid._gridtype import GridType
+from htgrid.grid._job import GridJob
+from htgrid.grid._task import Services
+from htgrid.grid._values import format_time
+from htgrid.grid.condor._ad import LOCAL_LEASE, RemoteJob, build_stage_in_ad
+from htgrid.grid.condor._base import CondorJobBase, is_transient
+from htgrid.grid.condor._explain import active_lines, remote_of
+from htgrid.grid.condor._ids import CondorJobId, CondorResourceName
+from htgrid.grid.condor._resource import CondorResource, RemoteCallFailed
+from htgrid.grid.condor._table import CondorEvent, CondorState
 from htgrid.net.security import SecurityConfig, trusted_ca_files, user_token_dir
-from htgrid.queue import ExitOutcome, HoldReasonCode, InvalidTransition, JobStatus
+from htgrid.queue import HoldReasonCode, JobStatus
 
 __all__ = ["CONDOR", "CondorJob", "condor_type"]
 
@@ -67,31 +56,43 @@ _E = CondorEvent
 _RUNNING = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT})
 
 
+@dataclass(frozen=True, slots=True)
+class _Transfer:
+    """A sandbox's way: what its failures read, and how they hold the job."""
+
+    doing: str
+    failed: str
+    #: How the GAHP's error starts when the remote schedd refused the sandbox as too large.
+    too_large: str
+    too_large_code: HoldReasonCode
+    code: HoldReasonCode
+    #: The remote copy stays, held there (its output is still there to fetch).
+    keep_remote: bool
+
+
+_IN = _Transfer(
+    "staging the input in to",
+    "Failed to stage the input files in to",
+    condor.INPUT_TOO_LARGE,
+    HoldReasonCode.MaxTransferInputSizeExceeded,
+    HoldReasonCode.TransferInputError,
+    keep_remote=False,
+)
+_OUT = _Transfer(
+    "fetching the output from",
+    "Failed to fetch the output from",
+    condor.OUTPUT_TOO_LARGE,
+    HoldReasonCode.MaxTransferOutputSizeExceeded,
+    HoldReasonCode.TransferOutputError,
+    keep_remote=True,
+)
+
+
 class CondorJob(CondorJobBase):
     """One job of grid type condor: the actions of its states."""
 
-    def actions(self) -> Mapping[CondorState, Callable[[], Awaitable[CondorEvent]]]:
-        return {
-            _S.INIT: self._init,
-            _S.START: self._start,
-            _S.UNSUBMITTED: self._unsubmitted,
-            _S.SAVE_TAG: self._save_tag,
-            _S.SUBMIT: self._submit,
-            _S.RECOVER: self._recover,
-            _S.SUBMIT_SAVE: self._submit_save,
-            _S.STAGE_IN: self._stage_in,
-            _S.POLL_ACTIVE: self._poll_active,
-            _S.SUBMITTED: self._submitted,
-            _S.REFRESH_PROXY: self._refresh_proxy,
-            _S.HOLD_REMOTE: self._hold_remote,
-            _S.RELEASE_REMOTE: self._release_remote,
-            _S.STAGE_OUT: self._stage_out,
-            _S.DONE_SAVE: self._done_save,
-            _S.DONE_COMMIT: self._done_commit,
-            _S.HOLD: self._hold_job,
-            _S.CANCEL: self._cancel,
-            _S.CLEAR: self._clear,
-        }
+    #: SAVE_TAG: the submission's key committed before anything is sent.
+    _save_tag = GridJob._save_key
 
     # ---- the actions ------------------------------------------------------------------------
 
@@ -118,32 +119,15 @@ class CondorJob(CondorJobBase):
             return _E.HAS_TAG
         return _E.NO_ID
 
-    async def _unsubmitted(self) -> CondorEvent:
-        since: str | None = None
-        while True:
-            stop = self._stopped()
-            if stop is not None:
-                self.resource.release(self)
-                return stop
-            if self.resource.down:
-                await self.wait()
-                continue
-            if self.resource.try_acquire(self):
-                return _E.WANT_SUBMIT
-            since = since or format_time(self.clock.time())
-            _, limit, _ = self.resource.slots()
-            await self.set_wait_reason(
-                f"waiting for a submit slot since {since}: {self.resource.name} takes at "
-                f"most {limit} submitted jobs at once"
-            )
+    async def _until_submittable(self) -> CondorEvent | None:
+        # A new job gets ready while the first ping is under way: SUBMIT waits for it.
+        while (stop := self._stopped()) is None and self.resource.down:
             await self.wait()
+        return stop
 
-    async def _save_tag(self) -> CondorEvent:
-        self.tag = new_submit_tag(self.job_id.cluster, self.job_id.proc)
-        attrs = {"GridSubmitTag": self.tag, "Managed": "External", **self.clear_wait_attrs()}
-        # The idempotency key: on disk before the submit can happen.
-        await self.io.update(self.job_id, attrs, durable=True)
-        return _E.SAVED
+    def _new_key(self) -> dict[str, Any]:
+        self.tag = new_tag(self.job_id.cluster, self.job_id.proc)
+        return {"GridSubmitTag": self.tag}
 
     async def _submit(self) -> CondorEvent:
         assert self.tag is not None  # SAVE_TAG or START set it
@@ -152,70 +136,34 @@ class CondorJob(CondorJobBase):
             return ready
         remote_ad, line = ready
         try:
-            fields = await self.condor.command("CONDOR_JOB_SUBMIT", line, later=True)
-        except LOST_GAHP as err:
-            # It may or may not have reached the remote schedd: look the tag up.
-            self.last_error = str(err)
-            self._grace_due = True
-            return _E.SUBMIT_LOST
-        except LocalGahpError as err:
-            return self._submit_refused(str(err))
-        except (GahpRequestRefused, GahpUnavailable) as err:
-            return await self._submit_retry(str(err))
+            submit = self.condor.command(condor.Submitted.of, condor.SUBMIT, line, later=True)
+            submitted = await self._send_submit(submit, _E.SUBMIT_LOST)
         except RemoteCallFailed as err:
-            if err.down:
-                return await self._submit_retry(err.text)
-            return self._submit_refused(err.text)
-        remote = fields[0] if fields else ""
+            return await self._submit_failed(err.text, transient=err.down)
+        if isinstance(submitted, CondorEvent):
+            return submitted
+        remote = submitted.job_id or ""
         parsed = CondorJobId.parse(f"condor {self.condor.schedd} {self.condor.pool} {remote}")
         if parsed is None:
-            return self._submit_refused(f"the GAHP answered the submit with job id {remote!r}")
+            error = f"the GAHP answered the submit with job id {remote!r}"
+            return await self._submit_failed(error, transient=False)
         self.grid_id = parsed
         self.submitted_ad = remote_ad
         self.resource.submit_succeeded()
         return _E.SUBMIT_OK
 
-    async def _submit_retry(self, error: str) -> CondorEvent:
-        self.last_error = error
-        self.resource.submit_failed(transient=True)
-        self.failures += 1
-        if self.failures >= self.config.max_submit_attempts:
-            return self._submit_refused(error)
-        delay = self.config.backoff(self.failures)
-        await self.set_wait_reason(
-            f"submit attempt {self.failures} failed at {format_time(self.clock.time())}: "
-            f"{error}; trying again at {format_time(self.clock.time() + delay)}"
-        )
-        end = self.clock.monotonic() + delay
-        while self._stopped() is None and (left := end - self.clock.monotonic()) > 0:
-            await self.wait(left)
-        return _E.SUBMIT_RETRY
-
-    def _submit_refused(self, error: str) -> CondorEvent:
-        self.resource.submit_failed(transient=False)
-        self.resource.release(self)
-        self._will_hold(f"Attempts to submit failed: {error}", HoldReasonCode.Unspecified)
-        return _E.SUBMIT_REFUSED
-
     async def _recover(self) -> CondorEvent:
         assert self.tag is not None  # only jobs with a tag come here
-        if self._grace_due:
-            # A submit a dead GAHP server had on its way lands first.
-            self._grace_due = False
-            await self.pause(self.config.lost_submit_grace)
-        stop = await self._until_up(self._stopped)
+        await self._lost_submit_grace()
+        stop = await self.until_resource_up(self._stopped)
         if stop is not None:
             return stop
         try:
             found = await self.condor.query(f'GridSubmitTag =?= "{self.tag}"')
-        except (RemoteCallFailed, *NO_ANSWER, LocalGahpError) as err:
+        except (RemoteCallFailed, *NO_ANSWER) as err:
             self.failures += 1
-            self.condor.request_ping()
-            await self.set_wait_reason(
-                f"looking up the earlier submit (tag {self.tag}) at {self.condor.schedd} "
-                f"failed at {format_time(self.clock.time())}: {err}; trying again"
-            )
-            await self.pause(self.config.backoff(self.failures))
+            what = f"looking up the earlier submit (tag {self.tag}) at {self.condor.schedd}"
+            await self._try_again(what, str(err), self.failures)
             return _E.LOOKUP_FAILED
         self.failures = 0
         self.resource.hold_slot(self)
@@ -226,7 +174,7 @@ class CondorJob(CondorJobBase):
                 self.condor.schedd, self.condor.pool, first.cluster, first.proc
             )
             return _E.FOUND
-        return self._stopped() or _E.NOT_FOUND
+        return self._not_found()
 
     async def _submit_save(self) -> CondorEvent:
         now = self.clock.time()
@@ -240,12 +188,12 @@ class CondorJob(CondorJobBase):
             **self.clear_wait_attrs(),
         }
         await self.io.update(self.job_id, attrs)
-        self.failures = 0
+        self.failures = self.submit_failures = 0
         await self._log_grid_submit(now, str(self.grid_id))
         return _E.SAVED
 
     async def _stage_in(self) -> CondorEvent:
-        stop = await self._until_up(self._removed)
+        stop = await self.until_resource_up(self._removed)
         if stop is not None:
             return stop
         assert self.grid_id is not None and self.tag is not None
@@ -253,18 +201,9 @@ class CondorJob(CondorJobBase):
         remote_ad = self.submitted_ad or self._remote_ad(self.tag)
         stage_ad = build_stage_in_ad(remote_ad, self.ad, self.grid_id)
         proxy = await self._proxy_mtime()  # before the upload reads it
-        result = await self._remote("CONDOR_JOB_STAGE_IN", repr(stage_ad))
-        if isinstance(result, str):
-            too_large = result.startswith(INPUT_TOO_LARGE)  # no retry fits it, whatever it says
-            if not too_large and is_transient(result):
-                return await self._call_failed(f"staging the input in to {self._where()}", result)
-            self._will_hold(
-                f"Failed to stage the input files in to {self._where()}: {result}",
-                HoldReasonCode.MaxTransferInputSizeExceeded
-                if too_large
-                else HoldReasonCode.TransferInputError,
-            )
-            return _E.STAGE_FAILED
+        result = await self._remote(condor.STAGE_IN, repr(stage_ad))
+        if result is not None:
+            return await self._transfer_failed(result, _IN)
         self.staged_in = True
         self.proxy_sent = proxy
         self.submitted_ad = None
@@ -275,14 +214,14 @@ class CondorJob(CondorJobBase):
         return _E.STAGED
 
     async def _poll_active(self) -> CondorEvent:
-        stop = await self._until_up(self._removed)
+        stop = await self.until_resource_up(self._removed)
         if stop is not None:
             return stop
         assert self.grid_id is not None
         query = f"ClusterId == {self.grid_id.cluster} && ProcId == {self.grid_id.proc}"
         try:
             found = await self.condor.query(query)
-        except (RemoteCallFailed, *NO_ANSWER, LocalGahpError) as err:
+        except (RemoteCallFailed, *NO_ANSWER) as err:
             return await self._call_failed(f"asking {self._where()} for its status", str(err))
         self.failures = 0
         self._missing = False
@@ -340,9 +279,9 @@ class CondorJob(CondorJobBase):
         mtime = await self._proxy_mtime()
         if proxy is None or mtime is None:
             return _E.REFRESHED  # gone meanwhile: nothing to send
-        result = await self._remote("CONDOR_JOB_REFRESH_PROXY", self.grid_id.remote, proxy)
+        result = await self._remote(condor.REFRESH_PROXY, self.grid_id.remote, proxy)
         self.proxy_sent = mtime
-        if isinstance(result, str):
+        if result is not None:
             log.warning(
                 "job %s: could not send its renewed proxy to %s: %s",
                 self.job_id,
@@ -386,70 +325,62 @@ class CondorJob(CondorJobBase):
             reason = status.hold_reason or "held remotely with no hold reason"
             self._will_hold(reason, status.hold_code, status.hold_subcode, keep_remote=True)
             return _E.REMOTE_HELD
-        try:
-            if status.job_status == JobStatus.IDLE and self.status is JobStatus.RUNNING:
-                await self.io.evicted(self.job_id)
-                self.status = JobStatus.IDLE
-            elif status.job_status in _RUNNING and self.status is JobStatus.IDLE:
-                await self.io.started(self.job_id)
-                self.status = JobStatus.RUNNING
-        except InvalidTransition:
-            await self._refresh_status()
+        running = status.job_status in _RUNNING
+        await self._mirror_run(running=running, idle=status.job_status == JobStatus.IDLE)
         if self.status is JobStatus.HELD:
             return _E.LOCAL_HELD
         return None
 
     async def _hold_remote(self) -> CondorEvent:
-        stop = await self._until_up(self._removed)
+        stop = await self.until_resource_up(self._removed)
         if stop is not None:
             return stop
         if self.status is not JobStatus.HELD:
             return _E.LOCAL_RELEASED
-        assert self.grid_id is not None
-        result = await self._remote("CONDOR_JOB_HOLD", self.grid_id.remote, "by gridmanager")
-        if isinstance(result, str) and not ALREADY.search(result):
-            return await self._call_failed(f"holding the job at {self._where()}", result)
-        self.failures = 0
-        self.remote_state = int(JobStatus.HELD)
-        return _E.HELD_THERE
+        return await self._mirror_hold(condor.HOLD, "holding", JobStatus.HELD)
 
     async def _release_remote(self) -> CondorEvent:
-        stop = await self._until_up(self._removed)
+        stop = await self.until_resource_up(self._removed)
         if stop is not None:
             return stop
         if self.status is JobStatus.HELD:
             return _E.LOCAL_HELD
+        return await self._mirror_hold(condor.RELEASE, "releasing", JobStatus.IDLE)
+
+    async def _mirror_hold(self, command: Spec, doing: str, state: JobStatus) -> CondorEvent:
+        """CONDOR_JOB_HOLD or _RELEASE: the remote copy made to follow the local job."""
         assert self.grid_id is not None
-        result = await self._remote("CONDOR_JOB_RELEASE", self.grid_id.remote, "by gridmanager")
-        if isinstance(result, str) and not ALREADY.search(result):
-            return await self._call_failed(f"releasing the job at {self._where()}", result)
+        result = await self._remote(command, self.grid_id.remote, "by gridmanager")
+        if result is not None and not condor.ALREADY.search(result):
+            return await self._call_failed(f"{doing} the job at {self._where()}", result)
         self.failures = 0
-        self.remote_state = int(JobStatus.IDLE)
-        return _E.RELEASED_THERE
+        self.remote_state = int(state)
+        return _E.HELD_THERE if state is JobStatus.HELD else _E.RELEASED_THERE
 
     async def _stage_out(self) -> CondorEvent:
-        stop = await self._until_up(self._removed)
+        stop = await self.until_resource_up(self._removed)
         if stop is not None:
             return stop
         assert self.grid_id is not None
         result = await self.said_if_slow(
-            self._remote("CONDOR_JOB_STAGE_OUT", self.grid_id.remote),
-            f"fetching the output from {self._where()}",
+            self._remote(condor.STAGE_OUT, self.grid_id.remote),
+            f"{_OUT.doing} {self._where()}",
         )
-        if isinstance(result, str):
-            too_large = result.startswith(OUTPUT_TOO_LARGE)  # no retry fits it either
-            if not too_large and is_transient(result):
-                return await self._call_failed(f"fetching the output from {self._where()}", result)
-            self._will_hold(
-                f"Failed to fetch the output from {self._where()}: {result}",
-                HoldReasonCode.MaxTransferOutputSizeExceeded
-                if too_large
-                else HoldReasonCode.TransferOutputError,
-                keep_remote=True,
-            )
-            return _E.STAGE_FAILED
+        if result is not None:
+            return await self._transfer_failed(result, _OUT)
         self.failures = 0
         return _E.STAGED
+
+    async def _transfer_failed(self, error: str, transfer: _Transfer) -> CondorEvent:
+        """A failed stage in or out: tried again if the schedd was not reached, else held
+        (a sandbox too large for the remote schedd is held at once, whatever it says)."""
+        too_large = error.startswith(transfer.too_large)
+        if not too_large and is_transient(error):
+            return await self._call_failed(f"{transfer.doing} {self._where()}", error)
+        code = transfer.too_large_code if too_large else transfer.code
+        reason = f"{transfer.failed} {self._where()}: {error}"
+        self._will_hold(reason, code, keep_remote=transfer.keep_remote)
+        return _E.STAGE_FAILED
 
     async def _done_save(self) -> CondorEvent:
         status = self.remote
@@ -459,22 +390,8 @@ class CondorJob(CondorJobBase):
         by_signal = status.exit_signal is not None
         code = status.exit_signal if by_signal else status.exit_code
         self._cleanup_due = True
-        try:
-            if self.status is JobStatus.IDLE:
-                await self.io.started(self.job_id)
-                self.status = JobStatus.RUNNING
-            outcome = await self.io.exited(self.job_id, code or 0, by_signal=by_signal)
-        except InvalidTransition:
-            await self._refresh_status()  # held or removed meanwhile: DONE_COMMIT decides
-            return _E.SAVED
-        self.resource.release(self)
-        if outcome is ExitOutcome.HELD:
-            self.status = JobStatus.HELD
-        elif outcome is ExitOutcome.REQUEUED:
-            self.status = JobStatus.IDLE
-        else:
-            self.status = JobStatus.COMPLETED
-            self._left_queue = outcome is ExitOutcome.COMPLETED
+        # Held or removed meanwhile (no outcome): DONE_COMMIT decides.
+        await self._exited(code or 0, by_signal=by_signal)
         return _E.SAVED
 
     async def _done_commit(self) -> CondorEvent:
@@ -484,59 +401,47 @@ class CondorJob(CondorJobBase):
             return _E.CLEANED
         return _E.CLEANED_AGAIN
 
-    async def _hold_job(self) -> CondorEvent:
-        await self._hold_here()
-        if self.grid_id is None or self.remote_gone:
-            return _E.NOTHING_TO_CANCEL
-        if self._keep_remote and self.status is JobStatus.HELD:
-            return _E.KEEP_REMOTE
-        return _E.CANCEL_NEEDED
+    async def _hold(self) -> CondorEvent:
+        event = await super()._hold()
+        if event is _E.CANCEL_NEEDED and self._keep_remote and self.status is JobStatus.HELD:
+            return _E.KEEP_REMOTE  # held there too: it stays
+        return event
 
-    async def _cancel(self) -> CondorEvent:
-        if self.grid_id is not None and not self.remote_gone:
-            while not self.resource.up:
-                await self.wait()
-            result = await self._remote("CONDOR_JOB_REMOVE", self.grid_id.remote, "by gridmanager")
-            if isinstance(result, str) and not ALREADY.search(result):
-                self.failures += 1
-                self.last_error = result
-                self.condor.request_ping()
-                await self.set_wait_reason(
-                    f"removing the job at {self._where()} failed at "
-                    f"{format_time(self.clock.time())}: {result}; trying again"
-                )
-                await self.pause(self.config.backoff(self.failures))
-                return _E.CALL_FAILED
-            self.remote_gone = True
-            self.failures = 0
-        self.resource.release(self)
-        return _E.CANCELLED_REMOVED if self.status is JobStatus.REMOVED else _E.CANCELLED
+    def _remote_live(self) -> bool:
+        return self.grid_id is not None and not self.remote_gone
 
-    async def _clear(self) -> CondorEvent:
-        names = ("GridJobId", "GridJobStatus", "GridSubmitTag", "GridJobSubmitTime", LOCAL_LEASE)
-        submitted = self.grid_id is not None or self.tag is not None
-        await self._clear_submit(names if submitted else ())
+    async def _cancel_remote(self) -> str | None:
+        assert self.grid_id is not None
+        result = await self._remote(condor.REMOVE, self.grid_id.remote, "by gridmanager")
+        if result is not None and not condor.ALREADY.search(result):
+            return result
+        self.remote_gone = True
+        return None
+
+    def _remote_name(self) -> str:
+        return f"removing the job at {self._where()}"
+
+    def _submit_attrs(self) -> Iterable[str]:
+        if self.grid_id is None and self.tag is None:
+            return ()
+        return ("GridJobId", "GridJobStatus", "GridSubmitTag", "GridJobSubmitTime", LOCAL_LEASE)
+
+    async def _forget(self) -> None:
         self.grid_id = None
         self.tag = None
         self.remote = None
         self.submitted_ad = None
         self.remote_state = None
-        self.remote_gone = self._fresh = self._missing = self.staged_in = False
+        self.remote_gone = self._missing = self.staged_in = False
         self._keep_remote = False
         self.failures = 0
-        return _E.RESUBMIT if self.status is JobStatus.IDLE else _E.CLEARED
 
     async def abandon(self) -> None:
         """The job left the local queue: let its finished remote copy go, or remove it."""
         if self._cleanup_due:
             await self._cleanup_remote()
-            return
-        live = self.grid_id is not None and not self.remote_gone
-        if live and self.resource.up and self.state not in (_S.DONE_COMMIT, _S.DELETE):
-            assert self.grid_id is not None
-            result = await self._remote("CONDOR_JOB_REMOVE", self.grid_id.remote, "by gridmanager")
-            if isinstance(result, str) and not ALREADY.search(result):
-                log.warning("job %s: could not remove %s: %s", self.job_id, self._where(), result)
+        elif self.state not in (_S.DONE_COMMIT, _S.DELETE):
+            await super().abandon()
 
 
 # ---- the grid type -------------------------------------------------------------------------
@@ -558,29 +463,21 @@ def condor_gahp_argv(base: tuple[str, ...], pool: str, services: Services) -> li
     return argv
 
 
-def condor_type(gahp: tuple[str, ...] = CONDOR_GAHP) -> GridType:
+def condor_type(gahp: tuple[str, ...] = CONDOR_GAHP) -> GridType[CondorResourceName]:
     """The condor grid type, its GAHP server started as `gahp` (tests give a fake one)."""
 
-    def new_resource(key: str, gahps: GahpFactory, services: Services) -> CondorResource:
-        name = CondorResourceName.parse(key)
+    def server(name: CondorResourceName, services: Services) -> tuple[str, Sequence[str]]:
         # One GAHP server per (pool, schedd), as HTCondor's key CONDOR/<pool>/<schedd>.
-        handle = gahps(
-            f"CONDOR/{name.pool}/{name.schedd}", condor_gahp_argv(gahp, name.pool, services)
-        )
-        return CondorResource(
-            key,
-            handle,
-            services,
-            schedd=name.schedd,
-            pool=name.pool,
-            submitter=submitter_id(services.home),
-        )
+        return f"CONDOR/{name.pool}/{name.schedd}", condor_gahp_argv(gahp, name.pool, services)
 
     return GridType(
         name="condor",
-        resource_key=lambda grid_resource: CondorResourceName.parse(grid_resource).key,
-        new_resource=new_resource,
+        parse_resource=CondorResourceName.parse,
+        gahp=server,
+        resource=CondorResource,
         new_job=CondorJob,
+        remote=remote_of,
+        active_lines=active_lines,
     )
 
 

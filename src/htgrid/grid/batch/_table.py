@@ -1,7 +1,7 @@
 """The batch job's state machine: ONE Enum of states, ONE of events, ONE transition table.
 
 Rule 1 (h11's): every way a batch job can move lives in `TRANSITIONS`; the job's code
-(`_batch.py`) only runs the action of the state it is in, which answers with an event.
+(`_job.py`) only runs the action of the state it is in, which answers with an event.
 An event the table does not list for a state is a bug (`BadTransition`), never a guess.
 
 The shape is HTCondor's INFNBatchJob (infnbatchjob.cpp) with one change: the submission's
@@ -60,9 +60,9 @@ import enum
 from collections.abc import Mapping
 from typing import Final
 
-from htgrid.grid._table import draw_table, lookup
+from htgrid.grid._table import Table, stops
 
-__all__ = ["INITIAL", "TERMINAL", "TRANSITIONS", "BatchEvent", "BatchState", "draw", "next_state"]
+__all__ = ["TABLE", "TRANSITIONS", "BatchEvent", "BatchState"]
 
 
 class BatchState(enum.Enum):
@@ -123,9 +123,6 @@ class BatchEvent(enum.Enum):
 _S = BatchState
 _E = BatchEvent
 
-INITIAL: Final = _S.INIT
-TERMINAL: Final = frozenset({_S.DELETE})
-
 TRANSITIONS: Final[Mapping[BatchState, Mapping[BatchEvent, BatchState]]] = {
     _S.INIT: {_E.READY: _S.START},
     _S.START: {
@@ -134,26 +131,20 @@ TRANSITIONS: Final[Mapping[BatchState, Mapping[BatchEvent, BatchState]]] = {
         _E.HAS_BLAH_ID: _S.SUBMITTED,
         _E.FINISHED: _S.DELETE,
     },
-    _S.UNSUBMITTED: {
-        _E.WANT_SUBMIT: _S.SAVE_TAG,
-        _E.LOCAL_HELD: _S.DELETE,
-        _E.LOCAL_REMOVED: _S.DELETE,
-    },
+    _S.UNSUBMITTED: {_E.WANT_SUBMIT: _S.SAVE_TAG, **stops(_E, _S.DELETE)},
     _S.SAVE_TAG: {_E.SAVED: _S.SUBMIT},
     _S.SUBMIT: {
         _E.SUBMIT_OK: _S.SUBMIT_SAVE,
         _E.SUBMIT_RETRY: _S.SUBMIT,
         _E.SUBMIT_REFUSED: _S.HOLD,
         _E.SUBMIT_LOST: _S.RECOVER,
-        _E.LOCAL_HELD: _S.CLEAR,
-        _E.LOCAL_REMOVED: _S.CLEAR,
+        **stops(_E, _S.CLEAR),
     },
     _S.RECOVER: {
         _E.FOUND: _S.SUBMIT_SAVE,
         _E.NOT_FOUND: _S.SUBMIT,
         _E.LOOKUP_FAILED: _S.RECOVER,
-        _E.LOCAL_HELD: _S.CLEAR,
-        _E.LOCAL_REMOVED: _S.CLEAR,
+        **stops(_E, _S.CLEAR),
     },
     _S.SUBMIT_SAVE: {_E.SAVED: _S.SUBMITTED},
     _S.SUBMITTED: {
@@ -162,8 +153,7 @@ TRANSITIONS: Final[Mapping[BatchState, Mapping[BatchEvent, BatchState]]] = {
         _E.REMOTE_GONE: _S.HOLD,
         _E.REMOTE_HELD: _S.HOLD,
         _E.REMOTE_LOST: _S.HOLD,
-        _E.LOCAL_HELD: _S.CANCEL,
-        _E.LOCAL_REMOVED: _S.CANCEL,
+        **stops(_E, _S.CANCEL),
     },
     _S.DONE_SAVE: {
         _E.EXITED: _S.DELETE,
@@ -184,11 +174,4 @@ TRANSITIONS: Final[Mapping[BatchState, Mapping[BatchEvent, BatchState]]] = {
 }
 
 
-def next_state(state: BatchState, event: BatchEvent) -> BatchState:
-    """Where `event` takes a job in `state`; BadTransition if the table has no such move."""
-    return lookup(TRANSITIONS, state, event, "batch")
-
-
-def draw() -> list[str]:
-    """The table as the lines drawn in this module's docstring."""
-    return draw_table(TRANSITIONS, 14)
+TABLE: Final = Table("batch", _E, TRANSITIONS, _S.INIT, frozenset({_S.DELETE}), 14)

@@ -1,10 +1,9 @@
-"""The batch resource (one per `batch <lrms>`) and what travels to and from the blahp.
+"""The batch resource (one per `batch <lrms>`), and the submit ad a job sends the blahp.
 
-Status is asked for all the resource's jobs at once: BLAH_JOB_STATUS_ALL with every job's
+The commands' lines are `htgrid.gahp.commands.blah`'s. Status is asked for all the resource's jobs at once: BLAH_JOB_STATUS_ALL with every job's
 blah id (in chunks of `status_batch_size`, so the one-line reply stays under the 500 KiB
 the protocol allows), once per poll interval. A server that does not list it gets one
-BLAH_JOB_STATUS per job instead. A failed status command says nothing about the jobs:
-they keep their state and the resource is pinged.
+BLAH_JOB_STATUS per job instead.
 """
 
 from __future__ import annotations
@@ -13,26 +12,22 @@ import asyncio
 import logging
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any
 
 from htgrid.classad import ClassAd
-from htgrid.errors import ClassAdSyntaxError
-from htgrid.gahp import GahpError, GahpRequestRefused
+from htgrid.gahp import GahpError, GahpProtocolError, GahpRequestRefused
+from htgrid.gahp.commands import blah
 from htgrid.grid._errors import GahpUnavailable
-from htgrid.grid._gahps import GahpHandle
-from htgrid.grid._job import Services
-from htgrid.grid._resource import AnyJob, Resource
-from htgrid.grid._values import as_int, as_str, is_plain
+from htgrid.grid._resource import Resource
+from htgrid.grid._values import as_int, is_plain
+from htgrid.grid.batch._ids import BatchResourceName
 
-__all__ = ["FIND", "STATUS_ALL", "BatchResource", "RemoteStatus", "build_submit_ad"]
+if TYPE_CHECKING:
+    from htgrid.grid.batch._job import BatchJob
+
+__all__ = ["BatchResource", "build_submit_ad", "remote_attrs"]
 
 log = logging.getLogger("htgrid.grid")
-
-#: The bulk status command of htgrid's batch GAHP (not in the blahp).
-STATUS_ALL = "BLAH_JOB_STATUS_ALL"
-#: The lookup-by-tag extension this grid manager uses when the GAHP lists it.
-FIND = "BLAH_JOB_FIND"
 
 # What the grid manager copies from a status ad into the job ad (ProcessRemoteAd).
 _REMOTE_ATTRS = (
@@ -49,84 +44,34 @@ _REMOTE_ATTRS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class RemoteStatus:
-    """One job's state as a status command reported it (job_status 0: not found)."""
-
-    job_status: int
-    when: float
-    exit_code: int | None = None
-    exit_signal: int | None = None
-    hold_reason: str | None = None
-    hold_code: int = 0
-    hold_subcode: int = 0
-    error: str | None = None
-    blah_id: str | None = None
-    copied: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def not_found(self) -> bool:
-        """Whether a status 0 means the batch system does not know the job (else: no answer)."""
-        return self.job_status == 0 and (self.error is None or "not found" in self.error.lower())
-
-    @classmethod
-    def from_ad(cls, text: str, when: float, job_status: int | None = None) -> RemoteStatus:
-        """Read a status ad; ValueError if it is not one."""
-        try:
-            ad = ClassAd(text)
-        except (ClassAdSyntaxError, ValueError, TypeError) as err:
-            raise ValueError(f"bad status ad {text[:200]!r}") from err
-        status = as_int(ad.get("JobStatus"))
-        if status is None:
-            status = job_status
-        if status is None:
-            raise ValueError(f"status ad without JobStatus: {text[:200]!r}")
-        signal = as_int(ad.get("ExitSignal")) if ad.get("ExitBySignal") is True else None
-        return cls(
-            job_status=status,
-            when=when,
-            exit_code=as_int(ad.get("ExitCode")),
-            exit_signal=signal,
-            hold_reason=as_str(ad.get("HoldReason")),
-            hold_code=as_int(ad.get("HoldReasonCode")) or 0,
-            hold_subcode=as_int(ad.get("HoldReasonSubCode")) or 0,
-            error=as_str(ad.get("BlahError")),
-            blah_id=as_str(ad.get("BlahJobId")),
-            copied={name: ad[name] for name in _REMOTE_ATTRS if is_plain(ad.get(name))},
-        )
+def remote_attrs(status: blah.StatusAd) -> dict[str, Any]:
+    """What of a status ad the job ad takes (HTCondor's ProcessRemoteAd)."""
+    return {
+        name: status.attrs[key] for name in _REMOTE_ATTRS if (key := name.lower()) in status.attrs
+    }
 
 
-class _Polled(Protocol):
-    """What a batch resource needs of its jobs (BatchJob)."""
-
-    @property
-    def blah_id(self) -> str | None: ...
-
-    def remote_status(self, status: RemoteStatus) -> None: ...
-
-
-class BatchResource(Resource):
+class BatchResource(Resource["BatchJob", BatchResourceName]):
     """`batch <lrms>`: pinged with BLAH_PING, polled with BLAH_JOB_STATUS_ALL."""
 
-    def __init__(self, name: str, lrms: str, gahp: GahpHandle, services: Services) -> None:
-        super().__init__(name, gahp, services)
-        self.lrms = lrms
+    @property
+    def lrms(self) -> str:
+        return self.where.lrms
 
     async def ping(self) -> str | None:
         try:
-            fields = await self.call("BLAH_PING", self.lrms)
+            outcome = await self.ask(blah.Outcome.of, blah.PING, self.lrms)
         except GahpRequestRefused as err:
             return str(err)
-        if fields[:1] == ("0",):
+        if outcome.ok:
             return None
-        return fields[1] if len(fields) > 1 else f"BLAH_PING {self.lrms} failed"
+        return outcome.message or f"BLAH_PING {self.lrms} failed"
 
-    async def poll(self, jobs: list[AnyJob]) -> None:
-        polled = [cast(_Polled, job) for job in jobs]
-        by_id = {job.blah_id: job for job in polled if job.blah_id}
+    async def poll(self, jobs: list[BatchJob]) -> None:
+        by_id = {job.blah_id: job for job in jobs if job.blah_id}
         if not by_id:
             return
-        if self.gahp.supports(STATUS_ALL):
+        if self.gahp.supports(blah.STATUS_ALL.name):
             ids = list(by_id)
             size = max(1, self.config.status_batch_size)
             for start in range(0, len(ids), size):
@@ -134,23 +79,22 @@ class BatchResource(Resource):
         else:
             await asyncio.gather(*(self._poll_one(blah_id, job) for blah_id, job in by_id.items()))
 
-    async def _poll_bulk(self, ids: list[str], by_id: Mapping[str, _Polled]) -> None:
+    async def _poll_bulk(self, ids: list[str], by_id: Mapping[str, BatchJob]) -> None:
         self.stats.status_commands += 1
         try:
-            fields = await self.call(STATUS_ALL, *ids)
+            answer = await self.ask(blah.StatusAll.of, blah.STATUS_ALL, *ids)
         except (GahpError, GahpUnavailable) as err:
-            self._poll_failed(str(err))
+            self.poll_failed(str(err))
             return
         now = self.clock.time()
-        if fields[:1] != ("0",) or len(fields) < 3 or not fields[2].isdigit():
-            self._poll_failed(fields[1] if len(fields) > 1 else "bad BLAH_JOB_STATUS_ALL result")
+        if not answer.ok:
+            self.poll_failed(answer.error or "bad BLAH_JOB_STATUS_ALL result")
             return
-        ads = fields[3 : 3 + int(fields[2])]
         unanswered: list[str] = []
-        for position, text in enumerate(ads):
+        for position, text in enumerate(answer.ads):
             try:
-                status = RemoteStatus.from_ad(text, now)
-            except ValueError as err:
+                status = blah.StatusAd.of(text)
+            except GahpProtocolError as err:
                 log.warning("resource %s: %s", self.name, err)
                 continue
             blah_id = status.blah_id
@@ -163,36 +107,27 @@ class BatchResource(Resource):
                 # The GAHP could not ask about this job: that is no news about the job.
                 unanswered.append(status.error or "no status")
                 continue
-            job.remote_status(status)
+            job.remote_status(status, now)
         if unanswered:
-            self._poll_failed(f"no status for {len(unanswered)} jobs: {unanswered[-1]}")
+            self.poll_failed(f"no status for {len(unanswered)} jobs: {unanswered[-1]}")
 
-    async def _poll_one(self, blah_id: str, job: _Polled) -> None:
+    async def _poll_one(self, blah_id: str, job: BatchJob) -> None:
         self.stats.status_commands += 1
         try:
-            fields = await self.call("BLAH_JOB_STATUS", blah_id)
+            answer = await self.ask(blah.Status.of, blah.STATUS, blah_id)
         except (GahpError, GahpUnavailable) as err:
-            self._poll_failed(str(err))
+            self.poll_failed(str(err))
             return
         now = self.clock.time()
-        if fields[:1] == ("0",) and len(fields) >= 4:
+        if answer.ok:
             try:
-                job.remote_status(RemoteStatus.from_ad(fields[3], now, _int_text(fields[2])))
-            except ValueError as err:
+                job.remote_status(blah.StatusAd.of(answer.ad, answer.job_status), now)
+            except GahpProtocolError as err:
                 log.warning("resource %s: %s", self.name, err)
-        elif len(fields) > 1 and "not found" in fields[1].lower():
-            job.remote_status(RemoteStatus(0, now, error=fields[1]))
+        elif "not found" in answer.error.lower():
+            job.remote_status(blah.StatusAd(0, error=answer.error), now)
         else:
-            self._poll_failed(fields[1] if len(fields) > 1 else "bad BLAH_JOB_STATUS result")
-
-    def _poll_failed(self, reason: str) -> None:
-        self.stats.status_failures += 1
-        log.warning("resource %s: status poll failed: %s", self.name, reason)
-        self.request_ping()
-
-
-def _int_text(text: str) -> int | None:
-    return int(text) if text.lstrip("-").isdigit() else None
+            self.poll_failed(answer.error or "bad BLAH_JOB_STATUS result")
 
 
 # ---- the submit ad (INFNBatchJob::buildSubmitAd) ---------------------------------------------

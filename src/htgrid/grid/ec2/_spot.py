@@ -1,4 +1,4 @@
-"""An ec2 job's spot instance request: the SPOT_* states of `_ec2_table` (ec2job.cpp's GM_SPOT_*).
+"""An ec2 job's spot instance request: the SPOT_* states of `_table` (ec2job.cpp's GM_SPOT_*).
 
 A job with EC2SpotPrice asks for its instance with EC2_VM_START_SPOT once its client token
 is committed to GridJobId; the token is the request's launch group (RequestSpotInstances
@@ -15,27 +15,27 @@ code; an open request is cancelled (EC2_VM_STOP_SPOT) on rm, hold or such a fail
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from htgrid.classad import ClassAd
-from htgrid.gahp import GahpRequestRefused, GahpServerExited, GahpTimeout, LocalGahpError
-from htgrid.grid._ec2_args import spot_start_args
-from htgrid.grid._ec2_resource import Ec2Resource, GahpFailure, SpotStatus
-from htgrid.grid._ec2_status import NO_ANSWER, Ec2Instance
-from htgrid.grid._ec2_table import Ec2Event, Ec2State
-from htgrid.grid._errors import GahpUnavailable
-from htgrid.grid._job import Services, format_time
+from htgrid.gahp.commands import Spec, ec2
 from htgrid.grid._queueio import UNDEFINED
-from htgrid.grid._values import as_str
+from htgrid.grid._task import Services
+from htgrid.grid._values import as_str, format_time
+from htgrid.grid.ec2._args import spot_start
+from htgrid.grid.ec2._resource import Ec2Resource
+from htgrid.grid.ec2._status import Ec2Instance
+from htgrid.grid.ec2._table import Ec2Event, Ec2State
 from htgrid.queue import HoldReasonCode, JobId, JobStatus
 
 __all__ = ["SPOT_CODES", "Ec2Spot"]
 
 _S = Ec2State
 _E = Ec2Event
-_LOST_GAHP = (GahpServerExited, GahpTimeout)
 # The request may have been made although no answer came: look the token up.
-_MAYBE_SENT = frozenset({"E_CURL_IO", "NEED_CHECK_VM_START"})
+_MAYBE_SENT = frozenset({ec2.E_CURL_IO, ec2.NEED_CHECK_VM_START})
+#: Builds a start from the job ad, the target, the client token and the keypair.
+_Start = Callable[[ClassAd, ec2.Target, str, str | None], ec2.VmStart | ec2.SpotStart]
 _SPOT_STATES = frozenset({_S.SPOT_CHECK, _S.SPOT_SUBMITTED, _S.SPOT_CANCEL_CHECK})
 _ENDED = frozenset({"cancelled", "closed", "failed"})
 #: Spot request status codes that end the job's wait (EC2's spot request status codes).
@@ -64,7 +64,7 @@ class Ec2Spot(Ec2Instance):
         super().__init__(job_id, ad, resource, services)
         self.spot_price = as_str(ad.get("EC2SpotPrice")) or None
         self.spot_request = as_str(ad.get("EC2SpotRequestID")) or None
-        self._spot: SpotStatus | None = None
+        self._spot: ec2.SpotStatus | None = None
         self._spot_asked = 0.0
         self._spot_fresh = False
         self._spot_since = 0.0  # answers to spot polls asked before this say nothing new
@@ -83,7 +83,7 @@ class Ec2Spot(Ec2Instance):
     def wants_status(self) -> bool:
         return super().wants_status() or self.wants_spot_status()
 
-    def spot_status(self, status: SpotStatus | None, asked: float) -> None:
+    def spot_status(self, status: ec2.SpotStatus | None, asked: float) -> None:
         """A spot poll's answer for this job (None: no such request listed)."""
         self.remote_status_seen()
         self._spot, self._spot_asked, self._spot_fresh = status, asked, True
@@ -91,20 +91,46 @@ class Ec2Spot(Ec2Instance):
 
     # ---- helpers shared with Ec2Job -------------------------------------------------------
 
-    async def _retry_later(self, what: str, error: str, failures: int) -> None:
-        delay = self.config.backoff(failures)
-        now = self.clock.time()
-        await self.set_wait_reason(
-            f"{what} failed at {format_time(now)}: {error}; trying again at "
-            f"{format_time(now + delay)}"
-        )
-        end = self.clock.monotonic() + delay
-        while self._stopped() is None and (left := end - self.clock.monotonic()) > 0:
-            await self.wait(left)
+    def _refusal(self, error: str, subcode: int) -> tuple[str, int, int]:
+        return error, HoldReasonCode.EC2ConnectionProblem, subcode
 
-    async def _until_up(self) -> None:
-        while not self.resource.up:
-            await self.wait()
+    async def _send_start(
+        self, command: Spec, build: _Start, subcode: int, what: str
+    ) -> str | Ec2Event:
+        """EC2_VM_START or EC2_VM_START_SPOT (`build` makes it from the job ad) with the
+        committed client token, once the resource is up: the id it answered (an
+        instance's or a spot request's), or the event instead: the job's stop (held or
+        removed before anything was sent; a retry follows only a definite refusal),
+        START_LOST if it may have happened unanswered (the token says), else a retry or a
+        refusal (held with EC2ConnectionProblem, `subcode`)."""
+        stop = self._stopped()
+        if stop is not None:
+            return stop
+        await self.until_resource_up()
+        assert self.grid_id is not None  # SAVE_TOKEN or START set it
+        start = build(self.ad, self._target, self.grid_id.client_token, self.keypair)
+        self.resource.hold_slot(self)
+        request = self.resource.call(command, *start.args())
+        fields = await self._send_submit(request, _E.START_LOST, subcode=subcode, what=what)
+        if isinstance(fields, Ec2Event):
+            return fields
+        failure = ec2.Done.of(fields, command, values=1)
+        if isinstance(failure, ec2.Done):
+            self.resource.submit_succeeded()
+            return failure.values[0]
+        if failure.code in _MAYBE_SENT:
+            # The request may have reached EC2: the token says whether it did.
+            self.last_error = failure.message
+            self.resource.request_ping()
+            self._grace_due = False
+            return _E.START_LOST
+        return await self._submit_failed(
+            failure.message, transient=failure.transient, subcode=subcode, what=what
+        )
+
+    def _unsent_transient(self, error: str) -> bool:
+        # Read as the GAHP's own errors are: transient only if it says so.
+        return ec2.Failure("E_GAHP", error).transient
 
     def _ready(self) -> Ec2Event:
         """Where a job goes once its keypair (if any) exists: a start or a spot request."""
@@ -116,7 +142,7 @@ class Ec2Spot(Ec2Instance):
             return False
         return self._spot is None or self._spot.state not in _ENDED
 
-    async def _spot_answer(self, heed_stop: bool) -> tuple[bool, SpotStatus | None]:
+    async def _spot_answer(self, heed_stop: bool) -> tuple[bool, ec2.SpotStatus | None]:
         """The first spot poll asked after `_spot_since` (False first if held or removed)."""
         while True:
             if heed_stop and self._stopped() is not None:
@@ -144,59 +170,17 @@ class Ec2Spot(Ec2Instance):
     # ---- the actions ----------------------------------------------------------------------
 
     async def _spot_start(self) -> Ec2Event:
-        stop = self._stopped()
-        if stop is not None:
-            return stop  # nothing was sent yet (a retry follows only a definite refusal)
-        await self._until_up()
-        assert self.grid_id is not None  # SAVE_TOKEN or START set it
-        self.resource.hold_slot(self)
-        args = spot_start_args(self.ad, self._target, self.grid_id.client_token, self.keypair)
-        try:
-            fields = await self.resource.call("EC2_VM_START_SPOT", *args)
-        except _LOST_GAHP as err:
-            self.last_error = str(err)
-            self._grace_due = True
-            return _E.START_LOST
-        except LocalGahpError as err:
-            return self._spot_refused(GahpFailure("E_GAHP", str(err)))
-        except (GahpRequestRefused, GahpUnavailable) as err:
-            return await self._spot_failed(GahpFailure("E_GAHP", str(err)))
-        if fields[:1] == ("0",) and len(fields) > 1:
-            self.resource.submit_succeeded()
-            await self._save_request(fields[1])
-            return _E.REQUESTED
-        failure = GahpFailure.of(fields, "EC2_VM_START_SPOT")
-        if failure.code in _MAYBE_SENT:
-            self.last_error = failure.message
-            self.resource.request_ping()
-            self._grace_due = False
-            return _E.START_LOST
-        return await self._spot_failed(failure)
-
-    async def _spot_failed(self, failure: GahpFailure) -> Ec2Event:
-        self.last_error = failure.message
-        self.resource.submit_failed(transient=failure.transient)
-        self.start_failures += 1
-        if not failure.transient or self.start_failures >= self.config.max_submit_attempts:
-            return self._spot_refused(failure)
-        await self._retry_later(
-            f"spot request attempt {self.start_failures}", failure.message, self.start_failures
-        )
-        return _E.START_RETRY
-
-    def _spot_refused(self, failure: GahpFailure) -> Ec2Event:
-        self.resource.release(self)
         # ec2job.cpp holds a refused spot request with EC2ConnectionProblem, subcode 17.
-        self._will_hold(failure.message, HoldReasonCode.EC2ConnectionProblem, 17)
-        return _E.START_REFUSED
+        answer = await self._send_start(ec2.VM_START_SPOT, spot_start, 17, "spot request")
+        if not isinstance(answer, str):
+            return answer
+        await self._save_request(answer)
+        return _E.REQUESTED
 
     async def _spot_check(self) -> Ec2Event:
         """A token without a request id: is there a request with that launch group?"""
         assert self.grid_id is not None
-        if self._grace_due:
-            # A request a dead GAHP server left in flight lands first.
-            self._grace_due = False
-            await self.pause(self.config.lost_submit_grace)
+        await self._lost_submit_grace()
         await self.set_wait_reason(
             f"looking for a spot request with launch group {self.grid_id.client_token} "
             "in the next spot status poll"
@@ -210,10 +194,7 @@ class Ec2Spot(Ec2Instance):
                 if found.instance_id is not None:
                     return self._adopt(found.instance_id)
                 return _E.FOUND
-        stop = self._stopped()
-        if stop is not None:
-            return stop
-        return _E.NOT_FOUND
+        return self._not_found()
 
     async def _spot_submitted(self) -> Ec2Event:
         assert self.spot_request is not None
@@ -248,7 +229,7 @@ class Ec2Spot(Ec2Instance):
             self._hold_request(status)
             return _E.REQUEST_FAILED
 
-    def _hold_request(self, status: SpotStatus) -> None:
+    def _hold_request(self, status: ec2.SpotStatus) -> None:
         code = status.code or "no status code"
         meaning = SPOT_CODES.get(code)
         text = f"Spot instance request {status.request_id} {status.state}: {code}"
@@ -263,30 +244,23 @@ class Ec2Spot(Ec2Instance):
 
     async def _spot_cancel(self) -> Ec2Event:
         assert self.spot_request is not None  # every way here has a request
-        await self._until_up()
+        await self.until_resource_up()
         await self._stop_request()
         if self._spot_cancelled:
             self._spot_since = self.clock.time()
             return _E.STOP_SENT
         self.cancel_failures += 1
-        await self.set_wait_reason(
-            f"cancelling spot request {self.spot_request} failed at "
-            f"{format_time(self.clock.time())}: {self.last_error}; trying again"
-        )
-        await self.pause(self.config.backoff(self.cancel_failures))
+        what = f"cancelling spot request {self.spot_request}"
+        await self._try_again(what, self.last_error or "", self.cancel_failures)
         return _E.STOP_FAILED
 
     async def _stop_request(self) -> None:
         """EC2_VM_STOP_SPOT; `_spot_cancelled` says whether the request is done for."""
         assert self.spot_request is not None
-        try:
-            fields = await self.resource.call("EC2_VM_STOP_SPOT", *self._target, self.spot_request)
-        except (*NO_ANSWER, LocalGahpError) as err:
-            fields = ("1", "E_GAHP", str(err))
-        if fields[:1] == ("0",):
+        failure = await self._call(ec2.VM_STOP_SPOT, *self._target.args(), self.spot_request)
+        if isinstance(failure, ec2.Done):
             self._spot_cancelled = True
             return
-        failure = GahpFailure.of(fields, "EC2_VM_STOP_SPOT")
         if any(code in failure.message for code in _GONE):
             self._spot_cancelled = True  # already purged
             return

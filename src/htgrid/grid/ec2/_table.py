@@ -1,6 +1,6 @@
 """The ec2 job's state machine: ONE Enum of states, ONE of events, ONE transition table.
 
-As for batch (`_batch_table`): the job's code (`_ec2.py`) runs the action of the state it
+As for every grid type: the job's code (`_job.py`) runs the action of the state it
 is in, the action answers with an event, and this table alone says where that leads;
 a move it does not list is a bug (`BadTransition`).
 
@@ -10,7 +10,7 @@ the token up in the resource's next EC2_VM_STATUS_ALL (SEEK) instead of starting
 Cancelling (EC2_VM_STOP) is confirmed by a later poll (CANCEL_CHECK), as in HTCondor.
 
 A job with EC2SpotPrice takes HTCondor's GM_SPOT_* side road between the token and the
-instance (`_ec2_spot`): SPOT_START sends EC2_VM_START_SPOT with the committed token (its
+instance (`_spot`): SPOT_START sends EC2_VM_START_SPOT with the committed token (its
 launch group), SPOT_SUBMITTED follows the request in the resource's EC2_VM_STATUS_ALL_SPOT
 until it is fulfilled (then SAVE_INSTANCE: an ordinary instance from there on) or fails
 (HOLD, then SPOT_CANCEL if the request is still open). A token without a request id looks
@@ -26,7 +26,7 @@ the request up by token (SPOT_CHECK); rm and hold of an open request cancel it
     START              HAS_SPOT_TOKEN      SPOT_CHECK
     START              HAS_REQUEST         SPOT_SUBMITTED
     START              FINISHED            DELETE
-    UNSUBMITTED        WANT_START          SAVE_TOKEN
+    UNSUBMITTED        WANT_SUBMIT         SAVE_TOKEN
     UNSUBMITTED        LOCAL_HELD          DELETE
     UNSUBMITTED        LOCAL_REMOVED       DELETE
     SAVE_TOKEN         SAVED               CREATE_KEYPAIR
@@ -36,8 +36,8 @@ the request up by token (SPOT_CHECK); rm and hold of an open request cancel it
     CREATE_KEYPAIR     LOCAL_HELD          CLEAR
     CREATE_KEYPAIR     LOCAL_REMOVED       CLEAR
     START_VM           STARTED             SAVE_INSTANCE
-    START_VM           START_RETRY         START_VM
-    START_VM           START_REFUSED       HOLD
+    START_VM           SUBMIT_RETRY        START_VM
+    START_VM           SUBMIT_REFUSED      HOLD
     START_VM           START_LOST          SEEK
     START_VM           LOCAL_HELD          CLEAR
     START_VM           LOCAL_REMOVED       CLEAR
@@ -46,8 +46,8 @@ the request up by token (SPOT_CHECK); rm and hold of an open request cancel it
     SEEK               LOCAL_HELD          CLEAR
     SEEK               LOCAL_REMOVED       CLEAR
     SPOT_START         REQUESTED           SPOT_SUBMITTED
-    SPOT_START         START_RETRY         SPOT_START
-    SPOT_START         START_REFUSED       HOLD
+    SPOT_START         SUBMIT_RETRY        SPOT_START
+    SPOT_START         SUBMIT_REFUSED      HOLD
     SPOT_START         START_LOST          SPOT_CHECK
     SPOT_START         LOCAL_HELD          CLEAR
     SPOT_START         LOCAL_REMOVED       CLEAR
@@ -101,9 +101,9 @@ import enum
 from collections.abc import Mapping
 from typing import Final
 
-from htgrid.grid._table import draw_table, lookup
+from htgrid.grid._table import Table, stops
 
-__all__ = ["INITIAL", "TERMINAL", "TRANSITIONS", "Ec2Event", "Ec2State", "draw", "next_state"]
+__all__ = ["TABLE", "TRANSITIONS", "Ec2Event", "Ec2State"]
 
 
 class Ec2State(enum.Enum):
@@ -142,7 +142,7 @@ class Ec2Event(enum.Enum):
     HAS_SPOT_TOKEN = "has_spot_token"
     HAS_REQUEST = "has_request"
     FINISHED = "finished"
-    WANT_START = "want_start"
+    WANT_SUBMIT = "want_submit"
     SAVED = "saved"
     KEYPAIR_READY = "keypair_ready"
     SPOT_READY = "spot_ready"
@@ -152,8 +152,8 @@ class Ec2Event(enum.Enum):
     REQUEST_LOST = "request_lost"
     KEYPAIR_FAILED = "keypair_failed"
     STARTED = "started"
-    START_RETRY = "start_retry"
-    START_REFUSED = "start_refused"
+    SUBMIT_RETRY = "submit_retry"
+    SUBMIT_REFUSED = "submit_refused"
     START_LOST = "start_lost"
     FOUND = "found"
     NOT_FOUND = "not_found"
@@ -183,9 +183,6 @@ class Ec2Event(enum.Enum):
 _S = Ec2State
 _E = Ec2Event
 
-INITIAL: Final = _S.INIT
-TERMINAL: Final = frozenset({_S.DELETE})
-
 TRANSITIONS: Final[Mapping[Ec2State, Mapping[Ec2Event, Ec2State]]] = {
     _S.INIT: {_E.READY: _S.START, _E.BAD_JOB: _S.HOLD},
     _S.START: {
@@ -196,54 +193,44 @@ TRANSITIONS: Final[Mapping[Ec2State, Mapping[Ec2Event, Ec2State]]] = {
         _E.HAS_REQUEST: _S.SPOT_SUBMITTED,
         _E.FINISHED: _S.DELETE,
     },
-    _S.UNSUBMITTED: {
-        _E.WANT_START: _S.SAVE_TOKEN,
-        _E.LOCAL_HELD: _S.DELETE,
-        _E.LOCAL_REMOVED: _S.DELETE,
-    },
+    _S.UNSUBMITTED: {_E.WANT_SUBMIT: _S.SAVE_TOKEN, **stops(_E, _S.DELETE)},
     _S.SAVE_TOKEN: {_E.SAVED: _S.CREATE_KEYPAIR},
     _S.CREATE_KEYPAIR: {
         _E.KEYPAIR_READY: _S.START_VM,
         _E.SPOT_READY: _S.SPOT_START,
         _E.KEYPAIR_FAILED: _S.HOLD,
-        _E.LOCAL_HELD: _S.CLEAR,
-        _E.LOCAL_REMOVED: _S.CLEAR,
+        **stops(_E, _S.CLEAR),
     },
     _S.START_VM: {
         _E.STARTED: _S.SAVE_INSTANCE,
-        _E.START_RETRY: _S.START_VM,
-        _E.START_REFUSED: _S.HOLD,
+        _E.SUBMIT_RETRY: _S.START_VM,
+        _E.SUBMIT_REFUSED: _S.HOLD,
         _E.START_LOST: _S.SEEK,
-        _E.LOCAL_HELD: _S.CLEAR,
-        _E.LOCAL_REMOVED: _S.CLEAR,
+        **stops(_E, _S.CLEAR),
     },
     _S.SEEK: {
         _E.FOUND: _S.SAVE_INSTANCE,
         _E.NOT_FOUND: _S.CREATE_KEYPAIR,
-        _E.LOCAL_HELD: _S.CLEAR,
-        _E.LOCAL_REMOVED: _S.CLEAR,
+        **stops(_E, _S.CLEAR),
     },
     _S.SPOT_START: {
         _E.REQUESTED: _S.SPOT_SUBMITTED,
-        _E.START_RETRY: _S.SPOT_START,
-        _E.START_REFUSED: _S.HOLD,
+        _E.SUBMIT_RETRY: _S.SPOT_START,
+        _E.SUBMIT_REFUSED: _S.HOLD,
         _E.START_LOST: _S.SPOT_CHECK,
-        _E.LOCAL_HELD: _S.CLEAR,
-        _E.LOCAL_REMOVED: _S.CLEAR,
+        **stops(_E, _S.CLEAR),
     },
     _S.SPOT_CHECK: {
         _E.FOUND: _S.SPOT_SUBMITTED,
         _E.FULFILLED: _S.SAVE_INSTANCE,
         _E.NOT_FOUND: _S.SPOT_START,
-        _E.LOCAL_HELD: _S.CLEAR,
-        _E.LOCAL_REMOVED: _S.CLEAR,
+        **stops(_E, _S.CLEAR),
     },
     _S.SPOT_SUBMITTED: {
         _E.FULFILLED: _S.SAVE_INSTANCE,
         _E.REQUEST_FAILED: _S.HOLD,
         _E.REQUEST_LOST: _S.HOLD,
-        _E.LOCAL_HELD: _S.SPOT_CANCEL,
-        _E.LOCAL_REMOVED: _S.SPOT_CANCEL,
+        **stops(_E, _S.SPOT_CANCEL),
     },
     _S.SPOT_CANCEL: {_E.STOP_SENT: _S.SPOT_CANCEL_CHECK, _E.STOP_FAILED: _S.SPOT_CANCEL},
     _S.SPOT_CANCEL_CHECK: {
@@ -259,8 +246,7 @@ TRANSITIONS: Final[Mapping[Ec2State, Mapping[Ec2Event, Ec2State]]] = {
         _E.VM_STOPPED: _S.CANCEL,
         _E.VM_FAILED: _S.HOLD,
         _E.VM_LOST: _S.HOLD,
-        _E.LOCAL_HELD: _S.CANCEL,
-        _E.LOCAL_REMOVED: _S.CANCEL,
+        **stops(_E, _S.CANCEL),
     },
     _S.DONE_SAVE: {
         _E.EXITED: _S.DELETE,
@@ -286,11 +272,4 @@ TRANSITIONS: Final[Mapping[Ec2State, Mapping[Ec2Event, Ec2State]]] = {
 }
 
 
-def next_state(state: Ec2State, event: Ec2Event) -> Ec2State:
-    """Where `event` takes a job in `state`; BadTransition if the table has no such move."""
-    return lookup(TRANSITIONS, state, event, "ec2")
-
-
-def draw() -> list[str]:
-    """The table as the lines drawn in this module's docstring."""
-    return draw_table(TRANSITIONS, 19)
+TABLE: Final = Table("ec2", _E, TRANSITIONS, _S.INIT, frozenset({_S.DELETE}), 19)

@@ -1,6 +1,6 @@
 """The Azure job's state machine: ONE Enum of states, ONE of events, ONE transition table.
 
-Every way an Azure job can move lives in `TRANSITIONS`; the job's code (`_azure.py`)
+Every way an Azure job can move lives in `TRANSITIONS`; the job's code (`_job.py`)
 only runs the action of the state it is in, which answers with an event. An event the
 table does not list for a state is a bug (`BadTransition`).
 
@@ -19,12 +19,13 @@ deletes the VM too.
     START         HAS_NAME            CHECK
     START         HAS_VM              SUBMITTED
     START         FINISHED            DELETE
-    UNSUBMITTED   WANT_CREATE         SAVE_NAME
+    UNSUBMITTED   WANT_SUBMIT         SAVE_NAME
     UNSUBMITTED   LOCAL_HELD          DELETE
     UNSUBMITTED   LOCAL_REMOVED       DELETE
     SAVE_NAME     SAVED               CREATE
     CREATE        CREATE_OK           CREATE_SAVE
-    CREATE        CREATE_REFUSED      HOLD
+    CREATE        SUBMIT_REFUSED      HOLD
+    CREATE        SUBMIT_RETRY        CHECK
     CREATE        CREATE_UNSURE       CHECK
     CREATE        LOCAL_HELD          CLEAR
     CREATE        LOCAL_REMOVED       CLEAR
@@ -38,10 +39,10 @@ deletes the VM too.
     SUBMITTED     VM_FAILED           HOLD
     SUBMITTED     LOCAL_HELD          CANCEL
     SUBMITTED     LOCAL_REMOVED       CANCEL
-    CANCEL        DELETED             CLEAR
-    CANCEL        DELETED_REMOVED     DELETE
-    CANCEL        DELETED_ENDED       DONE_SAVE
-    CANCEL        DELETE_FAILED       CANCEL
+    CANCEL        CANCELLED           CLEAR
+    CANCEL        CANCELLED_REMOVED   DELETE
+    CANCEL        CANCELLED_DONE      DONE_SAVE
+    CANCEL        CANCEL_FAILED       CANCEL
     DONE_SAVE     EXITED              DELETE
     DONE_SAVE     REQUEUED            CLEAR
     DONE_SAVE     POLICY_HELD         CLEAR
@@ -61,9 +62,9 @@ import enum
 from collections.abc import Mapping
 from typing import Final
 
-from htgrid.grid._table import draw_table, lookup
+from htgrid.grid._table import Table, stops
 
-__all__ = ["INITIAL", "TERMINAL", "TRANSITIONS", "AzureEvent", "AzureState", "draw", "next_state"]
+__all__ = ["TABLE", "TRANSITIONS", "AzureEvent", "AzureState"]
 
 
 class AzureState(enum.Enum):
@@ -92,20 +93,21 @@ class AzureEvent(enum.Enum):
     HAS_NAME = "has_name"
     HAS_VM = "has_vm"
     FINISHED = "finished"
-    WANT_CREATE = "want_create"
+    WANT_SUBMIT = "want_submit"
     SAVED = "saved"
     CREATE_OK = "create_ok"
-    CREATE_REFUSED = "create_refused"
+    SUBMIT_REFUSED = "submit_refused"
+    SUBMIT_RETRY = "submit_retry"
     CREATE_UNSURE = "create_unsure"
     FOUND = "found"
     NOT_FOUND = "not_found"
     STATUS = "status"
     VM_ENDED = "vm_ended"
     VM_FAILED = "vm_failed"
-    DELETED = "deleted"
-    DELETED_REMOVED = "deleted_removed"
-    DELETED_ENDED = "deleted_ended"
-    DELETE_FAILED = "delete_failed"
+    CANCELLED = "cancelled"
+    CANCELLED_REMOVED = "cancelled_removed"
+    CANCELLED_DONE = "cancelled_done"
+    CANCEL_FAILED = "cancel_failed"
     EXITED = "exited"
     REQUEUED = "requeued"
     POLICY_HELD = "policy_held"
@@ -120,9 +122,6 @@ class AzureEvent(enum.Enum):
 _S = AzureState
 _E = AzureEvent
 
-INITIAL: Final = _S.INIT
-TERMINAL: Final = frozenset({_S.DELETE})
-
 TRANSITIONS: Final[Mapping[AzureState, Mapping[AzureEvent, AzureState]]] = {
     _S.INIT: {_E.READY: _S.START},
     _S.START: {
@@ -131,38 +130,32 @@ TRANSITIONS: Final[Mapping[AzureState, Mapping[AzureEvent, AzureState]]] = {
         _E.HAS_VM: _S.SUBMITTED,
         _E.FINISHED: _S.DELETE,
     },
-    _S.UNSUBMITTED: {
-        _E.WANT_CREATE: _S.SAVE_NAME,
-        _E.LOCAL_HELD: _S.DELETE,
-        _E.LOCAL_REMOVED: _S.DELETE,
-    },
+    _S.UNSUBMITTED: {_E.WANT_SUBMIT: _S.SAVE_NAME, **stops(_E, _S.DELETE)},
     _S.SAVE_NAME: {_E.SAVED: _S.CREATE},
     _S.CREATE: {
         _E.CREATE_OK: _S.CREATE_SAVE,
-        _E.CREATE_REFUSED: _S.HOLD,
+        _E.SUBMIT_REFUSED: _S.HOLD,
+        _E.SUBMIT_RETRY: _S.CHECK,
         _E.CREATE_UNSURE: _S.CHECK,
-        _E.LOCAL_HELD: _S.CLEAR,
-        _E.LOCAL_REMOVED: _S.CLEAR,
+        **stops(_E, _S.CLEAR),
     },
     _S.CHECK: {
         _E.FOUND: _S.CREATE_SAVE,
         _E.NOT_FOUND: _S.CREATE,
-        _E.LOCAL_HELD: _S.CLEAR,
-        _E.LOCAL_REMOVED: _S.CLEAR,
+        **stops(_E, _S.CLEAR),
     },
     _S.CREATE_SAVE: {_E.SAVED: _S.SUBMITTED},
     _S.SUBMITTED: {
         _E.STATUS: _S.SUBMITTED,
         _E.VM_ENDED: _S.CANCEL,
         _E.VM_FAILED: _S.HOLD,
-        _E.LOCAL_HELD: _S.CANCEL,
-        _E.LOCAL_REMOVED: _S.CANCEL,
+        **stops(_E, _S.CANCEL),
     },
     _S.CANCEL: {
-        _E.DELETED: _S.CLEAR,
-        _E.DELETED_REMOVED: _S.DELETE,
-        _E.DELETED_ENDED: _S.DONE_SAVE,
-        _E.DELETE_FAILED: _S.CANCEL,
+        _E.CANCELLED: _S.CLEAR,
+        _E.CANCELLED_REMOVED: _S.DELETE,
+        _E.CANCELLED_DONE: _S.DONE_SAVE,
+        _E.CANCEL_FAILED: _S.CANCEL,
     },
     _S.DONE_SAVE: {
         _E.EXITED: _S.DELETE,
@@ -177,11 +170,4 @@ TRANSITIONS: Final[Mapping[AzureState, Mapping[AzureEvent, AzureState]]] = {
 }
 
 
-def next_state(state: AzureState, event: AzureEvent) -> AzureState:
-    """Where `event` takes a job in `state`; BadTransition if the table has no such move."""
-    return lookup(TRANSITIONS, state, event, "azure")
-
-
-def draw() -> list[str]:
-    """The table as the lines drawn in this module's docstring."""
-    return draw_table(TRANSITIONS, 14)
+TABLE: Final = Table("azure", _E, TRANSITIONS, _S.INIT, frozenset({_S.DELETE}), 14)

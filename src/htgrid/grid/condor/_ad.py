@@ -1,7 +1,4 @@
-"""What an HTCondor-C job sends and reads: its ids, the remote ad, the remote status.
-
-    GridResource   condor <remote schedd name> <remote pool host:port>
-    GridJobId      condor <schedd> <pool> <cluster>.<proc>      (HTCondor's format)
+"""What an HTCondor-C job sends and reads: the remote ad, the stage-in ad, the remote status.
 
 The remote ad is built as HTCondor's CondorJob::buildSubmitAd does: the local ad minus
 the local bookkeeping, born held ("Spooling input data files", HoldReasonCode 16) until
@@ -16,8 +13,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
-import re
-import secrets
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,19 +21,16 @@ from typing import Any, Final
 
 from htgrid.classad import ClassAd, ExprTree, select_attrs
 from htgrid.errors import ClassAdSyntaxError
-from htgrid.grid._errors import UnsupportedGridJob
 from htgrid.grid._values import as_int, as_number, as_str, is_plain
+from htgrid.grid.condor._ids import CondorJobId
 
 __all__ = [
     "DEFAULT_LEASE",
     "LOCAL_LEASE",
     "SPOOLING_REASON",
-    "CondorJobId",
-    "CondorResourceName",
     "RemoteJob",
     "build_remote_ad",
     "build_stage_in_ad",
-    "new_submit_tag",
     "submitter_id",
 ]
 
@@ -54,78 +46,6 @@ SPOOLING_REASON = "Spooling input data files"
 SPOOLING_CODE = 16
 #: How long a remote job may wait for its input before its schedd removes it (8 hours).
 STAGE_IN_LIMIT = 8 * 3600
-
-_JOB_ID = re.compile(r"(\d+)\.(\d+)")
-_TAG = re.compile(r"htgrid_[0-9]+_[0-9]+_[0-9a-f]+")
-
-
-@dataclass(frozen=True, slots=True)
-class CondorResourceName:
-    """A condor GridResource: the remote schedd's name and its pool's collector."""
-
-    schedd: str
-    pool: str
-
-    @property
-    def key(self) -> str:
-        return f"condor {self.schedd} {self.pool}"
-
-    @classmethod
-    def parse(cls, grid_resource: str) -> CondorResourceName:
-        """Read `condor <schedd> <pool>`; UnsupportedGridJob naming what is wrong."""
-        words = grid_resource.split()
-        if not words or words[0].lower() != "condor":
-            raise UnsupportedGridJob(f"GridResource {grid_resource!r} is not of type condor")
-        if len(words) < 2:
-            raise UnsupportedGridJob(f"GridResource {grid_resource!r}: missing schedd name")
-        if len(words) < 3:
-            raise UnsupportedGridJob(
-                f"GridResource {grid_resource!r}: missing pool name (condor <schedd> <host:port>)"
-            )
-        if len(words) > 3:
-            raise UnsupportedGridJob(
-                f"GridResource {grid_resource!r}: expected condor <schedd> <host:port>"
-            )
-        return cls(words[1], words[2])
-
-
-@dataclass(frozen=True, slots=True)
-class CondorJobId:
-    """A condor GridJobId: the remote schedd, its pool, and the job's id there."""
-
-    schedd: str
-    pool: str
-    cluster: int
-    proc: int
-
-    @property
-    def remote(self) -> str:
-        return f"{self.cluster}.{self.proc}"
-
-    def __str__(self) -> str:
-        return f"condor {self.schedd} {self.pool} {self.remote}"
-
-    @classmethod
-    def parse(cls, text: object) -> CondorJobId | None:
-        """The id in a GridJobId value; None when absent or not a condor id."""
-        if not isinstance(text, str):
-            return None
-        words = text.split()
-        if len(words) != 4 or words[0].lower() != "condor":
-            return None
-        match = _JOB_ID.fullmatch(words[3])
-        if match is None:
-            return None
-        return cls(words[1], words[2], int(match[1]), int(match[2]))
-
-
-def new_submit_tag(cluster: int, proc: int) -> str:
-    """A fresh submission tag: the local job's id and 48 random bits."""
-    return f"htgrid_{cluster}_{proc}_{secrets.token_hex(6)}"
-
-
-def is_submit_tag(value: object) -> bool:
-    return isinstance(value, str) and _TAG.fullmatch(value) is not None
 
 
 def submitter_id(home: Path | None) -> str:
