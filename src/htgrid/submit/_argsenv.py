@@ -14,6 +14,7 @@ env.cpp (Env):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from htgrid.submit._errors import SubmitError
@@ -28,6 +29,9 @@ __all__ = [
 ]
 
 _WS = " \t\n\r"
+_WORDS = re.compile(r"[^ \t\n\r]+")  # the words between runs of _WS
+_PLAIN_WORD = re.compile(r"[^ \t\n\r']+")  # a word V2 writes as it is
+_SPACE = re.compile(r"[ \t\n\r]")
 
 
 def is_v2_quoted(text: str) -> bool:
@@ -41,28 +45,28 @@ def v2_quoted_to_raw(text: str) -> str:
     assert body.startswith('"')
     out: list[str] = []
     pos = 1
-    while pos < len(body):
-        ch = body[pos]
-        if ch == '"':
-            if body[pos + 1 : pos + 2] == '"':
-                out.append('"')
-                pos += 2
-                continue
-            tail = body[pos + 1 :]
-            if tail.strip():
-                raise SubmitError(
-                    "Unexpected characters following double-quote.  Did you forget to escape the "
-                    "double-quote by repeating it?  Here is the quote and trailing characters: "
-                    f"{body[pos:]}\n"
-                )
-            return "".join(out)
-        out.append(ch)
-        pos += 1
-    raise SubmitError("Unterminated double-quote.")
+    while True:
+        quote = body.find('"', pos)
+        if quote < 0:
+            raise SubmitError("Unterminated double-quote.")
+        out.append(body[pos:quote])
+        if body[quote + 1 : quote + 2] == '"':
+            out.append('"')
+            pos = quote + 2
+            continue
+        if body[quote + 1 :].strip():
+            raise SubmitError(
+                "Unexpected characters following double-quote.  Did you forget to escape the "
+                "double-quote by repeating it?  Here is the quote and trailing characters: "
+                f"{body[quote:]}\n"
+            )
+        return "".join(out)
 
 
 def split_v2_raw(text: str) -> list[str]:
     """Words of a V2 raw string (single quotes group, `''` inside is `'`)."""
+    if "'" not in text:
+        return _WORDS.findall(text)
     words: list[str] = []
     buf: list[str] = []
     token = False
@@ -104,6 +108,8 @@ def _append_v2(word: str, result: str) -> str:
     """condor_arglist.cpp's append_arg: quote whitespace and `'` individually."""
     if result:
         result += " "
+    if _PLAIN_WORD.fullmatch(word):
+        return result + word
     if not word:
         result += "''"
     for ch in word:
@@ -136,7 +142,7 @@ class ArgList:
     def v1_raw(self) -> str:
         """The V1 form (words joined with spaces); words with whitespace cannot be V1."""
         for word in self.words:
-            if any(ch in _WS for ch in word):
+            if _SPACE.search(word):
                 raise SubmitError(f"Cannot represent '{word}' in V1 arguments syntax.")
         return " ".join(self.words)
 
@@ -156,6 +162,8 @@ def parse_args_v1_wacked_or_v2_quoted(text: str) -> ArgList:
     """`arguments`: V2 when double-quoted, else V1 with `\\"` for a quote."""
     if is_v2_quoted(text):
         return parse_args_v2_quoted(text)
+    if '"' not in text and "\\" not in text:
+        return ArgList(tuple(_WORDS.findall(text)), True)
     raw: list[str] = []
     pos = 0
     while pos < len(text):
@@ -172,18 +180,7 @@ def parse_args_v1_wacked_or_v2_quoted(text: str) -> ArgList:
 
 
 def _split_ws(text: str) -> list[str]:
-    words: list[str] = []
-    buf: list[str] = []
-    for ch in text:
-        if ch in _WS:
-            if buf:
-                words.append("".join(buf))
-                buf = []
-        else:
-            buf.append(ch)
-    if buf:
-        words.append("".join(buf))
-    return words
+    return _WORDS.findall(text)
 
 
 class Environment:
