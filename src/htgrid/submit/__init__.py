@@ -4,6 +4,11 @@
     for job in desc.jobs(42, owner="alice", qdate=1_700_000_000):
         print(job.proc_id, job.ad["Cmd"])
 
+    cluster = desc.procs(42, owner="alice", qdate=1_700_000_000)   # as condor_submit sends
+    cluster.cluster_ad                  # proc 0's ad: what the procs share
+    for proc in cluster:                # built one at a time, as asked for
+        print(proc.proc_id, proc.own)   # what the proc has of its own ($(Process)...)
+
 Everything condor_submit reads from its surroundings is passed in: the cluster
 id, the owner, the submit time, the submit directory, the environment (for
 `getenv` and `$ENV()`), and a `SubmitConfig` standing for the HTCondor
@@ -23,12 +28,20 @@ from htgrid.submit._errors import SubmitError
 
 if TYPE_CHECKING:
     from htgrid.submit._config import SubmitConfig
-    from htgrid.submit._description import Job, SubmitDescription, dry_run_text
+    from htgrid.submit._description import (
+        ClusterProcs,
+        Job,
+        ProcAd,
+        SubmitDescription,
+        dry_run_text,
+    )
 
 #: Where each other name lives, loaded when first asked for.
 _LAZY: Final = {
     "SubmitConfig": "_config",
+    "ClusterProcs": "_description",
     "Job": "_description",
+    "ProcAd": "_description",
     "SubmitDescription": "_description",
     "dry_run_text": "_description",
 }
@@ -37,4 +50,12 @@ _LAZY: Final = {
 __getattr__ = on_demand(__name__, _LAZY)
 
 
-__all__ = ["Job", "SubmitConfig", "SubmitDescription", "SubmitError", "dry_run_text"]
+__all__ = [
+    "ClusterProcs",
+    "Job",
+    "ProcAd",
+    "SubmitConfig",
+    "SubmitDescription",
+    "SubmitError",
+    "dry_run_text",
+]

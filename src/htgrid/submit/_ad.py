@@ -49,6 +49,18 @@ class JobAd:
     def __len__(self) -> int:
         return len(self._attrs)
 
+    def copy_from(self, other: JobAd) -> None:
+        """Make this ad hold what `other` holds (values are immutable: shared)."""
+        self._attrs = other._attrs.copy()
+
+    def entry(self, key: str) -> tuple[str, Value] | None:
+        """(name as first written, value) of the lower-case `key`, or None."""
+        return self._attrs.get(key)
+
+    def entries(self) -> Iterator[tuple[str, tuple[str, Value]]]:
+        """(lower-case key, (name, value)) of each attribute, in insertion order."""
+        return iter(self._attrs.items())
+
     def get(self, name: str) -> Value | None:
         """The value of `name`, or None."""
         item = self._attrs.get(name.lower())

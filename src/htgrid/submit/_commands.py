@@ -5,11 +5,12 @@ accounting, deferral and the simple one-to-one commands.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from htgrid.submit._errors import SubmitError
 from htgrid.submit._macros import string_is_bool, string_is_long
-from htgrid.submit._tables import SIMPLE_COMMANDS, As
+from htgrid.submit._tables import SIMPLE_COMMANDS, As, Simple
 
 if TYPE_CHECKING:
     from htgrid.submit._jobad import JobBuilder
@@ -75,7 +76,7 @@ def set_vm_params(b: JobBuilder) -> None:
     if parsed is None or parsed[0] <= 0:
         raise SubmitError("vm_memory is incorrectly specified")
     ad["JobVMMemory"] = parsed[0]
-    b.exe_size_kb = parsed[0] * 1024
+    b.set_exe_size(parsed[0] * 1024)
     ad["ExecutableSize"] = b.exe_size_kb
     vcpus = b.p("vm_vcpus", "JobVM_VCPUS")
     if vcpus:
@@ -304,10 +305,10 @@ def set_concurrency_and_accounting(b: JobBuilder) -> None:
         b.ad["AccountingGroup"] = group_user
 
 
-def set_simple(b: JobBuilder) -> None:
-    """The one-to-one commands of the prunable-keywords table."""
+def set_simple(b: JobBuilder, commands: Sequence[Simple] = SIMPLE_COMMANDS) -> None:
+    """The one-to-one commands of the prunable-keywords table (or a run of them)."""
     previous = False
-    for cmd in SIMPLE_COMMANDS:
+    for cmd in commands:
         if cmd.alt_of_previous and previous:
             previous = False
             continue

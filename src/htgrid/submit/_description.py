@@ -10,15 +10,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from htgrid.submit._ad import Expr, JobAd
+from htgrid.submit._ad import Expr
+from htgrid.submit._cluster import ClusterContext, ClusterProcs, ProcAd, Statement
 from htgrid.submit._config import SubmitConfig
 from htgrid.submit._errors import SubmitError
-from htgrid.submit._jobad import JobBuilder, Universe
 from htgrid.submit._lines import QueueStep, parse_description, run_shell
 from htgrid.submit._macros import Expander
 from htgrid.submit._queue import ForEach, QueueArgs, iterate_procs, load_items, parse_queue_args
 
-__all__ = ["Job", "SubmitDescription", "dry_run_text"]
+__all__ = ["ClusterProcs", "Job", "ProcAd", "SubmitDescription", "dry_run_text"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,57 +106,57 @@ class SubmitDescription:
 
         `check_files` makes a missing executable or initialdir an error, as
         condor_submit does; `seed` fixes what $RANDOM_INTEGER() and
-        $RANDOM_CHOICE() pick.
+        $RANDOM_CHOICE() pick. Each ad is whole: for a large cluster, `procs` gives
+        the cluster ad once and each proc's own attributes, one at a time.
+        """
+        cluster = self.procs(
+            cluster_id,
+            owner=owner,
+            qdate=qdate,
+            submit_dir=submit_dir,
+            env=env,
+            config=config,
+            check_files=check_files,
+            seed=seed,
+        )
+        return [
+            Job(cluster_id, proc.proc_id, cluster.whole(proc), proc.warnings) for proc in cluster
+        ]
+
+    def procs(
+        self,
+        cluster_id: int,
+        *,
+        owner: str,
+        qdate: int,
+        submit_dir: str | None = None,
+        env: Mapping[str, str] | None = None,
+        config: SubmitConfig | None = None,
+        check_files: bool = True,
+        seed: int | None = None,
+        replay: bool = True,
+    ) -> ClusterProcs:
+        """The cluster as condor_submit sends it: `cluster_ad` (proc 0's ad, without
+        ProcId), `count`, and, iterated once, each proc's own attributes (`ProcAd`),
+        built as they are asked for. Proc 0 is built now: its errors are raised here.
+
+        The arguments are those of `jobs`, whose ads are `whole(proc)` of these;
+        `replay=False` builds every proc whole, running every step (slow: the reference
+        the tests hold the replays to).
         """
         cfg = config or SubmitConfig()
         cwd = submit_dir or self.cwd
         environment = dict(env) if env is not None else dict(self.env)
         rng = random.Random(seed)
-        jobs: list[Job] = []
-        first: JobAd | None = None
+        statements = []
         for step in self.steps:
             expander = _expander(step, cfg, cluster_id, qdate, self.path, environment, rng)
             qargs = self._queue_args(step, expander)
-            items = _load(qargs, step, cwd)
-            for slot in iterate_procs(qargs, items):
-                proc = len(jobs)
-                expander.set_default("Process", str(proc))
-                expander.set_default("ProcId", str(proc))
-                expander.set_default("Step", str(slot.step))
-                expander.set_default("Row", str(slot.row))
-                expander.set_default("ItemIndex", str(slot.row))
-                for name, value in slot.values:
-                    expander.macros.set(name, value)
-                builder = JobBuilder(
-                    expander,
-                    cfg,
-                    cluster_id,
-                    proc,
-                    qdate,
-                    cwd,
-                    owner,
-                    Universe(),
-                    environment,
-                    check_files=check_files,
-                )
-                if first is not None:
-                    # condor_submit chains procs 1..N to the proc 0 ad
-                    for attr, attr_value in first.items():
-                        builder.ad[attr] = attr_value
-                try:
-                    ad = builder.build()
-                    bad = ad.nul_attribute()
-                    if bad is not None:  # from queue items or a command's output
-                        raise SubmitError(
-                            f"job {cluster_id}.{proc}: {bad} holds a NUL character, which "
-                            "no job ad can hold"
-                        )
-                except SubmitError as exc:
-                    raise exc.at(step.path, step.line) from None
-                if first is None:
-                    first = ad
-                jobs.append(Job(cluster_id, proc, ad.to_classad(), tuple(builder.warnings)))
-        return jobs
+            statements.append(Statement(step, expander, qargs, _load(qargs, step, cwd)))
+        context = ClusterContext(
+            cluster_id, owner, qdate, cwd, environment, cfg, check_files, rng, replay
+        )
+        return ClusterProcs(statements, context)
 
     def itemdata(
         self, *, submit_dir: str | None = None, config: SubmitConfig | None = None

@@ -130,11 +130,11 @@ def _ec2_parameters(b: JobBuilder) -> None:
     names_text = b.p("ec2_parameter_names", "EC2ParameterNames")
     names = [n for n in re.split(r"[,\s]+", names_text or "") if n]
     prefix = "ec2_parameter_"
-    for key, raw in b.x.macros.items():
+    for key in b.x.macros.names():
         if key.lower() == "ec2_parameter_names" or not key.lower().startswith(prefix):
             continue
         param = key[len(prefix) :]
-        b.ad[f"EC2Parameter_{param}"] = raw
+        b.ad[f"EC2Parameter_{param}"] = b.x.lookup(key) or ""
         if not any(n.replace(".", "_").lower() == param.lower() for n in names):
             names.append(param)
     if names:

@@ -7,9 +7,10 @@ grid jobs, VM jobs, resources and Requirements live in sibling modules.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -22,9 +23,15 @@ from htgrid.submit._argsenv import (
 from htgrid.submit._config import SubmitConfig
 from htgrid.submit._errors import SubmitError
 from htgrid.submit._macros import Expander, string_is_bool, string_is_long
-from htgrid.submit._tables import SIGNALS, UNIVERSE_NAMES, universe_number
+from htgrid.submit._tables import SIGNALS, SIMPLE_COMMANDS, UNIVERSE_NAMES, Simple, universe_number
+from htgrid.submit._trace import EXE, IWD, StepTrace
 
-__all__ = ["JobBuilder", "Universe"]
+__all__ = ["UNIVERSE_STEP", "JobBuilder", "Step", "Universe"]
+
+#: One step of the build: its name and what it does.
+Step = tuple[str, Callable[[], None]]
+#: The step that decides the universe, which every later step reads.
+UNIVERSE_STEP: Final = "universe"
 
 VANILLA, SCHEDULER, MPI, GRID, JAVA, PARALLEL, LOCAL, VM = 5, 7, 8, 9, 10, 11, 12, 13
 _PSEUDO_EXE_GRIDS = ("ec2", "gce", "azure")
@@ -103,8 +110,27 @@ class JobBuilder:
     warnings: list[str] = field(default_factory=list)
     iwd: str = ""
     exe_size_kb: int = 0
+    trace: StepTrace | None = None  # the step running, while a build is watched (_plan)
 
     # -- helpers -------------------------------------------------------------
+
+    def note(self, state: str) -> None:
+        """The step running reads the builder's `state` (IWD, EXE) (see `_trace`)."""
+        if self.trace is not None:
+            self.trace.reads.add(state)
+
+    def set_iwd(self, iwd: str) -> None:
+        """The job's iwd, which relative file names (and $Fp()) are taken against."""
+        self.iwd = iwd
+        self.x.cwd = iwd
+        if self.trace is not None:
+            self.trace.writes[IWD] = (IWD, iwd)
+
+    def set_exe_size(self, kb: int) -> None:
+        """The executable's size (KiB), which the disk usage counts."""
+        self.exe_size_kb = kb
+        if self.trace is not None:
+            self.trace.writes[EXE] = (EXE, kb)
 
     def p(self, name: str, alt: str | None = None) -> str | None:
         """The expanded value of a submit command (None when unset or empty)."""
@@ -138,6 +164,8 @@ class JobBuilder:
 
     def full_path(self, name: str, *, use_iwd: bool = True) -> str:
         """`name` made absolute against the job's iwd (or the submit directory)."""
+        if use_iwd:
+            self.note(IWD)
         base = self.iwd if use_iwd else self.cwd
         path = f"/{name}" if name.startswith("/") else f"/{base}/{name}"
         return compress_path(path)
@@ -163,35 +191,48 @@ class JobBuilder:
 
     def build(self) -> JobAd:
         """Run every step and return the finished ad."""
-        self._base()
-        self._set_universe()
-        self._set_iwd()
-        self._set_executable()
-        self._set_arguments()
-        _grid.set_grid_params(self)
-        _commands.set_vm_params(self)
-        _environ.set_java_vm_args(self)
-        self._set_parallel()
-        _environ.set_environment(self)
-        self._set_job_status()
-        for which in ("input", "output", "error"):
-            self._set_std(which)
-        _commands.set_credentials(self)
-        self._set_notification()
-        self._set_rank()
-        _commands.set_policy(self)
-        self._set_kill_sig()
-        _resources.set_request_resources(self)
-        _commands.set_concurrency_and_accounting(self)
-        _commands.set_simple(self)
-        _commands.set_deferral(self)
-        _resources.set_image_size(self)
-        _resources.set_transfer_files(self)
-        self._set_auto_attributes()
-        self._forced_attributes()
-        _resources.set_resource_requirements(self)
-        _requirements.set_requirements(self)
+        for _name, step in self.steps():
+            step()
+        self.ad["ProcId"] = self.proc
         return self.ad
+
+    def steps(self) -> list[Step]:
+        """The steps of the build, in order (ProcId, set last, is not one of them).
+
+        Each is as small as the language lets it be: `_plan` replays, for each proc,
+        only the steps whose result can differ from proc to proc.
+        """
+        call = functools.partial
+        steps: list[Step] = [
+            ("base", self._base),
+            (UNIVERSE_STEP, self._set_universe),
+            ("iwd", self._set_iwd),
+            ("executable", self._set_executable),
+            ("arguments", self._set_arguments),
+            ("grid", call(_grid.set_grid_params, self)),
+            ("vm", call(_commands.set_vm_params, self)),
+            ("java_vm_args", call(_environ.set_java_vm_args, self)),
+            ("parallel", self._set_parallel),
+            ("environment", call(_environ.set_environment, self)),
+            ("job_status", self._set_job_status),
+            *((which, call(self._set_std, which)) for which in ("input", "output", "error")),
+            ("credentials", call(_commands.set_credentials, self)),
+            ("notification", self._set_notification),
+            ("rank", self._set_rank),
+            ("policy", call(_commands.set_policy, self)),
+            ("kill_sig", self._set_kill_sig),
+            ("request_resources", call(_resources.set_request_resources, self)),
+            ("concurrency", call(_commands.set_concurrency_and_accounting, self)),
+            *((group[0].key, call(_commands.set_simple, self, group)) for group in _SIMPLE),
+            ("deferral", call(_commands.set_deferral, self)),
+            ("image_size", call(_resources.set_image_size, self)),
+            ("transfer_files", call(_resources.set_transfer_files, self)),
+            ("auto_attributes", self._set_auto_attributes),
+            *((name, call(self._forced_attribute, name)) for name in self._forced_names()),
+            ("resource_requirements", call(_resources.set_resource_requirements, self)),
+            ("requirements", call(_requirements.set_requirements, self)),
+        ]
+        return steps
 
     def _base(self) -> None:
         ad, cfg = self.ad, self.config
@@ -306,8 +347,7 @@ class JobBuilder:
         iwd = compress_path(iwd)
         if self.check_files and not os.access(iwd, os.F_OK | os.X_OK):
             raise SubmitError(f"No such directory: {iwd}")
-        self.iwd = iwd
-        self.x.cwd = iwd
+        self.set_iwd(iwd)
         self.ad["Iwd"] = iwd
         submit_file = self.p("SUBMIT_FILE")
         if submit_file:
@@ -504,13 +544,28 @@ class JobBuilder:
                 "Consider submitting this job using the local universe, instead"
             )
 
-    def _forced_attributes(self) -> None:
-        for name, raw in self.x.macros.items():
-            if not name.lower().startswith("my."):
-                continue
-            value = self.x.expand(raw) if raw else ""
-            self.expr(name[3:], value or "undefined")
-        self.ad["ProcId"] = self.proc
+    def _forced_names(self) -> list[str]:
+        """The `MY.name` (and `+name`) commands, in HTCondor's order."""
+        return [name for name in self.x.macros.names() if name.lower().startswith("my.")]
+
+    def _forced_attribute(self, name: str) -> None:
+        raw = self.x.lookup(name)
+        value = self.x.expand(raw) if raw else ""
+        self.expr(name[3:], value or "undefined")
+
+
+def _simple_groups() -> tuple[tuple[Simple, ...], ...]:
+    """The simple commands, each with those that are its other spellings after it."""
+    groups: list[list[Simple]] = []
+    for cmd in SIMPLE_COMMANDS:
+        if cmd.alt_of_previous and groups:
+            groups[-1].append(cmd)
+        else:
+            groups.append([cmd])
+    return tuple(tuple(group) for group in groups)
+
+
+_SIMPLE: Final = _simple_groups()
 
 
 def _strip_quotes(text: str) -> str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from htgrid.submit import _classad
 from htgrid.submit._errors import SubmitError
 from htgrid.submit._funcs import filename_func, printf
+from htgrid.submit._trace import IWD, RANDOM
 
 __all__ = [
     "Expander",
@@ -166,6 +167,10 @@ def _idchar(ch: str) -> bool:
     return ch.isalnum() or ch in "_."
 
 
+#: The common reference, `$(name)`: found without a walk through it character by character.
+_PLAIN_REF = re.compile(r"\$\(([A-Za-z0-9_.]+)\)")
+
+
 def _find(text: str, start: int, *, dollar_only: bool = False) -> _Ref | None:
     """The next macro reference at or after `start` (None when there is none)."""
     pos = start
@@ -173,6 +178,10 @@ def _find(text: str, start: int, *, dollar_only: bool = False) -> _Ref | None:
         dollar = text.find("$", pos)
         if dollar < 0:
             return None
+        if not dollar_only:
+            plain = _PLAIN_REF.match(text, dollar)
+            if plain is not None and plain.group(1).lower() != "dollar":
+                return _Ref(_NORMAL, "", dollar, dollar + 2, -1, plain.end())
         p = dollar + 1
         if p < len(text) and text[p] == "$":
             p += 1
@@ -254,7 +263,12 @@ class Expander:
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
     rng: random.Random = field(default_factory=lambda: random.Random(0))
+    #: While a build is watched (`_plan`): the names looked up, lower case, with
+    #: "$random" for a draw and "%iwd" for a file name taken against `cwd`.
+    trace: set[str] | None = None
     _defaults_lower: dict[str, str] = field(default_factory=dict, init=False)
+    _memo: dict[tuple[str, str | None], str | None] | None = field(default=None, init=False)
+    _proc_names: frozenset[str] = field(default=frozenset(), init=False)
 
     def __post_init__(self) -> None:
         self._defaults_lower = {k.lower(): v for k, v in self.defaults.items()}
@@ -263,15 +277,48 @@ class Expander:
         """Set a value in the defaults table (a live value, or a computed default)."""
         self._defaults_lower[name.lower()] = value
 
+    def set_live(self, values: Mapping[str, str]) -> None:
+        """Set defaults by lower-case name (a proc's $(Process), $(Step)...) at once."""
+        self._defaults_lower.update(values)
+
     def lookup(self, name: str) -> str | None:
         """The raw value of `name`: file macros first, then defaults; None if neither."""
+        if self.trace is not None:
+            self.trace.add(name.lower())
         value = self.macros.get(name)
         if value is not None:
             return value
         return self._defaults_lower.get(name.lower())
 
+    def remember(self, proc_names: frozenset[str]) -> None:
+        """From now on, keep what `param` gives when no lookup it made is of a name in
+        `proc_names` (those of a proc's own values), nor a draw, nor a file name: every
+        proc of the queue statement gets the same (`_plan` replays steps proc by proc)."""
+        self._memo = {}
+        self._proc_names = proc_names | {RANDOM, IWD}
+
     def param(self, name: str, alt: str | None = None) -> str | None:
         """HTCondor's submit_param: expanded value of `name` (or `alt`); None if unset or empty."""
+        memo = self._memo
+        if memo is None:
+            return self._param(name, alt)
+        key = (name, alt)
+        if key in memo:
+            return memo[key]
+        outer = self.trace
+        seen: set[str] = set()
+        self.trace = seen
+        try:
+            value = self._param(name, alt)
+        finally:
+            self.trace = outer
+        if outer is not None:
+            outer |= seen
+        if seen.isdisjoint(self._proc_names):
+            memo[key] = value
+        return value
+
+    def _param(self, name: str, alt: str | None) -> str | None:
         raw = self.lookup(name)
         if raw is None and alt is not None:
             raw = self.lookup(alt)
@@ -332,6 +379,12 @@ class Expander:
 
     # -- macro functions ---------------------------------------------------
 
+    def _drawn(self) -> random.Random:
+        """The generator, for a draw (which each proc makes anew)."""
+        if self.trace is not None:
+            self.trace.add(RANDOM)
+        return self.rng
+
     def _f_random_choice(self, body: str, _func: str) -> str:
         items = body
         if "," not in items:
@@ -339,7 +392,7 @@ class Expander:
                 raise SubmitError("$RANDOM_CHOICE() error: no list")
             items = self._arg(body, 0) or ""
         choices = items.split(",")
-        return choices[self.rng.randrange(len(choices))].strip()
+        return choices[self._drawn().randrange(len(choices))].strip()
 
     def _f_random_integer(self, body: str, _func: str) -> str:
         bounds = []
@@ -357,7 +410,7 @@ class Expander:
         if low > high:
             raise SubmitError("$RANDOM_INTEGER() error: min > max")
         count = (step + high - low) // step
-        return str(low + self.rng.randrange(count) * step)
+        return str(low + self._drawn().randrange(count) * step)
 
     def _f_choice(self, body: str, _func: str) -> str:
         if _nth_item(body, 1) is None:
@@ -461,6 +514,8 @@ class Expander:
         value = raw if raw is not None else body
         if "$" in value:
             value = self.expand(value, keep_dollar=True)
+        if self.trace is not None:
+            self.trace.add(IWD)
         return filename_func(flags, value, self.cwd)
 
 

@@ -9,6 +9,7 @@ from htgrid.submit import _classad, _exprs
 from htgrid.submit._ad import Expr
 from htgrid.submit._commands import parse_bytes
 from htgrid.submit._errors import SubmitError
+from htgrid.submit._trace import EXE
 
 if TYPE_CHECKING:
     from htgrid.submit._jobad import JobBuilder
@@ -45,14 +46,14 @@ def set_request_resources(b: JobBuilder) -> None:
     """request_cpus/memory/disk/gpus and custom request_<name> resources."""
     use_defaults = b.universe.grid_type.lower() != "batch"
     cfg = b.config
-    for key, raw in b.x.macros.items():
+    for key in b.x.macros.names():
         low = key.lower()
         if not low.startswith("request_") or low in _SPECIAL or low in _DISALLOWED:
             continue
         name = key[len("request_") :]
         if len(name) < 2 or name.startswith("_"):
             continue
-        value = b.x.expand(raw)
+        value = b.x.expand(b.x.lookup(key) or "")
         if value:
             b.expr("Request" + name, value)
     if "request_cpu" in b.x.macros:
@@ -162,7 +163,7 @@ def set_image_size(b: JobBuilder) -> None:
         )
         if cmd and not pseudo:
             size = b.size_kb(cmd)
-        b.exe_size_kb = size
+        b.set_exe_size(size)
         b.ad["ExecutableSize"] = size
     image = b.p("image_size", "ImageSize")
     if image:
@@ -171,6 +172,7 @@ def set_image_size(b: JobBuilder) -> None:
             raise SubmitError("Image Size must be positive")
         b.ad["ImageSize"] = parsed[0]
     elif "ImageSize" not in b.ad:
+        b.note(EXE)
         b.ad["ImageSize"] = b.exe_size_kb
 
 
@@ -255,6 +257,7 @@ def set_transfer_files(b: JobBuilder) -> None:
             raise SubmitError(f"'{usage}' is not valid for disk_usage. It must be >= 1")
         ad["DiskUsage"] = parsed[0]
     else:
+        b.note(EXE)
         ad["TransferInputSizeMB"] = (b.exe_size_kb + input_kb) // 1024
         ad["DiskUsage"] = b.exe_size_kb + input_kb
     if should != "NO":
