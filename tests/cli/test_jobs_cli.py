@@ -98,6 +98,19 @@ def test_submit_errors_name_the_file_and_line(htgrid) -> None:  # type: ignore[n
     assert rc == 2 and "missing.sub" in err
 
 
+def test_a_bad_proc_midway_queues_nothing(htgrid) -> None:  # type: ignore[no-untyped-def]
+    # Proc 2000's value is bad: two batches of procs have gone to the daemon by then.
+    items = ["true"] * 2000 + ["maybe"] + ["false"] * 10
+    Path("items.txt").write_text("\n".join(items) + "\n")
+    Path("job.sub").write_text("executable = /bin/true\nhold = $(h)\nqueue h from items.txt\n")
+    _, before, _ = htgrid("q", "-af", "ClusterId", "ProcId")
+    rc, out, err = htgrid("submit", "job.sub")
+    assert rc == 2 and "maybe" in err, err
+    assert out.startswith("Submitting job(s)..") and "submitted" not in out
+    _, after, _ = htgrid("q", "-af", "ClusterId", "ProcId")
+    assert after == before
+
+
 # -- q ------------------------------------------------------------------------------------
 
 

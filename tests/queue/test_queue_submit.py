@@ -20,6 +20,7 @@ from htgrid.queue import (
     JobStatus,
     NotAuthorized,
     QueueError,
+    StagedProcs,
     StoreError,
 )
 
@@ -153,6 +154,44 @@ def test_empty_cluster_is_refused(q: JobQueue) -> None:
 def test_proc_ads_cannot_lie(q: JobQueue, proc: classad.ClassAd, message: str) -> None:
     with pytest.raises(InvalidSubmit, match=message):
         q.submit(ALICE, job(), [proc])
+    assert q.query() == []
+
+
+def test_staged_procs_are_queued_as_procs_added_one_by_one(
+    q: JobQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("htgrid.queue._submit._STAGED_IN_MEMORY", 1000)
+    procs = [classad.ClassAd({"Args": f"--seed {i}"} if i % 2 else {}) for i in range(300)]
+    procs[7] = classad.ClassAd({"JobStatus": 5, "ProcId": 7})  # held alone, its id right
+    direct = q.submit(ALICE, job(), procs)
+    reserved = q.reserve_cluster()
+    # A few procs in memory, the rest in an (unnamed) file past 1000 bytes.
+    with StagedProcs(reserved, job(), ALICE, tmp_path) as staged:
+        for proc in procs:
+            staged.add(proc)
+        with q.transaction(ALICE, reserved=reserved) as tx:
+            cluster = tx.new_cluster()
+            tx.set_cluster_ad(cluster, job())
+            assert tx.add_staged(cluster, staged) == 300
+
+    def seen(cluster: int) -> list[tuple[object, ...]]:
+        return [
+            (ad["ProcId"], ad["JobStatus"], ad.get("Args"), ad.get("HoldReasonCode"))
+            for ad in q.query(f"ClusterId == {cluster}")
+        ]
+
+    assert seen(cluster) == seen(direct)
+    assert seen(cluster)[6:9] == [(6, 1, "60", None), (7, 5, "60", 15), (8, 1, "60", None)]
+
+
+def test_a_proc_that_lies_is_refused_as_it_is_staged(q: JobQueue, tmp_path: Path) -> None:
+    reserved = q.reserve_cluster()
+    with StagedProcs(reserved, job(), ALICE, tmp_path) as staged:
+        staged.add(classad.ClassAd())
+        with pytest.raises(InvalidSubmit, match=f"job {reserved}.1: the ad says ProcId = 0"):
+            staged.add(classad.ClassAd({"ProcId": 0}))
+    with pytest.raises(NotAuthorized):
+        StagedProcs(reserved, job(Owner="mallory"), ALICE, tmp_path)
     assert q.query() == []
 
 

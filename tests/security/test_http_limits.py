@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import socket
 import ssl
 import tarfile
@@ -27,7 +28,7 @@ from htgrid.net import Jobs
 from htgrid.net._limits import ApiLimits
 from htgrid.net.security import SecurityConfig, TokenIssuer
 from htgrid.queue import JobAction
-from htgrid.schedd.testing import PersonalPool
+from htgrid.schedd.testing import PersonalPool, wait_for
 from htgrid.startd._api import create_app, start_unix_server
 
 DOMAIN = "limits.test"
@@ -368,3 +369,82 @@ def test_the_execute_node_refuses_a_body_over_the_cap(startd_socket: Path) -> No
     with _head_only(lambda: _unix(startd_socket), _big_head("/v1/claims")) as answer:
         assert _status(answer) == 413
         assert b"MAX_API_REQUEST_MB = 1 MiB" in answer
+
+
+# -- a streamed submit (NDJSON) ------------------------------------------------------------
+
+STREAM_AD = {"Cmd": "/bin/true", "JobUniverse": 5, "Iwd": "/tmp", "JobStatus": 5}
+
+
+def _stream(pool: PersonalPool, lines: Iterator[bytes]) -> httpx.Response:
+    transport = httpx.HTTPTransport(uds=str(pool.config.socket))
+    with httpx.Client(transport=transport, base_url="http://htgrid", timeout=GIVE_UP) as http:
+        return http.post(
+            "/v1/jobs", content=lines, headers={"content-type": "application/x-ndjson"}
+        )
+
+
+def _line(doc: object) -> bytes:
+    return json.dumps(doc).encode() + b"\n"
+
+
+def _removed(pool: PersonalPool, cluster: int) -> None:
+    """The cluster removed, and gone from the queue (the tests here want it empty)."""
+    with pool.client() as schedd:
+        schedd.act(JobAction.Remove, Jobs.in_cluster(cluster))
+        wait_for(lambda: schedd.query() == [], what="the queue empty")
+
+
+def test_a_streamed_submit_caps_each_line_not_the_whole(pool: PersonalPool) -> None:
+    big = {"Args": "x" * (MIB // 2)}  # two procs a line: each line is over 1 MiB
+
+    def over() -> Iterator[bytes]:
+        yield _line({"cluster_ad": STREAM_AD})
+        yield _line({"procs": [big, big]})
+        yield _line({"end": 2})
+
+    answer = _stream(pool, over())
+    assert answer.status_code == 413
+    assert "a line of the request body is" in answer.json()["detail"]
+    with pool.client() as schedd:
+        assert schedd.query() == []
+
+    def under() -> Iterator[bytes]:  # three MiB in all, a proc a line
+        yield _line({"cluster_ad": STREAM_AD})
+        for _ in range(6):
+            yield _line({"procs": [big]})
+        yield _line({"end": 6})
+
+    answer = _stream(pool, under())
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["procs"] == 6
+    _removed(pool, answer.json()["cluster"])
+
+
+def test_a_slow_stream_is_served_while_its_lines_keep_coming(pool: PersonalPool) -> None:
+    # A line every 0.7 s for 4 s: past API_BODY_TIMEOUT = 2 s, and far below 1 KiB/s.
+    pause = threading.Event()
+
+    def slow() -> Iterator[bytes]:
+        yield _line({"cluster_ad": STREAM_AD})
+        for _ in range(6):
+            pause.wait(0.7)  # a client that takes its time to make each proc
+            yield _line({"procs": [{}]})
+        yield _line({"end": 6})
+
+    answer = _stream(pool, slow())
+    assert answer.status_code == 201, answer.text
+    _removed(pool, answer.json()["cluster"])
+
+
+def test_a_stream_that_stops_midway_is_cut_off(pool: PersonalPool) -> None:
+    first = _line({"cluster_ad": STREAM_AD}) + b'{"procs": [{}, {'
+    head = (
+        b"POST /v1/jobs HTTP/1.1\r\nHost: htgrid\r\nContent-Type: application/x-ndjson\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n" + f"{len(first):x}\r\n".encode() + first + b"\r\n"
+    )
+    sock = _unix(pool.config.socket)
+    sock.sendall(head)
+    _assert_timed_out([_until_closed(sock, None)], "API_BODY_TIMEOUT = 2 s")
+    with pool.client() as schedd:
+        assert schedd.query() == []

@@ -12,7 +12,13 @@ from typing import Any
 
 import pytest
 
-from htgrid.submit import SubmitConfig, SubmitDescription, SubmitError
+from htgrid.submit import (
+    SubmitConfig,
+    SubmitDescription,
+    SubmitError,
+    dry_run_chunks,
+    dry_run_text,
+)
 from htgrid.submit._jobad import JobBuilder
 
 
@@ -233,3 +239,16 @@ def test_no_procs(workdir: Path) -> None:
     cluster = desc.procs(3, owner="alice", qdate=QDATE)
     assert (cluster.count, cluster.cluster_ad, list(cluster)) == (0, None, [])
     assert desc.jobs(3, owner="alice", qdate=QDATE) == []
+
+
+@pytest.mark.parametrize("name", sorted(set(VARYING) - {"universe varies"}))  # that one fails
+def test_the_streamed_dry_run_prints_what_the_whole_one_does(workdir: Path, name: str) -> None:
+    desc = SubmitDescription.from_text(VARYING[name], cwd=str(workdir))
+    args: dict[str, Any] = {"owner": "alice", "qdate": QDATE, "config": CONFIG, "seed": 5}
+    whole = dry_run_text(desc.jobs(77, submit_dir=str(workdir), **args))
+    seen: list[int] = []
+    chunks = dry_run_chunks(
+        desc.procs(77, submit_dir=str(workdir), **args), lambda p: seen.append(p.proc_id)
+    )
+    assert "".join(chunks) == whole
+    assert seen == list(range(len(seen))) and seen

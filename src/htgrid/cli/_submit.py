@@ -6,8 +6,11 @@
 
 As condor_submit does, the command reads the submit file itself (relative paths are
 relative to the current directory, `getenv` sees this environment), asks the daemon for
-a cluster id, builds the job ads, and sends all procs in one request: the cluster is
-queued whole or not at all. `NAME=VALUE` arguments and `-append LINE` add statements
+a cluster id, and builds the job ads: the cluster ad once, then for each proc what it
+has of its own, sent as they are built in one streamed request (neither side holds the
+cluster's procs all at once). The cluster is queued whole or not at all: a proc that
+fails midway (or an interrupted submit) queues nothing. A submit of 10,000 procs or more
+shows a progress bar on stderr when that is a terminal. `NAME=VALUE` arguments and `-append LINE` add statements
 before the queue statement; `-queue ARGS` gives the queue statement itself.
 `-dry-run DEST` writes the ads (old syntax) to DEST (`-` for stdout) and needs no daemon.
 `-name SCHEDD` / `-pool HOST:PORT` queue the jobs in another schedd (condor_submit's).
@@ -19,6 +22,7 @@ names the file and line), 1 the daemon refused or is not running.
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import re
 import sys
@@ -31,7 +35,14 @@ from htgrid._args import flag
 from htgrid.classad import ClassAd
 from htgrid.cli._common import EXIT_OK, add_schedd_options, client, current_user
 from htgrid.errors import UsageError
-from htgrid.submit import Job, SubmitDescription, SubmitError, dry_run_text
+from htgrid.submit import (
+    ClusterProcs,
+    Job,
+    ProcAd,
+    SubmitDescription,
+    SubmitError,
+    dry_run_chunks,
+)
 
 __all__ = ["register", "split_cluster"]
 
@@ -132,9 +143,9 @@ def _description(args: argparse.Namespace) -> SubmitDescription:
     )
 
 
-def _jobs(desc: SubmitDescription, cluster: int) -> list[Job]:
+def _procs(desc: SubmitDescription, cluster: int) -> ClusterProcs:
     cwd = os.getcwd()
-    return desc.jobs(cluster, owner=current_user(), qdate=int(time.time()), submit_dir=cwd)
+    return desc.procs(cluster, owner=current_user(), qdate=int(time.time()), submit_dir=cwd)
 
 
 def split_cluster(jobs: Sequence[Job]) -> tuple[ClassAd, list[ClassAd]]:
@@ -181,25 +192,110 @@ def _submit(args: argparse.Namespace) -> int:
         args.file, args.dry_run = args.dry_run, "-"  # `-dry-run FILE`: print FILE's ads
     desc = _description(args)  # the file's errors before anything is asked of the daemon
     if args.dry_run is not None:
-        jobs = _jobs(desc, 1)
-        _warn(jobs)
-        text = dry_run_text(jobs)
-        if args.dry_run == "-":
-            sys.stdout.write(text)
-        else:
-            Path(args.dry_run).write_text(text, encoding="utf-8")
+        _dry_run(_procs(desc, 1), args.dry_run)
         return EXIT_OK
     with client(args) as schedd:
-        cluster = schedd.reserve_cluster()
-        jobs = _jobs(desc, cluster)
-        _warn(jobs)
-        cluster_ad, procs = split_cluster(jobs)
-        print("Submitting job(s)" + "." * len(jobs), flush=True)
-        ids = schedd.submit(cluster, cluster_ad, procs)
-    print(f"{len(ids)} job(s) submitted to cluster {cluster}.")
+        cluster = _procs(desc, schedd.reserve_cluster())  # proc 0 built: its errors now
+        if cluster.count == 0:
+            print(
+                f'WARNING: "{args.file}" has only empty "queue" commands -- no jobs queued',
+                file=sys.stderr,
+            )
+            return EXIT_OK
+        warnings = _Warnings()
+        progress = _Progress(cluster.count)
+        with progress:
+            count = schedd.submit_stream(
+                cluster.cluster_id,
+                _cluster_ad(cluster),
+                (warnings.own(proc) for proc in cluster),
+                sent=progress.sent,
+            )
+    print(f"{count} job(s) submitted to cluster {cluster.cluster_id}.")
     return EXIT_OK
 
 
-def _warn(jobs: Sequence[Job]) -> None:
-    for warning in dict.fromkeys(w for job in jobs for w in job.warnings):
-        print(f"WARNING: {warning}", file=sys.stderr)
+def _cluster_ad(cluster: ClusterProcs) -> ClassAd:
+    """The cluster ad as the queue takes it: ClusterId, ProcId and Owner are its to set."""
+    ad: ClassAd = copy.copy(cluster.cluster_ad)
+    for name in _QUEUE_SET:
+        ad.pop(name, None)
+    return ad
+
+
+def _dry_run(cluster: ClusterProcs, dest: str) -> None:
+    """The ads, written as they are built."""
+    warnings = _Warnings()
+    chunks = dry_run_chunks(cluster, warnings.own)
+    if dest == "-":
+        sys.stdout.writelines(chunks)
+        return
+    with Path(dest).open("w", encoding="utf-8") as out:
+        out.writelines(chunks)
+
+
+class _Warnings:
+    """Each warning the builds give, said once, when it first comes."""
+
+    def __init__(self) -> None:
+        self._said: set[str] = set()
+
+    def own(self, proc: ProcAd) -> ClassAd:
+        """What `proc` has of its own, its warnings said."""
+        for warning in proc.warnings:
+            if warning not in self._said:
+                self._said.add(warning)
+                print(f"WARNING: {warning}", file=sys.stderr)
+        own: ClassAd = proc.own
+        return own
+
+
+#: A submit of this many procs shows its progress, when stderr is a terminal.
+_PROGRESS_FROM: Final = 10_000
+
+
+class _Progress:
+    """condor_submit's `Submitting job(s)....` (a dot a proc, as they go), and, for a
+    long submit with stderr on a terminal, a progress bar there (the dots then come
+    with the last proc)."""
+
+    def __init__(self, count: int) -> None:
+        self._count = count
+        self._dots = 0
+        self._bar: Any = None
+        if count >= _PROGRESS_FROM and sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+            self._bar = Progress(
+                "Submitting",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self._task = self._bar.add_task("submit", total=count)
+
+    def __enter__(self) -> _Progress:
+        if self._bar is not None:
+            self._bar.start()
+        else:
+            print("Submitting job(s)", end="", flush=True)
+        return self
+
+    def __exit__(self, kind: object, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            if kind is None:
+                print("Submitting job(s)" + "." * self._dots)
+        else:
+            print()  # the line of dots ends, an error or not
+
+    def sent(self, count: int) -> None:
+        """`count` procs have gone so far."""
+        if self._bar is not None:
+            self._bar.update(self._task, completed=count)
+        else:
+            print("." * (count - self._dots), end="", flush=True)
+        self._dots = count

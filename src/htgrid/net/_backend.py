@@ -26,6 +26,17 @@ class QueueBackend(Protocol):
         """Queue all procs of a reserved cluster in one transaction; their ids."""
         ...
 
+    async def submit_stream(
+        self,
+        identity: Identity,
+        cluster: int,
+        cluster_ad: ClassAd,
+        batches: AsyncIterable[Sequence[ClassAd]],
+    ) -> int:
+        """Queue a reserved cluster whose procs come batch after batch, in one
+        transaction once the last has come (none if `batches` raises); how many."""
+        ...
+
     async def query(
         self,
         identity: Identity,

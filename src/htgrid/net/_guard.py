@@ -22,7 +22,7 @@ from typing import Any, ClassVar, cast
 from starlette.responses import JSONResponse
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from htgrid.net._limits import DEFAULT_LIMITS, MIN_BODY_RATE, ApiLimits
+from htgrid.net._limits import DEFAULT_LIMITS, MIN_BODY_RATE, PROGRESS_KEY, ApiLimits
 
 __all__ = ["GuardedProtocol", "ProblemResponse", "guarded_protocol"]
 
@@ -34,7 +34,8 @@ class GuardedProtocol(H11Protocol):
 
     The head clock runs from the connection (or the end of the previous answer) until a
     request's headers are in; the body clock from then until its body is in, its
-    deadline moving one second later for each MIN_BODY_RATE bytes that arrive.
+    deadline moving one second later for each MIN_BODY_RATE bytes that arrive, and, for
+    a streamed body, to API_BODY_TIMEOUT after its last whole line at the latest.
     """
 
     limits: ClassVar[ApiLimits] = DEFAULT_LIMITS
@@ -42,13 +43,14 @@ class GuardedProtocol(H11Protocol):
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         state = self.connection_state(transport)
-        if state:
-            # uvicorn copies app_state into each request's scope["state"]: a copy of
-            # its own gives this connection's requests what is known of their peer.
-            self.app_state = {**self.app_state, **state}
+        # uvicorn copies app_state into each request's scope["state"]: a copy of its own
+        # gives this connection's requests what is known of their peer, and the hook a
+        # streamed body's reader calls for each whole line (`_limits.read_lines`).
+        self.app_state = {**self.app_state, **state, PROGRESS_KEY: self._body_progress}
         self._guard: Any = None  # the TimerHandle of the clock running
         self._body_start = 0.0
         self._body_bytes = 0
+        self._body_line = 0.0  # when the last whole line of a streamed body came
         self._arm(self.limits.header_timeout, self._head_late)
 
     def connection_state(self, transport: Any) -> dict[str, Any]:
@@ -74,6 +76,7 @@ class GuardedProtocol(H11Protocol):
             if cycle.more_body:
                 self._body_start = time.monotonic()
                 self._body_bytes = 0
+                self._body_line = 0.0
                 self._arm(self.limits.body_timeout, self._body_late)
 
     def on_response_complete(self) -> None:
@@ -109,15 +112,23 @@ class GuardedProtocol(H11Protocol):
         cycle = self.cycle
         if cycle is None or not cycle.more_body or cycle.response_complete:
             return
-        deadline = self._body_start + self.limits.body_timeout + self._body_bytes / MIN_BODY_RATE
+        deadline = max(
+            self._body_start + self.limits.body_timeout + self._body_bytes / MIN_BODY_RATE,
+            self._body_line + self.limits.body_timeout,
+        )
         left = deadline - time.monotonic()
         if left > 0:
             self._arm(left, self._body_late)
             return
         self._cut_off(
             f"the request body did not arrive within API_BODY_TIMEOUT = "
-            f"{self.limits.body_timeout:g} s (and 1 s more per {MIN_BODY_RATE} bytes)"
+            f"{self.limits.body_timeout:g} s (and 1 s more per {MIN_BODY_RATE} bytes; a "
+            "streamed body: of its last whole line)"
         )
+
+    def _body_progress(self) -> None:
+        """A whole line of a streamed body came: its clock runs from here again."""
+        self._body_line = time.monotonic()
 
     def _cut_off(self, reason: str) -> None:
         """Answer 408 (unless an answer has begun), close, and tell the app it is gone."""

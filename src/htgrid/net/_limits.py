@@ -14,14 +14,20 @@ two clocks, and reads JSON bodies with `read_body`. The knobs (htgrid.conf):
 
 A client too slow for either (a "slowloris", which holds a connection open with a byte
 now and then) is answered 408 and its connection closed, while every other connection
-is served as usual. 64 MiB holds the largest submit expected: `htgrid submit` of a
-cluster of 100,000 procs, each with its own arguments, input files, output and error
-names, sends about 20 MiB; procs that carry their whole ad (HTCondor-C) come 250, or
-1 MiB, to a request.
+is served as usual. 64 MiB holds the largest submit expected in one JSON body: procs
+that carry their whole ad (HTCondor-C) come 250, or 1 MiB, to a request.
+
+A streamed body (NDJSON, `read_lines`: `htgrid submit` sends a cluster's procs so, as it
+builds them) is read a line at a time: MAX_API_REQUEST_MB caps each line, not the whole,
+which has no size of its own (the daemon stages what it reads, it does not hold it). Its
+clock runs as long as whole lines keep coming: each moves its deadline API_BODY_TIMEOUT
+past it, so a submit of a million procs, however long its client takes to make them, is
+not cut off while it makes progress, and one that stops mid-line is.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -30,11 +36,21 @@ from htgrid.errors import HTGridError
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-__all__ = ["DEFAULT_LIMITS", "MIN_BODY_RATE", "ApiLimits", "RequestTooLarge", "read_body"]
+__all__ = [
+    "DEFAULT_LIMITS",
+    "MIN_BODY_RATE",
+    "PROGRESS_KEY",
+    "ApiLimits",
+    "RequestTooLarge",
+    "read_body",
+    "read_lines",
+]
 
 _MIB: Final = 1 << 20
 #: The average rate a request body must keep up once API_BODY_TIMEOUT has passed.
 MIN_BODY_RATE: Final = 1024
+#: Where a request's state holds its connection's "a whole line came" (`read_lines`).
+PROGRESS_KEY: Final = "htgrid.body_progress"
 
 
 class RequestTooLarge(HTGridError):
@@ -72,8 +88,37 @@ async def read_body(request: Request, limits: ApiLimits) -> bytes:
     return bytes(data)
 
 
-def _too_large(size: int, limits: ApiLimits) -> RequestTooLarge:
+def _too_large(size: int, limits: ApiLimits, what: str = "") -> RequestTooLarge:
     return RequestTooLarge(
-        f"the request body is {size} bytes or more, over the limit of MAX_API_REQUEST_MB = "
+        f"{what}the request body is {size} bytes or more, over the limit of "
+        f"MAX_API_REQUEST_MB = "
         f"{limits.max_request_mb} MiB ({limits.max_body} bytes)"
     )
+
+
+async def read_lines(request: Request, limits: ApiLimits) -> AsyncIterator[bytes]:
+    """The lines of the request body as they arrive (empty ones skipped); RequestTooLarge
+    for a line past MAX_API_REQUEST_MB. Each whole line tells the connection's clock
+    that the body makes progress."""
+    cap = limits.max_body
+    progress: Callable[[], None] | None = request.scope.get("state", {}).get(PROGRESS_KEY)
+    rest = bytearray()
+    async for chunk in request.stream():
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            rest += chunk
+        else:
+            rest += chunk[:end]
+            lines = rest.split(b"\n")
+            rest = bytearray(chunk[end + 1 :])
+            for line in lines:
+                if len(line) > cap:
+                    raise _too_large(len(line), limits, "a line of ")
+                if line.strip():
+                    if progress is not None:
+                        progress()
+                    yield bytes(line)
+        if len(rest) > cap:
+            raise _too_large(len(rest), limits, "a line of ")
+    if rest.strip():
+        yield bytes(rest)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from htgrid.net._sandbox_routes import MAX_OUTPUT_JOBS
+from htgrid.net._wire import NDJSON
 
 if TYPE_CHECKING:
     from htgrid.net.app import RouteSpec
@@ -36,7 +37,11 @@ SCHEMAS: Final[dict[str, dict[str, Any]]] = {
     "Cluster": {"type": "object", "properties": {"cluster": {"type": "integer"}}},
     "Submitted": {
         "type": "object",
-        "properties": {"cluster": {"type": "integer"}, "jobs": _IDS},
+        "properties": {
+            "cluster": {"type": "integer"},
+            "jobs": _IDS,
+            "procs": {"type": "integer", "description": "how many (a streamed submit)"},
+        },
     },
     "Submit": {
         "type": "object",
@@ -45,6 +50,23 @@ SCHEMAS: Final[dict[str, dict[str, Any]]] = {
             "cluster_ad": _AD,
             "procs": {"type": "array", "items": _AD, "description": "what differs per proc"},
         },
+    },
+    "SubmitLine": {
+        "description": (
+            "a line of a streamed submit (application/x-ndjson): the cluster ad first, "
+            "then procs (what differs per proc, numbered on from 0), then the number of "
+            "procs sent; nothing is queued unless the end line comes. MAX_API_REQUEST_MB "
+            "caps each line, and API_BODY_TIMEOUT runs from the last whole line"
+        ),
+        "oneOf": [
+            {"type": "object", "required": ["cluster_ad"], "properties": {"cluster_ad": _AD}},
+            {
+                "type": "object",
+                "required": ["procs"],
+                "properties": {"procs": {"type": "array", "items": _AD}},
+            },
+            {"type": "object", "required": ["end"], "properties": {"end": {"type": "integer"}}},
+        ],
     },
     "Selection": {
         "description": "exactly one way of naming jobs",
@@ -211,6 +233,8 @@ def openapi_document(routes: Sequence[RouteSpec], version: str) -> dict[str, Any
             op["parameters"] = parameters
         if route.body:
             op["requestBody"] = {"required": True, **_json(route.body)}
+            if route.body == "Submit":
+                op["requestBody"]["content"].update(_json("SubmitLine", NDJSON)["content"])
         paths.setdefault(route.path, {})[route.method.lower()] = op
     return {
         "openapi": "3.1.0",

@@ -22,9 +22,12 @@ if TYPE_CHECKING:
     from htgrid.queue import JobSpec
 
 __all__ = [
+    "NDJSON",
     "Jobs",
+    "SubmitStream",
     "ad_from_json",
     "background",
+    "is_stream",
     "job_ids_from_json",
     "loads_request",
 ]
@@ -95,6 +98,68 @@ def _check_value(value: object, where: str) -> None:
             else:
                 members = item  # type: ignore[assignment]
             stack.extend((member, depth + 1) for member in members)
+
+
+#: The media type of a streamed submit (and of a streamed answer): one JSON value a line.
+NDJSON: Final = "application/x-ndjson"
+
+
+def is_stream(media: str | None) -> bool:
+    """Whether a Content-Type (or Accept) header names NDJSON."""
+    return (media or "").split(";", 1)[0].strip().lower() == NDJSON
+
+
+class SubmitStream:
+    """A streamed submit's lines, read in order: `{"cluster_ad": AD}` first, then
+    `{"procs": [AD, ...]}` lines (each proc's own attributes, procs numbered on from 0),
+    then `{"end": N}`, N the number of procs sent. A stream that stops before its end
+    line (a client killed, or one that met an error midway) queues nothing."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._ended = False
+
+    def cluster_ad(self, line: bytes | None) -> ClassAd:
+        """The cluster ad of the first line."""
+        doc = _line(line, "the first line")
+        if set(doc) != {"cluster_ad"}:
+            raise BadRequest('the first line of a streamed submit must be {"cluster_ad": {...}}')
+        return ad_from_json(doc["cluster_ad"], "the cluster ad")
+
+    def procs(self, line: bytes) -> list[ClassAd]:
+        """The procs of a later line (none for the end line)."""
+        if self._ended:
+            raise BadRequest('a streamed submit ends with its {"end": N} line')
+        doc = _line(line, f"the line after proc {self.count}")
+        if set(doc) == {"end"}:
+            if type(doc["end"]) is not int or doc["end"] != self.count:
+                raise BadRequest(
+                    f"the streamed submit says it sent {doc['end']!r} procs; {self.count} came"
+                )
+            self._ended = True
+            return []
+        procs = doc.get("procs")
+        if set(doc) != {"procs"} or not isinstance(procs, list):
+            raise BadRequest('a streamed submit\'s lines are {"procs": [...]} or {"end": N}')
+        first = self.count
+        self.count += len(procs)
+        return [ad_from_json(p, f"the ad of proc {first + i}") for i, p in enumerate(procs)]
+
+    def finish(self) -> None:
+        """The body is over: BadRequest unless its end line came."""
+        if not self._ended:
+            raise BadRequest(
+                'the streamed submit stopped before its {"end": N} line: nothing was queued'
+            )
+
+
+def _line(line: bytes | None, what: str) -> dict[str, Any]:
+    if line is None:
+        raise BadRequest("the streamed submit is empty")
+    doc = loads_request(line)
+    if not isinstance(doc, dict):
+        raise BadRequest(f"{what} of the streamed submit is not a JSON object")
+    return doc
 
 
 def job_ids_from_json(obj: object) -> list[JobId]:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -27,7 +27,7 @@ from htgrid.errors import HTGridError
 from htgrid.net._backend import QueueBackend
 from htgrid.net._errors import BadRequest, status_of
 from htgrid.net._guard import ProblemResponse
-from htgrid.net._limits import DEFAULT_LIMITS, ApiLimits, read_body
+from htgrid.net._limits import DEFAULT_LIMITS, ApiLimits, read_body, read_lines
 from htgrid.net._openapi import openapi_document
 from htgrid.net._peer import Authenticator
 from htgrid.net._problems import to_problem
@@ -40,7 +40,14 @@ from htgrid.net._sandbox_routes import (
     put_proxy,
     update_leases,
 )
-from htgrid.net._wire import Jobs, ad_from_json, background, loads_request
+from htgrid.net._wire import (
+    Jobs,
+    SubmitStream,
+    ad_from_json,
+    background,
+    is_stream,
+    loads_request,
+)
 from htgrid.queue import ID_MAX, Identity, JobAction, JobId
 
 __all__ = ["ROUTES", "RouteSpec", "create_app"]
@@ -142,6 +149,8 @@ async def _submit_new(call: _Call) -> Response:
 
 async def _queue_cluster(call: _Call, cluster: int | None) -> Response:
     """The procs of the body queued in `cluster` (a new one when None)."""
+    if is_stream(call.request.headers.get("content-type")):
+        return await _queue_stream(call, cluster)
     body = await call.json()
     procs = body.get("procs")
     if not isinstance(procs, list) or not procs:
@@ -157,6 +166,30 @@ async def _queue_cluster(call: _Call, cluster: int | None) -> Response:
         cluster = await call.backend.reserve_cluster(call.identity)
     ids = await call.backend.submit(call.identity, cluster, cluster_ad, proc_ads)
     return JSONResponse({"cluster": cluster, "jobs": [str(i) for i in ids]}, status_code=201)
+
+
+async def _queue_stream(call: _Call, cluster: int | None) -> Response:
+    """The procs of a streamed body (`_wire.SubmitStream`) queued in `cluster` (a new one
+    when None), staged as they arrive; nothing is queued unless its end line comes."""
+    lines = read_lines(call.request, call.limits)
+    stream = SubmitStream()
+    try:
+        first = await anext(lines, None)
+        cluster_ad = await asyncio.to_thread(stream.cluster_ad, first)
+        if cluster is None:
+            cluster = await call.backend.reserve_cluster(call.identity)
+
+        async def batches() -> AsyncIterator[list[ClassAd]]:
+            async for line in lines:
+                procs = await asyncio.to_thread(stream.procs, line)
+                if procs:
+                    yield procs
+            stream.finish()
+
+        count = await call.backend.submit_stream(call.identity, cluster, cluster_ad, batches())
+    except ClientDisconnect:
+        raise BadRequest("the client went away before the end of its submit") from None
+    return JSONResponse({"cluster": cluster, "procs": count}, status_code=201)
 
 
 async def _query(call: _Call) -> Response:

@@ -22,11 +22,12 @@ import gc
 import json
 import os
 import ssl
+import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import httpx
 
@@ -35,7 +36,7 @@ from htgrid.classad.adjson import ads_to_json, loads
 from htgrid.errors import HTGridError
 from htgrid.net._errors import ApiError, DaemonUnavailable
 from htgrid.net._problems import from_problem
-from htgrid.net._wire import Jobs, ad_from_json
+from htgrid.net._wire import NDJSON, Jobs, ad_from_json
 from htgrid.queue import JobAction, JobId
 
 if TYPE_CHECKING:
@@ -135,6 +136,24 @@ class ScheddClient:
     def submit(self, cluster: int, cluster_ad: ClassAd, procs: Sequence[ClassAd]) -> list[JobId]:
         """Queue the procs of a reserved cluster (each holds what differs from cluster_ad)."""
         return self._submit(f"/v1/clusters/{cluster}/jobs", cluster_ad, procs)
+
+    def submit_stream(
+        self,
+        cluster: int,
+        cluster_ad: ClassAd,
+        procs: Iterable[ClassAd],
+        *,
+        sent: Callable[[int], None] | None = None,
+    ) -> int:
+        """Queue the procs of a reserved cluster as `procs` gives them (each what differs
+        from cluster_ad), streamed in one request: neither side holds them all. The
+        cluster is queued whole once the last has gone, or not at all: an exception from
+        `procs` stops the request, and the daemon queues nothing. `sent(n)` hears of each
+        batch gone (n procs in all so far). How many procs were queued."""
+        body = _stream_body(cluster_ad, procs, sent)
+        path = f"/v1/clusters/{cluster}/jobs"
+        answer = self._decode(self._request("POST", path, content=body, media=NDJSON))
+        return int(answer["procs"])
 
     def submit_new(self, cluster_ad: ClassAd, procs: Sequence[ClassAd]) -> list[JobId]:
         """Queue the procs in a new cluster, reserved and filled in one request (for ads
@@ -251,7 +270,7 @@ class ScheddClient:
         *,
         params: Mapping[str, str] | None = None,
         json_body: object = None,
-        content: str | bytes | None = None,
+        content: str | bytes | Iterator[bytes] | None = None,
         media: str = "application/json",
     ) -> httpx.Response:
         if isinstance(json_body, RawJson):
@@ -273,7 +292,7 @@ class ScheddClient:
         method: str,
         path: str,
         params: Mapping[str, str] | None,
-        content: str | bytes | None,
+        content: str | bytes | Iterator[bytes] | None,
         headers: dict[str, str] | None,
     ) -> httpx.Response:
         """One request; httpx's and the socket's errors said in the daemon's terms."""
@@ -305,7 +324,7 @@ class ScheddClient:
         method: str,
         path: str,
         params: Mapping[str, str] | None,
-        content: str | bytes | None,
+        content: str | bytes | Iterator[bytes] | None,
         headers: dict[str, str] | None,
     ) -> httpx.Response:
         error: HTGridError
@@ -322,6 +341,46 @@ class ScheddClient:
                 f"lost the connection to the queue daemon at {self.url}: {exc}"
             )
         raise error
+
+
+#: A streamed submit's line holds up to this many procs, or this many bytes of them, and
+#: goes at least this often while procs keep coming slowly (seconds).
+_BATCH_PROCS: Final = 1000
+_BATCH_BYTES: Final = 1 << 18
+_BATCH_SECONDS: Final = 1.0
+
+
+def _stream_body(
+    cluster_ad: ClassAd, procs: Iterable[ClassAd], sent: Callable[[int], None] | None
+) -> Iterator[bytes]:
+    """The lines of a streamed submit (net._wire.SubmitStream), made as `procs` gives."""
+    # printJson breaks lines only between tokens (a newline in a string is escaped): its
+    # ad is one line without them.
+    yield ('{"cluster_ad": ' + cluster_ad.printJson().replace("\n", "") + "}\n").encode()
+    count = 0
+    batch: list[str] = []
+    size = 0
+    since = time.monotonic()
+    for ad in procs:
+        text = ad.printJson().replace("\n", "")
+        batch.append(text)
+        size += len(text)
+        if (
+            len(batch) >= _BATCH_PROCS
+            or size >= _BATCH_BYTES
+            or (len(batch) % 64 == 0 and time.monotonic() - since >= _BATCH_SECONDS)
+        ):
+            count += len(batch)
+            yield ('{"procs": [' + ",".join(batch) + "]}\n").encode()
+            batch, size, since = [], 0, time.monotonic()
+            if sent is not None:
+                sent(count)
+    if batch:
+        count += len(batch)
+        yield ('{"procs": [' + ",".join(batch) + "]}\n").encode()
+        if sent is not None:
+            sent(count)
+    yield f'{{"end": {count}}}\n'.encode()
 
 
 def _untrusted(url: str | None, exc: httpx.ConnectError) -> SecurityError | None:

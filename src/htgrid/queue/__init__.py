@@ -37,7 +37,7 @@ if TYPE_CHECKING:
         periodic_decision,
     )
     from htgrid.queue._quarantine import Quarantined
-    from htgrid.queue._submit import SubmitTransaction
+    from htgrid.queue._submit import StagedProcs, SubmitTransaction
     from htgrid.queue.store import JobQueue, JobSpec
 
 #: Where each other name lives, loaded when first asked for.
@@ -50,6 +50,7 @@ _LAZY: Final = {
     "exit_decision": "_policy",
     "periodic_decision": "_policy",
     "Quarantined": "_quarantine",
+    "StagedProcs": "_submit",
     "SubmitTransaction": "_submit",
     "JobQueue": "store",
     "JobSpec": "store",
@@ -82,6 +83,7 @@ __all__ = [
     "ProtectedAttribute",
     "Quarantined",
     "QueueError",
+    "StagedProcs",
     "StoreError",
     "SubmitTransaction",
     "exit_decision",

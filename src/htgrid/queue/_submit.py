@@ -4,13 +4,20 @@ As in HTCondor (NewCluster, SetAttribute on the cluster, NewProc..., CommitTrans
 the submitter learns the cluster id first, because `$(Cluster)` appears in the ads it then
 builds. The cluster ad holds what all procs share and each proc only what differs, so a
 100,000-proc cluster stores its 60 common attributes once.
+
+Procs that arrive over time (a submit streamed over the API) are checked and encoded as
+they come into `StagedProcs`, outside any transaction, in a temporary file past a few
+MiB; `SubmitTransaction.add_staged` then queues them all in the cluster's transaction.
+Until that commits nothing of them is in the queue, and the file goes with the process.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final
 
 from htgrid.classad import ClassAd
@@ -21,11 +28,12 @@ from htgrid.queue._serial import encode, encode_plain
 from htgrid.queue._status import JobStatus
 from htgrid.queue._store import EMPTY, FeedEntry, Txn
 
-__all__ = ["SubmitTransaction"]
+__all__ = ["StagedProcs", "SubmitTransaction"]
 
 _IDS: Final = frozenset({"clusterid", "procid", "owner"})
 _SPECIAL: Final = _IDS | {"jobstatus"}  # proc attributes that need checking
 _FLUSH_ROWS: Final = 50_000  # bounds the memory a huge cluster takes before commit
+_STAGED_IN_MEMORY: Final = 8 << 20  # bytes of staged procs kept before they go to a file
 _SUBMITTABLE: Final = frozenset({JobStatus.IDLE, JobStatus.HELD})
 SUBMITTED_ON_HOLD: Final = "submitted on hold at user's request"
 
@@ -67,26 +75,12 @@ class SubmitTransaction:
         pending = self._pending(cluster)
         if pending.next_proc:
             raise InvalidSubmit(f"cluster {cluster}: set the cluster ad before adding procs")
-        ad = copy.copy(ad)
+        ad, pending.owner, pending.status = _cluster_ad(ad, cluster, self._identity)
         now = self._txn.now
-        owner = ad.get("Owner", self._identity.name)
-        if type(owner) is not str or not owner:
-            raise InvalidSubmit(f"cluster {cluster}: Owner must be a user name, not {owner!r}")
-        if owner != self._identity.name and not self._identity.admin:
-            raise NotAuthorized(
-                f"cluster {cluster}: {self._identity.name} may not submit jobs owned by {owner}"
-            )
-        if ad.get("ClusterId", cluster) != cluster:
-            raise InvalidSubmit(f"cluster {cluster}: the ad says ClusterId = {ad['ClusterId']}")
-        ad.pop("ProcId", None)
-        ad["ClusterId"] = cluster
-        ad["Owner"] = owner
         if "QDate" not in ad:
             ad["QDate"] = now
         ad["EnteredCurrentStatus"] = now
-        pending.status = _initial_status(ad, f"cluster {cluster}", default=int(JobStatus.IDLE))
         pending.ad = ad
-        pending.owner = owner
         if not pending.seq:
             pending.seq = self._txn.new_seq()
 
@@ -96,17 +90,32 @@ class SubmitTransaction:
         if pending.ad is None:
             raise InvalidSubmit(f"cluster {cluster}: set the cluster ad before adding procs")
         proc = pending.next_proc
-        status = pending.status
-        if ad is None:
-            text = EMPTY
-        else:
-            plain = encode_plain(ad, _SPECIAL)
-            text, status = (plain, status) if plain else _checked(ad, cluster, proc, pending)
+        text, status = _proc_row(ad, cluster, proc, pending.owner, pending.status)
         pending.next_proc = proc + 1
         pending.rows.append((cluster, proc, status, pending.owner, pending.seq, text))
         if len(pending.rows) >= _FLUSH_ROWS:
             self._flush_rows(pending)
         return JobId(cluster, proc)
+
+    def add_staged(self, cluster: int, staged: StagedProcs) -> int:
+        """Add the procs of `staged` (staged for this cluster, with the cluster ad set
+        now); how many."""
+        pending = self._pending(cluster)
+        if pending.ad is None or pending.next_proc:
+            raise InvalidSubmit(f"cluster {cluster}: staged procs come first, after its ad")
+        if (staged.cluster, staged.owner, staged.status) != (
+            cluster,
+            pending.owner,
+            pending.status,
+        ):
+            raise InvalidSubmit(f"cluster {cluster}: the procs were staged for another ad")
+        owner, seq = pending.owner, pending.seq
+        self._txn.conn.executemany(
+            "INSERT INTO jobs (cluster, proc, status, owner, seq, ad) VALUES (?, ?, ?, ?, ?, ?)",
+            ((cluster, proc, status, owner, seq, text) for proc, status, text in staged.rows()),
+        )
+        pending.next_proc = staged.count
+        return staged.count
 
     def _pending(self, cluster: int) -> _Pending:
         pending = self._clusters.get(cluster)
@@ -139,10 +148,81 @@ class SubmitTransaction:
         return ads
 
 
-def _checked(ad: ClassAd, cluster: int, proc: int, pending: _Pending) -> tuple[str, int]:
-    """A proc ad naming ids, an owner or a status: checked; its text and status."""
-    _check_ids(ad, cluster, proc, pending.owner)
-    status = pending.status
+class StagedProcs:
+    """The procs of a cluster as they arrive, checked and encoded as `new_proc` does,
+    kept (in memory up to a few MiB, then in a file in `directory`) until
+    `SubmitTransaction.add_staged` queues them. Close it when done."""
+
+    def __init__(
+        self, cluster: int, cluster_ad: ClassAd, identity: Identity, directory: Path | None
+    ) -> None:
+        """`cluster_ad` is checked as `set_cluster_ad` will check it at the commit."""
+        self.cluster = cluster
+        _ad, self.owner, self.status = _cluster_ad(cluster_ad, cluster, identity)
+        self.count = 0
+        # Closed by close(): it lives as long as the submit does, over many calls.
+        self._file: tempfile.SpooledTemporaryFile[bytes] = tempfile.SpooledTemporaryFile(  # noqa: SIM115
+            max_size=_STAGED_IN_MEMORY,
+            mode="w+b",
+            dir=None if directory is None else str(directory),
+            prefix="staged-procs-",
+        )
+
+    def add(self, ad: ClassAd | None) -> JobId:
+        """Stage the next proc: what it has of its own (None or empty: nothing)."""
+        proc = self.count
+        text, status = _proc_row(ad, self.cluster, proc, self.owner, self.status)
+        self._file.write(f"{status}\t{text}\n".encode())
+        self.count = proc + 1
+        return JobId(self.cluster, proc)
+
+    def rows(self) -> Iterator[tuple[int, int, str]]:
+        """(proc, status, stored text) of each proc staged, in order."""
+        self._file.seek(0)
+        for proc, line in enumerate(self._file):
+            status, _, text = line.decode().rstrip("\n").partition("\t")
+            yield proc, int(status), text
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> StagedProcs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _cluster_ad(ad: ClassAd, cluster: int, identity: Identity) -> tuple[ClassAd, str, int]:
+    """A copy of a cluster ad with its ids and owner set, checked; its owner and the
+    status its procs are submitted in."""
+    ad = copy.copy(ad)
+    owner = ad.get("Owner", identity.name)
+    if type(owner) is not str or not owner:
+        raise InvalidSubmit(f"cluster {cluster}: Owner must be a user name, not {owner!r}")
+    if owner != identity.name and not identity.admin:
+        raise NotAuthorized(
+            f"cluster {cluster}: {identity.name} may not submit jobs owned by {owner}"
+        )
+    if ad.get("ClusterId", cluster) != cluster:
+        raise InvalidSubmit(f"cluster {cluster}: the ad says ClusterId = {ad['ClusterId']}")
+    ad.pop("ProcId", None)
+    ad["ClusterId"] = cluster
+    ad["Owner"] = owner
+    status = _initial_status(ad, f"cluster {cluster}", default=int(JobStatus.IDLE))
+    return ad, owner, status
+
+
+def _proc_row(
+    ad: ClassAd | None, cluster: int, proc: int, owner: str, status: int
+) -> tuple[str, int]:
+    """A proc's own attributes as stored, and its status (its cluster's unless it says)."""
+    if ad is None:
+        return EMPTY, status
+    plain = encode_plain(ad, _SPECIAL)
+    if plain:
+        return plain, status
+    _check_ids(ad, cluster, proc, owner)
     if "JobStatus" in ad:
         ad = copy.copy(ad)
         status = _initial_status(ad, f"job {cluster}.{proc}", default=None)

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
-import functools
 import logging
 import time
-from collections.abc import AsyncIterable, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, Final
 
@@ -27,7 +25,6 @@ from htgrid.errors import HTGridError
 from htgrid.net._errors import BadRequest, SandboxTooLarge
 from htgrid.net._wire import Jobs
 from htgrid.queue import (
-    HoldReasonCode,
     Identity,
     InvalidSubmit,
     InvalidTransition,
@@ -55,6 +52,7 @@ from htgrid.schedd._spool import (
     unpack_input,
     unpack_members,
 )
+from htgrid.schedd._submit import SubmitPrep
 from htgrid.schedd._worker import QueueWorker
 
 __all__ = ["QueueService"]
@@ -62,23 +60,11 @@ __all__ = ["QueueService"]
 _log = logging.getLogger("htgrid.schedd.service")
 
 _MAX_RESERVATIONS: Final = 10_000  # ids reserved by submitters that never came back
-GRID: Final = 9  # JobUniverse
 SPOOLED: Final = "Data files spooled"  # the ReleaseReason HTCondor's schedd writes
 _STAGEABLE: Final = frozenset({JobStatus.HELD, JobStatus.IDLE})  # not yet started
 #: The most jobs one batch upload may carry; its body may be this many times the per-job
 #: MAX_TRANSFER_INPUT_MB.
 MAX_BATCH_JOBS: Final = 1000
-
-
-def _proc_get(proc: ClassAd, cluster: ClassAd, name: str) -> Any:
-    """A proc's attribute, over its cluster's (no merged copy made)."""
-    return proc[name] if name in proc else cluster.get(name)
-
-
-def _spooling(get: Callable[[str], Any]) -> bool:
-    """Whether the job (`get` reads its attributes) waits for its input to be spooled."""
-    held: bool = get("JobStatus") == JobStatus.HELD
-    return held and get("HoldReasonCode") == HoldReasonCode.SpoolingInput
 
 
 class QueueService:
@@ -132,6 +118,19 @@ class QueueService:
     async def submit(
         self, identity: Identity, cluster: int, cluster_ad: ClassAd, procs: Sequence[ClassAd]
     ) -> list[JobId]:
+        async def one_batch() -> AsyncIterator[Sequence[ClassAd]]:
+            yield procs
+
+        count = await self.submit_stream(identity, cluster, cluster_ad, one_batch())
+        return [JobId(cluster, proc) for proc in range(count)]
+
+    async def submit_stream(
+        self,
+        identity: Identity,
+        cluster: int,
+        cluster_ad: ClassAd,
+        batches: AsyncIterable[Sequence[ClassAd]],
+    ) -> int:
         owner = self._reservations.get(cluster)
         if owner is None:
             raise InvalidSubmit(
@@ -140,55 +139,48 @@ class QueueService:
             )
         if owner != identity.name and not identity.admin:
             raise NotAuthorized(f"cluster {cluster} was reserved by {owner}, not {identity.name}")
-        ad = copy.copy(cluster_ad)
-        procs = [copy.copy(p) for p in procs]
-        if not identity.admin:  # a user's jobs are the user's, whatever the ad says
-            ad["Owner"] = identity.name
-            for proc in procs:
-                proc.pop("Owner", None)
-        account = self._check_owner(ad.get("Owner", identity.name))
-        # condor_q's DONE column counts the procs that left the queue against this.
-        ad["TotalSubmitProcs"] = len(procs)
-        spooled = self._spool_procs(cluster, ad, procs)
-        # Made while the submit commits and after it is answered: they are needed by the
-        # stage-in, not by the answer. On this project's disk a new directory costs up to
-        # a millisecond after many were removed, which held each HTCondor-C submit of 250
-        # jobs up by 0.3 s. A stage-in does not wait for them either: it makes those of
-        # its own jobs still missing (`make_dirs` takes a directory made meanwhile).
-        making = self._make_dirs(cluster, spooled, account) if spooled else None
-        resource = ad.get("GridResource")
-        if ad.get("JobUniverse") == GRID and isinstance(resource, str) and "$$(" in resource:
-            # As condor_submit marks it: the job waits for grid matchmaking, and the grid
-            # manager leaves it alone until a match has filled GridResource in.
-            ad["Matched"] = False
-        for proc in procs:  # the same for a proc carrying its own whole ad (HTCondor-C)
-            universe = proc.get("JobUniverse", ad.get("JobUniverse"))
-            resource = proc.get("GridResource", ad.get("GridResource"))
-            waits = universe == GRID and isinstance(resource, str) and "$$(" in resource
-            if waits and "Matched" not in ad:
-                proc.setdefault("Matched", False)
-
-        def submit(q: JobQueue) -> list[JobId]:
-            with q.transaction(identity, reserved=cluster) as tx:
-                cid = tx.new_cluster()
-                tx.set_cluster_ad(cid, ad)
-                return [tx.new_proc(cid, proc if len(proc) else None) for proc in procs]
-
+        prep = await asyncio.to_thread(
+            SubmitPrep, cluster, cluster_ad, identity, self._spool, self._scratch
+        )
+        making: asyncio.Task[None] | None = None
         try:
-            ids = await self._worker.write(submit, client=True)
+            account = self._check_owner(prep.ad.get("Owner", identity.name))
+            # Each batch staged off the loop as it arrives: memory stays what one batch
+            # takes, and nothing is queued until the last has come.
+            async for batch in batches:
+                await asyncio.to_thread(_stage, prep, batch)
+            ad = prep.finish()
+            # Made while the submit commits and after it is answered: they are needed by
+            # the stage-in, not by the answer. On this project's disk a new directory
+            # costs up to a millisecond after many were removed, which held each
+            # HTCondor-C submit of 250 jobs up by 0.3 s. A stage-in does not wait for
+            # them either: it makes those of its own jobs still missing (`make_dirs`
+            # takes a directory made meanwhile).
+            if prep.spooled:
+                making = self._make_dirs(cluster, prep.spooled, account)
+
+            def submit(q: JobQueue) -> int:
+                with q.transaction(identity, reserved=cluster) as tx:
+                    cid = tx.new_cluster()
+                    tx.set_cluster_ad(cid, ad)
+                    return tx.add_staged(cid, prep.staged)
+
+            count = await self._worker.write(submit, client=True)
         except BaseException:
             if making is not None:
                 await asyncio.wait([making])
-                await asyncio.to_thread(_remove_dirs, spooled)
+                await asyncio.to_thread(_remove_dirs, prep.spooled)
             raise
+        finally:
+            await asyncio.to_thread(prep.close)
         self._reservations.pop(cluster, None)
         # Only a job with a log has a 000 event to wait for: the catch-up writes every
         # event since the last, the runner's hundreds of starts and ends included, and
         # held a remote submit of 250 jobs without one up by 0.1-0.25 s (HTCondor-C's
         # remote ads name no log).
-        if self._after_submit is not None and _has_log(ad, procs):
+        if self._after_submit is not None and prep.has_log:
             await self._after_submit()
-        return ids
+        return count
 
     def _check_owner(self, owner: object, doing: str = "queue the job") -> Account | None:
         """The account jobs of `owner` run as (None: the daemon's own, when this service
@@ -228,23 +220,6 @@ class QueueService:
     def _spool_root(self) -> Path:
         """The directory holding the clusters' spool directories."""
         return self._spool(0, 0).parent.parent
-
-    def _spool_procs(self, cluster: int, ad: ClassAd, procs: list[ClassAd]) -> list[Path]:
-        """Give each spooling proc its spool directory as Iwd; the directories (which the
-        caller makes)."""
-        made: list[Path] = []
-        for number, proc in enumerate(procs):
-            get = functools.partial(_proc_get, proc, ad)
-            if not _spooling(get):
-                continue
-            sandbox = self._spool(cluster, number)
-            made.append(sandbox)
-            if "SUBMIT_Iwd" not in proc and "SUBMIT_Iwd" not in ad:
-                iwd = get("Iwd")
-                if isinstance(iwd, str):
-                    proc["SUBMIT_Iwd"] = iwd
-            proc["Iwd"] = str(sandbox)
-        return made
 
     async def query(
         self,
@@ -597,9 +572,9 @@ def _edit_each(q: JobQueue, identity: Identity, ids: list[JobId], attrs: Mapping
                 q.edit([job_id], attrs, identity)
 
 
-def _has_log(cluster: ClassAd, procs: Sequence[ClassAd]) -> bool:
-    """Whether a job of the submit has a user log (UserLog in its cluster or proc ad)."""
-    return "UserLog" in cluster or any("UserLog" in proc for proc in procs)
+def _stage(prep: SubmitPrep, batch: Sequence[ClassAd]) -> None:
+    for proc in batch:
+        prep.add(proc)
 
 
 def _remove_dirs(paths: Sequence[Path]) -> None:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         Job,
         ProcAd,
         SubmitDescription,
+        dry_run_chunks,
         dry_run_text,
     )
 
@@ -43,6 +44,7 @@ _LAZY: Final = {
     "Job": "_description",
     "ProcAd": "_description",
     "SubmitDescription": "_description",
+    "dry_run_chunks": "_description",
     "dry_run_text": "_description",
 }
 
@@ -57,5 +59,6 @@ __all__ = [
     "SubmitConfig",
     "SubmitDescription",
     "SubmitError",
+    "dry_run_chunks",
     "dry_run_text",
 ]

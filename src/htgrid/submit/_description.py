@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,14 @@ from htgrid.submit._lines import QueueStep, parse_description, run_shell
 from htgrid.submit._macros import Expander
 from htgrid.submit._queue import ForEach, QueueArgs, iterate_procs, load_items, parse_queue_args
 
-__all__ = ["ClusterProcs", "Job", "ProcAd", "SubmitDescription", "dry_run_text"]
+__all__ = [
+    "ClusterProcs",
+    "Job",
+    "ProcAd",
+    "SubmitDescription",
+    "dry_run_chunks",
+    "dry_run_text",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,16 +268,50 @@ def dry_run_text(jobs: list[Job]) -> str:
 
     This is the shape of `condor_submit -dry-run` output (each proc printed in full).
     """
-    blocks = []
-    for job in jobs:
-        lines = []
-        for line in job.ad.printOld().splitlines():
-            name, sep, value = line.partition(" = ")
-            if sep:
-                lines.append(f"{name}={value}")
-        lines.sort(key=str.lower)
-        blocks.append("\n".join(lines))
+    blocks = (_dry_block(_dry_lines(job.ad).values()) for job in jobs)
     return "Dry-Run job(s)\n" + "\n\n".join(blocks) + "\n"
+
+
+def dry_run_chunks(
+    cluster: ClusterProcs, seen: Callable[[ProcAd], object] | None = None
+) -> Iterator[str]:
+    """`dry_run_text` of a cluster's procs, a proc at a time as they are built (the
+    lines each proc shares with proc 0 are made once); `seen(proc)` is told of each."""
+    yield "Dry-Run job(s)\n"
+    first: dict[str, str] | None = None
+    bases: dict[frozenset[str], list[str]] = {}  # proc 0's lines less those replaced
+    for proc in cluster:
+        if seen is not None:
+            seen(proc)
+        if first is None:
+            first = _dry_lines(cluster.whole(proc))
+            yield _dry_block(first.values())
+            continue
+        own = _dry_lines(proc.own)
+        own["procid"] = f"ProcId={proc.proc_id}"
+        names = frozenset(own)
+        base = bases.get(names)
+        if base is None:
+            if len(bases) > 64:  # procs that differ in what they replace: rare, bounded
+                bases.clear()
+            base = bases[names] = [line for key, line in first.items() if key not in names]
+        yield "\n\n" + _dry_block([*base, *own.values()])
+    if first is not None:
+        yield "\n"
+
+
+def _dry_lines(ad: Any) -> dict[str, str]:
+    """`Attr=value` of each attribute, by lower-case name."""
+    lines = {}
+    for line in ad.printOld().splitlines():
+        name, sep, value = line.partition(" = ")
+        if sep:
+            lines[name.lower()] = f"{name}={value}"
+    return lines
+
+
+def _dry_block(lines: Iterable[str]) -> str:
+    return "\n".join(sorted(lines, key=str.lower))
 
 
 # Re-exported for callers that build ads by hand.

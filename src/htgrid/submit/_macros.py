@@ -13,6 +13,7 @@ import random
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Final
 
 from htgrid.submit import _classad
 from htgrid.submit._errors import SubmitError
@@ -68,7 +69,11 @@ class MacroSet:
 
     def get(self, name: str) -> str | None:
         """The raw value of `name`, or None when it is not defined."""
-        item = self._items.get(name.lower())
+        return self.get_key(name.lower())
+
+    def get_key(self, key: str) -> str | None:
+        """`get` of a name already in lower case."""
+        item = self._items.get(key)
         return item[1] if item else None
 
     def __contains__(self, name: object) -> bool:
@@ -229,6 +234,27 @@ def _find(text: str, start: int, *, dollar_only: bool = False) -> _Ref | None:
         return _Ref(kind, prefix[1:], dollar, body, colon, q + 1)
 
 
+Template = tuple[tuple[tuple[str, str], ...], str]
+#: Texts expanded before, as (text before, name) of each reference and the text after
+#: them; None for a text holding more than `$(name)` references. Mostly a description's
+#: own values, expanded again for each proc.
+_TEMPLATES: dict[str, Template | None] = {}
+_TEMPLATES_MAX = 4096
+_UNSEEN: Final[Any] = object()
+
+
+def _template(text: str) -> Template | None:
+    pieces = []
+    pos = 0
+    while (dollar := text.find("$", pos)) >= 0:
+        plain = _PLAIN_REF.match(text, dollar)
+        if plain is None or plain.group(1).lower() == "dollar":
+            return None
+        pieces.append((text[pos:dollar], plain.group(1)))
+        pos = plain.end()
+    return tuple(pieces), text[pos:]
+
+
 def _prefix_kind(prefix: str) -> str | None:
     if prefix == "$":
         return _NORMAL
@@ -283,12 +309,13 @@ class Expander:
 
     def lookup(self, name: str) -> str | None:
         """The raw value of `name`: file macros first, then defaults; None if neither."""
+        key = name.lower()
         if self.trace is not None:
-            self.trace.add(name.lower())
-        value = self.macros.get(name)
+            self.trace.add(key)
+        value = self.macros.get_key(key)
         if value is not None:
             return value
-        return self._defaults_lower.get(name.lower())
+        return self._defaults_lower.get(key)
 
     def remember(self, proc_names: frozenset[str]) -> None:
         """From now on, keep what `param` gives when no lookup it made is of a name in
@@ -329,6 +356,28 @@ class Expander:
 
     def expand(self, text: str, *, keep_dollar: bool = False) -> str:
         """`text` with every `$(...)` and macro function replaced."""
+        if "$" not in text:
+            return text
+        template = _TEMPLATES.get(text, _UNSEEN)
+        if template is _UNSEEN:
+            template = _template(text)
+            if len(_TEMPLATES) >= _TEMPLATES_MAX:
+                _TEMPLATES.clear()
+            _TEMPLATES[text] = template
+        if template is not None:
+            # Only `$(name)` references: each value, unless it holds a reference itself
+            # (then the walk below, which expands what it substitutes in turn).
+            pieces, tail = template
+            out = []
+            for literal, name in pieces:
+                value = self.lookup(name)
+                if value and "$" in value:
+                    break
+                out.append(literal)
+                out.append(value or "")
+            else:
+                out.append(tail)
+                return "".join(out)
         pos = 0
         steps = 0
         while True:

@@ -1,0 +1,108 @@
+"""A submit as the daemon takes it: the cluster ad, then procs as they arrive (all in one
+request, or streamed batch after batch), staged, then queued in one transaction.
+
+What the daemon sets itself, whatever the submitter sent: a user's jobs are the user's
+(Owner); a proc held for its input (SpoolingInput) gets its own spool directory as Iwd,
+the submitter's kept in SUBMIT_Iwd; a grid job whose GridResource waits for a match
+(`$$(...)`) gets Matched = false, as condor_submit marks it; the cluster ad gets
+TotalSubmitProcs, which condor_q's DONE column counts against.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from htgrid.classad import ClassAd
+from htgrid.queue import HoldReasonCode, Identity, JobStatus, StagedProcs
+
+__all__ = ["GRID", "SubmitPrep", "spooling"]
+
+GRID: Final = 9  # JobUniverse
+
+
+def _proc_get(proc: ClassAd, cluster: ClassAd, name: str) -> Any:
+    """A proc's attribute, over its cluster's (no merged copy made)."""
+    return proc[name] if name in proc else cluster.get(name)
+
+
+def spooling(get: Callable[[str], Any]) -> bool:
+    """Whether the job (`get` reads its attributes) waits for its input to be spooled."""
+    held: bool = get("JobStatus") == JobStatus.HELD
+    return held and get("HoldReasonCode") == HoldReasonCode.SpoolingInput
+
+
+def _waits_for_match(universe: object, resource: object) -> bool:
+    return universe == GRID and isinstance(resource, str) and "$$(" in resource
+
+
+class SubmitPrep:
+    """One submit's cluster ad, made ready, and its procs, made ready and staged as
+    they come (`add`): what `JobQueue` then queues with `add_staged`."""
+
+    def __init__(
+        self,
+        cluster: int,
+        cluster_ad: ClassAd,
+        identity: Identity,
+        spool: Callable[[int, int], Path],
+        scratch: Path | None,
+    ) -> None:
+        self.cluster = cluster
+        ad = copy.copy(cluster_ad)
+        self._admin = identity.admin
+        if not identity.admin:  # a user's jobs are the user's, whatever the ad says
+            ad["Owner"] = identity.name
+        if _waits_for_match(ad.get("JobUniverse"), ad.get("GridResource")):
+            ad["Matched"] = False
+        self.ad = ad
+        self._spool = spool
+        self.spooled: list[Path] = []  # the spool directories its procs need
+        self.has_log = "UserLog" in ad  # whether a job of it has a user log
+        self._cluster_spools = spooling(ad.get)
+        self.staged = StagedProcs(cluster, ad, identity, scratch)
+
+    def add(self, proc: ClassAd) -> None:
+        """Make one proc ready (a changed copy when it needs one) and stage it."""
+        ad = self.ad
+        if "Owner" in proc and not self._admin:
+            proc = copy.copy(proc)
+            del proc["Owner"]
+        get = functools.partial(_proc_get, proc, ad)
+        if self._cluster_spools or "JobStatus" in proc or "HoldReasonCode" in proc:
+            proc = self._spool_dir(proc, get)
+        # The same for a proc carrying its own whole ad (HTCondor-C).
+        if (
+            "Matched" not in ad
+            and "Matched" not in proc
+            and _waits_for_match(get("JobUniverse"), get("GridResource"))
+        ):
+            proc = copy.copy(proc)
+            proc["Matched"] = False
+        self.has_log = self.has_log or "UserLog" in proc
+        self.staged.add(proc if len(proc) else None)
+
+    def _spool_dir(self, proc: ClassAd, get: Callable[[str], Any]) -> ClassAd:
+        """A spooling proc gets its spool directory as Iwd (the submitter's kept)."""
+        if not spooling(get):
+            return proc
+        proc = copy.copy(proc)
+        sandbox = self._spool(self.cluster, self.staged.count)
+        self.spooled.append(sandbox)
+        if "SUBMIT_Iwd" not in proc and "SUBMIT_Iwd" not in self.ad:
+            iwd = get("Iwd")
+            if isinstance(iwd, str):
+                proc["SUBMIT_Iwd"] = iwd
+        proc["Iwd"] = str(sandbox)
+        return proc
+
+    def finish(self) -> ClassAd:
+        """The cluster ad to queue, once every proc is staged."""
+        self.ad["TotalSubmitProcs"] = self.staged.count
+        return self.ad
+
+    def close(self) -> None:
+        self.staged.close()
