@@ -2,6 +2,11 @@
 
 Each node may carry its compiled closure in `_fn`, filled on first evaluation (see
 `_compile.py`); it takes no part in equality and is never printed.
+
+A chain of binary operators (`a && b && c ...`, thousands long in generated policies) is
+a left-deep spine of `Binary` nodes, and `a.b.c ...` a spine of `AttrRef` bases: every
+walk over a tree follows those spines in a loop, never by recursion. Everything else
+nests only as deep as the parser allows (see `_parser.py`), so recursing there is safe.
 """
 
 from __future__ import annotations
@@ -26,14 +31,27 @@ __all__ = [
     "Ternary",
     "Unary",
     "children",
+    "operands",
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Node:
-    """Base of all syntax-tree nodes."""
+    """Base of all syntax-tree nodes.
+
+    Equality and hashing are structural (the spelling of names included), computed
+    without recursion so that any tree the parser makes can be compared.
+    """
 
     _fn: Any = field(default=None, init=False, repr=False, compare=False)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Node):
+            return NotImplemented
+        return same_tree(self, other)
+
+    def __hash__(self) -> int:
+        return tree_hash(self)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -64,7 +82,7 @@ class Literal(Node):
             return id(v)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class AttrRef(Node):
     """An attribute reference: `name`, `base.name`, or `.name` (absolute)."""
 
@@ -73,7 +91,7 @@ class AttrRef(Node):
     absolute: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Unary(Node):
     """A prefix operator: one of `- + ~ !`."""
 
@@ -81,7 +99,7 @@ class Unary(Node):
     operand: Node = None  # type: ignore[assignment]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Binary(Node):
     """An infix operator; `op` is its canonical spelling (`=?=`, not `is`)."""
 
@@ -90,7 +108,7 @@ class Binary(Node):
     right: Node = None  # type: ignore[assignment]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Ternary(Node):
     """`cond ? then : else`."""
 
@@ -99,7 +117,7 @@ class Ternary(Node):
     other: Node = None  # type: ignore[assignment]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Elvis(Node):
     """`left ?: right`: left unless it is undefined."""
 
@@ -107,7 +125,7 @@ class Elvis(Node):
     right: Node = None  # type: ignore[assignment]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Subscript(Node):
     """`base[index]`."""
 
@@ -115,14 +133,14 @@ class Subscript(Node):
     index: Node = None  # type: ignore[assignment]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Paren(Node):
     """`( inner )`, kept so the expression prints as written."""
 
     inner: Node = None  # type: ignore[assignment]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Call(Node):
     """A function call; `name` keeps the spelling written."""
 
@@ -130,14 +148,14 @@ class Call(Node):
     args: tuple[Node, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class ListExpr(Node):
     """`{ e1, e2, ... }`."""
 
     items: tuple[Node, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class AdExpr(Node):
     """`[ n1 = e1; n2 = e2 ]`: a nested record, in the order written (duplicates resolved)."""
 
@@ -166,3 +184,79 @@ def children(node: Node) -> tuple[Node, ...]:
     if t is AdExpr:
         return tuple(expr for _, expr in node.attrs)  # type: ignore[attr-defined]
     return ()
+
+
+def _parts(node: Node) -> tuple[object, tuple[Node, ...]]:
+    """A node's own fields (what equality compares besides the sub-trees), and its
+    sub-trees."""
+    t = type(node)
+    if t is Binary:
+        return (t, node.op), (node.left, node.right)  # type: ignore[attr-defined]
+    if t is AttrRef:
+        a: AttrRef = node  # type: ignore[assignment]
+        return (t, a.name, a.absolute), (() if a.base is None else (a.base,))
+    if t is Unary:
+        return (t, node.op), (node.operand,)  # type: ignore[attr-defined]
+    if t is Call:
+        return (t, node.name), node.args  # type: ignore[attr-defined]
+    if t is AdExpr:
+        attrs: tuple[tuple[str, Node], ...] = node.attrs  # type: ignore[attr-defined]
+        return (t, tuple(name for name, _ in attrs)), tuple(expr for _, expr in attrs)
+    return t, children(node)
+
+
+def same_tree(a: Node, b: Node) -> bool:
+    """Whether two trees are equal node for node (literals by type and value)."""
+    stack = [(a, b)]
+    pop, extend = stack.pop, stack.extend
+    while stack:
+        x, y = pop()
+        if x is y:
+            continue
+        tx = type(x)
+        if tx is not type(y):
+            return False
+        if tx is Literal:
+            if x != y:
+                return False
+            continue
+        kx, cx = _parts(x)
+        ky, cy = _parts(y)
+        if kx != ky or len(cx) != len(cy):
+            return False
+        extend(zip(cx, cy, strict=True))
+    return True
+
+
+def tree_hash(node: Node) -> int:
+    """A hash equal for equal trees (`same_tree`)."""
+    out: list[object] = []
+    stack = [node]
+    pop, extend, add = stack.pop, stack.extend, out.append
+    while stack:
+        n = pop()
+        if type(n) is Literal:
+            add(hash(n))
+            continue
+        key, kids = _parts(n)
+        add(key)
+        add(len(kids))
+        extend(kids)
+    return hash(tuple(out))
+
+
+def operands(node: Node, op: str) -> list[Node]:
+    """The operands of a chain of `op` (`a && (b && c)` gives a, b, c), in source order,
+    parentheses around the chain and around each operand removed."""
+    out: list[Node] = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        while type(n) is Paren:
+            n = n.inner
+        if type(n) is Binary and n.op == op:
+            stack.append(n.right)
+            stack.append(n.left)
+        else:
+            out.append(n)
+    return out
