@@ -8,6 +8,13 @@ from typing import Any
 
 from htgrid.classad._ast import AdExpr, ListExpr, Literal, Node
 from htgrid.classad._compile import _NOLIT, EvaluationFailed, compiled
+from htgrid.classad._parser import (
+    BRACKET_DEPTH,
+    MAX_DEPTH,
+    START_DEPTH,
+    TOO_DEEP,
+    check_depth,
+)
 from htgrid.classad._state import EvalState
 from htgrid.classad._values import (
     ERROR,
@@ -25,6 +32,8 @@ from htgrid.errors import ClassAdException, ClassAdValueError
 __all__ = ["ClassAd", "Entry", "ExprTree", "to_node", "to_python"]
 
 _SCALAR_TYPES = (bool, int, float, str, AbsTime, RelTime)
+# Lists and dicts nested more than this can never be within the parser's depth limit.
+_MAX_LEVELS = (MAX_DEPTH - START_DEPTH) // BRACKET_DEPTH
 
 
 class Entry:
@@ -271,7 +280,10 @@ class ClassAd(MutableMapping[str, Any]):
             raise TypeError("expr must be an ExprTree")
         from htgrid.classad._flatten import flatten_value
 
-        value, tree = flatten_value(expr._node, EvalState(self))
+        try:
+            value, tree = flatten_value(expr._node, EvalState(self))
+        except RecursionError:  # attributes followed into each other past Python's stack
+            return Value.Error
         return to_python(value) if tree is None else ExprTree._of(tree)
 
 
@@ -286,7 +298,7 @@ class ExprTree:
         elif isinstance(expr, ExprTree):
             self._node = expr._node
         elif isinstance(expr, ClassAd):
-            self._node = expr._node()
+            self._node = check_depth(expr._node())
         else:
             from htgrid.classad._parser import parse_expr
 
@@ -338,10 +350,10 @@ class ExprTree:
             raise TypeError("scope must be a ClassAd")
         elif target is not None and not isinstance(target, ClassAd):
             raise TypeError("target must be a ClassAd")
-        fn = self._node._fn or compiled(self._node)
         try:
+            fn = self._node._fn or compiled(self._node)
             return fn(EvalState(scope, None, target))
-        except RecursionError:
+        except RecursionError:  # attributes followed into each other past Python's stack
             return ERROR
         except EvaluationFailed as err:
             raise ClassAdException(f"evaluation failed: {err}") from None
@@ -388,7 +400,19 @@ def node_to_python(node: Node, parent: ClassAd | None) -> Any:
 
 
 def to_node(value: Any) -> Node:
-    """A Python value as an expression node (what `ad[name] = value` stores)."""
+    """A Python value as an expression node (what `ad[name] = value` stores).
+
+    A list, dict or ad nested deeper than the parser reads is refused
+    (ClassAdValueError), so that whatever is stored prints and parses back.
+    """
+    node = _to_node(value, 0)
+    # An ExprTree is within the limit already (parsed, or checked when it was built).
+    if isinstance(value, ClassAd | dict | list | tuple):
+        check_depth(node)
+    return node
+
+
+def _to_node(value: Any, levels: int) -> Node:
     if isinstance(value, ExprTree):
         return value._node
     if value is None:
@@ -410,10 +434,12 @@ def to_node(value: Any) -> Node:
         return Literal(str(value))
     if isinstance(value, ClassAd):
         return value._node()
-    if isinstance(value, dict):
-        return AdExpr(tuple((str(k), to_node(v)) for k, v in value.items()))
-    if isinstance(value, list | tuple):
-        return ListExpr(tuple(to_node(v) for v in value))
+    if isinstance(value, dict | list | tuple):
+        if levels >= _MAX_LEVELS:  # refused before the Python recursion gets deep
+            raise ClassAdValueError(f"cannot store the value: {TOO_DEEP}")
+        if isinstance(value, dict):
+            return AdExpr(tuple((str(k), _to_node(v, levels + 1)) for k, v in value.items()))
+        return ListExpr(tuple(_to_node(v, levels + 1) for v in value))
     if isinstance(value, _dt.datetime):
         return Literal(AbsTime(_datetime_secs(value), 0))
     raise ClassAdValueError(f"cannot store a {type(value).__name__} in a ClassAd")

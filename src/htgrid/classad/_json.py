@@ -16,7 +16,13 @@ from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any, Final
 
 from htgrid.classad._ast import AdExpr, ListExpr, Literal, Node
-from htgrid.classad._parser import parse_expr
+from htgrid.classad._parser import (
+    BRACKET_DEPTH,
+    MAX_DEPTH,
+    START_DEPTH,
+    TOO_DEEP,
+    parse_expr,
+)
 from htgrid.classad._unparse import format_real_old, unparse
 from htgrid.classad._values import INT64_MAX, INT64_MIN, UNDEFINED, RelTime
 from htgrid.errors import ClassAdSyntaxError
@@ -114,7 +120,9 @@ def ad_to_json(ad: ClassAd) -> str:
     return "{\n" + ",\n".join(lines) + "\n}"
 
 
-def _from_json(value: Any, text: str, offset: int) -> Node:
+def _from_json(value: Any, text: str, offset: int, depth: int) -> Node:
+    """A decoded JSON value as an expression node, `depth` levels deep (the parser's
+    count: a list or object costs 3, as brackets do, so what is read prints back)."""
     if value is None:
         return Literal(UNDEFINED)
     if isinstance(value, bool):
@@ -127,25 +135,32 @@ def _from_json(value: Any, text: str, offset: int) -> Node:
     if isinstance(value, str):
         if value.startswith(_MARK) and value.endswith(")/"):
             try:
-                return parse_expr(value[len(_MARK) : -2])
+                return parse_expr(value[len(_MARK) : -2], nested=depth - START_DEPTH)
             except ClassAdSyntaxError as err:
                 raise ClassAdSyntaxError(
                     f"bad expression in JSON: {err.reason}", text=text, offset=offset
                 ) from None
         return Literal(value.replace(_MARK, "/Expr("))
+    inner = depth + BRACKET_DEPTH
+    if inner > MAX_DEPTH and isinstance(value, list | dict):
+        raise ClassAdSyntaxError(TOO_DEEP, text=text, offset=offset)
     if isinstance(value, list):
-        return ListExpr(tuple(_from_json(v, text, offset) for v in value))
+        return ListExpr(tuple(_from_json(v, text, offset, inner) for v in value))
     if isinstance(value, dict):
-        return AdExpr(_pairs(value, text, offset))
+        return AdExpr(_pairs(value, text, offset, inner))
     raise ClassAdSyntaxError("unexpected JSON value", text=text, offset=offset)
 
 
-def _pairs(obj: dict[str, Any], text: str, offset: int) -> tuple[tuple[str, Node], ...]:
+def _pairs(
+    obj: dict[str, Any], text: str, offset: int, depth: int = START_DEPTH
+) -> tuple[tuple[str, Node], ...]:
+    """An object's members as an ad's attributes (`depth`: where its values stand)."""
     found: dict[str, tuple[str, Node]] = {}
     for name, value in obj.items():
         key = name.lower()
         previous = found.get(key)
-        found[key] = (previous[0] if previous else name, _from_json(value, text, offset))
+        node = _from_json(value, text, offset, depth)
+        found[key] = (previous[0] if previous else name, node)
     return tuple(found.values())
 
 
@@ -176,6 +191,8 @@ def iter_json_ads(text: str, start: int = 0) -> Iterator[tuple[tuple[tuple[str, 
             raise ClassAdSyntaxError(
                 f"invalid JSON: {err.msg}", text=text, offset=_unmap(marks, err.pos)
             ) from None
+        except RecursionError:  # nested past what the decoder itself can follow
+            raise ClassAdSyntaxError(TOO_DEEP, text=text, offset=_unmap(marks, pos)) from None
         if not isinstance(value, dict):
             raise ClassAdSyntaxError(
                 "expected a JSON object for a ClassAd", text=text, offset=_unmap(marks, pos)

@@ -55,6 +55,8 @@ def decode_ads(body: str | bytes) -> list[ClassAd]:
         value = json.loads(marked)
     except json.JSONDecodeError as err:
         raise ProtocolError(f"not JSON: {err.msg} at line {err.lineno}") from None
+    except RecursionError:
+        raise ProtocolError("JSON nested too deeply to be a ClassAd") from None
     items = value if isinstance(value, list) else [value]
     ads = []
     for i, item in enumerate(items):
