@@ -25,13 +25,22 @@ from htgrid.classad._ast import (
     Unary,
 )
 from htgrid.classad._ops import BINARY_OPS, UNARY_OPS, fold, truth
+from htgrid.classad._parser import PRECEDENCE
 from htgrid.classad._state import EvalState
 from htgrid.classad._values import ERROR, UNDEFINED, AbsTime, ListValue, RelTime, Val
 
 if TYPE_CHECKING:
     from htgrid.classad._classad import ClassAd, Entry
 
-__all__ = ["Compiled", "EvaluationFailed", "compiled", "lookup", "lookup_from"]
+__all__ = [
+    "MAX_NESTED_ATTRIBUTES",
+    "Compiled",
+    "EvaluationFailed",
+    "compiled",
+    "is_postfix",
+    "lookup",
+    "lookup_from",
+]
 
 
 class EvaluationFailed(Exception):
@@ -39,6 +48,10 @@ class EvaluationFailed(Exception):
 
 
 Compiled = Callable[[EvalState], Val]
+
+#: How many attributes one evaluation may follow into each other (`a = b + 1; b = c + 1;
+#: ...`) before the innermost gives ERROR, as HTCondor's evaluation depth limit does.
+MAX_NESTED_ATTRIBUTES: Final = 1000
 
 _SPECIAL: Final = frozenset({"toplevel", "root", "self", "my", "parent", "currenttime"})
 _TARGET_NAMES: Final = frozenset({"target", "other"})
@@ -67,6 +80,8 @@ def eval_entry(st: EvalState, ad: ClassAd, entry: Entry) -> Val:
         active = st.active = set()
     elif entry in active:
         return UNDEFINED
+    elif len(active) >= MAX_NESTED_ATTRIBUTES:
+        return ERROR
     active.add(entry)
     try:
         return compiled(entry.node)(st if ad is st.ad else st.at(ad))
@@ -184,6 +199,8 @@ def _attr(node: AttrRef) -> Compiled:
             return _target_select(scope_name, key)
         if scope_name == "my" or scope_name == "self":
             return _my_select(scope_name, key)
+    if is_postfix(base_node):
+        return _postfix_chain(node)
     base = compiled(node.base)
 
     def select(st: EvalState) -> Val:
@@ -249,6 +266,9 @@ def select_attr(st: EvalState, scope: Val, key: str) -> Val:
 
 
 def _binary(node: Binary) -> Compiled:
+    left = node.left
+    if type(left) is Binary and PRECEDENCE.get(left.op) == PRECEDENCE.get(node.op):
+        return _chain(node)
     op = node.op
     lf = compiled(node.left)
     rf = compiled(node.right)
@@ -367,6 +387,84 @@ def _or(lf: Compiled, rf: Compiled) -> Compiled:
     return f
 
 
+def _chain(node: Binary) -> Compiled:
+    """A left-deep spine of operators of one precedence (`a && b && c ...`, `1 + 2 - 3
+    ...`), evaluated left to right in a loop: no recursion, however long the chain.
+
+    Each step does what the nested form does: `&&` and `||` (each alone at its level)
+    keep their short-circuit and their undefined/error rules, the others apply the
+    strict operator.
+    """
+    level = PRECEDENCE.get(node.op)
+    spine = [node]
+    left = node.left
+    while type(left) is Binary and PRECEDENCE.get(left.op) == level:
+        spine.append(left)
+        left = left.left
+    first = compiled(left)
+    steps = [(b.op, compiled(b.right)) for b in reversed(spine)]
+    if node.op == "&&" or node.op == "||":
+        rights = tuple(rf for _, rf in steps)
+        return (_and_chain if node.op == "&&" else _or_chain)(first, rights)
+    pairs = tuple((BINARY_OPS[op], rf) for op, rf in steps)
+
+    def strict(st: EvalState) -> Val:
+        acc = first(st)
+        for fn, rf in pairs:
+            acc = fn(acc, rf(st))
+        return acc
+
+    return strict
+
+
+def _and_chain(first: Compiled, rights: tuple[Compiled, ...]) -> Compiled:
+    def f(st: EvalState) -> Val:
+        a = first(st)
+        for rf in rights:
+            if a is True:
+                a = rf(st)
+                if type(a) is not bool:
+                    a = truth(a)
+                continue
+            if a is False:
+                return False  # false && anything: the rest is not evaluated
+            a = truth(a)
+            if a is ERROR or a is False:
+                return a
+            b = truth(rf(st))
+            if a is True:
+                a = b
+            else:  # undefined: only a false right side decides
+                a = False if b is False else (ERROR if b is ERROR else UNDEFINED)
+        return a
+
+    return f
+
+
+def _or_chain(first: Compiled, rights: tuple[Compiled, ...]) -> Compiled:
+    def f(st: EvalState) -> Val:
+        a = first(st)
+        for rf in rights:
+            if a is False:
+                a = rf(st)
+                if type(a) is not bool:
+                    a = truth(a)
+                continue
+            if a is True:
+                return True  # true || anything: the rest is not evaluated
+            a = truth(a)
+            if a is ERROR or a is True:
+                return a
+            b = truth(rf(st))
+            if a is False:
+                a = b
+            else:
+                a = True if b is True else (ERROR if b is ERROR else UNDEFINED)
+        return a
+
+    return f
+
+
 def _unary(node: Unary) -> Compiled:
     fn = UNARY_OPS[node.op]
     inner = compiled(node.operand)
@@ -413,7 +511,53 @@ def _elvis(node: Elvis) -> Compiled:
     return f
 
 
+def is_postfix(node: Node) -> bool:
+    """Whether `node` is `x.name` or `x[i]` whose compiling would recurse into `x`."""
+    t = type(node)
+    if t is Subscript:
+        return True
+    if t is not AttrRef or node.base is None:  # type: ignore[attr-defined]
+        return False
+    base = node.base  # type: ignore[attr-defined]
+    # `TARGET.x` and `MY.x` have closures of their own, with no recursion.
+    return not (
+        type(base) is AttrRef
+        and base.base is None
+        and not base.absolute
+        and base.name.lower() in _SCOPES
+    )
+
+
+_SCOPES: Final = frozenset({"target", "other", "my", "self"})
+
+
+def _postfix_chain(node: Node) -> Compiled:
+    """`a.b.c[0].d ...`: the innermost base evaluated, then each selection and subscript
+    applied in a loop (a chain of 20,000 must not recurse)."""
+    steps: list[tuple[str, Compiled | None]] = []
+    n = node
+    while is_postfix(n):
+        if type(n) is Subscript:
+            steps.append(("", compiled(n.index)))
+        else:
+            steps.append((n.name.lower(), None))  # type: ignore[attr-defined]
+        n = n.base  # type: ignore[attr-defined]
+    root = compiled(n)
+    steps.reverse()
+    todo = tuple(steps)
+
+    def f(st: EvalState) -> Val:
+        v = root(st)
+        for key, index in todo:
+            v = select_attr(st, v, key) if index is None else subscript(st, v, index(st))
+        return v
+
+    return f
+
+
 def _subscript(node: Subscript) -> Compiled:
+    if is_postfix(node.base):
+        return _postfix_chain(node)
     base = compiled(node.base)
     index = compiled(node.index)
 
