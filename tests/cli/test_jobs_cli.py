@@ -284,4 +284,4 @@ def test_wait_for_a_job_without_a_log_asks_the_daemon(htgrid) -> None:  # type: 
     cluster = _submit(htgrid, "universe = local\nexecutable = /bin/true\nqueue\n")
     assert htgrid("wait", str(cluster), "-wait", "20") == (0, "All jobs done.\n", "")
     rc, _, err = htgrid("wait", "98765")
-    assert rc == 2 and "no job 98765" in err
+    assert rc == 1 and "no job 98765" in err  # a negative answer, not bad usage

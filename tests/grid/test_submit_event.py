@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from htgrid.eventlog import ExecuteEvent, GridSubmitEvent, UserLog
 from htgrid.grid import _userlog
 from htgrid.grid._userlog import EventLogs
-from htgrid.queue.eventlog import ExecuteEvent, GridSubmitEvent, UserLog
 
 RESOURCE = "ec2 http://127.0.0.1:1"
 

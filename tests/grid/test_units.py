@@ -367,8 +367,8 @@ def test_updates_waiting_together_go_in_one_transaction(tmp_path: Any) -> None:
 def test_a_grid_jobs_execute_event_names_its_grid_resource() -> None:
     """HTCondor's gridmanager (WriteExecuteEventToUserLog) sets the execute host of a grid
     job's 001 to its GridResource; a vanilla job's names the host it ran on."""
+    from htgrid.eventlog import ExecuteEvent
     from htgrid.queue import Change, ChangeKind, JobStatus
-    from htgrid.queue.eventlog import ExecuteEvent
     from htgrid.schedd._userlog import events_for
 
     started = Change(

@@ -7,12 +7,12 @@ import json
 import pytest
 
 from htgrid.classad import ClassAd, ParserType, parseOne
+from htgrid.net import BadRequest
 from htgrid.net._wire import ad_from_json, loads
 
 TEXTS = [
     '{"ClusterId": 12, "ProcId": 3, "JobStatus": 4}',
     '{"Rank": 1.0, "Zero": 0, "Small": -9223372036854775808, "Big": 9223372036854775807}',
-    '{"Over": 9223372036854775808, "Under": -9223372036854775809}',
     '{"Cmd": "/bin/true", "Args": "a \\"quoted\\" \\\\ back", "Name": "\\u00e9t\\u00e9"}',
     '{"On": true, "Off": false, "Gone": null, "Tiny": 1e-300, "Huge": 1.5e300}',
     '{"Req": "\\/Expr(RequestCpus > 1 && Owner == \\"x\\")\\/", "Cpus": 2}',
@@ -37,6 +37,16 @@ def test_each_ad_reads_as_the_parser_reads_it(text: str) -> None:
         # Types too: 1 stays an integer and 1.0 a real, an expression stays unevaluated.
         assert type(ad.lookup(name)) is type(want.lookup(name))
         assert repr(ad.lookup(name)) == repr(want.lookup(name))
+
+
+@pytest.mark.parametrize(
+    "text", ['{"Over": 9223372036854775808}', '{"Under": [1, -9223372036854775809]}']
+)
+def test_an_integer_past_64_bits_is_refused_not_read_as_zero(text: str) -> None:
+    # The ClassAd parser reads it as 0 (HTCondor's lexer does): a request is refused
+    # instead, naming the attribute, rather than storing a value the client did not send.
+    with pytest.raises(BadRequest, match=r"attribute (Over|Under) is -?9223372036854775\d+, past"):
+        ad_from_json(loads(text))
 
 
 def test_an_expression_is_not_read_as_a_string() -> None:

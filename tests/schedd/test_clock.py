@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
 
 import htcondor2
 
@@ -14,9 +13,8 @@ from htgrid.classad import ClassAd
 from htgrid.net import ScheddClient
 from htgrid.queue import JobStatus
 from htgrid.schedd import ScheddConfig
-from htgrid.schedd._daemon import Daemon
+from htgrid.schedd.testing import in_process, until
 
-T = TypeVar("T")
 START = 1_800_000_000
 
 
@@ -30,18 +28,7 @@ class Clock:
         return self.now
 
 
-async def _until(probe: Callable[[], T | None], timeout: float = 20) -> T:
-    """Poll a blocking probe (in a thread, off the daemon's loop) until it answers."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        value = await asyncio.to_thread(probe)
-        if value:
-            return value
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.05)
-
-
-def _run(tmp_path: Path, clock: Clock, scenario: Callable[[ScheddClient], object]) -> None:
+def _run(tmp_path: Path, clock: Clock, scenario: Callable[[ScheddClient], Awaitable[None]]) -> None:
     # The queue alone: the clock is the queue's business, and a whole pool would put a
     # collector on the default port 9618 inside the test process.
     config = ScheddConfig(
@@ -51,22 +38,7 @@ def _run(tmp_path: Path, clock: Clock, scenario: Callable[[ScheddClient], object
         fsync=False,
         daemons=frozenset({"MASTER", "SCHEDD"}),
     )
-    daemon = Daemon(config, clock=clock)
-
-    async def main() -> None:
-        serving = asyncio.create_task(daemon.run())
-        try:
-            await _until(config.socket.exists)
-            client = ScheddClient(config.socket)
-            try:
-                await scenario(client)  # type: ignore[misc]
-            finally:
-                client.close()
-        finally:
-            daemon.request_stop()
-            await serving
-
-    asyncio.run(main())
+    in_process(config, scenario, clock=clock)
 
 
 def _submit(schedd: ScheddClient, ad: ClassAd) -> str:
@@ -94,7 +66,7 @@ def test_periodic_policies_see_the_injected_time(tmp_path: Path) -> None:
         await asyncio.sleep(0.3)
         assert (await asyncio.to_thread(schedd.get, job))["JobStatus"] == JobStatus.IDLE
         clock.now += 7200
-        ad = await _until(lambda: (a := schedd.get(job))["JobStatus"] == JobStatus.HELD and a)
+        ad = await until(lambda: (a := schedd.get(job))["JobStatus"] == JobStatus.HELD and a)
         assert ad["HoldReason"] == "waited an hour"
         assert ad["EnteredCurrentStatus"] == START + 7200
 
@@ -117,11 +89,11 @@ def test_run_time_and_event_times_come_from_the_clock(tmp_path: Path) -> None:
             }
         )
         job = await asyncio.to_thread(_submit, schedd, ad)
-        await _until(lambda: schedd.get(job)["JobStatus"] == JobStatus.RUNNING)
+        await until(lambda: schedd.get(job)["JobStatus"] == JobStatus.RUNNING)
         clock.now += 500
         gate.touch()
         cluster = job.split(".")[0]
-        (done,) = await _until(lambda: schedd.history(f"ClusterId == {cluster}"))
+        (done,) = await until(lambda: schedd.history(f"ClusterId == {cluster}"))
         assert done["RemoteWallClockTime"] == 500.0
         assert done["CompletionDate"] == START + 500
         assert done["JobStartDate"] == START

@@ -139,5 +139,6 @@ def test_a_daemon_that_dies_while_starting_shows_its_log(tmp_path: Path) -> None
     (home / "spool" / "queue.db").write_text("this is not a database\n")
     rc, _, err = run_cli(home, "up")
     assert rc == 1
-    assert "the daemon exited while starting" in err
-    assert "queue.db" in err  # the end of SchedLog names the problem
+    # The daemon's own last words, from SchedLog, and where to read more.
+    assert "the daemon could not start: job queue database" in err
+    assert "queue.db: file is not a database (see " in err and "SchedLog)" in err

@@ -9,17 +9,18 @@ import pytest
 
 from htgrid.classad import ClassAd
 from htgrid.errors import ClassAdSyntaxError, HTGridError, UsageError
-from htgrid.net._errors import PROBLEMS, ApiError, DaemonUnavailable
-from htgrid.net._problems import from_problem, to_problem
-from htgrid.queue import HoldReasonCode, JobId, JobNotFound
-from htgrid.queue.eventlog import (
+from htgrid.eventlog import (
+    EventLogReader,
     JobAbortedEvent,
     JobHeldEvent,
     JobTerminatedEvent,
     SubmitEvent,
     format_event,
 )
-from htgrid.schedd import EventLogReader, ScheddConfig, ScheddError
+from htgrid.net._errors import PROBLEMS, ApiError, DaemonUnavailable
+from htgrid.net._problems import from_problem, to_problem
+from htgrid.queue import HoldReasonCode, JobId, JobNotFound
+from htgrid.schedd import ScheddConfig, ScheddError
 from htgrid.schedd._launch import MARKER, LaunchError, LaunchSpec
 from htgrid.submit import SubmitError
 

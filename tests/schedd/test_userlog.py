@@ -122,3 +122,26 @@ def test_only_jobs_with_a_log_get_events(
     assert schedd.get(f"{idle}.0")["JobStatus"] == JobStatus.IDLE
     schedd.act(JobAction.Remove, Jobs.in_cluster(idle))
     _expect(tmp_path / "idle" / "job.log", f"{idle}.0", [SUBMIT, ABORTED])
+
+
+def test_a_scheduler_universe_job_runs_and_logs_as_htcondor_logs_it(
+    pool: PersonalPool, schedd: ScheddClient, tmp_path: Path
+) -> None:
+    # HTCondor's schedd runs scheduler universe jobs itself, as local ones (the job used
+    # to idle forever here); its 005 event carries zero usage and the job's exit.
+    cluster = submit(
+        pool,
+        tmp_path,
+        "universe = scheduler\nexecutable = /bin/sh\n"
+        "arguments = \"-c 'echo ran; exit 3'\"\n"
+        "output = out.txt\nlog = job.log\nqueue\n",
+    )
+    (ad,) = wait_for(lambda: finished(schedd, cluster, 1), what="the scheduler universe job")
+    assert (ad["JobUniverse"], ad["JobStatus"], ad["ExitCode"]) == (7, JobStatus.COMPLETED, 3)
+    assert (tmp_path / "out.txt").read_text() == "ran\n"
+    events = _expect(tmp_path / "job.log", f"{cluster}.0", [SUBMIT, EXECUTE, TERMINATED])
+    assert events[2]["TerminatedNormally"] is True
+    assert events[2]["ReturnValue"] == 3
+    text = (tmp_path / "job.log").read_text()
+    assert "Usr 0 00:00:00, Sys 0 00:00:00  -  Run Remote Usage" in text
+    assert "Usr 0 00:00:00, Sys 0 00:00:00  -  Total Remote Usage" in text

@@ -119,3 +119,43 @@ def test_itemdata(tmp_path: Path) -> None:
     desc = SubmitDescription.from_text("queue a,b from (\n1 2\n3 4\n)\n", cwd=str(tmp_path))
     (rows,) = desc.itemdata()
     assert [r.values for r in rows] == [(("a", "1"), ("b", "2")), (("a", "3"), ("b", "4"))]
+
+
+def test_ec2_iam_profile_name_alone_sets_its_attribute(tmp_path: Path) -> None:
+    head = (
+        "universe = grid\ngrid_resource = ec2 https://ec2.us-east-1.amazonaws.com\n"
+        "executable = worker\nec2_access_key_id = a\nec2_secret_access_key = s\n"
+        "ec2_ami_id = ami-1\n"
+    )
+    (job,) = jobs(tmp_path, head + "ec2_iam_profile_name = worker-role\nqueue\n")
+    assert job.ad["EC2IamProfileName"] == "worker-role"
+    assert "EC2IamProfileArn" not in job.ad and not job.warnings
+    arn = "arn:aws:iam::1:instance-profile/w"
+    both = f"ec2_iam_profile_arn = {arn}\nec2_iam_profile_name = worker-role\nqueue\n"
+    (job,) = jobs(tmp_path, head + both)
+    assert job.ad["EC2IamProfileArn"] == arn and "EC2IamProfileName" not in job.ad
+    assert any("ignoring ec2_iam_profile_name" in w for w in job.warnings)
+
+
+@pytest.mark.parametrize(
+    ("grid_type", "release"),
+    [
+        ("cream", "9.2.0"),
+        ("unicore", "9.2.0"),
+        ("gt2", "9.2.0"),
+        ("GT5", "9.2.0"),
+        ("deltacloud", "8.5.4"),
+        ("boinc", "10.0.0"),
+        ("nordugrid", "10.2.0"),
+    ],
+)
+def test_a_grid_type_htcondor_retired_is_refused_as_such(
+    tmp_path: Path, grid_type: str, release: str
+) -> None:
+    text = f"universe = grid\nexecutable = x\ngrid_resource = {grid_type} https://ce\nqueue\n"
+    with pytest.raises(SubmitError) as err:
+        SubmitDescription.from_text(text, "job.sub", cwd=str(tmp_path)).jobs(1, owner="a", qdate=1)
+    message = str(err.value)
+    assert message.startswith("job.sub:4: grid_resource: ")
+    assert f'grid type "{grid_type}" was retired by HTCondor in {release}' in message
+    assert "Invalid value" not in message

@@ -120,7 +120,7 @@ def ad_to_json(ad: ClassAd) -> str:
     return "{\n" + ",\n".join(lines) + "\n}"
 
 
-def _from_json(value: Any, text: str, offset: int, depth: int) -> Node:
+def _from_json(value: Any, text: str, offset: int, depth: int = START_DEPTH) -> Node:
     """A decoded JSON value as an expression node, `depth` levels deep (the parser's
     count: a list or object costs 3, as brackets do, so what is read prints back)."""
     if value is None:
@@ -140,14 +140,20 @@ def _from_json(value: Any, text: str, offset: int, depth: int) -> Node:
                 raise ClassAdSyntaxError(
                     f"bad expression in JSON: {err.reason}", text=text, offset=offset
                 ) from None
-        return Literal(value.replace(_MARK, "/Expr("))
-    inner = depth + BRACKET_DEPTH
-    if inner > MAX_DEPTH and isinstance(value, list | dict):
-        raise ClassAdSyntaxError(TOO_DEEP, text=text, offset=offset)
-    if isinstance(value, list):
-        return ListExpr(tuple(_from_json(v, text, offset, inner) for v in value))
-    if isinstance(value, dict):
-        return AdExpr(_pairs(value, text, offset, inner))
+        string = value.replace(_MARK, "/Expr(")
+        if "\0" in string:  # as the text reader, and HTCondor's: a string holds no NUL
+            raise ClassAdSyntaxError(
+                "a string may not hold a NUL character", text=text, offset=offset
+            )
+        return Literal(string)
+    if isinstance(value, list | dict):
+        # Held to the text parser's budget: what is read here is printed and read back.
+        depth += BRACKET_DEPTH
+        if depth > MAX_DEPTH:
+            raise ClassAdSyntaxError(TOO_DEEP, text=text, offset=offset)
+        if isinstance(value, list):
+            return ListExpr(tuple(_from_json(v, text, offset, depth) for v in value))
+        return AdExpr(_pairs(value, text, offset, depth))
     raise ClassAdSyntaxError("unexpected JSON value", text=text, offset=offset)
 
 
@@ -159,9 +165,24 @@ def _pairs(
     for name, value in obj.items():
         key = name.lower()
         previous = found.get(key)
-        node = _from_json(value, text, offset, depth)
+        try:
+            if "\0" in name:
+                raise ClassAdSyntaxError(
+                    "an attribute name may not hold a NUL character", text=text, offset=offset
+                )
+            node = _from_json(value, text, offset, depth)
+        except ClassAdSyntaxError as err:
+            # Said of the attribute (a path, for a nested ad's): which value is wrong.
+            raise ClassAdSyntaxError(
+                f"{_named(name)}: {err.reason}", text=text, offset=err.offset
+            ) from None
         found[key] = (previous[0] if previous else name, node)
     return tuple(found.values())
+
+
+def _named(name: str) -> str:
+    """An attribute name for a message (quoted when it holds what does not print)."""
+    return name if name.isprintable() else repr(name)
 
 
 def _keep_last(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

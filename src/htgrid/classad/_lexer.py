@@ -68,7 +68,7 @@ def unescape(body: str) -> str | None:
     Octal escapes give bytes, read back as UTF-8 (what HTCondor's quoting writes).
     """
     if "\\" not in body:
-        return body
+        return None if "\0" in body else body
     raw = body.encode("utf-8", "surrogateescape")
     out = bytearray()
     i = 0
@@ -96,6 +96,8 @@ def unescape(body: str) -> str | None:
         ch = chr(d)
         out.extend(_SIMPLE_ESCAPES.get(ch, ch).encode("utf-8", "surrogateescape"))
         i += 2
+    if 0 in out:  # a raw NUL beside the escapes
+        return None
     return out.decode("utf-8", "surrogateescape")
 
 

@@ -2,17 +2,23 @@
 
 Exit codes a script can rely on: 0 success, 1 a negative answer (no match, false, no
 such job, not your job, no daemon running, some of several jobs not acted on), 2 bad
-usage or input (the message names the file, line or column), 3 an internal error.
+usage or input (the message names the file, line or column), 3 an internal error. A reader
+that closes the pipe early (`htgrid q | head`) ends the command quietly, with 141 (128 +
+SIGPIPE) as a C tool would have.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import Final
 
+from htgrid._args import ArgumentParser
+from htgrid._startup import lean_process
 from htgrid.errors import HTGridError
 
 __all__ = ["main"]
@@ -20,6 +26,8 @@ __all__ = ["main"]
 EXIT_OK = 0
 EXIT_NO = 1
 EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+EXIT_PIPE = 128 + 13  # SIGPIPE
 
 
 #: Each command word and the module that registers it: a command imports only its own
@@ -53,7 +61,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of every command, or of `command` alone when it is one of them."""
     from htgrid import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="htgrid", description="HTCondor's grid machinery: ClassAds, queue, grid jobs."
     )
     parser.add_argument("--version", action="version", version=f"htgrid {__version__}")
@@ -68,6 +76,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    lean_process()
     words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(words[0] if words else None)
     args = parser.parse_args(words)
@@ -76,7 +85,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
-        return int(handler(args))
+        status = int(handler(args))
+        sys.stdout.flush()  # here, where a closed pipe is still ours to handle
+        return status
+    except BrokenPipeError:
+        return _pipe_closed()
     except HTGridError as err:
         print(f"htgrid: {err}", file=sys.stderr)
         return EXIT_NO if _negative(err) else EXIT_USAGE
@@ -85,6 +98,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except Exception:  # a bug: say so, with what a report needs
+        print("htgrid: internal error (please report it with what follows):", file=sys.stderr)
+        traceback.print_exc()
+        return EXIT_INTERNAL
+
+
+def _pipe_closed() -> int:
+    """The reader of stdout went away (`htgrid q | head`): end quietly, as a C tool that
+    SIGPIPE ends, with its status (128 + 13)."""
+    # What is still buffered would fail again when Python flushes stdout at exit.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is no file (a test's StringIO): nothing to flush
+        pass
+    return EXIT_PIPE
 
 
 def _negative(err: HTGridError) -> bool:

@@ -17,6 +17,7 @@ import re
 import sys
 from typing import Any, Final
 
+from htgrid._args import flag
 from htgrid.cli._common import (
     EXIT_NO,
     EXIT_OK,
@@ -52,11 +53,10 @@ def register(commands: Any) -> None:
             name, help=f"{verb} jobs ({tool})", description=f"{verb.capitalize()} jobs."
         )
         cmd.add_argument("targets", nargs="*", metavar="ID|CLUSTER|USER")
-        cmd.add_argument("-constraint", "--constraint", metavar="EXPR", help="jobs where EXPR")
-        cmd.add_argument(
-            "-all", "--all", dest="all_jobs", action="store_true", help="all your jobs"
-        )
-        cmd.add_argument("-reason", "--reason", metavar="TEXT", help="why (kept in the job ad)")
+        # The short forms are condor_rm's own (rm.cpp): -const, -a, -r...
+        flag(cmd, "constraint", 1, metavar="EXPR", help="jobs where EXPR")
+        flag(cmd, "all", 1, dest="all_jobs", action="store_true", help="all your jobs")
+        flag(cmd, "reason", 1, metavar="TEXT", help="why (kept in the job ad)")
         add_schedd_options(cmd)
         cmd.set_defaults(handler=_act, action=action)
     qedit = commands.add_parser(
@@ -68,7 +68,7 @@ def register(commands: Any) -> None:
             "strings, as in '\"text\"'."
         ),
     )
-    qedit.add_argument("-constraint", "--constraint", metavar="EXPR", help="jobs where EXPR")
+    flag(qedit, "constraint", 1, metavar="EXPR", help="jobs where EXPR")  # as qedit.cpp
     qedit.add_argument("words", nargs="+", metavar="ARG")
     add_schedd_options(qedit)
     qedit.set_defaults(handler=_qedit)

@@ -19,7 +19,7 @@ from htgrid.classad._analyze import explain_match
 from htgrid.cli._common import format_date
 from htgrid.queue import HoldReasonCode, JobStatus
 
-__all__ = ["Analyzer", "analyze", "explain", "register_analyzer"]
+__all__ = ["Analyzer", "analyze", "autoclusters", "explain", "register_analyzer"]
 
 Analyzer = Callable[[ClassAd, Mapping[str, Any]], list[str]]
 """Lines saying why an idle job of one universe waits (given the daemon's health answer)."""
@@ -44,7 +44,7 @@ def _local(ad: ClassAd, health: Mapping[str, Any]) -> list[str]:
     limit = health.get("local_jobs_limit", "?")
     waiting = health.get("local_jobs_waiting", "?")
     lines = _wrap(
-        "The htgrid daemon runs local universe jobs on this host itself: "
+        "The htgrid daemon runs local and scheduler universe jobs on this host itself: "
         f"{running} of at most {limit} are running, {waiting} waiting."
     )
     if running == limit:
@@ -99,7 +99,7 @@ def _grid(ad: ClassAd, health: Mapping[str, Any]) -> list[str]:
     return explain_grid_job(ad)
 
 
-_ANALYZERS: dict[int, Analyzer] = {12: _local, 5: _vanilla, 9: _grid}
+_ANALYZERS: dict[int, Analyzer] = {12: _local, 7: _local, 5: _vanilla, 9: _grid}
 
 
 def register_analyzer(universe: int, analyzer: Analyzer) -> None:
@@ -137,9 +137,73 @@ def explain(ad: ClassAd, health: Mapping[str, Any]) -> list[str]:
     return [f"{head} is {label}."]
 
 
-def analyze(ads: Sequence[ClassAd], health: Mapping[str, Any], out: TextIO) -> None:
-    """Write the analysis of each job."""
+def analyze(
+    ads: Sequence[ClassAd], health: Mapping[str, Any], out: TextIO, *, each: bool = True
+) -> None:
+    """Write the analysis of each job; with `each` False (no job named), one analysis per
+    group of alike jobs (`autoclusters`), which stands for all of them."""
     if not ads:
         out.write("No job matches.\n")
-    for ad in ads:
-        out.write("\n".join(explain(ad, health)) + "\n\n")
+        return
+    if each:
+        for ad in ads:
+            out.write("\n".join(explain(ad, health)) + "\n\n")
+        return
+    groups = autoclusters(ads)
+    out.write(
+        f"{len(ads)} job(s) in {len(groups)} group(s) of alike jobs: the same owner, universe "
+        "and status, and alike in everything their Requirements, Rank and requests reach (HTCondor's "
+        "autoclusters). One job of each group is analysed for all; name a job for its "
+        "own analysis.\n\n"
+    )
+    for group in groups:
+        if len(group) > 1:
+            out.write(_group_head(group) + "\n")
+        out.write("\n".join(explain(group[0], health)) + "\n\n")
+
+
+#: What decides where an idle job can run: each group is matched alike (the negotiator's
+#: job roots, and the grid resource of a grid job).
+_ROOTS: Final = ("Requirements", "Rank", "RequestCpus", "RequestMemory", "RequestDisk")
+
+
+def autoclusters(ads: Sequence[ClassAd]) -> list[list[ClassAd]]:
+    """The jobs grouped as HTCondor's autoclusters group them, for the analysis: the same
+    owner, universe and status; idle jobs alike in everything their Requirements, Rank and
+    requests reach (and their GridResource); held jobs by their hold codes. In the order of
+    each group's first job."""
+    from htgrid.negotiator._signature import RefCache, group_signatures
+
+    signatures = group_signatures(ads, (), (*_ROOTS, "GridResource"), (), (), RefCache()).jobs
+    groups: dict[object, list[ClassAd]] = {}
+    for ad, signature in zip(ads, signatures, strict=True):
+        status = ad.get("JobStatus")
+        key: tuple[object, ...] = (ad.get("Owner"), ad.get("JobUniverse"), status)
+        if status == JobStatus.IDLE:
+            key += (signature,)
+        elif status == JobStatus.HELD:
+            key += (ad.get("HoldReasonCode"), ad.get("HoldReasonSubCode"))
+        groups.setdefault(key, []).append(ad)
+    return list(groups.values())
+
+
+def _group_head(group: Sequence[ClassAd]) -> str:
+    """`Jobs 12.0-999, 13.0-4 (1005 jobs) are alike: job 12.0 stands for them.`"""
+    procs: dict[object, list[int]] = {}
+    for ad in group:
+        proc = ad.get("ProcId")
+        procs.setdefault(ad.get("ClusterId"), []).append(proc if isinstance(proc, int) else 0)
+    spans = []
+    for cluster, numbers in procs.items():
+        low, high = min(numbers), max(numbers)
+        dense = high - low + 1 == len(numbers)
+        span = f"{cluster}.{low}" if low == high else f"{cluster}.{low}-{high}"
+        spans.append(span if dense else f"{span} ({len(numbers)} of them)")
+    shown = ", ".join(spans[:5]) + (
+        f" and {len(spans) - 5} more clusters" if len(spans) > 5 else ""
+    )
+    first = group[0]
+    return (
+        f"Jobs {shown} ({len(group)} jobs) are alike: job "
+        f"{first.get('ClusterId')}.{first.get('ProcId')} stands for them."
+    )

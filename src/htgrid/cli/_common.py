@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from htgrid._args import flag
 from htgrid.classad import ClassAd, ExprTree, Value, quote
 from htgrid.errors import UsageError
 from htgrid.net import Jobs, ScheddClient, find_schedd
@@ -40,8 +41,10 @@ __all__ = [
     "format_duration",
     "format_value",
     "is_terminal",
+    "missing",
     "parse_targets",
     "print_ads",
+    "report_missing",
 ]
 
 EXIT_OK: Final = 0
@@ -53,18 +56,21 @@ _CLUSTER: Final = re.compile(r"\d+")
 _USER: Final = re.compile(r"[A-Za-z_][\w.@-]*")
 
 
-def add_schedd_options(parser: argparse.ArgumentParser) -> None:
-    """condor_q's `-name` and `-pool`: which schedd a job command talks to."""
-    parser.add_argument(
-        "-name",
-        "--name",
+def add_schedd_options(parser: argparse.ArgumentParser, *, pool_shortest: int = 1) -> None:
+    """condor_q's `-name` and `-pool`: which schedd a job command talks to (with the short
+    forms HTCondor's tools take: -n, -na..., -p, -po...; condor_submit's -pool from -po)."""
+    flag(
+        parser,
+        "name",
+        1,
         dest="schedd_name",
         metavar="SCHEDD",
         help="the schedd of this Name (in -pool's collector, else this pool's)",
     )
-    parser.add_argument(
-        "-pool",
-        "--pool",
+    flag(
+        parser,
+        "pool",
+        pool_shortest,
         dest="schedd_pool",
         metavar="HOST:PORT",
         help="the pool whose collector is at HOST:PORT (its only schedd unless -name)",
@@ -152,6 +158,30 @@ def parse_targets(
     if all_jobs:
         targets.append(Target("-all", Jobs.mine(), "all"))
     return targets
+
+
+def missing(targets: Sequence[Target], ads: Sequence[ClassAd]) -> list[str]:
+    """The job ids and clusters among `targets` that no ad of `ads` is (a user with no
+    jobs is not missing: users come and go)."""
+    ids = {(ad.get("ClusterId"), ad.get("ProcId")) for ad in ads}
+    clusters = {cluster for cluster, _ in ids}
+    gone = []
+    for target in targets:
+        if target.kind == "job":
+            job = target.jobs.ids[0]
+            if (job.cluster, job.proc) not in ids:
+                gone.append(target.text)
+        elif target.kind == "cluster" and target.jobs.cluster not in clusters:
+            gone.append(target.text)
+    return gone
+
+
+def report_missing(command: str, where: str, gone: Sequence[str]) -> int:
+    """Say which named jobs are not in `where`; the exit status (1 when any is not)."""
+    for text in gone:
+        what = "job" if "." in text else "cluster"
+        print(f"htgrid {command}: no {what} {text} in {where}", file=sys.stderr)
+    return EXIT_NO if gone else EXIT_OK
 
 
 def command_line(ad: ClassAd) -> str:

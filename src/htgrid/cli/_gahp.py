@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from htgrid._args import ArgumentParser
 from htgrid._gc import tune_gc
 
 __all__ = ["main", "register"]
@@ -37,7 +38,7 @@ def register(commands: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m htgrid.cli._gahp batch ...`: the GAHP servers without the rest of the CLI."""
-    parser = argparse.ArgumentParser(prog="htgrid gahp")
+    parser = ArgumentParser(prog="htgrid gahp")
     _add_gahp_types(parser.add_subparsers(dest="gahp_command", metavar="GAHP"))
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)

@@ -8,26 +8,33 @@
 `-name SCHEDD -pool HOST:PORT` read another schedd's history, as condor_history's do
 (see `htgrid q`).
 
-Exit status: 0 (even when nothing matches), 1 when the daemon is not running (or the
-named schedd cannot be found), 2 for a bad constraint.
+Exit status: 0 (even when nothing matches), 1 when a job or cluster named on the command
+line is not in the history, or the daemon is not running (or the named schedd cannot be
+found), 2 for a bad constraint.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from typing import Any, Final
 
+from htgrid._args import flag
+from htgrid.classad import ClassAd
 from htgrid.cli._common import (
     EXIT_OK,
+    Target,
     add_schedd_options,
     client,
     command_line,
     format_date,
     format_duration,
     is_terminal,
+    missing,
     parse_targets,
     plain_projection,
     print_ads,
+    report_missing,
 )
 from htgrid.cli._q import status_letter
 from htgrid.cli._table import Column, print_table
@@ -57,13 +64,13 @@ def register(commands: Any) -> None:
         description="Show completed and removed jobs, most recent first.",
     )
     hist.add_argument("restrict", nargs="*", metavar="ID|CLUSTER|USER", help="jobs to show")
-    hist.add_argument("-constraint", "--constraint", metavar="EXPR", help="only jobs where EXPR")
-    hist.add_argument("-limit", "-match", "--limit", type=int, metavar="N", help="at most N jobs")
-    hist.add_argument("-l", "-long", "--long", action="store_true", help="whole job ads")
-    hist.add_argument(
-        "-af", "-autoformat", "--autoformat", nargs="+", metavar="ATTR", help="values of ATTRs"
-    )
-    hist.add_argument("-json", "--json", action="store_true", help="job ads as JSON")
+    # The short forms are condor_history's own (history.cpp).
+    flag(hist, "constraint", 1, metavar="EXPR", help="only jobs where EXPR")
+    flag(hist, "limit", 3, type=int, metavar="N", help="at most N jobs")
+    flag(hist, "match", 1, type=int, dest="limit", metavar="N", help=argparse.SUPPRESS)
+    flag(hist, "long", 1, "-l", action="store_true", help="whole job ads")
+    flag(hist, "autoformat", 5, "-af", nargs="+", metavar="ATTR", help="values of ATTRs")
+    flag(hist, "json", 4, action="store_true", help="job ads as JSON")
     add_schedd_options(hist)
     hist.set_defaults(handler=_history)
 
@@ -79,9 +86,11 @@ def _history(args: argparse.Namespace) -> int:
     with client(args) as schedd:
         if args.json or args.long or args.autoformat:
             projection = plain_projection(args.autoformat) if args.autoformat else None
+            if projection is not None and targets:  # to tell which named jobs are there
+                projection = [*projection, "ClusterId", "ProcId"]
             ads = schedd.history(constraint, projection, limit=args.limit)
             print_ads(ads, long=args.long, as_json=args.json, autoformat=args.autoformat or ())
-            return EXIT_OK
+            return _missing(targets, ads, args.limit)
         ads = schedd.history(constraint, _COLUMNS, limit=args.limit)
     rows = []
     for ad in ads:
@@ -108,4 +117,10 @@ def _history(args: argparse.Namespace) -> int:
         Column("CMD"),
     ]
     print_table(columns, rows, rich=is_terminal())
-    return EXIT_OK
+    return _missing(targets, ads, args.limit)
+
+
+def _missing(targets: Sequence[Target], ads: Sequence[ClassAd], limit: int | None) -> int:
+    if limit is not None and len(ads) >= limit:
+        return EXIT_OK  # the limit may have cut the named jobs off: not a "no"
+    return report_missing("history", "the history", missing(targets, ads))

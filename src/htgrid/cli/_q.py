@@ -13,8 +13,12 @@
 As condor_q: only your jobs unless `-allusers` or arguments name jobs, clusters or
 users; `-nobatch` one line per job, `-hold` why jobs are held, `-l` whole ads (old
 syntax), `-grid` grid jobs' remote state and id (a VM's instance id), `-af ATTR...` values, `-json` ads as JSON, `-better-analyze` why jobs do not
-run. Plain text in a pipe, a rich table in a terminal. Exit status: 0, even when no job
-matches; 1 when the daemon is not running; 2 for a bad constraint (with its column).
+run (unless job ids are named, one analysis per group of alike jobs), `-quarantined` the
+jobs the daemon could not read from its queue database when it started and set aside
+(their rows are kept in its `quarantine` table; the SchedLog says why), of which the usual
+view gives the number. Plain text in a pipe, a rich table in a terminal. Exit status: 0,
+even when no job matches; 1 when a job or cluster named on the command line is not in the
+queue, or the daemon is not running; 2 for a bad constraint (with its column).
 """
 
 from __future__ import annotations
@@ -27,10 +31,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from htgrid._args import flag
 from htgrid.classad import ClassAd, quote
 from htgrid.cli._analyze import analyze
 from htgrid.cli._common import (
     EXIT_OK,
+    Target,
     add_schedd_options,
     command_line,
     connect,
@@ -38,9 +44,11 @@ from htgrid.cli._common import (
     format_date,
     format_duration,
     is_terminal,
+    missing,
     parse_targets,
     plain_projection,
     print_ads,
+    report_missing,
 )
 from htgrid.cli._table import Column, print_table
 from htgrid.queue import JobStatus
@@ -94,29 +102,32 @@ def register(commands: Any) -> None:
         description="Show jobs in the queue: yours, unless -allusers or arguments say whose.",
     )
     q.add_argument("restrict", nargs="*", metavar="ID|CLUSTER|USER", help="jobs to show")
-    q.add_argument("-constraint", "--constraint", metavar="EXPR", help="only jobs where EXPR")
-    q.add_argument("-allusers", "--allusers", action="store_true", help="everyone's jobs")
-    q.add_argument("-nobatch", "--nobatch", action="store_true", help="one line per job")
-    q.add_argument("-batch", "--batch", action="store_true", help="one line per batch (default)")
-    q.add_argument("-hold", "--hold", action="store_true", help="held jobs and why")
-    q.add_argument(
-        "-grid", "--grid", action="store_true", help="grid jobs: remote state and remote id"
-    )
-    q.add_argument("-run", "--run", action="store_true", help="running jobs")
-    q.add_argument("-l", "-long", "--long", action="store_true", help="whole job ads")
-    q.add_argument(
-        "-af", "-autoformat", "--autoformat", nargs="+", metavar="ATTR", help="values of ATTRs"
-    )
-    q.add_argument("-json", "--json", action="store_true", help="job ads as JSON")
-    q.add_argument(
-        "-better-analyze",
-        "-analyze",
-        "--better-analyze",
-        dest="analyze",
+    # The short forms are condor_q's own (queue.cpp): -const, -nob, -tot...
+    flag(q, "constraint", 1, metavar="EXPR", help="only jobs where EXPR")
+    flag(q, "allusers", 2, action="store_true", help="everyone's jobs")
+    flag(q, "all-users", 2, action="store_true", dest="allusers", help=argparse.SUPPRESS)
+    flag(q, "nobatch", 3, action="store_true", help="one line per job")
+    flag(q, "batch", 2, action="store_true", help="one line per batch (default)")
+    # condor_q reads -h, -he and -hel as -help: -hold from -ho, -held whole.
+    flag(q, "hold", 2, "-held", action="store_true", help="held jobs and why")
+    # ... and -gr as -group-by: -grid from -gri.
+    flag(q, "grid", 3, action="store_true", help="grid jobs: remote state and remote id")
+    flag(q, "run", 1, action="store_true", help="running jobs")
+    flag(q, "long", 1, "-l", action="store_true", help="whole job ads")
+    flag(q, "autoformat", 5, "-af", nargs="+", metavar="ATTR", help="values of ATTRs")
+    flag(q, "json", 2, action="store_true", help="job ads as JSON")
+    analysis = {"dest": "analyze", "action": "store_true"}
+    flag(q, "better-analyze", 2, help="why jobs are not running (also -analyze)", **analysis)
+    for spelling in ("better-analyse", "analyze", "analyse"):
+        flag(q, spelling, 2, help=argparse.SUPPRESS, **analysis)
+    flag(q, "totals", 3, action="store_true", help="only the totals")
+    flag(
+        q,
+        "quarantined",
+        len("quarantined"),
         action="store_true",
-        help="explain why jobs are not running",
+        help="jobs the daemon could not read from its queue and set aside",
     )
-    q.add_argument("-totals", "--totals", action="store_true", help="only the totals")
     add_schedd_options(q)
     q.set_defaults(handler=_q)
 
@@ -126,9 +137,8 @@ def status_letter(status: object) -> str:
     return _LETTERS.get(status, "?") if isinstance(status, int) else "?"
 
 
-def _constraint(args: argparse.Namespace, me: str) -> str | None:
+def _constraint(args: argparse.Namespace, me: str, targets: Sequence[Target]) -> str | None:
     parts = []
-    targets = parse_targets(args.restrict)
     if targets:
         parts.append("(" + " || ".join(t.constraint for t in targets) + ")")
     elif not args.allusers:
@@ -146,28 +156,34 @@ def _constraint(args: argparse.Namespace, me: str) -> str | None:
 
 def _q(args: argparse.Namespace) -> int:
     me = current_user()
-    constraint = _constraint(args, me)
+    targets = parse_targets(args.restrict)
+    constraint = _constraint(args, me, targets)
     schedd, which = connect(args)
     with schedd:
+        if args.quarantined:
+            _quarantine_view(schedd.quarantined(), is_terminal())
+            return EXIT_OK
         if args.analyze:
             from htgrid.cli import _pool_analysis
 
             _pool_analysis.install()
             ads = schedd.query(constraint)
-            analyze(ads, schedd.health(), sys.stdout)
-            return EXIT_OK
+            # Named jobs each get their own analysis; a cluster, a user or the whole
+            # queue one per group of alike jobs (thousands of jobs are a few groups).
+            each = any(target.kind == "job" for target in targets)
+            analyze(ads, schedd.health(), sys.stdout, each=each)
+            return report_missing("q", "the queue", missing(targets, ads))
         if args.json or args.long or args.autoformat:
             projection = plain_projection(args.autoformat) if args.autoformat else None
-            print_ads(
-                schedd.query(constraint, projection),
-                long=args.long,
-                as_json=args.json,
-                autoformat=args.autoformat or (),
-            )
-            return EXIT_OK
+            if projection is not None and targets:  # to tell which named jobs are there
+                projection = [*projection, "ClusterId", "ProcId"]
+            ads = schedd.query(constraint, projection)
+            print_ads(ads, long=args.long, as_json=args.json, autoformat=args.autoformat or ())
+            return report_missing("q", "the queue", missing(targets, ads))
         projection = _NOBATCH if (args.nobatch or args.hold) else _BATCH
         ads = schedd.query(constraint, _GRID if args.grid else projection)
         everyone = schedd.query(None, ["Owner", "JobStatus"])
+        unreadable = schedd.health().get("quarantined")
     rich = is_terminal()
     print(
         f"\n-- Schedd: {which.name} : <{_home(which.address)}> @ {format_date(time.time(), with_year=True)}"
@@ -185,7 +201,12 @@ def _q(args: argparse.Namespace) -> int:
     print(totals_line("query", ads))
     print(totals_line(me, [ad for ad in everyone if ad.get("Owner") == me]))
     print(totals_line("all users", everyone))
-    return EXIT_OK
+    if isinstance(unreadable, int) and unreadable > 0:
+        print(
+            f"\n{unreadable} row(s) of the queue could not be read when the daemon started "
+            "and are set aside: `htgrid q -quarantined` lists them"
+        )
+    return report_missing("q", "the queue", missing(targets, ads))
 
 
 def _home(path: os.PathLike[str] | str) -> str:
@@ -344,6 +365,28 @@ def _hold_view(ads: Sequence[ClassAd], rich: bool) -> None:
         Column("OWNER"),
         Column("HELD_SINCE"),
         Column("HOLD_REASON"),
+    ]
+    print_table(columns, rows, rich=rich)
+
+
+def _quarantine_view(entries: Sequence[dict[str, Any]], rich: bool) -> None:
+    """The rows set aside: the job (or the table a row came from), whose, when, why."""
+    rows = [
+        [
+            str(e.get("id", "")),
+            str(e.get("job") or f"({e.get('source', '?')})"),
+            str(e.get("owner") or "?"),
+            format_date(e.get("time")),
+            str(e.get("reason", "")),
+        ]
+        for e in entries
+    ]
+    columns = [
+        Column("N", right=True),
+        Column("ID", right=True),
+        Column("OWNER"),
+        Column("SET_ASIDE"),
+        Column("WHY"),
     ]
     print_table(columns, rows, rich=rich)
 

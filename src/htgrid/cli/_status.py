@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from htgrid._args import flag
 from htgrid.classad import ClassAd, ExprTree, Value, quote
 from htgrid.classad._io import ParserType, iter_ads
 from htgrid.cli._status_tables import (
@@ -79,28 +80,25 @@ def register(commands: Any) -> None:
         help="show the pool's ads (condor_status)",
         description="Query the collector; slots by default, with totals per platform.",
     )
-    st.add_argument("-pool", "--pool", help="host[:port] of the collector")
+    # The short forms are condor_status's own (status.cpp): -sc, -star, -col, -const...
+    flag(st, "pool", 1, help="host[:port] of the collector")
     which = st.add_mutually_exclusive_group()
-    for mode, what in (
-        ("startd", "slots and grid sites (the default)"),
-        ("schedd", "job queues"),
-        ("grid", "the grid manager's resources"),
-        ("negotiator", "negotiators"),
-        ("collector", "collectors"),
-        ("any", "every ad: its type, target type and name"),
+    for mode, shortest, what in (
+        ("startd", 4, "slots and grid sites (the default)"),
+        ("schedd", 2, "job queues"),
+        ("grid", 1, "the grid manager's resources"),
+        ("negotiator", 1, "negotiators"),
+        ("collector", 3, "collectors"),
+        ("any", 2, "every ad: its type, target type and name"),
     ):
-        which.add_argument(
-            f"-{mode}", f"--{mode}", dest="mode", action="store_const", const=mode, help=what
-        )
+        flag(which, mode, shortest, dest="mode", action="store_const", const=mode, help=what)
     shape = st.add_mutually_exclusive_group()
-    shape.add_argument("-l", "-long", "--long", action="store_true", help="whole ads")
-    shape.add_argument("-json", "--json", action="store_true", help="whole ads, as JSON")
-    shape.add_argument(
-        "-af", "-autoformat", "--autoformat", nargs="+", metavar="ATTR", help="values only"
-    )
-    st.add_argument("-constraint", "-const", "--constraint", help="a ClassAd expression")
-    st.add_argument("-total", "-totals", "--total", action="store_true", help="totals only")
-    st.add_argument("-limit", "--limit", type=int, help="at most this many ads")
+    flag(shape, "long", 1, "-l", action="store_true", help="whole ads")
+    flag(shape, "json", 2, action="store_true", help="whole ads, as JSON")
+    flag(shape, "autoformat", 5, "-af", nargs="+", metavar="ATTR", help="values only")
+    flag(st, "constraint", 3, help="a ClassAd expression")
+    flag(st, "totals", 1, "--total", dest="total", action="store_true", help="totals only")
+    flag(st, "limit", 2, type=int, help="at most this many ads")
     st.add_argument("names", nargs="*", metavar="NAME", help="slot or machine names")
     st.set_defaults(handler=_status, mode="startd")
 
@@ -128,10 +126,28 @@ def register(commands: Any) -> None:
 
 
 def _collector(args: argparse.Namespace) -> int:
+    from htgrid._ports import held_by
     from htgrid.collector import daemon
+    from htgrid.net._listen import tcp_listener
 
-    print(f"htgrid collector listening on {pool_url(f'{args.host}:{args.port}')}", file=sys.stderr)
-    daemon.run(args.host, args.port, default_lifetime=args.lifetime, name=args.name)
+    # Bound here, before a word is said: a port another program holds is an error that
+    # names it, not "listening" and then a server that dies.
+    sock = tcp_listener(args.host)
+    try:
+        sock.bind((args.host, args.port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        where = f"{args.host}:{args.port}"
+        print(
+            f"htgrid collector: cannot listen on {where}: {exc.strerror}{held_by(args.port)}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    port = sock.getsockname()[1]
+    print(f"htgrid collector listening on {pool_url(f'{args.host}:{port}')}", file=sys.stderr)
+    server = daemon.make_server(args.host, port, default_lifetime=args.lifetime, name=args.name)
+    server.run(sockets=[sock])
     return 0
 
 

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from htgrid._args import flag
 from htgrid.classad import ClassAd
 from htgrid.cli._common import EXIT_OK, add_schedd_options, client, current_user
 from htgrid.errors import UsageError
@@ -54,32 +55,43 @@ def register(commands: Any) -> None:
         metavar="NAME=VALUE",
         help="submit commands or macros, added before the queue statement",
     )
-    sub.add_argument(
-        "-dry-run",
-        "--dry-run",
+    # The short forms are condor_submit's own (submit.cpp): -dry, -a, -q, -n, -po...
+    flag(
+        sub,
+        "dry-run",
+        3,
         dest="dry_run",
         metavar="DEST",
         help="write the job ads to DEST (- for stdout) instead of submitting; "
         "`-dry-run FILE` alone prints FILE's ads",
     )
-    sub.add_argument(
+    flag(
+        sub,
+        "append",
+        1,
         "-a",
-        "-append",
-        "--append",
         dest="append",
         action="append",
         default=[],
         metavar="LINE",
         help="a submit statement added before the queue statement",
     )
-    sub.add_argument(
-        "-queue",
-        "--queue",
+    flag(
+        sub,
+        "queue",
+        1,
         dest="queue",
         metavar="ARGS",
         help="the queue statement's arguments, for a file without one",
     )
-    add_schedd_options(sub)
+    # The MyProxy password of condor_submit before 9.12 (-p was its shortest form): read,
+    # so that it is never taken for another flag or a file, then refused (`_submit`).
+    flag(sub, "password", 1, dest="myproxy_password", help=argparse.SUPPRESS)
+    add_schedd_options(sub, pool_shortest=2)
+    sub.hints["-annex"] = (
+        "condor_submit has none; `htcondor job submit --annex-name NAME` sets "
+        'MY.TargetAnnexName = "NAME", which a submit file can set itself'
+    )
     sub.set_defaults(handler=_submit)
 
 
@@ -158,6 +170,11 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _submit(args: argparse.Namespace) -> int:
+    if args.myproxy_password is not None:  # never echoed: it is somebody's password
+        raise UsageError(
+            "submit: -password (a MyProxy password) is not taken: HTCondor 9.12 removed "
+            "MyProxy support, and htgrid has none; nothing was submitted"
+        )
     if args.file is None:
         if args.dry_run is None:
             raise UsageError("submit: which submit file?")

@@ -9,8 +9,8 @@ It reads the user event log: a job is done once its log has a 005 (terminated) o
 jobs; in a pipe it prints only the outcome, as condor_wait does ("All jobs done." or
 "Time expired."). A job without a log is followed through the daemon instead.
 
-Exit status: 0 all done, 1 time expired (or the daemon is not running), 2 bad usage
-(no such log, a log that is not an event log).
+Exit status: 0 all done, 1 time expired (or no such job, or the daemon is not running),
+2 bad usage (no such log, a log that is not an event log).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Any, Final
 
 from htgrid.cli._common import EXIT_NO, EXIT_OK, client, is_terminal
 from htgrid.errors import UsageError
-from htgrid.queue import JobId
-from htgrid.schedd import EventLogReader, LoggedEvent
+from htgrid.eventlog import EventLogReader, LoggedEvent
+from htgrid.queue import JobId, JobNotFound
 
 __all__ = ["JobTally", "register"]
 
@@ -104,7 +104,7 @@ def _log_of(text: str) -> str | None:
     with client() as schedd:
         ads = schedd.query(spec, ["UserLog", "Iwd"]) + schedd.history(spec, ["UserLog", "Iwd"])
     if not ads:
-        raise UsageError(f"no job {text} in the queue or its history")
+        raise JobNotFound(f"no job {text} in the queue or its history")
     logs = set()
     for ad in ads:
         log, iwd = ad.get("UserLog"), ad.get("Iwd")

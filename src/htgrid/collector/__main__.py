@@ -11,7 +11,6 @@ certificate of the pool in `--home` ($HTGRID_HOME) and takes that pool's tokens.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
@@ -19,14 +18,17 @@ import socket
 import sys
 from pathlib import Path
 
+from htgrid._args import ArgumentParser
 from htgrid._gc import tune_gc
+from htgrid._startup import lean_process
 from htgrid.classad import preload_functions
 from htgrid.collector.client import DEFAULT_PORT
 from htgrid.collector.daemon import make_server
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m htgrid.collector")
+    lean_process()
+    parser = ArgumentParser(prog="python -m htgrid.collector")
     parser.add_argument("--home", type=Path, help="the pool's home ($HTGRID_HOME)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)

@@ -22,6 +22,7 @@ from htgrid.collector._errors import (
     UnknownCommand,
 )
 from htgrid.errors import ClassAdSyntaxError, HTGridError
+from htgrid.net._limits import RequestTooLarge
 
 __all__ = ["from_problem", "status_of", "to_problem"]
 
@@ -32,6 +33,7 @@ _PROBLEMS: Final[tuple[tuple[type[HTGridError], int], ...]] = (
     (InvalidQuery, 400),
     (ClassAdSyntaxError, 400),
     (ProtocolError, 400),
+    (RequestTooLarge, 413),
     (CollectorUnavailable, 503),
     (CollectorError, 500),
     (HTGridError, 500),

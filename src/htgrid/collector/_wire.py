@@ -56,7 +56,7 @@ def decode_ads(body: str | bytes) -> list[ClassAd]:
     except json.JSONDecodeError as err:
         raise ProtocolError(f"not JSON: {err.msg} at line {err.lineno}") from None
     except RecursionError:
-        raise ProtocolError("JSON nested too deeply to be a ClassAd") from None
+        raise ProtocolError("not JSON the collector reads: nested too deeply") from None
     items = value if isinstance(value, list) else [value]
     ads = []
     for i, item in enumerate(items):

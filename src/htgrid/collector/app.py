@@ -45,6 +45,8 @@ from htgrid.collector._store import AdStore, UpdateResult
 from htgrid.collector._types import AdType, parse_command
 from htgrid.collector._wire import decode_ads
 from htgrid.errors import HTGridError
+from htgrid.net._guard import ProblemResponse
+from htgrid.net._limits import DEFAULT_LIMITS, ApiLimits, read_body
 from htgrid.net.security import SecurityConfig, TokenAuthMiddleware, TokenVerifier
 
 __all__ = ["create_app"]
@@ -111,7 +113,7 @@ def _problem(error: HTGridError, status: int | None = None) -> JSONResponse:
     doc = to_problem(error)
     if status is not None:
         doc["status"] = status
-    return JSONResponse(doc, status_code=doc["status"], media_type="application/problem+json")
+    return ProblemResponse(doc, status_code=doc["status"])
 
 
 def _limit(text: str | None) -> int | None:
@@ -146,7 +148,7 @@ async def _ads(request: Request) -> Response:
 
 
 async def _body(request: Request) -> bytes:
-    body = await request.body()
+    body = await read_body(request, request.app.state.limits)
     if not body.strip():
         raise ProtocolError("the request has no body; send a JSON array of ads")
     return body
@@ -218,11 +220,13 @@ def create_app(
     address: str = "",
     housekeeping_interval: float = 60.0,
     security: SecurityConfig | None = None,
+    limits: ApiLimits = DEFAULT_LIMITS,
 ) -> Starlette:
     """The collector app over `store`; expiry runs every `housekeeping_interval` seconds.
 
     Expired ads are also left out of every answer at once, so the interval only bounds
     how long they take memory. With `security`, callers need tokens of that pool.
+    `limits` caps request bodies (MAX_API_REQUEST_MB).
     """
     state = _Collector(
         store if store is not None else AdStore(), name, address, housekeeping_interval
@@ -255,6 +259,7 @@ def create_app(
         exception_handlers={404: _not_found, 405: _not_found},
     )
     app.state.collector = state
+    app.state.limits = limits
     if security is not None:
         app.add_middleware(
             TokenAuthMiddleware,

@@ -18,6 +18,8 @@ import uvicorn
 from htgrid.collector._store import DEFAULT_LIFETIME, AdStore
 from htgrid.collector.app import create_app
 from htgrid.collector.client import DEFAULT_PORT
+from htgrid.net._guard import guarded_protocol
+from htgrid.net._limits import ApiLimits
 from htgrid.net.security import (
     SERVER_CERT,
     PoolCA,
@@ -26,6 +28,7 @@ from htgrid.net.security import (
     server_ssl_context,
 )
 from htgrid.net.security._rotate import CertRotator, RotatingServer
+from htgrid.schedd._config import ConfigFile, htgrid_home
 
 __all__ = ["make_server", "run", "serve"]
 
@@ -41,20 +44,25 @@ def make_server(
     default_lifetime: float = DEFAULT_LIFETIME,
     name: str = "htgrid pool",
     housekeeping_interval: float = 60.0,
+    limits: ApiLimits | None = None,
 ) -> uvicorn.Server:
     """A uvicorn server for a collector of the pool in `home` ($HTGRID_HOME) at
-    `host:port`, over TLS (not started)."""
+    `host:port`, over TLS (not started); `limits` defaults to the pool's knobs."""
     security = SecurityConfig.load(home)
     material = ensure_pool_security(security)
+    if limits is None:
+        limits = ConfigFile.read(home if home is not None else htgrid_home()).api_limits()
     app = create_app(
         store if store is not None else AdStore(default_lifetime=default_lifetime),
         name=name,
         address=f"<{host}:{port}>",
         housekeeping_interval=housekeeping_interval,
         security=security,
+        limits=limits,
     )
     config = uvicorn.Config(
         app,
+        http=guarded_protocol(limits),
         host=host,
         port=port,
         log_level="warning",

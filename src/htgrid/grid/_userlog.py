@@ -15,7 +15,7 @@ import re
 import threading
 
 from htgrid.classad import ClassAd
-from htgrid.queue.eventlog import (
+from htgrid.eventlog import (
     EventLogError,
     GridResourceDownEvent,
     GridResourceUpEvent,

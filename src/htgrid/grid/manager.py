@@ -17,7 +17,9 @@ The contract with the queue daemon that spawns and supervises it:
   moment. Restart it whenever it exits (HTCondor's schedd does); a restarted grid manager
   recovers every job from the queue alone.
 * Jobs: it adopts `JobUniverse == 9 && Managed =!= "ScheddDone" && (JobStatus != 5 ||
-  Managed =?= "External")`, at start-up by a full scan and afterwards from the change feed.
+  Managed =?= "External")`, at start-up by a full scan and afterwards from the change feed
+  (a submit, a job back to idle, and a grid match: the attribute change that sets
+  `Matched = true` and fills GridResource in).
   A job it works on has `Managed = "External"`: a removed one stays in the queue (as
   Removed) until the batch job is cancelled and the grid manager calls `destroy`. A job
   it put on hold is handed back with `Managed = "Schedd"`; a job it finished has left
@@ -29,6 +31,9 @@ The contract with the queue daemon that spawns and supervises it:
 * Policy: the queue's periodic pass skips `Managed == "External"` jobs; the grid manager
   evaluates their PeriodicHold and PeriodicRemove itself (`periodic_interval`), and the
   queue's `job_exited` applies the OnExit policy.
+* Failures: a job the grid manager fails on (an attribute it cannot use, a bug that job
+  alone meets) is held with a reason saying so, logged once; the other jobs go on. Only
+  the queue's own failures (its database) and the process's (memory) stop it.
 * User log events: it writes 027 (grid submit), 025 and 026 (resource up and down). The
   daemon writes 001, 004, 005, 009 and 012 from the status changes it makes through
   JobQueue: job_started, job_evicted, job_exited, act(Hold), destroy of a Removed job.
@@ -77,6 +82,7 @@ from htgrid.queue import (
     periodic_decision,
 )
 from htgrid.queue.doorbell import Doorbell
+from htgrid.queue.faults import FaultLog, JobFailure, daemon_fault, problem
 
 __all__ = ["ADOPTABLE", "GRID_TYPES", "GridManager", "run_gridmanager"]
 
@@ -131,6 +137,7 @@ class GridManager:
         self._services: Services | None = None
         self._pids = GahpPids(self.dir / "gahp.pids")
         self._bell = Doorbell(self.dir / "wake")
+        self._faults = FaultLog(log, "grid manager")
 
     # ---- life ------------------------------------------------------------------------------
 
@@ -164,11 +171,12 @@ class GridManager:
 
     def _open_queue(self) -> QueueIO:
         """Two connections: tags are synced to disk one batch at a time (see QueueIO)."""
-        queue = JobQueue.open(self.queue_dir, clock=self.clock.time, fsync=False)
+        # The daemon set aside the rows it could not read when it opened the queue.
+        queue = JobQueue.open(self.queue_dir, clock=self.clock.time, fsync=False, check=False)
         if not self.config.fsync:
             return QueueIO(queue)
         try:
-            durable = JobQueue.open(self.queue_dir, clock=self.clock.time, fsync=True)
+            durable = JobQueue.open(self.queue_dir, clock=self.clock.time, fsync=True, check=False)
         except BaseException:
             queue.close()
             raise
@@ -233,6 +241,20 @@ class GridManager:
         job_id = JobId(as_int(ad.get("ClusterId")) or 0, as_int(ad.get("ProcId")) or 0)
         if job_id in self.jobs:
             return
+        try:
+            job = await self._new_job(job_id, ad)
+        except Exception as exc:
+            if daemon_fault(exc):
+                raise
+            await self._contain(job_id, exc, "adopting it")
+            return
+        if job is None:
+            return
+        self.jobs[job_id] = job
+        self._tasks[job_id] = asyncio.create_task(self._run_job(job), name=f"job {job_id}")
+
+    async def _new_job(self, job_id: JobId, ad: ClassAd) -> GridJob[Any, Any] | None:
+        """The job of its type at its resource; None when no type can run it (held)."""
         grid_resource = ad.get("GridResource")
         text = grid_resource if isinstance(grid_resource, str) else ""
         gtype = self.grid_types.get(grid_type_of(text))
@@ -244,7 +266,7 @@ class GridManager:
             key = gtype.resource_key(text)
         except UnsupportedGridJob as err:
             await self._refuse(job_id, ad, str(err))
-            return
+            return None
         resource = self.resources.get(key)
         if resource is None:
             resource = gtype.new_resource(key, self._gahp, self.services)
@@ -252,8 +274,28 @@ class GridManager:
             resource.start()
         job = gtype.new_job(job_id, ad, resource, self.services)
         resource.register(job)
-        self.jobs[job_id] = job
-        self._tasks[job_id] = asyncio.create_task(self._run_job(job), name=f"job {job_id}")
+        return job
+
+    async def _contain(
+        self,
+        job_id: JobId,
+        exc: Exception,
+        doing: str,
+        code: HoldReasonCode = HoldReasonCode.Unspecified,
+    ) -> None:
+        """Hold a job the grid manager failed on while `doing` something for it (it would
+        fail again at every try), and log it once; the other jobs go on."""
+        what = problem(exc)
+        held = False
+        try:
+            reason = f"The grid manager failed on this job ({doing}): {what}"
+            held = await self.services.io.hold(job_id, reason, code, 0)
+        except JobNotFound:
+            pass
+        except Exception as again:
+            if daemon_fault(again) and not isinstance(again, HTGridError):
+                raise
+        self._faults.report(JobFailure(job_id, what, held=held, error=exc))
 
     async def _refuse(self, job_id: JobId, ad: ClassAd, reason: str) -> None:
         """Hold a job no grid type can run (HTCondor's BaseJob does the same)."""
@@ -284,11 +326,18 @@ class GridManager:
     async def _run_job(self, job: GridJob[Any, Any]) -> None:
         try:
             await job.run()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            # A bug: the job is left as it is in the queue and picked up again later.
-            log.exception("job %s: the grid manager failed in %s", job.job_id, job.state.name)
+        except Exception as exc:
+            if not daemon_fault(exc):
+                # Held, so that it is not run again as it is: a release, or the user's
+                # fix, brings it back; its remote part is cancelled when it is picked up
+                # again (held).
+                await self._contain(job.job_id, exc, f"in state {job.state.name}")
+            elif isinstance(exc, HTGridError):  # the queue failed: picked up again later
+                log.error(
+                    "job %s: the grid manager failed in %s: %s", job.job_id, job.state.name, exc
+                )
+            else:
+                raise
             await self.clock.sleep(self.config.retry_max)
         finally:
             self.jobs.pop(job.job_id, None)
@@ -354,20 +403,32 @@ class GridManager:
                 submitted.append(change.cluster)
                 continue
             for job_id in change.job_ids:
-                job = self.jobs.get(job_id)
-                if change.kind is ChangeKind.LEFT_QUEUE:
-                    if job is not None:
-                        job.left_queue()
-                elif change.kind is ChangeKind.STATUS:
-                    if job is not None:
-                        job.local_change(change.status, change.attrs)
-                    elif change.status is JobStatus.IDLE:
-                        await self._recheck(job_id)  # released, or requeued
+                try:
+                    await self._note(change, job_id)
+                except Exception as exc:
+                    if daemon_fault(exc):
+                        raise
+                    await self._contain(job_id, exc, "following its changes")
         if submitted:
             # One query for the new clusters: their ids only grow, so a range holds them.
             constraint = f"ClusterId >= {min(submitted)} && ClusterId <= {max(submitted)}"
             for ad in await self.services.io.query(f"{constraint} && {ADOPTABLE}"):
                 await self._adopt(ad)
+
+    async def _note(self, change: Change, job_id: JobId) -> None:
+        """What one change of one job means to the grid manager."""
+        job = self.jobs.get(job_id)
+        if change.kind is ChangeKind.LEFT_QUEUE:
+            if job is not None:
+                job.left_queue()
+        elif change.kind is ChangeKind.STATUS:
+            if job is not None:
+                job.local_change(change.status, change.attrs)
+            elif change.status is JobStatus.IDLE:
+                await self._recheck(job_id)  # released, or requeued
+        elif job is None and _matched(change):
+            # Grid matchmaking filled GridResource in (the status stays Idle): ours now.
+            await self._recheck(job_id)
 
     async def _periodic(self) -> None:
         """PeriodicHold and PeriodicRemove of the jobs this grid manager runs.
@@ -383,19 +444,29 @@ class GridManager:
                 ads = await io.query('JobUniverse == 9 && Managed =?= "External"')
                 now = int(self.clock.time())
                 for ad in ads:
-                    status = ad.get("JobStatus")
-                    if status not in (JobStatus.IDLE, JobStatus.RUNNING):
-                        continue
-                    decision = periodic_decision(ad, now)
-                    job_id = JobId(as_int(ad.get("ClusterId")) or 0, as_int(ad.get("ProcId")) or 0)
-                    if decision is None or decision.action is PolicyAction.RELEASE:
-                        continue
-                    if decision.action is PolicyAction.HOLD:
-                        await io.hold(job_id, decision.reason, decision.code, decision.subcode)
-                    else:
-                        await io.remove(job_id, decision.reason)
-            except (StoreError, JobNotFound) as err:
+                    if ad.get("JobStatus") in (JobStatus.IDLE, JobStatus.RUNNING):
+                        await self._apply_policy(ad, now)
+            except StoreError as err:
                 log.warning("periodic policy: %s", err)
+
+    async def _apply_policy(self, ad: ClassAd, now: int) -> None:
+        io = self.services.io
+        job_id = JobId(as_int(ad.get("ClusterId")) or 0, as_int(ad.get("ProcId")) or 0)
+        try:
+            decision = periodic_decision(ad, now)
+        except Exception as exc:
+            if daemon_fault(exc):
+                raise
+            policy = HoldReasonCode.JobPolicyUndefined
+            await self._contain(job_id, exc, "evaluating its periodic policy", policy)
+            return
+        if decision is None or decision.action is PolicyAction.RELEASE:
+            return
+        with contextlib.suppress(JobNotFound):  # it left the queue since the query
+            if decision.action is PolicyAction.HOLD:
+                await io.hold(job_id, decision.reason, decision.code, decision.subcode)
+            else:
+                await io.remove(job_id, decision.reason)
 
     def _save_seq(self) -> None:
         if self._seq == self._saved_seq:
@@ -405,6 +476,11 @@ class GridManager:
         tmp.write_text(f"{self._seq}\n", encoding="ascii")
         tmp.replace(path)
         self._saved_seq = self._seq
+
+
+def _matched(change: Change) -> bool:
+    """Whether an attribute change set Matched = true (grid matchmaking's, or a user's)."""
+    return '"matched"' in change.stored.lower() and change.attrs.get("Matched") is True
 
 
 def _adoptable(ad: ClassAd) -> bool:

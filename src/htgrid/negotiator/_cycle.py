@@ -18,6 +18,9 @@ The steps are condor_negotiator's (docs/admin-manual/cm-configuration.rst, "Nego
 
 Only unclaimed slots (or ads without a State, such as grid sites) are offered: this
 negotiator does not preempt (NEGOTIATOR_CONSIDER_PREEMPTION = False).
+
+A job or ad whose evaluation raises is left out (`_guard`): the job is reported in the
+result's `failures` for the queue to hold, the ad in `bad_machines`; the cycle goes on.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import heapq
 import math
 from collections.abc import Iterable, Sequence
 from copy import copy
+from typing import NoReturn
 
 from htgrid.classad import ClassAd, ExprTree
 from htgrid.classad._match import rank as job_rank
@@ -41,18 +45,21 @@ from htgrid.negotiator._ads import (
     submitter_of,
 )
 from htgrid.negotiator._expand import Expansion, dollar_attributes, expand, history_updates
+from htgrid.negotiator._guard import Side, culprit, label, usable
 from htgrid.negotiator._model import (
     NO_MATCH,
     SUBMITTER_LIMIT,
     CycleResult,
+    MachineFailure,
     Match,
     NegotiatorConfig,
     Rejection,
     SubmitterCycle,
 )
 from htgrid.negotiator._priorities import PriorityTable
-from htgrid.negotiator._signature import RefCache, group_signatures
+from htgrid.negotiator._signature import Grouping, RefCache, group_signatures
 from htgrid.queue import JobId
+from htgrid.queue.faults import JobFailure, daemon_fault, problem
 
 __all__ = ["negotiate"]
 
@@ -96,6 +103,10 @@ class _Class:
         return None
 
 
+class _BadJob(Exception):
+    """The autocluster's next job failed and is recorded as such: go on without it."""
+
+
 class _Autocluster:
     __slots__ = ("heap", "jobs", "rejected", "rep", "seen", "submitter")
 
@@ -125,26 +136,77 @@ class _Cycle:
         self.refs = RefCache()
         self.pre = ExprTree(config.pre_job_rank) if config.pre_job_rank else None
         self.post = ExprTree(config.post_job_rank) if config.post_job_rank else None
-        self.jobs = list(jobs)
-        self.machines = list(machines)
+        self.failures: list[JobFailure] = []
+        self.bad_machines: list[MachineFailure] = []
+        self.jobs = self._usable_jobs(list(jobs))
+        self.machines = self._usable_machines(list(machines))
         self.pool_weight = sum(slot_weight(m, config.use_slot_weights) for m in self.machines)
         self.new_classes: list[_Class] = []
         self.matches: list[Match] = []
         self.serial = 0  # tie-breaker inside heap entries
 
+    # -- leaving bad ads out ------------------------------------------------------------
+
+    def _usable_jobs(self, jobs: list[ClassAd]) -> list[ClassAd]:
+        def check(job: ClassAd) -> None:
+            job_id(job, 0), submitter_of(job), attr_value(job, "jobprio")
+
+        good, bad = usable(jobs, check)
+        for position, job, exc in bad:
+            self.job_failed(job, position, exc)
+        return good
+
+    def _usable_machines(self, machines: list[ClassAd]) -> list[ClassAd]:
+        def check(ad: ClassAd) -> None:
+            matchable(ad), slot_weight(ad, self.config.use_slot_weights)
+            for key in ("partitionableslot", "wantadrevaluate", "name"):
+                attr_value(ad, key)
+
+        good, bad = usable(machines, check)
+        for position, ad, exc in bad:
+            self.machine_failed(ad, position, exc)
+        return good
+
+    def job_failed(self, job: ClassAd, position: int, exc: Exception) -> None:
+        try:
+            jid = job_id(job, position)
+        except Exception as again:
+            if daemon_fault(again):
+                raise
+            jid = JobId(0, position)
+        self.failures.append(JobFailure(jid, problem(exc), held=False, error=exc))
+
+    def machine_failed(self, ad: ClassAd, position: int, exc: Exception) -> None:
+        self.bad_machines.append(MachineFailure(label(ad, position), problem(exc)))
+
+    def _signatures(self, offered: list[ClassAd]) -> tuple[list[ClassAd], Grouping]:
+        """The grouping of jobs and `offered` ads, without those that cannot be grouped;
+        the ads kept."""
+        exprs = [e._node for e in (self.pre, self.post) if e is not None]
+        job_roots = (*_JOB_ROOTS, *self.config.significant_attributes)
+
+        def grouped(jobs: list[ClassAd], machines: list[ClassAd]) -> Grouping:
+            return group_signatures(jobs, machines, job_roots, _MACHINE_ROOTS, exprs, self.refs)
+
+        try:
+            return offered, grouped(self.jobs, offered)
+        except Exception as exc:
+            if daemon_fault(exc):
+                raise
+        # One ad spoils the grouping of all: find it by grouping each alone (rare).
+        jobs, bad_jobs = usable(self.jobs, lambda job: grouped([job], []))
+        offered, bad_ads = usable(offered, lambda ad: grouped([], [ad]))
+        for position, job, error in bad_jobs:
+            self.job_failed(job, position, error)
+        for position, ad, error in bad_ads:
+            self.machine_failed(ad, position, error)
+        self.jobs = jobs
+        return offered, grouped(jobs, offered)
+
     # -- grouping -----------------------------------------------------------------------
 
     def group(self) -> tuple[dict[str, list[_Autocluster]], list[_Class]]:
-        offered = [m for m in self.machines if matchable(m)]
-        exprs = [e._node for e in (self.pre, self.post) if e is not None]
-        grouping = group_signatures(
-            self.jobs,
-            offered,
-            (*_JOB_ROOTS, *self.config.significant_attributes),
-            _MACHINE_ROOTS,
-            exprs,
-            self.refs,
-        )
+        offered, grouping = self._signatures([m for m in self.machines if matchable(m)])
         classes: dict[object, list[_Slot]] = {}
         for i, (ad, key) in enumerate(zip(offered, grouping.machines, strict=True)):
             classes.setdefault(key, []).append(_Slot(ad, i))
@@ -167,17 +229,46 @@ class _Cycle:
     # -- matching -----------------------------------------------------------------------
 
     def evaluate(self, ac: _Autocluster, cls: _Class) -> tuple[float, float, float] | None:
-        """The sort key of `cls` for `ac`'s jobs, or None when they do not match."""
+        """The sort key of `cls` for `ac`'s jobs, or None when they do not match.
+
+        _BadJob when evaluating the autocluster's next job failed (it is taken out and
+        recorded); a class whose ad failed is left out (None).
+        """
         job, machine = ac.rep, cls.rep
-        if not (requirements_hold(job, machine) and requirements_hold(machine, job)):
+        side = Side.JOB
+        try:
+            if not requirements_hold(job, machine):
+                return None
+            side = Side.MACHINE
+            if not requirements_hold(machine, job):
+                return None
+            side = Side.JOB
+            if cls.members[0].pslot and request_of(job, machine) is None:
+                return None
+            side = Side.MACHINE
+            pre = -rank_value(self.pre, machine, job)
+            side = Side.JOB
+            rank = -job_rank(job, machine)
+            side = Side.MACHINE
+            return (pre, rank, -rank_value(self.post, machine, job))
+        except Exception as exc:
+            if daemon_fault(exc):
+                raise
+            if culprit(job, machine, side) is Side.JOB:
+                self.drop_next(ac, exc)  # raises _BadJob
+            for slot in cls.members:  # the ad is left out of the rest of the cycle
+                slot.alive = False
+            self.machine_failed(machine, cls.members[0].index, exc)
             return None
-        if cls.members[0].pslot and request_of(job, machine) is None:
-            return None
-        return (
-            -rank_value(self.pre, machine, job),
-            -job_rank(job, machine),
-            -rank_value(self.post, machine, job),
-        )
+
+    def drop_next(self, ac: _Autocluster, exc: Exception) -> NoReturn:
+        """The autocluster's next job failed: record it, and raise _BadJob."""
+        jid, _ = ac.jobs.pop()
+        self.failures.append(JobFailure(jid, problem(exc), held=False, error=exc))
+        if ac.jobs:  # the next job stands for the rest: what they match is looked at anew
+            ac.rep = ac.jobs[-1][1]
+            ac.heap, ac.seen = None, 0
+        raise _BadJob
 
     def push(self, ac: _Autocluster, cls: _Class, key: tuple[float, float, float]) -> None:
         slot = cls.peek()
@@ -225,29 +316,29 @@ class _Cycle:
             return slot
         return None
 
-    def take(self, ac: _Autocluster, slot: _Slot, jid: JobId, job: ClassAd) -> float:
-        """Match `job` to `slot`; the weight the match counts."""
+    def prepare(self, ac: _Autocluster, slot: _Slot, jid: JobId, job: ClassAd) -> Match:
+        """The match of `job` to `slot`, not yet taken (_BadJob if the job fails)."""
         ad = slot.ad
-        request = request_of(job, ad) if slot.pslot else None
-        weight = slot_weight(ad, self.config.use_slot_weights)
-        if request is not None:
-            weight = float(request.cpus) if self.config.use_slot_weights else 1.0
-        name = attr_value(ad, "name")
-        name = name if isinstance(name, str) else ""
-        dollars = dollar_attributes(job)
-        expansion = expand(job, ad, dollars) if dollars else Expansion()
-        self.matches.append(
-            Match(
-                jid,
-                ac.submitter,
-                name,
-                ad,
-                weight,
-                request,
-                expansion,
-                history_updates(job, name, self.now),
-            )
-        )
+        try:
+            request = request_of(job, ad) if slot.pslot else None
+            weight = slot_weight(ad, self.config.use_slot_weights)
+            if request is not None:
+                weight = float(request.cpus) if self.config.use_slot_weights else 1.0
+            name = attr_value(ad, "name")
+            name = name if isinstance(name, str) else ""
+            dollars = dollar_attributes(job)
+            expansion = expand(job, ad, dollars) if dollars else Expansion()
+            history = history_updates(job, name, self.now)
+        except Exception as exc:
+            if daemon_fault(exc):
+                raise
+            self.drop_next(ac, exc)
+        return Match(jid, ac.submitter, name, ad, weight, request, expansion, history)
+
+    def take(self, slot: _Slot, match: Match) -> float:
+        """Take the slot for `match`; the weight the match counts."""
+        ad, request, weight = slot.ad, match.request, match.weight
+        self.matches.append(match)
         if not slot.mutable or (slot.pslot and request is None):
             slot.alive = False
             return weight
@@ -268,14 +359,12 @@ class _Cycle:
             self.new_classes.append(_Class([slot]))
         return weight
 
-    def weight_of(self, slot: _Slot, job: ClassAd) -> float:
-        """What matching `job` to `slot` counts toward the submitter's share."""
+    def weight_of(self, slot: _Slot, match: Match) -> float:
+        """What matching to `slot` counts toward the submitter's share."""
         if not self.config.use_slot_weights:
             return 1.0
-        if slot.pslot:
-            request = request_of(job, slot.ad)
-            if request is not None:
-                return float(request.cpus)
+        if slot.pslot and match.request is not None:
+            return float(match.request.cpus)
         return slot_weight(slot.ad)
 
     def negotiate_submitter(
@@ -293,16 +382,20 @@ class _Cycle:
         used = 0.0
         for ac in autoclusters:
             while ac.jobs and not ac.rejected and used < limit:
-                slot = self.best(ac, classes, take=False)
-                if slot is None:
-                    ac.rejected = True
-                    break
-                jid, job = ac.jobs[-1]
-                if not rounding and used + self.weight_of(slot, job) > limit + 1e-9:
+                try:
+                    slot = self.best(ac, classes, take=False)
+                    if slot is None:
+                        ac.rejected = True
+                        break
+                    jid, job = ac.jobs[-1]
+                    match = self.prepare(ac, slot, jid, job)
+                except _BadJob:
+                    continue  # that job is out: the next one of the autocluster
+                if not rounding and used + self.weight_of(slot, match) > limit + 1e-9:
                     return used
                 self.best(ac, classes)  # the same slot, now taken
                 ac.jobs.pop()
-                used += self.take(ac, slot, jid, job)
+                used += self.take(slot, match)
             if used >= limit:
                 break
         return used
@@ -354,9 +447,13 @@ class _Cycle:
         for acs in by_submitter.values():
             for ac in acs:
                 # Jobs left because the submitter's share ran out, not the pool?
-                if ac.jobs and not ac.rejected:
-                    heap = self.candidates(ac, classes)
+                while ac.jobs and not ac.rejected:
+                    try:
+                        heap = self.candidates(ac, classes)
+                    except _BadJob:
+                        continue
                     ac.rejected = not any(entry[-1].peek() is not None for entry in heap)
+                    break
         return self.result(by_submitter, got, counts, first, len(classes), spins)
 
     def result(
@@ -393,6 +490,8 @@ class _Cycle:
             n_classes + len(self.new_classes),
             spins,
             self.pool_weight,
+            tuple(self.failures),
+            tuple(self.bad_machines),
         )
 
 

@@ -16,7 +16,8 @@ As the schedd does it for HTCondor's grid matchmaking:
   (`Rank = TARGET.Name != LastMatchName0`, "avoid the last site") and the schedd need it
   to be the latest, which it is here. `NumJobMatches` and `LastMatchTime` are kept too.
 
-Only string-valued job attributes are scanned for macros (where submit puts them).
+Only string-valued job attributes are scanned for macros (where submit puts them), and
+not the MATCH_ ones.
 """
 
 from __future__ import annotations
@@ -47,8 +48,16 @@ class Expansion:
 
 
 def dollar_attributes(job: ClassAd) -> list[str]:
-    """The names of the job's string attributes holding a `$$(` macro."""
-    return [e.name for e in job._attrs.values() if type(e.lit) is str and "$$(" in e.lit]
+    """The names of the job's string attributes holding a `$$(` macro.
+
+    MATCH_ attributes are left alone, as HTCondor leaves them: they record earlier
+    expansions, and the templates a grid match keeps (MATCH_TEMPLATE_*) hold `$$(`.
+    """
+    return [
+        e.name
+        for e in job._attrs.values()
+        if type(e.lit) is str and "$$(" in e.lit and e.name[:6].upper() != "MATCH_"
+    ]
 
 
 def _text_of(value: object) -> str | None:

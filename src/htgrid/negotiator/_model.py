@@ -7,11 +7,13 @@ from dataclasses import dataclass
 from htgrid.classad import ClassAd
 from htgrid.negotiator._expand import Expansion, Updates, apply_updates
 from htgrid.queue import JobId
+from htgrid.queue.faults import JobFailure
 
 __all__ = [
     "DEFAULT_POST_JOB_RANK",
     "DEFAULT_PRE_JOB_RANK",
     "CycleResult",
+    "MachineFailure",
     "Match",
     "NegotiatorConfig",
     "Rejection",
@@ -107,6 +109,14 @@ class SubmitterCycle:
 
 
 @dataclass(frozen=True, slots=True)
+class MachineFailure:
+    """A slot or site ad left out of a cycle: evaluating it failed."""
+
+    name: str  # its Name, or its place in the list when it has none
+    problem: str
+
+
+@dataclass(frozen=True, slots=True)
 class CycleResult:
     """Everything one negotiation cycle decided."""
 
@@ -117,3 +127,7 @@ class CycleResult:
     machine_classes: int
     spins: int
     pool_weight: float
+    #: Jobs left out because handling them failed: the queue holds them (`held` False).
+    failures: tuple[JobFailure, ...] = ()
+    #: Ads left out for the same reason.
+    bad_machines: tuple[MachineFailure, ...] = ()

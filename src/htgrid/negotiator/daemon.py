@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from copy import copy
 from dataclasses import dataclass
 from typing import Protocol
@@ -32,8 +32,16 @@ from htgrid.collector import CollectorClient
 from htgrid.errors import HTGridError
 from htgrid.negotiator._ads import slot_weight
 from htgrid.negotiator._cycle import negotiate
-from htgrid.negotiator._model import CycleResult, Match, NegotiatorConfig, ResourceRequest
+from htgrid.negotiator._guard import label, usable
+from htgrid.negotiator._model import (
+    CycleResult,
+    MachineFailure,
+    Match,
+    NegotiatorConfig,
+    ResourceRequest,
+)
 from htgrid.negotiator._priorities import PriorityTable
+from htgrid.queue.faults import daemon_fault, problem
 
 __all__ = ["Clock", "CollectorMachines", "JobSource", "MachineSource", "Negotiator", "SystemClock"]
 
@@ -50,7 +58,8 @@ class JobSource(Protocol):
         """Take a cycle's decisions: for each match, record `match.job_updates` in the
         job and start it at `match.machine` (with `match.job_ad(job)`, the macros filled;
         an `expansion.error` holds the job instead); for each rejection, set
-        LastRejMatchReason and LastRejMatchTime."""
+        LastRejMatchReason and LastRejMatchTime; hold each job of `result.failures`
+        (the cycle could not evaluate it)."""
 
 
 class MachineSource(Protocol):
@@ -136,6 +145,8 @@ class Negotiator:
         self.started = int(self.clock.time())
         self.cycles = 0
         self._pending: dict[tuple[str, str], list[_Pending]] = {}
+        self._bad_ads: dict[str, str] = {}  # ads left out of cycles: logged once each
+        self.failing: str | None = None  # why the last cycle failed as a whole, if it did
 
     def _overlay(self, machines: Sequence[ClassAd], now: float) -> list[ClassAd]:
         """The ads with this negotiator's not-yet-advertised matches laid over them."""
@@ -180,13 +191,14 @@ class Negotiator:
         started = time.monotonic()
         jobs = list(await self.jobs.idle_jobs())
         now = self.clock.time()
-        machines = self._overlay(await self.machines.machine_ads(), now)
+        machines = self._overlay(self._readable(await self.machines.machine_ads()), now)
         self.priorities = self.priorities.advanced(now, self._usage(machines))
         priorities, config = self.priorities, self.config
         result = await anyio.to_thread.run_sync(
             lambda: negotiate(jobs, machines, priorities, config, now=now)
         )
         await self.jobs.report(result)
+        self._log_bad_ads(result.bad_machines)
         matched: dict[str, float] = {}
         for match in result.matches:
             self._remember(match, now)
@@ -208,6 +220,29 @@ class Negotiator:
             except HTGridError as err:
                 _log.warning("could not advertise to the collector: %s", err)
         return result
+
+    def _readable(self, machines: Sequence[ClassAd]) -> list[ClassAd]:
+        """The ads whose attributes read here can be evaluated; the others left out."""
+        weights = self.config.use_slot_weights
+
+        def check(ad: ClassAd) -> None:
+            _key(ad), slot_weight(ad, weights)
+            for name in ("LastHeardFrom", "State", "RemoteUser", "RemoteOwner"):
+                ad.get(name)
+
+        good, bad = usable(machines, check)
+        self._log_bad_ads(
+            MachineFailure(label(ad, position), problem(exc)) for position, ad, exc in bad
+        )
+        return good
+
+    def _log_bad_ads(self, bad: Iterable[MachineFailure]) -> None:
+        for failure in bad:
+            if self._bad_ads.get(failure.name) != failure.problem:
+                self._bad_ads[failure.name] = failure.problem
+                _log.error(
+                    "the ad of %s is left out of negotiation: %s", failure.name, failure.problem
+                )
 
     def _remember(self, match: Match, now: float) -> None:
         key = _key(match.machine_ad)
@@ -237,11 +272,25 @@ class Negotiator:
         """Cycle every `interval` seconds until cancelled; a failed cycle is logged."""
         while True:
             began = self.clock.time()
-            try:
-                await self.cycle()
-            except HTGridError as err:
-                _log.error("negotiation cycle failed: %s", err)
+            await self.guarded_cycle()
             await self.clock.sleep(self.interval - (self.clock.time() - began))
+
+    async def guarded_cycle(self) -> CycleResult | None:
+        """`cycle`, or None when it failed: logged (once while it fails alike), and the
+        next cycle comes as usual. Only the daemon's own faults propagate."""
+        try:
+            result = await self.cycle()
+        except Exception as err:
+            if daemon_fault(err) and not isinstance(err, HTGridError):
+                raise
+            why = problem(err)
+            if why != self.failing:
+                self.failing = why
+                trace = not isinstance(err, HTGridError)
+                _log.error("negotiation cycle failed: %s", why, exc_info=err if trace else None)
+            return None
+        self.failing = None
+        return result
 
 
 def _with_pending(ad: ClassAd, pending: list[_Pending]) -> ClassAd:

@@ -8,7 +8,7 @@ from typing import Any, BinaryIO, Protocol
 from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
 from htgrid.net._wire import Jobs
-from htgrid.queue import Identity, JobAction, JobId
+from htgrid.queue import Identity, JobAction, JobId, Quarantined
 
 __all__ = ["QueueBackend"]
 
@@ -99,6 +99,11 @@ class QueueBackend(Protocol):
 
     async def update_leases(self, identity: Identity, leases: Mapping[JobId, int]) -> list[JobId]:
         """Set JobLeaseExpiration of the caller's jobs (unknown ids skipped); those set."""
+        ...
+
+    async def quarantined(self, identity: Identity) -> list[Quarantined]:
+        """The rows the queue set aside because it could not read them (the caller's
+        jobs; an administrator's: all)."""
         ...
 
     async def status(self) -> dict[str, Any]:

@@ -4,6 +4,7 @@ HTGridError
 ├── DaemonUnavailable     (nothing answers on the socket: the daemons are not running)
 ├── BadRequest            (a request the API cannot read: bad JSON, a missing field)
 ├── SandboxTooLarge       (413: a sandbox over MAX_TRANSFER_INPUT_MB/OUTPUT_MB)
+├── RequestTooLarge       (413: a JSON body over MAX_API_REQUEST_MB; _limits)
 ├── (security.AuthError   401 (403 for InsufficientScope): a token refused, over TLS)
 └── ApiError              (an answer the client cannot map back to an htgrid error)
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 from typing import Final
 
 from htgrid.errors import ClassAdSyntaxError, HTGridError, UsageError
+from htgrid.net._limits import RequestTooLarge
 from htgrid.net.security._errors import (
     AuthError,
     ExpiredToken,
@@ -32,6 +34,7 @@ from htgrid.net.security._errors import (
 from htgrid.queue import (
     InvalidSubmit,
     InvalidTransition,
+    InvalidValue,
     JobNotFound,
     NotAuthorized,
     ProtectedAttribute,
@@ -45,6 +48,7 @@ __all__ = [
     "ApiError",
     "BadRequest",
     "DaemonUnavailable",
+    "RequestTooLarge",
     "SandboxTooLarge",
     "status_of",
 ]
@@ -82,12 +86,14 @@ PROBLEMS: Final[tuple[tuple[type[HTGridError], int], ...]] = (
     (InvalidTransition, 409),
     (ProtectedAttribute, 422),
     (InvalidSubmit, 422),
+    (InvalidValue, 400),
     (StoreError, 503),
     (QueueError, 400),
     (ClassAdSyntaxError, 400),
     (SubmitError, 400),
     (BadRequest, 400),
     (SandboxTooLarge, 413),
+    (RequestTooLarge, 413),
     (UsageError, 400),
     (DaemonUnavailable, 503),
     (ApiError, 500),

@@ -115,6 +115,25 @@ SCHEMAS: Final[dict[str, dict[str, Any]]] = {
             }
         },
     },
+    "Quarantine": {
+        "type": "object",
+        "properties": {
+            "quarantined": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "integer"},
+                        "time": {"type": "integer", "description": "epoch seconds"},
+                        "source": {"enum": ["jobs", "clusters", "changes"]},
+                        "job": {"type": ["string", "null"], "description": "cluster.proc"},
+                        "owner": {"type": ["string", "null"]},
+                        "reason": {"type": "string"},
+                    },
+                },
+            }
+        },
+    },
     "Health": {"type": "object"},
     "OpenAPI": {"type": "object"},
     "Problem": {
@@ -152,6 +171,7 @@ def _json(name: str, media: str | None = None) -> dict[str, Any]:
 _TOO_LARGE: Final = {
     "body": "the upload is over the daemon's MAX_TRANSFER_INPUT_MB",
     "returns": "the output's files add up to over the daemon's MAX_TRANSFER_OUTPUT_MB",
+    "json": "the request body is over the daemon's MAX_API_REQUEST_MB",
 }
 
 
@@ -178,6 +198,8 @@ def openapi_document(routes: Sequence[RouteSpec], version: str) -> dict[str, Any
             op["responses"]["413"] = _problem(_TOO_LARGE["body"])
         elif route.returns == "Tar":
             op["responses"]["413"] = _problem(_TOO_LARGE["returns"])
+        elif route.body is not None and route.body not in _MEDIA:
+            op["responses"]["413"] = _problem(_TOO_LARGE["json"])
         parameters = [
             {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
             for name in re.findall(r"\{(\w+)\}", route.path)
@@ -197,7 +219,10 @@ def openapi_document(routes: Sequence[RouteSpec], version: str) -> dict[str, Any
             "version": version,
             "description": (
                 "The schedd's API: on a Unix socket, the caller is the peer's uid; over "
-                "TLS, the subject of an IDTOKENS bearer token of the pool."
+                "TLS, the subject of an IDTOKENS bearer token of the pool. A request whose "
+                "headers take longer than API_HEADER_TIMEOUT, or whose body longer than "
+                "API_BODY_TIMEOUT (and 1 s per KiB), is answered 408 and its connection "
+                "closed."
             ),
         },
         "paths": paths,

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from starlette.requests import Request
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from htgrid.net._guard import GuardedProtocol
 from htgrid.queue import Identity, NotAuthorized
 
 __all__ = [
@@ -63,8 +63,9 @@ def peer_credentials(sock: Any) -> PeerCredentials:
     return PeerCredentials(pid, uid, gid)
 
 
-class PeerCredProtocol(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol, with the peer's credentials in every request's state.
+class PeerCredProtocol(GuardedProtocol):
+    """uvicorn's HTTP/1.1 protocol (with the clocks of `_guard`), with the peer's
+    credentials in every request's state.
 
     uvicorn copies `app_state` into each request's `scope["state"]`; giving each
     connection its own copy carries the credentials to the routes (`request.state`).

@@ -32,7 +32,7 @@ from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
 from htgrid.net._errors import BadRequest
 from htgrid.net._problems import to_problem
-from htgrid.queue import JobId
+from htgrid.queue import ID_MAX, JobId
 
 if TYPE_CHECKING:
     from htgrid.net.app import _Call
@@ -170,7 +170,7 @@ async def update_leases(call: _Call) -> Response:
             job_id = JobId.parse(text)
         except ValueError as exc:
             raise BadRequest(f'"leases": {exc}') from None
-        if type(expiration) is not int or expiration < 0:
+        if type(expiration) is not int or not 0 <= expiration <= ID_MAX:
             raise BadRequest(f'"leases": the expiration of {text} must be epoch seconds')
         parsed[job_id] = expiration
     ids = await call.backend.update_leases(call.identity, parsed)

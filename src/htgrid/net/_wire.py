@@ -13,14 +13,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from htgrid.classad import ClassAd, ParserType, parseOne, quote
-from htgrid.errors import HTGridError
+from htgrid.errors import ClassAdSyntaxError, HTGridError
 from htgrid.net._errors import BadRequest
-from htgrid.queue import Identity, JobId
+from htgrid.queue import ID_MAX, Identity, JobId
 
 if TYPE_CHECKING:
     from htgrid.queue import JobSpec
 
-__all__ = ["Jobs", "ad_from_json", "ads_json", "background", "job_ids_from_json", "loads"]
+__all__ = [
+    "Jobs",
+    "ad_from_json",
+    "ads_json",
+    "background",
+    "job_ids_from_json",
+    "loads",
+    "loads_request",
+]
 
 
 # HTCondor's JSON marks an expression by the escaped slashes of "\/Expr(...)\/", which
@@ -38,25 +46,48 @@ def loads(text: str | bytes) -> Any:
     return json.loads(text.replace(_RAW, _HELD))
 
 
+def loads_request(body: bytes) -> Any:
+    """`loads` of a request body; BadRequest when it is not JSON (or nested past what
+    the decoder takes)."""
+    try:
+        return loads(body)
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise BadRequest(f"the request body is not JSON: {exc}") from None
+    except RecursionError:
+        raise BadRequest("the request body is not JSON htgrid reads: nested too deeply") from None
+
+
 def ads_json(ads: Sequence[ClassAd]) -> str:
     """A JSON array of ads in HTCondor's JSON form (text: the markers must stay raw)."""
     return "[" + ",\n".join(ad.printJson() for ad in ads) + "]"
 
 
-def ad_from_json(obj: object) -> ClassAd:
-    """The ClassAd of an object decoded by `loads` (BadRequest when it is not one)."""
+def ad_from_json(obj: object, what: str = "a job ad") -> ClassAd:
+    """The ClassAd of an object decoded by `loads`; BadRequest, saying which attribute of
+    `what` is wrong, when it is not one (or holds what a ClassAd cannot: a NUL in a
+    string, an integer past 64 bits)."""
     if not isinstance(obj, dict):
-        raise BadRequest(f"a job ad must be a JSON object, not {type(obj).__name__}")
+        raise BadRequest(f"{what} must be a JSON object, not {type(obj).__name__}")
     if not obj:
         return ClassAd()
-    if all(_plain(value) for value in obj.values()):
+    plain = True
+    for name, value in obj.items():
+        if "\0" in name:
+            raise BadRequest(f"{what}: the attribute name {name!r} holds a NUL character")
+        if not _plain(value):
+            shown = name if name.isprintable() else repr(name)
+            _check_value(value, f"{what}: attribute {shown}")
+            plain = False
+    if plain:
         # Literals only (most ads a query returns): the same ad, without the parser.
         return ClassAd(obj)
     text = json.dumps(obj, ensure_ascii=False).replace(_HELD, _RAW)
     try:
         return parseOne(text, ParserType.JSON)
+    except ClassAdSyntaxError as exc:
+        raise BadRequest(f"{what}: not a ClassAd in JSON form: {exc.reason}") from exc
     except HTGridError as exc:
-        raise BadRequest(f"not a ClassAd in JSON form: {exc}") from exc
+        raise BadRequest(f"{what}: not a ClassAd in JSON form: {exc}") from exc
 
 
 def _plain(value: object) -> bool:
@@ -66,6 +97,40 @@ def _plain(value: object) -> bool:
     if type(value) is int:
         return _INT64[0] <= value <= _INT64[1]
     return type(value) is float or type(value) is bool or value is None
+
+
+#: Deeper than any ClassAd the parser reads (its budget of 500 gives lists 165 levels);
+#: the JSON is not walked further.
+_MAX_NESTING: Final = 200
+
+
+def _check_value(value: object, where: str) -> None:
+    """BadRequest when a decoded value holds what a ClassAd cannot (walked without
+    recursion: a body may nest as deep as the JSON decoder went)."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        kind = type(item)
+        if kind is str:
+            text: str = item  # type: ignore[assignment]
+            body = text[1:] if text.startswith("\0Expr(") else text  # an expression's marker
+            if "\0" in body:
+                raise BadRequest(
+                    f"{where} holds a NUL character, which a ClassAd string cannot hold"
+                )
+        elif kind is int and not _INT64[0] <= item <= _INT64[1]:  # type: ignore[operator]
+            raise BadRequest(f"{where} is {item}, past the 64 bits of a ClassAd integer")
+        elif kind is list or kind is dict:
+            if depth >= _MAX_NESTING:
+                raise BadRequest(f"{where} is nested too deeply")
+            if kind is dict:
+                names = item.keys()  # type: ignore[attr-defined]
+                if any("\0" in n for n in names):
+                    raise BadRequest(f"{where}: a nested attribute name holds a NUL character")
+                members = list(item.values())  # type: ignore[attr-defined]
+            else:
+                members = item  # type: ignore[assignment]
+            stack.extend((member, depth + 1) for member in members)
 
 
 def job_ids_from_json(obj: object) -> list[JobId]:
@@ -130,7 +195,7 @@ class Jobs:
             if not ids:
                 raise BadRequest("the list of job ids is empty")
             return cls(ids=tuple(ids))
-        if key == "cluster" and type(value) is int and value > 0:
+        if key == "cluster" and type(value) is int and 0 < value <= ID_MAX:
             return cls(cluster=value)
         if key == "constraint" and isinstance(value, str):
             return cls(constraint=value)

@@ -13,7 +13,6 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from json import JSONDecodeError
 from typing import Any
 
 from starlette.applications import Starlette
@@ -26,6 +25,8 @@ from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
 from htgrid.net._backend import QueueBackend
 from htgrid.net._errors import BadRequest, status_of
+from htgrid.net._guard import ProblemResponse
+from htgrid.net._limits import DEFAULT_LIMITS, ApiLimits, read_body
 from htgrid.net._openapi import openapi_document
 from htgrid.net._peer import Authenticator
 from htgrid.net._problems import to_problem
@@ -38,8 +39,8 @@ from htgrid.net._sandbox_routes import (
     put_proxy,
     update_leases,
 )
-from htgrid.net._wire import Jobs, ad_from_json, ads_json, background, loads
-from htgrid.queue import Identity, JobAction, JobId
+from htgrid.net._wire import Jobs, ad_from_json, ads_json, background, loads_request
+from htgrid.queue import ID_MAX, Identity, JobAction, JobId
 
 __all__ = ["ROUTES", "RouteSpec", "create_app"]
 
@@ -68,12 +69,10 @@ class _Call:
     request: Request
     backend: QueueBackend
     identity: Identity
+    limits: ApiLimits = DEFAULT_LIMITS
 
     async def json(self) -> dict[str, Any]:
-        try:
-            body = loads(await self.request.body())
-        except (JSONDecodeError, UnicodeDecodeError) as exc:
-            raise BadRequest(f"the request body is not JSON: {exc}") from exc
+        body = loads_request(await read_body(self.request, self.limits))
         if not isinstance(body, dict):
             raise BadRequest("the request body must be a JSON object")
         return body
@@ -105,6 +104,8 @@ def _int(value: str | None, name: str) -> int | None:
         raise BadRequest(f"{name} must be a whole number, not {value!r}") from None
     if number < 0:
         raise BadRequest(f"{name} must not be negative")
+    if number > ID_MAX:
+        raise BadRequest(f"{name} must be at most {ID_MAX}, not {value}")
     return number
 
 
@@ -146,7 +147,9 @@ async def _queue_cluster(call: _Call, cluster: int | None) -> Response:
         raise BadRequest('"procs" must be a non-empty list of job ads')
 
     def parse() -> tuple[ClassAd, list[ClassAd]]:
-        return ad_from_json(body.get("cluster_ad")), [ad_from_json(p) for p in procs]
+        # Every ad checked before anything is queued: a refused request commits nothing.
+        cluster_ad = ad_from_json(body.get("cluster_ad"), "the cluster ad")
+        return cluster_ad, [ad_from_json(p, f"the ad of proc {i}") for i, p in enumerate(procs)]
 
     cluster_ad, proc_ads = await asyncio.to_thread(parse)
     if cluster is None:
@@ -175,8 +178,8 @@ async def _act(call: _Call) -> Response:
         names = ", ".join(a.value for a in JobAction)
         raise BadRequest(f'"action" must be one of {names}') from None
     reason = body.get("reason")
-    if reason is not None and not isinstance(reason, str):
-        raise BadRequest('"reason" must be a string')
+    if reason is not None and (not isinstance(reason, str) or "\0" in reason):
+        raise BadRequest('"reason" must be a string without a NUL character')
     jobs = Jobs.from_json(body.get("jobs"))
     return _ids(await call.backend.act(call.identity, action, jobs, reason))
 
@@ -193,6 +196,25 @@ async def _edit(call: _Call) -> Response:
     jobs = Jobs.from_json(body.get("jobs"))
     later = background(call.request.headers.get("priority"))
     return _ids(await call.backend.edit(call.identity, jobs, attrs, later=later))
+
+
+async def _quarantine(call: _Call) -> Response:
+    entries = await call.backend.quarantined(call.identity)
+    return JSONResponse(
+        {
+            "quarantined": [
+                {
+                    "id": e.id,
+                    "time": e.time,
+                    "source": e.source,
+                    "job": e.job,
+                    "owner": e.owner,
+                    "reason": e.reason,
+                }
+                for e in entries
+            ]
+        }
+    )
 
 
 async def _openapi(call: _Call) -> Response:
@@ -225,6 +247,9 @@ ROUTES: tuple[RouteSpec, ...] = (
               _edit, body="Edit"),
     RouteSpec("GET", "/v1/history", "history", "Jobs that left the queue, newest first",
               _history, returns="Ads", params=_SELECT),
+    RouteSpec("GET", "/v1/quarantine", "quarantine",
+              "Rows the queue could not read when it opened, set aside (the caller's jobs; "
+              "an administrator's: all)", _quarantine, returns="Quarantine"),
     RouteSpec("PUT", "/v1/jobs/{job_id}/input", "put_input",
               "Unpack a tar into the job's spool directory; a spooling job is then released",
               put_input, body="Tar"),
@@ -246,14 +271,17 @@ ROUTES: tuple[RouteSpec, ...] = (
 )  # fmt: skip
 
 
-def create_app(backend: QueueBackend, authenticate: Authenticator) -> Starlette:
-    """The API over `backend`; `authenticate` names the caller of each request."""
+def create_app(
+    backend: QueueBackend, authenticate: Authenticator, limits: ApiLimits = DEFAULT_LIMITS
+) -> Starlette:
+    """The API over `backend`; `authenticate` names the caller of each request; `limits`
+    caps JSON bodies (MAX_API_REQUEST_MB)."""
 
     def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def serve(request: Request) -> Response:
             try:
                 identity = authenticate(request)
-                return await handler(_Call(request, backend, identity))
+                return await handler(_Call(request, backend, identity, limits))
             except HTGridError as exc:
                 return _problem(exc)
             except ValueError as exc:  # e.g. a hold code HTCondor does not define
@@ -270,7 +298,5 @@ def create_app(backend: QueueBackend, authenticate: Authenticator) -> Starlette:
     return Starlette(routes=routes)
 
 
-def _problem(error: HTGridError) -> JSONResponse:
-    return JSONResponse(
-        to_problem(error), status_code=status_of(error), media_type="application/problem+json"
-    )
+def _problem(error: HTGridError) -> Response:
+    return ProblemResponse(to_problem(error), status_code=status_of(error))

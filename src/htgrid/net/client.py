@@ -201,6 +201,12 @@ class ScheddClient:
         body = {"leases": {str(job_id): int(when) for job_id, when in leases.items()}}
         return [JobId.parse(i) for i in self._json("POST", "/v1/jobs/lease", body)["jobs"]]
 
+    def quarantined(self) -> list[dict[str, Any]]:
+        """The rows the daemon set aside because it could not read them (yours; an
+        administrator's: all): id, time, source, job ("12.0" or None), owner, reason."""
+        entries = self._json("GET", "/v1/quarantine").get("quarantined")
+        return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+
     def openapi(self) -> dict[str, Any]:
         """The API's OpenAPI description."""
         return self._json("GET", "/v1/openapi.json")

@@ -1,7 +1,7 @@
 """The durable job queue (HTCondor's schedd) and what it writes for its jobs.
 
 `JobQueue` (store.py) keeps clusters and procs in SQLite with HTCondor's ids, statuses,
-hold codes and policy semantics; `eventlog` writes the user job event log.
+hold codes and policy semantics (the user job event log is `htgrid.eventlog`).
 
 The ids, codes, statuses and errors load with the package; the store, its change feed
 and its policies when first asked for: a command that only talks to a daemon (`htgrid
@@ -17,13 +17,14 @@ from htgrid.queue._codes import HoldReasonCode, JobAction
 from htgrid.queue._errors import (
     InvalidSubmit,
     InvalidTransition,
+    InvalidValue,
     JobNotFound,
     NotAuthorized,
     ProtectedAttribute,
     QueueError,
     StoreError,
 )
-from htgrid.queue._ids import Identity, JobId
+from htgrid.queue._ids import ID_MAX, Identity, JobId
 from htgrid.queue._status import TRANSITIONS, JobStatus
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
         exit_decision,
         periodic_decision,
     )
+    from htgrid.queue._quarantine import Quarantined
     from htgrid.queue._submit import SubmitTransaction
     from htgrid.queue.store import JobQueue, JobSpec
 
@@ -47,6 +49,7 @@ _LAZY: Final = {
     "PolicyDecision": "_policy",
     "exit_decision": "_policy",
     "periodic_decision": "_policy",
+    "Quarantined": "_quarantine",
     "SubmitTransaction": "_submit",
     "JobQueue": "store",
     "JobSpec": "store",
@@ -57,6 +60,7 @@ __getattr__ = on_demand(__name__, _LAZY)
 
 
 __all__ = [
+    "ID_MAX",
     "TRANSITIONS",
     "Change",
     "ChangeKind",
@@ -65,6 +69,7 @@ __all__ = [
     "Identity",
     "InvalidSubmit",
     "InvalidTransition",
+    "InvalidValue",
     "JobAction",
     "JobId",
     "JobNotFound",
@@ -75,6 +80,7 @@ __all__ = [
     "PolicyAction",
     "PolicyDecision",
     "ProtectedAttribute",
+    "Quarantined",
     "QueueError",
     "StoreError",
     "SubmitTransaction",

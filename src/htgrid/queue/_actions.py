@@ -9,6 +9,7 @@ from __future__ import annotations
 from htgrid.classad import ClassAd
 from htgrid.queue._codes import HoldReasonCode
 from htgrid.queue._errors import InvalidTransition
+from htgrid.queue._matches import undo_match
 from htgrid.queue._status import JobStatus, check_transition
 from htgrid.queue._store import JobEdit
 
@@ -79,7 +80,8 @@ def hold(edit: JobEdit, reason: str, code: HoldReasonCode, subcode: int, now: in
 
 
 def release(edit: JobEdit, reason: str, now: int) -> None:
-    """releaseJobRaw: back to Idle, with ReleaseReason; the hold reasons move to Last*.
+    """releaseJobRaw: back to Idle, with ReleaseReason; the hold reasons move to Last*;
+    a grid job's match is undone (`_matches`).
 
     (HTCondor releases to `JobStatusOnRelease` when set, which only spooled input uses;
     this queue has no spooling, so release always goes to Idle.)
@@ -92,6 +94,7 @@ def release(edit: JobEdit, reason: str, now: int) -> None:
     set_status(edit, JobStatus.IDLE, now, "release")
     _move_hold_reasons(edit)
     edit.set("LastSuspensionTime", 0)
+    undo_match(edit)  # a grid job back from a site that failed it is matched anew
 
 
 def remove(edit: JobEdit, reason: str, now: int) -> None:

@@ -6,6 +6,7 @@ QueueError
 ├── InvalidTransition    (the status change is not in the transition table)
 ├── ProtectedAttribute   (an edit of ClusterId, ProcId, Owner, JobStatus, ...)
 ├── InvalidSubmit        (a cluster that cannot be queued as given)
+├── InvalidValue         (a value the queue cannot store and read back: a NUL in a string...)
 └── StoreError           (SQLite failed: disk full, locked, corrupt; wraps sqlite3.Error)
 
 Malformed constraints and edit expressions raise `htgrid.errors.ClassAdSyntaxError`, which
@@ -19,6 +20,7 @@ from htgrid.errors import HTGridError
 __all__ = [
     "InvalidSubmit",
     "InvalidTransition",
+    "InvalidValue",
     "JobNotFound",
     "NotAuthorized",
     "ProtectedAttribute",
@@ -49,6 +51,10 @@ class ProtectedAttribute(QueueError):
 
 class InvalidSubmit(QueueError):
     """The cluster cannot be queued as given."""
+
+
+class InvalidValue(QueueError):
+    """An attribute's value cannot be stored in the queue."""
 
 
 class StoreError(QueueError):

@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Identity", "JobId"]
+__all__ = ["ID_MAX", "Identity", "JobId"]
 
 _JOB_ID = re.compile(r"\s*(\d+)\.(\d+)\s*")
+#: The largest cluster or proc id (the queue stores them as SQLite's 64-bit integers).
+ID_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -26,7 +28,10 @@ class JobId:
         m = _JOB_ID.fullmatch(text)
         if m is None:
             raise ValueError(f"not a job id (cluster.proc): {text!r}")
-        return cls(int(m.group(1)), int(m.group(2)))
+        cluster, proc = int(m.group(1)), int(m.group(2))
+        if cluster > ID_MAX or proc > ID_MAX:
+            raise ValueError(f"not a job id: {text!r} is past the 64 bits an id may have")
+        return cls(cluster, proc)
 
 
 @dataclass(frozen=True, slots=True)

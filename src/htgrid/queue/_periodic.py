@@ -1,19 +1,30 @@
 """The schedd's periodic pass over the queue (`JobQueue.evaluate_periodic`): the job
 policies of every job that may have one, and completed jobs that LeaveJobInQueue no
-longer keeps."""
+longer keeps.
+
+A job whose policy cannot be evaluated (an expression that fails, a bug it alone meets)
+is held for it (JobPolicyUndefined, as HTCondor held jobs whose policy gave no answer)
+and the pass goes on with the others; a job that cannot be held is skipped. Both are
+reported as `JobFailure`s for the daemon to log.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Final
 
+from htgrid.queue import _actions as actions
 from htgrid.queue._codes import HoldReasonCode
 from htgrid.queue._ids import JobId
 from htgrid.queue._policy import PolicyDecision, lease_decision, periodic_decision, truth, with_time
-from htgrid.queue._status import JobStatus
+from htgrid.queue._status import TRANSITIONS, JobStatus
 from htgrid.queue._store import JobEdit, Store, Txn
+from htgrid.queue.faults import JobFailure, daemon_fault, problem
 
-__all__ = ["keep_in_queue", "periodic_pass"]
+__all__ = ["POLICY_FAILED", "contain", "keep_in_queue", "periodic_pass"]
+
+#: The HoldReason of a job whose periodic policy could not be evaluated.
+POLICY_FAILED: Final = "The schedd's periodic policy evaluation failed for this job: {}"
 
 _POLICY_ATTRS: Final = (
     "PeriodicHold",
@@ -28,9 +39,13 @@ _POLICY_KEYS: Final = tuple(f'"{name.lower()}"' for name in _POLICY_ATTRS)
 Apply = Callable[[Txn, JobEdit, PolicyDecision], None]
 
 
-def periodic_pass(txn: Txn, apply: Apply) -> list[tuple[JobId, PolicyDecision]]:
-    """Evaluate every job not Removed at `txn.now`; the decisions applied (by `apply`)."""
+def periodic_pass(
+    txn: Txn, apply: Apply
+) -> tuple[list[tuple[JobId, PolicyDecision]], list[JobFailure]]:
+    """Evaluate every job not Removed at `txn.now`; the decisions applied (by `apply`),
+    and the jobs that failed (held for it when they could be)."""
     applied: list[tuple[JobId, PolicyDecision]] = []
+    failures: list[JobFailure] = []
     rows = txn.conn.execute(
         "SELECT cluster, proc, status, ad, masked FROM jobs WHERE status <> ? "
         "ORDER BY cluster, proc",
@@ -38,20 +53,44 @@ def periodic_pass(txn: Txn, apply: Apply) -> list[tuple[JobId, PolicyDecision]]:
     ).fetchall()
     policy_clusters: dict[int, bool] = {}
     for cluster, proc, status, text, masked in rows:
-        if status != JobStatus.COMPLETED and not _may_have_policy(
-            txn.store, policy_clusters, cluster, text
-        ):
-            continue
-        edit = txn.edit_of(JobId(cluster, proc), text, masked)
-        if status == JobStatus.COMPLETED:
-            if not keep_in_queue(edit, txn.now):
-                txn.leave(edit)
-            continue
-        decision = _decision(edit, txn.now)
-        if decision is not None:
-            apply(txn, edit, decision)
-            applied.append((edit.job_id, decision))
-    return applied
+        job_id = JobId(cluster, proc)
+        try:
+            if status != JobStatus.COMPLETED and not _may_have_policy(
+                txn.store, policy_clusters, cluster, text
+            ):
+                continue
+            edit = txn.edit_of(job_id, text, masked)
+            if status == JobStatus.COMPLETED:
+                if not keep_in_queue(edit, txn.now):
+                    txn.leave(edit)
+                continue
+            decision = _decision(edit, txn.now)
+            if decision is not None:
+                apply(txn, edit, decision)
+                applied.append((edit.job_id, decision))
+        except Exception as exc:
+            if daemon_fault(exc):
+                raise
+            # Nothing of this job's was written: its writes come after the evaluation.
+            failures.append(contain(txn, job_id, exc, POLICY_FAILED))
+    return applied, failures
+
+
+def contain(txn: Txn, job_id: JobId, exc: BaseException, reason: str) -> JobFailure:
+    """Hold the job `exc` was raised for, with `reason` (a format of the problem) and
+    JobPolicyUndefined, in `txn`; what happened, for the daemon's log."""
+    what = problem(exc)
+    try:
+        edit = txn.load(job_id)
+        if JobStatus.HELD not in TRANSITIONS[edit.status]:
+            return JobFailure(job_id, what, held=False, error=exc)
+        actions.hold(edit, reason.format(what), HoldReasonCode.JobPolicyUndefined, 0, txn.now)
+        txn.save(edit)
+    except Exception as again:
+        if daemon_fault(again):
+            raise
+        return JobFailure(job_id, what, held=False, error=exc)
+    return JobFailure(job_id, what, held=True, error=exc)
 
 
 def keep_in_queue(edit: JobEdit, now: int) -> bool:

@@ -71,3 +71,17 @@ CREATE TABLE IF NOT EXISTS changes (
     attrs       TEXT NOT NULL,
     deleted     TEXT NOT NULL
 );
+
+-- Rows the queue could not read when it opened, set aside so that it serves the rest
+-- (_quarantine.py): the table each came from, its job, why, and its columns as they
+-- were (a JSON object), to repair and put back by hand.
+CREATE TABLE IF NOT EXISTS quarantine (
+    id      INTEGER PRIMARY KEY AUTOINCREMENT,
+    time    INTEGER NOT NULL,
+    source  TEXT NOT NULL,
+    cluster INTEGER,
+    proc    INTEGER,
+    owner   TEXT,
+    reason  TEXT NOT NULL,
+    data    TEXT NOT NULL
+);

@@ -26,6 +26,8 @@ from htgrid.classad import ClassAd, ExprTree
 from htgrid.classad._ast import Literal, Node
 from htgrid.classad._classad import Entry, to_node
 from htgrid.classad._unparse import quote_string
+from htgrid.errors import ClassAdSyntaxError
+from htgrid.queue._errors import InvalidValue
 
 __all__ = [
     "decode",
@@ -33,10 +35,12 @@ __all__ = [
     "encode",
     "encode_names",
     "encode_plain",
+    "expression_problem",
     "overlay",
     "parse_value",
     "project",
     "remember",
+    "unreadable",
     "with_proc_id",
 ]
 
@@ -91,7 +95,42 @@ def _pair(e: Entry) -> str:
         # The common case, a plain string: neither ClassAd nor JSON escapes anything in
         # it, and skipping both escapers halves the cost of storing a proc.
         return f'"{name}":"\\"{lit}\\""'
-    return f"{_json_str(name)}:{_json_str(_entry_text(e))}"
+    return f"{_json_str(name)}:{_json_str(_storable_text(e))}"
+
+
+def _storable_text(e: Entry) -> str:
+    """The stored text of an attribute; InvalidValue when it would not read back.
+
+    The one guard every write of an ad passes: a value the queue cannot read again
+    (a string holding a NUL, an expression nested past the parser's budget) would make
+    the queue unreadable at its next start.
+    """
+    name, lit = e.name, e.lit
+    if "\0" in name or not _encodes(name):
+        raise InvalidValue(f"the attribute name {name!r} holds a NUL or a lone surrogate")
+    kind = type(lit)
+    if kind is str:
+        if "\0" in lit:  # type: ignore[operator]
+            raise InvalidValue(
+                f"attribute {name} holds a NUL character, which a ClassAd string cannot hold"
+            )
+        try:
+            return quote_string(lit)  # type: ignore[arg-type]
+        except UnicodeEncodeError:
+            raise InvalidValue(f"attribute {name} holds a lone surrogate, not text") from None
+    if kind is int:
+        return str(lit)
+    try:
+        text = _entry_text(e)
+        if kind is not float and kind is not bool:
+            _node(text)  # parsed once and kept: its next read finds it
+    except ClassAdSyntaxError as exc:
+        raise InvalidValue(
+            f"attribute {name} cannot be stored: it would not read back ({exc.reason})"
+        ) from None
+    except RecursionError:
+        raise InvalidValue(f"attribute {name} cannot be stored: nested too deeply") from None
+    return text
 
 
 def encode_plain(ad: ClassAd, special: frozenset[str]) -> str | None:
@@ -102,6 +141,15 @@ def encode_plain(ad: ClassAd, special: frozenset[str]) -> str | None:
     if not special.isdisjoint(attrs):
         return None
     return "{" + ",".join(map(_pair, attrs.values())) + "}"
+
+
+def _encodes(name: str) -> bool:
+    """Whether SQLite can take `name` (UTF-8: no lone surrogate)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def parse_value(text: str) -> Any:
@@ -140,6 +188,45 @@ def _node(text: str) -> Node:
             _NODES.clear()
         _NODES[text] = node
     return node
+
+
+def unreadable(text: str) -> str | None:
+    """Why `decode(text)` would fail, or give what a ClassAd cannot hold; None when fine.
+
+    For a database this code did not write (`_quarantine`): what it writes passes
+    `_storable_text`.
+    """
+    try:
+        stored = json.loads(text)
+    except ValueError as exc:
+        return f"not JSON ({exc})"
+    except RecursionError:
+        return "not JSON (nested too deeply)"
+    if type(stored) is not dict:
+        return "not a JSON object of attributes"
+    for name, expr in stored.items():
+        shown = name if name.isprintable() else repr(name)
+        if type(expr) is not str:
+            return f"attribute {shown} is stored as {type(expr).__name__}, not expression text"
+        if "\0" in name:
+            return f"the attribute name {shown} holds a NUL character"
+        problem = None if _plain_string(expr) and "\0" not in expr else expression_problem(expr)
+        if problem is not None:
+            return f"attribute {shown} {problem}"
+    return None
+
+
+def expression_problem(text: str) -> str | None:
+    """Why stored expression text does not parse (None when it does; kept parsed)."""
+    if "\0" in text:
+        return "holds a NUL character"
+    try:
+        _node(text)
+    except ClassAdSyntaxError as exc:
+        return f"does not parse: {exc.reason}"
+    except RecursionError:
+        return "does not parse: nested too deeply"
+    return None
 
 
 def decode(text: str) -> ClassAd:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from htgrid.classad import ClassAd, ExprTree
+from htgrid.errors import ClassAdSyntaxError
 from htgrid.queue import _actions as actions
 from htgrid.queue._codes import HoldReasonCode, JobAction
 from htgrid.queue._errors import (
@@ -38,17 +39,21 @@ from htgrid.queue._errors import (
     JobNotFound,
     ProtectedAttribute,
     QueueError,
+    StoreError,
 )
 from htgrid.queue._feed import Change, read_changes
 from htgrid.queue._ids import Identity, JobId
+from htgrid.queue._matches import record_match
 from htgrid.queue._periodic import keep_in_queue, periodic_pass
 from htgrid.queue._policy import ExitOutcome, PolicyAction, PolicyDecision, exit_decision
+from htgrid.queue._quarantine import Quarantined, history_ad, quarantine_unreadable, quarantined
 from htgrid.queue._query import Filter, compile_constraint
 from htgrid.queue._serial import project
 from htgrid.queue._status import ACTIVE, TRANSITIONS, JobStatus
 from htgrid.queue._store import JobEdit, Store, Txn, gc_paused
 from htgrid.queue._submit import SubmitTransaction
 from htgrid.queue._targets import JobSpec, job_id_of, select_targets
+from htgrid.queue.faults import JobFailure, daemon_fault, problem
 
 __all__ = ["JobQueue", "JobSpec"]
 
@@ -58,6 +63,8 @@ PROTECTED: Final = frozenset({"owner", "clusterid", "procid", "mytype", "targett
 _RUNTIME: Final = frozenset(
     {JobStatus.IDLE, JobStatus.RUNNING, JobStatus.SUSPENDED, JobStatus.TRANSFERRING_OUTPUT}
 )
+#: The HoldReason of a job whose exit policy could not be evaluated.
+EXIT_POLICY_FAILED: Final = "The job's exit policy could not be evaluated: {}"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _VERBS: Final = {
     JobAction.Hold: ("hold", "condor_hold"),
@@ -91,13 +98,24 @@ class JobQueue:
         *,
         clock: Callable[[], float] = time.time,
         fsync: bool = True,
+        check: bool = True,
     ) -> JobQueue:
         """Open (creating if needed) the queue in `state_dir`.
 
         `clock` gives the time written into job ads (QDate, EnteredCurrentStatus...);
         `fsync=False` keeps commits safe from a killed process but not from a power cut.
+        `check`: rows that cannot be read are first set aside (`_quarantine`), so that
+        one bad row does not stop every query; a process that opens a queue a daemon
+        has opened already may skip it.
         """
-        return cls(Store(Path(state_dir), fsync=fsync), clock)
+        store = Store(Path(state_dir), fsync=fsync)
+        try:
+            if check:
+                quarantine_unreadable(store, int(clock()))
+        except BaseException:
+            store.close()
+            raise
+        return cls(store, clock)
 
     def close(self) -> None:
         """Close the database; the queue cannot be used afterwards."""
@@ -273,10 +291,15 @@ class JobQueue:
         for row in store.conn.execute(sql, filt.params):
             if limit is not None and count >= limit:
                 return
-            ad = store.job_ad(row, history=history)
-            if filt.matches(ad):
+            ad = history_ad(store, row) if history else store.job_ad(row)
+            if ad is not None and filt.matches(ad):
                 count += 1
                 yield ad
+
+    def quarantined(self) -> list[Quarantined]:
+        """The rows set aside because they could not be read (see `_quarantine`)."""
+        with self._reading() as store:
+            return quarantined(store.conn)
 
     def changes_since(self, seq: int, *, limit: int | None = None) -> list[Change]:
         """The committed changes after sequence number `seq` (0: from the start)."""
@@ -371,7 +394,7 @@ class JobQueue:
                 raise QueueError(f"cannot edit {name!r}: not an attribute name")
             if name.lower() in PROTECTED:
                 raise ProtectedAttribute(f"cannot edit {name}: it is set by the queue only")
-            parsed[name] = ExprTree(value) if isinstance(value, str) else value
+            parsed[name] = _parsed(name, value) if isinstance(value, str) else value
         done: list[JobId] = []
         with self._writing() as txn:
             leaving = []
@@ -451,7 +474,7 @@ class JobQueue:
             for name, value in (usage or {}).items():
                 edit.set(name, value)
             actions.record_exit(edit, exit_code, by_signal)
-            decision = exit_decision(edit.view(), txn.now)
+            decision = _exit_decision(edit, txn.now)
             if decision.action is PolicyAction.HOLD:
                 actions.hold(edit, decision.reason, decision.code, decision.subcode, txn.now)
                 outcome = ExitOutcome.HELD
@@ -501,6 +524,20 @@ class JobQueue:
                     errors.append(None)
         return errors
 
+    def grid_matched(
+        self, job_id: JobId | str, updates: Mapping[str, Any], expanded: Iterable[str]
+    ) -> bool:
+        """Record a grid match in an idle job: `updates` (the match's history, its MATCH_
+        records and the filled-in attributes), the templates of the `expanded` attributes,
+        and Matched = true (see `_matches`). False when the job is no longer idle."""
+        with self._writing() as txn:
+            edit = txn.load(job_id_of(job_id))
+            if edit.status != JobStatus.IDLE:  # held or removed since the cycle began
+                return False
+            record_match(edit, updates, expanded)
+            txn.save(edit)
+        return True
+
     @staticmethod
     def _update(txn: Txn, job_id: JobId | str, attrs: Mapping[str, Any]) -> None:
         edit = txn.load(job_id_of(job_id))
@@ -529,8 +566,15 @@ class JobQueue:
         else would evaluate them): whatever runs a job that became Held or Removed sees
         it in the change feed. Jobs managed by the grid manager (Managed == "External")
         are its to evaluate. `now` (default: the clock) is the time of the pass. Returns
-        the decisions applied.
+        the decisions applied (`periodic_pass` also says which jobs failed).
         """
+        return self.periodic_pass(now)[0]
+
+    def periodic_pass(
+        self, now: int | None = None
+    ) -> tuple[list[tuple[JobId, PolicyDecision]], list[JobFailure]]:
+        """`evaluate_periodic`, and the jobs whose policy could not be evaluated: each is
+        held for it (JobPolicyUndefined) when its status allows, and the others go on."""
         with self._writing(now) as txn:
             return periodic_pass(txn, self._apply_policy)
 
@@ -569,7 +613,33 @@ class JobQueue:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise QueueError("the job queue is closed")
+            raise StoreError("the job queue is closed")
+
+
+def _exit_decision(edit: JobEdit, now: int) -> PolicyDecision:
+    """The exit policy's decision; a hold when it cannot be evaluated (the job's process
+    ended either way, so its exit is recorded rather than lost with the transaction)."""
+    try:
+        return exit_decision(edit.view(), now)
+    except Exception as exc:
+        if daemon_fault(exc):
+            raise
+        return PolicyDecision(
+            PolicyAction.HOLD,
+            "OnExitRemove",
+            EXIT_POLICY_FAILED.format(problem(exc)),
+            HoldReasonCode.JobPolicyUndefined,
+        )
+
+
+def _parsed(name: str, text: str) -> ExprTree:
+    """An edit's expression text parsed; ClassAdSyntaxError naming the attribute."""
+    try:
+        return ExprTree(text)
+    except ClassAdSyntaxError as exc:
+        raise ClassAdSyntaxError(
+            exc.reason, text=text, offset=exc.offset, origin=f"the value of {name}"
+        ) from None
 
 
 def _finished(edit: JobEdit) -> bool:

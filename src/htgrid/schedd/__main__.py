@@ -7,14 +7,17 @@ terminal, no signals from the shell that started it) and runs the daemon.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
 
+from htgrid._args import ArgumentParser
+from htgrid._startup import lean_process
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m htgrid.schedd")
+    lean_process()
+    parser = ArgumentParser(prog="python -m htgrid.schedd")
     parser.add_argument("--home", type=Path, help="the pool's state directory ($HTGRID_HOME)")
     parser.add_argument(
         "--background", action="store_true", help="detach and run in the background"

@@ -31,6 +31,11 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
                                     the network); more is refused with HTTP 413
     MAX_TRANSFER_OUTPUT_MB = 10240  MiB of files a job's output sandbox may hand out
                                     (-1: no limit)
+    MAX_API_REQUEST_MB = 64         MiB of a JSON request to any daemon's API; more is
+                                    refused with HTTP 413 before it is read
+    API_HEADER_TIMEOUT = 20         seconds a request's headers may take to arrive, and
+    API_BODY_TIMEOUT = 60           its body (plus 1 s per KiB); a slower client is cut
+                                    off with HTTP 408 (see htgrid.net._limits)
     ALIVE_INTERVAL = 60             seconds between a claim's keep-alives
     MAX_CLAIM_ALIVES_MISSED = 6     keep-alives missed before a claim is given up
     MASTER_BACKOFF_CONSTANT = 1     a daemon that died is restarted after CONSTANT *
@@ -59,6 +64,7 @@ from pathlib import Path
 from typing import Final
 
 from htgrid.errors import HTGridError
+from htgrid.net._limits import DEFAULT_LIMITS, ApiLimits
 
 __all__ = [
     "Backoff",
@@ -104,6 +110,9 @@ _KNOWN: Final = frozenset(
         "SCHEDD_ADDRESS",
         "MAX_TRANSFER_INPUT_MB",
         "MAX_TRANSFER_OUTPUT_MB",
+        "MAX_API_REQUEST_MB",
+        "API_HEADER_TIMEOUT",
+        "API_BODY_TIMEOUT",
         "ALIVE_INTERVAL",
         "MAX_CLAIM_ALIVES_MISSED",
         "MASTER_BACKOFF_CONSTANT",
@@ -203,6 +212,15 @@ class ConfigFile:
             return False
         raise self._error(key, f"must be true or false, not {self.values[key][0]!r}")
 
+    def api_limits(self) -> ApiLimits:
+        """MAX_API_REQUEST_MB, API_HEADER_TIMEOUT, API_BODY_TIMEOUT: every daemon's API."""
+        size = self.integer("MAX_API_REQUEST_MB", DEFAULT_LIMITS.max_request_mb)
+        return ApiLimits(
+            max_request_mb=size,
+            header_timeout=self.number("API_HEADER_TIMEOUT", DEFAULT_LIMITS.header_timeout),
+            body_timeout=self.number("API_BODY_TIMEOUT", DEFAULT_LIMITS.body_timeout),
+        )
+
     def address(self, key: str, default: tuple[str, int]) -> tuple[str, int]:
         """A `host:port` (port 0: any free port)."""
         if key not in self.values:
@@ -277,6 +295,7 @@ class ScheddConfig:
     schedd_address: tuple[str, int] = ("127.0.0.1", 0)  # the API's TLS listener
     max_transfer_input_mb: int | None = DEFAULT_TRANSFER_MB  # None: no limit
     max_transfer_output_mb: int | None = DEFAULT_TRANSFER_MB
+    api_limits: ApiLimits = DEFAULT_LIMITS
 
     @property
     def spool(self) -> Path:
@@ -392,4 +411,5 @@ class ScheddConfig:
             schedd_address=conf.address("SCHEDD_ADDRESS", ("127.0.0.1", 0)),
             max_transfer_input_mb=conf.megabytes("MAX_TRANSFER_INPUT_MB", DEFAULT_TRANSFER_MB),
             max_transfer_output_mb=conf.megabytes("MAX_TRANSFER_OUTPUT_MB", DEFAULT_TRANSFER_MB),
+            api_limits=conf.api_limits(),
         )

@@ -105,6 +105,23 @@ def _log_tail(path: Path, lines: int = 15) -> str:
     return "\n".join(text[-lines:])
 
 
+def _pid_file(config: ScheddConfig) -> int | None:
+    try:
+        return int(config.pid_file.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _why_not(config: ScheddConfig) -> str:
+    """Why the daemon exited while starting: its own last words, else the log's end."""
+    tail = _log_tail(config.log_file)
+    reasons = [line.partition("cannot run: ")[2] for line in tail.splitlines()]
+    reasons = [reason for reason in reasons if reason]
+    if reasons:
+        return f"the daemon could not start: {reasons[-1]} (see {config.log_file})"
+    return f"the daemon exited while starting; the end of {config.log_file}:\n{tail}"
+
+
 def start(config: ScheddConfig, *, timeout: float = 30.0, execute: bool = True) -> DaemonInfo:
     """Start the daemon unless one answers already; its info once it answers.
 
@@ -135,16 +152,15 @@ def start(config: ScheddConfig, *, timeout: float = 30.0, execute: bool = True) 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pid = _answer(config)
-        if pid is not None:
+        # Started once it answers and has written its pid file, which it does when every
+        # daemon of the pool is up: not merely once its socket answers.
+        if pid is not None and _pid_file(config) == pid:
             return _info(config, pid, pid != child, security)
         if not _alive(child):
             pid = _answer(config)  # lost a race with another `htgrid up`?
             if pid is not None:
                 return _info(config, pid, True, security)
-            raise ScheddError(
-                f"the daemon exited while starting; the end of {config.log_file}:\n"
-                + _log_tail(config.log_file)
-            )
+            raise ScheddError(_why_not(config))
         time.sleep(_POLL)
     raise ScheddError(f"the daemon (pid {child}) did not answer within {timeout:g} s")
 

@@ -29,7 +29,9 @@ import uvicorn
 
 from htgrid import __version__
 from htgrid._files import write_atomic
+from htgrid._ports import held_by
 from htgrid.errors import HTGridError
+from htgrid.net._guard import guarded_protocol
 from htgrid.net._listen import tcp_listener
 from htgrid.net._peer import PeerCredProtocol, peercred_identity
 from htgrid.net.app import create_app
@@ -45,6 +47,7 @@ from htgrid.net.security import (
 )
 from htgrid.net.security._rotate import CertRotator, RotatingServer
 from htgrid.queue import JobQueue
+from htgrid.queue.faults import FaultLog
 from htgrid.schedd._config import ScheddConfig, ScheddError
 from htgrid.schedd._launch import family_marker
 from htgrid.schedd._local import LocalRunner
@@ -84,6 +87,8 @@ class Daemon:
         self._shadows: ShadowManager | None = None
         self._writer: UserLogWriter | None = None
         self._trimmed = 0
+        self._policy_faults = FaultLog(_log, "periodic policy evaluation")
+        self._quarantined = 0  # rows of the queue set aside as unreadable
         self.pool: Pool | None = None
 
     def request_stop(self) -> None:
@@ -105,6 +110,7 @@ class Daemon:
             "started": int(self._started),
             "home": str(self.config.home),
             "periodic_interval": self.config.periodic_interval,
+            "quarantined": self._quarantined,
         }
         if self._runner is not None:
             status.update(self._runner.status())
@@ -120,7 +126,9 @@ class Daemon:
         cfg.make_dirs()
         lock = self._lock()
         try:
+            # Rows it cannot read are set aside as it opens (logged, counted in health).
             queue = JobQueue.open(cfg.spool, clock=self._clock, fsync=cfg.fsync)
+            self._quarantined = len(queue.quarantined())
             worker = QueueWorker(queue, doorbells=[cfg.gridmanager_doorbell])
             try:
                 await self._serve(worker)
@@ -180,12 +188,24 @@ class Daemon:
             scratch=cfg.spool,
             fsync=cfg.fsync,
         )
-        server, serving = await self._start_server(service)
+        pool = Pool(cfg, worker, shadows, clock=self._clock, request_stop=self._stop.set)
+        self.pool = pool
+        # Every TCP port first, the socket `htgrid up` asks last: a port another program
+        # holds fails the start before the daemon has answered anyone.
+        await pool.listen()
         try:
             api, api_serving, url = await self._start_api(service)
         except BaseException:
-            server.should_exit = True
-            await serving
+            pool.close_listener()
+            raise
+        try:
+            server, serving = await self._start_server(service)
+        except BaseException:
+            api.should_exit = True
+            await api_serving
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(cfg.url_file)
+            pool.close_listener()
             raise
         tasks = [
             self._supervised(runner.run(), "local universe"),
@@ -193,9 +213,7 @@ class Daemon:
             self._supervised(self._periodic(worker), "periodic policy"),
             self._supervised(shadows.run(), "shadows"),
         ]
-        pool = Pool(cfg, worker, shadows, clock=self._clock, request_stop=self._stop.set)
         pool.api_url = url
-        self.pool = pool
         try:
             await pool.start()
             cfg.pid_file.write_text(f"{os.getpid()}\n")
@@ -229,10 +247,10 @@ class Daemon:
     ) -> tuple[uvicorn.Server, asyncio.Task[None]]:
         """uvicorn on our socket, in a task; it returns once the server is listening."""
         cfg = self.config
-        app = create_app(service, peercred_identity)
+        app = create_app(service, peercred_identity, cfg.api_limits)
         config = uvicorn.Config(
             app,
-            http=PeerCredProtocol,
+            http=guarded_protocol(cfg.api_limits, PeerCredProtocol),
             lifespan="off",
             log_config=None,
             access_log=False,
@@ -269,10 +287,17 @@ class Daemon:
         material = await asyncio.to_thread(ensure_pool_security, security)
         verifier = TokenVerifier(security)
         app = TokenAuthMiddleware(
-            create_app(service, token_identity), verifier.verify, realm=security.trust_domain
+            create_app(service, token_identity, cfg.api_limits),
+            verifier.verify,
+            realm=security.trust_domain,
         )
         config = uvicorn.Config(
-            app, lifespan="off", log_config=None, access_log=False, timeout_graceful_shutdown=5
+            app,
+            http=guarded_protocol(cfg.api_limits),
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=5,
         )
         config.load()
         config.ssl = server_ssl_context(material.server)
@@ -284,8 +309,9 @@ class Daemon:
             sock.bind((host, port))
         except OSError as exc:
             sock.close()
+            held = await asyncio.to_thread(held_by, port)
             raise ScheddError(
-                f"SCHEDD_ADDRESS {host}:{port}: cannot listen: {exc.strerror}"
+                f"SCHEDD_ADDRESS {host}:{port}: cannot listen: {exc.strerror}{held}"
             ) from None
         bound = sock.getsockname()[1]
         server = RotatingServer(config, rotator)
@@ -318,12 +344,13 @@ class Daemon:
         while True:
             await asyncio.sleep(self.config.periodic_interval)
             try:
-                applied = await worker.write(lambda q: q.evaluate_periodic())
+                applied, failures = await worker.write(lambda q: q.periodic_pass())
             except HTGridError as exc:
                 _log.error("periodic policy evaluation failed: %s", exc)
                 continue
             for jid, decision in applied:
                 _log.info("job %s: %s by %s", jid, decision.action.value, decision.attribute)
+            self._policy_faults.pass_over(failures)
             await self._trim_feed(worker)
             await self._sweep_spool(worker)
 

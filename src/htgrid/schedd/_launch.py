@@ -165,8 +165,29 @@ def _open(path: str, flags: int, what: str, code: HoldReasonCode) -> int:
         ) from exc
 
 
+def _refuse_nul(spec: LaunchSpec) -> None:
+    """LaunchError when a name, an argument or the environment holds a NUL, which no
+    file name or argument can carry (a value that came to one at run time)."""
+    fields = (
+        ("Iwd", (spec.cwd,), HoldReasonCode.IwdError),
+        ("Cmd", spec.argv[:1], HoldReasonCode.FailedToCreateProcess),
+        ("Arguments", spec.argv[1:], HoldReasonCode.FailedToCreateProcess),
+        ("Environment", [*spec.env, *spec.env.values()], HoldReasonCode.FailedToCreateProcess),
+        ("In", (spec.stdin,), HoldReasonCode.UnableToOpenInput),
+        ("Out", (spec.stdout,), HoldReasonCode.UnableToOpenOutput),
+        ("Err", (spec.stderr,), HoldReasonCode.UnableToOpenOutput),
+    )
+    for name, values, code in fields:
+        if any("\0" in value for value in values):
+            raise LaunchError(
+                f"the job's {name} holds a NUL character, which no file name or argument can carry",
+                code,
+            )
+
+
 def spawn(spec: LaunchSpec) -> subprocess.Popen[bytes]:
     """Start the job's process (blocking: call off the event loop); LaunchError if it cannot."""
+    _refuse_nul(spec)
     if not os.path.isdir(spec.cwd):
         raise LaunchError(
             f"Failed to change to the job's Iwd '{spec.cwd}': No such directory",

@@ -1,5 +1,8 @@
 """The local universe: the daemon runs `universe = local` jobs on this host itself.
 
+`universe = scheduler` jobs run here too, as HTCondor's schedd runs them on its own host
+(without a starter); they share START_LOCAL_UNIVERSE_LIMIT's slots with local jobs.
+
 It follows the change feed: a submitted cluster or a job back to Idle may be a job to
 start; a running job that became Held or Removed (by a user, or by a periodic policy) is
 killed. The end of each run is recorded so the queue's policies apply: an exit goes to
@@ -38,6 +41,7 @@ from htgrid.queue import (
     Change,
     ChangeKind,
     ExitOutcome,
+    HoldReasonCode,
     Identity,
     InvalidTransition,
     JobAction,
@@ -46,6 +50,7 @@ from htgrid.queue import (
     JobQueue,
     JobStatus,
 )
+from htgrid.queue.faults import FaultLog, JobFailure, daemon_fault, problem
 from htgrid.schedd._launch import (
     Exit,
     LaunchError,
@@ -62,6 +67,8 @@ __all__ = ["SCHEDD", "LocalRunner", "RunState", "StopReason"]
 _log = logging.getLogger("htgrid.schedd.local")
 
 LOCAL: Final = 12  # JobUniverse
+SCHEDULER: Final = 7  # JobUniverse: run on the schedd's host like local, as HTCondor does
+_MINE: Final = f"(JobUniverse == {LOCAL} || JobUniverse == {SCHEDULER})"
 SCHEDD: Final = Identity("htgrid", admin=True)  # the daemon acting on its own account
 _FEED_BATCH: Final = 2000
 
@@ -134,6 +141,7 @@ class LocalRunner:
         self._seq = 0
         self._accepting = True
         self._wake = worker.subscribe()
+        self._faults = FaultLog(_log, "local universe runner")
 
     # -- start-up -----------------------------------------------------------------------
 
@@ -145,7 +153,7 @@ class LocalRunner:
 
         def evict(q: JobQueue) -> list[JobId]:
             evicted = []
-            for ad in q.query(f"JobUniverse == {LOCAL} && JobStatus != 1 && JobStatus != 5"):
+            for ad in q.query(f"{_MINE} && JobStatus != 1 && JobStatus != 5"):
                 jid = JobId(ad["ClusterId"], ad["ProcId"])
                 if ad["JobStatus"] == JobStatus.REMOVED:
                     q.destroy(jid)
@@ -160,7 +168,7 @@ class LocalRunner:
 
         def idle(q: JobQueue) -> tuple[int, list[ClassAd]]:
             seq = q.last_seq  # first: a change after this is read from the feed
-            return seq, q.query(f"JobStatus == 1 && JobUniverse == {LOCAL}", ["JobStatus"])
+            return seq, q.query(f"JobStatus == 1 && {_MINE}", ["JobStatus"])
 
         self._seq, ads = await self._worker.read(idle)
         self._pending.update((JobId(ad["ClusterId"], ad["ProcId"]), None) for ad in ads)
@@ -230,7 +238,7 @@ class LocalRunner:
 
     async def _find_idle(self, clusters: set[int], jobs: set[JobId]) -> None:
         """Add the idle local jobs of these clusters, and these jobs if idle, to pending."""
-        idle = f"JobStatus == 1 && JobUniverse == {LOCAL}"
+        idle = f"JobStatus == 1 && {_MINE}"
 
         def find(q: JobQueue) -> list[JobId]:
             found: list[JobId] = []
@@ -242,7 +250,8 @@ class LocalRunner:
             found.extend(
                 jid
                 for jid, ad in by_id.items()
-                if ad.get("JobStatus") == JobStatus.IDLE and ad.get("JobUniverse") == LOCAL
+                if ad.get("JobStatus") == JobStatus.IDLE
+                and ad.get("JobUniverse") in (LOCAL, SCHEDULER)
             )
             return found
 
@@ -267,8 +276,13 @@ class LocalRunner:
     async def _run_job(self, run: _Run) -> None:
         try:
             await self._run_steps(run)
-        except HTGridError as exc:
-            _log.error("job %s: %s", run.job_id, exc)
+        except Exception as exc:
+            if not daemon_fault(exc):
+                await self._contain(run, exc)
+            elif isinstance(exc, HTGridError):  # the queue failed: the job stays as it is
+                _log.error("job %s: %s", run.job_id, exc)
+            else:
+                raise
         finally:
             self._runs.pop(run.job_id, None)
             if run.proc is not None and run.proc.returncode is None:
@@ -316,6 +330,32 @@ class LocalRunner:
         kill_group(run.proc.pid, signal.SIGKILL)  # what the job left running dies with it
         run.move(RunState.ENDED)
         await self._record(run, ended)
+
+    async def _contain(self, run: _Run, exc: Exception) -> None:
+        """Hold a job whose run failed for a reason of its own (a value of the wrong type,
+        a bug it alone meets): it would fail again at every start."""
+        jid = run.job_id
+        if run.proc is not None and run.proc.returncode is None:
+            kill_group(run.proc.pid, signal.SIGKILL)
+        what = problem(exc)
+        code = (
+            HoldReasonCode.FailedToCreateProcess if run.proc is None else HoldReasonCode.Unspecified
+        )
+        reason = f"The local universe runner failed on this job: {what}"
+
+        def hold(q: JobQueue) -> bool:
+            try:
+                return bool(q.act(JobAction.Hold, jid, SCHEDD, reason, code=code))
+            except (InvalidTransition, JobNotFound):
+                return False  # held or removed meanwhile
+
+        held = False
+        try:
+            held = await self._worker.write(hold)
+        except Exception as again:
+            if daemon_fault(again) and not isinstance(again, HTGridError):
+                raise
+        self._faults.report(JobFailure(jid, what, held=held, error=exc))
 
     async def _hold(self, jid: JobId, exc: LaunchError) -> None:
         _log.warning("job %s cannot start: %s", jid, exc.reason)

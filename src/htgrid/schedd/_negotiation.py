@@ -7,8 +7,10 @@ shadow is already starting. Its `report` carries out a cycle's decisions:
 - a vanilla match starts a shadow, which claims the slot and runs the job there;
 - a grid match writes the match into the job (NumJobMatches, LastMatchName0, the
   MATCH_ attributes) with its macros filled, GridResource included, and `Matched =
-  true` (submit made it false): the grid manager then submits it to the matched site;
+  true` (submit made it false; `JobQueue.grid_matched`, which keeps the templates for a
+  release to restore): the grid manager then submits it to the matched site;
 - a macro the matched ad cannot fill holds the job ("Cannot expand $$(...)");
+- a job the cycle could not evaluate (`CycleResult.failures`) is held, logged once;
 - an unmatched job gets LastRejMatchReason and LastRejMatchTime.
 
 `NegotiationLoop` runs cycles every NEGOTIATOR_INTERVAL, and sooner (but not more often
@@ -19,17 +21,17 @@ to idle, or jobs that stopped running and so freed a slot (condor_reschedule's e
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Final
 
 from htgrid._aio import wait_event
 from htgrid.classad import ClassAd, ExprTree, quote
-from htgrid.errors import HTGridError
-from htgrid.negotiator import CycleResult
+from htgrid.negotiator import CycleResult, Match
 from htgrid.negotiator.daemon import Negotiator
 from htgrid.queue import (
     Change,
@@ -42,6 +44,7 @@ from htgrid.queue import (
     JobQueue,
     JobStatus,
 )
+from htgrid.queue.faults import FaultLog, JobFailure, daemon_fault, problem
 from htgrid.schedd._local import SCHEDD
 from htgrid.schedd._shadow import VANILLA, ShadowManager
 from htgrid.schedd._worker import QueueWorker
@@ -56,6 +59,8 @@ IDLE_FOR_MATCHING: Final = (
     f'(JobUniverse == {GRID} && regexp("\\\\$\\\\$\\\\(", GridResource)))'
 )
 _FEED_BATCH: Final = 2000
+#: The HoldReason of a job the negotiator failed on.
+CANNOT_MATCH: Final = "The negotiator could not match this job: {}"
 
 
 def _job_id(ad: ClassAd) -> JobId:
@@ -72,6 +77,7 @@ class QueueJobs:
         self._shadows = shadows
         self._clock = clock
         self._cycle: dict[JobId, ClassAd] = {}  # the last cycle's jobs, for its report
+        self._faults = FaultLog(_log, "negotiator")
 
     async def idle_jobs(self) -> list[ClassAd]:
         ads = await self._worker.read(lambda q: q.query(IDLE_FOR_MATCHING))
@@ -82,52 +88,104 @@ class QueueJobs:
 
     async def report(self, result: CycleResult) -> None:
         holds: list[tuple[JobId, str]] = []
-        grid: list[tuple[JobId, dict[str, ExprTree]]] = []
+        grid: list[_GridMatch] = []
         for match in result.matches:
             job = self._cycle.get(match.job_id)
             if job is None:
                 continue
-            if match.expansion.error:
-                holds.append((match.job_id, match.expansion.error))
-            elif job.get("JobUniverse") == GRID:
-                pairs = match.job_updates + match.expansion.expanded + (("Matched", "true"),)
-                grid.append((match.job_id, {name: ExprTree(text) for name, text in pairs}))
-                _log.info("grid job %s matched to %s", match.job_id, match.machine)
-            else:
-                self._shadows.start(match, job)
+            try:
+                if match.expansion.error:
+                    holds.append((match.job_id, match.expansion.error))
+                elif job.get("JobUniverse") == GRID:
+                    grid.append(_GridMatch.of(match))
+                    _log.info("grid job %s matched to %s", match.job_id, match.machine)
+                else:
+                    self._shadows.start(match, job)
+            except Exception as exc:
+                if daemon_fault(exc):
+                    raise
+                self._fail(JobFailure(match.job_id, problem(exc), held=False, error=exc))
+        failed = {failure.job_id: failure for failure in result.failures}
+        holds += [(jid, CANNOT_MATCH.format(failure.problem)) for jid, failure in failed.items()]
         rejected: dict[str, list[JobId]] = {}
         for rejection in result.rejections:
             rejected.setdefault(rejection.reason, []).append(rejection.job_id)
-        if holds or grid or rejected:
-            now = int(self._clock())
-            await self._worker.write(
-                functools.partial(_record, holds=holds, grid=grid, rejected=rejected, now=now)
-            )
+        if not (holds or grid or rejected):
+            return
+        now = int(self._clock())
+        held, failures = await self._worker.write(
+            functools.partial(_record, holds=holds, grid=grid, rejected=rejected, now=now)
+        )
+        for jid, failure in failed.items():
+            self._fail(dataclasses.replace(failure, held=jid in held))
+        for failure in failures:
+            self._fail(failure)
+
+    def _fail(self, failure: JobFailure) -> None:
+        self._faults.report(failure)
+
+
+@dataclass(frozen=True, slots=True)
+class _GridMatch:
+    """What a grid match writes into its job."""
+
+    job_id: JobId
+    updates: Mapping[str, ExprTree]
+    expanded: tuple[str, ...]  # the attributes whose macros it filled in
+
+    @classmethod
+    def of(cls, match: Match) -> _GridMatch:
+        pairs = match.job_updates + match.expansion.expanded
+        updates = {name: ExprTree(text) for name, text in pairs}
+        return cls(match.job_id, updates, tuple(name for name, _ in match.expansion.expanded))
 
 
 def _record(
     q: JobQueue,
     *,
     holds: list[tuple[JobId, str]],
-    grid: list[tuple[JobId, dict[str, ExprTree]]],
+    grid: list[_GridMatch],
     rejected: dict[str, list[JobId]],
     now: int,
-) -> None:
+) -> tuple[set[JobId], list[JobFailure]]:
+    """The cycle's decisions, each job's on its own: the jobs held, and those whose
+    decision failed (held for it when possible)."""
+    held: set[JobId] = set()
+    failures: list[JobFailure] = []
+
+    def each(jid: JobId, decide: Callable[..., object], *args: object) -> object:
+        try:
+            return decide(*args)
+        except (InvalidTransition, JobNotFound):
+            return None  # held, removed or gone since the cycle began
+        except Exception as exc:
+            if daemon_fault(exc):
+                raise
+            what = problem(exc)
+            done = _hold(q, jid, CANNOT_MATCH.format(what))
+            failures.append(JobFailure(jid, what, held=done, error=exc))
+            return None
+
     for jid, reason in holds:
-        with contextlib.suppress(InvalidTransition, JobNotFound):
-            q.act(JobAction.Hold, jid, SCHEDD, reason, code=HoldReasonCode.Unspecified)
-    for jid, updates in grid:
-        with contextlib.suppress(InvalidTransition, JobNotFound):
-            if q.get(jid)["JobStatus"] == JobStatus.IDLE:  # not held or removed meanwhile
-                q.update(jid, updates)
+        if each(jid, _hold, q, jid, reason):
+            held.add(jid)
+    for match in grid:
+        each(match.job_id, q.grid_matched, match.job_id, match.updates, match.expanded)
     for reason, ids in rejected.items():
         attrs = {"LastRejMatchReason": quote(reason), "LastRejMatchTime": str(now)}
         try:
             q.edit(ids, attrs, SCHEDD)  # one transaction for all
         except JobNotFound:  # one left the queue since the cycle began
             for jid in ids:
-                with contextlib.suppress(JobNotFound):
-                    q.edit(jid, attrs, SCHEDD)
+                each(jid, q.edit, jid, attrs, SCHEDD)
+    return held, failures
+
+
+def _hold(q: JobQueue, jid: JobId, reason: str) -> bool:
+    try:
+        return bool(q.act(JobAction.Hold, jid, SCHEDD, reason, code=HoldReasonCode.Unspecified))
+    except (InvalidTransition, JobNotFound):
+        return False
 
 
 class NegotiationLoop:
@@ -167,10 +225,7 @@ class NegotiationLoop:
             while True:
                 began = self._monotonic()
                 self._news.clear()
-                try:
-                    await self.negotiator.cycle()
-                except HTGridError as exc:
-                    _log.error("negotiation cycle failed: %s", exc)
+                await self.negotiator.guarded_cycle()
                 await asyncio.sleep(max(0.0, self._min_interval - (self._monotonic() - began)))
                 rest = self._interval - (self._monotonic() - began)
                 if rest > 0:

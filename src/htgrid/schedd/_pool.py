@@ -27,8 +27,10 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any, Final
 
+from htgrid._ports import port_holder
 from htgrid.collector import CollectorClient
 from htgrid.collector.client import pool_url
 from htgrid.negotiator import NegotiatorConfig
@@ -80,13 +82,26 @@ class Pool:
         """The collector this pool advertises to and negotiates from."""
         return self.collector_address or self.config.collector_host
 
+    async def listen(self) -> None:
+        """Bind the collector's port (COLLECTOR_HOST), before the daemon answers anyone:
+        `htgrid up` reports a port another program holds, and nothing starts."""
+        if "COLLECTOR" in self.config.daemons and self._listener is None:
+            self._listener = await self._bind()
+
+    def close_listener(self) -> None:
+        """Let go of the collector's port (the daemon could not start after all)."""
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+
     async def start(self) -> None:
         cfg = self.config
         python = sys.executable
         # `htgrid up` made these already; a daemon started otherwise makes them here.
         await asyncio.to_thread(ensure_pool_security, SecurityConfig.load(cfg.home))
         if "COLLECTOR" in cfg.daemons:
-            self._listener = await self._bind()
+            await self.listen()
+            assert self._listener is not None
             host, port = self._listener.getsockname()[:2]
             self.collector_address = f"{host}:{port}"
             await asyncio.to_thread(_write, cfg.collector_address_file, self.collector_address)
@@ -196,10 +211,16 @@ class Pool:
                 return sock
             except OSError as exc:
                 sock.close()
-                if attempt == _BIND_TRIES - 1:
+                holder = await asyncio.to_thread(port_holder, int(port))
+                # Only this pool's own collector, left by a daemon that just died, goes
+                # away by itself (it stops when its parent's pipe closes): wait for it.
+                # Any other program: say which, at once.
+                ours = holder is not None and _our_collector(holder.command, self.config.home)
+                if not ours or attempt == _BIND_TRIES - 1:
+                    held = f" (held by {holder})" if holder is not None else ""
                     raise ScheddError(
                         f"the collector cannot listen on {host}:{port} (COLLECTOR_HOST): "
-                        f"{exc.strerror}"
+                        f"{exc.strerror}{held}"
                     ) from exc
                 await asyncio.sleep(0.1)
         raise AssertionError("unreachable")
@@ -265,6 +286,12 @@ class Pool:
             self._listener.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.config.collector_address_file)
+
+
+def _our_collector(command: str, home: Path) -> bool:
+    """Whether `command` is the collector a master of `home` starts."""
+    words = command.split()
+    return "htgrid.collector" in words and str(home) in words
 
 
 def _write(path: os.PathLike[str], text: str) -> None:

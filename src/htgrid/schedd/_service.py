@@ -36,6 +36,7 @@ from htgrid.queue import (
     JobQueue,
     JobStatus,
     NotAuthorized,
+    Quarantined,
 )
 from htgrid.schedd._spool import (
     NO_LIMIT,
@@ -285,7 +286,9 @@ class QueueService:
             # may not be yet.
             tar = await receive_input(self._spool_root(), body, self._max_input, what)
             try:  # unpack_input makes the directory if the submit's task has not yet
-                await asyncio.to_thread(unpack_input, sandbox, tar, sync=self._fsync)
+                await asyncio.to_thread(
+                    unpack_input, sandbox, tar, self._max_input, what, sync=self._fsync
+                )
             finally:
                 tar.close()
             done = {"StageInStart": start, "StageInFinish": int(self._clock())}
@@ -524,6 +527,10 @@ class QueueService:
                 f"job {job_id} is owned by {owner}; {identity.name} may not {verb} it"
             )
         return ad
+
+    async def quarantined(self, identity: Identity) -> list[Quarantined]:
+        found = await self._worker.read(lambda q: q.quarantined(), client=True)
+        return [e for e in found if identity.admin or e.owner == identity.name]
 
     async def status(self) -> dict[str, Any]:
         return self._status()

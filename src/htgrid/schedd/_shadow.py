@@ -38,6 +38,7 @@ from htgrid.classad._match import requirements_hold
 from htgrid.negotiator import Expansion, Match, expand
 from htgrid.negotiator._expand import Updates, dollar_attributes
 from htgrid.queue import Change, ChangeKind, JobId, JobQueue, JobStatus
+from htgrid.queue.faults import FaultLog, JobFailure, daemon_fault, problem
 from htgrid.schedd._shadow_run import RUNNING, ShadowRun, ShadowSettings, StopReason
 from htgrid.schedd._worker import QueueWorker
 from htgrid.startd import Resources, StartdClient, StartdError, socket_of
@@ -73,6 +74,7 @@ class ShadowManager:
         self._accepting = True
         self._seq = 0
         self._wake = worker.subscribe()
+        self._faults = FaultLog(_log, "shadow")
 
     @property
     def busy(self) -> frozenset[JobId]:
@@ -157,10 +159,19 @@ class ShadowManager:
             return None
         for ad in ads:
             jid = JobId(ad["ClusterId"], ad["ProcId"])
-            if jid in self._shadows or not _fits(ad, run.slot_ad, run.resources):
+            if jid in self._shadows:
                 continue
-            names = dollar_attributes(ad)
-            expansion = expand(ad, run.slot_ad, names) if names else Expansion()
+            try:
+                if not _fits(ad, run.slot_ad, run.resources):
+                    continue
+                names = dollar_attributes(ad)
+                expansion = expand(ad, run.slot_ad, names) if names else Expansion()
+            except Exception as exc:
+                if daemon_fault(exc):
+                    raise
+                # Not this claim's to hold: the negotiator holds it at its next cycle.
+                self.failed(JobFailure(jid, problem(exc), held=False, error=exc))
+                continue
             if expansion.error:
                 continue  # the negotiator holds it, matched to a slot of its own
             if self._shadows.get(run.job_id) is run:
@@ -233,6 +244,9 @@ class ShadowManager:
 
     def monotonic(self) -> float:
         return self._monotonic()
+
+    def failed(self, failure: JobFailure) -> None:
+        self._faults.report(failure)
 
 
 def _fits(job: ClassAd, slot: ClassAd, resources: Resources) -> bool:

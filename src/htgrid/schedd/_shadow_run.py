@@ -33,6 +33,7 @@ from htgrid.queue import (
     JobQueue,
     JobStatus,
 )
+from htgrid.queue.faults import JobFailure, daemon_fault, problem
 from htgrid.schedd._local import SCHEDD
 from htgrid.startd import (
     ClaimGrant,
@@ -102,6 +103,10 @@ class ShadowHost(Protocol):
 
     def monotonic(self) -> float: ...
 
+    def failed(self, failure: JobFailure) -> None:
+        """A job the shadow failed on for a reason of its own (logged once)."""
+        ...
+
 
 class ShadowRun:
     """One job's run on one claim."""
@@ -154,11 +159,31 @@ class ShadowRun:
         except asyncio.CancelledError:
             await asyncio.shield(self._abandon("the schedd stopped following it"))
             raise
-        except HTGridError as exc:  # a queue that failed a write, say: never leave the
-            await self._abandon(f"the shadow failed: {exc}")  # job Running with no shadow
-        except Exception:
-            _log.exception("job %s: the shadow failed", self.job_id)
-            await self._abandon("the shadow failed")
+        except Exception as exc:
+            if not daemon_fault(exc):
+                await self._contain(exc)
+                return
+            # The queue failed a write, say: never leave the job Running with no shadow.
+            await self._abandon(f"the shadow failed: {exc}")
+            if not isinstance(exc, HTGridError):
+                raise
+
+    async def _contain(self, exc: Exception) -> None:
+        """Hold a job the shadow failed on for a reason of the job's own (an attribute of
+        the wrong type, an expression that cannot be evaluated, a bug it alone meets):
+        back to idle, it would be matched and fail again at every cycle."""
+        what = problem(exc)
+        held = False
+        try:
+            held = await self._hold(
+                f"The shadow failed while running this job: {what}", HoldReasonCode.Unspecified, 0
+            )
+        except Exception as again:
+            if daemon_fault(again) and not isinstance(again, HTGridError):
+                raise
+        finally:
+            await self._release()
+        self.m.failed(JobFailure(self.job_id, what, held=held, error=exc))
 
     async def _abandon(self, why: str) -> None:
         await self._record_evicted(why)
@@ -419,17 +444,20 @@ class ShadowRun:
         with contextlib.suppress(HTGridError):
             await self._record_stop({}, why)
 
-    async def _hold(self, reason: str, code: HoldReasonCode, subcode: int) -> None:
+    async def _hold(self, reason: str, code: HoldReasonCode, subcode: int) -> bool:
+        """Hold the job (a removed one leaves the queue); whether this held it."""
         jid = self.job_id
         _log.warning("job %s held: %s", jid, reason)
 
-        def hold(q: JobQueue) -> None:
+        def hold(q: JobQueue) -> bool:
+            held = False
             with contextlib.suppress(InvalidTransition, JobNotFound):
-                q.act(JobAction.Hold, jid, SCHEDD, reason, code=code, subcode=subcode)
+                held = bool(q.act(JobAction.Hold, jid, SCHEDD, reason, code=code, subcode=subcode))
             with contextlib.suppress(InvalidTransition, JobNotFound):
                 _after_stop(q, jid)
+            return held
 
-        await self.m.write(hold)
+        return bool(await self.m.write(hold))
 
     async def _release(self) -> None:
         with contextlib.suppress(StartdError):

@@ -11,8 +11,10 @@ jobs' outputs in one tar, `jobs.json` first, with `output_files` and `pack_outpu
 `unpack_input` and the packing block: call them off the event loop.
 Both directions are capped (`SizeLimit`: MAX_TRANSFER_INPUT_MB, MAX_TRANSFER_OUTPUT_MB).
 
-Nothing a caller sends may land outside the sandbox: members must be regular files or
-directories with relative names and no `..`, symbolic links are neither made nor followed
+Nothing a caller sends may land outside the sandbox, nor take more room than the cap
+says: members must be regular files or directories with relative names and no `..`, a
+sparse file counts by its whole size (it is written whole), an upload holds at most
+MAX_TAR_MEMBERS members, symbolic links are neither made nor followed
 (a job may leave one pointing at a file it must not hand out), and the files of an upload
 are written aside, synced, then renamed into place, so a crash mid-upload leaves the
 sandbox as it was (the temporary tar has no name: a crash leaves nothing behind). What came in is remembered (`<proc>.input.json` beside the sandbox) so
@@ -43,7 +45,7 @@ from cryptography import x509
 from htgrid._files import write_atomic
 from htgrid.classad import ClassAd
 from htgrid.net._errors import BadRequest, SandboxTooLarge
-from htgrid.schedd._tarscan import empty_job_dirs
+from htgrid.schedd._tarscan import empty_job_dirs, listed_members, unpacked_size
 
 __all__ = [
     "INDEX",
@@ -133,7 +135,7 @@ def _checked_member(member: tarfile.TarInfo, name: str) -> PurePosixPath:
 
 
 def _checked_members(tar: tarfile.TarFile) -> list[Member]:
-    return [(member, _checked_member(member, member.name)) for member in tar.getmembers()]
+    return [(member, _checked_member(member, member.name)) for member in listed_members(tar)]
 
 
 def _directory(root: Path, rel: PurePosixPath) -> Path:
@@ -284,17 +286,27 @@ def _missing(paths: Sequence[Path]) -> list[Path]:
     return missing
 
 
-def unpack_input(sandbox: Path, data: bytes | BinaryIO, *, sync: bool = True) -> list[str]:
+def unpack_input(
+    sandbox: Path,
+    data: bytes | BinaryIO,
+    limit: SizeLimit = NO_LIMIT,
+    what: str = "the input sandbox",
+    *,
+    sync: bool = True,
+) -> list[str]:
     """Unpack a plain tar (bytes or a file) into `sandbox` (made if missing); the files
     written.
 
     Every member is checked before anything is written (BadRequest naming the first bad
-    one); the files are written to a directory aside and renamed into place.
+    one), and the files' sizes against `limit` (SandboxTooLarge); the files are written
+    to a directory aside and renamed into place.
     """
     source = io.BytesIO(data) if isinstance(data, bytes) else data
     try:
         with tarfile.open(fileobj=source, mode="r:") as tar:
-            return unpack_members(tar, _checked_members(tar), sandbox, sync=sync)
+            members = _checked_members(tar)
+            limit.check(unpacked_size(m for m, _ in members), f"{what} (its files unpacked)")
+            return unpack_members(tar, members, sandbox, sync=sync)
     except tarfile.TarError as exc:
         raise BadRequest(f"the request body is not a whole tar archive: {exc}") from None
 
@@ -324,14 +336,21 @@ def read_batch(data: BinaryIO, limit: SizeLimit) -> BatchInput:
     upload (BadRequest naming it); a bad member inside one (`12.0/../x`, a link) and a
     sandbox over `limit` (its files summed) refuse only that job.
     """
-    empty = empty_job_dirs(data)
+    empty = empty_job_dirs(data)  # at most MAX_TAR_MEMBERS headers
     try:
         tar = tarfile.open(fileobj=data, mode="r:")  # noqa: SIM115 - the caller closes it
-        if empty is not None:  # only empty job directories: each job has no member
-            return BatchInput(tar, {job: [] for job in empty}, {})
-        listed = tar.getmembers()
     except tarfile.TarError as exc:
         raise BadRequest(f"the request body is not a whole tar archive: {exc}") from None
+    try:
+        if empty is not None:  # only empty job directories: each job has no member
+            return BatchInput(tar, {job: [] for job in empty}, {})
+        listed = listed_members(tar)
+    except tarfile.TarError as exc:
+        tar.close()
+        raise BadRequest(f"the request body is not a whole tar archive: {exc}") from None
+    except BaseException:
+        tar.close()
+        raise
     members: dict[str, list[Member]] = {}
     problems: dict[str, BadRequest | SandboxTooLarge] = {}
     sizes: dict[str, int] = {}
@@ -356,11 +375,11 @@ def read_batch(data: BinaryIO, limit: SizeLimit) -> BatchInput:
             except BadRequest as exc:
                 problems[job] = exc
                 continue
-            sizes[job] = sizes.get(job, 0) + (member.size if member.isfile() else 0)
+            sizes[job] = sizes.get(job, 0) + unpacked_size((member,))
         for job, size in sizes.items():
             if job not in problems:
                 try:
-                    limit.check(size, f"the input sandbox of job {job}")
+                    limit.check(size, f"the input sandbox of job {job} (its files unpacked)")
                 except SandboxTooLarge as exc:
                     problems[job] = exc
     except BaseException:

@@ -1,4 +1,6 @@
-"""A quick look at a batch upload that holds nothing but empty job directories.
+"""Reading an upload's tar: its members, counted as they come (`listed_members`) and by
+the size they unpack to (`unpacked_size`); and a quick look at a batch upload that holds
+nothing but empty job directories (`empty_job_dirs`).
 
 HTCondor-C stages in every job, also one with no input file: a batch of a thousand such
 jobs is a tar of a thousand directory headers (`12.0/`, `12.1/`...). tarfile reads a
@@ -12,9 +14,17 @@ which decides and says what is wrong.
 from __future__ import annotations
 
 import re
+import tarfile
+from collections.abc import Iterable
 from typing import BinaryIO, Final
 
-__all__ = ["empty_job_dirs"]
+from htgrid.net._errors import SandboxTooLarge
+
+__all__ = ["MAX_TAR_MEMBERS", "empty_job_dirs", "listed_members", "unpacked_size"]
+
+#: The most members one upload may hold: each costs the daemon a TarInfo (or, here, a
+#: job id) before anything is checked.
+MAX_TAR_MEMBERS: Final = 100_000
 
 _BLOCK: Final = 512
 _END: Final = bytes(_BLOCK)
@@ -26,14 +36,15 @@ _DIRTYPE: Final = b"5"
 _FIELDS: Final = ((100, 108), (108, 116), (116, 124), (136, 148))
 
 
-def empty_job_dirs(data: BinaryIO) -> list[str] | None:
+def empty_job_dirs(data: BinaryIO, most: int = MAX_TAR_MEMBERS) -> list[str] | None:
     """The job ids ("12.0") of a tar of empty job directories, in order, each once; None
-    when the tar is anything else. Leaves `data` at its start either way."""
+    when the tar is anything else, or holds more than `most` headers. Leaves `data` at
+    its start either way."""
     start = data.tell()
     try:
         jobs: dict[str, None] = {}
         known: set[bytes] = set()  # numeric fields already read (one set in a batch, often)
-        while True:
+        for _ in range(most + 1):
             block = data.read(_BLOCK)
             if block == _END:
                 return list(jobs) if jobs else None
@@ -41,6 +52,7 @@ def empty_job_dirs(data: BinaryIO) -> list[str] | None:
             if job is None:
                 return None
             jobs[job] = None
+        return None  # too many: tarfile reads it, and says so
     finally:
         data.seek(start)
 
@@ -72,3 +84,20 @@ def _octal(field: bytes) -> int | None:
         return None
     digits = text.strip()
     return int(digits, 8) if digits else 0
+
+
+def listed_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
+    """The members of a tar being read; SandboxTooLarge past MAX_TAR_MEMBERS (read one
+    by one, so a tar of millions of empty files is refused before it fills memory)."""
+    members: list[tarfile.TarInfo] = []
+    for member in tar:
+        members.append(member)
+        if len(members) > MAX_TAR_MEMBERS:
+            raise SandboxTooLarge(f"the tar holds more than {MAX_TAR_MEMBERS} members")
+    return members
+
+
+def unpacked_size(members: Iterable[tarfile.TarInfo]) -> int:
+    """The bytes the files of `members` take once unpacked: a sparse member counts whole
+    (its holes are written as zeros), however few bytes it took on the wire."""
+    return sum(member.size for member in members if member.isfile())

@@ -15,13 +15,13 @@ import asyncio
 import functools
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from htgrid._aio import wait_event
 from htgrid.classad import ClassAd
-from htgrid.queue import Change, ChangeKind, JobId, JobQueue, JobStatus
-from htgrid.queue.eventlog import (
+from htgrid.eventlog import (
     EventLogError,
     ExecuteEvent,
     JobAbortedEvent,
@@ -34,6 +34,17 @@ from htgrid.queue.eventlog import (
     UserLog,
     UserLogEvent,
 )
+from htgrid.queue import (
+    Change,
+    ChangeKind,
+    HoldReasonCode,
+    JobAction,
+    JobId,
+    JobQueue,
+    JobStatus,
+)
+from htgrid.queue.faults import FaultLog, JobFailure, daemon_fault, problem
+from htgrid.schedd._local import SCHEDD
 from htgrid.schedd._worker import QueueWorker
 
 __all__ = ["UserLogWriter", "events_for"]
@@ -56,7 +67,9 @@ _INFO: Final = (
     "ExitCode",
     "ExitSignal",
     "ExitBySignal",
+    "JobUniverse",
 )
+_SCHEDULER: Final = 7  # JobUniverse
 _RUNNING: Final = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED})
 
 Pending = list[tuple[str, UserLogEvent]]
@@ -77,6 +90,7 @@ class UserLogWriter:
         # time, or a batch of events could be written twice.
         self._lock = asyncio.Lock()
         self._clients = 0  # submits waiting for catch_up: its queue calls go first then
+        self._faults = FaultLog(_log, "event log writer")
 
     @property
     def seq(self) -> int:
@@ -120,29 +134,70 @@ class UserLogWriter:
             async with self._lock:
                 while True:
                     collect = functools.partial(self._collect, after=self._seq)
-                    last, pending = await self._worker.read(collect, client=self._clients > 0)
+                    last, pending, failed = await self._worker.read(
+                        collect, client=self._clients > 0
+                    )
                     if last == self._seq:
                         return
                     if pending or last - self._saved >= _SAVE_EVERY:
-                        await asyncio.to_thread(self._write, pending, last)
+                        failed += await asyncio.to_thread(self._write, pending, last)
                         self._saved = last
                     self._seq = last
+                    if failed:
+                        await self._contain(failed)
         finally:
             self._clients -= client
 
     # -- on the queue thread ----------------------------------------------------------------
 
-    def _collect(self, q: JobQueue, *, after: int) -> tuple[int, Pending]:
+    async def _contain(self, failed: list[_Failed]) -> None:
+        """Hold the jobs whose events could not be written (UnableToInitUserLog, as the
+        shadow holds a job whose log it cannot open), each logged once."""
+        first: dict[JobId, _Failed] = {}
+        for failure in failed:
+            first.setdefault(failure.job_id, failure)
+
+        def hold(q: JobQueue) -> list[bool]:
+            done = []
+            for failure in first.values():
+                try:
+                    done.append(
+                        bool(
+                            q.act(
+                                JobAction.Hold,
+                                failure.job_id,
+                                SCHEDD,
+                                failure.reason,
+                                code=HoldReasonCode.UnableToInitUserLog,
+                            )
+                        )
+                    )
+                except Exception as exc:  # held or gone meanwhile, or not to be held
+                    if daemon_fault(exc):
+                        raise
+                    done.append(False)
+            return done
+
+        held = await self._worker.write(hold)
+        for failure, was_held in zip(first.values(), held, strict=True):
+            self._faults.report(
+                JobFailure(failure.job_id, failure.problem, held=was_held, error=failure.error)
+            )
+
+    def _collect(self, q: JobQueue, *, after: int) -> tuple[int, Pending, list[_Failed]]:
         changes = q.changes_since(after, limit=_BATCH)
         pending: Pending = []
+        failed: list[_Failed] = []
         for change in changes:
             try:
-                pending.extend(self._events(q, change))
-            except Exception:  # one odd change must not stop every later event
+                pending.extend(self._events(q, change, failed))
+            except Exception as exc:  # one odd change must not stop every later event
+                if daemon_fault(exc):
+                    raise
                 _log.exception("cannot make the event of change %d", change.seq)
-        return (changes[-1].seq if changes else after), pending
+        return (changes[-1].seq if changes else after), pending, failed
 
-    def _events(self, q: JobQueue, change: Change) -> Pending:
+    def _events(self, q: JobQueue, change: Change, failed: list[_Failed]) -> Pending:
         if change.kind is ChangeKind.SUBMITTED:
             return self._submitted(q, change)
         if change.kind is ChangeKind.LEFT_QUEUE:
@@ -167,7 +222,13 @@ class UserLogWriter:
                 continue
             if change.status in (JobStatus.COMPLETED, JobStatus.IDLE) and ad is None:
                 ad = _job_ad(q, jid)  # for the resource usage
-            event = events_for(change, jid, ad or ClassAd(), self._host)
+            try:
+                event = events_for(change, jid, ad or ClassAd(), self._host)
+            except Exception as exc:  # this job's values only: the others' events go on
+                if daemon_fault(exc):
+                    raise
+                failed.append(_Failed.of(jid, path, exc))
+                continue
             if event is not None:
                 out.append((path, event))
         return out
@@ -196,12 +257,15 @@ class UserLogWriter:
 
     # -- in a helper thread --------------------------------------------------------------
 
-    def _write(self, pending: Pending, last: int) -> None:
+    def _write(self, pending: Pending, last: int) -> list[_Failed]:
+        failed: list[_Failed] = []
         for path, event in pending:
             try:
                 UserLog(path).append(event)
-            except EventLogError as exc:
-                _log.warning("job %d.%d: %s", event.cluster, event.proc, exc)
+            except Exception as exc:  # this job's log only: the others' events go on
+                if daemon_fault(exc):
+                    raise
+                failed.append(_Failed.of(JobId(event.cluster, event.proc), path, exc))
         tmp = self._seq_file.with_suffix(".tmp")
         try:
             tmp.write_text(f"{last}\n")
@@ -209,6 +273,27 @@ class UserLogWriter:
         except OSError as exc:
             # The events are written; after a restart they would be written again.
             _log.error("cannot record the event log position in %s: %s", self._seq_file, exc)
+        return failed
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    """A job whose event could not be made or written, and the HoldReason it gets."""
+
+    job_id: JobId
+    problem: str
+    reason: str
+    error: BaseException
+
+    @classmethod
+    def of(cls, job_id: JobId, path: str, exc: BaseException) -> _Failed:
+        cause = exc.__cause__ if isinstance(exc, EventLogError) else exc
+        if isinstance(cause, OSError):
+            # HTCondor's words when the shadow cannot open a job's log.
+            what = cause.strerror or problem(cause)
+            return cls(job_id, what, f"Failed to initialize user log to {path}: {what}", exc)
+        what = problem(exc)
+        return cls(job_id, what, f"The event log writer failed on this job's event: {what}", exc)
 
 
 def _log_path(ad: ClassAd) -> str | None:
@@ -234,6 +319,10 @@ def _job_ad(q: JobQueue, jid: JobId) -> ClassAd | None:
 
 
 def _usage(ad: ClassAd, user: str, system: str) -> Rusage:
+    if ad.get("JobUniverse") == _SCHEDULER:
+        # HTCondor's schedd measures no usage of its scheduler universe jobs: its 005 and
+        # 004 events show zeros (Scheduler::WriteTerminateToUserLog); the ad keeps ours.
+        return Rusage()
     return Rusage(user_cpu=_number(ad.get(user)), sys_cpu=_number(ad.get(system)))
 
 

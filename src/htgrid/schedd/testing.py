@@ -17,12 +17,13 @@ daemon's TLS API as a token's holder would; `trust` lets one pool's users reach 
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import io
 import os
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import TypeVar
@@ -32,13 +33,25 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from htgrid.classad import ClassAd
 from htgrid.net import ScheddClient
 from htgrid.schedd._config import CONFIG_NAME, ScheddConfig
 from htgrid.schedd._control import DaemonInfo, _alive, start, stop
 from htgrid.schedd._launch import family_marker, kill_leftovers
 from htgrid.startd._config import StartdConfig
 
-__all__ = ["QUEUE_ONLY", "WHOLE_POOL", "PersonalPool", "proxy_pem", "run_cli", "wait_for"]
+__all__ = [
+    "QUEUE_ONLY",
+    "WHOLE_POOL",
+    "PersonalPool",
+    "completed",
+    "held",
+    "in_process",
+    "proxy_pem",
+    "run_cli",
+    "until",
+    "wait_for",
+]
 
 QUEUE_ONLY = ("MASTER", "SCHEDD")
 WHOLE_POOL = ("MASTER", "SCHEDD", "COLLECTOR", "NEGOTIATOR", "STARTD", "GRIDMANAGER")
@@ -76,6 +89,62 @@ def wait_for(
         if time.monotonic() > deadline:
             raise TimeoutError(f"not within {timeout:g} s: {what or probe!r}")
         time.sleep(interval)
+
+
+async def until(probe: Callable[[], T | None], timeout: float = 60.0) -> T:
+    """`wait_for` from a coroutine: the blocking probe polled in a thread, off the loop of
+    a daemon running in this process (`in_process`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await asyncio.to_thread(probe)
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not within {timeout:g} s: {probe!r}")
+        await asyncio.sleep(0.05)
+
+
+def in_process(
+    config: ScheddConfig,
+    scenario: Callable[[ScheddClient], Awaitable[None]],
+    *,
+    clock: Callable[[], float] = time.time,
+) -> None:
+    """Run the daemon of `config` in this process (its children are processes, as
+    always) while `scenario` talks to it, then stop it. A test may so inject a fault
+    into what the daemon itself runs: the periodic pass, the negotiator, the shadows..."""
+    from htgrid.schedd._daemon import Daemon
+
+    daemon = Daemon(config, clock=clock)
+
+    async def main() -> None:
+        serving = asyncio.create_task(daemon.run())
+        try:
+            await until(config.socket.exists)
+            client = ScheddClient(config.socket)
+            try:
+                await scenario(client)
+            finally:
+                client.close()
+        finally:
+            daemon.request_stop()
+            await serving
+
+    asyncio.run(main())
+
+
+async def held(schedd: ScheddClient, job: str) -> ClassAd:
+    """The job's ad once it is held (from a coroutine, see `until`)."""
+    return await until(lambda: (ad := schedd.get(job))["JobStatus"] == 5 and ad)
+
+
+async def completed(schedd: ScheddClient, job: str) -> ClassAd:
+    """The job's history ad once it has completed and left the queue."""
+    cluster, proc = job.split(".")
+    (ad,) = await until(lambda: schedd.history(f"ClusterId == {cluster} && ProcId == {proc}"))
+    if ad["JobStatus"] != 4:
+        raise AssertionError(f"job {job} left the queue {ad['JobStatus']}, not completed")
+    return ad
 
 
 class PersonalPool:

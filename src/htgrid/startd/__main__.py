@@ -7,13 +7,16 @@ and the node stops (so no job outlives the pool that ran it).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from htgrid._args import ArgumentParser
+from htgrid._startup import lean_process
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m htgrid.startd")
+    lean_process()
+    parser = ArgumentParser(prog="python -m htgrid.startd")
     parser.add_argument("--home", type=Path, help="the pool's state directory ($HTGRID_HOME)")
     parser.add_argument("--pool", help="the collector's host:port")
     parser.add_argument("--parent-fd", type=int, help="stop when this pipe closes")

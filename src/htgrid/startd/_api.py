@@ -36,9 +36,11 @@ from starlette.routing import Route
 from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
 from htgrid.net import BadRequest
+from htgrid.net._guard import ProblemResponse, guarded_protocol
+from htgrid.net._limits import DEFAULT_LIMITS, ApiLimits, read_body
 from htgrid.net._peer import PEER_KEY, PeerCredentials, PeerCredProtocol
 from htgrid.net._sandbox_routes import MAX_PROXY_BYTES
-from htgrid.net._wire import ad_from_json, ads_json, loads
+from htgrid.net._wire import ad_from_json, ads_json, loads_request
 from htgrid.startd._errors import (
     CallerRefused,
     StartdError,
@@ -88,11 +90,11 @@ def _local_caller(request: Request) -> None:
         raise CallerRefused(f"only uid {os.getuid()} (or root) may use this execute node")
 
 
-async def _body(request: Request) -> dict[str, Any]:
+async def _body(request: Request, limits: ApiLimits) -> dict[str, Any]:
     try:
-        doc = loads(await request.body())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise StartdProtocolError(f"the request body is not JSON: {exc}") from None
+        doc = loads_request(await read_body(request, limits))
+    except BadRequest as exc:
+        raise StartdProtocolError(str(exc)) from None
     if not isinstance(doc, dict):
         raise StartdProtocolError("the request body must be a JSON object")
     return doc
@@ -120,8 +122,8 @@ def _number(text: str | None, name: str, default: float) -> float:
         raise StartdProtocolError(f"{name} must be a number, not {text!r}") from None
 
 
-def create_app(backend: StartdBackend) -> Starlette:
-    """The API over `backend`."""
+def create_app(backend: StartdBackend, limits: ApiLimits = DEFAULT_LIMITS) -> Starlette:
+    """The API over `backend`; `limits` caps JSON bodies (MAX_API_REQUEST_MB)."""
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", **backend.health()})
@@ -130,7 +132,7 @@ def create_app(backend: StartdBackend) -> Starlette:
         return Response(ads_json(backend.slot_ads()), media_type="application/json")
 
     async def claim(request: Request) -> Response:
-        doc = await _body(request)
+        doc = await _body(request, limits)
         claim_id, schedd, lease = doc.get("claim_id"), doc.get("schedd"), doc.get("lease")
         if not isinstance(claim_id, str) or len(claim_id) < 16:
             raise StartdProtocolError('"claim_id" must be a string of 16 characters or more')
@@ -157,7 +159,7 @@ def create_app(backend: StartdBackend) -> Starlette:
         return JSONResponse(poll.result().to_json())
 
     async def activate(request: Request) -> Response:
-        doc = await _body(request)
+        doc = await _body(request, limits)
         found = await backend.activate(request.path_params["claim_id"], _job_ad(doc))
         return JSONResponse(found.to_json())
 
@@ -181,7 +183,7 @@ def create_app(backend: StartdBackend) -> Starlette:
         return FileResponse(path, media_type="application/x-tar")
 
     async def vacate(request: Request) -> Response:
-        doc = await _body(request)
+        doc = await _body(request, limits)
         reason = doc.get("reason", "vacate")
         if reason not in ("vacate", "hold", "remove"):
             raise StartdProtocolError('"reason" must be vacate, hold or remove')
@@ -227,18 +229,17 @@ def create_app(backend: StartdBackend) -> Starlette:
 
 
 def _problem(error: HTGridError) -> JSONResponse:
-    return JSONResponse(
-        to_problem(error), status_code=status_of(error), media_type="application/problem+json"
-    )
+    return ProblemResponse(to_problem(error), status_code=status_of(error))
 
 
 async def start_unix_server(
-    app: Starlette, path: Path
+    app: Starlette, path: Path, limits: ApiLimits = DEFAULT_LIMITS
 ) -> tuple[uvicorn.Server, asyncio.Task[None]]:
-    """uvicorn serving `app` on a 0600 Unix socket at `path`, in a task, once it listens."""
+    """uvicorn serving `app` on a 0600 Unix socket at `path`, in a task, once it listens
+    (slow clients cut off as `limits` says)."""
     config = uvicorn.Config(
         app,
-        http=PeerCredProtocol,
+        http=guarded_protocol(limits, PeerCredProtocol),
         lifespan="off",
         log_config=None,
         access_log=False,

@@ -14,6 +14,7 @@
     UID_DOMAIN = localhost
     GPU_DISCOVERY = true          look for GPUs with nvidia-smi (if it is on PATH)
     JOB_MAX_VACATE_TIME = 10      seconds between a job's KillSig and SIGKILL
+    MAX_TRANSFER_INPUT_MB = 10240 MiB an input sandbox may unpack to (as the schedd's)
 
 FILESYSTEM_DOMAIN defaults to "localhost", the domain `htgrid submit` writes into job
 ads: an execute node on the submit host shares its files. Set both when jobs run
@@ -27,7 +28,8 @@ from pathlib import Path
 
 from htgrid.classad import ExprTree
 from htgrid.errors import ClassAdSyntaxError
-from htgrid.schedd._config import ConfigFile, ScheddError, htgrid_home
+from htgrid.net._limits import DEFAULT_LIMITS, ApiLimits
+from htgrid.schedd._config import DEFAULT_TRANSFER_MB, ConfigFile, ScheddError, htgrid_home
 
 __all__ = ["StartdConfig"]
 
@@ -51,6 +53,8 @@ class StartdConfig:
     collector_host: str = "127.0.0.1:9618"
     vacate_time: float = 10.0
     shutdown_script: str | None = None
+    api_limits: ApiLimits = DEFAULT_LIMITS
+    max_transfer_input_mb: int | None = DEFAULT_TRANSFER_MB  # an input sandbox's files
 
     @property
     def run_dir(self) -> Path:
@@ -110,4 +114,6 @@ class StartdConfig:
             collector_host=conf.text("COLLECTOR_HOST", "127.0.0.1:9618"),
             vacate_time=conf.number("JOB_MAX_VACATE_TIME", 10.0),
             shutdown_script=script or None,
+            api_limits=conf.api_limits(),
+            max_transfer_input_mb=conf.megabytes("MAX_TRANSFER_INPUT_MB", DEFAULT_TRANSFER_MB),
         )

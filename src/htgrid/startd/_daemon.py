@@ -323,7 +323,10 @@ class Startd:
             loop.add_signal_handler(sig, self.request_stop)
         if self._parent_fd is not None:
             loop.add_reader(self._parent_fd, self._parent_readable)
-        server, serving = await start_unix_server(create_app(self), self.config.socket)
+        limits = self.config.api_limits
+        server, serving = await start_unix_server(
+            create_app(self, limits), self.config.socket, limits
+        )
         slots = self.slots
         _log.info(
             "htgrid startd (pid %d) serving %s: %s, %d cpus, %d MB, %d KB, %d GPUs; pool %s",

@@ -18,6 +18,7 @@ import re
 from typing import Any, Final
 
 from htgrid.errors import HTGridError
+from htgrid.net._limits import RequestTooLarge
 
 __all__ = [
     "CallerRefused",
@@ -67,6 +68,7 @@ _PROBLEMS: Final[tuple[tuple[type[HTGridError], int], ...]] = (
     (ClaimRefused, 409),
     (ClaimStateError, 409),
     (StartdProtocolError, 400),
+    (RequestTooLarge, 413),
     (StartdUnavailable, 503),
     (StartdError, 500),
     (HTGridError, 500),

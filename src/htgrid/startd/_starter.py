@@ -29,6 +29,7 @@ from typing import Final
 
 from htgrid._files import write_atomic
 from htgrid.classad import ClassAd
+from htgrid.net._errors import SandboxTooLarge
 from htgrid.queue import HoldReasonCode, JobId
 from htgrid.schedd._launch import (
     MARKER,
@@ -42,6 +43,7 @@ from htgrid.schedd._launch import (
     spawn,
     wait_exit,
 )
+from htgrid.schedd._spool import SizeLimit
 from htgrid.startd._claims import Claim
 from htgrid.startd._config import StartdConfig
 from htgrid.startd._errors import ClaimStateError
@@ -129,20 +131,30 @@ class Starter:
         return self._input.is_set()
 
     async def receive_input(self, chunks: AsyncIterator[bytes]) -> None:
-        """Take the input sandbox (a tar, streamed) and unpack it; the job may then run."""
-        f = await asyncio.to_thread(open, self.input_tar, "wb")
+        """Take the input sandbox (a tar, streamed) and unpack it; the job may then run
+        (or is held: a sandbox over MAX_TRANSFER_INPUT_MB, on the wire or unpacked)."""
+        limit = SizeLimit("MAX_TRANSFER_INPUT_MB", self.config.max_transfer_input_mb)
         try:
-            async for chunk in chunks:
-                await asyncio.to_thread(f.write, chunk)
-        finally:
-            await asyncio.to_thread(f.close)
-        try:
-            await asyncio.to_thread(unpack_input, self.input_tar, self.sandbox)
+            f = await asyncio.to_thread(open, self.input_tar, "wb")
+            try:
+                total = 0
+                async for chunk in chunks:
+                    total += len(chunk)
+                    limit.check(total, "the input sandbox", at_least=True)
+                    await asyncio.to_thread(f.write, chunk)
+            finally:
+                await asyncio.to_thread(f.close)
+            await asyncio.to_thread(unpack_input, self.input_tar, self.sandbox, limit)
             if self._renewed_proxy is not None:  # renewed while the input was on its way
                 try:
                     await self.replace_proxy(self._renewed_proxy, unpacked=True)
                 except OSError as exc:
                     _log.warning("claim %s: cannot renew its proxy: %s", self.claim.name, exc)
+        except SandboxTooLarge as exc:  # the rest of the body is not read
+            self._input_error = TransferError(
+                f"Transfer input files failure: {exc}",
+                HoldReasonCode.MaxTransferInputSizeExceeded,
+            )
         except TransferError as exc:
             self._input_error = exc  # the run ends with it, and the job is held
         finally:

@@ -26,7 +26,10 @@ from pathlib import Path, PurePosixPath
 from typing import Final
 
 from htgrid.classad import ClassAd
+from htgrid.net._errors import SandboxTooLarge
 from htgrid.queue import HoldReasonCode
+from htgrid.schedd._spool import NO_LIMIT, SizeLimit
+from htgrid.schedd._tarscan import listed_members, unpacked_size
 from htgrid.startd._errors import StartdError
 
 __all__ = [
@@ -151,11 +154,21 @@ def pack(
         ) from exc
 
 
-def unpack_input(tar_path: Path, sandbox: Path) -> None:
-    """Extract an input tar into the sandbox (links and escapes refused)."""
+def unpack_input(tar_path: Path, sandbox: Path, limit: SizeLimit = NO_LIMIT) -> None:
+    """Extract an input tar into the sandbox: links out, escapes and special files
+    refused, its files' sizes (a sparse file's whole) and its members counted against
+    `limit` and MAX_TAR_MEMBERS, all before anything is written."""
     try:
         with tarfile.open(tar_path) as tar:
-            tar.extractall(sandbox, filter="data")
+            members = listed_members(tar)
+            limit.check(unpacked_size(members), "the input sandbox (its files unpacked)")
+            for member in members:  # each refused before any is written
+                tarfile.data_filter(member, str(sandbox))
+            tar.extractall(sandbox, members=members, filter="data")
+    except SandboxTooLarge as exc:
+        raise TransferError(
+            f"Transfer input files failure: {exc}", HoldReasonCode.MaxTransferInputSizeExceeded
+        ) from exc
     except (tarfile.TarError, OSError) as exc:
         raise TransferError(
             f"Transfer input files failure: cannot unpack the input sandbox: {exc}",

@@ -58,6 +58,14 @@ class JobAd:
         """(name, value) pairs in insertion order."""
         return iter(list(self._attrs.values()))
 
+    def nul_attribute(self) -> str | None:
+        """The first attribute whose name or value holds a NUL character (None: none)."""
+        for name, value in self._attrs.values():
+            text = value.text if isinstance(value, Expr) else value
+            if "\0" in name or (isinstance(text, str) and "\0" in text):
+                return name
+        return None
+
     def expr(self, name: str, text: str) -> None:
         """Set `name` to an expression; raises ValueError when it does not parse."""
         if not _classad.parses(text):

@@ -145,6 +145,12 @@ class SubmitDescription:
                         builder.ad[attr] = attr_value
                 try:
                     ad = builder.build()
+                    bad = ad.nul_attribute()
+                    if bad is not None:  # from queue items or a command's output
+                        raise SubmitError(
+                            f"job {cluster_id}.{proc}: {bad} holds a NUL character, which "
+                            "no job ad can hold"
+                        )
                 except SubmitError as exc:
                     raise exc.at(step.path, step.line) from None
                 if first is None:
@@ -179,9 +185,18 @@ class SubmitDescription:
 
 def _load(qargs: QueueArgs, step: QueueStep, cwd: str) -> tuple[str, ...]:
     try:
-        return load_items(qargs, cwd=cwd, run_command=run_shell)
+        items = load_items(qargs, cwd=cwd, run_command=run_shell)
     except SubmitError as exc:
         raise exc.at(step.path, step.line) from None
+    for number, item in enumerate(items, 1):
+        if "\0" in item:
+            raise SubmitError(
+                f"item {number} of the queue statement holds a NUL character, which no job "
+                "ad can hold",
+                path=step.path,
+                line=step.line,
+            )
+    return items
 
 
 def _parse_defaults(cfg: SubmitConfig, path: str | None) -> dict[str, str]:

@@ -108,13 +108,18 @@ def set_grid_params(b: JobBuilder) -> None:
     arn = b.p("ec2_iam_profile_arn", "EC2IamProfileArn")
     if arn:
         ad["EC2IamProfileArn"] = arn
-    if b.p("ec2_iam_profile_name", "EC2IamProfileName"):
-        if "EC2IamProfileArn" not in ad:
+    name = b.p("ec2_iam_profile_name", "EC2IamProfileName")
+    if name:
+        # As the manual says: the name alone sets EC2IamProfileName. HTCondor's own
+        # condor_submit (24.0 and since) tests the wrong way round: it drops a name given
+        # alone and keeps it beside an ARN (tests/submit/DIFFERENCES.md).
+        if "EC2IamProfileArn" in ad:
             b.warnings.append(
-                "EC2 job(s) contain both ec2_iam_profile_arn and ec2_iam_profile_name"
+                "EC2 job(s) contain both ec2_iam_profile_arn and ec2_iam_profile_name; "
+                "ignoring ec2_iam_profile_name."
             )
         else:
-            ad["EC2IamProfileName"] = b.p("ec2_iam_profile_name", "EC2IamProfileName") or ""
+            ad["EC2IamProfileName"] = name
     _ec2_parameters(b)
     _av_pairs(b, "ec2_tag_names", "EC2TagNames", "ec2_tag_", "EC2Tag", grid)
     _av_pairs(b, "cloud_label_names", "CloudLabelNames", "cloud_label_", "CloudLabel", grid)

@@ -11,6 +11,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from htgrid.submit import _classad, _commands, _environ, _grid, _requirements, _resources
 from htgrid.submit._ad import Expr, JobAd
@@ -41,6 +42,32 @@ _GRID_TYPES = (
     "gce",
     "azure",
 )
+
+#: Grid types HTCondor itself retired: the release that removed each, and what to use now.
+_CE = "for a compute entrypoint use `condor` (HTCondor-CE) or `arc`"
+_RETIRED_GRID_TYPES: Final = {
+    "deltacloud": ("8.5.4", ""),
+    "gt2": ("9.2.0", _CE),  # Globus GRAM
+    "gt5": ("9.2.0", _CE),
+    "globus": ("9.2.0", _CE),  # gt2's old name
+    "cream": ("9.2.0", _CE),
+    "unicore": ("9.2.0", ""),
+    "boinc": ("10.0.0", ""),
+    "nordugrid": ("10.2.0", "for an ARC CE use `arc` (its REST interface)"),
+}
+
+
+def _retired(grid_type: str) -> str | None:
+    """Why `grid_type` is refused, if HTCondor itself retired it."""
+    retired = _RETIRED_GRID_TYPES.get(grid_type.lower())
+    if retired is None:
+        return None
+    release, instead = retired
+    return (
+        f'grid_resource: grid type "{grid_type}" was retired by HTCondor in {release}; '
+        + (f"{instead}; " if instead else "")
+        + "htgrid runs condor, batch, arc, ec2, gce and azure"
+    )
 
 
 @dataclass(slots=True)
@@ -250,6 +277,9 @@ class JobBuilder:
                 raise SubmitError("grid_resource attribute not defined for grid universe job")
             u.grid_type = resource.split(" ", 1)[0]
             # `$$(resource_name)` is filled in at match time (grid matchmaking).
+            retired = _retired(u.grid_type)
+            if retired is not None:
+                raise SubmitError(retired)
             if u.grid_type.lower() not in _GRID_TYPES and not u.grid_type.startswith("$$("):
                 raise SubmitError(
                     f"Invalid value '{u.grid_type}' for grid type\n"

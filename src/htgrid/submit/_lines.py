@@ -88,6 +88,12 @@ class _Source:
             return None
         line = self.lines[self.pos]
         self.pos += 1
+        if "\0" in line.text:  # condor_submit would cut the line there, silently
+            raise SubmitError(
+                "the line holds a NUL character, which no job ad can hold",
+                path=self.path,
+                line=line.line,
+            )
         return line
 
 

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import logging
 import os
 import sys
 from typing import Any
 
 from htgrid._gc import tune_gc
+from htgrid.errors import UsageError
 
 __all__ = ["add_parser", "run"]
 
@@ -77,8 +79,38 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     return parser
 
 
+#: The Azure SDK's modules the server uses (the `htgrid[azure]` extra installs them).
+_SDK = (
+    "azure.core",
+    "azure.identity",
+    "azure.mgmt.compute",
+    "azure.mgmt.keyvault",
+    "azure.mgmt.network",
+    "azure.mgmt.resource",
+)
+
+
+def _require_sdk() -> None:
+    """UsageError naming the extra to install when a module of the SDK is missing (found,
+    not imported: the management clients load when a request first needs them)."""
+    missing = []
+    for name in _SDK:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a parent package missing, or a None entry
+            found = False
+        if not found:
+            missing.append(name)
+    if missing:
+        raise UsageError(
+            "htgrid gahp azure needs the Azure SDK: pip install 'htgrid[azure]' "
+            f"(missing: {', '.join(missing)})"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve until QUIT or EOF."""
+    _require_sdk()
     from htgrid.backends.azure._session import ClientOptions
     from htgrid.backends.azure.server import AzureGahp, AzureOptions
 

@@ -368,6 +368,17 @@ def _member_name(name: str) -> str:
     return posixpath.normpath(name)
 
 
+def _not_sparse(member: tarfile.TarInfo) -> tarfile.TarInfo:
+    """`member`, unless it is sparse: a few bytes on the wire that would be written as
+    its whole size, which no htgrid daemon sends (SandboxError)."""
+    if member.issparse():
+        raise SandboxError(
+            f"the output sandbox holds {member.name!r}, a sparse file of {member.size} bytes: "
+            "refused, as no queue daemon sends one"
+        )
+    return member
+
+
 def unpack_output(tar_file: IO[bytes], ad: classad.ClassAd) -> list[Path]:
     """Write the files of the output tar in `tar_file` (read from its beginning) where `ad`
     says they belong; the paths written.
@@ -393,7 +404,7 @@ def write_output(
     iwd, special = output_destinations(ad)
     written: list[Path] = []
     try:
-        checked = [(_member_name(name), member) for name, member in members]
+        checked = [(_member_name(name), _not_sparse(member)) for name, member in members]
         for name, member in checked:
             if not member.isfile():
                 continue  # directories are made as their files are written; no links

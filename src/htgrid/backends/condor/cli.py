@@ -123,11 +123,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until QUIT, EOF on stdin or SIGTERM."""
-    # (httpx's command line is kept out by htgrid.cli, which this server starts through.)
-    # httpcore imports trio whenever it is installed, to lock for trio's tasks too (67 ms
-    # of a 450 ms start here); this server runs on asyncio alone, and httpcore falls back
-    # the same way.
-    sys.modules.setdefault("trio", None)  # type: ignore[arg-type]
     from htgrid.backends.condor._http import RemoteSettings
     from htgrid.backends.condor.server import CondorGahp, CondorOptions
 

@@ -24,7 +24,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from htgrid._args import ArgumentParser
 from htgrid._gc import tune_gc
+from htgrid._startup import lean_process
 from htgrid.errors import UsageError
 
 __all__ = ["add_arguments", "add_parser", "main", "run"]
@@ -48,7 +50,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m htgrid.backends.ec2`: the same server without the rest of `htgrid`."""
-    parser = argparse.ArgumentParser(prog="htgrid-ec2-gahp", description=_DESCRIPTION)
+    lean_process()
+    parser = ArgumentParser(prog="htgrid-ec2-gahp", description=_DESCRIPTION)
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:

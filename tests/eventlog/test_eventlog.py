@@ -13,9 +13,9 @@ from typing import Any
 import htcondor2
 import pytest
 
+from htgrid import eventlog
 from htgrid.errors import HTGridError
-from htgrid.queue import eventlog
-from htgrid.queue.eventlog import (
+from htgrid.eventlog import (
     EventLogError,
     ExecErrorType,
     ExecutableErrorEvent,

@@ -1,87 +1,13 @@
-"""The user job event log: the file a job's `log = ...` names, in HTCondor's text format.
-
-Build an event (one frozen dataclass per event type, each carrying its own time),
-turn it into text with `format_event`, or append it to a log with `UserLog`:
-
-    log = UserLog("/home/alice/job.log")
-    log.append(JobHeldEvent(cluster=42, proc=0, timestamp=time.time(),
-                            hold_reason="Spooling input data files",
-                            hold_reason_code=16, hold_reason_subcode=0))
-
-The text is what condor_event.cpp writes, so `condor_wait`, DAGMan and
-`htcondor2.JobEventLog` read these logs as their own.
-"""
+"""Appending events to a user log file."""
 
 from __future__ import annotations
 
 import os
 
-from htgrid.queue._eventlog_events import (
-    AdValue,
-    EventLogError,
-    ExecErrorType,
-    ExecutableErrorEvent,
-    ExecuteEvent,
-    GridResourceDownEvent,
-    GridResourceUpEvent,
-    GridSubmitEvent,
-    JobAbortedEvent,
-    JobAdInformationEvent,
-    JobDisconnectedEvent,
-    JobEvictedEvent,
-    JobHeldEvent,
-    JobImageSizeEvent,
-    JobReconnectedEvent,
-    JobReconnectFailedEvent,
-    JobReleasedEvent,
-    JobStatusKnownEvent,
-    JobStatusUnknownEvent,
-    JobSuspendedEvent,
-    JobTerminatedEvent,
-    JobUnsuspendedEvent,
-    RawExpression,
-    RemoteErrorEvent,
-    ResourceUsage,
-    Rusage,
-    SubmitEvent,
-    UserLogEvent,
-)
-from htgrid.queue._eventlog_format import EVENT_TERMINATOR, LogFormat, format_event
+from htgrid.eventlog._events import EventLogError, UserLogEvent
+from htgrid.eventlog._format import LogFormat, format_event
 
-__all__ = [
-    "EVENT_TERMINATOR",
-    "AdValue",
-    "EventLogError",
-    "ExecErrorType",
-    "ExecutableErrorEvent",
-    "ExecuteEvent",
-    "GridResourceDownEvent",
-    "GridResourceUpEvent",
-    "GridSubmitEvent",
-    "JobAbortedEvent",
-    "JobAdInformationEvent",
-    "JobDisconnectedEvent",
-    "JobEvictedEvent",
-    "JobHeldEvent",
-    "JobImageSizeEvent",
-    "JobReconnectFailedEvent",
-    "JobReconnectedEvent",
-    "JobReleasedEvent",
-    "JobStatusKnownEvent",
-    "JobStatusUnknownEvent",
-    "JobSuspendedEvent",
-    "JobTerminatedEvent",
-    "JobUnsuspendedEvent",
-    "LogFormat",
-    "RawExpression",
-    "RemoteErrorEvent",
-    "ResourceUsage",
-    "Rusage",
-    "SubmitEvent",
-    "UserLog",
-    "UserLogEvent",
-    "format_event",
-]
+__all__ = ["UserLog"]
 
 _OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 
@@ -122,6 +48,8 @@ class UserLog:
             fd = os.open(self.path, _OPEN_FLAGS, 0o664)
         except OSError as exc:
             raise EventLogError(f"cannot open user log {self.path}: {exc.strerror}") from exc
+        except ValueError as exc:  # a NUL in the name: no file has one
+            raise EventLogError(f"cannot open user log {self.path!r}: {exc}") from exc
         try:
             written = os.write(fd, data)
             # A regular file takes the whole buffer unless the disk fills up or a

@@ -27,7 +27,7 @@ class EventLogError(HTGridError):
     """A job event could not be built or written to its log."""
 
 
-EventLogError.__module__ = "htgrid.queue.eventlog"
+EventLogError.__module__ = "htgrid.eventlog"
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1

@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from htgrid.queue._eventlog_events import (
+from htgrid.eventlog._events import (
     EventLogError,
     ExecutableErrorEvent,
     ExecuteEvent,
@@ -35,7 +35,7 @@ from htgrid.queue._eventlog_events import (
     SubmitEvent,
     UserLogEvent,
 )
-from htgrid.queue._eventlog_values import old_syntax
+from htgrid.eventlog._values import old_syntax
 
 __all__ = ["EVENT_TERMINATOR", "LogFormat", "format_event"]
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Annotated, Any, TypeAlias
 
-from htgrid.queue._eventlog_values import AdValue, EventLogError
+from htgrid.eventlog._values import AdValue, EventLogError
 
 __all__ = ["IDENTIFIER", "MAX_TIMESTAMP", "Checked", "Int64", "freeze"]
 

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from htgrid.queue._eventlog_checks import IDENTIFIER, MAX_TIMESTAMP, Checked, Int64, freeze
-from htgrid.queue._eventlog_values import AdValue, EventLogError, RawExpression, old_syntax
+from htgrid.eventlog._checks import IDENTIFIER, MAX_TIMESTAMP, Checked, Int64, freeze
+from htgrid.eventlog._values import AdValue, EventLogError, RawExpression, old_syntax
 
 __all__ = [
     "AdValue",
