@@ -404,8 +404,7 @@ def _chain(node: Binary) -> Compiled:
     first = compiled(left)
     steps = [(b.op, compiled(b.right)) for b in reversed(spine)]
     if node.op == "&&" or node.op == "||":
-        rights = tuple(rf for _, rf in steps)
-        return (_and_chain if node.op == "&&" else _or_chain)(first, rights)
+        return _logic_chain(first, tuple(rf for _, rf in steps), node.op)
     pairs = tuple((BINARY_OPS[op], rf) for op, rf in steps)
 
     def strict(st: EvalState) -> Val:
@@ -417,49 +416,29 @@ def _chain(node: Binary) -> Compiled:
     return strict
 
 
-def _and_chain(first: Compiled, rights: tuple[Compiled, ...]) -> Compiled:
+def _logic_chain(first: Compiled, rights: tuple[Compiled, ...], op: str) -> Compiled:
+    """`a && b && c ...` or `a || b || c ...`, as the nested `_and` / `_or` give it."""
+    absorbing = op == "||"  # what decides the chain: false for &&, true for ||
+    neutral = not absorbing
+
     def f(st: EvalState) -> Val:
         a = first(st)
         for rf in rights:
-            if a is True:
+            if a is neutral:
                 a = rf(st)
                 if type(a) is not bool:
                     a = truth(a)
                 continue
-            if a is False:
-                return False  # false && anything: the rest is not evaluated
+            if a is absorbing:
+                return a  # the rest is not evaluated
             a = truth(a)
-            if a is ERROR or a is False:
+            if a is ERROR or a is absorbing:
                 return a
             b = truth(rf(st))
-            if a is True:
+            if a is neutral:
                 a = b
-            else:  # undefined: only a false right side decides
-                a = False if b is False else (ERROR if b is ERROR else UNDEFINED)
-        return a
-
-    return f
-
-
-def _or_chain(first: Compiled, rights: tuple[Compiled, ...]) -> Compiled:
-    def f(st: EvalState) -> Val:
-        a = first(st)
-        for rf in rights:
-            if a is False:
-                a = rf(st)
-                if type(a) is not bool:
-                    a = truth(a)
-                continue
-            if a is True:
-                return True  # true || anything: the rest is not evaluated
-            a = truth(a)
-            if a is ERROR or a is True:
-                return a
-            b = truth(rf(st))
-            if a is False:
-                a = b
-            else:
-                a = True if b is True else (ERROR if b is ERROR else UNDEFINED)
+            else:  # undefined: only the deciding value on the right decides
+                a = absorbing if b is absorbing else (ERROR if b is ERROR else UNDEFINED)
         return a
 
     return f
