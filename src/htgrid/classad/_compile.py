@@ -36,6 +36,7 @@ __all__ = [
     "MAX_NESTED_ATTRIBUTES",
     "Compiled",
     "EvaluationFailed",
+    "RaisedInPython",
     "compiled",
     "is_postfix",
     "lookup",
@@ -45,6 +46,15 @@ __all__ = [
 
 class EvaluationFailed(Exception):
     """An evaluation that cannot give any value (classad2 raises for these)."""
+
+
+class RaisedInPython(Exception):
+    """A Python function registered with `classad.register` raised `error`: the caller
+    of the evaluation gets it, as from the version-1 module."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 Compiled = Callable[[EvalState], Val]
@@ -572,11 +582,16 @@ def subscript(st: EvalState, b: Val, i: Val) -> Val:
 def _call(node: Call) -> Compiled:
     from htgrid.classad._functions import FUNCTIONS
 
-    builtin = FUNCTIONS.get(node.name.lower())
+    key = node.name.lower()
+    builtin = FUNCTIONS.get(key)
     if builtin is None:
 
         def unknown(st: EvalState) -> Val:
-            return ERROR
+            if key not in FUNCTIONS:
+                return ERROR
+            # Registered since (classad.register): compiled again, with it.
+            object.__setattr__(node, "_fn", None)
+            return compiled(node)(st)
 
         return unknown
     fn = builtin.fn
@@ -586,7 +601,7 @@ def _call(node: Call) -> Compiled:
         def lazy(st: EvalState) -> Val:
             try:
                 return fn(st, *args)
-            except RecursionError:
+            except (RecursionError, RaisedInPython):
                 raise
             except Exception:  # a built-in must never take the evaluator down
                 return ERROR
@@ -596,6 +611,8 @@ def _call(node: Call) -> Compiled:
     if builtin.pure and all(type(a) is Literal for a in args):
         try:
             folded = fn(EvalState(None), *(a.value for a in args))  # type: ignore[attr-defined]
+        except RecursionError:
+            raise  # the stack was nearly used up when this compiled: nothing to remember
         except Exception:
             folded = ERROR
         if type(folded) in _SCALARS or folded is UNDEFINED or folded is ERROR:
@@ -610,7 +627,7 @@ def _call(node: Call) -> Compiled:
         def call1(st: EvalState) -> Val:
             try:
                 return fn(st, a0(st))
-            except RecursionError:
+            except (RecursionError, RaisedInPython):
                 raise
             except Exception:
                 return ERROR
@@ -620,7 +637,7 @@ def _call(node: Call) -> Compiled:
     def call(st: EvalState) -> Val:
         try:
             return fn(st, *[a(st) for a in arg_fns])
-        except RecursionError:
+        except (RecursionError, RaisedInPython):
             raise
         except Exception:
             return ERROR
