@@ -39,19 +39,14 @@ __all__ = [
 class Node:
     """Base of all syntax-tree nodes.
 
-    Equality and hashing are structural (the spelling of names included), computed
-    without recursion so that any tree the parser makes can be compared.
+    Equality and hashing are structural (the spelling of names included); chains are
+    followed in a loop, so that any tree the parser makes can be compared.
     """
 
     _fn: Any = field(default=None, init=False, repr=False, compare=False)
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Node):
-            return NotImplemented
-        return same_tree(self, other)
-
-    def __hash__(self) -> int:
-        return tree_hash(self)
+    # __eq__, __ne__ and __hash__ are set below, once `same_tree` and `tree_hash` exist
+    # (assigned, not wrapped: they are hot in the negotiator's grouping).
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -73,6 +68,10 @@ class Literal(Node):
         if type(a) is float and a != a and b != b:
             return True
         return a is b or bool(a == b)
+
+    def __ne__(self, other: object) -> bool:
+        same = self.__eq__(other)
+        return same if same is NotImplemented else not same
 
     def __hash__(self) -> int:
         v = self.value
@@ -186,63 +185,148 @@ def children(node: Node) -> tuple[Node, ...]:
     return ()
 
 
-def _parts(node: Node) -> tuple[object, tuple[Node, ...]]:
-    """A node's own fields (what equality compares besides the sub-trees), and its
-    sub-trees."""
-    t = type(node)
-    if t is Binary:
-        return (t, node.op), (node.left, node.right)  # type: ignore[attr-defined]
-    if t is AttrRef:
-        a: AttrRef = node  # type: ignore[assignment]
-        return (t, a.name, a.absolute), (() if a.base is None else (a.base,))
-    if t is Unary:
-        return (t, node.op), (node.operand,)  # type: ignore[attr-defined]
-    if t is Call:
-        return (t, node.name), node.args  # type: ignore[attr-defined]
-    if t is AdExpr:
-        attrs: tuple[tuple[str, Node], ...] = node.attrs  # type: ignore[attr-defined]
-        return (t, tuple(name for name, _ in attrs)), tuple(expr for _, expr in attrs)
-    return t, children(node)
+def same_tree(x: Node, y: object) -> bool:
+    """Whether two trees are equal node for node (literals by type and value).
 
-
-def same_tree(a: Node, b: Node) -> bool:
-    """Whether two trees are equal node for node (literals by type and value)."""
-    stack = [(a, b)]
-    pop, extend = stack.pop, stack.extend
-    while stack:
-        x, y = pop()
-        if x is y:
-            continue
-        tx = type(x)
-        if tx is not type(y):
-            return False
-        if tx is Literal:
-            if x != y:
+    Walked with a stack of the pairs still to compare, never by recursion.
+    """
+    if not isinstance(y, Node):
+        return NotImplemented  # type: ignore[no-any-return]
+    todo: list[Node] = []
+    push = todo.append
+    while True:
+        if x is not y:
+            t = type(x)
+            if t is not type(y):
                 return False
-            continue
-        kx, cx = _parts(x)
-        ky, cy = _parts(y)
-        if kx != ky or len(cx) != len(cy):
-            return False
-        extend(zip(cx, cy, strict=True))
-    return True
+            if t is Binary:
+                if x.op != y.op:  # type: ignore[attr-defined]
+                    return False
+                push(x.right)  # type: ignore[attr-defined]
+                push(y.right)  # type: ignore[attr-defined]
+                x, y = x.left, y.left  # type: ignore[attr-defined]
+                continue
+            if t is Paren:
+                x, y = x.inner, y.inner  # type: ignore[attr-defined]
+                continue
+            if t is AttrRef:
+                a: AttrRef = x  # type: ignore[assignment]
+                b: AttrRef = y  # type: ignore[assignment]
+                if a.name != b.name or a.absolute != b.absolute:
+                    return False
+                if a.base is not None or b.base is not None:
+                    if a.base is None or b.base is None:
+                        return False
+                    x, y = a.base, b.base
+                    continue
+            elif t is Literal:
+                if x != y:
+                    return False
+            elif t is Subscript:
+                push(x.index)  # type: ignore[attr-defined]
+                push(y.index)  # type: ignore[attr-defined]
+                x, y = x.base, y.base  # type: ignore[attr-defined]
+                continue
+            elif t is Unary:
+                if x.op != y.op:  # type: ignore[attr-defined]
+                    return False
+                x, y = x.operand, y.operand  # type: ignore[attr-defined]
+                continue
+            else:
+                if _scalars(x) != _scalars(y):
+                    return False
+                xs, ys = children(x), children(y)
+                if len(xs) != len(ys):
+                    return False
+                for a_child, b_child in zip(xs, ys, strict=True):
+                    push(a_child)
+                    push(b_child)
+        if not todo:
+            return True
+        y = todo.pop()
+        x = todo.pop()
+
+
+def _scalars(node: Node) -> object:
+    """What a node that is no chain compares besides its sub-trees."""
+    t = type(node)
+    if t is Call:
+        return (t, node.name)  # type: ignore[attr-defined]
+    if t is AdExpr:
+        return (t, tuple(name for name, _ in node.attrs))  # type: ignore[attr-defined]
+    return t
 
 
 def tree_hash(node: Node) -> int:
-    """A hash equal for equal trees (`same_tree`)."""
-    out: list[object] = []
-    stack = [node]
-    pop, extend, add = stack.pop, stack.extend, out.append
-    while stack:
-        n = pop()
-        if type(n) is Literal:
-            add(hash(n))
-            continue
-        key, kids = _parts(n)
-        add(key)
-        add(len(kids))
-        extend(kids)
-    return hash(tuple(out))
+    """A hash equal for equal trees (`same_tree`); a chain is hashed in a loop."""
+    t = type(node)
+    # The common shapes, without the loop's list: equal trees take the same path.
+    if t is Binary:
+        if type(node.left) is not Binary:  # type: ignore[attr-defined]
+            return hash((node.op, node.left, node.right))  # type: ignore[attr-defined]
+    elif t is AttrRef:
+        base = node.base  # type: ignore[attr-defined]
+        if base is None or (type(base) is AttrRef and base.base is None):
+            return hash((node.name, node.absolute, base))  # type: ignore[attr-defined]
+    elif t is Paren:
+        return hash((t, node.inner))  # type: ignore[attr-defined]
+    elif t is not Subscript and t is not Unary:
+        return hash((t, _fields(node)))
+    parts: list[object] = []
+    add = parts.append
+    n: Node | None = node
+    while n is not None:
+        t = type(n)
+        add(t)
+        if t is Binary:
+            add(n.op)  # type: ignore[attr-defined]
+            add(hash(n.right))  # type: ignore[attr-defined]
+            n = n.left  # type: ignore[attr-defined]
+        elif t is AttrRef:
+            add(n.name)  # type: ignore[attr-defined]
+            add(n.absolute)  # type: ignore[attr-defined]
+            n = n.base  # type: ignore[attr-defined]
+        elif t is Paren:
+            n = n.inner  # type: ignore[attr-defined]
+        elif t is Unary:
+            add(n.op)  # type: ignore[attr-defined]
+            n = n.operand  # type: ignore[attr-defined]
+        elif t is Subscript:
+            add(hash(n.index))  # type: ignore[attr-defined]
+            n = n.base  # type: ignore[attr-defined]
+        else:
+            add(hash(n) if t is Literal else hash(_fields(n)))
+            n = None
+    return hash(tuple(parts))
+
+
+def _different(x: Node, y: object) -> bool:
+    if not isinstance(y, Node):
+        return NotImplemented  # type: ignore[no-any-return]
+    return not same_tree(x, y)
+
+
+Node.__eq__ = same_tree  # type: ignore[method-assign,assignment]
+Node.__ne__ = _different  # type: ignore[method-assign,assignment]
+Node.__hash__ = tree_hash  # type: ignore[method-assign,assignment]
+
+
+def _fields(node: Node) -> tuple[object, ...]:
+    """The fields of a node that is no chain, as equality compares them."""
+    t = type(node)
+    if t is Call:
+        return (node.name, node.args)  # type: ignore[attr-defined]
+    if t is ListExpr:
+        return node.items  # type: ignore[attr-defined,no-any-return]
+    if t is AdExpr:
+        return node.attrs  # type: ignore[attr-defined,no-any-return]
+    if t is Ternary:
+        return (node.cond, node.then, node.other)  # type: ignore[attr-defined]
+    if t is Elvis:
+        return (node.left, node.right)  # type: ignore[attr-defined]
+    if t is Literal:
+        return (node,)
+    return ()
 
 
 def operands(node: Node, op: str) -> list[Node]:
