@@ -36,6 +36,9 @@ from typing import Any, Final
 
 from htgrid.cli._common import EXIT_NO, EXIT_OK
 from htgrid.errors import UsageError
+from htgrid.net import DaemonUnavailable, ScheddClient
+from htgrid.pool import ConfigFile, htgrid_home
+from htgrid.schedd import ScheddConfig
 
 __all__ = ["Knob", "pool_knobs", "register"]
 
@@ -109,9 +112,6 @@ def _free_disk_kb(path: Path) -> int:
 
 def _running_collector(home: Path) -> str | None:
     """Where the pool's collector listens, from its daemon; None when it does not run."""
-    from htgrid.net import DaemonUnavailable, ScheddClient
-    from htgrid.schedd import ScheddConfig
-
     socket = ScheddConfig(home).socket
     if not socket.exists():
         return None
@@ -129,10 +129,9 @@ def _running_collector(home: Path) -> str | None:
 def pool_knobs(home: Path, *, live: bool = True) -> dict[str, Knob]:
     """Every knob of the pool in `home` with a value, and the defined-nowhere ones as
     None; `live` asks a running daemon where its collector listens."""
+    # Imported here for start-up: building the parser (`htgrid --help`) loads no daemon.
     from htgrid.grid import GridManagerConfig
     from htgrid.net.security import SERVER_CERT, SecurityConfig, user_token_dir
-    from htgrid.schedd import ScheddConfig
-    from htgrid.schedd._config import ConfigFile  # the pool's file, with line numbers
     from htgrid.startd import StartdConfig
 
     # Loading checks the whole file first, so a bad setting is reported as `up` would.
@@ -225,8 +224,6 @@ def pool_knobs(home: Path, *, live: bool = True) -> dict[str, Knob]:
 
 
 def _config_val(args: argparse.Namespace) -> int:
-    from htgrid.schedd import htgrid_home
-
     if not args.knobs and not args.dump:
         raise UsageError("config_val: name a KNOB (or -dump to list them all)")
     home = htgrid_home()

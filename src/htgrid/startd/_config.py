@@ -1,4 +1,4 @@
-"""The execute node's settings, from the pool's htgrid.conf (see `htgrid.schedd._config`).
+"""The execute node's settings, from the pool's htgrid.conf (see `htgrid.pool`).
 
     NUM_CPUS = 8                  cpus offered (default: those this process may use)
     MEMORY = 16384                memory offered, in MB (default: the host's)
@@ -34,17 +34,23 @@ from pathlib import Path
 
 from htgrid.classad import ExprTree
 from htgrid.errors import ClassAdSyntaxError
-from htgrid.net._limits import DEFAULT_LIMITS, ApiLimits
-from htgrid.schedd._config import DEFAULT_TRANSFER_MB, ConfigFile, ScheddError, htgrid_home
+from htgrid.pool import (
+    DEFAULT_LIMITS,
+    DEFAULT_TRANSFER_MB,
+    ApiLimits,
+    ConfigFile,
+    HomeLayout,
+    PoolError,
+    htgrid_home,
+)
 
 __all__ = ["StartdConfig"]
 
 
 @dataclass(frozen=True, slots=True)
-class StartdConfig:
+class StartdConfig(HomeLayout):
     """The execute node's settings and its paths under the pool's home."""
 
-    home: Path
     execute_dir: Path
     num_cpus: int | None = None
     memory: int | None = None
@@ -71,20 +77,16 @@ class StartdConfig:
         os.chmod(self.execute_dir, mode)
 
     @property
-    def run_dir(self) -> Path:
-        return self.home / "run"
-
-    @property
     def socket(self) -> Path:
-        return self.run_dir / "startd.sock"
+        return self.startd_socket
 
     @property
     def lock_file(self) -> Path:
-        return self.run_dir / "startd.lock"
+        return self.startd_lock_file
 
     @property
     def log_file(self) -> Path:
-        return self.home / "log" / "StartLog"
+        return self.startd_log
 
     @classmethod
     def load(cls, home: Path | None = None) -> StartdConfig:
@@ -98,7 +100,7 @@ class StartdConfig:
                 ExprTree(text)
             except ClassAdSyntaxError as exc:
                 line = conf.values[key][1]
-                raise ScheddError(
+                raise PoolError(
                     f"{conf.path}:{line}: {key} is not a ClassAd expression: {exc.reason}"
                 ) from None
             return text
@@ -114,7 +116,9 @@ class StartdConfig:
         script = conf.text("DEFAULT_MASTER_SHUTDOWN_SCRIPT", "")
         return cls(
             home,
-            execute_dir=Path(conf.text("EXECUTE", str(home / "execute"))).expanduser().absolute(),
+            execute_dir=Path(conf.text("EXECUTE", str(HomeLayout(home).default_execute_dir)))
+            .expanduser()
+            .absolute(),
             num_cpus=optional("NUM_CPUS"),
             memory=optional("MEMORY"),
             disk=optional("DISK"),
