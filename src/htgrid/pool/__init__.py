@@ -1,8 +1,10 @@
 """What every daemon of a pool shares, below them all: its configuration and its home.
 
 - `ConfigFile` (`_config`): the pool's htgrid.conf, read with line numbers; `KNOBS`, the
-  names it may set; `htgrid_home()`; the values several daemons read (`ApiLimits`, the
-  master's `Backoff`, `DEFAULT_TRANSFER_MB`); `PoolError`, what a bad file raises.
+  table of the knobs it may set and their defaults, which `ConfigFile` falls back on and
+  `htgrid config_val` prints; `htgrid_home()`; the values several daemons read
+  (`ApiLimits`, the master's `Backoff`, `DEFAULT_TRANSFER_MB`); `PoolError`, what a bad
+  file raises.
 - `HomeLayout` (`_home`): every path under $HTGRID_HOME, the security files' included,
   and `make_dirs`, which gives them their modes; `trusted_ca_files`.
 - Job processes (`_launch`): how the schedd's local universe and the execute node's

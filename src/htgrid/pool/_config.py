@@ -87,51 +87,53 @@ def htgrid_home(env: Mapping[str, str] | None = None) -> Path:
     return pool_home(env)
 
 
-#: Every knob htgrid.conf may set (and the names STARTD_ATTRS lists).
-KNOBS: Final = frozenset(
-    {
-        "PERIODIC_EXPR_INTERVAL",
-        "JOB_MAX_VACATE_TIME",
-        "START_LOCAL_UNIVERSE_LIMIT",
-        "QUEUE_FSYNC",
-        "DAEMON_LIST",
-        "COLLECTOR_HOST",
-        "NEGOTIATOR_INTERVAL",
-        "NEGOTIATOR_MIN_INTERVAL",
-        "SCHEDD_INTERVAL",
-        "SCHEDD_NAME",
-        "SCHEDD_ADDRESS",
-        "MAX_TRANSFER_INPUT_MB",
-        "MAX_TRANSFER_OUTPUT_MB",
-        "MAX_API_REQUEST_MB",
-        "API_HEADER_TIMEOUT",
-        "API_BODY_TIMEOUT",
-        "ALIVE_INTERVAL",
-        "MAX_CLAIM_ALIVES_MISSED",
-        "MASTER_BACKOFF_CONSTANT",
-        "MASTER_BACKOFF_FACTOR",
-        "MASTER_BACKOFF_CEILING",
-        "MASTER_RECOVER_FACTOR",
-        "DEFAULT_MASTER_SHUTDOWN_SCRIPT",
-        "TRUST_DOMAIN",  # read by htgrid.net.security.SecurityConfig.load
-        "GRIDMANAGER_JOB_PROBE_INTERVAL",  # read by htgrid.grid (GridManagerConfig.KNOBS)
-        "ALLOW_ROOT_JOBS",
-        # the execute node's (htgrid.startd)
-        "NUM_CPUS",
-        "MEMORY",
-        "DISK",
-        "EXECUTE",
-        "START",
-        "STARTD_ATTRS",
-        "UPDATE_INTERVAL",
-        "STARTD_NOCLAIM_SHUTDOWN",
-        "FILESYSTEM_DOMAIN",
-        "UID_DOMAIN",
-        "GPU_DISCOVERY",
-    }
-)
+#: Every knob htgrid.conf may set, with its default as the file would write it; None where
+#: the daemon that reads it computes it (SCHEDD_NAME: htgrid@<host>; TRUST_DOMAIN; the
+#: execute node's NUM_CPUS, MEMORY, DISK, EXECUTE), or where unset means none. A name
+#: STARTD_ATTRS lists may be set too. `ConfigFile` falls back on these defaults, and
+#: `htgrid config_val` prints them.
+KNOBS: Final[Mapping[str, str | None]] = {
+    "PERIODIC_EXPR_INTERVAL": "60",
+    "JOB_MAX_VACATE_TIME": "10",
+    "START_LOCAL_UNIVERSE_LIMIT": "200",
+    "QUEUE_FSYNC": "true",
+    "DAEMON_LIST": "MASTER, COLLECTOR, NEGOTIATOR, SCHEDD, STARTD, GRIDMANAGER",
+    "COLLECTOR_HOST": "127.0.0.1:9618",
+    "NEGOTIATOR_INTERVAL": "60",
+    "NEGOTIATOR_MIN_INTERVAL": "5",
+    "SCHEDD_INTERVAL": "300",
+    "SCHEDD_NAME": None,
+    "SCHEDD_ADDRESS": "127.0.0.1:0",
+    "MAX_TRANSFER_INPUT_MB": "10240",
+    "MAX_TRANSFER_OUTPUT_MB": "10240",
+    "MAX_API_REQUEST_MB": "64",
+    "API_HEADER_TIMEOUT": "20",
+    "API_BODY_TIMEOUT": "60",
+    "ALIVE_INTERVAL": "60",
+    "MAX_CLAIM_ALIVES_MISSED": "6",
+    "MASTER_BACKOFF_CONSTANT": "1",
+    "MASTER_BACKOFF_FACTOR": "2",
+    "MASTER_BACKOFF_CEILING": "300",
+    "MASTER_RECOVER_FACTOR": "300",
+    "DEFAULT_MASTER_SHUTDOWN_SCRIPT": None,
+    "TRUST_DOMAIN": None,  # read by htgrid.net.security.SecurityConfig.load
+    "GRIDMANAGER_JOB_PROBE_INTERVAL": "10",  # read by htgrid.grid (GridManagerConfig.KNOBS)
+    "ALLOW_ROOT_JOBS": "false",
+    # the execute node's (htgrid.startd)
+    "NUM_CPUS": None,
+    "MEMORY": None,
+    "DISK": None,
+    "EXECUTE": None,
+    "START": "true",
+    "STARTD_ATTRS": "",
+    "UPDATE_INTERVAL": "300",
+    "STARTD_NOCLAIM_SHUTDOWN": None,  # 0: never
+    "FILESYSTEM_DOMAIN": "localhost",
+    "UID_DOMAIN": "localhost",
+    "GPU_DISCOVERY": "true",
+}
 _LIST_SPLIT: Final = re.compile(r"[\s,]+")
-DEFAULT_TRANSFER_MB: Final = 10240
+DEFAULT_TRANSFER_MB: Final = 10240  # MAX_TRANSFER_INPUT_MB and _OUTPUT_MB
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,15 +177,16 @@ class ConfigFile:
     def _error(self, key: str, problem: str) -> PoolError:
         return PoolError(f"{self.path}:{self.values[key][1]}: {key} {problem}")
 
-    def text(self, key: str, default: str) -> str:
-        """The value as written (the default when unset or empty)."""
+    def text(self, key: str, default: str | None = None) -> str:
+        """The value as written (the default when unset or empty: `default`, else the
+        knob's in `KNOBS`)."""
         value = self.values.get(key, ("", 0))[0]
-        return value or default
+        return value or (default if default is not None else _default(key))
 
-    def number(self, key: str, default: float, *, zero: bool = False) -> float:
+    def number(self, key: str, default: float | None = None, *, zero: bool = False) -> float:
         """A positive number (or zero, when `zero` allows it)."""
         if key not in self.values:
-            return default
+            return default if default is not None else float(_default(key))
         text = self.values[key][0]
         try:
             number = float(text)
@@ -193,18 +196,16 @@ class ConfigFile:
             raise self._error(key, "must be positive" if not zero else "must not be negative")
         return number
 
-    def integer(self, key: str, default: int, *, zero: bool = False) -> int:
+    def integer(self, key: str, default: int | None = None, *, zero: bool = False) -> int:
         """A positive whole number (or zero, when `zero` allows it)."""
         number = self.number(key, default, zero=zero)
         if number != int(number):
             raise self._error(key, f"must be a whole number, not {self.values[key][0]!r}")
         return int(number)
 
-    def megabytes(self, key: str, default: int | None) -> int | None:
+    def megabytes(self, key: str) -> int | None:
         """A size in MiB; a negative one (HTCondor writes -1) is no limit (None)."""
-        if key not in self.values:
-            return default
-        text = self.values[key][0]
+        text = self.values[key][0] if key in self.values else _default(key)
         try:
             number = int(text)
         except ValueError:
@@ -212,40 +213,44 @@ class ConfigFile:
             raise self._error(key, problem) from None
         return None if number < 0 else number
 
-    def flag(self, key: str, default: bool) -> bool:
-        if key not in self.values:
+    def flag(self, key: str, default: bool | None = None) -> bool:
+        if key not in self.values and default is not None:
             return default
-        text = self.values[key][0].lower()
-        if text in ("true", "1", "yes"):
+        text = self.values[key][0] if key in self.values else _default(key)
+        if text.lower() in ("true", "1", "yes"):
             return True
-        if text in ("false", "0", "no"):
+        if text.lower() in ("false", "0", "no"):
             return False
-        raise self._error(key, f"must be true or false, not {self.values[key][0]!r}")
+        raise self._error(key, f"must be true or false, not {text!r}")
 
     def api_limits(self) -> ApiLimits:
         """MAX_API_REQUEST_MB, API_HEADER_TIMEOUT, API_BODY_TIMEOUT: every daemon's API."""
-        size = self.integer("MAX_API_REQUEST_MB", DEFAULT_LIMITS.max_request_mb)
         return ApiLimits(
-            max_request_mb=size,
-            header_timeout=self.number("API_HEADER_TIMEOUT", DEFAULT_LIMITS.header_timeout),
-            body_timeout=self.number("API_BODY_TIMEOUT", DEFAULT_LIMITS.body_timeout),
+            max_request_mb=self.integer("MAX_API_REQUEST_MB"),
+            header_timeout=self.number("API_HEADER_TIMEOUT"),
+            body_timeout=self.number("API_BODY_TIMEOUT"),
         )
 
-    def address(self, key: str, default: tuple[str, int]) -> tuple[str, int]:
+    def address(self, key: str) -> tuple[str, int]:
         """A `host:port` (port 0: any free port)."""
-        if key not in self.values:
-            return default
-        text = self.values[key][0]
+        text = self.values[key][0] if key in self.values else _default(key)
         host, _, port = text.rpartition(":")
         if not host or not port.isdigit() or int(port) > 65535:
             raise self._error(key, f"must be host:port, not {text!r}")
         return host.strip("[]"), int(port)
 
-    def names(self, key: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
+    def names(self, key: str) -> tuple[str, ...]:
         """A list of names, separated by commas or spaces."""
-        if key not in self.values:
-            return default
-        return tuple(n for n in _LIST_SPLIT.split(self.values[key][0]) if n)
+        text = self.values[key][0] if key in self.values else _default(key)
+        return tuple(n for n in _LIST_SPLIT.split(text) if n)
+
+
+def _default(key: str) -> str:
+    """The default of knob `key` in `KNOBS`; the caller names one for a knob without."""
+    default = KNOBS.get(key)
+    if default is None:
+        raise KeyError(f"{key} has no default in htgrid.pool.KNOBS: the caller gives one")
+    return default
 
 
 def _parse(text: str, path: Path) -> dict[str, tuple[str, int]]:

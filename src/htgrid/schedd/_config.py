@@ -102,7 +102,7 @@ class ScheddConfig(HomeLayout):
         """The settings of `home` (default $HTGRID_HOME), from its htgrid.conf if any."""
         home = home if home is not None else htgrid_home()
         conf = ConfigFile.read(home)
-        daemons = frozenset(n.upper() for n in conf.names("DAEMON_LIST", tuple(DAEMONS)))
+        daemons = frozenset(n.upper() for n in conf.names("DAEMON_LIST"))
         unknown = daemons - DAEMONS
         if unknown:
             raise PoolError(
@@ -112,28 +112,28 @@ class ScheddConfig(HomeLayout):
         script = conf.text("DEFAULT_MASTER_SHUTDOWN_SCRIPT", "")
         return cls(
             home,
-            periodic_interval=conf.number("PERIODIC_EXPR_INTERVAL", 60.0),
-            kill_grace=conf.number("JOB_MAX_VACATE_TIME", 10.0),
-            max_local_jobs=conf.integer("START_LOCAL_UNIVERSE_LIMIT", 200),
-            fsync=conf.flag("QUEUE_FSYNC", True),
+            periodic_interval=conf.number("PERIODIC_EXPR_INTERVAL"),
+            kill_grace=conf.number("JOB_MAX_VACATE_TIME"),
+            max_local_jobs=conf.integer("START_LOCAL_UNIVERSE_LIMIT"),
+            fsync=conf.flag("QUEUE_FSYNC"),
             daemons=daemons | {"MASTER", "SCHEDD"},  # this daemon is both
-            collector_host=conf.text("COLLECTOR_HOST", "127.0.0.1:9618"),
-            negotiator_interval=conf.number("NEGOTIATOR_INTERVAL", 60.0),
-            negotiator_min_interval=conf.number("NEGOTIATOR_MIN_INTERVAL", 5.0, zero=True),
-            schedd_interval=conf.number("SCHEDD_INTERVAL", 300.0),
-            alive_interval=conf.number("ALIVE_INTERVAL", 60.0),
-            max_alives_missed=conf.integer("MAX_CLAIM_ALIVES_MISSED", 6),
+            collector_host=conf.text("COLLECTOR_HOST"),
+            negotiator_interval=conf.number("NEGOTIATOR_INTERVAL"),
+            negotiator_min_interval=conf.number("NEGOTIATOR_MIN_INTERVAL", zero=True),
+            schedd_interval=conf.number("SCHEDD_INTERVAL"),
+            alive_interval=conf.number("ALIVE_INTERVAL"),
+            max_alives_missed=conf.integer("MAX_CLAIM_ALIVES_MISSED"),
             backoff=Backoff(
-                constant=conf.number("MASTER_BACKOFF_CONSTANT", 1.0),
-                factor=conf.number("MASTER_BACKOFF_FACTOR", 2.0),
-                ceiling=conf.number("MASTER_BACKOFF_CEILING", 300.0),
-                recover=conf.number("MASTER_RECOVER_FACTOR", 300.0),
+                constant=conf.number("MASTER_BACKOFF_CONSTANT"),
+                factor=conf.number("MASTER_BACKOFF_FACTOR"),
+                ceiling=conf.number("MASTER_BACKOFF_CEILING"),
+                recover=conf.number("MASTER_RECOVER_FACTOR"),
             ),
             shutdown_script=script or None,
             schedd_name=conf.text("SCHEDD_NAME", default_schedd_name()),
-            schedd_address=conf.address("SCHEDD_ADDRESS", ("127.0.0.1", 0)),
-            max_transfer_input_mb=conf.megabytes("MAX_TRANSFER_INPUT_MB", DEFAULT_TRANSFER_MB),
-            max_transfer_output_mb=conf.megabytes("MAX_TRANSFER_OUTPUT_MB", DEFAULT_TRANSFER_MB),
+            schedd_address=conf.address("SCHEDD_ADDRESS"),
+            max_transfer_input_mb=conf.megabytes("MAX_TRANSFER_INPUT_MB"),
+            max_transfer_output_mb=conf.megabytes("MAX_TRANSFER_OUTPUT_MB"),
             api_limits=conf.api_limits(),
-            allow_root_jobs=conf.flag("ALLOW_ROOT_JOBS", False),
+            allow_root_jobs=conf.flag("ALLOW_ROOT_JOBS"),
         )

@@ -94,7 +94,7 @@ class StartdConfig(HomeLayout):
         home = (home if home is not None else htgrid_home()).absolute()
         conf = ConfigFile.read(home)
 
-        def expression(key: str, default: str) -> str:
+        def expression(key: str, default: str | None = None) -> str:
             text = conf.text(key, default)
             try:
                 ExprTree(text)
@@ -122,17 +122,17 @@ class StartdConfig(HomeLayout):
             num_cpus=optional("NUM_CPUS"),
             memory=optional("MEMORY"),
             disk=optional("DISK"),
-            start=expression("START", "true"),
+            start=expression("START"),
             attrs=attrs,
-            update_interval=conf.number("UPDATE_INTERVAL", 300.0),
+            update_interval=conf.number("UPDATE_INTERVAL"),
             noclaim_shutdown=conf.number("STARTD_NOCLAIM_SHUTDOWN", 0.0, zero=True),
-            filesystem_domain=conf.text("FILESYSTEM_DOMAIN", "localhost"),
-            uid_domain=conf.text("UID_DOMAIN", "localhost"),
-            gpu_discovery=conf.flag("GPU_DISCOVERY", True),
-            collector_host=conf.text("COLLECTOR_HOST", "127.0.0.1:9618"),
-            vacate_time=conf.number("JOB_MAX_VACATE_TIME", 10.0),
+            filesystem_domain=conf.text("FILESYSTEM_DOMAIN"),
+            uid_domain=conf.text("UID_DOMAIN"),
+            gpu_discovery=conf.flag("GPU_DISCOVERY"),
+            collector_host=conf.text("COLLECTOR_HOST"),
+            vacate_time=conf.number("JOB_MAX_VACATE_TIME"),
             shutdown_script=script or None,
             api_limits=conf.api_limits(),
-            max_transfer_input_mb=conf.megabytes("MAX_TRANSFER_INPUT_MB", DEFAULT_TRANSFER_MB),
-            allow_root_jobs=conf.flag("ALLOW_ROOT_JOBS", False),
+            max_transfer_input_mb=conf.megabytes("MAX_TRANSFER_INPUT_MB"),
+            allow_root_jobs=conf.flag("ALLOW_ROOT_JOBS"),
         )
