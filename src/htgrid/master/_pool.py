@@ -265,13 +265,14 @@ class Pool:
         if self._negotiation is not None:
             self._negotiation.reschedule()
 
-    async def stop(self) -> None:
-        """Stop matching, vacate the running vanilla jobs, then stop the daemons."""
+    async def stop_matching(self) -> None:
+        """Stop the negotiator and the schedd's ad (the schedd vacates its jobs next)."""
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._schedd is not None:
-            await self._schedd.shadows.shutdown()
+
+    async def stop(self) -> None:
+        """Stop the daemons: the execute node first (its jobs vacated already)."""
         await self.supervisor.stop(order=["startd", "gridmanager"])
         if self._advertiser is not None:
             with contextlib.suppress(TimeoutError):

@@ -7,10 +7,10 @@ negotiator as a task, the schedd's ad) and composes with this daemon.
 Start-up: take the pool's lock (one daemon per home), open the queue, recover from a
 crash (kill what earlier runs left, evict jobs with no process), serve the socket and
 the same API over TLS with tokens on SCHEDD_ADDRESS (its URL in run/schedd.url), start
-the companion, write the pid file. SIGTERM or SIGINT: stop taking requests, stop the
-companion (no more matches, running vanilla jobs back to idle, its children stopped),
-stop running local jobs (back to idle), write the jobs' events, close the queue, remove
-the socket, the URL file and the pid file.
+the companion, write the pid file. SIGTERM or SIGINT: stop taking requests, no more
+matches (the companion's negotiator), running vanilla jobs vacated (back to idle), the
+companion's daemons stopped, running local jobs stopped (back to idle), the jobs' events
+written, the queue closed, the socket, the URL file and the pid file removed.
 """
 
 from __future__ import annotations
@@ -100,8 +100,11 @@ class Companion(Protocol):
     async def start(self, schedd: Running) -> None:
         """Start, once the schedd's APIs listen."""
 
+    async def stop_matching(self) -> None:
+        """Make no more matches: the schedd vacates its running vanilla jobs next."""
+
     async def stop(self) -> None:
-        """Stop, once the APIs take no more requests (before the local jobs stop)."""
+        """Stop the rest, once those jobs are back to idle (before the local jobs stop)."""
 
     def status(self) -> dict[str, Any]:
         """Its part of the health answer."""
@@ -289,6 +292,9 @@ class Daemon:
             _log.info("shutting down")
             server.should_exit = api.should_exit = True
             await asyncio.gather(serving, api_serving)
+            if companion is not None:
+                await companion.stop_matching()
+            await shadows.shutdown()
             if companion is not None:
                 await companion.stop()
             for path in (cfg.socket, cfg.url_file):
