@@ -47,7 +47,7 @@ def _new_ads(text: str, pos: int, origin: str) -> Iterator[tuple[ClassAd, int]]:
         tok = tokens[parser.i]
         if not (tok[0] == OP and tok[1] == "["):
             raise parser.fail("expected '[' to open a ClassAd")
-        record = parser.record()
+        record = parser.record(top=True)
         end = tokens[parser.i - 1][2] + 1  # just past the closing bracket
         yield ClassAd._from_pairs(record.attrs), pos + end
 
