@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from htgrid.net import ScheddClient
-from htgrid.schedd.testing import PersonalPool, wait_for
+from htgrid.testing import PersonalPool, wait_for
 
 from .conftest import script, submit
 

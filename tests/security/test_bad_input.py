@@ -21,10 +21,10 @@ from htgrid.collector import AdStore
 from htgrid.collector.app import create_app as collector_app
 from htgrid.errors import ClassAdSyntaxError, ClassAdValueError
 from htgrid.eventlog import EventLogError, SubmitEvent, UserLog
+from htgrid.pool import LaunchError, LaunchSpec, spawn
 from htgrid.queue import HoldReasonCode, Identity, InvalidValue, JobId, JobQueue
-from htgrid.schedd._launch import LaunchError, LaunchSpec, spawn
-from htgrid.schedd.testing import PersonalPool, run_cli
 from htgrid.submit import SubmitDescription, SubmitError
+from htgrid.testing import PersonalPool, run_cli
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 LOCAL = 12  # JobUniverse

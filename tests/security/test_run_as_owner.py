@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from htgrid.net import ScheddClient
-from htgrid.schedd.testing import WHOLE_POOL, PersonalPool, wait_for
+from htgrid.testing import WHOLE_POOL, PersonalPool, wait_for
 
 from ._accounts import LocalUser
 from ._pool import DOMAIN, completed, strict_pool, submit

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from htgrid._args import flag
+from htgrid._ports import held_by
 from htgrid.classad import ClassAd, ExprTree, Value, quote
 from htgrid.classad._io import ParserType, iter_ads
 from htgrid.cli._status_tables import (
@@ -126,9 +127,9 @@ def register(commands: Any) -> None:
 
 
 def _collector(args: argparse.Namespace) -> int:
-    from htgrid._ports import held_by
+    # Imported here for start-up: `htgrid status` does not load the collector's server.
     from htgrid.collector import daemon
-    from htgrid.net._listen import tcp_listener
+    from htgrid.net.server import tcp_listener
 
     # Bound here, before a word is said: a port another program holds is an error that
     # names it, not "listening" and then a server that dies.

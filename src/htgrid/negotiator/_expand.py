@@ -30,7 +30,14 @@ from htgrid.classad import ClassAd, ExprTree, Value, quote
 from htgrid.classad._classad import Entry
 from htgrid.errors import ClassAdSyntaxError
 
-__all__ = ["Expansion", "apply_updates", "dollar_attributes", "expand", "history_updates"]
+__all__ = [
+    "Expansion",
+    "Updates",
+    "apply_updates",
+    "dollar_attributes",
+    "expand",
+    "history_updates",
+]
 
 Updates = tuple[tuple[str, str], ...]
 

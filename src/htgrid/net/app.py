@@ -27,7 +27,7 @@ from htgrid.errors import HTGridError
 from htgrid.net._backend import QueueBackend
 from htgrid.net._errors import BadRequest, status_of
 from htgrid.net._guard import ProblemResponse
-from htgrid.net._limits import DEFAULT_LIMITS, ApiLimits, read_body
+from htgrid.net._limits import read_body
 from htgrid.net._openapi import openapi_document
 from htgrid.net._peer import Authenticator
 from htgrid.net._problems import to_problem
@@ -41,6 +41,7 @@ from htgrid.net._sandbox_routes import (
     update_leases,
 )
 from htgrid.net._wire import Jobs, ad_from_json, background, loads_request
+from htgrid.pool import DEFAULT_LIMITS, ApiLimits
 from htgrid.queue import ID_MAX, Identity, JobAction, JobId
 
 __all__ = ["ROUTES", "RouteSpec", "create_app"]

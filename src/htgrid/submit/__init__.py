@@ -22,6 +22,7 @@ from htgrid._lazy import on_demand
 from htgrid.submit._errors import SubmitError
 
 if TYPE_CHECKING:
+    from htgrid.submit._argsenv import split_v2_raw
     from htgrid.submit._config import SubmitConfig
     from htgrid.submit._description import Job, SubmitDescription, dry_run_text
 
@@ -31,10 +32,18 @@ _LAZY: Final = {
     "Job": "_description",
     "SubmitDescription": "_description",
     "dry_run_text": "_description",
+    "split_v2_raw": "_argsenv",
 }
 
 
 __getattr__ = on_demand(__name__, _LAZY)
 
 
-__all__ = ["Job", "SubmitConfig", "SubmitDescription", "SubmitError", "dry_run_text"]
+__all__ = [
+    "Job",
+    "SubmitConfig",
+    "SubmitDescription",
+    "SubmitError",
+    "dry_run_text",
+    "split_v2_raw",
+]
