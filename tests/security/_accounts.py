@@ -9,6 +9,7 @@ The fixtures are this directory's (conftest.py).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import grp
 import os
@@ -133,10 +134,8 @@ def _write_acl(directory: Path, entries: list[tuple[int, int, int]]) -> None:
     named = [e for e in plain if e[0] in (_ACL_USER, _ACL_GROUP)]
     perm = {tag: p for tag, p, _ in plain}
     if not named:
-        try:
+        with contextlib.suppress(OSError):
             os.removexattr(directory, _ACL)
-        except OSError:
-            pass
         mode = perm[_ACL_USER_OBJ] << 6 | perm[_ACL_GROUP_OBJ] << 3 | perm[_ACL_OTHER]
         os.chmod(directory, mode | (os.stat(directory).st_mode & 0o7000))
         return
@@ -145,7 +144,9 @@ def _write_acl(directory: Path, entries: list[tuple[int, int, int]]) -> None:
         mask |= p
     # The kernel wants the entries sorted by tag, then by id.
     full = sorted([*plain, (_ACL_MASK, mask, _NO_ID)], key=lambda e: (e[0], e[2]))
-    os.setxattr(directory, _ACL, struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in full))
+    os.setxattr(
+        directory, _ACL, struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in full)
+    )
 
 
 def _change_acl(directory: Path, uid: int, *, add: bool) -> None:
