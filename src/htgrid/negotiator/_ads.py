@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from htgrid.classad import ClassAd, ExprTree
-from htgrid.classad._compile import _NOLIT
+from htgrid.classad.fast import NOT_CONSTANT, entries
 from htgrid.negotiator._model import ResourceRequest
 from htgrid.queue import JobId
 
@@ -27,11 +27,11 @@ _WORST = -3.4028234663852886e38
 def attr_value(ad: ClassAd, key: str) -> object:
     """The value of attribute `key` (lower case): constants read directly, the rest
     evaluated in the ad; None when missing."""
-    entry = ad._attrs.get(key)
+    entry = entries(ad).get(key)
     if entry is None:
         return None
     lit = entry.lit
-    return ad.eval(entry.name) if lit is _NOLIT else lit
+    return ad.eval(entry.name) if lit is NOT_CONSTANT else lit
 
 
 def submitter_of(job: ClassAd) -> str:

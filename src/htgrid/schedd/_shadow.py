@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from htgrid.classad import ClassAd, quote
-from htgrid.classad._match import requirements_hold
+from htgrid.classad.fast import requirements_hold
 from htgrid.negotiator import Expansion, Match, expand
 from htgrid.negotiator._expand import Updates, dollar_attributes
 from htgrid.queue import Change, ChangeKind, JobId, JobQueue, JobStatus
