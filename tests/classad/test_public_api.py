@@ -13,6 +13,7 @@ from htgrid.classad.analysis import ClauseResult, explain_match, split_clauses
 from htgrid.classad.fast import (
     NOT_CONSTANT,
     Entry,
+    attr_value,
     compile_expressions,
     entries,
     from_entries,
@@ -118,6 +119,15 @@ def test_rank_is_a_real_and_zero_when_not_a_number() -> None:
     assert rank(ClassAd("[Rank = true]"), job) == 1.0
     assert rank(ClassAd('[Rank = "high"]'), job) == 0.0
     assert rank(job, slot) == 0.0  # no Rank
+
+
+def test_attr_value_reads_constants_as_stored_and_evaluates_the_rest() -> None:
+    ad = ClassAd('[Owner = "alice"; Memory = 2048; Twice = Memory * 2; T = relTime("1:00")]')
+    assert attr_value(ad, "owner") == "alice"
+    assert attr_value(ad, "twice") == 4096
+    assert attr_value(ad, "t") == 60.0
+    assert attr_value(ad, "nosuch") is None
+    assert attr_value(ad, "Owner") is None  # the name is given in lower case
 
 
 def test_compile_expressions_raises_what_compiling_raises() -> None:

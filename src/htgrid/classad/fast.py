@@ -19,6 +19,7 @@ from htgrid.classad._match import rank, requirements_hold, symmetric_match
 __all__ = [
     "NOT_CONSTANT",
     "Entry",
+    "attr_value",
     "compile_expressions",
     "entries",
     "from_entries",
@@ -29,6 +30,8 @@ __all__ = [
 
 #: `Entry.lit` of an attribute whose expression is not a constant.
 NOT_CONSTANT: Final[object] = _NOLIT
+
+_new = ClassAd.__new__
 
 
 def entries(ad: ClassAd) -> dict[str, Entry]:
@@ -42,9 +45,20 @@ def from_entries(table: dict[str, Entry]) -> ClassAd:
 
     Keys are the entries' names in lower case, as `entries` gives them.
     """
-    ad = ClassAd()
+    ad = _new(ClassAd)  # no __init__: a job read is one of these, 100,000 at a time
     ad._attrs = table
+    ad._parent = None
     return ad
+
+
+def attr_value(ad: ClassAd, key: str) -> object:
+    """The value of the attribute named `key` (lower case): a constant as its entry holds
+    it (`Entry.lit`), any other expression evaluated in the ad; None when missing."""
+    entry = ad._attrs.get(key)
+    if entry is None:
+        return None
+    lit = entry.lit
+    return ad.eval(entry.name) if lit is _NOLIT else lit
 
 
 def compile_expressions(ad: ClassAd) -> None:
