@@ -27,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import htgrid.classad as classad
-from htgrid.classad._analyze import explain_match
+from htgrid.classad.analysis import explain_match
 from htgrid.errors import ClassAdSyntaxError, ClassAdValueError
 from htgrid.negotiator._signature import RefCache
 from htgrid.queue import Identity, JobQueue

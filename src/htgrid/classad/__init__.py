@@ -17,6 +17,11 @@ functions exist. Chains of operators of any length evaluate (a 50,000-term `&&` 
 fine); nesting (brackets, calls, lists, nested ads: 3 levels each; unary operators,
 `?:` and ternary branches: 1) stops at 500 levels, the same in ClassAd text, old
 syntax, JSON and Python values.
+
+Beyond classad2's API, htgrid's own daemons use public modules of this package, never
+its private ones: `fast` (an ad's entry table, matching, for the queue and negotiator),
+`syntax` (expression trees and their text), `analysis` (why two ads match or not) and
+`adjson` (HTCondor's JSON form).
 """
 
 from __future__ import annotations

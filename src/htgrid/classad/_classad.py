@@ -38,11 +38,12 @@ _MAX_LEVELS = (MAX_DEPTH - START_DEPTH) // BRACKET_DEPTH
 
 
 class Entry:
-    """One attribute of an ad: its spelling, its expression, and its value if a constant.
+    """One attribute of an ad: `name` as spelled, `node` its expression's tree, and `lit`
+    its value when a constant (a bool, int, float or str, an absolute time, `Value.Undefined`
+    or `Value.Error`; a relative time as float seconds), else `fast.NOT_CONSTANT`.
 
     Entries are immutable once made and may be shared between ads. `ClassAd._attrs`
-    (lower-case name -> Entry) is a friend interface for code that moves many ads at
-    once without converting values (htgrid.queue._serial): keep it stable.
+    (lower-case name -> Entry) is the table `htgrid.classad.fast.entries` hands out.
     """
 
     __slots__ = ("lit", "name", "node")

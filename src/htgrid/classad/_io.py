@@ -87,7 +87,8 @@ def _comment_only(line: str) -> bool:
 def iter_ads(
     text: str, parser: ParserType = ParserType.Auto, *, origin: str = "", pos: int = 0
 ) -> Iterator[tuple[ClassAd, int]]:
-    """Each ad in `text` with the offset just past it."""
+    """Each ad in `text` with the offset just past it; a syntax error names `origin` (a
+    file name) with the line, as `parseAds` cannot."""
     if parser in (ParserType.Auto, ParserType.FileAuto):
         parser = _detect(text, pos)
     if parser == ParserType.New:

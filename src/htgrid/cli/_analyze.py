@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, TextIO
 
 from htgrid.classad import ClassAd
-from htgrid.classad._analyze import explain_match
+from htgrid.classad.analysis import explain_match
 from htgrid.cli._common import format_date
 from htgrid.queue import HoldReasonCode, JobStatus
 

@@ -22,8 +22,9 @@ from typing import Any
 
 from htgrid._args import flag
 from htgrid._ports import held_by
-from htgrid.classad import ClassAd, ExprTree, Value, quote
-from htgrid.classad._io import ParserType, iter_ads
+from htgrid.classad import ClassAd, ExprTree, ParserType, Value, quote
+from htgrid.classad.fast import entries
+from htgrid.classad.syntax import iter_ads
 from htgrid.cli._status_tables import (
     Table,
     any_table,
@@ -249,7 +250,7 @@ def _parse(text: str, origin: str, multiple: bool) -> list[ClassAd]:
     # condor_advertise without -multiple ignores blank lines: one ad, later lines winning.
     merged = ClassAd()
     for ad in ads:
-        merged._attrs.update(ad._attrs)
+        entries(merged).update(entries(ad))
     print(
         f"htgrid advertise: {origin}: blank lines ignored, read as one ad "
         f"(use -multiple to send {len(ads)} ads)",

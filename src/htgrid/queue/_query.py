@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from htgrid.classad import ClassAd, ExprTree
-from htgrid.classad._ast import AttrRef, Binary, Literal, Node, Paren, operands
+from htgrid.classad.syntax import AttrRef, Binary, Literal, Node, Paren, node_of, operands
 from htgrid.queue._policy import truth
 
 __all__ = ["Filter", "compile_constraint"]
@@ -52,7 +52,7 @@ def compile_constraint(constraint: str | ExprTree | None) -> Filter:
     if constraint is None:
         return Filter(None, (), ())
     expr = constraint if isinstance(constraint, ExprTree) else ExprTree(constraint)
-    node = _strip(expr._node)
+    node = _strip(node_of(expr))
     if type(node) is Literal and node.value is True:
         return Filter(None, (), ())
     where: list[str] = []

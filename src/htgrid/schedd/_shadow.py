@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from htgrid.classad import ClassAd, quote
-from htgrid.classad._match import requirements_hold
+from htgrid.classad.fast import requirements_hold
 from htgrid.negotiator import Expansion, Match, Updates, dollar_attributes, expand
 from htgrid.queue import Change, ChangeKind, JobId, JobQueue, JobStatus
 from htgrid.queue.faults import FaultLog, JobFailure, daemon_fault, problem

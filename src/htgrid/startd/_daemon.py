@@ -36,7 +36,7 @@ from starlette.requests import Request
 from htgrid._aio import wait_event
 from htgrid._privsep import OwnerPolicy, closed_to_others
 from htgrid.classad import ClassAd, ExprTree, quote
-from htgrid.classad._match import requirements_hold
+from htgrid.classad.fast import requirements_hold
 from htgrid.collector import CollectorClient
 from htgrid.errors import HTGridError
 from htgrid.pool import LaunchError, family_marker, kill_leftovers

@@ -1,4 +1,5 @@
-"""Why two ads do or do not match: each Requirements clause and the values it saw."""
+"""Why two ads do or do not match: each Requirements clause and the values it saw
+(`htgrid classad match`, and the clauses condor_q -better-analyze counts)."""
 
 from __future__ import annotations
 
