@@ -149,11 +149,24 @@ def _write_acl(directory: Path, entries: list[tuple[int, int, int]]) -> None:
     )
 
 
+def _has_account(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
 def _change_acl(directory: Path, uid: int, *, add: bool) -> None:
     """Give `uid` search (x) on `directory`, or take that entry away again."""
     with open(_ACL_LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        entries = [e for e in _acl_entries(directory) if not (e[0] == _ACL_USER and e[2] == uid)]
+        # An entry for a uid with no account is one a killed run left behind: dropped too.
+        entries = [
+            e
+            for e in _acl_entries(directory)
+            if not (e[0] == _ACL_USER and (e[2] == uid or not _has_account(e[2])))
+        ]
         if add:
             entries.append((_ACL_USER, 1, uid))
         _write_acl(directory, entries)
