@@ -51,7 +51,7 @@ from htgrid.grid.condor._job import CondorJob
 from htgrid.grid.condor._resource import CondorResource
 from htgrid.grid.condor._table import CondorState
 from htgrid.net import ScheddClient
-from htgrid.schedd.testing import PersonalPool, run_cli
+from htgrid.testing import PersonalPool, run_cli
 
 TARGET = 1.5
 B_NAME = "schedd-b@htcondor-c.bench"

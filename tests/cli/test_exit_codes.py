@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import htgrid
-from htgrid.schedd.testing import PersonalPool, run_cli, wait_for
+from htgrid.testing import PersonalPool, run_cli, wait_for
 
 SRC = str(Path(htgrid.__file__).resolve().parents[1])  # the htgrid under test, for children
 

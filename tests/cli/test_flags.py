@@ -125,7 +125,7 @@ def test_annex_is_an_unknown_flag_not_a_then_nnex(capsys: pytest.CaptureFixture[
     [
         (["-m", "htgrid.collector", "--hom", "x"], "--hom"),
         (["-m", "htgrid.startd", "--poo", "x"], "--poo"),
-        (["-m", "htgrid.schedd", "--backg"], "--backg"),
+        (["-m", "htgrid.master", "--backg"], "--backg"),
         (["-m", "htgrid.backends.ec2", "--max-work", "3"], "--max-work"),
         (["-m", "htgrid.cli._gahp", "batch", "--scr", "x"], "--scr"),
     ],

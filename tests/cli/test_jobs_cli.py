@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import htgrid.classad as classad
-from htgrid.schedd.testing import PersonalPool, run_cli, wait_for
+from htgrid.testing import PersonalPool, run_cli, wait_for
 
 ME = __import__("pwd").getpwuid(os.getuid()).pw_name
 IDLE = "executable = /bin/echo\narguments = hello world\nqueue 3\n"

@@ -18,9 +18,9 @@ import pytest
 from cryptography import x509
 
 from htgrid.cli._common import current_user
-from htgrid.net import ScheddNotFound, locate_schedd
-from htgrid.schedd._config import _KNOWN
-from htgrid.schedd.testing import PersonalPool, run_cli, wait_for
+from htgrid.collector import ScheddNotFound, locate_schedd
+from htgrid.pool import KNOBS
+from htgrid.testing import PersonalPool, run_cli, wait_for
 
 HOST = socket.gethostname()
 SITE = f"site@{HOST}"
@@ -131,7 +131,7 @@ def test_config_val_defaults_file_values_and_dump(
     assert rc == 0
     dumped = dict(line.split(" = ", 1) for line in out.splitlines()[1:] if not line.startswith("#"))
     # Every knob htgrid.conf accepts has a value, but those with none by default.
-    assert set(_KNOWN) - set(dumped) == {
+    assert set(KNOBS) - set(dumped) == {
         "DEFAULT_MASTER_SHUTDOWN_SCRIPT",
         "STARTD_NOCLAIM_SHUTDOWN",
     }

@@ -14,7 +14,7 @@ import pytest
 
 import htgrid
 from htgrid.schedd import ScheddConfig
-from htgrid.schedd.testing import run_cli
+from htgrid.testing import run_cli
 
 SRC = str(Path(htgrid.__file__).resolve().parents[1])  # the htgrid under test, for children
 

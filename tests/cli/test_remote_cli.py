@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from htgrid.cli._common import current_user
-from htgrid.net import ScheddNotFound, locate_schedd
-from htgrid.schedd.testing import PersonalPool, run_cli, wait_for
+from htgrid.collector import ScheddNotFound, locate_schedd
+from htgrid.testing import PersonalPool, run_cli, wait_for
 
 # The queue and a collector: the jobs stay idle (no execute node), which is all q needs.
 DAEMONS = ("MASTER", "SCHEDD", "COLLECTOR")

@@ -37,16 +37,19 @@ def test_httpxs_own_command_line_is_not_loaded(argv: list[str]) -> None:
 
 def test_a_command_that_talks_to_a_queue_loads_no_server_side() -> None:
     # The client needs the security package's errors; its server middleware (starlette)
-    # and CA (cryptography) are ~200 ms of every `htgrid q` otherwise. asyncio is only
-    # for finding a schedd by name (-name), the queue's store (SQLite) and the submit
-    # language only for the daemons and `htgrid submit`: ~35 ms of the others.
+    # and CA (cryptography) are ~200 ms of every `htgrid q` otherwise. asyncio and the
+    # collector's client are only for finding a schedd by name (-name), the queue's store
+    # (SQLite) and the submit language only for the daemons and `htgrid submit`: ~35 ms of
+    # the others. The pool's settings load, how a job is started and the daemons do not.
     probe = (
         "import sys\n"
         "from htgrid.cli import build_parser\n"
         "build_parser('q')\n"
         "import htgrid.net.client\n"
         "server_side = ('starlette', 'cryptography', 'uvicorn', 'asyncio', 'sqlite3',\n"
-        "               'htgrid.queue.store', 'htgrid.submit._description')\n"
+        "               'htgrid.queue.store', 'htgrid.submit._description',\n"
+        "               'htgrid.pool._launch', 'htgrid.schedd._daemon', 'htgrid.master',\n"
+        "               'htgrid.collector')\n"
         "print(sorted(m for m in server_side if m in sys.modules))\n"
     )
     out = subprocess.run(
@@ -55,7 +58,18 @@ def test_a_command_that_talks_to_a_queue_loads_no_server_side() -> None:
     assert out == ["[]"]
 
 
-@pytest.mark.parametrize("package", ["htgrid.net.security", "htgrid.queue", "htgrid.submit"])
+@pytest.mark.parametrize(
+    "package",
+    [
+        "htgrid.net.security",
+        "htgrid.queue",
+        "htgrid.submit",
+        "htgrid.pool",
+        "htgrid.schedd",
+        "htgrid.startd",
+        "htgrid.master",
+    ],
+)
 def test_every_name_of_a_package_that_loads_on_demand_is_there_when_asked_for(
     package: str,
 ) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from htgrid.collector.testing import collector_thread, pool_home
+from htgrid.testing.collector import collector_thread, pool_home
 
 DOMAIN = "collector.test"
 

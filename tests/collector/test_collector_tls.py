@@ -16,14 +16,14 @@ import pytest
 from htgrid.classad import ClassAd
 from htgrid.cli import main
 from htgrid.collector import CollectorClient, CollectorRefused, CollectorUnavailable
-from htgrid.collector.testing import pool_home, user_token
 from htgrid.net.security import (
     SecurityConfig,
     client_ssl_context,
     save_token,
-    trusted_ca_files,
     user_token_dir,
 )
+from htgrid.pool import trusted_ca_files
+from htgrid.testing.collector import pool_home, user_token
 
 from .conftest import DOMAIN
 

@@ -13,7 +13,7 @@ import pytest
 
 import htgrid.classad as classad
 from htgrid.backends.batch._base import JobState, NativeStatus
-from htgrid.backends.batch._jobad import SubmitError, parse_submit_ad, split_v2
+from htgrid.backends.batch._jobad import InvalidSubmitAd, parse_submit_ad, split_v2
 from htgrid.backends.batch._registry import create_backend, known_backends, register
 from htgrid.backends.batch.server import BatchGahp, BatchOptions, parse_blah_id, status_ad
 from htgrid.gahp import Call, Credentials
@@ -141,7 +141,7 @@ def test_submit_ad_v1_syntax_and_defaults(tmp_path: Path) -> None:
     ],
 )
 def test_bad_submit_ads(text: str, code: int, message: str) -> None:
-    with pytest.raises(SubmitError, match=message) as caught:
+    with pytest.raises(InvalidSubmitAd, match=message) as caught:
         parse_submit_ad(text, default_iwd="/", new_tag="t")
     assert caught.value.code == code
 

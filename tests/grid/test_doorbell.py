@@ -11,7 +11,7 @@ from pathlib import Path
 
 from htgrid.grid import GridManager, GridManagerConfig
 from htgrid.queue.doorbell import Doorbell, ring
-from htgrid.schedd.testing import PersonalPool, run_cli
+from htgrid.testing import PersonalPool, run_cli
 
 # Far longer than any wait below: only a ring can wake the grid manager in time.
 NEVER = 600.0

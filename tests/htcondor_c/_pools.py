@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from htgrid.schedd.testing import PersonalPool, run_cli
+from htgrid.testing import PersonalPool, run_cli
 
 B_NAME = "schedd-b@htcondor-c.test"
 B_POOL = ("MASTER", "SCHEDD", "COLLECTOR")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from htgrid.schedd.testing import PersonalPool
+from htgrid.testing import PersonalPool
 
 from ._pools import two_pools
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from htgrid.queue import JobStatus
-from htgrid.schedd.testing import PersonalPool, proxy_pem, wait_for
+from htgrid.testing import PersonalPool, proxy_pem, wait_for
 
 from ._pools import ad_of, remote_id, submit
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from htgrid.queue import JobStatus
-from htgrid.schedd.testing import PersonalPool, run_cli, wait_for
+from htgrid.testing import PersonalPool, run_cli, wait_for
 
 from ._pools import ad_of, alive, b_jobs, in_queue, remote_id, submit
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from htgrid.queue import JobStatus
-from htgrid.schedd.testing import PersonalPool, wait_for
+from htgrid.testing import PersonalPool, wait_for
 
 from ._pools import B_NAME, ad_of, b_jobs, submit
 

@@ -11,9 +11,9 @@ import httpx
 from htgrid.classad import ClassAd
 from htgrid.net import ScheddClient
 from htgrid.queue import JobId
-from htgrid.schedd.testing import PersonalPool, wait_for
-from htgrid.schedd.testing import tar_of as tar_of  # the tests here take it from here
-from htgrid.schedd.testing import untar as untar
+from htgrid.testing import PersonalPool, wait_for
+from htgrid.testing import tar_of as tar_of  # the tests here take it from here
+from htgrid.testing import untar as untar
 
 LOCAL = 12  # JobUniverse
 VANILLA = 5

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from htgrid.net import ScheddClient
-from htgrid.schedd.testing import PersonalPool
+from htgrid.testing import PersonalPool
 
 DOMAIN = "pool-a.test"
 

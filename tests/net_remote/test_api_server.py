@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from htgrid.errors import HTGridError
-from htgrid.net._limits import DEFAULT_LIMITS
 from htgrid.net._listen import ApiServer, api_config, start, unix_listener
+from htgrid.pool import DEFAULT_LIMITS
 
 
 class NotStarted(HTGridError):

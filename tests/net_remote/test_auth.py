@@ -24,7 +24,7 @@ from htgrid.net.security import (
     client_ssl_context,
 )
 from htgrid.queue import JobAction, JobNotFound, NotAuthorized
-from htgrid.schedd.testing import PersonalPool
+from htgrid.testing import PersonalPool
 
 from ._support import submit, tar_of
 from .conftest import DOMAIN

@@ -13,7 +13,7 @@ import pytest
 
 from htgrid.net import Jobs, ScheddClient
 from htgrid.queue import JobAction
-from htgrid.schedd.testing import PersonalPool
+from htgrid.testing import PersonalPool
 
 from ._support import SPOOLING, made_spool_dir, put_raw, spool_dir, submit, tar_of
 from .conftest import DOMAIN

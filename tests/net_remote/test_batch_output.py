@@ -19,7 +19,7 @@ import pytest
 from htgrid.classad import ClassAd, ParserType, parseOne
 from htgrid.net import ScheddClient
 from htgrid.queue import JobId
-from htgrid.schedd.testing import PersonalPool, wait_for
+from htgrid.testing import PersonalPool, wait_for
 
 from ._support import LOCAL, SPOOLING, submit, tar_of
 from .conftest import DOMAIN

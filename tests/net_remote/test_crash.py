@@ -8,7 +8,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from htgrid.net.security import SecurityConfig, client_ssl_context
-from htgrid.schedd.testing import PersonalPool
+from htgrid.testing import PersonalPool
 
 from ._support import SPOOLING, submit, tar_of
 from .conftest import DOMAIN

@@ -12,9 +12,10 @@ import pytest
 from htgrid.net import Jobs, ScheddClient
 from htgrid.net._errors import SandboxTooLarge
 from htgrid.net.security import SecurityConfig, client_ssl_context
+from htgrid.pool import PoolError
 from htgrid.queue import JobId
-from htgrid.schedd._config import ScheddConfig, ScheddError
-from htgrid.schedd.testing import PersonalPool, wait_for
+from htgrid.schedd import ScheddConfig
+from htgrid.testing import PersonalPool, wait_for
 
 from ._support import LOCAL, SPOOLING, submit, tar_of, untar
 from .conftest import DOMAIN
@@ -120,5 +121,5 @@ def test_the_limits_knobs(tmp_path: Path, text: str | None, megabytes: int | Non
 
 def test_a_limit_that_is_not_a_number_is_refused(tmp_path: Path) -> None:
     (tmp_path / "htgrid.conf").write_text("# limits\nMAX_TRANSFER_INPUT_MB = 10G\n")
-    with pytest.raises(ScheddError, match=r"htgrid.conf:2: MAX_TRANSFER_INPUT_MB must be a whole"):
+    with pytest.raises(PoolError, match=r"htgrid.conf:2: MAX_TRANSFER_INPUT_MB must be a whole"):
         ScheddConfig.load(tmp_path)

@@ -11,7 +11,7 @@ import httpx
 from htgrid.net import ScheddClient
 from htgrid.queue import JobId
 from htgrid.schedd._spool import output_files
-from htgrid.schedd.testing import PersonalPool, proxy_pem
+from htgrid.testing import PersonalPool, proxy_pem
 
 from ._support import SPOOLING, put_raw, spool_dir, submit, tar_of
 from .conftest import DOMAIN

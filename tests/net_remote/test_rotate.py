@@ -15,7 +15,6 @@ import pytest
 from cryptography import x509
 
 from htgrid.collector.daemon import make_server
-from htgrid.collector.testing import pool_home
 from htgrid.net.security import (
     SERVER_CERT,
     CertFiles,
@@ -25,7 +24,8 @@ from htgrid.net.security import (
     server_ssl_context,
 )
 from htgrid.net.security._rotate import CertRotator, RotatingServer
-from htgrid.schedd.testing import wait_for
+from htgrid.testing import wait_for
+from htgrid.testing.collector import pool_home
 
 DAY = 86400.0
 

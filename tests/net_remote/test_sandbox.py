@@ -14,7 +14,7 @@ import pytest
 from htgrid.net import BadRequest, Jobs, ScheddClient
 from htgrid.queue import JobAction, JobId
 from htgrid.schedd._spool_sweep import remove_spools, spooled_jobs
-from htgrid.schedd.testing import PersonalPool, wait_for
+from htgrid.testing import PersonalPool, wait_for
 
 from ._support import LOCAL, SPOOLING, submit, tar_of, untar
 from .conftest import DOMAIN

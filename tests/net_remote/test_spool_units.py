@@ -15,16 +15,15 @@ import pytest
 from htgrid.backends.condor._sandbox import _top_header
 from htgrid.classad import ClassAd
 from htgrid.net import BadRequest
+from htgrid.net.server import NO_LIMIT, empty_job_dirs
 from htgrid.schedd import _spool
 from htgrid.schedd._spool import (
-    NO_LIMIT,
     make_dirs,
     pack_output,
     read_batch,
     receive_input,
     unpack_input,
 )
-from htgrid.schedd._tarscan import empty_job_dirs
 
 from ._support import tar_of, untar
 

@@ -13,7 +13,7 @@ import pytest
 
 from htgrid.classad import ClassAd
 from htgrid.net import ScheddClient
-from htgrid.schedd.testing import PersonalPool
+from htgrid.testing import PersonalPool
 
 from ._support import VANILLA
 

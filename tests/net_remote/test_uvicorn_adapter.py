@@ -13,7 +13,8 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
 from htgrid.net._guard import GuardedProtocol, guarded_protocol
-from htgrid.net._limits import PROGRESS_KEY, ApiLimits
+from htgrid.net._limits import PROGRESS_KEY
+from htgrid.pool import ApiLimits
 
 
 class Transport(asyncio.Transport):

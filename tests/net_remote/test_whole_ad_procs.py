@@ -7,7 +7,7 @@ import pytest
 
 from htgrid.classad import ClassAd
 from htgrid.net import BadRequest
-from htgrid.schedd.testing import PersonalPool
+from htgrid.testing import PersonalPool
 
 from ._support import SPOOLING
 from .conftest import DOMAIN

@@ -18,8 +18,8 @@ from htgrid.net.security import (
     SecurityConfig,
     client_ssl_context,
     server_ssl_context,
-    trusted_ca_files,
 )
+from htgrid.pool import trusted_ca_files
 
 from ._support import FakeClock
 

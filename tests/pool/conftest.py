@@ -10,7 +10,7 @@ import htcondor2  # type: ignore[import-untyped]
 import pytest
 
 from htgrid.net import ScheddClient
-from htgrid.schedd.testing import WHOLE_POOL, PersonalPool, run_cli
+from htgrid.testing import WHOLE_POOL, PersonalPool, run_cli
 
 # Quick cycles and short leases, so that the tests wait for seconds, not minutes.
 FAST: dict[str, object] = {

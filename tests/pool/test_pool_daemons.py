@@ -7,9 +7,9 @@ import os
 import signal
 from pathlib import Path
 
+from htgrid.master import alive
 from htgrid.net import ScheddClient
-from htgrid.schedd._control import _alive
-from htgrid.schedd.testing import run_cli, wait_for
+from htgrid.testing import run_cli, wait_for
 
 from .conftest import FAST, events, script, submit, whole_pool
 
@@ -26,7 +26,7 @@ def test_an_idle_execute_node_shuts_the_pool_down_and_runs_the_exit_action(
     with pool:
         pid = pool.pid
         assert pid is not None
-        wait_for(lambda: not _alive(pid), timeout=30, what="the pool to stop by itself")
+        wait_for(lambda: not alive(pid), timeout=30, what="the pool to stop by itself")
         wait_for(marker.exists, what="the exit action")
         assert marker.read_text() == "shutdown -h now\n"
         assert not (pool.home / "run" / "schedd.sock").exists()

@@ -16,7 +16,7 @@ import pytest
 from htgrid.classad import ClassAd
 from htgrid.net import ScheddClient
 from htgrid.queue import JobStatus
-from htgrid.schedd.testing import PersonalPool, run_cli, wait_for
+from htgrid.testing import PersonalPool, run_cli, wait_for
 
 from .conftest import FAST, events, submit
 

@@ -22,13 +22,12 @@ import htgrid.negotiator._cycle as cycle_module
 import htgrid.schedd._shadow_run as shadow_module
 from htgrid.classad import ClassAd
 from htgrid.net import ScheddClient
+from htgrid.pool import CONFIG_NAME, family_marker, kill_leftovers
 from htgrid.queue import HoldReasonCode
 from htgrid.schedd import ScheddConfig
-from htgrid.schedd._config import CONFIG_NAME
-from htgrid.schedd._launch import family_marker, kill_leftovers
-from htgrid.schedd.testing import completed, held, in_process
 from htgrid.startd._config import StartdConfig
 from htgrid.submit import SubmitDescription
+from htgrid.testing import completed, held, in_process
 
 from .conftest import FAST
 

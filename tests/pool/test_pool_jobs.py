@@ -13,7 +13,7 @@ from pathlib import Path
 from htgrid.classad import ClassAd
 from htgrid.net import Jobs, ScheddClient
 from htgrid.queue import HoldReasonCode, JobAction, JobStatus
-from htgrid.schedd.testing import PersonalPool, run_cli, wait_for
+from htgrid.testing import PersonalPool, run_cli, wait_for
 
 from .conftest import events, script, submit
 

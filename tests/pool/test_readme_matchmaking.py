@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from htgrid.schedd.testing import PersonalPool, run_cli
+from htgrid.testing import PersonalPool, run_cli
 
 from .conftest import FAST
 

@@ -14,7 +14,7 @@ import pytest
 
 from htgrid.classad import ClassAd, ExprTree
 from htgrid.queue import Identity, JobAction, JobQueue
-from htgrid.schedd.testing import PersonalPool, run_cli
+from htgrid.testing import PersonalPool, run_cli
 
 ALICE = Identity("alice")
 ME = pwd.getpwuid(os.getuid()).pw_name

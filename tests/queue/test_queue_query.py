@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import htgrid.classad as classad
+from htgrid.classad.fast import entries
 from htgrid.errors import ClassAdSyntaxError
 from htgrid.queue import Identity, JobAction, JobQueue, _serial
 from htgrid.queue._query import compile_constraint
@@ -270,8 +271,8 @@ def test_an_ad_remembered_at_its_save_reads_as_its_stored_text_does(value: objec
     fresh = decode(text)
     assert repr(shared) == repr(fresh)
     assert shared == fresh
-    assert [type(e.lit) for e in shared._attrs.values()] == [
-        type(e.lit) for e in fresh._attrs.values()
+    assert [type(e.lit) for e in entries(shared).values()] == [
+        type(e.lit) for e in entries(fresh).values()
     ]
 
 

@@ -11,7 +11,7 @@ import htcondor2
 
 from htgrid.classad import ClassAd
 from htgrid.net import ScheddClient
-from htgrid.schedd.testing import PersonalPool, run_cli, wait_for
+from htgrid.testing import PersonalPool, run_cli, wait_for
 
 __all__ = [
     "FAST",

@@ -13,7 +13,7 @@ from htgrid.classad import ClassAd
 from htgrid.net import ScheddClient
 from htgrid.queue import JobStatus
 from htgrid.schedd import ScheddConfig
-from htgrid.schedd.testing import in_process, until
+from htgrid.testing import in_process, until
 
 START = 1_800_000_000
 

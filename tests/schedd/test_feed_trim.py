@@ -7,8 +7,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from htgrid.schedd._config import ScheddConfig
-from htgrid.schedd._daemon import Daemon
+from htgrid.schedd import Daemon, ScheddConfig
 
 from ._harness import FAST, PersonalPool, event_types, finished, submit, wait_for
 

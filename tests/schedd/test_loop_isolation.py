@@ -24,7 +24,7 @@ from htgrid.classad import ClassAd
 from htgrid.net import Jobs, ScheddClient
 from htgrid.queue import HoldReasonCode, JobAction
 from htgrid.schedd import ScheddConfig
-from htgrid.schedd.testing import completed, held, in_process, until
+from htgrid.testing import completed, held, in_process, until
 
 
 def run_daemon(tmp_path: Path, scenario: Callable[[ScheddClient], Awaitable[None]]) -> None:

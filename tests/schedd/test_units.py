@@ -19,9 +19,9 @@ from htgrid.eventlog import (
 )
 from htgrid.net._errors import PROBLEMS, ApiError, DaemonUnavailable
 from htgrid.net._problems import from_problem, to_problem
+from htgrid.pool import MARKER, LaunchError, LaunchSpec, PoolError
 from htgrid.queue import HoldReasonCode, JobId, JobNotFound
-from htgrid.schedd import ScheddConfig, ScheddError
-from htgrid.schedd._launch import MARKER, LaunchError, LaunchSpec
+from htgrid.schedd import ScheddConfig
 from htgrid.submit import SubmitError
 
 JOB = JobId(7, 3)
@@ -102,7 +102,7 @@ def test_config_file(tmp_path: Path) -> None:
         ("PERIODIC_EXPR_INTERVAL = 0\n", "must be positive"),
     ):
         (tmp_path / "htgrid.conf").write_text(text)
-        with pytest.raises(ScheddError, match=message):
+        with pytest.raises(PoolError, match=message):
             ScheddConfig.load(tmp_path)
 
 

@@ -9,6 +9,8 @@ The fixtures are this directory's (conftest.py).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import grp
 import os
 import pwd
@@ -104,23 +106,70 @@ def _closed_to(user: LocalUser, path: Path) -> Path | None:
     return None
 
 
-def _acl_letting_through(mode: int, uid: int) -> bytes:
-    """A POSIX access ACL (the kernel's xattr form) equal to `mode`, plus search (x) for
-    `uid`."""
+_ACL_USER_OBJ, _ACL_USER, _ACL_GROUP_OBJ, _ACL_GROUP, _ACL_MASK, _ACL_OTHER = 1, 2, 4, 8, 16, 32
+_NO_ID = 0xFFFFFFFF
+# pytest-xdist runs one session per worker, each with its own second user, all opening the
+# same directories: the ACL is read, changed and written under this lock, entry by entry.
+_ACL_LOCK = Path("/tmp/htgrid-tests-acl.lock")
 
-    def entry(tag: int, perm: int, who: int = 0xFFFFFFFF) -> bytes:
-        return struct.pack("<HHI", tag, perm, who)
 
-    user_obj, user, group_obj, mask, other = 0x01, 0x02, 0x04, 0x10, 0x20
-    group = (mode >> 3) & 7
-    return (
-        struct.pack("<I", 2)
-        + entry(user_obj, (mode >> 6) & 7)
-        + entry(user, 1, uid)
-        + entry(group_obj, group)
-        + entry(mask, group | 1)
-        + entry(other, mode & 7)
+def _acl_entries(directory: Path) -> list[tuple[int, int, int]]:
+    """The directory's access ACL as (tag, perm, id) entries; its mode as one if it has none."""
+    try:
+        raw = os.getxattr(directory, _ACL)
+    except OSError:
+        mode = stat.S_IMODE(os.stat(directory).st_mode)
+        return [
+            (_ACL_USER_OBJ, (mode >> 6) & 7, _NO_ID),
+            (_ACL_GROUP_OBJ, (mode >> 3) & 7, _NO_ID),
+            (_ACL_OTHER, mode & 7, _NO_ID),
+        ]
+    return [tuple(e) for e in struct.iter_unpack("<HHI", raw[4:])]  # type: ignore[misc]
+
+
+def _write_acl(directory: Path, entries: list[tuple[int, int, int]]) -> None:
+    """Write `entries` back (with a mask covering the named ones), or, when no named entry is
+    left, no ACL at all and the mode it stands for."""
+    plain = [e for e in entries if e[0] != _ACL_MASK]
+    named = [e for e in plain if e[0] in (_ACL_USER, _ACL_GROUP)]
+    perm = {tag: p for tag, p, _ in plain}
+    if not named:
+        with contextlib.suppress(OSError):
+            os.removexattr(directory, _ACL)
+        mode = perm[_ACL_USER_OBJ] << 6 | perm[_ACL_GROUP_OBJ] << 3 | perm[_ACL_OTHER]
+        os.chmod(directory, mode | (os.stat(directory).st_mode & 0o7000))
+        return
+    mask = perm[_ACL_GROUP_OBJ]
+    for _, p, _ in named:
+        mask |= p
+    # The kernel wants the entries sorted by tag, then by id.
+    full = sorted([*plain, (_ACL_MASK, mask, _NO_ID)], key=lambda e: (e[0], e[2]))
+    os.setxattr(
+        directory, _ACL, struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in full)
     )
+
+
+def _has_account(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
+def _change_acl(directory: Path, uid: int, *, add: bool) -> None:
+    """Give `uid` search (x) on `directory`, or take that entry away again."""
+    with open(_ACL_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        # An entry for a uid with no account is one a killed run left behind: dropped too.
+        entries = [
+            e
+            for e in _acl_entries(directory)
+            if not (e[0] == _ACL_USER and (e[2] == uid or not _has_account(e[2])))
+        ]
+        if add:
+            entries.append((_ACL_USER, 1, uid))
+        _write_acl(directory, entries)
 
 
 @pytest.fixture(scope="session")
@@ -128,25 +177,18 @@ def user_runs_python(second_user: LocalUser) -> Iterator[None]:
     """The second user may run this Python and import htgrid, as the GAHP servers of its
     jobs do (they run as the job's owner). Where a directory above them is closed to it
     (CI keeps pyenv's Pythons under /root, mode 0700), that directory alone lets it
-    through, by a POSIX ACL entry naming it, taken away after."""
+    through, by a POSIX ACL entry naming it, taken away after (other entries, another
+    worker's or the admin's, are kept)."""
     needed = [Path(os.path.realpath(sys.executable)), Path(sys.base_prefix) / "lib"]
     needed += [Path(htgrid.__file__).parent]
     needed += [Path(p) for p in os.environ.get("PYTHONPATH", "").split(":") if p]
     closed = {d for path in needed if (d := _closed_to(second_user, path)) is not None}
-    opened: list[tuple[Path, int]] = []
+    opened: list[Path] = []
     try:
         for directory in sorted(closed):
-            mode = stat.S_IMODE(os.stat(directory).st_mode)
-            try:
-                os.getxattr(directory, _ACL)
-            except OSError:
-                pass
-            else:
-                pytest.fail(f"{directory} has an ACL already: the tests leave it alone")
-            os.setxattr(directory, _ACL, _acl_letting_through(mode, second_user.uid))
-            opened.append((directory, mode))
+            _change_acl(directory, second_user.uid, add=True)
+            opened.append(directory)
         yield
     finally:
-        for directory, mode in opened:
-            os.removexattr(directory, _ACL)
-            os.chmod(directory, mode)
+        for directory in opened:
+            _change_acl(directory, second_user.uid, add=False)

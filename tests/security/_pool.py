@@ -11,7 +11,7 @@ import httpx
 from htgrid.classad import ClassAd
 from htgrid.net import ScheddClient
 from htgrid.queue import JobId
-from htgrid.schedd.testing import QUEUE_ONLY, PersonalPool, tar_of, untar, wait_for
+from htgrid.testing import QUEUE_ONLY, PersonalPool, tar_of, untar, wait_for
 
 __all__ = [
     "DOMAIN",

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from htgrid.collector import AdStore
 from htgrid.collector.app import create_app
-from htgrid.schedd.testing import PersonalPool
+from htgrid.testing import PersonalPool
 
 # hypothesis reports a failure through libcst, whose import warns (DeprecationWarning)
 # and would turn the report of a failing example into an internal error of pytest.

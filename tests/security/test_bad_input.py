@@ -19,12 +19,12 @@ import pytest
 from htgrid.classad import ClassAd, ExprTree, ParserType, parseOne
 from htgrid.collector import AdStore
 from htgrid.collector.app import create_app as collector_app
-from htgrid.errors import ClassAdSyntaxError
+from htgrid.errors import ClassAdSyntaxError, ClassAdValueError
 from htgrid.eventlog import EventLogError, SubmitEvent, UserLog
+from htgrid.pool import LaunchError, LaunchSpec, spawn
 from htgrid.queue import HoldReasonCode, Identity, InvalidValue, JobId, JobQueue
-from htgrid.schedd._launch import LaunchError, LaunchSpec, spawn
-from htgrid.schedd.testing import PersonalPool, run_cli
 from htgrid.submit import SubmitDescription, SubmitError
+from htgrid.testing import PersonalPool, run_cli
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 LOCAL = 12  # JobUniverse
@@ -244,11 +244,16 @@ def test_the_queue_never_stores_what_it_cannot_read_back(tmp_path: Path) -> None
         deep = [deep]
     with JobQueue.open(tmp_path, fsync=False) as queue:
         good = queue.submit(alice, ClassAd({"Cmd": "/bin/true"}))
-        for name, value in (("Description", "a\0b"), ("Deep", deep), ("Lone", "\ud800")):
+        for name, value in (("Description", "a\0b"), ("Lone", "\ud800")):
             with pytest.raises(InvalidValue, match=name):
                 queue.submit(alice, ClassAd({"Cmd": "/bin/true", name: value}))
             with pytest.raises(InvalidValue, match=name):
                 queue.update(f"{good}.0", {"JobStatus": 2, name: value})
+        # A value nested deeper than the parser reads cannot even be put in an ad.
+        with pytest.raises(ClassAdValueError, match="nested too deeply"):
+            ClassAd({"Cmd": "/bin/true", "Deep": deep})
+        with pytest.raises(ClassAdValueError, match="nested too deeply"):
+            queue.update(f"{good}.0", {"JobStatus": 2, "Deep": deep})
         with pytest.raises(ClassAdSyntaxError, match="may not hold a NUL"):
             queue.edit(f"{good}.0", {"Note": '"x\0"'}, alice)
         assert [ad["ClusterId"] for ad in queue.query()] == [good]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from htgrid.schedd.testing import PersonalPool
+from htgrid.testing import PersonalPool
 
 from ._accounts import LocalUser
 from ._pool import DOMAIN, strict_pool, submit

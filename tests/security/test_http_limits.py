@@ -23,13 +23,13 @@ import httpx
 import pytest
 
 from htgrid.classad import ClassAd
-from htgrid.collector.testing import collector_thread, pool_home
 from htgrid.net import Jobs
-from htgrid.net._limits import ApiLimits
 from htgrid.net.security import SecurityConfig, TokenIssuer
+from htgrid.pool import ApiLimits
 from htgrid.queue import JobAction
-from htgrid.schedd.testing import PersonalPool, wait_for
 from htgrid.startd._api import create_app, start_unix_server
+from htgrid.testing import PersonalPool, wait_for
+from htgrid.testing.collector import collector_thread, pool_home
 
 DOMAIN = "limits.test"
 # Short clocks, so that a test waits seconds; a 1 MiB cap, so that bodies stay small.

@@ -12,7 +12,7 @@ import pytest
 
 from htgrid.net import Jobs, ScheddClient
 from htgrid.queue import JobId
-from htgrid.schedd.testing import PersonalPool
+from htgrid.testing import PersonalPool
 
 from ._accounts import LocalUser
 from ._pool import (

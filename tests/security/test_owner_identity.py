@@ -11,7 +11,7 @@ import pytest
 from htgrid.classad import ClassAd
 from htgrid.net import Jobs, ScheddClient
 from htgrid.queue import JobAction, JobId, NotAuthorized, ProtectedAttribute
-from htgrid.schedd.testing import PersonalPool, wait_for
+from htgrid.testing import PersonalPool, wait_for
 
 from ._accounts import LocalUser
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from htgrid.queue import NotAuthorized
-from htgrid.schedd.testing import PersonalPool
+from htgrid.testing import PersonalPool
 
 from ._accounts import LocalUser
 from ._pool import DOMAIN, completed, submit

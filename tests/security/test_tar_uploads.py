@@ -22,13 +22,14 @@ import pytest
 from htgrid.backends.condor import _sandbox as condor_sandbox
 from htgrid.backends.condor._errors import SandboxError
 from htgrid.classad import ClassAd
+from htgrid.net import _tarscan
 from htgrid.net._errors import BadRequest, SandboxTooLarge
+from htgrid.net.server import SizeLimit
 from htgrid.queue import HoldReasonCode, JobId
-from htgrid.schedd import _tarscan
-from htgrid.schedd._spool import SizeLimit, read_batch, unpack_input
-from htgrid.schedd.testing import PersonalPool
+from htgrid.schedd._spool import read_batch, unpack_input
 from htgrid.startd._transfer import TransferError
 from htgrid.startd._transfer import unpack_input as startd_unpack
+from htgrid.testing import PersonalPool
 
 MIB = 1 << 20
 APPARENT = 64 * MIB  # what the sparse file unpacks to

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from htgrid.classad import ClassAd, ExprTree
-from htgrid.collector.testing import collector_thread, pool_home
 from htgrid.startd import ClaimState, ClaimStatus, Resources, StartdClient, StartdConfig
 from htgrid.startd._daemon import ExitReason, Startd
 from htgrid.startd._machine import Gpu, MachineInfo
 from htgrid.startd._transfer import input_entries, pack
+from htgrid.testing.collector import collector_thread, pool_home
 
 GPUS = (Gpu("GPU-aaaa1111", 0, "Test GPU", 1024), Gpu("GPU-bbbb2222", 1, "Test GPU", 1024))
 MACHINE = MachineInfo(

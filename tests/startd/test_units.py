@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from htgrid.classad import ClassAd, ExprTree
-from htgrid.schedd import ScheddError
+from htgrid.pool import PoolError
 from htgrid.startd import (
     ClaimGrant,
     ClaimState,
@@ -116,10 +116,10 @@ def test_config_reads_the_execute_knobs(tmp_path: Path) -> None:
     assert config.execute_dir.name == "scratch" and config.execute_dir.is_absolute()
     assert config.filesystem_domain == "lab.example"
     (tmp_path / "htgrid.conf").write_text("HasData = true\n")
-    with pytest.raises(ScheddError, match=r"htgrid\.conf:1: expected NAME = value"):
+    with pytest.raises(PoolError, match=r"htgrid\.conf:1: expected NAME = value"):
         StartdConfig.load(tmp_path)
     (tmp_path / "htgrid.conf").write_text("\nSTART = (TARGET.Owner ==\n")
-    with pytest.raises(ScheddError, match=r"htgrid\.conf:2: START is not a ClassAd expression"):
+    with pytest.raises(PoolError, match=r"htgrid\.conf:2: START is not a ClassAd expression"):
         StartdConfig.load(tmp_path)
 
 

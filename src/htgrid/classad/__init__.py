@@ -1,44 +1,105 @@
-"""HTCondor's ClassAd language, with the API of the official `classad2` module.
+"""HTCondor's ClassAd language, with the API of the official `classad2` module and of the
+version-1 `classad` module before it.
 
-`import htgrid.classad as classad` runs scripts written for classad2 unchanged. Evaluation
-follows HTCondor mode (what every HTCondor daemon and tool uses): unscoped names fall back
-to the TARGET ad, `MY.x` works in a single ad, and HTCondor's extra functions exist.
+`import htgrid.classad as classad` runs scripts written for classad2 unchanged, and
+scripts written for the version-1 `classad` module (HTCondor 8.x to 24): its parsers
+(`parseOld`, `parse`, `parseOldAds`), expression builders (`Attribute`, `Function`,
+`Literal`, Python operators on ExprTree such as `Attribute("Memory") >= 1024` and
+`e.and_(f)`), Python functions called from expressions (`register`), and its exception
+names (`ClassAdParseError`, `ClassAdEvaluationError`, ...). Where the two differ, what
+serves both is done: an ExprTree from an ad evaluates in that ad, `==` of two
+expressions is an expression that is true when they are the same, and `Value.Undefined`
+and `Value.Error` are false as conditions.
+
+Evaluation follows HTCondor mode (what every HTCondor daemon and tool uses): unscoped
+names fall back to the TARGET ad, `MY.x` works in a single ad, and HTCondor's extra
+functions exist. Chains of operators of any length evaluate (a 50,000-term `&&` is
+fine); nesting (brackets, calls, lists, nested ads: 3 levels each; unary operators,
+`?:` and ternary branches: 1) stops at 500 levels, the same in ClassAd text, old
+syntax, JSON and Python values.
+
+Beyond classad2's API, htgrid's own daemons use public modules of this package, never
+its private ones: `fast` (an ad's entry table, matching, for the queue and negotiator),
+`syntax` (expression trees and their text), `analysis` (why two ads match or not) and
+`adjson` (HTCondor's JSON form).
 """
 
 from __future__ import annotations
 
 import importlib
 
-from htgrid.classad._ast import Literal
+from htgrid.classad._ast import Literal as _LiteralNode
 from htgrid.classad._classad import ClassAd, ExprTree
 from htgrid.classad._factor import common_attrs
 from htgrid.classad._io import ParserType, parseAds, parseNext, parseOne
 from htgrid.classad._parser import parse_expr
 from htgrid.classad._select import select_attrs
 from htgrid.classad._unparse import quote_string as _quote_string
+from htgrid.classad._v1 import (
+    Attribute,
+    ClassAdFileIterator,
+    ClassAdStringIterator,
+    Function,
+    OldClassAdIterator,
+    parse,
+    parseOld,
+    parseOldAds,
+    register,
+    registerLibrary,
+)
+from htgrid.classad._v1 import Literal_ as Literal
 from htgrid.classad._values import Value
-from htgrid.errors import ClassAdException, ClassAdSyntaxError, ClassAdValueError
+from htgrid.errors import (
+    ClassAdEnumError,
+    ClassAdEvaluationError,
+    ClassAdException,
+    ClassAdInternalError,
+    ClassAdOSError,
+    ClassAdSyntaxError,
+    ClassAdTypeError,
+    ClassAdValueError,
+)
 
 __all__ = [
+    "Attribute",
     "ClassAd",
+    "ClassAdEnumError",
+    "ClassAdEvaluationError",
     "ClassAdException",
+    "ClassAdFileIterator",
+    "ClassAdInternalError",
+    "ClassAdOSError",
+    "ClassAdParseError",
+    "ClassAdStringIterator",
     "ClassAdSyntaxError",
+    "ClassAdTypeError",
     "ClassAdValueError",
     "ExprTree",
+    "Function",
+    "Literal",
+    "OldClassAdIterator",
     "Parser",
     "ParserType",
     "Value",
     "common_attrs",
     "lastError",
+    "parse",
     "parseAds",
     "parseNext",
+    "parseOld",
+    "parseOldAds",
     "parseOne",
     "preload_functions",
     "quote",
+    "register",
+    "registerLibrary",
     "select_attrs",
     "unquote",
     "version",
 ]
+
+# The version-1 name of a syntax error.
+ClassAdParseError = ClassAdSyntaxError
 
 # classad2 keeps the version-1 name too.
 Parser = ParserType
@@ -56,7 +117,7 @@ def unquote(input: str) -> str:
     if not isinstance(input, str):
         raise TypeError("unquote() takes a str")
     node = parse_expr(input)
-    if type(node) is not Literal or type(node.value) is not str:
+    if type(node) is not _LiteralNode or type(node.value) is not str:
         raise ClassAdSyntaxError("expected one string literal", text=input, offset=0)
     return node.value
 
@@ -72,7 +133,8 @@ def preload_functions() -> None:
 
 
 def lastError() -> str:
-    """Kept for classad2 scripts; htgrid reports errors as exceptions, so this is empty."""
+    """Kept for classad2 and version-1 scripts; htgrid reports errors as exceptions, so
+    this is empty (as it mostly was in both)."""
     return ""
 
 

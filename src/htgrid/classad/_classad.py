@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Iterator, MutableMapping
-from typing import Any
+from typing import Any, Self
 
 from htgrid.classad._ast import AdExpr, ListExpr, Literal, Node
-from htgrid.classad._compile import _NOLIT, EvaluationFailed, compiled
+from htgrid.classad._compile import _NOLIT, EvaluationFailed, RaisedInPython, compiled
+from htgrid.classad._exprops import ExprOperators, combine, truth_of
+from htgrid.classad._parser import (
+    BRACKET_DEPTH,
+    MAX_DEPTH,
+    START_DEPTH,
+    TOO_DEEP,
+    check_depth,
+)
 from htgrid.classad._state import EvalState
 from htgrid.classad._values import (
     ERROR,
@@ -20,19 +28,22 @@ from htgrid.classad._values import (
     Val,
     Value,
 )
-from htgrid.errors import ClassAdException, ClassAdValueError
+from htgrid.errors import ClassAdEvaluationError, ClassAdValueError
 
-__all__ = ["ClassAd", "Entry", "ExprTree", "to_node", "to_python"]
+__all__ = ["BuiltExpr", "ClassAd", "Entry", "ExprTree", "to_node", "to_python"]
 
 _SCALAR_TYPES = (bool, int, float, str, AbsTime, RelTime)
+# Lists and dicts nested more than this can never be within the parser's depth limit.
+_MAX_LEVELS = (MAX_DEPTH - START_DEPTH) // BRACKET_DEPTH
 
 
 class Entry:
-    """One attribute of an ad: its spelling, its expression, and its value if a constant.
+    """One attribute of an ad: `name` as spelled, `node` its expression's tree, and `lit`
+    its value when a constant (a bool, int, float or str, an absolute time, `Value.Undefined`
+    or `Value.Error`; a relative time as float seconds), else `fast.NOT_CONSTANT`.
 
     Entries are immutable once made and may be shared between ads. `ClassAd._attrs`
-    (lower-case name -> Entry) is a friend interface for code that moves many ads at
-    once without converting values (htgrid.queue._serial): keep it stable.
+    (lower-case name -> Entry) is the table `htgrid.classad.fast.entries` hands out.
     """
 
     __slots__ = ("lit", "name", "node")
@@ -208,7 +219,7 @@ class ClassAd(MutableMapping[str, Any]):
         entry = self._attrs.get(attr.lower())
         if entry is None:
             raise KeyError(attr)
-        return ExprTree._of(entry.node)
+        return ExprTree._of(entry.node, self)
 
     def eval(self, attr: str) -> Any:
         """Evaluate `attr` in the context of this ad."""
@@ -271,38 +282,51 @@ class ClassAd(MutableMapping[str, Any]):
             raise TypeError("expr must be an ExprTree")
         from htgrid.classad._flatten import flatten_value
 
-        value, tree = flatten_value(expr._node, EvalState(self))
+        try:
+            value, tree = flatten_value(expr._node, EvalState(self))
+        except RecursionError:  # attributes followed into each other past Python's stack
+            return Value.Error
         return to_python(value) if tree is None else ExprTree._of(tree)
 
 
-class ExprTree:
-    """An expression in the ClassAd language."""
+class ExprTree(ExprOperators):
+    """An expression in the ClassAd language.
 
-    __slots__ = ("_node",)
+    One taken from an ad (`ad[name]`, `ad.lookup(name)`) remembers it: `eval()` and
+    `simplify()` without a scope evaluate there, as in the version-1 module (classad2
+    would evaluate in no ad at all). The Python operators of version 1 build new
+    expressions (see `_exprops.py`). `==` of two expressions is classad2's (whether they
+    are the same); of an expression and a Python value, version 1's expression, whose
+    truth is classad2's answer (false for `==`).
+    """
+
+    __slots__ = ("_node", "_scope")
 
     def __init__(self, expr: str | ExprTree | Any = None) -> None:
+        self._scope: ClassAd | None = None
         if expr is None:
             self._node: Node = Literal(UNDEFINED)
         elif isinstance(expr, ExprTree):
             self._node = expr._node
         elif isinstance(expr, ClassAd):
-            self._node = expr._node()
+            self._node = check_depth(expr._node())
         else:
             from htgrid.classad._parser import parse_expr
 
             self._node = parse_expr(expr if isinstance(expr, str) else str(expr))
 
     @classmethod
-    def _of(cls, node: Node) -> ExprTree:
+    def _of(cls, node: Node, scope: ClassAd | None = None) -> Self:
         tree = cls.__new__(cls)
         tree._node = node
+        tree._scope = scope
         return tree
 
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return False
-        assert isinstance(other, ExprTree)
-        return self._node == other._node
+    def __eq__(self, other: object) -> Any:
+        return _compared(self, other, "==")
+
+    def __ne__(self, other: object) -> Any:
+        return _compared(self, other, "!=")
 
     def __hash__(self) -> int:
         return hash(self._node)
@@ -330,6 +354,8 @@ class ExprTree:
 
     def _evaluate(self, scope: ClassAd | None, target: ClassAd | None) -> Val:
         if scope is None:
+            scope = self._scope
+        if scope is None:
             # classad2 matches only when there is a scope to match: TARGET alone is unseen.
             if target is not None and not isinstance(target, ClassAd):
                 raise TypeError("target must be a ClassAd")
@@ -338,17 +364,56 @@ class ExprTree:
             raise TypeError("scope must be a ClassAd")
         elif target is not None and not isinstance(target, ClassAd):
             raise TypeError("target must be a ClassAd")
-        fn = self._node._fn or compiled(self._node)
         try:
+            fn = self._node._fn or compiled(self._node)
             return fn(EvalState(scope, None, target))
-        except RecursionError:
+        except RecursionError:  # attributes followed into each other past Python's stack
             return ERROR
         except EvaluationFailed as err:
-            raise ClassAdException(f"evaluation failed: {err}") from None
+            raise ClassAdEvaluationError(f"evaluation failed: {err}") from None
+        except RaisedInPython as err:  # a function registered with classad.register
+            raise err.error from None
 
     def simplify(self, scope: ClassAd | None = None, target: ClassAd | None = None) -> ExprTree:
         """Evaluate and give the result back as an expression."""
         return ExprTree._of(to_node_value(self._evaluate(scope, target)))
+
+
+class BuiltExpr(ExprTree):
+    """An expression built by Python operators; its truth is its value (version 1), or
+    for `==`/`!=` with a Python value, classad2's answer (false for `==`)."""
+
+    __slots__ = ("_truth",)
+    _truth: bool
+
+    def __bool__(self) -> bool:
+        truth: bool | None = getattr(self, "_truth", None)
+        return truth_of(self.eval()) if truth is None else truth
+
+
+def _compared(tree: ExprTree, other: object, op: str) -> Any:
+    """`tree == other` (or `!=`): classad2's answer, as an expression where it can be one.
+
+    Two expressions compare as classad2 compares them (a bool: the same expression or
+    not). An expression and a Python value give version 1's expression `tree == value`
+    (what scripts build constraints with), whose truth is classad2's answer (they differ).
+    """
+    if isinstance(other, ExprTree):
+        same = tree._node == other._node
+        return same if op == "==" else not same
+    if other is None or not isinstance(other, _CONVERTIBLE):
+        return NotImplemented if other is not None else op == "!="
+    try:
+        node = to_node(other)
+    except ClassAdValueError:
+        return op == "!="
+    result = BuiltExpr._of(combine(op, tree._node, node))
+    result._truth = op == "!="
+    return result
+
+
+# Python values `==` makes an expression with (anything else is left to Python).
+_CONVERTIBLE = (bool, int, float, str, list, tuple, dict, _dt.datetime, Value)
 
 
 # -- conversions ------------------------------------------------------------------------
@@ -384,11 +449,23 @@ def node_to_python(node: Node, parent: ClassAd | None) -> Any:
         ad = ClassAd._from_pairs(node.attrs)  # type: ignore[attr-defined]
         ad._parent = parent
         return ad
-    return ExprTree._of(node)
+    return ExprTree._of(node, parent)
 
 
 def to_node(value: Any) -> Node:
-    """A Python value as an expression node (what `ad[name] = value` stores)."""
+    """A Python value as an expression node (what `ad[name] = value` stores).
+
+    A list, dict or ad nested deeper than the parser reads is refused
+    (ClassAdValueError), so that whatever is stored prints and parses back.
+    """
+    node = _to_node(value, 0)
+    # An ExprTree is within the limit already (parsed, or checked when it was built).
+    if isinstance(value, ClassAd | dict | list | tuple):
+        check_depth(node)
+    return node
+
+
+def _to_node(value: Any, levels: int) -> Node:
     if isinstance(value, ExprTree):
         return value._node
     if value is None:
@@ -410,10 +487,12 @@ def to_node(value: Any) -> Node:
         return Literal(str(value))
     if isinstance(value, ClassAd):
         return value._node()
-    if isinstance(value, dict):
-        return AdExpr(tuple((str(k), to_node(v)) for k, v in value.items()))
-    if isinstance(value, list | tuple):
-        return ListExpr(tuple(to_node(v) for v in value))
+    if isinstance(value, dict | list | tuple):
+        if levels >= _MAX_LEVELS:  # refused before the Python recursion gets deep
+            raise ClassAdValueError(f"cannot store the value: {TOO_DEEP}")
+        if isinstance(value, dict):
+            return AdExpr(tuple((str(k), _to_node(v, levels + 1)) for k, v in value.items()))
+        return ListExpr(tuple(_to_node(v, levels + 1) for v in value))
     if isinstance(value, _dt.datetime):
         return Literal(AbsTime(_datetime_secs(value), 0))
     raise ClassAdValueError(f"cannot store a {type(value).__name__} in a ClassAd")

@@ -1,4 +1,4 @@
-"""Compiling syntax trees into Python closures, and the name lookup they rely on.
+"""Compiling syntax trees into Python closures (the name lookup is in `_lookup.py`).
 
 Each node compiles once into `f(state) -> value`; the closure is kept on the node. The
 hot shapes of matchmaking (an attribute compared with a constant, `&&` chains) get
@@ -8,7 +8,7 @@ closures of their own so a Requirements expression costs a handful of Python cal
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Final
 
 from htgrid.classad._ast import (
     AdExpr,
@@ -24,24 +24,52 @@ from htgrid.classad._ast import (
     Ternary,
     Unary,
 )
+from htgrid.classad._lookup import _NOLIT as _NOLIT  # other modules take it from here
+from htgrid.classad._lookup import _NOTFOUND as _NOTFOUND
+from htgrid.classad._lookup import (
+    _SPECIAL,
+    _TARGET_NAMES,
+    MAX_NESTED_ATTRIBUTES,
+    eval_entry,
+    lookup,
+    lookup_from,
+    select_attr,
+    subscript,
+)
 from htgrid.classad._ops import BINARY_OPS, UNARY_OPS, fold, truth
+from htgrid.classad._parser import PRECEDENCE
 from htgrid.classad._state import EvalState
 from htgrid.classad._values import ERROR, UNDEFINED, AbsTime, ListValue, RelTime, Val
 
-if TYPE_CHECKING:
-    from htgrid.classad._classad import ClassAd, Entry
-
-__all__ = ["Compiled", "EvaluationFailed", "compiled", "lookup", "lookup_from"]
+__all__ = [
+    "MAX_NESTED_ATTRIBUTES",
+    "Compiled",
+    "EvaluationFailed",
+    "RaisedInPython",
+    "compiled",
+    "is_postfix",
+    "lookup",
+    "lookup_from",
+    "select_attr",
+    "subscript",
+]
 
 
 class EvaluationFailed(Exception):
     """An evaluation that cannot give any value (classad2 raises for these)."""
 
 
+class RaisedInPython(Exception):
+    """A Python function registered with `classad.register` raised `error`: the caller
+    of the evaluation gets it, as from the version-1 module."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 Compiled = Callable[[EvalState], Val]
 
-_SPECIAL: Final = frozenset({"toplevel", "root", "self", "my", "parent", "currenttime"})
-_TARGET_NAMES: Final = frozenset({"target", "other"})
 _SCALARS: Final = (bool, int, float, str, AbsTime, RelTime)
 
 
@@ -52,82 +80,6 @@ def compiled(node: Node) -> Compiled:
         fn = _COMPILERS[type(node)](node)
         object.__setattr__(node, "_fn", fn)
     return fn
-
-
-# -- name lookup ------------------------------------------------------------------------
-
-
-def eval_entry(st: EvalState, ad: ClassAd, entry: Entry) -> Val:
-    """Evaluate an attribute found in `ad`; a reference back into itself is UNDEFINED."""
-    lit = entry.lit
-    if lit is not _NOLIT:
-        return lit  # type: ignore[return-value]
-    active = st.active
-    if active is None:
-        active = st.active = set()
-    elif entry in active:
-        return UNDEFINED
-    active.add(entry)
-    try:
-        return compiled(entry.node)(st if ad is st.ad else st.at(ad))
-    finally:
-        active.discard(entry)
-
-
-def lookup_from(st: EvalState, start: ClassAd | None, key: str) -> Val:
-    """Look `key` (lower case) up from `start` outwards, as ClassAd::LookupInScope does."""
-    ad = start
-    while ad is not None:
-        entry = ad._attrs.get(key)
-        if entry is not None:
-            return eval_entry(st, ad, entry)
-        if key in _SPECIAL:
-            return _special(st, ad, key)
-        ad = ad._parent
-    if key in _TARGET_NAMES and st.target is not None:
-        return st.target
-    notfound: Val = _NOTFOUND
-    return notfound
-
-
-def _special(st: EvalState, ad: ClassAd, key: str) -> Val:
-    if key == "self" or key == "my":
-        return ad
-    if key == "parent":
-        return ad._parent if ad._parent is not None else UNDEFINED
-    if key == "currenttime":
-        import time
-
-        return int(time.time())
-    root = ad
-    while root._parent is not None:
-        root = root._parent
-    return root
-
-
-def lookup(st: EvalState, key: str) -> Val:
-    """An unscoped reference: the current scope, then (HTCondor's alternate scope) the target."""
-    v = lookup_from(st, st.ad, key)
-    if v is _NOTFOUND:
-        target = st.target
-        if target is not None and st.ad is st.my:
-            v = lookup_from(st, target, key)
-            if v is not _NOTFOUND:
-                return v
-        if st.ad is None and key in _SPECIAL and key == "currenttime":
-            import time
-
-            return int(time.time())
-        return UNDEFINED
-    return v
-
-
-class _Marker:
-    __slots__ = ()
-
-
-_NOTFOUND: Final[Any] = _Marker()
-_NOLIT: Final[Any] = _Marker()
 
 
 # -- node compilers ---------------------------------------------------------------------
@@ -184,6 +136,8 @@ def _attr(node: AttrRef) -> Compiled:
             return _target_select(scope_name, key)
         if scope_name == "my" or scope_name == "self":
             return _my_select(scope_name, key)
+    if is_postfix(base_node):
+        return _postfix_chain(node)
     base = compiled(node.base)
 
     def select(st: EvalState) -> Val:
@@ -233,22 +187,10 @@ def _my_select(scope_name: str, key: str) -> Compiled:
     return f
 
 
-def select_attr(st: EvalState, scope: Val, key: str) -> Val:
-    """`scope.name`: look the name up in an ad, or in each ad of a list (a projection)."""
-    from htgrid.classad._classad import ClassAd
-
-    if isinstance(scope, ClassAd):
-        v = lookup_from(st, scope, key)
-        return UNDEFINED if v is _NOTFOUND else v
-    if type(scope) is ListValue:
-        # A projection: the name selected from each item (lists of lists recursively).
-        return ListValue.from_values([select_attr(st, item, key) for item in scope.values()])
-    if scope is UNDEFINED:
-        return UNDEFINED
-    return ERROR
-
-
 def _binary(node: Binary) -> Compiled:
+    left = node.left
+    if type(left) is Binary and PRECEDENCE.get(left.op) == PRECEDENCE.get(node.op):
+        return _chain(node)
     op = node.op
     lf = compiled(node.left)
     rf = compiled(node.right)
@@ -367,6 +309,63 @@ def _or(lf: Compiled, rf: Compiled) -> Compiled:
     return f
 
 
+def _chain(node: Binary) -> Compiled:
+    """A left-deep spine of operators of one precedence (`a && b && c ...`, `1 + 2 - 3
+    ...`), evaluated left to right in a loop: no recursion, however long the chain.
+
+    Each step does what the nested form does: `&&` and `||` (each alone at its level)
+    keep their short-circuit and their undefined/error rules, the others apply the
+    strict operator.
+    """
+    level = PRECEDENCE.get(node.op)
+    spine = [node]
+    left = node.left
+    while type(left) is Binary and PRECEDENCE.get(left.op) == level:
+        spine.append(left)
+        left = left.left
+    first = compiled(left)
+    steps = [(b.op, compiled(b.right)) for b in reversed(spine)]
+    if node.op == "&&" or node.op == "||":
+        return _logic_chain(first, tuple(rf for _, rf in steps), node.op)
+    pairs = tuple((BINARY_OPS[op], rf) for op, rf in steps)
+
+    def strict(st: EvalState) -> Val:
+        acc = first(st)
+        for fn, rf in pairs:
+            acc = fn(acc, rf(st))
+        return acc
+
+    return strict
+
+
+def _logic_chain(first: Compiled, rights: tuple[Compiled, ...], op: str) -> Compiled:
+    """`a && b && c ...` or `a || b || c ...`, as the nested `_and` / `_or` give it."""
+    absorbing = op == "||"  # what decides the chain: false for &&, true for ||
+    neutral = not absorbing
+
+    def f(st: EvalState) -> Val:
+        a = first(st)
+        for rf in rights:
+            if a is neutral:
+                a = rf(st)
+                if type(a) is not bool:
+                    a = truth(a)
+                continue
+            if a is absorbing:
+                return a  # the rest is not evaluated
+            a = truth(a)
+            if a is ERROR or a is absorbing:
+                return a
+            b = truth(rf(st))
+            if a is neutral:
+                a = b
+            else:  # undefined: only the deciding value on the right decides
+                a = absorbing if b is absorbing else (ERROR if b is ERROR else UNDEFINED)
+        return a
+
+    return f
+
+
 def _unary(node: Unary) -> Compiled:
     fn = UNARY_OPS[node.op]
     inner = compiled(node.operand)
@@ -413,7 +412,53 @@ def _elvis(node: Elvis) -> Compiled:
     return f
 
 
+def is_postfix(node: Node) -> bool:
+    """Whether `node` is `x.name` or `x[i]` whose compiling would recurse into `x`."""
+    t = type(node)
+    if t is Subscript:
+        return True
+    if t is not AttrRef or node.base is None:  # type: ignore[attr-defined]
+        return False
+    base = node.base  # type: ignore[attr-defined]
+    # `TARGET.x` and `MY.x` have closures of their own, with no recursion.
+    return not (
+        type(base) is AttrRef
+        and base.base is None
+        and not base.absolute
+        and base.name.lower() in _SCOPES
+    )
+
+
+_SCOPES: Final = frozenset({"target", "other", "my", "self"})
+
+
+def _postfix_chain(node: Node) -> Compiled:
+    """`a.b.c[0].d ...`: the innermost base evaluated, then each selection and subscript
+    applied in a loop (a chain of 20,000 must not recurse)."""
+    steps: list[tuple[str, Compiled | None]] = []
+    n = node
+    while is_postfix(n):
+        if type(n) is Subscript:
+            steps.append(("", compiled(n.index)))
+        else:
+            steps.append((n.name.lower(), None))  # type: ignore[attr-defined]
+        n = n.base  # type: ignore[attr-defined]
+    root = compiled(n)
+    steps.reverse()
+    todo = tuple(steps)
+
+    def f(st: EvalState) -> Val:
+        v = root(st)
+        for key, index in todo:
+            v = select_attr(st, v, key) if index is None else subscript(st, v, index(st))
+        return v
+
+    return f
+
+
 def _subscript(node: Subscript) -> Compiled:
+    if is_postfix(node.base):
+        return _postfix_chain(node)
     base = compiled(node.base)
     index = compiled(node.index)
 
@@ -423,37 +468,19 @@ def _subscript(node: Subscript) -> Compiled:
     return f
 
 
-def subscript(st: EvalState, b: Val, i: Val) -> Val:
-    """`b[i]`: a list item by integer position, or an ad's attribute by name."""
-    from htgrid.classad._classad import ClassAd
-
-    if b is ERROR or i is ERROR:
-        return ERROR
-    if b is UNDEFINED or i is UNDEFINED:
-        return UNDEFINED
-    if type(b) is ListValue:
-        if type(i) is not int:
-            return ERROR
-        items = b.values()
-        if 0 <= i < len(items):
-            return items[i]
-        return ERROR
-    if isinstance(b, ClassAd):
-        if type(i) is not str:
-            return ERROR
-        v = lookup_from(st, b, i.lower())
-        return UNDEFINED if v is _NOTFOUND else v
-    return ERROR
-
-
 def _call(node: Call) -> Compiled:
     from htgrid.classad._functions import FUNCTIONS
 
-    builtin = FUNCTIONS.get(node.name.lower())
+    key = node.name.lower()
+    builtin = FUNCTIONS.get(key)
     if builtin is None:
 
         def unknown(st: EvalState) -> Val:
-            return ERROR
+            if key not in FUNCTIONS:
+                return ERROR
+            # Registered since (classad.register): compiled again, with it.
+            object.__setattr__(node, "_fn", None)
+            return compiled(node)(st)
 
         return unknown
     fn = builtin.fn
@@ -463,7 +490,7 @@ def _call(node: Call) -> Compiled:
         def lazy(st: EvalState) -> Val:
             try:
                 return fn(st, *args)
-            except RecursionError:
+            except (RecursionError, RaisedInPython):
                 raise
             except Exception:  # a built-in must never take the evaluator down
                 return ERROR
@@ -473,6 +500,8 @@ def _call(node: Call) -> Compiled:
     if builtin.pure and all(type(a) is Literal for a in args):
         try:
             folded = fn(EvalState(None), *(a.value for a in args))  # type: ignore[attr-defined]
+        except RecursionError:
+            raise  # the stack was nearly used up when this compiled: nothing to remember
         except Exception:
             folded = ERROR
         if type(folded) in _SCALARS or folded is UNDEFINED or folded is ERROR:
@@ -487,7 +516,7 @@ def _call(node: Call) -> Compiled:
         def call1(st: EvalState) -> Val:
             try:
                 return fn(st, a0(st))
-            except RecursionError:
+            except (RecursionError, RaisedInPython):
                 raise
             except Exception:
                 return ERROR
@@ -497,7 +526,7 @@ def _call(node: Call) -> Compiled:
     def call(st: EvalState) -> Val:
         try:
             return fn(st, *[a(st) for a in arg_fns])
-        except RecursionError:
+        except (RecursionError, RaisedInPython):
             raise
         except Exception:
             return ERROR

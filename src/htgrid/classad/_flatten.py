@@ -23,8 +23,15 @@ from htgrid.classad._ast import (
     Ternary,
     Unary,
 )
-from htgrid.classad._compile import _NOTFOUND, compiled, lookup_from, subscript
+from htgrid.classad._compile import (
+    _NOTFOUND,
+    MAX_NESTED_ATTRIBUTES,
+    compiled,
+    lookup_from,
+    subscript,
+)
 from htgrid.classad._ops import BINARY_OPS, UNARY_OPS, truth
+from htgrid.classad._parser import MAX_DEPTH, depth_of
 from htgrid.classad._state import EvalState
 from htgrid.classad._values import ERROR, UNDEFINED, ListValue, Val
 
@@ -49,10 +56,16 @@ def flatten(node: Node, st: EvalState) -> Node:
 
 
 def flatten_value(node: Node, st: EvalState) -> tuple[Val, Node | None]:
-    """(value, None) when `node` reduces to a value here, else (UNDEFINED, reduced tree)."""
+    """(value, None) when `node` reduces to a value here, else (UNDEFINED, reduced tree).
+
+    A reduced tree nested deeper than the parser reads (a list value folded into a
+    deep expression) is not made: `node` is given back as it is.
+    """
     value, tree, _ = _flat(node, st, split=False)
     if tree is None:
         return value, None  # type: ignore[return-value]
+    if depth_of(tree) > MAX_DEPTH:
+        return UNDEFINED, node
     return UNDEFINED, tree
 
 
@@ -109,11 +122,7 @@ def _flat(node: Node, st: EvalState, split: bool) -> _Piece:
             return (rv if v is UNDEFINED else v), None, None
         return None, Elvis(tree or _literal(v), rtree or _literal(rv)), None
     if t is Subscript:
-        bv, btree, _ = _flat(node.base, st, False)  # type: ignore[attr-defined]
-        iv, itree, _ = _flat(node.index, st, False)  # type: ignore[attr-defined]
-        if btree is None and itree is None:
-            return subscript(st, bv, iv), None, None  # type: ignore[arg-type]
-        return None, Subscript(btree or _literal(bv), itree or _literal(iv)), None
+        return _flat_subscripts(node, st)  # type: ignore[arg-type]
     if t is Call:
         return _flat_call(node, st)  # type: ignore[arg-type]
     if t is ListExpr:
@@ -122,6 +131,23 @@ def _flat(node: Node, st: EvalState, split: bool) -> _Piece:
     if t is AdExpr:
         return None, node, None
     return compiled(node)(st), None, None
+
+
+def _flat_subscripts(node: Subscript, st: EvalState) -> _Piece:
+    """`x[i][j] ...`, innermost first, in a loop."""
+    chain = [node]
+    base = node.base
+    while type(base) is Subscript:
+        chain.append(base)
+        base = base.base
+    bv, btree, _ = _flat(base, st, False)
+    for sub in reversed(chain):
+        iv, itree, _ = _flat(sub.index, st, False)
+        if btree is None and itree is None:
+            bv = subscript(st, bv, iv)  # type: ignore[arg-type]
+        else:
+            bv, btree = None, Subscript(btree or _literal(bv), itree or _literal(iv))
+    return bv, btree, None
 
 
 def _flat_attr(node: AttrRef, st: EvalState) -> _Piece:
@@ -150,6 +176,8 @@ def _flat_in(node: AttrRef, st: EvalState, start: ClassAd | None, key: str) -> _
             active = st.active
             if entry in active:
                 return UNDEFINED, None, None
+            if len(active) >= MAX_NESTED_ATTRIBUTES:
+                return ERROR, None, None
             active.add(entry)
             try:
                 v, tree, _ = _flat(entry.node, st.at(ad), False)
@@ -167,14 +195,29 @@ def _flat_in(node: AttrRef, st: EvalState, start: ClassAd | None, key: str) -> _
 
 
 def _flat_binary(node: Binary, st: EvalState, split: bool) -> _Piece:
+    """A left-deep spine of operators, flattened from its innermost left operand out in
+    a loop (a generated chain may be thousands long)."""
+    spine = [node]
+    left = node.left
+    while type(left) is Binary:
+        spine.append(left)
+        left = left.left
+    piece = _flat(left, st, spine[-1].op in _SPLITTABLE)
+    for i in range(len(spine) - 1, -1, -1):
+        outer = split if i == 0 else spine[i - 1].op in _SPLITTABLE
+        piece = _flat_one(spine[i], piece, st, outer)
+    return piece
+
+
+def _flat_one(node: Binary, left: _Piece, st: EvalState, split: bool) -> _Piece:
+    """`node` flattened, its left operand already flattened to `left`."""
     op = node.op
+    v1, t1, op1 = left
     if op not in _SPLITTABLE:
-        v1, t1, _ = _flat(node.left, st, False)
         v2, t2, _ = _flat(node.right, st, False)
         if t1 is None and t2 is None:
             return BINARY_OPS[op](v1, v2), None, None  # type: ignore[arg-type]
         return None, Binary(op, t1 or _literal(v1), t2 or _literal(v2)), None
-    v1, t1, op1 = _flat(node.left, st, True)
     v2, t2, op2 = _flat(node.right, st, True)
     val, tree, new_op = _combine(op, v1, t1, op1, v2, t2, op2)
     if not split and new_op is not None and tree is not None:

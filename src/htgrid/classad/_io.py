@@ -47,7 +47,7 @@ def _new_ads(text: str, pos: int, origin: str) -> Iterator[tuple[ClassAd, int]]:
         tok = tokens[parser.i]
         if not (tok[0] == OP and tok[1] == "["):
             raise parser.fail("expected '[' to open a ClassAd")
-        record = parser.record()
+        record = parser.record(top=True)
         end = tokens[parser.i - 1][2] + 1  # just past the closing bracket
         yield ClassAd._from_pairs(record.attrs), pos + end
 
@@ -87,7 +87,8 @@ def _comment_only(line: str) -> bool:
 def iter_ads(
     text: str, parser: ParserType = ParserType.Auto, *, origin: str = "", pos: int = 0
 ) -> Iterator[tuple[ClassAd, int]]:
-    """Each ad in `text` with the offset just past it."""
+    """Each ad in `text` with the offset just past it; a syntax error names `origin` (a
+    file name) with the line, as `parseAds` cannot."""
     if parser in (ParserType.Auto, ParserType.FileAuto):
         parser = _detect(text, pos)
     if parser == ParserType.New:

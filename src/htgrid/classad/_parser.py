@@ -25,13 +25,27 @@ from htgrid.classad._ast import (
     Subscript,
     Ternary,
     Unary,
+    children,
 )
 from htgrid.classad._lexer import EOF, ID, INT, KW, OP, REAL, STR, Token, tokenize
 from htgrid.classad._split import BLANK, piece_attr, split_pieces
 from htgrid.classad._times import parse_abstime, parse_reltime
-from htgrid.errors import ClassAdSyntaxError
+from htgrid.classad._values import AbsTime, ListValue, RelTime
+from htgrid.errors import ClassAdSyntaxError, ClassAdValueError
 
-__all__ = ["parse_ad_body", "parse_expr", "parse_new_ad", "parse_old_line"]
+__all__ = [
+    "BRACKET_DEPTH",
+    "MAX_DEPTH",
+    "PRECEDENCE",
+    "START_DEPTH",
+    "TOO_DEEP",
+    "check_depth",
+    "depth_of",
+    "parse_ad_body",
+    "parse_expr",
+    "parse_new_ad",
+    "parse_old_line",
+]
 
 # Python frames per nesting level of the deepest expressions the language accepts (about
 # 500 parser levels) exceed the default limit; CPython 3.11 keeps Python-to-Python calls
@@ -39,7 +53,8 @@ __all__ = ["parse_ad_body", "parse_expr", "parse_new_ad", "parse_old_line"]
 if sys.getrecursionlimit() < 12000:
     sys.setrecursionlimit(12000)
 
-_BINARY: Final = {
+# Binary operators by precedence, loosest first; those of one level chain left to right.
+PRECEDENCE: Final = {
     "||": 1,
     "&&": 2,
     "|": 3,
@@ -63,10 +78,17 @@ _BINARY: Final = {
     "%": 10,
 }
 _UNARY: Final = frozenset({"-", "+", "~", "!"})
-# The nesting budget of source.cpp: a bracketed sub-expression costs 3 levels, a unary
-# operator or a ternary/Elvis operand 1, and parsing fails past 500.
-_MAX_DEPTH: Final = 500
-_BRACKET: Final = 3
+# The nesting budget of source.cpp: an expression starts 3 levels deep, a bracketed
+# sub-expression costs 3 more, a unary operator or a ternary/Elvis operand 1, and parsing
+# fails past 500. An ad's own brackets cost nothing, so an attribute may nest as deep
+# alone, in an ad, in old syntax or in JSON, and whatever is printed parses back.
+MAX_DEPTH: Final = 500
+START_DEPTH: Final = 3
+BRACKET_DEPTH: Final = 3
+TOO_DEEP: Final = (
+    f"expression nested too deeply: more than {MAX_DEPTH} levels (each bracket, call, "
+    "list or nested ad counts 3, each unary operator, '?:' or ternary branch 1)"
+)
 
 
 class _Parser:
@@ -76,7 +98,7 @@ class _Parser:
         self.text = text
         self.tokens = tokens
         self.i = 0
-        self.depth = 3
+        self.depth = START_DEPTH
         self.origin = origin
 
     # -- helpers -------------------------------------------------------------------------
@@ -93,8 +115,8 @@ class _Parser:
 
     def enter(self, cost: int) -> None:
         self.depth += cost
-        if self.depth > _MAX_DEPTH:
-            raise self.fail("expression nested too deeply")
+        if self.depth > MAX_DEPTH:
+            raise self.fail(TOO_DEEP)
 
     # -- grammar -------------------------------------------------------------------------
 
@@ -118,7 +140,7 @@ class _Parser:
             tok = tokens[self.i]
             if tok[0] != OP:
                 return left
-            prec = _BINARY.get(str(tok[1]))
+            prec = PRECEDENCE.get(str(tok[1]))
             if prec is None or prec < min_prec:
                 return left
             self.i += 1
@@ -154,10 +176,10 @@ class _Parser:
                 node = AttrRef(str(name_tok[1]), node)
             elif op == "[":
                 self.i += 1
-                self.enter(_BRACKET)
+                self.enter(BRACKET_DEPTH)
                 index = self.expression()
                 self.expect("]")
-                self.depth -= _BRACKET
+                self.depth -= BRACKET_DEPTH
                 node = Subscript(node, index)
             elif op == "?:":
                 self.i += 1
@@ -186,10 +208,10 @@ class _Parser:
         if kind == OP:
             if value == "(":
                 self.i += 1
-                self.enter(_BRACKET)
+                self.enter(BRACKET_DEPTH)
                 inner = self.expression()
                 self.expect(")")
-                self.depth -= _BRACKET
+                self.depth -= BRACKET_DEPTH
                 return Paren(inner)
             if value == "{":
                 return self.list_()
@@ -209,7 +231,7 @@ class _Parser:
     def call(self, name: str) -> Node:
         start = self.tokens[self.i - 1]
         self.i += 1  # the "("
-        self.enter(_BRACKET)
+        self.enter(BRACKET_DEPTH)
         args: list[Node] = []
         tok = self.tokens[self.i]
         if not (tok[0] == OP and tok[1] == ")"):
@@ -222,7 +244,7 @@ class _Parser:
                     continue
                 break
         self.expect(")")
-        self.depth -= _BRACKET
+        self.depth -= BRACKET_DEPTH
         node = fold_time_literal(name, tuple(args))
         if node is None:
             text = args[0].value  # type: ignore[attr-defined]
@@ -231,7 +253,7 @@ class _Parser:
 
     def list_(self) -> Node:
         self.i += 1  # the "{"
-        self.enter(_BRACKET)
+        self.enter(BRACKET_DEPTH)
         items: list[Node] = []
         tok = self.tokens[self.i]
         if not (tok[0] == OP and tok[1] == "}"):
@@ -243,15 +265,17 @@ class _Parser:
                     continue
                 break
         self.expect("}")
-        self.depth -= _BRACKET
+        self.depth -= BRACKET_DEPTH
         return ListExpr(tuple(items))
 
-    def record(self) -> AdExpr:
+    def record(self, *, top: bool = False) -> AdExpr:
+        """`[ ... ]`; a `top` one (an ad, not a value in an expression) costs no depth."""
+        cost = 0 if top else BRACKET_DEPTH
         self.i += 1  # the "["
-        self.enter(_BRACKET)
+        self.enter(cost)
         attrs = self.ad_body("]")
         self.expect("]")
-        self.depth -= _BRACKET
+        self.depth -= cost
         return AdExpr(attrs)
 
     def ad_body(self, closer: str | None) -> tuple[tuple[str, Node], ...]:
@@ -337,9 +361,9 @@ def fold_time_literal(name: str, args: tuple[Node, ...]) -> Node | None:
     return Call(name, args)
 
 
-def parse_expr(text: str, *, origin: str = "") -> Node:
-    """Parse one expression (new syntax)."""
-    return _cached(text, False, origin)
+def parse_expr(text: str, *, origin: str = "", nested: int = 0) -> Node:
+    """Parse one expression (new syntax); `nested`: the depth it starts inside others."""
+    return _cached(text, False, origin, nested)
 
 
 def parse_new_ad(text: str, *, origin: str = "") -> AdExpr:
@@ -351,8 +375,8 @@ def parse_new_ad(text: str, *, origin: str = "") -> AdExpr:
 
 
 def parse_record_value(text: str, *, origin: str = "") -> Node:
-    """Parse one attribute's value as it stands in an ad (nested one bracket deep)."""
-    return _cached(text, False, origin, nested=_BRACKET)
+    """Parse one attribute's value as it stands in an ad."""
+    return _cached(text, False, origin)
 
 
 def _split_parse(text: str, origin: str) -> tuple[tuple[str, Node], ...] | None:
@@ -395,7 +419,7 @@ def parse_new_ad_whole(text: str, *, origin: str = "") -> AdExpr:
     tok = parser.tokens[0]
     if not (tok[0] == OP and tok[1] == "["):
         raise parser.fail(f"expected '[' to open a ClassAd but found {describe(tok)}")
-    node = parser.record()
+    node = parser.record(top=True)
     parser.end()
     return node
 
@@ -471,3 +495,67 @@ def parse_old_line(text: str, *, origin: str = "") -> tuple[str, Node]:
 
 
 _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def depth_of(node: Node) -> int:
+    """The depth the parser reaches reading `node` back from its printed form.
+
+    Walked without recursion: it is asked of trees built by API calls, before they are
+    known to be within the limit.
+    """
+    from htgrid.classad._classad import ClassAd
+
+    deepest = START_DEPTH
+    stack: list[tuple[object, int]] = [(node, START_DEPTH)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        n, depth = pop()
+        if depth > deepest:
+            deepest = depth
+        t = type(n)
+        if t is Binary:
+            push((n.left, depth))  # type: ignore[attr-defined]
+            push((n.right, depth))  # type: ignore[attr-defined]
+        elif t is AttrRef:
+            if n.base is not None:  # type: ignore[attr-defined]
+                push((n.base, depth))  # type: ignore[attr-defined]
+        elif t is Literal:
+            v = n.value  # type: ignore[attr-defined]
+            tv = type(v)
+            # Times and infinities print as calls (absTime("..."), real("INF")).
+            if tv is AbsTime or tv is RelTime or (tv is float and v - v != 0.0):
+                push((None, depth + BRACKET_DEPTH))
+            elif tv is ListValue:
+                for item in v.items:
+                    push((item, depth + BRACKET_DEPTH))
+                push((None, depth + BRACKET_DEPTH))
+            elif isinstance(v, ClassAd):
+                for entry in v._attrs.values():
+                    push((entry.node, depth + BRACKET_DEPTH))
+                push((None, depth + BRACKET_DEPTH))
+        elif t is Unary:
+            push((n.operand, depth + 1))  # type: ignore[attr-defined]
+        elif t is Ternary:
+            push((n.cond, depth))  # type: ignore[attr-defined]
+            push((n.then, depth + 1))  # type: ignore[attr-defined]
+            push((n.other, depth + 1))  # type: ignore[attr-defined]
+        elif t is Elvis:
+            push((n.left, depth))  # type: ignore[attr-defined]
+            push((n.right, depth + 1))  # type: ignore[attr-defined]
+        elif t is Subscript:
+            push((n.base, depth))  # type: ignore[attr-defined]
+            push((n.index, depth + BRACKET_DEPTH))  # type: ignore[attr-defined]
+        elif t is Paren:
+            push((n.inner, depth + BRACKET_DEPTH))  # type: ignore[attr-defined]
+        elif t is Call or t is ListExpr or t is AdExpr:
+            for child in children(n):  # type: ignore[arg-type]
+                push((child, depth + BRACKET_DEPTH))
+            push((None, depth + BRACKET_DEPTH))
+    return deepest
+
+
+def check_depth(node: Node) -> Node:
+    """`node` itself, or ClassAdValueError when it nests deeper than the parser reads."""
+    if depth_of(node) > MAX_DEPTH:
+        raise ClassAdValueError(f"cannot store the value: {TOO_DEEP}")
+    return node

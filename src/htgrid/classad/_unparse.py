@@ -139,11 +139,7 @@ class _Unparser:
         if t is AttrRef:
             return self.attr(n)  # type: ignore[arg-type]
         if t is Binary:
-            b: Binary = n  # type: ignore[assignment]
-            op = b.op
-            if not self.old:
-                op = "is" if op == "=?=" else "isnt" if op == "=!=" else op
-            return f"{self.node(b.left, indent)} {op} {self.node(b.right, indent)}"
+            return self.chain(n, indent)  # type: ignore[arg-type]
         if t is Unary:
             u: Unary = n  # type: ignore[assignment]
             return f" {u.op}{self.node(u.operand, indent)}"
@@ -166,17 +162,48 @@ class _Unparser:
             e: Elvis = n  # type: ignore[assignment]
             return f"{self.node(e.left, indent)} ?: {self.node(e.right, indent)}"
         if t is Subscript:
-            s: Subscript = n  # type: ignore[assignment]
-            return f"{self.node(s.base, indent)}[{self.node(s.index, indent)}]"
-        raise TypeError(f"cannot print {n!r}")
+            return self.postfix(n, indent)
+        raise TypeError(f"cannot print {type(n).__name__}")
+
+    def chain(self, b: Binary, indent: int) -> str:
+        """A left-deep spine of binary operators, printed in a loop (it may be long)."""
+        spine = [b]
+        left = b.left
+        while type(left) is Binary:
+            spine.append(left)
+            left = left.left
+        parts = [self.node(left, indent)]
+        for x in reversed(spine):
+            op = x.op
+            if not self.old:
+                op = "is" if op == "=?=" else "isnt" if op == "=!=" else op
+            parts.append(f" {op} {self.node(x.right, indent)}")
+        return "".join(parts)
 
     def attr(self, a: AttrRef) -> str:
         if a.base is not None:
-            # sink.cpp writes the selected name as it is, unquoted.
-            return f"{self.node(a.base)}.{a.name}"
+            return self.postfix(a, 0)
         if a.absolute:
             return f".{quote_name(a.name)}"
         return quote_name(a.name)
+
+    def postfix(self, n: Node, indent: int) -> str:
+        """`x.a[i].b ...`, printed in a loop (it may be long)."""
+        steps: list[str] = []
+        while True:
+            t = type(n)
+            if t is Subscript:
+                steps.append(f"[{self.node(n.index, indent)}]")  # type: ignore[attr-defined]
+            elif t is AttrRef and n.base is not None:  # type: ignore[attr-defined]
+                # sink.cpp writes the selected name as it is, unquoted.
+                steps.append(f".{n.name}")  # type: ignore[attr-defined]
+                indent = 0  # what is selected from prints as at the left margin
+            else:
+                break
+            n = n.base  # type: ignore[attr-defined]
+        steps.append(self.node(n, indent))
+        steps.reverse()
+        return "".join(steps)
 
     def list_items(self, items: tuple[Node, ...], indent: int) -> str:
         if self.pretty:

@@ -33,10 +33,17 @@ __all__ = [
 
 
 class Value(enum.IntEnum):
-    """The two special ClassAd values, as classad2 names them."""
+    """The two special ClassAd values, as classad2 names them.
+
+    Neither is true as a condition (`if ad.eval("x"):`), as in the version-1 module
+    (classad2's are true, being non-zero ints).
+    """
 
     Error = 1 << 0
     Undefined = 1 << 1
+
+    def __bool__(self) -> bool:
+        return False
 
 
 UNDEFINED = Value.Undefined

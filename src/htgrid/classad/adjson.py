@@ -33,7 +33,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 from htgrid.classad._ast import AdExpr, ListExpr, Literal, Node
 from htgrid.classad._classad import ClassAd
-from htgrid.classad._parser import parse_expr
+from htgrid.classad._parser import (
+    BRACKET_DEPTH,
+    MAX_DEPTH,
+    START_DEPTH,
+    TOO_DEEP,
+    parse_expr,
+)
 from htgrid.classad._unparse import format_real_old, quote_string, unparse
 from htgrid.classad._values import INT64_MAX, INT64_MIN, UNDEFINED, RelTime
 from htgrid.errors import ClassAdSyntaxError
@@ -173,12 +179,9 @@ def ad_to_json(ad: ClassAd) -> str:
     return "{\n" + ",\n".join(lines) + "\n}"
 
 
-#: The text parser's nesting budget (source.cpp's): a list or a nested ad costs 3 levels.
-_MAX_DEPTH: Final = 500
-_NESTED_COST: Final = 3
-
-
-def _from_json(value: Any, text: str, offset: int, depth: int = _NESTED_COST) -> Node:
+def _from_json(value: Any, text: str, offset: int, depth: int = START_DEPTH) -> Node:
+    """A decoded JSON value as an expression node, `depth` levels deep (the parser's
+    count: a list or object costs 3, as brackets do, so what is read prints back)."""
     if value is None:
         return Literal(UNDEFINED)
     if isinstance(value, bool):
@@ -191,7 +194,7 @@ def _from_json(value: Any, text: str, offset: int, depth: int = _NESTED_COST) ->
     if isinstance(value, str):
         if value.startswith(EXPR_MARK) and value.endswith(")/"):
             try:
-                return parse_expr(value[len(EXPR_MARK) : -2])
+                return parse_expr(value[len(EXPR_MARK) : -2], nested=depth - START_DEPTH)
             except ClassAdSyntaxError as err:
                 raise ClassAdSyntaxError(
                     f"bad expression in JSON: {err.reason}", text=text, offset=offset
@@ -204,9 +207,9 @@ def _from_json(value: Any, text: str, offset: int, depth: int = _NESTED_COST) ->
         return Literal(string)
     if isinstance(value, list | dict):
         # Held to the text parser's budget: what is read here is printed and read back.
-        depth += _NESTED_COST
-        if depth > _MAX_DEPTH:
-            raise ClassAdSyntaxError("value nested too deeply", text=text, offset=offset)
+        depth += BRACKET_DEPTH
+        if depth > MAX_DEPTH:
+            raise ClassAdSyntaxError(TOO_DEEP, text=text, offset=offset)
         if isinstance(value, list):
             return ListExpr(tuple(_from_json(v, text, offset, depth) for v in value))
         return AdExpr(_pairs(value, text, offset, depth))
@@ -214,8 +217,9 @@ def _from_json(value: Any, text: str, offset: int, depth: int = _NESTED_COST) ->
 
 
 def _pairs(
-    obj: dict[str, Any], text: str, offset: int, depth: int = _NESTED_COST
+    obj: dict[str, Any], text: str, offset: int, depth: int = START_DEPTH
 ) -> tuple[tuple[str, Node], ...]:
+    """An object's members as an ad's attributes (`depth`: where its values stand)."""
     found: dict[str, tuple[str, Node]] = {}
     for name, value in obj.items():
         key = name.lower()
@@ -288,6 +292,8 @@ def iter_json_ads(text: str, start: int = 0) -> Iterator[tuple[tuple[tuple[str, 
             raise ClassAdSyntaxError(
                 f"invalid JSON: {err.msg}", text=text, offset=_unmap(marks, err.pos)
             ) from None
+        except RecursionError:  # nested past what the decoder itself can follow
+            raise ClassAdSyntaxError(TOO_DEEP, text=text, offset=_unmap(marks, pos)) from None
         if not isinstance(value, dict):
             raise ClassAdSyntaxError(
                 "expected a JSON object for a ClassAd", text=text, offset=_unmap(marks, pos)

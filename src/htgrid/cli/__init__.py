@@ -17,6 +17,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Final
 
+from htgrid import __version__
 from htgrid._args import ArgumentParser
 from htgrid._startup import lean_process
 from htgrid.errors import HTGridError
@@ -59,8 +60,6 @@ _MODULES: Final = {
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of every command, or of `command` alone when it is one of them."""
-    from htgrid import __version__
-
     parser = ArgumentParser(
         prog="htgrid", description="HTCondor's grid machinery: ClassAds, queue, grid jobs."
     )

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, TextIO
 
 from htgrid.classad import ClassAd
-from htgrid.classad._analyze import explain_match
+from htgrid.classad.analysis import explain_match
 from htgrid.cli._common import format_date
 from htgrid.queue import HoldReasonCode, JobStatus
 
@@ -94,6 +94,7 @@ def _wrap(text: str) -> list[str]:
 
 
 def _grid(ad: ClassAd, health: Mapping[str, Any]) -> list[str]:
+    # Imported here for start-up: `htgrid q` without -analyze needs no grid manager.
     from htgrid.grid import explain_grid_job
 
     return explain_grid_job(ad)
@@ -172,7 +173,8 @@ def autoclusters(ads: Sequence[ClassAd]) -> list[list[ClassAd]]:
     owner, universe and status; idle jobs alike in everything their Requirements, Rank and
     requests reach (and their GridResource); held jobs by their hold codes. In the order of
     each group's first job."""
-    from htgrid.negotiator._signature import RefCache, group_signatures
+    # Imported here for start-up: `htgrid q` without -analyze needs no negotiator.
+    from htgrid.negotiator import RefCache, group_signatures
 
     signatures = group_signatures(ads, (), (*_ROOTS, "GridResource"), (), (), RefCache()).jobs
     groups: dict[object, list[ClassAd]] = {}

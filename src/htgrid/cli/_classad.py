@@ -7,9 +7,8 @@ import sys
 from typing import Any, TextIO
 
 from htgrid import classad
-from htgrid.classad._analyze import ClauseResult, explain_match
-from htgrid.classad._classad import to_node_value
-from htgrid.classad._unparse import unparse
+from htgrid.classad.analysis import ClauseResult, explain_match
+from htgrid.classad.syntax import evaluated, iter_ads
 from htgrid.errors import UsageError
 
 __all__ = ["register"]
@@ -53,16 +52,10 @@ def _no_subcommand(group: argparse.ArgumentParser) -> int:
 def _read_ads(path: str) -> list[classad.ClassAd]:
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    ads = [ad for ad, _ in _iter(text, path)]
+    ads = [ad for ad, _ in iter_ads(text, origin=path)]
     if not ads:
         raise UsageError(f"{path}: no ClassAd found")
     return ads
-
-
-def _iter(text: str, origin: str) -> Any:
-    from htgrid.classad._io import iter_ads
-
-    return iter_ads(text, origin=origin)
 
 
 def _one_ad(path: str) -> classad.ClassAd:
@@ -76,20 +69,8 @@ def _eval(args: argparse.Namespace) -> int:
     scope = _one_ad(args.file) if args.file else None
     target = _one_ad(args.target) if args.target else None
     for text in args.exprs:
-        expr = classad.ExprTree(text)
-        value = expr._evaluate(scope, target)
-        print(unparse(_shown(value)))
+        print(repr(evaluated(classad.ExprTree(text), scope, target)))
     return 0
-
-
-def _shown(value: Any) -> Any:
-    """A value as a node with list items evaluated, for display."""
-    from htgrid.classad._ast import ListExpr
-    from htgrid.classad._values import ListValue
-
-    if type(value) is ListValue:
-        return ListExpr(tuple(_shown(v) for v in value.values()))
-    return to_node_value(value)
 
 
 def _match(args: argparse.Namespace) -> int:

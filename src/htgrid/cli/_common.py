@@ -2,7 +2,7 @@
 value formats, and output to a terminal (rich) or a pipe (plain text, as HTCondor's).
 
 `-name SCHEDD` and `-pool HOST:PORT` (`add_schedd_options`) send a command to another
-schedd, found through a pool's collector (`htgrid.net.locate_schedd`) and reached over
+schedd, found through a pool's collector (`htgrid.collector.find_schedd`) and reached over
 TLS with the user's token of that pool; without them, `client` is the personal pool's
 daemon on its Unix socket.
 """
@@ -23,8 +23,9 @@ from typing import Any, Final
 from htgrid._args import flag
 from htgrid.classad import ClassAd, ExprTree, Value, quote
 from htgrid.errors import UsageError
-from htgrid.net import Jobs, ScheddClient, find_schedd
-from htgrid.submit._argsenv import split_v2_raw
+from htgrid.net import Jobs, ScheddClient
+from htgrid.schedd import ScheddConfig
+from htgrid.submit import split_v2_raw
 
 __all__ = [
     "EXIT_NO",
@@ -88,13 +89,14 @@ class Schedd:
 def connect(args: argparse.Namespace | None = None) -> tuple[ScheddClient, Schedd]:
     """The schedd `-name`/`-pool` in `args` name, over TLS; else this user's personal
     pool ($HTGRID_HOME), on its socket. The client, and which schedd it is."""
-    from htgrid.schedd._config import ScheddConfig
-
     config = ScheddConfig.load()
     name = getattr(args, "schedd_name", None)
     pool = getattr(args, "schedd_pool", None)
     if name is None and pool is None:
         return ScheddClient.local(config.home), Schedd(config.schedd_name, str(config.socket))
+    # Imported here for start-up: only -name and -pool need the collector's client.
+    from htgrid.collector import find_schedd
+
     found = find_schedd(name, pool, home=config.home)
     return ScheddClient.remote(found.url, home=config.home), Schedd(found.name, found.address)
 

@@ -10,7 +10,7 @@
     $ htgrid config_val -dump          # every knob, NAME = value, by name
 
 A knob set in $HTGRID_HOME/htgrid.conf prints as written there; one not set prints its
-default, as the daemons would use it. Some values are the pool's, as HTCondor scripts
+default, as the daemons would use it (`htgrid.pool.KNOBS`, or what its daemon computes). Some values are the pool's, as HTCondor scripts
 ask for them: COLLECTOR_HOST is the address the collector listens on while the pool
 runs (port 0 in the file means "any free port"), TRUST_DOMAIN is the pool's (the file,
 else $HTGRID_TRUST_DOMAIN, else the host name), and the security files carry HTCondor's
@@ -32,15 +32,15 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from htgrid.cli._common import EXIT_NO, EXIT_OK
 from htgrid.errors import UsageError
+from htgrid.net import DaemonUnavailable, ScheddClient
+from htgrid.pool import KNOBS, ConfigFile, htgrid_home
+from htgrid.schedd import ScheddConfig
 
 __all__ = ["Knob", "pool_knobs", "register"]
-
-# DAEMON_LIST's default, in the order HTCondor's documentation lists daemons.
-_DAEMON_LIST: Final = "MASTER, COLLECTOR, NEGOTIATOR, SCHEDD, STARTD, GRIDMANAGER"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,20 +82,6 @@ def register(commands: Any) -> None:
     cmd.set_defaults(handler=_config_val)
 
 
-def _number(value: float | None) -> str | None:
-    if value is None:
-        return None
-    return str(int(value)) if value == int(value) else repr(value)
-
-
-def _megabytes(value: int | None) -> str:
-    return "-1" if value is None else str(value)
-
-
-def _flag(value: bool) -> str:
-    return "true" if value else "false"
-
-
 def _host_memory_mb() -> int:
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024))
 
@@ -109,9 +95,6 @@ def _free_disk_kb(path: Path) -> int:
 
 def _running_collector(home: Path) -> str | None:
     """Where the pool's collector listens, from its daemon; None when it does not run."""
-    from htgrid.net import DaemonUnavailable, ScheddClient
-    from htgrid.schedd import ScheddConfig
-
     socket = ScheddConfig(home).socket
     if not socket.exists():
         return None
@@ -129,57 +112,26 @@ def _running_collector(home: Path) -> str | None:
 def pool_knobs(home: Path, *, live: bool = True) -> dict[str, Knob]:
     """Every knob of the pool in `home` with a value, and the defined-nowhere ones as
     None; `live` asks a running daemon where its collector listens."""
+    # Imported here for start-up: building the parser (`htgrid --help`) loads no daemon.
     from htgrid.grid import GridManagerConfig
     from htgrid.net.security import SERVER_CERT, SecurityConfig, user_token_dir
-    from htgrid.schedd import ScheddConfig
-    from htgrid.schedd._config import ConfigFile  # the pool's file, with line numbers
     from htgrid.startd import StartdConfig
 
     # Loading checks the whole file first, so a bad setting is reported as `up` would.
     schedd = ScheddConfig.load(home)
     startd = StartdConfig.load(home)
-    grid = GridManagerConfig().with_knobs(home)
+    GridManagerConfig().with_knobs(home)
     security = SecurityConfig.load(home)
     conf = ConfigFile.read(home)
 
-    defaults: dict[str, Callable[[], str | None]] = {
-        "PERIODIC_EXPR_INTERVAL": lambda: _number(schedd.periodic_interval),
-        "JOB_MAX_VACATE_TIME": lambda: _number(schedd.kill_grace),
-        "START_LOCAL_UNIVERSE_LIMIT": lambda: str(schedd.max_local_jobs),
-        "QUEUE_FSYNC": lambda: _flag(schedd.fsync),
-        "DAEMON_LIST": lambda: _DAEMON_LIST,
-        "COLLECTOR_HOST": lambda: schedd.collector_host,
-        "NEGOTIATOR_INTERVAL": lambda: _number(schedd.negotiator_interval),
-        "NEGOTIATOR_MIN_INTERVAL": lambda: _number(schedd.negotiator_min_interval),
-        "SCHEDD_INTERVAL": lambda: _number(schedd.schedd_interval),
+    # The defaults the daemons compute; the others are KNOBS' (the pool's table).
+    computed: dict[str, Callable[[], str | None]] = {
         "SCHEDD_NAME": lambda: schedd.schedd_name,
-        "SCHEDD_ADDRESS": lambda: "{}:{}".format(*schedd.schedd_address),
-        "MAX_TRANSFER_INPUT_MB": lambda: _megabytes(schedd.max_transfer_input_mb),
-        "MAX_TRANSFER_OUTPUT_MB": lambda: _megabytes(schedd.max_transfer_output_mb),
-        "MAX_API_REQUEST_MB": lambda: str(schedd.api_limits.max_request_mb),
-        "API_HEADER_TIMEOUT": lambda: _number(schedd.api_limits.header_timeout),
-        "API_BODY_TIMEOUT": lambda: _number(schedd.api_limits.body_timeout),
-        "ALIVE_INTERVAL": lambda: _number(schedd.alive_interval),
-        "MAX_CLAIM_ALIVES_MISSED": lambda: str(schedd.max_alives_missed),
-        "MASTER_BACKOFF_CONSTANT": lambda: _number(schedd.backoff.constant),
-        "MASTER_BACKOFF_FACTOR": lambda: _number(schedd.backoff.factor),
-        "MASTER_BACKOFF_CEILING": lambda: _number(schedd.backoff.ceiling),
-        "MASTER_RECOVER_FACTOR": lambda: _number(schedd.backoff.recover),
-        "DEFAULT_MASTER_SHUTDOWN_SCRIPT": lambda: schedd.shutdown_script,
         "TRUST_DOMAIN": lambda: security.trust_domain,
-        "GRIDMANAGER_JOB_PROBE_INTERVAL": lambda: _number(grid.poll_interval),
-        "ALLOW_ROOT_JOBS": lambda: _flag(schedd.allow_root_jobs),
         "NUM_CPUS": lambda: str(len(os.sched_getaffinity(0)) or os.cpu_count() or 1),
         "MEMORY": lambda: str(_host_memory_mb()),
         "DISK": lambda: str(_free_disk_kb(startd.execute_dir)),
         "EXECUTE": lambda: str(startd.execute_dir),
-        "START": lambda: startd.start,
-        "STARTD_ATTRS": lambda: "",
-        "UPDATE_INTERVAL": lambda: _number(startd.update_interval),
-        "STARTD_NOCLAIM_SHUTDOWN": lambda: _number(startd.noclaim_shutdown or None),
-        "FILESYSTEM_DOMAIN": lambda: startd.filesystem_domain,
-        "UID_DOMAIN": lambda: startd.uid_domain,
-        "GPU_DISCOVERY": lambda: _flag(startd.gpu_discovery),
     }
     # Where things are: not settable in htgrid.conf, named as HTCondor names them.
     paths: Mapping[str, Path] = {
@@ -202,13 +154,14 @@ def pool_knobs(home: Path, *, live: bool = True) -> dict[str, Knob]:
     }
 
     knobs: dict[str, Knob] = {}
-    for name, default in defaults.items():
+    for name, default in KNOBS.items():
         if conf.has(name):
             knobs[name] = Knob(
                 name, conf.text(name, ""), f"{conf.path}, line {conf.values[name][1]}"
             )
         else:
-            knobs[name] = Knob(name, default(), "default")
+            value = computed[name]() if name in computed else default
+            knobs[name] = Knob(name, value, "default")
     for name, (text, line) in conf.values.items():  # STARTD_ATTRS' own names
         knobs.setdefault(name, Knob(name, text, f"{conf.path}, line {line}"))
     for name, path in paths.items():
@@ -225,8 +178,6 @@ def pool_knobs(home: Path, *, live: bool = True) -> dict[str, Knob]:
 
 
 def _config_val(args: argparse.Namespace) -> int:
-    from htgrid.schedd import htgrid_home
-
     if not args.knobs and not args.dump:
         raise UsageError("config_val: name a KNOB (or -dump to list them all)")
     home = htgrid_home()

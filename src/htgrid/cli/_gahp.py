@@ -144,6 +144,7 @@ def default_scratch() -> Path:
 
 
 def _batch(args: argparse.Namespace) -> int:
+    # Imported here for start-up: the server loads to serve, not to build the parser.
     from htgrid.backends.batch.server import BatchGahp, BatchOptions
 
     logging.basicConfig(

@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from htgrid.errors import UsageError
+from htgrid.pool import HomeLayout, htgrid_home
+
 if TYPE_CHECKING:
     from htgrid.grid import GridManagerConfig
 
@@ -67,8 +70,8 @@ def register(commands: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # Imported here for start-up: building the parser (`htgrid --help`) loads no daemon.
     from htgrid.grid import GridManagerConfig, run_gridmanager
-    from htgrid.schedd import htgrid_home
 
     home = args.home.absolute() if args.home else htgrid_home()
     queue_dir = args.queue_dir or os.environ.get("HTGRID_QUEUE_DIR") or None
@@ -85,7 +88,7 @@ def _run(args: argparse.Namespace) -> int:
     config = GridManagerConfig()
     for setting in [*settings, *args.set]:
         config = _setting(config, setting)
-    log_path = args.log or home / "log" / "GridmanagerLog"
+    log_path = args.log or HomeLayout(home).gridmanager_log
     if str(log_path) == "-":
         handler: logging.Handler = logging.StreamHandler(sys.stderr)
     else:
@@ -102,8 +105,6 @@ def _setting(config: GridManagerConfig, text: str) -> GridManagerConfig:
     """`config` with one `NAME=VALUE` applied, VALUE read as the field's type."""
     import dataclasses
     import shlex
-
-    from htgrid.errors import UsageError
 
     name, sep, value = text.partition("=")
     fields = {f.name: f for f in dataclasses.fields(config)}

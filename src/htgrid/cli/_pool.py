@@ -21,7 +21,8 @@ import sys
 from typing import Any
 
 from htgrid.cli._common import EXIT_NO, EXIT_OK
-from htgrid.schedd import DaemonInfo, ScheddConfig, ScheddError, start, stop
+from htgrid.master import DaemonInfo, start, stop
+from htgrid.schedd import ScheddConfig, ScheddError
 
 __all__ = ["register"]
 

@@ -164,6 +164,7 @@ def _q(args: argparse.Namespace) -> int:
             _quarantine_view(schedd.quarantined(), is_terminal())
             return EXIT_OK
         if args.analyze:
+            # Imported here for start-up: only -analyze talks to the collector.
             from htgrid.cli import _pool_analysis
 
             _pool_analysis.install()

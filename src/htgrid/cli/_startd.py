@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from htgrid.pool import ConfigFile, htgrid_home
+
 __all__ = ["register"]
 
 
@@ -34,9 +36,9 @@ def register(commands: Any) -> None:
 
 
 def _startd(args: argparse.Namespace) -> int:
+    # Imported here for start-up: building the parser (`htgrid --help`) loads no daemon.
     from htgrid.collector import default_pool
-    from htgrid.schedd import htgrid_home
-    from htgrid.startd._run import run_startd
+    from htgrid.startd import run_startd
 
     home = htgrid_home()
     pool = args.pool
@@ -47,6 +49,4 @@ def _startd(args: argparse.Namespace) -> int:
 
 def _configured(home: Any) -> bool:
     """Whether htgrid.conf names the collector (else the personal pool's, if it runs)."""
-    from htgrid.schedd._config import ConfigFile
-
     return ConfigFile.read(home).has("COLLECTOR_HOST")

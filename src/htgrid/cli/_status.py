@@ -21,8 +21,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from htgrid._args import flag
-from htgrid.classad import ClassAd, ExprTree, Value, quote
-from htgrid.classad._io import ParserType, iter_ads
+from htgrid._ports import held_by
+from htgrid.classad import ClassAd, ExprTree, ParserType, Value, quote
+from htgrid.classad.fast import entries
+from htgrid.classad.syntax import iter_ads
 from htgrid.cli._status_tables import (
     Table,
     any_table,
@@ -126,9 +128,9 @@ def register(commands: Any) -> None:
 
 
 def _collector(args: argparse.Namespace) -> int:
-    from htgrid._ports import held_by
+    # Imported here for start-up: `htgrid status` does not load the collector's server.
     from htgrid.collector import daemon
-    from htgrid.net._listen import tcp_listener
+    from htgrid.net.server import tcp_listener
 
     # Bound here, before a word is said: a port another program holds is an error that
     # names it, not "listening" and then a server that dies.
@@ -248,7 +250,7 @@ def _parse(text: str, origin: str, multiple: bool) -> list[ClassAd]:
     # condor_advertise without -multiple ignores blank lines: one ad, later lines winning.
     merged = ClassAd()
     for ad in ads:
-        merged._attrs.update(ad._attrs)
+        entries(merged).update(entries(ad))
     print(
         f"htgrid advertise: {origin}: blank lines ignored, read as one ad "
         f"(use -multiple to send {len(ads)} ads)",

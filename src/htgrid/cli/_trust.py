@@ -32,9 +32,10 @@ from typing import Any, Final
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 
-from htgrid.cli._common import EXIT_NO, EXIT_OK, EXIT_USAGE
+from htgrid.cli._common import EXIT_NO, EXIT_OK, EXIT_USAGE, is_terminal
 from htgrid.cli._table import Column, print_table
 from htgrid.errors import UsageError
+from htgrid.net.security import SecurityConfig
 
 __all__ = ["CACertificate", "read_ca_file", "register"]
 
@@ -98,8 +99,6 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _trusted_dir() -> Path:
-    from htgrid.net.security import SecurityConfig
-
     return SecurityConfig.load().trusted_ca_dir
 
 
@@ -197,9 +196,6 @@ def _entries(directory: Path) -> list[Path]:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from htgrid.cli._common import is_terminal
-    from htgrid.net.security import SecurityConfig
-
     config = SecurityConfig.load()
     rows: list[list[str]] = []
     problems = []

@@ -3,8 +3,9 @@
 `AdStore` keeps ads by type with HTCondor's update semantics (expiry, sequence numbers,
 invalidation) and answers constraint queries; `htgrid.collector.app.create_app` serves it
 over HTTP (TLS and the pool's tokens: `htgrid.collector.daemon`) and `CollectorClient`
-talks to it. `htgrid collector`, `htgrid status` and
-`htgrid advertise` are the command-line faces.
+talks to it; `locate_schedd` finds a schedd's URL by its Name in a pool's collector
+(condor_q's -name and -pool; the Python bindings' `Collector.locate`). `htgrid
+collector`, `htgrid status` and `htgrid advertise` are the command-line faces.
 """
 
 from htgrid.client import pool_url
@@ -16,6 +17,14 @@ from htgrid.collector._errors import (
     InvalidQuery,
     ProtocolError,
     UnknownCommand,
+)
+from htgrid.collector._locate import (
+    ScheddLocation,
+    ScheddNotFound,
+    find_schedd,
+    find_schedd_async,
+    locate_schedd,
+    locate_schedd_async,
 )
 from htgrid.collector._store import DEFAULT_LIFETIME, AdStore, UpdateResult
 from htgrid.collector._types import AdType, Command, command_for, parse_command
@@ -33,10 +42,16 @@ __all__ = [
     "InvalidAd",
     "InvalidQuery",
     "ProtocolError",
+    "ScheddLocation",
+    "ScheddNotFound",
     "UnknownCommand",
     "UpdateResult",
     "command_for",
     "default_pool",
+    "find_schedd",
+    "find_schedd_async",
+    "locate_schedd",
+    "locate_schedd_async",
     "parse_command",
     "pool_url",
 ]

@@ -20,10 +20,12 @@ from pathlib import Path
 
 from htgrid._args import ArgumentParser
 from htgrid._gc import tune_gc
+from htgrid._privsep import daemon_umask
 from htgrid._startup import lean_process
 from htgrid.classad import preload_functions
 from htgrid.client import DEFAULT_PORT
 from htgrid.collector.daemon import make_server
+from htgrid.pool import configure_logging
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,9 +39,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lifetime", type=float, default=900.0, help="CLASSAD_LIFETIME")
     parser.add_argument("--name", default="htgrid pool")
     args = parser.parse_args(argv)
-    from htgrid._privsep import daemon_umask
-    from htgrid.schedd._daemon import configure_logging
-
     daemon_umask()
     configure_logging()
     sock = socket.socket(fileno=args.fd) if args.fd is not None else None

@@ -22,7 +22,7 @@ from htgrid.collector._errors import (
     UnknownCommand,
 )
 from htgrid.errors import ClassAdSyntaxError, HTGridError
-from htgrid.net._limits import RequestTooLarge
+from htgrid.net import RequestTooLarge
 
 __all__ = ["from_problem", "status_of", "to_problem"]
 

@@ -25,8 +25,8 @@ from copy import copy
 from dataclasses import dataclass
 
 from htgrid.classad import ClassAd, ExprTree
-from htgrid.classad._match import requirements_hold
 from htgrid.classad.adjson import json_members
+from htgrid.classad.fast import entries, from_entries, requirements_hold
 from htgrid.collector._errors import InvalidAd, InvalidQuery
 from htgrid.collector._types import AdType, Command, parse_command
 from htgrid.collector._wire import encode_ad, join_ads
@@ -281,12 +281,14 @@ class AdStore:
             if projection is None:
                 out.append(copy(record.ad))
             else:
-                ad = ClassAd()
+                src = entries(record.ad)
+                table = {}
                 for name in projection:
-                    entry = record.ad._attrs.get(name.lower())
+                    key = name.lower()
+                    entry = src.get(key)
                     if entry is not None:
-                        ad._insert(entry.name, entry.node)
-                out.append(ad)
+                        table[key] = entry  # immutable: shared
+                out.append(from_entries(table))
         return out
 
     def query_json(

@@ -45,9 +45,9 @@ from htgrid.collector._store import AdStore, UpdateResult
 from htgrid.collector._types import AdType, parse_command
 from htgrid.collector._wire import decode_ads
 from htgrid.errors import HTGridError
-from htgrid.net._guard import ProblemResponse
-from htgrid.net._limits import DEFAULT_LIMITS, ApiLimits, read_body
 from htgrid.net.security import SecurityConfig, TokenAuthMiddleware, TokenVerifier
+from htgrid.net.server import ProblemResponse, read_body
+from htgrid.pool import DEFAULT_LIMITS, ApiLimits
 
 __all__ = ["create_app"]
 

@@ -50,16 +50,14 @@ from htgrid.net.security import (
     SecurityConfig,
     client_ssl_context,
     daemon_token_path,
-    trusted_ca_files,
 )
+from htgrid.pool import HomeLayout, htgrid_home, trusted_ca_files
 
 __all__ = ["CollectorClient", "default_pool"]
 
 
 def _home(home: str | os.PathLike[str] | None) -> Path:
-    if home is not None:
-        return Path(home)
-    return Path(os.environ.get("HTGRID_HOME") or os.path.expanduser("~/.htgrid")).absolute()
+    return Path(home) if home is not None else htgrid_home()
 
 
 def default_pool(home: str | os.PathLike[str] | None = None) -> str:
@@ -70,7 +68,7 @@ def default_pool(home: str | os.PathLike[str] | None = None) -> str:
     if explicit:
         return explicit
     try:
-        with open(_home(home) / "run" / "collector.address", encoding="utf-8") as f:
+        with open(HomeLayout(_home(home)).collector_address_file, encoding="utf-8") as f:
             written = f.read().strip()
     except OSError:
         written = ""
@@ -123,7 +121,7 @@ class CollectorClient:
         )
 
     def _token_dirs(self) -> list[Path]:
-        return [user_token_dir(), self.home / "etc" / "tokens.d"]
+        return [user_token_dir(), self._security.system_token_dir]
 
     def _find_token(self, issuer: str) -> str | None:
         if not self._daemon:
@@ -158,7 +156,7 @@ class CollectorClient:
                 raise CollectorUnavailable(
                     f"the collector at {self.pool} presents a certificate no CA of this "
                     f"pool trusts ({exc}); to trust another pool, copy its etc/ca/ca.crt "
-                    f"into {self.home / 'etc' / 'ca' / 'trusted.d'}/"
+                    f"into {self._security.trusted_ca_dir}/"
                 ) from None
             raise CollectorUnavailable(f"no collector answers at {self.pool} ({exc})") from None
         except httpx.ConnectTimeout as exc:

@@ -16,17 +16,17 @@ from pathlib import Path
 from htgrid.client import DEFAULT_PORT
 from htgrid.collector._store import DEFAULT_LIFETIME, AdStore
 from htgrid.collector.app import create_app
-from htgrid.net._limits import ApiLimits
-from htgrid.net._listen import api_config
 from htgrid.net.security import (
     SERVER_CERT,
+    CertRotator,
     PoolCA,
+    RotatingServer,
     SecurityConfig,
     ensure_pool_security,
     server_ssl_context,
 )
-from htgrid.net.security._rotate import CertRotator, RotatingServer
-from htgrid.schedd._config import ConfigFile, htgrid_home
+from htgrid.net.server import api_config
+from htgrid.pool import ApiLimits, ConfigFile, htgrid_home
 
 __all__ = ["make_server", "run", "serve"]
 

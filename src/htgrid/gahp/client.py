@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
+from htgrid import __version__
 from htgrid.gahp._clock import Clock, SystemClock, wait_for
 from htgrid.gahp._codec import (
     MAX_LINE_LENGTH,
@@ -299,8 +300,6 @@ class GahpClient:
         # come back in order.
         sent: list[Waiter] = []
         if self.supports("CONDOR_VERSION"):
-            from htgrid import __version__
-
             version = f"$CondorVersion: {__version__} htgrid $"
             sent.append(self._write(encode_request("CONDOR_VERSION", [version]), "CONDOR_VERSION"))
         if self.supports("RESPONSE_PREFIX"):

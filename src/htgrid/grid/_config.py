@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from htgrid.pool import ConfigFile
+
 __all__ = ["KNOBS", "GridManagerConfig"]
 
 #: The htgrid.conf knobs the grid manager reads, and the field each one sets.
@@ -86,8 +88,6 @@ class GridManagerConfig:
     def with_knobs(self, home: Path) -> GridManagerConfig:
         """This config with the knobs of `home`'s htgrid.conf applied to the fields still
         at their defaults (a setting given on the command line wins over the file)."""
-        from htgrid.schedd._config import ConfigFile  # the pool's file and its parser
-
         conf = ConfigFile.read(home)
         defaults = GridManagerConfig()
         changes: dict[str, Any] = {}

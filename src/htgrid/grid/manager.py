@@ -64,6 +64,7 @@ from htgrid._privsep import (
     spawn_identity,
 )
 from htgrid.classad import ClassAd, preload_functions
+from htgrid.client import user_token_dir
 from htgrid.errors import HTGridError
 from htgrid.gahp import Clock, SystemClock
 from htgrid.gahp.client import GahpProcess, spawn_subprocess
@@ -78,7 +79,7 @@ from htgrid.grid._resource import Resource
 from htgrid.grid._task import Services
 from htgrid.grid._userlog import EventLogs
 from htgrid.grid._values import as_int
-from htgrid.net.security import user_token_dir
+from htgrid.pool import ConfigFile, HomeLayout
 from htgrid.queue import (
     Change,
     ChangeKind,
@@ -128,7 +129,7 @@ class GridManager:
         self.policy = policy
         self._owners: dict[JobId, Account] = {}  # the jobs run as another user than ours
         self.home = Path(home)
-        self.queue_dir = Path(queue_dir) if queue_dir is not None else self.home / "spool"
+        self.queue_dir = Path(queue_dir) if queue_dir is not None else HomeLayout(self.home).spool
         self.dir = self.queue_dir / "gridmanager"
         self.config = config or GridManagerConfig()
         self.clock: Clock = clock or SystemClock()
@@ -590,8 +591,6 @@ def run_gridmanager(
             loop.add_reader(parent_fd, parent_readable)
         settings = (config or GridManagerConfig()).with_knobs(Path(home))
         # Whose jobs run, and as whom: this process's user (root: each job's as its owner).
-        from htgrid.schedd._config import ConfigFile  # the pool's file and its parser
-
         allow_root = ConfigFile.read(Path(home)).flag(ALLOW_ROOT_JOBS, False)
         manager = GridManager(
             home,

@@ -7,7 +7,14 @@ collector; `analyze` explains why a job does not match (condor_q -better-analyze
 
 from htgrid.negotiator._ads import slot_weight, submitter_of
 from htgrid.negotiator._cycle import negotiate
-from htgrid.negotiator._expand import Expansion, apply_updates, expand, history_updates
+from htgrid.negotiator._expand import (
+    Expansion,
+    Updates,
+    apply_updates,
+    dollar_attributes,
+    expand,
+    history_updates,
+)
 from htgrid.negotiator._model import (
     DEFAULT_POST_JOB_RANK,
     DEFAULT_PRE_JOB_RANK,
@@ -25,6 +32,7 @@ from htgrid.negotiator._priorities import (
     PriorityTable,
     UserPriority,
 )
+from htgrid.negotiator._signature import RefCache, group_signatures
 
 __all__ = [
     "DEFAULT_HALFLIFE",
@@ -37,12 +45,16 @@ __all__ = [
     "Match",
     "NegotiatorConfig",
     "PriorityTable",
+    "RefCache",
     "Rejection",
     "ResourceRequest",
     "SubmitterCycle",
+    "Updates",
     "UserPriority",
     "apply_updates",
+    "dollar_attributes",
     "expand",
+    "group_signatures",
     "history_updates",
     "negotiate",
     "slot_weight",

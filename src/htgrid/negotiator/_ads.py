@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from htgrid.classad import ClassAd, ExprTree
-from htgrid.classad._compile import _NOLIT
+from htgrid.classad.fast import attr_value
 from htgrid.negotiator._model import ResourceRequest
 from htgrid.queue import JobId
 
@@ -22,16 +22,6 @@ __all__ = [
 
 # What a rank that is not a number sorts as (HTCondor's -FLT_MAX).
 _WORST = -3.4028234663852886e38
-
-
-def attr_value(ad: ClassAd, key: str) -> object:
-    """The value of attribute `key` (lower case): constants read directly, the rest
-    evaluated in the ad; None when missing."""
-    entry = ad._attrs.get(key)
-    if entry is None:
-        return None
-    lit = entry.lit
-    return ad.eval(entry.name) if lit is _NOLIT else lit
 
 
 def submitter_of(job: ClassAd) -> str:

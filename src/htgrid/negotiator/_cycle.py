@@ -32,8 +32,9 @@ from copy import copy
 from typing import NoReturn
 
 from htgrid.classad import ClassAd, ExprTree
-from htgrid.classad._match import rank as job_rank
-from htgrid.classad._match import requirements_hold
+from htgrid.classad.fast import rank as job_rank
+from htgrid.classad.fast import requirements_hold
+from htgrid.classad.syntax import node_of
 from htgrid.negotiator._ads import (
     attr_value,
     job_id,
@@ -182,7 +183,7 @@ class _Cycle:
     def _signatures(self, offered: list[ClassAd]) -> tuple[list[ClassAd], Grouping]:
         """The grouping of jobs and `offered` ads, without those that cannot be grouped;
         the ads kept."""
-        exprs = [e._node for e in (self.pre, self.post) if e is not None]
+        exprs = [node_of(e) for e in (self.pre, self.post) if e is not None]
         job_roots = (*_JOB_ROOTS, *self.config.significant_attributes)
 
         def grouped(jobs: list[ClassAd], machines: list[ClassAd]) -> Grouping:

@@ -27,10 +27,17 @@ from copy import copy
 from dataclasses import dataclass
 
 from htgrid.classad import ClassAd, ExprTree, Value, quote
-from htgrid.classad._classad import Entry
+from htgrid.classad.fast import Entry, entries
 from htgrid.errors import ClassAdSyntaxError
 
-__all__ = ["Expansion", "apply_updates", "dollar_attributes", "expand", "history_updates"]
+__all__ = [
+    "Expansion",
+    "Updates",
+    "apply_updates",
+    "dollar_attributes",
+    "expand",
+    "history_updates",
+]
 
 Updates = tuple[tuple[str, str], ...]
 
@@ -55,7 +62,7 @@ def dollar_attributes(job: ClassAd) -> list[str]:
     """
     return [
         e.name
-        for e in job._attrs.values()
+        for e in entries(job).values()
         if type(e.lit) is str and "$$(" in e.lit and e.name[:6].upper() != "MATCH_"
     ]
 
@@ -161,7 +168,7 @@ def expand(job: ClassAd, machine: ClassAd, names: Sequence[str] | None = None) -
     expanded: list[tuple[str, str]] = []
     recorded: dict[str, str] = {}
     for name in dollar_attributes(job) if names is None else names:
-        entry: Entry | None = job._attrs.get(name.lower())
+        entry: Entry | None = entries(job).get(name.lower())
         if entry is None or type(entry.lit) is not str:
             continue
         try:
@@ -176,7 +183,7 @@ def expand(job: ClassAd, machine: ClassAd, names: Sequence[str] | None = None) -
 
 def history_updates(job: ClassAd, machine_name: str, now: float) -> Updates:
     """`NumJobMatches`, `LastMatchTime` and the shifted `LastMatchName0..N-1`."""
-    attrs = job._attrs
+    attrs = entries(job)
     matches = attrs.get("numjobmatches")
     count = matches.lit if matches is not None and type(matches.lit) is int else 0
     updates = [("NumJobMatches", str(count + 1)), ("LastMatchTime", str(int(now)))]

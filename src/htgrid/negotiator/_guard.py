@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from htgrid.classad import ClassAd
-from htgrid.classad._compile import _NOLIT, compiled
+from htgrid.classad.fast import compile_expressions
 from htgrid.queue.faults import daemon_fault
 
 __all__ = ["Side", "broken", "culprit", "label", "usable"]
@@ -33,9 +33,7 @@ class Side(enum.Enum):
 def broken(ad: ClassAd) -> BaseException | None:
     """Why one of the ad's expressions cannot be compiled, or None when all can."""
     try:
-        for entry in ad._attrs.values():
-            if entry.lit is _NOLIT:
-                compiled(entry.node)
+        compile_expressions(ad)
     except Exception as exc:
         if daemon_fault(exc):
             raise

@@ -17,8 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from htgrid.classad import ClassAd
-from htgrid.classad._ast import AttrRef, Call, Node, children
-from htgrid.classad._compile import _NOLIT
+from htgrid.classad.fast import NOT_CONSTANT, entries
+from htgrid.classad.syntax import AttrRef, Call, Node, children
 
 __all__ = ["Grouping", "RefCache", "Refs", "group_signatures"]
 
@@ -139,7 +139,7 @@ def group_signatures(
     """
     names: dict[str, list[str]] = {"job": [], "machine": []}
     known: dict[str, set[str]] = {"job": set(), "machine": set()}
-    ads = {"job": [ad._attrs for ad in jobs], "machine": [ad._attrs for ad in machines]}
+    ads = {"job": [entries(ad) for ad in jobs], "machine": [entries(ad) for ad in machines]}
     columns: dict[str, list[list[object]]] = {"job": [], "machine": []}
     opaque_nodes: set[int] = set()
     flip = {"job": "machine", "machine": "job"}
@@ -180,7 +180,7 @@ def group_signatures(
                     t = type(lit)
                     if t is str or t is int:
                         append(lit)
-                    elif lit is _NOLIT:
+                    elif lit is NOT_CONSTANT:
                         tag = key(entry.node)
                         if tag is None:
                             opaque_nodes.add(id(entry.node))

@@ -16,10 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from htgrid.classad import ClassAd, ExprTree
-from htgrid.classad._analyze import split_clauses
-from htgrid.classad._ast import AttrRef, Binary, Node, Paren
-from htgrid.classad._match import requirements_hold
-from htgrid.classad._unparse import unparse
+from htgrid.classad.analysis import split_clauses
+from htgrid.classad.fast import requirements_hold
+from htgrid.classad.syntax import AttrRef, Binary, Node, Paren, expr_of, node_of, unparse
 
 __all__ = ["Analysis", "Condition", "analyze", "better_analyze"]
 
@@ -169,7 +168,7 @@ def _slot_bound(node: Node, job: ClassAd) -> tuple[str, str, float] | None:
         scoped = type(base) is AttrRef and base.base is None and base.name.lower() == "target"
         if not (scoped or (base is None and attr.name not in job)):
             continue
-        bound = ExprTree._of(other).eval(job)
+        bound = expr_of(other).eval(job)
         if type(bound) in (int, float):
             return attr.name, op, float(bound)
     return None
@@ -222,11 +221,10 @@ def analyze(job: ClassAd, machines: Sequence[ClassAd], *, job_id: str | None = N
     """The job's Requirements, clause by clause, against `machines` (slot or site ads)."""
     jid = job_id or _job_id(job)
     requirements = job.lookup("Requirements") if "Requirements" in job else ExprTree("false")
-    clauses = split_clauses(requirements._node)
+    clauses = split_clauses(node_of(requirements))
     # Each clause's truth for each ad: [clause][ad].
     truth = [
-        [_truthy(ExprTree._of(clause).eval(job, machine)) for machine in machines]
-        for clause in clauses
+        [_truthy(expr_of(clause).eval(job, machine)) for machine in machines] for clause in clauses
     ]
     conditions = []
     for k, clause in enumerate(clauses):
@@ -239,12 +237,13 @@ def analyze(job: ClassAd, machines: Sequence[ClassAd], *, job_id: str | None = N
         suggestion, suggested = (
             ("", 0) if matched == len(machines) else _suggest(clause, job, others_ok)
         )
-        flat = job.flatten(ExprTree._of(clause))
+        flat = job.flatten(expr_of(clause))
+        flat_text = unparse(_strip(node_of(flat))) if isinstance(flat, ExprTree) else repr(flat)
         conditions.append(
             Condition(
                 step=0 if k == 0 else 2 * k - 1,
                 text=unparse(_strip(clause)),
-                flattened=unparse(_strip(flat._node)) if isinstance(flat, ExprTree) else repr(flat),
+                flattened=flat_text,
                 matched=matched,
                 matched_without=len(others_ok),
                 suggestion=suggestion,
@@ -265,7 +264,7 @@ def analyze(job: ClassAd, machines: Sequence[ClassAd], *, job_id: str | None = N
     attributes = tuple((_name(job, n), repr(job.lookup(n))) for n in used)
     return Analysis(
         jid,
-        unparse(requirements._node),
+        unparse(node_of(requirements)),
         attributes,
         tuple(conditions),
         len(machines),

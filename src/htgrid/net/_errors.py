@@ -19,7 +19,7 @@ from typing import Final
 
 from htgrid.errors import ClassAdSyntaxError, HTGridError, UsageError
 from htgrid.net._limits import RequestTooLarge
-from htgrid.net.security._errors import (
+from htgrid.net.security import (
     AuthError,
     ExpiredToken,
     ForgedToken,

@@ -22,7 +22,8 @@ from typing import Any, ClassVar, cast
 from starlette.responses import JSONResponse
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from htgrid.net._limits import DEFAULT_LIMITS, MIN_BODY_RATE, PROGRESS_KEY, ApiLimits
+from htgrid.net._limits import MIN_BODY_RATE, PROGRESS_KEY
+from htgrid.pool import DEFAULT_LIMITS, ApiLimits
 
 __all__ = ["GuardedProtocol", "ProblemResponse", "guarded_protocol"]
 

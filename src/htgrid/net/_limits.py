@@ -2,7 +2,8 @@
 
 Every HTTP API htgrid serves (the schedd's on its socket and over TLS, the collector's,
 the execute node's) runs on `_guard.GuardedProtocol`, uvicorn's HTTP/1.1 protocol with
-two clocks, and reads JSON bodies with `read_body`. The knobs (htgrid.conf):
+two clocks, and reads JSON bodies with `read_body`. The knobs (htgrid.conf; their values
+are `htgrid.pool.ApiLimits`):
 
     MAX_API_REQUEST_MB = 64     the largest JSON request body, in MiB; a larger one is
                                 refused with 413 before it is read (tar uploads have
@@ -28,25 +29,16 @@ not cut off while it makes progress, and one that stops mid-line is.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from htgrid.errors import HTGridError
+from htgrid.pool import ApiLimits
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-__all__ = [
-    "DEFAULT_LIMITS",
-    "MIN_BODY_RATE",
-    "PROGRESS_KEY",
-    "ApiLimits",
-    "RequestTooLarge",
-    "read_body",
-    "read_lines",
-]
+__all__ = ["MIN_BODY_RATE", "PROGRESS_KEY", "RequestTooLarge", "read_body", "read_lines"]
 
-_MIB: Final = 1 << 20
 #: The average rate a request body must keep up once API_BODY_TIMEOUT has passed.
 MIN_BODY_RATE: Final = 1024
 #: Where a request's state holds its connection's "a whole line came" (`read_lines`).
@@ -55,22 +47,6 @@ PROGRESS_KEY: Final = "htgrid.body_progress"
 
 class RequestTooLarge(HTGridError):
     """The request body is larger than the daemon takes."""
-
-
-@dataclass(frozen=True, slots=True)
-class ApiLimits:
-    """How much of a request a daemon reads, and how long it waits for it."""
-
-    max_request_mb: int = 64  # MAX_API_REQUEST_MB
-    header_timeout: float = 20.0  # API_HEADER_TIMEOUT
-    body_timeout: float = 60.0  # API_BODY_TIMEOUT
-
-    @property
-    def max_body(self) -> int:
-        return self.max_request_mb * _MIB
-
-
-DEFAULT_LIMITS: Final = ApiLimits()
 
 
 async def read_body(request: Request, limits: ApiLimits) -> bytes:

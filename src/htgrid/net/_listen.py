@@ -30,7 +30,7 @@ import uvicorn
 
 from htgrid.errors import HTGridError
 from htgrid.net._guard import GuardedProtocol, guarded_protocol
-from htgrid.net._limits import ApiLimits
+from htgrid.pool import ApiLimits
 
 __all__ = ["ApiServer", "api_config", "start", "tcp_listener", "unix_listener"]
 

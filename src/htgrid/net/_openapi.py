@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from htgrid import __version__
 from htgrid.net._sandbox_routes import MAX_OUTPUT_JOBS
 from htgrid.net._wire import NDJSON
 
@@ -256,7 +257,8 @@ def openapi_document(routes: Sequence[RouteSpec], version: str) -> dict[str, Any
 
 def published_document() -> dict[str, Any]:
     """The document of this version's routes, as docs/openapi.json publishes it."""
-    from htgrid import __version__
+    # The app imports this module (its own route serves the document): its routes are
+    # read when the document is asked for.
     from htgrid.net.app import ROUTES
 
     return openapi_document(ROUTES, __version__)

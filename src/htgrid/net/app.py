@@ -27,7 +27,7 @@ from htgrid.errors import HTGridError
 from htgrid.net._backend import QueueBackend
 from htgrid.net._errors import BadRequest, status_of
 from htgrid.net._guard import ProblemResponse
-from htgrid.net._limits import DEFAULT_LIMITS, ApiLimits, read_body, read_lines
+from htgrid.net._limits import read_body, read_lines
 from htgrid.net._openapi import openapi_document
 from htgrid.net._peer import Authenticator
 from htgrid.net._problems import to_problem
@@ -48,6 +48,7 @@ from htgrid.net._wire import (
     is_stream,
     loads_request,
 )
+from htgrid.pool import DEFAULT_LIMITS, ApiLimits
 from htgrid.queue import ID_MAX, Identity, JobAction, JobId
 
 __all__ = ["ROUTES", "RouteSpec", "create_app"]

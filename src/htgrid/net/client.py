@@ -27,7 +27,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import httpx
 
@@ -37,10 +37,9 @@ from htgrid.errors import HTGridError
 from htgrid.net._errors import ApiError, DaemonUnavailable
 from htgrid.net._problems import from_problem
 from htgrid.net._wire import NDJSON, Jobs, ad_from_json
+from htgrid.net.security import CertificateError, SecurityError
+from htgrid.pool import HomeLayout, htgrid_home, trusted_ca_files
 from htgrid.queue import JobAction, JobId
-
-if TYPE_CHECKING:
-    from htgrid.net.security import SecurityError
 
 __all__ = ["ScheddClient", "socket_path"]
 
@@ -50,9 +49,7 @@ _TAR = "application/x-tar"
 
 def socket_path(home: str | os.PathLike[str] | None = None) -> Path:
     """The daemon's socket: `<home>/run/schedd.sock`, home defaulting to $HTGRID_HOME."""
-    from htgrid.schedd._config import htgrid_home
-
-    return (Path(home) if home is not None else htgrid_home()) / "run" / "schedd.sock"
+    return HomeLayout(Path(home) if home is not None else htgrid_home()).schedd_socket
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +98,10 @@ class ScheddClient:
         one in etc/ca/trusted.d); `token` is sent, or else the token of the server's trust
         domain, found by the realm of its first 401 (BearerAuth).
         """
-        # Loaded here: the local client (every command) does not pay for TLS and tokens.
+        # Loaded here for start-up: the local client (every command) does not pay for
+        # TLS (cryptography) and tokens.
         from htgrid.client import BearerAuth
-        from htgrid.net.security import SecurityConfig, client_ssl_context, trusted_ca_files
+        from htgrid.net.security import SecurityConfig, client_ssl_context
 
         config = SecurityConfig.load(Path(home) if home is not None else None)
         http = httpx.Client(
@@ -390,8 +388,6 @@ def _untrusted(url: str | None, exc: httpx.ConnectError) -> SecurityError | None
         cause = cause.__cause__ or cause.__context__
     if cause is None:
         return None
-    from htgrid.net.security import CertificateError
-
     if isinstance(cause, ssl.SSLCertVerificationError):
         return CertificateError(
             f"the queue daemon at {url} presented a certificate this pool does not trust "

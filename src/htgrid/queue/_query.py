@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from htgrid.classad import ClassAd, ExprTree
-from htgrid.classad._ast import AttrRef, Binary, Literal, Node, Paren
+from htgrid.classad.syntax import AttrRef, Binary, Literal, Node, Paren, node_of, operands
 from htgrid.queue._policy import truth
 
 __all__ = ["Filter", "compile_constraint"]
@@ -52,12 +52,12 @@ def compile_constraint(constraint: str | ExprTree | None) -> Filter:
     if constraint is None:
         return Filter(None, (), ())
     expr = constraint if isinstance(constraint, ExprTree) else ExprTree(constraint)
-    node = _strip(expr._node)
+    node = _strip(node_of(expr))
     if type(node) is Literal and node.value is True:
         return Filter(None, (), ())
     where: list[str] = []
     params: list[object] = []
-    for conjunct in _conjuncts(node):
+    for conjunct in operands(node, "&&"):
         _translate(conjunct, where, params)
     return Filter(expr, tuple(where), tuple(params))
 
@@ -66,13 +66,6 @@ def _strip(node: Node) -> Node:
     while type(node) is Paren:
         node = node.inner
     return node
-
-
-def _conjuncts(node: Node) -> list[Node]:
-    node = _strip(node)
-    if type(node) is Binary and node.op == "&&":
-        return _conjuncts(node.left) + _conjuncts(node.right)
-    return [node]
 
 
 def _attr_name(node: Node) -> str | None:
@@ -131,7 +124,7 @@ def _translate_in(node: Node, where: list[str], params: list[object]) -> None:
     """`JobStatus == 1 || JobStatus == 2` -> `status IN (1, 2)`; anything else: nothing."""
     column = None
     values: list[object] = []
-    for disjunct in _disjuncts(node):
+    for disjunct in operands(node, "||"):
         found = _comparison(disjunct)
         if found is None:
             return
@@ -144,10 +137,3 @@ def _translate_in(node: Node, where: list[str], params: list[object]) -> None:
         values.append(value)
     where.append(f"{column} IN ({', '.join('?' * len(values))})")
     params.extend(values)
-
-
-def _disjuncts(node: Node) -> list[Node]:
-    node = _strip(node)
-    if type(node) is Binary and node.op == "||":
-        return _disjuncts(node.left) + _disjuncts(node.right)
-    return [node]

@@ -9,9 +9,9 @@ which is what makes reading 100,000 proc ads quick.
 A job's ad is its cluster's ad overlaid by the proc's own attributes, as HTCondor chains
 proc ads to the cluster ad: `overlay` builds it.
 
-This module works on htgrid.classad's entry table directly (`ClassAd._attrs`, immutable
-`Entry` objects that ads may share): going through the mapping API converts every value
-on the way in and out, and that was most of the cost of storing and reading 100,000 jobs.
+This module works on ads' entry tables (`htgrid.classad.fast`: immutable `Entry` objects
+that ads may share): going through the mapping API converts every value on the way in
+and out, and that was most of the cost of storing and reading 100,000 jobs.
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from htgrid.classad import ClassAd, ExprTree
-from htgrid.classad._ast import Literal, Node
-from htgrid.classad._classad import Entry, to_node
-from htgrid.classad._unparse import quote_string
+from htgrid.classad import ClassAd, ExprTree, quote
+from htgrid.classad.fast import Entry, entries, from_entries
+from htgrid.classad.syntax import Literal, Node, to_node, unparse
 from htgrid.errors import ClassAdSyntaxError
 from htgrid.queue._errors import InvalidValue
 
@@ -60,24 +59,24 @@ def _entry_text(entry: Entry) -> str:
     lit = entry.lit
     t = type(lit)
     if t is str:
-        return quote_string(lit)  # type: ignore[arg-type]
+        return quote(lit)  # type: ignore[arg-type]
     if t is int:
         return str(lit)
     if t is bool:
         return "true" if lit else "false"
-    return repr(ExprTree._of(entry.node))
+    return unparse(entry.node)
 
 
 def encode(ad: ClassAd, skip: frozenset[str] = frozenset()) -> str:
     """`ad` as stored; attributes named in `skip` (lower case) are left out."""
     # The JSON is joined by hand: the C string escaper is all json.dumps would add, and
     # the encoder object it builds per call costs more than the rest for a small ad.
-    return "{" + ",".join(_pair(e) for key, e in ad._attrs.items() if key not in skip) + "}"
+    return "{" + ",".join(_pair(e) for key, e in entries(ad).items() if key not in skip) + "}"
 
 
 def encode_names(ad: ClassAd, names: Iterable[str]) -> str:
     """`encode` of the named attributes of `ad` only."""
-    attrs = ad._attrs
+    attrs = entries(ad)
     return "{" + ",".join(_pair(attrs[n.lower()]) for n in names) + "}"
 
 
@@ -115,7 +114,7 @@ def _storable_text(e: Entry) -> str:
                 f"attribute {name} holds a NUL character, which a ClassAd string cannot hold"
             )
         try:
-            return quote_string(lit)  # type: ignore[arg-type]
+            return quote(lit)  # type: ignore[arg-type]
         except UnicodeEncodeError:
             raise InvalidValue(f"attribute {name} holds a lone surrogate, not text") from None
     if kind is int:
@@ -135,7 +134,7 @@ def _storable_text(e: Entry) -> str:
 
 def encode_plain(ad: ClassAd, special: frozenset[str]) -> str | None:
     """`encode(ad)`, or None when `ad` has one of the `special` names (lower case)."""
-    attrs = ad._attrs
+    attrs = entries(ad)
     if not attrs:
         return "{}"
     if not special.isdisjoint(attrs):
@@ -231,15 +230,14 @@ def expression_problem(text: str) -> str | None:
 
 def decode(text: str) -> ClassAd:
     """A stored ad back as a ClassAd."""
-    ad = ClassAd()
-    attrs = ad._attrs
+    attrs: dict[str, Entry] = {}
     for name, expr in json.loads(text).items():
         if _plain_string(expr):
             # Most often unique to the job (its arguments, its files): not cached.
             attrs[name.lower()] = Entry(name, Literal(expr[1:-1]))
         else:
             attrs[name.lower()] = Entry(name, _node(expr))
-    return ad
+    return from_entries(attrs)
 
 
 def decode_shared(text: str) -> ClassAd:
@@ -263,7 +261,7 @@ def remember(text: str, ad: ClassAd) -> None:
     if text in _ADS:
         return
     read_back: dict[str, Entry] = {}
-    for key, entry in ad._attrs.items():
+    for key, entry in entries(ad).items():
         kind = type(entry.lit)
         if kind is float:
             stored = _entry_text(entry)
@@ -275,7 +273,7 @@ def remember(text: str, ad: ClassAd) -> None:
         elif kind is not str and kind is not int and kind is not bool:
             return
     kept = copy.copy(ad)  # its owner may go on changing it
-    kept._attrs.update(read_back)
+    entries(kept).update(read_back)
     if len(_ADS) >= _ADS_MAX:
         _ADS.clear()
     _ADS[text] = kept
@@ -283,24 +281,20 @@ def remember(text: str, ad: ClassAd) -> None:
 
 def with_proc_id(ad: ClassAd, proc: int) -> None:
     """Set `ProcId` (the same as `ad["ProcId"] = proc`, without the conversions)."""
-    ad._attrs["procid"] = Entry("ProcId", Literal(proc))
+    entries(ad)["procid"] = Entry("ProcId", Literal(proc))
 
 
 def overlay(cluster: ClassAd, proc: ClassAd, masked: Iterable[str] = ()) -> ClassAd:
     """The job ad: `cluster`'s attributes, minus `masked`, overlaid by `proc`'s."""
-    ad = ClassAd()
-    attrs = cluster._attrs.copy()
+    attrs = entries(cluster).copy()
     for name in masked:
         attrs.pop(name.lower(), None)
-    attrs.update(proc._attrs)
-    ad._attrs = attrs
-    return ad
+    attrs.update(entries(proc))
+    return from_entries(attrs)
 
 
 def project(ad: ClassAd, names: Iterable[str]) -> ClassAd:
     """A copy of `ad` with only `ClusterId`, `ProcId` and the named attributes it has."""
-    out = ClassAd()
-    src = ad._attrs
+    src = entries(ad)
     keys = ["clusterid", "procid", *(n.lower() for n in names)]
-    out._attrs = {k: src[k] for k in keys if k in src}
-    return out
+    return from_entries({k: src[k] for k in keys if k in src})

@@ -1,14 +1,16 @@
 """The daemon: one asyncio loop running the API, the local universe, the event log
-writer, the periodic policy timer, the shadows of vanilla jobs and the negotiator, over
-one queue thread; and the master of the pool's other daemons (`_pool`): the collector
-and the execute node run as its children.
+writer, the periodic policy timer and the shadows of vanilla jobs, over one queue
+thread; and, beside it in the same process, a `Companion`: the pool's other daemons,
+which `htgrid.master` runs (the collector and the execute node as children, the
+negotiator as a task, the schedd's ad) and composes with this daemon.
 
 Start-up: take the pool's lock (one daemon per home), open the queue, recover from a
 crash (kill what earlier runs left, evict jobs with no process), serve the socket and
 the same API over TLS with tokens on SCHEDD_ADDRESS (its URL in run/schedd.url), start
-the pool's daemons, write the pid file. SIGTERM or SIGINT: stop taking requests, stop
-matching, stop running jobs (back to idle), stop the children, write the jobs' events,
-close the queue, remove the socket, the URL file and the pid file.
+the companion, write the pid file. SIGTERM or SIGINT: stop taking requests, no more
+matches (the companion's negotiator), running vanilla jobs vacated (back to idle), the
+companion's daemons stopped, running local jobs stopped (back to idle), the jobs' events
+written, the queue closed, the socket, the URL file and the pid file removed.
 """
 
 from __future__ import annotations
@@ -23,19 +25,20 @@ import signal
 import socket
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from htgrid import __version__
 from htgrid._files import write_atomic
 from htgrid._ports import held_by
 from htgrid._privsep import OwnerPolicy, closed_to_others
 from htgrid.errors import HTGridError
-from htgrid.net._listen import ApiServer, api_config, start, tcp_listener, unix_listener
-from htgrid.net._peer import PeerCredProtocol, peercred_identity
 from htgrid.net.app import create_app
 from htgrid.net.security import (
     SERVER_CERT,
+    CertRotator,
     PoolCA,
+    RotatingServer,
     SecurityConfig,
     TokenAuthMiddleware,
     TokenVerifier,
@@ -43,40 +46,84 @@ from htgrid.net.security import (
     server_ssl_context,
     token_identity,
 )
-from htgrid.net.security._rotate import CertRotator, RotatingServer
+from htgrid.net.server import (
+    ApiServer,
+    PeerCredProtocol,
+    SizeLimit,
+    api_config,
+    peercred_identity,
+    start,
+    tcp_listener,
+    unix_listener,
+)
+from htgrid.pool import family_marker
 from htgrid.queue import JobQueue
 from htgrid.queue.faults import FaultLog
 from htgrid.schedd._config import ScheddConfig, ScheddError
-from htgrid.schedd._launch import family_marker
 from htgrid.schedd._local import LocalRunner
-from htgrid.schedd._pool import Pool
 from htgrid.schedd._service import QueueService
 from htgrid.schedd._shadow import ShadowManager, ShadowSettings
-from htgrid.schedd._spool import SizeLimit
 from htgrid.schedd._spool_sweep import remove_spools, spooled_jobs
 from htgrid.schedd._userlog import UserLogWriter
 from htgrid.schedd._worker import QueueWorker
 
-__all__ = ["Daemon", "configure_logging"]
+__all__ = ["Companion", "Daemon", "Running"]
 
 _log = logging.getLogger("htgrid.schedd")
 
 
-def configure_logging() -> None:
-    """SchedLog lines as HTCondor writes them: `MM/DD/YY HH:MM:SS message`."""
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%m/%d/%y %H:%M:%S"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
-    for noisy in ("uvicorn", "httpx", "httpcore"):  # a line per request drowns the log
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+@dataclass(frozen=True, slots=True)
+class Running:
+    """What the schedd hands its companion once its APIs listen."""
+
+    worker: QueueWorker
+    shadows: ShadowManager
+    api_url: str  # the queue's TLS API, advertised as HTGridURL
+    request_stop: Callable[[], None]  # what SIGTERM does: stop the whole process cleanly
+
+
+class Companion(Protocol):
+    """What runs beside the schedd in its process: the master's part of it (HTCondor's
+    condor_master and its DAEMON_LIST). The schedd calls each method at its own point of
+    its life, in the order that loses nothing."""
+
+    @property
+    def pool(self) -> str:
+        """The collector the pool reports to (host:port), for the log."""
+
+    async def listen(self) -> None:
+        """Take the ports it serves on, before the schedd answers anyone."""
+
+    def close_listener(self) -> None:
+        """Let the ports go: the schedd could not start after all."""
+
+    async def start(self, schedd: Running) -> None:
+        """Start, once the schedd's APIs listen."""
+
+    async def stop_matching(self) -> None:
+        """Make no more matches: the schedd vacates its running vanilla jobs next."""
+
+    async def stop(self) -> None:
+        """Stop the rest, once those jobs are back to idle (before the local jobs stop)."""
+
+    def status(self) -> dict[str, Any]:
+        """Its part of the health answer."""
+
+    def feed_positions(self) -> list[int]:
+        """Where its followers of the queue's change feed are."""
 
 
 class Daemon:
-    """The personal pool's daemon for one home directory."""
+    """The personal pool's daemon for one home directory; `companion` runs beside it
+    (`htgrid.master` gives the pool's other daemons)."""
 
-    def __init__(self, config: ScheddConfig, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        config: ScheddConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+        companion: Companion | None = None,
+    ) -> None:
         self.config = config
         self._clock = clock
         self._stop = asyncio.Event()
@@ -87,7 +134,7 @@ class Daemon:
         self._trimmed = 0
         self._policy_faults = FaultLog(_log, "periodic policy evaluation")
         self._quarantined = 0  # rows of the queue set aside as unreadable
-        self.pool: Pool | None = None
+        self.companion = companion
         # Whose jobs run here, and as whom: the daemon's user (root: each job as its owner).
         self.policy = OwnerPolicy(allow_root=config.allow_root_jobs)
 
@@ -116,8 +163,8 @@ class Daemon:
             status.update(self._runner.status())
         if self._shadows is not None:
             status.update(self._shadows.status())
-        if self.pool is not None:
-            status.update(self.pool.status())
+        if self.companion is not None:
+            status.update(self.companion.status())
         return status
 
     async def run(self) -> None:
@@ -199,15 +246,16 @@ class Daemon:
             fsync=cfg.fsync,
             policy=self.policy,
         )
-        pool = Pool(cfg, worker, shadows, clock=self._clock, request_stop=self._stop.set)
-        self.pool = pool
+        companion = self.companion
         # Every TCP port first, the socket `htgrid up` asks last: a port another program
         # holds fails the start before the daemon has answered anyone.
-        await pool.listen()
+        if companion is not None:
+            await companion.listen()
         try:
             api, api_serving, url = await self._start_api(service)
         except BaseException:
-            pool.close_listener()
+            if companion is not None:
+                companion.close_listener()
             raise
         try:
             server, serving = await self._start_server(service)
@@ -216,7 +264,8 @@ class Daemon:
             await api_serving
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(cfg.url_file)
-            pool.close_listener()
+            if companion is not None:
+                companion.close_listener()
             raise
         tasks = [
             self._supervised(runner.run(), "local universe"),
@@ -224,9 +273,9 @@ class Daemon:
             self._supervised(self._periodic(worker), "periodic policy"),
             self._supervised(shadows.run(), "shadows"),
         ]
-        pool.api_url = url
         try:
-            await pool.start()
+            if companion is not None:
+                await companion.start(Running(worker, shadows, url, self._stop.set))
             cfg.pid_file.write_text(f"{os.getpid()}\n")
             _log.info(
                 "htgrid %s daemon (pid %d) serving %s and %s; queue %s; daemons %s; collector %s",
@@ -236,14 +285,18 @@ class Daemon:
                 url,
                 cfg.spool / "queue.db",
                 ", ".join(sorted(cfg.daemons)),
-                pool.pool,
+                companion.pool if companion is not None else cfg.collector_host,
             )
             await self._stop.wait()
         finally:
             _log.info("shutting down")
             server.should_exit = api.should_exit = True
             await asyncio.gather(serving, api_serving)
-            await pool.stop()
+            if companion is not None:
+                await companion.stop_matching()
+            await shadows.shutdown()
+            if companion is not None:
+                await companion.stop()
             for path in (cfg.socket, cfg.url_file):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
@@ -357,8 +410,8 @@ class Daemon:
         at the last ring (one started by hand, `htgrid gridmanager`).
         """
         positions = [f.seq for f in (self._writer, self._runner, self._shadows) if f is not None]
-        if self.pool is not None:
-            positions += self.pool.feed_positions()
+        if self.companion is not None:
+            positions += self.companion.feed_positions()
         if grid_manager_listens or "GRIDMANAGER" in self.config.daemons:
             try:
                 positions.append(int(self.config.gridmanager_feed_file.read_text().strip()))

@@ -38,6 +38,15 @@ from typing import Any, Final
 from htgrid._privsep import OwnerPolicy, OwnerRefused
 from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
+from htgrid.pool import (
+    Exit,
+    LaunchError,
+    LaunchSpec,
+    kill_group,
+    kill_leftovers,
+    spawn,
+    wait_exit,
+)
 from htgrid.queue import (
     Change,
     ChangeKind,
@@ -52,15 +61,6 @@ from htgrid.queue import (
     JobStatus,
 )
 from htgrid.queue.faults import FaultLog, JobFailure, daemon_fault, problem
-from htgrid.schedd._launch import (
-    Exit,
-    LaunchError,
-    LaunchSpec,
-    kill_group,
-    kill_leftovers,
-    spawn,
-    wait_exit,
-)
 from htgrid.schedd._worker import QueueWorker
 
 __all__ = ["SCHEDD", "LocalRunner", "RunState", "StopReason"]

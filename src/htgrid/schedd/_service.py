@@ -22,8 +22,8 @@ from typing import Any, BinaryIO, Final
 from htgrid._privsep import Account, OwnerPolicy, OwnerRefused, as_owner
 from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
-from htgrid.net._errors import BadRequest, SandboxTooLarge
-from htgrid.net._wire import Jobs
+from htgrid.net import BadRequest, Jobs, SandboxTooLarge
+from htgrid.net.server import NO_LIMIT, SizeLimit
 from htgrid.queue import (
     Identity,
     InvalidSubmit,
@@ -37,10 +37,8 @@ from htgrid.queue import (
     Quarantined,
 )
 from htgrid.schedd._spool import (
-    NO_LIMIT,
     BatchInput,
     JobOutput,
-    SizeLimit,
     make_dirs,
     output_files,
     pack_output,

@@ -34,15 +34,13 @@ from pathlib import Path
 from typing import Any, Final
 
 from htgrid.classad import ClassAd, quote
-from htgrid.classad._match import requirements_hold
-from htgrid.negotiator import Expansion, Match, expand
-from htgrid.negotiator._expand import Updates, dollar_attributes
+from htgrid.classad.fast import requirements_hold
+from htgrid.negotiator import Expansion, Match, Updates, dollar_attributes, expand
 from htgrid.queue import Change, ChangeKind, JobId, JobQueue, JobStatus
 from htgrid.queue.faults import FaultLog, JobFailure, daemon_fault, problem
 from htgrid.schedd._shadow_run import RUNNING, ShadowRun, ShadowSettings, StopReason
 from htgrid.schedd._worker import QueueWorker
-from htgrid.startd import Resources, StartdClient, StartdError, socket_of
-from htgrid.startd._claims import request_of
+from htgrid.startd import Resources, StartdClient, StartdError, request_of, socket_of
 
 __all__ = ["VANILLA", "ShadowManager", "ShadowSettings", "StopReason"]
 

@@ -28,8 +28,7 @@ from htgrid._files import private_file
 from htgrid._privsep import Account, OwnerPolicy, OwnerRefused, as_owner, owned_dir
 from htgrid.classad import ClassAd, ExprTree
 from htgrid.errors import HTGridError
-from htgrid.negotiator import Match, apply_updates
-from htgrid.negotiator._expand import Updates
+from htgrid.negotiator import Match, Updates, apply_updates
 from htgrid.queue import (
     HoldReasonCode,
     InvalidTransition,
@@ -52,8 +51,12 @@ from htgrid.startd import (
     StartdClient,
     StartdError,
     StartdUnavailable,
+    TransferError,
+    input_entries,
+    pack,
+    unpack_output,
+    unpack_to,
 )
-from htgrid.startd._transfer import TransferError, input_entries, pack, unpack_output, unpack_to
 
 __all__ = ["RUNNING", "ShadowHost", "ShadowRun", "ShadowSettings", "StopReason", "claimed_slot"]
 

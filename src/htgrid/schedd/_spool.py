@@ -53,15 +53,19 @@ from cryptography import x509
 from htgrid._files import open_beneath, write_atomic
 from htgrid._privsep import Account, as_owner, owned_dir, spawn_identity
 from htgrid.classad import ClassAd
-from htgrid.net._errors import BadRequest, SandboxTooLarge
-from htgrid.schedd._tarscan import empty_job_dirs, listed_members, unpacked_size
+from htgrid.net import BadRequest, SandboxTooLarge
+from htgrid.net.server import (
+    NO_LIMIT,
+    SizeLimit,
+    empty_job_dirs,
+    listed_members,
+    unpacked_size,
+)
 
 __all__ = [
     "INDEX",
-    "NO_LIMIT",
     "BatchInput",
     "JobOutput",
-    "SizeLimit",
     "cut_short_uploads",
     "make_dirs",
     "manifest_path",
@@ -84,34 +88,8 @@ _MKDIR_ARGS: Final = 500
 #: The first member of a tar of several jobs' outputs: what each job got (`pack_outputs`).
 INDEX: Final = "jobs.json"
 _LIST_SPLIT: Final = re.compile(r"[\s,]+")
-_MIB: Final = 1 << 20
 Manifest = dict[str, tuple[int, int]]  # member name -> (size, mtime in ns)
 Member = tuple[tarfile.TarInfo, PurePosixPath]  # a tar member, its name in the sandbox
-
-
-@dataclass(frozen=True, slots=True)
-class SizeLimit:
-    """A cap on a sandbox's size in MiB, named after its knob (None: no cap)."""
-
-    knob: str
-    megabytes: int | None = None
-
-    @property
-    def bytes(self) -> int | None:
-        return None if self.megabytes is None else self.megabytes * _MIB
-
-    def check(self, size: int, what: str, *, at_least: bool = False) -> None:
-        """SandboxTooLarge when `size` bytes (or more, `at_least`) of `what` exceed it."""
-        cap = self.bytes
-        if cap is not None and size > cap:
-            more = " at least" if at_least else ""
-            raise SandboxTooLarge(
-                f"{what} is{more} {size} bytes, over the limit of {self.knob} = "
-                f"{self.megabytes} MiB ({cap} bytes)"
-            )
-
-
-NO_LIMIT: Final = SizeLimit("(none)")
 
 
 def manifest_path(sandbox: Path) -> Path:

@@ -6,6 +6,12 @@ there, each in a scratch sandbox with its files transferred in and out. See `_da
 for the node's life, `_states` for its state machines and `_api` for the claim protocol.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from htgrid._lazy import on_demand
+from htgrid.startd._claims import request_of
 from htgrid.startd._config import StartdConfig
 from htgrid.startd._errors import (
     CallerRefused,
@@ -19,6 +25,29 @@ from htgrid.startd._errors import (
 from htgrid.startd._states import ClaimState, Outcome, OutcomeKind, Resources, SlotState
 from htgrid.startd._wire import ClaimGrant, ClaimStatus
 from htgrid.startd.client import StartdClient, socket_of
+
+if TYPE_CHECKING:
+    from htgrid.startd._run import run_startd
+    from htgrid.startd._transfer import (
+        TransferError,
+        input_entries,
+        pack,
+        unpack_output,
+        unpack_to,
+    )
+
+#: The node itself, and the sandbox transfer its starter shares with the schedd's
+#: shadows, load when first asked for (they bring the daemons' HTTP side with them).
+_LAZY: Final = {
+    "run_startd": "_run",
+    "TransferError": "_transfer",
+    "input_entries": "_transfer",
+    "pack": "_transfer",
+    "unpack_output": "_transfer",
+    "unpack_to": "_transfer",
+}
+
+__getattr__ = on_demand(__name__, _LAZY)
 
 __all__ = [
     "CallerRefused",
@@ -37,5 +66,12 @@ __all__ = [
     "StartdError",
     "StartdProtocolError",
     "StartdUnavailable",
+    "TransferError",
+    "input_entries",
+    "pack",
+    "request_of",
+    "run_startd",
     "socket_of",
+    "unpack_output",
+    "unpack_to",
 ]

@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool", help="the collector's host:port")
     parser.add_argument("--parent-fd", type=int, help="stop when this pipe closes")
     args = parser.parse_args(argv)
+    # Imported after `lean_process`, which must come before httpx loads (start-up).
     from htgrid.startd._run import run_startd
 
     return run_startd(args.home, pool=args.pool, parent_fd=args.parent_fd)

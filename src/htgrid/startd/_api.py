@@ -33,13 +33,21 @@ from starlette.routing import Route
 from htgrid.classad import ClassAd
 from htgrid.classad.adjson import ads_to_json
 from htgrid.errors import HTGridError
-from htgrid.net import BadRequest
-from htgrid.net._guard import ProblemResponse
-from htgrid.net._limits import DEFAULT_LIMITS, ApiLimits, read_body
-from htgrid.net._listen import ApiServer, api_config, start, unix_listener
-from htgrid.net._peer import PEER_KEY, PeerCredentials, PeerCredProtocol
-from htgrid.net._sandbox_routes import MAX_PROXY_BYTES
-from htgrid.net._wire import ad_from_json, loads_request
+from htgrid.net import BadRequest, ad_from_json
+from htgrid.net.server import (
+    MAX_PROXY_BYTES,
+    PEER_KEY,
+    ApiServer,
+    PeerCredentials,
+    PeerCredProtocol,
+    ProblemResponse,
+    api_config,
+    loads_request,
+    read_body,
+    start,
+    unix_listener,
+)
+from htgrid.pool import DEFAULT_LIMITS, ApiLimits
 from htgrid.startd._errors import (
     CallerRefused,
     StartdError,

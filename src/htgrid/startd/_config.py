@@ -1,4 +1,4 @@
-"""The execute node's settings, from the pool's htgrid.conf (see `htgrid.schedd._config`).
+"""The execute node's settings, from the pool's htgrid.conf (see `htgrid.pool`).
 
     NUM_CPUS = 8                  cpus offered (default: those this process may use)
     MEMORY = 16384                memory offered, in MB (default: the host's)
@@ -34,17 +34,23 @@ from pathlib import Path
 
 from htgrid.classad import ExprTree
 from htgrid.errors import ClassAdSyntaxError
-from htgrid.net._limits import DEFAULT_LIMITS, ApiLimits
-from htgrid.schedd._config import DEFAULT_TRANSFER_MB, ConfigFile, ScheddError, htgrid_home
+from htgrid.pool import (
+    DEFAULT_LIMITS,
+    DEFAULT_TRANSFER_MB,
+    ApiLimits,
+    ConfigFile,
+    HomeLayout,
+    PoolError,
+    htgrid_home,
+)
 
 __all__ = ["StartdConfig"]
 
 
 @dataclass(frozen=True, slots=True)
-class StartdConfig:
+class StartdConfig(HomeLayout):
     """The execute node's settings and its paths under the pool's home."""
 
-    home: Path
     execute_dir: Path
     num_cpus: int | None = None
     memory: int | None = None
@@ -71,20 +77,16 @@ class StartdConfig:
         os.chmod(self.execute_dir, mode)
 
     @property
-    def run_dir(self) -> Path:
-        return self.home / "run"
-
-    @property
     def socket(self) -> Path:
-        return self.run_dir / "startd.sock"
+        return self.startd_socket
 
     @property
     def lock_file(self) -> Path:
-        return self.run_dir / "startd.lock"
+        return self.startd_lock_file
 
     @property
     def log_file(self) -> Path:
-        return self.home / "log" / "StartLog"
+        return self.startd_log
 
     @classmethod
     def load(cls, home: Path | None = None) -> StartdConfig:
@@ -92,13 +94,13 @@ class StartdConfig:
         home = (home if home is not None else htgrid_home()).absolute()
         conf = ConfigFile.read(home)
 
-        def expression(key: str, default: str) -> str:
+        def expression(key: str, default: str | None = None) -> str:
             text = conf.text(key, default)
             try:
                 ExprTree(text)
             except ClassAdSyntaxError as exc:
                 line = conf.values[key][1]
-                raise ScheddError(
+                raise PoolError(
                     f"{conf.path}:{line}: {key} is not a ClassAd expression: {exc.reason}"
                 ) from None
             return text
@@ -114,21 +116,23 @@ class StartdConfig:
         script = conf.text("DEFAULT_MASTER_SHUTDOWN_SCRIPT", "")
         return cls(
             home,
-            execute_dir=Path(conf.text("EXECUTE", str(home / "execute"))).expanduser().absolute(),
+            execute_dir=Path(conf.text("EXECUTE", str(HomeLayout(home).default_execute_dir)))
+            .expanduser()
+            .absolute(),
             num_cpus=optional("NUM_CPUS"),
             memory=optional("MEMORY"),
             disk=optional("DISK"),
-            start=expression("START", "true"),
+            start=expression("START"),
             attrs=attrs,
-            update_interval=conf.number("UPDATE_INTERVAL", 300.0),
+            update_interval=conf.number("UPDATE_INTERVAL"),
             noclaim_shutdown=conf.number("STARTD_NOCLAIM_SHUTDOWN", 0.0, zero=True),
-            filesystem_domain=conf.text("FILESYSTEM_DOMAIN", "localhost"),
-            uid_domain=conf.text("UID_DOMAIN", "localhost"),
-            gpu_discovery=conf.flag("GPU_DISCOVERY", True),
-            collector_host=conf.text("COLLECTOR_HOST", "127.0.0.1:9618"),
-            vacate_time=conf.number("JOB_MAX_VACATE_TIME", 10.0),
+            filesystem_domain=conf.text("FILESYSTEM_DOMAIN"),
+            uid_domain=conf.text("UID_DOMAIN"),
+            gpu_discovery=conf.flag("GPU_DISCOVERY"),
+            collector_host=conf.text("COLLECTOR_HOST"),
+            vacate_time=conf.number("JOB_MAX_VACATE_TIME"),
             shutdown_script=script or None,
             api_limits=conf.api_limits(),
-            max_transfer_input_mb=conf.megabytes("MAX_TRANSFER_INPUT_MB", DEFAULT_TRANSFER_MB),
-            allow_root_jobs=conf.flag("ALLOW_ROOT_JOBS", False),
+            max_transfer_input_mb=conf.megabytes("MAX_TRANSFER_INPUT_MB"),
+            allow_root_jobs=conf.flag("ALLOW_ROOT_JOBS"),
         )

@@ -36,10 +36,10 @@ from starlette.requests import Request
 from htgrid._aio import wait_event
 from htgrid._privsep import OwnerPolicy, closed_to_others
 from htgrid.classad import ClassAd, ExprTree, quote
-from htgrid.classad._match import requirements_hold
+from htgrid.classad.fast import requirements_hold
 from htgrid.collector import CollectorClient
 from htgrid.errors import HTGridError
-from htgrid.schedd._launch import LaunchError, family_marker, kill_leftovers
+from htgrid.pool import LaunchError, family_marker, kill_leftovers
 from htgrid.startd._ads import AdContext, dynamic_ad, partitionable_ad, slot_state
 from htgrid.startd._api import create_app, start_unix_server
 from htgrid.startd._claims import Claim, Slots, request_of

@@ -18,7 +18,7 @@ import re
 from typing import Any, Final
 
 from htgrid.errors import HTGridError
-from htgrid.net._limits import RequestTooLarge
+from htgrid.net import RequestTooLarge
 
 __all__ = [
     "CallerRefused",

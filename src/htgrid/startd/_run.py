@@ -16,6 +16,7 @@ from htgrid._gc import tune_gc
 from htgrid._privsep import daemon_umask
 from htgrid.classad import preload_functions
 from htgrid.errors import HTGridError
+from htgrid.pool import configure_logging
 from htgrid.startd._config import StartdConfig
 from htgrid.startd._daemon import EXIT_IDLE, ExitReason, Startd
 
@@ -28,8 +29,6 @@ def run_startd(
     home: Path | None = None, *, pool: str | None = None, parent_fd: int | None = None
 ) -> int:
     """Run the execute node of `home` (default $HTGRID_HOME); the process exit status."""
-    from htgrid.schedd._daemon import configure_logging
-
     daemon_umask()  # what it makes is its own, whatever the umask it was started with
     configure_logging()
     try:

@@ -36,9 +36,9 @@ from typing import BinaryIO, Final
 from htgrid._files import private_file, write_atomic
 from htgrid._privsep import Account, OwnerPolicy, OwnerRefused, as_owner, owned_dir
 from htgrid.classad import ClassAd
-from htgrid.net._errors import SandboxTooLarge
-from htgrid.queue import HoldReasonCode, JobId
-from htgrid.schedd._launch import (
+from htgrid.net import SandboxTooLarge
+from htgrid.net.server import SizeLimit
+from htgrid.pool import (
     MARKER,
     Exit,
     LaunchError,
@@ -50,7 +50,7 @@ from htgrid.schedd._launch import (
     spawn,
     wait_exit,
 )
-from htgrid.schedd._spool import SizeLimit
+from htgrid.queue import HoldReasonCode, JobId
 from htgrid.startd._claims import Claim
 from htgrid.startd._config import StartdConfig
 from htgrid.startd._errors import ClaimStateError

@@ -28,10 +28,9 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Final
 
 from htgrid.classad import ClassAd
-from htgrid.net._errors import SandboxTooLarge
+from htgrid.net import SandboxTooLarge
+from htgrid.net.server import NO_LIMIT, SizeLimit, listed_members, unpacked_size
 from htgrid.queue import HoldReasonCode
-from htgrid.schedd._spool import NO_LIMIT, SizeLimit
-from htgrid.schedd._tarscan import listed_members, unpacked_size
 from htgrid.startd._errors import StartdError
 
 __all__ = [

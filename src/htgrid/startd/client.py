@@ -27,7 +27,7 @@ import httpx
 
 from htgrid.classad import ClassAd
 from htgrid.classad.adjson import ads_to_json, loads
-from htgrid.net._wire import ad_from_json
+from htgrid.net import ad_from_json
 from htgrid.startd._errors import (
     StartdError,
     StartdProtocolError,

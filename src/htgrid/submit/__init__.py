@@ -27,6 +27,7 @@ from htgrid._lazy import on_demand
 from htgrid.submit._errors import SubmitError
 
 if TYPE_CHECKING:
+    from htgrid.submit._argsenv import split_v2_raw
     from htgrid.submit._config import SubmitConfig
     from htgrid.submit._description import (
         ClusterProcs,
@@ -46,6 +47,7 @@ _LAZY: Final = {
     "SubmitDescription": "_description",
     "dry_run_chunks": "_description",
     "dry_run_text": "_description",
+    "split_v2_raw": "_argsenv",
 }
 
 
@@ -61,4 +63,5 @@ __all__ = [
     "SubmitError",
     "dry_run_chunks",
     "dry_run_text",
+    "split_v2_raw",
 ]

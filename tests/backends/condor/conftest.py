@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from htgrid.net.security import SecurityConfig, TokenIssuer
-from htgrid.schedd.testing import PersonalPool, wait_for
+from htgrid.testing import PersonalPool, wait_for
 
 TRUST_DOMAIN = "pool-b"
 SCHEDD_NAME = "schedd-b"

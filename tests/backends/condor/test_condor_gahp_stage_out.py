@@ -13,7 +13,7 @@ import pytest
 
 import htgrid.classad as classad
 from htgrid.backends.condor import _stageout
-from htgrid.schedd.testing import wait_for
+from htgrid.testing import wait_for
 
 from .conftest import RemotePool
 from .test_condor_gahp import job_ad

@@ -6,7 +6,7 @@ import ssl
 from pathlib import Path
 
 from htgrid.backends.condor._http import tls_context
-from htgrid.collector.testing import pool_home
+from htgrid.testing.collector import pool_home
 
 
 def test_given_pool_cas_the_gahp_trusts_only_those(tmp_path: Path) -> None:

@@ -111,6 +111,7 @@ def _require_sdk() -> None:
 def run(args: argparse.Namespace) -> int:
     """Serve until QUIT or EOF."""
     _require_sdk()
+    # Imported here for start-up: the SDK loads to serve, not to build the parser.
     from htgrid.backends.azure._session import ClientOptions
     from htgrid.backends.azure.server import AzureGahp, AzureOptions
 

@@ -43,7 +43,11 @@ class JobState(enum.IntEnum):
     SUSPENDED = 7
 
 
-class BackendError(HTGridError):
+class BatchError(HTGridError):
+    """The batch GAHP could not do what it was asked."""
+
+
+class BackendError(BatchError):
     """The batch system refused a request (bad queue, bad option...): a permanent error.
 
     `code` is the blahp-style result code reported to the grid manager (non-zero).
@@ -54,7 +58,7 @@ class BackendError(HTGridError):
         self.code = code
 
 
-class BackendUnavailable(HTGridError):
+class BackendUnavailable(BatchError):
     """The batch system could not be asked (command missing, timed out, daemon down).
 
     Transient: retry later; it says nothing about the jobs.

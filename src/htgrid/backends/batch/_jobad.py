@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import htgrid.classad as classad
-from htgrid.errors import ClassAdSyntaxError, HTGridError
+from htgrid.backends.batch._base import BatchError
+from htgrid.errors import ClassAdSyntaxError
 
-__all__ = ["SubmitError", "SubmitRequest", "client_tag", "parse_submit_ad", "split_v2"]
+__all__ = ["InvalidSubmitAd", "SubmitRequest", "client_tag", "parse_submit_ad", "split_v2"]
 
 # What batch job names and directory names may hold (a tag becomes both).
 _TAG_CHARS = re.compile(r"[^A-Za-z0-9_.+#:@-]")
@@ -24,7 +25,7 @@ _LIST_SEP = re.compile(r"[,\s]+")
 _WS = " \t\r\n"
 
 
-class SubmitError(HTGridError):
+class InvalidSubmitAd(BatchError):
     """The submit ad cannot be run as given; `code` is the blahp result code to report."""
 
     def __init__(self, message: str, *, code: int = 1) -> None:
@@ -69,13 +70,13 @@ def parse_submit_ad(text: str, *, default_iwd: str, new_tag: str) -> SubmitReque
     try:
         ad = classad.ClassAd(text)
     except (ClassAdSyntaxError, ValueError, TypeError) as err:
-        raise SubmitError("Error parsing classad", code=1) from err
+        raise InvalidSubmitAd("Error parsing classad", code=1) from err
     lrms = _string(ad, "gridtype")
     if not lrms:
-        raise SubmitError("Missing gridtype in submission classAd", code=1)
+        raise InvalidSubmitAd("Missing gridtype in submission classAd", code=1)
     cmd = _string(ad, "Cmd")
     if not cmd:
-        raise SubmitError("Cannot parse Cmd attribute in classad", code=7)
+        raise InvalidSubmitAd("Cannot parse Cmd attribute in classad", code=7)
     iwd = os.path.join(default_iwd, _string(ad, "Iwd") or "")
     given = _string(ad, "ClientJobId") or _string(ad, "JobDirectory")
     tag = client_tag(given) if given else new_tag
@@ -224,7 +225,7 @@ def split_v2(text: str) -> list[str]:
             end = pos + 1
             while True:
                 if end >= len(text):
-                    raise SubmitError(f"Unbalanced quote in {text!r}", code=1)
+                    raise InvalidSubmitAd(f"Unbalanced quote in {text!r}", code=1)
                 if text[end] == "'":
                     if text[end + 1 : end + 2] == "'":
                         word.append("'")

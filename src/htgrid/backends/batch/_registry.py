@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from htgrid.backends.batch._base import BatchBackend
+from htgrid.backends.batch._base import BatchBackend, BatchError
 
 __all__ = ["BackendOptions", "UnknownBackend", "create_backend", "known_backends", "register"]
 
@@ -43,7 +43,7 @@ _MODULES: dict[str, str] = {
 _FACTORIES: dict[str, BackendFactory] = {}
 
 
-class UnknownBackend(LookupError):
+class UnknownBackend(BatchError, LookupError):
     """No back end has this name (or its module cannot be loaded)."""
 
 

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from htgrid.backends.batch._base import BatchJobSpec, JobState, NativeStatus
-from htgrid.backends.batch._jobad import SubmitError, SubmitRequest
+from htgrid.backends.batch._jobad import InvalidSubmitAd, SubmitRequest
 
 __all__ = ["STDERR_NAME", "STDIN_NAME", "STDOUT_NAME", "JobRecord", "JobStore"]
 
@@ -164,7 +164,7 @@ class JobStore:
             stdin = STDIN_NAME
         for item in request.transfer_input:
             if "://" in item:
-                raise SubmitError(f"Cannot stage input {item}: URLs are not supported")
+                raise InvalidSubmitAd(f"Cannot stage input {item}: URLs are not supported")
             source = _resolve(iwd, item)
             name = os.path.basename(source.rstrip("/")) or source
             if item.endswith("/") and os.path.isdir(source):
@@ -300,7 +300,7 @@ def _copy_in(source: str, target: Path, what: str) -> None:
         else:
             shutil.copy2(source, target)
     except OSError as err:
-        raise SubmitError(f"Cannot stage {what} {source}: {err.strerror or err}") from err
+        raise InvalidSubmitAd(f"Cannot stage {what} {source}: {err.strerror or err}") from err
 
 
 def _copy_out(source: Path, dest: Path) -> None:

@@ -33,7 +33,7 @@ from htgrid.backends.batch._base import (
     JobState,
     NativeStatus,
 )
-from htgrid.backends.batch._jobad import SubmitError, client_tag, parse_submit_ad
+from htgrid.backends.batch._jobad import InvalidSubmitAd, client_tag, parse_submit_ad
 from htgrid.backends.batch._poller import StatusBatcher
 from htgrid.backends.batch._registry import BackendOptions, UnknownBackend, create_backend
 from htgrid.backends.batch._sandbox import HOLD_TRANSFER_OUTPUT, JobRecord, JobStore
@@ -178,7 +178,7 @@ class BatchGahp:
                 call.args[0], default_iwd=os.getcwd(), new_tag=f"htgrid_{uuid.uuid4().hex[:16]}"
             )
             backend = self.backend(request.lrms)
-        except SubmitError as err:
+        except InvalidSubmitAd as err:
             return blah.Submitted(str(err.code), str(err)).fields()
         except UnknownBackend as err:
             return blah.Submitted("3", f"Error executing the submission command: {err}").fields()
@@ -196,7 +196,7 @@ class BatchGahp:
                 blah_id = f"{request.lrms}/{self._date()}/{native_id}"
                 done = _with_ids(record, native_id, blah_id)
                 await asyncio.to_thread(self.store.write, done)
-        except SubmitError as err:
+        except InvalidSubmitAd as err:
             return blah.Submitted(str(err.code), str(err)).fields()
         except BackendError as err:
             return blah.Submitted(str(err.code or 1), str(err)).fields()

@@ -123,6 +123,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until QUIT, EOF on stdin or SIGTERM."""
+    # Imported here for start-up: the server loads to serve, not to build the parser.
     from htgrid.backends.condor._http import RemoteSettings
     from htgrid.backends.condor.server import CondorGahp, CondorOptions
 

@@ -118,7 +118,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until QUIT, EOF on stdin or SIGTERM."""
-    try:
+    try:  # here for start-up: boto3 loads to serve, not to build the parser
         from htgrid.backends.ec2._aws import ClientSettings
         from htgrid.backends.ec2.server import Ec2Gahp, Ec2Options
     except ImportError as err:

@@ -73,37 +73,33 @@ def external_refs(node: Node, ad: ClassAd | None) -> list[str]:
     def add(text: str) -> None:
         found.setdefault(text.lower(), text)
 
-    def walk(n: Node) -> None:
-        if type(n) is AttrRef:
-            if n.absolute:
-                return
-            base = n.base
-            if base is None:
-                ref(n.name)
-                return
+    # A stack, not recursion: attributes lead into each other and chains may be long.
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if type(n) is not AttrRef:
+            todo.extend(reversed(children(n)))
+            continue
+        if n.absolute:
+            continue
+        base = n.base
+        if base is not None:
             bname = _plain_name(base)
             if bname is None:
-                return
+                continue
             low = bname.lower()
-            if low in ("my", "self"):
-                ref(n.name)
-            elif low == "target":
+            if low == "target":
                 add("target." + n.name)
-            else:
+                continue
+            if low not in ("my", "self"):
                 add(f"{bname}.{n.name}")
-            return
-        for c in children(n):
-            walk(c)
-
-    def ref(name: str) -> None:
-        target = _find(ad, name)
+                continue
+        target = _find(ad, n.name)
         if target is None:
-            add(name)
+            add(n.name)
         elif id(target) not in seen:
             seen.add(id(target))
-            walk(target)
-
-    walk(node)
+            todo.append(target)
     return [found[k] for k in sorted(found)]
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from htgrid.classad import ClassAd
 from htgrid.gahp import GahpError
 from htgrid.gahp.commands import azure
-from htgrid.grid._errors import GahpUnavailable
+from htgrid.grid._errors import GahpUnavailable, GridError
 from htgrid.grid._gahps import GahpHandle
 from htgrid.grid._gridids import OneWordResource
 from htgrid.grid._resource import Resource
@@ -53,7 +53,7 @@ def new_vm_name(job_id: JobId) -> str:
     return name
 
 
-class MissingAttribute(ValueError):
+class MissingAttribute(GridError, ValueError):
     """A job ad lacks what AZURE_VM_CREATE needs."""
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from htgrid.classad import ClassAd, ExprTree, select_attrs
+from htgrid.classad.fast import entries
 from htgrid.errors import ClassAdSyntaxError
 from htgrid.grid._values import as_int, as_number, as_str, is_plain
 from htgrid.grid.condor._ids import CondorJobId
@@ -459,7 +460,7 @@ class RemoteJob:
             raise ValueError(f"bad status ad from the remote schedd: {text[:200]!r}") from err
         # Only literals are read, and those straight from the entries: a thousand ads'
         # lookups through the mapping (a value made for each) cost as much as the split.
-        get = {key: lit for key, entry in ad._attrs.items() if type(lit := entry.lit) in _PLAIN}.get
+        get = {k: lit for k, entry in entries(ad).items() if type(lit := entry.lit) in _PLAIN}.get
         cluster = as_int(get("clusterid"))
         proc = as_int(get("procid"))
         status = as_int(get("jobstatus"))

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from htgrid.client import user_token_dir
 from htgrid.gahp.commands import Spec, condor
 from htgrid.grid._errors import NO_ANSWER
 from htgrid.grid._gridids import JOB_STATUS_NAMES, new_tag
@@ -44,7 +45,7 @@ from htgrid.grid.condor._explain import active_lines, remote_of
 from htgrid.grid.condor._ids import CondorJobId, CondorResourceName
 from htgrid.grid.condor._resource import CondorResource, RemoteCallFailed
 from htgrid.grid.condor._table import CondorEvent, CondorState
-from htgrid.net.security import SecurityConfig, trusted_ca_files, user_token_dir
+from htgrid.pool import HomeLayout, htgrid_home, trusted_ca_files
 from htgrid.queue import HoldReasonCode, JobStatus
 
 __all__ = ["CONDOR", "CondorJob", "condor_type"]
@@ -455,10 +456,10 @@ def condor_gahp_argv(base: tuple[str, ...], pool: str, services: Services) -> li
     argv = [sys.executable if word == "{python}" else word for word in base]
     # One status answer for every job there: a longer line than HTCondor's 500 KiB.
     argv += ["--pool", pool, "--max-line", str(services.config.gahp_max_line)]
-    security = SecurityConfig.load(services.home)
-    for directory in (user_token_dir(), security.system_token_dir):
+    layout = HomeLayout(services.home if services.home is not None else htgrid_home())
+    for directory in (user_token_dir(), layout.system_token_dir):
         argv += ["--tokens-dir", str(directory)]
-    for ca_file in trusted_ca_files(security):
+    for ca_file in trusted_ca_files(layout):
         argv += ["--ca-file", str(ca_file)]
     return argv
 

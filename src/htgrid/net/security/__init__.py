@@ -8,7 +8,8 @@
 - Token files (`_tokenfiles`): where `htgrid token create` saves one. Reading them, the
   client's search for the token of a server's pool and `BearerAuth` are the client
   side's, shared with the GAHP servers: htgrid.client.
-- TLS (`_ca`): the pool CA, daemons' certificates and their rotation, SSL contexts.
+- TLS (`_ca`, `_rotate`): the pool CA, daemons' certificates and their rotation, SSL
+  contexts.
 - HTTP (`_asgi`): the server's middleware and `require`.
 - A pool's material (`_material`): what `htgrid up` makes: key, CA, the daemons'
   server certificate and their token (`ensure_pool_security`).
@@ -62,7 +63,6 @@ if TYPE_CHECKING:
         PoolCA,
         client_ssl_context,
         server_ssl_context,
-        trusted_ca_files,
     )
     from htgrid.net.security._config import (
         SecurityConfig,
@@ -81,6 +81,7 @@ if TYPE_CHECKING:
         daemon_token_path,
         ensure_pool_security,
     )
+    from htgrid.net.security._rotate import CertRotator, RotatingServer
     from htgrid.net.security._tokenfiles import (
         save_token,
         token_path,
@@ -116,7 +117,6 @@ _LAZY: Final = {
     "PoolCA": "_ca",
     "client_ssl_context": "_ca",
     "server_ssl_context": "_ca",
-    "trusted_ca_files": "_ca",
     "SecurityConfig": "_config",
     "user_token_dir": "_config",
     "POOL_KEY": "_keys",
@@ -128,6 +128,8 @@ _LAZY: Final = {
     "daemon_token": "_material",
     "daemon_token_path": "_material",
     "ensure_pool_security": "_material",
+    "CertRotator": "_rotate",
+    "RotatingServer": "_rotate",
     "save_token": "_tokenfiles",
     "token_path": "_tokenfiles",
     "RevocationList": "_tokens",
@@ -149,6 +151,7 @@ __all__ = [
     "SERVER_CERT",
     "AuthError",
     "CertFiles",
+    "CertRotator",
     "CertificateError",
     "ExpiredToken",
     "ForgedToken",
@@ -161,6 +164,7 @@ __all__ = [
     "Principal",
     "RevocationList",
     "RevokedToken",
+    "RotatingServer",
     "SecurityConfig",
     "SecurityError",
     "SigningKeys",
@@ -189,6 +193,5 @@ __all__ = [
     "token_authenticator",
     "token_identity",
     "token_path",
-    "trusted_ca_files",
     "user_token_dir",
 ]

@@ -4,7 +4,7 @@
     ca.ensure()                                      # ca.crt, ca.key: made once, kept
     cert = ca.ensure_server_cert("schedd")           # schedd.crt (with the CA), schedd.key
     server = server_ssl_context(cert)                # for uvicorn
-    client = client_ssl_context(trusted_ca_files(config))  # for httpx
+    client = client_ssl_context(trusted_ca_files(config))  # for httpx (htgrid.pool)
 
 As HTCondor's `condor` CA for SSL authentication (AUTH_SSL_SERVER_CERTFILE and friends),
 but per pool: EC P-256 keys (mode 0600), SHA-256 signatures, server certificates naming
@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from htgrid.net.security._config import SecurityConfig, write_private
+from htgrid.net.security._config import write_private
 from htgrid.net.security._errors import CertificateError
 from htgrid.net.security._tokens import Clock
 
@@ -45,7 +45,6 @@ __all__ = [
     "PoolCA",
     "client_ssl_context",
     "server_ssl_context",
-    "trusted_ca_files",
 ]
 
 _NAME: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
@@ -314,13 +313,3 @@ def client_ssl_context(ca_files: Iterable[Path]) -> ssl.SSLContext:
     if not loaded:
         raise CertificateError("no CA certificate to trust: run `htgrid up` to make the pool CA")
     return context
-
-
-def trusted_ca_files(config: SecurityConfig) -> list[Path]:
-    """The pool's own CA certificate and those of other pools in ca/trusted.d (*.crt, *.pem)."""
-    own = [config.ca_dir / "ca.crt"] if (config.ca_dir / "ca.crt").exists() else []
-    try:
-        others = sorted(config.trusted_ca_dir.iterdir())
-    except FileNotFoundError:
-        others = []
-    return own + [p for p in others if p.suffix in {".crt", ".pem"} and p.is_file()]

@@ -1,16 +1,8 @@
-"""Where a pool keeps its security files, and the few settings of token checking.
+"""A pool's security settings: the trust domain and the few settings of token checking.
 
-$HTGRID_HOME/etc
-├── passwords.d/POOL     token signing keys (0600, directory 0700)   SEC_PASSWORD_DIRECTORY
-├── tokens.d/            tokens the pool's daemons present           SEC_TOKEN_SYSTEM_DIRECTORY
-│   └── daemon           condor@<trust domain>, made by `htgrid up`
-├── tokens.revoked       revoked token ids (jti), one a line
-├── mapfile              IDTOKENS lines mapping subjects to users    CERTIFICATE_MAPFILE
-└── ca/                  the pool CA (ca.crt) and the daemons' certificate (server.crt;
-    │                    keys 0600)
-    └── trusted.d/       other pools' CA certificates, for HTCondor-C between pools
-
-~/.htgrid/tokens.d/      a user's own tokens                          SEC_TOKEN_DIRECTORY
+Where its files are (etc/passwords.d, tokens.d, tokens.revoked, mapfile, ca/, and the
+users' ~/.htgrid/tokens.d) is the pool's layout, `htgrid.pool.HomeLayout`, which
+`SecurityConfig` extends.
 """
 
 from __future__ import annotations
@@ -26,6 +18,7 @@ from typing import Final, Generic, TypeVar
 # Where tokens live and how messages quote a value: the client side's, shared.
 from htgrid.client import pool_home, shown, user_token_dir
 from htgrid.net.security._errors import SecurityError
+from htgrid.pool import ConfigFile, HomeLayout
 
 __all__ = [
     "DEFAULT_ADMINS",
@@ -44,14 +37,13 @@ _T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
-class SecurityConfig:
-    """A pool's security settings and the paths under its home.
+class SecurityConfig(HomeLayout):
+    """A pool's security settings, and the paths under its home.
 
     `trust_domain` is the `iss` of the pool's tokens (HTCondor's TRUST_DOMAIN): tokens
     naming another are refused, and clients pick the token whose issuer it is.
     """
 
-    home: Path
     trust_domain: str
     admin_users: frozenset[str] = DEFAULT_ADMINS
     leeway: float = 30.0  # seconds of clock skew forgiven on exp, nbf and iat
@@ -79,41 +71,10 @@ class SecurityConfig:
         domain = _configured_domain(where) or environ.get(ENV_TRUST_DOMAIN) or socket.gethostname()
         return cls(where, domain)
 
-    @property
-    def etc(self) -> Path:
-        return self.home / "etc"
-
-    @property
-    def password_dir(self) -> Path:
-        return self.etc / "passwords.d"
-
-    @property
-    def system_token_dir(self) -> Path:
-        return self.etc / "tokens.d"
-
-    @property
-    def revocation_file(self) -> Path:
-        return self.etc / "tokens.revoked"
-
-    @property
-    def mapfile(self) -> Path:
-        return self.etc / "mapfile"
-
-    @property
-    def ca_dir(self) -> Path:
-        return self.etc / "ca"
-
-    @property
-    def trusted_ca_dir(self) -> Path:
-        return self.ca_dir / "trusted.d"
-
 
 def _configured_domain(home: Path) -> str:
     """TRUST_DOMAIN of `home`'s htgrid.conf ("" when unset)."""
-    # Read with the pool's own parser, so a broken file is reported as the daemons
-    # report it; imported here because the daemons' package imports this one.
-    from htgrid.schedd._config import ConfigFile
-
+    # Read with the pool's own parser, so a broken file is reported as the daemons do.
     return ConfigFile.read(home).text("TRUST_DOMAIN", "")
 
 

@@ -1,4 +1,4 @@
-"""`python -m htgrid.schedd [--home DIR] [--background] [--no-execute]`: the daemon's entry.
+"""`python -m htgrid.master [--home DIR] [--background] [--no-execute]`: the daemon's entry.
 
 `htgrid up` runs it with `--background`: it forks before importing anything heavy, the
 parent prints the daemon's pid and exits, and the child starts a new session (no
@@ -17,7 +17,7 @@ from htgrid._startup import lean_process
 
 def main(argv: list[str] | None = None) -> int:
     lean_process()
-    parser = ArgumentParser(prog="python -m htgrid.schedd")
+    parser = ArgumentParser(prog="python -m htgrid.master")
     parser.add_argument("--home", type=Path, help="the pool's state directory ($HTGRID_HOME)")
     parser.add_argument(
         "--background", action="store_true", help="detach and run in the background"
@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, 0)
         os.close(devnull)
         os.dup2(2, 1)  # stdout was the pipe the pid went to; the log (stderr) from now on
-    from htgrid.schedd._run import run_daemon
+    # Imported after the fork, for start-up: `htgrid up` waits for the pid it prints.
+    from htgrid.master._run import run_daemon
 
     return run_daemon(args.home, execute=not args.no_execute)
 

@@ -1,4 +1,5 @@
-"""`PersonalPool`: a real daemon in a scratch directory, for tests and experiments.
+"""Helpers for tests and experiments: `PersonalPool`, a real daemon in a scratch
+directory; `htgrid.testing.collector`, a collector in a thread.
 
     with PersonalPool(tmp_path / "pool", periodic_interval=0.5) as pool:
         with pool.client() as schedd:
@@ -23,6 +24,7 @@ import asyncio
 import datetime
 import io
 import os
+import shutil
 import signal
 import tarfile
 import time
@@ -37,11 +39,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from htgrid.classad import ClassAd
+from htgrid.cli import main
+from htgrid.master import DaemonInfo, alive, pool_daemon, start, stop
 from htgrid.net import ScheddClient
-from htgrid.schedd._config import CONFIG_NAME, ScheddConfig
-from htgrid.schedd._control import DaemonInfo, _alive, start, stop
-from htgrid.schedd._launch import family_marker, kill_leftovers
-from htgrid.startd._config import StartdConfig
+from htgrid.net.security import SecurityConfig, TokenIssuer, ensure_pool_security, save_token
+from htgrid.pool import CONFIG_NAME, family_marker, kill_leftovers
+from htgrid.schedd import ScheddConfig
+from htgrid.startd import StartdConfig
 
 __all__ = [
     "QUEUE_ONLY",
@@ -66,8 +70,6 @@ T = TypeVar("T")
 
 def run_cli(home: Path, *argv: str) -> tuple[int, str, str]:
     """`htgrid ARGV...` in this process, against the pool in `home`: (status, out, err)."""
-    from htgrid.cli import main
-
     out, err = io.StringIO(), io.StringIO()
     old = os.environ.get("HTGRID_HOME")
     os.environ["HTGRID_HOME"] = str(home)
@@ -118,9 +120,7 @@ def in_process(
     """Run the daemon of `config` in this process (its children are processes, as
     always) while `scenario` talks to it, then stop it. A test may so inject a fault
     into what the daemon itself runs: the periodic pass, the negotiator, the shadows..."""
-    from htgrid.schedd._daemon import Daemon
-
-    daemon = Daemon(config, clock=clock)
+    daemon = pool_daemon(config, clock=clock)
 
     async def main() -> None:
         serving = asyncio.create_task(daemon.run())
@@ -205,7 +205,7 @@ class PersonalPool:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             return
-        wait_for(lambda: not _alive(pid), 10, what=f"daemon {pid} to die")
+        wait_for(lambda: not alive(pid), 10, what=f"daemon {pid} to die")
 
     def client(self) -> ScheddClient:
         """A client of this pool's daemon."""
@@ -220,8 +220,6 @@ class PersonalPool:
         self, subject: str, *, authz: Sequence[str] = (), lifetime: float | None = None
     ) -> str:
         """A token of this pool for `subject` (`user@domain`), as `htgrid token create`."""
-        from htgrid.net.security import SecurityConfig, TokenIssuer
-
         return TokenIssuer(SecurityConfig.load(self.home)).create(
             subject, authz=authz, lifetime=lifetime
         )
@@ -230,10 +228,6 @@ class PersonalPool:
         """Let this pool's users reach `other` (HTCondor-C between pools): `other`'s CA
         goes to this pool's etc/ca/trusted.d; with `user`, a token of `other` for
         `user@<its trust domain>` goes to this pool's etc/tokens.d."""
-        import shutil
-
-        from htgrid.net.security import SecurityConfig, ensure_pool_security, save_token
-
         theirs = ensure_pool_security(SecurityConfig.load(other.home))
         mine = SecurityConfig.load(self.home)
         mine.trusted_ca_dir.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,7 @@ from htgrid._privsep import JOB_UMASK, USER_FILE_MODE, Account, as_owner, spawn_
 from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
 from htgrid.queue import HoldReasonCode, JobId
-from htgrid.submit._argsenv import split_v2_raw
+from htgrid.submit import split_v2_raw
 
 __all__ = [
     "Exit",

@@ -2,8 +2,8 @@
 
 `start` first makes the pool's security material (signing key, CA, the daemons' server
 certificate and token: `htgrid.net.security.ensure_pool_security`), then spawns
-`python -m htgrid.schedd --background` (which detaches into its own session, logging to
-SchedLog, and starts the pool's other daemons) and waits until the daemon answers on
+`python -m htgrid.master --background` (which detaches into its own session, logging to
+SchedLog, and runs the schedd and the pool's other daemons) and waits until the daemon answers on
 its socket; if the daemon dies first, the end of its log says why.
 `stop` sends SIGTERM and waits until the daemon has exited, i.e. until it has stopped
 its jobs and its child daemons and closed the queue.
@@ -24,9 +24,9 @@ from typing import Any
 from htgrid.errors import HTGridError
 from htgrid.net import DaemonUnavailable, ScheddClient
 from htgrid.net.security import PoolSecurity, SecurityConfig, ensure_pool_security
-from htgrid.schedd._config import ScheddConfig, ScheddError
+from htgrid.schedd import ScheddConfig, ScheddError
 
-__all__ = ["DaemonInfo", "ensure_security", "start", "stop"]
+__all__ = ["DaemonInfo", "alive", "ensure_security", "start", "stop"]
 
 _POLL = 0.05
 
@@ -87,7 +87,7 @@ def ensure_security(config: ScheddConfig) -> PoolSecurity:
         raise ScheddError(f"cannot make the pool's security material: {exc}") from exc
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """Whether the process exists and is not a zombie (a zombie has exited)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -132,7 +132,7 @@ def start(config: ScheddConfig, *, timeout: float = 30.0, execute: bool = True) 
     pid = _answer(config)
     if pid is not None:
         return _info(config, pid, True, security)
-    argv = [sys.executable, "-m", "htgrid.schedd", "--home", str(config.home), "--background"]
+    argv = [sys.executable, "-m", "htgrid.master", "--home", str(config.home), "--background"]
     if not execute:
         argv.append("--no-execute")
     with open(config.log_file, "ab") as log:
@@ -156,7 +156,7 @@ def start(config: ScheddConfig, *, timeout: float = 30.0, execute: bool = True) 
         # daemon of the pool is up: not merely once its socket answers.
         if pid is not None and _pid_file(config) == pid:
             return _info(config, pid, pid != child, security)
-        if not _alive(child):
+        if not alive(child):
             pid = _answer(config)  # lost a race with another `htgrid up`?
             if pid is not None:
                 return _info(config, pid, True, security)
@@ -172,10 +172,10 @@ def _daemon_pid(config: ScheddConfig) -> int | None:
         return _answer(config)
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            mine = b"htgrid.schedd" in f.read()
+            mine = b"htgrid.master" in f.read()
     except OSError:
         mine = False
-    return pid if mine and _alive(pid) else _answer(config)
+    return pid if mine and alive(pid) else _answer(config)
 
 
 def stop(config: ScheddConfig, *, timeout: float | None = None) -> int | None:
@@ -189,7 +189,7 @@ def stop(config: ScheddConfig, *, timeout: float | None = None) -> int | None:
     limit = timeout if timeout is not None else 2 * config.kill_grace + 45.0
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
-        if not _alive(pid):  # it has let go of the lock before, its jobs recorded
+        if not alive(pid):  # it has let go of the lock before, its jobs recorded
             return pid
         time.sleep(_POLL)
     raise ScheddError(

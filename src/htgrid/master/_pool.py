@@ -1,4 +1,5 @@
-"""The personal pool around the queue: the collector, the negotiator and the execute node.
+"""The personal pool around the queue: the collector, the negotiator and the execute node,
+as the schedd's `Companion` (htgrid.schedd): the master's part of the one process.
 
 What runs is DAEMON_LIST's choice (`htgrid up -no-execute` leaves STARTD out):
 
@@ -33,16 +34,20 @@ from typing import Any, Final
 from htgrid._ports import port_holder
 from htgrid.client import pool_url
 from htgrid.collector import CollectorClient
+from htgrid.master._supervise import ChildSpec, Supervisor
 from htgrid.negotiator import NegotiatorConfig
 from htgrid.negotiator.daemon import CollectorMachines, Negotiator
-from htgrid.net._listen import tcp_listener
 from htgrid.net.security import SecurityConfig, ensure_pool_security
-from htgrid.schedd._advertise import ScheddAdvertiser, schedd_name
-from htgrid.schedd._config import ScheddConfig, ScheddError
-from htgrid.schedd._negotiation import NegotiationLoop, QueueJobs
-from htgrid.schedd._shadow import ShadowManager
-from htgrid.schedd._supervise import ChildSpec, Supervisor
-from htgrid.schedd._worker import QueueWorker
+from htgrid.net.server import tcp_listener
+from htgrid.schedd import (
+    NegotiationLoop,
+    QueueJobs,
+    Running,
+    ScheddAdvertiser,
+    ScheddConfig,
+    ScheddError,
+    schedd_name,
+)
 
 __all__ = ["Pool"]
 
@@ -51,28 +56,18 @@ _BIND_TRIES: Final = 50  # a collector of a daemon that just died may still hold
 
 
 class Pool:
-    """Starts, reports on and stops the pool's daemons besides the queue."""
+    """Starts, reports on and stops the pool's daemons besides the queue (the schedd's
+    `Companion`)."""
 
-    def __init__(
-        self,
-        config: ScheddConfig,
-        worker: QueueWorker,
-        shadows: ShadowManager,
-        *,
-        clock: Callable[[], float] = time.time,
-        request_stop: Callable[[], None],
-    ) -> None:
+    def __init__(self, config: ScheddConfig, *, clock: Callable[[], float] = time.time) -> None:
         self.config = config
-        self._worker = worker
-        self._shadows = shadows
         self._clock = clock
-        self._request_stop = request_stop
+        self._schedd: Running | None = None
         self.supervisor = Supervisor(config.backoff, on_no_restart=self._exited_for_good)
         self.collector_address: str | None = None
         self._listener: socket.socket | None = None
         self._client: CollectorClient | None = None
         self._advertiser: ScheddAdvertiser | None = None
-        self.api_url: str | None = None  # the queue's TLS API, advertised as HTGridURL
         self._negotiation: NegotiationLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.idle_shutdown = False
@@ -94,7 +89,9 @@ class Pool:
             self._listener.close()
             self._listener = None
 
-    async def start(self) -> None:
+    async def start(self, schedd: Running) -> None:
+        """Start the daemons DAEMON_LIST names and the schedd's ad, beside `schedd`."""
+        self._schedd = schedd
         cfg = self.config
         python = sys.executable
         # `htgrid up` made these already; a daemon started otherwise makes them here.
@@ -119,7 +116,7 @@ class Pool:
                         "--parent-fd",
                         "{parent_fd}",
                     ),
-                    cfg.log_dir / "CollectorLog",
+                    cfg.collector_log,
                     pass_fds=(self._listener.fileno(),),
                 )
             )
@@ -138,7 +135,7 @@ class Pool:
                         "--parent-fd",
                         "{parent_fd}",
                     ),
-                    cfg.log_dir / "StartLog",
+                    cfg.startd_log,
                     stop_timeout=cfg.kill_grace + 30.0,
                 )
             )
@@ -160,26 +157,26 @@ class Pool:
                         "--parent-fd",
                         "{parent_fd}",
                     ),
-                    cfg.log_dir / "GridmanagerLog",
+                    cfg.gridmanager_log,
                 )
             )
         self.supervisor.start()
         self._client = CollectorClient(self.pool, timeout=10.0, home=cfg.home, daemon=True)
         address = f"<{socket.gethostname()}?sock={cfg.socket}>"
         self._advertiser = ScheddAdvertiser(
-            self._worker,
+            schedd.worker,
             self._client,
             address=address,
             interval=cfg.schedd_interval,
             started=int(self._clock()),
             clock=self._clock,
             name=cfg.schedd_name,
-            url=self.api_url,
+            url=schedd.api_url,
         )
         self._tasks.append(asyncio.create_task(self._advertiser.run(), name="schedd ad"))
         if "NEGOTIATOR" in cfg.daemons:
             negotiator = Negotiator(
-                QueueJobs(self._worker, self._shadows, clock=self._clock),
+                QueueJobs(schedd.worker, schedd.shadows, clock=self._clock),
                 CollectorMachines(self._client),
                 config=NegotiatorConfig(),
                 collector=self._client,
@@ -191,7 +188,7 @@ class Pool:
             )
             self._negotiation = NegotiationLoop(
                 negotiator,
-                self._worker,
+                schedd.worker,
                 interval=cfg.negotiator_interval,
                 min_interval=cfg.negotiator_min_interval,
             )
@@ -249,7 +246,8 @@ class Pool:
             # down the machine's daemons, and the master runs its shutdown script.
             _log.info("the execute node shut down for want of work: stopping the pool")
             self.idle_shutdown = True
-            self._request_stop()
+            if self._schedd is not None:
+                self._schedd.request_stop()
 
     def status(self) -> dict[str, Any]:
         return {
@@ -267,12 +265,14 @@ class Pool:
         if self._negotiation is not None:
             self._negotiation.reschedule()
 
-    async def stop(self) -> None:
-        """Stop matching, vacate the running vanilla jobs, then stop the daemons."""
+    async def stop_matching(self) -> None:
+        """Stop the negotiator and the schedd's ad (the schedd vacates its jobs next)."""
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._shadows.shutdown()
+
+    async def stop(self) -> None:
+        """Stop the daemons: the execute node first (its jobs vacated already)."""
         await self.supervisor.stop(order=["startd", "gridmanager"])
         if self._advertiser is not None:
             with contextlib.suppress(TimeoutError):

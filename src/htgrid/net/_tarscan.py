@@ -1,4 +1,5 @@
-"""Reading an upload's tar: its members, counted as they come (`listed_members`) and by
+"""How much of a sandbox a daemon takes (`SizeLimit`: MAX_TRANSFER_INPUT_MB, _OUTPUT_MB),
+and reading an upload's tar: its members, counted as they come (`listed_members`) and by
 the size they unpack to (`unpacked_size`); and a quick look at a batch upload that holds
 nothing but empty job directories (`empty_job_dirs`).
 
@@ -16,11 +17,19 @@ from __future__ import annotations
 import re
 import tarfile
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import BinaryIO, Final
 
 from htgrid.net._errors import SandboxTooLarge
 
-__all__ = ["MAX_TAR_MEMBERS", "empty_job_dirs", "listed_members", "unpacked_size"]
+__all__ = [
+    "MAX_TAR_MEMBERS",
+    "NO_LIMIT",
+    "SizeLimit",
+    "empty_job_dirs",
+    "listed_members",
+    "unpacked_size",
+]
 
 #: The most members one upload may hold: each costs the daemon a TarInfo (or, here, a
 #: job id) before anything is checked.
@@ -34,6 +43,34 @@ _NUMBER: Final = re.compile(rb" *[0-7]* *")  # a field tarfile reads as octal (N
 _DIRTYPE: Final = b"5"
 # mode, uid, gid, mtime: must read as numbers, as tarfile reads them all.
 _FIELDS: Final = ((100, 108), (108, 116), (116, 124), (136, 148))
+
+
+_MIB: Final = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class SizeLimit:
+    """A cap on a sandbox's size in MiB, named after its knob (None: no cap)."""
+
+    knob: str
+    megabytes: int | None = None
+
+    @property
+    def bytes(self) -> int | None:
+        return None if self.megabytes is None else self.megabytes * _MIB
+
+    def check(self, size: int, what: str, *, at_least: bool = False) -> None:
+        """SandboxTooLarge when `size` bytes (or more, `at_least`) of `what` exceed it."""
+        cap = self.bytes
+        if cap is not None and size > cap:
+            more = " at least" if at_least else ""
+            raise SandboxTooLarge(
+                f"{what} is{more} {size} bytes, over the limit of {self.knob} = "
+                f"{self.megabytes} MiB ({cap} bytes)"
+            )
+
+
+NO_LIMIT: Final = SizeLimit("(none)")
 
 
 def empty_job_dirs(data: BinaryIO, most: int = MAX_TAR_MEMBERS) -> list[str] | None:

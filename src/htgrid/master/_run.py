@@ -1,4 +1,5 @@
-"""Running the daemon in this process until it is told to stop.
+"""Running the pool's daemon in this process until it is told to stop: the schedd, with
+the pool's other daemons (`Pool`) as its companion.
 
 When it has stopped cleanly, the daemon becomes DEFAULT_MASTER_SHUTDOWN_SCRIPT if one is
 set (HTCondor's condor_master execs it instead of exiting): on a cloud instance, a
@@ -10,16 +11,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from htgrid._gc import tune_gc
 from htgrid._privsep import daemon_umask
 from htgrid.classad import preload_functions
 from htgrid.errors import HTGridError
-from htgrid.schedd._config import ScheddConfig, htgrid_home
-from htgrid.schedd._daemon import Daemon, configure_logging
+from htgrid.master._pool import Pool
+from htgrid.pool import configure_logging, htgrid_home
+from htgrid.schedd import Daemon, ScheddConfig
 
-__all__ = ["run_daemon"]
+__all__ = ["pool_daemon", "run_daemon"]
+
+
+def pool_daemon(config: ScheddConfig, *, clock: Callable[[], float] = time.time) -> Daemon:
+    """The schedd of `config` with the pool's other daemons beside it: one process."""
+    return Daemon(config, clock=clock, companion=Pool(config, clock=clock))
 
 
 def run_daemon(home: Path | None = None, *, execute: bool = True) -> int:
@@ -36,7 +45,7 @@ def run_daemon(home: Path | None = None, *, execute: bool = True) -> int:
             config = config.without_execute()
         preload_functions()
         tune_gc()
-        asyncio.run(Daemon(config).run())
+        asyncio.run(pool_daemon(config).run())
     except HTGridError as exc:
         log.error("cannot run: %s", exc)  # the log is stderr
         return 1

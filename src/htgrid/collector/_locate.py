@@ -6,7 +6,7 @@
 As condor_q's `-name` and `-pool`: the pool defaults to this pool's collector
 ($HTGRID_COLLECTOR_HOST, else run/collector.address of $HTGRID_HOME), the name to the
 pool's only (or first, by name) schedd. The collector is asked over TLS with this pool's
-trusted CAs and the user's token of that pool (see `htgrid.collector.CollectorClient`).
+trusted CAs and the user's token of that pool (see `CollectorClient`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from htgrid.classad import ClassAd, quote
-from htgrid.net._errors import DaemonUnavailable
+from htgrid.collector._errors import CollectorError
+from htgrid.collector.client import CollectorClient, default_pool
+from htgrid.net import DaemonUnavailable
 
 __all__ = [
     "ScheddLocation",
@@ -53,8 +55,6 @@ async def find_schedd_async(
     name: str | None, pool: str | None, *, home: str | os.PathLike[str] | None = None
 ) -> ScheddLocation:
     """`find_schedd` for a caller already in an event loop."""
-    from htgrid.collector import CollectorClient, CollectorError, default_pool
-
     where = pool or default_pool(home)
     constraint = 'MyType == "Scheduler"' + (f" && Name == {quote(name)}" if name else "")
     try:

@@ -1,10 +1,11 @@
-"""Why two ads do or do not match: each Requirements clause and the values it saw."""
+"""Why two ads do or do not match: each Requirements clause and the values it saw
+(`htgrid classad match`, and the clauses condor_q -better-analyze counts)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from htgrid.classad._ast import AttrRef, Binary, Node, Paren, children
+from htgrid.classad._ast import AttrRef, Node, children, operands
 from htgrid.classad._classad import ClassAd, to_python
 from htgrid.classad._compile import compiled
 from htgrid.classad._state import EvalState
@@ -37,11 +38,7 @@ class MatchReport:
 
 def split_clauses(node: Node) -> list[Node]:
     """The top-level `&&` clauses of an expression (parentheses around all of it removed)."""
-    while type(node) is Paren:
-        node = node.inner
-    if type(node) is Binary and node.op == "&&":
-        return split_clauses(node.left) + split_clauses(node.right)
-    return [node]
+    return operands(node, "&&")
 
 
 def _refs(node: Node) -> list[AttrRef]:

@@ -1,4 +1,4 @@
-"""The master's half of the daemon: child daemons started, watched, restarted, stopped.
+"""The master's children: daemons started, watched, restarted, stopped.
 
 `htgrid up` runs the collector and the execute node (startd) as child processes of this
 daemon (HTCondor's condor_master does the same for its DAEMON_LIST): each writes its own
@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from htgrid._aio import wait_event
+from htgrid.pool import Backoff
 from htgrid.queue import InvalidTransition
-from htgrid.schedd._config import Backoff
 
 __all__ = ["EXIT_NO_RESTART", "ChildSpec", "ChildState", "Supervisor"]
 

@@ -1,0 +1,288 @@
+"""The pool's configuration file, $HTGRID_HOME/htgrid.conf, and the knobs it may set.
+
+One file configures every daemon of a pool, HTCondor style: `NAME = value` lines and
+`# comments`. `ConfigFile` reads it with each setting's line number, so a bad value is
+reported as `htgrid.conf:LINE: NAME ...` by whichever daemon (or command) reads it; a
+name htgrid does not know is refused, so that a typo does not pass silently.
+
+Knobs (htgrid.conf), named as HTCondor names the closest setting:
+
+    PERIODIC_EXPR_INTERVAL = 60     seconds between evaluations of periodic policies
+    JOB_MAX_VACATE_TIME = 10        seconds between a job's KillSig and SIGKILL
+    START_LOCAL_UNIVERSE_LIMIT = 200  local universe jobs running at once
+    QUEUE_FSYNC = true              sync each queue commit to disk
+
+    DAEMON_LIST = MASTER, COLLECTOR, NEGOTIATOR, SCHEDD, STARTD, GRIDMANAGER  what `up` runs
+    COLLECTOR_HOST = 127.0.0.1:9618 the collector's address (port 0: any free port)
+    NEGOTIATOR_INTERVAL = 60        seconds between negotiation cycles, at most
+    NEGOTIATOR_MIN_INTERVAL = 5     ... and at least (a submit asks for a cycle sooner)
+    SCHEDD_INTERVAL = 300           seconds between updates of the schedd's ad
+    SCHEDD_NAME = htgrid@<host>     the schedd's Name in the pool (two pools on a host differ)
+    SCHEDD_ADDRESS = 127.0.0.1:0    where the API listens over TLS (port 0: any free port);
+                                    its URL is written to run/schedd.url
+    MAX_TRANSFER_INPUT_MB = 10240   MiB a job's uploaded input tar may hold (-1: no limit;
+                                    HTCondor's default is -1, but this daemon listens on
+                                    the network); more is refused with HTTP 413
+    MAX_TRANSFER_OUTPUT_MB = 10240  MiB of files a job's output sandbox may hand out
+                                    (-1: no limit)
+    MAX_API_REQUEST_MB = 64         MiB of a JSON request to any daemon's API; more is
+                                    refused with HTTP 413 before it is read
+    API_HEADER_TIMEOUT = 20         seconds a request's headers may take to arrive, and
+    API_BODY_TIMEOUT = 60           its body (plus 1 s per KiB); a slower client is cut
+                                    off with HTTP 408 (see htgrid.net.server)
+    ALIVE_INTERVAL = 60             seconds between a claim's keep-alives
+    MAX_CLAIM_ALIVES_MISSED = 6     keep-alives missed before a claim is given up
+    MASTER_BACKOFF_CONSTANT = 1     a daemon that died is restarted after CONSTANT *
+    MASTER_BACKOFF_FACTOR = 2         FACTOR ** (restarts) seconds, at most CEILING;
+    MASTER_BACKOFF_CEILING = 300      restarts are forgotten once it has run
+    MASTER_RECOVER_FACTOR = 300       RECOVER_FACTOR seconds
+    DEFAULT_MASTER_SHUTDOWN_SCRIPT = (none)   a command run when the daemons exit
+    TRUST_DOMAIN = (host name)      the issuer of the pool's tokens (htgrid.net.security)
+    GRIDMANAGER_JOB_PROBE_INTERVAL = 10  seconds between the grid manager's status polls
+    ALLOW_ROOT_JOBS = false         whether a job may be root's (run as root); HTCondor has
+                                    no such knob and never runs one. Daemons run by root
+                                    run each job as its owner (a local account); daemons
+                                    run by another user run that user's jobs only
+
+The execute node's knobs (NUM_CPUS, MEMORY, DISK, EXECUTE, START, STARTD_ATTRS,
+UPDATE_INTERVAL, STARTD_NOCLAIM_SHUTDOWN, FILESYSTEM_DOMAIN, UID_DOMAIN, GPU_DISCOVERY)
+are read by `htgrid.startd`; a name listed in STARTD_ATTRS may be set too (its value is
+a ClassAd expression). Any other name is refused, so that a typo does not pass silently.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from htgrid.client import pool_home
+from htgrid.errors import HTGridError
+
+__all__ = [
+    "CONFIG_NAME",
+    "DEFAULT_LIMITS",
+    "DEFAULT_TRANSFER_MB",
+    "KNOBS",
+    "ApiLimits",
+    "Backoff",
+    "ConfigFile",
+    "PoolError",
+    "htgrid_home",
+]
+
+CONFIG_NAME: Final = "htgrid.conf"
+_MIB: Final = 1 << 20
+
+
+class PoolError(HTGridError):
+    """The pool's configuration or home cannot be used, or a daemon of it could not start
+    or stop."""
+
+
+def htgrid_home(env: Mapping[str, str] | None = None) -> Path:
+    """$HTGRID_HOME, or ~/.htgrid; made absolute (the client side's reading of it)."""
+    return pool_home(env)
+
+
+#: Every knob htgrid.conf may set, with its default as the file would write it; None where
+#: the daemon that reads it computes it (SCHEDD_NAME: htgrid@<host>; TRUST_DOMAIN; the
+#: execute node's NUM_CPUS, MEMORY, DISK, EXECUTE), or where unset means none. A name
+#: STARTD_ATTRS lists may be set too. `ConfigFile` falls back on these defaults, and
+#: `htgrid config_val` prints them.
+KNOBS: Final[Mapping[str, str | None]] = {
+    "PERIODIC_EXPR_INTERVAL": "60",
+    "JOB_MAX_VACATE_TIME": "10",
+    "START_LOCAL_UNIVERSE_LIMIT": "200",
+    "QUEUE_FSYNC": "true",
+    "DAEMON_LIST": "MASTER, COLLECTOR, NEGOTIATOR, SCHEDD, STARTD, GRIDMANAGER",
+    "COLLECTOR_HOST": "127.0.0.1:9618",
+    "NEGOTIATOR_INTERVAL": "60",
+    "NEGOTIATOR_MIN_INTERVAL": "5",
+    "SCHEDD_INTERVAL": "300",
+    "SCHEDD_NAME": None,
+    "SCHEDD_ADDRESS": "127.0.0.1:0",
+    "MAX_TRANSFER_INPUT_MB": "10240",
+    "MAX_TRANSFER_OUTPUT_MB": "10240",
+    "MAX_API_REQUEST_MB": "64",
+    "API_HEADER_TIMEOUT": "20",
+    "API_BODY_TIMEOUT": "60",
+    "ALIVE_INTERVAL": "60",
+    "MAX_CLAIM_ALIVES_MISSED": "6",
+    "MASTER_BACKOFF_CONSTANT": "1",
+    "MASTER_BACKOFF_FACTOR": "2",
+    "MASTER_BACKOFF_CEILING": "300",
+    "MASTER_RECOVER_FACTOR": "300",
+    "DEFAULT_MASTER_SHUTDOWN_SCRIPT": None,
+    "TRUST_DOMAIN": None,  # read by htgrid.net.security.SecurityConfig.load
+    "GRIDMANAGER_JOB_PROBE_INTERVAL": "10",  # read by htgrid.grid (GridManagerConfig.KNOBS)
+    "ALLOW_ROOT_JOBS": "false",
+    # the execute node's (htgrid.startd)
+    "NUM_CPUS": None,
+    "MEMORY": None,
+    "DISK": None,
+    "EXECUTE": None,
+    "START": "true",
+    "STARTD_ATTRS": "",
+    "UPDATE_INTERVAL": "300",
+    "STARTD_NOCLAIM_SHUTDOWN": None,  # 0: never
+    "FILESYSTEM_DOMAIN": "localhost",
+    "UID_DOMAIN": "localhost",
+    "GPU_DISCOVERY": "true",
+}
+_LIST_SPLIT: Final = re.compile(r"[\s,]+")
+DEFAULT_TRANSFER_MB: Final = 10240  # MAX_TRANSFER_INPUT_MB and _OUTPUT_MB
+
+
+@dataclass(frozen=True, slots=True)
+class ApiLimits:
+    """How much of a request a daemon reads, and how long it waits for it (htgrid.net)."""
+
+    max_request_mb: int = 64  # MAX_API_REQUEST_MB
+    header_timeout: float = 20.0  # API_HEADER_TIMEOUT
+    body_timeout: float = 60.0  # API_BODY_TIMEOUT
+
+    @property
+    def max_body(self) -> int:
+        return self.max_request_mb * _MIB
+
+
+DEFAULT_LIMITS: Final = ApiLimits()
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigFile:
+    """The settings of one htgrid.conf: upper-case NAME -> (value text, line number)."""
+
+    path: Path
+    values: Mapping[str, tuple[str, int]]
+
+    @classmethod
+    def read(cls, home: Path) -> ConfigFile:
+        """`home`'s htgrid.conf (no settings when there is none)."""
+        path = home / CONFIG_NAME
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return cls(path, {})
+        except OSError as exc:
+            raise PoolError(f"{path}: cannot read: {exc.strerror}") from exc
+        return cls(path, _parse(text, path))
+
+    def has(self, key: str) -> bool:
+        return key in self.values
+
+    def _error(self, key: str, problem: str) -> PoolError:
+        return PoolError(f"{self.path}:{self.values[key][1]}: {key} {problem}")
+
+    def text(self, key: str, default: str | None = None) -> str:
+        """The value as written (the default when unset or empty: `default`, else the
+        knob's in `KNOBS`)."""
+        value = self.values.get(key, ("", 0))[0]
+        return value or (default if default is not None else _default(key))
+
+    def number(self, key: str, default: float | None = None, *, zero: bool = False) -> float:
+        """A positive number (or zero, when `zero` allows it)."""
+        if key not in self.values:
+            return default if default is not None else float(_default(key))
+        text = self.values[key][0]
+        try:
+            number = float(text)
+        except ValueError:
+            raise self._error(key, f"must be a number, not {text!r}") from None
+        if number < 0 or (number == 0 and not zero):
+            raise self._error(key, "must be positive" if not zero else "must not be negative")
+        return number
+
+    def integer(self, key: str, default: int | None = None, *, zero: bool = False) -> int:
+        """A positive whole number (or zero, when `zero` allows it)."""
+        number = self.number(key, default, zero=zero)
+        if number != int(number):
+            raise self._error(key, f"must be a whole number, not {self.values[key][0]!r}")
+        return int(number)
+
+    def megabytes(self, key: str) -> int | None:
+        """A size in MiB; a negative one (HTCondor writes -1) is no limit (None)."""
+        text = self.values[key][0] if key in self.values else _default(key)
+        try:
+            number = int(text)
+        except ValueError:
+            problem = f"must be a whole number of MiB (-1: no limit), not {text!r}"
+            raise self._error(key, problem) from None
+        return None if number < 0 else number
+
+    def flag(self, key: str, default: bool | None = None) -> bool:
+        if key not in self.values and default is not None:
+            return default
+        text = self.values[key][0] if key in self.values else _default(key)
+        if text.lower() in ("true", "1", "yes"):
+            return True
+        if text.lower() in ("false", "0", "no"):
+            return False
+        raise self._error(key, f"must be true or false, not {text!r}")
+
+    def api_limits(self) -> ApiLimits:
+        """MAX_API_REQUEST_MB, API_HEADER_TIMEOUT, API_BODY_TIMEOUT: every daemon's API."""
+        return ApiLimits(
+            max_request_mb=self.integer("MAX_API_REQUEST_MB"),
+            header_timeout=self.number("API_HEADER_TIMEOUT"),
+            body_timeout=self.number("API_BODY_TIMEOUT"),
+        )
+
+    def address(self, key: str) -> tuple[str, int]:
+        """A `host:port` (port 0: any free port)."""
+        text = self.values[key][0] if key in self.values else _default(key)
+        host, _, port = text.rpartition(":")
+        if not host or not port.isdigit() or int(port) > 65535:
+            raise self._error(key, f"must be host:port, not {text!r}")
+        return host.strip("[]"), int(port)
+
+    def names(self, key: str) -> tuple[str, ...]:
+        """A list of names, separated by commas or spaces."""
+        text = self.values[key][0] if key in self.values else _default(key)
+        return tuple(n for n in _LIST_SPLIT.split(text) if n)
+
+
+def _default(key: str) -> str:
+    """The default of knob `key` in `KNOBS`; the caller names one for a knob without."""
+    default = KNOBS.get(key)
+    if default is None:
+        raise KeyError(f"{key} has no default in htgrid.pool.KNOBS: the caller gives one")
+    return default
+
+
+def _parse(text: str, path: Path) -> dict[str, tuple[str, int]]:
+    values: dict[str, tuple[str, int]] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, eq, value = line.partition("=")
+        key = name.strip().upper()
+        if not eq or not key.replace("_", "").isalnum():
+            raise PoolError(f"{path}:{number}: expected NAME = value")
+        values[key] = (value.strip(), number)
+    custom = {n.upper() for n in _LIST_SPLIT.split(values.get("STARTD_ATTRS", ("", 0))[0]) if n}
+    for key, (_, number) in values.items():
+        if key not in KNOBS and key not in custom:
+            raise PoolError(
+                f"{path}:{number}: expected NAME = value with a NAME htgrid knows, not {key} "
+                "(a name listed in STARTD_ATTRS is advertised in the execute node's ad)"
+            )
+    return values
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """How long the master waits before restarting a daemon that died (MASTER_BACKOFF_*)."""
+
+    constant: float = 1.0
+    factor: float = 2.0
+    ceiling: float = 300.0
+    recover: float = 300.0  # a daemon that ran this long has recovered: count from 0
+
+    def delay(self, restarts: int) -> float:
+        """The wait before restart number `restarts` + 1."""
+        return float(min(self.ceiling, self.constant * self.factor ** min(restarts, 64)))
