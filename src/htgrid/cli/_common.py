@@ -16,7 +16,7 @@ import re
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -234,12 +234,18 @@ def format_value(value: Any) -> str:
 
 
 def print_ads(
-    ads: Sequence[ClassAd], *, long: bool, as_json: bool, autoformat: Sequence[str]
+    ads: Iterable[ClassAd], *, long: bool, as_json: bool, autoformat: Sequence[str]
 ) -> None:
-    """The -l, -json and -af forms of condor_q and condor_history."""
+    """The -l, -json and -af forms of condor_q and condor_history, written as the ads
+    come."""
     out = sys.stdout
     if as_json:
-        out.write("[\n" + ",\n".join(ad.printJson() for ad in ads) + ("\n]\n" if ads else "]\n"))
+        out.write("[\n")
+        sep = ""
+        for ad in ads:
+            out.write(sep + ad.printJson())
+            sep = ",\n"
+        out.write("\n]\n" if sep else "]\n")
     elif long:
         for ad in ads:
             out.write(ad.printOld().rstrip("\n") + "\n\n")

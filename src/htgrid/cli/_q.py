@@ -27,7 +27,7 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -51,20 +51,12 @@ from htgrid.cli._common import (
     report_missing,
 )
 from htgrid.cli._table import Column, print_table
-from htgrid.queue import JobStatus
+from htgrid.net import ScheddClient
+from htgrid.queue import BatchCounts, JobStatus
 
 __all__ = ["register", "status_letter", "totals_line"]
 
 _LETTERS: Final = {1: "I", 2: "R", 3: "X", 4: "C", 5: "H", 6: ">", 7: "S"}
-_BATCH: Final = [
-    "ClusterId",
-    "ProcId",
-    "Owner",
-    "JobStatus",
-    "QDate",
-    "JobBatchName",
-    "TotalSubmitProcs",
-]
 _NOBATCH: Final = [
     "ClusterId",
     "ProcId",
@@ -178,36 +170,59 @@ def _q(args: argparse.Namespace) -> int:
             projection = plain_projection(args.autoformat) if args.autoformat else None
             if projection is not None and targets:  # to tell which named jobs are there
                 projection = [*projection, "ClusterId", "ProcId"]
-            ads = schedd.query(constraint, projection)
-            print_ads(ads, long=args.long, as_json=args.json, autoformat=args.autoformat or ())
-            return report_missing("q", "the queue", missing(targets, ads))
-        projection = _NOBATCH if (args.nobatch or args.hold) else _BATCH
-        ads = schedd.query(constraint, _GRID if args.grid else projection)
-        everyone = schedd.query(None, ["Owner", "JobStatus"])
+            seen: list[ClassAd] = []  # the ids, to tell which named jobs are there
+            listed = schedd.query_iter(constraint, projection)
+            if targets:
+                listed = _noting(listed, seen)
+            print_ads(listed, long=args.long, as_json=args.json, autoformat=args.autoformat or ())
+            return report_missing("q", "the queue", missing(targets, seen))
+        # The totals and the batch view are counts the daemon takes (from SQL, for the
+        # constraints condor_q makes); a listing streams the jobs' ads.
+        batches, owners = schedd.summary(constraint)
+        gone = _missing(schedd, targets, batches)
         unreadable = schedd.health().get("quarantined")
-    rich = is_terminal()
-    print(
-        f"\n-- Schedd: {which.name} : <{_home(which.address)}> @ {format_date(time.time(), with_year=True)}"
-    )
-    if not args.totals:
-        if args.grid:
-            _grid_view(ads, rich)
+        rich = is_terminal()
+        print(
+            f"\n-- Schedd: {which.name} : <{_home(which.address)}> @ {format_date(time.time(), with_year=True)}"
+        )
+        if args.totals:
+            pass
+        elif args.grid:
+            _grid_view(schedd.query_iter(constraint, _GRID), rich)
         elif args.hold:
-            _hold_view(ads, rich)
+            _hold_view(schedd.query_iter(constraint, _NOBATCH), rich)
         elif args.nobatch:
-            _job_view(ads, rich)
+            _job_view(schedd.query_iter(constraint, _NOBATCH), rich)
         else:
-            _batch_view(ads, rich)
+            _batch_view(batches, rich)
     print()
-    print(totals_line("query", ads))
-    print(totals_line(me, [ad for ad in everyone if ad.get("Owner") == me]))
-    print(totals_line("all users", everyone))
+    print(totals_line("query", [b.counts for b in batches]))
+    print(totals_line(me, [owners.get(me, {})]))
+    print(totals_line("all users", list(owners.values())))
     if isinstance(unreadable, int) and unreadable > 0:
         print(
             f"\n{unreadable} row(s) of the queue could not be read when the daemon started "
             "and are set aside: `htgrid q -quarantined` lists them"
         )
-    return report_missing("q", "the queue", missing(targets, ads))
+    return report_missing("q", "the queue", gone)
+
+
+def _noting(ads: Iterable[ClassAd], seen: list[ClassAd]) -> Iterator[ClassAd]:
+    """`ads`, the id of each kept in `seen`."""
+    for ad in ads:
+        seen.append(ClassAd({"ClusterId": ad.get("ClusterId"), "ProcId": ad.get("ProcId")}))
+        yield ad
+
+
+def _missing(
+    schedd: ScheddClient, targets: Sequence[Target], batches: Sequence[BatchCounts]
+) -> list[str]:
+    """The named jobs and clusters not in the queue (the named jobs asked after: a batch
+    says which procs it spans, not which of them are there)."""
+    named = [t for t in targets if t.kind == "job"]
+    ads = schedd.query(" || ".join(t.constraint for t in named), ["ProcId"]) if named else []
+    present = [*ads, *(ClassAd({"ClusterId": b.cluster, "ProcId": -1}) for b in batches)]
+    return missing(targets, present)
 
 
 def _home(path: os.PathLike[str] | str) -> str:
@@ -216,16 +231,18 @@ def _home(path: os.PathLike[str] | str) -> str:
     return "~" + text[len(home) :] if home != "/" and text.startswith(home + "/") else text
 
 
-def totals_line(who: str, ads: Sequence[ClassAd]) -> str:
-    """`Total for X: N jobs; C completed, R removed, I idle, R running, H held, S suspended`."""
+def totals_line(who: str, counted: Sequence[Mapping[int, int]]) -> str:
+    """`Total for X: N jobs; C completed, R removed, I idle, R running, H held, S
+    suspended` of jobs counted by JobStatus."""
     counts = dict.fromkeys(JobStatus, 0)
-    for ad in ads:
-        status = ad.get("JobStatus")
-        if isinstance(status, int) and status in _LETTERS:
-            counts[JobStatus(status)] += 1
+    for each in counted:
+        for status, n in each.items():
+            if status in _LETTERS:
+                counts[JobStatus(status)] += n
+    jobs = sum(n for each in counted for n in each.values())
     running = counts[JobStatus.RUNNING] + counts[JobStatus.TRANSFERRING_OUTPUT]
     return (
-        f"Total for {who}: {len(ads)} jobs; {counts[JobStatus.COMPLETED]} completed, "
+        f"Total for {who}: {jobs} jobs; {counts[JobStatus.COMPLETED]} completed, "
         f"{counts[JobStatus.REMOVED]} removed, {counts[JobStatus.IDLE]} idle, "
         f"{running} running, {counts[JobStatus.HELD]} held, "
         f"{counts[JobStatus.SUSPENDED]} suspended"
@@ -238,38 +255,36 @@ class _Batch:
     name: str
     submitted: int
     clusters: dict[int, int]  # cluster -> TotalSubmitProcs
-    ids: list[tuple[int, int]]
+    present: dict[int, int]  # cluster -> its jobs in the queue
+    first: tuple[int, int]
+    last: tuple[int, int]
     counts: dict[int, int]
 
 
-def _batch_view(ads: Sequence[ClassAd], rich: bool) -> None:
+def _batch_view(counted: Sequence[BatchCounts], rich: bool) -> None:
     batches: dict[tuple[str, str], _Batch] = {}
-    for ad in ads:
-        cluster, proc = int(ad["ClusterId"]), int(ad["ProcId"])
-        name = ad.get("JobBatchName")
-        label = name if isinstance(name, str) and name else f"ID: {cluster}"
-        owner = str(ad.get("Owner", "?"))
-        qdate = ad.get("QDate")
-        batch = batches.setdefault(
-            (owner, label), _Batch(owner, label, 0, {}, [], dict.fromkeys(range(1, 8), 0))
-        )
+    for each in counted:
+        cluster = each.cluster
+        label = each.batch_name if each.batch_name else f"ID: {cluster}"
+        first, last = (cluster, each.first_proc), (cluster, each.last_proc)
+        batch = batches.get((each.owner, label))
+        if batch is None:
+            batch = batches[each.owner, label] = _Batch(
+                each.owner, label, 0, {}, {}, first, last, dict.fromkeys(range(1, 8), 0)
+            )
+        qdate = each.qdate
         if isinstance(qdate, int) and (not batch.submitted or qdate < batch.submitted):
             batch.submitted = qdate
-        total = ad.get("TotalSubmitProcs")
-        batch.clusters[cluster] = max(
-            batch.clusters.get(cluster, 0), total if isinstance(total, int) else 0
-        )
-        batch.ids.append((cluster, proc))
-        status = ad.get("JobStatus")
-        if isinstance(status, int) and status in batch.counts:
-            batch.counts[status] += 1
+        batch.clusters[cluster] = max(batch.clusters.get(cluster, 0), each.total_submit_procs)
+        batch.present[cluster] = batch.present.get(cluster, 0) + each.jobs
+        batch.first, batch.last = min(batch.first, first), max(batch.last, last)
+        for status, n in each.counts.items():
+            if status in batch.counts:
+                batch.counts[status] += n
     rows = []
     for batch in batches.values():
-        present: dict[int, int] = {}
-        for cluster, _ in batch.ids:
-            present[cluster] = present.get(cluster, 0) + 1
-        total = sum(max(batch.clusters[c], present[c]) for c in present)
-        done = total - len(batch.ids) + batch.counts[4]
+        total = sum(max(batch.clusters[c], n) for c, n in batch.present.items())
+        done = total - sum(batch.present.values()) + batch.counts[4]
         run = batch.counts[2] + batch.counts[6]
         rows.append(
             [
@@ -281,7 +296,7 @@ def _batch_view(ads: Sequence[ClassAd], rich: bool) -> None:
                 _count(batch.counts[1]),
                 _count(batch.counts[5]),
                 str(total),
-                _id_range(batch.ids),
+                _id_range(batch.first, batch.last),
             ]
         )
     columns = [
@@ -302,9 +317,7 @@ def _count(n: int) -> str:
     return str(n) if n else "_"  # condor_q's batch view shows no zeros
 
 
-def _id_range(ids: list[tuple[int, int]]) -> str:
-    ids = sorted(ids)
-    first, last = ids[0], ids[-1]
+def _id_range(first: tuple[int, int], last: tuple[int, int]) -> str:
     if first == last:
         return f"{first[0]}.{first[1]}"
     if first[0] == last[0]:
@@ -321,7 +334,7 @@ def _run_time(ad: ClassAd, now: float) -> str:
     return format_duration(total)
 
 
-def _job_view(ads: Sequence[ClassAd], rich: bool) -> None:
+def _job_view(ads: Iterable[ClassAd], rich: bool) -> None:
     now = time.time()
     rows = []
     for ad in ads:
@@ -351,7 +364,7 @@ def _job_view(ads: Sequence[ClassAd], rich: bool) -> None:
     print_table(columns, rows, rich=rich)
 
 
-def _hold_view(ads: Sequence[ClassAd], rich: bool) -> None:
+def _hold_view(ads: Iterable[ClassAd], rich: bool) -> None:
     rows = [
         [
             f"{ad['ClusterId']}.{ad['ProcId']}",
@@ -392,7 +405,7 @@ def _quarantine_view(entries: Sequence[dict[str, Any]], rich: bool) -> None:
     print_table(columns, rows, rich=rich)
 
 
-def _grid_view(ads: Sequence[ClassAd], rich: bool) -> None:
+def _grid_view(ads: Iterable[ClassAd], rich: bool) -> None:
     """condor_q -grid: the remote state (a VM's `running`) and the remote id (instance id)."""
     rows = []
     for ad in ads:

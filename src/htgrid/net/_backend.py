@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, BinaryIO, Protocol
 
 from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
 from htgrid.net._wire import Jobs
-from htgrid.queue import Identity, JobAction, JobId, Quarantined
+from htgrid.queue import BatchCounts, Identity, JobAction, JobId, Quarantined
 
 __all__ = ["QueueBackend"]
 
@@ -45,6 +45,24 @@ class QueueBackend(Protocol):
         limit: int | None,
     ) -> list[ClassAd]:
         """The queued jobs matching `constraint`."""
+        ...
+
+    def query_pages(
+        self,
+        identity: Identity,
+        constraint: str | None,
+        projection: Sequence[str] | None,
+        limit: int | None,
+    ) -> AsyncIterator[list[ClassAd]]:
+        """`query`'s ads a page at a time, in job-id order (a listing of any length in
+        the memory of a page)."""
+        ...
+
+    async def summary(
+        self, identity: Identity, constraint: str | None
+    ) -> tuple[list[BatchCounts], dict[str, dict[int, int]]]:
+        """The jobs matching `constraint` counted by batch, and everyone's jobs by owner
+        and status (condor_q's batch view and totals), without their ads."""
         ...
 
     async def history(

@@ -31,6 +31,12 @@ _AD: Final = {
 }
 _IDS: Final = {"type": "array", "items": {"type": "string", "pattern": r"^\d+\.\d+$"}}
 
+_COUNTS: Final = {
+    "type": "object",
+    "description": "jobs by JobStatus",
+    "additionalProperties": {"type": "integer"},
+}
+
 SCHEMAS: Final[dict[str, dict[str, Any]]] = {
     "Ad": _AD,
     "Ads": {"type": "object", "properties": {"jobs": {"type": "array", "items": _AD}}},
@@ -50,6 +56,33 @@ SCHEMAS: Final[dict[str, dict[str, Any]]] = {
         "properties": {
             "cluster_ad": _AD,
             "procs": {"type": "array", "items": _AD, "description": "what differs per proc"},
+        },
+    },
+    "Summary": {
+        "type": "object",
+        "properties": {
+            "batches": {
+                "type": "array",
+                "description": "the matching jobs of each cluster, owner and JobBatchName",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "cluster": {"type": "integer"},
+                        "owner": {"type": "string"},
+                        "batch_name": {"type": ["string", "null"]},
+                        "qdate": {"type": ["integer", "null"]},
+                        "total_submit_procs": {"type": "integer"},
+                        "first_proc": {"type": "integer"},
+                        "last_proc": {"type": "integer"},
+                        "counts": _COUNTS,
+                    },
+                },
+            },
+            "owners": {
+                "type": "object",
+                "description": "every owner's jobs in the queue",
+                "additionalProperties": _COUNTS,
+            },
         },
     },
     "SubmitLine": {
@@ -217,6 +250,9 @@ def openapi_document(routes: Sequence[RouteSpec], version: str) -> dict[str, Any
                 "default": _problem("an error"),
             },
         }
+        if route.name == "query":  # with Accept: application/x-ndjson, a page a line
+            page = {"type": "array", "items": _AD, "description": "a page of ads"}
+            op["responses"][str(route.status)]["content"][NDJSON] = {"schema": page}
         if route.body == "Tar":
             op["responses"]["413"] = _problem(_TOO_LARGE["body"])
         elif route.returns == "Tar":

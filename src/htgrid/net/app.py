@@ -17,7 +17,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from htgrid import __version__
@@ -41,6 +41,7 @@ from htgrid.net._sandbox_routes import (
     update_leases,
 )
 from htgrid.net._wire import (
+    NDJSON,
     Jobs,
     SubmitStream,
     ad_from_json,
@@ -194,7 +195,36 @@ async def _queue_stream(call: _Call, cluster: int | None) -> Response:
 
 
 async def _query(call: _Call) -> Response:
+    if is_stream(call.request.headers.get("accept")):
+        return await _stream_ads(call.backend.query_pages(call.identity, *_selection(call)))
     return await _ads(await call.backend.query(call.identity, *_selection(call)))
+
+
+async def _stream_ads(pages: AsyncIterator[list[ClassAd]]) -> Response:
+    """NDJSON: a JSON array of ads a line, a page at a time as the queue gives them."""
+    first = await anext(pages, None)  # a bad constraint is answered before the stream
+
+    def line(ads: list[ClassAd]) -> bytes:
+        # printJson breaks lines only between tokens: an ad is one line without them.
+        return ("[" + ",".join(ad.printJson().replace("\n", "") for ad in ads) + "]\n").encode()
+
+    async def body() -> AsyncIterator[bytes]:
+        page = first
+        while page is not None:
+            yield await asyncio.to_thread(line, page)
+            page = await anext(pages, None)
+
+    return StreamingResponse(body(), media_type=NDJSON)
+
+
+async def _summary(call: _Call) -> Response:
+    batches, owners = await call.backend.summary(call.identity, call.param("constraint") or None)
+    return JSONResponse(
+        {
+            "batches": [batch.to_json() for batch in batches],
+            "owners": {o: {str(k): n for k, n in c.items()} for o, c in owners.items()},
+        }
+    )
 
 
 async def _history(call: _Call) -> Response:
@@ -273,6 +303,10 @@ ROUTES: tuple[RouteSpec, ...] = (
               "in one request)", _submit_new, body="Submit", returns="Submitted", status=201),
     RouteSpec("GET", "/v1/jobs", "query", "The queued jobs matching a constraint", _query,
               returns="Ads", params=_SELECT),
+    RouteSpec("GET", "/v1/summary", "summary",
+              "The matching jobs counted by batch and status, and everyone's by owner "
+              "(condor_q's batch view and totals, without the ads)", _summary,
+              returns="Summary", params=("constraint",)),
     RouteSpec("GET", "/v1/jobs/{job_id}", "job", "One queued job's ad", _get, returns="Ads"),
     RouteSpec("POST", "/v1/jobs/act", "act", "Hold, release or remove jobs", _act,
               body="Act"),

@@ -39,7 +39,7 @@ from htgrid.net._problems import from_problem
 from htgrid.net._wire import NDJSON, Jobs, ad_from_json
 from htgrid.net.security import CertificateError, SecurityError
 from htgrid.pool import HomeLayout, htgrid_home, trusted_ca_files
-from htgrid.queue import JobAction, JobId
+from htgrid.queue import BatchCounts, JobAction, JobId
 
 __all__ = ["ScheddClient", "socket_path"]
 
@@ -174,6 +174,42 @@ class ScheddClient:
         """The queued jobs matching `constraint`, in job-id order."""
         return self._ads("/v1/jobs", constraint, projection, limit)
 
+    def query_iter(
+        self,
+        constraint: str | None = None,
+        projection: Sequence[str] | None = None,
+        *,
+        limit: int | None = None,
+    ) -> Iterator[ClassAd]:
+        """`query`, the ads as they come: the daemon sends them a page at a time, and
+        neither side holds them all."""
+        params = _selection(constraint, projection, limit)
+        response = self._request("GET", "/v1/jobs", params=params, accept=NDJSON, stream=True)
+        try:
+            for line in response.iter_lines():
+                if line.strip():
+                    yield from self._ads_of(loads(line))
+        except httpx.HTTPError as exc:
+            raise DaemonUnavailable(f"lost the connection to the daemon: {exc}") from exc
+        except ValueError as exc:
+            raise ApiError(f"the daemon sent a line that is not JSON: {exc}") from exc
+        finally:
+            response.close()
+
+    def summary(
+        self, constraint: str | None = None
+    ) -> tuple[list[BatchCounts], dict[str, dict[int, int]]]:
+        """The jobs matching `constraint` counted by batch (cluster, owner, JobBatchName)
+        and status, and everyone's jobs by owner and status: condor_q's batch view and
+        totals, without reading the ads."""
+        params = {"constraint": constraint} if constraint is not None else {}
+        doc = self._decode(self._request("GET", "/v1/summary", params=params))
+        batches = [BatchCounts.from_json(b) for b in doc.get("batches", [])]
+        owners = {
+            str(o): {int(k): int(n) for k, n in c.items()} for o, c in doc.get("owners", {}).items()
+        }
+        return batches, owners
+
     def history(
         self,
         constraint: str | None = None,
@@ -230,20 +266,21 @@ class ScheddClient:
     def _ads(
         self, path: str, constraint: str | None, projection: Sequence[str] | None, limit: int | None
     ) -> list[ClassAd]:
-        params: dict[str, str] = {}
-        if constraint is not None:
-            params["constraint"] = constraint
-        if projection:
-            params["projection"] = ",".join(projection)
-        if limit is not None:
-            params["limit"] = str(limit)
+        params = _selection(constraint, projection, limit)
         return self._parse_ads(self._request("GET", path, params=params))
 
     def _parse_ads(self, response: httpx.Response) -> list[ClassAd]:
         doc = self._decode(response)
         try:
-            return [ad_from_json(obj) for obj in doc["jobs"]]
-        except (KeyError, TypeError, HTGridError) as exc:
+            return self._ads_of(doc["jobs"])
+        except (KeyError, TypeError) as exc:
+            raise ApiError(f"the daemon sent job ads this client cannot read: {exc}") from exc
+
+    @staticmethod
+    def _ads_of(objs: Any) -> list[ClassAd]:
+        try:
+            return [ad_from_json(obj) for obj in objs]
+        except (TypeError, HTGridError) as exc:
             raise ApiError(f"the daemon sent job ads this client cannot read: {exc}") from exc
 
     def _json(self, method: str, path: str, body: object = None) -> dict[str, Any]:
@@ -270,15 +307,22 @@ class ScheddClient:
         json_body: object = None,
         content: str | bytes | Iterator[bytes] | None = None,
         media: str = "application/json",
+        accept: str | None = None,
+        stream: bool = False,
     ) -> httpx.Response:
         if isinstance(json_body, RawJson):
             content = json_body.text
         elif json_body is not None:
             content = json.dumps(json_body)
-        headers = {"content-type": media} if content is not None else None
-        response = self._send(method, path, params, content, headers)
+        headers = {"content-type": media} if content is not None else {}
+        if accept is not None:
+            headers["accept"] = accept
+        response = self._send(method, path, params, content, headers or None, stream)
         if response.is_success:
             return response
+        if stream:
+            response.read()
+            response.close()
         try:
             doc = response.json()
         except ValueError:
@@ -292,19 +336,22 @@ class ScheddClient:
         params: Mapping[str, str] | None,
         content: str | bytes | Iterator[bytes] | None,
         headers: dict[str, str] | None,
+        stream: bool = False,
     ) -> httpx.Response:
-        """One request; httpx's and the socket's errors said in the daemon's terms."""
+        """One request (its body left to read when `stream`); httpx's and the socket's
+        errors said in the daemon's terms."""
+        request = self._http.build_request(
+            method, path, params=params, content=content, headers=headers
+        )
         if self.url is not None:
-            return self._send_remote(method, path, params, content, headers)
+            return self._send_remote(request, stream)
         with warnings.catch_warnings():
             # httpcore leaks the socket of a failed connect to a Unix socket (a daemon
             # that died leaves its socket file behind). The socket is freed once the
             # exception is gone, below: quietly, since it is not ours to close.
             warnings.simplefilter("ignore", ResourceWarning)
             try:
-                return self._http.request(
-                    method, path, params=params, content=content, headers=headers
-                )
+                return self._http.send(request, stream=stream)
             except (httpx.ConnectError, OSError) as exc:
                 problem = (
                     f"the htgrid daemons are not running (nothing answers on {self.path}: "
@@ -317,17 +364,10 @@ class ScheddClient:
             gc.collect()
         raise DaemonUnavailable(problem)
 
-    def _send_remote(
-        self,
-        method: str,
-        path: str,
-        params: Mapping[str, str] | None,
-        content: str | bytes | Iterator[bytes] | None,
-        headers: dict[str, str] | None,
-    ) -> httpx.Response:
+    def _send_remote(self, request: httpx.Request, stream: bool) -> httpx.Response:
         error: HTGridError
         try:
-            return self._http.request(method, path, params=params, content=content, headers=headers)
+            return self._http.send(request, stream=stream)
         except httpx.ConnectError as exc:
             error = _untrusted(self.url, exc) or DaemonUnavailable(
                 f"no queue daemon answers at {self.url}: {exc}"
@@ -339,6 +379,19 @@ class ScheddClient:
                 f"lost the connection to the queue daemon at {self.url}: {exc}"
             )
         raise error
+
+
+def _selection(
+    constraint: str | None, projection: Sequence[str] | None, limit: int | None
+) -> dict[str, str]:
+    params: dict[str, str] = {}
+    if constraint is not None:
+        params["constraint"] = constraint
+    if projection:
+        params["projection"] = ",".join(projection)
+    if limit is not None:
+        params["limit"] = str(limit)
+    return params
 
 
 #: A streamed submit's line holds up to this many procs, or this many bytes of them, and

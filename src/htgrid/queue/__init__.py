@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     )
     from htgrid.queue._quarantine import Quarantined
     from htgrid.queue._submit import StagedProcs, SubmitTransaction
+    from htgrid.queue._summary import BatchCounts
     from htgrid.queue.store import JobQueue, JobSpec
 
 #: Where each other name lives, loaded when first asked for.
@@ -51,6 +52,7 @@ _LAZY: Final = {
     "periodic_decision": "_policy",
     "Quarantined": "_quarantine",
     "StagedProcs": "_submit",
+    "BatchCounts": "_summary",
     "SubmitTransaction": "_submit",
     "JobQueue": "store",
     "JobSpec": "store",
@@ -63,6 +65,7 @@ __getattr__ = on_demand(__name__, _LAZY)
 __all__ = [
     "ID_MAX",
     "TRANSITIONS",
+    "BatchCounts",
     "Change",
     "ChangeKind",
     "ExitOutcome",

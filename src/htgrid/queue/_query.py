@@ -5,7 +5,9 @@ ad. The top-level `&&` conjuncts that compare `JobStatus`, `ClusterId`, `ProcId`
 `Owner` with a literal become SQL conditions on the indexed columns; a job can only match
 when each conjunct is true, so those rows are the only candidates. The whole constraint
 is then evaluated in Python on each candidate, so the translation only has to be sound,
-never complete: anything it does not recognise simply stays in Python.
+never complete: anything it does not recognise simply stays in Python. When every
+conjunct is translated the SQL says exactly what the constraint does (`exact`), and
+counts can be taken without reading an ad.
 
 It relies on what the store guarantees: those four attributes always hold an int (a
 string for Owner) equal to their column. ClassAd `==` on strings ignores ASCII case, as
@@ -37,6 +39,7 @@ class Filter:
     expr: ExprTree | None  # None: every candidate matches (the constraint is `true`)
     where: tuple[str, ...]
     params: tuple[object, ...]
+    exact: bool = False  # the SQL conditions alone select exactly the matching jobs
 
     def matches(self, ad: ClassAd) -> bool:
         """Whether the job ad satisfies the whole constraint."""
@@ -50,16 +53,17 @@ class Filter:
 def compile_constraint(constraint: str | ExprTree | None) -> Filter:
     """Parse `constraint` (ClassAdSyntaxError when malformed) and extract SQL conditions."""
     if constraint is None:
-        return Filter(None, (), ())
+        return Filter(None, (), (), exact=True)
     expr = constraint if isinstance(constraint, ExprTree) else ExprTree(constraint)
     node = _strip(node_of(expr))
     if type(node) is Literal and node.value is True:
-        return Filter(None, (), ())
+        return Filter(None, (), (), exact=True)
     where: list[str] = []
     params: list[object] = []
+    exact = True
     for conjunct in operands(node, "&&"):
-        _translate(conjunct, where, params)
-    return Filter(expr, tuple(where), tuple(params))
+        exact = _translate(conjunct, where, params) and exact
+    return Filter(expr, tuple(where), tuple(params), exact)
 
 
 def _strip(node: Node) -> Node:
@@ -92,14 +96,15 @@ def _comparison(node: Node) -> tuple[str, str, object] | None:
     return None
 
 
-def _translate(node: Node, where: list[str], params: list[object]) -> None:
+def _translate(node: Node, where: list[str], params: list[object]) -> bool:
+    """Add the SQL of one conjunct, if it has one; whether it did."""
     node = _strip(node)
     if type(node) is Binary and node.op == "||":
-        _translate_in(node, where, params)
-        return
+        return _translate_in(node, where, params)
     found = _comparison(node)
     if found is None:
-        return
+        return False
+    before = len(where)
     name, op, value = found
     t = type(value)
     if name in _COLUMNS:
@@ -118,22 +123,24 @@ def _translate(node: Node, where: list[str], params: list[object]) -> None:
         elif op in _IDENTITY_OPS:
             where.append(f"{column} {_IDENTITY_OPS[op]} ?")
             params.append(value)
+    return len(where) > before
 
 
-def _translate_in(node: Node, where: list[str], params: list[object]) -> None:
+def _translate_in(node: Node, where: list[str], params: list[object]) -> bool:
     """`JobStatus == 1 || JobStatus == 2` -> `status IN (1, 2)`; anything else: nothing."""
     column = None
     values: list[object] = []
     for disjunct in operands(node, "||"):
         found = _comparison(disjunct)
         if found is None:
-            return
+            return False
         name, op, value = found
         if op != "==" or type(value) is not int or name not in _COLUMNS:
-            return
+            return False
         if column not in (None, _COLUMNS[name]):
-            return
+            return False
         column = _COLUMNS[name]
         values.append(value)
     where.append(f"{column} IN ({', '.join('?' * len(values))})")
     params.extend(values)
+    return True

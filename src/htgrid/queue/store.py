@@ -19,6 +19,7 @@ worker thread (the methods are serialised by a lock).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import threading
@@ -52,6 +53,7 @@ from htgrid.queue._serial import project
 from htgrid.queue._status import ACTIVE, TRANSITIONS, JobStatus
 from htgrid.queue._store import JobEdit, Store, Txn, gc_paused
 from htgrid.queue._submit import SubmitTransaction
+from htgrid.queue._summary import BatchCounts, count_owners, summarize
 from htgrid.queue._targets import JobSpec, job_id_of, select_targets
 from htgrid.queue.faults import JobFailure, daemon_fault, problem
 
@@ -252,6 +254,18 @@ class JobQueue:
                 counts[status, store.job_ad((cluster, proc, text, masked)).get(by)] += 1
         return counts
 
+    def summarize(self, constraint: str | ExprTree | None = None) -> list[BatchCounts]:
+        """The jobs matching `constraint` counted by cluster, owner and batch name (by
+        SQL alone when the constraint allows: see `_summary`)."""
+        filt = compile_constraint(constraint)
+        with self._reading() as store:
+            return summarize(store, filt)
+
+    def count_owners(self) -> dict[str, dict[int, int]]:
+        """How many jobs each owner has of each JobStatus."""
+        with self._reading() as store:
+            return count_owners(store)
+
     def query(
         self,
         constraint: str | ExprTree | None = None,
@@ -264,6 +278,25 @@ class JobQueue:
         With a `projection`, each ad has only those attributes (and ClusterId, ProcId).
         """
         return self._select(compile_constraint(constraint), projection, limit, history=False)
+
+    def query_page(
+        self,
+        constraint: str | ExprTree | None,
+        projection: Sequence[str] | None,
+        *,
+        after: JobId | None,
+        count: int,
+    ) -> list[ClassAd]:
+        """`query`'s next `count` ads after job `after` (None: from the first): a listing
+        read a page at a time, each page a consistent read of its own."""
+        filt = compile_constraint(constraint)
+        if after is not None:
+            filt = dataclasses.replace(
+                filt,
+                where=(*filt.where, "(cluster > ? OR (cluster = ? AND proc > ?))"),
+                params=(*filt.params, after.cluster, after.cluster, after.proc),
+            )
+        return self._select(filt, projection, count, history=False)
 
     def history(
         self,

@@ -25,6 +25,7 @@ from htgrid.errors import HTGridError
 from htgrid.net import BadRequest, Jobs, SandboxTooLarge
 from htgrid.net.server import NO_LIMIT, SizeLimit
 from htgrid.queue import (
+    BatchCounts,
     Identity,
     InvalidSubmit,
     InvalidTransition,
@@ -63,6 +64,7 @@ _STAGEABLE: Final = frozenset({JobStatus.HELD, JobStatus.IDLE})  # not yet start
 #: The most jobs one batch upload may carry; its body may be this many times the per-job
 #: MAX_TRANSFER_INPUT_MB.
 MAX_BATCH_JOBS: Final = 1000
+_PAGE: Final = 1000  # the ads of a streamed listing read at a time
 
 
 class QueueService:
@@ -229,6 +231,38 @@ class QueueService:
         return await self._worker.read(
             lambda q: q.query(constraint, projection, limit=limit), client=True
         )
+
+    async def query_pages(
+        self,
+        identity: Identity,
+        constraint: str | None,
+        projection: Sequence[str] | None,
+        limit: int | None,
+    ) -> AsyncIterator[list[ClassAd]]:
+        after: JobId | None = None
+        left = limit
+        while left is None or left > 0:
+            count = _PAGE if left is None else min(_PAGE, left)
+
+            def page(q: JobQueue, after: JobId | None = after, count: int = count) -> list[ClassAd]:
+                return q.query_page(constraint, projection, after=after, count=count)
+
+            ads = await self._worker.read(page, client=True)
+            if ads:
+                yield ads
+            if len(ads) < count:
+                return
+            if left is not None:
+                left -= len(ads)
+            after = JobId(ads[-1]["ClusterId"], ads[-1]["ProcId"])
+
+    async def summary(
+        self, identity: Identity, constraint: str | None
+    ) -> tuple[list[BatchCounts], dict[str, dict[int, int]]]:
+        def read(q: JobQueue) -> tuple[list[BatchCounts], dict[str, dict[int, int]]]:
+            return q.summarize(constraint), q.count_owners()
+
+        return await self._worker.read(read, client=True)
 
     async def history(
         self,
