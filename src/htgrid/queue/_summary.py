@@ -160,12 +160,12 @@ def count_owners(store: Store) -> dict[str, dict[int, int]]:
 
 def _own_sql(names: Iterable[str]) -> tuple[str, tuple[str, ...]]:
     """A condition true of the rows whose own attributes set or hide one of `names`
-    (lower case): as a key of the stored ad, or a word of the names hidden."""
+    (and of a few more, which are then read for nothing): as a key of the stored ad, or
+    a name among those hidden. LIKE ignores ASCII case, as ClassAd names do, and is
+    several times faster than searching a lowered copy."""
     parts = []
     params: list[str] = []
     for name in names:
-        parts.append(
-            "instr(lower(ad), ?) > 0 OR instr(' ' || lower(ifnull(masked, '')) || ' ', ?) > 0"
-        )
-        params += [f'"{name}"', f" {name} "]
+        parts.append("ad LIKE ? OR ifnull(masked, '') LIKE ?")
+        params += [f'%"{name}"%', f"%{name}%"]
     return " OR ".join(parts), tuple(params)

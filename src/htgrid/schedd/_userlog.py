@@ -19,6 +19,7 @@ import asyncio
 import functools
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -62,6 +63,7 @@ _BATCH: Final = 500
 # as a restart reads them again and they make none again.
 _SAVE_EVERY: Final = 10_000
 _CACHE_MAX: Final = 100_000
+_PAGE: Final = 1000  # the ads of a submitted cluster read at a time
 _INFO: Final = (
     "UserLog",
     "Owner",
@@ -245,10 +247,9 @@ class UserLogWriter:
         return out
 
     def _submitted(self, q: JobQueue, change: Change) -> Pending:
-        ads = _cluster_ads(q, change.cluster)
         out: Pending = []
-        for jid in change.job_ids:
-            path = self._remember(jid, ads.get(jid))
+        for jid, ad in _cluster_ads(q, change.cluster, change.procs):
+            path = self._remember(jid, ad)
             if path:
                 event = SubmitEvent(
                     cluster=jid.cluster,
@@ -334,10 +335,26 @@ def _log_path(ad: ClassAd) -> Log | None:
     return (os.path.join(iwd, log) if isinstance(iwd, str) else log), str(owner)
 
 
-def _cluster_ads(q: JobQueue, cluster: int) -> dict[JobId, ClassAd]:
-    constraint = f"ClusterId == {cluster}"
-    ads = q.query(constraint, _INFO) + q.history(constraint, _INFO)
-    return {JobId(cluster, ad["ProcId"]): ad for ad in reversed(ads)}
+def _cluster_ads(q: JobQueue, cluster: int, procs: range) -> Iterator[tuple[JobId, ClassAd | None]]:
+    """Each proc's ad (what the events need), read a page at a time: a cluster of a
+    million procs in the memory of a page. A proc no longer queued is looked for in the
+    history."""
+    constraint = f"ClusterId == {cluster} && ProcId >= {procs.start} && ProcId < {procs.stop}"
+    after = JobId(cluster, procs.start - 1) if procs.start else None
+    expected = procs.start
+    while True:
+        page = q.query_page(constraint, _INFO, after=after, count=_PAGE)
+        for ad in page:
+            proc = ad["ProcId"]
+            for gone in range(expected, proc):
+                yield JobId(cluster, gone), _job_ad(q, JobId(cluster, gone))
+            yield JobId(cluster, proc), ad
+            expected = proc + 1
+        if len(page) < _PAGE:
+            break
+        after = JobId(cluster, expected - 1)
+    for gone in range(expected, procs.stop):
+        yield JobId(cluster, gone), _job_ad(q, JobId(cluster, gone))
 
 
 def _job_ad(q: JobQueue, jid: JobId) -> ClassAd | None:
