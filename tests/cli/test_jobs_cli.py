@@ -111,6 +111,14 @@ def test_a_bad_proc_midway_queues_nothing(htgrid) -> None:  # type: ignore[no-un
     assert after == before
 
 
+def test_a_bad_materialization_limit_is_refused(htgrid) -> None:  # type: ignore[no-untyped-def]
+    for line, said in (("max_materialize = 0", "max_materialize"), ("max_idle = x", "max_idle")):
+        Path("job.sub").write_text(f"executable = /bin/true\n{line}\nqueue 3\n")
+        rc, out, err = htgrid("submit", "job.sub")
+        assert rc == 2 and "job.sub" in err and said in err, err
+        assert "submitted" not in out
+
+
 # -- q ------------------------------------------------------------------------------------
 
 

@@ -61,7 +61,7 @@ def test_a_bad_constraint_is_refused_before_the_stream(alice: ScheddClient) -> N
 
 
 def test_the_summary_counts_what_is_listed(alice: ScheddClient, cluster: int) -> None:
-    batches, owners = alice.summary(f"ClusterId == {cluster}")
+    batches, owners, factories = alice.summary(f"ClusterId == {cluster}")
     (batch,) = batches
     assert (batch.cluster, batch.owner, batch.first_proc, batch.last_proc) == (
         cluster,
@@ -72,3 +72,4 @@ def test_the_summary_counts_what_is_listed(alice: ScheddClient, cluster: int) ->
     assert batch.counts == {1: 2000, 5: 500}
     assert batch.total_submit_procs == 2500
     assert owners["alice"][5] >= 500
+    assert factories == []

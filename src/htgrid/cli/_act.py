@@ -87,6 +87,12 @@ def _act(args: argparse.Namespace) -> int:
 
 def _one(schedd: ScheddClient, action: JobAction, target: Target, reason: str | None) -> bool:
     verb, done, bad_status = _WORDS[action]
+    # A late materialization factory is acted on with its cluster, even with no job of
+    # it in the queue (a paused one whose jobs have all left).
+    factory = target.kind == "cluster" and any(
+        f.cluster == target.jobs.cluster
+        for f in schedd.summary(f"ClusterId == {target.jobs.cluster}")[2]
+    )
     try:
         ids = schedd.act(action, target.jobs, reason)
     except JobNotFound:
@@ -115,7 +121,7 @@ def _one(schedd: ScheddClient, action: JobAction, target: Target, reason: str | 
         "constraint": f"matching constraint ({target.text})",
         "all": "",
     }[target.kind]
-    if not ids:
+    if not ids and not factory:
         print(f"Couldn't find/{verb} all jobs {scope}".rstrip(), file=sys.stderr)
         return False
     print(f"All jobs {scope} have been {done}".replace("  ", " "))

@@ -52,7 +52,7 @@ from htgrid.cli._common import (
 )
 from htgrid.cli._table import Column, print_table
 from htgrid.net import ScheddClient
-from htgrid.queue import BatchCounts, JobStatus
+from htgrid.queue import BatchCounts, FactoryInfo, JobStatus
 
 __all__ = ["register", "status_letter", "totals_line"]
 
@@ -113,6 +113,7 @@ def register(commands: Any) -> None:
     for spelling in ("better-analyse", "analyze", "analyse"):
         flag(q, spelling, 2, help=argparse.SUPPRESS, **analysis)
     flag(q, "totals", 3, action="store_true", help="only the totals")
+    flag(q, "factory", 3, action="store_true", help="late materialization factories")
     flag(
         q,
         "quarantined",
@@ -178,7 +179,7 @@ def _q(args: argparse.Namespace) -> int:
             return report_missing("q", "the queue", missing(targets, seen))
         # The totals and the batch view are counts the daemon takes (from SQL, for the
         # constraints condor_q makes); a listing streams the jobs' ads.
-        batches, owners = schedd.summary(constraint)
+        batches, owners, factories = schedd.summary(constraint)
         gone = _missing(schedd, targets, batches)
         unreadable = schedd.health().get("quarantined")
         rich = is_terminal()
@@ -187,6 +188,19 @@ def _q(args: argparse.Namespace) -> int:
         )
         if args.totals:
             pass
+        elif args.factory:
+            named = {t.jobs.cluster for t in targets if t.kind == "cluster"}
+
+            def shown(factory: FactoryInfo) -> bool:
+                # One with jobs is shown when they match; one without (paused, or
+                # between procs) when it is named or whose the query is.
+                if any(b.cluster == factory.cluster for b in batches):
+                    return True
+                if targets:
+                    return factory.cluster in named
+                return args.allusers or factory.owner == me
+
+            _factory_view(batches, [f for f in factories if shown(f)], rich)
         elif args.grid:
             _grid_view(schedd.query_iter(constraint, _GRID), rich)
         elif args.hold:
@@ -194,7 +208,7 @@ def _q(args: argparse.Namespace) -> int:
         elif args.nobatch:
             _job_view(schedd.query_iter(constraint, _NOBATCH), rich)
         else:
-            _batch_view(batches, rich)
+            _batch_view(batches, {f.cluster: f for f in factories}, rich)
     print()
     print(totals_line("query", [b.counts for b in batches]))
     print(totals_line(me, [owners.get(me, {})]))
@@ -261,7 +275,9 @@ class _Batch:
     counts: dict[int, int]
 
 
-def _batch_view(counted: Sequence[BatchCounts], rich: bool) -> None:
+def _batch_view(
+    counted: Sequence[BatchCounts], factories: Mapping[int, FactoryInfo], rich: bool
+) -> None:
     batches: dict[tuple[str, str], _Batch] = {}
     for each in counted:
         cluster = each.cluster
@@ -284,7 +300,11 @@ def _batch_view(counted: Sequence[BatchCounts], rich: bool) -> None:
     rows = []
     for batch in batches.values():
         total = sum(max(batch.clusters[c], n) for c, n in batch.present.items())
-        done = total - sum(batch.present.values()) + batch.counts[4]
+        # A factory's procs not yet made are not done: those made and gone are.
+        unmade = sum(
+            f.total - f.next_proc for c in batch.present if (f := factories.get(c)) is not None
+        )
+        done = total - unmade - sum(batch.present.values()) + batch.counts[4]
         run = batch.counts[2] + batch.counts[6]
         rows.append(
             [
@@ -309,6 +329,53 @@ def _batch_view(counted: Sequence[BatchCounts], rich: bool) -> None:
         Column("HOLD", right=True),
         Column("TOTAL", right=True),
         Column("JOB_IDS"),
+    ]
+    print_table(columns, rows, rich=rich)
+
+
+def _factory_view(
+    counted: Sequence[BatchCounts], factories: Sequence[FactoryInfo], rich: bool
+) -> None:
+    """condor_q -factory: each late materialization factory, its limit, the jobs it has
+    in the queue (PRESNT, and how they run) and the next proc it makes (NEXTID)."""
+    jobs: dict[int, dict[int, int]] = {}
+    submitted: dict[int, int | None] = {}
+    for each in counted:
+        counts = jobs.setdefault(each.cluster, {})
+        for status, n in each.counts.items():
+            counts[status] = counts.get(status, 0) + n
+        submitted[each.cluster] = each.qdate
+    rows = []
+    for factory in factories:
+        counts = jobs.get(factory.cluster, {})
+        limit = factory.limit if factory.limit is not None else factory.total
+        rows.append(
+            [
+                f"{factory.cluster}.",
+                factory.owner,
+                format_date(submitted.get(factory.cluster) or factory.qdate),
+                str(limit),
+                str(sum(counts.values())),
+                str(counts.get(2, 0) + counts.get(6, 0)),
+                str(counts.get(1, 0)),
+                str(counts.get(5, 0)),
+                str(factory.next_proc),
+                "Held" if factory.paused else "",
+                "",
+            ]
+        )
+    columns = [
+        Column("ID", right=True),
+        Column("OWNER"),
+        Column("SUBMITTED"),
+        Column("LIMIT", right=True),
+        Column("PRESNT", right=True),
+        Column("RUN", right=True),
+        Column("IDLE", right=True),
+        Column("HOLD", right=True),
+        Column("NEXTID", right=True),
+        Column("MODE"),
+        Column("DIGEST"),
     ]
     print_table(columns, rows, rich=rich)
 

@@ -207,7 +207,7 @@ def _submit(args: argparse.Namespace) -> int:
         with progress:
             count = schedd.submit_stream(
                 cluster.cluster_id,
-                _cluster_ad(cluster),
+                _cluster_ad(cluster, args.file),
                 (warnings.own(proc) for proc in cluster),
                 sent=progress.sent,
             )
@@ -215,11 +215,23 @@ def _submit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _cluster_ad(cluster: ClusterProcs) -> ClassAd:
-    """The cluster ad as the queue takes it: ClusterId, ProcId and Owner are its to set."""
+def _cluster_ad(cluster: ClusterProcs, path: str) -> ClassAd:
+    """The cluster ad as the queue takes it: ClusterId, ProcId and Owner are its to set.
+    `max_materialize` makes the cluster a late materialization factory, as `max_idle`
+    (JobMaterializeMaxIdle, in every job ad) does."""
     ad: ClassAd = copy.copy(cluster.cluster_ad)
     for name in _QUEUE_SET:
         ad.pop(name, None)
+    limit = cluster.param("max_materialize")
+    if limit is not None:
+        if not limit.strip().isdigit() or int(limit) < 1:
+            raise SubmitError(
+                f"{path}: max_materialize must be a whole number of at least 1, not {limit!r}"
+            )
+        ad["JobMaterializeLimit"] = int(limit)
+    idle = ad.get("JobMaterializeMaxIdle")
+    if idle is not None and (type(idle) is not int or idle < 1):
+        raise SubmitError(f"{path}: max_idle must be a whole number of at least 1, not {idle!r}")
     return ad
 
 

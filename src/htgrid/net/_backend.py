@@ -8,7 +8,7 @@ from typing import Any, BinaryIO, Protocol
 from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
 from htgrid.net._wire import Jobs
-from htgrid.queue import BatchCounts, Identity, JobAction, JobId, Quarantined
+from htgrid.queue import BatchCounts, FactoryInfo, Identity, JobAction, JobId, Quarantined
 
 __all__ = ["QueueBackend"]
 
@@ -32,9 +32,13 @@ class QueueBackend(Protocol):
         cluster: int,
         cluster_ad: ClassAd,
         batches: AsyncIterable[Sequence[ClassAd]],
+        *,
+        factory: bool = False,
     ) -> int:
         """Queue a reserved cluster whose procs come batch after batch, in one
-        transaction once the last has come (none if `batches` raises); how many."""
+        transaction once the last has come (none if `batches` raises); how many. With
+        `factory`, a cluster ad with JobMaterializeLimit or JobMaterializeMaxIdle is
+        materialized late (htgrid.queue's `_factory`)."""
         ...
 
     async def query(
@@ -60,9 +64,10 @@ class QueueBackend(Protocol):
 
     async def summary(
         self, identity: Identity, constraint: str | None
-    ) -> tuple[list[BatchCounts], dict[str, dict[int, int]]]:
-        """The jobs matching `constraint` counted by batch, and everyone's jobs by owner
-        and status (condor_q's batch view and totals), without their ads."""
+    ) -> tuple[list[BatchCounts], dict[str, dict[int, int]], list[FactoryInfo]]:
+        """The jobs matching `constraint` counted by batch, everyone's jobs by owner and
+        status (condor_q's batch view and totals), without their ads, and the late
+        materialization factories."""
         ...
 
     async def history(

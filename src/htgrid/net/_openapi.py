@@ -83,6 +83,23 @@ SCHEMAS: Final[dict[str, dict[str, Any]]] = {
                 "description": "every owner's jobs in the queue",
                 "additionalProperties": _COUNTS,
             },
+            "factories": {
+                "type": "array",
+                "description": "late materialization factories (max_materialize, max_idle)",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "cluster": {"type": "integer"},
+                        "owner": {"type": "string"},
+                        "next_proc": {"type": "integer", "description": "JobMaterializeNextProcId"},
+                        "total": {"type": "integer"},
+                        "limit": {"type": ["integer", "null"]},
+                        "max_idle": {"type": ["integer", "null"]},
+                        "paused": {"type": "integer", "description": "JobMaterializePaused"},
+                        "qdate": {"type": ["integer", "null"]},
+                    },
+                },
+            },
         },
     },
     "SubmitLine": {

@@ -188,7 +188,9 @@ async def _queue_stream(call: _Call, cluster: int | None) -> Response:
                     yield procs
             stream.finish()
 
-        count = await call.backend.submit_stream(call.identity, cluster, cluster_ad, batches())
+        count = await call.backend.submit_stream(
+            call.identity, cluster, cluster_ad, batches(), factory=True
+        )
     except ClientDisconnect:
         raise BadRequest("the client went away before the end of its submit") from None
     return JSONResponse({"cluster": cluster, "procs": count}, status_code=201)
@@ -218,11 +220,14 @@ async def _stream_ads(pages: AsyncIterator[list[ClassAd]]) -> Response:
 
 
 async def _summary(call: _Call) -> Response:
-    batches, owners = await call.backend.summary(call.identity, call.param("constraint") or None)
+    batches, owners, factories = await call.backend.summary(
+        call.identity, call.param("constraint") or None
+    )
     return JSONResponse(
         {
             "batches": [batch.to_json() for batch in batches],
             "owners": {o: {str(k): n for k, n in c.items()} for o, c in owners.items()},
+            "factories": [factory.to_json() for factory in factories],
         }
     )
 

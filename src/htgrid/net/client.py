@@ -39,7 +39,7 @@ from htgrid.net._problems import from_problem
 from htgrid.net._wire import NDJSON, Jobs, ad_from_json
 from htgrid.net.security import CertificateError, SecurityError
 from htgrid.pool import HomeLayout, htgrid_home, trusted_ca_files
-from htgrid.queue import BatchCounts, JobAction, JobId
+from htgrid.queue import BatchCounts, FactoryInfo, JobAction, JobId
 
 __all__ = ["ScheddClient", "socket_path"]
 
@@ -198,17 +198,18 @@ class ScheddClient:
 
     def summary(
         self, constraint: str | None = None
-    ) -> tuple[list[BatchCounts], dict[str, dict[int, int]]]:
+    ) -> tuple[list[BatchCounts], dict[str, dict[int, int]], list[FactoryInfo]]:
         """The jobs matching `constraint` counted by batch (cluster, owner, JobBatchName)
         and status, and everyone's jobs by owner and status: condor_q's batch view and
-        totals, without reading the ads."""
+        totals, without reading the ads; and the late materialization factories."""
         params = {"constraint": constraint} if constraint is not None else {}
         doc = self._decode(self._request("GET", "/v1/summary", params=params))
         batches = [BatchCounts.from_json(b) for b in doc.get("batches", [])]
         owners = {
             str(o): {int(k): int(n) for k, n in c.items()} for o, c in doc.get("owners", {}).items()
         }
-        return batches, owners
+        factories = [FactoryInfo.from_json(f) for f in doc.get("factories", [])]
+        return batches, owners, factories
 
     def history(
         self,

@@ -28,6 +28,7 @@ from htgrid.queue._ids import ID_MAX, Identity, JobId
 from htgrid.queue._status import TRANSITIONS, JobStatus
 
 if TYPE_CHECKING:
+    from htgrid.queue._factory import FactoryInfo
     from htgrid.queue._feed import Change, ChangeKind
     from htgrid.queue._policy import (
         ExitOutcome,
@@ -53,6 +54,7 @@ _LAZY: Final = {
     "Quarantined": "_quarantine",
     "StagedProcs": "_submit",
     "BatchCounts": "_summary",
+    "FactoryInfo": "_factory",
     "SubmitTransaction": "_submit",
     "JobQueue": "store",
     "JobSpec": "store",
@@ -69,6 +71,7 @@ __all__ = [
     "Change",
     "ChangeKind",
     "ExitOutcome",
+    "FactoryInfo",
     "HoldReasonCode",
     "Identity",
     "InvalidSubmit",

@@ -35,6 +35,29 @@ CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status);
 CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner COLLATE NOCASE);
 CREATE INDEX IF NOT EXISTS jobs_by_seq ON jobs (seq);
 
+-- Late materialization (_factory.py): a cluster's procs not yet made into jobs. The
+-- factory's next proc id moves on in the transaction that makes the procs.
+CREATE TABLE IF NOT EXISTS factories (
+    cluster         INTEGER PRIMARY KEY,
+    owner           TEXT NOT NULL,
+    status          INTEGER NOT NULL,  -- the status its procs are submitted in
+    next_proc       INTEGER NOT NULL,  -- JobMaterializeNextProcId
+    total           INTEGER NOT NULL,  -- the procs it makes in all
+    max_materialize INTEGER,           -- JobMaterializeLimit
+    max_idle        INTEGER,           -- JobMaterializeMaxIdle
+    paused          INTEGER NOT NULL   -- JobMaterializePaused
+);
+
+-- The procs of a factory, not yet made, that have attributes or a status of their own
+-- (the others are their cluster ad alone).
+CREATE TABLE IF NOT EXISTS factory_procs (
+    cluster INTEGER NOT NULL,
+    proc    INTEGER NOT NULL,
+    status  INTEGER NOT NULL,
+    ad      TEXT NOT NULL,
+    PRIMARY KEY (cluster, proc)
+) WITHOUT ROWID;
+
 -- Jobs that left the queue, newest last (`id` is the order they left in).
 CREATE TABLE IF NOT EXISTS history_clusters (
     cluster INTEGER PRIMARY KEY,

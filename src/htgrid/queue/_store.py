@@ -20,6 +20,7 @@ from typing import Any
 
 from htgrid.classad import ClassAd
 from htgrid.queue._errors import JobNotFound, StoreError
+from htgrid.queue._factory import top_up
 from htgrid.queue._ids import JobId
 from htgrid.queue._query import Filter
 from htgrid.queue._serial import (
@@ -255,6 +256,7 @@ class Txn:
         self.last_seq = store.meta("last_seq")
         self.next_cluster = store.meta("next_cluster")
         self._left_clusters: set[int] = set()
+        self._changed_clusters: set[int] = set()  # a job's status changed: a factory's?
         # The last job change, not yet written: the same change of the next proc of its
         # cluster joins it (see `job_change`).
         self._pending: FeedEntry | None = None
@@ -290,6 +292,8 @@ class Txn:
             last.last = job_id.proc
             return last.seq
         self._write_pending()
+        if kind == "status":
+            self._changed_clusters.add(job_id.cluster)
         proc = job_id.proc
         entry = FeedEntry(
             self.new_seq(), kind, job_id.cluster, proc, proc, status, last_status, attrs, deleted
@@ -302,14 +306,26 @@ class Txn:
             pending, self._pending = self._pending, None
             self.add_change(pending)
 
+    def changed(self, cluster: int) -> None:
+        """Have `finish` top up the factory of `cluster` (a resumed one)."""
+        self._changed_clusters.add(cluster)
+
+    def submitted(self, seq: int, cluster: int, first: int, last: int) -> None:
+        """The feed's entry for procs `first`..`last` of `cluster` queued (`seq` theirs)."""
+        self.add_change(FeedEntry(seq, "submitted", cluster, first, last))
+
     def finish(self) -> None:
-        """Write back the counters and drop clusters that have no job left."""
+        """Top up the factories whose jobs changed, write back the counters and drop
+        clusters that have no job (nor factory) left."""
         self._write_pending()
+        for cluster in sorted(self._left_clusters | self._changed_clusters):
+            top_up(self, cluster)
         for cluster in self._left_clusters:
             cur = self.conn.execute(
                 "DELETE FROM clusters WHERE cluster = ? "
-                "AND NOT EXISTS (SELECT 1 FROM jobs WHERE cluster = ?)",
-                (cluster, cluster),
+                "AND NOT EXISTS (SELECT 1 FROM jobs WHERE cluster = ?) "
+                "AND NOT EXISTS (SELECT 1 FROM factories WHERE cluster = ?)",
+                (cluster, cluster, cluster),
             )
             if cur.rowcount:
                 self.store.forget_cluster(cluster)

@@ -14,6 +14,7 @@ Until that commits nothing of them is in the queue, and the file goes with the p
 from __future__ import annotations
 
 import copy
+import itertools
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Final
 
 from htgrid.classad import ClassAd
+from htgrid.queue import _factory
 from htgrid.queue._codes import HoldReasonCode
 from htgrid.queue._errors import InvalidSubmit, NotAuthorized
 from htgrid.queue._ids import Identity, JobId
@@ -97,9 +99,11 @@ class SubmitTransaction:
             self._flush_rows(pending)
         return JobId(cluster, proc)
 
-    def add_staged(self, cluster: int, staged: StagedProcs) -> int:
+    def add_staged(self, cluster: int, staged: StagedProcs, *, factory: bool = False) -> int:
         """Add the procs of `staged` (staged for this cluster, with the cluster ad set
-        now); how many."""
+        now); how many. With `factory`, a cluster ad with JobMaterializeLimit or
+        JobMaterializeMaxIdle makes a factory (`_factory`): only as many procs as they
+        allow are queued now, the others as earlier ones leave."""
         pending = self._pending(cluster)
         if pending.ad is None or pending.next_proc:
             raise InvalidSubmit(f"cluster {cluster}: staged procs come first, after its ad")
@@ -110,11 +114,23 @@ class SubmitTransaction:
         ):
             raise InvalidSubmit(f"cluster {cluster}: the procs were staged for another ad")
         owner, seq = pending.owner, pending.seq
+        limits = _factory.limits_of(pending.ad, cluster) if factory else None
+        queued = staged.count
+        if limits is not None:
+            queued = _factory.create(
+                self._txn, cluster, owner, pending.status, limits, staged.count
+            )
+        rows = staged.rows()
         self._txn.conn.executemany(
             "INSERT INTO jobs (cluster, proc, status, owner, seq, ad) VALUES (?, ?, ?, ?, ?, ?)",
-            ((cluster, proc, status, owner, seq, text) for proc, status, text in staged.rows()),
+            (
+                (cluster, proc, status, owner, seq, text)
+                for proc, status, text in itertools.islice(rows, queued)
+            ),
         )
-        pending.next_proc = staged.count
+        if limits is not None:
+            _factory.wait(self._txn, cluster, pending.status, rows)
+        pending.next_proc = queued
         return staged.count
 
     def _pending(self, cluster: int) -> _Pending:

@@ -58,6 +58,11 @@ def select_targets(
     return edits
 
 
+def cluster_of(jobs: JobSpec) -> int | None:
+    """The cluster `jobs` names whole, if it names one."""
+    return _parse_spec(jobs)[1]
+
+
 def job_id_of(job_id: JobId | str) -> JobId:
     """A JobId, given one or its text ("42.0")."""
     return job_id if isinstance(job_id, JobId) else JobId.parse(job_id)

@@ -33,15 +33,18 @@ from typing import Any, Final
 from htgrid.classad import ClassAd, ExprTree
 from htgrid.errors import ClassAdSyntaxError
 from htgrid.queue import _actions as actions
+from htgrid.queue import _factory
 from htgrid.queue._codes import HoldReasonCode, JobAction
 from htgrid.queue._errors import (
     InvalidSubmit,
     InvalidTransition,
     JobNotFound,
+    NotAuthorized,
     ProtectedAttribute,
     QueueError,
     StoreError,
 )
+from htgrid.queue._factory import FactoryInfo, factories
 from htgrid.queue._feed import Change, read_changes
 from htgrid.queue._ids import Identity, JobId
 from htgrid.queue._matches import record_match
@@ -54,7 +57,7 @@ from htgrid.queue._status import ACTIVE, TRANSITIONS, JobStatus
 from htgrid.queue._store import JobEdit, Store, Txn, gc_paused
 from htgrid.queue._submit import SubmitTransaction
 from htgrid.queue._summary import BatchCounts, count_owners, summarize
-from htgrid.queue._targets import JobSpec, job_id_of, select_targets
+from htgrid.queue._targets import JobSpec, cluster_of, job_id_of, select_targets
 from htgrid.queue.faults import JobFailure, daemon_fault, problem
 
 __all__ = ["JobQueue", "JobSpec"]
@@ -377,10 +380,23 @@ class JobQueue:
         text = reason if reason is not None else f"via {tool} (by user {identity.name})"
         done: list[JobId] = []
         with self._writing() as txn:
-            for edit in select_targets(txn, jobs, identity, verb, _ELIGIBLE[action]):
+            cluster = cluster_of(jobs)
+            factory = cluster is not None and _act_on_factory(txn, cluster, action, identity)
+            try:
+                targets = select_targets(txn, jobs, identity, verb, _ELIGIBLE[action])
+            except JobNotFound:
+                if not factory:  # a factory's cluster may have no job in the queue now
+                    raise
+                targets = []
+            for edit in targets:
                 self._apply(txn, edit, action, text, code, subcode)
                 done.append(edit.job_id)
         return done
+
+    def factories(self) -> list[FactoryInfo]:
+        """The late-materialization factories (`_factory`), in cluster order."""
+        with self._reading() as store:
+            return factories(store)
 
     def _apply(
         self,
@@ -666,6 +682,26 @@ def _exit_decision(edit: JobEdit, now: int) -> PolicyDecision:
             EXIT_POLICY_FAILED.format(problem(exc)),
             HoldReasonCode.JobPolicyUndefined,
         )
+
+
+def _act_on_factory(txn: Txn, cluster: int, action: JobAction, identity: Identity) -> bool:
+    """condor_hold, condor_release or condor_rm of a whole cluster act on its factory too:
+    paused, resumed, removed. Whether the cluster has a factory."""
+    owner = _factory.owner_of(txn.conn, cluster)
+    if owner is None:
+        return False
+    if not identity.may_act_on(owner):
+        raise NotAuthorized(
+            f"cluster {cluster} is owned by {owner}; {identity.name} may not {_VERBS[action][0]} it"
+        )
+    if action is JobAction.Hold:
+        _factory.set_paused(txn, cluster, _factory.PAUSED_BY_USER)
+    elif action is JobAction.Release:
+        _factory.set_paused(txn, cluster, _factory.RUNNING)
+        txn.changed(cluster)  # made up to its limits at the commit
+    else:
+        _factory.remove(txn, cluster)
+    return True
 
 
 def _parsed(name: str, text: str) -> ExprTree:

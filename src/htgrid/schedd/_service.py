@@ -26,6 +26,7 @@ from htgrid.net import BadRequest, Jobs, SandboxTooLarge
 from htgrid.net.server import NO_LIMIT, SizeLimit
 from htgrid.queue import (
     BatchCounts,
+    FactoryInfo,
     Identity,
     InvalidSubmit,
     InvalidTransition,
@@ -130,6 +131,8 @@ class QueueService:
         cluster: int,
         cluster_ad: ClassAd,
         batches: AsyncIterable[Sequence[ClassAd]],
+        *,
+        factory: bool = False,
     ) -> int:
         owner = self._reservations.get(cluster)
         if owner is None:
@@ -150,6 +153,12 @@ class QueueService:
             async for batch in batches:
                 await asyncio.to_thread(_stage, prep, batch)
             ad = prep.finish()
+            late = factory and ("JobMaterializeLimit" in ad or "JobMaterializeMaxIdle" in ad)
+            if late and prep.spooled:
+                raise InvalidSubmit(
+                    f"cluster {cluster}: input is not spooled for a late materialization "
+                    "factory (max_materialize, max_idle), as in HTCondor"
+                )
             # Made while the submit commits and after it is answered: they are needed by
             # the stage-in, not by the answer. On this project's disk a new directory
             # costs up to a millisecond after many were removed, which held each
@@ -163,7 +172,7 @@ class QueueService:
                 with q.transaction(identity, reserved=cluster) as tx:
                     cid = tx.new_cluster()
                     tx.set_cluster_ad(cid, ad)
-                    return tx.add_staged(cid, prep.staged)
+                    return tx.add_staged(cid, prep.staged, factory=late)
 
             count = await self._worker.write(submit, client=True)
         except BaseException:
@@ -258,9 +267,11 @@ class QueueService:
 
     async def summary(
         self, identity: Identity, constraint: str | None
-    ) -> tuple[list[BatchCounts], dict[str, dict[int, int]]]:
-        def read(q: JobQueue) -> tuple[list[BatchCounts], dict[str, dict[int, int]]]:
-            return q.summarize(constraint), q.count_owners()
+    ) -> tuple[list[BatchCounts], dict[str, dict[int, int]], list[FactoryInfo]]:
+        def read(
+            q: JobQueue,
+        ) -> tuple[list[BatchCounts], dict[str, dict[int, int]], list[FactoryInfo]]:
+            return q.summarize(constraint), q.count_owners(), q.factories()
 
         return await self._worker.read(read, client=True)
 

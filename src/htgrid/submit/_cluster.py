@@ -120,6 +120,11 @@ class ClusterProcs:
             yield head
             yield from self._procs
 
+    def param(self, name: str) -> str | None:
+        """The expanded value of a submit command as its first queue statement has it
+        (one the job ad does not hold, such as `max_materialize`); None if unset."""
+        return self._statements[0].expander.param(name) if self._statements else None
+
     def whole(self, proc: ProcAd) -> Any:
         """The whole job ad of `proc` (the cluster ad overlaid by its own attributes)."""
         ad = copy.copy(self._first_ad)
