@@ -13,7 +13,7 @@ process (the time of the jobs() loop alone, not its interpreter's start):
 Printed: wall times and their ratio (target <= 1.0), the client's peak RSS (target
 < 100 MB) and the daemon's (VmHWM) before and after. Then `htgrid q -totals` and
 `htgrid q` (the batch summary) on the queue so filled (targets 0.3 s and 1 s), and, with
---materialize M, a cluster of --procs procs with `max_materialize = M` run through
+--materialize M, a cluster of --factory-procs procs with `max_materialize = M` run through
 (`universe = local`, `/bin/true`): the daemon's RSS as they go.
 """
 
@@ -117,6 +117,13 @@ def _materialize(pool: PersonalPool, work: Path, procs: int, limit: int) -> None
             history = schedd.history(f"ClusterId == {cluster}", ["ProcId"], limit=1)
             left = schedd.query(f"ClusterId == {cluster}", ["ProcId"], limit=1)
             samples.append(_rss(pool.pid or 0, "VmRSS"))
+            if len(samples) % 12 == 0:  # a line a minute
+                made = [f.next_proc for f in schedd.summary(f"ClusterId == {cluster}")[2]]
+                print(
+                    f"  {time.monotonic() - start:5.0f} s: next proc {made[0] if made else 'done'}"
+                    f", daemon RSS {samples[-1] / 1024:.0f} MB",
+                    flush=True,
+                )
             return bool(history) and not left
 
         wait_for(done, timeout=24 * 3600, interval=5.0, what="the factory to finish")
@@ -127,32 +134,39 @@ def _materialize(pool: PersonalPool, work: Path, procs: int, limit: int) -> None
     )
 
 
+def _submits(args: argparse.Namespace, work: Path) -> None:
+    items = work / "items.txt"
+    items.write_text("".join(f"item{n}\n" for n in range(args.items)))
+    with PersonalPool(work / "pool") as pool:
+        head = "universe = local\nexecutable = /bin/true\nhold = true\n"
+        _case("same", f"{head}queue {args.procs}\n", pool, work, args.oracle)
+        _case(
+            "items",
+            f"{head}arguments = $(Item) $(Process)\nqueue 10 Item from {items}\n",
+            pool,
+            work,
+            args.oracle,
+        )
+        _q(pool, work, args.repeat)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--procs", type=int, default=100_000)
     parser.add_argument("--items", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--materialize", type=int, default=0)
+    parser.add_argument("--materialize", type=int, default=0, help="max_materialize")
+    parser.add_argument("--factory-procs", type=int, default=1_000_000)
+    parser.add_argument("--skip-submit", action="store_true", help="only the factory run")
     parser.add_argument("--oracle", default=str(ROOT / ".venv-oracle24" / "bin" / "python"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="submit-scale-") as tmp:
         work = Path(tmp)
-        items = work / "items.txt"
-        items.write_text("".join(f"item{n}\n" for n in range(args.items)))
-        with PersonalPool(work / "pool") as pool:
-            head = "universe = local\nexecutable = /bin/true\nhold = true\n"
-            _case("same", f"{head}queue {args.procs}\n", pool, work, args.oracle)
-            _case(
-                "items",
-                f"{head}arguments = $(Item) $(Process)\nqueue 10 Item from {items}\n",
-                pool,
-                work,
-                args.oracle,
-            )
-            _q(pool, work, args.repeat)
+        if not args.skip_submit:
+            _submits(args, work)
         if args.materialize:
             with PersonalPool(work / "factory", max_local_jobs=50) as pool:
-                _materialize(pool, work, args.procs, args.materialize)
+                _materialize(pool, work, args.factory_procs, args.materialize)
 
 
 if __name__ == "__main__":
