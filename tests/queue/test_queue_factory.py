@@ -76,6 +76,21 @@ def test_max_materialize_keeps_that_many_procs_in_the_queue(q: JobQueue) -> None
     assert sorted(ad["ProcId"] for ad in q.history(f"ClusterId == {cluster}")) == list(range(7))
 
 
+def test_a_proc_made_later_enters_its_status_then(tmp_path: Path) -> None:
+    now = [1_700_000_000]
+    with JobQueue.open(tmp_path / "spool", fsync=False, clock=lambda: now[0]) as q:
+        cluster = factory(q, 4, JobMaterializeLimit=1)
+        now[0] += 500
+        leave(q, cluster, 0)
+        (ad,) = q.query(f"ClusterId == {cluster}")
+        assert (ad["ProcId"], ad["QDate"], ad["EnteredCurrentStatus"]) == (1, now[0] - 500, now[0])
+        assert ad["Args"] == "n1"
+        now[0] += 100
+        leave(q, cluster, 1)
+        (ad,) = q.query(f"ClusterId == {cluster}")
+        assert (ad["ProcId"], ad["EnteredCurrentStatus"], ad.get("Args")) == (2, now[0], None)
+
+
 def test_the_feed_says_each_proc_made_is_submitted(q: JobQueue) -> None:
     cluster = factory(q, 5, JobMaterializeLimit=2)
     seq = q.last_seq

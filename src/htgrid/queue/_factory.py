@@ -166,9 +166,12 @@ def top_up(txn: Txn, cluster: int) -> None:
     if room == 0:
         return
     last = next_proc + room - 1
-    default = (status, owner, _EMPTY)
+    # A proc enters its status now, not when its cluster was submitted (a periodic
+    # expression on `time() - EnteredCurrentStatus` must not see a late proc as old).
+    entered = f'"EnteredCurrentStatus":"{txn.now}"'
+    default = (status, owner, "{" + entered + "}")
     own = {
-        proc: (own_status, owner, text)
+        proc: (own_status, owner, _entered(text, entered))
         for proc, own_status, text in conn.execute(
             "SELECT proc, status, ad FROM factory_procs WHERE cluster = ? AND proc BETWEEN ? AND ?",
             (cluster, next_proc, last),
@@ -188,6 +191,14 @@ def top_up(txn: Txn, cluster: int) -> None:
     else:
         conn.execute("UPDATE factories SET next_proc = ? WHERE cluster = ?", (last + 1, cluster))
     txn.submitted(seq, cluster, next_proc, last)
+
+
+def _entered(text: str, entered: str) -> str:
+    """A proc's own stored attributes with EnteredCurrentStatus now, unless it has its
+    own (the stored form: a JSON object of name -> expression text)."""
+    if '"enteredcurrentstatus"' in text.lower():
+        return text
+    return "{" + entered + "}" if text == _EMPTY else text[:-1] + "," + entered + "}"
 
 
 def set_paused(txn: Txn, cluster: int, paused: int) -> bool:
