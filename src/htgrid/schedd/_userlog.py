@@ -339,30 +339,41 @@ def _cluster_ads(q: JobQueue, cluster: int, procs: range) -> Iterator[tuple[JobI
     """Each proc's ad (what the events need), read a page at a time: a cluster of a
     million procs in the memory of a page. A proc no longer queued is looked for in the
     history."""
-    constraint = f"ClusterId == {cluster} && ProcId >= {procs.start} && ProcId < {procs.stop}"
     after = JobId(cluster, procs.start - 1) if procs.start else None
     expected = procs.start
-    while True:
-        page = q.query_page(constraint, _INFO, after=after, count=_PAGE)
+    while expected < procs.stop:
+        count = min(_PAGE, procs.stop - expected)
+        page = _after(q, cluster, after, count)
         for ad in page:
             proc = ad["ProcId"]
+            if proc >= procs.stop:
+                break
             for gone in range(expected, proc):
                 yield JobId(cluster, gone), _job_ad(q, JobId(cluster, gone))
             yield JobId(cluster, proc), ad
             expected = proc + 1
-        if len(page) < _PAGE:
+        if len(page) < count or expected >= procs.stop or page[-1]["ProcId"] >= procs.stop:
             break
         after = JobId(cluster, expected - 1)
     for gone in range(expected, procs.stop):
         yield JobId(cluster, gone), _job_ad(q, JobId(cluster, gone))
 
 
+def _after(q: JobQueue, cluster: int, after: JobId | None, count: int) -> list[ClassAd]:
+    """The cluster's next `count` jobs after `after`. The constraint is the same text for
+    every page and job of a cluster: the parser keeps each text it is given, and a text
+    of its own per job (a million procs materialized one by one) would fill its cache
+    with ones never asked again."""
+    return q.query_page(f"ClusterId == {cluster}", _INFO, after=after, count=count)
+
+
 def _job_ad(q: JobQueue, jid: JobId) -> ClassAd | None:
+    ads = _after(q, jid.cluster, JobId(jid.cluster, jid.proc - 1) if jid.proc else None, 1)
+    if ads and ads[0]["ProcId"] == jid.proc:
+        return ads[0]
     constraint = f"ClusterId == {jid.cluster} && ProcId == {jid.proc}"
-    for ads in (q.query(constraint, _INFO), q.history(constraint, _INFO, limit=1)):
-        if ads:
-            return ads[0]
-    return None
+    ads = q.history(constraint, _INFO, limit=1)  # rare: a job gone before its event
+    return ads[0] if ads else None
 
 
 def _usage(ad: ClassAd, user: str, system: str) -> Rusage:
