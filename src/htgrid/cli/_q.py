@@ -11,7 +11,7 @@
     Total for all users: 2 jobs; 0 completed, 0 removed, 1 idle, 1 running, 0 held, 0 suspended
 
 As condor_q: only your jobs unless `-allusers` or arguments name jobs, clusters or
-users; `-nobatch` one line per job, `-hold` why jobs are held, `-l` whole ads (old
+users; `-nobatch` one line per job, `-hold` why jobs are held, `-factory` the late materialization factories, `-l` whole ads (old
 syntax), `-grid` grid jobs' remote state and id (a VM's instance id), `-af ATTR...` values, `-json` ads as JSON, `-better-analyze` why jobs do not
 run (unless job ids are named, one analysis per group of alike jobs), `-quarantined` the
 jobs the daemon could not read from its queue database when it started and set aside

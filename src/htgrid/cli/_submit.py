@@ -10,8 +10,11 @@ a cluster id, and builds the job ads: the cluster ad once, then for each proc wh
 has of its own, sent as they are built in one streamed request (neither side holds the
 cluster's procs all at once). The cluster is queued whole or not at all: a proc that
 fails midway (or an interrupted submit) queues nothing. A submit of 10,000 procs or more
-shows a progress bar on stderr when that is a terminal. `NAME=VALUE` arguments and `-append LINE` add statements
-before the queue statement; `-queue ARGS` gives the queue statement itself.
+shows a progress bar on stderr when that is a terminal. `max_materialize = N` or
+`max_idle = N` makes the cluster a late materialization factory: the daemon keeps at most
+N of its procs in the queue (N not running, for max_idle) and makes the next as earlier
+ones leave. `NAME=VALUE` arguments and `-append LINE` add statements before the queue
+statement; `-queue ARGS` gives the queue statement itself.
 `-dry-run DEST` writes the ads (old syntax) to DEST (`-` for stdout) and needs no daemon.
 `-name SCHEDD` / `-pool HOST:PORT` queue the jobs in another schedd (condor_submit's).
 
