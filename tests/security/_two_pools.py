@@ -13,11 +13,11 @@ import importlib.util
 import sys
 from pathlib import Path
 
-_HERE = Path(__file__).resolve().parents[1] / "htcondor_c"
+_DIR = Path(__file__).resolve().parents[1] / "htcondor_c"
 
 if "htcondor_c" not in sys.modules:
     _spec = importlib.util.spec_from_file_location(
-        "htcondor_c", _HERE / "__init__.py", submodule_search_locations=[str(_HERE)]
+        "htcondor_c", _DIR / "__init__.py", submodule_search_locations=[str(_DIR)]
     )
     assert _spec is not None and _spec.loader is not None
     sys.modules["htcondor_c"] = importlib.util.module_from_spec(_spec)
@@ -25,8 +25,7 @@ if "htcondor_c" not in sys.modules:
 _pools = importlib.import_module("htcondor_c._pools")
 
 B_NAME: str = _pools.B_NAME
-ad_of = _pools.ad_of
 b_jobs = _pools.b_jobs
 two_pools = _pools.two_pools
 
-__all__ = ["B_NAME", "ad_of", "b_jobs", "two_pools"]
+__all__ = ["B_NAME", "b_jobs", "two_pools"]
