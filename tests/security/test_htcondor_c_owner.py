@@ -226,5 +226,12 @@ def test_an_owner_without_a_token_of_b_cannot_use_the_pools(pools: Pools) -> Non
 
 @pytest.mark.timeout(300)
 def test_a_job_cannot_name_a_token_file_its_owner_may_not_read(pools: Pools) -> None:
-    """The job names root's token of B: its GAHP server, the owner's, cannot read it."""
-    never_reaches_b(pools, f"scitokens_file = {pools.a.home.joinpath(*ROOTS)}\n")
+    """The job names root's token of B: the owner cannot read it, so the job is held
+    saying so (as HTCondor holds a job whose proxy it cannot acquire), never sent."""
+    roots = pools.a.home.joinpath(*ROOTS)
+    job = submit(pools, f"scitokens_file = {roots}\n")
+    ad = wait_for(lambda: (a := dict(pools.user.get(job)))["JobStatus"] == 5 and a, 60, what="held")
+    assert ad["HoldReason"] == f"cannot read the credential {roots}: Permission denied"
+    assert ad["HoldReasonCode"] == 4  # CorruptedCredential
+    assert "GridJobId" not in ad
+    assert b_jobs(pools.b) == []

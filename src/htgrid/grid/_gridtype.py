@@ -20,10 +20,12 @@ Nothing outside a type's folder names the type.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from htgrid._privsep import Account, PrivilegeError, as_owner
 from htgrid.classad import ClassAd
 from htgrid.grid._gahps import GahpHandle
 from htgrid.grid._gridids import ResourceName
@@ -59,6 +61,17 @@ class GahpCredential:
 
     path: str
     argv: tuple[str, ...]
+
+    def unreadable(self, owner: Account | None) -> str | None:
+        """Why `owner` (None: this process's user) cannot read the file, if it cannot:
+        its GAHP server, run as the owner, would present no token at all. Blocking."""
+        try:
+            with as_owner(owner):
+                os.close(os.open(self.path, os.O_RDONLY | os.O_CLOEXEC))
+        except (OSError, PrivilegeError) as err:
+            why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+            return f"cannot read the credential {self.path}: {why}"
+        return None
 
 
 def _no_lines(ad: ClassAd) -> list[str]:
