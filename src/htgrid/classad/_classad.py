@@ -6,8 +6,9 @@ import datetime as _dt
 from collections.abc import Iterator, MutableMapping
 from typing import Any, Self
 
+from htgrid.classad._ad import AdBase, Entry, to_node_value
 from htgrid.classad._ast import AdExpr, ListExpr, Literal, Node
-from htgrid.classad._compile import _NOLIT, EvaluationFailed, RaisedInPython, compiled
+from htgrid.classad._compile import EvaluationFailed, RaisedInPython, compiled
 from htgrid.classad._exprops import ExprOperators, combine, truth_of
 from htgrid.classad._parser import (
     BRACKET_DEPTH,
@@ -16,7 +17,7 @@ from htgrid.classad._parser import (
     TOO_DEEP,
     check_depth,
 )
-from htgrid.classad._state import EvalState
+from htgrid.classad._state import COMPILERS, Compiled, EvalState
 from htgrid.classad._values import (
     ERROR,
     INT64_MAX,
@@ -32,36 +33,11 @@ from htgrid.errors import ClassAdEvaluationError, ClassAdValueError
 
 __all__ = ["BuiltExpr", "ClassAd", "Entry", "ExprTree", "to_node", "to_python"]
 
-_SCALAR_TYPES = (bool, int, float, str, AbsTime, RelTime)
 # Lists and dicts nested more than this can never be within the parser's depth limit.
 _MAX_LEVELS = (MAX_DEPTH - START_DEPTH) // BRACKET_DEPTH
 
 
-class Entry:
-    """One attribute of an ad: `name` as spelled, `node` its expression's tree, and `lit`
-    its value when a constant (a bool, int, float or str, an absolute time, `Value.Undefined`
-    or `Value.Error`; a relative time as float seconds), else `fast.NOT_CONSTANT`.
-
-    Entries are immutable once made and may be shared between ads. `ClassAd._attrs`
-    (lower-case name -> Entry) is the table `htgrid.classad.fast.entries` hands out.
-    """
-
-    __slots__ = ("lit", "name", "node")
-
-    def __init__(self, name: str, node: Node) -> None:
-        self.name = name
-        self.node = node
-        if type(node) is Literal and (
-            type(node.value) in _SCALAR_TYPES or node.value is UNDEFINED or node.value is ERROR
-        ):
-            value = node.value
-            # A relTime("...") literal evaluates to a real, as in HTCondor.
-            self.lit: object = float(value.secs) if type(value) is RelTime else value
-        else:
-            self.lit = _NOLIT
-
-
-class ClassAd(MutableMapping[str, Any]):
+class ClassAd(AdBase, MutableMapping[str, Any]):
     """A ClassAd: a mutable mapping of case-insensitive attribute names to expressions.
 
     Reading an attribute gives its Python value when it is a constant (bool, int, float,
@@ -70,11 +46,11 @@ class ClassAd(MutableMapping[str, Any]):
     types, `None` (undefined), dicts (nested ads) and ExprTrees.
     """
 
-    __slots__ = ("_attrs", "_parent")
+    __slots__ = ()  # _attrs and _parent: see AdBase
 
     def __init__(self, input: str | dict[str, Any] | None = None) -> None:
-        self._attrs: dict[str, Entry] = {}
-        self._parent: ClassAd | None = None
+        self._attrs = {}
+        self._parent = None
         if input is None:
             return
         if isinstance(input, dict):
@@ -416,6 +392,19 @@ def _compared(tree: ExprTree, other: object, op: str) -> Any:
 _CONVERTIBLE = (bool, int, float, str, list, tuple, dict, _dt.datetime, Value)
 
 
+def _record(node: AdExpr) -> Compiled:
+    """The compiler of `[a = 1; ...]`, whose value is a new ClassAd nested in the scope."""
+    template = ClassAd._from_pairs(node.attrs)
+
+    def f(st: EvalState) -> Val:
+        return template._instance(st.ad)
+
+    return f
+
+
+COMPILERS[AdExpr] = _record  # (the other node types' compilers are in _compile.py)
+
+
 # -- conversions ------------------------------------------------------------------------
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
@@ -503,15 +492,3 @@ def _datetime_secs(dt: _dt.datetime) -> int:
         return int((dt - _EPOCH).total_seconds() // 1)
     # A naive datetime is local time, as classad2 reads it.
     return int(dt.timestamp() // 1)
-
-
-def to_node_value(v: Val) -> Node:
-    """A value as a node: lists and ads become their syntax, anything else a literal."""
-    if type(v) is ListValue:
-        lv: ListValue = v
-        if lv.state is not None:
-            return ListExpr(lv.items)  # a list literal's items stay as written
-        return ListExpr(tuple(to_node_value(x) for x in lv.values()))
-    if isinstance(v, ClassAd):
-        return v._node()
-    return Literal(v)

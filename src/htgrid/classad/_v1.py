@@ -15,8 +15,9 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
+from htgrid.classad._ad import to_node_value
 from htgrid.classad._ast import AdExpr, AttrRef, Call, ListExpr, Literal, Node
-from htgrid.classad._classad import BuiltExpr, ClassAd, ExprTree, to_node, to_node_value, to_python
+from htgrid.classad._classad import BuiltExpr, ClassAd, ExprTree, to_node, to_python
 from htgrid.classad._compile import RaisedInPython
 from htgrid.classad._io import ParserType, iter_ads, parseAds, parseOne
 from htgrid.classad._parser import check_depth
