@@ -320,6 +320,21 @@ class ExprTree(ExprOperators):
     def __reduce__(self) -> tuple[Any, ...]:
         return (ExprTree, (repr(self),))
 
+    # What the version-1 operators (ExprOperators) build with.
+
+    @staticmethod
+    def _built(node: Node) -> BuiltExpr:
+        """A new expression; as in version 1 it belongs to no ad (not its operands')."""
+        return BuiltExpr._of(node)
+
+    @staticmethod
+    def _operand(value: object) -> Node:
+        return to_node(value)
+
+    @staticmethod
+    def _python(node: Node, parent: ClassAd | None) -> Any:
+        return node_to_python(node, parent)
+
     def eval(self, scope: ClassAd | None = None, target: ClassAd | None = None) -> Any:
         """Evaluate with `scope` as MY (and for unscoped names) and `target` as TARGET."""
         v = self._evaluate(scope, target)
