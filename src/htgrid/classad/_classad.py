@@ -18,6 +18,7 @@ from htgrid.classad._parser import (
     check_depth,
 )
 from htgrid.classad._state import COMPILERS, Compiled, EvalState
+from htgrid.classad._tojson import ad_to_json
 from htgrid.classad._values import (
     ERROR,
     INT64_MAX,
@@ -215,8 +216,6 @@ class ClassAd(AdBase, MutableMapping[str, Any]):
 
     def printJson(self) -> str:
         """This ad in HTCondor's JSON form."""
-        from htgrid.classad.adjson import ad_to_json
-
         return ad_to_json(self)
 
     formatJson = printJson
