@@ -10,15 +10,19 @@ from htgrid.classad._ad import AdBase, Entry, to_node_value
 from htgrid.classad._ast import AdExpr, ListExpr, Literal, Node
 from htgrid.classad._compile import EvaluationFailed, RaisedInPython, compiled
 from htgrid.classad._exprops import ExprOperators, combine, truth_of
+from htgrid.classad._match import requirements_hold
 from htgrid.classad._parser import (
     BRACKET_DEPTH,
     MAX_DEPTH,
     START_DEPTH,
     TOO_DEEP,
     check_depth,
+    parse_expr,
+    parse_new_ad,
 )
 from htgrid.classad._state import COMPILERS, Compiled, EvalState
 from htgrid.classad._tojson import ad_to_json
+from htgrid.classad._unparse import quote_name, unparse, unparse_ad, unparse_old, unparse_pretty
 from htgrid.classad._values import (
     ERROR,
     INT64_MAX,
@@ -59,14 +63,13 @@ class ClassAd(AdBase, MutableMapping[str, Any]):
                 self[key] = value
             return
         if isinstance(input, str):
+            # Loaded at the first ad read from text, not with the package (start-up).
             from htgrid.classad._prefix import read_entries
 
             entries = read_entries(input)
             if entries is not None:
                 self._attrs = entries
                 return
-            from htgrid.classad._parser import parse_new_ad
-
             for name, node in parse_new_ad(input).attrs:
                 self._attrs[name.lower()] = Entry(name, node)
             return
@@ -148,13 +151,9 @@ class ClassAd(AdBase, MutableMapping[str, Any]):
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        from htgrid.classad._unparse import unparse_ad
-
         return unparse_ad(tuple(self._attrs.values()))
 
     def __str__(self) -> str:
-        from htgrid.classad._unparse import unparse_pretty
-
         return unparse_pretty(self._node())
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -204,8 +203,6 @@ class ClassAd(AdBase, MutableMapping[str, Any]):
 
     def printOld(self) -> str:
         """This ad in the old syntax: one `Name = expr` line each."""
-        from htgrid.classad._unparse import quote_name, unparse_old
-
         if not self._attrs:
             return "\n"
         return "".join(
@@ -224,8 +221,6 @@ class ClassAd(AdBase, MutableMapping[str, Any]):
         """Whether `ad`'s Requirements hold with `ad` as MY and this ad as TARGET."""
         if not isinstance(ad, ClassAd):
             raise TypeError("ad must be a ClassAd")
-        from htgrid.classad._match import requirements_hold
-
         return requirements_hold(ad, self)
 
     def symmetricMatch(self, ad: ClassAd) -> bool:
@@ -236,6 +231,7 @@ class ClassAd(AdBase, MutableMapping[str, Any]):
         """The attributes `expr` references that this ad does not define."""
         if not isinstance(expr, ExprTree):
             raise TypeError("expr must be an ExprTree")
+        # Loaded at the first use, not with the package (start-up), as are _flatten's.
         from htgrid.classad._refs import references
 
         return references(self, expr._node, external=True)
@@ -244,7 +240,7 @@ class ClassAd(AdBase, MutableMapping[str, Any]):
         """The attributes `expr` references that this ad defines."""
         if not isinstance(expr, ExprTree):
             raise TypeError("expr must be an ExprTree")
-        from htgrid.classad._refs import references
+        from htgrid.classad._refs import references  # (start-up: see externalRefs)
 
         return references(self, expr._node, external=False)
 
@@ -255,7 +251,7 @@ class ClassAd(AdBase, MutableMapping[str, Any]):
         """
         if not isinstance(expr, ExprTree):
             raise TypeError("expr must be an ExprTree")
-        from htgrid.classad._flatten import flatten_value
+        from htgrid.classad._flatten import flatten_value  # (start-up: see externalRefs)
 
         try:
             value, tree = flatten_value(expr._node, EvalState(self))
@@ -286,8 +282,6 @@ class ExprTree(ExprOperators):
         elif isinstance(expr, ClassAd):
             self._node = check_depth(expr._node())
         else:
-            from htgrid.classad._parser import parse_expr
-
             self._node = parse_expr(expr if isinstance(expr, str) else str(expr))
 
     @classmethod
@@ -307,13 +301,9 @@ class ExprTree(ExprOperators):
         return hash(self._node)
 
     def __str__(self) -> str:
-        from htgrid.classad._unparse import unparse_pretty
-
         return unparse_pretty(self._node)
 
     def __repr__(self) -> str:
-        from htgrid.classad._unparse import unparse
-
         return unparse(self._node)
 
     def __reduce__(self) -> tuple[Any, ...]:
