@@ -457,6 +457,8 @@ def _subscript(node: Subscript) -> Compiled:
 
 
 def _call(node: Call) -> Compiled:
+    # The function library loads at the first call compiled, not with the package
+    # (start-up; see preload_functions). It sits above ClassAd, which splitTime makes.
     from htgrid.classad._functions import FUNCTIONS
 
     key = node.name.lower()

@@ -276,7 +276,7 @@ def _flat_ternary(node: Ternary, st: EvalState) -> _Piece:
 
 
 def _flat_call(node: Call, st: EvalState) -> _Piece:
-    from htgrid.classad._functions import FUNCTIONS
+    from htgrid.classad._functions import FUNCTIONS  # at first use (start-up), as in _compile
 
     pieces = [_flat(a, st, False) for a in node.args]
     builtin = FUNCTIONS.get(node.name.lower())

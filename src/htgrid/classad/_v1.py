@@ -151,6 +151,8 @@ def register(function: Callable[..., Any], name: str | None = None) -> None:
     being evaluated; what it returns is converted and evaluated there. An exception it
     raises reaches the caller of the evaluation.
     """
+    # The function library loads at its first use (start-up; see preload_functions), and
+    # before this registers into it, so that no built-in loaded later replaces `name`.
     from htgrid.classad._functions import FUNCTIONS, Builtin
 
     if not callable(function):
