@@ -40,12 +40,13 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from htgrid._gc import tune_gc
 from htgrid.classad import preload_functions
+from htgrid.gahp.commands import Spec
 from htgrid.grid import GridManager, GridManagerConfig
 from htgrid.grid.condor._job import CondorJob
 from htgrid.grid.condor._resource import CondorResource
@@ -61,13 +62,18 @@ B_NAME = "schedd-b@htcondor-c.bench"
 # one door all of them go through).
 SENT: collections.Counter[tuple[int, str]] = collections.Counter()
 _command = CondorResource.command
+_A = TypeVar("_A")
 
 
 async def _counted(
-    self: CondorResource, command: str, *args: str, later: bool = False
-) -> tuple[str, ...]:
-    SENT[self.stats.polls, command] += 1
-    return await _command(self, command, *args, later=later)
+    self: CondorResource,
+    result: Callable[[Sequence[str]], _A],
+    command: Spec,
+    *args: str,
+    later: bool = False,
+) -> _A:
+    SENT[self.stats.polls, command.name] += 1
+    return await _command(self, result, command, *args, later=later)
 
 
 CondorResource.command = _counted  # type: ignore[method-assign]

@@ -8,7 +8,7 @@ import random
 import pytest
 
 import htgrid.classad as classad
-import htgrid.classad.adjson as json_module
+import htgrid.classad._tojson as json_module  # the writer, with its caches
 
 # What JSON writes in its own ways: reals, escapes, nesting, and expressions as strings.
 _VALUES = [

@@ -611,3 +611,58 @@ def test_no_status_answers_make_the_status_unknown_then_known(grid: Grid, remote
 
     run(main())
     assert _events(grid.log()) == ["027", "029", "030"]
+
+
+def test_each_token_file_a_job_names_has_a_gahp_server_of_its_own(
+    grid: Grid, remote: Remote
+) -> None:
+    """ScitokensFile: the job's server presents that token (--token-file), and is not
+    shared with jobs naming another file, or none (HTCondor keys both by it)."""
+    plain = _submit(grid)
+    named = _submit(grid, 2, "scitokens_file = tokens/$(Process).token\n")
+    (grid.work / "tokens").mkdir()
+    for proc in (0, 1):
+        (grid.work / "tokens" / f"{proc}.token").write_text("a token\n")
+    jobs = [*plain, *named]
+    servers: dict[str, tuple[str, ...]] = {}
+    resources: set[str] = set()
+
+    async def main() -> None:
+        async with running(grid, remote) as manager:
+            await wait_for("the submits", lambda: all(_remote_of(grid, j) for j in jobs))
+            servers.update((key, handle.argv) for key, handle in manager.gahps.items())
+            resources.update(manager.resources)
+
+    run(main())
+    files = [f"{grid.work}/tokens/{proc}.token" for proc in (0, 1)]
+    assert [grid.ad(job)["ScitokensFile"] for job in named] == files
+    base = "CONDOR/127.0.0.1:9999/remote@test"
+    assert set(servers) == {base, *(f"{base}#{path}" for path in files)}
+    assert "--token-file" not in servers[base]
+    for path in files:
+        assert servers[f"{base}#{path}"][-2:] == ("--token-file", path)
+    assert resources == {RESOURCE, *(f"{RESOURCE}#{path}" for path in files)}
+    assert remote.requests("CONDOR_JOB_SUBMIT") == [1, 1, 1]
+
+
+def test_a_job_naming_a_token_file_that_cannot_be_read_is_held_saying_so(
+    grid: Grid, remote: Remote
+) -> None:
+    """Its server would present no token and B refuse it for ever: held at once, with
+    the file and the reason, and no server started for it; the other job goes on."""
+    (missing,) = _submit(grid, 1, "scitokens_file = nosuch.token\n")
+    (plain,) = _submit(grid)
+    servers: list[str] = []
+
+    async def main() -> None:
+        async with running(grid, remote) as manager:
+            await wait_for("the hold", lambda: grid.ad(missing)["JobStatus"] == 5)
+            await wait_for("the other job", lambda: bool(_remote_of(grid, plain)))
+            servers.extend(manager.gahps)
+
+    run(main())
+    ad = grid.ad(missing)
+    path = f"{grid.work}/nosuch.token"
+    assert ad["HoldReason"] == f"cannot read the credential {path}: No such file or directory"
+    assert ad["HoldReasonCode"] == 4
+    assert servers == ["CONDOR/127.0.0.1:9999/remote@test"]

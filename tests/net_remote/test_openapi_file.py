@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from htgrid.net._openapi import published_document, render
+from htgrid.net._openapi import render
+from htgrid.net.app import published_document
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
 REGENERATE = "python -m htgrid.net._openapi > docs/openapi.json"

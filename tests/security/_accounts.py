@@ -28,18 +28,19 @@ import pytest
 
 import htgrid
 
-__all__ = ["LocalUser", "need_root", "second_user", "shared_dir", "user_runs_python"]
+__all__ = ["LocalUser", "need_root", "second_user", "shared_dir", "user_runs_python", "workdir"]
 
 
 @dataclass(frozen=True, slots=True)
 class LocalUser:
-    """The second user (its primary group its own) and an extra group it is in."""
+    """The second user (its primary group its own), an extra group it is in, its home."""
 
     name: str
     uid: int
     gid: int
     extra_group: str
     extra_gid: int
+    home: Path
 
 
 def need_root(why: str) -> None:
@@ -58,8 +59,10 @@ def _run(*argv: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def second_user() -> Iterator[LocalUser]:
-    """A fresh local user (its own primary group, and one extra group), removed after."""
+def second_user(shared_tmp_factory: Callable[[str], Path]) -> Iterator[LocalUser]:
+    """A fresh local user (its own primary group, and one extra group), removed after.
+    Its home (0700, its own) is in a directory others pass through, as users' homes are:
+    its GAHP servers look for its tokens there."""
     need_root("a second local user is made with useradd")
     if shutil.which("useradd") is None:
         if os.environ.get("CI") == "true":
@@ -67,12 +70,17 @@ def second_user() -> Iterator[LocalUser]:
         pytest.skip("useradd is not installed")
     name = f"htgsec{secrets.token_hex(3)}"
     extra = f"{name}x"
+    home = shared_tmp_factory("homes") / name
     _run("groupadd", extra)
     try:
-        _run("useradd", "-M", "-U", "-d", "/nonexistent", "-s", "/bin/sh", "-G", extra, name)
+        _run("useradd", "-M", "-U", "-d", str(home), "-s", "/bin/sh", "-G", extra, name)
         try:
             entry = pwd.getpwnam(name)
-            yield LocalUser(name, entry.pw_uid, entry.pw_gid, extra, grp.getgrnam(extra).gr_gid)
+            home.mkdir(mode=0o700)
+            os.chown(home, entry.pw_uid, entry.pw_gid)
+            yield LocalUser(
+                name, entry.pw_uid, entry.pw_gid, extra, grp.getgrnam(extra).gr_gid, home
+            )
         finally:
             _run("userdel", name)
     finally:
@@ -84,6 +92,15 @@ def shared_dir(shared_tmp_factory: Callable[[str], Path]) -> Path:
     """A scratch directory other local users can pass through (0711, in /tmp: pytest's
     own temporary directories are root's alone)."""
     return shared_tmp_factory("security")
+
+
+@pytest.fixture
+def workdir(shared_dir: Path, second_user: LocalUser) -> Path:
+    """A directory of the second user's, where its job runs."""
+    work = shared_dir / "work"
+    work.mkdir()
+    os.chown(work, second_user.uid, second_user.gid)
+    return work
 
 
 _ACL = "system.posix_acl_access"

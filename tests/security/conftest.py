@@ -1,7 +1,8 @@
-"""The security tests' fixtures: a second local user (`_accounts`)."""
+"""The security tests' fixtures: a second local user, its home and a directory of its
+own (`_accounts`)."""
 
 from __future__ import annotations
 
-from ._accounts import second_user, shared_dir, user_runs_python
+from ._accounts import second_user, shared_dir, user_runs_python, workdir
 
-__all__ = ["second_user", "shared_dir", "user_runs_python"]
+__all__ = ["second_user", "shared_dir", "user_runs_python", "workdir"]

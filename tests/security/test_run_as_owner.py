@@ -59,15 +59,6 @@ def user(pool: PersonalPool, second_user: LocalUser) -> Iterator[ScheddClient]:
         yield client
 
 
-@pytest.fixture
-def workdir(shared_dir: Path, second_user: LocalUser) -> Path:
-    """A directory of the second user's, where its job runs."""
-    work = shared_dir / "work"
-    work.mkdir()
-    os.chown(work, second_user.uid, second_user.gid)
-    return work
-
-
 def ids_of(text: str) -> tuple[int, int, set[int], str]:
     uid, gid, groups, umask = text.split("\n")[:4]
     return int(uid), int(gid), {int(g) for g in groups.split()}, umask

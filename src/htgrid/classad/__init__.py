@@ -22,6 +22,30 @@ Beyond classad2's API, htgrid's own daemons use public modules of this package, 
 its private ones: `fast` (an ad's entry table, matching, for the queue and negotiator),
 `syntax` (expression trees and their text), `analysis` (why two ads match or not) and
 `adjson` (HTCondor's JSON form).
+
+Inside, each module imports only those in the layers below its own, none beside it
+(the import-linter contract "classad-layers" in pyproject.toml holds them there):
+
+    analysis | fast | syntax          the public modules beside this one
+    _v1                               version 1's names
+    _io                               ads read from text in any syntax
+    adjson | _select | _factor        JSON's reader, projections, common attributes
+    _functions                        the built-in functions
+    _classad                          ClassAd and ExprTree, whose methods use all below
+    _match | _refs | _flatten         matching, references, partial evaluation
+    _compile | _exprops | _tojson | _prefix
+                                      the compiler, version 1's operators, the JSON
+                                      writer, ads that begin as the last one read
+    _lookup | _ops | _parser | _unparse
+    _ad | _lexer | _times             _ad: AdBase (ClassAd's base, for isinstance) and Entry
+    _values
+    _ast | _state | _split            _state: the evaluation state, and compiled(node)
+
+Evaluation recurses through the layers (an attribute's expression is compiled when a
+reference first reaches it, a list's items when read), so `compiled` finds each node
+type's compiler in a table in _state, which _compile fills, and _classad for `[...]`
+(its value is a ClassAd). The only imports upward load the function library, at the
+first call compiled or flattened (start-up, see `preload_functions`).
 """
 
 from __future__ import annotations

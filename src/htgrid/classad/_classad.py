@@ -6,17 +6,23 @@ import datetime as _dt
 from collections.abc import Iterator, MutableMapping
 from typing import Any, Self
 
+from htgrid.classad._ad import AdBase, Entry, to_node_value
 from htgrid.classad._ast import AdExpr, ListExpr, Literal, Node
-from htgrid.classad._compile import _NOLIT, EvaluationFailed, RaisedInPython, compiled
+from htgrid.classad._compile import EvaluationFailed, RaisedInPython, compiled
 from htgrid.classad._exprops import ExprOperators, combine, truth_of
+from htgrid.classad._match import requirements_hold
 from htgrid.classad._parser import (
     BRACKET_DEPTH,
     MAX_DEPTH,
     START_DEPTH,
     TOO_DEEP,
     check_depth,
+    parse_expr,
+    parse_new_ad,
 )
-from htgrid.classad._state import EvalState
+from htgrid.classad._state import COMPILERS, Compiled, EvalState
+from htgrid.classad._tojson import ad_to_json
+from htgrid.classad._unparse import quote_name, unparse, unparse_ad, unparse_old, unparse_pretty
 from htgrid.classad._values import (
     ERROR,
     INT64_MAX,
@@ -32,36 +38,11 @@ from htgrid.errors import ClassAdEvaluationError, ClassAdValueError
 
 __all__ = ["BuiltExpr", "ClassAd", "Entry", "ExprTree", "to_node", "to_python"]
 
-_SCALAR_TYPES = (bool, int, float, str, AbsTime, RelTime)
 # Lists and dicts nested more than this can never be within the parser's depth limit.
 _MAX_LEVELS = (MAX_DEPTH - START_DEPTH) // BRACKET_DEPTH
 
 
-class Entry:
-    """One attribute of an ad: `name` as spelled, `node` its expression's tree, and `lit`
-    its value when a constant (a bool, int, float or str, an absolute time, `Value.Undefined`
-    or `Value.Error`; a relative time as float seconds), else `fast.NOT_CONSTANT`.
-
-    Entries are immutable once made and may be shared between ads. `ClassAd._attrs`
-    (lower-case name -> Entry) is the table `htgrid.classad.fast.entries` hands out.
-    """
-
-    __slots__ = ("lit", "name", "node")
-
-    def __init__(self, name: str, node: Node) -> None:
-        self.name = name
-        self.node = node
-        if type(node) is Literal and (
-            type(node.value) in _SCALAR_TYPES or node.value is UNDEFINED or node.value is ERROR
-        ):
-            value = node.value
-            # A relTime("...") literal evaluates to a real, as in HTCondor.
-            self.lit: object = float(value.secs) if type(value) is RelTime else value
-        else:
-            self.lit = _NOLIT
-
-
-class ClassAd(MutableMapping[str, Any]):
+class ClassAd(AdBase, MutableMapping[str, Any]):
     """A ClassAd: a mutable mapping of case-insensitive attribute names to expressions.
 
     Reading an attribute gives its Python value when it is a constant (bool, int, float,
@@ -70,11 +51,11 @@ class ClassAd(MutableMapping[str, Any]):
     types, `None` (undefined), dicts (nested ads) and ExprTrees.
     """
 
-    __slots__ = ("_attrs", "_parent")
+    __slots__ = ()  # _attrs and _parent: see AdBase
 
     def __init__(self, input: str | dict[str, Any] | None = None) -> None:
-        self._attrs: dict[str, Entry] = {}
-        self._parent: ClassAd | None = None
+        self._attrs = {}
+        self._parent = None
         if input is None:
             return
         if isinstance(input, dict):
@@ -82,14 +63,13 @@ class ClassAd(MutableMapping[str, Any]):
                 self[key] = value
             return
         if isinstance(input, str):
+            # Loaded at the first ad read from text, not with the package (start-up).
             from htgrid.classad._prefix import read_entries
 
             entries = read_entries(input)
             if entries is not None:
                 self._attrs = entries
                 return
-            from htgrid.classad._parser import parse_new_ad
-
             for name, node in parse_new_ad(input).attrs:
                 self._attrs[name.lower()] = Entry(name, node)
             return
@@ -171,13 +151,9 @@ class ClassAd(MutableMapping[str, Any]):
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        from htgrid.classad._unparse import unparse_ad
-
         return unparse_ad(tuple(self._attrs.values()))
 
     def __str__(self) -> str:
-        from htgrid.classad._unparse import unparse_pretty
-
         return unparse_pretty(self._node())
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -227,8 +203,6 @@ class ClassAd(MutableMapping[str, Any]):
 
     def printOld(self) -> str:
         """This ad in the old syntax: one `Name = expr` line each."""
-        from htgrid.classad._unparse import quote_name, unparse_old
-
         if not self._attrs:
             return "\n"
         return "".join(
@@ -239,8 +213,6 @@ class ClassAd(MutableMapping[str, Any]):
 
     def printJson(self) -> str:
         """This ad in HTCondor's JSON form."""
-        from htgrid.classad.adjson import ad_to_json
-
         return ad_to_json(self)
 
     formatJson = printJson
@@ -249,8 +221,6 @@ class ClassAd(MutableMapping[str, Any]):
         """Whether `ad`'s Requirements hold with `ad` as MY and this ad as TARGET."""
         if not isinstance(ad, ClassAd):
             raise TypeError("ad must be a ClassAd")
-        from htgrid.classad._match import requirements_hold
-
         return requirements_hold(ad, self)
 
     def symmetricMatch(self, ad: ClassAd) -> bool:
@@ -261,6 +231,7 @@ class ClassAd(MutableMapping[str, Any]):
         """The attributes `expr` references that this ad does not define."""
         if not isinstance(expr, ExprTree):
             raise TypeError("expr must be an ExprTree")
+        # Loaded at the first use, not with the package (start-up), as are _flatten's.
         from htgrid.classad._refs import references
 
         return references(self, expr._node, external=True)
@@ -269,7 +240,7 @@ class ClassAd(MutableMapping[str, Any]):
         """The attributes `expr` references that this ad defines."""
         if not isinstance(expr, ExprTree):
             raise TypeError("expr must be an ExprTree")
-        from htgrid.classad._refs import references
+        from htgrid.classad._refs import references  # (start-up: see externalRefs)
 
         return references(self, expr._node, external=False)
 
@@ -280,7 +251,7 @@ class ClassAd(MutableMapping[str, Any]):
         """
         if not isinstance(expr, ExprTree):
             raise TypeError("expr must be an ExprTree")
-        from htgrid.classad._flatten import flatten_value
+        from htgrid.classad._flatten import flatten_value  # (start-up: see externalRefs)
 
         try:
             value, tree = flatten_value(expr._node, EvalState(self))
@@ -311,8 +282,6 @@ class ExprTree(ExprOperators):
         elif isinstance(expr, ClassAd):
             self._node = check_depth(expr._node())
         else:
-            from htgrid.classad._parser import parse_expr
-
             self._node = parse_expr(expr if isinstance(expr, str) else str(expr))
 
     @classmethod
@@ -332,17 +301,28 @@ class ExprTree(ExprOperators):
         return hash(self._node)
 
     def __str__(self) -> str:
-        from htgrid.classad._unparse import unparse_pretty
-
         return unparse_pretty(self._node)
 
     def __repr__(self) -> str:
-        from htgrid.classad._unparse import unparse
-
         return unparse(self._node)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (ExprTree, (repr(self),))
+
+    # What the version-1 operators (ExprOperators) build with.
+
+    @staticmethod
+    def _built(node: Node) -> BuiltExpr:
+        """A new expression; as in version 1 it belongs to no ad (not its operands')."""
+        return BuiltExpr._of(node)
+
+    @staticmethod
+    def _operand(value: object) -> Node:
+        return to_node(value)
+
+    @staticmethod
+    def _python(node: Node, parent: ClassAd | None) -> Any:
+        return node_to_python(node, parent)
 
     def eval(self, scope: ClassAd | None = None, target: ClassAd | None = None) -> Any:
         """Evaluate with `scope` as MY (and for unscoped names) and `target` as TARGET."""
@@ -414,6 +394,19 @@ def _compared(tree: ExprTree, other: object, op: str) -> Any:
 
 # Python values `==` makes an expression with (anything else is left to Python).
 _CONVERTIBLE = (bool, int, float, str, list, tuple, dict, _dt.datetime, Value)
+
+
+def _record(node: AdExpr) -> Compiled:
+    """The compiler of `[a = 1; ...]`, whose value is a new ClassAd nested in the scope."""
+    template = ClassAd._from_pairs(node.attrs)
+
+    def f(st: EvalState) -> Val:
+        return template._instance(st.ad)
+
+    return f
+
+
+COMPILERS[AdExpr] = _record  # (the other node types' compilers are in _compile.py)
 
 
 # -- conversions ------------------------------------------------------------------------
@@ -503,15 +496,3 @@ def _datetime_secs(dt: _dt.datetime) -> int:
         return int((dt - _EPOCH).total_seconds() // 1)
     # A naive datetime is local time, as classad2 reads it.
     return int(dt.timestamp() // 1)
-
-
-def to_node_value(v: Val) -> Node:
-    """A value as a node: lists and ads become their syntax, anything else a literal."""
-    if type(v) is ListValue:
-        lv: ListValue = v
-        if lv.state is not None:
-            return ListExpr(lv.items)  # a list literal's items stay as written
-        return ListExpr(tuple(to_node_value(x) for x in lv.values()))
-    if isinstance(v, ClassAd):
-        return v._node()
-    return Literal(v)

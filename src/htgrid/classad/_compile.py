@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
+from htgrid.classad._ad import _NOLIT as _NOLIT  # other modules take it from here
 from htgrid.classad._ast import (
-    AdExpr,
     AttrRef,
     Binary,
     Call,
@@ -24,7 +24,6 @@ from htgrid.classad._ast import (
     Ternary,
     Unary,
 )
-from htgrid.classad._lookup import _NOLIT as _NOLIT  # other modules take it from here
 from htgrid.classad._lookup import _NOTFOUND as _NOTFOUND
 from htgrid.classad._lookup import (
     _SPECIAL,
@@ -38,7 +37,7 @@ from htgrid.classad._lookup import (
 )
 from htgrid.classad._ops import BINARY_OPS, UNARY_OPS, fold, truth
 from htgrid.classad._parser import PRECEDENCE
-from htgrid.classad._state import EvalState
+from htgrid.classad._state import COMPILERS, Compiled, EvalState, compiled
 from htgrid.classad._values import ERROR, UNDEFINED, AbsTime, ListValue, RelTime, Val
 
 __all__ = [
@@ -68,18 +67,7 @@ class RaisedInPython(Exception):
         self.error = error
 
 
-Compiled = Callable[[EvalState], Val]
-
 _SCALARS: Final = (bool, int, float, str, AbsTime, RelTime)
-
-
-def compiled(node: Node) -> Compiled:
-    """The closure evaluating `node`, compiled on first use."""
-    fn: Compiled | None = node._fn
-    if fn is None:
-        fn = _COMPILERS[type(node)](node)
-        object.__setattr__(node, "_fn", fn)
-    return fn
 
 
 # -- node compilers ---------------------------------------------------------------------
@@ -469,6 +457,8 @@ def _subscript(node: Subscript) -> Compiled:
 
 
 def _call(node: Call) -> Compiled:
+    # The function library loads at the first call compiled, not with the package
+    # (start-up; see preload_functions). It sits above ClassAd, which splitTime makes.
     from htgrid.classad._functions import FUNCTIONS
 
     key = node.name.lower()
@@ -543,17 +533,6 @@ def _list(node: ListExpr) -> Compiled:
     return f
 
 
-def _record(node: AdExpr) -> Compiled:
-    from htgrid.classad._classad import ClassAd
-
-    template = ClassAd._from_pairs(node.attrs)
-
-    def f(st: EvalState) -> Val:
-        return template._instance(st.ad)
-
-    return f
-
-
 _COMPILERS: Final[dict[type, Callable[[Node], Compiled]]] = {
     Literal: _literal,  # type: ignore[dict-item]
     AttrRef: _attr,  # type: ignore[dict-item]
@@ -565,5 +544,5 @@ _COMPILERS: Final[dict[type, Callable[[Node], Compiled]]] = {
     Subscript: _subscript,  # type: ignore[dict-item]
     Call: _call,  # type: ignore[dict-item]
     ListExpr: _list,  # type: ignore[dict-item]
-    AdExpr: _record,  # type: ignore[dict-item]
 }
+COMPILERS.update(_COMPILERS)  # and AdExpr: ClassAd's, in _classad.py

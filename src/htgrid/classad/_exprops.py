@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from htgrid.classad._ast import Binary, ListExpr, Node, Paren, Subscript, Ternary
 from htgrid.classad._parser import PRECEDENCE, check_depth
+from htgrid.classad._values import Value
 from htgrid.errors import ClassAdEvaluationError, ClassAdValueError
 
 if TYPE_CHECKING:
@@ -46,37 +47,29 @@ def _looser(node: Node, level: int, *, right_side: bool) -> bool:
     return False
 
 
-def _operand(value: object) -> Node:
-    from htgrid.classad._classad import to_node
-
-    return to_node(value)
-
-
-def _built(node: Node) -> BuiltExpr:
-    """A new expression; as in version 1 it belongs to no ad (not its operands')."""
-    from htgrid.classad._classad import BuiltExpr
-
-    return BuiltExpr._of(node)
-
-
-def _binary(op: str) -> Callable[[Any, object], BuiltExpr]:
-    def method(self: Any, other: object) -> BuiltExpr:
-        return _built(combine(op, self._node, _operand(other)))
+def _binary(op: str) -> Callable[[ExprOperators, object], BuiltExpr]:
+    def method(self: ExprOperators, other: object) -> BuiltExpr:
+        return self._built(combine(op, self._node, self._operand(other)))
 
     method.__name__ = f"({op})"
     return method
 
 
-def _reflected(op: str) -> Callable[[Any, object], BuiltExpr]:
-    def method(self: Any, other: object) -> BuiltExpr:
-        return _built(combine(op, _operand(other), self._node))
+def _reflected(op: str) -> Callable[[ExprOperators, object], BuiltExpr]:
+    def method(self: ExprOperators, other: object) -> BuiltExpr:
+        return self._built(combine(op, self._operand(other), self._node))
 
     method.__name__ = f"(reflected {op})"
     return method
 
 
 class ExprOperators:
-    """The version-1 operators of ExprTree (classad2 has none of them)."""
+    """The version-1 operators of ExprTree (classad2 has none of them).
+
+    ExprTree, the one class built on this, gives what they build with: `_built` (a new
+    BuiltExpr), `_operand` (a Python value as a tree) and `_python` (a tree as Python
+    reads it from an ad).
+    """
 
     __slots__ = ()
 
@@ -85,6 +78,15 @@ class ExprOperators:
         _scope: ClassAd | None
 
         def eval(self, scope: ClassAd | None = None, target: ClassAd | None = None) -> Any: ...
+
+        @staticmethod
+        def _built(node: Node) -> BuiltExpr: ...
+
+        @staticmethod
+        def _operand(value: object) -> Node: ...
+
+        @staticmethod
+        def _python(node: Node, parent: ClassAd | None) -> Any: ...
 
     __add__ = _binary("+")
     __radd__ = _reflected("+")
@@ -118,23 +120,19 @@ class ExprOperators:
 
     def sameAs(self, expr: object) -> bool:
         """Whether `expr` is the same expression, node for node (parentheses count)."""
-        from htgrid.classad._classad import ExprTree
-
-        if not isinstance(expr, ExprTree):
+        if not isinstance(expr, ExprOperators):  # an ExprTree
             raise TypeError("sameAs() takes an ExprTree")
         return self._node == expr._node
 
     def _get(self, index: object) -> BuiltExpr:
         """The expression `self[index]`, unevaluated."""
-        return _built(check_depth(Subscript(self._node, _operand(index))))
+        return self._built(check_depth(Subscript(self._node, self._operand(index))))
 
     def __getitem__(self, index: Any) -> Any:
         """An item of the list this is (or evaluates to), or a character of its string."""
         node = self._node
         if type(node) is ListExpr:
-            from htgrid.classad._classad import node_to_python
-
-            return node_to_python(node.items[index], self._scope)
+            return self._python(node.items[index], self._scope)
         value = self.eval()
         if isinstance(value, str | list):
             return value[index]
@@ -149,8 +147,6 @@ class ExprOperators:
 
 def _number(value: object, kind: type[int] | type[float]) -> int | float:
     """An evaluated value as int() or float() gives it in version 1."""
-    from htgrid.classad._values import Value
-
     if isinstance(value, Value):
         raise ClassAdValueError("Unable to convert expression to numeric type.")
     if isinstance(value, bool | int):
@@ -169,8 +165,6 @@ def _number(value: object, kind: type[int] | type[float]) -> int | float:
 
 def truth_of(value: object) -> bool:
     """An evaluated value as a condition, as version 1's bool() of an expression."""
-    from htgrid.classad._values import Value
-
     if value is Value.Error:
         raise ClassAdEvaluationError("Unable to evaluate expression.")
     if value is Value.Undefined:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final, TypeAlias
 
+from htgrid.classad._ad import AdBase, to_node_value
 from htgrid.classad._ast import (
     AdExpr,
     AttrRef,
@@ -70,9 +71,7 @@ def flatten_value(node: Node, st: EvalState) -> tuple[Val, Node | None]:
 
 
 def _literal(v: Val | None) -> Node:
-    from htgrid.classad._classad import ClassAd, to_node_value
-
-    if type(v) is ListValue or isinstance(v, ClassAd):
+    if type(v) is ListValue or isinstance(v, AdBase):
         return to_node_value(v)
     return Literal(v)  # type: ignore[arg-type]
 
@@ -153,12 +152,10 @@ def _flat_subscripts(node: Subscript, st: EvalState) -> _Piece:
 def _flat_attr(node: AttrRef, st: EvalState) -> _Piece:
     if node.base is not None:
         # As FindExpr does, the scope part is evaluated, not flattened.
-        from htgrid.classad._classad import ClassAd
-
         base = compiled(node.base)(st)
         if base is UNDEFINED:
             return None, node, None
-        if not isinstance(base, ClassAd):
+        if not isinstance(base, AdBase):
             return ERROR, None, None
         return _flat_in(node, st, base, node.name.lower())
     return _flat_in(node, st, st.my if node.absolute else st.ad, node.name.lower())
@@ -187,9 +184,7 @@ def _flat_in(node: AttrRef, st: EvalState, start: ClassAd | None, key: str) -> _
             return (None, node, None) if tree is not None else (v, None, None)
         ad = ad._parent
     v = lookup_from(st, start, key)
-    from htgrid.classad._classad import ClassAd
-
-    if v is _NOTFOUND or v is UNDEFINED or isinstance(v, ClassAd):
+    if v is _NOTFOUND or v is UNDEFINED or isinstance(v, AdBase):
         return None, node, None
     return v, None, None
 
@@ -281,7 +276,7 @@ def _flat_ternary(node: Ternary, st: EvalState) -> _Piece:
 
 
 def _flat_call(node: Call, st: EvalState) -> _Piece:
-    from htgrid.classad._functions import FUNCTIONS
+    from htgrid.classad._functions import FUNCTIONS  # at first use (start-up), as in _compile
 
     pieces = [_flat(a, st, False) for a in node.args]
     builtin = FUNCTIONS.get(node.name.lower())

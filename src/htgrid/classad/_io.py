@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from typing import IO
 
 from htgrid.classad._classad import ClassAd
-from htgrid.classad._parser import parse_old_line
+from htgrid.classad._lexer import EOF, OP, tokenize
+from htgrid.classad._parser import _Parser, parse_old_line
 from htgrid.classad.adjson import iter_json_ads
 from htgrid.errors import ClassAdException, ClassAdSyntaxError
 
@@ -38,9 +39,6 @@ def _detect(text: str, pos: int) -> ParserType:
 
 
 def _new_ads(text: str, pos: int, origin: str) -> Iterator[tuple[ClassAd, int]]:
-    from htgrid.classad._lexer import EOF, OP, tokenize
-    from htgrid.classad._parser import _Parser
-
     tokens = tokenize(text[pos:], origin=origin)
     parser = _Parser(text[pos:], tokens, origin)
     while tokens[parser.i][0] != EOF:

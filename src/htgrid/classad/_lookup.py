@@ -4,9 +4,11 @@ fallback to the target ad, selections (`x.name`) and subscripts (`x[i]`).
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any, Final
 
-from htgrid.classad._state import EvalState
+from htgrid.classad._ad import _NOLIT, AdBase
+from htgrid.classad._state import EvalState, compiled
 from htgrid.classad._values import ERROR, UNDEFINED, ListValue, Val
 
 if TYPE_CHECKING:
@@ -44,9 +46,7 @@ def eval_entry(st: EvalState, ad: ClassAd, entry: Entry) -> Val:
     active.add(entry)
     try:
         fn = entry.node._fn
-        if fn is None:  # compiled on first use; the compiler imports this module
-            from htgrid.classad._compile import compiled
-
+        if fn is None:  # compiled on first use
             fn = compiled(entry.node)
         return fn(st if ad is st.ad else st.at(ad))  # type: ignore[no-any-return]
     finally:
@@ -75,8 +75,6 @@ def _special(st: EvalState, ad: ClassAd, key: str) -> Val:
     if key == "parent":
         return ad._parent if ad._parent is not None else UNDEFINED
     if key == "currenttime":
-        import time
-
         return int(time.time())
     root = ad
     while root._parent is not None:
@@ -94,8 +92,6 @@ def lookup(st: EvalState, key: str) -> Val:
             if v is not _NOTFOUND:
                 return v
         if st.ad is None and key in _SPECIAL and key == "currenttime":
-            import time
-
             return int(time.time())
         return UNDEFINED
     return v
@@ -106,14 +102,11 @@ class _Marker:
 
 
 _NOTFOUND: Final[Any] = _Marker()
-_NOLIT: Final[Any] = _Marker()
 
 
 def select_attr(st: EvalState, scope: Val, key: str) -> Val:
     """`scope.name`: look the name up in an ad, or in each ad of a list (a projection)."""
-    from htgrid.classad._classad import ClassAd
-
-    if isinstance(scope, ClassAd):
+    if isinstance(scope, AdBase):
         v = lookup_from(st, scope, key)
         return UNDEFINED if v is _NOTFOUND else v
     if type(scope) is ListValue:
@@ -126,8 +119,6 @@ def select_attr(st: EvalState, scope: Val, key: str) -> Val:
 
 def subscript(st: EvalState, b: Val, i: Val) -> Val:
     """`b[i]`: a list item by integer position, or an ad's attribute by name."""
-    from htgrid.classad._classad import ClassAd
-
     if b is ERROR or i is ERROR:
         return ERROR
     if b is UNDEFINED or i is UNDEFINED:
@@ -139,7 +130,7 @@ def subscript(st: EvalState, b: Val, i: Val) -> Val:
         if 0 <= i < len(items):
             return items[i]
         return ERROR
-    if isinstance(b, ClassAd):
+    if isinstance(b, AdBase):
         if type(i) is not str:
             return ERROR
         v = lookup_from(st, b, i.lower())

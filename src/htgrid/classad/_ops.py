@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable
 from typing import Any, Final
 
+from htgrid.classad._ad import AdBase
 from htgrid.classad._values import (
     ERROR,
     INT64_MAX,
@@ -197,9 +198,7 @@ def identical(a: Any, b: Any) -> Any:
     """`a =?= b`: same type and value, strings case-sensitively; two lists or ads are ERROR."""
     ta, tb = type(a), type(b)
     if ta is not tb:
-        from htgrid.classad._classad import ClassAd
-
-        if isinstance(a, ClassAd) and isinstance(b, ClassAd):
+        if isinstance(a, AdBase) and isinstance(b, AdBase):
             return ERROR
         return False
     if ta is ListValue:
@@ -208,9 +207,7 @@ def identical(a: Any, b: Any) -> Any:
         return a.secs == b.secs and a.offset == b.offset
     if ta is RelTime:
         return a.secs == b.secs
-    from htgrid.classad._classad import ClassAd
-
-    if isinstance(a, ClassAd):
+    if isinstance(a, AdBase):
         return ERROR
     return a is b if (a is UNDEFINED or a is ERROR) else a == b
 

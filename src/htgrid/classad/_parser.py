@@ -12,6 +12,7 @@ import re
 import sys
 from typing import Final
 
+from htgrid.classad._ad import AdBase
 from htgrid.classad._ast import (
     AdExpr,
     AttrRef,
@@ -30,7 +31,7 @@ from htgrid.classad._ast import (
 from htgrid.classad._lexer import EOF, ID, INT, KW, OP, REAL, STR, Token, tokenize
 from htgrid.classad._split import BLANK, piece_attr, split_pieces
 from htgrid.classad._times import parse_abstime, parse_reltime
-from htgrid.classad._values import AbsTime, ListValue, RelTime
+from htgrid.classad._values import ERROR, UNDEFINED, AbsTime, ListValue, RelTime
 from htgrid.errors import ClassAdSyntaxError, ClassAdValueError
 
 __all__ = [
@@ -316,17 +317,9 @@ class _Parser:
 _KEYWORD_NODES: Final = {
     "true": Literal(True),
     "false": Literal(False),
+    "undefined": Literal(UNDEFINED),
+    "error": Literal(ERROR),
 }
-
-
-def _init_keywords() -> None:
-    from htgrid.classad._values import ERROR, UNDEFINED
-
-    _KEYWORD_NODES["undefined"] = Literal(UNDEFINED)
-    _KEYWORD_NODES["error"] = Literal(ERROR)
-
-
-_init_keywords()
 
 
 def describe(tok: Token) -> str:
@@ -503,8 +496,6 @@ def depth_of(node: Node) -> int:
     Walked without recursion: it is asked of trees built by API calls, before they are
     known to be within the limit.
     """
-    from htgrid.classad._classad import ClassAd
-
     deepest = START_DEPTH
     stack: list[tuple[object, int]] = [(node, START_DEPTH)]
     pop, push = stack.pop, stack.append
@@ -529,7 +520,7 @@ def depth_of(node: Node) -> int:
                 for item in v.items:
                     push((item, depth + BRACKET_DEPTH))
                 push((None, depth + BRACKET_DEPTH))
-            elif isinstance(v, ClassAd):
+            elif isinstance(v, AdBase):
                 for entry in v._attrs.values():
                     push((entry.node, depth + BRACKET_DEPTH))
                 push((None, depth + BRACKET_DEPTH))

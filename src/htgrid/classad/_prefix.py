@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Final, Literal, NamedTuple
 
-from htgrid.classad._classad import Entry
+from htgrid.classad._ad import Entry
 from htgrid.classad._parser import parse_record_value
 from htgrid.classad._split import BLANK, piece_attr, pieces_from
 from htgrid.errors import ClassAdSyntaxError

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
+from htgrid.classad._ad import AdBase
 from htgrid.classad._ast import (
     AttrRef,
     Node,
@@ -104,8 +105,6 @@ def _select_steps(
     a: AttrRef, base: Val, scope: ClassAd | None, ad: ClassAd, external: bool
 ) -> list[_Step]:
     """What `base.name` adds, `base` the value its scope part evaluated to."""
-    from htgrid.classad._classad import ClassAd
-
     key = a.name.lower()
     steps: list[_Step] = []
     if base is UNDEFINED:
@@ -113,7 +112,7 @@ def _select_steps(
             steps.append(f"{unparse(a.base)}.{a.name}")
         elif not external and _owner(scope, key) is not None:
             steps.append(a.name)
-    elif isinstance(base, ClassAd):
+    elif isinstance(base, AdBase):
         owner = _owner(base, key)
         if owner is None:
             if external:

@@ -1,15 +1,23 @@
-"""The state one evaluation carries: where names are looked up, and what is in progress."""
+"""The state one evaluation carries (where names are looked up, and what is in
+progress), and the way into evaluation: a node's compiled closure.
+
+Evaluating is recursive through the modules above (a compiled reference evaluates the
+attribute's expression, a list its items, a function its arguments), so the compilers
+are found here by the node's type: _compile.py registers them, and _classad.py the one
+of `[...]` records (whose value is a ClassAd).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 if TYPE_CHECKING:
     from htgrid.classad._ast import Node
     from htgrid.classad._classad import ClassAd, Entry
     from htgrid.classad._values import Val
 
-__all__ = ["EvalState", "eval_in", "root_of"]
+__all__ = ["COMPILERS", "Compiled", "EvalState", "compiled", "eval_in", "root_of"]
 
 
 def root_of(ad: ClassAd) -> ClassAd:
@@ -62,8 +70,21 @@ class EvalState:
         return EvalState(ad, root, None, self.active)
 
 
+Compiled: TypeAlias = "Callable[[EvalState], Val]"
+
+#: The compiler of each node type: its node -> the closure evaluating it.
+COMPILERS: Final[dict[type, Callable[[Any], Compiled]]] = {}
+
+
+def compiled(node: Node) -> Compiled:
+    """The closure evaluating `node`, compiled on first use."""
+    fn: Compiled | None = node._fn
+    if fn is None:
+        fn = COMPILERS[type(node)](node)
+        object.__setattr__(node, "_fn", fn)
+    return fn
+
+
 def eval_in(node: Node, state: EvalState | None) -> Val:
     """Evaluate `node` in `state` (an empty scope when None)."""
-    from htgrid.classad._compile import compiled
-
     return compiled(node)(state if state is not None else EvalState(None))

@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, NamedTuple, Protocol
 
+from htgrid.classad._ad import AdBase
 from htgrid.classad._ast import (
     AdExpr,
     AttrRef,
@@ -266,9 +267,7 @@ class _Unparser:
             return f'relTime("{format_reltime(v)}")'  # type: ignore[arg-type]
         if t is ListValue:
             return self.list_items(v.items, indent)  # type: ignore[union-attr,arg-type]
-        from htgrid.classad._classad import ClassAd
-
-        if isinstance(v, ClassAd):
+        if isinstance(v, AdBase):
             return self.record(v._pairs(), indent)
         raise TypeError(f"cannot print value {v!r}")
 

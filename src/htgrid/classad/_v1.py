@@ -15,8 +15,9 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
+from htgrid.classad._ad import to_node_value
 from htgrid.classad._ast import AdExpr, AttrRef, Call, ListExpr, Literal, Node
-from htgrid.classad._classad import BuiltExpr, ClassAd, ExprTree, to_node, to_node_value, to_python
+from htgrid.classad._classad import BuiltExpr, ClassAd, ExprTree, to_node, to_python
 from htgrid.classad._compile import RaisedInPython
 from htgrid.classad._io import ParserType, iter_ads, parseAds, parseOne
 from htgrid.classad._parser import check_depth
@@ -150,6 +151,8 @@ def register(function: Callable[..., Any], name: str | None = None) -> None:
     being evaluated; what it returns is converted and evaluated there. An exception it
     raises reaches the caller of the evaluation.
     """
+    # The function library loads at its first use (start-up; see preload_functions), and
+    # before this registers into it, so that no built-in loaded later replaces `name`.
     from htgrid.classad._functions import FUNCTIONS, Builtin
 
     if not callable(function):

@@ -12,6 +12,9 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from htgrid.classad._ast import Literal
+from htgrid.classad._state import eval_in
+
 if TYPE_CHECKING:
     from htgrid.classad._ast import Node
     from htgrid.classad._classad import ClassAd
@@ -94,8 +97,6 @@ class ListValue:
     @classmethod
     def from_values(cls, values: list[Val]) -> ListValue:
         """A list of values already computed (a function's result, a Python list)."""
-        from htgrid.classad._ast import Literal
-
         lv = cls(tuple(Literal(v) for v in values), None)
         lv._cache = list(values)
         return lv
@@ -104,8 +105,6 @@ class ListValue:
         """The items' values, evaluated in the list's own scope."""
         cache = self._cache
         if cache is None:
-            from htgrid.classad._state import eval_in
-
             cache = [eval_in(node, self.state) for node in self.items]
             self._cache = cache
         return cache

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from htgrid.classad._ast import AttrRef, Node, children, operands
 from htgrid.classad._classad import ClassAd, to_python
 from htgrid.classad._compile import compiled
+from htgrid.classad._match import rank, symmetric_match
 from htgrid.classad._state import EvalState
 from htgrid.classad._unparse import unparse, unparse_value
-from htgrid.classad._values import Val
+from htgrid.classad._values import ERROR, Val
 
 __all__ = ["ClauseResult", "MatchReport", "explain_match", "split_clauses"]
 
@@ -67,8 +68,6 @@ def _clauses(ad: ClassAd, target: ClassAd) -> tuple[ClauseResult, ...]:
         try:
             value = compiled(clause)(st)
         except RecursionError:
-            from htgrid.classad._values import ERROR
-
             value = ERROR
         inputs: dict[str, str] = {}
         for ref in _refs(clause):
@@ -89,8 +88,6 @@ def _clauses(ad: ClassAd, target: ClassAd) -> tuple[ClauseResult, ...]:
 
 def explain_match(my: ClassAd, target: ClassAd) -> MatchReport:
     """Evaluate each Requirements clause of both ads against the other."""
-    from htgrid.classad._match import rank, symmetric_match
-
     return MatchReport(
         matched=symmetric_match(my, target),
         my_clauses=_clauses(my, target),

@@ -24,9 +24,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from htgrid.classad import _ast
+from htgrid.classad._ad import to_node_value
 from htgrid.classad._ast import *  # noqa: F403 - the tree's classes and walkers, public here
 from htgrid.classad._ast import ListExpr, Node
-from htgrid.classad._classad import ExprTree, to_node, to_node_value
+from htgrid.classad._classad import ExprTree, to_node
 from htgrid.classad._io import iter_ads
 from htgrid.classad._unparse import unparse
 from htgrid.classad._values import ListValue, Val

@@ -9,6 +9,8 @@ value listed in `_registry.GRID_TYPES`:
 * `parse_resource`: GridResource read into the type's resource name (its `key` names
   the one Resource object shared by the jobs there);
 * `gahp`: the GAHP server a resource talks to, its key and command line;
+* `credential`: the job's own credential that server presents (condor: ScitokensFile),
+  if the type has one: jobs with different ones get resources and servers of their own;
 * `resource` and `new_job`: the Resource and GridJob classes;
 * `remote` and `active_lines`: how `htgrid q -better-analyze` names the job's remote
   part (GridJobId) and what more it says of a submitted job.
@@ -18,10 +20,12 @@ Nothing outside a type's folder names the type.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from htgrid._privsep import Account, PrivilegeError, as_owner
 from htgrid.classad import ClassAd
 from htgrid.grid._gahps import GahpHandle
 from htgrid.grid._gridids import ResourceName
@@ -30,7 +34,7 @@ from htgrid.grid._resource import Resource
 from htgrid.grid._task import Services
 from htgrid.queue import JobId
 
-__all__ = ["GahpFactory", "GridType", "Remote", "fixed_gahp"]
+__all__ = ["GahpCredential", "GahpFactory", "GridType", "Remote", "fixed_gahp"]
 
 #: Gives the (shared) GAHP server for a key, started with `argv` when first used.
 GahpFactory = Callable[[str, Sequence[str]], GahpHandle]
@@ -51,8 +55,31 @@ class Remote:
     reporter: str
 
 
+@dataclass(frozen=True, slots=True)
+class GahpCredential:
+    """A job's own credential file, which its GAHP server presents (started with `argv`)."""
+
+    path: str
+    argv: tuple[str, ...]
+
+    def unreadable(self, owner: Account | None) -> str | None:
+        """Why `owner` (None: this process's user) cannot read the file, if it cannot:
+        its GAHP server, run as the owner, would present no token at all. Blocking."""
+        try:
+            with as_owner(owner):
+                os.close(os.open(self.path, os.O_RDONLY | os.O_CLOEXEC))
+        except (OSError, PrivilegeError) as err:
+            why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+            return f"cannot read the credential {self.path}: {why}"
+        return None
+
+
 def _no_lines(ad: ClassAd) -> list[str]:
     return []
+
+
+def _no_credential(ad: ClassAd) -> GahpCredential | None:
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,15 +103,27 @@ class GridType(Generic[N]):
     aliases: frozenset[str] = frozenset()
     #: What an explanation adds for a job with a remote id, not held, removed or done.
     active_lines: Callable[[ClassAd], list[str]] = _no_lines
+    #: The job's own credential its GAHP server presents, if any (HTCondor keys the
+    #: resource and the server by it: a job cannot borrow another job's).
+    credential: Callable[[ClassAd], GahpCredential | None] = _no_credential
 
     def resource_key(self, grid_resource: str) -> str:
         """The name of the resource a GridResource names; UnsupportedGridJob if bad."""
         return self.parse_resource(grid_resource).key
 
-    def new_resource(self, key: str, gahps: GahpFactory, services: Services) -> Resource[Any, N]:
-        """The resource named `key`, with its GAHP server from `gahps`."""
+    def new_resource(
+        self,
+        key: str,
+        gahps: GahpFactory,
+        services: Services,
+        credential: GahpCredential | None = None,
+    ) -> Resource[Any, N]:
+        """The resource named `key`, with its GAHP server from `gahps` (the one presenting
+        `credential`, if given)."""
         name = self.parse_resource(key)
         gahp_key, argv = self.gahp(name, services)
+        if credential is not None:
+            gahp_key, argv = f"{gahp_key}#{credential.path}", [*argv, *credential.argv]
         return self.resource(name, gahps(gahp_key, argv), services)
 
 

@@ -282,12 +282,22 @@ class GridManager:
             await self._refuse(job_id, ad, str(err), HoldReasonCode.FailedToAccessUserAccount)
             return None
         # HTCondor runs a grid manager per user, so each user has resources and GAHP
-        # servers of their own: here those of a job run as another user are keyed by it.
+        # servers of their own: here those of a job run as another user are keyed by it,
+        # and, as in HTCondor, by the credential the job names for its server to present.
         where = key if owner is None else f"{key}#{owner.name}"
+        credential = gtype.credential(ad)
+        if credential is not None:
+            # As HTCondor's grid manager holds a job whose proxy it cannot acquire: else
+            # the job would wait on a resource that answers "no token" forever.
+            problem = await asyncio.to_thread(credential.unreadable, owner)
+            if problem is not None:
+                await self._refuse(job_id, ad, problem, HoldReasonCode.CorruptedCredential)
+                return None
+            where = f"{where}#{credential.path}"
         resource = self.resources.get(where)
         if resource is None:
             gahps = self._gahp if owner is None else functools.partial(self._owners_gahp, owner)
-            resource = gtype.new_resource(key, gahps, self.services)
+            resource = gtype.new_resource(key, gahps, self.services, credential)
             self.resources[where] = resource
             resource.start()
         job = gtype.new_job(job_id, ad, resource, self.services)
@@ -332,8 +342,8 @@ class GridManager:
         reason: str,
         code: HoldReasonCode = HoldReasonCode.Unspecified,
     ) -> None:
-        """Hold a job no grid type can run (HTCondor's BaseJob does the same), or whose
-        owner may not run jobs here."""
+        """Hold a job no grid type can run (HTCondor's BaseJob does the same), whose owner
+        may not run jobs here, or whose credential its owner cannot read."""
         log.warning("job %s: %s", job_id, reason)
         io = self.services.io
         with contextlib.suppress(JobNotFound):

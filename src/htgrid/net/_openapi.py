@@ -16,14 +16,13 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from htgrid import __version__
 from htgrid.net._sandbox_routes import MAX_OUTPUT_JOBS
 from htgrid.net._wire import NDJSON
 
 if TYPE_CHECKING:
     from htgrid.net.app import RouteSpec
 
-__all__ = ["SCHEMAS", "openapi_document", "published_document", "render"]
+__all__ = ["SCHEMAS", "openapi_document", "render"]
 
 _AD: Final = {
     "type": "object",
@@ -308,19 +307,13 @@ def openapi_document(routes: Sequence[RouteSpec], version: str) -> dict[str, Any
     }
 
 
-def published_document() -> dict[str, Any]:
-    """The document of this version's routes, as docs/openapi.json publishes it."""
-    # The app imports this module (its own route serves the document): its routes are
-    # read when the document is asked for.
-    from htgrid.net.app import ROUTES
-
-    return openapi_document(ROUTES, __version__)
-
-
 def render(document: dict[str, Any]) -> str:
     """The document as the published file's text (stable: diffs show real changes)."""
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
 
 
 if __name__ == "__main__":
+    # The app, whose routes the document describes, is above this module (it serves it).
+    from htgrid.net.app import published_document
+
     sys.stdout.write(render(published_document()))

@@ -52,7 +52,7 @@ from htgrid.net._wire import (
 from htgrid.pool import DEFAULT_LIMITS, ApiLimits
 from htgrid.queue import ID_MAX, Identity, JobAction, JobId
 
-__all__ = ["ROUTES", "RouteSpec", "create_app"]
+__all__ = ["ROUTES", "RouteSpec", "create_app", "published_document"]
 
 _log = logging.getLogger("htgrid.net")
 
@@ -288,7 +288,7 @@ async def _quarantine(call: _Call) -> Response:
 
 
 async def _openapi(call: _Call) -> Response:
-    return JSONResponse(openapi_document(ROUTES, __version__))
+    return JSONResponse(published_document())
 
 
 _SELECT = ("constraint", "projection", "limit")
@@ -343,6 +343,12 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/v1/jobs/lease", "lease", "Renew the leases of jobs (JobLeaseExpiration)",
               update_leases, body="Leases"),
 )  # fmt: skip
+
+
+def published_document() -> dict[str, Any]:
+    """The document of this version's routes: what /v1/openapi.json serves and
+    docs/openapi.json publishes (`python -m htgrid.net._openapi` writes it)."""
+    return openapi_document(ROUTES, __version__)
 
 
 def create_app(

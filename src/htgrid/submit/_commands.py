@@ -8,6 +8,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from htgrid.submit import _classad, _exprs
 from htgrid.submit._errors import SubmitError
 from htgrid.submit._macros import string_is_bool, string_is_long
 from htgrid.submit._tables import SIMPLE_COMMANDS, As, Simple
@@ -238,8 +239,6 @@ def _retries(b: JobBuilder) -> None:
             b.expr("OnExitHold", hold)
         return
     if until is not None:
-        from htgrid.submit import _classad, _exprs
-
         if not _classad.parses(until):
             raise SubmitError(
                 f"retry_until={until} is invalid, it must be an integer or boolean expression."
@@ -259,8 +258,6 @@ def _retries(b: JobBuilder) -> None:
         check += " || " + until
     expr = f"NumJobCompletions > JobMaxRetries || ExitCode =?= {check}"
     if remove:
-        from htgrid.submit import _exprs
-
         expr += " || " + _exprs.wrap_for(remove, "||")
     b.expr("OnExitRemove", expr)
 
@@ -376,8 +373,6 @@ def set_deferral(b: JobBuilder) -> None:
 
 
 def _nonnegative(b: JobBuilder, attr: str, text: str, key: str) -> None:
-    from htgrid.submit import _classad
-
     if not _classad.parses(text):
         raise SubmitError(f"{key} = {text} is invalid, must eval to a non-negative integer.")
     b.expr(attr, text)

@@ -11,6 +11,7 @@ import re
 import time
 from typing import TYPE_CHECKING
 
+from htgrid.classad._unparse import unparse_value
 from htgrid.classad._values import (
     ERROR,
     INT64_MIN,
@@ -193,8 +194,6 @@ def to_str(v: Val) -> str | Value:
         # The C code reads the reltime into a time_t first, dropping the fraction.
         return reltime_text(float(c_trunc64(v.secs)))  # type: ignore[union-attr]
     try:
-        from htgrid.classad._unparse import unparse_value
-
         return unparse_value(v)
     except Exception:
         return ERROR

@@ -240,7 +240,7 @@ def _user_home(state: EvalState, *args: Val) -> Val:
     if type(owner) is not str:
         return default if default else ERROR
     try:
-        import pwd
+        import pwd  # POSIX only: elsewhere the default (ImportError below)
 
         home = pwd.getpwnam(owner).pw_dir
     except (ImportError, KeyError, ValueError, OSError):

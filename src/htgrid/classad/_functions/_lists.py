@@ -4,23 +4,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from htgrid.classad._ad import AdBase
 from htgrid.classad._ast import AttrRef, Node
 from htgrid.classad._functions._registry import builtin
+from htgrid.classad._ops import BINARY_OPS
+from htgrid.classad._state import EvalState, eval_in
 from htgrid.classad._values import ERROR, UNDEFINED, ListValue
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from htgrid.classad._state import EvalState
     from htgrid.classad._values import Val
 
 __all__: list[str] = []
 
 
 def _is_ad(v: object) -> bool:
-    from htgrid.classad._classad import ClassAd
-
-    return isinstance(v, ClassAd)
+    return isinstance(v, AdBase)
 
 
 def _member(args: tuple[Val, ...], identical: bool) -> Val:
@@ -33,8 +33,6 @@ def _member(args: tuple[Val, ...], identical: bool) -> Val:
         return ERROR
     if not identical and x is ERROR:
         return ERROR
-    from htgrid.classad._ops import BINARY_OPS
-
     op = BINARY_OPS["=?=" if identical else "=="]
     return any(op(item, x) is True for item in lst.values())
 
@@ -78,8 +76,6 @@ def _list_compare(args: tuple[Val, ...], need_all: bool) -> Val:
         return UNDEFINED
     if type(lst) is not ListValue:
         return ERROR
-    from htgrid.classad._ops import BINARY_OPS
-
     op: Callable[[Val, Val], Val] = BINARY_OPS[key]
     for item in lst.values():
         r = op(item, x)
@@ -108,9 +104,6 @@ def _all_compare(state: EvalState, *args: Val) -> Val:
 def _in_each(state: EvalState, nodes: tuple[Node, ...], count: bool) -> Val:
     if len(nodes) != 2:
         return ERROR
-    from htgrid.classad._state import EvalState as State
-    from htgrid.classad._state import eval_in
-
     expr = nodes[0]
     if type(expr) is AttrRef and expr.base is None and not expr.absolute:
         # An attribute name stands for its expression, looked up in the caller's scope;
@@ -131,7 +124,7 @@ def _in_each(state: EvalState, nodes: tuple[Node, ...], count: bool) -> Val:
     matches = 0
     for item in lst.values():
         if _is_ad(item):
-            r = eval_in(expr, State(item))  # type: ignore[arg-type]
+            r = eval_in(expr, EvalState(item))  # type: ignore[arg-type]
         else:
             r = UNDEFINED if item is UNDEFINED else ERROR
         if count:

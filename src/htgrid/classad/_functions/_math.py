@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from htgrid.classad._functions._convert import c_int, c_trunc64, cdiv, to_real
 from htgrid.classad._functions._registry import builtin
+from htgrid.classad._ops import BINARY_OPS
 from htgrid.classad._values import ERROR, UNDEFINED, ListValue, wrap64
 
 if TYPE_CHECKING:
@@ -172,8 +173,6 @@ def _numbers(args: tuple[Val, ...]) -> list[Val] | Val:
 
 def _total(nums: list[Val]) -> Val:
     """The items added up with the `+` operator (so an overflow to +inf is ERROR)."""
-    from htgrid.classad._ops import BINARY_OPS
-
     add = BINARY_OPS["+"]
     total = nums[0]
     for v in nums[1:]:
@@ -200,8 +199,6 @@ def _avg(state: EvalState, *args: Val) -> Val:
         return nums  # type: ignore[return-value]
     if not nums:
         return 0
-    from htgrid.classad._ops import BINARY_OPS
-
     return BINARY_OPS["/"](_total(nums), float(len(nums)))
 
 

@@ -11,7 +11,11 @@ from htgrid.classad._ast import (
     children,
 )
 from htgrid.classad._functions._convert import to_str
+from htgrid.classad._functions._pcre import compile_pcre
 from htgrid.classad._functions._registry import builtin
+from htgrid.classad._parser import parse_expr
+from htgrid.classad._state import eval_in
+from htgrid.classad._unparse import unparse, unparse_pretty
 from htgrid.classad._values import ERROR, UNDEFINED
 
 if TYPE_CHECKING:
@@ -45,8 +49,6 @@ def _unparse(state: EvalState, *nodes: Node) -> Val:
     entry = ad._lookup_entry(name)
     if entry is None:
         return ""
-    from htgrid.classad._unparse import unparse_pretty
-
     return unparse_pretty(entry.node)
 
 
@@ -114,9 +116,6 @@ def _unresolved(state: EvalState, *nodes: Node) -> Val:
         return UNDEFINED
     rx = None
     if len(nodes) == 2:
-        from htgrid.classad._functions._pcre import compile_pcre
-        from htgrid.classad._state import eval_in
-
         pat = eval_in(nodes[1], state)
         if type(pat) is not str:
             return ERROR
@@ -145,9 +144,6 @@ def _eval(state: EvalState, *args: Val) -> Val:
     text = to_str(args[0])
     if type(text) is not str:
         return ERROR
-    from htgrid.classad._parser import parse_expr
-    from htgrid.classad._state import eval_in
-
     try:
         node = parse_expr(text)
     except Exception:
@@ -163,11 +159,7 @@ def _debug(state: EvalState, *nodes: Node) -> Val:
     """`debug(x)`: x's value; the evaluation is logged at DEBUG level."""
     if len(nodes) != 1:
         return ERROR
-    from htgrid.classad._state import eval_in
-
     v = eval_in(nodes[0], state)
     if _log.isEnabledFor(logging.DEBUG):
-        from htgrid.classad._unparse import unparse
-
         _log.debug("debug(%s) = %r", unparse(nodes[0]), v)
     return v

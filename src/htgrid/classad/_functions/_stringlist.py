@@ -11,6 +11,7 @@ import re
 from typing import TYPE_CHECKING
 
 from htgrid.classad._functions._convert import c_trunc64, strtod
+from htgrid.classad._functions._pcre import compile_pcre
 from htgrid.classad._functions._registry import builtin
 from htgrid.classad._values import ERROR, UNDEFINED, ListValue
 
@@ -246,8 +247,6 @@ def _string_list_regexp_member(state: EvalState, *args: Val) -> Val:
     s = _list_args(args, 2, 4)
     if s is None:
         return ERROR
-    from htgrid.classad._functions._pcre import compile_pcre
-
     opts = s[3].lower() if len(s) == 4 else ""
     rx = compile_pcre(s[0], opts)
     if rx is None:

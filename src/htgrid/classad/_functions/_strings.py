@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from htgrid.classad._ad import AdBase
 from htgrid.classad._functions._convert import c_int, to_str
 from htgrid.classad._functions._registry import builtin
 from htgrid.classad._values import ERROR, UNDEFINED, ListValue
@@ -167,9 +168,7 @@ def _size(state: EvalState, *args: Val) -> Val:
         return len(v)  # type: ignore[arg-type]
     if v is UNDEFINED:
         return UNDEFINED
-    from htgrid.classad._classad import ClassAd
-
-    if isinstance(v, ClassAd):
+    if isinstance(v, AdBase):
         return len(v)
     return ERROR
 

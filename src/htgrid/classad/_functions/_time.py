@@ -6,6 +6,9 @@ import math
 import time
 from typing import TYPE_CHECKING
 
+from htgrid.classad._ad import AdBase
+from htgrid.classad._ast import Literal
+from htgrid.classad._classad import ClassAd
 from htgrid.classad._functions._convert import (
     c_int,
     c_trunc32,
@@ -17,11 +20,10 @@ from htgrid.classad._functions._convert import (
 )
 from htgrid.classad._functions._registry import builtin
 from htgrid.classad._functions._types import current_abstime
+from htgrid.classad._state import EvalState, eval_in
 from htgrid.classad._values import ERROR, UNDEFINED, AbsTime, RelTime
 
 if TYPE_CHECKING:
-    from htgrid.classad._classad import ClassAd
-    from htgrid.classad._state import EvalState
     from htgrid.classad._values import Val
 
 __all__: list[str] = []
@@ -177,9 +179,6 @@ def _split_fields(v: Val) -> dict[str, Val] | None:
 
 
 def _make_ad(fields: dict[str, Val]) -> ClassAd:
-    from htgrid.classad._ast import Literal
-    from htgrid.classad._classad import ClassAd
-
     ad = ClassAd()
     for k, val in fields.items():
         ad._insert(k, Literal(val))
@@ -216,8 +215,6 @@ def _ad_int(ad: ClassAd, name: str) -> int | None:
     entry = ad._lookup_entry(name)
     if entry is None:
         return None
-    from htgrid.classad._state import EvalState, eval_in
-
     v = eval_in(entry.node, EvalState(ad))
     return c_int(v) if type(v) is int else None
 
@@ -248,9 +245,7 @@ def _format_time(state: EvalState, *args: Val) -> Val:
     v = args[0]
     if type(v) is RelTime:
         return ERROR
-    from htgrid.classad._classad import ClassAd
-
-    if isinstance(v, ClassAd):
+    if isinstance(v, AdBase):
         got = [_ad_int(v, k) for k in ("Year", "Month", "Day", "Hours", "Minutes", "Seconds")]
         # A missing field is a zero tm field: year 1900, January, day 0.
         defaults = (1900, 1, 0, 0, 0, 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from htgrid.classad._ad import AdBase
 from htgrid.classad._functions._convert import (
     c_int,
     c_trunc32,
@@ -15,6 +16,7 @@ from htgrid.classad._functions._convert import (
     to_str,
 )
 from htgrid.classad._functions._registry import builtin
+from htgrid.classad._state import eval_in
 from htgrid.classad._values import ERROR, UNDEFINED, AbsTime, ListValue, RelTime
 
 if TYPE_CHECKING:
@@ -26,9 +28,7 @@ __all__: list[str] = []
 
 
 def _is_classad(v: object) -> bool:
-    from htgrid.classad._classad import ClassAd
-
-    return isinstance(v, ClassAd)
+    return isinstance(v, AdBase)
 
 
 def _type_test(name: str, test: Any) -> None:
@@ -187,8 +187,6 @@ def _if_then_else(state: EvalState, *nodes: Node) -> Val:
     """`ifThenElse(c, a, b)`: lazy; c must be a bool or number."""
     if len(nodes) != 3:
         return ERROR
-    from htgrid.classad._state import eval_in
-
     c = eval_in(nodes[0], state)
     t = type(c)
     if t is bool or t is int or t is float:

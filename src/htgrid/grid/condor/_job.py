@@ -26,19 +26,21 @@ in `_ad`, the ids in `_ids`, the bulk status and lease renewal in `_resource`.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from htgrid.classad import ClassAd
 from htgrid.client import user_token_dir
 from htgrid.gahp.commands import Spec, condor
 from htgrid.grid._errors import NO_ANSWER
 from htgrid.grid._gridids import JOB_STATUS_NAMES, new_tag
-from htgrid.grid._gridtype import GridType
+from htgrid.grid._gridtype import GahpCredential, GridType
 from htgrid.grid._job import GridJob
 from htgrid.grid._task import Services
-from htgrid.grid._values import format_time
+from htgrid.grid._values import as_str, format_time
 from htgrid.grid.condor._ad import LOCAL_LEASE, RemoteJob, build_stage_in_ad
 from htgrid.grid.condor._base import CondorJobBase, is_transient
 from htgrid.grid.condor._explain import active_lines, remote_of
@@ -464,6 +466,17 @@ def condor_gahp_argv(base: tuple[str, ...], pool: str, services: Services) -> li
     return argv
 
 
+def token_file(ad: ClassAd) -> GahpCredential | None:
+    """The token file the job names (ScitokensFile, from its Iwd), if any: its GAHP server
+    presents that token to the remote pool, and none of the token directories' (what
+    HTCondor's grid manager asks of its server with UPDATE_TOKEN)."""
+    path = as_str(ad.get("ScitokensFile"))
+    if not path:
+        return None
+    path = os.path.join(as_str(ad.get("Iwd")) or "/", path)
+    return GahpCredential(path, ("--token-file", path))
+
+
 def condor_type(gahp: tuple[str, ...] = CONDOR_GAHP) -> GridType[CondorResourceName]:
     """The condor grid type, its GAHP server started as `gahp` (tests give a fake one)."""
 
@@ -479,6 +492,7 @@ def condor_type(gahp: tuple[str, ...] = CONDOR_GAHP) -> GridType[CondorResourceN
         new_job=CondorJob,
         remote=remote_of,
         active_lines=active_lines,
+        credential=token_file,
     )
 
 
