@@ -36,11 +36,20 @@ from typing import Any, Final
 from htgrid.classad import ClassAd, quote
 from htgrid.classad.fast import requirements_hold
 from htgrid.negotiator import Expansion, Match, Updates, dollar_attributes, expand
+from htgrid.net.security import CertificateError, pinned_ssl_context
 from htgrid.queue import Change, ChangeKind, JobId, JobQueue, JobStatus
 from htgrid.queue.faults import FaultLog, JobFailure, daemon_fault, problem
 from htgrid.schedd._shadow_run import RUNNING, ShadowRun, ShadowSettings, StopReason
 from htgrid.schedd._worker import QueueWorker
-from htgrid.startd import Resources, StartdClient, StartdError, request_of, socket_of
+from htgrid.startd import (
+    TLS_CERTIFICATE,
+    Resources,
+    StartdClient,
+    StartdError,
+    host_port_of,
+    request_of,
+    socket_of,
+)
 
 __all__ = ["VANILLA", "ShadowManager", "ShadowSettings", "StopReason"]
 
@@ -68,7 +77,7 @@ class ShadowManager:
         self._monotonic = monotonic
         self._shadows: dict[JobId, ShadowRun] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._clients: dict[Path, StartdClient] = {}
+        self._clients: dict[tuple[str, ...], StartdClient] = {}
         self._accepting = True
         self._seq = 0
         self._wake = worker.subscribe()
@@ -116,19 +125,41 @@ class ShadowManager:
         if not self._accepting or jid in self._shadows:
             return False
         address = match.machine_ad.get("MyAddress")
-        path = socket_of(address) if isinstance(address, str) else None
-        if path is None:
-            _log.warning("job %s: %s has no local address (%r)", jid, match.machine, address)
-            return False
-        client = self._clients.get(path)
+        client = self._client(match.machine_ad, address) if isinstance(address, str) else None
         if client is None:
-            client = self._clients[path] = StartdClient(path)
+            _log.warning("job %s: %s cannot be reached at %r", jid, match.machine, address)
+            return False
         shadow = ShadowRun(self, jid, match, job, client, str(address))
         self._shadows[jid] = shadow
         task = asyncio.create_task(shadow.run(), name=f"shadow {jid}")
         self._tasks.add(task)
         task.add_done_callback(functools.partial(self._done, jid, shadow))
         return True
+
+    def _client(self, slot: ClassAd, address: str) -> StartdClient | None:
+        """The client of the node at `address`: its Unix socket on this host, or TLS to
+        another, pinning the certificate its ad carries (which the collector took from
+        the holder of the node's token alone) and presenting the schedd's own."""
+        path = socket_of(address)
+        if path is not None:
+            key: tuple[str, ...] = (str(path),)
+            if key not in self._clients:
+                self._clients[key] = StartdClient(path)
+            return self._clients[key]
+        where, pem = host_port_of(address), slot.get(TLS_CERTIFICATE)
+        identity = self.settings.identity
+        if where is None or not isinstance(pem, str) or identity is None:
+            return None
+        key = (address, pem)
+        client = self._clients.get(key)
+        if client is None:
+            try:
+                tls = pinned_ssl_context(pem, identity)
+            except CertificateError as exc:
+                _log.warning("%s: cannot call it over TLS: %s", address, exc)
+                return None
+            client = self._clients[key] = StartdClient.over_tls(where, tls)
+        return client
 
     def proxy_renewed(self, job_id: JobId, proxy: Path) -> None:
         """The job's X.509 proxy was renewed in its spool (`proxy`): if it runs on an

@@ -76,6 +76,9 @@ class ShadowSettings:
     lease: float = 360.0
     vacate_grace: float = 10.0  # beyond a job's own vacate time, at shutdown
     policy: OwnerPolicy | None = None  # as whom jobs' files are touched (None: the daemon)
+    # The certificate and key the schedd presents to execute nodes on other hosts (the
+    # pool CA's: they take claims from the pool's daemons only); None: local nodes only.
+    identity: tuple[Path, Path] | None = None
 
     @property
     def transfers(self) -> Path:
