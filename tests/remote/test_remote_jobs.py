@@ -191,3 +191,55 @@ def test_the_node_takes_claims_from_the_schedds_of_its_pool_only(
             await schedd.release("c" * 32)
 
     asyncio.run(scenario())
+
+
+def test_status_q_run_and_analysis_show_the_remote_nodes(
+    pool: PersonalPool, node: ExecuteNode, tmp_path: Path
+) -> None:
+    work = tmp_path / "views"
+    _script(work / "wait.sh", "while [ ! -e go ]; do sleep 0.1; done\n")
+    running = _submit(
+        pool,
+        work,
+        "executable = wait.sh\nshould_transfer_files = YES\nrequest_memory = 16\nqueue\n",
+    )
+    too_big = _submit(
+        pool,
+        work,
+        "executable = wait.sh\nshould_transfer_files = YES\nrequest_memory = 100000\nqueue\n",
+    )
+    go = (
+        wait_for(
+            lambda: next(node.config.execute_dir.glob("dir_*/wait.sh"), None),
+            timeout=90,
+            what="the job running on the node",
+        ).parent
+        / "go"
+    )
+    try:
+        # condor_q -run: where each running job runs, the node's dynamic slot.
+        status, out, err = run_cli(pool.home, "q", "-run")
+        assert status == 0, err
+        lines = out.splitlines()
+        head = next(line for line in lines if "HOST(S)" in line)
+        assert head.split() == ["ID", "OWNER", "SUBMITTED", "RUN_TIME", "HOST(S)"]
+        (row,) = [line.split() for line in lines if line.startswith(f"{running}.0 ")]
+        assert row[-1].startswith("slot1_") and row[-1].endswith("@node2"), out
+        assert not [line for line in lines if line.startswith(f"{too_big}.0 ")]
+        # condor_status: the node's partitionable slot and its claimed dynamic slot.
+        status, out, err = run_cli(pool.home, "status", "-pool", pool.collector)
+        assert status == 0, err
+        table = {line.split()[0]: line.split() for line in out.splitlines() if "@node2" in line}
+        assert table["slot1@node2"][1:5] == ["LINUX", "X86_64", "Unclaimed", "Idle"]
+        assert table[row[-1]][3:5] == ["Claimed", "Busy"]
+        # A job no node can take: the analysis names the clause, against the node's slots.
+        status, out, err = run_cli(pool.home, "q", "-better-analyze", f"{too_big}.0")
+        assert status == 0, err
+        assert f"Job {too_big}.0 (owner" in out and "is idle" in out
+        assert "0  TARGET.Memory >= RequestMemory" in out
+        assert "No machines matched the job's constraints" in out
+        assert "Relax [5] TARGET.Memory >= RequestMemory: with modify to 2032" in out
+    finally:
+        go.touch()
+        run_cli(pool.home, "rm", str(too_big))
+    wait_for(lambda: _history(pool, running), timeout=60, what="the job to end")
