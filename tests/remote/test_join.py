@@ -128,3 +128,14 @@ def test_a_nodes_token_advertises_and_invalidates_that_nodes_ads_only(
             await daemon.invalidate("INVALIDATE_STARTD_ADS", ClassAd({"Name": "slot1@node6"}))
 
     asyncio.run(scenario())
+
+
+def test_a_wildcard_network_interface_is_refused_with_the_reason(
+    pool: PersonalPool, tmp_path: Path
+) -> None:
+    node = ExecuteNode(pool, tmp_path / "node8", "node8", "0.0.0.0")
+    with node:
+        status = node.wait(60)
+    assert status == 1, node.log()
+    assert "NETWORK_INTERFACE = 0.0.0.0: name the one address schedds reach" in node.log()
+    assert node.slots() == []

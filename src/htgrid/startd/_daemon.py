@@ -75,6 +75,7 @@ _TICK: Final = 0.5
 _SETTLE: Final = 1.1
 _LOCK_WAIT: Final = 60.0
 _COLLECT_WAIT: Final = 5.0  # how long a stopping node lets schedds fetch ended jobs
+_WILDCARDS: Final = frozenset({"0.0.0.0", "::", "[::]"})
 _STALE: Final = re.compile(r"dir_\d+_\d+(\.input\.tar|\.output\.tar)?")
 
 
@@ -419,6 +420,12 @@ class Startd:
         host = cfg.network_interface
         if host is None:
             host = await asyncio.to_thread(_route_to, self.pool)
+        elif host in _WILDCARDS or "*" in host:
+            # The address listened on is the one advertised: schedds must reach it.
+            raise StartdError(
+                f"NETWORK_INTERFACE = {host}: name the one address schedds reach this node "
+                "at (leave it unset for the one that reaches the collector)"
+            )
         hosts = [host, ctx.machine.hostname]
         cert = await asyncio.to_thread(
             self_signed_cert,
