@@ -223,6 +223,7 @@ class Daemon:
                 vacate_grace=cfg.kill_grace,
                 policy=self.policy,
                 identity=(cfg.ca_dir / f"{SERVER_CERT}.crt", cfg.ca_dir / f"{SERVER_CERT}.key"),
+                fsync=cfg.fsync,
             ),
             clock=self._clock,
         )
