@@ -6,6 +6,7 @@ the schedds of its pool only."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,11 +101,10 @@ queue
 
 def test_the_claim_id_is_in_no_ad(pool: PersonalPool, node: ExecuteNode, tmp_path: Path) -> None:
     work = tmp_path / "claim"
-    # The node gives each job its claim id in the marker it kills leftovers by: the job
-    # writes it down, where the test (the node's host) reads it, and waits to be let go.
+    # The job writes its whole environment down and waits to be let go.
     _script(
         work / "wait.sh",
-        f'echo "${MARKER}" > marker.txt\nwhile [ ! -e go ]; do sleep 0.1; done\n',
+        "env > env.tmp && mv env.tmp env.txt\nwhile [ ! -e go ]; do sleep 0.1; done\n",
     )
     cluster = _submit(
         pool,
@@ -112,18 +112,32 @@ def test_the_claim_id_is_in_no_ad(pool: PersonalPool, node: ExecuteNode, tmp_pat
         "executable = wait.sh\nshould_transfer_files = YES\noutput = job.out\n"
         "request_memory = 16\nqueue\n",
     )
-    marker = wait_for(
-        lambda: next(node.config.execute_dir.glob("dir_*/marker.txt"), None),
+    env = wait_for(
+        lambda: next(node.config.execute_dir.glob("dir_*/env.txt"), None),
         timeout=90,
         what="the job running on the node",
     )
-    claim_id = wait_for(marker.read_text).strip().rpartition(":")[2]
+    environment = env.read_text()
+    # The claim id is the schedd's secret and the node's: the schedd's record of it, 0600.
+    wait_for(lambda: list((pool.config.spool / "claims").glob("*.claim")))
+    (record,) = (pool.config.spool / "claims").glob("*.claim")
+    assert record.stat().st_mode & 0o777 == 0o600
+    claim_id = json.loads(record.read_text())["claim_id"]
     assert len(claim_id) >= 16
+    # The job does not see it: not in its environment (its marker names the slot).
+    assert claim_id not in environment
+    (marker,) = [line for line in environment.splitlines() if line.startswith(f"{MARKER}=")]
+    assert marker.endswith("@node2"), marker
+    assert claim_id not in (env.parent / ".job.ad").read_text()
+    # Nor do the job's ad in the queue (which names the claim by a digest of it)...
+    status, out, err = run_cli(pool.home, "q", "-long", f"{cluster}.0")
+    assert status == 0 and "PublicClaimId = " in out and claim_id not in out, err
 
     async def every_ad() -> list[ClassAd]:
         async with CollectorClient(pool.collector, home=pool.home, daemon=True) as collector:
             return await collector.query()
 
+    # ...nor any ad of the collector's.
     ads = asyncio.run(every_ad())
     assert {ad.get("MyType") for ad in ads} >= {"Machine", "Scheduler", "Negotiator"}
     (dynamic,) = [ad for ad in ads if ad.get("ParentSlotName") == "slot1@node2"]
@@ -132,7 +146,7 @@ def test_the_claim_id_is_in_no_ad(pool: PersonalPool, node: ExecuteNode, tmp_pat
         assert claim_id not in str(ad), ad.get("Name")
     status, out, _ = run_cli(pool.home, "status", "-pool", pool.collector, "-long")
     assert status == 0 and dynamic["Name"] in out and claim_id not in out
-    (marker.parent / "go").touch()
+    (env.parent / "go").touch()
     wait_for(lambda: _history(pool, cluster), timeout=60, what="the job to end")
 
 
