@@ -117,6 +117,18 @@ def explain(ad: ClassAd, health: Mapping[str, Any]) -> list[str]:
     head = f"Job {jid} (owner {ad.get('Owner', '?')}, {kind} universe)"
     if status == JobStatus.RUNNING:
         since = format_date(ad.get("JobCurrentStartDate"))
+        expires, lost = ad.get("JobLeaseExpiration"), ad.get("JobDisconnectedDate")
+        if isinstance(expires, int | float) and isinstance(lost, int):
+            node = ad.get("StartdIpAddr", "?")
+            return [
+                f"{head} is running, since {since}, as far as the schedd knows:",
+                f"  its execute node {node} could not be reached since "
+                f"{format_date(lost, with_year=True)} (the schedd restarted),",
+                "  so the job may still run there. It is not matched again until the lease",
+                f"  of that claim has run out, at {format_date(expires, with_year=True)} (the "
+                "node then kills it);",
+                "  it goes back to idle then, or as soon as the node says it has ended it.",
+            ]
         return [f"{head} is running, since {since}."]
     if status == JobStatus.HELD:
         code = ad.get("HoldReasonCode", 0)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import socket
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -132,6 +133,7 @@ def pool_knobs(home: Path, *, live: bool = True) -> dict[str, Knob]:
         "MEMORY": lambda: str(_host_memory_mb()),
         "DISK": lambda: str(_free_disk_kb(startd.execute_dir)),
         "EXECUTE": lambda: str(startd.execute_dir),
+        "NETWORK_HOSTNAME": socket.gethostname,
     }
     # Where things are: not settable in htgrid.conf, named as HTCondor names them.
     paths: Mapping[str, Path] = {

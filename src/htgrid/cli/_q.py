@@ -11,12 +11,14 @@
     Total for all users: 2 jobs; 0 completed, 0 removed, 1 idle, 1 running, 0 held, 0 suspended
 
 As condor_q: only your jobs unless `-allusers` or arguments name jobs, clusters or
-users; `-nobatch` one line per job, `-hold` why jobs are held, `-factory` the late materialization factories, `-l` whole ads (old
-syntax), `-grid` grid jobs' remote state and id (a VM's instance id), `-af ATTR...` values, `-json` ads as JSON, `-better-analyze` why jobs do not
-run (unless job ids are named, one analysis per group of alike jobs), `-quarantined` the
-jobs the daemon could not read from its queue database when it started and set aside
-(their rows are kept in its `quarantine` table; the SchedLog says why), of which the usual
-view gives the number. Plain text in a pipe, a rich table in a terminal. Exit status: 0,
+users; `-nobatch` one line per job, `-hold` why jobs are held, `-factory` the late
+materialization factories, `-l` whole ads (old syntax), `-grid` grid jobs' remote state
+and id (a VM's instance id), `-af ATTR...` values, `-json` ads as JSON, `-better-
+analyze` why jobs do not run (unless job ids are named, one analysis per group of alike
+jobs), `-run` running jobs and the slot each runs on (HOST(S): RemoteHost, as condor_q
+-run), `-quarantined` the jobs the daemon could not read from its queue database when it
+started and set aside (their rows are kept in its `quarantine` table; the SchedLog says
+why), of which the usual view gives the number. Plain text in a pipe, a rich table in a terminal. Exit status: 0,
 even when no job matches; 1 when a job or cluster named on the command line is not in the
 queue, or the daemon is not running; 2 for a bad constraint (with its column).
 """
@@ -74,6 +76,9 @@ _NOBATCH: Final = [
     "EnteredCurrentStatus",
 ]
 
+
+# condor_q -run: where each running job runs (RemoteHost; a grid job's GridResource).
+_RUN: Final = [*_NOBATCH, "RemoteHost", "GridResource"]
 
 _GRID: Final = [
     "ClusterId",
@@ -205,6 +210,8 @@ def _q(args: argparse.Namespace) -> int:
             _grid_view(schedd.query_iter(constraint, _GRID), rich)
         elif args.hold:
             _hold_view(schedd.query_iter(constraint, _NOBATCH), rich)
+        elif args.run:
+            _run_view(schedd.query_iter(constraint, _RUN), rich)
         elif args.nobatch:
             _job_view(schedd.query_iter(constraint, _NOBATCH), rich)
         else:
@@ -401,6 +408,24 @@ def _run_time(ad: ClassAd, now: float) -> str:
     return format_duration(total)
 
 
+#: The columns condor_q's -nobatch and -run views begin with, and their cells.
+_JOB_COLUMNS: Final = (
+    Column("ID", right=True),
+    Column("OWNER"),
+    Column("SUBMITTED"),
+    Column("RUN_TIME", right=True),
+)
+
+
+def _job_cells(ad: ClassAd, now: float) -> list[str]:
+    return [
+        f"{ad['ClusterId']}.{ad['ProcId']}",
+        str(ad.get("Owner", "?")),
+        format_date(ad.get("QDate")),
+        _run_time(ad, now),
+    ]
+
+
 def _job_view(ads: Iterable[ClassAd], rich: bool) -> None:
     now = time.time()
     rows = []
@@ -408,10 +433,7 @@ def _job_view(ads: Iterable[ClassAd], rich: bool) -> None:
         size = ad.get("ImageSize")
         rows.append(
             [
-                f"{ad['ClusterId']}.{ad['ProcId']}",
-                str(ad.get("Owner", "?")),
-                format_date(ad.get("QDate")),
-                _run_time(ad, now),
+                *_job_cells(ad, now),
                 status_letter(ad.get("JobStatus")),
                 str(ad.get("JobPrio", 0)),
                 f"{size / 1024:.1f}" if isinstance(size, (int, float)) else "0.0",
@@ -419,16 +441,26 @@ def _job_view(ads: Iterable[ClassAd], rich: bool) -> None:
             ]
         )
     columns = [
-        Column("ID", right=True),
-        Column("OWNER"),
-        Column("SUBMITTED"),
-        Column("RUN_TIME", right=True),
+        *_JOB_COLUMNS,
         Column("ST"),
         Column("PRI", right=True),
         Column("SIZE", right=True),
         Column("CMD"),
     ]
     print_table(columns, rows, rich=rich)
+
+
+def _run_view(ads: Iterable[ClassAd], rich: bool) -> None:
+    """condor_q -run: ID, OWNER, SUBMITTED, RUN_TIME and HOST(S), the slot each runs on."""
+    now = time.time()
+    rows = []
+    for ad in ads:
+        host = ad.get("RemoteHost")
+        if not isinstance(host, str):
+            grid = ad.get("GridResource")
+            host = grid if isinstance(grid, str) else ""
+        rows.append([*_job_cells(ad, now), host])
+    print_table([*_JOB_COLUMNS, Column("HOST(S)")], rows, rich=rich)
 
 
 def _hold_view(ads: Iterable[ClassAd], rich: bool) -> None:

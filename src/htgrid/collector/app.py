@@ -13,8 +13,12 @@ daemon serves it over TLS): reading needs READ, i.e. any valid token of the pool
 an update or invalidation needs the level HTCondor's collector asks of that command
 (ADVERTISE_STARTD for UPDATE_STARTD_AD, ADVERTISE_SCHEDD for schedd and submitter ads,
 NEGOTIATOR for the negotiator's, DAEMON for the rest): the pool's daemon token or an
-administrator's has them all, a plain user's token none. A refusal is logged (the
-token's id and subject, never its text). Without a config the app checks nothing:
+administrator's has them all, a plain user's token none. A token that grants
+ADVERTISE_STARTD but not DAEMON is an execute node's (`-identity node7@<trust domain>`):
+it may advertise and invalidate the ads of that node only, whose Machine is `node7` and
+whose Name is `node7` or `slotN[_M]@node7` (`node_of`); any other ad refuses the whole
+request (403, naming the ad and the token). A refusal is logged (the token's id and
+subject, never its text). Without a config the app checks nothing:
 only for tests talking to it in-process.
 
 The store is used from one worker thread at a time: its work (evaluating constraints
@@ -38,18 +42,27 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from htgrid import __version__
-from htgrid.classad import ClassAd
+from htgrid.classad import ClassAd, ExprTree, quote
 from htgrid.collector._errors import InvalidAd, InvalidQuery, ProtocolError
 from htgrid.collector._problems import to_problem
 from htgrid.collector._store import AdStore, UpdateResult
 from htgrid.collector._types import AdType, parse_command
 from htgrid.collector._wire import decode_ads
 from htgrid.errors import HTGridError
-from htgrid.net.security import SecurityConfig, TokenAuthMiddleware, TokenVerifier
+from htgrid.net.security import (
+    PRINCIPAL_KEY,
+    AuthError,
+    InsufficientScope,
+    Principal,
+    SecurityConfig,
+    TokenAuthMiddleware,
+    TokenVerifier,
+    problem_response,
+)
 from htgrid.net.server import ProblemResponse, read_body
 from htgrid.pool import DEFAULT_LIMITS, ApiLimits
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "node_of"]
 
 _log = logging.getLogger("htgrid.collector")
 
@@ -76,6 +89,53 @@ def required_authz(scope: Mapping[str, Any]) -> str:
     except HTGridError:
         return "DAEMON"  # the route answers what is wrong, to a caller who may advertise
     return _ADVERTISE.get(command.ad_type, "DAEMON")
+
+
+def node_of(principal: Principal) -> str | None:
+    """The one node whose startd ads a caller may send: that of an execute node's token
+    (ADVERTISE_STARTD without DAEMON), the part of its subject before the `@`; None for
+    the pool's daemons and administrators, who may send any."""
+    if principal.allows("DAEMON") or not principal.allows("ADVERTISE_STARTD"):
+        return None
+    return principal.subject.partition("@")[0]
+
+
+def _node_caller(request: Request, ad_type: AdType) -> tuple[Principal, str] | None:
+    principal = request.scope.get("state", {}).get(PRINCIPAL_KEY)
+    if ad_type is not AdType.STARTD or not isinstance(principal, Principal):
+        return None
+    node = node_of(principal)
+    return None if node is None else (principal, node)
+
+
+def _check_own(principal: Principal, node: str, ad: ClassAd) -> None:
+    """InsufficientScope unless `ad` is the ad of `node` (Machine, and Name's host)."""
+    machine, name = ad.get("Machine"), ad.get("Name")
+    own = node.casefold()
+    if (
+        isinstance(machine, str)
+        and machine.casefold() == own
+        and (not isinstance(name, str) or name.rpartition("@")[2].casefold() == own)
+    ):
+        return
+    raise InsufficientScope(
+        f"token {principal.token_id} of {principal.subject} may advertise the slots of "
+        f"node {node!r} only, not Name {name!r} with Machine {machine!r} (NETWORK_HOSTNAME "
+        f"names the node; its token's identity must be {node}@<trust domain>)"
+    )
+
+
+def _own_query(principal: Principal, node: str, query: ClassAd) -> None:
+    """Narrow a node's invalidation to its own ads: a Name of its own, or its
+    Requirements and `TARGET.Machine` being the node."""
+    name = query.get("Name")
+    if isinstance(name, str):
+        _check_own(principal, node, ClassAd({"Machine": node, "Name": name}))
+        return
+    own = f"TARGET.Machine =?= {quote(node)}"
+    if "Requirements" in query:
+        own = f"({query.lookup('Requirements')}) && {own}"
+    query["Requirements"] = ExprTree(own)
 
 
 class _Collector:
@@ -160,12 +220,17 @@ async def _updates(request: Request) -> Response:
     if command.invalidate:
         raise ProtocolError(f"{command.name} removes ads; POST it to /v1/invalidations")
     body = await _body(request)
+    node = _node_caller(request, command.ad_type)
 
     def store_all() -> list[dict[str, Any]]:
+        ads = decode_ads(body)
+        if node is not None:  # before anything is stored: all of the node's, or none
+            for ad in ads:
+                _check_own(*node, ad)
         # Each ad stands alone, as with condor_advertise -multiple: one the collector
         # cannot store is reported, the others are kept.
         results = []
-        for ad in decode_ads(body):
+        for ad in ads:
             try:
                 r = state.store.update(command, ad, take=True)
             except InvalidAd as err:
@@ -185,9 +250,15 @@ async def _invalidations(request: Request) -> Response:
     if not command.invalidate:
         raise ProtocolError(f"{command.name} stores ads; POST it to /v1/updates")
     body = await _body(request)
+    node = _node_caller(request, command.ad_type)
 
     def remove() -> int:
-        return sum(state.store.invalidate(command, query) for query in decode_ads(body))
+        queries = decode_ads(body)
+        if node is not None:  # a node removes its own ads only
+            principal, name = node
+            for query in queries:
+                _own_query(principal, name, query)
+        return sum(state.store.invalidate(command, query) for query in queries)
 
     return JSONResponse({"invalidated": await state.run(remove)})
 
@@ -198,6 +269,10 @@ def _handled(endpoint: Callable[[Request], Any]) -> Callable[[Request], Any]:
     async def run(request: Request) -> Response:
         try:
             response: Response = await endpoint(request)
+        except AuthError as error:
+            where = f"{request.method} {request.url.path}"
+            _log.warning("refused %s: %s: %s", where, type(error).__name__, error)
+            return problem_response(error, request.app.state.realm)
         except HTGridError as error:
             return _problem(error)
         except (JSONDecodeError, UnicodeDecodeError) as error:
@@ -260,6 +335,7 @@ def create_app(
     )
     app.state.collector = state
     app.state.limits = limits
+    app.state.realm = security.trust_domain if security is not None else ""
     if security is not None:
         app.add_middleware(
             TokenAuthMiddleware,

@@ -10,7 +10,8 @@ The connection is TLS trusting the CAs of the pool in `home` ($HTGRID_HOME): its
 and those in etc/ca/trusted.d. The token presented is the one given, else the one whose
 issuer is the collector's trust domain (learnt from its first 401), from
 $HTGRID_TOKEN, ~/.htgrid/tokens.d or `home`/etc/tokens.d; a daemon (`daemon=True`)
-presents the pool's daemon token only. Failures raise the collector's errors
+presents the pool's daemon token, else a token of `home`/etc/tokens.d (an execute node
+of another host joins with the token its pool's administrator made for it). Failures raise the collector's errors
 (`CollectorUnavailable` when nothing answers, `CollectorRefused` for a missing or
 insufficient token).
 """
@@ -128,7 +129,10 @@ class CollectorClient:
             return find_token(issuer, dirs=self._token_dirs())
         now = time.time()
         tokens, _ = read_token_file(daemon_token_path(self._security))
-        return next((t.token for t in tokens if t.usable_for(issuer, now)), None)
+        found = next((t.token for t in tokens if t.usable_for(issuer, now)), None)
+        if found is None:  # never the user's tokens: a daemon's are the pool's
+            found = find_token(issuer, dirs=[self._security.system_token_dir], env={}, now=now)
+        return found
 
     async def __aenter__(self) -> CollectorClient:
         return self
@@ -187,7 +191,7 @@ class CollectorClient:
             and "Authorization" not in response.request.headers
         ):
             where = (
-                str(daemon_token_path(self._security))
+                str(self._security.system_token_dir)
                 if self._daemon
                 else " or ".join(str(d) for d in self._token_dirs())
             )

@@ -23,8 +23,11 @@ from htgrid.net._guard import GuardedProtocol
 from htgrid.queue import Identity, NotAuthorized
 
 __all__ = [
+    "PEER_CERT_KEY",
     "PEER_KEY",
     "Authenticator",
+    "PeerCertProtocol",
+    "PeerCertificate",
     "PeerCredProtocol",
     "PeerCredentials",
     "peer_credentials",
@@ -32,6 +35,7 @@ __all__ = [
 ]
 
 PEER_KEY: Final = "htgrid.peer"
+PEER_CERT_KEY: Final = "htgrid.peer_cert"
 _UCRED: Final = struct.Struct("3i")  # struct ucred: pid, uid, gid
 SUPER_USERS: Final = frozenset({"root", "condor"})  # HTCondor's QUEUE_SUPER_USERS default
 
@@ -76,6 +80,37 @@ class PeerCredProtocol(GuardedProtocol):
             except OSError:
                 creds = None  # the caller is gone already; its requests will be refused
         return {PEER_KEY: creds}
+
+
+@dataclass(frozen=True, slots=True)
+class PeerCertificate:
+    """The certificate a TLS client presented, verified against the server's CAs."""
+
+    subject: str  # its common name
+    issuer: str
+
+
+def _common_name(rdns: Any) -> str:
+    for rdn in rdns or ():
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return ""
+
+
+class PeerCertProtocol(GuardedProtocol):
+    """uvicorn's HTTP/1.1 protocol over TLS, with the client's certificate (verified in
+    the handshake, see `server_ssl_context(client_cas=...)`) in every request's state
+    (under PEER_CERT_KEY; None when the client presented none)."""
+
+    def connection_state(self, transport: asyncio.Transport) -> dict[str, Any]:
+        cert = transport.get_extra_info("peercert")
+        peer = None
+        if cert:  # asyncio's transport: the handshake is over, the certificate verified
+            peer = PeerCertificate(
+                _common_name(cert.get("subject")), _common_name(cert.get("issuer"))
+            )
+        return {PEER_CERT_KEY: peer}
 
 
 def peercred_identity(request: Request) -> Identity:

@@ -20,7 +20,10 @@ from htgrid.net._guard import ProblemResponse
 from htgrid.net._limits import MIN_BODY_RATE, RequestTooLarge, read_body
 from htgrid.net._listen import ApiServer, api_config, start, tcp_listener, unix_listener
 from htgrid.net._peer import (
+    PEER_CERT_KEY,
     PEER_KEY,
+    PeerCertificate,
+    PeerCertProtocol,
     PeerCredentials,
     PeerCredProtocol,
     peer_credentials,
@@ -42,8 +45,11 @@ __all__ = [
     "MAX_TAR_MEMBERS",
     "MIN_BODY_RATE",
     "NO_LIMIT",
+    "PEER_CERT_KEY",
     "PEER_KEY",
     "ApiServer",
+    "PeerCertProtocol",
+    "PeerCertificate",
     "PeerCredProtocol",
     "PeerCredentials",
     "ProblemResponse",

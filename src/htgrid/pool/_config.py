@@ -131,6 +131,8 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "FILESYSTEM_DOMAIN": "localhost",
     "UID_DOMAIN": "localhost",
     "GPU_DISCOVERY": "true",
+    "NETWORK_INTERFACE": None,  # a node on its own: the address that reaches the collector
+    "NETWORK_HOSTNAME": None,  # the node's Machine: this host's name
 }
 _LIST_SPLIT: Final = re.compile(r"[\s,]+")
 DEFAULT_TRANSFER_MB: Final = 10240  # MAX_TRANSFER_INPUT_MB and _OUTPUT_MB

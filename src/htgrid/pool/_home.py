@@ -123,6 +123,15 @@ class HomeLayout:
         return self.run_dir / "startd.lock"
 
     @property
+    def startd_cert(self) -> Path:
+        """The certificate a node on its own presents over TLS (made at each start)."""
+        return self.run_dir / "startd.crt"
+
+    @property
+    def startd_key(self) -> Path:
+        return self.run_dir / "startd.key"
+
+    @property
     def startd_log(self) -> Path:
         return self.log_dir / "StartLog"
 

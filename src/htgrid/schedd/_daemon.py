@@ -222,6 +222,8 @@ class Daemon:
                 lease=cfg.claim_lease,
                 vacate_grace=cfg.kill_grace,
                 policy=self.policy,
+                identity=(cfg.ca_dir / f"{SERVER_CERT}.crt", cfg.ca_dir / f"{SERVER_CERT}.key"),
+                fsync=cfg.fsync,
             ),
             clock=self._clock,
         )

@@ -26,6 +26,7 @@ unless its node said it exited; a node that vanished means eviction, never compl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -33,14 +34,39 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from htgrid.classad import ClassAd, quote
+from htgrid.classad import ClassAd, ExprTree, quote
 from htgrid.classad.fast import requirements_hold
 from htgrid.negotiator import Expansion, Match, Updates, dollar_attributes, expand
-from htgrid.queue import Change, ChangeKind, JobId, JobQueue, JobStatus
+from htgrid.net.security import CertificateError, pinned_ssl_context
+from htgrid.queue import (
+    Change,
+    ChangeKind,
+    InvalidTransition,
+    JobId,
+    JobNotFound,
+    JobQueue,
+    JobStatus,
+)
 from htgrid.queue.faults import FaultLog, JobFailure, daemon_fault, problem
-from htgrid.schedd._shadow_run import RUNNING, ShadowRun, ShadowSettings, StopReason
+from htgrid.schedd._claims import ClaimBook, ClaimRecord
+from htgrid.schedd._shadow_run import (
+    RUNNING,
+    ShadowRun,
+    ShadowSettings,
+    StopReason,
+    after_stop,
+)
 from htgrid.schedd._worker import QueueWorker
-from htgrid.startd import Resources, StartdClient, StartdError, request_of, socket_of
+from htgrid.startd import (
+    TLS_CERTIFICATE,
+    ClaimNotFound,
+    Resources,
+    StartdClient,
+    StartdError,
+    host_port_of,
+    request_of,
+    socket_of,
+)
 
 __all__ = ["VANILLA", "ShadowManager", "ShadowSettings", "StopReason"]
 
@@ -49,6 +75,11 @@ _log = logging.getLogger("htgrid.schedd.shadow")
 VANILLA: Final = 5
 _FEED_BATCH: Final = 2000
 _REUSE_SCAN: Final = 64  # idle jobs looked at for a claim whose job ended
+# Beyond a claim's lease and its job's vacate time: the node's lease check runs every
+# half second, and a killed job takes a moment to be gone.
+_LEASE_MARGIN: Final = 5.0
+_SETTLE_RETRY: Final = 2.0  # how often an unreachable node is asked again
+_DISCONNECTED: Final = ("JobDisconnectedDate", "JobLeaseExpiration")
 
 
 class ShadowManager:
@@ -68,16 +99,21 @@ class ShadowManager:
         self._monotonic = monotonic
         self._shadows: dict[JobId, ShadowRun] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._clients: dict[Path, StartdClient] = {}
+        self._clients: dict[tuple[str, ...], StartdClient] = {}
         self._accepting = True
         self._seq = 0
         self._wake = worker.subscribe()
         self._faults = FaultLog(_log, "shadow")
+        self.claims = ClaimBook(settings.spool / "claims", fsync=settings.fsync)
+        # Jobs whose claim of an earlier daemon is not yet known to be over.
+        self._settling: set[JobId] = set()
+        self._settlers: set[asyncio.Task[None]] = set()
 
     @property
     def busy(self) -> frozenset[JobId]:
-        """Jobs with a shadow: not idle for the negotiator, whatever the queue says."""
-        return frozenset(self._shadows)
+        """Jobs with a shadow, or whose earlier claim may still run them: not idle for
+        the negotiator, whatever the queue says."""
+        return frozenset(self._shadows) | frozenset(self._settling)
 
     def status(self) -> dict[str, Any]:
         return {"vanilla_jobs_running": len(self._shadows)}
@@ -85,18 +121,30 @@ class ShadowManager:
     # -- start-up -----------------------------------------------------------------------
 
     async def recover(self) -> list[JobId]:
-        """Jobs left running on execute nodes by an earlier daemon go back to idle.
+        """Jobs left running by an earlier daemon go back to idle, once they surely run
+        nowhere; those put back at once are returned.
 
-        The nodes were this daemon's children and stopped with it (their jobs killed),
-        so the jobs are not running anywhere: evicting them is the truth, not a guess.
+        Each claim the earlier daemon recorded is ended on its node (the job killed, the
+        slot released: `_settle`, in the background), and only then does its job go
+        back to idle (004). A job whose node cannot be reached stays Running, with
+        JobDisconnectedDate and JobLeaseExpiration, until the claim's lease has surely
+        run out there (the node then kills the job): it is not matched again before. A
+        running job with no claim recorded ran on a node of this pool's own, which
+        stopped with the daemon (its jobs killed): back to idle at once.
         """
+        records = await asyncio.to_thread(self.claims.load)
+        recorded = {r.public_id: r for r in records}
+        settling: dict[str, JobId] = {}
 
         def evict(q: JobQueue) -> tuple[int, list[JobId]]:
             seq = q.last_seq
             evicted = []
             for ad in q.query(f"JobUniverse == {VANILLA} && JobStatus != 1 && JobStatus != 5"):
                 jid = JobId(ad["ClusterId"], ad["ProcId"])
-                if ad["JobStatus"] == JobStatus.REMOVED:
+                record = recorded.get(str(ad.get("PublicClaimId")))
+                if record is not None and record.job_id == jid:
+                    settling[record.claim_id] = jid  # running perhaps: the node says
+                elif ad["JobStatus"] == JobStatus.REMOVED:
                     q.destroy(jid)
                 elif ad["JobStatus"] in RUNNING:
                     q.job_evicted(jid)
@@ -106,7 +154,84 @@ class ShadowManager:
         self._seq, evicted = await self._worker.write(evict)
         for jid in evicted:
             _log.info("job %s had no execute node after the restart: back to idle", jid)
+        self._settling.update(settling.values())
+        for record in records:
+            task = asyncio.create_task(
+                self._settle(record, settling.get(record.claim_id)),
+                name=f"claim of {record.job_id}",
+            )
+            self._settlers.add(task)
+            task.add_done_callback(self._settlers.discard)
         return evicted
+
+    async def _settle(self, record: ClaimRecord, job: JobId | None) -> None:
+        """End an earlier daemon's claim; then its job (`job`: perhaps running on it)
+        goes back to idle. An unreachable node is asked again until the claim's lease
+        has surely run out there."""
+        client = self._client(record.address, record.certificate)
+        local = socket_of(record.address) is not None
+        deadline: float | None = None
+        while True:
+            why = await self._end_claim(client, record)
+            if why is None:
+                break
+            if local or job is None:
+                # A node of this pool's own that does not answer stopped with the pool
+                # (its jobs with it); a claim no job ran on runs nothing: its lease ends it.
+                _log.info("claim of job %s on %s: %s", record.job_id, record.address, why)
+                break
+            if deadline is None:
+                deadline = self._clock() + record.lease + record.vacate + _LEASE_MARGIN
+                await self._disconnected(job, record, deadline, why)
+            if self._clock() >= deadline:
+                _log.warning(
+                    "job %s: the lease of its claim on %s has run out: it runs no more there",
+                    job,
+                    record.address,
+                )
+                break
+            await asyncio.sleep(min(_SETTLE_RETRY, max(0.0, deadline - self._clock())))
+        if job is not None:
+            await self._worker.write(functools.partial(_requeue, job=job))
+            self._settling.discard(job)
+            _log.info("job %s: its claim on %s is over: back to idle", job, record.address)
+        await asyncio.to_thread(self.claims.forget, record.claim_id)
+
+    async def _end_claim(self, client: StartdClient | None, record: ClaimRecord) -> str | None:
+        """Ask the node to release the claim (killing its job); None once it has (or
+        has no such claim), else why it could not be told."""
+        if client is None:
+            return "the node's address or certificate cannot be used"
+        # The node answers once the job is gone: its vacate time, and a margin.
+        wait = record.vacate + self.settings.alive_interval
+        try:
+            await asyncio.wait_for(client.release(record.claim_id), wait)
+        except ClaimNotFound:
+            return None
+        except TimeoutError:
+            return f"no answer within {wait:g} s"
+        except StartdError as exc:
+            return str(exc)
+        return None
+
+    async def _disconnected(
+        self, job: JobId, record: ClaimRecord, deadline: float, why: str
+    ) -> None:
+        _log.warning(
+            "job %s: its execute node %s cannot be reached (%s): it may still run there, "
+            "so it waits for the lease of that claim to run out (%s) before it runs again",
+            job,
+            record.address,
+            why,
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(deadline)),
+        )
+        stamp = {"JobDisconnectedDate": int(self._clock()), "JobLeaseExpiration": int(deadline) + 1}
+
+        def note(q: JobQueue) -> None:
+            with contextlib.suppress(InvalidTransition, JobNotFound):
+                q.update(job, stamp)
+
+        await self._worker.write(note)
 
     # -- matches --------------------------------------------------------------------------
 
@@ -116,19 +241,46 @@ class ShadowManager:
         if not self._accepting or jid in self._shadows:
             return False
         address = match.machine_ad.get("MyAddress")
-        path = socket_of(address) if isinstance(address, str) else None
-        if path is None:
-            _log.warning("job %s: %s has no local address (%r)", jid, match.machine, address)
-            return False
-        client = self._clients.get(path)
+        pem = match.machine_ad.get(TLS_CERTIFICATE)
+        client = (
+            self._client(address, pem if isinstance(pem, str) else None)
+            if isinstance(address, str)
+            else None
+        )
         if client is None:
-            client = self._clients[path] = StartdClient(path)
+            _log.warning("job %s: %s cannot be reached at %r", jid, match.machine, address)
+            return False
         shadow = ShadowRun(self, jid, match, job, client, str(address))
         self._shadows[jid] = shadow
         task = asyncio.create_task(shadow.run(), name=f"shadow {jid}")
         self._tasks.add(task)
         task.add_done_callback(functools.partial(self._done, jid, shadow))
         return True
+
+    def _client(self, address: str, pem: str | None) -> StartdClient | None:
+        """The client of the node at `address`: its Unix socket on this host, or TLS to
+        another, pinning the certificate `pem` its ad carries (which the collector took
+        from the holder of the node's token alone) and presenting the schedd's own."""
+        path = socket_of(address)
+        if path is not None:
+            key: tuple[str, ...] = (str(path),)
+            if key not in self._clients:
+                self._clients[key] = StartdClient(path)
+            return self._clients[key]
+        where = host_port_of(address)
+        identity = self.settings.identity
+        if where is None or pem is None or identity is None:
+            return None
+        key = (address, pem)
+        client = self._clients.get(key)
+        if client is None:
+            try:
+                tls = pinned_ssl_context(pem, identity)
+            except CertificateError as exc:
+                _log.warning("%s: cannot call it over TLS: %s", address, exc)
+                return None
+            client = self._clients[key] = StartdClient.over_tls(where, tls)
+        return client
 
     def proxy_renewed(self, job_id: JobId, proxy: Path) -> None:
         """The job's X.509 proxy was renewed in its spool (`proxy`): if it runs on an
@@ -217,6 +369,9 @@ class ShadowManager:
     async def shutdown(self) -> None:
         """Vacate every running job (back to idle) and wait until each is recorded."""
         self._accepting = False
+        for settler in list(self._settlers):
+            settler.cancel()  # their records stay: the next daemon settles them
+        await asyncio.gather(*self._settlers, return_exceptions=True)
         for shadow in list(self._shadows.values()):
             shadow.stop(StopReason.SHUTDOWN)
         if self._tasks:
@@ -237,6 +392,21 @@ class ShadowManager:
     async def write(self, fn: Callable[[JobQueue], Any]) -> Any:
         return await self._worker.write(fn)
 
+    async def record_claim(self, run: ShadowRun) -> None:
+        pem = run.match.machine_ad.get(TLS_CERTIFICATE)
+        record = ClaimRecord(
+            run.claim_id,
+            run.job_id,
+            run.address,
+            pem if isinstance(pem, str) else None,
+            run.lease,
+            run.vacate_time,
+        )
+        await asyncio.to_thread(self.claims.write, record)
+
+    async def forget_claim(self, run: ShadowRun) -> None:
+        await asyncio.to_thread(self.claims.forget, run.claim_id)
+
     def now(self) -> float:
         return self._clock()
 
@@ -255,6 +425,21 @@ def _fits(job: ClassAd, slot: ClassAd, resources: Resources) -> bool:
         return resources.fits(request_of(job, slot, resources.gpus))
     except StartdError:  # more GPUs than the claim has
         return False
+
+
+def _requeue(q: JobQueue, *, job: JobId) -> str:
+    """An earlier daemon's job whose claim is over: back to idle (004), unless it was
+    held or removed meanwhile (a removed one leaves the queue)."""
+    try:
+        ad = q.get(job)
+        if any(name in ad for name in _DISCONNECTED):
+            q.update(job, {name: ExprTree("undefined") for name in _DISCONNECTED})
+        if JobStatus(ad["JobStatus"]) in RUNNING:
+            q.job_evicted(job)
+            return "back to idle"
+        return after_stop(q, job)
+    except (InvalidTransition, JobNotFound):
+        return "gone from the queue"
 
 
 def _changes(q: JobQueue, *, seq: int, limit: int) -> list[Change]:

@@ -39,6 +39,7 @@ from htgrid.queue import (
     JobStatus,
 )
 from htgrid.queue.faults import JobFailure, daemon_fault, problem
+from htgrid.schedd._claims import public_claim_id
 from htgrid.schedd._local import SCHEDD
 from htgrid.startd import (
     ClaimGrant,
@@ -58,7 +59,15 @@ from htgrid.startd import (
     unpack_to,
 )
 
-__all__ = ["RUNNING", "ShadowHost", "ShadowRun", "ShadowSettings", "StopReason", "claimed_slot"]
+__all__ = [
+    "RUNNING",
+    "ShadowHost",
+    "ShadowRun",
+    "ShadowSettings",
+    "StopReason",
+    "after_stop",
+    "claimed_slot",
+]
 
 _log = logging.getLogger("htgrid.schedd.shadow")
 
@@ -76,6 +85,10 @@ class ShadowSettings:
     lease: float = 360.0
     vacate_grace: float = 10.0  # beyond a job's own vacate time, at shutdown
     policy: OwnerPolicy | None = None  # as whom jobs' files are touched (None: the daemon)
+    # The certificate and key the schedd presents to execute nodes on other hosts (the
+    # pool CA's: they take claims from the pool's daemons only); None: local nodes only.
+    identity: tuple[Path, Path] | None = None
+    fsync: bool = True  # the claim records on disk before each claim is used
 
     @property
     def transfers(self) -> Path:
@@ -104,6 +117,14 @@ class ShadowHost(Protocol):
     settings: ShadowSettings
 
     async def write(self, fn: Callable[[JobQueue], Any]) -> Any: ...
+
+    async def record_claim(self, run: ShadowRun) -> None:
+        """Write `run`'s claim (for its current job) down, on disk, before it is used."""
+        ...
+
+    async def forget_claim(self, run: ShadowRun) -> None:
+        """`run`'s claim is released: its record goes."""
+        ...
 
     async def next_job(self, run: ShadowRun) -> tuple[JobId, ClassAd, Updates] | None:
         """An idle job to run on `run`'s claim next (now counted as `run`'s), or None."""
@@ -137,6 +158,7 @@ class ShadowRun:
         self.client = client
         self.address = address
         self.claim_id = secrets.token_urlsafe(24)
+        self.lease = manager.settings.lease
         self.start_seq = 1 << 62  # until it starts, no change is about this run
         self.stop_reason: StopReason | None = None
         self.vacate_time = 0.0
@@ -209,12 +231,15 @@ class ShadowRun:
     async def _run(self) -> None:
         jid, s = self.job_id, self.m.settings
         claimed_job = self.match.job_ad(self.job)
+        self.vacate_time = _vacate_time(self.job)
+        await self.m.record_claim(self)  # a schedd killed from now on ends it at restart
         try:
             grant = await self.client.request_claim(
-                self.claim_id, claimed_job, s.schedd_name, s.lease
+                self.claim_id, claimed_job, s.schedd_name, self.lease
             )
         except StartdError as exc:
             _log.info("job %s: %s did not take the claim: %s", jid, self.match.machine, exc)
+            await self._release()  # granted perhaps, the answer lost: let it go
             return  # still idle: the next cycle tries again
         self.slot_ad = claimed_slot(self.match.machine_ad, grant)
         self.resources = grant.resources
@@ -229,6 +254,8 @@ class ShadowRun:
             # (still idle) should the claim not take it.
             self.job_id, self.job, expanded = following
             updates = ()
+            self.vacate_time = _vacate_time(self.job)
+            await self.m.record_claim(self)  # the claim's record names the job it runs
             self.stop_reason, self._stopping = None, asyncio.Event()
             self.start_seq = 1 << 62
             try:
@@ -263,7 +290,12 @@ class ShadowRun:
         """Record the claim and start the job; its ad to run, or None if it is not idle."""
         jid = self.job_id
         attrs: dict[str, Any] = {name: ExprTree(text) for name, text in updates}
-        attrs.update(RemoteHost=slot, LastRemoteHost=slot, StartdIpAddr=self.address)
+        attrs.update(
+            RemoteHost=slot,
+            LastRemoteHost=slot,
+            StartdIpAddr=self.address,
+            PublicClaimId=public_claim_id(self.claim_id),
+        )
 
         def start(q: JobQueue) -> tuple[int, ClassAd] | None:
             try:
@@ -278,8 +310,7 @@ class ShadowRun:
             return None
         self.start_seq, ad = started
         self._started_at = self.m.now()
-        vacate = ad.get("JobMaxVacateTime")
-        self.vacate_time = float(vacate) if isinstance(vacate, int | float) else 10.0
+        self.vacate_time = _vacate_time(ad)
         _log.info("job %s started on %s", jid, slot)
         return apply_updates(ad, expanded)
 
@@ -442,7 +473,7 @@ class ShadowRun:
                     return q.job_exited(jid, outcome.signal, by_signal=True).value
                 return q.job_exited(jid, outcome.exit_code or 0).value
             except InvalidTransition:
-                return _after_stop(q, jid)  # held or removed as it ended: that stands
+                return after_stop(q, jid)  # held or removed as it ended: that stands
             except JobNotFound:
                 return "gone from the queue"
 
@@ -466,7 +497,7 @@ class ShadowRun:
                 if status in RUNNING:
                     q.job_evicted(jid)
                     return "back to idle"
-                return _after_stop(q, jid)
+                return after_stop(q, jid)
             except (InvalidTransition, JobNotFound):
                 return "gone from the queue"
 
@@ -490,14 +521,21 @@ class ShadowRun:
             with contextlib.suppress(InvalidTransition, JobNotFound):
                 held = bool(q.act(JobAction.Hold, jid, SCHEDD, reason, code=code, subcode=subcode))
             with contextlib.suppress(InvalidTransition, JobNotFound):
-                _after_stop(q, jid)
+                after_stop(q, jid)
             return held
 
         return bool(await self.m.write(hold))
 
     async def _release(self) -> None:
-        with contextlib.suppress(StartdError):
+        try:
             await self.client.release(self.claim_id)
+        except ClaimNotFound:
+            pass  # released, expired, or the node restarted: the claim is gone all the same
+        except StartdError as exc:
+            # Its record stays: the schedd's next start asks the node again.
+            _log.warning("claim of job %s: the node did not release it: %s", self.job_id, exc)
+            return
+        await self.m.forget_claim(self)
 
 
 def claimed_slot(machine_ad: ClassAd, grant: ClaimGrant) -> ClassAd:
@@ -516,7 +554,15 @@ def claimed_slot(machine_ad: ClassAd, grant: ClaimGrant) -> ClassAd:
     return ad
 
 
-def _after_stop(q: JobQueue, jid: JobId) -> str:
+def _vacate_time(ad: ClassAd) -> float:
+    """How long the node gives the job to stop before killing it (JobMaxVacateTime)."""
+    vacate = ad.get("JobMaxVacateTime")
+    if isinstance(vacate, int | float) and not isinstance(vacate, bool) and vacate >= 0:
+        return float(vacate)
+    return 10.0
+
+
+def after_stop(q: JobQueue, jid: JobId) -> str:
     """A job no longer running that was removed meanwhile leaves the queue."""
     status = JobStatus(q.get(jid)["JobStatus"])
     if status == JobStatus.REMOVED:

@@ -23,8 +23,8 @@ from htgrid.startd._errors import (
     StartdUnavailable,
 )
 from htgrid.startd._states import ClaimState, Outcome, OutcomeKind, Resources, SlotState
-from htgrid.startd._wire import ClaimGrant, ClaimStatus
-from htgrid.startd.client import StartdClient, socket_of
+from htgrid.startd._wire import TLS_CERTIFICATE, ClaimGrant, ClaimStatus
+from htgrid.startd.client import StartdClient, host_port_of, socket_of
 
 if TYPE_CHECKING:
     from htgrid.startd._run import run_startd
@@ -50,6 +50,7 @@ _LAZY: Final = {
 __getattr__ = on_demand(__name__, _LAZY)
 
 __all__ = [
+    "TLS_CERTIFICATE",
     "CallerRefused",
     "ClaimGrant",
     "ClaimNotFound",
@@ -67,6 +68,7 @@ __all__ = [
     "StartdProtocolError",
     "StartdUnavailable",
     "TransferError",
+    "host_port_of",
     "input_entries",
     "pack",
     "request_of",

@@ -17,8 +17,16 @@ from htgrid.startd._claims import Claim, Slots
 from htgrid.startd._config import StartdConfig
 from htgrid.startd._machine import MachineInfo
 from htgrid.startd._states import SLOT_OF, Resources, SlotState
+from htgrid.startd._wire import TLS_CERTIFICATE
 
-__all__ = ["CONDOR_PLATFORM", "CONDOR_VERSION", "dynamic_ad", "partitionable_ad", "slot_state"]
+__all__ = [
+    "CONDOR_PLATFORM",
+    "CONDOR_VERSION",
+    "TLS_CERTIFICATE",
+    "dynamic_ad",
+    "partitionable_ad",
+    "slot_state",
+]
 
 # As `htgrid submit` writes them: a job's Requirements may compare versions.
 CONDOR_VERSION: Final = f"$CondorVersion: 24.0.24 2026-09-24 BuildID: htgrid {__version__} $"
@@ -43,6 +51,7 @@ class AdContext:
         self.address = address
         self.started = started
         self.sequence = 0
+        self.certificate: str | None = None  # a node on its own: its TLS certificate (PEM)
 
     def common(self, now: float) -> ClassAd:
         m, c = self.machine, self.config
@@ -68,6 +77,9 @@ class AdContext:
         ad["MyAddress"] = self.address
         ad["StartdIpAddr"] = self.address
         ad["DaemonStartTime"] = self.started
+        if self.certificate is not None:
+            # What a schedd pins when it calls the node over TLS (see htgrid.startd._api).
+            ad[TLS_CERTIFICATE] = self.certificate
         ad["UpdateSequenceNumber"] = self.sequence
         ad["UpdateInterval"] = int(c.update_interval)  # gone after three missed updates
         ad["MyCurrentTime"] = int(now)

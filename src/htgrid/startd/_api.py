@@ -11,9 +11,17 @@
     POST   /v1/claims/{id}/reuse          the job's end is recorded: ready for the next job
     DELETE /v1/claims/{id}                release the claim (its sandbox is removed)
 
-Only the startd's own user (or root) may call it: the kernel names the caller
-(SO_PEERCRED), and the socket itself is mode 0600 in a 0700 directory. Every request
-about a claim renews its lease; the claim id is the capability.
+On the Unix socket only the startd's own user (or root) may call it: the kernel names
+the caller (SO_PEERCRED), and the socket itself is mode 0600 in a 0700 directory.
+
+A node on its own (`htgrid startd`) serves the same API over TLS on NETWORK_INTERFACE
+(`start_tls_server`), for the pool's schedds on other hosts. It presents a certificate
+of its own, which the schedd pins: the node advertises it in its slot ads, which the
+collector took only from the holder of the node's ADVERTISE_STARTD token. The caller
+must present a certificate of the pool's CA (the CAs the node trusts, `htgrid trust
+add`), which only the pool's own daemons hold: a user's token, or another pool's schedd,
+claims nothing here. Every request about a claim renews its lease; the claim id, a
+secret of the schedd's sent only over these connections, is the capability.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,8 +45,11 @@ from htgrid.errors import HTGridError
 from htgrid.net import BadRequest, ad_from_json
 from htgrid.net.server import (
     MAX_PROXY_BYTES,
+    PEER_CERT_KEY,
     PEER_KEY,
     ApiServer,
+    PeerCertificate,
+    PeerCertProtocol,
     PeerCredentials,
     PeerCredProtocol,
     ProblemResponse,
@@ -45,6 +57,7 @@ from htgrid.net.server import (
     loads_request,
     read_body,
     start,
+    tcp_listener,
     unix_listener,
 )
 from htgrid.pool import DEFAULT_LIMITS, ApiLimits
@@ -57,7 +70,13 @@ from htgrid.startd._errors import (
 )
 from htgrid.startd._wire import ClaimGrant, ClaimStatus
 
-__all__ = ["StartdBackend", "create_app", "start_unix_server"]
+__all__ = [
+    "StartdBackend",
+    "create_app",
+    "pool_daemon_caller",
+    "start_tls_server",
+    "start_unix_server",
+]
 
 _log = logging.getLogger("htgrid.startd")
 _MAX_WAIT = 600.0
@@ -92,9 +111,21 @@ class StartdBackend(Protocol):
 
 
 def _local_caller(request: Request) -> None:
+    """On the Unix socket: the node's own user, or root (CallerRefused otherwise)."""
     creds = request.scope.get("state", {}).get(PEER_KEY)
     if not isinstance(creds, PeerCredentials) or creds.uid not in (os.getuid(), 0):
         raise CallerRefused(f"only uid {os.getuid()} (or root) may use this execute node")
+
+
+def pool_daemon_caller(request: Request) -> None:
+    """Over TLS: a caller with a certificate of the pool's CA (a schedd of the pool);
+    the handshake already refused one of another CA."""
+    cert = request.scope.get("state", {}).get(PEER_CERT_KEY)
+    if not isinstance(cert, PeerCertificate):
+        raise CallerRefused(
+            "only a schedd of this node's pool may use it: present a certificate of the "
+            "pool's CA (a token does not do)"
+        )
 
 
 async def _body(request: Request, limits: ApiLimits) -> dict[str, Any]:
@@ -129,8 +160,13 @@ def _number(text: str | None, name: str, default: float) -> float:
         raise StartdProtocolError(f"{name} must be a number, not {text!r}") from None
 
 
-def create_app(backend: StartdBackend, limits: ApiLimits = DEFAULT_LIMITS) -> Starlette:
-    """The API over `backend`; `limits` caps JSON bodies (MAX_API_REQUEST_MB)."""
+def create_app(
+    backend: StartdBackend,
+    limits: ApiLimits = DEFAULT_LIMITS,
+    caller: Callable[[Request], None] = _local_caller,
+) -> Starlette:
+    """The API over `backend`; `limits` caps JSON bodies (MAX_API_REQUEST_MB); `caller`
+    refuses whom the listener it serves must not answer."""
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", **backend.health()})
@@ -208,7 +244,7 @@ def create_app(backend: StartdBackend, limits: ApiLimits = DEFAULT_LIMITS) -> St
     def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[..., Any]:
         async def serve(request: Request) -> Response:
             try:
-                _local_caller(request)
+                caller(request)
                 return await handler(request)
             except HTGridError as exc:
                 return _problem(exc)
@@ -248,3 +284,21 @@ async def start_unix_server(
     server = ApiServer(config, signals=False)  # the daemon handles SIGTERM and SIGINT
     serving = await start(server, unix_listener(path), "the execute node's API", StartdError)
     return server, serving
+
+
+async def start_tls_server(
+    app: Starlette, host: str, tls: ssl.SSLContext, limits: ApiLimits = DEFAULT_LIMITS
+) -> tuple[ApiServer, asyncio.Task[None], int]:
+    """uvicorn serving `app` over TLS on `host` (an ephemeral port), in a task, once it
+    listens; the port."""
+    config = api_config(app, limits, protocol=PeerCertProtocol, tls=tls, grace=2)
+    server = ApiServer(config, signals=False)
+    sock = tcp_listener(host)
+    try:
+        sock.bind((host, 0))
+    except OSError as exc:
+        sock.close()
+        raise StartdError(f"NETWORK_INTERFACE {host}: cannot listen: {exc.strerror}") from None
+    port = int(sock.getsockname()[1])
+    serving = await start(server, sock, "the execute node's TLS API", StartdError)
+    return server, serving, port

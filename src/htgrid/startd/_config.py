@@ -16,6 +16,10 @@
     JOB_MAX_VACATE_TIME = 10      seconds between a job's KillSig and SIGKILL
     MAX_TRANSFER_INPUT_MB = 10240 MiB an input sandbox may unpack to (as the schedd's)
     ALLOW_ROOT_JOBS = false       whether a job owned by root may run (as root)
+    NETWORK_INTERFACE = 10.1.2.3  a node on its own: the address its API listens on over
+                                  TLS (default: the one this host reaches the collector by)
+    NETWORK_HOSTNAME = node7      the slots' Machine, slot1@node7 (default: this host's name);
+                                  a node joining with a token must be named as its identity
 
 FILESYSTEM_DOMAIN defaults to "localhost", the domain `htgrid submit` writes into job
 ads: an execute node on the submit host shares its files. Set both when jobs run
@@ -68,6 +72,8 @@ class StartdConfig(HomeLayout):
     api_limits: ApiLimits = DEFAULT_LIMITS
     max_transfer_input_mb: int | None = DEFAULT_TRANSFER_MB  # an input sandbox's files
     allow_root_jobs: bool = False
+    network_interface: str | None = None
+    network_hostname: str | None = None
 
     def make_execute_dir(self) -> None:
         """EXECUTE, made if missing: 0711 when the node runs as root (each job's owner
@@ -135,4 +141,6 @@ class StartdConfig(HomeLayout):
             api_limits=conf.api_limits(),
             max_transfer_input_mb=conf.megabytes("MAX_TRANSFER_INPUT_MB"),
             allow_root_jobs=conf.flag("ALLOW_ROOT_JOBS"),
+            network_interface=conf.text("NETWORK_INTERFACE", "") or None,
+            network_hostname=conf.text("NETWORK_HOSTNAME", "") or None,
         )

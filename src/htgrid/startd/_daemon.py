@@ -13,6 +13,13 @@ detect the machine, serve the API, advertise. Then, until stopped:
 Stopping (SIGTERM, the master gone, idle): the slot becomes Drained, every job is
 vacated, the schedds get a moment to collect what they may, claims are released, the
 ads are invalidated.
+
+A node on its own (`network`: `htgrid startd`, perhaps on another host) also serves its
+API over TLS on NETWORK_INTERFACE with a certificate it makes itself at each start, and
+advertises that address and certificate (`_api` says why the schedd may pin it). It
+presents the token of its etc/tokens.d to the collector: should the pool refuse it
+before its first update was taken (no token, a token of another pool, revoked, or for
+another node's name), it stops at once, saying why (`ExitReason.REFUSED`).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,11 +45,18 @@ from htgrid._aio import wait_event
 from htgrid._privsep import OwnerPolicy, closed_to_others
 from htgrid.classad import ClassAd, ExprTree, quote
 from htgrid.classad.fast import requirements_hold
-from htgrid.collector import CollectorClient
+from htgrid.client import pool_url
+from htgrid.collector import CollectorClient, CollectorRefused
 from htgrid.errors import HTGridError
-from htgrid.pool import LaunchError, family_marker, kill_leftovers
+from htgrid.net.security import self_signed_cert, server_ssl_context
+from htgrid.pool import LaunchError, family_marker, kill_leftovers, trusted_ca_files
 from htgrid.startd._ads import AdContext, dynamic_ad, partitionable_ad, slot_state
-from htgrid.startd._api import create_app, start_unix_server
+from htgrid.startd._api import (
+    create_app,
+    pool_daemon_caller,
+    start_tls_server,
+    start_unix_server,
+)
 from htgrid.startd._claims import Claim, Slots, request_of
 from htgrid.startd._config import StartdConfig
 from htgrid.startd._errors import ClaimRefused, ClaimStateError, StartdError
@@ -60,6 +75,7 @@ _TICK: Final = 0.5
 _SETTLE: Final = 1.1
 _LOCK_WAIT: Final = 60.0
 _COLLECT_WAIT: Final = 5.0  # how long a stopping node lets schedds fetch ended jobs
+_WILDCARDS: Final = frozenset({"0.0.0.0", "::", "[::]"})
 _STALE: Final = re.compile(r"dir_\d+_\d+(\.input\.tar|\.output\.tar)?")
 
 
@@ -69,6 +85,7 @@ class ExitReason(enum.Enum):
     STOPPED = "stopped"  # SIGTERM or SIGINT
     IDLE = "idle"  # STARTD_NOCLAIM_SHUTDOWN
     PARENT_GONE = "parent gone"  # the master that started it died
+    REFUSED = "refused by the pool"  # the collector refused its token or its ads
 
 
 class Startd:
@@ -80,6 +97,7 @@ class Startd:
         *,
         pool: str | None = None,
         parent_fd: int | None = None,
+        network: bool = False,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         machine: MachineInfo | None = None,
@@ -87,6 +105,7 @@ class Startd:
         self.config = config
         self.pool = pool or config.collector_host
         self._parent_fd = parent_fd
+        self.network = network
         self._clock = clock
         self._monotonic = monotonic
         self._machine = machine
@@ -100,6 +119,7 @@ class Startd:
         self._slots: Slots | None = None
         self._ctx: AdContext | None = None
         self._last_in_use = monotonic()
+        self._joined = False  # an update of its ads was taken by the collector
 
     # -- what the API calls -------------------------------------------------------------
 
@@ -344,11 +364,29 @@ class Startd:
         server, serving = await start_unix_server(
             create_app(self, limits), self.config.socket, limits
         )
+        servers = [(server, serving)]
+        where = str(self.config.socket)
+        cas = await asyncio.to_thread(trusted_ca_files, self.config) if self.network else []
+        if self.network and not cas:
+            _log.warning(
+                "no CA certificate to trust in %s, to know the pool's schedds by: serving "
+                "this host only. To join a pool of other hosts, add its CA (`htgrid trust "
+                "add NAME ca.crt`, with the pool's etc/ca/ca.crt)",
+                self.config.ca_dir,
+            )
+        elif self.network:
+            try:
+                tls_server, tls_serving, where = await self._serve_tls(cas)
+            except BaseException:
+                server.should_exit = True
+                await serving
+                raise
+            servers.append((tls_server, tls_serving))
         slots = self.slots
         _log.info(
             "htgrid startd (pid %d) serving %s: %s, %d cpus, %d MB, %d KB, %d GPUs; pool %s",
             os.getpid(),
-            self.config.socket,
+            where,
             slots.name,
             slots.offered.cpus,
             slots.offered.memory,
@@ -370,8 +408,40 @@ class Startd:
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
-                server.should_exit = True
-                await serving
+                for each, _ in servers:
+                    each.should_exit = True
+                for _, task in servers:
+                    await task
+
+    async def _serve_tls(self, cas: list[Path]) -> tuple[Any, asyncio.Task[None], str]:
+        """The API over TLS on NETWORK_INTERFACE, with a certificate made now, for
+        callers with a certificate of `cas`; the address advertised (`<ip:port>`)."""
+        cfg, ctx = self.config, self.ctx
+        host = cfg.network_interface
+        if host is None:
+            host = await asyncio.to_thread(_route_to, self.pool)
+        elif host in _WILDCARDS or "*" in host:
+            # The address listened on is the one advertised: schedds must reach it.
+            raise StartdError(
+                f"NETWORK_INTERFACE = {host}: name the one address schedds reach this node "
+                "at (leave it unset for the one that reaches the collector)"
+            )
+        hosts = [host, ctx.machine.hostname]
+        cert = await asyncio.to_thread(
+            self_signed_cert,
+            cfg.startd_cert,
+            cfg.startd_key,
+            ctx.machine.hostname,
+            hosts,
+            clock=self._clock,
+        )
+        tls = await asyncio.to_thread(server_ssl_context, cert, client_cas=cas)
+        app = create_app(self, cfg.api_limits, caller=pool_daemon_caller)
+        server, serving, port = await start_tls_server(app, host, tls, cfg.api_limits)
+        shown = f"[{host}]" if ":" in host else host
+        ctx.address = f"<{shown}:{port}>"
+        ctx.certificate = cert.cert.read_text(encoding="ascii")
+        return server, serving, f"https://{shown}:{port}"
 
     def _parent_readable(self) -> None:
         assert self._parent_fd is not None
@@ -417,7 +487,15 @@ class Startd:
                 await self._advertise(collector)
                 if failing:
                     _log.info("the collector at %s answers again", self.pool)
-                failing = False
+                failing, self._joined = False, True
+            except CollectorRefused as exc:
+                if not self._joined:  # it cannot join this pool: say why, and stop
+                    _log.error("the pool at %s refuses this execute node: %s", self.pool, exc)
+                    self.request_stop(ExitReason.REFUSED)
+                    return
+                if not failing:
+                    _log.warning("the collector at %s refuses the ads: %s", self.pool, exc)
+                failing = True
             except HTGridError as exc:
                 if not failing:
                     _log.warning("cannot advertise to the collector at %s: %s", self.pool, exc)
@@ -470,6 +548,24 @@ class Startd:
         query["Requirements"] = ExprTree(f"MyAddress == {quote(self.ctx.address)}")
         with contextlib.suppress(HTGridError):
             await collector.invalidate("INVALIDATE_STARTD_ADS", query)
+
+
+def _route_to(pool: str) -> str:
+    """The address of this host the collector's host is reached by (no packet is sent)."""
+    host, _, port = pool_url(pool).removeprefix("https://").rpartition(":")
+    host = host.strip("[]")
+    try:
+        family, kind, proto, _, target = socket.getaddrinfo(
+            host, int(port), type=socket.SOCK_DGRAM
+        )[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.connect(target)
+            return str(probe.getsockname()[0])
+    except OSError as exc:
+        raise StartdError(
+            f"cannot tell which address reaches the collector at {pool} ({exc}): "
+            "set NETWORK_INTERFACE"
+        ) from None
 
 
 def _ids(ad: ClassAd) -> tuple[object, object]:

@@ -138,7 +138,7 @@ def detect(config: StartdConfig) -> MachineInfo:
     name, major, ver, long_name = os_release()
     machine = platform.machine()
     return MachineInfo(
-        hostname=socket.gethostname(),
+        hostname=config.network_hostname or socket.gethostname(),
         arch=_ARCHES.get(machine.lower(), machine),
         opsys="LINUX" if platform.system() == "Linux" else platform.system().upper(),
         opsys_name=name,

@@ -26,22 +26,30 @@ _log = logging.getLogger("htgrid.startd")
 
 
 def run_startd(
-    home: Path | None = None, *, pool: str | None = None, parent_fd: int | None = None
+    home: Path | None = None,
+    *,
+    pool: str | None = None,
+    parent_fd: int | None = None,
+    network: bool = False,
 ) -> int:
-    """Run the execute node of `home` (default $HTGRID_HOME); the process exit status."""
+    """Run the execute node of `home` (default $HTGRID_HOME); the process exit status.
+    With `network`, its API is served over TLS too, for schedds on other hosts."""
     daemon_umask()  # what it makes is its own, whatever the umask it was started with
     configure_logging()
     try:
         config = StartdConfig.load(home)
         preload_functions()
         tune_gc()
-        reason = asyncio.run(Startd(config, pool=pool, parent_fd=parent_fd).run())
+        startd = Startd(config, pool=pool, parent_fd=parent_fd, network=network)
+        reason = asyncio.run(startd.run())
     except HTGridError as exc:
         _log.error("cannot run: %s", exc)
         return 1
     except OSError as exc:
         _log.error("cannot run: %s: %s", exc.filename or "", exc.strerror or exc)
         return 1
+    if reason is ExitReason.REFUSED:
+        return 1  # it never joined: nothing ran, and it is no exit for want of work
     if parent_fd is None and config.shutdown_script:
         # On its own, the node is its master: HTCondor's master execs the script at exit.
         _log.info("running DEFAULT_MASTER_SHUTDOWN_SCRIPT: %s", config.shutdown_script)

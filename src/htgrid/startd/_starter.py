@@ -9,8 +9,9 @@ Otherwise the job runs in its Iwd on the shared filesystem, as a local job does.
 
 The job's process is its own session, with the job's environment plus HTCondor's
 (`_CONDOR_SCRATCH_DIR`, `_CONDOR_SLOT`, `_CONDOR_JOB_AD`, `OMP_NUM_THREADS`,
-`CUDA_VISIBLE_DEVICES`, HOME...) and a marker naming the execute node, by which a
-restarted startd finds and kills what a killed one left running.
+`CUDA_VISIBLE_DEVICES`, HOME...) and a marker naming the execute node (and the slot,
+never the claim id), by which a restarted startd finds and kills what a killed one left
+running.
 
 When the node runs as root, the job runs as its owner (the job ad's Owner, a local
 account; root's only with ALLOW_ROOT_JOBS): the sandbox is the owner's, the job's files
@@ -331,7 +332,9 @@ class Starter:
                 "TMPDIR": box,
                 "TMP": box,
                 "TEMP": box,
-                MARKER: f"{self.marker}:{claim.claim_id}",
+                # The node's marker and the dynamic slot's name: never the claim id, the
+                # capability for the claim, which the job must not see.
+                MARKER: f"{self.marker}:{claim.name}",
             }
         )
         if claim.resources.gpus:

@@ -9,9 +9,11 @@ from typing import Any, Final
 from htgrid.startd._errors import StartdProtocolError
 from htgrid.startd._states import ClaimState, Outcome, Resources
 
-__all__ = ["NO_RESOURCES", "ClaimGrant", "ClaimStatus"]
+__all__ = ["NO_RESOURCES", "TLS_CERTIFICATE", "ClaimGrant", "ClaimStatus"]
 
 NO_RESOURCES: Final = Resources(0, 0, 0)
+#: The slot ads' attribute holding a node's TLS certificate (PEM), which schedds pin.
+TLS_CERTIFICATE: Final = "StartdTlsCertificate"
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,9 @@
         await startd.release(claim_id)
 
 The socket must belong to this user (or root): a socket someone else made is refused
-before anything is sent, since job ads carry the job's environment. Errors come back as
+before anything is sent, since job ads carry the job's environment. A node on another
+host is reached over TLS (`StartdClient.over_tls(address, context)`, the context pinning
+the certificate its ad carries and presenting the schedd's own). Errors come back as
 the startd's classes; a node that does not answer is `StartdUnavailable`.
 """
 
@@ -18,15 +20,17 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 import httpx
 
 from htgrid.classad import ClassAd
 from htgrid.classad.adjson import ads_to_json, loads
+from htgrid.client import tls_transport
 from htgrid.net import ad_from_json
 from htgrid.startd._errors import (
     StartdError,
@@ -36,7 +40,7 @@ from htgrid.startd._errors import (
 )
 from htgrid.startd._wire import ClaimGrant, ClaimStatus
 
-__all__ = ["StartdClient", "socket_of"]
+__all__ = ["StartdClient", "host_port_of", "socket_of"]
 
 _CHUNK = 1 << 20
 
@@ -52,18 +56,49 @@ def socket_of(address: str) -> Path | None:
     return None
 
 
+def host_port_of(address: str) -> tuple[str, int] | None:
+    """The host and port of a node's network address (`<10.1.2.3:9620>`, `<[::1]:9620>`),
+    if it has them (None for a Unix socket's `<host?sock=...>`)."""
+    inner = address.strip().removeprefix("<").removesuffix(">").partition("?")[0]
+    host, sep, port = inner.rpartition(":")
+    if not sep or not port.isdigit() or not host or (":" in host and not host.startswith("[")):
+        return None
+    return host.strip("[]"), int(port)
+
+
+_LIMITS: Final = httpx.Limits(max_connections=512, max_keepalive_connections=64)
+
+
 class StartdClient:
-    """An HTTP client of one execute node's Unix socket."""
+    """An HTTP client of one execute node: on its Unix socket, or over TLS."""
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
-        self.path = Path(path)
+        self.path: Path | None = Path(path)
+        self.where = str(path)
         self.timeout = timeout
         self._http = httpx.AsyncClient(
-            transport=httpx.AsyncHTTPTransport(uds=str(self.path)),
+            transport=httpx.AsyncHTTPTransport(uds=str(path)),
             base_url="http://startd",
             timeout=timeout,
-            limits=httpx.Limits(max_connections=512, max_keepalive_connections=64),
+            limits=_LIMITS,
         )
+
+    @classmethod
+    def over_tls(
+        cls, address: tuple[str, int], tls: ssl.SSLContext, *, timeout: float = 30.0
+    ) -> StartdClient:
+        """A client of the node at `address` over TLS, `tls` checking whom it talks to."""
+        self = cls.__new__(cls)
+        host, port = address
+        self.path = None
+        self.where = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+        self.timeout = timeout
+        self._http = httpx.AsyncClient(
+            transport=tls_transport(tls, _LIMITS),
+            base_url=f"https://{self.where}",
+            timeout=timeout,
+        )
+        return self
 
     async def __aenter__(self) -> StartdClient:
         return self
@@ -146,7 +181,7 @@ class StartdClient:
                 finally:
                     await asyncio.to_thread(f.close)
         except httpx.TransportError as exc:
-            raise StartdUnavailable(f"lost the execute node on {self.path}: {exc}") from None
+            raise StartdUnavailable(f"lost the execute node at {self.where}: {exc}") from None
         return size
 
     async def vacate(self, claim_id: str, reason: str = "vacate") -> ClaimStatus:
@@ -165,6 +200,8 @@ class StartdClient:
     # -- plumbing -----------------------------------------------------------------------
 
     def _check_socket(self) -> None:
+        if self.path is None:
+            return  # over TLS: the context checks the node's certificate
         try:
             owner = os.stat(self.path).st_uid
         except OSError as exc:
@@ -198,10 +235,10 @@ class StartdClient:
             )
         except httpx.TimeoutException:
             raise StartdUnavailable(
-                f"the execute node on {self.path} did not answer in time"
+                f"the execute node at {self.where} did not answer in time"
             ) from None
         except (httpx.TransportError, OSError) as exc:
-            raise StartdUnavailable(f"no execute node answers on {self.path}: {exc}") from None
+            raise StartdUnavailable(f"no execute node answers at {self.where}: {exc}") from None
         if response.status_code >= 400:
             raise _error(response)
         return response

@@ -44,6 +44,8 @@ __all__ = [
     "CertFiles",
     "PoolCA",
     "client_ssl_context",
+    "pinned_ssl_context",
+    "self_signed_cert",
     "server_ssl_context",
 ]
 
@@ -103,6 +105,27 @@ def _key_pem(key: _SigningKey) -> bytes:
     )
 
 
+def _self_issued(
+    key: _SigningKey, name: str, now: datetime, valid_days: int
+) -> x509.CertificateBuilder:
+    """A certificate of `key` for `name`, issued by itself, valid from now (backdated)."""
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "htgrid"),
+            x509.NameAttribute(NameOID.COMMON_NAME, name),
+        ]
+    )
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _BACKDATE)
+        .not_valid_after(now + timedelta(days=valid_days))
+    )
+
+
 class PoolCA:
     """The pool's certificate authority in a directory ($HTGRID_HOME/etc/ca)."""
 
@@ -149,20 +172,8 @@ class PoolCA:
             else:
                 key = ec.generate_private_key(ec.SECP256R1())
                 write_private(self.key_path, _key_pem(key))
-            subject = x509.Name(
-                [
-                    x509.NameAttribute(NameOID.ORGANIZATION_NAME, "htgrid"),
-                    x509.NameAttribute(NameOID.COMMON_NAME, self.name),
-                ]
-            )
             cert = (
-                x509.CertificateBuilder()
-                .subject_name(subject)
-                .issuer_name(subject)
-                .public_key(key.public_key())
-                .serial_number(x509.random_serial_number())
-                .not_valid_before(now - _BACKDATE)
-                .not_valid_after(now + timedelta(days=valid_days))
+                _self_issued(key, self.name, now, valid_days)
                 .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
                 .add_extension(
                     x509.KeyUsage(
@@ -284,25 +295,55 @@ class PoolCA:
         return CertFiles(cert_path, key_path, cert.not_valid_after_utc, renewed=True)
 
 
+def self_signed_cert(
+    cert_path: Path,
+    key_path: Path,
+    name: str,
+    hosts: Sequence[str],
+    *,
+    valid_days: int = 400,
+    clock: Clock = time.time,
+) -> CertFiles:
+    """A new key and a certificate of its own (self-signed) for `name` at `hosts`, for a
+    daemon that holds no CA's key and whose peers pin its certificate (an execute node
+    joining a pool advertises it in its token-authenticated ad); the PEM is at `cert_path`."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.fromtimestamp(clock(), UTC)
+    cert = (
+        _self_issued(key, name, now, valid_days)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.SubjectAlternativeName(_san(hosts)), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    write_private(key_path, _key_pem(key))
+    write_private(cert_path, cert.public_bytes(serialization.Encoding.PEM), mode=0o644)
+    return CertFiles(cert_path, key_path, cert.not_valid_after_utc, renewed=True)
+
+
 def _tls12(context: ssl.SSLContext) -> ssl.SSLContext:
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     return context
 
 
-def server_ssl_context(cert: CertFiles) -> ssl.SSLContext:
-    """A server's TLS context presenting `cert` (TLS 1.2 or newer)."""
+def server_ssl_context(cert: CertFiles, *, client_cas: Iterable[Path] = ()) -> ssl.SSLContext:
+    """A server's TLS context presenting `cert` (TLS 1.2 or newer). With `client_cas`, a
+    client may present a certificate, which must be one of theirs (the handshake fails
+    otherwise); whether it did is the application's to check (`getpeercert`)."""
     context = _tls12(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER))
     try:
         cert.load_into(context)
     except (OSError, ssl.SSLError) as exc:
         raise CertificateError(f"{cert.cert}: cannot load the certificate: {exc}") from None
+    cas = list(client_cas)
+    if cas:
+        _load_cas(context, cas)
+        context.verify_mode = ssl.CERT_OPTIONAL
     return context
 
 
-def client_ssl_context(ca_files: Iterable[Path]) -> ssl.SSLContext:
-    """A client's TLS context trusting only these CA certificates (not the system's),
-    checking host names (TLS 1.2 or newer)."""
-    context = _tls12(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
+def _load_cas(context: ssl.SSLContext, ca_files: Iterable[Path]) -> int:
     loaded = 0
     for path in ca_files:
         try:
@@ -310,6 +351,30 @@ def client_ssl_context(ca_files: Iterable[Path]) -> ssl.SSLContext:
         except (OSError, ssl.SSLError) as exc:
             raise CertificateError(f"{path}: cannot load the CA certificate: {exc}") from None
         loaded += 1
-    if not loaded:
+    return loaded
+
+
+def pinned_ssl_context(pem: str, identity: tuple[Path, Path] | None = None) -> ssl.SSLContext:
+    """A client's TLS context trusting one server certificate, `pem` (pinned: the peer
+    presents exactly it, for the host name it names), presenting `identity` (the
+    certificate and key files) if given."""
+    context = _tls12(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
+    try:
+        context.load_verify_locations(cadata=pem)
+    except (ValueError, ssl.SSLError) as exc:
+        raise CertificateError(f"the pinned certificate cannot be read: {exc}") from None
+    if identity is not None:
+        try:
+            context.load_cert_chain(*identity)
+        except (OSError, ssl.SSLError) as exc:
+            raise CertificateError(f"{identity[0]}: cannot load the certificate: {exc}") from None
+    return context
+
+
+def client_ssl_context(ca_files: Iterable[Path]) -> ssl.SSLContext:
+    """A client's TLS context trusting only these CA certificates (not the system's),
+    checking host names (TLS 1.2 or newer)."""
+    context = _tls12(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
+    if not _load_cas(context, ca_files):
         raise CertificateError("no CA certificate to trust: run `htgrid up` to make the pool CA")
     return context
