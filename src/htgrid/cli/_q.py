@@ -13,14 +13,15 @@
 As condor_q: only your jobs unless `-allusers` or arguments name jobs, clusters or
 users; `-nobatch` one line per job, `-hold` why jobs are held, `-factory` the late
 materialization factories, `-l` whole ads (old syntax), `-grid` grid jobs' remote state
-and id (a VM's instance id), `-af ATTR...` values, `-json` ads as JSON, `-better-
-analyze` why jobs do not run (unless job ids are named, one analysis per group of alike
+and id (a VM's instance id), `-af ATTR...` values, `-json` ads as JSON,
+`-better-analyze` why jobs do not run (unless job ids are named, one analysis per group of alike
 jobs), `-run` running jobs and the slot each runs on (HOST(S): RemoteHost, as condor_q
 -run), `-quarantined` the jobs the daemon could not read from its queue database when it
 started and set aside (their rows are kept in its `quarantine` table; the SchedLog says
-why), of which the usual view gives the number. Plain text in a pipe, a rich table in a terminal. Exit status: 0,
-even when no job matches; 1 when a job or cluster named on the command line is not in the
-queue, or the daemon is not running; 2 for a bad constraint (with its column).
+why), of which the usual view gives the number. Plain text in a pipe, a rich table in a
+terminal. Exit status: 0, even when no job matches; 1 when a job or cluster named on the
+command line is not in the queue, or the daemon is not running; 2 for a bad constraint
+(with its column).
 """
 
 from __future__ import annotations
