@@ -19,6 +19,7 @@ worker thread (the methods are serialised by a lock).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import re
@@ -220,6 +221,21 @@ class JobQueue:
                     found[jid] = store.job_ad(row)
         return found
 
+    def cluster_ad(self, cluster: int) -> ClassAd:
+        """The ad a cluster's procs share (HTCondor's cluster ad), of a cluster in the
+        queue or, once it is gone, in the history; JobNotFound when neither has it."""
+        with self._reading() as store:
+            try:
+                ad = store.cluster_ad(cluster)
+            except JobNotFound:
+                try:
+                    ad = store.cluster_ad(cluster, history=True)
+                except JobNotFound:
+                    raise JobNotFound(
+                        f"cluster {cluster} is not in the queue nor its history"
+                    ) from None
+            return copy.copy(ad)  # the cached ad stays as committed
+
     def present(self, job_ids: Iterable[JobId]) -> set[JobId]:
         """Those of `job_ids` in the queue (no ads read)."""
         with self._reading() as store:
@@ -381,7 +397,9 @@ class JobQueue:
         done: list[JobId] = []
         with self._writing() as txn:
             cluster = cluster_of(jobs)
-            factory = cluster is not None and _act_on_factory(txn, cluster, action, identity)
+            factory = cluster is not None and _act_on_factory(
+                txn, cluster, action, identity, text, code
+            )
             try:
                 targets = select_targets(txn, jobs, identity, verb, _ELIGIBLE[action])
             except JobNotFound:
@@ -684,7 +702,9 @@ def _exit_decision(edit: JobEdit, now: int) -> PolicyDecision:
         )
 
 
-def _act_on_factory(txn: Txn, cluster: int, action: JobAction, identity: Identity) -> bool:
+def _act_on_factory(
+    txn: Txn, cluster: int, action: JobAction, identity: Identity, reason: str, code: int
+) -> bool:
     """condor_hold, condor_release or condor_rm of a whole cluster act on its factory too:
     paused, resumed, removed. Whether the cluster has a factory."""
     owner = _factory.owner_of(txn.conn, cluster)
@@ -695,12 +715,12 @@ def _act_on_factory(txn: Txn, cluster: int, action: JobAction, identity: Identit
             f"cluster {cluster} is owned by {owner}; {identity.name} may not {_VERBS[action][0]} it"
         )
     if action is JobAction.Hold:
-        _factory.set_paused(txn, cluster, _factory.PAUSED_BY_USER)
+        _factory.set_paused(txn, cluster, _factory.PAUSED_BY_USER, reason, code)
     elif action is JobAction.Release:
-        _factory.set_paused(txn, cluster, _factory.RUNNING)
-        txn.changed(cluster)  # made up to its limits at the commit
+        _factory.set_paused(txn, cluster, _factory.RUNNING, reason, code)
     else:
         _factory.remove(txn, cluster)
+    txn.changed(cluster)  # made up to its limits, or closed, at the commit
     return True
 
 
