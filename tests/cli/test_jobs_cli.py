@@ -14,6 +14,15 @@ from pathlib import Path
 import pytest
 
 import htgrid.classad as classad
+from htgrid.cli._wait import JobTally
+from htgrid.eventlog import (
+    ClusterRemoveEvent,
+    ClusterSubmitEvent,
+    EventLogReader,
+    JobTerminatedEvent,
+    SubmitEvent,
+    UserLog,
+)
 from htgrid.testing import PersonalPool, run_cli, wait_for
 
 ME = __import__("pwd").getpwuid(os.getuid()).pw_name
@@ -306,3 +315,24 @@ def test_wait_for_a_job_without_a_log_asks_the_daemon(htgrid) -> None:  # type: 
     assert htgrid("wait", str(cluster), "-wait", "20") == (0, "All jobs done.\n", "")
     rc, _, err = htgrid("wait", "98765")
     assert rc == 1 and "no job 98765" in err  # a negative answer, not bad usage
+
+
+def test_wait_waits_for_a_factorys_cluster_removed_event(tmp_path: Path) -> None:
+    log = UserLog(tmp_path / "job.log")
+    reader = EventLogReader(log.path)
+    tally = JobTally(lambda jid: jid.cluster == 12)
+    log.append(ClusterSubmitEvent(cluster=12, timestamp=1, submit_host="<h>"))
+    log.append(SubmitEvent(cluster=12, proc=0, timestamp=1, submit_host="<h>"))
+    log.append(
+        JobTerminatedEvent(
+            cluster=12, proc=0, timestamp=2, terminated_normally=True, return_value=0
+        )
+    )
+    for event in reader.read():
+        tally.feed(event)
+    assert not tally.finished(None)  # its one job is done, but more may be made
+    log.append(ClusterRemoveEvent(cluster=12, timestamp=3, next_proc_id=1, completion=1))
+    for event in reader.read():
+        tally.feed(event)
+    assert tally.finished(None)
+    assert tally.summary().startswith("1 of 1 done")

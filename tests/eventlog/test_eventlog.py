@@ -16,10 +16,16 @@ import pytest
 from htgrid import eventlog
 from htgrid.errors import HTGridError
 from htgrid.eventlog import (
+    ClusterCompletion,
+    ClusterRemoveEvent,
+    ClusterSubmitEvent,
     EventLogError,
+    EventLogReader,
     ExecErrorType,
     ExecutableErrorEvent,
     ExecuteEvent,
+    FactoryPausedEvent,
+    FactoryResumedEvent,
     GridResourceDownEvent,
     GridResourceUpEvent,
     GridSubmitEvent,
@@ -377,8 +383,102 @@ def test_every_event_type_reads_back(
     assert {key: attrs(got).get(key) for key in expected} == expected
 
 
+# The events of a whole cluster (a late materialization factory): proc -1.
+CLUSTER_CASES: list[tuple[UserLogEvent, dict[str, Any]]] = [
+    (
+        ClusterSubmitEvent(cluster=4321, timestamp=T, submit_host="<10.0.0.5:9618?sock=schedd>"),
+        {"SubmitHost": "<10.0.0.5:9618?sock=schedd>"},
+    ),
+    (
+        ClusterRemoveEvent(
+            cluster=4321, timestamp=T, next_proc_id=40, completion=ClusterCompletion.COMPLETE
+        ),
+        {"NextProcId": 40, "NextRow": 0, "Completion": 1, "Notes": None},
+    ),
+    (
+        ClusterRemoveEvent(
+            cluster=4321,
+            timestamp=T,
+            next_proc_id=7,
+            next_row=3,
+            completion=ClusterCompletion.INCOMPLETE,
+            notes="via condor_hold (by user alice)",
+        ),
+        {
+            "NextProcId": 7,
+            "NextRow": 3,
+            "Completion": 0,
+            "Notes": "via condor_hold (by user alice)",
+        },
+    ),
+    (
+        ClusterRemoveEvent(cluster=4321, timestamp=T, completion=ClusterCompletion.PAUSED),
+        {"NextProcId": 0, "Completion": 2},
+    ),
+    (
+        ClusterRemoveEvent(cluster=4321, timestamp=T, completion=ClusterCompletion.ERROR),
+        {"Completion": -1},
+    ),
+    (
+        FactoryPausedEvent(
+            cluster=4321, timestamp=T, reason="disk\nfull", pause_code=1, hold_code=1
+        ),
+        {"Reason": "disk|full", "PauseCode": 1, "HoldCode": 1},
+    ),
+    (FactoryPausedEvent(cluster=4321, timestamp=T), {"Reason": None, "PauseCode": 0}),
+    (
+        FactoryResumedEvent(cluster=4321, timestamp=T, reason="via condor_release"),
+        {"Reason": "via condor_release"},
+    ),
+    (FactoryResumedEvent(cluster=4321, timestamp=T), {"Reason": None}),
+]
+
+
+@pytest.mark.parametrize(
+    ("event", "expected"),
+    CLUSTER_CASES,
+    ids=lambda c: type(c).__name__ if isinstance(c, UserLogEvent) else "",
+)
+def test_every_cluster_event_type_reads_back(
+    tmp_path: Path, event: UserLogEvent, expected: dict[str, Any]
+) -> None:
+    path = write(tmp_path, event)
+    (got,) = read_back(path)
+    assert got.type == htcondor2.JobEventType(event.event_number)
+    assert (got.cluster, got.proc) == (4321, -1)
+    assert got.timestamp == T
+    assert {key: attrs(got).get(key) for key in expected} == expected
+    (ours,) = EventLogReader(path).read()  # htgrid's own reader (htgrid wait) too
+    assert (ours.number, ours.job_id.cluster, ours.job_id.proc) == (event.event_number, 4321, -1)
+
+
+def test_cluster_event_text_is_htcondors() -> None:
+    removed = ClusterRemoveEvent(
+        cluster=12, timestamp=T, next_proc_id=10, completion=ClusterCompletion.COMPLETE
+    )
+    assert format_event(removed) == (
+        "036 (012.-01.000) 2024-07-04 12:30:15 Cluster removed\n"
+        "\tMaterialized 10 jobs from 0 items.\tComplete\n"
+        "...\n"
+    )
+    paused = FactoryPausedEvent(
+        cluster=12, timestamp=T, reason="via condor_hold", pause_code=1, hold_code=1
+    )
+    assert format_event(paused).splitlines() == [
+        "037 (012.-01.000) 2024-07-04 12:30:15 Job Materialization Paused",
+        "\tvia condor_hold",
+        "\tPauseCode 1",
+        "\tHoldCode 1",
+        "...",
+    ]
+    submitted = ClusterSubmitEvent(cluster=12, timestamp=T, submit_host="<127.0.0.1:9618>")
+    assert format_event(submitted).splitlines()[0] == (
+        "035 (012.-01.000) 2024-07-04 12:30:15 Cluster submitted from host: <127.0.0.1:9618>"
+    )
+
+
 def test_cases_cover_every_event_type() -> None:
-    written = {type(event) for event, _ in CASES}
+    written = {type(event) for event, _ in CASES + CLUSTER_CASES}
     public = {
         cls
         for name in eventlog.__all__
@@ -388,7 +488,9 @@ def test_cases_cover_every_event_type() -> None:
     }
     assert written == public
     numbers = sorted(cls.event_number for cls in public)
-    assert numbers == [0, 1, 2, 4, 5, 6, 9, 10, 11, 12, 13, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30]
+    assert numbers == [
+        0, 1, 2, 4, 5, 6, 9, 10, 11, 12, 13, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 35, 36, 37, 38
+    ]  # fmt: skip
 
 
 # --- the exact text ------------------------------------------------------------------------
@@ -886,6 +988,11 @@ def test_format_event_is_pure(tmp_path: Path) -> None:
         (lambda: JobHeldEvent(cluster=1, proc=0, timestamp="now"), "a number"),
         (lambda: JobHeldEvent(**job(), hold_reason=5), "expected str"),
         (lambda: UserLogEvent(cluster=1, proc=0, timestamp=T), "abstract"),
+        (lambda: JobHeldEvent(cluster=1, proc=-1, timestamp=T), "proc must be >= 0"),
+        (
+            lambda: ClusterSubmitEvent(cluster=1, proc=0, timestamp=T, submit_host="h"),
+            "whole cluster has proc -1",
+        ),
         (lambda: JobTerminatedEvent(**job(), terminated_normally=True), "needs return_value"),
         (
             lambda: JobTerminatedEvent(

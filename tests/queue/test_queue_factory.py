@@ -143,3 +143,66 @@ def test_held_procs_of_a_factory_stay_held_when_made(q: JobQueue) -> None:
             tx.add_staged(cid, staged, factory=True)
     leave(q, cluster, 0)
     assert present(q, cluster) == [(1, int(JobStatus.HELD), None)]
+
+
+def factory_changes(q: JobQueue, after: int = 0) -> list[tuple[str, list[int], dict[str, object]]]:
+    """The changes after `after`: kind, procs and, for a factory's, its attributes."""
+    return [
+        (c.kind.value, list(c.procs), dict(c.attrs) if c.kind.value.startswith("factory") else {})
+        for c in q.changes_since(after)
+    ]
+
+
+def test_the_feed_says_what_happens_to_the_factory(q: JobQueue) -> None:
+    cluster = factory(q, 4, JobMaterializeLimit=2)
+    assert factory_changes(q) == [("factory_submitted", [], {}), ("submitted", [0, 1], {})]
+    seq = q.last_seq
+    q.act(JobAction.Hold, cluster, ALICE, "disk full")
+    q.act(JobAction.Hold, cluster, ALICE)  # held already: nothing new to say
+    paused = {"JobMaterializePaused": 1, "JobMaterializePauseReason": "disk full"}
+    assert factory_changes(q, seq) == [
+        ("factory_paused", [], {**paused, "HoldReasonCode": 1}),
+        ("status", [0, 1], {}),
+    ]
+    q.act(JobAction.Release, cluster, ALICE, "disk cleaned")
+    seq = q.last_seq
+    for proc in range(4):
+        leave(q, cluster, proc)
+    kinds = [(kind, procs) for kind, procs, _ in factory_changes(q, seq)]
+    # The last job's leaving and the factory's end are one commit, in that order.
+    assert kinds[-2:] == [("left_queue", [3]), ("factory_removed", [])]
+    assert factory_changes(q, seq)[-1][2] == {
+        "JobMaterializeNextProcId": 4,
+        "JobMaterializePaused": 2,  # done: every proc made
+    }
+    resumed = [c for c in q.changes_since(0) if c.kind.value == "factory_resumed"]
+    assert [dict(c.attrs) for c in resumed] == [{"ReleaseReason": "disk cleaned"}]
+
+
+def test_a_factory_removed_with_no_job_left_ends_its_cluster(q: JobQueue) -> None:
+    cluster = factory(q, 10, JobMaterializeLimit=2)
+    q.act(JobAction.Hold, cluster, ALICE)
+    q.act(JobAction.Remove, [JobId(cluster, 0), JobId(cluster, 1)], ALICE)
+    seq = q.last_seq
+    assert q.act(JobAction.Remove, cluster, ALICE) == []
+    assert factory_changes(q, seq) == [
+        ("factory_removed", [], {"JobMaterializeNextProcId": 2, "JobMaterializePaused": 3})
+    ]
+    assert q.factories() == []
+    with pytest.raises(Exception, match="not in the queue"):
+        q.act(JobAction.Release, cluster, ALICE)
+
+
+def test_a_done_factory_is_closed_when_its_last_job_leaves(q: JobQueue) -> None:
+    cluster = factory(q, 3, JobMaterializeLimit=2)
+    leave(q, cluster, 0)  # proc 2, the last, is made: the factory is done
+    assert q.factories() == []
+    q.act(JobAction.Hold, cluster, ALICE)  # holds the jobs; there is no factory to pause
+    assert not [c for c in q.changes_since(0) if c.kind.value == "factory_paused"]
+    seq = q.last_seq
+    q.act(JobAction.Remove, cluster, ALICE)  # held jobs go straight to the history
+    assert [kind for kind, _, _ in factory_changes(q, seq)][-1] == "factory_removed"
+    assert factory_changes(q, seq)[-1][2] == {
+        "JobMaterializeNextProcId": 3,
+        "JobMaterializePaused": 2,
+    }

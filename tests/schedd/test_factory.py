@@ -1,16 +1,19 @@
 """Late materialization through the daemon: `max_materialize` and `max_idle` keep that
 many procs in the queue and the next come as earlier ones leave; condor_q -factory shows
-the factory; hold, release and rm of the cluster act on it; and a daemon killed -9 while
-a factory runs through never makes a proc twice nor skips one."""
+the factory; hold, release and rm of the cluster act on it; the cluster's own events
+(035 to 038) go to its log; and a daemon killed -9 while a factory runs through never
+makes a proc twice nor skips one, nor writes an event twice."""
 
 from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
 
+import htcondor2
+
 from htgrid.testing import PersonalPool
 
-from ._harness import run_cli, submit, wait_for
+from ._harness import events, run_cli, submit, wait_for
 
 LOCAL = "universe = local\nexecutable = /bin/true\narguments = $(Process)\n"
 
@@ -110,3 +113,132 @@ def test_q_factory_and_hold_release_rm_of_the_cluster(tmp_path: Path) -> None:
         rc, out, _ = run_cli(pool.home, "q", "-factory", "-allusers")
         assert f"{cluster}." not in out  # no factory left to make more
         assert sorted(_left(pool, cluster)) == [0, 1, 2, 3]
+
+
+SUBMIT, EXECUTE, TERMINATED, HELD, RELEASED = 0, 1, 5, 12, 13
+CLUSTER_SUBMIT, CLUSTER_REMOVE, FACTORY_PAUSED, FACTORY_RESUMED = 35, 36, 37, 38
+# Says it started, then waits for the test's word.
+WAITER = '#!/bin/sh\necho "$1" >> started\nwhile [ ! -e go ]; do sleep 0.05; done\n'
+
+
+def _waiting_factory(pool: PersonalPool, sub: Path, limit: int, count: int) -> int:
+    sub.mkdir()
+    (sub / "job.sh").write_text(WAITER)
+    (sub / "job.sh").chmod(0o755)
+    text = "universe = local\nexecutable = job.sh\narguments = $(Process)\nlog = job.log\n"
+    return submit(pool, sub, text + f"max_materialize = {limit}\nqueue {count}\n")
+
+
+def _logged(log: Path) -> list[htcondor2.JobEvent]:
+    return list(events(log)) if log.exists() else []
+
+
+def _numbers(log: Path) -> list[int]:
+    return [int(e.type) for e in _logged(log)]
+
+
+def _cluster_events(log: Path) -> list[htcondor2.JobEvent]:
+    return [e for e in _logged(log) if e.proc == -1]
+
+
+def test_a_factory_writes_its_clusters_events_to_its_log(tmp_path: Path) -> None:
+    with PersonalPool(tmp_path / "pool", fsync=False, periodic_interval=0.5) as pool:
+        sub = tmp_path / "sub"
+        cluster = _waiting_factory(pool, sub, 2, 6)
+        log = sub / "job.log"
+        started = sub / "started"
+        wait_for(lambda: started.exists() and len(started.read_text().split()) == 2)
+        assert run_cli(pool.home, "hold", str(cluster))[0] == 0
+        wait_for(lambda: FACTORY_PAUSED in _numbers(log), what="the 037 event")
+        assert run_cli(pool.home, "release", str(cluster))[0] == 0
+        wait_for(lambda: FACTORY_RESUMED in _numbers(log), what="the 038 event")
+        (sub / "go").touch()
+        wait_for(lambda: CLUSTER_REMOVE in _numbers(log), timeout=120, what="the 036 event")
+
+        logged = _logged(log)
+        numbers = [int(e.type) for e in logged]
+        assert numbers[0] == CLUSTER_SUBMIT  # before any job's 000
+        assert numbers[-1] == CLUSTER_REMOVE  # after every job's last event
+        cluster_events = [e for e in logged if e.proc == -1]
+        assert [int(e.type) for e in cluster_events] == [
+            CLUSTER_SUBMIT, FACTORY_PAUSED, FACTORY_RESUMED, CLUSTER_REMOVE
+        ]  # fmt: skip
+        assert all(e.cluster == cluster for e in cluster_events)
+        submitted, paused, resumed, removed = cluster_events
+        assert submitted["SubmitHost"].startswith("<")
+        assert paused["Reason"] == "via condor_hold (by user root)"
+        assert (paused["PauseCode"], paused["HoldCode"]) == (1, 1)
+        assert resumed["Reason"] == "via condor_release (by user root)"
+        assert (removed["NextProcId"], removed["NextRow"], removed["Completion"]) == (6, 0, 1)
+        # The jobs held with the cluster: 037 comes before the first job's 012.
+        assert numbers.index(FACTORY_PAUSED) < numbers.index(HELD)
+        assert numbers.index(FACTORY_RESUMED) < numbers.index(RELEASED)
+        for proc in range(6):
+            mine = [int(e.type) for e in logged if e.proc == proc]
+            assert mine[0] == SUBMIT and mine[-1] == TERMINATED, (proc, mine)
+            assert mine.count(SUBMIT) == 1 and mine.count(TERMINATED) == 1
+
+
+def test_a_removed_factory_says_so_in_its_log(tmp_path: Path) -> None:
+    with PersonalPool(tmp_path / "pool", fsync=False, periodic_interval=0.5) as pool:
+        sub = tmp_path / "sub"
+        cluster = _waiting_factory(pool, sub, 2, 10)
+        log = sub / "job.log"
+        wait_for(lambda: _numbers(log).count(EXECUTE) == 2, what="two jobs running")
+        assert run_cli(pool.home, "rm", str(cluster))[0] == 0
+        wait_for(lambda: CLUSTER_REMOVE in _numbers(log), timeout=60, what="the 036 event")
+        removed = _cluster_events(log)[-1]
+        # Two made of ten: removed before it was complete.
+        assert (removed["NextProcId"], removed["Completion"]) == (2, 0)
+        assert _numbers(log)[-1] == CLUSTER_REMOVE
+
+
+def test_kill_9_neither_loses_nor_repeats_a_factorys_events(tmp_path: Path) -> None:
+    with PersonalPool(tmp_path / "pool", fsync=True, periodic_interval=0.5) as pool:
+        sub = tmp_path / "sub"
+        cluster = _waiting_factory(pool, sub, 2, 4)
+        log = sub / "job.log"
+        position = pool.home / "spool" / "userlog.seq"
+
+        def written(number: int) -> bool:
+            # The event is in the log, and the writer's position saved after it.
+            return (
+                number in _numbers(log)
+                and position.exists()
+                and position.stat().st_mtime_ns >= log.stat().st_mtime_ns
+            )
+
+        wait_for(lambda: written(CLUSTER_SUBMIT), what="the 035 event")
+        pool.kill()
+        pool.start()
+        assert run_cli(pool.home, "hold", str(cluster))[0] == 0
+        wait_for(lambda: written(FACTORY_PAUSED), what="the 037 event")
+        pool.kill()
+        pool.start()
+        assert run_cli(pool.home, "release", str(cluster))[0] == 0
+        # Perhaps before the 038 is written: it must come after the restart. (Or after it
+        # is written but before the writer saved its place: then, as any event of the
+        # writer's last batch, it is written again; see schedd/_userlog.)
+        pool.kill()
+        pool.start()
+        wait_for(lambda: written(FACTORY_RESUMED), what="the 038 event")
+        (sub / "go").touch()
+        wait_for(lambda: written(CLUSTER_REMOVE), timeout=120, what="the 036 event")
+        pool.kill()
+        pool.start()
+        # Another job's events on the same log: the writer has gone past the factory's.
+        other = submit(
+            pool, sub, "universe = local\nexecutable = /bin/true\nlog = job.log\nqueue\n"
+        )
+        wait_for(
+            lambda: any(e.cluster == other and int(e.type) == TERMINATED for e in _logged(log)),
+            what="the other job's 005",
+        )
+        logged = [int(e.type) for e in _cluster_events(log) if e.cluster == cluster]
+        if logged.count(FACTORY_RESUMED) == 2:  # the kill fell in that window
+            logged.remove(FACTORY_RESUMED)
+        # Written once each: a restart after the writer saved its place repeats nothing.
+        assert logged == [CLUSTER_SUBMIT, FACTORY_PAUSED, FACTORY_RESUMED, CLUSTER_REMOVE]
+        for proc in range(4):
+            mine = [int(e.type) for e in _logged(log) if (e.cluster, e.proc) == (cluster, proc)]
+            assert mine.count(SUBMIT) == 1 and mine.count(TERMINATED) == 1, (proc, mine)

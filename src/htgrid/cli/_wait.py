@@ -5,7 +5,8 @@
     $ htgrid wait 12.0 -wait 60      # the job's own log (asked of the daemon)
 
 It reads the user event log: a job is done once its log has a 005 (terminated) or 009
-(aborted) event. In a terminal it shows a live count of done, running, idle and held
+(aborted) event, and a late materialization cluster (035, cluster submitted) once it
+also has its 036 (cluster removed), as its jobs are made over time. In a terminal it shows a live count of done, running, idle and held
 jobs; in a pipe it prints only the outcome, as condor_wait does ("All jobs done." or
 "Time expired."). A job without a log is followed through the daemon instead.
 
@@ -33,6 +34,8 @@ __all__ = ["JobTally", "register"]
 
 _ID: Final = re.compile(r"\d+(\.\d+)?")
 _POLL: Final = 0.1
+_CLUSTER_SUBMIT: Final = 35  # a factory's cluster: its jobs come over time...
+_CLUSTER_REMOVE: Final = 36  # ...until this one
 
 
 def register(commands: Any) -> None:
@@ -57,10 +60,15 @@ class JobTally:
 
     job_filter: Callable[[JobId], bool]
     states: dict[JobId, str] = field(default_factory=dict)  # idle running held done
+    factories: set[int] = field(default_factory=set)  # clusters with jobs still to come
 
     def feed(self, event: LoggedEvent) -> None:
         if not self.job_filter(event.job_id):
             return
+        if event.number == _CLUSTER_SUBMIT:
+            self.factories.add(event.job_id.cluster)
+        elif event.number == _CLUSTER_REMOVE:
+            self.factories.discard(event.job_id.cluster)
         state = {0: "idle", 1: "running", 4: "idle", 5: "done", 9: "done", 12: "held", 13: "idle"}
         new = state.get(event.number)
         if new is not None and self.states.get(event.job_id) != "done":
@@ -73,7 +81,7 @@ class JobTally:
         done = self.count("done")
         if num is not None:
             return done >= num
-        return bool(self.states) and done == len(self.states)
+        return bool(self.states) and done == len(self.states) and not self.factories
 
     def summary(self) -> str:
         return (

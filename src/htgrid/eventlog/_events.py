@@ -23,10 +23,15 @@ from htgrid.eventlog._values import AdValue, EventLogError, RawExpression, old_s
 
 __all__ = [
     "AdValue",
+    "ClusterCompletion",
+    "ClusterRemoveEvent",
+    "ClusterSubmitEvent",
     "EventLogError",
     "ExecErrorType",
     "ExecutableErrorEvent",
     "ExecuteEvent",
+    "FactoryPausedEvent",
+    "FactoryResumedEvent",
     "GridResourceDownEvent",
     "GridResourceUpEvent",
     "GridSubmitEvent",
@@ -91,6 +96,8 @@ class UserLogEvent(Checked):
     """What every event has: its number, the job id, and when it happened."""
 
     event_number: ClassVar[int]
+    #: An event of a whole cluster (a late materialization factory's): proc is -1.
+    cluster_level: ClassVar[bool] = False
 
     cluster: int
     proc: int
@@ -102,8 +109,10 @@ class UserLogEvent(Checked):
             raise EventLogError("UserLogEvent is abstract: use one of its event types")
         super().__post_init__()
         for name in ("cluster", "proc", "subproc"):
-            if getattr(self, name) < 0:
+            if getattr(self, name) < 0 and not (name == "proc" and self.cluster_level):
                 self._fail(f"{name} must be >= 0")
+        if self.cluster_level and self.proc != -1:
+            self._fail("an event of a whole cluster has proc -1")
         if self.timestamp >= MAX_TIMESTAMP:
             self._fail(f"timestamp {self.timestamp} is past year 9999")
 
@@ -412,3 +421,68 @@ class JobStatusKnownEvent(UserLogEvent):
     """030: the grid job's remote status is known again."""
 
     event_number: ClassVar[int] = 30
+
+
+# --- the events of a cluster: HTCondor writes them for late materialization factories,
+# with proc -1 (the header shows `(042.-01.000)`).
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterSubmitEvent(UserLogEvent):
+    """035: a late materialization factory entered the queue (before its jobs' 000s)."""
+
+    event_number: ClassVar[int] = 35
+    cluster_level: ClassVar[bool] = True
+    proc: int = -1
+    submit_host: str
+    log_notes: str = ""
+    user_notes: str = ""
+
+
+class ClusterCompletion(enum.IntEnum):
+    """How a factory ended (the 036 event's `Completion`)."""
+
+    ERROR = -1
+    INCOMPLETE = 0  # removed before it made every proc
+    COMPLETE = 1  # it made every proc
+    PAUSED = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterRemoveEvent(UserLogEvent):
+    """036: a factory's cluster left the queue, its last job gone.
+
+    `next_proc_id` is how many jobs it made (JobMaterializeNextProcId), `next_row` the
+    next row of its item data (JobMaterializeNextRow: 0 for a plain `queue N`).
+    """
+
+    event_number: ClassVar[int] = 36
+    cluster_level: ClassVar[bool] = True
+    proc: int = -1
+    next_proc_id: int = 0
+    next_row: int = 0
+    completion: int = ClusterCompletion.INCOMPLETE
+    notes: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FactoryPausedEvent(UserLogEvent):
+    """037: the factory stopped making jobs for now (its cluster held: pause_code 1,
+    JobMaterializePaused, and the hold's reason and code)."""
+
+    event_number: ClassVar[int] = 37
+    cluster_level: ClassVar[bool] = True
+    proc: int = -1
+    reason: str = ""
+    pause_code: int = 0
+    hold_code: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class FactoryResumedEvent(UserLogEvent):
+    """038: the factory makes jobs again (its cluster released)."""
+
+    event_number: ClassVar[int] = 38
+    cluster_level: ClassVar[bool] = True
+    proc: int = -1
+    reason: str = ""

@@ -9,9 +9,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from htgrid.eventlog._events import (
+    ClusterCompletion,
+    ClusterRemoveEvent,
+    ClusterSubmitEvent,
     EventLogError,
     ExecutableErrorEvent,
     ExecuteEvent,
+    FactoryPausedEvent,
+    FactoryResumedEvent,
     GridResourceDownEvent,
     GridResourceUpEvent,
     GridSubmitEvent,
@@ -420,3 +425,47 @@ def _(event: JobStatusUnknownEvent) -> str:
 @_body.register
 def _(event: JobStatusKnownEvent) -> str:
     return "The job's remote status is known again\n"
+
+
+@_body.register
+def _(event: ClusterSubmitEvent) -> str:
+    out = f"Cluster submitted from host: {_line(event.submit_host)}\n"
+    if event.log_notes:
+        out += f"    {_clip(_line(event.log_notes))}\n"
+    if event.user_notes:
+        out += f"    {_clip(_line(event.user_notes))}\n"
+    return out
+
+
+@_body.register
+def _(event: ClusterRemoveEvent) -> str:
+    # The count and the completion share a line, as condor_event.cpp prints them.
+    out = f"Cluster removed\n\tMaterialized {event.next_proc_id} jobs from {event.next_row} items."
+    if event.completion <= ClusterCompletion.ERROR:
+        out += f"\tError {event.completion}\n"
+    elif event.completion == ClusterCompletion.COMPLETE:
+        out += "\tComplete\n"
+    elif event.completion >= ClusterCompletion.PAUSED:
+        out += "\tPaused\n"
+    else:
+        out += "\tIncomplete\n"
+    if event.notes:
+        out += f"\t{_line(event.notes)}\n"
+    return out
+
+
+@_body.register
+def _(event: FactoryPausedEvent) -> str:
+    out = "Job Materialization Paused\n"
+    if event.reason or event.pause_code:
+        out += f"\t{_line(event.reason)}\n"
+    if event.pause_code:
+        out += f"\tPauseCode {event.pause_code}\n"
+    if event.hold_code:
+        out += f"\tHoldCode {event.hold_code}\n"
+    return out
+
+
+@_body.register
+def _(event: FactoryResumedEvent) -> str:
+    return "Job Materialization Resumed\n" + (f"\t{_line(event.reason)}\n" if event.reason else "")

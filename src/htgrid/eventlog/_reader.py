@@ -20,7 +20,8 @@ from htgrid.queue import JobId
 
 __all__ = ["EventLogReader", "LoggedEvent"]
 
-_HEADER: Final = re.compile(r"(\d{3}) \((\d+)\.(\d+)\.(\d+)\) (\S+ \S+) ?(.*)")
+# A whole cluster's event (a factory's) has proc -1, printed "-01".
+_HEADER: Final = re.compile(r"(\d{3}) \((\d+)\.(-?\d+)\.(\d+)\) (\S+ \S+) ?(.*)")
 _RETURN: Final = re.compile(r"\(1\) Normal termination \(return value (-?\d+)\)")
 _SIGNAL: Final = re.compile(r"\(0\) Abnormal termination \(signal (\d+)\)")
 _END: Final = b"...\n"

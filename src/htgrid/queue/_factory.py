@@ -14,7 +14,14 @@ JobMaterializeMaxIdle of them not running (Idle or Held).
 
 condor_hold of the cluster pauses the factory (JobMaterializePaused), condor_release of
 it resumes it, condor_rm of it removes it: no more procs are made. A factory whose last
-proc is made is deleted, and its cluster leaves with its last job as any other.
+proc is made is done; a done or removed one is kept (not listed) until its cluster's last
+job leaves, and is deleted with the cluster.
+
+The change feed says what happened to a factory, in the transaction it happened in, for
+the event log writer (HTCondor's 035 to 038 events): FACTORY_SUBMITTED (before its first
+procs' SUBMITTED), FACTORY_PAUSED, FACTORY_RESUMED and FACTORY_REMOVED (its cluster gone,
+with JobMaterializeNextProcId and the mode it ended in). These changes are of the cluster,
+no job: their `procs` are empty.
 """
 
 from __future__ import annotations
@@ -23,21 +30,26 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from htgrid.classad import ClassAd
 from htgrid.queue._errors import InvalidSubmit
+from htgrid.queue._serial import encode
 from htgrid.queue._status import JobStatus
 
 if TYPE_CHECKING:
     import sqlite3
 
-    from htgrid.classad import ClassAd
     from htgrid.queue._store import Store, Txn
 
 __all__ = ["PAUSED_BY_USER", "FactoryInfo", "FactoryLimits", "factories", "limits_of"]
 
 _EMPTY: Final = "{}"  # a proc with nothing of its own (_store.EMPTY)
-#: JobMaterializePaused: HTCondor's mmRunning (0), mmHold (1, condor_hold of the cluster).
+#: JobMaterializePaused: HTCondor's mmRunning (0), mmHold (1, condor_hold of the cluster),
+#: mmNoMoreItems (2, every proc made) and mmClusterRemoved (3, condor_rm of the cluster).
 RUNNING: Final = 0
 PAUSED_BY_USER: Final = 1
+DONE: Final = 2
+REMOVED: Final = 3
+_LIVE: Final = f"paused < {DONE}"  # a factory that may make procs (now or once resumed)
 _WAITING: Final = (int(JobStatus.IDLE), int(JobStatus.HELD))  # not running, for max_idle
 
 
@@ -116,11 +128,19 @@ def limits_of(ad: ClassAd, cluster: int) -> FactoryLimits | None:
 
 
 def create(
-    txn: Txn, cluster: int, owner: str, status: int, limits: FactoryLimits, total: int
+    txn: Txn,
+    cluster: int,
+    owner: str,
+    status: int,
+    limits: FactoryLimits,
+    total: int,
+    *,
+    seq: int,
 ) -> int:
     """Make a factory of `cluster` (its ad set, none of its procs queued yet) of `total`
-    procs submitted in `status`; how many of them the limits let be queued now (the
-    caller queues those and gives the others to `wait`)."""
+    procs submitted in `status`, its FACTORY_SUBMITTED change numbered `seq` (before its
+    procs'); how many of them the limits let be queued now (the caller queues those and
+    gives the others to `wait`)."""
     first = limits.room(0, 0, total)
     if first == 0:
         raise InvalidSubmit(f"cluster {cluster}: its limits let no proc be materialized")
@@ -130,6 +150,7 @@ def create(
         " max_idle, paused) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         (cluster, owner, status, first, total, limits.limit, limits.max_idle, RUNNING),
     )
+    _feed(txn, "factory_submitted", cluster, {}, seq)
     return first
 
 
@@ -186,10 +207,10 @@ def top_up(txn: Txn, cluster: int) -> None:
         "DELETE FROM factory_procs WHERE cluster = ? AND proc <= ?",
         (cluster, last),
     )
-    if last + 1 >= total:
-        conn.execute("DELETE FROM factories WHERE cluster = ?", (cluster,))
-    else:
-        conn.execute("UPDATE factories SET next_proc = ? WHERE cluster = ?", (last + 1, cluster))
+    conn.execute(
+        "UPDATE factories SET next_proc = ?, paused = ? WHERE cluster = ?",
+        (last + 1, DONE if last + 1 >= total else RUNNING, cluster),
+    )
     txn.submitted(seq, cluster, next_proc, last)
 
 
@@ -201,30 +222,70 @@ def _entered(text: str, entered: str) -> str:
     return "{" + entered + "}" if text == _EMPTY else text[:-1] + "," + entered + "}"
 
 
-def set_paused(txn: Txn, cluster: int, paused: int) -> bool:
-    """Pause or resume the factory of `cluster`; whether it has one."""
-    cur = txn.conn.execute("UPDATE factories SET paused = ? WHERE cluster = ?", (paused, cluster))
-    return cur.rowcount > 0
+def set_paused(txn: Txn, cluster: int, paused: int, reason: str, code: int) -> bool:
+    """Pause (with the hold's `reason` and `code`) or resume (with the release's `reason`)
+    the factory of `cluster`; whether it has one that may make procs."""
+    row = txn.conn.execute(
+        f"SELECT paused FROM factories WHERE cluster = ? AND {_LIVE}", (cluster,)
+    ).fetchone()
+    if row is None:
+        return False
+    if row[0] != paused:  # a second hold of a held factory says nothing new
+        txn.conn.execute("UPDATE factories SET paused = ? WHERE cluster = ?", (paused, cluster))
+        if paused == RUNNING:
+            _feed(txn, "factory_resumed", cluster, {"ReleaseReason": reason})
+        else:
+            attrs = {"JobMaterializePauseReason": reason, "HoldReasonCode": code}
+            _feed(txn, "factory_paused", cluster, {"JobMaterializePaused": paused, **attrs})
+    return True
 
 
 def remove(txn: Txn, cluster: int) -> bool:
-    """Remove the factory of `cluster`: no more of its procs are made; whether it had one."""
-    cur = txn.conn.execute("DELETE FROM factories WHERE cluster = ?", (cluster,))
+    """Remove the factory of `cluster`: no more of its procs are made; whether it had one
+    that could. It stays, removed, until the cluster's last job leaves (`close`)."""
+    cur = txn.conn.execute(
+        f"UPDATE factories SET paused = ? WHERE cluster = ? AND {_LIVE}", (REMOVED, cluster)
+    )
     txn.conn.execute("DELETE FROM factory_procs WHERE cluster = ?", (cluster,))
     return cur.rowcount > 0
 
 
+def close(txn: Txn, cluster: int) -> bool:
+    """The factory of `cluster` is deleted, and FACTORY_REMOVED said, if it is done or
+    removed and no job of the cluster is left (HTCondor's ClusterCleanup); whether it was."""
+    conn = txn.conn
+    row = conn.execute(
+        f"SELECT next_proc, paused FROM factories WHERE cluster = ? AND NOT ({_LIVE}) "
+        "AND NOT EXISTS (SELECT 1 FROM jobs WHERE cluster = ?)",
+        (cluster, cluster),
+    ).fetchone()
+    if row is None:
+        return False
+    conn.execute("DELETE FROM factories WHERE cluster = ?", (cluster,))
+    next_proc, paused = row
+    attrs = {"JobMaterializeNextProcId": next_proc, "JobMaterializePaused": paused}
+    _feed(txn, "factory_removed", cluster, attrs)
+    return True
+
+
+def _feed(txn: Txn, kind: str, cluster: int, attrs: dict[str, Any], seq: int = 0) -> None:
+    txn.cluster_change(kind, cluster, encode(ClassAd(attrs)), seq)
+
+
 def owner_of(conn: sqlite3.Connection, cluster: int) -> str | None:
-    row = conn.execute("SELECT owner FROM factories WHERE cluster = ?", (cluster,)).fetchone()
+    """The owner of the factory of `cluster`, if it has one that may make procs."""
+    row = conn.execute(
+        f"SELECT owner FROM factories WHERE cluster = ? AND {_LIVE}", (cluster,)
+    ).fetchone()
     return None if row is None else str(row[0])
 
 
 def factories(store: Store) -> list[FactoryInfo]:
-    """Every factory, in cluster order."""
+    """Every factory that may make procs, in cluster order."""
     found = []
     for row in store.conn.execute(
         "SELECT cluster, owner, next_proc, total, max_materialize, max_idle, paused "
-        "FROM factories ORDER BY cluster"
+        f"FROM factories WHERE {_LIVE} ORDER BY cluster"
     ):
         cluster, owner, next_proc, total, limit, max_idle, paused = row
         qdate = store.cluster_ad(cluster).get("QDate")

@@ -26,12 +26,18 @@ class ChangeKind(enum.Enum):
     STATUS = "status"  # the job's status changed (attrs has what came with it)
     ATTRIBUTES = "attributes"  # attributes changed, the status did not
     LEFT_QUEUE = "left_queue"  # the job moved to the history
+    # A late materialization factory's (no job's: `procs` is empty; see queue/_factory).
+    FACTORY_SUBMITTED = "factory_submitted"  # before its first procs' SUBMITTED
+    FACTORY_PAUSED = "factory_paused"  # its cluster held
+    FACTORY_RESUMED = "factory_resumed"  # its cluster released
+    FACTORY_REMOVED = "factory_removed"  # its cluster left the queue with its last job
 
 
 @dataclass(frozen=True, slots=True)
 class Change:
     """One committed change of a run of procs of one cluster: a submitted cluster, or
-    jobs changed alike in one transaction (a batch released, edited, let go), or one job."""
+    jobs changed alike in one transaction (a batch released, edited, let go), or one job;
+    or of a cluster's factory (no procs)."""
 
     seq: int
     time: int

@@ -20,7 +20,7 @@ from typing import Any
 
 from htgrid.classad import ClassAd
 from htgrid.queue._errors import JobNotFound, StoreError
-from htgrid.queue._factory import top_up
+from htgrid.queue._factory import close, top_up
 from htgrid.queue._ids import JobId
 from htgrid.queue._query import Filter
 from htgrid.queue._serial import (
@@ -307,20 +307,29 @@ class Txn:
             self.add_change(pending)
 
     def changed(self, cluster: int) -> None:
-        """Have `finish` top up the factory of `cluster` (a resumed one)."""
+        """Have `finish` top up the factory of `cluster` (a resumed one), or close it and
+        drop the cluster (a removed one with no job left)."""
         self._changed_clusters.add(cluster)
 
     def submitted(self, seq: int, cluster: int, first: int, last: int) -> None:
         """The feed's entry for procs `first`..`last` of `cluster` queued (`seq` theirs)."""
         self.add_change(FeedEntry(seq, "submitted", cluster, first, last))
 
+    def cluster_change(self, kind: str, cluster: int, attrs: str, seq: int = 0) -> None:
+        """The feed's entry for a change of `cluster` itself, of none of its jobs (a
+        factory's: its procs are empty); numbered `seq`, else the next number."""
+        self.add_change(FeedEntry(seq or self.new_seq(), kind, cluster, 0, -1, attrs=attrs))
+
     def finish(self) -> None:
         """Top up the factories whose jobs changed, write back the counters and drop
         clusters that have no job (nor factory) left."""
         self._write_pending()
-        for cluster in sorted(self._left_clusters | self._changed_clusters):
+        touched = sorted(self._left_clusters | self._changed_clusters)
+        for cluster in touched:
             top_up(self, cluster)
-        for cluster in self._left_clusters:
+        # A cluster may go when its last job left, or its factory (removed) closed.
+        emptied = self._left_clusters | {c for c in touched if close(self, c)}
+        for cluster in emptied:
             cur = self.conn.execute(
                 "DELETE FROM clusters WHERE cluster = ? "
                 "AND NOT EXISTS (SELECT 1 FROM jobs WHERE cluster = ?) "

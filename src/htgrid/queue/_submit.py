@@ -118,8 +118,9 @@ class SubmitTransaction:
         queued = staged.count
         if limits is not None:
             queued = _factory.create(
-                self._txn, cluster, owner, pending.status, limits, staged.count
+                self._txn, cluster, owner, pending.status, limits, staged.count, seq=seq
             )
+            seq = pending.seq = self._txn.new_seq()  # its procs' SUBMITTED after the factory's
         rows = staged.rows()
         self._txn.conn.executemany(
             "INSERT INTO jobs (cluster, proc, status, owner, seq, ad) VALUES (?, ?, ?, ?, ?, ?)",

@@ -14,17 +14,16 @@
 User actions (`act`, `edit`) check the identity against the jobs' `Owner`. The
 daemon-side calls (`job_started`, `job_exited`, `job_evicted`, `destroy`, `update`,
 `evaluate_periodic`) are the schedd's own and check nothing. Blocking: call from one
-worker thread (the methods are serialised by a lock).
+worker thread (the methods are serialised by a lock). The reads (`get`, `query`,
+`history`, `changes_since`...) are `_reads.QueueReads`, which JobQueue extends.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,21 +41,16 @@ from htgrid.queue._errors import (
     NotAuthorized,
     ProtectedAttribute,
     QueueError,
-    StoreError,
 )
-from htgrid.queue._factory import FactoryInfo, factories
-from htgrid.queue._feed import Change, read_changes
 from htgrid.queue._ids import Identity, JobId
 from htgrid.queue._matches import record_match
 from htgrid.queue._periodic import keep_in_queue, periodic_pass
 from htgrid.queue._policy import ExitOutcome, PolicyAction, PolicyDecision, exit_decision
-from htgrid.queue._quarantine import Quarantined, history_ad, quarantine_unreadable, quarantined
-from htgrid.queue._query import Filter, compile_constraint
-from htgrid.queue._serial import project
+from htgrid.queue._quarantine import quarantine_unreadable
+from htgrid.queue._reads import QueueReads
 from htgrid.queue._status import ACTIVE, TRANSITIONS, JobStatus
 from htgrid.queue._store import JobEdit, Store, Txn, gc_paused
 from htgrid.queue._submit import SubmitTransaction
-from htgrid.queue._summary import BatchCounts, count_owners, summarize
 from htgrid.queue._targets import JobSpec, cluster_of, job_id_of, select_targets
 from htgrid.queue.faults import JobFailure, daemon_fault, problem
 
@@ -88,7 +82,7 @@ _ELIGIBLE: Final[Mapping[JobAction, Callable[[JobStatus], bool]]] = {
 }
 
 
-class JobQueue:
+class JobQueue(QueueReads):
     """The job queue of one state directory. Open with `JobQueue.open`."""
 
     def __init__(self, store: Store, clock: Callable[[], float]) -> None:
@@ -197,160 +191,6 @@ class JobQueue:
         first = [cluster]
         return lambda candidate: first.pop() if first else self._claim_cluster(candidate)
 
-    # -- reading ------------------------------------------------------------------------
-
-    def get(self, job_id: JobId | str) -> ClassAd:
-        """The whole ad of a job in the queue (JobNotFound otherwise)."""
-        jid = job_id_of(job_id)
-        found = self.get_many([jid])
-        if jid not in found:
-            raise JobNotFound(f"job {jid} is not in the queue")
-        return found[jid]
-
-    def get_many(self, job_ids: Iterable[JobId]) -> dict[JobId, ClassAd]:
-        """The whole ads of those of `job_ids` in the queue, read together."""
-        found: dict[JobId, ClassAd] = {}
-        with self._reading() as store:
-            for jid in job_ids:
-                row = store.conn.execute(
-                    "SELECT cluster, proc, ad, masked FROM jobs WHERE cluster = ? AND proc = ?",
-                    (jid.cluster, jid.proc),
-                ).fetchone()
-                if row is not None:
-                    found[jid] = store.job_ad(row)
-        return found
-
-    def present(self, job_ids: Iterable[JobId]) -> set[JobId]:
-        """Those of `job_ids` in the queue (no ads read)."""
-        with self._reading() as store:
-            return {
-                jid
-                for jid in job_ids
-                if store.conn.execute(
-                    "SELECT 1 FROM jobs WHERE cluster = ? AND proc = ?", (jid.cluster, jid.proc)
-                ).fetchone()
-            }
-
-    def count_jobs(self, by: str) -> Counter[tuple[int, Any]]:
-        """How many jobs there are of each (JobStatus, value of attribute `by`).
-
-        Counted from the cluster ads: a job's own attributes are read only when they set
-        `by` or hide it (a scan of 100,000 ads took seconds of the queue's one thread, and
-        the schedd counts for its ad every SCHEDD_INTERVAL).
-        """
-        counts: Counter[tuple[int, Any]] = Counter()
-        # The name as a key of a stored ad, and as a word of the names hidden, lowered.
-        own = "instr(lower(ad), ?) > 0 OR instr(' ' || lower(ifnull(masked, '')) || ' ', ?) > 0"
-        params = (f'"{by.lower()}"', f" {by.lower()} ")
-        with self._reading() as store:
-            grouped = store.conn.execute(
-                f"SELECT cluster, status, count(*) FROM jobs WHERE NOT ({own}) "
-                "GROUP BY cluster, status",
-                params,
-            ).fetchall()
-            for cluster, status, n in grouped:
-                counts[status, store.cluster_ad(cluster).get(by)] += n
-            own_rows = store.conn.execute(
-                f"SELECT cluster, proc, ad, masked, status FROM jobs WHERE {own}", params
-            )
-            for cluster, proc, text, masked, status in own_rows:
-                counts[status, store.job_ad((cluster, proc, text, masked)).get(by)] += 1
-        return counts
-
-    def summarize(self, constraint: str | ExprTree | None = None) -> list[BatchCounts]:
-        """The jobs matching `constraint` counted by cluster, owner and batch name (by
-        SQL alone when the constraint allows: see `_summary`)."""
-        filt = compile_constraint(constraint)
-        with self._reading() as store:
-            return summarize(store, filt)
-
-    def count_owners(self) -> dict[str, dict[int, int]]:
-        """How many jobs each owner has of each JobStatus."""
-        with self._reading() as store:
-            return count_owners(store)
-
-    def query(
-        self,
-        constraint: str | ExprTree | None = None,
-        projection: Sequence[str] | None = None,
-        *,
-        limit: int | None = None,
-    ) -> list[ClassAd]:
-        """The ads of the queued jobs matching `constraint`, in job-id order.
-
-        With a `projection`, each ad has only those attributes (and ClusterId, ProcId).
-        """
-        return self._select(compile_constraint(constraint), projection, limit, history=False)
-
-    def query_page(
-        self,
-        constraint: str | ExprTree | None,
-        projection: Sequence[str] | None,
-        *,
-        after: JobId | None,
-        count: int,
-    ) -> list[ClassAd]:
-        """`query`'s next `count` ads after job `after` (None: from the first): a listing
-        read a page at a time, each page a consistent read of its own."""
-        filt = compile_constraint(constraint)
-        if after is not None:
-            filt = dataclasses.replace(
-                filt,
-                where=(*filt.where, "(cluster > ? OR (cluster = ? AND proc > ?))"),
-                params=(*filt.params, after.cluster, after.cluster, after.proc),
-            )
-        return self._select(filt, projection, count, history=False)
-
-    def history(
-        self,
-        constraint: str | ExprTree | None = None,
-        projection: Sequence[str] | None = None,
-        *,
-        limit: int | None = None,
-    ) -> list[ClassAd]:
-        """Jobs that left the queue, most recent first (as condor_history lists them)."""
-        return self._select(compile_constraint(constraint), projection, limit, history=True)
-
-    def _select(
-        self, filt: Filter, projection: Sequence[str] | None, limit: int | None, *, history: bool
-    ) -> list[ClassAd]:
-        names = list(projection) if projection else None
-        with self._reading() as store:
-            ads = self._scan(store, filt, history=history, limit=limit)
-            if names is None:
-                return list(ads)
-            return [project(ad, names) for ad in ads]
-
-    def _scan(
-        self, store: Store, filt: Filter, *, history: bool, limit: int | None = None
-    ) -> Iterator[ClassAd]:
-        table, order = ("history", "id DESC") if history else ("jobs", "cluster, proc")
-        sql = f"SELECT cluster, proc, ad, masked FROM {table} WHERE {filt.sql()} ORDER BY {order}"
-        count = 0
-        for row in store.conn.execute(sql, filt.params):
-            if limit is not None and count >= limit:
-                return
-            ad = history_ad(store, row) if history else store.job_ad(row)
-            if ad is not None and filt.matches(ad):
-                count += 1
-                yield ad
-
-    def quarantined(self) -> list[Quarantined]:
-        """The rows set aside because they could not be read (see `_quarantine`)."""
-        with self._reading() as store:
-            return quarantined(store.conn)
-
-    def changes_since(self, seq: int, *, limit: int | None = None) -> list[Change]:
-        """The committed changes after sequence number `seq` (0: from the start)."""
-        with self._reading() as store:
-            return read_changes(store.conn, seq, limit)
-
-    @property
-    def last_seq(self) -> int:
-        """The sequence number of the last committed change."""
-        with self._reading() as store:
-            return store.meta("last_seq")
-
     def trim_changes(self, upto_seq: int) -> None:
         """Forget the changes up to `upto_seq` (every follower has read them)."""
         with self._writing() as txn:
@@ -381,7 +221,9 @@ class JobQueue:
         done: list[JobId] = []
         with self._writing() as txn:
             cluster = cluster_of(jobs)
-            factory = cluster is not None and _act_on_factory(txn, cluster, action, identity)
+            factory = cluster is not None and _act_on_factory(
+                txn, cluster, action, identity, text, code
+            )
             try:
                 targets = select_targets(txn, jobs, identity, verb, _ELIGIBLE[action])
             except JobNotFound:
@@ -392,11 +234,6 @@ class JobQueue:
                 self._apply(txn, edit, action, text, code, subcode)
                 done.append(edit.job_id)
         return done
-
-    def factories(self) -> list[FactoryInfo]:
-        """The late-materialization factories (`_factory`), in cluster order."""
-        with self._reading() as store:
-            return factories(store)
 
     def _apply(
         self,
@@ -656,17 +493,6 @@ class JobQueue:
             with self._store.writing(int(self._clock()) if now is None else now) as txn:
                 yield txn
 
-    @contextmanager
-    def _reading(self) -> Iterator[Store]:
-        with self._lock, gc_paused():
-            self._check_open()
-            with self._store.reading():
-                yield self._store
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise StoreError("the job queue is closed")
-
 
 def _exit_decision(edit: JobEdit, now: int) -> PolicyDecision:
     """The exit policy's decision; a hold when it cannot be evaluated (the job's process
@@ -684,7 +510,9 @@ def _exit_decision(edit: JobEdit, now: int) -> PolicyDecision:
         )
 
 
-def _act_on_factory(txn: Txn, cluster: int, action: JobAction, identity: Identity) -> bool:
+def _act_on_factory(
+    txn: Txn, cluster: int, action: JobAction, identity: Identity, reason: str, code: int
+) -> bool:
     """condor_hold, condor_release or condor_rm of a whole cluster act on its factory too:
     paused, resumed, removed. Whether the cluster has a factory."""
     owner = _factory.owner_of(txn.conn, cluster)
@@ -695,12 +523,12 @@ def _act_on_factory(txn: Txn, cluster: int, action: JobAction, identity: Identit
             f"cluster {cluster} is owned by {owner}; {identity.name} may not {_VERBS[action][0]} it"
         )
     if action is JobAction.Hold:
-        _factory.set_paused(txn, cluster, _factory.PAUSED_BY_USER)
+        _factory.set_paused(txn, cluster, _factory.PAUSED_BY_USER, reason, code)
     elif action is JobAction.Release:
-        _factory.set_paused(txn, cluster, _factory.RUNNING)
-        txn.changed(cluster)  # made up to its limits at the commit
+        _factory.set_paused(txn, cluster, _factory.RUNNING, reason, code)
     else:
         _factory.remove(txn, cluster)
+    txn.changed(cluster)  # made up to its limits, or closed, at the commit
     return True
 
 

@@ -2,7 +2,11 @@
 
 For each committed change of a job with a `UserLog`, the event HTCondor writes at that
 moment: 000 submitted, 001 executing, 004 evicted (or terminated and requeued), 005
-terminated, 009 aborted, 012 held, 013 released. The events carry the change's time.
+terminated, 009 aborted, 012 held, 013 released. A late materialization factory's
+changes write its cluster's events into the log its cluster ad names: 035 cluster
+submitted (before its first jobs' 000), 037 materialization paused (its cluster held),
+038 resumed (released), 036 cluster removed (after its last job's last event). The
+events carry the change's time.
 
 The last change written is kept in a file (`spool/userlog.seq`), written after the
 events, so a crash never loses an event: at worst the events of the last batch are
@@ -28,8 +32,13 @@ from htgrid._aio import wait_event
 from htgrid._privsep import USER_FILE_MODE, Account, OwnerPolicy, OwnerRefused, as_owner
 from htgrid.classad import ClassAd
 from htgrid.eventlog import (
+    ClusterCompletion,
+    ClusterRemoveEvent,
+    ClusterSubmitEvent,
     EventLogError,
     ExecuteEvent,
+    FactoryPausedEvent,
+    FactoryResumedEvent,
     JobAbortedEvent,
     JobEvictedEvent,
     JobHeldEvent,
@@ -46,6 +55,7 @@ from htgrid.queue import (
     HoldReasonCode,
     JobAction,
     JobId,
+    JobNotFound,
     JobQueue,
     JobStatus,
 )
@@ -53,7 +63,7 @@ from htgrid.queue.faults import FaultLog, JobFailure, daemon_fault, problem
 from htgrid.schedd._local import SCHEDD
 from htgrid.schedd._worker import QueueWorker
 
-__all__ = ["UserLogWriter", "events_for"]
+__all__ = ["UserLogWriter", "events_for", "factory_event"]
 
 _log = logging.getLogger("htgrid.schedd.userlog")
 
@@ -79,6 +89,20 @@ _INFO: Final = (
 )
 _SCHEDULER: Final = 7  # JobUniverse
 _RUNNING: Final = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED})
+_FACTORY: Final = frozenset(
+    {
+        ChangeKind.FACTORY_SUBMITTED,
+        ChangeKind.FACTORY_PAUSED,
+        ChangeKind.FACTORY_RESUMED,
+        ChangeKind.FACTORY_REMOVED,
+    }
+)
+#: The 036 event's Completion by the mode a factory ended in (JobMaterializePaused).
+_COMPLETION: Final = {
+    -1: ClusterCompletion.ERROR,
+    1: ClusterCompletion.PAUSED,
+    2: ClusterCompletion.COMPLETE,  # every proc made
+}
 
 Log = tuple[str, str]  # the log's path, the job's owner
 Pending = list[tuple[Log, UserLogEvent]]
@@ -213,6 +237,8 @@ class UserLogWriter:
     def _events(self, q: JobQueue, change: Change, failed: list[_Failed]) -> Pending:
         if change.kind is ChangeKind.SUBMITTED:
             return self._submitted(q, change)
+        if change.kind in _FACTORY:
+            return self._factory(q, change, failed)
         if change.kind is ChangeKind.LEFT_QUEUE:
             for jid in change.job_ids:
                 self._paths.pop(jid, None)
@@ -259,6 +285,29 @@ class UserLogWriter:
                 )
                 out.append((path, event))
         return out
+
+    def _factory(self, q: JobQueue, change: Change, failed: list[_Failed]) -> Pending:
+        """The event of a change of a factory, for its cluster ad's log."""
+        jid = JobId(change.cluster, -1)  # the cluster's own events have proc -1
+        if jid not in self._paths:
+            try:
+                ad: ClassAd | None = q.cluster_ad(change.cluster)
+            except JobNotFound:
+                ad = None
+            self._remember(jid, ad)
+        path = self._paths.get(jid)
+        if change.kind is ChangeKind.FACTORY_REMOVED:
+            self._paths.pop(jid, None)
+        if not path:
+            return []
+        try:
+            event = factory_event(change, self._host)
+        except Exception as exc:  # this cluster's values only: the others' events go on
+            if daemon_fault(exc):
+                raise
+            failed.append(_Failed.of(jid, path[0], exc))
+            return []
+        return [(path, event)]
 
     def _remember(self, jid: JobId, ad: ClassAd | None) -> Log | None:
         path = _log_path(ad) if ad is not None else None
@@ -437,6 +486,31 @@ def events_for(change: Change, jid: JobId, ad: ClassAd, host: str) -> UserLogEve
             **head, run_remote_usage=run, total_remote_usage=total, **_exit(change, ad)
         )
     return None
+
+
+def factory_event(change: Change, host: str) -> UserLogEvent:
+    """The event of a change of a factory (its cluster's, proc -1), as the schedd's
+    WriteClusterSubmitToUserLog, WriteFactoryPauseToUserLog and
+    WriteClusterRemoveToUserLog make it."""
+    head: dict[str, Any] = {"cluster": change.cluster, "timestamp": change.time}
+    attrs = change.attrs
+    if change.kind is ChangeKind.FACTORY_SUBMITTED:
+        return ClusterSubmitEvent(**head, submit_host=host)
+    if change.kind is ChangeKind.FACTORY_PAUSED:
+        return FactoryPausedEvent(
+            **head,
+            reason=str(attrs.get("JobMaterializePauseReason", "")),
+            pause_code=_int(attrs.get("JobMaterializePaused")),
+            hold_code=_int(attrs.get("HoldReasonCode")),
+        )
+    if change.kind is ChangeKind.FACTORY_RESUMED:
+        return FactoryResumedEvent(**head, reason=str(attrs.get("ReleaseReason", "")))
+    mode = _int(attrs.get("JobMaterializePaused"))
+    return ClusterRemoveEvent(
+        **head,
+        next_proc_id=_int(attrs.get("JobMaterializeNextProcId")),
+        completion=_COMPLETION.get(mode, ClusterCompletion.INCOMPLETE),
+    )
 
 
 def _int(value: Any) -> int:
