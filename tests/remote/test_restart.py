@@ -174,7 +174,7 @@ def test_a_job_whose_node_cannot_be_reached_waits_for_the_lease_of_its_claim(
         assert ad.eval("JobLeaseExpiration") is Value.Undefined  # no longer waiting
         go.touch()
         wait_for(lambda: _history(pool, int(job.split(".")[0])), timeout=60)
-        assert _events(tmp_path / "work" / "job.log", job) == [0, 1, 4, 1, 5]
+        assert _events(tmp_path / "work" / "job.log", job) == [0, 1, 22, 24, 4, 1, 5]
         assert [line.split()[0] for line in _lines(starts)] == ["start", "start"]
     finally:
         if node2.process is not None:

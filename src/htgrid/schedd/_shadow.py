@@ -164,17 +164,19 @@ class ShadowManager:
             task.add_done_callback(self._settlers.discard)
         return evicted
 
-    async def _settle(self, record: ClaimRecord, job: JobId | None) -> None:
-        """End an earlier daemon's claim; then its job (`job`: perhaps running on it)
-        goes back to idle. An unreachable node is asked again until the claim's lease
-        has surely run out there."""
+    async def _settle(
+        self, record: ClaimRecord, job: JobId | None, lost: str | None = None
+    ) -> None:
+        """End a claim that may still run `job` (an earlier daemon's, or one whose node
+        stopped answering: `lost` says how); then the job goes back to idle. An
+        unreachable node's job stays Running, disconnected (022), and the node is asked
+        again until the claim's lease has surely run out there; then the schedd gives up
+        on the job (024) and requeues it."""
         client = self._client(record.address, record.certificate)
         local = socket_of(record.address) is not None
         deadline: float | None = None
-        while True:
-            why = await self._end_claim(client, record)
-            if why is None:
-                break
+        why = lost if lost is not None else await self._end_claim(client, record)
+        while why is not None:
             if local or job is None:
                 # A node of this pool's own that does not answer stopped with the pool
                 # (its jobs with it); a claim no job ran on runs nothing: its lease ends it.
@@ -191,6 +193,7 @@ class ShadowManager:
                 )
                 break
             await asyncio.sleep(min(_SETTLE_RETRY, max(0.0, deadline - self._clock())))
+            why = await self._end_claim(client, record)
         if job is not None:
             await self._worker.write(functools.partial(_requeue, job=job))
             self._settling.discard(job)
@@ -393,16 +396,14 @@ class ShadowManager:
         return await self._worker.write(fn)
 
     async def record_claim(self, run: ShadowRun) -> None:
-        pem = run.match.machine_ad.get(TLS_CERTIFICATE)
-        record = ClaimRecord(
-            run.claim_id,
-            run.job_id,
-            run.address,
-            pem if isinstance(pem, str) else None,
-            run.lease,
-            run.vacate_time,
-        )
-        await asyncio.to_thread(self.claims.write, record)
+        await asyncio.to_thread(self.claims.write, _record_of(run))
+
+    async def lost_contact(self, run: ShadowRun, why: str) -> None:
+        """`run`'s node of another host stopped answering (`why`) while its job may run
+        there: as after a restart, the job waits, Running and disconnected, until the
+        node ended the claim or its lease has surely run out there, then goes back to
+        idle; the claim's record is gone then."""
+        await self._settle(_record_of(run), run.job_id, why)
 
     async def forget_claim(self, run: ShadowRun) -> None:
         await asyncio.to_thread(self.claims.forget, run.claim_id)
@@ -415,6 +416,18 @@ class ShadowManager:
 
     def failed(self, failure: JobFailure) -> None:
         self._faults.report(failure)
+
+
+def _record_of(run: ShadowRun) -> ClaimRecord:
+    pem = run.match.machine_ad.get(TLS_CERTIFICATE)
+    return ClaimRecord(
+        run.claim_id,
+        run.job_id,
+        run.address,
+        pem if isinstance(pem, str) else None,
+        run.lease,
+        run.vacate_time,
+    )
 
 
 def _fits(job: ClassAd, slot: ClassAd, resources: Resources) -> bool:

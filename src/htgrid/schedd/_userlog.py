@@ -2,7 +2,8 @@
 
 For each committed change of a job with a `UserLog`, the event HTCondor writes at that
 moment: 000 submitted, 001 executing, 004 evicted (or terminated and requeued), 005
-terminated, 009 aborted, 012 held, 013 released. The events carry the change's time.
+terminated, 009 aborted, 012 held, 013 released, 022 disconnected and 024 reconnection
+failed (JobDisconnectedDate set, then cleared). The events carry the change's time.
 
 The last change written is kept in a file (`spool/userlog.seq`), written after the
 events, so a crash never loses an event: at worst the events of the last batch are
@@ -31,8 +32,10 @@ from htgrid.eventlog import (
     EventLogError,
     ExecuteEvent,
     JobAbortedEvent,
+    JobDisconnectedEvent,
     JobEvictedEvent,
     JobHeldEvent,
+    JobReconnectFailedEvent,
     JobReleasedEvent,
     JobTerminatedEvent,
     Rusage,
@@ -76,6 +79,8 @@ _INFO: Final = (
     "ExitSignal",
     "ExitBySignal",
     "JobUniverse",
+    "LastRemoteHost",
+    "StartdIpAddr",
 )
 _SCHEDULER: Final = 7  # JobUniverse
 _RUNNING: Final = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED})
@@ -223,7 +228,8 @@ class UserLogWriter:
             if named or "userlog" in {d.lower() for d in change.deleted}:
                 for jid in change.job_ids:
                     self._paths.pop(jid, None)
-            return []
+            if not _disconnection(change):
+                return []
         out: Pending = []
         for jid in change.job_ids:
             ad: ClassAd | None = None
@@ -233,7 +239,8 @@ class UserLogWriter:
             path = self._paths.get(jid)
             if not path:
                 continue
-            if change.status in (JobStatus.COMPLETED, JobStatus.IDLE) and ad is None:
+            wanted = change.kind is ChangeKind.ATTRIBUTES  # the node's name
+            if (wanted or change.status in (JobStatus.COMPLETED, JobStatus.IDLE)) and ad is None:
                 ad = _job_ad(q, jid)  # for the resource usage
             try:
                 event = events_for(change, jid, ad or ClassAd(), self._host)
@@ -408,6 +415,8 @@ def events_for(change: Change, jid: JobId, ad: ClassAd, host: str) -> UserLogEve
     """The event a status change writes (None for changes HTCondor logs nothing for)."""
     head: dict[str, Any] = {"cluster": jid.cluster, "proc": jid.proc, "timestamp": change.time}
     attrs = change.attrs
+    if change.kind is ChangeKind.ATTRIBUTES:
+        return _disconnection_event(change, head, ad) if _disconnection(change) else None
     new, old = change.status, change.last_status
     if new == JobStatus.RUNNING and old not in _RUNNING:
         # A grid job runs on its grid resource, which is what HTCondor names here.
@@ -437,6 +446,31 @@ def events_for(change: Change, jid: JobId, ad: ClassAd, host: str) -> UserLogEve
             **head, run_remote_usage=run, total_remote_usage=total, **_exit(change, ad)
         )
     return None
+
+
+def _disconnection(change: Change) -> bool:
+    """Whether the change stamps a job disconnected, or clears that stamp."""
+    return "jobdisconnecteddate" in change.stored.lower() and "JobDisconnectedDate" in change.attrs
+
+
+def _disconnection_event(change: Change, head: dict[str, Any], ad: ClassAd) -> UserLogEvent | None:
+    """022 when the schedd loses contact with the job's node (JobDisconnectedDate set);
+    024 when it gives up on that run (the stamp cleared as the job goes back to idle):
+    htgrid does not reconnect to a run, it has the node end it."""
+    node = str(ad.get("LastRemoteHost") or "unknown")
+    if type(change.attrs.get("JobDisconnectedDate")) is int:
+        return JobDisconnectedEvent(
+            **head,
+            startd_name=node,
+            startd_addr=str(ad.get("StartdIpAddr") or "unknown"),
+            disconnect_reason="The execute node does not answer the schedd",
+        )
+    return JobReconnectFailedEvent(
+        **head,
+        startd_name=node,
+        reason="The schedd does not reconnect to the job: its execute node has ended it, "
+        "or the job lease has expired",
+    )
 
 
 def _int(value: Any) -> int:
