@@ -14,11 +14,11 @@ from pathlib import Path
 import htcondor2
 
 from htgrid.classad import Value
-from htgrid.testing import PersonalPool, run_cli, wait_for
+from htgrid.testing import PersonalPool, wait_for
 from htgrid.testing.node import ExecuteNode
 
 from .test_remote_jobs import _history
-from .test_restart import _events, _job, _lines, _node, _runs, _submit_job
+from .test_restart import _events, _job, _lines, _node, _runs, _submit_job, _waits_for_the_lease
 
 
 def test_a_job_whose_node_stops_answering_is_not_run_elsewhere_before_its_lease_ends(
@@ -33,23 +33,7 @@ def test_a_job_whose_node_stops_answering_is_not_run_elsewhere_before_its_lease_
         node3 = _node(pool, tmp_path, "node3", "127.0.0.3")  # free, and would take it
         assert node2.process is not None
         os.kill(node2.process.pid, signal.SIGSTOP)  # the node is cut off from the schedd
-        # The schedd notices, and keeps the job Running, disconnected, out of matching.
-        deadline = time.monotonic() + 90
-        while not (ad := _job(pool, job)).get("JobLeaseExpiration"):
-            assert ad["JobStatus"] == 2 and len(_lines(starts)) == 1
-            assert time.monotonic() < deadline, "the schedd did not notice the node is gone"
-            time.sleep(0.2)
-        assert ad["JobStatus"] == 2 and isinstance(ad["JobDisconnectedDate"], int)
-        expires = ad["JobLeaseExpiration"]
-        status, out, err = run_cli(pool.home, "q", "-better-analyze", job)
-        assert status == 0, err
-        assert "could not be reached" in out and "is not matched again until the lease" in out
-        # node3 is free, yet the job is not run there while the lease may run on node2
-        # (the node is let go on before its end: stopped, it cannot enforce it).
-        while time.time() < expires - 4:
-            assert _job(pool, job)["JobStatus"] == 2
-            assert len(_lines(starts)) == 1
-            time.sleep(0.2)
+        _waits_for_the_lease(pool, job, starts)
         os.kill(node2.process.pid, signal.SIGCONT)
         # The node ends the job (its lease ran out, or the schedd asks it): then, and
         # only then, the job runs again; never two runs of it alive at once.

@@ -568,13 +568,17 @@ class ShadowRun:
     async def _release(self) -> None:
         if self._settled:
             return
+        # The node answers once the job is gone: its vacate time, and a margin; a node
+        # that does not answer must not hold the shadow (nor a shutdown) forever.
+        wait = self.vacate_time + self.m.settings.alive_interval
         try:
-            await self.client.release(self.claim_id)
+            await asyncio.wait_for(self.client.release(self.claim_id), wait)
         except ClaimNotFound:
             pass  # released, expired, or the node restarted: the claim is gone all the same
-        except StartdError as exc:
+        except (StartdError, TimeoutError) as exc:
             # Its record stays: the schedd's next start asks the node again.
-            _log.warning("claim of job %s: the node did not release it: %s", self.job_id, exc)
+            why = exc if isinstance(exc, StartdError) else f"no answer within {wait:g} s"
+            _log.warning("claim of job %s: the node did not release it: %s", self.job_id, why)
             return
         await self.m.forget_claim(self)
 
