@@ -13,9 +13,12 @@ For each match of a vanilla job, a shadow (HTCondor's condor_shadow):
    both sides;
 5. when the job's run is over, records it: an exit goes to `job_exited` after the
    output files are back (the job's policy then completes, requeues or holds it: 005,
-   004 or 012); an eviction (the node stopped or restarted, the lease ran out) to
-   `job_evicted`, back to idle (004), its output spooled first if ON_EXIT_OR_EVICT; a
-   failure to start or to transfer files holds the job;
+   004 or 012); an eviction (the node restarted or lost the claim) to `job_evicted`,
+   back to idle (004), its output spooled first if ON_EXIT_OR_EVICT; a failure to start
+   or to transfer files holds the job. A node of another host that stops answering may
+   run the job on: the job stays Running, disconnected (022), until the node ended the
+   claim or its lease has surely run out there (`lost_contact`, as after a restart), and
+   only then goes back to idle (024, 004);
 6. releases the claim.
 
 A job held or removed while it runs has its claim vacated (HoldKillSig, RemoveKillSig)
