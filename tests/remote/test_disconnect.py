@@ -54,7 +54,7 @@ def test_a_job_whose_node_stops_answering_is_not_run_elsewhere_before_its_lease_
         lost, failed = by_type[22], by_type[24]
         assert lost["StartdAddr"].startswith("<127.0.0.2:") and lost["DisconnectReason"]
         assert "node2" in lost["StartdName"] and "node2" in failed["StartdName"]
-        assert failed["Reason"]
+        assert failed["Reason"] == "The execute node has ended the job and released its claim"
         assert not list((pool.config.spool / "claims").glob("*.claim"))
     finally:
         if node2.process is not None:

@@ -179,6 +179,7 @@ class ShadowManager:
         local = socket_of(record.address) is not None
         deadline: float | None = None
         why = lost if lost is not None else await self._end_claim(client, record)
+        gave_up = "The execute node has ended the job and released its claim"
         while why is not None:
             if local or job is None:
                 # A node of this pool's own that does not answer stopped with the pool
@@ -194,11 +195,14 @@ class ShadowManager:
                     job,
                     record.address,
                 )
+                gave_up = (
+                    f"Job disconnected too long: its claim's lease ({record.lease:g} s) expired"
+                )
                 break
             await asyncio.sleep(min(_SETTLE_RETRY, max(0.0, deadline - self._clock())))
             why = await self._end_claim(client, record)
         if job is not None:
-            await self._worker.write(functools.partial(_requeue, job=job))
+            await self._worker.write(functools.partial(_requeue, job=job, reason=gave_up))
             self._settling.discard(job)
             _log.info("job %s: its claim on %s is over: back to idle", job, record.address)
         await asyncio.to_thread(self.claims.forget, record.claim_id)
@@ -443,13 +447,15 @@ def _fits(job: ClassAd, slot: ClassAd, resources: Resources) -> bool:
         return False
 
 
-def _requeue(q: JobQueue, *, job: JobId) -> str:
-    """An earlier daemon's job whose claim is over: back to idle (004), unless it was
-    held or removed meanwhile (a removed one leaves the queue)."""
+def _requeue(q: JobQueue, *, job: JobId, reason: str) -> str:
+    """A job whose claim is over: back to idle (004), unless it was held or removed
+    meanwhile (a removed one leaves the queue). A disconnected one is given up on first
+    (024, `reason` its VacateReason)."""
     try:
         ad = q.get(job)
         if any(name in ad for name in _DISCONNECTED):
-            q.update(job, {name: ExprTree("undefined") for name in _DISCONNECTED})
+            cleared: dict[str, Any] = {name: ExprTree("undefined") for name in _DISCONNECTED}
+            q.update(job, {**cleared, "VacateReason": reason})
         if JobStatus(ad["JobStatus"]) in RUNNING:
             q.job_evicted(job)
             return "back to idle"

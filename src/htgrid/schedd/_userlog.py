@@ -465,11 +465,11 @@ def _disconnection_event(change: Change, head: dict[str, Any], ad: ClassAd) -> U
             startd_addr=str(ad.get("StartdIpAddr") or "unknown"),
             disconnect_reason="The execute node does not answer the schedd",
         )
+    why = change.attrs.get("VacateReason")
     return JobReconnectFailedEvent(
         **head,
         startd_name=node,
-        reason="The schedd does not reconnect to the job: its execute node has ended it, "
-        "or the job lease has expired",
+        reason=why if isinstance(why, str) and why else "Reconnect is not supported",
     )
 
 
