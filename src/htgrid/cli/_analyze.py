@@ -123,7 +123,7 @@ def explain(ad: ClassAd, health: Mapping[str, Any]) -> list[str]:
             return [
                 f"{head} is running, since {since}, as far as the schedd knows:",
                 f"  its execute node {node} could not be reached since "
-                f"{format_date(lost, with_year=True)} (the schedd restarted),",
+                f"{format_date(lost, with_year=True)},",
                 "  so the job may still run there. It is not matched again until the lease",
                 f"  of that claim has run out, at {format_date(expires, with_year=True)} (the "
                 "node then kills it);",

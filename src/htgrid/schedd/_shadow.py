@@ -13,9 +13,12 @@ For each match of a vanilla job, a shadow (HTCondor's condor_shadow):
    both sides;
 5. when the job's run is over, records it: an exit goes to `job_exited` after the
    output files are back (the job's policy then completes, requeues or holds it: 005,
-   004 or 012); an eviction (the node stopped or restarted, the lease ran out) to
-   `job_evicted`, back to idle (004), its output spooled first if ON_EXIT_OR_EVICT; a
-   failure to start or to transfer files holds the job;
+   004 or 012); an eviction (the node restarted or lost the claim) to `job_evicted`,
+   back to idle (004), its output spooled first if ON_EXIT_OR_EVICT; a failure to start
+   or to transfer files holds the job. A node of another host that stops answering may
+   run the job on: the job stays Running, disconnected (022), until the node ended the
+   claim or its lease has surely run out there (`lost_contact`, as after a restart), and
+   only then goes back to idle (024, 004);
 6. releases the claim.
 
 A job held or removed while it runs has its claim vacated (HoldKillSig, RemoveKillSig)
@@ -164,17 +167,20 @@ class ShadowManager:
             task.add_done_callback(self._settlers.discard)
         return evicted
 
-    async def _settle(self, record: ClaimRecord, job: JobId | None) -> None:
-        """End an earlier daemon's claim; then its job (`job`: perhaps running on it)
-        goes back to idle. An unreachable node is asked again until the claim's lease
-        has surely run out there."""
+    async def _settle(
+        self, record: ClaimRecord, job: JobId | None, lost: str | None = None
+    ) -> None:
+        """End a claim that may still run `job` (an earlier daemon's, or one whose node
+        stopped answering: `lost` says how); then the job goes back to idle. An
+        unreachable node's job stays Running, disconnected (022), and the node is asked
+        again until the claim's lease has surely run out there; then the schedd gives up
+        on the job (024) and requeues it."""
         client = self._client(record.address, record.certificate)
         local = socket_of(record.address) is not None
         deadline: float | None = None
-        while True:
-            why = await self._end_claim(client, record)
-            if why is None:
-                break
+        why = lost if lost is not None else await self._end_claim(client, record)
+        gave_up = "The execute node has ended the job and released its claim"
+        while why is not None:
             if local or job is None:
                 # A node of this pool's own that does not answer stopped with the pool
                 # (its jobs with it); a claim no job ran on runs nothing: its lease ends it.
@@ -189,10 +195,14 @@ class ShadowManager:
                     job,
                     record.address,
                 )
+                gave_up = (
+                    f"Job disconnected too long: its claim's lease ({record.lease:g} s) expired"
+                )
                 break
             await asyncio.sleep(min(_SETTLE_RETRY, max(0.0, deadline - self._clock())))
+            why = await self._end_claim(client, record)
         if job is not None:
-            await self._worker.write(functools.partial(_requeue, job=job))
+            await self._worker.write(functools.partial(_requeue, job=job, reason=gave_up))
             self._settling.discard(job)
             _log.info("job %s: its claim on %s is over: back to idle", job, record.address)
         await asyncio.to_thread(self.claims.forget, record.claim_id)
@@ -393,16 +403,14 @@ class ShadowManager:
         return await self._worker.write(fn)
 
     async def record_claim(self, run: ShadowRun) -> None:
-        pem = run.match.machine_ad.get(TLS_CERTIFICATE)
-        record = ClaimRecord(
-            run.claim_id,
-            run.job_id,
-            run.address,
-            pem if isinstance(pem, str) else None,
-            run.lease,
-            run.vacate_time,
-        )
-        await asyncio.to_thread(self.claims.write, record)
+        await asyncio.to_thread(self.claims.write, _record_of(run))
+
+    async def lost_contact(self, run: ShadowRun, why: str) -> None:
+        """`run`'s node of another host stopped answering (`why`) while its job may run
+        there: as after a restart, the job waits, Running and disconnected, until the
+        node ended the claim or its lease has surely run out there, then goes back to
+        idle; the claim's record is gone then."""
+        await self._settle(_record_of(run), run.job_id, why)
 
     async def forget_claim(self, run: ShadowRun) -> None:
         await asyncio.to_thread(self.claims.forget, run.claim_id)
@@ -417,6 +425,18 @@ class ShadowManager:
         self._faults.report(failure)
 
 
+def _record_of(run: ShadowRun) -> ClaimRecord:
+    pem = run.match.machine_ad.get(TLS_CERTIFICATE)
+    return ClaimRecord(
+        run.claim_id,
+        run.job_id,
+        run.address,
+        pem if isinstance(pem, str) else None,
+        run.lease,
+        run.vacate_time,
+    )
+
+
 def _fits(job: ClassAd, slot: ClassAd, resources: Resources) -> bool:
     """Whether the job may run on a claimed slot: both Requirements, and its size."""
     if not (requirements_hold(job, slot) and requirements_hold(slot, job)):
@@ -427,13 +447,15 @@ def _fits(job: ClassAd, slot: ClassAd, resources: Resources) -> bool:
         return False
 
 
-def _requeue(q: JobQueue, *, job: JobId) -> str:
-    """An earlier daemon's job whose claim is over: back to idle (004), unless it was
-    held or removed meanwhile (a removed one leaves the queue)."""
+def _requeue(q: JobQueue, *, job: JobId, reason: str) -> str:
+    """A job whose claim is over: back to idle (004), unless it was held or removed
+    meanwhile (a removed one leaves the queue). A disconnected one is given up on first
+    (024, `reason` its VacateReason)."""
     try:
         ad = q.get(job)
         if any(name in ad for name in _DISCONNECTED):
-            q.update(job, {name: ExprTree("undefined") for name in _DISCONNECTED})
+            cleared: dict[str, Any] = {name: ExprTree("undefined") for name in _DISCONNECTED}
+            q.update(job, {**cleared, "VacateReason": reason})
         if JobStatus(ad["JobStatus"]) in RUNNING:
             q.job_evicted(job)
             return "back to idle"

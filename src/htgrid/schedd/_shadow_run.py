@@ -55,6 +55,7 @@ from htgrid.startd import (
     TransferError,
     input_entries,
     pack,
+    socket_of,
     unpack_output,
     unpack_to,
 )
@@ -111,6 +112,10 @@ class _Evicted(HTGridError):
     """The claim is lost: the node restarted, vanished or dropped it."""
 
 
+class _Unreachable(_Evicted):
+    """The node does not answer: the job may still run there."""
+
+
 class ShadowHost(Protocol):
     """What a shadow needs of its manager."""
 
@@ -124,6 +129,11 @@ class ShadowHost(Protocol):
 
     async def forget_claim(self, run: ShadowRun) -> None:
         """`run`'s claim is released: its record goes."""
+        ...
+
+    async def lost_contact(self, run: ShadowRun, why: str) -> None:
+        """`run`'s node of another host does not answer while its job may run there:
+        back when the claim is surely over (its record then gone)."""
         ...
 
     async def next_job(self, run: ShadowRun) -> tuple[JobId, ClassAd, Updates] | None:
@@ -167,6 +177,13 @@ class ShadowRun:
         self.slot_ad = ClassAd()  # the claimed slot, once claimed
         self.resources = Resources(0, 0, 0)
         self.account: Account | None = None  # the current job's owner's, once it starts
+        self.on_node = False  # the current job may run on the node
+        self._settled = False  # the claim was ended by `lost_contact`: nothing to release
+
+    @property
+    def remote(self) -> bool:
+        """Whether the node is of another host: it may run the job on without us."""
+        return socket_of(self.address) is None
 
     async def forward_proxy(self, proxy: Path) -> None:
         """Hand the job on the claim its renewed X.509 proxy (the spooled file `proxy`);
@@ -196,7 +213,10 @@ class ShadowRun:
         try:
             await self._run()
         except asyncio.CancelledError:
-            await asyncio.shield(self._abandon("the schedd stopped following it"))
+            # A job that may run on a node of another host stays Running with its claim
+            # recorded (the schedd stopping): the next start has the node end it first.
+            if not (self.on_node and self.remote):
+                await asyncio.shield(self._abandon("the schedd stopped following it"))
             raise
         except Exception as exc:
             if not daemon_fault(exc):
@@ -277,12 +297,25 @@ class ShadowRun:
         ad = await self._start(slot, updates, expanded)
         if ad is None:  # held or removed since the match
             return False
+        self.on_node = True
         try:
             outcome = await self._activate_and_follow(ad)
+            self.on_node = False
             return await self._finish(ad, outcome)
-        except _Evicted as exc:  # the node went away: the job runs again, elsewhere or later
+        except _Unreachable as exc:
+            if not self.remote:  # a node of this host's: its jobs go with it
+                self.on_node = False
+                await self._record_evicted(str(exc))
+                return False
+            # It may run the job on: never run it elsewhere too before that is over.
+            _log.warning("job %s: %s", self.job_id, exc)
+            await self.m.lost_contact(self, str(exc))
+            self.on_node, self._settled = False, True
+        except _Evicted as exc:  # the claim is gone: the job runs again, elsewhere or later
+            self.on_node = False
             await self._record_evicted(str(exc))
         except TransferError as exc:
+            self.on_node = False
             await self._hold(exc.reason, exc.code, exc.subcode)
         return False
 
@@ -355,9 +388,15 @@ class ShadowRun:
             except ClaimNotFound as exc:
                 raise _Evicted(f"the execute node lost the claim: {exc}") from None
             except StartdUnavailable as exc:
-                if self.m.monotonic() - last_heard > self.m.settings.lease:
-                    raise _Evicted(
-                        f"no word from the execute node within the lease: {exc}"
+                # A node of another host is disconnected once a keep-alive is missed (it
+                # then waits out the lease: `lost_contact`); one of this host's, which
+                # ends its jobs with it, is given the whole lease.
+                s = self.m.settings
+                limit = s.alive_interval if self.remote else s.lease
+                silent = self.m.monotonic() - last_heard
+                if silent > limit:
+                    raise _Unreachable(
+                        f"no word from the execute node for {silent:.0f} s: {exc}"
                     ) from None
                 await asyncio.sleep(_RETRY)
 
@@ -367,7 +406,7 @@ class ShadowRun:
         except ClaimNotFound as exc:
             raise _Evicted(f"the execute node lost the claim: {exc}") from None
         except StartdUnavailable as exc:
-            raise _Evicted(f"the execute node does not answer: {exc}") from None
+            raise _Unreachable(f"the execute node does not answer: {exc}") from None
         except StartdError as exc:  # refused: the job cannot run on this claim
             raise _Evicted(f"the execute node refused: {exc}") from None
         return status
@@ -527,13 +566,19 @@ class ShadowRun:
         return bool(await self.m.write(hold))
 
     async def _release(self) -> None:
+        if self._settled:
+            return
+        # The node answers once the job is gone: its vacate time, and a margin; a node
+        # that does not answer must not hold the shadow (nor a shutdown) forever.
+        wait = self.vacate_time + self.m.settings.alive_interval
         try:
-            await self.client.release(self.claim_id)
+            await asyncio.wait_for(self.client.release(self.claim_id), wait)
         except ClaimNotFound:
             pass  # released, expired, or the node restarted: the claim is gone all the same
-        except StartdError as exc:
+        except (StartdError, TimeoutError) as exc:
             # Its record stays: the schedd's next start asks the node again.
-            _log.warning("claim of job %s: the node did not release it: %s", self.job_id, exc)
+            why = exc if isinstance(exc, StartdError) else f"no answer within {wait:g} s"
+            _log.warning("claim of job %s: the node did not release it: %s", self.job_id, why)
             return
         await self.m.forget_claim(self)
 

@@ -2,11 +2,12 @@
 
 For each committed change of a job with a `UserLog`, the event HTCondor writes at that
 moment: 000 submitted, 001 executing, 004 evicted (or terminated and requeued), 005
-terminated, 009 aborted, 012 held, 013 released. A late materialization factory's
-changes write its cluster's events into the log its cluster ad names: 035 cluster
-submitted (before its first jobs' 000), 037 materialization paused (its cluster held),
-038 resumed (released), 036 cluster removed (after its last job's last event). The
-events carry the change's time.
+terminated, 009 aborted, 012 held, 013 released, 022 disconnected and 024 reconnection
+failed (JobDisconnectedDate set, then cleared). A late materialization factory's changes
+write its cluster's events into the log its cluster ad names: 035 cluster submitted
+(before its first jobs' 000), 037 materialization paused (its cluster held), 038 resumed
+(released), 036 cluster removed (after its last job's last event). The events carry the
+change's time.
 
 The last change written is kept in a file (`spool/userlog.seq`), written after the
 events, so a crash never loses an event: at worst the events of the last batch are
@@ -40,8 +41,10 @@ from htgrid.eventlog import (
     FactoryPausedEvent,
     FactoryResumedEvent,
     JobAbortedEvent,
+    JobDisconnectedEvent,
     JobEvictedEvent,
     JobHeldEvent,
+    JobReconnectFailedEvent,
     JobReleasedEvent,
     JobTerminatedEvent,
     Rusage,
@@ -86,6 +89,8 @@ _INFO: Final = (
     "ExitSignal",
     "ExitBySignal",
     "JobUniverse",
+    "LastRemoteHost",
+    "StartdIpAddr",
 )
 _SCHEDULER: Final = 7  # JobUniverse
 _RUNNING: Final = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED})
@@ -249,7 +254,8 @@ class UserLogWriter:
             if named or "userlog" in {d.lower() for d in change.deleted}:
                 for jid in change.job_ids:
                     self._paths.pop(jid, None)
-            return []
+            if not _disconnection(change):
+                return []
         out: Pending = []
         for jid in change.job_ids:
             ad: ClassAd | None = None
@@ -259,7 +265,8 @@ class UserLogWriter:
             path = self._paths.get(jid)
             if not path:
                 continue
-            if change.status in (JobStatus.COMPLETED, JobStatus.IDLE) and ad is None:
+            wanted = change.kind is ChangeKind.ATTRIBUTES  # the node's name
+            if (wanted or change.status in (JobStatus.COMPLETED, JobStatus.IDLE)) and ad is None:
                 ad = _job_ad(q, jid)  # for the resource usage
             try:
                 event = events_for(change, jid, ad or ClassAd(), self._host)
@@ -457,6 +464,8 @@ def events_for(change: Change, jid: JobId, ad: ClassAd, host: str) -> UserLogEve
     """The event a status change writes (None for changes HTCondor logs nothing for)."""
     head: dict[str, Any] = {"cluster": jid.cluster, "proc": jid.proc, "timestamp": change.time}
     attrs = change.attrs
+    if change.kind is ChangeKind.ATTRIBUTES:
+        return _disconnection_event(change, head, ad) if _disconnection(change) else None
     new, old = change.status, change.last_status
     if new == JobStatus.RUNNING and old not in _RUNNING:
         # A grid job runs on its grid resource, which is what HTCondor names here.
@@ -510,6 +519,31 @@ def factory_event(change: Change, host: str) -> UserLogEvent:
         **head,
         next_proc_id=_int(attrs.get("JobMaterializeNextProcId")),
         completion=_COMPLETION.get(mode, ClusterCompletion.INCOMPLETE),
+    )
+
+
+def _disconnection(change: Change) -> bool:
+    """Whether the change stamps a job disconnected, or clears that stamp."""
+    return "jobdisconnecteddate" in change.stored.lower() and "JobDisconnectedDate" in change.attrs
+
+
+def _disconnection_event(change: Change, head: dict[str, Any], ad: ClassAd) -> UserLogEvent | None:
+    """022 when the schedd loses contact with the job's node (JobDisconnectedDate set);
+    024 when it gives up on that run (the stamp cleared as the job goes back to idle):
+    htgrid does not reconnect to a run, it has the node end it."""
+    node = str(ad.get("LastRemoteHost") or "unknown")
+    if type(change.attrs.get("JobDisconnectedDate")) is int:
+        return JobDisconnectedEvent(
+            **head,
+            startd_name=node,
+            startd_addr=str(ad.get("StartdIpAddr") or "unknown"),
+            disconnect_reason="The execute node does not answer the schedd",
+        )
+    why = change.attrs.get("VacateReason")
+    return JobReconnectFailedEvent(
+        **head,
+        startd_name=node,
+        reason=why if isinstance(why, str) and why else "Reconnect is not supported",
     )
 
 
