@@ -366,7 +366,12 @@ class ExprTree(ExprOperators):
             raise TypeError("target must be a ClassAd")
         try:
             fn = self._node._fn or compiled(self._node)
-            return fn(EvalState(scope, None, target))
+            st = EvalState(scope, None, target)
+            v = fn(st)
+            budget = st.budget
+            if budget is not None and budget.left < 0:
+                return ERROR  # it took too many steps: whatever came of it (`overspent`)
+            return v
         except RecursionError:  # attributes followed into each other past Python's stack
             return ERROR
         except EvaluationFailed as err:

@@ -3,10 +3,17 @@
 Each node compiles once into `f(state) -> value`; the closure is kept on the node. The
 hot shapes of matchmaking (an attribute compared with a constant, `&&` chains) get
 closures of their own so a Requirements expression costs a handful of Python calls.
+
+An expression of more than `_SMALL` nodes pays its size in steps of the evaluation's
+budget (`MAX_EVALUATION_STEPS`) each time it is evaluated, so that a large expression
+reached again and again is bounded as attribute references are; the nodes of a
+sub-expression that pays for itself are not counted again in the one around it. Small
+expressions, the usual kind, cost nothing more.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Final
 
@@ -23,6 +30,7 @@ from htgrid.classad._ast import (
     Subscript,
     Ternary,
     Unary,
+    children,
 )
 from htgrid.classad._lookup import _NOLIT as _NOLIT  # other modules take it from here
 from htgrid.classad._lookup import _NOTFOUND as _NOTFOUND
@@ -38,7 +46,7 @@ from htgrid.classad._lookup import (
 )
 from htgrid.classad._ops import BINARY_OPS, UNARY_OPS, fold, truth
 from htgrid.classad._parser import PRECEDENCE
-from htgrid.classad._state import EvalState
+from htgrid.classad._state import EvalState, budget_of, charge
 from htgrid.classad._values import ERROR, UNDEFINED, AbsTime, ListValue, RelTime, Val
 
 __all__ = [
@@ -73,13 +81,61 @@ Compiled = Callable[[EvalState], Val]
 _SCALARS: Final = (bool, int, float, str, AbsTime, RelTime)
 
 
+#: Expressions of more nodes than this pay for their size when evaluated.
+_SMALL: Final = 32
+
+
+class _Count(threading.local):
+    """Nodes compiled so far in this thread, for the sizes of the trees being compiled."""
+
+    nodes = 0
+
+
+_count: Final = _Count()
+
+
 def compiled(node: Node) -> Compiled:
     """The closure evaluating `node`, compiled on first use."""
     fn: Compiled | None = node._fn
     if fn is None:
+        count = _count
+        before = count.nodes
         fn = _COMPILERS[type(node)](node)
+        size = count.nodes - before + 1
+        if size > _SMALL:
+            fn = _charged(fn, size)
+            size = 1
+        count.nodes = before + size
         object.__setattr__(node, "_fn", fn)
     return fn
+
+
+def _counted(nodes: int) -> None:
+    """Count work of the node being compiled that is not in a sub-expression compiled now."""
+    _count.nodes += nodes
+
+
+def _tree_size(nodes: tuple[Node, ...]) -> int:
+    size = 0
+    todo = list(nodes)
+    while todo:
+        size += 1
+        todo.extend(children(todo.pop()))
+    return size
+
+
+def _charged(fn: Compiled, size: int) -> Compiled:
+    """`fn`, paying `size` steps each time it is evaluated (ERROR once they run out)."""
+
+    def f(st: EvalState) -> Val:
+        budget = st.budget or budget_of(st)
+        left = budget.left - size
+        budget.left = left
+        if left < 0:
+            return ERROR
+        return fn(st)
+
+    return f
 
 
 # -- node compilers ---------------------------------------------------------------------
@@ -325,6 +381,7 @@ def _chain(node: Binary) -> Compiled:
         left = left.left
     first = compiled(left)
     steps = [(b.op, compiled(b.right)) for b in reversed(spine)]
+    _counted(len(spine) - 1)  # the spine's nodes, `node` itself counted by `compiled`
     if node.op == "&&" or node.op == "||":
         return _logic_chain(first, tuple(rf for _, rf in steps), node.op)
     pairs = tuple((BINARY_OPS[op], rf) for op, rf in steps)
@@ -446,6 +503,7 @@ def _postfix_chain(node: Node) -> Compiled:
     root = compiled(n)
     steps.reverse()
     todo = tuple(steps)
+    _counted(len(todo) - 1)
 
     def f(st: EvalState) -> Val:
         v = root(st)
@@ -486,6 +544,7 @@ def _call(node: Call) -> Compiled:
     fn = builtin.fn
     args = node.args
     if builtin.lazy:
+        _counted(_tree_size(args))  # compiled when the function evaluates them
 
         def lazy(st: EvalState) -> Val:
             try:
@@ -536,6 +595,7 @@ def _call(node: Call) -> Compiled:
 
 def _list(node: ListExpr) -> Compiled:
     items = node.items
+    _counted(_tree_size(items))  # compiled when the list's values are taken
 
     def f(st: EvalState) -> Val:
         return ListValue(items, st)
@@ -547,8 +607,10 @@ def _record(node: AdExpr) -> Compiled:
     from htgrid.classad._classad import ClassAd
 
     template = ClassAd._from_pairs(node.attrs)
+    cost = 1 + len(node.attrs)  # each instance copies the table; attributes pay when evaluated
 
     def f(st: EvalState) -> Val:
+        charge(st, cost)
         return template._instance(st.ad)
 
     return f

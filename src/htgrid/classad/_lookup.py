@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from htgrid.classad._state import EvalState
+from htgrid.classad._state import Budget, EvalState, begin
 from htgrid.classad._values import ERROR, UNDEFINED, ListValue, Val
 
 if TYPE_CHECKING:
@@ -30,16 +30,22 @@ _TARGET_NAMES: Final = frozenset({"target", "other"})
 
 
 def eval_entry(st: EvalState, ad: ClassAd, entry: Entry) -> Val:
-    """Evaluate an attribute found in `ad`; a reference back into itself is UNDEFINED."""
+    """Evaluate an attribute found in `ad`; a reference back into itself is UNDEFINED,
+    and once the evaluation has taken all its steps every attribute is ERROR."""
     lit = entry.lit
     if lit is not _NOLIT:
         return lit  # type: ignore[return-value]
     active = st.active
     if active is None:
-        active = st.active = set()
+        active = begin(st)
     elif entry in active:
         return UNDEFINED
     elif len(active) >= MAX_NESTED_ATTRIBUTES:
+        return ERROR
+    budget: Budget = st.budget  # type: ignore[assignment]  # `begin` made both
+    left = budget.left - 1  # a step (MAX_EVALUATION_STEPS)
+    budget.left = left
+    if left < 0:
         return ERROR
     active.add(entry)
     try:

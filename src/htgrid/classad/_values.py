@@ -104,9 +104,12 @@ class ListValue:
         """The items' values, evaluated in the list's own scope."""
         cache = self._cache
         if cache is None:
-            from htgrid.classad._state import eval_in
+            from htgrid.classad._state import charge, eval_in
 
-            cache = [eval_in(node, self.state) for node in self.items]
+            state = self.state
+            if state is not None:
+                charge(state, len(self.items))  # an evaluation's steps, as attributes are
+            cache = [eval_in(node, state) for node in self.items]
             self._cache = cache
         return cache
 

@@ -108,8 +108,7 @@ def _all_compare(state: EvalState, *args: Val) -> Val:
 def _in_each(state: EvalState, nodes: tuple[Node, ...], count: bool) -> Val:
     if len(nodes) != 2:
         return ERROR
-    from htgrid.classad._state import EvalState as State
-    from htgrid.classad._state import eval_in
+    from htgrid.classad._state import eval_apart, eval_in
 
     expr = nodes[0]
     if type(expr) is AttrRef and expr.base is None and not expr.absolute:
@@ -131,7 +130,7 @@ def _in_each(state: EvalState, nodes: tuple[Node, ...], count: bool) -> Val:
     matches = 0
     for item in lst.values():
         if _is_ad(item):
-            r = eval_in(expr, State(item))  # type: ignore[arg-type]
+            r = eval_apart(expr, item, state)  # type: ignore[arg-type]
         else:
             r = UNDEFINED if item is UNDEFINED else ERROR
         if count:

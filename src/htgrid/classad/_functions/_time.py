@@ -211,14 +211,14 @@ def _fixed_from_gregorian(year: int, month: int, day: int) -> int:
     )
 
 
-def _ad_int(ad: ClassAd, name: str) -> int | None:
+def _ad_int(ad: ClassAd, name: str, state: EvalState) -> int | None:
     """EvaluateAttrInt: the attribute's int value, or None."""
     entry = ad._lookup_entry(name)
     if entry is None:
         return None
-    from htgrid.classad._state import EvalState, eval_in
+    from htgrid.classad._state import eval_apart
 
-    v = eval_in(entry.node, EvalState(ad))
+    v = eval_apart(entry.node, ad, state)
     return c_int(v) if type(v) is int else None
 
 
@@ -251,7 +251,9 @@ def _format_time(state: EvalState, *args: Val) -> Val:
     from htgrid.classad._classad import ClassAd
 
     if isinstance(v, ClassAd):
-        got = [_ad_int(v, k) for k in ("Year", "Month", "Day", "Hours", "Minutes", "Seconds")]
+        got = [
+            _ad_int(v, k, state) for k in ("Year", "Month", "Day", "Hours", "Minutes", "Seconds")
+        ]
         # A missing field is a zero tm field: year 1900, January, day 0.
         defaults = (1900, 1, 0, 0, 0, 0)
         fields = tuple(g if g is not None else d for g, d in zip(got, defaults, strict=True))
