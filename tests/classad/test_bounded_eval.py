@@ -115,3 +115,91 @@ def test_a_100000_term_chain_of_attribute_references_evaluates() -> None:
     assert ad.eval("Sum") == 100_000
     ad["Requirements"] = classad.ExprTree(f"Sum == 100000 && {' && '.join(['K == 1'] * 50_000)}")
     assert classad.ClassAd({"Requirements": True}).symmetricMatch(ad)
+
+
+# -- regular expressions ----------------------------------------------------------------
+
+RUN = "a" * 60 + "b"  # `(a|aa)+$` tries every way to split the a's before failing at b
+PATTERN = "(a|aa)+$"
+
+
+@GUARD
+@pytest.mark.parametrize(
+    ("expr", "want"),
+    [
+        (f'regexp("{PATTERN}", X)', ERROR),
+        (f'regexp("{PATTERN}", X, "i")', ERROR),
+        (f'regexp("{PATTERN}", "{RUN}")', ERROR),  # folded when compiled: the same
+        (f'regexps("{PATTERN}", X, "x")', ERROR),
+        (f'replace("{PATTERN}", X, "x")', ERROR),
+        (f'replaceAll("{PATTERN}", X, "x")', ERROR),
+        (f'isError(regexp("{PATTERN}", X))', True),
+        # The list functions count an item the match gave up on as no match.
+        (f'regexpMember("{PATTERN}", {{ X }})', False),
+        (f'regexpMember("{PATTERN}", {{ X, "aa" }})', True),
+        (f'stringList_regexpMember("{PATTERN}", X)', False),
+        (f'stringList_regexpMember("{PATTERN}", strcat(X, ",aa"))', True),
+        ('regexp("^(a|a)*$", X)', ERROR),
+        ('regexp("^((a+)\\\\2)*$", X)', ERROR),
+    ],
+)
+def test_a_regexp_that_backtracks_without_end_gives_up_as_pcre2_does(
+    expr: str, want: object
+) -> None:
+    ad = classad.ClassAd({"X": RUN})
+    assert classad.ExprTree(expr).eval(ad) == want
+    if "\\\\2" not in expr:  # classad2 (PCRE2's match limit) agrees
+        assert classad2.ExprTree(expr).eval(classad2.ClassAd({"X": RUN})) == want
+
+
+@GUARD
+def test_a_pattern_the_matcher_needs_not_backtrack_on_gets_its_answer() -> None:
+    # `regex` sees that `(a+)+` can split a run of a's but one way worth trying, and says
+    # no at once; PCRE2 backtracks into its match limit and gives ERROR. Both stop.
+    ad = classad.ClassAd({"X": RUN})
+    assert classad.ExprTree('regexp("(a+)+$", X)').eval(ad) is False
+    assert classad2.ExprTree('regexp("(a+)+$", X)').eval(classad2.ClassAd({"X": RUN})) == ERROR
+
+
+@GUARD
+def test_unresolved_counts_a_name_the_match_gave_up_on_as_no_match() -> None:
+    ad = classad.ClassAd(f"[E = {RUN}; F = {RUN} + aa]")
+    assert classad.ExprTree(f'unresolved(E, "{PATTERN}")').eval(ad) is False
+    assert classad.ExprTree(f'unresolved(F, "{PATTERN}")').eval(ad) is True
+
+
+@GUARD
+def test_many_slow_matches_in_one_evaluation_are_bounded_too() -> None:
+    # Each leaf gives up after its time, and 2**30 of them would never end: the time
+    # the matches take is drawn from the evaluation's budget.
+    ad = classad.ClassAd(_doubling(30, f'regexp("{PATTERN}", X) =?= error'))
+    ad["X"] = RUN
+    assert ad.eval("A0") is ERROR
+
+
+@pytest.mark.parametrize(
+    ("expr", "want"),
+    [
+        ('regexp("^slot[0-9]+@.*\\\\.example\\\\.org$", Name, "i")', True),
+        ('regexp("^slot[0-9]+@", Name)', False),
+        ('regexps("([a-z]+)([0-9]+)@", Name, "\\\\2-\\\\1", "i")', "12-SLOT"),
+        ('replaceAll("o", Name, "0")', "SLOT12@n0de042.Example.0rg"),
+        ('regexpMember("^node", split(Name, "@"))', True),
+        ('stringList_regexpMember("EXAMPLE", "a,b,node.example.org", ",", "i")', True),
+        ('regexp("(a|aa)+$", "aaab")', False),  # the pathological pattern, on a short subject
+        ('regexp("(a|aa)+$", "aaaa")', True),
+    ],
+)
+def test_ordinary_regexps_give_what_they_gave(expr: str, want: object) -> None:
+    name = "SLOT12@node042.Example.org"
+    assert classad.ExprTree(expr).eval(classad.ClassAd({"Name": name})) == want
+    assert classad2.ExprTree(expr).eval(classad2.ClassAd({"Name": name})) == want
+
+
+def test_a_long_subject_is_matched_as_a_short_one() -> None:
+    # Past the length where `re` is sure to be quick, the bounded matcher takes over.
+    long = "x" * 100_000 + "slot1@host.example.org"
+    ad = classad.ClassAd({"Name": long})
+    assert classad.ExprTree('regexp("slot[0-9]+@.*\\\\.example\\\\.org$", Name)').eval(ad)
+    assert classad.ExprTree('regexps("(slot[0-9]+)@", Name, "\\\\1")').eval(ad) == "slot1"
+    assert classad.ExprTree('regexp("^slot", Name)').eval(ad) is False

@@ -247,6 +247,7 @@ def _string_list_regexp_member(state: EvalState, *args: Val) -> Val:
     if s is None:
         return ERROR
     from htgrid.classad._functions._pcre import compile_pcre
+    from htgrid.classad._functions._regex import matches
 
     opts = s[3].lower() if len(s) == 4 else ""
     rx = compile_pcre(s[0], opts)
@@ -255,7 +256,8 @@ def _string_list_regexp_member(state: EvalState, *args: Val) -> Val:
     items = tokens(s[1], s[2] if len(s) >= 3 else _DELIMS)
     if not items:
         return UNDEFINED
-    return any(rx.search(t.encode("utf-8", "surrogateescape")) is not None for t in items)
+    # An item the pattern runs out of time on is no match (PCRE2's match limit).
+    return any(matches(rx, t, state) for t in items)
 
 
 @builtin("split")
