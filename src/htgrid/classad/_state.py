@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from htgrid.classad._values import ERROR
+
 if TYPE_CHECKING:
     from htgrid.classad._ast import Node
     from htgrid.classad._classad import ClassAd, Entry
@@ -107,9 +109,11 @@ def begin(st: EvalState) -> set[Entry]:
 
 
 def budget_of(st: EvalState) -> Budget:
-    """The evaluation's budget, made (with its set of entries in progress) on first need."""
-    begin(st)
-    return st.budget  # type: ignore[return-value]
+    """The evaluation's budget, made on first need."""
+    budget = st.budget
+    if budget is None:
+        budget = st.budget = Budget()
+    return budget
 
 
 def charge(st: EvalState, steps: int) -> bool:
@@ -131,8 +135,6 @@ def eval_apart(node: Node, ad: ClassAd, state: EvalState) -> Val:
     """Evaluate `node` in `ad` as an evaluation of its own (no attribute is in progress
     there, as in `EvalState(ad)`) that draws on `state`'s budget."""
     if not charge(state, 1):
-        from htgrid.classad._values import ERROR
-
         return ERROR
     return eval_in(node, EvalState(ad, None, None, None, state.budget))
 
