@@ -62,6 +62,16 @@ def test_a_large_expression_reached_again_and_again_pays_for_its_size() -> None:
 
 
 @GUARD
+def test_a_function_given_a_long_string_pays_for_its_length() -> None:
+    # Each leaf copies a megabyte twice: counted as one step, a million of them would
+    # copy two terabytes.
+    ad = classad.ClassAd(_doubling(40, "size(strcat(S, S))"))
+    ad["S"] = "x" * 1_000_000
+    assert ad.eval("A0") is ERROR
+    assert ad.eval("A38") == 4 * 2_000_000
+
+
+@GUARD
 @pytest.mark.parametrize(
     "expr",
     [

@@ -84,6 +84,10 @@ _SCALARS: Final = (bool, int, float, str, AbsTime, RelTime)
 #: Expressions of more nodes than this pay for their size when evaluated.
 _SMALL: Final = 32
 
+#: A built-in function given a string longer than this pays a step per this many
+#: characters (its work grows with them, and the string may be an ad's, read for free).
+_LONG: Final = 1024
+
 
 class _Count(threading.local):
     """Nodes compiled so far in this thread, for the sizes of the trees being compiled."""
@@ -574,7 +578,10 @@ def _call(node: Call) -> Compiled:
 
         def call1(st: EvalState) -> Val:
             try:
-                return fn(st, a0(st))
+                v = a0(st)
+                if type(v) is str and len(v) > _LONG:
+                    charge(st, len(v) // _LONG)
+                return fn(st, v)
             except (RecursionError, RaisedInPython):
                 raise
             except Exception:
@@ -584,7 +591,11 @@ def _call(node: Call) -> Compiled:
 
     def call(st: EvalState) -> Val:
         try:
-            return fn(st, *[a(st) for a in arg_fns])
+            args = [a(st) for a in arg_fns]
+            for v in args:
+                if type(v) is str and len(v) > _LONG:
+                    charge(st, len(v) // _LONG)
+            return fn(st, *args)
         except (RecursionError, RaisedInPython):
             raise
         except Exception:
