@@ -73,3 +73,20 @@ def script(path: Path, body: str) -> Path:
     path.write_text("#!/bin/sh\n" + body)
     path.chmod(0o755)
     return path
+
+
+# A job that says hello as `name` into `name.out`, with `extra` submit lines.
+HELLO_JOB = """executable = hello.sh
+arguments = {name}
+should_transfer_files = YES
+output = {name}.out
+log = {name}.log
+request_memory = 16
+{extra}
+queue
+"""
+
+
+def ran(schedd: ScheddClient, cluster: int) -> bool:
+    """Whether the (one-job) cluster ran and left the queue."""
+    return len(schedd.history(f"ClusterId == {cluster}", ["ExitCode"])) == 1

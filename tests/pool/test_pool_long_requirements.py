@@ -12,23 +12,11 @@ from pathlib import Path
 from htgrid.net import ScheddClient
 from htgrid.testing import PersonalPool, wait_for
 
+from .conftest import HELLO_JOB as JOB
+from .conftest import ran as _ran
 from .conftest import script, submit
 
 CHAIN = " && ".join(f"TARGET.Cpus >= {i % 2}" for i in range(8000))
-
-JOB = """executable = hello.sh
-arguments = {name}
-should_transfer_files = YES
-output = {name}.out
-log = {name}.log
-request_memory = 16
-{extra}
-queue
-"""
-
-
-def _ran(schedd: ScheddClient, cluster: int) -> bool:
-    return len(schedd.history(f"ClusterId == {cluster}", ["ExitCode"])) == 1
 
 
 def test_an_8000_term_requirements_matches_and_runs_and_others_still_match(

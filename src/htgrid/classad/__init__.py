@@ -16,7 +16,10 @@ names fall back to the TARGET ad, `MY.x` works in a single ad, and HTCondor's ex
 functions exist. Chains of operators of any length evaluate (a 50,000-term `&&` is
 fine); nesting (brackets, calls, lists, nested ads: 3 levels each; unary operators,
 `?:` and ternary branches: 1) stops at 500 levels, the same in ClassAd text, old
-syntax, JSON and Python values.
+syntax, JSON and Python values. One evaluation that takes more than a million steps
+(attributes evaluated, large expressions by their size) gives Value.Error, and so does a
+regular expression that backtracks for more than a tenth of a second, as HTCondor bounds
+both.
 
 Beyond classad2's API, htgrid's own daemons use public modules of this package, never
 its private ones: `fast` (an ad's entry table, matching, for the queue and negotiator),

@@ -20,7 +20,7 @@ from htgrid.classad._parser import (
     parse_expr,
     parse_new_ad,
 )
-from htgrid.classad._state import COMPILERS, Compiled, EvalState
+from htgrid.classad._state import COMPILERS, Compiled, EvalState, charge
 from htgrid.classad._tojson import ad_to_json
 from htgrid.classad._unparse import quote_name, unparse, unparse_ad, unparse_old, unparse_pretty
 from htgrid.classad._values import (
@@ -346,7 +346,12 @@ class ExprTree(ExprOperators):
             raise TypeError("target must be a ClassAd")
         try:
             fn = self._node._fn or compiled(self._node)
-            return fn(EvalState(scope, None, target))
+            st = EvalState(scope, None, target)
+            v = fn(st)
+            budget = st.budget
+            if budget is not None and budget.left < 0:
+                return ERROR  # it took too many steps: whatever came of it (`overspent`)
+            return v
         except RecursionError:  # attributes followed into each other past Python's stack
             return ERROR
         except EvaluationFailed as err:
@@ -399,8 +404,10 @@ _CONVERTIBLE = (bool, int, float, str, list, tuple, dict, _dt.datetime, Value)
 def _record(node: AdExpr) -> Compiled:
     """The compiler of `[a = 1; ...]`, whose value is a new ClassAd nested in the scope."""
     template = ClassAd._from_pairs(node.attrs)
+    cost = 1 + len(node.attrs)  # each instance copies the table; attributes pay when evaluated
 
     def f(st: EvalState) -> Val:
+        charge(st, cost)
         return template._instance(st.ad)
 
     return f

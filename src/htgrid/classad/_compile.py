@@ -3,10 +3,17 @@
 Each node compiles once into `f(state) -> value`; the closure is kept on the node. The
 hot shapes of matchmaking (an attribute compared with a constant, `&&` chains) get
 closures of their own so a Requirements expression costs a handful of Python calls.
+
+An expression of more than `_SMALL` nodes pays its size in steps of the evaluation's
+budget (`MAX_EVALUATION_STEPS`) each time it is evaluated, so that a large expression
+reached again and again is bounded as attribute references are; the nodes of a
+sub-expression that pays for itself are not counted again in the one around it. Small
+expressions, the usual kind, cost nothing more.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Final
 
@@ -23,6 +30,7 @@ from htgrid.classad._ast import (
     Subscript,
     Ternary,
     Unary,
+    children,
 )
 from htgrid.classad._lookup import _NOTFOUND as _NOTFOUND
 from htgrid.classad._lookup import (
@@ -37,7 +45,7 @@ from htgrid.classad._lookup import (
 )
 from htgrid.classad._ops import BINARY_OPS, UNARY_OPS, fold, truth
 from htgrid.classad._parser import PRECEDENCE
-from htgrid.classad._state import COMPILERS, Compiled, EvalState, compiled
+from htgrid.classad._state import COMPILERS, Compiled, EvalState, budget_of, charge, compiled
 from htgrid.classad._values import ERROR, UNDEFINED, AbsTime, ListValue, RelTime, Val
 
 __all__ = [
@@ -68,6 +76,69 @@ class RaisedInPython(Exception):
 
 
 _SCALARS: Final = (bool, int, float, str, AbsTime, RelTime)
+
+
+#: Expressions of more nodes than this pay for their size when evaluated.
+_SMALL: Final = 32
+
+#: A built-in function given a string longer than this pays a step per this many
+#: characters (its work grows with them, and the string may be an ad's, read for free).
+_LONG: Final = 1024
+
+
+class _Count(threading.local):
+    """Nodes compiled so far in this thread, for the sizes of the trees being compiled."""
+
+    nodes = 0
+
+
+_count: Final = _Count()
+
+
+def _sized(compile_node: Callable[[Node], Compiled]) -> Callable[[Node], Compiled]:
+    """`compile_node`, counting the nodes it compiles: the closure of a tree of more than
+    `_SMALL` of them pays its size each time it is evaluated."""
+
+    def compile_sized(node: Node) -> Compiled:
+        count = _count
+        before = count.nodes
+        fn = compile_node(node)
+        size = count.nodes - before + 1
+        if size > _SMALL:
+            fn = _charged(fn, size)
+            size = 1
+        count.nodes = before + size
+        return fn
+
+    return compile_sized
+
+
+def _counted(nodes: int) -> None:
+    """Count work of the node being compiled that is not in a sub-expression compiled now."""
+    _count.nodes += nodes
+
+
+def _tree_size(nodes: tuple[Node, ...]) -> int:
+    size = 0
+    todo = list(nodes)
+    while todo:
+        size += 1
+        todo.extend(children(todo.pop()))
+    return size
+
+
+def _charged(fn: Compiled, size: int) -> Compiled:
+    """`fn`, paying `size` steps each time it is evaluated (ERROR once they run out)."""
+
+    def f(st: EvalState) -> Val:
+        budget = st.budget or budget_of(st)
+        left = budget.left - size
+        budget.left = left
+        if left < 0:
+            return ERROR
+        return fn(st)
+
+    return f
 
 
 # -- node compilers ---------------------------------------------------------------------
@@ -313,6 +384,7 @@ def _chain(node: Binary) -> Compiled:
         left = left.left
     first = compiled(left)
     steps = [(b.op, compiled(b.right)) for b in reversed(spine)]
+    _counted(len(spine) - 1)  # the spine's nodes, `node` itself counted by `compiled`
     if node.op == "&&" or node.op == "||":
         return _logic_chain(first, tuple(rf for _, rf in steps), node.op)
     pairs = tuple((BINARY_OPS[op], rf) for op, rf in steps)
@@ -434,6 +506,7 @@ def _postfix_chain(node: Node) -> Compiled:
     root = compiled(n)
     steps.reverse()
     todo = tuple(steps)
+    _counted(len(todo) - 1)
 
     def f(st: EvalState) -> Val:
         v = root(st)
@@ -476,6 +549,7 @@ def _call(node: Call) -> Compiled:
     fn = builtin.fn
     args = node.args
     if builtin.lazy:
+        _counted(_tree_size(args))  # compiled when the function evaluates them
 
         def lazy(st: EvalState) -> Val:
             try:
@@ -505,7 +579,10 @@ def _call(node: Call) -> Compiled:
 
         def call1(st: EvalState) -> Val:
             try:
-                return fn(st, a0(st))
+                v = a0(st)
+                if type(v) is str and len(v) > _LONG:
+                    charge(st, len(v) // _LONG)
+                return fn(st, v)
             except (RecursionError, RaisedInPython):
                 raise
             except Exception:
@@ -515,7 +592,11 @@ def _call(node: Call) -> Compiled:
 
     def call(st: EvalState) -> Val:
         try:
-            return fn(st, *[a(st) for a in arg_fns])
+            args = [a(st) for a in arg_fns]
+            for v in args:
+                if type(v) is str and len(v) > _LONG:
+                    charge(st, len(v) // _LONG)
+            return fn(st, *args)
         except (RecursionError, RaisedInPython):
             raise
         except Exception:
@@ -526,6 +607,7 @@ def _call(node: Call) -> Compiled:
 
 def _list(node: ListExpr) -> Compiled:
     items = node.items
+    _counted(_tree_size(items))  # compiled when the list's values are taken
 
     def f(st: EvalState) -> Val:
         return ListValue(items, st)
@@ -545,4 +627,5 @@ _COMPILERS: Final[dict[type, Callable[[Node], Compiled]]] = {
     Call: _call,  # type: ignore[dict-item]
     ListExpr: _list,  # type: ignore[dict-item]
 }
-COMPILERS.update(_COMPILERS)  # and AdExpr: ClassAd's, in _classad.py
+# (and AdExpr's: ClassAd's, in _classad.py)
+COMPILERS.update((kind, _sized(compile_node)) for kind, compile_node in _COMPILERS.items())

@@ -33,7 +33,7 @@ from htgrid.classad._compile import (
 )
 from htgrid.classad._ops import BINARY_OPS, UNARY_OPS, truth
 from htgrid.classad._parser import MAX_DEPTH, depth_of
-from htgrid.classad._state import EvalState
+from htgrid.classad._state import Budget, EvalState, begin, overspent
 from htgrid.classad._values import ERROR, UNDEFINED, ListValue, Val
 
 if TYPE_CHECKING:
@@ -51,6 +51,8 @@ _Piece: TypeAlias = "tuple[Val | None, Node | None, str | None]"
 def flatten(node: Node, st: EvalState) -> Node:
     """`node` with everything computable in `st` computed."""
     value, tree, _ = _flat(node, st, split=False)
+    if overspent(st):
+        return Literal(ERROR)
     if tree is None:
         return _literal(value)
     return tree
@@ -63,6 +65,8 @@ def flatten_value(node: Node, st: EvalState) -> tuple[Val, Node | None]:
     deep expression) is not made: `node` is given back as it is.
     """
     value, tree, _ = _flat(node, st, split=False)
+    if overspent(st):
+        return ERROR, None
     if tree is None:
         return value, None  # type: ignore[return-value]
     if depth_of(tree) > MAX_DEPTH:
@@ -168,12 +172,14 @@ def _flat_in(node: AttrRef, st: EvalState, start: ClassAd | None, key: str) -> _
         if entry is not None:
             if type(entry.node) is AdExpr:
                 return None, node, None
-            if st.active is None:
-                st.active = set()
-            active = st.active
+            active = begin(st)
             if entry in active:
                 return UNDEFINED, None, None
             if len(active) >= MAX_NESTED_ATTRIBUTES:
+                return ERROR, None, None
+            budget: Budget = st.budget  # type: ignore[assignment]  # `begin` made both
+            budget.left -= 1  # a step, as evaluating it would be
+            if budget.left < 0:
                 return ERROR, None, None
             active.add(entry)
             try:

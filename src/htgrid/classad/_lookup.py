@@ -8,14 +8,16 @@ import time
 from typing import TYPE_CHECKING, Any, Final
 
 from htgrid.classad._ad import _NOLIT, AdBase
-from htgrid.classad._state import EvalState, compiled
+from htgrid.classad._state import Budget, EvalState, begin, charge, compiled, eval_in
 from htgrid.classad._values import ERROR, UNDEFINED, ListValue, Val
 
 if TYPE_CHECKING:
+    from htgrid.classad._ast import Node
     from htgrid.classad._classad import ClassAd, Entry
 
 __all__ = [
     "MAX_NESTED_ATTRIBUTES",
+    "eval_apart",
     "eval_entry",
     "lookup",
     "lookup_from",
@@ -32,16 +34,22 @@ _TARGET_NAMES: Final = frozenset({"target", "other"})
 
 
 def eval_entry(st: EvalState, ad: ClassAd, entry: Entry) -> Val:
-    """Evaluate an attribute found in `ad`; a reference back into itself is UNDEFINED."""
+    """Evaluate an attribute found in `ad`; a reference back into itself is UNDEFINED,
+    and once the evaluation has taken all its steps every attribute is ERROR."""
     lit = entry.lit
     if lit is not _NOLIT:
         return lit  # type: ignore[return-value]
     active = st.active
     if active is None:
-        active = st.active = set()
+        active = begin(st)
     elif entry in active:
         return UNDEFINED
     elif len(active) >= MAX_NESTED_ATTRIBUTES:
+        return ERROR
+    budget: Budget = st.budget  # type: ignore[assignment]  # `begin` made both
+    left = budget.left - 1  # a step (MAX_EVALUATION_STEPS)
+    budget.left = left
+    if left < 0:
         return ERROR
     active.add(entry)
     try:
@@ -136,3 +144,11 @@ def subscript(st: EvalState, b: Val, i: Val) -> Val:
         v = lookup_from(st, b, i.lower())
         return UNDEFINED if v is _NOTFOUND else v
     return ERROR
+
+
+def eval_apart(node: Node, ad: ClassAd, state: EvalState) -> Val:
+    """Evaluate `node` in `ad` as an evaluation of its own (no attribute is in progress
+    there, as in `EvalState(ad)`) that draws on `state`'s budget."""
+    if not charge(state, 1):
+        return ERROR
+    return eval_in(node, EvalState(ad, None, None, None, state.budget))

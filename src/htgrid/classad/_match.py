@@ -17,10 +17,13 @@ def _evaluate(ad: ClassAd, key: str, target: ClassAd) -> object:
     entry = ad._attrs.get(key)
     if entry is None:
         return None
+    st = EvalState(ad, ad, target)
     try:
-        return compiled(entry.node)(EvalState(ad, ad, target))
+        v = compiled(entry.node)(st)
     except RecursionError:
         return None
+    budget = st.budget
+    return None if budget is not None and budget.left < 0 else v  # `overspent`
 
 
 def requirements_hold(ad: ClassAd, target: ClassAd) -> bool:

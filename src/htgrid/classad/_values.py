@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from htgrid.classad._ast import Literal
-from htgrid.classad._state import eval_in
+from htgrid.classad._state import charge, eval_in
 
 if TYPE_CHECKING:
     from htgrid.classad._ast import Node
@@ -105,7 +105,10 @@ class ListValue:
         """The items' values, evaluated in the list's own scope."""
         cache = self._cache
         if cache is None:
-            cache = [eval_in(node, self.state) for node in self.items]
+            state = self.state
+            if state is not None:
+                charge(state, len(self.items))  # an evaluation's steps, as attributes are
+            cache = [eval_in(node, state) for node in self.items]
             self._cache = cache
         return cache
 

@@ -9,7 +9,7 @@ from htgrid.classad._ast import AttrRef, Node, children, operands
 from htgrid.classad._classad import ClassAd, to_python
 from htgrid.classad._compile import compiled
 from htgrid.classad._match import rank, symmetric_match
-from htgrid.classad._state import EvalState
+from htgrid.classad._state import EvalState, overspent
 from htgrid.classad._unparse import unparse, unparse_value
 from htgrid.classad._values import ERROR, Val
 
@@ -62,20 +62,24 @@ def _clauses(ad: ClassAd, target: ClassAd) -> tuple[ClauseResult, ...]:
     entry = ad._attrs.get("requirements")
     if entry is None:
         return ()
-    st = EvalState(ad, ad, target)
     results = []
     for clause in split_clauses(entry.node):
+        st = EvalState(ad, ad, target)  # each clause an evaluation, with its own budget
         try:
             value = compiled(clause)(st)
         except RecursionError:
+            value = ERROR
+        if overspent(st):
             value = ERROR
         inputs: dict[str, str] = {}
         for ref in _refs(clause):
             name = unparse(ref)
             if name in inputs:
                 continue
+            ref_st = EvalState(ad, ad, target)
             try:
-                inputs[name] = unparse_value(compiled(ref)(st))
+                v = compiled(ref)(ref_st)
+                inputs[name] = unparse_value(ERROR if overspent(ref_st) else v)
             except (TypeError, RecursionError):
                 inputs[name] = "?"
         results.append(

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from htgrid.classad._ad import AdBase
 from htgrid.classad._ast import AttrRef, Node
 from htgrid.classad._functions._registry import builtin
+from htgrid.classad._lookup import eval_apart
 from htgrid.classad._ops import BINARY_OPS
 from htgrid.classad._state import EvalState, eval_in
 from htgrid.classad._values import ERROR, UNDEFINED, ListValue
@@ -124,7 +125,7 @@ def _in_each(state: EvalState, nodes: tuple[Node, ...], count: bool) -> Val:
     matches = 0
     for item in lst.values():
         if _is_ad(item):
-            r = eval_in(expr, EvalState(item))  # type: ignore[arg-type]
+            r = eval_apart(expr, item, state)  # type: ignore[arg-type]
         else:
             r = UNDEFINED if item is UNDEFINED else ERROR
         if count:

@@ -130,7 +130,10 @@ def _unresolved(state: EvalState, *nodes: Node) -> Val:
     if rx is None:
         return ",".join(names)
     for ref in names:
-        m = rx.search(ref.encode("utf-8", "surrogateescape"))
+        try:
+            m = rx.search(ref.encode("utf-8", "surrogateescape"), state)
+        except TimeoutError:  # no match, as PCRE2's match limit gives in HTCondor
+            continue
         if m is not None and m.end() > m.start():
             return True
     return False

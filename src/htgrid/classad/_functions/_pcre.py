@@ -1,8 +1,9 @@
-"""PCRE2 patterns for Python's `re`.
+"""PCRE2 patterns for Python.
 
 HTCondor uses PCRE2 on the bytes of the strings, without UTF mode. We translate the
 PCRE2 pattern into Python `re` syntax and match on UTF-8 bytes, which gives the same
 ASCII-only classes and case folding. An invalid (or untranslatable) pattern gives None.
+A match runs at a bounded cost (see `_matcher.py`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ import re
 import unicodedata
 import warnings
 from typing import TYPE_CHECKING
+
+import regex
+
+from htgrid.classad._functions._matcher import Regexp
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -347,7 +352,7 @@ def _split_alternatives(p: str) -> list[str]:
 
 
 @functools.lru_cache(maxsize=512)
-def compile_pcre(pattern: str, options: str) -> re.Pattern[bytes] | None:
+def compile_pcre(pattern: str, options: str) -> Regexp | None:
     """Compile a PCRE2 pattern with HTCondor option letters (i m s x); None if invalid."""
     flags = 0
     if "i" in options:
@@ -362,6 +367,6 @@ def compile_pcre(pattern: str, options: str) -> re.Pattern[bytes] | None:
         text = translate(pattern)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return re.compile(text.encode("utf-8", "surrogateescape"), flags)
-    except (_Untranslatable, re.error, ValueError, OverflowError, RecursionError):
+            return Regexp(text.encode("utf-8", "surrogateescape"), flags)
+    except (_Untranslatable, re.error, regex.error, ValueError, OverflowError, RecursionError):
         return None

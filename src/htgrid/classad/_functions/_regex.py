@@ -1,6 +1,7 @@
 """Regular expressions: regexp regexps replace replaceall regexpMember.
 
-Patterns are PCRE2 (see `_pcre.py`); an invalid pattern is ERROR.
+Patterns are PCRE2 (see `_pcre.py`); an invalid pattern is ERROR, and so is a match that
+runs past its time (PCRE2's match limit): regexpMember counts that item as no match.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ import re
 import warnings
 from typing import TYPE_CHECKING
 
+import regex
+
+from htgrid.classad._functions._matcher import Match, Regexp
 from htgrid.classad._functions._pcre import compile_pcre
 from htgrid.classad._functions._registry import builtin
 from htgrid.classad._values import ERROR, UNDEFINED, ListValue
@@ -18,10 +22,10 @@ if TYPE_CHECKING:
     from htgrid.classad._state import EvalState
     from htgrid.classad._values import Val
 
-__all__ = ["compile_pcre", "substitute"]
+__all__ = ["compile_pcre", "matches", "substitute"]
 
 
-def _group_count(m: re.Match[bytes]) -> int:
+def _group_count(m: Match) -> int:
     """PCRE's match return code: 1 + the highest group that took part."""
     for g in range(m.re.groups, 0, -1):
         if m.start(g) != -1:
@@ -29,7 +33,7 @@ def _group_count(m: re.Match[bytes]) -> int:
     return 1
 
 
-def _expand(m: re.Match[bytes], repl: bytes, out: bytearray) -> bool:
+def _expand(m: Match, repl: bytes, out: bytearray) -> bool:
     """Append the replacement with `\\N` group references; False on a bad group number."""
     ngroups = _group_count(m)
     i = 0
@@ -48,14 +52,12 @@ def _expand(m: re.Match[bytes], repl: bytes, out: bytearray) -> bool:
     return True
 
 
-def _notempty_at(
-    rx: re.Pattern[bytes], data: bytes, pos: int
-) -> tuple[re.Match[bytes], int] | None:
+def _notempty_at(rx: Regexp, data: bytes, pos: int, state: EvalState) -> tuple[Match, int] | None:
     """An anchored, non-empty match at `pos` (PCRE2_ANCHORED | PCRE2_NOTEMPTY_ATSTART).
 
     Returns the match and the offset its positions are relative to.
     """
-    m = rx.match(data, pos)
+    m = rx.match(data, state, pos)
     if m is None:
         return None
     if m.end() > m.start():
@@ -65,21 +67,21 @@ def _notempty_at(
     alt = _nonempty_variant(rx)
     if alt is None:
         return None
-    m = alt.match(data[pos:])
+    m = alt.match(data[pos:], state)
     return (m, pos) if m is not None else None
 
 
 @functools.lru_cache(maxsize=128)
-def _nonempty_variant(rx: re.Pattern[bytes]) -> re.Pattern[bytes] | None:
+def _nonempty_variant(rx: Regexp) -> Regexp | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return re.compile(b"(?:" + rx.pattern + b")(?<=[\\s\\S])", rx.flags)
-    except re.error:
+            return Regexp(b"(?:" + rx.pattern + b")(?<=[\\s\\S])", rx.flags)
+    except (re.error, regex.error):
         return None
 
 
-def substitute(rx: re.Pattern[bytes], target: str, repl: str, opts: str) -> Val:
+def substitute(rx: Regexp, target: str, repl: str, opts: str, state: EvalState) -> Val:
     """regexp_helper with a replacement: PCRE's loop, including its quirks."""
     full = "f" in opts
     find_all = "g" in opts
@@ -88,11 +90,11 @@ def substitute(rx: re.Pattern[bytes], target: str, repl: str, opts: str) -> Val:
     out = bytearray()
     idx = 0
     empty_match = False
-    m: re.Match[bytes] | None
+    m: Match | None
     while True:
         base = 0
         if empty_match:
-            found = _notempty_at(rx, data, idx) if idx <= len(data) else None
+            found = _notempty_at(rx, data, idx, state) if idx <= len(data) else None
             if found is None:
                 if idx >= len(data):
                     # The C loop copies the terminating NUL and then asks PCRE to start
@@ -104,7 +106,7 @@ def substitute(rx: re.Pattern[bytes], target: str, repl: str, opts: str) -> Val:
                 continue
             m, base = found
         else:
-            m = rx.search(data, idx) if idx <= len(data) else None
+            m = rx.search(data, state, idx) if idx <= len(data) else None
             if m is None:
                 break
         start, end = m.start() + base, m.end() + base
@@ -121,9 +123,10 @@ def substitute(rx: re.Pattern[bytes], target: str, repl: str, opts: str) -> Val:
     return out.decode("utf-8", "surrogateescape")
 
 
-def _match(rx: re.Pattern[bytes], target: str) -> bool:
+def _match(rx: Regexp, target: str, state: EvalState) -> bool:
+    """Whether `rx` matches in `target`; TimeoutError when it runs out of time."""
     data = target.encode("utf-8", "surrogateescape") if not target.isascii() else target.encode()
-    return rx.search(data) is not None
+    return rx.search(data, state) is not None
 
 
 def _check(args: tuple[Val, ...], nreq: int) -> Val | None:
@@ -151,10 +154,13 @@ def _regexp(state: EvalState, *args: Val) -> Val:
     rx = compile_pcre(pat, args[2] if len(args) == 3 else "")  # type: ignore[arg-type]
     if rx is None:
         return ERROR
-    return _match(rx, target)
+    try:
+        return _match(rx, target, state)
+    except TimeoutError:
+        return ERROR
 
 
-def _subst(args: tuple[Val, ...], extra: str) -> Val:
+def _subst(state: EvalState, args: tuple[Val, ...], extra: str) -> Val:
     if len(args) not in (3, 4):
         return ERROR
     bad = _check(args, 3)
@@ -167,25 +173,28 @@ def _subst(args: tuple[Val, ...], extra: str) -> Val:
     rx = compile_pcre(pat, opts)
     if rx is None:
         return ERROR
-    return substitute(rx, target, repl, opts)  # type: ignore[arg-type]
+    try:
+        return substitute(rx, target, repl, opts, state)  # type: ignore[arg-type]
+    except TimeoutError:
+        return ERROR
 
 
 @builtin("regexps")
 def _regexps(state: EvalState, *args: Val) -> Val:
     """`regexps(pattern, s, replacement [, options])`: the replacement for the match."""
-    return _subst(args, "")
+    return _subst(state, args, "")
 
 
 @builtin("replace")
 def _replace(state: EvalState, *args: Val) -> Val:
     """`replace(pattern, s, replacement [, options])`: s with the first match replaced."""
-    return _subst(args, "f")
+    return _subst(state, args, "f")
 
 
 @builtin("replaceall")
 def _replaceall(state: EvalState, *args: Val) -> Val:
     """`replaceAll(pattern, s, replacement [, options])`: s with every match replaced."""
-    return _subst(args, "fg")
+    return _subst(state, args, "fg")
 
 
 @builtin("regexpMember")
@@ -207,7 +216,16 @@ def _regexp_member(state: EvalState, *args: Val) -> Val:
                 maybe_undef = True
                 continue
             return ERROR
-        # An invalid pattern makes each test ERROR, which simply is not a match.
-        if rx is not None and _match(rx, item):
+        # An invalid pattern makes each test ERROR, which simply is not a match; so does
+        # one that runs out of time (as PCRE2's match limit does in HTCondor).
+        if rx is not None and matches(rx, item, state):
             return True
     return UNDEFINED if maybe_undef else False
+
+
+def matches(rx: Regexp, target: str, state: EvalState) -> bool:
+    """`_match`, with a match that runs out of time counted as none."""
+    try:
+        return _match(rx, target, state)
+    except TimeoutError:
+        return False

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from htgrid.classad._functions._convert import c_trunc64, strtod
 from htgrid.classad._functions._pcre import compile_pcre
+from htgrid.classad._functions._regex import matches
 from htgrid.classad._functions._registry import builtin
 from htgrid.classad._values import ERROR, UNDEFINED, ListValue
 
@@ -254,7 +255,8 @@ def _string_list_regexp_member(state: EvalState, *args: Val) -> Val:
     items = tokens(s[1], s[2] if len(s) >= 3 else _DELIMS)
     if not items:
         return UNDEFINED
-    return any(rx.search(t.encode("utf-8", "surrogateescape")) is not None for t in items)
+    # An item the pattern runs out of time on is no match (PCRE2's match limit).
+    return any(matches(rx, t, state) for t in items)
 
 
 @builtin("split")

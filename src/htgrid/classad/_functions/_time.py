@@ -20,7 +20,8 @@ from htgrid.classad._functions._convert import (
 )
 from htgrid.classad._functions._registry import builtin
 from htgrid.classad._functions._types import current_abstime
-from htgrid.classad._state import EvalState, eval_in
+from htgrid.classad._lookup import eval_apart
+from htgrid.classad._state import EvalState
 from htgrid.classad._values import ERROR, UNDEFINED, AbsTime, RelTime
 
 if TYPE_CHECKING:
@@ -210,12 +211,12 @@ def _fixed_from_gregorian(year: int, month: int, day: int) -> int:
     )
 
 
-def _ad_int(ad: ClassAd, name: str) -> int | None:
+def _ad_int(ad: ClassAd, name: str, state: EvalState) -> int | None:
     """EvaluateAttrInt: the attribute's int value, or None."""
     entry = ad._lookup_entry(name)
     if entry is None:
         return None
-    v = eval_in(entry.node, EvalState(ad))
+    v = eval_apart(entry.node, ad, state)
     return c_int(v) if type(v) is int else None
 
 
@@ -246,7 +247,9 @@ def _format_time(state: EvalState, *args: Val) -> Val:
     if type(v) is RelTime:
         return ERROR
     if isinstance(v, AdBase):
-        got = [_ad_int(v, k) for k in ("Year", "Month", "Day", "Hours", "Minutes", "Seconds")]
+        got = [
+            _ad_int(v, k, state) for k in ("Year", "Month", "Day", "Hours", "Minutes", "Seconds")
+        ]
         # A missing field is a zero tm field: year 1900, January, day 0.
         defaults = (1900, 1, 0, 0, 0, 0)
         fields = tuple(g if g is not None else d for g, d in zip(got, defaults, strict=True))
