@@ -133,8 +133,8 @@ def _charged(fn: Compiled, size: int) -> Compiled:
 
     def f(st: EvalState) -> Val:
         budget = st.budget or budget_of(st)
-        left = budget.left - size
-        budget.left = left
+        left = budget[0] - size
+        budget[0] = left
         if left < 0:
             return ERROR
         return fn(st)

@@ -3,7 +3,7 @@ how much work it may still do."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 from htgrid.classad._values import ERROR
 
@@ -36,13 +36,10 @@ __all__ = [
 MAX_EVALUATION_STEPS: Final = 1_000_000
 
 
-class Budget:
-    """The steps an evaluation may still take: below zero once it has taken too many."""
-
-    __slots__ = ("left",)
-
-    def __init__(self, left: int = MAX_EVALUATION_STEPS) -> None:
-        self.left = left
+#: The steps an evaluation may still take, as a one-item list (made at every evaluation
+#: that reads an attribute which is not a constant: a list is the cheapest to make); below
+#: zero once it has taken too many.
+Budget: TypeAlias = "list[int]"
 
 
 def root_of(ad: ClassAd) -> ClassAd:
@@ -104,7 +101,7 @@ def begin(st: EvalState) -> set[Entry]:
     if active is None:
         active = st.active = set()
         if st.budget is None:
-            st.budget = Budget()
+            st.budget = [MAX_EVALUATION_STEPS]
     return active
 
 
@@ -112,15 +109,15 @@ def budget_of(st: EvalState) -> Budget:
     """The evaluation's budget, made on first need."""
     budget = st.budget
     if budget is None:
-        budget = st.budget = Budget()
+        budget = st.budget = [MAX_EVALUATION_STEPS]
     return budget
 
 
 def charge(st: EvalState, steps: int) -> bool:
     """Take `steps` from the evaluation's budget: False once it has run out."""
     budget = st.budget or budget_of(st)
-    left = budget.left - steps
-    budget.left = left
+    left = budget[0] - steps
+    budget[0] = left
     return left >= 0
 
 
@@ -128,7 +125,7 @@ def overspent(st: EvalState) -> bool:
     """Whether the evaluation `st` belongs to took more steps than it may: its value,
     whatever came of it, is ERROR."""
     budget = st.budget
-    return budget is not None and budget.left < 0
+    return budget is not None and budget[0] < 0
 
 
 def eval_apart(node: Node, ad: ClassAd, state: EvalState) -> Val:
