@@ -89,34 +89,41 @@ _SMALL: Final = 32
 _LONG: Final = 1024
 
 
-class _Count(threading.local):
-    """Nodes compiled so far in this thread, for the sizes of the trees being compiled."""
-
-    nodes = 0
+_threads = threading.local()
 
 
-_count: Final = _Count()
+def _count() -> list[int]:
+    """This thread's count of the nodes compiled so far (one item), for the sizes of the
+    trees being compiled: threads may compile at the same time."""
+    try:
+        return _threads.count  # type: ignore[no-any-return]
+    except AttributeError:
+        count = _threads.count = [0]
+        return count
 
 
 def compiled(node: Node) -> Compiled:
     """The closure evaluating `node`, compiled on first use."""
     fn: Compiled | None = node._fn
     if fn is None:
-        count = _count
-        before = count.nodes
+        try:
+            count: list[int] = _threads.count
+        except AttributeError:
+            count = _count()
+        before = count[0]
         fn = _COMPILERS[type(node)](node)
-        size = count.nodes - before + 1
+        size = count[0] - before + 1
         if size > _SMALL:
             fn = _charged(fn, size)
             size = 1
-        count.nodes = before + size
+        count[0] = before + size
         object.__setattr__(node, "_fn", fn)
     return fn
 
 
 def _counted(nodes: int) -> None:
     """Count work of the node being compiled that is not in a sub-expression compiled now."""
-    _count.nodes += nodes
+    _count()[0] += nodes
 
 
 def _tree_size(nodes: tuple[Node, ...]) -> int:
