@@ -106,17 +106,22 @@ def compiled(node: Node) -> Compiled:
     """The closure evaluating `node`, compiled on first use."""
     fn: Compiled | None = node._fn
     if fn is None:
-        try:
-            count: list[int] = _threads.count
-        except AttributeError:
-            count = _count()
-        before = count[0]
-        fn = _COMPILERS[type(node)](node)
-        size = count[0] - before + 1
-        if size > _SMALL:
-            fn = _charged(fn, size)
-            size = 1
-        count[0] = before + size
+        if type(node) is Literal:
+            # Not counted: constants are the commonest nodes, and a tree has fewer of them
+            # than of the operators, calls and lists above them, which are.
+            fn = _literal(node)
+        else:
+            try:
+                count: list[int] = _threads.count
+            except AttributeError:
+                count = _count()
+            before = count[0]
+            fn = _COMPILERS[type(node)](node)
+            size = count[0] - before + 1
+            if size > _SMALL:
+                fn = _charged(fn, size)
+                size = 1
+            count[0] = before + size
         object.__setattr__(node, "_fn", fn)
     return fn
 
@@ -567,6 +572,7 @@ def _call(node: Call) -> Compiled:
 
         return lazy
     arg_fns = tuple(compiled(a) for a in args)
+    _counted(len(args))  # constant arguments too
     if builtin.pure and all(type(a) is Literal for a in args):
         try:
             folded = fn(EvalState(None), *(a.value for a in args))  # type: ignore[attr-defined]
