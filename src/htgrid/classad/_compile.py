@@ -601,6 +601,24 @@ def _call(node: Call) -> Compiled:
                 return ERROR
 
         return call1
+    if len(arg_fns) == 2:
+        a0, a1 = arg_fns
+
+        def call2(st: EvalState) -> Val:
+            try:
+                v0 = a0(st)
+                v1 = a1(st)
+                if type(v0) is str and len(v0) > _LONG:
+                    charge(st, len(v0) // _LONG)
+                if type(v1) is str and len(v1) > _LONG:
+                    charge(st, len(v1) // _LONG)
+                return fn(st, v0, v1)
+            except (RecursionError, RaisedInPython):
+                raise
+            except Exception:
+                return ERROR
+
+        return call2
 
     def call(st: EvalState) -> Val:
         try:
