@@ -349,7 +349,7 @@ class ExprTree(ExprOperators):
             st = EvalState(scope, None, target)
             v = fn(st)
             budget = st.budget
-            if budget is not None and budget.left < 0:
+            if budget is not None and budget[0] < 0:
                 return ERROR  # it took too many steps: whatever came of it (`overspent`)
             return v
         except RecursionError:  # attributes followed into each other past Python's stack

@@ -86,13 +86,17 @@ _SMALL: Final = 32
 _LONG: Final = 1024
 
 
-class _Count(threading.local):
-    """Nodes compiled so far in this thread, for the sizes of the trees being compiled."""
-
-    nodes = 0
+_threads = threading.local()
 
 
-_count: Final = _Count()
+def _count() -> list[int]:
+    """This thread's count of the nodes compiled so far (one item), for the sizes of the
+    trees being compiled: threads may compile at the same time."""
+    try:
+        return _threads.count  # type: ignore[no-any-return]
+    except AttributeError:
+        count = _threads.count = [0]
+        return count
 
 
 def _sized(compile_node: Callable[[Node], Compiled]) -> Callable[[Node], Compiled]:
@@ -100,14 +104,17 @@ def _sized(compile_node: Callable[[Node], Compiled]) -> Callable[[Node], Compile
     `_SMALL` of them pays its size each time it is evaluated."""
 
     def compile_sized(node: Node) -> Compiled:
-        count = _count
-        before = count.nodes
+        try:
+            count: list[int] = _threads.count
+        except AttributeError:
+            count = _count()
+        before = count[0]
         fn = compile_node(node)
-        size = count.nodes - before + 1
+        size = count[0] - before + 1
         if size > _SMALL:
             fn = _charged(fn, size)
             size = 1
-        count.nodes = before + size
+        count[0] = before + size
         return fn
 
     return compile_sized
@@ -115,7 +122,7 @@ def _sized(compile_node: Callable[[Node], Compiled]) -> Callable[[Node], Compile
 
 def _counted(nodes: int) -> None:
     """Count work of the node being compiled that is not in a sub-expression compiled now."""
-    _count.nodes += nodes
+    _count()[0] += nodes
 
 
 def _tree_size(nodes: tuple[Node, ...]) -> int:
@@ -132,8 +139,8 @@ def _charged(fn: Compiled, size: int) -> Compiled:
 
     def f(st: EvalState) -> Val:
         budget = st.budget or budget_of(st)
-        left = budget.left - size
-        budget.left = left
+        left = budget[0] - size
+        budget[0] = left
         if left < 0:
             return ERROR
         return fn(st)
@@ -561,6 +568,7 @@ def _call(node: Call) -> Compiled:
 
         return lazy
     arg_fns = tuple(compiled(a) for a in args)
+    _counted(len(args))  # constant arguments too
     if builtin.pure and all(type(a) is Literal for a in args):
         try:
             folded = fn(EvalState(None), *(a.value for a in args))  # type: ignore[attr-defined]
@@ -589,6 +597,24 @@ def _call(node: Call) -> Compiled:
                 return ERROR
 
         return call1
+    if len(arg_fns) == 2:
+        a0, a1 = arg_fns
+
+        def call2(st: EvalState) -> Val:
+            try:
+                v0 = a0(st)
+                v1 = a1(st)
+                if type(v0) is str and len(v0) > _LONG:
+                    charge(st, len(v0) // _LONG)
+                if type(v1) is str and len(v1) > _LONG:
+                    charge(st, len(v1) // _LONG)
+                return fn(st, v0, v1)
+            except (RecursionError, RaisedInPython):
+                raise
+            except Exception:
+                return ERROR
+
+        return call2
 
     def call(st: EvalState) -> Val:
         try:
@@ -628,4 +654,9 @@ _COMPILERS: Final[dict[type, Callable[[Node], Compiled]]] = {
     ListExpr: _list,  # type: ignore[dict-item]
 }
 # (and AdExpr's: ClassAd's, in _classad.py)
-COMPILERS.update((kind, _sized(compile_node)) for kind, compile_node in _COMPILERS.items())
+# Constants are not counted: they are the commonest nodes, and a tree has fewer of them
+# than of the operators, calls and lists above them, which are.
+COMPILERS.update(
+    (kind, compile_node if kind is Literal else _sized(compile_node))
+    for kind, compile_node in _COMPILERS.items()
+)

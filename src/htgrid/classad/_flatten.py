@@ -178,8 +178,8 @@ def _flat_in(node: AttrRef, st: EvalState, start: ClassAd | None, key: str) -> _
             if len(active) >= MAX_NESTED_ATTRIBUTES:
                 return ERROR, None, None
             budget: Budget = st.budget  # type: ignore[assignment]  # `begin` made both
-            budget.left -= 1  # a step, as evaluating it would be
-            if budget.left < 0:
+            budget[0] -= 1  # a step, as evaluating it would be
+            if budget[0] < 0:
                 return ERROR, None, None
             active.add(entry)
             try:

@@ -8,7 +8,14 @@ import time
 from typing import TYPE_CHECKING, Any, Final
 
 from htgrid.classad._ad import _NOLIT, AdBase
-from htgrid.classad._state import Budget, EvalState, begin, charge, compiled, eval_in
+from htgrid.classad._state import (
+    MAX_EVALUATION_STEPS,
+    Budget,
+    EvalState,
+    charge,
+    compiled,
+    eval_in,
+)
 from htgrid.classad._values import ERROR, UNDEFINED, ListValue, Val
 
 if TYPE_CHECKING:
@@ -40,15 +47,17 @@ def eval_entry(st: EvalState, ad: ClassAd, entry: Entry) -> Val:
     if lit is not _NOLIT:
         return lit  # type: ignore[return-value]
     active = st.active
-    if active is None:
-        active = begin(st)
+    if active is None:  # `begin`, inline: this is the hot path of matchmaking
+        active = st.active = set()
+        if st.budget is None:
+            st.budget = [MAX_EVALUATION_STEPS]
     elif entry in active:
         return UNDEFINED
     elif len(active) >= MAX_NESTED_ATTRIBUTES:
         return ERROR
     budget: Budget = st.budget  # type: ignore[assignment]  # `begin` made both
-    left = budget.left - 1  # a step (MAX_EVALUATION_STEPS)
-    budget.left = left
+    left = budget[0] - 1  # a step (MAX_EVALUATION_STEPS)
+    budget[0] = left
     if left < 0:
         return ERROR
     active.add(entry)

@@ -23,7 +23,7 @@ def _evaluate(ad: ClassAd, key: str, target: ClassAd) -> object:
     except RecursionError:
         return None
     budget = st.budget
-    return None if budget is not None and budget.left < 0 else v  # `overspent`
+    return None if budget is not None and budget[0] < 0 else v  # `overspent`
 
 
 def requirements_hold(ad: ClassAd, target: ClassAd) -> bool:

@@ -43,13 +43,10 @@ __all__ = [
 MAX_EVALUATION_STEPS: Final = 1_000_000
 
 
-class Budget:
-    """The steps an evaluation may still take: below zero once it has taken too many."""
-
-    __slots__ = ("left",)
-
-    def __init__(self, left: int = MAX_EVALUATION_STEPS) -> None:
-        self.left = left
+#: The steps an evaluation may still take, as a one-item list (made at every evaluation
+#: that reads an attribute which is not a constant: a list is the cheapest to make); below
+#: zero once it has taken too many.
+Budget: TypeAlias = "list[int]"
 
 
 def root_of(ad: ClassAd) -> ClassAd:
@@ -111,7 +108,7 @@ def begin(st: EvalState) -> set[Entry]:
     if active is None:
         active = st.active = set()
         if st.budget is None:
-            st.budget = Budget()
+            st.budget = [MAX_EVALUATION_STEPS]
     return active
 
 
@@ -119,15 +116,15 @@ def budget_of(st: EvalState) -> Budget:
     """The evaluation's budget, made on first need."""
     budget = st.budget
     if budget is None:
-        budget = st.budget = Budget()
+        budget = st.budget = [MAX_EVALUATION_STEPS]
     return budget
 
 
 def charge(st: EvalState, steps: int) -> bool:
     """Take `steps` from the evaluation's budget: False once it has run out."""
     budget = st.budget or budget_of(st)
-    left = budget.left - steps
-    budget.left = left
+    left = budget[0] - steps
+    budget[0] = left
     return left >= 0
 
 
@@ -135,7 +132,7 @@ def overspent(st: EvalState) -> bool:
     """Whether the evaluation `st` belongs to took more steps than it may: its value,
     whatever came of it, is ERROR."""
     budget = st.budget
-    return budget is not None and budget.left < 0
+    return budget is not None and budget[0] < 0
 
 
 Compiled: TypeAlias = "Callable[[EvalState], Val]"

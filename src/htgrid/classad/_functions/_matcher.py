@@ -97,7 +97,7 @@ class Regexp:
 
 def _charge(state: EvalState, steps: int) -> None:
     budget = state.budget or budget_of(state)
-    budget.left -= steps
+    budget[0] -= steps
 
 
 def _longest(work: Callable[[int], int] | None, limit: int) -> int:
