@@ -104,10 +104,7 @@ def _sized(compile_node: Callable[[Node], Compiled]) -> Callable[[Node], Compile
     `_SMALL` of them pays its size each time it is evaluated."""
 
     def compile_sized(node: Node) -> Compiled:
-        try:
-            count: list[int] = _threads.count
-        except AttributeError:
-            count = _count()
+        count = _count()
         before = count[0]
         fn = compile_node(node)
         size = count[0] - before + 1
