@@ -1,0 +1,171 @@
+"""Jobs on execute nodes of other "hosts" against the same jobs in the local universe.
+
+    python bench/remote_nodes.py [--jobs 1000] [--nodes 20] [--cpus 10] [--hold 200]
+
+One pool with no execute node of its own (a central manager) and --nodes execute nodes
+joining it over TLS, each a process of its own (`htgrid startd -pool`) with its own home
+and loopback address (127.0.0.2, .3, ...), --cpus slots each. In the same run:
+
+1. --jobs short vanilla jobs (`/bin/true`) run on the nodes: wall time from `htgrid
+   submit` to the last one in the history;
+2. the same jobs with `universe = local` on the schedd's host (START_LOCAL_UNIVERSE_LIMIT
+   set to the nodes' slot count, so both sides may run as many at once);
+3. --hold jobs that wait on a file, all running on the nodes: the schedd's RSS before
+   and while they run, over their count (HTCondor's user schedds are sized at ~1.5 MB
+   per running job).
+
+Printed: both wall times and their ratio remote / local (target <= 1.5), and the schedd's
+memory per running remote job (target < 1.5 MB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from htgrid.testing import PersonalPool, run_cli, wait_for
+from htgrid.testing.node import CENTRAL_MANAGER, ExecuteNode
+
+FAST: dict[str, object] = {
+    "NEGOTIATOR_INTERVAL": 2,
+    "NEGOTIATOR_MIN_INTERVAL": 0.1,
+    "SCHEDD_INTERVAL": 1,
+    "MASTER_BACKOFF_CONSTANT": 0.5,
+}
+
+
+def rss_mb(pid: int) -> float:
+    """The process's resident set now, in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def submit(pool: PersonalPool, work: Path, text: str) -> int:
+    """`htgrid submit` of `text` from `work`; the cluster id."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "job.sub").write_text(text)
+    here = os.getcwd()
+    os.chdir(work)
+    try:
+        status, out, err = run_cli(pool.home, "submit", "job.sub")
+    finally:
+        os.chdir(here)
+    if status != 0:
+        raise RuntimeError(err)
+    return int(out.strip().rsplit(" ", 1)[-1].rstrip("."))
+
+
+def left(pool: PersonalPool, cluster: int) -> int:
+    """How many of the cluster's jobs are still queued."""
+    with pool.client() as schedd:
+        batches, _, _ = schedd.summary(f"ClusterId == {cluster}")
+    return sum(b.jobs for b in batches)
+
+
+def run_through(pool: PersonalPool, work: Path, universe: str, jobs: int) -> float:
+    """Wall seconds from submit until all `jobs` have completed and left the queue."""
+    text = (
+        f"universe = {universe}\nexecutable = /bin/true\n"
+        "should_transfer_files = YES\nwhen_to_transfer_output = ON_EXIT\n"
+        f"output = out.$(Process)\nqueue {jobs}\n"
+    )
+    start = time.perf_counter()
+    cluster = submit(pool, work, text)
+    wait_for(lambda: left(pool, cluster) == 0, 3600, 0.2, f"{universe} jobs to finish")
+    took = time.perf_counter() - start
+    with pool.client() as schedd:
+        done = schedd.history(f"ClusterId == {cluster} && JobStatus == 4", ["ProcId"])
+    if len(done) != jobs:
+        raise RuntimeError(f"{universe}: {len(done)} of {jobs} completed")
+    return took
+
+
+def memory_per_job(pool: PersonalPool, work: Path, count: int) -> tuple[float, float]:
+    """The schedd's RSS (MB) before and while `count` remote jobs run."""
+    # The nodes are "other hosts" only by address: the gate file is seen by all.
+    gate = work / "gate"
+    work.mkdir(parents=True, exist_ok=True)
+    script = work / "wait.sh"
+    script.write_text(f"#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.5; done\n")
+    script.chmod(0o755)
+    assert pool.pid is not None
+    before = rss_mb(pool.pid)
+    cluster = submit(
+        pool,
+        work,
+        f"universe = vanilla\nexecutable = {script}\nshould_transfer_files = YES\nqueue {count}\n",
+    )
+
+    def running() -> bool:
+        with pool.client() as schedd:
+            return (
+                len(schedd.query(f"ClusterId == {cluster} && JobStatus == 2", ["ProcId"])) == count
+            )
+
+    wait_for(running, 600, 0.5, f"{count} jobs running")
+    time.sleep(5)  # let the shadows settle into their steady state
+    during = rss_mb(pool.pid)
+    gate.touch()
+    wait_for(lambda: left(pool, cluster) == 0, 600, 0.5, "waiting jobs to finish")
+    return before, during
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--nodes", type=int, default=20)
+    parser.add_argument("--cpus", type=int, default=10)
+    parser.add_argument("--hold", type=int, default=200)
+    args = parser.parse_args()
+    slots = args.nodes * args.cpus
+    with tempfile.TemporaryDirectory(prefix="htgrid-remote-bench-") as tmp, ExitStack() as stack:
+        root = Path(tmp)
+        config = {**FAST, "START_LOCAL_UNIVERSE_LIMIT": slots}
+        pool = stack.enter_context(
+            PersonalPool(
+                root / "pool",
+                kill_grace=2,
+                fsync=True,
+                max_local_jobs=slots,
+                daemons=CENTRAL_MANAGER,
+                config=config,
+            )
+        )
+        start = time.perf_counter()
+        nodes = [
+            stack.enter_context(
+                ExecuteNode(
+                    pool,
+                    root / f"node{i}",
+                    f"node{i}",
+                    f"127.0.0.{i + 2}",
+                    config={"NUM_CPUS": args.cpus, "MEMORY": 512 * args.cpus},
+                )
+            )
+            for i in range(args.nodes)
+        ]
+        for node in nodes:
+            node.joined()
+        print(f"{args.nodes} nodes, {slots} slots joined in {time.perf_counter() - start:.1f} s")
+        remote = run_through(pool, root / "remote", "vanilla", args.jobs)
+        local = run_through(pool, root / "local", "local", args.jobs)
+        print(f"{args.jobs} jobs on {args.nodes} remote nodes: {remote:.1f} s")
+        print(f"{args.jobs} jobs in the local universe:      {local:.1f} s")
+        print(f"remote / local = {remote / local:.2f} (target <= 1.5)")
+        before, during = memory_per_job(pool, root / "hold", min(args.hold, slots))
+        count = min(args.hold, slots)
+        per_job = (during - before) / count
+        print(
+            f"schedd RSS {before:.1f} MB idle, {during:.1f} MB with {count} remote jobs "
+            f"running: {per_job * 1024:.0f} KB per running job (target < 1.5 MB)"
+        )
+
+
+if __name__ == "__main__":
+    main()
