@@ -238,6 +238,23 @@ def _spawn(spec: LaunchSpec) -> subprocess.Popen[bytes]:
             fds.append(fds[1])
         else:
             fds.append(_open(spec.stderr, write, "error", HoldReasonCode.UnableToOpenOutput))
+        return _popen(spec, fds)
+    finally:
+        for fd in set(fds):
+            os.close(fd)
+
+
+# A file just written (a transferred executable) may still be open for writing in a
+# child that another thread forked meanwhile and that has not reached its own exec yet:
+# exec then fails with ETXTBSY until that child execs. The window is short, so retry
+# (as Go's os/exec does) before holding the job.
+_TEXT_BUSY_RETRIES: Final = 20
+_TEXT_BUSY_PAUSE: Final = 0.05
+
+
+def _popen(spec: LaunchSpec, fds: list[int]) -> subprocess.Popen[bytes]:
+    attempt = 0
+    while True:
         try:
             return subprocess.Popen(
                 spec.argv,
@@ -252,14 +269,15 @@ def _spawn(spec: LaunchSpec) -> subprocess.Popen[bytes]:
                 **spawn_identity(spec.account),
             )
         except OSError as exc:
+            if exc.errno == errno.ETXTBSY and attempt < _TEXT_BUSY_RETRIES:
+                attempt += 1
+                time.sleep(_TEXT_BUSY_PAUSE)
+                continue
             raise LaunchError(
                 f"Failed to execute '{spec.argv[0]}': {exc.strerror} (errno {exc.errno})",
                 HoldReasonCode.FailedToCreateProcess,
                 exc.errno or 0,
             ) from exc
-    finally:
-        for fd in set(fds):
-            os.close(fd)
 
 
 @dataclass(frozen=True, slots=True)
