@@ -62,9 +62,12 @@ def submit(pool: PersonalPool, work: Path, text: str) -> int:
 
 
 def left(pool: PersonalPool, cluster: int) -> int:
-    """How many of the cluster's jobs are still queued."""
+    """How many of the cluster's jobs are still queued (a held one stops the bench)."""
     with pool.client() as schedd:
         batches, _, _ = schedd.summary(f"ClusterId == {cluster}")
+        if any(b.counts.get(5) for b in batches):
+            held = schedd.query(f"ClusterId == {cluster} && JobStatus == 5", ["HoldReason"])
+            raise RuntimeError(f"job held: {held[0].get('HoldReason')}")
     return sum(b.jobs for b in batches)
 
 
