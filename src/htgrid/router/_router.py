@@ -23,6 +23,7 @@ Each pass (`JobRouter.cycle`, every JOB_ROUTER_POLLING_PERIOD or when the schedd
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -310,10 +311,10 @@ class JobRouter:
         )
         if route is not None:
             stats = self.route_stats(route)
-            try:
-                after = q.get(source_id)
-            except JobNotFound:
-                after = source
+            after = copy.copy(source)  # the source as its exit left it
+            for name in (*_USAGE, "ExitCode", "ExitSignal", "ExitBySignal", "JobStatus"):
+                if name in dest:
+                    after[name] = dest.lookup(name)
             if route.test(route.job_failure_test, after):
                 stats.failed += 1
                 log.warning(
