@@ -80,7 +80,7 @@ def submit_grid_job(sub: PersonalPool, ce: PersonalPool, work: Path, extra: str 
     (work / "in.txt").write_text("input from the submitter\n")
     script = work / "job.sh"
     script.write_text(
-        "#!/bin/sh\ncat in.txt\necho ran via the CE >&2\necho made > made.txt\nexit 3\n"
+        "#!/bin/sh\ncat in.txt\necho ran via the CE >&2\necho made > made.txt\nsleep 3\nexit 3\n"
     )
     script.chmod(0o755)
     (work / "job.sub").write_text(
