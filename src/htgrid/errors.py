@@ -89,6 +89,7 @@ HTGridError
         NotAuthorized  (htgrid.queue)
         ProtectedAttribute  (htgrid.queue)
         StoreError  (htgrid.queue)
+    RouterError  (htgrid.router)
     StartdError  (htgrid.startd)
         CallerRefused  (htgrid.startd)
         ClaimNotFound  (htgrid.startd)

@@ -55,6 +55,9 @@ _MODULES: Final = {
     "qedit": "_act",
     "history": "_history",
     "wait": "_wait",
+    "job_router": "_router",
+    "job_router_info": "_router",
+    "transform_ads": "_router",
 }
 
 

@@ -160,6 +160,25 @@ class Pool:
                     cfg.gridmanager_log,
                 )
             )
+        if "JOB_ROUTER" in cfg.daemons:
+            self.supervisor.add(
+                ChildSpec(
+                    "job_router",
+                    (
+                        python,
+                        "-m",
+                        "htgrid.cli",
+                        "job_router",
+                        "--home",
+                        str(cfg.home),
+                        "--log",
+                        "-",
+                        "--parent-fd",
+                        "{parent_fd}",
+                    ),
+                    cfg.jobrouter_log,
+                )
+            )
         self.supervisor.start()
         self._client = CollectorClient(self.pool, timeout=10.0, home=cfg.home, daemon=True)
         address = f"<{socket.gethostname()}?sock={cfg.socket}>"
@@ -273,7 +292,7 @@ class Pool:
 
     async def stop(self) -> None:
         """Stop the daemons: the execute node first (its jobs vacated already)."""
-        await self.supervisor.stop(order=["startd", "gridmanager"])
+        await self.supervisor.stop(order=["startd", "job_router", "gridmanager"])
         if self._advertiser is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._advertiser.invalidate(), 2.0)

@@ -66,6 +66,7 @@ __all__ = [
     "DEFAULT_LIMITS",
     "DEFAULT_TRANSFER_MB",
     "KNOBS",
+    "KNOB_PREFIXES",
     "ApiLimits",
     "Backoff",
     "ConfigFile",
@@ -133,8 +134,24 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "GPU_DISCOVERY": "true",
     "NETWORK_INTERFACE": None,  # a node on its own: the address that reaches the collector
     "NETWORK_HOSTNAME": None,  # the node's Machine: this host's name
+    # the job router's (htgrid.router), HTCondor's names and defaults
+    "JOB_ROUTER_NAME": "jobrouter",
+    "JOB_ROUTER_ROUTE_NAMES": "",
+    "JOB_ROUTER_PRE_ROUTE_TRANSFORM_NAMES": "",
+    "JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES": "",
+    "JOB_ROUTER_ENTRIES": "",
+    "JOB_ROUTER_ENTRIES_FILE": "",
+    "JOB_ROUTER_DEFAULTS": "",
+    "JOB_ROUTER_SOURCE_JOB_CONSTRAINT": "",
+    "JOB_ROUTER_POLLING_PERIOD": "10",
+    "JOB_ROUTER_MAX_JOBS": "-1",
+    "JOB_ROUTER_DEFAULT_MAX_JOBS_PER_ROUTE": "100",
+    "JOB_ROUTER_DEFAULT_MAX_IDLE_JOBS_PER_ROUTE": "50",
 }
+#: Knob families: any name that begins so (a route, a transform of the job router).
+KNOB_PREFIXES: Final = ("JOB_ROUTER_ROUTE_", "JOB_ROUTER_TRANSFORM_")
 _LIST_SPLIT: Final = re.compile(r"[\s,]+")
+_MULTI_LINE: Final = re.compile(r"([A-Za-z0-9_]+)\s*@=\s*(\S+)\Z")
 DEFAULT_TRANSFER_MB: Final = 10240  # MAX_TRANSFER_INPUT_MB and _OUTPUT_MB
 
 
@@ -257,9 +274,23 @@ def _default(key: str) -> str:
 
 def _parse(text: str, path: Path) -> dict[str, tuple[str, int]]:
     values: dict[str, tuple[str, int]] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
+    lines = iter(enumerate(text.splitlines(), 1))
+    for number, raw in lines:
         line = raw.strip()
         if not line or line.startswith("#"):
+            continue
+        multi = _MULTI_LINE.match(line)
+        if multi is not None:
+            # HTCondor's `NAME @=TAG` ... `@TAG`: the lines between, as they are.
+            key, tag = multi.group(1).upper(), multi.group(2)
+            body = []
+            for _, inner in lines:
+                if inner.strip() == f"@{tag}":
+                    break
+                body.append(inner)
+            else:
+                raise PoolError(f"{path}:{number}: {key} @={tag} has no closing @{tag} line")
+            values[key] = ("\n".join(body), number)
             continue
         name, eq, value = line.partition("=")
         key = name.strip().upper()
@@ -268,7 +299,7 @@ def _parse(text: str, path: Path) -> dict[str, tuple[str, int]]:
         values[key] = (value.strip(), number)
     custom = {n.upper() for n in _LIST_SPLIT.split(values.get("STARTD_ATTRS", ("", 0))[0]) if n}
     for key, (_, number) in values.items():
-        if key not in KNOBS and key not in custom:
+        if key not in KNOBS and key not in custom and not key.startswith(KNOB_PREFIXES):
             raise PoolError(
                 f"{path}:{number}: expected NAME = value with a NAME htgrid knows, not {key} "
                 "(a name listed in STARTD_ATTRS is advertised in the execute node's ad)"

@@ -13,6 +13,7 @@
     ├── spool/queue.db       the job queue (SQLite)
     ├── spool/userlog.seq    the last change written to user event logs
     ├── spool/gridmanager/   the grid manager's state: its place in the change feed, its doorbell
+    ├── spool/jobrouter/     the job router's lock and doorbell
     ├── spool/sandboxes/     output kept from evicted jobs (when_to_transfer_output ON_EXIT_OR_EVICT)
     ├── spool/<c>/<p>/       the sandbox of a job whose input was spooled (HTCondor-C)
     ├── execute/             the execute node's job sandboxes (EXECUTE)
@@ -155,6 +156,19 @@ class HomeLayout:
         return self.gridmanager_dir / "wake"
 
     @property
+    def jobrouter_dir(self) -> Path:
+        return self.spool / "jobrouter"
+
+    @property
+    def jobrouter_doorbell(self) -> Path:
+        """The job router's doorbell, rung after each change to the queue."""
+        return self.jobrouter_dir / "wake"
+
+    @property
+    def jobrouter_log(self) -> Path:
+        return self.log_dir / "JobRouterLog"
+
+    @property
     def gridmanager_log(self) -> Path:
         return self.log_dir / "GridmanagerLog"
 
@@ -209,7 +223,7 @@ class HomeLayout:
         # What an older daemon, or one started with a wide umask, left readable in the
         # directories users pass through (log/ hides what it holds).
         private = [self.password_dir, self.system_token_dir, *self.ca_dir.glob("*.key")]
-        private += [self.gridmanager_dir, self.spool / "transfer"]
+        private += [self.gridmanager_dir, self.jobrouter_dir, self.spool / "transfer"]
         private += [self.spool / name for name in ("queue.db", "queue.db-wal", "queue.db-shm")]
         private.append(self.userlog_seq_file)
         with contextlib.suppress(FileNotFoundError), os.scandir(self.run_dir) as entries:

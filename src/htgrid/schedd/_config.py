@@ -32,6 +32,8 @@ from htgrid.pool import (
 __all__ = ["DAEMONS", "ScheddConfig", "ScheddError", "default_schedd_name"]
 
 DAEMONS: Final = frozenset({"MASTER", "COLLECTOR", "NEGOTIATOR", "SCHEDD", "STARTD", "GRIDMANAGER"})
+#: What DAEMON_LIST may name: the default's, and the job router (a CE's, htgrid.router).
+KNOWN_DAEMONS: Final = DAEMONS | {"JOB_ROUTER"}
 
 
 class ScheddError(PoolError):
@@ -103,11 +105,11 @@ class ScheddConfig(HomeLayout):
         home = home if home is not None else htgrid_home()
         conf = ConfigFile.read(home)
         daemons = frozenset(n.upper() for n in conf.names("DAEMON_LIST"))
-        unknown = daemons - DAEMONS
+        unknown = daemons - KNOWN_DAEMONS
         if unknown:
             raise PoolError(
                 f"{conf.path}: DAEMON_LIST names {', '.join(sorted(unknown))}; htgrid runs "
-                f"{', '.join(sorted(DAEMONS))}"
+                f"{', '.join(sorted(KNOWN_DAEMONS))}"
             )
         script = conf.text("DEFAULT_MASTER_SHUTDOWN_SCRIPT", "")
         return cls(

@@ -184,7 +184,9 @@ class Daemon:
             # Rows it cannot read are set aside as it opens (logged, counted in health).
             queue = JobQueue.open(cfg.spool, clock=self._clock, fsync=cfg.fsync)
             self._quarantined = len(queue.quarantined())
-            worker = QueueWorker(queue, doorbells=[cfg.gridmanager_doorbell])
+            worker = QueueWorker(
+                queue, doorbells=[cfg.gridmanager_doorbell, cfg.jobrouter_doorbell]
+            )
             try:
                 await self._serve(worker)
             finally:

@@ -54,9 +54,11 @@ __all__ = ["IDLE_FOR_MATCHING", "NegotiationLoop", "QueueJobs"]
 _log = logging.getLogger("htgrid.negotiator")
 
 GRID: Final = 9
+#: (A job the job router manages, Managed = "External", is its to run, not the pool's.)
 IDLE_FOR_MATCHING: Final = (
     f"JobStatus == 1 && (JobUniverse == {VANILLA} || "
     f'(JobUniverse == {GRID} && regexp("\\\\$\\\\$\\\\(", GridResource)))'
+    ' && Managed =!= "External"'
 )
 _FEED_BATCH: Final = 2000
 #: The HoldReason of a job the negotiator failed on.

@@ -142,7 +142,10 @@ class ShadowManager:
         def evict(q: JobQueue) -> tuple[int, list[JobId]]:
             seq = q.last_seq
             evicted = []
-            for ad in q.query(f"JobUniverse == {VANILLA} && JobStatus != 1 && JobStatus != 5"):
+            # A job the job router manages (Managed = "External") mirrors its routed
+            # copy: nothing of this daemon's runs it.
+            running = f"JobUniverse == {VANILLA} && JobStatus != 1 && JobStatus != 5"
+            for ad in q.query(f'{running} && Managed =!= "External"'):
                 jid = JobId(ad["ClusterId"], ad["ProcId"])
                 record = recorded.get(str(ad.get("PublicClaimId")))
                 if record is not None and record.job_id == jid:
@@ -313,7 +316,10 @@ class ShadowManager:
         owner = run.job.get("Owner")
         if not isinstance(owner, str):
             return None
-        constraint = f"JobStatus == 1 && JobUniverse == {VANILLA} && Owner == {quote(owner)}"
+        constraint = (
+            f"JobStatus == 1 && JobUniverse == {VANILLA} && Owner == {quote(owner)}"
+            ' && Managed =!= "External"'
+        )
         ads = await self._worker.read(lambda q: q.query(constraint, limit=_REUSE_SCAN))
         if not self._accepting:  # shutting down (perhaps since the read): no next job
             return None

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         dry_run_chunks,
         dry_run_text,
     )
+    from htgrid.submit._transform import Transform, TransformMacros, TransformStep
 
 #: Where each other name lives, loaded when first asked for.
 _LAZY: Final = {
@@ -48,6 +49,9 @@ _LAZY: Final = {
     "dry_run_chunks": "_description",
     "dry_run_text": "_description",
     "split_v2_raw": "_argsenv",
+    "Transform": "_transform",
+    "TransformMacros": "_transform",
+    "TransformStep": "_transform",
 }
 
 
@@ -61,6 +65,9 @@ __all__ = [
     "SubmitConfig",
     "SubmitDescription",
     "SubmitError",
+    "Transform",
+    "TransformMacros",
+    "TransformStep",
     "dry_run_chunks",
     "dry_run_text",
     "split_v2_raw",

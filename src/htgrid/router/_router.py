@@ -1,0 +1,460 @@
+"""The job router over one job queue: routes idle jobs, and keeps each source job and its
+routed copy in step (HTCondor's condor_job_router, with the queue as its only state).
+
+Each pass (`JobRouter.cycle`, every JOB_ROUTER_POLLING_PERIOD or when the schedd rings):
+
+1. Every routed job (RoutedBy == this router, RoutedFromJobId set) is set beside its
+   source job. The source mirrors the copy: Idle, Running, Held (HoldCopiedFromTargetJob),
+   and at the end its exit (the copy is kept by LeaveJobInQueue until then, and let go
+   after). Removing the source, or holding it, removes the copy; a copy removed from
+   below (an administrator, a policy) sends its source back to idle, to be routed again.
+   A copy whose source is gone is removed (an orphan).
+2. A source managed by this router (Managed = "External", ManagedManager) without a copy
+   is let go: back to idle, Managed = "Schedd" (a crash between claiming and submitting).
+3. Idle candidates (`candidate_constraint`) go to the first route, in
+   JOB_ROUTER_ROUTE_NAMES order, whose REQUIREMENTS hold and that is neither full
+   (MaxJobs, MaxIdleJobs, JOB_ROUTER_MAX_JOBS) nor throttled (FailureRateThreshold). The
+   source is claimed, then its copy submitted (RoutedFromJobId names the source): a
+   kill -9 between the two leaves a claimed source without copy, which step 2 lets go,
+   and after the submit the copy is found by RoutedFromJobId. Nothing is kept in memory
+   but the failure counts, so a restarted router adopts every routed job as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from htgrid.classad import ClassAd, ExprTree
+from htgrid.errors import HTGridError
+from htgrid.queue import (
+    HoldReasonCode,
+    Identity,
+    InvalidTransition,
+    JobAction,
+    JobId,
+    JobNotFound,
+    JobQueue,
+    JobStatus,
+    QueueError,
+)
+from htgrid.router._engine import (
+    build_routed_ad,
+    candidate_constraint,
+    edit_in_place,
+)
+from htgrid.router._routes import Route, RouterConfig
+from htgrid.submit import SubmitError
+
+__all__ = ["JOB_ROUTER", "JobRouter", "RouteStats", "routed_pairs"]
+
+log = logging.getLogger("htgrid.router")
+
+#: Who the router acts as on the queue (a queue super user, as the schedd's own router).
+JOB_ROUTER: Final = Identity("condor_job_router", admin=True)
+#: Seconds over which route failures are counted (JobRouter.cpp's THROTTLE_UPDATE_INTERVAL).
+THROTTLE_INTERVAL: Final = 600.0
+_FINISHED: Final = (JobStatus.COMPLETED, JobStatus.REMOVED)
+_RUNNING: Final = (JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED)
+_USAGE: Final = ("RemoteWallClockTime", "RemoteUserCpu", "RemoteSysCpu", "ImageSize", "DiskUsage")
+_UNDEFINED: Final = ExprTree("undefined")
+
+
+@dataclass
+class RouteStats:
+    """A route's recent outcomes and its throttle (jobs per THROTTLE_INTERVAL; 0: none)."""
+
+    began: float
+    routed: int = 0
+    failed: int = 0
+    succeeded: int = 0
+    throttle: float = 0.0
+
+    def accepting(self) -> bool:
+        return not (0 < self.throttle <= self.routed)
+
+    def adjust(self, route: Route, now: float, current: int) -> None:
+        """JobRoute::AdjustFailureThrottles, once per THROTTLE_INTERVAL."""
+        delta = now - self.began
+        if delta < THROTTLE_INTERVAL:
+            return
+        rate = self.failed / delta
+        throttle = self.throttle
+        if rate > route.failure_rate_threshold and self.failed:
+            ratio = self.failed / (self.failed + current + self.succeeded)
+            throttle = THROTTLE_INTERVAL * route.failure_rate_threshold / ratio
+        else:
+            accel = 3.0 * self.succeeded - 2.0 * self.failed
+            if accel > 0:
+                accel /= self.succeeded + self.failed
+            accel += 2.0
+            if accel > 1.0:
+                throttle *= accel
+            if throttle > THROTTLE_INTERVAL * route.failure_rate_threshold * 10000:
+                throttle = 0.0
+            if 0 < throttle < 1 and self.failed == 0:
+                throttle = 1.0
+        if abs(throttle - self.throttle) > 0.0001:
+            log.warning("route %s: throttle now %s", route.name, _throttle_text(throttle))
+        self.throttle = throttle
+        self.began = now
+        self.routed = self.failed = self.succeeded = 0
+
+
+def _throttle_text(throttle: float) -> str:
+    return "none" if throttle <= 0 else f"{throttle / THROTTLE_INTERVAL:g} jobs/sec"
+
+
+@dataclass
+class _Counts:
+    jobs: dict[str, int] = field(default_factory=dict)
+    idle: dict[str, int] = field(default_factory=dict)
+    total: int = 0
+
+    def add(self, route: str, status: object) -> None:
+        key = route.lower()
+        self.jobs[key] = self.jobs.get(key, 0) + 1
+        if status == JobStatus.IDLE:
+            self.idle[key] = self.idle.get(key, 0) + 1
+        self.total += 1
+
+    def of(self, route: Route) -> tuple[int, int]:
+        key = route.name.lower()
+        return self.jobs.get(key, 0), self.idle.get(key, 0)
+
+
+def _job_id(ad: ClassAd) -> JobId:
+    return JobId(int(ad["ClusterId"]), int(ad["ProcId"]))
+
+
+class JobRouter:
+    """The router's passes over one queue (blocking: run them in a thread)."""
+
+    def __init__(
+        self,
+        queue: JobQueue,
+        config: RouterConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+        after_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.queue = queue
+        self.config = config
+        self.clock = clock
+        self._after_change = after_change or (lambda: None)
+        self.stats: dict[str, RouteStats] = {}
+        self.counts = _Counts()
+
+    def reconfig(self, config: RouterConfig) -> None:
+        """New routes; the failure counts of routes that keep their name are kept."""
+        self.config = config
+        names = {route.name.lower() for route in config.routes}
+        self.stats = {k: v for k, v in self.stats.items() if k in names}
+
+    def route_stats(self, route: Route) -> RouteStats:
+        return self.stats.setdefault(route.name.lower(), RouteStats(began=self.clock()))
+
+    def throttled(self, route: Route) -> bool:
+        return not self.route_stats(route).accepting()
+
+    # ---- one pass ----------------------------------------------------------------------
+
+    def cycle(self) -> int:
+        """One pass; the number of changes it made."""
+        changed = self._sync()
+        for route in self.config.routes:
+            self.route_stats(route).adjust(route, self.clock(), self.counts.of(route)[0])
+        changed += self._route_candidates()
+        if changed:
+            self._after_change()
+        return changed
+
+    def _sync(self) -> int:
+        name = _quote(self.config.name)
+        routed = self.queue.query(f"RoutedBy == {name} && RoutedFromJobId isnt undefined")
+        managed = {
+            _job_id(ad): ad
+            for ad in self.queue.query(f'Managed == "External" && ManagedManager == {name}')
+        }
+        self.counts = _Counts()
+        changed = 0
+        current: set[JobId] = set()
+        for dest in sorted(routed, key=_job_id):
+            try:
+                source_id = JobId.parse(str(dest.get("RoutedFromJobId")))
+            except (ValueError, QueueError):
+                log.warning("routed job %s names no source job: left alone", _job_id(dest))
+                continue
+            source = managed.get(source_id)
+            try:
+                done, is_current = self._pair(source, source_id, dest, current)
+            except (QueueError, SubmitError) as err:
+                log.warning("routed job %s of %s: %s", _job_id(dest), source_id, err)
+                continue
+            changed += done
+            if is_current:
+                current.add(source_id)
+        for source_id, source in managed.items():
+            if source_id not in current:
+                changed += self._yield(source_id, source, "it has no routed job")
+        return changed
+
+    def _pair(
+        self, source: ClassAd | None, source_id: JobId, dest: ClassAd, current: set[JobId]
+    ) -> tuple[int, bool]:
+        """Keep one routed job and its source in step: (changes made, whether the routed
+        job is the source's current one)."""
+        dest_id = _job_id(dest)
+        status = JobStatus(dest["JobStatus"])
+        linked = source is not None and (
+            source.get("RoutedToJobId") in (str(dest_id), None) and source_id not in current
+        )
+        if source is None or not linked:
+            # An orphan: its source is gone, or no longer this router's, or routed again.
+            if status == JobStatus.COMPLETED:
+                return self._let_go(dest_id), False
+            if status != JobStatus.REMOVED:
+                self._remove(dest_id, "JobRouter orphan: its source job is gone")
+                return 1, False
+            return 0, False
+        route = self.config.route(str(dest.get("RouteName", "")))
+        self.counts.add(str(dest.get("RouteName", "")), status)
+        src_status = JobStatus(source["JobStatus"])
+        changes = 0
+        if source.get("RoutedToJobId") is None:
+            self.queue.update(source_id, {"RoutedToJobId": str(dest_id)})
+            changes += 1
+        if src_status == JobStatus.REMOVED:
+            if status not in _FINISHED:
+                self._remove(dest_id, "The source job was removed")
+            elif status == JobStatus.COMPLETED:
+                self._let_go(dest_id)
+            self.queue.update(source_id, {"Managed": "ScheddDone"})
+            self.queue.destroy(source_id)
+            return changes + 1, True
+        if src_status == JobStatus.HELD and source.get("HoldCopiedFromTargetJob") is not True:
+            if status not in _FINISHED:
+                self._remove(dest_id, "The source job was put on hold")
+            self._yield(source_id, source, "it was put on hold")
+            return changes + 1, True
+        if src_status == JobStatus.COMPLETED:
+            # Its exit is recorded already (a pass stopped after it): finish the pair.
+            self.queue.update(source_id, {"Managed": "ScheddDone"})
+            if status == JobStatus.COMPLETED:
+                self._let_go(dest_id)
+            return changes + 1, True
+        if status == JobStatus.COMPLETED:
+            return changes + self._finish(source_id, source, dest_id, dest, route), True
+        if status == JobStatus.REMOVED:
+            log.info(
+                "routed job %s was removed: its source %s goes back to idle", dest_id, source_id
+            )
+            return changes + self._yield(source_id, source, "its routed job was removed"), True
+        return changes + self._mirror(source_id, source, src_status, dest), True
+
+    def _mirror(
+        self, source_id: JobId, source: ClassAd, src_status: JobStatus, dest: ClassAd
+    ) -> int:
+        status = JobStatus(dest["JobStatus"])
+        q = self.queue
+        if status == JobStatus.HELD:
+            if src_status == JobStatus.HELD:
+                return 0
+            reason = str(dest.get("HoldReason") or "Unknown reason")
+            code = int(dest.get("HoldReasonCode") or 0)
+            code = code if code in HoldReasonCode._value2member_map_ else 0
+            q.act(
+                JobAction.Hold,
+                str(source_id),
+                JOB_ROUTER,
+                reason,
+                code=code,
+                subcode=int(dest.get("HoldReasonSubCode") or 0),
+            )
+            q.update(source_id, {"HoldCopiedFromTargetJob": True})
+            return 1
+        changes = 0
+        if src_status == JobStatus.HELD:  # the routed job's hold, now over
+            q.act(JobAction.Release, str(source_id), JOB_ROUTER, "The routed job was released")
+            q.update(source_id, {"HoldCopiedFromTargetJob": False})
+            src_status = JobStatus.IDLE
+            changes += 1
+        if status in _RUNNING and src_status == JobStatus.IDLE:
+            q.job_started(source_id)
+            changes += 1
+        elif status == JobStatus.IDLE and src_status in _RUNNING:
+            q.job_evicted(source_id)
+            changes += 1
+        return changes
+
+    def _finish(
+        self, source_id: JobId, source: ClassAd, dest_id: JobId, dest: ClassAd, route: Route | None
+    ) -> int:
+        """The routed job completed: its exit is the source's, then it is let go."""
+        q = self.queue
+        src_status = JobStatus(source["JobStatus"])
+        if src_status == JobStatus.HELD:
+            q.act(JobAction.Release, str(source_id), JOB_ROUTER, "The routed job completed")
+            src_status = JobStatus.IDLE
+        if src_status == JobStatus.IDLE:
+            q.job_started(source_id)
+        by_signal = dest.get("ExitBySignal") is True
+        code = dest.get("ExitSignal" if by_signal else "ExitCode")
+        usage = {k: dest[k] for k in _USAGE if isinstance(dest.get(k), (int, float))}
+        q.job_exited(
+            source_id, int(code) if isinstance(code, int) else 0, by_signal=by_signal, usage=usage
+        )
+        if route is not None:
+            stats = self.route_stats(route)
+            after = copy.copy(source)  # the source as its exit left it
+            for name in (*_USAGE, "ExitCode", "ExitSignal", "ExitBySignal", "JobStatus"):
+                if name in dest:
+                    after[name] = dest.lookup(name)
+            if route.test(route.job_failure_test, after):
+                stats.failed += 1
+                log.warning(
+                    "job %s (route %s): JobFailureTest is true: a failure", source_id, route.name
+                )
+            else:
+                stats.succeeded += 1
+        with contextlib.suppress(JobNotFound):  # it left the queue at its exit
+            q.update(source_id, {"Managed": "ScheddDone"})
+        self._let_go(dest_id)
+        log.info("job %s finished as routed job %s", source_id, dest_id)
+        return 1
+
+    def _yield(self, source_id: JobId, source: ClassAd, why: str) -> int:
+        """Hand the source back to the schedd (yield_job), idle unless held by a user."""
+        q = self.queue
+        status = JobStatus(source["JobStatus"])
+        try:
+            if status in _RUNNING:
+                q.job_evicted(source_id)
+            elif status == JobStatus.HELD and source.get("HoldCopiedFromTargetJob") is True:
+                q.act(JobAction.Release, str(source_id), JOB_ROUTER, "JobRouter: routing again")
+            q.update(
+                source_id,
+                {
+                    "Managed": "Schedd",
+                    "ManagedManager": "",
+                    "RoutedToJobId": _UNDEFINED,
+                    "HoldCopiedFromTargetJob": _UNDEFINED,
+                },
+            )
+        except (JobNotFound, InvalidTransition) as err:
+            log.warning("job %s: cannot hand it back: %s", source_id, err)
+            return 0
+        log.info("job %s handed back to the schedd: %s", source_id, why)
+        return 1
+
+    def _remove(self, dest_id: JobId, reason: str) -> None:
+        with contextlib.suppress(JobNotFound, InvalidTransition):
+            self.queue.act(JobAction.Remove, str(dest_id), JOB_ROUTER, reason)
+
+    def _let_go(self, dest_id: JobId) -> int:
+        """A finished routed job leaves the queue (LeaveJobInQueue false)."""
+        try:
+            self.queue.edit(str(dest_id), {"LeaveJobInQueue": False}, JOB_ROUTER)
+        except JobNotFound:
+            return 0
+        return 1
+
+    # ---- routing new jobs ------------------------------------------------------------------
+
+    def choose_route(self, ad: ClassAd) -> tuple[Route | None, bool]:
+        """The first route that takes the job, and whether every route is full."""
+        all_full = True
+        for route in self.config.routes:
+            routed, idle = self.counts.of(route)
+            if (
+                routed >= route.max_jobs
+                or 0 <= route.max_idle_jobs <= idle
+                or self.throttled(route)
+            ):
+                continue
+            all_full = False
+            if route.matches(ad):
+                return route, False
+        return None, all_full
+
+    def _route_candidates(self) -> int:
+        if not self.config.routes:
+            return 0
+        try:
+            candidates = self.queue.query(candidate_constraint(self.config))
+        except HTGridError as err:
+            log.error("cannot look for jobs to route: %s", err)
+            return 0
+        changed = 0
+        for ad in sorted(candidates, key=_job_id):
+            if 0 <= self.config.max_jobs <= self.counts.total:
+                break
+            route, all_full = self.choose_route(ad)
+            if route is None:
+                if all_full:
+                    break
+                continue
+            try:
+                changed += self._route(ad, route)
+            except (QueueError, SubmitError) as err:
+                log.warning("job %s: route %s failed: %s", _job_id(ad), route.name, err)
+        return changed
+
+    def _route(self, ad: ClassAd, route: Route) -> int:
+        source_id = _job_id(ad)
+        q = self.queue
+        if route.test(route.edit_job_in_place, ad):
+            changes = edit_in_place(ad, route, self.config)
+            q.update(
+                source_id,
+                {
+                    k: (v if v is not None else _UNDEFINED)
+                    for k, v in changes.items()
+                    if k.lower() not in _PROTECTED
+                },
+            )
+            log.info("job %s edited in place by route %s", source_id, route.name)
+            return 1
+        dest = build_routed_ad(ad, route, self.config, str(source_id))
+        # Claim first, then submit: see the module's docstring for a crash between.
+        q.update(
+            source_id,
+            {"Managed": "External", "ManagedManager": self.config.name, "RouteName": route.name},
+        )
+        owner = str(ad["Owner"])
+        cluster = q.submit(Identity(owner, admin=True), dest)
+        dest_id = JobId(cluster, 0)
+        q.update(source_id, {"RoutedToJobId": str(dest_id)})
+        stats = self.route_stats(route)
+        stats.routed += 1
+        self.counts.add(route.name, JobStatus.IDLE)
+        log.info("job %s routed by route %s as job %s", source_id, route.name, dest_id)
+        return 1
+
+    def counts_of(self, route: Route) -> tuple[int, int]:
+        return self.counts.of(route)
+
+
+_PROTECTED: Final = frozenset(
+    {"owner", "user", "osuser", "clusterid", "procid", "mytype", "targettype", "jobstatus"}
+)
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def routed_pairs(queue: JobQueue, name: str) -> Iterable[tuple[ClassAd, ClassAd | None]]:
+    """(routed job, its source or None), for `htgrid router_q`."""
+    routed = queue.query(f"RoutedBy == {_quote(name)} && RoutedFromJobId isnt undefined")
+    for dest in routed:
+        try:
+            source: Any = queue.get(str(dest["RoutedFromJobId"]))
+        except (JobNotFound, ValueError, QueueError):
+            source = None
+        yield dest, source

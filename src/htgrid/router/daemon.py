@@ -1,0 +1,155 @@
+"""The job router's process (HTCondor's condor_job_router): JOB_ROUTER in DAEMON_LIST.
+
+    htgrid job_router --home $HTGRID_HOME        # or: run_router(home)
+
+It opens the pool's queue as the grid manager does, runs a pass (`JobRouter.cycle`) each
+JOB_ROUTER_POLLING_PERIOD seconds and whenever the schedd rings its doorbell
+(`<spool>/jobrouter/wake`), and rings the grid manager's after it submits or removes.
+htgrid.conf is read again when it changes or on SIGHUP (routes reloaded on reconfig).
+One router per queue (`<spool>/jobrouter/lock`): a second exits with status 3. kill -9
+is safe at any moment: the next one adopts the routed jobs from the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+from pathlib import Path
+
+from htgrid._privsep import daemon_umask
+from htgrid.classad import preload_functions
+from htgrid.errors import HTGridError
+from htgrid.pool import CONFIG_NAME, HomeLayout
+from htgrid.queue import JobQueue
+from htgrid.queue.doorbell import Doorbell, ring
+from htgrid.router._router import JobRouter
+from htgrid.router._routes import RouterConfig, RouterError
+
+__all__ = ["run_router"]
+
+log = logging.getLogger("htgrid.router")
+
+
+def _config_stamp(home: Path) -> float:
+    try:
+        return (home / CONFIG_NAME).stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+async def _serve(home: Path, stop: asyncio.Event, reload: asyncio.Event) -> None:
+    layout = HomeLayout(home)
+    layout.jobrouter_dir.mkdir(parents=True, exist_ok=True)
+    config = RouterConfig.load(home)
+    for problem in config.problems:
+        log.error("job router: %s", problem)
+    stamp = _config_stamp(home)
+    queue = await asyncio.to_thread(JobQueue.open, layout.spool, fsync=True, check=False)
+    bell = Doorbell(layout.jobrouter_doorbell)
+    try:
+        bell.open()
+    except OSError as err:
+        log.warning("job router: no doorbell at %s: %s", bell.path, err)
+
+    def wake_gridmanager() -> None:
+        ring(layout.gridmanager_doorbell)
+
+    router = JobRouter(queue, config, after_change=wake_gridmanager)
+    log.info(
+        "job router %s: routes %s", config.name, ", ".join(r.name for r in config.routes) or "none"
+    )
+    try:
+        while not stop.is_set():
+            if reload.is_set() or _config_stamp(home) != stamp:
+                reload.clear()
+                stamp = _config_stamp(home)
+                try:
+                    router.reconfig(RouterConfig.load(home))
+                    log.info(
+                        "job router: routes reloaded: %s",
+                        ", ".join(r.name for r in router.config.routes),
+                    )
+                    for problem in router.config.problems:
+                        log.error("job router: %s", problem)
+                except HTGridError as err:
+                    log.error("job router: the new configuration is refused, the old kept: %s", err)
+            try:
+                await asyncio.to_thread(router.cycle)
+            except HTGridError as err:
+                log.error("job router: the pass failed: %s", err)
+            waits = [
+                asyncio.ensure_future(bell.wait()),
+                asyncio.ensure_future(stop.wait()),
+                asyncio.ensure_future(reload.wait()),
+            ]
+            try:
+                await asyncio.wait(
+                    waits, timeout=router.config.polling_period, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                for waiter in waits:
+                    waiter.cancel()
+    finally:
+        bell.close()
+        await asyncio.to_thread(queue.close)
+
+
+@contextlib.contextmanager
+def _single_instance(path: Path):  # type: ignore[no-untyped-def]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RouterError(f"another job router runs on {path.parent}") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)
+
+
+def run_router(home: str | os.PathLike[str], *, parent_fd: int | None = None) -> int:
+    """Run the router until SIGTERM or SIGINT: 0 after a clean stop, 3 if another runs,
+    1 if it cannot start (a bad configuration, a queue that cannot be opened)."""
+    home = Path(home)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        reload = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, reload.set)
+        if parent_fd is not None:
+
+            def parent_readable() -> None:
+                try:
+                    data = os.read(parent_fd, 64)
+                except OSError:
+                    data = b""
+                if not data:
+                    loop.remove_reader(parent_fd)
+                    log.warning("the master that started this job router is gone: stopping")
+                    stop.set()
+
+            loop.add_reader(parent_fd, parent_readable)
+        await _serve(home, stop, reload)
+
+    daemon_umask()
+    preload_functions()
+    try:
+        with _single_instance(HomeLayout(home).jobrouter_dir / "lock"):
+            asyncio.run(main())
+    except RouterError as err:
+        log.error("%s", err)
+        return 3 if "another job router" in str(err) else 1
+    except HTGridError as err:
+        log.error("job router: %s", err)
+        return 1
+    return 0

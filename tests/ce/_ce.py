@@ -1,0 +1,103 @@
+"""A submitter pool and a CE pool on this machine (HTCondor-CE's layout, in small).
+
+The CE runs the queue, its collector, the grid manager and the job router: jobs that
+arrive over HTCondor-C are routed by its routes (written to its htgrid.conf) to the
+site's batch system, here `batch fork`. The submitter runs the queue and the grid
+manager, trusts the CE's CA and holds a user token of it.
+"""
+
+from __future__ import annotations
+
+import getpass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from htgrid.testing import PersonalPool, run_cli
+
+CE_NAME = "ce@htgrid-ce.test"
+CE_DAEMONS = ("MASTER", "SCHEDD", "COLLECTOR", "GRIDMANAGER", "JOB_ROUTER")
+SUBMIT_DAEMONS = ("MASTER", "SCHEDD", "GRIDMANAGER")
+
+FORK_ROUTE = """
+JOB_ROUTER_ROUTE_NAMES = Never Fork
+JOB_ROUTER_ROUTE_Never @=jrt
+  REQUIREMENTS queue == "never" && RequestCpus > 64
+  GridResource = "batch fork"
+@jrt
+JOB_ROUTER_ROUTE_Fork @=jrt
+  REQUIREMENTS JobUniverse == 5
+  GridResource = "batch fork"
+  SET RoutedBy_Route "Fork"
+  EVALSET OriginalCpus RequestCpus
+@jrt
+"""
+
+
+def ce_pool(root: Path, routes: str = FORK_ROUTE, **config: object) -> PersonalPool:
+    ce = PersonalPool(
+        root,
+        periodic_interval=1.0,
+        kill_grace=2,
+        daemons=CE_DAEMONS,
+        config={
+            "TRUST_DOMAIN": "htgrid-ce",
+            "SCHEDD_NAME": CE_NAME,
+            "GRIDMANAGER_JOB_PROBE_INTERVAL": 1,
+            "JOB_ROUTER_POLLING_PERIOD": 1,
+            **config,
+        },
+    )
+    with (root / "htgrid.conf").open("a") as f:
+        f.write(routes)
+    return ce
+
+
+@contextmanager
+def submitter_and_ce(
+    root: Path, routes: str = FORK_ROUTE, **config: object
+) -> Iterator[tuple[PersonalPool, PersonalPool]]:
+    ce = ce_pool(root / "ce", routes, **config)
+    sub = PersonalPool(
+        root / "submit",
+        periodic_interval=1.0,
+        daemons=SUBMIT_DAEMONS,
+        config={
+            "TRUST_DOMAIN": "htgrid-submit",
+            "SCHEDD_NAME": "submit@htgrid-ce.test",
+            "GRIDMANAGER_JOB_PROBE_INTERVAL": 1,
+        },
+    )
+    with ce:
+        sub.trust(ce, user=getpass.getuser())
+        with sub:
+            yield sub, ce
+
+
+def submit_grid_job(sub: PersonalPool, ce: PersonalPool, work: Path, extra: str = "") -> str:
+    """A grid job (grid_resource = condor CE-schedd CE-pool) on the submitter; its id."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "in.txt").write_text("input from the submitter\n")
+    script = work / "job.sh"
+    script.write_text(
+        "#!/bin/sh\ncat in.txt\necho ran via the CE >&2\necho made > made.txt\nsleep 3\nexit 3\n"
+    )
+    script.chmod(0o755)
+    (work / "job.sub").write_text(
+        "universe = grid\n"
+        f"grid_resource = condor {CE_NAME} {ce.collector}\n"
+        f"initialdir = {work}\nexecutable = {script}\ntransfer_input_files = in.txt\n"
+        "transfer_output_files = made.txt\n"
+        f"output = out.txt\nerror = err.txt\nlog = job.log\n{extra}queue\n"
+    )
+    status, out, err = run_cli(sub.home, "submit", str(work / "job.sub"))
+    assert status == 0, err
+    return f"{out.split('cluster')[-1].strip().rstrip('.')}.0"
+
+
+def jobs(pool: PersonalPool, constraint: str = "true") -> list[dict[str, object]]:
+    """The pool's jobs matching `constraint`: its queue, then its history."""
+    with pool.client() as schedd:
+        return [dict(ad) for ad in schedd.query(constraint)] + [
+            dict(ad) for ad in schedd.history(constraint)
+        ]
