@@ -133,6 +133,9 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "GPU_DISCOVERY": "true",
     "NETWORK_INTERFACE": None,  # a node on its own: the address that reaches the collector
     "NETWORK_HOSTNAME": None,  # the node's Machine: this host's name
+    "CCB_ADDRESS": None,  # a node behind NAT: its broker (with PRIVATE_NETWORK_NAME: the pool's)
+    "PRIVATE_NETWORK_NAME": None,  # peers of the same name connect directly, others via CCB
+    "CCB_HEARTBEAT_INTERVAL": "1200",
 }
 _LIST_SPLIT: Final = re.compile(r"[\s,]+")
 DEFAULT_TRANSFER_MB: Final = 10240  # MAX_TRANSFER_INPUT_MB and _OUTPUT_MB

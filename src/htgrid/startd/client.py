@@ -11,8 +11,10 @@
 The socket must belong to this user (or root): a socket someone else made is refused
 before anything is sent, since job ads carry the job's environment. A node on another
 host is reached over TLS (`StartdClient.over_tls(address, context)`, the context pinning
-the certificate its ad carries and presenting the schedd's own). Errors come back as
-the startd's classes; a node that does not answer is `StartdUnavailable`.
+the certificate its ad carries and presenting the schedd's own); one behind NAT over the
+same TLS on connections it makes back to the schedd through its broker
+(`StartdClient.over_ccb`). Errors come back as the startd's classes; a node that does
+not answer is `StartdUnavailable`.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import httpx
 
 from htgrid.classad import ClassAd
 from htgrid.classad.adjson import ads_to_json, loads
-from htgrid.client import tls_transport
+from htgrid.client import Connect, tls_transport
 from htgrid.net import ad_from_json
 from htgrid.startd._errors import (
     StartdError,
@@ -96,6 +98,32 @@ class StartdClient:
         self._http = httpx.AsyncClient(
             transport=tls_transport(tls, _LIMITS),
             base_url=f"https://{self.where}",
+            timeout=timeout,
+        )
+        return self
+
+    @classmethod
+    def over_ccb(
+        cls,
+        where: str,
+        host: str,
+        tls: ssl.SSLContext,
+        connect: Connect,
+        *,
+        timeout: float = 30.0,
+    ) -> StartdClient:
+        """A client of the node at `where` (its broker contact) over TLS on the
+        connections `connect` makes (the node's, reversed through its broker), `tls`
+        checking whom it talks to as over `over_tls`: the node's certificate names
+        `host`, its name or address."""
+        self = cls.__new__(cls)
+        self.path = None
+        self.where = where
+        self.timeout = timeout
+        shown = f"[{host}]" if ":" in host else host
+        self._http = httpx.AsyncClient(
+            transport=tls_transport(tls, _LIMITS, connect),
+            base_url=f"https://{shown}",
             timeout=timeout,
         )
         return self
