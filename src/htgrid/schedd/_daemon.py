@@ -238,6 +238,8 @@ class Daemon:
                 policy=self.policy,
                 identity=(cfg.ca_dir / f"{SERVER_CERT}.crt", cfg.ca_dir / f"{SERVER_CERT}.key"),
                 fsync=cfg.fsync,
+                max_input=SizeLimit("MAX_TRANSFER_INPUT_MB", cfg.max_transfer_input_mb),
+                max_output=SizeLimit("MAX_TRANSFER_OUTPUT_MB", cfg.max_transfer_output_mb),
             ),
             clock=self._clock,
             reverse=reverse,

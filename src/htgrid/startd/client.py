@@ -23,7 +23,7 @@ import asyncio
 import json
 import os
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -193,8 +193,12 @@ class StartdClient:
         )
         return ClaimStatus.from_json(doc)
 
-    async def fetch_output(self, claim_id: str, dest: Path) -> int:
-        """Write the claim's output sandbox (a tar) to `dest`; its size."""
+    async def fetch_output(
+        self, claim_id: str, dest: Path, check: Callable[[int], None] | None = None
+    ) -> int:
+        """Write the claim's output sandbox (a tar) to `dest`, a chunk at a time; its
+        size. `check` is given the bytes come so far after each chunk: what it raises
+        (a sandbox over its limit) stops the transfer there."""
         size = 0
         try:
             async with self._http.stream("GET", f"/v1/claims/{claim_id}/output", timeout=None) as r:
@@ -204,8 +208,10 @@ class StartdClient:
                 f = await asyncio.to_thread(open, dest, "wb")
                 try:
                     async for chunk in r.aiter_bytes(_CHUNK):
-                        await asyncio.to_thread(f.write, chunk)
                         size += len(chunk)
+                        if check is not None:
+                            check(size)
+                        await asyncio.to_thread(f.write, chunk)
                 finally:
                     await asyncio.to_thread(f.close)
         except httpx.TransportError as exc:
