@@ -285,7 +285,8 @@ class CollectorClient:
 
     async def ccb_requests(self, ccbid: str, heartbeat: float) -> AsyncIterator[CcbRequest]:
         """Register as `ccbid` with the broker and yield the requests it hands over, as
-        they come; the broker writes an empty line every `heartbeat` seconds, and a
+        they come, the first being its acknowledgement (no connect id: the registration
+        is taken); the broker writes an empty line every `heartbeat` seconds, and a
         registration silent for two of them is taken as lost (CollectorUnavailable)."""
         if self._tls_problem is not None:
             raise CollectorUnavailable(

@@ -164,10 +164,9 @@ async def serve_connection(
         return made
 
     loop = asyncio.get_running_loop()
+    handshake = config.timeout_keep_alive + 10 if tls is not None else None
     try:
-        await loop.connect_accepted_socket(
-            protocol, sock, ssl=tls, ssl_handshake_timeout=config.timeout_keep_alive + 10
-        )
+        await loop.connect_accepted_socket(protocol, sock, ssl=tls, ssl_handshake_timeout=handshake)
     except BaseException:
         sock.close()
         raise
