@@ -42,6 +42,7 @@ HTGridError
         CollectorUnavailable  (htgrid.collector)
         InvalidAd  (htgrid.collector)
         InvalidQuery  (htgrid.collector)
+        NotRegistered  (htgrid.collector)
         ProtocolError  (htgrid.collector)
         UnknownCommand  (htgrid.collector)
     EventLogError  (htgrid.eventlog)

@@ -135,12 +135,15 @@ def test_config_val_defaults_file_values_and_dump(
         "DEFAULT_MASTER_SHUTDOWN_SCRIPT",
         "STARTD_NOCLAIM_SHUTDOWN",
         "NETWORK_INTERFACE",  # a node on its own: the address that reaches the collector
+        "CCB_ADDRESS",  # a node behind NAT: its broker
+        "PRIVATE_NETWORK_NAME",
     }
     assert dumped["COLLECTOR_HOST"] == "127.0.0.1:9618"
     assert dumped["AUTH_SSL_CLIENT_CADIR"] == str(home / "etc" / "ca" / "trusted.d")
     rc, out, _ = run_cli(home, "config_val", "-dump", "INTERVAL")
     assert sorted(line.split(" = ")[0] for line in out.splitlines()[1:]) == [
         "ALIVE_INTERVAL",
+        "CCB_HEARTBEAT_INTERVAL",
         "GRIDMANAGER_JOB_PROBE_INTERVAL",
         "NEGOTIATOR_INTERVAL",
         "NEGOTIATOR_MIN_INTERVAL",

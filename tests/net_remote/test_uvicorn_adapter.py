@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from typing import Any
 
 import uvicorn
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
 from htgrid.net._guard import GuardedProtocol, guarded_protocol
 from htgrid.net._limits import PROGRESS_KEY
+from htgrid.net.server import ApiServer, api_config, serve_connection, start, tcp_listener
 from htgrid.pool import ApiLimits
 
 
@@ -116,3 +121,36 @@ def test_the_guards_own_names_are_none_of_uvicorns() -> None:
     # Only the methods it extends (each calling uvicorn's) are uvicorn's names too.
     extended = {"connection_made", "connection_lost", "data_received", "handle_events"}
     assert ours & theirs == extended | {"on_response_complete"}
+
+
+def test_a_connection_made_elsewhere_is_served_as_one_the_listener_accepted() -> None:
+    """`serve_connection` builds the protocol as uvicorn's `Server.startup` does, from
+    the config's protocol class, the server's state and its lifespan's state: served over
+    a socket pair, a request gets its answer, and the connection counts as the server's
+    (closed by its shutdown)."""
+
+    async def hello(request: Any) -> PlainTextResponse:
+        return PlainTextResponse("hello")
+
+    async def scenario() -> bytes:
+        app = Starlette(routes=[Route("/", hello)])
+        server = ApiServer(api_config(app, ApiLimits()), signals=False)
+        sock = tcp_listener("127.0.0.1")
+        sock.bind(("127.0.0.1", 0))
+        serving = await start(server, sock, "a test API", RuntimeError)  # type: ignore[arg-type]
+        ours, theirs = socket.socketpair()
+        try:
+            theirs.setblocking(False)
+            await serve_connection(server, theirs, None)
+            assert len(server.server_state.connections) == 1
+            reader, writer = await asyncio.open_connection(sock=ours)
+            writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            answer = await reader.read()
+            writer.close()
+            return answer
+        finally:
+            server.should_exit = True
+            await serving
+
+    answer = asyncio.run(scenario())
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"hello")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from htgrid.classad import ClassAd
+from htgrid.net.server import SizeLimit
 from htgrid.queue import HoldReasonCode
 from htgrid.startd._transfer import (
     STDERR,
@@ -167,3 +168,19 @@ def test_a_hostile_output_tar_writes_nothing_outside(tmp_path: Path) -> None:
     sandbox.mkdir()
     with pytest.raises(TransferError):
         unpack_input(tar_path, sandbox)  # the data filter refuses the whole input
+
+
+def test_an_output_tar_over_the_limit_places_nothing(tmp_path: Path) -> None:
+    iwd = tmp_path / "iwd"
+    iwd.mkdir()
+    tar_path = tmp_path / "big.tar"
+    with tarfile.open(tar_path, "w") as tar:
+        for name, size in (("small.txt", 10), ("big.bin", 2 << 20)):
+            info = tarfile.TarInfo(name)
+            info.size = size
+            tar.addfile(info, io.BytesIO(bytes(size)))
+    with pytest.raises(TransferError) as caught:
+        unpack_output(tar_path, ClassAd({"Iwd": str(iwd)}), SizeLimit("MAX_TRANSFER_OUTPUT_MB", 1))
+    assert caught.value.code == HoldReasonCode.MaxTransferOutputSizeExceeded
+    assert "over the limit of MAX_TRANSFER_OUTPUT_MB = 1 MiB" in caught.value.reason
+    assert os.listdir(iwd) == []  # not even the small file that came first

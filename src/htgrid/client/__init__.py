@@ -36,7 +36,7 @@ if TYPE_CHECKING:
         scan_tokens,
         user_token_dir,
     )
-    from htgrid.client._transport import tls_transport
+    from htgrid.client._transport import Connect, tls_transport
 
 _LAZY: Final = {
     "BearerAuth": "_auth",
@@ -58,6 +58,7 @@ _LAZY: Final = {
     "read_token_file": "_tokens",
     "scan_tokens": "_tokens",
     "user_token_dir": "_tokens",
+    "Connect": "_transport",
     "tls_transport": "_transport",
 }
 
@@ -67,6 +68,7 @@ __all__ = [
     "ALGORITHM",
     "DEFAULT_PORT",
     "BearerAuth",
+    "Connect",
     "Finder",
     "NotAToken",
     "OtherAlgorithm",

@@ -11,20 +11,32 @@ httpx's own transport takes no network backend, so this one is built from the pu
 parts of both libraries: httpcore's connection pool with the backend below, under an
 httpx transport doing what httpx's does (requests and answers passed across, httpcore's
 errors raised as httpx's).
+
+The same transport runs over connections made another way (`connect`): an execute node
+behind NAT connects to the schedd, through its broker (HTCondor's CCB), and the schedd's
+TLS and HTTP then run over that socket exactly as over one it opened itself.
 """
 
 from __future__ import annotations
 
 import contextlib
+import select
+import socket
 import ssl
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any, Final
 
+import anyio
+import anyio.abc
+import anyio.streams.tls
 import httpcore
 import httpx
 
-__all__ = ["tls_transport"]
+__all__ = ["Connect", "tls_transport"]
+
+Connect = Callable[[float | None], Awaitable[socket.socket]]
+"""Makes a connected socket (in `timeout` seconds) in place of a TCP connection."""
 
 #: httpx's own limits, which its client uses unless told (httpx.Limits() is none at all).
 _HTTPX_LIMITS: Final = httpx.Limits(max_connections=100, max_keepalive_connections=20)
@@ -93,12 +105,82 @@ class _Stream(httpcore.AsyncNetworkStream):
         return self._stream.get_extra_info(info)
 
 
+class _SocketStream(httpcore.AsyncNetworkStream):
+    """An anyio stream over a socket made by a `Connect`, as httpcore's asyncio backend
+    wraps the sockets it opens (anyio's errors raised as httpcore's)."""
+
+    def __init__(self, stream: anyio.abc.ByteStream) -> None:
+        self._stream = stream
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        try:
+            with anyio.fail_after(timeout):
+                return await self._stream.receive(max_bytes)
+        except anyio.EndOfStream:
+            return b""
+        except TimeoutError as exc:
+            raise httpcore.ReadTimeout(str(exc)) from exc
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            raise httpcore.ReadError(str(exc) or type(exc).__name__) from exc
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if not buffer:
+            return
+        try:
+            with anyio.fail_after(timeout):
+                await self._stream.send(buffer)
+        except TimeoutError as exc:
+            raise httpcore.WriteTimeout(str(exc)) from exc
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            raise httpcore.WriteError(str(exc) or type(exc).__name__) from exc
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            with anyio.fail_after(timeout):
+                tls = await anyio.streams.tls.TLSStream.wrap(
+                    self._stream,
+                    ssl_context=ssl_context,
+                    hostname=server_hostname,
+                    standard_compatible=False,
+                    server_side=False,
+                )
+        except BaseException as exc:
+            await self._stream.aclose()
+            if isinstance(exc, TimeoutError):
+                raise httpcore.ConnectTimeout(str(exc)) from exc
+            if isinstance(exc, ssl.SSLError | OSError | anyio.BrokenResourceError):
+                raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
+            raise
+        return _SocketStream(tls)
+
+    def get_extra_info(self, info: str) -> Any:
+        if info == "ssl_object":
+            return self._stream.extra(anyio.streams.tls.TLSAttribute.ssl_object, None)
+        if info == "is_readable":  # at rest, readable means the server closed it
+            sock = self._stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+            if sock is None:
+                return True
+            poll = select.poll()
+            poll.register(sock, select.POLLIN)
+            return bool(poll.poll(0))
+        return None
+
+
 class _Backend(httpcore.AsyncNetworkBackend):
     """httpcore's asyncio backend (htgrid runs on asyncio alone), its connections wrapped
-    in `_Stream`."""
+    in `_Stream`; with `connect`, each connection is the socket that makes."""
 
-    def __init__(self) -> None:
+    def __init__(self, connect: Connect | None = None) -> None:
         self._backend = httpcore.AnyIOBackend()
+        self._connect = connect
 
     async def connect_tcp(
         self,
@@ -108,6 +190,14 @@ class _Backend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
+        if self._connect is not None:
+            try:
+                sock = await self._connect(timeout)
+            except TimeoutError as exc:
+                raise httpcore.ConnectTimeout(f"no connection in time: {exc}") from exc
+            except Exception as exc:  # the connector's own errors say what failed
+                raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
+            return _SocketStream(await anyio.abc.SocketStream.from_socket(sock))
         stream = await self._backend.connect_tcp(host, port, timeout, local_address, socket_options)
         return _Stream(stream)
 
@@ -143,13 +233,15 @@ class _Body(httpx.AsyncByteStream):
 class _Transport(httpx.AsyncBaseTransport):
     """httpx's HTTP/1.1 transport over httpcore's pool with `_Backend`."""
 
-    def __init__(self, context: ssl.SSLContext, limits: httpx.Limits) -> None:
+    def __init__(
+        self, context: ssl.SSLContext, limits: httpx.Limits, connect: Connect | None = None
+    ) -> None:
         self._pool = httpcore.AsyncConnectionPool(
             ssl_context=context,
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry,
-            network_backend=_Backend(),
+            network_backend=_Backend(connect),
         )
 
     async def __aenter__(self) -> _Transport:
@@ -192,12 +284,15 @@ class _Transport(httpx.AsyncBaseTransport):
 
 
 def tls_transport(
-    verify: ssl.SSLContext | bool, limits: httpx.Limits | None = None
+    verify: ssl.SSLContext | bool,
+    limits: httpx.Limits | None = None,
+    connect: Connect | None = None,
 ) -> httpx.AsyncBaseTransport:
     """A transport as `httpx.AsyncClient(verify=..., limits=...)` makes it, closing the
-    connection of a cancelled TLS handshake at once."""
+    connection of a cancelled TLS handshake at once; its connections made by `connect`
+    when given (the URL's host then only names the server for TLS)."""
     if isinstance(verify, ssl.SSLContext):
         context = verify
     else:  # what httpx makes of True or False (its CA bundle, or no checks)
         context = httpx.create_ssl_context(verify=verify)
-    return _Transport(context, limits if limits is not None else _HTTPX_LIMITS)
+    return _Transport(context, limits if limits is not None else _HTTPX_LIMITS, connect)

@@ -9,12 +9,20 @@ collector`, `htgrid status` and `htgrid advertise` are the command-line faces.
 """
 
 from htgrid.client import pool_url
+from htgrid.collector._ccb import (
+    CcbContact,
+    CcbRequest,
+    ccb_contact,
+    private_network,
+    with_ccb,
+)
 from htgrid.collector._errors import (
     CollectorError,
     CollectorRefused,
     CollectorUnavailable,
     InvalidAd,
     InvalidQuery,
+    NotRegistered,
     ProtocolError,
     UnknownCommand,
 )
@@ -26,6 +34,7 @@ from htgrid.collector._locate import (
     locate_schedd,
     locate_schedd_async,
 )
+from htgrid.collector._reverse import ReverseConnector, connect_back
 from htgrid.collector._store import DEFAULT_LIFETIME, AdStore, UpdateResult
 from htgrid.collector._types import AdType, Command, command_for, parse_command
 from htgrid.collector.client import CollectorClient, default_pool
@@ -34,6 +43,8 @@ __all__ = [
     "DEFAULT_LIFETIME",
     "AdStore",
     "AdType",
+    "CcbContact",
+    "CcbRequest",
     "CollectorClient",
     "CollectorError",
     "CollectorRefused",
@@ -41,12 +52,16 @@ __all__ = [
     "Command",
     "InvalidAd",
     "InvalidQuery",
+    "NotRegistered",
     "ProtocolError",
+    "ReverseConnector",
     "ScheddLocation",
     "ScheddNotFound",
     "UnknownCommand",
     "UpdateResult",
+    "ccb_contact",
     "command_for",
+    "connect_back",
     "default_pool",
     "find_schedd",
     "find_schedd_async",
@@ -54,4 +69,6 @@ __all__ = [
     "locate_schedd_async",
     "parse_command",
     "pool_url",
+    "private_network",
+    "with_ccb",
 ]

@@ -6,6 +6,7 @@ CollectorError
 ├── InvalidQuery           (a query it cannot run: bad constraint, projection or limit)
 ├── CollectorUnavailable   (nothing answers at the pool's address, or not over trusted TLS)
 ├── CollectorRefused       (no token of the pool, or one that does not allow the request)
+├── NotRegistered          (no execute node is registered with the broker (CCB) by that id)
 └── ProtocolError          (an answer or a request that is not what the API promises)
 
 Constraints with a syntax error raise `htgrid.errors.ClassAdSyntaxError`, which points at
@@ -22,6 +23,7 @@ __all__ = [
     "CollectorUnavailable",
     "InvalidAd",
     "InvalidQuery",
+    "NotRegistered",
     "ProtocolError",
     "UnknownCommand",
 ]
@@ -54,6 +56,10 @@ class CollectorRefused(CollectorError):
         self.status = status  # 401: who are you; 403: not allowed
         self.realm = realm  # the collector's trust domain, from its challenge
         super().__init__(message)
+
+
+class NotRegistered(CollectorError):
+    """No execute node is registered with the connection broker (CCB) by that id."""
 
 
 class ProtocolError(CollectorError):

@@ -18,6 +18,7 @@ from htgrid.collector._errors import (
     CollectorUnavailable,
     InvalidAd,
     InvalidQuery,
+    NotRegistered,
     ProtocolError,
     UnknownCommand,
 )
@@ -29,6 +30,7 @@ __all__ = ["from_problem", "status_of", "to_problem"]
 # (class, HTTP status), most specific first.
 _PROBLEMS: Final[tuple[tuple[type[HTGridError], int], ...]] = (
     (UnknownCommand, 404),
+    (NotRegistered, 404),
     (InvalidAd, 422),
     (InvalidQuery, 400),
     (ClassAdSyntaxError, 400),

@@ -6,6 +6,11 @@
     POST /v1/updates/UPDATE_STARTD_AD      a JSON array of ads -> {"accepted": n, "results": [...]}
     POST /v1/invalidations/INVALIDATE_STARTD_ADS
                                            one query ad -> {"invalidated": n}
+    GET  /v1/ccb/registrations/{ccbid}?heartbeat=S
+                                           an execute node's registration with the broker
+                                           (CCB): a stream of requests, one JSON line each
+    POST /v1/ccb/requests                  {ccbid, connect_id, return_address}: have that
+                                           node connect to the return address (202)
 
 Errors are problem documents (`_problems`). Given the pool's `SecurityConfig`, the app
 checks every request's bearer token (`htgrid.net.security.TokenAuthMiddleware`; the
@@ -20,6 +25,13 @@ whose Name is `node7` or `slotN[_M]@node7` (`node_of`); any other ad refuses the
 request (403, naming the ad and the token). A refusal is logged (the token's id and
 subject, never its text). Without a config the app checks nothing:
 only for tests talking to it in-process.
+
+The broker (HTCondor's CCB, see `htgrid.collector._ccb`): a node registers under its own
+name only (ADVERTISE_STARTD; a node's token for its node alone, as for its ads), a new
+registration replacing the one before (the node restarted); the ads of a node's token
+may carry no CCBID but its own. A request (ADVERTISE_SCHEDD: a schedd of the pool) goes
+to the registration of the CCBID it names and to no other; at most a few hundred wait
+for a node at a time.
 
 The store is used from one worker thread at a time: its work (evaluating constraints
 over 10,000 ads, encoding them) stays off the event loop and needs no lock.
@@ -43,6 +55,8 @@ from starlette.routing import Route
 
 from htgrid import __version__
 from htgrid.classad import ClassAd, ExprTree, quote
+from htgrid.collector._broker import Broker, ccb_register, ccb_request, node_of
+from htgrid.collector._ccb import ccb_contact
 from htgrid.collector._errors import InvalidAd, InvalidQuery, ProtocolError
 from htgrid.collector._problems import to_problem
 from htgrid.collector._store import AdStore, UpdateResult
@@ -68,6 +82,9 @@ _log = logging.getLogger("htgrid.collector")
 
 T = TypeVar("T")
 
+_CCB_REGISTRATIONS: Final = "/v1/ccb/registrations/"
+_CCB_REQUESTS: Final = "/v1/ccb/requests"
+
 # What each ad type's UPDATE_* / INVALIDATE_* asks of the caller (HTCondor's collector).
 _ADVERTISE: Final[Mapping[AdType, str]] = {
     AdType.STARTD: "ADVERTISE_STARTD",
@@ -79,25 +96,21 @@ _ADVERTISE: Final[Mapping[AdType, str]] = {
 
 
 def required_authz(scope: Mapping[str, Any]) -> str:
-    """The authorization a request needs: READ to read, an ADVERTISE level to change ads."""
+    """The authorization a request needs: READ to read, an ADVERTISE level to change ads,
+    ADVERTISE_STARTD to register with the broker and ADVERTISE_SCHEDD to ask it."""
+    path = str(scope.get("path", ""))
+    if path.startswith(_CCB_REGISTRATIONS):
+        return "ADVERTISE_STARTD"
+    if path == _CCB_REQUESTS:
+        return "ADVERTISE_SCHEDD"
     if scope.get("method", "GET") in {"GET", "HEAD", "OPTIONS"}:
         return "READ"
-    path = str(scope.get("path", ""))
     _, _, word = path.rpartition("/")
     try:
         command = parse_command(word)
     except HTGridError:
         return "DAEMON"  # the route answers what is wrong, to a caller who may advertise
     return _ADVERTISE.get(command.ad_type, "DAEMON")
-
-
-def node_of(principal: Principal) -> str | None:
-    """The one node whose startd ads a caller may send: that of an execute node's token
-    (ADVERTISE_STARTD without DAEMON), the part of its subject before the `@`; None for
-    the pool's daemons and administrators, who may send any."""
-    if principal.allows("DAEMON") or not principal.allows("ADVERTISE_STARTD"):
-        return None
-    return principal.subject.partition("@")[0]
 
 
 def _node_caller(request: Request, ad_type: AdType) -> tuple[Principal, str] | None:
@@ -117,12 +130,26 @@ def _check_own(principal: Principal, node: str, ad: ClassAd) -> None:
         and machine.casefold() == own
         and (not isinstance(name, str) or name.rpartition("@")[2].casefold() == own)
     ):
+        _check_own_ccbid(principal, node, ad)
         return
     raise InsufficientScope(
         f"token {principal.token_id} of {principal.subject} may advertise the slots of "
         f"node {node!r} only, not Name {name!r} with Machine {machine!r} (NETWORK_HOSTNAME "
         f"names the node; its token's identity must be {node}@<trust domain>)"
     )
+
+
+def _check_own_ccbid(principal: Principal, node: str, ad: ClassAd) -> None:
+    """InsufficientScope when the ad's MyAddress names another node's broker registration
+    (schedds would send that node's requests for this one)."""
+    address = ad.get("MyAddress")
+    contact = ccb_contact(address) if isinstance(address, str) else None
+    if contact is not None and contact.ccbid.casefold() != node.casefold():
+        raise InsufficientScope(
+            f"token {principal.token_id} of {principal.subject} may advertise node "
+            f"{node!r} at its own broker registration (CCBID ...#{node}), not at "
+            f"{contact.ccbid!r}"
+        )
 
 
 def _own_query(principal: Principal, node: str, query: ClassAd) -> None:
@@ -327,6 +354,8 @@ def create_app(
         Route("/v1/ads", _handled(_ads), methods=["GET"]),
         Route("/v1/updates/{command}", _handled(_updates), methods=["POST"]),
         Route("/v1/invalidations/{command}", _handled(_invalidations), methods=["POST"]),
+        Route("/v1/ccb/registrations/{ccbid}", _handled(ccb_register), methods=["GET"]),
+        Route(_CCB_REQUESTS, _handled(ccb_request), methods=["POST"]),
     ]
     app = Starlette(
         routes=routes,
@@ -334,6 +363,7 @@ def create_app(
         exception_handlers={404: _not_found, 405: _not_found},
     )
     app.state.collector = state
+    app.state.broker = Broker()
     app.state.limits = limits
     app.state.realm = security.trust_domain if security is not None else ""
     if security is not None:

@@ -22,10 +22,11 @@ import json
 import os
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -41,6 +42,7 @@ from htgrid.client import (
     tls_transport,
     user_token_dir,
 )
+from htgrid.collector._ccb import CcbRequest
 from htgrid.collector._errors import CollectorRefused, CollectorUnavailable, ProtocolError
 from htgrid.collector._problems import from_problem
 from htgrid.collector._store import UpdateResult
@@ -172,14 +174,18 @@ class CollectorClient:
                 f"cannot talk to the collector at {self.pool}: {exc}"
             ) from None
         if response.status_code >= 400:
-            try:
-                doc: object = response.json()
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                doc = None
-            if response.status_code in (401, 403):
-                raise self._refused(response, doc)
-            raise from_problem(response.status_code, doc)
+            await self._raise_for(response)
         return response
+
+    async def _raise_for(self, response: httpx.Response) -> None:
+        """Raise the error an answer of 400 or more stands for."""
+        try:
+            doc: object = response.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            doc = None
+        if response.status_code in (401, 403):
+            raise self._refused(response, doc)
+        raise from_problem(response.status_code, doc)
 
     def _refused(self, response: httpx.Response, doc: object) -> CollectorRefused:
         detail = doc.get("detail") if isinstance(doc, dict) else None
@@ -268,3 +274,52 @@ class CollectorClient:
             params["limit"] = str(limit)
         response = await self._request("GET", "/v1/ads", params=params)
         return decode_ads(response.content)
+
+    # -- the connection broker (CCB) ------------------------------------------------------
+
+    async def ccb_request(self, ccbid: str, connect_id: str, return_address: str) -> None:
+        """Ask the broker to have the node registered as `ccbid` connect to
+        `return_address` and say `connect_id` (NotRegistered when no such node is)."""
+        body = {"ccbid": ccbid, "connect_id": connect_id, "return_address": return_address}
+        await self._request("POST", "/v1/ccb/requests", json=body)
+
+    async def ccb_requests(self, ccbid: str, heartbeat: float) -> AsyncIterator[CcbRequest]:
+        """Register as `ccbid` with the broker and yield the requests it hands over, as
+        they come, the first being its acknowledgement (no connect id: the registration
+        is taken); the broker writes an empty line every `heartbeat` seconds, and a
+        registration silent for two of them is taken as lost (CollectorUnavailable)."""
+        if self._tls_problem is not None:
+            raise CollectorUnavailable(
+                f"cannot talk to the collector at {self.pool}: {self._tls_problem}"
+            )
+        params = {"heartbeat": f"{heartbeat:g}"}
+        timeout = httpx.Timeout(self._client.timeout.connect, read=2 * heartbeat + 5)
+        path = f"/v1/ccb/registrations/{quote(ccbid, safe='')}"
+        try:
+            async with self._client.stream("GET", path, params=params, timeout=timeout) as r:
+                if r.status_code >= 400:
+                    await r.aread()
+                    await self._raise_for(r)
+                async for line in r.aiter_lines():
+                    if not line.strip():
+                        continue  # the broker's heartbeat
+                    yield _ccb_request(line)
+        except httpx.TransportError as exc:
+            raise CollectorUnavailable(
+                f"the registration with the broker at {self.pool} is lost: {exc}"
+            ) from None
+        raise CollectorUnavailable(f"the broker at {self.pool} ended the registration")
+
+
+def _ccb_request(line: str) -> CcbRequest:
+    try:
+        doc = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(f"the broker sent a line that is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ProtocolError("the broker sent a line that is not a JSON object")
+    return CcbRequest(
+        str(doc.get("connect_id", "")),
+        str(doc.get("return_address", "")),
+        str(doc.get("requester", "")),
+    )

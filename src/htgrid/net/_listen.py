@@ -32,7 +32,14 @@ from htgrid.errors import HTGridError
 from htgrid.net._guard import GuardedProtocol, guarded_protocol
 from htgrid.pool import ApiLimits
 
-__all__ = ["ApiServer", "api_config", "start", "tcp_listener", "unix_listener"]
+__all__ = [
+    "ApiServer",
+    "api_config",
+    "serve_connection",
+    "start",
+    "tcp_listener",
+    "unix_listener",
+]
 
 
 def tcp_listener(host: str) -> socket.socket:
@@ -136,3 +143,30 @@ async def start(
         await asyncio.wait((serving,))  # it gave up: its task ends
         raise error(f"{what} did not start: {serving.exception()!r}")
     return serving
+
+
+async def serve_connection(
+    server: ApiServer, sock: socket.socket, tls: ssl.SSLContext | None
+) -> None:
+    """Serve `server`'s API (started) on a connection made elsewhere (one an execute
+    node opened to a schedd, through its broker), as on one its listener accepted: the
+    same protocol, limits and TLS `tls` (the server's side), and it closes with the
+    server. Relies on what uvicorn's `Server.startup` gives each connection's protocol
+    (`server_state`, the lifespan's `state`), as `_guard` says."""
+    config = server.config
+    lifespan = getattr(server, "lifespan", None)
+    state = lifespan.state if lifespan is not None else {}
+
+    def protocol() -> asyncio.Protocol:
+        made: asyncio.Protocol = config.http_protocol_class(  # type: ignore[call-arg]
+            config=config, server_state=server.server_state, app_state=state
+        )
+        return made
+
+    loop = asyncio.get_running_loop()
+    handshake = config.timeout_keep_alive + 10 if tls is not None else None
+    try:
+        await loop.connect_accepted_socket(protocol, sock, ssl=tls, ssl_handshake_timeout=handshake)
+    except BaseException:
+        sock.close()
+        raise

@@ -18,7 +18,14 @@ from __future__ import annotations
 
 from htgrid.net._guard import ProblemResponse
 from htgrid.net._limits import MIN_BODY_RATE, RequestTooLarge, read_body
-from htgrid.net._listen import ApiServer, api_config, start, tcp_listener, unix_listener
+from htgrid.net._listen import (
+    ApiServer,
+    api_config,
+    serve_connection,
+    start,
+    tcp_listener,
+    unix_listener,
+)
 from htgrid.net._peer import (
     PEER_CERT_KEY,
     PEER_KEY,
@@ -62,6 +69,7 @@ __all__ = [
     "peer_credentials",
     "peercred_identity",
     "read_body",
+    "serve_connection",
     "start",
     "tcp_listener",
     "unix_listener",

@@ -147,6 +147,9 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "JOB_ROUTER_MAX_JOBS": "-1",
     "JOB_ROUTER_DEFAULT_MAX_JOBS_PER_ROUTE": "100",
     "JOB_ROUTER_DEFAULT_MAX_IDLE_JOBS_PER_ROUTE": "50",
+    "CCB_ADDRESS": None,  # a node behind NAT: its broker (with PRIVATE_NETWORK_NAME: the pool's)
+    "PRIVATE_NETWORK_NAME": None,  # peers of the same name connect directly, others via CCB
+    "CCB_HEARTBEAT_INTERVAL": "1200",
 }
 #: Knob families: any name that begins so (a route, a transform of the job router).
 KNOB_PREFIXES: Final = ("JOB_ROUTER_ROUTE_", "JOB_ROUTER_TRANSFORM_")

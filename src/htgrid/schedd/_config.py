@@ -3,6 +3,7 @@
     PERIODIC_EXPR_INTERVAL, JOB_MAX_VACATE_TIME, START_LOCAL_UNIVERSE_LIMIT, QUEUE_FSYNC,
     SCHEDD_INTERVAL, SCHEDD_NAME, SCHEDD_ADDRESS, MAX_TRANSFER_INPUT_MB,
     MAX_TRANSFER_OUTPUT_MB, ALIVE_INTERVAL, MAX_CLAIM_ALIVES_MISSED, ALLOW_ROOT_JOBS,
+    PRIVATE_NETWORK_NAME (execute nodes on the same one are reached directly, not by CCB),
     the API's limits (MAX_API_REQUEST_MB, API_HEADER_TIMEOUT, API_BODY_TIMEOUT); and the
     master's: DAEMON_LIST, COLLECTOR_HOST, NEGOTIATOR_INTERVAL, NEGOTIATOR_MIN_INTERVAL,
     MASTER_BACKOFF_*, MASTER_RECOVER_FACTOR, DEFAULT_MASTER_SHUTDOWN_SCRIPT.
@@ -68,6 +69,7 @@ class ScheddConfig(HomeLayout):
     max_transfer_output_mb: int | None = DEFAULT_TRANSFER_MB
     api_limits: ApiLimits = DEFAULT_LIMITS
     allow_root_jobs: bool = False
+    private_network_name: str | None = None
 
     @property
     def socket(self) -> Path:
@@ -138,4 +140,5 @@ class ScheddConfig(HomeLayout):
             max_transfer_output_mb=conf.megabytes("MAX_TRANSFER_OUTPUT_MB"),
             api_limits=conf.api_limits(),
             allow_root_jobs=conf.flag("ALLOW_ROOT_JOBS"),
+            private_network_name=conf.text("PRIVATE_NETWORK_NAME", "") or None,
         )

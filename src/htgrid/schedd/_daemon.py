@@ -32,6 +32,7 @@ from htgrid import __version__
 from htgrid._files import write_atomic
 from htgrid._ports import held_by
 from htgrid._privsep import OwnerPolicy, closed_to_others
+from htgrid.collector import ReverseConnector
 from htgrid.errors import HTGridError
 from htgrid.net.app import create_app
 from htgrid.net.security import (
@@ -130,6 +131,7 @@ class Daemon:
         self._started = clock()
         self._runner: LocalRunner | None = None
         self._shadows: ShadowManager | None = None
+        self._reverse: ReverseConnector | None = None
         self._writer: UserLogWriter | None = None
         self._trimmed = 0
         self._policy_faults = FaultLog(_log, "periodic policy evaluation")
@@ -163,6 +165,8 @@ class Daemon:
             status.update(self._runner.status())
         if self._shadows is not None:
             status.update(self._shadows.status())
+        if self._reverse is not None:
+            status["ccb_return_address"] = self._reverse.address
         if self.companion is not None:
             status.update(self.companion.status())
         return status
@@ -215,6 +219,16 @@ class Daemon:
         writer = UserLogWriter(worker, cfg.userlog_seq_file, host, self.policy)
         writer.load()
         self._writer = writer
+        # Execute nodes behind NAT connect back here, through their broker (CCB).
+        reverse = ReverseConnector(cfg.schedd_address[0], cfg.home)
+        try:
+            await reverse.start()
+        except OSError as exc:
+            raise ScheddError(
+                f"SCHEDD_ADDRESS {cfg.schedd_address[0]}: cannot listen for the connections "
+                f"of execute nodes behind NAT: {exc.strerror}"
+            ) from None
+        self._reverse = reverse
         shadows = ShadowManager(
             worker,
             ShadowSettings(
@@ -226,8 +240,12 @@ class Daemon:
                 policy=self.policy,
                 identity=(cfg.ca_dir / f"{SERVER_CERT}.crt", cfg.ca_dir / f"{SERVER_CERT}.key"),
                 fsync=cfg.fsync,
+                max_input=SizeLimit("MAX_TRANSFER_INPUT_MB", cfg.max_transfer_input_mb),
+                max_output=SizeLimit("MAX_TRANSFER_OUTPUT_MB", cfg.max_transfer_output_mb),
             ),
             clock=self._clock,
+            reverse=reverse,
+            private_network=cfg.private_network_name,
         )
         self._shadows = shadows
         evicted = await runner.recover() + await shadows.recover()
@@ -299,6 +317,7 @@ class Daemon:
             if companion is not None:
                 await companion.stop_matching()
             await shadows.shutdown()
+            await reverse.aclose()
             if companion is not None:
                 await companion.stop()
             for path in (cfg.socket, cfg.url_file):

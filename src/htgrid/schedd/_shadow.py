@@ -39,6 +39,7 @@ from typing import Any, Final
 
 from htgrid.classad import ClassAd, ExprTree, quote
 from htgrid.classad.fast import requirements_hold
+from htgrid.collector import ReverseConnector, ccb_contact, private_network
 from htgrid.negotiator import Expansion, Match, Updates, dollar_attributes, expand
 from htgrid.net.security import CertificateError, pinned_ssl_context
 from htgrid.queue import (
@@ -95,8 +96,14 @@ class ShadowManager:
         *,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        reverse: ReverseConnector | None = None,
+        private_network: str | None = None,
     ) -> None:
+        """`reverse` takes the connections of execute nodes behind NAT (CCB), unless
+        they are on our `private_network` (PRIVATE_NETWORK_NAME)."""
         self._worker = worker
+        self._reverse = reverse
+        self._private_network = private_network
         self.settings = settings
         self._clock = clock
         self._monotonic = monotonic
@@ -273,7 +280,9 @@ class ShadowManager:
     def _client(self, address: str, pem: str | None) -> StartdClient | None:
         """The client of the node at `address`: its Unix socket on this host, or TLS to
         another, pinning the certificate `pem` its ad carries (which the collector took
-        from the holder of the node's token alone) and presenting the schedd's own."""
+        from the holder of the node's token alone) and presenting the schedd's own; for
+        a node behind NAT (a CCBID in its address, and another PrivNet than ours), the
+        same TLS on the connections it makes back to us through its broker."""
         path = socket_of(address)
         if path is not None:
             key: tuple[str, ...] = (str(path),)
@@ -281,8 +290,12 @@ class ShadowManager:
                 self._clients[key] = StartdClient(path)
             return self._clients[key]
         where = host_port_of(address)
+        contact = ccb_contact(address)
+        ours = self._private_network
+        if contact is not None and ours is not None and private_network(address) == ours:
+            contact = None  # on our private network: reached directly
         identity = self.settings.identity
-        if where is None or pem is None or identity is None:
+        if (where is None and contact is None) or pem is None or identity is None:
             return None
         key = (address, pem)
         client = self._clients.get(key)
@@ -292,7 +305,14 @@ class ShadowManager:
             except CertificateError as exc:
                 _log.warning("%s: cannot call it over TLS: %s", address, exc)
                 return None
-            client = self._clients[key] = StartdClient.over_tls(where, tls)
+            if contact is not None and self._reverse is not None:
+                connect = functools.partial(self._reverse.connect, contact)
+                client = StartdClient.over_ccb(str(contact), contact.ccbid, tls, connect)
+            elif where is not None:
+                client = StartdClient.over_tls(where, tls)
+            else:
+                return None
+            self._clients[key] = client
         return client
 
     def proxy_renewed(self, job_id: JobId, proxy: Path) -> None:

@@ -29,6 +29,8 @@ from htgrid._privsep import Account, OwnerPolicy, OwnerRefused, as_owner, owned_
 from htgrid.classad import ClassAd, ExprTree
 from htgrid.errors import HTGridError
 from htgrid.negotiator import Match, Updates, apply_updates
+from htgrid.net import SandboxTooLarge
+from htgrid.net.server import SizeLimit
 from htgrid.queue import (
     HoldReasonCode,
     InvalidTransition,
@@ -54,6 +56,7 @@ from htgrid.startd import (
     StartdUnavailable,
     TransferError,
     input_entries,
+    input_size,
     pack,
     socket_of,
     unpack_output,
@@ -73,6 +76,8 @@ __all__ = [
 _log = logging.getLogger("htgrid.schedd.shadow")
 
 _RETRY: Final = 1.0
+_NO_INPUT_LIMIT: Final = SizeLimit("MAX_TRANSFER_INPUT_MB")
+_NO_OUTPUT_LIMIT: Final = SizeLimit("MAX_TRANSFER_OUTPUT_MB")
 RUNNING: Final = (JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED)
 
 
@@ -90,6 +95,10 @@ class ShadowSettings:
     # pool CA's: they take claims from the pool's daemons only); None: local nodes only.
     identity: tuple[Path, Path] | None = None
     fsync: bool = True  # the claim records on disk before each claim is used
+    # MAX_TRANSFER_INPUT_MB and _OUTPUT_MB: a job's own MaxTransferInputMB and
+    # MaxTransferOutputMB (-1: none) stand in for them, as in HTCondor.
+    max_input: SizeLimit = _NO_INPUT_LIMIT
+    max_output: SizeLimit = _NO_OUTPUT_LIMIT
 
     @property
     def transfers(self) -> Path:
@@ -417,10 +426,20 @@ class ShadowRun:
         spooled = s.spooled(self.job_id)
         account = self.account
 
+        limit = _job_limit(ad, "MaxTransferInputMB", s.max_input)
+
         def build() -> int:
             tar.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             with private_file(tar) as out, as_owner(account):
-                return pack(input_entries(ad, spooled), out, dereference=True)
+                entries = input_entries(ad, spooled)
+                try:  # before a byte is packed or sent
+                    limit.check(input_size(entries), "the input sandbox")
+                except SandboxTooLarge as exc:
+                    raise TransferError(
+                        f"Transfer input files failure: {exc}",
+                        HoldReasonCode.MaxTransferInputSizeExceeded,
+                    ) from None
+                return pack(entries, out, dereference=True)
 
         try:
             size = await asyncio.to_thread(build)
@@ -433,10 +452,20 @@ class ShadowRun:
         """Bring the output sandbox back: into Iwd (or the spool, for an eviction)."""
         s = self.m.settings
         tar = s.transfers / f"{self.claim_id}.out.tar"
+        limit = _job_limit(ad, "MaxTransferOutputMB", s.max_output)
+
+        def check(size: int) -> None:
+            limit.check(size, "the output sandbox", at_least=True)
+
         try:
             await asyncio.to_thread(tar.parent.mkdir, parents=True, exist_ok=True)
             try:
-                await self.client.fetch_output(self.claim_id, tar)
+                await self.client.fetch_output(self.claim_id, tar, check)
+            except SandboxTooLarge as exc:  # the rest is not read; nothing is placed
+                raise TransferError(
+                    f"Transfer output files failure: {exc}",
+                    HoldReasonCode.MaxTransferOutputSizeExceeded,
+                ) from None
             except (ClaimNotFound, StartdUnavailable) as exc:
                 # The node died with the output: its run is lost, not the job.
                 raise _Evicted(f"the output sandbox is lost with the execute node: {exc}") from None
@@ -454,7 +483,7 @@ class ShadowRun:
                         with as_owner(account):
                             return unpack_to(source, kept)
                     with as_owner(account):
-                        return unpack_output(source, ad)
+                        return unpack_output(source, ad, limit)
 
             return await asyncio.to_thread(place)
         finally:
@@ -597,6 +626,14 @@ def claimed_slot(machine_ad: ClassAd, grant: ClaimGrant) -> ClassAd:
     ad["Name"] = grant.slot
     ad["State"], ad["Activity"] = "Claimed", "Idle"
     return ad
+
+
+def _job_limit(ad: ClassAd, attr: str, default: SizeLimit) -> SizeLimit:
+    """The job's own cap on a sandbox (`attr`, MiB; -1: none), else the daemon's."""
+    value = ad.eval(attr) if attr in ad else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return SizeLimit(f"{attr} (the job's)", None if value < 0 else value)
+    return default
 
 
 def _vacate_time(ad: ClassAd) -> float:

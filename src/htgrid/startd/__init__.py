@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from htgrid.startd._transfer import (
         TransferError,
         input_entries,
+        input_size,
         pack,
         unpack_output,
         unpack_to,
@@ -42,6 +43,7 @@ _LAZY: Final = {
     "run_startd": "_run",
     "TransferError": "_transfer",
     "input_entries": "_transfer",
+    "input_size": "_transfer",
     "pack": "_transfer",
     "unpack_output": "_transfer",
     "unpack_to": "_transfer",
@@ -70,6 +72,7 @@ __all__ = [
     "TransferError",
     "host_port_of",
     "input_entries",
+    "input_size",
     "pack",
     "request_of",
     "run_startd",

@@ -20,6 +20,14 @@
                                   TLS (default: the one this host reaches the collector by)
     NETWORK_HOSTNAME = node7      the slots' Machine, slot1@node7 (default: this host's name);
                                   a node joining with a token must be named as its identity
+    CCB_ADDRESS = cm.org:9618     a node schedds cannot connect to (behind NAT): the broker
+                                  (a collector) it registers with; schedds then reach it
+                                  through connections it makes back to them
+    PRIVATE_NETWORK_NAME = cloud  the node's private network: schedds of the same name
+                                  connect to it directly, others through its broker (the
+                                  pool's collector when CCB_ADDRESS is not set)
+    CCB_HEARTBEAT_INTERVAL = 1200 seconds between the broker's heartbeats on the
+                                  registration (one missing twice: the node registers again)
 
 FILESYSTEM_DOMAIN defaults to "localhost", the domain `htgrid submit` writes into job
 ads: an execute node on the submit host shares its files. Set both when jobs run
@@ -74,6 +82,16 @@ class StartdConfig(HomeLayout):
     allow_root_jobs: bool = False
     network_interface: str | None = None
     network_hostname: str | None = None
+    ccb_address: str | None = None
+    private_network_name: str | None = None
+    ccb_heartbeat: float = 1200.0
+
+    def broker(self, pool: str) -> str | None:
+        """The broker the node registers with: CCB_ADDRESS, else `pool` (its collector)
+        for a node on a PRIVATE_NETWORK_NAME; None for a node schedds connect to."""
+        if self.ccb_address:
+            return self.ccb_address
+        return pool if self.private_network_name else None
 
     def make_execute_dir(self) -> None:
         """EXECUTE, made if missing: 0711 when the node runs as root (each job's owner
@@ -143,4 +161,7 @@ class StartdConfig(HomeLayout):
             allow_root_jobs=conf.flag("ALLOW_ROOT_JOBS"),
             network_interface=conf.text("NETWORK_INTERFACE", "") or None,
             network_hostname=conf.text("NETWORK_HOSTNAME", "") or None,
+            ccb_address=conf.text("CCB_ADDRESS", "") or None,
+            private_network_name=conf.text("PRIVATE_NETWORK_NAME", "") or None,
+            ccb_heartbeat=conf.number("CCB_HEARTBEAT_INTERVAL"),
         )

@@ -20,6 +20,13 @@ advertises that address and certificate (`_api` says why the schedd may pin it).
 presents the token of its etc/tokens.d to the collector: should the pool refuse it
 before its first update was taken (no token, a token of another pool, revoked, or for
 another node's name), it stops at once, saying why (`ExitReason.REFUSED`).
+
+A node schedds cannot connect to (CCB_ADDRESS, or PRIVATE_NETWORK_NAME: behind NAT)
+also keeps a registration with its broker (HTCondor's CCB, in the pool's collector)
+under its name, and advertises its address with that CCBID in it: for each schedd's
+request the broker hands over, it connects to the schedd and serves the same TLS API,
+with the same checks, on that connection (`htgrid.collector._ccb` says why that is as
+safe as a direct one).
 """
 
 from __future__ import annotations
@@ -46,9 +53,17 @@ from htgrid._privsep import OwnerPolicy, closed_to_others
 from htgrid.classad import ClassAd, ExprTree, quote
 from htgrid.classad.fast import requirements_hold
 from htgrid.client import pool_url
-from htgrid.collector import CollectorClient, CollectorRefused
+from htgrid.collector import (
+    CcbContact,
+    CcbRequest,
+    CollectorClient,
+    CollectorRefused,
+    connect_back,
+    with_ccb,
+)
 from htgrid.errors import HTGridError
 from htgrid.net.security import self_signed_cert, server_ssl_context
+from htgrid.net.server import ApiServer, serve_connection
 from htgrid.pool import LaunchError, family_marker, kill_leftovers, trusted_ca_files
 from htgrid.startd._ads import AdContext, dynamic_ad, partitionable_ad, slot_state
 from htgrid.startd._api import (
@@ -77,6 +92,8 @@ _LOCK_WAIT: Final = 60.0
 _COLLECT_WAIT: Final = 5.0  # how long a stopping node lets schedds fetch ended jobs
 _WILDCARDS: Final = frozenset({"0.0.0.0", "::", "[::]"})
 _STALE: Final = re.compile(r"dir_\d+_\d+(\.input\.tar|\.output\.tar)?")
+_CCB_RETRY: Final = (1.0, 60.0)  # a lost registration is tried again after 1, 2, 4... s
+_CONNECT_BACK: Final = 20.0  # how long connecting back to a schedd may take
 
 
 class ExitReason(enum.Enum):
@@ -120,6 +137,8 @@ class Startd:
         self._ctx: AdContext | None = None
         self._last_in_use = monotonic()
         self._joined = False  # an update of its ads was taken by the collector
+        self._tls: tuple[ApiServer, Any] | None = None  # the TLS API: server, context
+        self._reversed: set[asyncio.Task[None]] = set()
 
     # -- what the API calls -------------------------------------------------------------
 
@@ -401,13 +420,16 @@ class Startd:
                 asyncio.create_task(self._advertise_loop(collector), name="advertise"),
                 asyncio.create_task(self._tick_loop(), name="leases"),
             ]
+            broker = self.config.broker(self.pool)
+            if broker is not None and self._tls is not None:
+                tasks.append(asyncio.create_task(self._ccb_loop(broker), name="ccb"))
             try:
                 await self._stop.wait()
             finally:
                 await self._shut_down(collector)
-                for task in tasks:
+                for task in tasks + list(self._reversed):
                     task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
+                await asyncio.gather(*tasks, *self._reversed, return_exceptions=True)
                 for each, _ in servers:
                     each.should_exit = True
                 for _, task in servers:
@@ -440,8 +462,56 @@ class Startd:
         server, serving, port = await start_tls_server(app, host, tls, cfg.api_limits)
         shown = f"[{host}]" if ":" in host else host
         ctx.address = f"<{shown}:{port}>"
+        broker = cfg.broker(self.pool)
+        if broker is not None:  # schedds may not reach that address: they ask the broker
+            contact = CcbContact(broker, ctx.machine.hostname)
+            ctx.address = with_ccb(ctx.address, contact, cfg.private_network_name)
         ctx.certificate = cert.cert.read_text(encoding="ascii")
+        self._tls = (server, tls)
         return server, serving, f"https://{shown}:{port}"
+
+    async def _ccb_loop(self, broker: str) -> None:
+        """Keep the registration with the broker, and connect back to each schedd whose
+        request it hands over."""
+        ccbid = self.ctx.machine.hostname  # the node, as its token names it
+        delay = _CCB_RETRY[0]
+        async with CollectorClient(
+            broker, timeout=10.0, home=self.config.home, daemon=True
+        ) as client:
+            while True:
+                try:
+                    registered = False
+                    async for request in client.ccb_requests(ccbid, self.config.ccb_heartbeat):
+                        if not registered:  # the first line: the registration is taken
+                            registered, delay = True, _CCB_RETRY[0]
+                            _log.info("registered with the broker at %s as %s", broker, ccbid)
+                            continue
+                        self._connect_back(request)
+                except CollectorRefused as exc:
+                    _log.error("the broker at %s refuses this node: %s", broker, exc)
+                except HTGridError as exc:
+                    _log.warning("the broker at %s: %s", broker, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _CCB_RETRY[1])
+
+    def _connect_back(self, request: CcbRequest) -> None:
+        task = asyncio.create_task(self._serve_reversed(request), name="reversed connection")
+        self._reversed.add(task)
+        task.add_done_callback(self._reversed.discard)
+
+    async def _serve_reversed(self, request: CcbRequest) -> None:
+        assert self._tls is not None
+        server, tls = self._tls
+        try:
+            sock = await connect_back(request, _CONNECT_BACK)
+            await serve_connection(server, sock, tls)
+        except (OSError, TimeoutError, HTGridError) as exc:
+            _log.warning(
+                "cannot connect back to %s at %s: %s",
+                request.requester or "a schedd",
+                request.return_address,
+                exc or repr(exc),
+            )
 
     def _parent_readable(self) -> None:
         assert self._parent_fd is not None

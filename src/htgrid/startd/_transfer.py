@@ -40,6 +40,7 @@ __all__ = [
     "STDOUT",
     "TransferError",
     "input_entries",
+    "input_size",
     "output_entries",
     "pack",
     "should_transfer",
@@ -130,6 +131,26 @@ def input_entries(job: ClassAd, spooled: Path | None = None) -> list[tuple[str, 
     if spooled is not None and spooled.is_dir():
         entries.extend((child.name, child) for child in sorted(spooled.iterdir()))
     return entries
+
+
+def input_size(entries: Iterable[tuple[str, Path]]) -> int:
+    """The bytes of the files `entries` would send (directories walked, links followed
+    as the input tar follows them)."""
+    total = 0
+    for _, path in entries:
+        if path.is_dir():
+            for top, _, files in os.walk(path, followlinks=True):
+                total += sum(_size(Path(top) / name) for name in files)
+        else:
+            total += _size(path)
+    return total
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # pack says what is wrong with it
 
 
 Tar = Path | BinaryIO  # a tar file by name, or open
@@ -268,8 +289,10 @@ def _safe_parts(name: str) -> tuple[str, ...] | None:
     return tuple(p for p in path.parts if p != ".")
 
 
-def unpack_output(tar_path: Tar, job: ClassAd) -> int:
-    """Place an output tar's members in Iwd, Out, Err or their remaps; bytes written."""
+def unpack_output(tar_path: Tar, job: ClassAd, limit: SizeLimit = NO_LIMIT) -> int:
+    """Place an output tar's members in Iwd, Out, Err or their remaps; bytes written.
+    Its files' sizes (a sparse file's whole) and its members are counted against `limit`
+    and MAX_TAR_MEMBERS before anything is written (TransferError)."""
     iwd = _iwd(job)
     remaps = _remaps(job)
     dests: dict[str, Path | None] = {}
@@ -280,7 +303,9 @@ def unpack_output(tar_path: Tar, job: ClassAd) -> int:
     written = 0
     try:
         with _open_tar(tar_path) as tar:
-            for member in tar:
+            members = listed_members(tar)
+            limit.check(unpacked_size(members), "the output sandbox (its files unpacked)")
+            for member in members:
                 parts = _safe_parts(member.name)
                 if parts is None or not (member.isfile() or member.isdir()):
                     continue  # never written outside its place, never a link
@@ -300,6 +325,10 @@ def unpack_output(tar_path: Tar, job: ClassAd) -> int:
                     shutil.copyfileobj(source, out)
                 os.chmod(dest, (member.mode & 0o755) | 0o600)
                 written += member.size
+    except SandboxTooLarge as exc:
+        raise TransferError(
+            f"Transfer output files failure: {exc}", HoldReasonCode.MaxTransferOutputSizeExceeded
+        ) from exc
     except (tarfile.TarError, OSError) as exc:
         raise TransferError(
             f"Transfer output files failure: cannot write the output sandbox: {exc}",

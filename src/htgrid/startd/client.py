@@ -11,8 +11,10 @@
 The socket must belong to this user (or root): a socket someone else made is refused
 before anything is sent, since job ads carry the job's environment. A node on another
 host is reached over TLS (`StartdClient.over_tls(address, context)`, the context pinning
-the certificate its ad carries and presenting the schedd's own). Errors come back as
-the startd's classes; a node that does not answer is `StartdUnavailable`.
+the certificate its ad carries and presenting the schedd's own); one behind NAT over the
+same TLS on connections it makes back to the schedd through its broker
+(`StartdClient.over_ccb`). Errors come back as the startd's classes; a node that does
+not answer is `StartdUnavailable`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import asyncio
 import json
 import os
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -30,7 +32,7 @@ import httpx
 
 from htgrid.classad import ClassAd
 from htgrid.classad.adjson import ads_to_json, loads
-from htgrid.client import tls_transport
+from htgrid.client import Connect, tls_transport
 from htgrid.net import ad_from_json
 from htgrid.startd._errors import (
     StartdError,
@@ -100,6 +102,32 @@ class StartdClient:
         )
         return self
 
+    @classmethod
+    def over_ccb(
+        cls,
+        where: str,
+        host: str,
+        tls: ssl.SSLContext,
+        connect: Connect,
+        *,
+        timeout: float = 30.0,
+    ) -> StartdClient:
+        """A client of the node at `where` (its broker contact) over TLS on the
+        connections `connect` makes (the node's, reversed through its broker), `tls`
+        checking whom it talks to as over `over_tls`: the node's certificate names
+        `host`, its name or address."""
+        self = cls.__new__(cls)
+        self.path = None
+        self.where = where
+        self.timeout = timeout
+        shown = f"[{host}]" if ":" in host else host
+        self._http = httpx.AsyncClient(
+            transport=tls_transport(tls, _LIMITS, connect),
+            base_url=f"https://{shown}",
+            timeout=timeout,
+        )
+        return self
+
     async def __aenter__(self) -> StartdClient:
         return self
 
@@ -165,8 +193,12 @@ class StartdClient:
         )
         return ClaimStatus.from_json(doc)
 
-    async def fetch_output(self, claim_id: str, dest: Path) -> int:
-        """Write the claim's output sandbox (a tar) to `dest`; its size."""
+    async def fetch_output(
+        self, claim_id: str, dest: Path, check: Callable[[int], None] | None = None
+    ) -> int:
+        """Write the claim's output sandbox (a tar) to `dest`, a chunk at a time; its
+        size. `check` is given the bytes come so far after each chunk: what it raises
+        (a sandbox over its limit) stops the transfer there."""
         size = 0
         try:
             async with self._http.stream("GET", f"/v1/claims/{claim_id}/output", timeout=None) as r:
@@ -176,8 +208,10 @@ class StartdClient:
                 f = await asyncio.to_thread(open, dest, "wb")
                 try:
                     async for chunk in r.aiter_bytes(_CHUNK):
-                        await asyncio.to_thread(f.write, chunk)
                         size += len(chunk)
+                        if check is not None:
+                            check(size)
+                        await asyncio.to_thread(f.write, chunk)
                 finally:
                     await asyncio.to_thread(f.close)
         except httpx.TransportError as exc:

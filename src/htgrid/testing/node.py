@@ -11,7 +11,10 @@ as its token says (NETWORK_HOSTNAME), shares no files with the submit host
 (FILESYSTEM_DOMAIN), trusts the pool's CA as `htgrid trust add` leaves it, and holds
 the token the pool's administrator made for it with `htgrid token create -identity
 <name>@<trust domain> -authz ADVERTISE_STARTD`: what an administrator copies to a
-machine joining the pool. It runs as `htgrid startd -pool <collector>`, a process.
+machine joining the pool. It runs as `htgrid startd -pool <collector>`, a process;
+behind a `htgrid.testing.nat.Gateway` (`behind=`), as a machine behind NAT: in a network
+namespace of its own, which reaches the pool's ports the gateway carries and which
+nothing outside can reach.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from htgrid.net.security import SecurityConfig, ensure_pool_security
 from htgrid.pool import CONFIG_NAME, family_marker, kill_leftovers
 from htgrid.startd import StartdConfig
 from htgrid.testing import PersonalPool, run_cli, wait_for
+from htgrid.testing.nat import Gateway
 
 __all__ = ["CENTRAL_MANAGER", "ExecuteNode"]
 
@@ -50,9 +54,10 @@ class ExecuteNode:
         authz: Sequence[str] = ("ADVERTISE_STARTD",),
         token: bool = True,
         config: Mapping[str, object] | None = None,
+        behind: Gateway | None = None,
     ) -> None:
         """`identity` is the token's (default `name@<the pool's trust domain>`);
-        `token=False` gives the node none."""
+        `token=False` gives the node none; `behind`: the NAT it runs behind."""
         home.mkdir(parents=True, exist_ok=True)
         knobs: dict[str, object] = {
             "NETWORK_INTERFACE": address,
@@ -79,6 +84,7 @@ class ExecuteNode:
             status, _, err = run_cli(pool.home, *args)
             assert status == 0, err
         self.config = StartdConfig.load(home)
+        self.behind = behind
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -95,6 +101,8 @@ class ExecuteNode:
         """Run `htgrid startd -pool <the pool's collector>` with this home."""
         env = {**os.environ, "HTGRID_HOME": str(self.home)}
         command = [sys.executable, "-m", "htgrid.cli", "startd", "-pool", self.pool.collector]
+        if self.behind is not None:
+            command = self.behind.wrap(command)
         with open(self.output, "ab") as out:
             self.process = subprocess.Popen(command, env=env, stdout=out, stderr=out)
         return self.process
