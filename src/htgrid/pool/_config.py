@@ -38,6 +38,14 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
     MASTER_RECOVER_FACTOR = 300       RECOVER_FACTOR seconds
     DEFAULT_MASTER_SHUTDOWN_SCRIPT = (none)   a command run when the daemons exit
     TRUST_DOMAIN = (host name)      the issuer of the pool's tokens (htgrid.net.security)
+    CERTIFICATE_MAPFILE = etc/mapfile  the unified map file: SCITOKENS and TOKEN lines map
+                                    <issuer>,<subject> to local users (htgrid.net.security)
+    SCITOKENS_SERVER_AUDIENCE = $(COLLECTOR_HOST)  the `aud` an issuer's token must name
+    AUTH_SSL_CLIENT_CAFILE, AUTH_SSL_CLIENT_CADIR   CAs trusted for issuers' keys (HTTPS)
+    DENY_WRITE = anonymous@*, *@unmapped, *@banned.htcondor.org   mapped names refused
+                                    WRITE (and DENY_READ, _NEGOTIATOR, _ADMINISTRATOR, _DAEMON)
+    SCHEDD_AUDIT_LOG = log/AuditLog  every accepted or refused change, who and why (0600)
+    COLLECTOR_AUDIT_LOG = (none)    the collector's
     GRIDMANAGER_JOB_PROBE_INTERVAL = 10  seconds between the grid manager's status polls
     ALLOW_ROOT_JOBS = false         whether a job may be root's (run as root); HTCondor has
                                     no such knob and never runs one. Daemons run by root
@@ -117,6 +125,18 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "MASTER_RECOVER_FACTOR": "300",
     "DEFAULT_MASTER_SHUTDOWN_SCRIPT": None,
     "TRUST_DOMAIN": None,  # read by htgrid.net.security.SecurityConfig.load
+    # who may come in, read by htgrid.net.security.GatekeeperConfig.load (HTCondor-CE's)
+    "CERTIFICATE_MAPFILE": None,  # the unified map file: $HTGRID_HOME/etc/mapfile
+    "SCITOKENS_SERVER_AUDIENCE": None,  # the aud an issuer's token must name: COLLECTOR_HOST
+    "AUTH_SSL_CLIENT_CAFILE": None,  # CAs trusted for issuers' HTTPS (else the system's)
+    "AUTH_SSL_CLIENT_CADIR": None,
+    "DENY_READ": "",
+    "DENY_WRITE": "anonymous@*, *@unmapped, *@banned.htcondor.org",
+    "DENY_NEGOTIATOR": "anonymous@*, *@unmapped, *@banned.htcondor.org",
+    "DENY_ADMINISTRATOR": "anonymous@*, *@unmapped, *@banned.htcondor.org",
+    "DENY_DAEMON": "anonymous@*, *@unmapped, *@banned.htcondor.org",
+    "SCHEDD_AUDIT_LOG": None,  # $HTGRID_HOME/log/AuditLog
+    "COLLECTOR_AUDIT_LOG": None,  # none
     "GRIDMANAGER_JOB_PROBE_INTERVAL": "10",  # read by htgrid.grid (GridManagerConfig.KNOBS)
     "ALLOW_ROOT_JOBS": "false",
     # the execute node's (htgrid.startd)
