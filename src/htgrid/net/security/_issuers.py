@@ -202,6 +202,8 @@ class IssuerKeys:
                     body += chunk
                     if len(body) > limit:
                         raise _FetchFailed(f"{url} sent more than {limit} bytes")
+        except httpx.TimeoutException:
+            raise _FetchFailed(f"{url}: no answer within {self.settings.timeout:g} s") from None
         except httpx.HTTPError as exc:
             raise _FetchFailed(f"{url}: {type(exc).__name__}: {exc or 'no detail'}") from None
         try:
