@@ -44,8 +44,8 @@ from htgrid.net.security import (
     principal_of,
 )
 from htgrid.pool import KNOBS
+from htgrid.testing.issuer import TestIssuer, issuers, new_key
 
-from ._issuer import TestIssuer, issuers, new_key
 from ._support import NOW, FakeClock
 
 AUD = "ce.test:9619"

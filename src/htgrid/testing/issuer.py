@@ -1,5 +1,6 @@
-"""A token issuer on 127.0.0.1 for the tests: OIDC discovery and a JWK set over HTTPS,
-with a certificate of its own test CA, and SciTokens / WLCG tokens minted with its keys.
+"""A token issuer on 127.0.0.1 for tests: OIDC discovery and a JWK set over HTTPS, with a
+certificate of its own test CA, and SciTokens / WLCG tokens minted with its keys (what
+a VO's token service is to an HTCondor-CE).
 
     with TestIssuer(tmp_path / "issuer") as issuer:
         token = issuer.mint("pilot", aud="ce.test:9619")
@@ -26,6 +27,8 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from htgrid.net.security import PoolCA, server_ssl_context
+
+__all__ = ["WLCG_COMPUTE", "TestIssuer", "issuers", "new_key", "public_jwk"]
 
 WLCG_COMPUTE = "compute.create compute.read compute.modify compute.cancel"
 PrivateKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
