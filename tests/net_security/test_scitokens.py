@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from htgrid.net.security import (
+    AuditEvent,
     AuditLog,
     DeniedIdentity,
     DenyList,
@@ -43,7 +44,8 @@ from htgrid.net.security import (
     WrongAudience,
     principal_of,
 )
-from htgrid.pool import KNOBS
+from htgrid.net.security._audit import Rotation, parse_rotation
+from htgrid.pool import KNOBS, PoolError
 from htgrid.testing.issuer import TestIssuer, issuers, new_key
 
 from ._support import NOW, FakeClock
@@ -425,3 +427,35 @@ def test_an_audit_log_others_could_read_is_closed_and_a_forged_line_cannot_be_ma
     (line,) = log.read_text().splitlines()
     assert 'subject="pilot-x\\"forged accepted"' in line
     assert stat.S_IMODE(log.stat().st_mode) == 0o600
+
+
+def test_the_audit_log_is_rotated_as_htcondor_ce_keeps_it(tmp_path: Path) -> None:
+    now = [NOW]
+    log = AuditLog(tmp_path / "AuditLog", rotation=Rotation(86400, None, 2), clock=lambda: now[0])
+    event = AuditEvent(False, "POST /v1/jobs", "127.0.0.1:1", 401, reason="MissingToken: none")
+    for day in range(4):
+        now[0] = NOW + day * 86400
+        log.record(event)
+        log.record(event)
+    rotated = sorted(p.name for p in tmp_path.iterdir() if p.name != "AuditLog")
+    assert rotated == ["AuditLog.20270117T080000", "AuditLog.20270118T080000"]  # 2 kept
+    assert (tmp_path / "AuditLog").read_text().count("\n") == 2  # today's two
+    assert (tmp_path / "AuditLog.20270118T080000").read_text().startswith("2027-01-17T08")
+    by_size = AuditLog(tmp_path / "s" / "AuditLog", rotation=parse_rotation("300", 5))
+    for _ in range(4):
+        by_size.record(event)
+    assert all(p.stat().st_size <= 300 for p in (tmp_path / "s").iterdir())
+    assert len(list((tmp_path / "s").iterdir())) > 1
+
+
+def test_audit_log_rotation_knobs(tmp_path: Path) -> None:
+    assert parse_rotation("12h", 7) == Rotation(43200, None, 7)
+    assert parse_rotation("0", 7) == Rotation(None, None, 7)
+    (tmp_path / "htgrid.conf").write_text(
+        "MAX_SCHEDD_AUDIT_LOG = 30m\nMAX_NUM_SCHEDD_AUDIT_LOG = 3\n"
+    )
+    assert GatekeeperConfig.load(tmp_path).audit_rotation == Rotation(1800, None, 3)
+    assert GatekeeperConfig.load(tmp_path, "COLLECTOR").audit_rotation == Rotation(86400, None, 90)
+    (tmp_path / "htgrid.conf").write_text("\nMAX_SCHEDD_AUDIT_LOG = often\n")
+    with pytest.raises(PoolError, match=r"htgrid\.conf:2: MAX_SCHEDD_AUDIT_LOG 'often' is neither"):
+        GatekeeperConfig.load(tmp_path)

@@ -349,6 +349,10 @@ def create_app(
             realm=security.trust_domain,
             required=required_authz,
             admit=gate.admit,
-            audit=AuditLog(settings.audit_log) if settings.audit_log is not None else None,
+            audit=(
+                AuditLog(settings.audit_log, rotation=settings.audit_rotation)
+                if settings.audit_log is not None
+                else None
+            ),
         )
     return app

@@ -45,6 +45,8 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
     DENY_WRITE = anonymous@*, *@unmapped, *@banned.htcondor.org   mapped names refused
                                     WRITE (and DENY_READ, _NEGOTIATOR, _ADMINISTRATOR, _DAEMON)
     SCHEDD_AUDIT_LOG = log/AuditLog  every accepted or refused change, who and why (0600)
+    MAX_SCHEDD_AUDIT_LOG = 1d       rotated after a day (or N bytes); MAX_NUM_SCHEDD_AUDIT_LOG
+                                    = 90 old ones kept (and the COLLECTOR_ ones)
     COLLECTOR_AUDIT_LOG = (none)    the collector's
     GRIDMANAGER_JOB_PROBE_INTERVAL = 10  seconds between the grid manager's status polls
     ALLOW_ROOT_JOBS = false         whether a job may be root's (run as root); HTCondor has
@@ -137,6 +139,10 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "DENY_DAEMON": "anonymous@*, *@unmapped, *@banned.htcondor.org",
     "SCHEDD_AUDIT_LOG": None,  # $HTGRID_HOME/log/AuditLog
     "COLLECTOR_AUDIT_LOG": None,  # none
+    "MAX_SCHEDD_AUDIT_LOG": "1d",  # rotated daily (or a size in bytes), as HTCondor-CE's
+    "MAX_NUM_SCHEDD_AUDIT_LOG": "90",
+    "MAX_COLLECTOR_AUDIT_LOG": "1d",
+    "MAX_NUM_COLLECTOR_AUDIT_LOG": "90",
     "GRIDMANAGER_JOB_PROBE_INTERVAL": "10",  # read by htgrid.grid (GridManagerConfig.KNOBS)
     "ALLOW_ROOT_JOBS": "false",
     # the execute node's (htgrid.startd)

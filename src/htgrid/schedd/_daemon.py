@@ -341,7 +341,11 @@ class Daemon:
             gate.verify,
             realm=security.trust_domain,
             admit=gate.admit,
-            audit=AuditLog(settings.audit_log) if settings.audit_log is not None else None,
+            audit=(
+                AuditLog(settings.audit_log, rotation=settings.audit_rotation)
+                if settings.audit_log is not None
+                else None
+            ),
         )
         tls = server_ssl_context(material.server)
         config = api_config(app, cfg.api_limits, tls=tls)

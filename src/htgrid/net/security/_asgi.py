@@ -31,10 +31,9 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from htgrid.net.security._audit import AuditEvent, AuditLog
+from htgrid.net.security._audit import AuditEvent, AuditLog, claimed
 from htgrid.net.security._authz import Principal
 from htgrid.net.security._errors import AuthError, MalformedToken, MissingToken, SecurityError
-from htgrid.net.security._gatekeeper import claimed
 from htgrid.queue import Identity
 
 __all__ = [

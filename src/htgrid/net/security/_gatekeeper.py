@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from htgrid.client import ALGORITHM, TOKEN_ALGORITHMS, NotAToken, shown, take_apart
+from htgrid.net.security._audit import Rotation, parse_rotation
 from htgrid.net.security._authz import AUTHORIZATIONS, Principal, effective_authorizations
 from htgrid.net.security._config import SecurityConfig
 from htgrid.net.security._errors import DeniedIdentity, MalformedToken, UnmappedIdentity
@@ -38,9 +39,9 @@ from htgrid.net.security._issuers import IssuerKeys, IssuerSettings
 from htgrid.net.security._mapfile import WatchedMap, local_user
 from htgrid.net.security._scitokens import IssuedTokenVerifier, authorizations_of
 from htgrid.net.security._tokens import TokenVerifier
-from htgrid.pool import ConfigFile
+from htgrid.pool import ConfigFile, PoolError
 
-__all__ = ["DENY_LEVELS", "Claimed", "DenyList", "Gatekeeper", "GatekeeperConfig", "claimed"]
+__all__ = ["DENY_LEVELS", "DenyList", "Gatekeeper", "GatekeeperConfig"]
 
 DENY_LEVELS: Final = ("READ", "WRITE", "NEGOTIATOR", "ADMINISTRATOR", "DAEMON")
 SCITOKENS: Final = "SCITOKENS"
@@ -79,6 +80,7 @@ class GatekeeperConfig:
     deny: DenyList
     issuers: IssuerSettings  # AUTH_SSL_CLIENT_CAFILE, AUTH_SSL_CLIENT_CADIR
     audit_log: Path | None  # <DAEMON>_AUDIT_LOG
+    audit_rotation: Rotation = field(default_factory=Rotation)  # MAX_[NUM_]<DAEMON>_AUDIT_LOG
 
     @classmethod
     def load(cls, home: Path, daemon: str = "SCHEDD") -> GatekeeperConfig:
@@ -98,32 +100,17 @@ class GatekeeperConfig:
             audit_log=_path(
                 home, conf, f"{daemon}_AUDIT_LOG", "log/AuditLog" if daemon == "SCHEDD" else ""
             ),
+            audit_rotation=_rotation(conf, daemon),
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    """Who a token says its holder is, read without believing it (for the audit log)."""
-
-    method: str
-    issuer: str
-    subject: str
-    token_id: str
-
-
-def claimed(token: str) -> Claimed | None:
-    """What `token` claims of itself, if it can be read at all (never raises)."""
+def _rotation(conf: ConfigFile, daemon: str) -> Rotation:
+    size, count = f"MAX_{daemon}_AUDIT_LOG", f"MAX_NUM_{daemon}_AUDIT_LOG"
+    keep = conf.integer(count, 90, zero=True)
     try:
-        header, claims, _, _ = take_apart(token, TOKEN_ALGORITHMS)
-    except NotAToken:
-        return None
-
-    def text(name: str) -> str:
-        value = claims.get(name)
-        return value if isinstance(value, str) else ""
-
-    method = "IDTOKENS" if header.get("alg") == ALGORITHM else SCITOKENS
-    return Claimed(method, text("iss"), text("sub"), text("jti"))
+        return parse_rotation(conf.text(size, "1d"), keep)
+    except ValueError as exc:
+        raise PoolError(f"{conf.path}:{conf.values[size][1]}: {size} {exc}") from None
 
 
 class Gatekeeper:
