@@ -9,7 +9,8 @@ issuer's subject `pilot` to a local account, bans `banned-*` subjects (mapped to
 An owner of pool A submits an HTCondor-C job (`grid_resource = condor ...`) naming its
 SciToken (`scitokens_file`): A's condor GAHP server presents it to B, B maps it to the
 account, the job runs there as that account and its output comes back. A banned subject
-and a token for another audience are refused; all three are in B's audit log.
+and a token for another audience are refused; all three are in B's audit log. A job
+whose token names a banned subject is held on A, saying why B refused it.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from htgrid.testing import wait_for
 from htgrid.testing.issuer import TestIssuer
 
 from ._accounts import LocalUser
-from ._two_pools import two_pools
-from .test_htcondor_c_owner import Pools, run_on_b
+from ._two_pools import b_jobs, two_pools
+from .test_htcondor_c_owner import Pools, run_on_b, submit
 
 AUDIENCE = "ce.test:9619"
 
@@ -67,9 +68,9 @@ def pools(
         yield Pools(a, b, user, second_user, workdir)
 
 
-def scitoken_file(pools: Pools, token: str) -> Path:
+def scitoken_file(pools: Pools, token: str, name: str = "pilot.scitoken") -> Path:
     """`token` in a file of the owner's (0600), as a job's scitokens_file names it."""
-    path = pools.work / "pilot.scitoken"
+    path = pools.work / name
     save_token(path, token)
     os.chown(path, pools.owner.uid, pools.owner.gid)
     return path
@@ -117,3 +118,21 @@ def test_a_scitoken_job_runs_on_b_as_the_mapped_account_and_others_are_refused(
     text = (pools.b.home / "log" / "AuditLog").read_text()
     assert token.read_text().strip() not in text
     assert stat.S_IMODE((pools.b.home / "log" / "AuditLog").stat().st_mode) == 0o600
+
+
+@pytest.mark.timeout(300)
+def test_an_htcondor_c_job_with_a_banned_subjects_token_is_held_saying_why(
+    pools: Pools, issuer: TestIssuer
+) -> None:
+    token = scitoken_file(pools, issuer.mint("banned-eve", aud=AUDIENCE), "eve.scitoken")
+    job = submit(pools, f"scitokens_file = {token}\n")
+
+    def held() -> str | None:
+        ad = pools.user.get(job)
+        return str(ad["HoldReason"]) if ad["JobStatus"] == 5 else None
+
+    reason = wait_for(held, 120, what="the job held on A")
+    assert "DENY_WRITE" in reason and "banned.htcondor.org" in reason, reason
+    assert b_jobs(pools.b) == []  # nothing reached B's queue
+    lines = audit_lines(pools, 1)
+    assert all(" refused " in line and 'subject="banned-eve"' in line for line in lines), lines
