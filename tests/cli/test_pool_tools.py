@@ -135,8 +135,11 @@ def test_config_val_defaults_file_values_and_dump(
         "DEFAULT_MASTER_SHUTDOWN_SCRIPT",
         "STARTD_NOCLAIM_SHUTDOWN",
         "NETWORK_INTERFACE",  # a node on its own: the address that reaches the collector
+        "COLLECTOR_AUDIT_LOG",  # none unless set
     }
     assert dumped["COLLECTOR_HOST"] == "127.0.0.1:9618"
+    assert dumped["SCITOKENS_SERVER_AUDIENCE"] == "127.0.0.1:9618"  # HTCondor-CE's default
+    assert dumped["SCHEDD_AUDIT_LOG"] == str(home / "log" / "AuditLog")
     assert dumped["AUTH_SSL_CLIENT_CADIR"] == str(home / "etc" / "ca" / "trusted.d")
     rc, out, _ = run_cli(home, "config_val", "-dump", "INTERVAL")
     assert sorted(line.split(" = ")[0] for line in out.splitlines()[1:]) == [

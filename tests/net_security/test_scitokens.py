@@ -91,7 +91,7 @@ class Gate:
             audiences=(AUD,),
             uid_domain="users.htcondor.org",
             deny=_deny_defaults(),
-            issuers=IssuerSettings(ca_file=issuer.ca, timeout=2.0),
+            issuers=IssuerSettings(ca_files=(issuer.ca,), timeout=2.0),
             audit_log=None,
         )
         self.settings = replace(self.settings, **settings)  # type: ignore[arg-type]
@@ -289,12 +289,17 @@ def test_an_issuer_serving_nonsense_or_nothing_is_refused(
         gate.verify(issuer.mint("pilot-alice", aud=AUD, now=clock.now))
 
 
-def test_an_issuer_whose_certificate_is_not_trusted_is_refused(
+def test_an_issuer_is_trusted_once_its_ca_is_among_the_pools(
     tmp_path: Path, issuer: TestIssuer, clock: FakeClock
 ) -> None:
-    untrusting = Gate(tmp_path / "pool", issuer, clock, issuers=IssuerSettings(timeout=2.0))
+    trusted = tmp_path / "pool" / "etc" / "ca" / "trusted.d"
+    settings = IssuerSettings(ca_dir=trusted, timeout=2.0, retry=0)
+    gate = Gate(tmp_path / "pool", issuer, clock, issuers=settings)
     with pytest.raises(IssuerUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
-        untrusting.verify(issuer.mint("pilot-alice", aud=AUD, now=clock.now))
+        gate.verify(issuer.mint("pilot-alice", aud=AUD, now=clock.now))
+    trusted.mkdir(parents=True)
+    (trusted / "issuer.crt").write_bytes(issuer.ca.read_bytes())  # `htgrid trust add`
+    assert gate.verify(issuer.mint("pilot-alice", aud=AUD, now=clock.now)).user == "alice"
 
 
 def test_many_requests_at_once_share_one_fetch(
@@ -330,13 +335,14 @@ def test_the_knobs_as_htcondor_ce_names_them(tmp_path: Path) -> None:
     home.mkdir()
     (home / "htgrid.conf").write_text(
         "COLLECTOR_HOST = ce.test:9619\nCERTIFICATE_MAPFILE = /etc/htgrid-ce/condor_mapfile\n"
-        "AUTH_SSL_CLIENT_CAFILE = certs/igtf.pem\nDENY_WRITE = *@banned.htcondor.org, mallory@*\n"
+        "DENY_WRITE = *@banned.htcondor.org, mallory@*\n"
         "UID_DOMAIN = users.htcondor.org\n"
     )
     settings = GatekeeperConfig.load(home, "SCHEDD")
     assert settings.audiences == ("ce.test:9619",)  # SCITOKENS_SERVER_AUDIENCE's default
     assert settings.mapfile == Path("/etc/htgrid-ce/condor_mapfile")
-    assert settings.issuers.ca_file == home / "certs" / "igtf.pem"
+    assert settings.issuers.ca_dir == home / "etc" / "ca" / "trusted.d"  # AUTH_SSL_CLIENT_CADIR
+    assert settings.issuers.system_cas
     assert settings.deny.entries["WRITE"] == ("*@banned.htcondor.org", "mallory@*")
     assert settings.deny.entries["READ"] == ()
     assert settings.audit_log == home / "log" / "AuditLog"

@@ -4,7 +4,7 @@ Pool B is the compute entrypoint: its map file (CERTIFICATE_MAPFILE) maps a test
 issuer's subject `pilot` to a local account, bans `banned-*` subjects (mapped to
 `@banned.htcondor.org`, which DENY_WRITE refuses), and takes tokens for its own audience
 (SCITOKENS_SERVER_AUDIENCE) only; it trusts the issuer's test CA for fetching its keys
-(AUTH_SSL_CLIENT_CAFILE). The issuer runs on 127.0.0.1 in this process.
+(`htgrid trust add`). The issuer runs on 127.0.0.1 in this process.
 
 An owner of pool A submits an HTCondor-C job (`grid_resource = condor ...`) naming its
 SciToken (`scitokens_file`): A's condor GAHP server presents it to B, B maps it to the
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from htgrid.net.security import DeniedIdentity, WrongAudience, save_token
-from htgrid.testing import wait_for
+from htgrid.testing import run_cli, wait_for
 from htgrid.testing.issuer import TestIssuer
 
 from ._accounts import LocalUser
@@ -57,7 +57,6 @@ def pools(
     )
     b_config = {
         "CERTIFICATE_MAPFILE": str(mapfile),
-        "AUTH_SSL_CLIENT_CAFILE": str(issuer.ca),
         "SCITOKENS_SERVER_AUDIENCE": AUDIENCE,
         "UID_DOMAIN": "users.htcondor.org",
     }
@@ -65,6 +64,8 @@ def pools(
         two_pools(root, b_config=b_config) as (a, b),
         a.remote(a.token(f"{second_user.name}@pool-a")) as user,
     ):
+        status, _, err = run_cli(b.home, "trust", "add", "issuer.test", str(issuer.ca))
+        assert status == 0, err
         yield Pools(a, b, user, second_user, workdir)
 
 

@@ -41,7 +41,8 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
     CERTIFICATE_MAPFILE = etc/mapfile  the unified map file: SCITOKENS and TOKEN lines map
                                     <issuer>,<subject> to local users (htgrid.net.security)
     SCITOKENS_SERVER_AUDIENCE = $(COLLECTOR_HOST)  the `aud` an issuer's token must name
-    AUTH_SSL_CLIENT_CAFILE, AUTH_SSL_CLIENT_CADIR   CAs trusted for issuers' keys (HTTPS)
+                                    (issuers' keys are fetched trusting the system's CAs
+                                    and the pool's, AUTH_SSL_CLIENT_CADIR: `htgrid trust add`)
     DENY_WRITE = anonymous@*, *@unmapped, *@banned.htcondor.org   mapped names refused
                                     WRITE (and DENY_READ, _NEGOTIATOR, _ADMINISTRATOR, _DAEMON)
     SCHEDD_AUDIT_LOG = log/AuditLog  every accepted or refused change, who and why (0600)
@@ -130,8 +131,6 @@ KNOBS: Final[Mapping[str, str | None]] = {
     # who may come in, read by htgrid.net.security.GatekeeperConfig.load (HTCondor-CE's)
     "CERTIFICATE_MAPFILE": None,  # the unified map file: $HTGRID_HOME/etc/mapfile
     "SCITOKENS_SERVER_AUDIENCE": None,  # the aud an issuer's token must name: COLLECTOR_HOST
-    "AUTH_SSL_CLIENT_CAFILE": None,  # CAs trusted for issuers' HTTPS (else the system's)
-    "AUTH_SSL_CLIENT_CADIR": None,
     "DENY_READ": "",
     "DENY_WRITE": "anonymous@*, *@unmapped, *@banned.htcondor.org",
     "DENY_NEGOTIATOR": "anonymous@*, *@unmapped, *@banned.htcondor.org",

@@ -39,7 +39,7 @@ from htgrid.net.security._issuers import IssuerKeys, IssuerSettings
 from htgrid.net.security._mapfile import WatchedMap, local_user
 from htgrid.net.security._scitokens import IssuedTokenVerifier, authorizations_of
 from htgrid.net.security._tokens import TokenVerifier
-from htgrid.pool import ConfigFile, PoolError
+from htgrid.pool import ConfigFile, HomeLayout, PoolError
 
 __all__ = ["DENY_LEVELS", "DenyList", "Gatekeeper", "GatekeeperConfig"]
 
@@ -78,7 +78,7 @@ class GatekeeperConfig:
     audiences: tuple[str, ...]  # SCITOKENS_SERVER_AUDIENCE
     uid_domain: str  # UID_DOMAIN: the domain of a canonical name that names none
     deny: DenyList
-    issuers: IssuerSettings  # AUTH_SSL_CLIENT_CAFILE, AUTH_SSL_CLIENT_CADIR
+    issuers: IssuerSettings  # whom to trust for issuers' HTTPS
     audit_log: Path | None  # <DAEMON>_AUDIT_LOG
     audit_rotation: Rotation = field(default_factory=Rotation)  # MAX_[NUM_]<DAEMON>_AUDIT_LOG
 
@@ -93,10 +93,8 @@ class GatekeeperConfig:
             audiences=conf.names(audience if conf.has(audience) else "COLLECTOR_HOST"),
             uid_domain=conf.text("UID_DOMAIN"),
             deny=DenyList({level: conf.names(f"DENY_{level}") for level in DENY_LEVELS}),
-            issuers=IssuerSettings(
-                ca_file=_path(home, conf, "AUTH_SSL_CLIENT_CAFILE"),
-                ca_dir=_path(home, conf, "AUTH_SSL_CLIENT_CADIR"),
-            ),
+            # The system's CAs and the pool's trusted ones (AUTH_SSL_CLIENT_CADIR).
+            issuers=IssuerSettings(ca_dir=HomeLayout(home).trusted_ca_dir),
             audit_log=_path(
                 home, conf, f"{daemon}_AUDIT_LOG", "log/AuditLog" if daemon == "SCHEDD" else ""
             ),

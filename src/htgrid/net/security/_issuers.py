@@ -1,6 +1,6 @@
 """Token issuers' signing keys, fetched over HTTPS and kept a while (scitokens-cpp's cache).
 
-    keys = IssuerKeys(IssuerSettings(ca_file=Path("/etc/grid-security/ca.pem")))
+    keys = IssuerKeys(IssuerSettings(ca_dir=Path("/etc/grid-security/certificates")))
     jwk = await keys.key("https://issuer.example", "key-1")   # a jwt.PyJWK, or an AuthError
 
 An issuer's keys are found as HTCondor's SciTokens library finds them: OIDC discovery,
@@ -14,11 +14,16 @@ not asked again for `retry` seconds, its tokens refused meanwhile with the reaso
 fetch is bounded (`timeout`, `max_bytes`); requests for one issuer's keys share one fetch,
 and the fetch goes on if the request that started it is gone. The event loop never waits
 on the network: httpx's async client, and the CA files read in a thread.
+
+Whom to trust for an issuer's HTTPS: the system's CAs, and the pool's trusted CAs (its
+AUTH_SSL_CLIENT_CADIR, etc/ca/trusted.d: `htgrid trust add <name> <issuer CA>`), read
+again when that directory changes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import ssl
@@ -45,8 +50,9 @@ _DISCOVERY: Final = "/.well-known/openid-configuration"
 class IssuerSettings:
     """Whom to trust for issuers' HTTPS, and how long their keys are kept."""
 
-    ca_file: Path | None = None  # AUTH_SSL_CLIENT_CAFILE (else the system's CAs)
-    ca_dir: Path | None = None  # AUTH_SSL_CLIENT_CADIR
+    ca_files: tuple[Path, ...] = ()  # CA certificates trusted besides the system's
+    ca_dir: Path | None = None  # ...and those in this directory (*.crt, *.pem)
+    system_cas: bool = True  # the system's CAs (the public issuers')
     timeout: float = 10.0  # seconds one fetch (discovery and keys) may take
     refresh: float = 600.0  # seconds keys are used before being fetched again
     lifetime: float = 4 * 86400.0  # ...and, while the issuer is down, at most this long
@@ -96,7 +102,7 @@ class IssuerKeys:
         self._sets: dict[str, _KeySet] = {}
         self._failures: dict[str, _Failure] = {}
         self._inflight: dict[str, asyncio.Future[_KeySet]] = {}
-        self._context: ssl.SSLContext | None = None
+        self._context: tuple[tuple[tuple[str, int], ...], ssl.SSLContext] | None = None
 
     async def key(self, issuer: str, kid: str | None) -> jwt.PyJWK:
         """The key `kid` of `issuer` (IssuerUnavailable when its keys cannot be had,
@@ -150,15 +156,36 @@ class IssuerKeys:
         # Shielded: a caller that goes away does not cancel the others' fetch.
         return await asyncio.shield(future)
 
+    def _ca_files(self) -> tuple[tuple[str, int], ...]:
+        cfg = self.settings
+        found = list(cfg.ca_files)
+        if cfg.ca_dir is not None:
+            with contextlib.suppress(OSError):  # no such directory: no CA there
+                found += sorted(p for p in cfg.ca_dir.iterdir() if p.suffix in {".crt", ".pem"})
+        signature = []
+        for path in found:
+            try:
+                signature.append((str(path), path.stat().st_mtime_ns))
+            except OSError:
+                continue
+        return tuple(signature)
+
+    def _build_context(self) -> tuple[tuple[tuple[str, int], ...], ssl.SSLContext]:
+        files = self._ca_files()
+        if self._context is not None and self._context[0] == files:
+            return self._context
+        if self.settings.system_cas:
+            context = ssl.create_default_context()
+        else:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        for path, _ in files:
+            context.load_verify_locations(cafile=path)
+        return files, context
+
     async def _ssl_context(self) -> ssl.SSLContext:
-        if self._context is None:
-            cfg = self.settings
-            self._context = await asyncio.to_thread(
-                ssl.create_default_context,
-                cafile=str(cfg.ca_file) if cfg.ca_file else None,
-                capath=str(cfg.ca_dir) if cfg.ca_dir else None,
-            )
-        return self._context
+        # Reading CA files (and the directory listing) is file I/O: in a thread.
+        self._context = await asyncio.to_thread(self._build_context)
+        return self._context[1]
 
     async def _fetch(self, issuer: str) -> _KeySet:
         if not https_url(issuer):
