@@ -88,7 +88,7 @@ class GatekeeperConfig:
         conf = ConfigFile.read(home)
         audience = "SCITOKENS_SERVER_AUDIENCE"
         return cls(
-            mapfile=_path(home, conf, "CERTIFICATE_MAPFILE", "etc/mapfile") or home,
+            mapfile=_path(home, conf, "CERTIFICATE_MAPFILE") or home / "etc" / "mapfile",
             # HTCondor-CE's default: the address its clients reach it by.
             audiences=conf.names(audience if conf.has(audience) else "COLLECTOR_HOST"),
             uid_domain=conf.text("UID_DOMAIN"),
