@@ -44,6 +44,9 @@ __all__ = ["IssuerKeys", "IssuerSettings", "https_url"]
 
 _log = logging.getLogger("htgrid.net.security")
 _DISCOVERY: Final = "/.well-known/openid-configuration"
+# Failures remembered at most: a map line matching any issuer lets callers name issuers
+# without end, and each refusal must not cost memory for ever.
+_MAX_FAILURES: Final = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +122,10 @@ class IssuerKeys:
                 held = await self._refresh(issuer)
             except _FetchFailed as exc:
                 failed = _Failure(str(exc), self._clock())
-                self._failures[issuer] = failed
+                self._failures.pop(issuer, None)
+                self._failures[issuer] = failed  # last in the (insertion-ordered) table
+                while len(self._failures) > _MAX_FAILURES:
+                    del self._failures[next(iter(self._failures))]
                 _log.warning("cannot fetch the keys of issuer %s: %s", issuer, exc)
             else:
                 return _pick(issuer, held, kid)
