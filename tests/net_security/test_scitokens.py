@@ -347,6 +347,7 @@ def test_the_knobs_as_htcondor_ce_names_them(tmp_path: Path) -> None:
     assert settings.deny.entries["READ"] == ()
     assert settings.audit_log == home / "log" / "AuditLog"
     assert GatekeeperConfig.load(home, "COLLECTOR").audit_log is None
+    assert settings.issuers.cache_dir == home / "run" / "cache"  # SEC_SCITOKENS_CACHE
     (home / "htgrid.conf").write_text("SCITOKENS_SERVER_AUDIENCE = https://ce.test, ce.test:9619\n")
     assert GatekeeperConfig.load(home).audiences == ("https://ce.test", "ce.test:9619")
     assert GatekeeperConfig.load(home).mapfile == home / "etc" / "mapfile"
@@ -465,3 +466,23 @@ def test_audit_log_rotation_knobs(tmp_path: Path) -> None:
     (tmp_path / "htgrid.conf").write_text("\nMAX_SCHEDD_AUDIT_LOG = often\n")
     with pytest.raises(PoolError, match=r"htgrid\.conf:2: MAX_SCHEDD_AUDIT_LOG 'often' is neither"):
         GatekeeperConfig.load(tmp_path)
+
+
+def test_kept_keys_let_a_restarted_daemon_take_tokens_while_the_issuer_is_down(
+    tmp_path: Path, issuer: TestIssuer, clock: FakeClock
+) -> None:
+    cache = tmp_path / "run" / "cache"
+    settings = IssuerSettings(ca_files=(issuer.ca,), timeout=2.0, cache_dir=cache)
+    first = Gate(tmp_path / "one", issuer, clock, issuers=settings)
+    assert first.verify(issuer.mint("pilot-alice", aud=AUD, now=clock.now)).user == "alice"
+    (kept,) = cache.iterdir()
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    issuer.mode = "down"
+    clock.advance(3600)
+    restarted = Gate(tmp_path / "two", issuer, clock, issuers=settings)  # nothing in memory
+    assert restarted.verify(issuer.mint("pilot-alice", aud=AUD, now=clock.now)).user == "alice"
+    kept.write_text('{"issuer": "elsewhere"}')  # not this issuer's: not used
+    again = Gate(tmp_path / "three", issuer, clock, issuers=settings)
+    with pytest.raises(IssuerUnavailable):
+        again.verify(issuer.mint("pilot-alice", aud=AUD, now=clock.now))

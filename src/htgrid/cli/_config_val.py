@@ -136,6 +136,7 @@ def pool_knobs(home: Path, *, live: bool = True) -> dict[str, Knob]:
         "NETWORK_HOSTNAME": socket.gethostname,
         "SCITOKENS_SERVER_AUDIENCE": lambda: conf.text("COLLECTOR_HOST"),
         "SCHEDD_AUDIT_LOG": lambda: str(schedd.log_dir / "AuditLog"),
+        "SEC_SCITOKENS_CACHE": lambda: str(schedd.run_dir / "cache"),
     }
     # Where things are: not settable in htgrid.conf, named as HTCondor names them.
     paths: Mapping[str, Path] = {

@@ -43,6 +43,7 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
     SCITOKENS_SERVER_AUDIENCE = $(COLLECTOR_HOST)  the `aud` an issuer's token must name
                                     (issuers' keys are fetched trusting the system's CAs
                                     and the pool's, AUTH_SSL_CLIENT_CADIR: `htgrid trust add`)
+    SEC_SCITOKENS_CACHE = run/cache  issuers' keys kept, used when an issuer is down
     DENY_WRITE = anonymous@*, *@unmapped, *@banned.htcondor.org   mapped names refused
                                     WRITE (and DENY_READ, _NEGOTIATOR, _ADMINISTRATOR, _DAEMON)
     SCHEDD_AUDIT_LOG = log/AuditLog  every accepted or refused change, who and why (0600)
@@ -136,6 +137,7 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "DENY_NEGOTIATOR": "anonymous@*, *@unmapped, *@banned.htcondor.org",
     "DENY_ADMINISTRATOR": "anonymous@*, *@unmapped, *@banned.htcondor.org",
     "DENY_DAEMON": "anonymous@*, *@unmapped, *@banned.htcondor.org",
+    "SEC_SCITOKENS_CACHE": None,  # issuers' keys kept across restarts: $(RUN)/cache
     "SCHEDD_AUDIT_LOG": None,  # $HTGRID_HOME/log/AuditLog
     "COLLECTOR_AUDIT_LOG": None,  # none
     "MAX_SCHEDD_AUDIT_LOG": "1d",  # rotated daily (or a size in bytes), as HTCondor-CE's

@@ -94,7 +94,11 @@ class GatekeeperConfig:
             uid_domain=conf.text("UID_DOMAIN"),
             deny=DenyList({level: conf.names(f"DENY_{level}") for level in DENY_LEVELS}),
             # The system's CAs and the pool's trusted ones (AUTH_SSL_CLIENT_CADIR).
-            issuers=IssuerSettings(ca_dir=HomeLayout(home).trusted_ca_dir),
+            issuers=IssuerSettings(
+                ca_dir=HomeLayout(home).trusted_ca_dir,
+                cache_dir=_path(home, conf, "SEC_SCITOKENS_CACHE")
+                or HomeLayout(home).run_dir / "cache",
+            ),
             audit_log=_path(
                 home, conf, f"{daemon}_AUDIT_LOG", "log/AuditLog" if daemon == "SCHEDD" else ""
             ),

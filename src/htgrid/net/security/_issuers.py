@@ -15,6 +15,10 @@ fetch is bounded (`timeout`, `max_bytes`); requests for one issuer's keys share 
 and the fetch goes on if the request that started it is gone. The event loop never waits
 on the network: httpx's async client, and the CA files read in a thread.
 
+With `cache_dir` (SEC_SCITOKENS_CACHE, as HTCondor's SciTokens library keeps its cache),
+the keys fetched are also written there, and read back when an issuer cannot be reached
+and none are held: a restarted daemon takes tokens while their issuer is down.
+
 Whom to trust for an issuer's HTTPS: the system's CAs, and the pool's trusted CAs (its
 AUTH_SSL_CLIENT_CADIR, etc/ca/trusted.d: `htgrid trust add <name> <issuer CA>`), read
 again when that directory changes.
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import ssl
@@ -38,6 +43,7 @@ import httpx
 import jwt
 
 from htgrid.client import ISSUER_ALGORITHMS, shown
+from htgrid.net.security._config import ensure_private_dir, write_private
 from htgrid.net.security._errors import IssuerUnavailable, UnknownKey
 
 __all__ = ["IssuerKeys", "IssuerSettings", "https_url"]
@@ -62,6 +68,7 @@ class IssuerSettings:
     retry: float = 60.0  # seconds an issuer that failed is not asked again
     rotation: float = 30.0  # an unknown kid fetches again at most this often
     max_bytes: int = 1 << 20  # of a discovery document or key set
+    cache_dir: Path | None = None  # SEC_SCITOKENS_CACHE: keys kept across restarts
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +137,8 @@ class IssuerKeys:
             else:
                 return _pick(issuer, held, kid)
         held = self._sets.get(issuer)
+        if held is None and cfg.cache_dir is not None:
+            held = await asyncio.to_thread(self._read_cache, issuer)
         if held is not None and self._clock() - held.fetched < cfg.lifetime:
             return _pick(issuer, held, kid)  # the issuer is down: the keys it had still serve
         assert failed is not None
@@ -222,6 +231,40 @@ class IssuerKeys:
         self._sets[issuer] = held
         self._failures.pop(issuer, None)
         _log.info("fetched %d key(s) of issuer %s from %s", len(keys), issuer, jwks_uri)
+        if cfg.cache_dir is not None:
+            doc = {"issuer": issuer, "fetched": held.fetched, "jwks_uri": jwks_uri, **key_set}
+            await asyncio.to_thread(self._write_cache, issuer, doc)
+        return held
+
+    def _cache_file(self, issuer: str) -> Path:
+        assert self.settings.cache_dir is not None
+        name = hashlib.sha256(issuer.encode("utf-8")).hexdigest()[:40]
+        return self.settings.cache_dir / f"{name}.jwks.json"
+
+    def _write_cache(self, issuer: str, doc: Mapping[str, Any]) -> None:
+        path = self._cache_file(issuer)
+        try:
+            ensure_private_dir(path.parent)
+            write_private(path, json.dumps(doc).encode("utf-8"))
+        except OSError as exc:
+            _log.warning("cannot keep the keys of issuer %s in %s: %s", issuer, path, exc)
+
+    def _read_cache(self, issuer: str) -> _KeySet | None:
+        path = self._cache_file(issuer)
+        try:
+            doc = json.loads(path.read_bytes())
+            if not isinstance(doc, dict) or doc.get("issuer") != issuer:
+                return None
+            fetched = float(doc["fetched"])
+            keys = _signing_keys(str(doc.get("jwks_uri")), doc)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError, _FetchFailed) as exc:
+            _log.warning("the kept keys of issuer %s in %s are not used: %s", issuer, path, exc)
+            return None
+        held = _KeySet(keys, fetched)
+        self._sets[issuer] = held
+        _log.info("issuer %s cannot be reached: using its keys kept in %s", issuer, path)
         return held
 
     async def _json(self, client: httpx.AsyncClient, url: str) -> dict[str, Any]:
