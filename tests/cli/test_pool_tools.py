@@ -137,8 +137,11 @@ def test_config_val_defaults_file_values_and_dump(
         "NETWORK_INTERFACE",  # a node on its own: the address that reaches the collector
         "CCB_ADDRESS",  # a node behind NAT: its broker
         "PRIVATE_NETWORK_NAME",
+        "COLLECTOR_AUDIT_LOG",  # none unless set
     }
     assert dumped["COLLECTOR_HOST"] == "127.0.0.1:9618"
+    assert dumped["SCITOKENS_SERVER_AUDIENCE"] == "127.0.0.1:9618"  # HTCondor-CE's default
+    assert dumped["SCHEDD_AUDIT_LOG"] == str(home / "log" / "AuditLog")
     assert dumped["AUTH_SSL_CLIENT_CADIR"] == str(home / "etc" / "ca" / "trusted.d")
     rc, out, _ = run_cli(home, "config_val", "-dump", "INTERVAL")
     assert sorted(line.split(" = ")[0] for line in out.splitlines()[1:]) == [

@@ -31,6 +31,7 @@ from htgrid.net.security import (
     UnknownKey,
     UntrustedIssuer,
 )
+from htgrid.net.security._jwt import encode
 
 from ._support import FakeClock, b64, parts, sign
 
@@ -107,6 +108,29 @@ def test_key_files_interoperate_with_htcondor(
     claims = {"sub": "frida@pool.test", "iss": "pool.test", "iat": 1_800_000_000, "jti": "c760c2af"}
     theirs = sign({"alg": "HS256", "kid": "POOL"}, claims, jwt_key)
     assert verifier.verify(theirs).user == "frida"
+
+
+# Made by htgrid before its tokens were signed with PyJWT, with the key file below: the
+# same key file and claims must still give this very token, and it must still verify.
+EARLIER_TOKEN = (
+    "eyJhbGciOiJIUzI1NiIsImtpZCI6IlBPT0wifQ."
+    "eyJleHAiOjE4MDAwMDM2MDAsImlhdCI6MTgwMDAwMDAwMCwiaXNzIjoicG9vbC50ZXN0IiwianRpIjoiMDEyMzQ1"
+    "Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWYiLCJzY29wZSI6ImNvbmRvcjovUkVBRCBjb25kb3I6L1dSSVRFIiwi"
+    "c3ViIjoiYWxpY2VAcG9vbC50ZXN0In0.Usj00lm5RWTevJHUWno7G96bWaNMdCi83z_wswiT2Ts"
+)
+
+
+def test_tokens_made_before_still_verify_and_are_made_the_same(
+    verifier: TokenVerifier, config: SecurityConfig
+) -> None:
+    config.password_dir.mkdir(parents=True, mode=0o700)
+    (config.password_dir / "POOL").write_bytes(bytes(range(64)))
+    os.chmod(config.password_dir / "POOL", 0o600)
+    principal = verifier.verify(EARLIER_TOKEN)
+    assert (principal.user, principal.scopes) == ("alice", ("READ", "WRITE"))
+    claims = parts(EARLIER_TOKEN)[1]
+    key = SigningKeys(config.password_dir).jwt_key("POOL")
+    assert encode({"kid": "POOL"}, claims, key) == EARLIER_TOKEN
 
 
 def test_a_readable_key_is_not_used(issuer: TokenIssuer, verifier: TokenVerifier) -> None:

@@ -134,6 +134,9 @@ def pool_knobs(home: Path, *, live: bool = True) -> dict[str, Knob]:
         "DISK": lambda: str(_free_disk_kb(startd.execute_dir)),
         "EXECUTE": lambda: str(startd.execute_dir),
         "NETWORK_HOSTNAME": socket.gethostname,
+        "SCITOKENS_SERVER_AUDIENCE": lambda: conf.text("COLLECTOR_HOST"),
+        "SCHEDD_AUDIT_LOG": lambda: str(schedd.log_dir / "AuditLog"),
+        "SEC_SCITOKENS_CACHE": lambda: str(schedd.run_dir / "cache"),
     }
     # Where things are: not settable in htgrid.conf, named as HTCondor names them.
     paths: Mapping[str, Path] = {
@@ -167,7 +170,8 @@ def pool_knobs(home: Path, *, live: bool = True) -> dict[str, Knob]:
     for name, (text, line) in conf.values.items():  # STARTD_ATTRS' own names
         knobs.setdefault(name, Knob(name, text, f"{conf.path}, line {line}"))
     for name, path in paths.items():
-        knobs[name] = Knob(name, str(path), "the pool's layout")
+        if not conf.has(name):  # CERTIFICATE_MAPFILE may be set
+            knobs[name] = Knob(name, str(path), "the pool's layout")
     if not conf.has("TRUST_DOMAIN"):
         from_env = os.environ.get("HTGRID_TRUST_DOMAIN")
         where = "$HTGRID_TRUST_DOMAIN" if from_env else "the host name"

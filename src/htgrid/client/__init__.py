@@ -24,7 +24,16 @@ from htgrid._lazy import on_demand
 
 if TYPE_CHECKING:
     from htgrid.client._auth import BearerAuth, Finder, realm_of
-    from htgrid.client._jwt import ALGORITHM, NotAToken, OtherAlgorithm, b64url, shown, take_apart
+    from htgrid.client._jwt import (
+        ALGORITHM,
+        ISSUER_ALGORITHMS,
+        TOKEN_ALGORITHMS,
+        NotAToken,
+        OtherAlgorithm,
+        b64url,
+        shown,
+        take_apart,
+    )
     from htgrid.client._pool import DEFAULT_PORT, pool_url
     from htgrid.client._tokens import (
         StoredToken,
@@ -43,6 +52,8 @@ _LAZY: Final = {
     "Finder": "_auth",
     "realm_of": "_auth",
     "ALGORITHM": "_jwt",
+    "ISSUER_ALGORITHMS": "_jwt",
+    "TOKEN_ALGORITHMS": "_jwt",
     "NotAToken": "_jwt",
     "OtherAlgorithm": "_jwt",
     "b64url": "_jwt",
@@ -67,6 +78,8 @@ __getattr__ = on_demand(__name__, _LAZY)
 __all__ = [
     "ALGORITHM",
     "DEFAULT_PORT",
+    "ISSUER_ALGORITHMS",
+    "TOKEN_ALGORITHMS",
     "BearerAuth",
     "Connect",
     "Finder",

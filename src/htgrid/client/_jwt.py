@@ -4,8 +4,9 @@
     {"alg":"HS256","kid":"POOL"}             {claims}             HMAC-SHA256(key, first.second)
 
 A client picks a token by its claims (`iss`, `exp`) and a server verifies it
-(htgrid.net.security), both from the same reading: only HS256 exists in a pool, so
-`alg` is checked first; decoding is strict where lenient parsers differ (base64url
+(htgrid.net.security), both from the same reading: only HS256 exists in a pool, and
+an issuer's tokens (SciTokens, WLCG tokens) are signed with a public-key algorithm
+(ISSUER_ALGORITHMS), so `alg` is checked first; decoding is strict where lenient parsers differ (base64url
 without padding and in its one canonical form, JSON objects without duplicate names or
 NaN). Nothing here is to be believed before the server checked the signature.
 """
@@ -21,7 +22,9 @@ from htgrid.errors import HTGridError
 
 __all__ = [
     "ALGORITHM",
+    "ISSUER_ALGORITHMS",
     "MAX_TOKEN_LENGTH",
+    "TOKEN_ALGORITHMS",
     "NotAToken",
     "OtherAlgorithm",
     "b64url",
@@ -30,6 +33,13 @@ __all__ = [
 ]
 
 ALGORITHM: Final = "HS256"
+#: What an issuer of SciTokens or WLCG tokens signs with (RFC 7518, RFC 8037): public keys
+#: only, so that no issuer's published key can be taken for an HMAC secret.
+ISSUER_ALGORITHMS: Final = frozenset(
+    {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+)
+#: What a token a client holds may be signed with: the pool's, or an issuer's.
+TOKEN_ALGORITHMS: Final = ISSUER_ALGORITHMS | {ALGORITHM}
 # Real tokens are a few hundred bytes; a cap keeps a hostile header from costing much.
 MAX_TOKEN_LENGTH: Final = 8192
 
@@ -92,9 +102,10 @@ def _json_object(raw: bytes, part: str) -> dict[str, Any]:
     return value
 
 
-def take_apart(token: str) -> Parts:
+def take_apart(token: str, algorithms: frozenset[str] = frozenset({ALGORITHM})) -> Parts:
     """A compact JWT's header, claims, signing input and signature, read but not verified:
-    NotAToken when it is not one, OtherAlgorithm when its `alg` is not HS256."""
+    NotAToken when it is not one, OtherAlgorithm when its `alg` is not one of
+    `algorithms` (the pool's HS256 unless told)."""
     if len(token) > MAX_TOKEN_LENGTH:
         raise NotAToken(f"the token is longer than {MAX_TOKEN_LENGTH} characters")
     if not token.isascii():
@@ -105,10 +116,12 @@ def take_apart(token: str) -> Parts:
     head, body, sig = parts
     header = _json_object(_unb64url(head, "header"), "header")
     alg = header.get("alg")
-    if alg != ALGORITHM:
+    if alg not in algorithms:
         # alg=none and RS256/ES256 confusion attacks end here, before any key is used.
+        also = ", an issuer's tokens with " + ", ".join(sorted(ISSUER_ALGORITHMS))
         raise OtherAlgorithm(
             f"the token's algorithm is {shown(alg)}; this pool signs with {ALGORITHM}"
+            + (also if algorithms != {ALGORITHM} else "")
         )
     if "crit" in header:
         raise NotAToken("the token has critical header extensions this pool does not know")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from htgrid.client._jwt import NotAToken, take_apart
+from htgrid.client._jwt import TOKEN_ALGORITHMS, NotAToken, take_apart
 
 __all__ = [
     "ENV_TOKEN",
@@ -59,8 +59,9 @@ class StoredToken:
 
     @classmethod
     def read(cls, token: str, path: Path | None = None, line: int = 1) -> StoredToken:
-        """Take `token` apart (NotAToken when it is not one)."""
-        header, claims, _, _ = take_apart(token)
+        """Take `token` apart (NotAToken when it is not one): the pool's, or an issuer's
+        (a SciToken, presented as a job's `scitokens_file` says)."""
+        header, claims, _, _ = take_apart(token, TOKEN_ALGORITHMS)
         return cls(path, line, token, header, claims)
 
     @property

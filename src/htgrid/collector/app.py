@@ -65,12 +65,14 @@ from htgrid.collector._wire import decode_ads
 from htgrid.errors import HTGridError
 from htgrid.net.security import (
     PRINCIPAL_KEY,
+    AuditLog,
     AuthError,
+    Gatekeeper,
+    GatekeeperConfig,
     InsufficientScope,
     Principal,
     SecurityConfig,
     TokenAuthMiddleware,
-    TokenVerifier,
     problem_response,
 )
 from htgrid.net.server import ProblemResponse, read_body
@@ -367,10 +369,20 @@ def create_app(
     app.state.limits = limits
     app.state.realm = security.trust_domain if security is not None else ""
     if security is not None:
+        # As HTCondor-CE's collector: the pool's tokens and issuers' (SciTokens), mapped,
+        # banned (DENY_*) and, with COLLECTOR_AUDIT_LOG, audited.
+        settings = GatekeeperConfig.load(security.home, "COLLECTOR")
+        gate = Gatekeeper(security, settings)
         app.add_middleware(
             TokenAuthMiddleware,
-            verify=TokenVerifier(security).verify,
+            verify=gate.verify,
             realm=security.trust_domain,
             required=required_authz,
+            admit=gate.admit,
+            audit=(
+                AuditLog(settings.audit_log, rotation=settings.audit_rotation)
+                if settings.audit_log is not None
+                else None
+            ),
         )
     return app

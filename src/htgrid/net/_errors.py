@@ -21,15 +21,19 @@ from htgrid.errors import ClassAdSyntaxError, HTGridError, UsageError
 from htgrid.net._limits import RequestTooLarge
 from htgrid.net.security import (
     AuthError,
+    DeniedIdentity,
     ExpiredToken,
     ForgedToken,
     InsufficientScope,
+    IssuerUnavailable,
     MalformedToken,
     MissingToken,
     RevokedToken,
     TokenNotYetValid,
     UnknownKey,
+    UnmappedIdentity,
     UntrustedIssuer,
+    WrongAudience,
 )
 from htgrid.queue import (
     InvalidSubmit,
@@ -79,6 +83,8 @@ class ApiError(HTGridError):
 PROBLEMS: Final[tuple[tuple[type[HTGridError], int], ...]] = (
     (JobNotFound, 404),
     (InsufficientScope, 403),
+    (DeniedIdentity, 403),
+    *((cls, 401) for cls in (UnmappedIdentity, IssuerUnavailable, WrongAudience)),
     *((cls, 401) for cls in (MissingToken, MalformedToken, ForgedToken, UnknownKey)),
     *((cls, 401) for cls in (UntrustedIssuer, ExpiredToken, TokenNotYetValid, RevokedToken)),
     (AuthError, 401),

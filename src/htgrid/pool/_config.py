@@ -38,6 +38,18 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
     MASTER_RECOVER_FACTOR = 300       RECOVER_FACTOR seconds
     DEFAULT_MASTER_SHUTDOWN_SCRIPT = (none)   a command run when the daemons exit
     TRUST_DOMAIN = (host name)      the issuer of the pool's tokens (htgrid.net.security)
+    CERTIFICATE_MAPFILE = etc/mapfile  the unified map file: SCITOKENS and TOKEN lines map
+                                    <issuer>,<subject> to local users (htgrid.net.security)
+    SCITOKENS_SERVER_AUDIENCE = $(COLLECTOR_HOST)  the `aud` an issuer's token must name
+                                    (issuers' keys are fetched trusting the system's CAs
+                                    and the pool's, AUTH_SSL_CLIENT_CADIR: `htgrid trust add`)
+    SEC_SCITOKENS_CACHE = run/cache  issuers' keys kept, used when an issuer is down
+    DENY_WRITE = anonymous@*, *@unmapped, *@banned.htcondor.org   mapped names refused
+                                    WRITE (and DENY_READ, _NEGOTIATOR, _ADMINISTRATOR, _DAEMON)
+    SCHEDD_AUDIT_LOG = log/AuditLog  every accepted or refused change, who and why (0600)
+    MAX_SCHEDD_AUDIT_LOG = 1d       rotated after a day (or N bytes); MAX_NUM_SCHEDD_AUDIT_LOG
+                                    = 90 old ones kept (and the COLLECTOR_ ones)
+    COLLECTOR_AUDIT_LOG = (none)    the collector's
     GRIDMANAGER_JOB_PROBE_INTERVAL = 10  seconds between the grid manager's status polls
     ALLOW_ROOT_JOBS = false         whether a job may be root's (run as root); HTCondor has
                                     no such knob and never runs one. Daemons run by root
@@ -118,6 +130,21 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "MASTER_RECOVER_FACTOR": "300",
     "DEFAULT_MASTER_SHUTDOWN_SCRIPT": None,
     "TRUST_DOMAIN": None,  # read by htgrid.net.security.SecurityConfig.load
+    # who may come in, read by htgrid.net.security.GatekeeperConfig.load (HTCondor-CE's)
+    "CERTIFICATE_MAPFILE": None,  # the unified map file: $HTGRID_HOME/etc/mapfile
+    "SCITOKENS_SERVER_AUDIENCE": None,  # the aud an issuer's token must name: COLLECTOR_HOST
+    "DENY_READ": "",
+    "DENY_WRITE": "anonymous@*, *@unmapped, *@banned.htcondor.org",
+    "DENY_NEGOTIATOR": "anonymous@*, *@unmapped, *@banned.htcondor.org",
+    "DENY_ADMINISTRATOR": "anonymous@*, *@unmapped, *@banned.htcondor.org",
+    "DENY_DAEMON": "anonymous@*, *@unmapped, *@banned.htcondor.org",
+    "SEC_SCITOKENS_CACHE": None,  # issuers' keys kept across restarts: $(RUN)/cache
+    "SCHEDD_AUDIT_LOG": None,  # $HTGRID_HOME/log/AuditLog
+    "COLLECTOR_AUDIT_LOG": None,  # none
+    "MAX_SCHEDD_AUDIT_LOG": "1d",  # rotated daily (or a size in bytes), as HTCondor-CE's
+    "MAX_NUM_SCHEDD_AUDIT_LOG": "90",
+    "MAX_COLLECTOR_AUDIT_LOG": "1d",
+    "MAX_NUM_COLLECTOR_AUDIT_LOG": "90",
     "GRIDMANAGER_JOB_PROBE_INTERVAL": "10",  # read by htgrid.grid (GridManagerConfig.KNOBS)
     "ALLOW_ROOT_JOBS": "false",
     # the execute node's (htgrid.startd)

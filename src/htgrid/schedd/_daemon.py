@@ -37,12 +37,14 @@ from htgrid.errors import HTGridError
 from htgrid.net.app import create_app
 from htgrid.net.security import (
     SERVER_CERT,
+    AuditLog,
     CertRotator,
+    Gatekeeper,
+    GatekeeperConfig,
     PoolCA,
     RotatingServer,
     SecurityConfig,
     TokenAuthMiddleware,
-    TokenVerifier,
     ensure_pool_security,
     server_ssl_context,
     token_identity,
@@ -351,11 +353,20 @@ class Daemon:
         cfg = self.config
         security = SecurityConfig.load(cfg.home)
         material = await asyncio.to_thread(ensure_pool_security, security)
-        verifier = TokenVerifier(security)
+        # The pool's tokens and issuers' (SciTokens), mapped, banned and audited as
+        # HTCondor-CE's schedd does (CERTIFICATE_MAPFILE, DENY_*, SCHEDD_AUDIT_LOG).
+        settings = await asyncio.to_thread(GatekeeperConfig.load, cfg.home, "SCHEDD")
+        gate = Gatekeeper(security, settings, clock=self._clock)
         app = TokenAuthMiddleware(
             create_app(service, token_identity, cfg.api_limits),
-            verifier.verify,
+            gate.verify,
             realm=security.trust_domain,
+            admit=gate.admit,
+            audit=(
+                AuditLog(settings.audit_log, rotation=settings.audit_rotation)
+                if settings.audit_log is not None
+                else None
+            ),
         )
         tls = server_ssl_context(material.server)
         config = api_config(app, cfg.api_limits, tls=tls)

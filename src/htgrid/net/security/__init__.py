@@ -11,6 +11,9 @@
 - TLS (`_ca`, `_rotate`): the pool CA, daemons' certificates and their rotation, SSL
   contexts.
 - HTTP (`_asgi`): the server's middleware and `require`.
+- The gatekeeper (`_gatekeeper`, `_scitokens`, `_issuers`, `_mapfile`, `_audit`): issuers'
+  tokens (SciTokens, WLCG) verified against their keys fetched over HTTPS, the unified
+  map file, DENY_* bans and the audit log, as HTCondor-CE takes remote submitters.
 - A pool's material (`_material`): what `htgrid up` makes: key, CA, the daemons'
   server certificate and their token (`ensure_pool_security`).
 
@@ -25,16 +28,20 @@ from htgrid._lazy import on_demand
 from htgrid.net.security._errors import (
     AuthError,
     CertificateError,
+    DeniedIdentity,
     ExpiredToken,
     ForgedToken,
     InsufficientScope,
+    IssuerUnavailable,
     MalformedToken,
     MissingToken,
     RevokedToken,
     SecurityError,
     TokenNotYetValid,
     UnknownKey,
+    UnmappedIdentity,
     UntrustedIssuer,
+    WrongAudience,
 )
 
 if TYPE_CHECKING:
@@ -50,6 +57,7 @@ if TYPE_CHECKING:
         token_authenticator,
         token_identity,
     )
+    from htgrid.net.security._audit import AuditEvent, AuditLog
     from htgrid.net.security._authz import (
         AUTHORIZATIONS,
         MapFile,
@@ -70,6 +78,12 @@ if TYPE_CHECKING:
         SecurityConfig,
         user_token_dir,
     )
+    from htgrid.net.security._gatekeeper import (
+        DenyList,
+        Gatekeeper,
+        GatekeeperConfig,
+    )
+    from htgrid.net.security._issuers import IssuerKeys, IssuerSettings
     from htgrid.net.security._keys import (
         POOL_KEY,
         SigningKeys,
@@ -84,6 +98,7 @@ if TYPE_CHECKING:
         ensure_pool_security,
     )
     from htgrid.net.security._rotate import CertRotator, RotatingServer
+    from htgrid.net.security._scitokens import IssuedClaims, IssuedTokenVerifier
     from htgrid.net.security._tokenfiles import (
         save_token,
         token_path,
@@ -109,6 +124,8 @@ _LAZY: Final = {
     "require": "_asgi",
     "token_authenticator": "_asgi",
     "token_identity": "_asgi",
+    "AuditEvent": "_audit",
+    "AuditLog": "_audit",
     "AUTHORIZATIONS": "_authz",
     "MapFile": "_authz",
     "Principal": "_authz",
@@ -123,6 +140,13 @@ _LAZY: Final = {
     "server_ssl_context": "_ca",
     "SecurityConfig": "_config",
     "user_token_dir": "_config",
+    "DenyList": "_gatekeeper",
+    "Gatekeeper": "_gatekeeper",
+    "GatekeeperConfig": "_gatekeeper",
+    "IssuerKeys": "_issuers",
+    "IssuerSettings": "_issuers",
+    "IssuedClaims": "_scitokens",
+    "IssuedTokenVerifier": "_scitokens",
     "POOL_KEY": "_keys",
     "SigningKeys": "_keys",
     "DAEMON_IDENTITY": "_material",
@@ -153,13 +177,24 @@ __all__ = [
     "POOL_KEY",
     "PRINCIPAL_KEY",
     "SERVER_CERT",
+    "AuditEvent",
+    "AuditLog",
     "AuthError",
     "CertFiles",
     "CertRotator",
     "CertificateError",
+    "DeniedIdentity",
+    "DenyList",
     "ExpiredToken",
     "ForgedToken",
+    "Gatekeeper",
+    "GatekeeperConfig",
     "InsufficientScope",
+    "IssuedClaims",
+    "IssuedTokenVerifier",
+    "IssuerKeys",
+    "IssuerSettings",
+    "IssuerUnavailable",
     "MalformedToken",
     "MapFile",
     "MissingToken",
@@ -178,7 +213,9 @@ __all__ = [
     "TokenNotYetValid",
     "TokenVerifier",
     "UnknownKey",
+    "UnmappedIdentity",
     "UntrustedIssuer",
+    "WrongAudience",
     "auth_error_handler",
     "authz_by_method",
     "bearer_token",

@@ -20,6 +20,8 @@ does not grant the authorization; never with a traceback.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import re
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
@@ -29,6 +31,7 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from htgrid.net.security._audit import AuditEvent, AuditLog, claimed
 from htgrid.net.security._authz import Principal
 from htgrid.net.security._errors import AuthError, MalformedToken, MissingToken, SecurityError
 from htgrid.queue import Identity
@@ -52,7 +55,12 @@ _SAFE: Final = {"GET", "HEAD", "OPTIONS"}
 _QUOTED_UNSAFE: Final = re.compile(r'["\\]|[^\x20-\x7e]')  # what a quoted-string cannot hold
 
 Verify = Callable[[str], Principal]
+#: What the middleware calls: a pool's `TokenVerifier.verify`, or a `Gatekeeper`'s, which
+#: may have to fetch an issuer's keys.
+AsyncVerify = Callable[[str], Principal | Awaitable[Principal]]
 Required = Callable[[Mapping[str, Any]], str | None]
+#: After verifying: raise an AuthError to refuse the principal the level from the host.
+Admit = Callable[[Principal, str | None, str], None]
 
 
 def authz_by_method(scope: Mapping[str, Any]) -> str | None:
@@ -79,23 +87,18 @@ def _client(scope: Mapping[str, Any]) -> str:
     return f"{client[0]}:{client[1]}" if client else "an unknown client"
 
 
-def _authenticate(
-    verify: Verify,
-    headers: Iterable[tuple[bytes, bytes]],
-    scope: Mapping[str, Any],
-    need: str | None,
-) -> Principal:
-    where = f"{scope.get('method', 'WS')} {scope.get('path', '')} from {_client(scope)}"
-    try:
-        principal = verify(bearer_token(headers))
-        if need is not None:
-            principal.require(need)
-    except AuthError as exc:
+def _request(scope: Mapping[str, Any]) -> str:
+    return f"{scope.get('method', 'WS')} {scope.get('path', '')}"
+
+
+def _refused(where: str, exc: SecurityError) -> None:
+    if isinstance(exc, AuthError):
         _log.warning("refused %s: %s: %s", where, type(exc).__name__, exc)
-        raise
-    except SecurityError as exc:
+    else:
         _log.error("cannot check the token of %s: %s", where, exc)
-        raise
+
+
+def _accepted(where: str, principal: Principal) -> Principal:
     _log.debug(
         "%s: token %s of %s acts as %s",
         where,
@@ -104,6 +107,23 @@ def _authenticate(
         principal.user,
     )
     return principal
+
+
+def _authenticate(
+    verify: Verify,
+    headers: Iterable[tuple[bytes, bytes]],
+    scope: Mapping[str, Any],
+    need: str | None,
+) -> Principal:
+    where = f"{_request(scope)} from {_client(scope)}"
+    try:
+        principal = verify(bearer_token(headers))
+        if need is not None:
+            principal.require(need)
+    except SecurityError as exc:
+        _refused(where, exc)
+        raise
+    return _accepted(where, principal)
 
 
 def _quoted(text: str) -> str:
@@ -140,33 +160,88 @@ class TokenAuthMiddleware:
     def __init__(
         self,
         app: ASGIApp,
-        verify: Verify,
+        verify: AsyncVerify,
         *,
         realm: str,
         required: Required = authz_by_method,
         exempt: Collection[str] = (),
+        admit: Admit | None = None,
+        audit: AuditLog | None = None,
     ) -> None:
+        """`verify` may be async (a Gatekeeper's); `admit` applies DENY_* after it;
+        `audit` records every refusal and every accepted request that is not READ."""
         self.app = app
-        self.verify = verify
+        self.verify: AsyncVerify = verify
         self.realm = realm  # the trust domain, so clients know which token to present
         self.required = required
         self.exempt = frozenset(exempt)  # paths answered without a token
+        self.admit = admit
+        self.audit = audit
+
+    async def _authenticate(self, scope: Scope, need: str | None) -> Principal:
+        where = f"{_request(scope)} from {_client(scope)}"
+        try:
+            # A pool token costs a stat per file (TokenVerifier.verify), fine on the loop;
+            # an issuer's may await its keys, fetched without blocking the loop.
+            found = self.verify(bearer_token(scope["headers"]))
+            principal = await found if inspect.isawaitable(found) else found
+            if need is not None:
+                principal.require(need)
+            if self.admit is not None:
+                client = scope.get("client")
+                self.admit(principal, need, client[0] if client else "")
+        except SecurityError as exc:
+            _refused(where, exc)
+            raise
+        return _accepted(where, principal)
+
+    async def _record(self, event: AuditEvent) -> None:
+        if self.audit is not None:
+            await asyncio.to_thread(self.audit.record, event)  # a file write: off the loop
+
+    async def _refusal(self, scope: Scope, exc: SecurityError) -> None:
+        try:
+            token = claimed(bearer_token(scope["headers"]))
+        except AuthError:
+            token = None
+        status = exc.status if isinstance(exc, AuthError) else 500
+        reason = f"{type(exc).__name__}: {exc}"
+        await self._record(
+            AuditEvent(False, _request(scope), _client(scope), status, None, token, reason)
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in {"http", "websocket"} or scope["path"] in self.exempt:
             await self.app(scope, receive, send)
             return
+        need = self.required(scope)
         try:
-            # Only a stat per file per request (see TokenVerifier.verify): fine on the loop.
-            principal = _authenticate(self.verify, scope["headers"], scope, self.required(scope))
+            principal = await self._authenticate(scope, need)
         except SecurityError as exc:
+            await self._refusal(scope, exc)
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 1008, "reason": type(exc).__name__})
             else:
                 await problem_response(exc, self.realm)(scope, receive, send)
             return
         state = {**scope.get("state", {}), PRINCIPAL_KEY: principal}
-        await self.app({**scope, "state": state, "user": principal}, receive, send)
+        inner = {**scope, "state": state, "user": principal}
+        if self.audit is None or need in (None, "READ", "ALLOW"):
+            await self.app(inner, receive, send)
+            return
+        status: int | None = None
+
+        async def sending(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(inner, receive, sending)
+        finally:
+            event = AuditEvent(True, _request(scope), _client(scope), status, principal)
+            await self._record(event)
 
 
 def principal_of(conn: HTTPConnection | Mapping[str, Any]) -> Principal:

@@ -9,26 +9,19 @@ Implied authorizations, as in HTCondor's permission hierarchy: WRITE gives READ,
 ADMINISTRATOR gives WRITE, DAEMON gives WRITE and the ADVERTISE_* levels, NEGOTIATOR
 gives READ.
 
-The token's subject becomes a local user through a map file in HTCondor's unified form,
-first match wins, `\\1`...`\\9` naming the regex's groups; the principal matched is
-`<issuer>,<subject>` (as HTCondor maps SCITOKENS), lines for other methods are skipped:
-
-    # $HTGRID_HOME/etc/mapfile
-    IDTOKENS /^pool\\.example\\.org,(.*)@example\\.org$/   \\1
-    IDTOKENS pool.example.org,monitor@example.org         nobody
-
-A subject no line maps becomes the part of it before the `@`.
+The token's subject becomes a local user through the unified map file (`_mapfile`,
+re-exported here): its TOKEN/IDTOKENS lines map `<issuer>,<subject>`, first match wins,
+and a subject no line maps becomes the part of it before the `@`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
-from htgrid.net.security._errors import InsufficientScope, MalformedToken, SecurityError
+from htgrid.net.security._errors import InsufficientScope
+from htgrid.net.security._mapfile import MapFile, MapRule
 from htgrid.queue import Identity
 
 __all__ = [
@@ -64,7 +57,6 @@ _IMPLIES: Final[Mapping[str, frozenset[str]]] = {
     "ADMINISTRATOR": frozenset({"WRITE"}),
     "DAEMON": frozenset({"WRITE", "ADVERTISE_MASTER", "ADVERTISE_STARTD", "ADVERTISE_SCHEDD"}),
 }
-_USER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 
 
 def normalize_authz(name: str) -> str:
@@ -128,6 +120,13 @@ class Principal:
     token_id: str  # `jti`
     key_id: str  # `kid`
     expires: float | None = None
+    method: str = "IDTOKENS"  # how it authenticated: IDTOKENS (the pool's), SCITOKENS
+    canonical: str = ""  # the mapped name, user@domain, that DENY_<level> is matched against
+
+    @property
+    def name(self) -> str:
+        """The canonical name (`user@domain`), else the user: how the audit log names it."""
+        return self.canonical or self.user
 
     @property
     def is_admin(self) -> bool:
@@ -151,87 +150,3 @@ class Principal:
     def identity(self) -> Identity:
         """The job queue's view of this caller."""
         return Identity(self.user, admin=self.is_admin)
-
-
-@dataclass(frozen=True, slots=True)
-class MapRule:
-    """One IDTOKENS line of a map file."""
-
-    pattern: re.Pattern[str]
-    canonical: str
-    line: int
-
-
-_LINE: Final = re.compile(
-    r"(?P<method>\S+)\s+(?:/(?P<regex>(?:\\.|[^\\/])*)/(?P<flags>i?)|(?P<literal>\S+))"
-    r"\s+(?P<canonical>\S+)\s*"
-)
-_GROUP_REF: Final = re.compile(r"\\(\d)")
-
-
-@dataclass(frozen=True, slots=True)
-class MapFile:
-    """The IDTOKENS rules of a unified map file."""
-
-    rules: tuple[MapRule, ...] = ()
-
-    @classmethod
-    def parse(cls, text: str, origin: str = "mapfile") -> MapFile:
-        """The rules in `text` (SecurityError naming the line of a bad one)."""
-        rules: list[MapRule] = []
-        for number, raw in enumerate(text.splitlines(), 1):
-            line = raw.strip()
-            if not line or line.startswith("#"):
-                continue
-            m = _LINE.fullmatch(line)
-            if m is None:
-                raise SecurityError(f"{origin}:{number}: expected METHOD PRINCIPAL CANONICAL")
-            if m["method"].upper() not in {"IDTOKENS", "IDTOKEN", "TOKEN"}:
-                continue
-            if m["regex"] is not None:
-                flags = re.IGNORECASE if m["flags"] else 0
-                try:
-                    pattern = re.compile(m["regex"].replace("\\/", "/"), flags)
-                except re.error as exc:
-                    raise SecurityError(
-                        f"{origin}:{number}: bad regular expression: {exc}"
-                    ) from None
-            else:
-                pattern = re.compile(r"\A" + re.escape(m["literal"]) + r"\Z")
-            rules.append(MapRule(pattern, m["canonical"], number))
-        return cls(tuple(rules))
-
-    @classmethod
-    def load(cls, path: Path) -> MapFile:
-        """The rules in the file at `path`; none when there is no such file."""
-        try:
-            return cls.parse(path.read_text(encoding="utf-8"), str(path))
-        except FileNotFoundError:
-            return cls()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise SecurityError(f"{path}: cannot read the map file: {exc}") from None
-
-    def map(self, issuer: str, subject: str) -> str:
-        """The local user of `subject` (MalformedToken when it names no valid user)."""
-        principal = f"{issuer},{subject}"
-        user: str | None = None
-        for rule in self.rules:
-            m = rule.pattern.search(principal)  # unanchored, as PCRE in HTCondor
-            if m is not None:
-                user = _substitute(m, rule.canonical)
-                break
-        if user is None:
-            user = subject.split("@", 1)[0]
-        if not _USER.fullmatch(user):
-            raise MalformedToken(f"the token's subject {subject!r} names no local user")
-        return user
-
-
-def _substitute(m: re.Match[str], canonical: str) -> str:
-    def group(ref: re.Match[str]) -> str:
-        try:
-            return m.group(int(ref[1])) or ""
-        except IndexError:
-            return ""
-
-    return _GROUP_REF.sub(group, canonical)

@@ -9,10 +9,14 @@ HTGridError
         ├── ForgedToken           (bad signature, alg=none or an algorithm not the key's)
         ├── UnknownKey            (the `kid` names no signing key of this pool)
         ├── UntrustedIssuer       (`iss` is another pool's)
+        ├── UnmappedIdentity      (no line of the map file maps an issuer's token's iss,sub)
+        ├── IssuerUnavailable     (the issuer's keys cannot be fetched, or are no keys)
+        ├── WrongAudience         (`aud` names another service)
         ├── ExpiredToken          (past `exp`)
         ├── TokenNotYetValid      (`nbf` or `iat` in the future)
         ├── RevokedToken          (its `jti` is on the revocation list)
-        └── InsufficientScope     (valid, but not for this: 403)
+        ├── InsufficientScope     (valid, but not for this: 403)
+        └── DeniedIdentity        (mapped to a name DENY_<level> bans: 403)
 
 Messages name the token by its `jti` and subject, never by its text, so a refusal can
 be logged and sent back as it is.
@@ -27,16 +31,20 @@ from htgrid.errors import HTGridError
 __all__ = [
     "AuthError",
     "CertificateError",
+    "DeniedIdentity",
     "ExpiredToken",
     "ForgedToken",
     "InsufficientScope",
+    "IssuerUnavailable",
     "MalformedToken",
     "MissingToken",
     "RevokedToken",
     "SecurityError",
     "TokenNotYetValid",
     "UnknownKey",
+    "UnmappedIdentity",
     "UntrustedIssuer",
+    "WrongAudience",
 ]
 
 
@@ -92,6 +100,25 @@ class RevokedToken(AuthError):
 
 class InsufficientScope(AuthError):
     """The token does not grant this authorization."""
+
+    status: ClassVar[int] = 403
+    bearer_error: ClassVar[str] = "insufficient_scope"
+
+
+class UnmappedIdentity(AuthError):
+    """No line of the map file maps the token's issuer and subject to a local user."""
+
+
+class IssuerUnavailable(AuthError):
+    """The token's issuer's keys cannot be had (it is down, or serves no usable keys)."""
+
+
+class WrongAudience(AuthError):
+    """The token is meant for another service (its `aud`)."""
+
+
+class DeniedIdentity(AuthError):
+    """The caller's mapped name is banned from this authorization (DENY_<level>)."""
 
     status: ClassVar[int] = 403
     bearer_error: ClassVar[str] = "insufficient_scope"

@@ -15,8 +15,6 @@ Deleting a key's file invalidates every token it signed, at once.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import os
 import re
 import secrets
@@ -25,6 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
 from htgrid.net.security._config import ensure_private_dir, shown
 from htgrid.net.security._errors import UnknownKey
 
@@ -32,6 +33,7 @@ __all__ = ["POOL_KEY", "SigningKeys", "derive_jwt_key", "scramble"]
 
 POOL_KEY: Final = "POOL"
 _SECRET_BYTES: Final = 64  # what the collector generates
+_JWT_KEY_BYTES: Final = 32  # HMAC-SHA256's key
 _SCRAMBLE: Final = bytes((0xDE, 0xAD, 0xBE, 0xEF))
 _NAME: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
@@ -42,9 +44,7 @@ def scramble(data: bytes) -> bytes:
 
 
 def _hkdf_sha256(ikm: bytes, salt: bytes, info: bytes) -> bytes:
-    # RFC 5869 for one block of output: all a 32-byte key needs.
-    prk = hmac.new(salt, ikm, hashlib.sha256).digest()
-    return hmac.new(prk, info + b"\x01", hashlib.sha256).digest()
+    return HKDF(hashes.SHA256(), _JWT_KEY_BYTES, salt=salt, info=info).derive(ikm)
 
 
 def derive_jwt_key(file_bytes: bytes, name: str) -> bytes:

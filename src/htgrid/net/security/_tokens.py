@@ -24,12 +24,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from htgrid.classad import ClassAd, ExprTree
 from htgrid.errors import HTGridError
 from htgrid.net.security._authz import (
-    MapFile,
     Principal,
     effective_authorizations,
     format_scope,
@@ -47,8 +46,18 @@ from htgrid.net.security._errors import (
 )
 from htgrid.net.security._jwt import SignedToken, encode, parse
 from htgrid.net.security._keys import POOL_KEY, SigningKeys
+from htgrid.net.security._mapfile import WatchedMap, local_user
 
-__all__ = ["Clock", "RevocationList", "TokenClaims", "TokenIssuer", "TokenVerifier"]
+__all__ = [
+    "Clock",
+    "RevocationList",
+    "TokenClaims",
+    "TokenIssuer",
+    "TokenVerifier",
+    "check_times",
+    "claim_number",
+    "claim_text",
+]
 
 Clock = Callable[[], float]
 _JTI: Final = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
@@ -61,7 +70,7 @@ def _when(seconds: float) -> str:
         return f"{seconds:.0f} (seconds since 1970)"
 
 
-def _number(claims: Mapping[str, Any], name: str) -> float | None:
+def claim_number(claims: Mapping[str, Any], name: str) -> float | None:
     value = claims.get(name)
     if value is None:
         return None
@@ -76,7 +85,7 @@ def _number(claims: Mapping[str, Any], name: str) -> float | None:
     return number
 
 
-def _text(claims: Mapping[str, Any], name: str, *, required: bool) -> str | None:
+def claim_text(claims: Mapping[str, Any], name: str, *, required: bool) -> str | None:
     value = claims.get(name)
     if value is None and not required:
         return None
@@ -102,15 +111,15 @@ class TokenClaims:
     def of(cls, token: SignedToken) -> TokenClaims:
         """The claims of a parsed token (MalformedToken when one has the wrong type)."""
         claims = token.claims
-        scope = _text(claims, "scope", required=False)
+        scope = claim_text(claims, "scope", required=False)
         return cls(
             key_id=token.key_id,
-            subject=_text(claims, "sub", required=True) or "",
-            issuer=_text(claims, "iss", required=True) or "",
-            token_id=_text(claims, "jti", required=False),
-            issued_at=_number(claims, "iat"),
-            expires=_number(claims, "exp"),
-            not_before=_number(claims, "nbf"),
+            subject=claim_text(claims, "sub", required=True) or "",
+            issuer=claim_text(claims, "iss", required=True) or "",
+            token_id=claim_text(claims, "jti", required=False),
+            issued_at=claim_number(claims, "iat"),
+            expires=claim_number(claims, "exp"),
+            not_before=claim_number(claims, "nbf"),
             scopes=None if scope is None else parse_scope(scope),
         )
 
@@ -155,6 +164,32 @@ class RevocationList:
                 return False
             out.write(f"{token_id}  # {comment}\n" if comment else f"{token_id}\n")
         return True
+
+
+class Times(Protocol):
+    """A token's times, as its claims say (None: the claim is absent)."""
+
+    @property
+    def expires(self) -> float | None: ...
+    @property
+    def not_before(self) -> float | None: ...
+    @property
+    def issued_at(self) -> float | None: ...
+
+
+def check_times(what: str, claims: Times, now: float, leeway: float) -> None:
+    """ExpiredToken past `exp`, TokenNotYetValid before `nbf` or `iat`, `leeway` seconds
+    of clock skew forgiven either way; `what` names the token in the message."""
+    if claims.expires is not None and now > claims.expires + leeway:
+        raise ExpiredToken(
+            f"{what} expired at {_when(claims.expires)} ({int(now - claims.expires)} s ago)"
+        )
+    for name, at in (("valid from", claims.not_before), ("issued at", claims.issued_at)):
+        if at is not None and now + leeway < at:
+            raise TokenNotYetValid(
+                f"{what} is {name} {_when(at)}, {int(at - now)} s from now "
+                "(is one of the clocks wrong?)"
+            )
 
 
 class TokenIssuer:
@@ -208,11 +243,13 @@ class TokenVerifier:
         *,
         clock: Clock = time.time,
         keys: SigningKeys | None = None,
+        mapfile: Path | None = None,
     ) -> None:
+        """`mapfile` is CERTIFICATE_MAPFILE (the pool's etc/mapfile by default)."""
         self.config = config
         self.keys = keys if keys is not None else SigningKeys(config.password_dir)
         self.revoked = RevocationList(config.revocation_file)
-        self._mapfile = Watched(config.mapfile, MapFile.load, MapFile())
+        self._mapfile = WatchedMap(mapfile if mapfile is not None else config.mapfile)
         self._revocation_expr = ExprTree(config.revocation_expr) if config.revocation_expr else None
         self._clock = clock
 
@@ -234,7 +271,10 @@ class TokenVerifier:
         self._check_times(claims)
         if claims.token_id in self.revoked or self._revoked_by_expr(signed.claims):
             raise RevokedToken(f"{claims.describe()} has been revoked")
-        user = self._mapfile.get().map(claims.issuer, claims.subject)
+        canonical = self._mapfile.get().token_name(claims.issuer, claims.subject)
+        user = local_user(canonical)
+        if user is None:
+            raise MalformedToken(f"the token's subject {claims.subject!r} names no local user")
         return Principal(
             user=user,
             subject=claims.subject,
@@ -244,21 +284,11 @@ class TokenVerifier:
             token_id=claims.token_id,
             key_id=claims.key_id,
             expires=claims.expires,
+            canonical=canonical,
         )
 
     def _check_times(self, claims: TokenClaims) -> None:
-        now, leeway = self._clock(), self.config.leeway
-        if claims.expires is not None and now > claims.expires + leeway:
-            raise ExpiredToken(
-                f"{claims.describe()} expired at {_when(claims.expires)} "
-                f"({int(now - claims.expires)} s ago)"
-            )
-        for name, at in (("valid from", claims.not_before), ("issued at", claims.issued_at)):
-            if at is not None and now + leeway < at:
-                raise TokenNotYetValid(
-                    f"{claims.describe()} is {name} {_when(at)}, {int(at - now)} s from now "
-                    "(is one of the clocks wrong?)"
-                )
+        check_times(claims.describe(), claims, self._clock(), self.config.leeway)
 
     def _revoked_by_expr(self, claims: Mapping[str, Any]) -> bool:
         if self._revocation_expr is None:

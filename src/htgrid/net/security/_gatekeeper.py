@@ -1,0 +1,192 @@
+"""The gatekeeper: who a caller is, from the pool's tokens or an issuer's, and whether to let
+it in, as HTCondor-CE decides.
+
+    settings = GatekeeperConfig.load(home, daemon="SCHEDD")
+    gate = Gatekeeper(SecurityConfig.load(home), settings)
+    principal = await gate.verify(token)        # a Principal, or the AuthError why not
+    gate.admit(principal, "WRITE", "127.0.0.1") # DeniedIdentity when DENY_WRITE bans it
+
+A token of the pool's trust domain (HS256) is the pool's (`TokenVerifier`). Any other is
+an issuer's (SciTokens, WLCG tokens), and the map file says whether this pool takes it:
+its `iss,sub` must be mapped by a SCITOKENS line before anything else is done (so a
+token of an issuer no line names is refused without its keys being fetched from the
+network), then it is verified (`_scitokens`) and its holder is the line's canonical
+name (`user@domain`; UID_DOMAIN when the line names no domain). The local user its jobs
+run as is the name's part before the `@`.
+
+DENY_<level> (READ, WRITE, NEGOTIATOR, ADMINISTRATOR, DAEMON) lists names refused that
+level whatever their token grants, HTCondor's form: `user@domain/host`, `user@domain`
+(any host) or `host` (any user), `*` matching anything. HTCondor-CE's defaults refuse
+WRITE to `anonymous@*`, `*@unmapped` and `*@banned.htcondor.org`, so a map file bans a
+subject by mapping it to `<name>@banned.htcondor.org`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from htgrid.client import ALGORITHM, TOKEN_ALGORITHMS, NotAToken, shown, take_apart
+from htgrid.net.security._audit import Rotation, parse_rotation
+from htgrid.net.security._authz import AUTHORIZATIONS, Principal, effective_authorizations
+from htgrid.net.security._config import SecurityConfig
+from htgrid.net.security._errors import DeniedIdentity, MalformedToken, UnmappedIdentity
+from htgrid.net.security._issuers import IssuerKeys, IssuerSettings
+from htgrid.net.security._mapfile import WatchedMap, local_user
+from htgrid.net.security._scitokens import IssuedTokenVerifier, authorizations_of
+from htgrid.net.security._tokens import TokenVerifier
+from htgrid.pool import ConfigFile, HomeLayout, PoolError
+
+__all__ = ["DENY_LEVELS", "DenyList", "Gatekeeper", "GatekeeperConfig"]
+
+DENY_LEVELS: Final = ("READ", "WRITE", "NEGOTIATOR", "ADMINISTRATOR", "DAEMON")
+SCITOKENS: Final = "SCITOKENS"
+
+
+def _path(home: Path, conf: ConfigFile, key: str, default: str = "") -> Path | None:
+    """Knob `key`'s path (relative: to the pool's home), or None when unset and no default."""
+    text = conf.values.get(key, ("", 0))[0].strip() or default
+    return home / text if text else None
+
+
+@dataclass(frozen=True, slots=True)
+class DenyList:
+    """DENY_<level>: the names refused each level, as HTCondor writes them."""
+
+    entries: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def denied(self, name: str, level: str, host: str) -> str | None:
+        """The entry of DENY_`level` that refuses `name` coming from `host`, if any."""
+        for entry in self.entries.get(level, ()):
+            user, slash, where = entry.partition("/")
+            if not slash and "@" not in entry:
+                user, where = "*", entry  # a bare entry names hosts
+            if fnmatch.fnmatchcase(name, user) and fnmatch.fnmatchcase(host, where or "*"):
+                return entry
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class GatekeeperConfig:
+    """The gatekeeper's knobs (htgrid.conf), named as HTCondor-CE's."""
+
+    mapfile: Path  # CERTIFICATE_MAPFILE
+    audiences: tuple[str, ...]  # SCITOKENS_SERVER_AUDIENCE
+    uid_domain: str  # UID_DOMAIN: the domain of a canonical name that names none
+    deny: DenyList
+    issuers: IssuerSettings  # whom to trust for issuers' HTTPS
+    audit_log: Path | None  # <DAEMON>_AUDIT_LOG
+    audit_rotation: Rotation = field(default_factory=Rotation)  # MAX_[NUM_]<DAEMON>_AUDIT_LOG
+
+    @classmethod
+    def load(cls, home: Path, daemon: str = "SCHEDD") -> GatekeeperConfig:
+        """The settings of `home`'s htgrid.conf for `daemon` (SCHEDD, COLLECTOR)."""
+        conf = ConfigFile.read(home)
+        audience = "SCITOKENS_SERVER_AUDIENCE"
+        return cls(
+            mapfile=_path(home, conf, "CERTIFICATE_MAPFILE") or home / "etc" / "mapfile",
+            # HTCondor-CE's default: the address its clients reach it by.
+            audiences=conf.names(audience if conf.has(audience) else "COLLECTOR_HOST"),
+            uid_domain=conf.text("UID_DOMAIN"),
+            deny=DenyList({level: conf.names(f"DENY_{level}") for level in DENY_LEVELS}),
+            # The system's CAs and the pool's trusted ones (AUTH_SSL_CLIENT_CADIR).
+            issuers=IssuerSettings(
+                ca_dir=HomeLayout(home).trusted_ca_dir,
+                cache_dir=_path(home, conf, "SEC_SCITOKENS_CACHE")
+                or HomeLayout(home).run_dir / "cache",
+            ),
+            audit_log=_path(
+                home, conf, f"{daemon}_AUDIT_LOG", "log/AuditLog" if daemon == "SCHEDD" else ""
+            ),
+            audit_rotation=_rotation(conf, daemon),
+        )
+
+
+def _rotation(conf: ConfigFile, daemon: str) -> Rotation:
+    size, count = f"MAX_{daemon}_AUDIT_LOG", f"MAX_NUM_{daemon}_AUDIT_LOG"
+    keep = conf.integer(count, 90, zero=True)
+    try:
+        return parse_rotation(conf.text(size, "1d"), keep)
+    except ValueError as exc:
+        raise PoolError(f"{conf.path}:{conf.values[size][1]}: {size} {exc}") from None
+
+
+class Gatekeeper:
+    """Verifies the pool's tokens and issuers' tokens, maps them, and applies DENY_*."""
+
+    def __init__(
+        self,
+        config: SecurityConfig,
+        settings: GatekeeperConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+        keys: IssuerKeys | None = None,
+    ) -> None:
+        self.config = config
+        self.settings = settings
+        self.pool = TokenVerifier(config, clock=clock, mapfile=settings.mapfile)
+        self.mapfile = WatchedMap(settings.mapfile)
+        self.keys = keys if keys is not None else IssuerKeys(settings.issuers, clock=clock)
+        self.issued = IssuedTokenVerifier(
+            self.keys, settings.audiences, leeway=config.leeway, clock=clock
+        )
+
+    async def verify(self, token: str) -> Principal:
+        """The principal `token` stands for, or the AuthError saying why it is refused."""
+        try:
+            header, claims, _, _ = take_apart(token, TOKEN_ALGORITHMS)
+        except NotAToken:
+            return self.pool.verify(token)  # refused there, in the pool's words
+        issuer = claims.get("iss")
+        if header.get("alg") == ALGORITHM or issuer == self.config.trust_domain:
+            return self.pool.verify(token)
+        return await self._verify_issued(token, claims)
+
+    async def _verify_issued(self, token: str, claims: Mapping[str, Any]) -> Principal:
+        issuer, subject = claims.get("iss"), claims.get("sub")
+        if not isinstance(issuer, str) or not isinstance(subject, str) or not subject:
+            raise MalformedToken("an issuer's token must have string iss and sub claims")
+        name = f"{issuer},{subject}"
+        found = self.mapfile.get().lookup((SCITOKENS,), name)
+        if found is None:
+            raise UnmappedIdentity(
+                f"no SCITOKENS line of the map file {self.settings.mapfile} maps "
+                f"{shown(name, 160)}: this pool does not take that issuer's tokens for "
+                "that subject"
+            )
+        canonical, rule = found
+        user = local_user(canonical)
+        if user is None:
+            raise UnmappedIdentity(
+                f"{rule.origin} maps {shown(name, 160)} to {canonical!r}, which names no local user"
+            )
+        verified = await self.issued.verify(token)
+        full = canonical if "@" in canonical else f"{canonical}@{self.settings.uid_domain}"
+        levels = authorizations_of(verified.scopes)
+        return Principal(
+            user=user,
+            subject=verified.subject,
+            issuer=verified.issuer,
+            scopes=levels,
+            authorizations=effective_authorizations(levels, user, self.config.admin_users),
+            token_id=verified.token_id or "",
+            key_id=verified.key_id or "",
+            expires=verified.expires,
+            method=SCITOKENS,
+            canonical=full,
+        )
+
+    def admit(self, principal: Principal, level: str | None, host: str) -> None:
+        """DeniedIdentity when DENY_`level` refuses the principal's name from `host`."""
+        if level is None or level not in AUTHORIZATIONS:
+            return
+        entry = self.settings.deny.denied(principal.name, level, host)
+        if entry is not None:
+            raise DeniedIdentity(
+                f"{principal.name} ({principal.method} {shown(principal.issuer, 120)},"
+                f"{shown(principal.subject, 80)}) is refused {level}: DENY_{level} lists {entry}"
+            )

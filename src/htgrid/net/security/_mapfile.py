@@ -1,0 +1,208 @@
+"""HTCondor's unified map file (CERTIFICATE_MAPFILE): who an authenticated name is here.
+
+    # $HTGRID_HOME/etc/mapfile, or the file CERTIFICATE_MAPFILE names
+    SCITOKENS /^https:\\/\\/issuer\\.example,(.*)$/    \\1
+    SCITOKENS /^https:\\/\\/vo\\.example,pilot$/       osgpilot@banned.htcondor.org
+    TOKEN     /^pool\\.example\\.org,(.*)@example\\.org$/ \\1
+    SSL       "/DC=org/DC=example/CN=Jane Doe"       jane
+    @include  mapfiles.d
+
+Each line is METHOD PRINCIPAL CANONICAL. The principal is a regular expression between
+slashes (`/.../i` ignores case; matched anywhere, as PCRE in HTCondor, so anchor it), or a
+literal name (a word, or in double quotes when it holds spaces). The first line of the
+method whose principal matches wins; `\\1`...`\\9` in the canonical name are the
+expression's groups. What each method's name is: SCITOKENS `<iss>,<sub>` (SciTokens and
+WLCG tokens), TOKEN or IDTOKENS `<iss>,<sub>` of the pool's own tokens, SSL and GSI the
+certificate's DN (and VOMS FQANs after commas).
+
+`@include PATH` reads a file, or each file of a directory in lexical order (dot files,
+`~` backups, `#` files, .rpmsave and .rpmnew skipped, as LOCAL_CONFIG_DIR_EXCLUDE_REGEXP
+does); a relative path is the including file's; an included file's own `@include` lines
+are ignored, as HTCondor does. `WatchedMap` reads it all again when any of it changes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from htgrid.net.security._errors import MalformedToken, SecurityError
+
+__all__ = ["TOKEN_METHODS", "MapFile", "MapRule", "WatchedMap", "local_user"]
+
+#: The methods whose lines map the pool's own tokens (HTCondor's IDTOKENS and its alias).
+TOKEN_METHODS: Final = frozenset({"IDTOKENS", "IDTOKEN", "TOKEN"})
+_LINE: Final = re.compile(
+    r"(?P<method>\S+)\s+"
+    r'(?:/(?P<regex>(?:\\.|[^\\/])*)/(?P<flags>i?)|"(?P<quoted>(?:\\.|[^\\"])*)"|(?P<literal>\S+))'
+    r"\s+(?P<canonical>\S+)\s*"
+)
+_INCLUDE: Final = re.compile(r"@include\s+(?P<path>\S.*?)\s*")
+_EXCLUDED: Final = re.compile(r"^((\..*)|(.*~)|(#.*)|(.*\.rpmsave)|(.*\.rpmnew))$")
+_GROUP_REF: Final = re.compile(r"\\(\d)")
+_USER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+
+
+@dataclass(frozen=True, slots=True)
+class MapRule:
+    """One line of a map file: its method, principal pattern and canonical name."""
+
+    method: str
+    pattern: re.Pattern[str]
+    canonical: str
+    origin: str  # file:line, for the log and the audit log
+
+    def apply(self, name: str) -> str | None:
+        """The canonical name `name` maps to by this rule, or None when it does not match."""
+        m = self.pattern.search(name)
+        return None if m is None else _substitute(m, self.canonical)
+
+
+def _substitute(m: re.Match[str], canonical: str) -> str:
+    def group(ref: re.Match[str]) -> str:
+        try:
+            return m.group(int(ref[1])) or ""
+        except IndexError:
+            return ""
+
+    return _GROUP_REF.sub(group, canonical)
+
+
+def _rule(m: re.Match[str], origin: str) -> MapRule:
+    method = m["method"].upper()
+    if m["regex"] is not None:
+        flags = re.IGNORECASE if m["flags"] else 0
+        try:
+            pattern = re.compile(m["regex"].replace("\\/", "/"), flags)
+        except re.error as exc:
+            raise SecurityError(f"{origin}: bad regular expression: {exc}") from None
+    else:
+        text = m["literal"] if m["quoted"] is None else re.sub(r"\\(.)", r"\1", m["quoted"])
+        pattern = re.compile(r"\A" + re.escape(text) + r"\Z")
+    return MapRule(method, pattern, m["canonical"], origin)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise SecurityError(f"{path}: cannot read the map file: {reason}") from None
+
+
+def _included(path: Path) -> list[Path]:
+    if not path.is_dir():
+        return [path]
+    return [p for p in sorted(path.iterdir()) if p.is_file() and not _EXCLUDED.match(p.name)]
+
+
+@dataclass(frozen=True, slots=True)
+class MapFile:
+    """The rules of a unified map file, in order, and the paths they were read from."""
+
+    rules: tuple[MapRule, ...] = ()
+    sources: tuple[Path, ...] = ()
+
+    @classmethod
+    def parse(
+        cls, text: str, origin: str = "mapfile", *, base: Path | None = None, nested: bool = False
+    ) -> MapFile:
+        """The rules in `text` (SecurityError naming the line of a bad one); `@include`
+        paths are `base`'s (skipped in an included file, `nested`)."""
+        rules: list[MapRule] = []
+        sources: list[Path] = []
+        for number, raw in enumerate(text.splitlines(), 1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            where = f"{origin}:{number}"
+            include = _INCLUDE.fullmatch(line)
+            if include is not None:
+                if nested:
+                    continue
+                target = Path(include["path"])
+                if not target.is_absolute():
+                    target = (base or Path.cwd()) / target
+                sources.append(target)
+                for path in _included(target):
+                    inner = cls.parse(_read(path), str(path), base=path.parent, nested=True)
+                    rules += inner.rules
+                    sources.append(path)
+                continue
+            m = _LINE.fullmatch(line)
+            if m is None:
+                raise SecurityError(f"{where}: expected METHOD PRINCIPAL CANONICAL")
+            rules.append(_rule(m, where))
+        return cls(tuple(rules), tuple(sources))
+
+    @classmethod
+    def load(cls, path: Path) -> MapFile:
+        """The rules in the file at `path`; none when there is no such file."""
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return cls()
+        except (OSError, UnicodeDecodeError):
+            text = _read(path)  # raises, saying why
+        mapped = cls.parse(text, str(path), base=path.parent)
+        return cls(mapped.rules, (path, *mapped.sources))
+
+    def lookup(self, methods: Iterable[str], name: str) -> tuple[str, MapRule] | None:
+        """The canonical name of `name` authenticated by one of `methods`, and the rule
+        that gave it (the first that matches); None when no line maps it."""
+        wanted = {m.upper() for m in methods}
+        for rule in self.rules:
+            if rule.method in wanted and (canonical := rule.apply(name)) is not None:
+                return canonical, rule
+        return None
+
+    def token_name(self, issuer: str, subject: str) -> str:
+        """The canonical name of a pool token's `subject`: its TOKEN line's, else itself."""
+        found = self.lookup(TOKEN_METHODS, f"{issuer},{subject}")
+        return found[0] if found is not None else subject
+
+    def map(self, issuer: str, subject: str) -> str:
+        """The local user of a pool token's `subject`: its TOKEN line's, else the part of
+        the subject before any `@` (MalformedToken when it names no valid user)."""
+        user = local_user(self.token_name(issuer, subject))
+        if user is None:
+            raise MalformedToken(f"the token's subject {subject!r} names no local user")
+        return user
+
+
+def local_user(canonical: str) -> str | None:
+    """The local account of a canonical name (`user` or `user@domain`), if it is a valid one."""
+    user = canonical.split("@", 1)[0]
+    return user if _USER.fullmatch(user) else None
+
+
+def _signature(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class WatchedMap:
+    """A map file read again when it, or a file or directory it includes, changed: a
+    stat each per request, a parse only after an edit (HTCondor needs a reconfig)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._value = MapFile()
+        self._signature: tuple[object, ...] | None = None
+
+    def get(self) -> MapFile:
+        paths = self._value.sources or (self.path,)
+        signature = (self.path, *(_signature(p) for p in paths))
+        if signature != self._signature:
+            self._value = MapFile.load(self.path)
+            self._signature = (
+                self.path,
+                *(_signature(p) for p in self._value.sources or (self.path,)),
+            )
+        return self._value
