@@ -248,3 +248,70 @@ def test_a_job_whose_node_cannot_be_reached_at_the_restart_waits_for_its_lease(
         node2.close()
         if node3 is not None:
             node3.close()
+
+
+_MANY = """echo "start $$" >> {starts}/$1
+while [ ! -e {go} ]; do sleep 0.5; done
+echo "out $1"
+"""
+
+
+def test_kill_9_of_the_schedd_while_50_jobs_run_on_5_nodes_runs_each_once(
+    pool: PersonalPool, tmp_path: Path
+) -> None:
+    nodes = []
+    try:
+        for n in range(2, 7):
+            node = ExecuteNode(
+                pool, tmp_path / f"node{n}", f"node{n}", f"127.0.0.{n}", config={"NUM_CPUS": 10}
+            )
+            nodes.append(node)
+            node.start()
+        for node in nodes:
+            node.joined()
+        work, jobs = tmp_path / "work", 50
+        starts, go = work / "starts", work / "go"
+        starts.mkdir(parents=True)
+        _script(work / "many_a.sh", _MANY.format(starts=starts, go=go))
+        cluster = _submit(
+            pool,
+            work,
+            "executable = many_a.sh\narguments = $(Process)\nshould_transfer_files = YES\n"
+            "output = out.$(Process)\nlog = many.log\nrequest_memory = 16\n"
+            # long enough that no node ends a job while the schedd is down under load
+            f"job_max_vacate_time = 1\njob_lease_duration = 300\nqueue {jobs}\n",
+        )
+        wait_for(
+            lambda: len(list(starts.iterdir())) == jobs, timeout=300, what="all the jobs to start"
+        )
+        wait_for(lambda: len(_runs("many_a.sh")) == jobs, timeout=30, what="all to run")
+        with pool.client() as schedd:
+            where = {ad["StartdIpAddr"].split(":")[0] for ad in schedd.query("JobStatus == 2")}
+        assert where == {f"<127.0.0.{n}" for n in range(2, 7)}  # on all five nodes
+        running = _runs("many_a.sh")
+        pool.kill()
+        pool.start()
+
+        def reconnected() -> bool:
+            with pool.client() as schedd:
+                ads = schedd.query(f"ClusterId == {cluster}")
+            return len(ads) == jobs and all(ad.get("NumJobReconnects") == 1 for ad in ads)
+
+        wait_for(reconnected, timeout=120, what="the schedd to reconnect to every job")
+        assert _runs("many_a.sh") == running  # the same runs, none started again
+        go.touch()
+
+        def finished() -> list[ClassAd]:
+            with pool.client() as schedd:
+                return schedd.history(f"ClusterId == {cluster}")
+
+        done = wait_for(lambda: len(finished()) == jobs and finished(), timeout=120)
+        assert {ad["ProcId"] for ad in done} == set(range(jobs))
+        assert all(ad["ExitCode"] == 0 and ad["NumJobStarts"] == 1 for ad in done)
+        for proc in range(jobs):
+            assert [line.split()[0] for line in _lines(starts / str(proc))] == ["start"]
+            assert (work / f"out.{proc}").read_text() == f"out {proc}\n"
+            assert _events(work / "many.log", f"{cluster}.{proc}") == [0, 1, 22, 23, 5]
+    finally:
+        for node in nodes:
+            node.close()

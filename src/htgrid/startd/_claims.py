@@ -203,8 +203,9 @@ class Slots:
         now = self._monotonic()
         if now - claim.renewed > claim.lease:
             # Run out, if not yet ended (a request that waited, say in a stopped node's
-            # socket, must not revive it): its job is killed and it is released.
-            raise ClaimNotFound(f"claim {claim_id}'s lease ran out: it is being ended")
+            # socket, must not revive it): its job is being killed, and the claim is not
+            # found once it is gone.
+            raise ClaimStateError(f"claim {claim_id}'s lease ran out: it is being ended")
         claim.renewed = now  # every word from the schedd renews the lease
         return claim
 
