@@ -31,7 +31,6 @@ from .test_restart import (
     _waits_for_the_lease,
 )
 
-
 _SHORT_ADS = {"UPDATE_INTERVAL": 4}
 
 
