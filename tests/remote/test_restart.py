@@ -191,7 +191,12 @@ def test_a_restarted_schedd_reconnects_to_the_job_running_on_its_node(
 def test_past_its_lease_the_node_ends_the_job_and_the_restarted_schedd_runs_it_again(
     pool: PersonalPool, tmp_path: Path
 ) -> None:
-    node = _node(pool, tmp_path, "node2", "127.0.0.2")
+    # The node tries its collector again each UPDATE_INTERVAL while it is down: short.
+    node = ExecuteNode(
+        pool, tmp_path / "node2", "node2", "127.0.0.2", config={"UPDATE_INTERVAL": 2}
+    )
+    node.start()
+    node.joined()
     try:
         job, starts, go = _submit_job(pool, tmp_path, "once_c.sh")
         wait_for(lambda: len(_lines(starts)) == 1, timeout=90, what="the job to start")
