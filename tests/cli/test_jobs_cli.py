@@ -336,3 +336,21 @@ def test_wait_waits_for_a_factorys_cluster_removed_event(tmp_path: Path) -> None
         tally.feed(event)
     assert tally.finished(None)
     assert tally.summary().startswith("1 of 1 done")
+
+
+def test_the_pools_job_default_lease_duration_is_the_lease_of_jobs_naming_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("job.sub").write_text(IDLE)
+    home = tmp_path / "home"
+    rc, out, err = run_cli(home, "submit", "-dry-run", "-", "job.sub")
+    assert (rc, err) == (0, "") and "JobLeaseDuration=2400" in out  # condor_submit's
+    home.mkdir()
+    (home / "htgrid.conf").write_text("JOB_DEFAULT_LEASE_DURATION = 300\n")
+    rc, out, err = run_cli(home, "submit", "-dry-run", "-", "job.sub")
+    assert (rc, err) == (0, "") and "JobLeaseDuration=300" in out
+    rc, out, err = run_cli(
+        home, "submit", "-dry-run", "-", "job.sub", "-a", "job_lease_duration=90"
+    )
+    assert (rc, err) == (0, "") and "JobLeaseDuration=90" in out

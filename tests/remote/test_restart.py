@@ -1,10 +1,13 @@
-"""A schedd killed (kill -9) while a job runs on an execute node of another host: at its
-restart, the job never runs in two places. It first has the node end the old claim (the
-job killed) and only then runs the job again; a node it cannot reach keeps the job from
-running again until the lease of the old claim has surely run out there."""
+"""A schedd killed (kill -9) or stopped (`htgrid down`) while a job runs on an execute
+node of another host: the job runs on there, and the restarted schedd reconnects to it
+(022, 023) and sees it through, once. Past the job's lease (JobLeaseDuration) the node
+kills the job and frees its slot by itself, and the schedd, told the claim is gone,
+gives the run up (024) and runs the job again; a node it cannot reach keeps the job
+from running again until the lease has surely run out there."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -16,6 +19,7 @@ import htcondor2
 import pytest
 
 from htgrid.classad import ClassAd, Value
+from htgrid.startd import StartdClient
 from htgrid.testing import PersonalPool, run_cli, wait_for
 from htgrid.testing.node import CENTRAL_MANAGER, ExecuteNode
 
@@ -27,7 +31,12 @@ from .test_remote_jobs import _history, _script, _submit
 _JOB = """exec 9>>{lock}
 if flock -n 9; then echo "start $$" >> {starts}; else echo "OVERLAP $$" >> {starts}; fi
 while [ ! -e {go} ]; do sleep 0.1; done
+echo "done $$"
 """
+# HTCondor's reasons in the events, as its shadow and schedd write them.
+RESTARTED = "Local schedd and job shadow died, schedd now running again"
+CUT = "Socket between submit and execute hosts closed unexpectedly"
+LEASE = 20  # seconds: condor_submit's least job_lease_duration
 
 
 def _free_port() -> int:
@@ -75,11 +84,26 @@ def _job(pool: PersonalPool, job: str) -> ClassAd:
 
 
 def _events(log: Path, job: str) -> list[int]:
+    return [int(event.type) for event in _read(log, job)]
+
+
+def _read(log: Path, job: str) -> list[htcondor2.JobEvent]:
+    """The job's events, as htcondor2.JobEventLog reads them."""
     return [
-        int(event.type)
+        event
         for event in htcondor2.JobEventLog(str(log)).events(stop_after=0)
         if f"{event.cluster}.{event.proc}" == job
     ]
+
+
+def _claims(node: ExecuteNode) -> int:
+    """The claims the node holds now, as it says on its own socket."""
+
+    async def ask() -> int:
+        async with StartdClient(node.config.socket) as startd:
+            return int((await startd.health())["claims"])
+
+    return asyncio.run(ask())
 
 
 def _submit_job(pool: PersonalPool, tmp_path: Path, name: str) -> tuple[str, Path, Path]:
@@ -90,8 +114,8 @@ def _submit_job(pool: PersonalPool, tmp_path: Path, name: str) -> tuple[str, Pat
     cluster = _submit(
         pool,
         work,
-        f"executable = {name}\nshould_transfer_files = YES\nlog = job.log\n"
-        "request_memory = 16\njob_max_vacate_time = 1\nqueue\n",
+        f"executable = {name}\nshould_transfer_files = YES\nlog = job.log\noutput = job.out\n"
+        f"request_memory = 16\njob_max_vacate_time = 1\njob_lease_duration = {LEASE}\nqueue\n",
     )
     return f"{cluster}.0", starts, go
 
@@ -123,43 +147,82 @@ def _waits_for_the_lease(pool: PersonalPool, job: str, starts: Path) -> None:
         time.sleep(0.2)
 
 
-def test_after_kill_9_the_job_is_ended_on_its_node_before_it_runs_again(
-    pool: PersonalPool, tmp_path: Path
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_a_restarted_schedd_reconnects_to_the_job_running_on_its_node(
+    pool: PersonalPool, tmp_path: Path, how: str
 ) -> None:
     node = _node(pool, tmp_path, "node2", "127.0.0.2")
     try:
         job, starts, go = _submit_job(pool, tmp_path, "once_a.sh")
         wait_for(lambda: len(_lines(starts)) == 1, timeout=90, what="the job to start")
         (first,) = _runs("once_a.sh")
-        pool.kill()
+        if how == "kill":
+            pool.kill()
+        else:
+            pool.stop()  # htgrid down: jobs with a lease are left to run
         assert first in _runs("once_a.sh")  # the job outlives the schedd on its node
         pool.start()
-        # Until it runs again, and after: never two runs of it at once on the node.
-        deadline = time.monotonic() + 90
-        while len(_lines(starts)) < 2:
-            assert len(_runs("once_a.sh")) <= 1
-            assert time.monotonic() < deadline, "the job did not run again"
-            time.sleep(0.05)
-        assert first not in _runs("once_a.sh")
-        assert [line.split()[0] for line in _lines(starts)] == ["start", "start"]
-        assert _job(pool, job)["NumJobStarts"] == 2
+        ad = wait_for(
+            lambda: (a := _job(pool, job)).get("NumJobReconnects") == 1 and a,
+            timeout=60,
+            what="the schedd to reconnect to the job",
+        )
+        assert ad["JobStatus"] == 2 and ad.eval("JobDisconnectedDate") is Value.Undefined
+        assert _runs("once_a.sh") == {first}  # the same run, never a second one
         go.touch()
-        ad = wait_for(lambda: _history(pool, int(job.split(".")[0])), timeout=60)
-        assert ad["JobStatus"] == 4 and ad["ExitCode"] == 0
-        assert [line.split()[0] for line in _lines(starts)] == ["start", "start"]
-        # Started, evicted (its claim ended at the restart), started again, terminated.
-        assert _events(tmp_path / "work" / "job.log", job) == [0, 1, 4, 1, 5]
-        # The schedd's record of the claim is gone with the claim.
+        done = wait_for(lambda: _history(pool, int(job.split(".")[0])), timeout=60)
+        assert done["JobStatus"] == 4 and done["ExitCode"] == 0
+        assert done["NumJobStarts"] == 1
+        assert [line.split()[0] for line in _lines(starts)] == ["start"]
+        assert (tmp_path / "work" / "job.out").read_text() == f"done {first}\n"
+        # Started, disconnected by the restart, reconnected, terminated: once each.
+        log = tmp_path / "work" / "job.log"
+        assert _events(log, job) == [0, 1, 22, 23, 5]
+        lost, back = (e for e in _read(log, job) if int(e.type) in (22, 23))
+        assert lost["DisconnectReason"] == RESTARTED
+        assert lost["StartdAddr"].startswith("<127.0.0.2:") and "node2" in lost["StartdName"]
+        assert back["StartdAddr"] == lost["StartdAddr"]
+        assert back["StartdName"] == lost["StartdName"]
         assert not list((pool.config.spool / "claims").glob("*.claim"))
     finally:
         node.close()
 
 
-# "stop": a clean shutdown, whose vacate request the stopped node never answers; the job
-# may still run there, so it is left Running with its claim recorded, as after kill -9.
-@pytest.mark.parametrize("how", ["kill", "stop"])
-def test_a_job_whose_node_cannot_be_reached_waits_for_the_lease_of_its_claim(
-    pool: PersonalPool, tmp_path: Path, how: str
+def test_past_its_lease_the_node_ends_the_job_and_the_restarted_schedd_runs_it_again(
+    pool: PersonalPool, tmp_path: Path
+) -> None:
+    # The node tries its collector again each UPDATE_INTERVAL while it is down: short.
+    node = ExecuteNode(
+        pool, tmp_path / "node2", "node2", "127.0.0.2", config={"UPDATE_INTERVAL": 2}
+    )
+    node.start()
+    node.joined()
+    try:
+        job, starts, go = _submit_job(pool, tmp_path, "once_c.sh")
+        wait_for(lambda: len(_lines(starts)) == 1, timeout=90, what="the job to start")
+        assert _claims(node) == 1
+        pool.kill()  # and it stays down beyond the job's lease
+        # The node enforces the lease by itself: the job killed, the slot free.
+        wait_for(lambda: not _runs("once_c.sh"), timeout=LEASE + 30, what="the job killed")
+        wait_for(lambda: _claims(node) == 0, timeout=30, what="the claim released")
+        assert "within the lease: vacating" in node.log()
+        pool.start()
+        wait_for(lambda: len(_lines(starts)) == 2, timeout=90, what="the job to run again")
+        go.touch()
+        done = wait_for(lambda: _history(pool, int(job.split(".")[0])), timeout=60)
+        assert done["JobStatus"] == 4 and done["ExitCode"] == 0
+        assert [line.split()[0] for line in _lines(starts)] == ["start", "start"]
+        log = tmp_path / "work" / "job.log"
+        assert _events(log, job) == [0, 1, 22, 24, 4, 1, 5]
+        failed = next(e for e in _read(log, job) if int(e.type) == 24)
+        assert failed["Reason"] == "Claim not found at execution machine"
+        assert "node2" in failed["StartdName"]
+    finally:
+        node.close()
+
+
+def test_a_job_whose_node_cannot_be_reached_at_the_restart_waits_for_its_lease(
+    pool: PersonalPool, tmp_path: Path
 ) -> None:
     node2 = _node(pool, tmp_path, "node2", "127.0.0.2")
     node3: ExecuteNode | None = None
@@ -170,10 +233,7 @@ def test_a_job_whose_node_cannot_be_reached_waits_for_the_lease_of_its_claim(
         node3 = _node(pool, tmp_path, "node3", "127.0.0.3")  # free, and would take it
         assert node2.process is not None
         os.kill(node2.process.pid, signal.SIGSTOP)  # the node is cut off from the schedd
-        if how == "kill":
-            pool.kill()
-        else:
-            pool.stop()
+        pool.kill()
         pool.start()
         _waits_for_the_lease(pool, job, starts)
         # The node comes back: its lease ran out, it kills the job and says the claim is
@@ -193,3 +253,70 @@ def test_a_job_whose_node_cannot_be_reached_waits_for_the_lease_of_its_claim(
         node2.close()
         if node3 is not None:
             node3.close()
+
+
+_MANY = """echo "start $$" >> {starts}/$1
+while [ ! -e {go} ]; do sleep 0.5; done
+echo "out $1"
+"""
+
+
+def test_kill_9_of_the_schedd_while_50_jobs_run_on_5_nodes_runs_each_once(
+    pool: PersonalPool, tmp_path: Path
+) -> None:
+    nodes = []
+    try:
+        for n in range(2, 7):
+            node = ExecuteNode(
+                pool, tmp_path / f"node{n}", f"node{n}", f"127.0.0.{n}", config={"NUM_CPUS": 10}
+            )
+            nodes.append(node)
+            node.start()
+        for node in nodes:
+            node.joined()
+        work, jobs = tmp_path / "work", 50
+        starts, go = work / "starts", work / "go"
+        starts.mkdir(parents=True)
+        _script(work / "many_a.sh", _MANY.format(starts=starts, go=go))
+        cluster = _submit(
+            pool,
+            work,
+            "executable = many_a.sh\narguments = $(Process)\nshould_transfer_files = YES\n"
+            "output = out.$(Process)\nlog = many.log\nrequest_memory = 16\n"
+            # long enough that no node ends a job while the schedd is down under load
+            f"job_max_vacate_time = 1\njob_lease_duration = 300\nqueue {jobs}\n",
+        )
+        wait_for(
+            lambda: len(list(starts.iterdir())) == jobs, timeout=300, what="all the jobs to start"
+        )
+        wait_for(lambda: len(_runs("many_a.sh")) == jobs, timeout=30, what="all to run")
+        with pool.client() as schedd:
+            where = {ad["StartdIpAddr"].split(":")[0] for ad in schedd.query("JobStatus == 2")}
+        assert where == {f"<127.0.0.{n}" for n in range(2, 7)}  # on all five nodes
+        running = _runs("many_a.sh")
+        pool.kill()
+        pool.start()
+
+        def reconnected() -> bool:
+            with pool.client() as schedd:
+                ads = schedd.query(f"ClusterId == {cluster}")
+            return len(ads) == jobs and all(ad.get("NumJobReconnects") == 1 for ad in ads)
+
+        wait_for(reconnected, timeout=120, what="the schedd to reconnect to every job")
+        assert _runs("many_a.sh") == running  # the same runs, none started again
+        go.touch()
+
+        def finished() -> list[ClassAd]:
+            with pool.client() as schedd:
+                return schedd.history(f"ClusterId == {cluster}")
+
+        done = wait_for(lambda: len(finished()) == jobs and finished(), timeout=120)
+        assert {ad["ProcId"] for ad in done} == set(range(jobs))
+        assert all(ad["ExitCode"] == 0 and ad["NumJobStarts"] == 1 for ad in done)
+        for proc in range(jobs):
+            assert [line.split()[0] for line in _lines(starts / str(proc))] == ["start"]
+            assert (work / f"out.{proc}").read_text() == f"out {proc}\n"
+            assert _events(work / "many.log", f"{cluster}.{proc}") == [0, 1, 22, 23, 5]
+    finally:
+        for node in nodes:
+            node.close()

@@ -124,10 +124,11 @@ def explain(ad: ClassAd, health: Mapping[str, Any]) -> list[str]:
                 f"{head} is running, since {since}, as far as the schedd knows:",
                 f"  its execute node {node} could not be reached since "
                 f"{format_date(lost, with_year=True)},",
-                "  so the job may still run there. It is not matched again until the lease",
-                f"  of that claim has run out, at {format_date(expires, with_year=True)} (the "
+                "  so the job may still run there: the schedd reconnects to it when the node",
+                "  answers again. It is not matched again until the lease (JobLeaseDuration)",
+                f"  of that run has run out, at {format_date(expires, with_year=True)} (the "
                 "node then kills it);",
-                "  it goes back to idle then, or as soon as the node says it has ended it.",
+                "  it goes back to idle then, or as soon as the node says the run is over.",
             ]
         return [f"{head} is running, since {since}."]
     if status == JobStatus.HELD:

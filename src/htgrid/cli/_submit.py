@@ -38,10 +38,12 @@ from htgrid._args import flag
 from htgrid.classad import ClassAd
 from htgrid.cli._common import EXIT_OK, add_schedd_options, client, current_user
 from htgrid.errors import UsageError
+from htgrid.pool import ConfigFile, htgrid_home
 from htgrid.submit import (
     ClusterProcs,
     Job,
     ProcAd,
+    SubmitConfig,
     SubmitDescription,
     SubmitError,
     dry_run_chunks,
@@ -148,7 +150,15 @@ def _description(args: argparse.Namespace) -> SubmitDescription:
 
 def _procs(desc: SubmitDescription, cluster: int) -> ClusterProcs:
     cwd = os.getcwd()
-    return desc.procs(cluster, owner=current_user(), qdate=int(time.time()), submit_dir=cwd)
+    # As condor_submit, the pool's configuration gives the job lease of jobs naming none.
+    lease = ConfigFile.read(htgrid_home()).text("JOB_DEFAULT_LEASE_DURATION")
+    return desc.procs(
+        cluster,
+        owner=current_user(),
+        qdate=int(time.time()),
+        submit_dir=cwd,
+        config=SubmitConfig(job_default_lease_duration=lease),
+    )
 
 
 def split_cluster(jobs: Sequence[Job]) -> tuple[ClassAd, list[ClassAd]]:

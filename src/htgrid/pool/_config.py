@@ -30,8 +30,13 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
     API_HEADER_TIMEOUT = 20         seconds a request's headers may take to arrive, and
     API_BODY_TIMEOUT = 60           its body (plus 1 s per KiB); a slower client is cut
                                     off with HTTP 408 (see htgrid.net.server)
-    ALIVE_INTERVAL = 60             seconds between a claim's keep-alives
-    MAX_CLAIM_ALIVES_MISSED = 6     keep-alives missed before a claim is given up
+    ALIVE_INTERVAL = 60             seconds between a claim's keep-alives (one a node, for
+                                    all its claims, to a node of another host)
+    MAX_CLAIM_ALIVES_MISSED = 6     keep-alives missed before a claim of a job that names no
+                                    JobLeaseDuration is given up
+    JOB_DEFAULT_LEASE_DURATION = 2400  the JobLeaseDuration of jobs whose submit file names
+                                    none (`htgrid submit`): how long a job runs on without
+                                    word from its schedd, which may reconnect to it meanwhile
     MASTER_BACKOFF_CONSTANT = 1     a daemon that died is restarted after CONSTANT *
     MASTER_BACKOFF_FACTOR = 2         FACTOR ** (restarts) seconds, at most CEILING;
     MASTER_BACKOFF_CEILING = 300      restarts are forgotten once it has run
@@ -124,6 +129,7 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "API_BODY_TIMEOUT": "60",
     "ALIVE_INTERVAL": "60",
     "MAX_CLAIM_ALIVES_MISSED": "6",
+    "JOB_DEFAULT_LEASE_DURATION": "2400",  # read by `htgrid submit`
     "MASTER_BACKOFF_CONSTANT": "1",
     "MASTER_BACKOFF_FACTOR": "2",
     "MASTER_BACKOFF_CEILING": "300",

@@ -8,17 +8,22 @@ For each match of a vanilla job, a shadow (HTCondor's condor_shadow):
    starts it: `job_started`, which the event log writer turns into 001;
 3. activates the claim with the job ad (its `$$()` macros filled) and, when the job's
    files travel, sends the input sandbox;
-4. follows the claim with long polls, which are also its keep-alives: a claim not
-   heard of within the lease (ALIVE_INTERVAL * MAX_CLAIM_ALIVES_MISSED) is given up on
-   both sides;
+4. follows the claim with long polls. The claim's lease is the job's JobLeaseDuration
+   (ALIVE_INTERVAL * MAX_CLAIM_ALIVES_MISSED for a job that names none): the node
+   kills a job whose schedd it has not heard from for that long, and releases its
+   claim. A node of this host's hears from the polls; one of another host from one
+   keep-alive an ALIVE_INTERVAL for all the schedd's claims there (`_leases`);
 5. when the job's run is over, records it: an exit goes to `job_exited` after the
    output files are back (the job's policy then completes, requeues or holds it: 005,
    004 or 012); an eviction (the node restarted or lost the claim) to `job_evicted`,
    back to idle (004), its output spooled first if ON_EXIT_OR_EVICT; a failure to start
    or to transfer files holds the job. A node of another host that stops answering may
-   run the job on: the job stays Running, disconnected (022), until the node ended the
-   claim or its lease has surely run out there (`lost_contact`, as after a restart), and
-   only then goes back to idle (024, 004);
+   run the job on: the job stays Running, disconnected (022), and the shadow reconnects
+   to it when the node answers again within the lease (023); it gives the run up (024)
+   and the job goes back to idle (004) once the node says the claim is gone or the
+   lease has surely run out there. A schedd that stops (`htgrid down`, or killed)
+   leaves such jobs running, and its next start reconnects to each the same way
+   (`recover`);
 6. releases the claim.
 
 A job held or removed while it runs has its claim vacated (HoldKillSig, RemoveKillSig)
@@ -53,7 +58,10 @@ from htgrid.queue import (
 )
 from htgrid.queue.faults import FaultLog, JobFailure, daemon_fault, problem
 from htgrid.schedd._claims import ClaimBook, ClaimRecord
+from htgrid.schedd._leases import NodeLeases
 from htgrid.schedd._shadow_run import (
+    CUT,
+    LEASE_MARGIN,
     RUNNING,
     ShadowRun,
     ShadowSettings,
@@ -79,11 +87,8 @@ _log = logging.getLogger("htgrid.schedd.shadow")
 VANILLA: Final = 5
 _FEED_BATCH: Final = 2000
 _REUSE_SCAN: Final = 64  # idle jobs looked at for a claim whose job ended
-# Beyond a claim's lease and its job's vacate time: the node's lease check runs every
-# half second, and a killed job takes a moment to be gone.
-_LEASE_MARGIN: Final = 5.0
 _SETTLE_RETRY: Final = 2.0  # how often an unreachable node is asked again
-_DISCONNECTED: Final = ("JobDisconnectedDate", "JobLeaseExpiration")
+_DISCONNECTED: Final = ("JobDisconnectedDate", "JobLeaseExpiration", "DisconnectReason")
 
 
 class ShadowManager:
@@ -115,6 +120,7 @@ class ShadowManager:
         self._wake = worker.subscribe()
         self._faults = FaultLog(_log, "shadow")
         self.claims = ClaimBook(settings.spool / "claims", fsync=settings.fsync)
+        self.leases = NodeLeases(settings.alive_interval, monotonic=monotonic)
         # Jobs whose claim of an earlier daemon is not yet known to be over.
         self._settling: set[JobId] = set()
         self._settlers: set[asyncio.Task[None]] = set()
@@ -131,20 +137,23 @@ class ShadowManager:
     # -- start-up -----------------------------------------------------------------------
 
     async def recover(self) -> list[JobId]:
-        """Jobs left running by an earlier daemon go back to idle, once they surely run
-        nowhere; those put back at once are returned.
+        """Reconnect to the jobs an earlier daemon left running on nodes of other hosts;
+        put back to idle those that surely run nowhere (returned, when at once).
 
-        Each claim the earlier daemon recorded is ended on its node (the job killed, the
-        slot released: `_settle`, in the background), and only then does its job go
-        back to idle (004). A job whose node cannot be reached stays Running, with
-        JobDisconnectedDate and JobLeaseExpiration, until the claim's lease has surely
-        run out there (the node then kills the job): it is not matched again before. A
-        running job with no claim recorded ran on a node of this pool's own, which
-        stopped with the daemon (its jobs killed): back to idle at once.
+        A running job whose claim on a node of another host was recorded is reconnected
+        to (`ShadowRun` without a match): 022 at once, 023 when the node answers that it
+        runs it still, and its run is followed to its end as if the schedd had never
+        stopped; or given up on (024, 004) when the node has no such claim, or does not
+        answer before the lease has surely run out there. Any other recorded claim is
+        ended on its node (the job killed, the slot released: `_settle`, in the
+        background), and only then does its job go back to idle (004). A running job
+        with no claim recorded ran on a node of this pool's own, which stopped with the
+        daemon (its jobs killed): back to idle at once.
         """
         records = await asyncio.to_thread(self.claims.load)
         recorded = {r.public_id: r for r in records}
         settling: dict[str, JobId] = {}
+        resuming: dict[str, ClassAd] = {}
 
         def evict(q: JobQueue) -> tuple[int, list[JobId]]:
             seq = q.last_seq
@@ -156,7 +165,11 @@ class ShadowManager:
                 jid = JobId(ad["ClusterId"], ad["ProcId"])
                 record = recorded.get(str(ad.get("PublicClaimId")))
                 if record is not None and record.job_id == jid:
-                    settling[record.claim_id] = jid  # running perhaps: the node says
+                    remote = socket_of(record.address) is None
+                    if remote and ad["JobStatus"] in RUNNING:
+                        resuming[record.claim_id] = ad  # it may run there still
+                    else:
+                        settling[record.claim_id] = jid  # running perhaps: the node says
                 elif ad["JobStatus"] == JobStatus.REMOVED:
                     q.destroy(jid)
                 elif ad["JobStatus"] in RUNNING:
@@ -167,8 +180,14 @@ class ShadowManager:
         self._seq, evicted = await self._worker.write(evict)
         for jid in evicted:
             _log.info("job %s had no execute node after the restart: back to idle", jid)
+        for record in records:
+            ad = resuming.get(record.claim_id)
+            if ad is not None and not self._resume(record, ad):
+                settling[record.claim_id] = record.job_id
         self._settling.update(settling.values())
         for record in records:
+            if record.claim_id in resuming and record.claim_id not in settling:
+                continue
             task = asyncio.create_task(
                 self._settle(record, settling.get(record.claim_id)),
                 name=f"claim of {record.job_id}",
@@ -177,18 +196,36 @@ class ShadowManager:
             task.add_done_callback(self._settlers.discard)
         return evicted
 
-    async def _settle(
-        self, record: ClaimRecord, job: JobId | None, lost: str | None = None
-    ) -> None:
-        """End a claim that may still run `job` (an earlier daemon's, or one whose node
-        stopped answering: `lost` says how); then the job goes back to idle. An
+    def _resume(self, record: ClaimRecord, ad: ClassAd) -> bool:
+        """Reconnect to `record`'s job, running on a node of another host; False when
+        that node cannot be called (its address or certificate unusable)."""
+        client = self._client(record.address, record.certificate)
+        if client is None:
+            return False
+        run = ShadowRun(
+            self,
+            record.job_id,
+            ad,
+            client,
+            record.address,
+            certificate=record.certificate,
+            claim_id=record.claim_id,
+        )
+        run.lease, run.start_seq = record.lease, self._seq
+        _log.info("job %s: reconnecting to it on %s", record.job_id, record.address)
+        self._launch(run)
+        return True
+
+    async def _settle(self, record: ClaimRecord, job: JobId | None) -> None:
+        """End a claim an earlier daemon left that may still run `job` (held or removed
+        since, or on a node of this pool's own); then the job goes back to idle. An
         unreachable node's job stays Running, disconnected (022), and the node is asked
         again until the claim's lease has surely run out there; then the schedd gives up
         on the job (024) and requeues it."""
         client = self._client(record.address, record.certificate)
         local = socket_of(record.address) is not None
         deadline: float | None = None
-        why = lost if lost is not None else await self._end_claim(client, record)
+        why = await self._end_claim(client, record)
         gave_up = "The execute node has ended the job and released its claim"
         while why is not None:
             if local or job is None:
@@ -197,7 +234,7 @@ class ShadowManager:
                 _log.info("claim of job %s on %s: %s", record.job_id, record.address, why)
                 break
             if deadline is None:
-                deadline = self._clock() + record.lease + record.vacate + _LEASE_MARGIN
+                deadline = self._clock() + record.lease + record.vacate + LEASE_MARGIN
                 await self._disconnected(job, record, deadline, why)
             if self._clock() >= deadline:
                 _log.warning(
@@ -206,7 +243,8 @@ class ShadowManager:
                     record.address,
                 )
                 gave_up = (
-                    f"Job disconnected too long: its claim's lease ({record.lease:g} s) expired"
+                    f"Job disconnected too long: JobLeaseDuration ({record.lease:g} seconds) "
+                    "expired"
                 )
                 break
             await asyncio.sleep(min(_SETTLE_RETRY, max(0.0, deadline - self._clock())))
@@ -245,7 +283,15 @@ class ShadowManager:
             why,
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(deadline)),
         )
-        stamp = {"JobDisconnectedDate": int(self._clock()), "JobLeaseExpiration": int(deadline) + 1}
+        await self._stamp(job, CUT, deadline)
+
+    async def _stamp(self, job: JobId, reason: str, deadline: float) -> None:
+        """The job disconnected (022, `reason`) until `deadline`."""
+        stamp = {
+            "JobDisconnectedDate": int(self._clock()),
+            "JobLeaseExpiration": int(deadline) + 1,
+            "DisconnectReason": reason,
+        }
 
         def note(q: JobQueue) -> None:
             with contextlib.suppress(InvalidTransition, JobNotFound):
@@ -270,12 +316,17 @@ class ShadowManager:
         if client is None:
             _log.warning("job %s: %s cannot be reached at %r", jid, match.machine, address)
             return False
-        shadow = ShadowRun(self, jid, match, job, client, str(address))
+        cert = pem if isinstance(pem, str) else None
+        self._launch(ShadowRun(self, jid, job, client, str(address), match=match, certificate=cert))
+        return True
+
+    def _launch(self, shadow: ShadowRun) -> None:
+        jid = shadow.job_id
         self._shadows[jid] = shadow
         task = asyncio.create_task(shadow.run(), name=f"shadow {jid}")
+        shadow.task = task
         self._tasks.add(task)
         task.add_done_callback(functools.partial(self._done, jid, shadow))
-        return True
 
     def _client(self, address: str, pem: str | None) -> StartdClient | None:
         """The client of the node at `address`: its Unix socket on this host, or TLS to
@@ -403,19 +454,26 @@ class ShadowManager:
     # -- shutdown -------------------------------------------------------------------------
 
     async def shutdown(self) -> None:
-        """Vacate every running job (back to idle) and wait until each is recorded."""
+        """Vacate every job running on a node of this host's (back to idle) and wait
+        until each is recorded. Jobs on nodes of other hosts run on, within their
+        lease, their claims recorded: the next start reconnects to them (HTCondor's
+        graceful shutdown leaves jobs with a JobLeaseDuration alone, too)."""
         self._accepting = False
         for settler in list(self._settlers):
             settler.cancel()  # their records stay: the next daemon settles them
         await asyncio.gather(*self._settlers, return_exceptions=True)
         for shadow in list(self._shadows.values()):
-            shadow.stop(StopReason.SHUTDOWN)
+            if shadow.remote and shadow.on_node and shadow.task is not None:
+                shadow.task.cancel()  # the job runs on there
+            else:
+                shadow.stop(StopReason.SHUTDOWN)
         if self._tasks:
             _, late = await asyncio.wait(set(self._tasks), timeout=self._shutdown_wait())
             for task in late:
                 task.cancel()
             if late:
                 await asyncio.gather(*late, return_exceptions=True)
+        await self.leases.close()
         for client in self._clients.values():
             await client.aclose()
 
@@ -431,12 +489,43 @@ class ShadowManager:
     async def record_claim(self, run: ShadowRun) -> None:
         await asyncio.to_thread(self.claims.write, _record_of(run))
 
-    async def lost_contact(self, run: ShadowRun, why: str) -> None:
-        """`run`'s node of another host stopped answering (`why`) while its job may run
-        there: as after a restart, the job waits, Running and disconnected, until the
-        node ended the claim or its lease has surely run out there, then goes back to
-        idle; the claim's record is gone then."""
-        await self._settle(_record_of(run), run.job_id, why)
+    def hold_lease(self, run: ShadowRun) -> None:
+        if run.remote and run.link is None:
+            run.link = self.leases.hold(run.client, run.address, run.claim_id)
+
+    def drop_lease(self, run: ShadowRun) -> None:
+        if run.link is not None:
+            self.leases.drop(run.link, run.claim_id)
+            run.link = None
+
+    async def disconnected(self, run: ShadowRun, why: str, reason: str, deadline: float) -> None:
+        _log.warning(
+            "job %s: disconnected from %s (%s): it may run on there; reconnecting until "
+            "its lease has surely run out (%s)",
+            run.job_id,
+            run.address,
+            why,
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(deadline)),
+        )
+        await self._stamp(run.job_id, reason, deadline)
+
+    async def reconnected(self, run: ShadowRun) -> None:
+        _log.info("job %s: reconnected to %s", run.job_id, run.address)
+        job = run.job_id
+
+        def note(q: JobQueue) -> None:
+            with contextlib.suppress(InvalidTransition, JobNotFound):
+                count = q.get(job).get("NumJobReconnects", 0)
+                cleared: dict[str, Any] = {n: ExprTree("undefined") for n in _DISCONNECTED}
+                number = count if isinstance(count, int) and not isinstance(count, bool) else 0
+                q.update(job, {**cleared, "NumJobReconnects": number + 1})
+
+        await self._worker.write(note)
+
+    async def gave_up(self, run: ShadowRun, reason: str) -> None:
+        self.drop_lease(run)
+        await self._worker.write(functools.partial(_requeue, job=run.job_id, reason=reason))
+        await asyncio.to_thread(self.claims.forget, run.claim_id)
 
     async def forget_claim(self, run: ShadowRun) -> None:
         await asyncio.to_thread(self.claims.forget, run.claim_id)
@@ -452,14 +541,8 @@ class ShadowManager:
 
 
 def _record_of(run: ShadowRun) -> ClaimRecord:
-    pem = run.match.machine_ad.get(TLS_CERTIFICATE)
     return ClaimRecord(
-        run.claim_id,
-        run.job_id,
-        run.address,
-        pem if isinstance(pem, str) else None,
-        run.lease,
-        run.vacate_time,
+        run.claim_id, run.job_id, run.address, run.certificate, run.lease, run.vacate_time
     )
 
 

@@ -1,9 +1,17 @@
 """One vanilla job's run on one claim: the shadow itself (see `_shadow` for the whole).
 
 `ShadowRun.run` claims the slot, records the start, activates the claim, sends the input,
-follows the claim by long polls (its keep-alives), fetches the output and records the
-end: exit, eviction, or a hold for a job that could not start or whose files could not
-move. Every queue write goes through the `ShadowHost` (the manager's queue thread).
+follows the claim by long polls, fetches the output and records the end: exit, eviction,
+or a hold for a job that could not start or whose files could not move. Every queue
+write goes through the `ShadowHost` (the manager's queue thread).
+
+A node of another host may run the job on without the schedd, for the job's lease
+(JobLeaseDuration; the node kills it past that). When it stops answering (its keep-alives
+go unanswered, `_leases`), or when the schedd starts again with the job running there,
+the shadow is disconnected (022) and reconnects (`_lost`): once the node answers within
+the lease, it follows the same run on (023, and the job's end as usual); when the node
+says the claim is gone, or the lease has surely run out there, it gives the run up
+(024) and the job goes back to idle.
 
 The job's files (its executable and input read, its output written into Iwd, an evicted
 run's output kept in the spool) are touched with its owner's rights; the transfer tars
@@ -18,12 +26,13 @@ import enum
 import logging
 import secrets
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from copy import copy
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final, NoReturn, Protocol
 
+from htgrid._aio import wait_event
 from htgrid._files import private_file
 from htgrid._privsep import Account, OwnerPolicy, OwnerRefused, as_owner, owned_dir
 from htgrid.classad import ClassAd, ExprTree
@@ -42,6 +51,7 @@ from htgrid.queue import (
 )
 from htgrid.queue.faults import JobFailure, daemon_fault, problem
 from htgrid.schedd._claims import public_claim_id
+from htgrid.schedd._leases import NodeLink
 from htgrid.schedd._local import SCHEDD
 from htgrid.startd import (
     ClaimGrant,
@@ -57,6 +67,7 @@ from htgrid.startd import (
     TransferError,
     input_entries,
     input_size,
+    job_lease,
     pack,
     socket_of,
     unpack_output,
@@ -71,6 +82,7 @@ __all__ = [
     "StopReason",
     "after_stop",
     "claimed_slot",
+    "vacate_time",
 ]
 
 _log = logging.getLogger("htgrid.schedd.shadow")
@@ -78,6 +90,17 @@ _log = logging.getLogger("htgrid.schedd.shadow")
 _RETRY: Final = 1.0
 _NO_INPUT_LIMIT: Final = SizeLimit("MAX_TRANSFER_INPUT_MB")
 _NO_OUTPUT_LIMIT: Final = SizeLimit("MAX_TRANSFER_OUTPUT_MB")
+# How long a long poll of a node of another host waits: its keep-alives are the node's
+# link's, so a poll only waits for the claim to change.
+_LONG_POLL: Final = 300.0
+# Beyond a claim's lease and its job's vacate time: the node's lease check runs every
+# half second, and a killed job takes a moment to be gone.
+LEASE_MARGIN: Final = 5.0
+# HTCondor's reasons (its shadow's and its schedd's), as users and their tools know them.
+CUT: Final = "Socket between submit and execute hosts closed unexpectedly"
+RESTARTED: Final = "Local schedd and job shadow died, schedd now running again"
+_NOT_FOUND: Final = "Job not found at execution machine"
+_CLAIM_NOT_FOUND: Final = "Claim not found at execution machine"
 RUNNING: Final = (JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED)
 
 
@@ -125,6 +148,11 @@ class _Unreachable(_Evicted):
     """The node does not answer: the job may still run there."""
 
 
+class _GaveUp(HTGridError):
+    """A disconnected run was given up on (024): the job is back to idle, its claim
+    forgotten."""
+
+
 class ShadowHost(Protocol):
     """What a shadow needs of its manager."""
 
@@ -140,9 +168,24 @@ class ShadowHost(Protocol):
         """`run`'s claim is released: its record goes."""
         ...
 
-    async def lost_contact(self, run: ShadowRun, why: str) -> None:
-        """`run`'s node of another host does not answer while its job may run there:
-        back when the claim is surely over (its record then gone)."""
+    def hold_lease(self, run: ShadowRun) -> None:
+        """Keep `run`'s claim on a node of another host alive (`run.link` set)."""
+        ...
+
+    def drop_lease(self, run: ShadowRun) -> None: ...
+
+    async def disconnected(self, run: ShadowRun, why: str, reason: str, deadline: float) -> None:
+        """`run`'s node does not answer (`why`): its job Running, disconnected (022 with
+        HTCondor's `reason`) until `deadline`, when its lease has surely run out there."""
+        ...
+
+    async def reconnected(self, run: ShadowRun) -> None:
+        """`run`'s node answers again and runs its job on (023)."""
+        ...
+
+    async def gave_up(self, run: ShadowRun, reason: str) -> None:
+        """The schedd gives `run` up (024 with `reason`): its job back to idle, the
+        claim's record gone."""
         ...
 
     async def next_job(self, run: ShadowRun) -> tuple[JobId, ClassAd, Updates] | None:
@@ -165,29 +208,37 @@ class ShadowRun:
         self,
         manager: ShadowHost,
         job_id: JobId,
-        match: Match,
         job: ClassAd,
         client: StartdClient,
         address: str,
+        *,
+        match: Match | None = None,
+        certificate: str | None = None,
+        claim_id: str | None = None,
     ) -> None:
+        """A run of the `match` given; or, without one, the reconnection to the run of
+        `job` on the claim `claim_id` an earlier daemon left on a node of another host."""
         self.m = manager
         self.job_id = job_id
         self.match = match
         self.job = job
         self.client = client
         self.address = address
-        self.claim_id = secrets.token_urlsafe(24)
-        self.lease = manager.settings.lease
+        self.certificate = certificate  # the node's, pinned (a node of another host)
+        self.claim_id = claim_id or secrets.token_urlsafe(24)
+        self.lease = job_lease(job, manager.settings.lease)
         self.start_seq = 1 << 62  # until it starts, no change is about this run
         self.stop_reason: StopReason | None = None
-        self.vacate_time = 0.0
+        self.vacate_time = vacate_time(job)
+        self.link: NodeLink | None = None  # the keep-alives of a node of another host
+        self.task: asyncio.Task[None] | None = None  # the task running it
         self._stopping = asyncio.Event()
         self._started_at = 0.0
         self.slot_ad = ClassAd()  # the claimed slot, once claimed
         self.resources = Resources(0, 0, 0)
         self.account: Account | None = None  # the current job's owner's, once it starts
         self.on_node = False  # the current job may run on the node
-        self._settled = False  # the claim was ended by `lost_contact`: nothing to release
+        self._settled = False  # the run was given up on: nothing to release
 
     @property
     def remote(self) -> bool:
@@ -220,7 +271,7 @@ class ShadowRun:
 
     async def run(self) -> None:
         try:
-            await self._run()
+            await (self._run() if self.match is not None else self._resume())
         except asyncio.CancelledError:
             # A job that may run on a node of another host stays Running with its claim
             # recorded (the schedd stopping): the next start has the node end it first.
@@ -235,6 +286,8 @@ class ShadowRun:
             await self._abandon(f"the shadow failed: {exc}")
             if not isinstance(exc, HTGridError):
                 raise
+        finally:
+            self.m.drop_lease(self)
 
     async def _contain(self, exc: Exception) -> None:
         """Hold a job the shadow failed on for a reason of the job's own (an attribute of
@@ -258,21 +311,22 @@ class ShadowRun:
         await self._release()
 
     async def _run(self) -> None:
-        jid, s = self.job_id, self.m.settings
-        claimed_job = self.match.job_ad(self.job)
-        self.vacate_time = _vacate_time(self.job)
+        jid, s, match = self.job_id, self.m.settings, self.match
+        assert match is not None  # run() calls this for a match only
+        claimed_job = match.job_ad(self.job)
         await self.m.record_claim(self)  # a schedd killed from now on ends it at restart
         try:
             grant = await self.client.request_claim(
                 self.claim_id, claimed_job, s.schedd_name, self.lease
             )
         except StartdError as exc:
-            _log.info("job %s: %s did not take the claim: %s", jid, self.match.machine, exc)
+            _log.info("job %s: %s did not take the claim: %s", jid, match.machine, exc)
             await self._release()  # granted perhaps, the answer lost: let it go
             return  # still idle: the next cycle tries again
-        self.slot_ad = claimed_slot(self.match.machine_ad, grant)
+        self.m.hold_lease(self)
+        self.slot_ad = claimed_slot(match.machine_ad, grant)
         self.resources = grant.resources
-        updates, expanded = self.match.job_updates, self.match.expansion.expanded
+        updates, expanded = match.job_updates, match.expansion.expanded
         # HTCondor's claim reuse: a job that ended leaves its claim to the next job of
         # the same user that fits it, without waiting for a negotiation cycle.
         while await self._run_job(grant.slot, updates, expanded):
@@ -283,7 +337,8 @@ class ShadowRun:
             # (still idle) should the claim not take it.
             self.job_id, self.job, expanded = following
             updates = ()
-            self.vacate_time = _vacate_time(self.job)
+            self.vacate_time = vacate_time(self.job)
+            self.lease = job_lease(self.job, s.lease)
             await self.m.record_claim(self)  # the claim's record names the job it runs
             self.stop_reason, self._stopping = None, asyncio.Event()
             self.start_seq = 1 << 62
@@ -294,8 +349,16 @@ class ShadowRun:
                 break
         await self._release()
 
-    async def _run_job(self, slot: str, updates: Updates, expanded: Updates) -> bool:
-        """Run the current job on the claim; whether the claim may run another."""
+    async def _resume(self) -> None:
+        """Reconnect to the job an earlier daemon left running on a node of another host,
+        and see it through (a claim reconnected to runs no other job)."""
+        self.m.hold_lease(self)
+        if await self._owner():
+            await self._attend(self.job, self._lost("the schedd restarted", RESTARTED))
+        await self._release()
+
+    async def _owner(self) -> bool:
+        """Whether the current job's owner may run jobs here (held if not)."""
         policy = self.m.settings.policy
         if policy is not None:
             try:
@@ -303,22 +366,35 @@ class ShadowRun:
             except OwnerRefused as exc:
                 await self._hold(str(exc), HoldReasonCode.FailedToAccessUserAccount, 0)
                 return False
+        return True
+
+    async def _run_job(self, slot: str, updates: Updates, expanded: Updates) -> bool:
+        """Run the current job on the claim; whether the claim may run another."""
+        if not await self._owner():
+            return False
         ad = await self._start(slot, updates, expanded)
         if ad is None:  # held or removed since the match
             return False
+        return await self._attend(ad, self._activate(ad))
+
+    async def _attend(self, ad: ClassAd, first: Awaitable[ClaimStatus]) -> bool:
+        """Follow the job on the node from `first` (its activation, or a reconnection)
+        to its end, and record that; whether the claim may run another job."""
         self.on_node = True
         try:
-            outcome = await self._activate_and_follow(ad)
-            self.on_node = False
-            return await self._finish(ad, outcome)
-        except _Unreachable as exc:
-            if not self.remote:  # a node of this host's: its jobs go with it
-                self.on_node = False
-                await self._record_evicted(str(exc))
-                return False
-            # It may run the job on: never run it elsewhere too before that is over.
-            _log.warning("job %s: %s", self.job_id, exc)
-            await self.m.lost_contact(self, str(exc))
+            status = await first
+            while True:
+                try:
+                    outcome = await self._follow(ad, status)
+                    ok = await self._finish(ad, outcome)
+                    self.on_node = False
+                    return ok
+                except _Unreachable as exc:
+                    if not self.remote:  # a node of this host's: its jobs go with it
+                        raise
+                    # It may run the job on: never run it elsewhere too before that is over.
+                    status = await self._lost(str(exc), CUT)
+        except _GaveUp:
             self.on_node, self._settled = False, True
         except _Evicted as exc:  # the claim is gone: the job runs again, elsewhere or later
             self.on_node = False
@@ -327,6 +403,53 @@ class ShadowRun:
             self.on_node = False
             await self._hold(exc.reason, exc.code, exc.subcode)
         return False
+
+    async def _activate(self, ad: ClassAd) -> ClaimStatus:
+        try:
+            return await self._call(self.client.activate(self.claim_id, ad))
+        except _Unreachable as exc:
+            if not self.remote:
+                raise
+            return await self._lost(str(exc), CUT)
+
+    async def _lost(self, why: str, reason: str) -> ClaimStatus:
+        """The node of another host does not answer (`why`), or the schedd restarted:
+        the job may run on there. Disconnected (022, HTCondor's `reason`) until the node
+        answers within the lease: reconnected (023), the claim's status returned. The
+        run is given up on (024, the job back to idle: `_GaveUp`) once the node says the
+        job or its claim is gone, or the lease has surely run out there."""
+        deadline = self.m.now() + self.lease + self.vacate_time + LEASE_MARGIN
+        await self.m.disconnected(self, why, reason, deadline)
+        link, wait = self.link, self.m.settings.alive_interval
+        while True:
+            left = deadline - self.m.now()
+            if left <= 0:
+                await self._give_up(
+                    f"Job disconnected too long: JobLeaseDuration ({self.lease:g} seconds) expired"
+                )
+            if link is not None and not link.up.is_set():
+                await wait_event(link.up, left)  # its keep-alives are answered again
+                continue
+            try:
+                status = await asyncio.wait_for(self.client.status(self.claim_id), wait)
+            except ClaimNotFound:
+                await self._give_up(_CLAIM_NOT_FOUND)
+            except (StartdError, TimeoutError) as exc:
+                _log.info("job %s: %s does not answer yet: %s", self.job_id, self.address, exc)
+                await asyncio.sleep(min(wait, max(0.0, left)))
+                continue
+            if status.state is ClaimState.RELEASED:
+                await self._give_up(_CLAIM_NOT_FOUND)
+            if status.state is ClaimState.CLAIMED:  # never activated: nothing runs there
+                await self._release()
+                await self._give_up(_NOT_FOUND)
+            await self.m.reconnected(self)
+            return status
+
+    async def _give_up(self, reason: str) -> NoReturn:
+        _log.warning("job %s: reconnection to %s failed: %s", self.job_id, self.address, reason)
+        await self.m.gave_up(self, reason)
+        raise _GaveUp(reason)
 
     async def _start(self, slot: str, updates: Updates, expanded: Updates) -> ClassAd | None:
         """Record the claim and start the job; its ad to run, or None if it is not idle."""
@@ -352,16 +475,17 @@ class ShadowRun:
             return None
         self.start_seq, ad = started
         self._started_at = self.m.now()
-        self.vacate_time = _vacate_time(ad)
+        self.vacate_time = vacate_time(ad)
         _log.info("job %s started on %s", jid, slot)
         return apply_updates(ad, expanded)
 
-    async def _activate_and_follow(self, ad: ClassAd) -> Outcome:
-        status = await self._call(self.client.activate(self.claim_id, ad))
+    async def _follow(self, ad: ClassAd, status: ClaimStatus) -> Outcome:
+        """Follow the claim from `status` to the job's end (its outcome)."""
         if status.transfer_input:
             await self._send_input(ad)
         last_heard = self.m.monotonic()
-        wait = self.m.settings.alive_interval
+        link = self.link
+        wait = self.m.settings.alive_interval if link is None else _LONG_POLL
         vacated = False
         while True:
             if status.state is ClaimState.ENDED and status.outcome is not None:
@@ -377,19 +501,22 @@ class ShadowRun:
             poll = asyncio.create_task(
                 self.client.status(self.claim_id, wait=wait, version=status.version)
             )
-            # Until the job is told to stop, a stop request cuts the long poll short.
+            # Until the job is told to stop, a stop request cuts the long poll short; and
+            # a node of another host that stops answering its keep-alives, too.
             stopping = None if vacated else asyncio.create_task(self._stopping.wait())
+            cut = None if link is None else asyncio.create_task(link.down.wait())
+            waits = {poll} | {task for task in (stopping, cut) if task is not None}
             try:
-                await asyncio.wait(
-                    {poll} | ({stopping} if stopping else set()),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                if stopping is not None:
-                    stopping.cancel()
+                for task in (stopping, cut):
+                    if task is not None:
+                        task.cancel()
             if not poll.done():
                 poll.cancel()
                 await asyncio.gather(poll, return_exceptions=True)
+                if link is not None and link.down.is_set():
+                    raise _Unreachable(f"the execute node {self.address} does not answer")
                 continue
             try:
                 status = poll.result()
@@ -397,13 +524,13 @@ class ShadowRun:
             except ClaimNotFound as exc:
                 raise _Evicted(f"the execute node lost the claim: {exc}") from None
             except StartdUnavailable as exc:
-                # A node of another host is disconnected once a keep-alive is missed (it
-                # then waits out the lease: `lost_contact`); one of this host's, which
-                # ends its jobs with it, is given the whole lease.
-                s = self.m.settings
-                limit = s.alive_interval if self.remote else s.lease
+                # A node of another host is disconnected when its link says so (its
+                # keep-alives unanswered); one of this host's, which ends its jobs with
+                # it, is given the whole claim lease.
                 silent = self.m.monotonic() - last_heard
-                if silent > limit:
+                if (link is not None and link.down.is_set()) or (
+                    link is None and silent > self.m.settings.lease
+                ):
                     raise _Unreachable(
                         f"no word from the execute node for {silent:.0f} s: {exc}"
                     ) from None
@@ -466,7 +593,11 @@ class ShadowRun:
                     f"Transfer output files failure: {exc}",
                     HoldReasonCode.MaxTransferOutputSizeExceeded,
                 ) from None
-            except (ClaimNotFound, StartdUnavailable) as exc:
+            except StartdUnavailable as exc:
+                if self.remote:  # cut off, perhaps for a while: the output waits there
+                    raise _Unreachable(f"the output sandbox did not arrive: {exc}") from None
+                raise _Evicted(f"the output sandbox is lost with the execute node: {exc}") from None
+            except ClaimNotFound as exc:
                 # The node died with the output: its run is lost, not the job.
                 raise _Evicted(f"the output sandbox is lost with the execute node: {exc}") from None
             except StartdError as exc:
@@ -597,6 +728,7 @@ class ShadowRun:
     async def _release(self) -> None:
         if self._settled:
             return
+        self._settled = True  # once: a claim released (or left to its lease) is over
         # The node answers once the job is gone: its vacate time, and a margin; a node
         # that does not answer must not hold the shadow (nor a shutdown) forever.
         wait = self.vacate_time + self.m.settings.alive_interval
@@ -636,7 +768,7 @@ def _job_limit(ad: ClassAd, attr: str, default: SizeLimit) -> SizeLimit:
     return default
 
 
-def _vacate_time(ad: ClassAd) -> float:
+def vacate_time(ad: ClassAd) -> float:
     """How long the node gives the job to stop before killing it (JobMaxVacateTime)."""
     vacate = ad.get("JobMaxVacateTime")
     if isinstance(vacate, int | float) and not isinstance(vacate, bool) and vacate >= 0:

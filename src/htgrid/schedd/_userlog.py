@@ -2,12 +2,12 @@
 
 For each committed change of a job with a `UserLog`, the event HTCondor writes at that
 moment: 000 submitted, 001 executing, 004 evicted (or terminated and requeued), 005
-terminated, 009 aborted, 012 held, 013 released, 022 disconnected and 024 reconnection
-failed (JobDisconnectedDate set, then cleared). A late materialization factory's changes
-write its cluster's events into the log its cluster ad names: 035 cluster submitted
-(before its first jobs' 000), 037 materialization paused (its cluster held), 038 resumed
-(released), 036 cluster removed (after its last job's last event). The events carry the
-change's time.
+terminated, 009 aborted, 012 held, 013 released, 022 disconnected, 023 reconnected and
+024 reconnection failed (JobDisconnectedDate set, then cleared). A late materialization
+factory's changes write its cluster's events into the log its cluster ad names: 035
+cluster submitted (before its first jobs' 000), 037 materialization paused (its cluster
+held), 038 resumed (released), 036 cluster removed (after its last job's last event).
+The events carry the change's time.
 
 The last change written is kept in a file (`spool/userlog.seq`), written after the
 events, so a crash never loses an event: at worst the events of the last batch are
@@ -44,6 +44,7 @@ from htgrid.eventlog import (
     JobDisconnectedEvent,
     JobEvictedEvent,
     JobHeldEvent,
+    JobReconnectedEvent,
     JobReconnectFailedEvent,
     JobReleasedEvent,
     JobTerminatedEvent,
@@ -528,18 +529,28 @@ def _disconnection(change: Change) -> bool:
 
 
 def _disconnection_event(change: Change, head: dict[str, Any], ad: ClassAd) -> UserLogEvent | None:
-    """022 when the schedd loses contact with the job's node (JobDisconnectedDate set);
-    024 when it gives up on that run (the stamp cleared as the job goes back to idle):
-    htgrid does not reconnect to a run, it has the node end it."""
+    """022 when the schedd loses contact with the job's node (JobDisconnectedDate set,
+    with DisconnectReason: HTCondor's text); 023 when it reconnects to the run (the
+    stamp cleared as NumJobReconnects grows); 024 when it gives up on that run (the
+    stamp cleared, VacateReason saying why). The node is named by the job's slot
+    (RemoteHost) and reached at StartdIpAddr, as HTCondor's events name the startd."""
     node = str(ad.get("LastRemoteHost") or "unknown")
-    if type(change.attrs.get("JobDisconnectedDate")) is int:
+    address = str(ad.get("StartdIpAddr") or "unknown")
+    attrs = change.attrs
+    if type(attrs.get("JobDisconnectedDate")) is int:
+        why = attrs.get("DisconnectReason")
         return JobDisconnectedEvent(
             **head,
             startd_name=node,
-            startd_addr=str(ad.get("StartdIpAddr") or "unknown"),
-            disconnect_reason="The execute node does not answer the schedd",
+            startd_addr=address,
+            disconnect_reason=why if isinstance(why, str) and why else "Unknown reason",
         )
-    why = change.attrs.get("VacateReason")
+    if "NumJobReconnects" in attrs:
+        # The starter is the node's own process: it is reached where the node is.
+        return JobReconnectedEvent(
+            **head, startd_name=node, startd_addr=address, starter_addr=address
+        )
+    why = attrs.get("VacateReason")
     return JobReconnectFailedEvent(
         **head,
         startd_name=node,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from htgrid._lazy import on_demand
-from htgrid.startd._claims import request_of
+from htgrid.startd._claims import job_lease, request_of
 from htgrid.startd._config import StartdConfig
 from htgrid.startd._errors import (
     CallerRefused,
@@ -73,6 +73,7 @@ __all__ = [
     "host_port_of",
     "input_entries",
     "input_size",
+    "job_lease",
     "pack",
     "request_of",
     "run_startd",

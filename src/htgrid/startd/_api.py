@@ -3,6 +3,8 @@
     GET    /v1/health                     pid, name, DaemonStartTime, claims
     GET    /v1/slots                      the slot ads, as advertised
     POST   /v1/claims                     claim a dynamic slot: {claim_id, job_ad, schedd, lease}
+    POST   /v1/alive                      renew the leases of claims: {claims: [id...]};
+                                          answers {unknown: [id...]}, the claims not here
     GET    /v1/claims/{id}?wait=&version= the claim's status, once past `version` (long poll)
     POST   /v1/claims/{id}/activate       run a job on the claim: {job_ad}
     PUT    /v1/claims/{id}/input          the input sandbox (a tar), when the job's files travel
@@ -107,6 +109,8 @@ class StartdBackend(Protocol):
 
     async def reuse(self, claim_id: str) -> ClaimStatus: ...
 
+    def alive(self, claim_ids: list[str]) -> list[str]: ...
+
     async def release(self, claim_id: str) -> None: ...
 
 
@@ -184,6 +188,13 @@ def create_app(
         grant = backend.request_claim(claim_id, _job_ad(doc), str(schedd or "?"), float(lease))
         return JSONResponse(grant.to_json(), status_code=201)
 
+    async def alive(request: Request) -> Response:
+        doc = await _body(request, limits)
+        claims = doc.get("claims")
+        if not isinstance(claims, list) or not all(isinstance(c, str) for c in claims):
+            raise StartdProtocolError('"claims" must be a list of claim ids')
+        return JSONResponse({"unknown": backend.alive(claims)})
+
     async def status(request: Request) -> Response:
         params = request.query_params
         wait = min(_MAX_WAIT, max(0.0, _number(params.get("wait"), "wait", 0.0)))
@@ -259,6 +270,7 @@ def create_app(
         Route("/v1/health", guarded(health), methods=["GET"]),
         Route("/v1/slots", guarded(slots), methods=["GET"]),
         Route("/v1/claims", guarded(claim), methods=["POST"]),
+        Route("/v1/alive", guarded(alive), methods=["POST"]),
         Route(claim_path, guarded(status), methods=["GET"]),
         Route(claim_path, guarded(release), methods=["DELETE"]),
         Route(f"{claim_path}/activate", guarded(activate), methods=["POST"]),

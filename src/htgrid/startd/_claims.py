@@ -30,7 +30,17 @@ from htgrid.startd._wire import ClaimStatus
 if TYPE_CHECKING:
     from htgrid.startd._starter import Starter
 
-__all__ = ["Claim", "Slots", "request_of"]
+__all__ = ["Claim", "Slots", "job_lease", "request_of"]
+
+
+def job_lease(job: ClassAd, default: float) -> float:
+    """How long a claim running `job` lasts without word from its schedd: the job's
+    JobLeaseDuration when it names one (HTCondor's claim takes it at activation), else
+    `default` (ALIVE_INTERVAL * MAX_CLAIM_ALIVES_MISSED)."""
+    value = job.get("JobLeaseDuration")
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return default
 
 
 def request_of(job: ClassAd, slot: ClassAd, gpus_free: tuple[str, ...]) -> Resources:
@@ -190,8 +200,28 @@ class Slots:
                 f"no claim {claim_id} here: it was released or expired, or the execute node "
                 "restarted"
             )
-        claim.renewed = self._monotonic()  # every word from the schedd renews the lease
+        now = self._monotonic()
+        if now - claim.renewed > claim.lease:
+            # Run out, if not yet ended (a request that waited, say in a stopped node's
+            # socket, must not revive it): its job is being killed, and the claim is not
+            # found once it is gone.
+            raise ClaimStateError(f"claim {claim_id}'s lease ran out: it is being ended")
+        claim.renewed = now  # every word from the schedd renews the lease
         return claim
+
+    def renew(self, claim_ids: list[str]) -> list[str]:
+        """A keep-alive from a schedd for all its claims here: each one's lease starts
+        again; the ids of those this node does not have (released, expired, or a
+        restart) or whose lease ran out already are returned."""
+        now = self._monotonic()
+        unknown = []
+        for claim_id in claim_ids:
+            claim = self.claims.get(claim_id)
+            if claim is None or now - claim.renewed > claim.lease:
+                unknown.append(claim_id)  # gone, or run out (being ended)
+            else:
+                claim.renewed = now
+        return unknown
 
     def release(self, claim: Claim) -> None:
         """Delete the dynamic slot; its resources return to the partitionable slot."""

@@ -72,7 +72,7 @@ from htgrid.startd._api import (
     start_tls_server,
     start_unix_server,
 )
-from htgrid.startd._claims import Claim, Slots, request_of
+from htgrid.startd._claims import Claim, Slots, job_lease, request_of
 from htgrid.startd._config import StartdConfig
 from htgrid.startd._errors import ClaimRefused, ClaimStateError, StartdError
 from htgrid.startd._machine import MachineInfo, detect
@@ -206,7 +206,7 @@ class Startd:
             await claim.wait_change(version, wait)
         finally:
             claim.watchers -= 1
-        claim.renewed = self._monotonic()
+        # Not renewed as the wait ends: a schedd cut off meanwhile sent nothing since.
         return claim.status()
 
     async def activate(self, claim_id: str, job_ad: ClassAd) -> ClaimStatus:
@@ -231,6 +231,7 @@ class Startd:
             policy=self.policy,
         )
         claim.job_ad = job_ad
+        claim.lease = job_lease(job_ad, claim.lease)  # the job's own lease, from now on
         claim.starter = starter
         claim.transfer_input = starter.transfer
         claim.move(ClaimState.STARTING, self._clock())
@@ -255,6 +256,10 @@ class Startd:
             raise ClaimRefused(f"the job's Requirements do not match {claim.name}")
         if not claim.resources.fits(request_of(job_ad, machine_ad, claim.resources.gpus)):
             raise ClaimRefused(f"the job does not fit in {claim.name}")
+
+    def alive(self, claim_ids: list[str]) -> list[str]:
+        """The schedd's keep-alive for its claims here; those this node has not."""
+        return self.slots.renew(claim_ids)
 
     async def reuse(self, claim_id: str) -> ClaimStatus:
         """The schedd has the job's end and keeps the claim for its next job."""

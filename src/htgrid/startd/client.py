@@ -6,6 +6,7 @@
         await startd.send_input(claim_id, tar_path)           # when the files travel
         status = await startd.status(claim_id, wait=60, version=status.version)
         await startd.fetch_output(claim_id, dest)             # once it has ended
+        await startd.alive([claim_id, ...], timeout=60)       # the node's claims' keep-alive
         await startd.release(claim_id)
 
 The socket must belong to this user (or root): a socket someone else made is refused
@@ -226,6 +227,18 @@ class StartdClient:
     async def reuse(self, claim_id: str) -> ClaimStatus:
         """Keep the claim, its job's end recorded, for another job (activate it again)."""
         return ClaimStatus.from_json(await self._json("POST", f"/v1/claims/{claim_id}/reuse"))
+
+    async def alive(self, claim_ids: list[str], *, timeout: float) -> list[str]:
+        """Renew the leases of the schedd's claims on this node, all in one message (the
+        keep-alive); the ids of those the node has not. A node that does not answer
+        within `timeout` seconds is `StartdUnavailable`."""
+        doc = await self._json(
+            "POST", "/v1/alive", {"claims": claim_ids}, timeout=httpx.Timeout(timeout)
+        )
+        unknown = doc.get("unknown")
+        if not isinstance(unknown, list):
+            raise StartdProtocolError('the keep-alive\'s answer has no "unknown" list')
+        return [str(each) for each in unknown]
 
     async def release(self, claim_id: str) -> None:
         """Give the claim back (a job still running is vacated first)."""
