@@ -1,7 +1,8 @@
 """Big clusters through `htgrid submit` against htcondor 24's Submit.jobs(), in one run.
 
     python bench/submit_scale.py [--procs 100000] [--items 10000] [--repeat 1]
-                                 [--materialize 0] [--oracle .venv-oracle24/bin/python]
+                                 [--materialize 0] [--factory-procs 1000000]
+                                 [--factory-until 0] [--oracle .venv-oracle24/bin/python]
 
 For each description, `htgrid submit FILE` (a process of its own, against a personal
 pool) and htcondor 24's Submit(FILE).jobs(), which makes the same ads in the same
@@ -100,7 +101,7 @@ def _q(pool: PersonalPool, work: Path, repeat: int) -> None:
     print(f"  (htgrid --version, the interpreter's start and the CLI's imports: {best:.2f} s)")
 
 
-def _materialize(pool: PersonalPool, work: Path, procs: int, limit: int) -> None:
+def _materialize(pool: PersonalPool, work: Path, procs: int, limit: int, until: int) -> None:
     path = work / "factory.sub"
     path.write_text(
         f"universe = local\nexecutable = /bin/true\nmax_materialize = {limit}\nqueue {procs}\n"
@@ -124,11 +125,13 @@ def _materialize(pool: PersonalPool, work: Path, procs: int, limit: int) -> None
                     f", daemon RSS {samples[-1] / 1024:.0f} MB",
                     flush=True,
                 )
+                if made and made[0] >= until:
+                    return True
             return bool(history) and not left
 
         wait_for(done, timeout=24 * 3600, interval=5.0, what="the factory to finish")
     print(
-        f"  ran through in {time.monotonic() - start:.0f} s; daemon RSS {before / 1024:.0f} MB "
+        f"  ran {time.monotonic() - start:.0f} s; daemon RSS {before / 1024:.0f} MB "
         f"before, {min(samples) / 1024:.0f}-{max(samples) / 1024:.0f} MB while they ran "
         f"(client peak {peak / 1024:.0f} MB)"
     )
@@ -157,6 +160,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--materialize", type=int, default=0, help="max_materialize")
     parser.add_argument("--factory-procs", type=int, default=1_000_000)
+    parser.add_argument(
+        "--factory-until", type=int, default=0, help="stop once this many procs are made"
+    )
     parser.add_argument("--skip-submit", action="store_true", help="only the factory run")
     parser.add_argument("--oracle", default=str(ROOT / ".venv-oracle24" / "bin" / "python"))
     args = parser.parse_args()
@@ -166,7 +172,8 @@ def main() -> None:
             _submits(args, work)
         if args.materialize:
             with PersonalPool(work / "factory", max_local_jobs=50) as pool:
-                _materialize(pool, work, args.factory_procs, args.materialize)
+                until = args.factory_until or args.factory_procs
+                _materialize(pool, work, args.factory_procs, args.materialize, until)
 
 
 if __name__ == "__main__":
