@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +45,7 @@ class Statement:
     step: QueueStep
     expander: Expander
     qargs: QueueArgs
-    items: tuple[str, ...]
+    items: Sequence[str]
 
     @property
     def count(self) -> int:
