@@ -96,6 +96,10 @@ SCHEMAS: Final[dict[str, dict[str, Any]]] = {
                         "max_idle": {"type": ["integer", "null"]},
                         "paused": {"type": "integer", "description": "JobMaterializePaused"},
                         "qdate": {"type": ["integer", "null"]},
+                        "pause_reason": {
+                            "type": "string",
+                            "description": "JobMaterializePauseReason",
+                        },
                     },
                 },
             },

@@ -550,7 +550,9 @@ def factory_event(change: Change, host: str) -> UserLogEvent:
     return ClusterRemoveEvent(
         **head,
         next_proc_id=_int(attrs.get("JobMaterializeNextProcId")),
+        next_row=_int(attrs.get("JobMaterializeNextRow")),
         completion=_COMPLETION.get(mode, ClusterCompletion.INCOMPLETE),
+        notes=str(attrs.get("JobMaterializePauseReason", "")),
     )
 
 

@@ -120,6 +120,14 @@ class ClusterProcs:
             yield head
             yield from self._procs
 
+    @property
+    def item_step(self) -> int | None:
+        """The procs each item makes (the queue statement's count), when the cluster is
+        one queue statement over items; None otherwise."""
+        if len(self._statements) != 1 or self._statements[0].qargs.mode is ForEach.NOT:
+            return None
+        return self._statements[0].qargs.count
+
     def param(self, name: str) -> str | None:
         """The expanded value of a submit command as its first queue statement has it
         (one the job ad does not hold, such as `max_materialize`); None if unset."""
