@@ -32,7 +32,7 @@ from typing import Any, Final
 
 from htgrid._aio import wait_event
 from htgrid._privsep import USER_FILE_MODE, Account, OwnerPolicy, OwnerRefused, as_owner
-from htgrid.classad import ClassAd
+from htgrid.classad import Attribute, ClassAd
 from htgrid.eventlog import (
     ClusterCompletion,
     ClusterRemoveEvent,
@@ -459,8 +459,10 @@ def _job_ad(q: JobQueue, jid: JobId) -> ClassAd | None:
     ads = _after(q, jid.cluster, JobId(jid.cluster, jid.proc - 1) if jid.proc else None, 1)
     if ads and ads[0]["ProcId"] == jid.proc:
         return ads[0]
-    constraint = f"ClusterId == {jid.cluster} && ProcId == {jid.proc}"
-    ads = q.history(constraint, _INFO, limit=1)  # rare: a job gone before its event
+    # A job gone before its event (a short one, or one the writer is behind on): asked
+    # with a tree built here, not a text of its own per job for the parser to keep.
+    constraint = (Attribute("ClusterId") == jid.cluster).and_(Attribute("ProcId") == jid.proc)
+    ads = q.history(constraint, _INFO, limit=1)
     return ads[0] if ads else None
 
 
