@@ -319,3 +319,12 @@ def test_an_edit_at_the_lowest_urgency_is_background_work(
     finally:
         worker.close()
     assert lanes == [later]
+
+
+def test_a_summary_of_totals_alone_is_the_owners_counts(app_client: httpx.Client) -> None:
+    alice = _as(app_client, "alice")
+    cluster = _submit(alice, 3)
+    batches, owners, _ = alice.summary(None)
+    assert [(b.cluster, b.jobs) for b in batches] == [(cluster, 3)]
+    assert alice.summary(None, batches=False) == ([], owners, [])
+    assert owners == {"alice": {1: 3}}

@@ -195,8 +195,13 @@ def _q(args: argparse.Namespace) -> int:
             print_ads(listed, long=args.long, as_json=args.json, autoformat=args.autoformat or ())
             return report_missing("q", "the queue", missing(targets, seen))
         # The totals and the batch view are counts the daemon takes (from SQL, for the
-        # constraints condor_q makes); a listing streams the jobs' ads.
-        batches, owners, factories = schedd.summary(constraint)
+        # constraints condor_q makes); a listing streams the jobs' ads. Totals of one's
+        # own or everyone's jobs (of one status for -hold, -run) are the owners' counts.
+        by_owner = args.totals and not targets and not args.constraint and not args.grid
+        batches, owners, factories = schedd.summary(constraint, batches=not by_owner)
+        if by_owner:
+            counted = [c for o, c in owners.items() if args.allusers or o == me]
+            batches = [_status_only(counted, _SHOWN.get((args.hold, args.run)))]
         gone = _missing(schedd, targets, batches)
         unreadable = schedd.health().get("quarantined")
         rich = is_terminal()
@@ -238,6 +243,20 @@ def _q(args: argparse.Namespace) -> int:
             "and are set aside: `htgrid q -quarantined` lists them"
         )
     return report_missing("q", "the queue", gone)
+
+
+#: The status -hold and -run show (None: every status).
+_SHOWN: Final = {(True, False): 5, (False, True): 2}
+
+
+def _status_only(counted: Sequence[Mapping[int, int]], status: int | None) -> BatchCounts:
+    """The owners' counts `counted` as one batch's, of `status` alone if not None."""
+    merged: dict[int, int] = {}
+    for counts in counted:
+        for each, n in counts.items():
+            if status is None or each == status:
+                merged[each] = merged.get(each, 0) + n
+    return BatchCounts(0, "", None, None, 0, 0, 0, merged)
 
 
 def _noting(ads: Iterable[ClassAd], seen: list[ClassAd]) -> Iterator[ClassAd]:

@@ -229,6 +229,10 @@ _PARAMS: Final = {
     "constraint": ("a ClassAd expression the jobs must satisfy", {"type": "string"}),
     "projection": ("attribute names, comma-separated", {"type": "string"}),
     "limit": ("at most this many jobs", {"type": "integer", "minimum": 0}),
+    "batches": (
+        "false: everyone's counts by owner alone, no batches or factories (for totals)",
+        {"type": "boolean"},
+    ),
 }
 
 
