@@ -2,7 +2,8 @@
 
     python bench/submit_scale.py [--procs 100000] [--items 10000] [--repeat 1]
                                  [--materialize 0] [--factory-procs 1000000]
-                                 [--factory-until 0] [--oracle .venv-oracle24/bin/python]
+                                 [--factory-until 0] [--item-factory 0] [--skip-submit]
+                                 [--oracle .venv-oracle24/bin/python]
 
 For each description, `htgrid submit FILE` (a process of its own, against a personal
 pool) and htcondor 24's Submit(FILE).jobs(), which makes the same ads in the same
@@ -15,7 +16,8 @@ Printed: wall times and their ratio (target <= 1.0), the client's peak RSS (targ
 < 100 MB) and the daemon's (VmHWM) before and after. Then `htgrid q -totals` and
 `htgrid q` (the batch summary) on the queue so filled (targets 0.3 s and 1 s), and, with
 --materialize M, a cluster of --factory-procs procs with `max_materialize = M` run through
-(`universe = local`, `/bin/true`): the daemon's RSS as they go.
+(`universe = local`, `/bin/true`): the daemon's RSS as they go (--factory-until N: until
+N procs are made). --item-factory N: a factory of `queue Item from` a file of N lines.
 """
 
 from __future__ import annotations
@@ -137,6 +139,26 @@ def _materialize(pool: PersonalPool, work: Path, procs: int, limit: int, until: 
     )
 
 
+def _item_factory(pool: PersonalPool, work: Path, lines: int, limit: int) -> None:
+    """A factory of `queue Item from` a file of `lines` lines, per-proc arguments: the
+    submit's time and the client's and daemon's peak RSS (the items are read, not held)."""
+    items = work / "factory-items.txt"
+    with items.open("w") as out:
+        out.writelines(f"item{n}\n" for n in range(lines))
+    path = work / "item-factory.sub"
+    path.write_text(
+        "universe = local\nexecutable = /bin/true\nhold = true\narguments = $(Item) $(Process)\n"
+        f"max_materialize = {limit}\nqueue Item from {items}\n"
+    )
+    took, peak, out = _htgrid(pool.home, "submit", str(path), cwd=work)
+    daemon = _rss(pool.pid or 0, "VmHWM")
+    print(
+        f"item factory: {out.strip().splitlines()[-1]} ({lines} lines, max_materialize = "
+        f"{limit}): {took:.2f} s, client peak {peak / 1024:.0f} MB, daemon peak "
+        f"{daemon / 1024:.0f} MB"
+    )
+
+
 def _submits(args: argparse.Namespace, work: Path) -> None:
     items = work / "items.txt"
     items.write_text("".join(f"item{n}\n" for n in range(args.items)))
@@ -164,12 +186,18 @@ def main() -> None:
         "--factory-until", type=int, default=0, help="stop once this many procs are made"
     )
     parser.add_argument("--skip-submit", action="store_true", help="only the factory run")
+    parser.add_argument(
+        "--item-factory", type=int, default=0, help="lines of a `queue Item from` factory"
+    )
     parser.add_argument("--oracle", default=str(ROOT / ".venv-oracle24" / "bin" / "python"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="submit-scale-") as tmp:
         work = Path(tmp)
         if not args.skip_submit:
             _submits(args, work)
+        if args.item_factory:
+            with PersonalPool(work / "items") as pool:
+                _item_factory(pool, work, args.item_factory, args.materialize or 1000)
         if args.materialize:
             with PersonalPool(work / "factory", max_local_jobs=50) as pool:
                 until = args.factory_until or args.factory_procs

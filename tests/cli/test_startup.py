@@ -78,3 +78,20 @@ def test_every_name_of_a_package_that_loads_on_demand_is_there_when_asked_for(
     module = importlib.import_module(package)
 
     assert [name for name in module.__all__ if getattr(module, name, None) is None] == []
+
+
+def test_the_version_loads_no_command() -> None:
+    # `htgrid --version` answers before any command is parsed: it loaded all of them.
+    probe = (
+        "import sys\n"
+        "from htgrid.cli import main\n"
+        "try:\n"
+        "    main(['--version'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('htgrid.cli._')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.splitlines()
+    assert out == ["htgrid 0.1.0", "[]"]
