@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import json
 import signal
 import subprocess
 import sys
@@ -128,3 +129,28 @@ def test_a_kill_9_anywhere_in_a_batch_writes_each_event_once(
     assert logged.pop((27, 1)) == len(kills)  # the grid manager's events are all kept
     assert logged == EXPECTED
     assert not (home / "spool" / "userlog.pending").exists()
+
+
+def test_an_unfinished_batch_whose_changes_now_make_no_event_is_closed(tmp_path: Path) -> None:
+    # A batch cut short whose changes, made again, give no event (its jobs' logs since
+    # dropped, say): the writer closes it and goes on, rather than stop at it.
+    home = tmp_path / "home"
+    (home / "spool").mkdir(parents=True)
+    log = home / "job.log"
+    with JobQueue.open(home / "spool", fsync=False) as q:
+        ad = ClassAd({"Cmd": "/bin/true", "UserLog": str(log), "Iwd": str(home), "Owner": USER})
+        cluster = q.submit(ME, ad, 1)
+    _restart(home)  # its 000 written
+    with JobQueue.open(home / "spool", fsync=False) as q:
+        after = q.last_seq
+        q.edit([JobId(cluster, 0)], {"Note": '"a"'}, ME)
+        q.edit([JobId(cluster, 0)], {"Note": '"b"'}, ME)
+        last = q.last_seq
+        q.act(JobAction.Hold, JobId(cluster, 0), ME, "later")
+    spool = home / "spool"
+    (spool / "userlog.seq").write_text(f"{after}\n")
+    batch = {"after": after, "last": last, "logs": [[str(log), USER, log.stat().st_size]]}
+    (spool / "userlog.pending").write_text(json.dumps(batch))
+    _restart(home)
+    assert _logged(log) == Counter({(0, 0): 1, (12, 0): 1})
+    assert not (spool / "userlog.pending").exists()

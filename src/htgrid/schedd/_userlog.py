@@ -185,8 +185,16 @@ class UserLogWriter:
                         collect, client=self._clients > 0
                     )
                     if last == self._seq:
-                        return
-                    if pending or last - self._saved >= _SAVE_EVERY:
+                        if self._unfinished is None:
+                            return
+                        # The unfinished batch's changes are gone from the feed (not
+                        # trimmed while unfinished: a queue put back from elsewhere).
+                        _log.warning("the changes of an unfinished batch of events are gone")
+                        self._unfinished = None
+                        continue
+                    # An unfinished batch is closed even if its changes now make no event.
+                    finishing = self._unfinished is not None
+                    if pending or finishing or last - self._saved >= _SAVE_EVERY:
                         write = functools.partial(self._write, pending, after=self._seq, last=last)
                         failed += await asyncio.to_thread(write)
                         self._saved = last
