@@ -1,7 +1,9 @@
 """Big clusters through `htgrid submit` against htcondor 24's Submit.jobs(), in one run.
 
     python bench/submit_scale.py [--procs 100000] [--items 10000] [--repeat 1]
-                                 [--materialize 0] [--oracle .venv-oracle24/bin/python]
+                                 [--materialize 0] [--factory-procs 1000000]
+                                 [--factory-until 0] [--item-factory 0] [--skip-submit]
+                                 [--oracle .venv-oracle24/bin/python]
 
 For each description, `htgrid submit FILE` (a process of its own, against a personal
 pool) and htcondor 24's Submit(FILE).jobs(), which makes the same ads in the same
@@ -14,7 +16,8 @@ Printed: wall times and their ratio (target <= 1.0), the client's peak RSS (targ
 < 100 MB) and the daemon's (VmHWM) before and after. Then `htgrid q -totals` and
 `htgrid q` (the batch summary) on the queue so filled (targets 0.3 s and 1 s), and, with
 --materialize M, a cluster of --factory-procs procs with `max_materialize = M` run through
-(`universe = local`, `/bin/true`): the daemon's RSS as they go.
+(`universe = local`, `/bin/true`): the daemon's RSS as they go (--factory-until N: until
+N procs are made). --item-factory N: a factory of `queue Item from` a file of N lines.
 """
 
 from __future__ import annotations
@@ -100,7 +103,7 @@ def _q(pool: PersonalPool, work: Path, repeat: int) -> None:
     print(f"  (htgrid --version, the interpreter's start and the CLI's imports: {best:.2f} s)")
 
 
-def _materialize(pool: PersonalPool, work: Path, procs: int, limit: int) -> None:
+def _materialize(pool: PersonalPool, work: Path, procs: int, limit: int, until: int) -> None:
     path = work / "factory.sub"
     path.write_text(
         f"universe = local\nexecutable = /bin/true\nmax_materialize = {limit}\nqueue {procs}\n"
@@ -124,13 +127,35 @@ def _materialize(pool: PersonalPool, work: Path, procs: int, limit: int) -> None
                     f", daemon RSS {samples[-1] / 1024:.0f} MB",
                     flush=True,
                 )
+                if made and made[0] >= until:
+                    return True
             return bool(history) and not left
 
         wait_for(done, timeout=24 * 3600, interval=5.0, what="the factory to finish")
     print(
-        f"  ran through in {time.monotonic() - start:.0f} s; daemon RSS {before / 1024:.0f} MB "
+        f"  ran {time.monotonic() - start:.0f} s; daemon RSS {before / 1024:.0f} MB "
         f"before, {min(samples) / 1024:.0f}-{max(samples) / 1024:.0f} MB while they ran "
         f"(client peak {peak / 1024:.0f} MB)"
+    )
+
+
+def _item_factory(pool: PersonalPool, work: Path, lines: int, limit: int) -> None:
+    """A factory of `queue Item from` a file of `lines` lines, per-proc arguments: the
+    submit's time and the client's and daemon's peak RSS (the items are read, not held)."""
+    items = work / "factory-items.txt"
+    with items.open("w") as out:
+        out.writelines(f"item{n}\n" for n in range(lines))
+    path = work / "item-factory.sub"
+    path.write_text(
+        "universe = local\nexecutable = /bin/true\nhold = true\narguments = $(Item) $(Process)\n"
+        f"max_materialize = {limit}\nqueue Item from {items}\n"
+    )
+    took, peak, out = _htgrid(pool.home, "submit", str(path), cwd=work)
+    daemon = _rss(pool.pid or 0, "VmHWM")
+    print(
+        f"item factory: {out.strip().splitlines()[-1]} ({lines} lines, max_materialize = "
+        f"{limit}): {took:.2f} s, client peak {peak / 1024:.0f} MB, daemon peak "
+        f"{daemon / 1024:.0f} MB"
     )
 
 
@@ -157,16 +182,26 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--materialize", type=int, default=0, help="max_materialize")
     parser.add_argument("--factory-procs", type=int, default=1_000_000)
+    parser.add_argument(
+        "--factory-until", type=int, default=0, help="stop once this many procs are made"
+    )
     parser.add_argument("--skip-submit", action="store_true", help="only the factory run")
+    parser.add_argument(
+        "--item-factory", type=int, default=0, help="lines of a `queue Item from` factory"
+    )
     parser.add_argument("--oracle", default=str(ROOT / ".venv-oracle24" / "bin" / "python"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="submit-scale-") as tmp:
         work = Path(tmp)
         if not args.skip_submit:
             _submits(args, work)
+        if args.item_factory:
+            with PersonalPool(work / "items") as pool:
+                _item_factory(pool, work, args.item_factory, args.materialize or 1000)
         if args.materialize:
             with PersonalPool(work / "factory", max_local_jobs=50) as pool:
-                _materialize(pool, work, args.factory_procs, args.materialize)
+                until = args.factory_until or args.factory_procs
+                _materialize(pool, work, args.factory_procs, args.materialize, until)
 
 
 if __name__ == "__main__":

@@ -354,3 +354,25 @@ def test_the_pools_job_default_lease_duration_is_the_lease_of_jobs_naming_none(
         home, "submit", "-dry-run", "-", "job.sub", "-a", "job_lease_duration=90"
     )
     assert (rc, err) == (0, "") and "JobLeaseDuration=90" in out
+
+
+def test_q_totals_say_what_the_batch_view_says(htgrid) -> None:  # type: ignore[no-untyped-def]
+    # -totals of one's own or everyone's jobs come from the owners' counts alone; they
+    # must be the totals the full summary gives, for every status and for -hold, -run.
+    cluster = _submit(htgrid, IDLE)
+    htgrid("hold", f"{cluster}.1")
+
+    def totals(*argv: str) -> list[str]:
+        rc, out, _ = htgrid("q", *argv)
+        assert rc == 0
+        return [line for line in out.splitlines() if line.startswith("Total for")]
+
+    for view in ((), ("-hold",), ("-run",), ("-allusers",), ("-allusers", "-hold")):
+        full = totals(*view)
+        assert totals(*view, "-totals") == full, view
+    held = totals("-hold", "-totals")[0]
+    assert held.startswith("Total for query: 1 jobs;") and ", 1 held," in held
+    assert totals("-run", "-totals")[0].startswith("Total for query: 0 jobs;")
+    mine = totals("-totals")
+    assert mine[0].replace("query", ME, 1) == mine[1]
+    _clean(htgrid, cluster)

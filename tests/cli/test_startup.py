@@ -41,6 +41,8 @@ def test_a_command_that_talks_to_a_queue_loads_no_server_side() -> None:
     # collector's client are only for finding a schedd by name (-name), the queue's store
     # (SQLite) and the submit language only for the daemons and `htgrid submit`: ~35 ms of
     # the others. The pool's settings load, how a job is started and the daemons do not.
+    # httpx (with httpcore, h11, ssl, email...: most of a short command's start) is for
+    # another pool's queue: the local one is spoken to on its socket without it.
     probe = (
         "import sys\n"
         "from htgrid.cli import build_parser\n"
@@ -49,7 +51,7 @@ def test_a_command_that_talks_to_a_queue_loads_no_server_side() -> None:
         "server_side = ('starlette', 'cryptography', 'uvicorn', 'asyncio', 'sqlite3',\n"
         "               'htgrid.queue.store', 'htgrid.submit._description',\n"
         "               'htgrid.pool._launch', 'htgrid.schedd._daemon', 'htgrid.master',\n"
-        "               'htgrid.collector')\n"
+        "               'htgrid.collector', 'httpx', 'httpcore', 'ssl')\n"
         "print(sorted(m for m in server_side if m in sys.modules))\n"
     )
     out = subprocess.run(
@@ -76,3 +78,20 @@ def test_every_name_of_a_package_that_loads_on_demand_is_there_when_asked_for(
     module = importlib.import_module(package)
 
     assert [name for name in module.__all__ if getattr(module, name, None) is None] == []
+
+
+def test_the_version_loads_no_command() -> None:
+    # `htgrid --version` answers before any command is parsed: it loaded all of them.
+    probe = (
+        "import sys\n"
+        "from htgrid.cli import main\n"
+        "try:\n"
+        "    main(['--version'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('htgrid.cli._')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.splitlines()
+    assert out == ["htgrid 0.1.0", "[]"]

@@ -173,6 +173,7 @@ def test_the_feed_says_what_happens_to_the_factory(q: JobQueue) -> None:
     assert kinds[-2:] == [("left_queue", [3]), ("factory_removed", [])]
     assert factory_changes(q, seq)[-1][2] == {
         "JobMaterializeNextProcId": 4,
+        "JobMaterializeNextRow": 0,  # no items
         "JobMaterializePaused": 2,  # done: every proc made
     }
     resumed = [c for c in q.changes_since(0) if c.kind.value == "factory_resumed"]
@@ -185,9 +186,11 @@ def test_a_factory_removed_with_no_job_left_ends_its_cluster(q: JobQueue) -> Non
     q.act(JobAction.Remove, [JobId(cluster, 0), JobId(cluster, 1)], ALICE)
     seq = q.last_seq
     assert q.act(JobAction.Remove, cluster, ALICE) == []
-    assert factory_changes(q, seq) == [
-        ("factory_removed", [], {"JobMaterializeNextProcId": 2, "JobMaterializePaused": 3})
-    ]
+    removed = {"JobMaterializeNextProcId": 2, "JobMaterializeNextRow": 0}
+    removed |= {"JobMaterializePaused": 3}
+    # Removed while held: the hold's reason stays, for the 036 event's notes.
+    removed["JobMaterializePauseReason"] = "via condor_hold (by user alice)"
+    assert factory_changes(q, seq) == [("factory_removed", [], removed)]
     assert q.factories() == []
     with pytest.raises(Exception, match="not in the queue"):
         q.act(JobAction.Release, cluster, ALICE)
@@ -204,5 +207,30 @@ def test_a_done_factory_is_closed_when_its_last_job_leaves(q: JobQueue) -> None:
     assert [kind for kind, _, _ in factory_changes(q, seq)][-1] == "factory_removed"
     assert factory_changes(q, seq)[-1][2] == {
         "JobMaterializeNextProcId": 3,
+        "JobMaterializeNextRow": 0,
         "JobMaterializePaused": 2,
     }
+
+
+def test_a_paused_factory_keeps_why_until_it_is_resumed(q: JobQueue) -> None:
+    cluster = factory(q, 10, JobMaterializeLimit=2)
+    q.act(JobAction.Hold, cluster, ALICE, "disk\nfull")
+    assert q.factories()[0].pause_reason == "disk full"  # on one line, as HTCondor keeps it
+    q.act(JobAction.Hold, cluster, ALICE, "again")  # held already: nothing new
+    assert q.factories()[0].pause_reason == "disk full"
+    q.act(JobAction.Release, cluster, ALICE, "cleaned")
+    assert (q.factories()[0].paused, q.factories()[0].pause_reason) == (0, "")
+
+
+def test_a_queue_made_before_pause_reasons_were_kept_gets_them(tmp_path: Path) -> None:
+    import sqlite3
+
+    with JobQueue.open(tmp_path / "spool", fsync=False) as queue:
+        cluster = factory(queue, 4, JobMaterializeLimit=2)
+    db = sqlite3.connect(tmp_path / "spool" / "queue.db")
+    db.execute("ALTER TABLE factories DROP COLUMN pause_reason")  # as an older htgrid made it
+    db.commit()
+    db.close()
+    with JobQueue.open(tmp_path / "spool", fsync=False) as queue:
+        queue.act(JobAction.Hold, cluster, ALICE, "later")
+        assert queue.factories()[0].pause_reason == "later"

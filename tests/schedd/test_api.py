@@ -258,12 +258,15 @@ def test_a_request_without_peer_credentials_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_daemon_names_callers_by_their_uid(tmp_path: Path) -> None:
-    with PersonalPool(tmp_path / "pool", fsync=False) as pool, pool.client() as schedd:
-        schedd._http.headers["x-test-user"] = "mallory"
-        schedd._http.headers["x-htgrid-user"] = "mallory"
-        you = schedd.health()["you"]
-        cluster = _submit(schedd)
-        owner = schedd.get(f"{cluster}.0")["Owner"]
+    forged = {"x-test-user": "mallory", "x-htgrid-user": "mallory"}
+    with PersonalPool(tmp_path / "pool", fsync=False) as pool:
+        transport = httpx.HTTPTransport(uds=str(pool.home / "run" / "schedd.sock"))
+        http = httpx.Client(transport=transport, base_url="http://htgrid", headers=forged)
+        schedd = ScheddClient(pool.home / "run" / "schedd.sock", http=http)
+        with schedd:
+            you = schedd.health()["you"]
+            cluster = _submit(schedd)
+            owner = schedd.get(f"{cluster}.0")["Owner"]
     me = pwd.getpwuid(os.getuid()).pw_name
     assert you == {"user": me, "admin": me in ("root", "condor")}
     assert owner == me
@@ -316,3 +319,12 @@ def test_an_edit_at_the_lowest_urgency_is_background_work(
     finally:
         worker.close()
     assert lanes == [later]
+
+
+def test_a_summary_of_totals_alone_is_the_owners_counts(app_client: httpx.Client) -> None:
+    alice = _as(app_client, "alice")
+    cluster = _submit(alice, 3)
+    batches, owners, _ = alice.summary(None)
+    assert [(b.cluster, b.jobs) for b in batches] == [(cluster, 3)]
+    assert alice.summary(None, batches=False) == ([], owners, [])
+    assert owners == {"alice": {1: 3}}

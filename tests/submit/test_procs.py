@@ -252,3 +252,52 @@ def test_the_streamed_dry_run_prints_what_the_whole_one_does(workdir: Path, name
     )
     assert "".join(chunks) == whole
     assert seen == list(range(len(seen))) and seen
+
+
+def test_an_item_file_is_read_as_its_procs_are_made_not_held(tmp_path: Path) -> None:
+    # A `queue ... from` file of 200,000 lines (9 MB): holding its lines took ~20 MB
+    # (a million-line file, a hundred); counting them and reading them as procs are made
+    # takes the memory of a line.
+    import tracemalloc
+
+    (tmp_path / "items.txt").write_text("".join(f"item-{n:040d}\n" for n in range(200_000)))
+    text = "executable = /bin/true\narguments = $(Item) $(Process)\nqueue 2 Item from items.txt\n"
+    desc = SubmitDescription.from_text(text)
+    tracemalloc.start()
+    try:
+        cluster = _procs(desc, tmp_path, replay=True)
+        procs = iter(cluster)
+        first = [next(procs) for _ in range(3)]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2_000_000, peak
+    assert cluster.count == 400_000
+    arguments = [cluster.whole(p)["Args"] for p in first]
+    assert arguments == [f"item-{0:040d} 0", f"item-{0:040d} 1", f"item-{1:040d} 2"]
+
+
+def test_an_item_file_that_changes_while_it_is_read_stops_the_cluster(tmp_path: Path) -> None:
+    items = tmp_path / "items.txt"
+    items.write_text("a\r\nb\rc\n\n# kept\n")  # every line is an item, blank or not
+    desc = SubmitDescription.from_text(
+        "executable = /bin/true\narguments = <$(Item)>\nqueue Item from items.txt\n"
+    )
+    cluster = _procs(desc, tmp_path, replay=True)
+    assert cluster.count == 5
+    assert [cluster.whole(p)["Args"] for p in cluster] == [
+        "<a>",
+        "<b>",
+        "<c>",
+        "<>",
+        "<# kept>",
+    ]
+    items.write_text("x\n" * 50_000)
+    cluster = _procs(desc, tmp_path, replay=True)
+    items.write_text("y\n" * 60_000)  # in place, past what the first read took in
+    with pytest.raises(SubmitError, match="changed while it was read"):
+        list(cluster)
+    items.write_text("a\nb\x00\n")
+    with pytest.raises(SubmitError, match=r"item 2 .* NUL") as caught:
+        _procs(desc, tmp_path, replay=True)
+    assert caught.value.line == 3

@@ -70,6 +70,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     if command in _MODULES:
         names = [_MODULES[command]]
+    elif command == "--version":  # answered before any command is parsed
+        names = []
     else:  # help, a typo: every command, in the order `htgrid --help` lists them
         names = list(dict.fromkeys(_MODULES.values()))
     for name in names:

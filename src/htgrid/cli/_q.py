@@ -173,6 +173,17 @@ def _q(args: argparse.Namespace) -> int:
             each = any(target.kind == "job" for target in targets)
             analyze(ads, schedd.health(), sys.stdout, each=each)
             return report_missing("q", "the queue", missing(targets, ads))
+        if args.factory and (args.json or args.long or args.autoformat):
+            # condor_q -factory -l: the factories' cluster ads (what they are, not jobs).
+            batches, _, factories = schedd.summary(constraint)
+            named = {t.jobs.cluster for t in targets if t.kind == "cluster"}
+            ads = [
+                _factory_ad(f, batches)
+                for f in factories
+                if (f.cluster in named if targets else args.allusers or f.owner == me)
+            ]
+            print_ads(ads, long=args.long, as_json=args.json, autoformat=args.autoformat or ())
+            return EXIT_OK
         if args.json or args.long or args.autoformat:
             projection = plain_projection(args.autoformat) if args.autoformat else None
             if projection is not None and targets:  # to tell which named jobs are there
@@ -184,8 +195,13 @@ def _q(args: argparse.Namespace) -> int:
             print_ads(listed, long=args.long, as_json=args.json, autoformat=args.autoformat or ())
             return report_missing("q", "the queue", missing(targets, seen))
         # The totals and the batch view are counts the daemon takes (from SQL, for the
-        # constraints condor_q makes); a listing streams the jobs' ads.
-        batches, owners, factories = schedd.summary(constraint)
+        # constraints condor_q makes); a listing streams the jobs' ads. Totals of one's
+        # own or everyone's jobs (of one status for -hold, -run) are the owners' counts.
+        by_owner = args.totals and not targets and not args.constraint and not args.grid
+        batches, owners, factories = schedd.summary(constraint, batches=not by_owner)
+        if by_owner:
+            counted = [c for o, c in owners.items() if args.allusers or o == me]
+            batches = [_status_only(counted, _SHOWN.get((args.hold, args.run)))]
         gone = _missing(schedd, targets, batches)
         unreadable = schedd.health().get("quarantined")
         rich = is_terminal()
@@ -227,6 +243,20 @@ def _q(args: argparse.Namespace) -> int:
             "and are set aside: `htgrid q -quarantined` lists them"
         )
     return report_missing("q", "the queue", gone)
+
+
+#: The status -hold and -run show (None: every status).
+_SHOWN: Final = {(True, False): 5, (False, True): 2}
+
+
+def _status_only(counted: Sequence[Mapping[int, int]], status: int | None) -> BatchCounts:
+    """The owners' counts `counted` as one batch's, of `status` alone if not None."""
+    merged: dict[int, int] = {}
+    for counts in counted:
+        for each, n in counts.items():
+            if status is None or each == status:
+                merged[each] = merged.get(each, 0) + n
+    return BatchCounts(0, "", None, None, 0, 0, 0, merged)
 
 
 def _noting(ads: Iterable[ClassAd], seen: list[ClassAd]) -> Iterator[ClassAd]:
@@ -368,7 +398,7 @@ def _factory_view(
                 str(counts.get(1, 0)),
                 str(counts.get(5, 0)),
                 str(factory.next_proc),
-                "Held" if factory.paused else "",
+                _MODES.get(factory.paused, "Unk"),
                 "",
             ]
         )
@@ -386,6 +416,41 @@ def _factory_view(
         Column("DIGEST"),
     ]
     print_table(columns, rows, rich=rich)
+
+
+#: condor_q -factory's MODE: JobMaterializePaused as print_format_tables' JOB_FACTORY_MODE.
+_MODES: Final = {-1: "Errs", 0: "Norm", 1: "Held", 2: "Done", 3: "Gone"}
+
+
+def _factory_ad(factory: FactoryInfo, counted: Sequence[BatchCounts]) -> ClassAd:
+    """A factory's cluster ad as condor_q -factory -l shows it (ProcId undefined)."""
+    counts: dict[int, int] = {}
+    for each in counted:
+        if each.cluster == factory.cluster:
+            for status, n in each.counts.items():
+                counts[status] = counts.get(status, 0) + n
+    ad = ClassAd(
+        {
+            "ClusterId": factory.cluster,
+            "Owner": factory.owner,
+            "TotalSubmitProcs": factory.total,
+            "JobMaterializeNextProcId": factory.next_proc,
+            "JobMaterializePaused": factory.paused,
+            "JobsPresent": sum(counts.values()),
+            "JobsRunning": counts.get(2, 0) + counts.get(6, 0),
+            "JobsIdle": counts.get(1, 0),
+            "JobsHeld": counts.get(5, 0),
+        }
+    )
+    if factory.qdate is not None:
+        ad["QDate"] = factory.qdate
+    if factory.limit is not None:
+        ad["JobMaterializeLimit"] = factory.limit
+    if factory.max_idle is not None:
+        ad["JobMaterializeMaxIdle"] = factory.max_idle
+    if factory.pause_reason:
+        ad["JobMaterializePauseReason"] = factory.pause_reason
+    return ad
 
 
 def _count(n: int) -> str:

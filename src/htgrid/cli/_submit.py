@@ -245,6 +245,10 @@ def _cluster_ad(cluster: ClusterProcs, path: str) -> ClassAd:
     idle = ad.get("JobMaterializeMaxIdle")
     if idle is not None and (type(idle) is not int or idle < 1):
         raise SubmitError(f"{path}: max_idle must be a whole number of at least 1, not {idle!r}")
+    step = cluster.item_step
+    if (limit is not None or idle is not None) and step is not None:
+        # A factory of items: its 036 event says at which item row it stopped.
+        ad["JobMaterializeStepSize"] = step
     return ad
 
 

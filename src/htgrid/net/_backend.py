@@ -63,11 +63,12 @@ class QueueBackend(Protocol):
         ...
 
     async def summary(
-        self, identity: Identity, constraint: str | None
+        self, identity: Identity, constraint: str | None, *, batches: bool = True
     ) -> tuple[list[BatchCounts], dict[str, dict[int, int]], list[FactoryInfo]]:
         """The jobs matching `constraint` counted by batch, everyone's jobs by owner and
         status (condor_q's batch view and totals), without their ads, and the late
-        materialization factories."""
+        materialization factories. Not `batches`: the owners' counts alone (the batches
+        and factories empty), for totals that need no more."""
         ...
 
     async def history(

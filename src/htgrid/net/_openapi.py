@@ -96,6 +96,10 @@ SCHEMAS: Final[dict[str, dict[str, Any]]] = {
                         "max_idle": {"type": ["integer", "null"]},
                         "paused": {"type": "integer", "description": "JobMaterializePaused"},
                         "qdate": {"type": ["integer", "null"]},
+                        "pause_reason": {
+                            "type": "string",
+                            "description": "JobMaterializePauseReason",
+                        },
                     },
                 },
             },
@@ -225,6 +229,10 @@ _PARAMS: Final = {
     "constraint": ("a ClassAd expression the jobs must satisfy", {"type": "string"}),
     "projection": ("attribute names, comma-separated", {"type": "string"}),
     "limit": ("at most this many jobs", {"type": "integer", "minimum": 0}),
+    "batches": (
+        "false: everyone's counts by owner alone, no batches or factories (for totals)",
+        {"type": "boolean"},
+    ),
 }
 
 

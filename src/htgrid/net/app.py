@@ -221,7 +221,9 @@ async def _stream_ads(pages: AsyncIterator[list[ClassAd]]) -> Response:
 
 async def _summary(call: _Call) -> Response:
     batches, owners, factories = await call.backend.summary(
-        call.identity, call.param("constraint") or None
+        call.identity,
+        call.param("constraint") or None,
+        batches=call.param("batches") not in ("false", "0"),
     )
     return JSONResponse(
         {
@@ -311,7 +313,7 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/v1/summary", "summary",
               "The matching jobs counted by batch and status, and everyone's by owner "
               "(condor_q's batch view and totals, without the ads)", _summary,
-              returns="Summary", params=("constraint",)),
+              returns="Summary", params=("constraint", "batches")),
     RouteSpec("GET", "/v1/jobs/{job_id}", "job", "One queued job's ad", _get, returns="Ads"),
     RouteSpec("POST", "/v1/jobs/act", "act", "Hold, release or remove jobs", _act,
               body="Act"),

@@ -14,6 +14,9 @@ Errors come back as the classes the daemon raised (`JobNotFound`, `NotAuthorized
 `ClassAdSyntaxError` with its line and column, `ExpiredToken`...); a daemon that does
 not answer is `DaemonUnavailable`, one whose certificate is not trusted
 `CertificateError`. httpx's own exceptions never escape.
+
+The local client speaks HTTP on the Unix socket itself (`_unix`): loading httpx, which
+the remote client needs for TLS and tokens, took most of a short command's start.
 """
 
 from __future__ import annotations
@@ -21,25 +24,26 @@ from __future__ import annotations
 import gc
 import json
 import os
-import ssl
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
-
-import httpx
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from htgrid.classad import ClassAd
 from htgrid.classad.adjson import ads_to_json, loads
 from htgrid.errors import HTGridError
 from htgrid.net._errors import ApiError, DaemonUnavailable
 from htgrid.net._problems import from_problem
+from htgrid.net._unix import UnixHttp
 from htgrid.net._wire import NDJSON, Jobs, ad_from_json
 from htgrid.net.security import CertificateError, SecurityError
 from htgrid.pool import HomeLayout, htgrid_home, trusted_ca_files
 from htgrid.queue import BatchCounts, FactoryInfo, JobAction, JobId
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["ScheddClient", "socket_path"]
 
@@ -50,6 +54,21 @@ _TAR = "application/x-tar"
 def socket_path(home: str | os.PathLike[str] | None = None) -> Path:
     """The daemon's socket: `<home>/run/schedd.sock`, home defaulting to $HTGRID_HOME."""
     return HomeLayout(Path(home) if home is not None else htgrid_home()).schedd_socket
+
+
+class _Response(Protocol):
+    """What is read of an answer: httpx's, or the Unix socket client's."""
+
+    @property
+    def status_code(self) -> int: ...
+    @property
+    def is_success(self) -> bool: ...
+    @property
+    def content(self) -> bytes: ...
+    def read(self) -> bytes: ...
+    def json(self) -> Any: ...
+    def iter_lines(self) -> Iterator[str]: ...
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,9 +93,8 @@ class ScheddClient:
         `url` names where it goes (for messages)."""
         self.path = Path(path)
         self.url = url
-        self._http = http or httpx.Client(
-            transport=httpx.HTTPTransport(uds=str(self.path)), base_url=_BASE, timeout=timeout
-        )
+        self._http = http
+        self._unix = UnixHttp(str(self.path), timeout) if http is None else None
 
     @classmethod
     def local(cls, home: str | os.PathLike[str] | None = None, **kw: Any) -> ScheddClient:
@@ -100,6 +118,8 @@ class ScheddClient:
         """
         # Loaded here for start-up: the local client (every command) does not pay for
         # TLS (cryptography) and tokens.
+        import httpx
+
         from htgrid.client import BearerAuth
         from htgrid.net.security import SecurityConfig, client_ssl_context
 
@@ -113,7 +133,10 @@ class ScheddClient:
         return cls(url, http=http, url=url.rstrip("/"))
 
     def close(self) -> None:
-        self._http.close()
+        if self._http is not None:
+            self._http.close()
+        if self._unix is not None:
+            self._unix.close()
 
     def __enter__(self) -> ScheddClient:
         return self
@@ -189,7 +212,7 @@ class ScheddClient:
             for line in response.iter_lines():
                 if line.strip():
                     yield from self._ads_of(loads(line))
-        except httpx.HTTPError as exc:
+        except self._errors() as exc:
             raise DaemonUnavailable(f"lost the connection to the daemon: {exc}") from exc
         except ValueError as exc:
             raise ApiError(f"the daemon sent a line that is not JSON: {exc}") from exc
@@ -197,19 +220,22 @@ class ScheddClient:
             response.close()
 
     def summary(
-        self, constraint: str | None = None
+        self, constraint: str | None = None, *, batches: bool = True
     ) -> tuple[list[BatchCounts], dict[str, dict[int, int]], list[FactoryInfo]]:
         """The jobs matching `constraint` counted by batch (cluster, owner, JobBatchName)
         and status, and everyone's jobs by owner and status: condor_q's batch view and
-        totals, without reading the ads; and the late materialization factories."""
+        totals, without reading the ads; and the late materialization factories. Not
+        `batches`: everyone's counts alone (no batches, no factories), which is quicker."""
         params = {"constraint": constraint} if constraint is not None else {}
+        if not batches:
+            params["batches"] = "false"
         doc = self._decode(self._request("GET", "/v1/summary", params=params))
-        batches = [BatchCounts.from_json(b) for b in doc.get("batches", [])]
+        counted = [BatchCounts.from_json(b) for b in doc.get("batches", [])]
         owners = {
             str(o): {int(k): int(n) for k, n in c.items()} for o, c in doc.get("owners", {}).items()
         }
         factories = [FactoryInfo.from_json(f) for f in doc.get("factories", [])]
-        return batches, owners, factories
+        return counted, owners, factories
 
     def history(
         self,
@@ -270,7 +296,7 @@ class ScheddClient:
         params = _selection(constraint, projection, limit)
         return self._parse_ads(self._request("GET", path, params=params))
 
-    def _parse_ads(self, response: httpx.Response) -> list[ClassAd]:
+    def _parse_ads(self, response: _Response) -> list[ClassAd]:
         doc = self._decode(response)
         try:
             return self._ads_of(doc["jobs"])
@@ -287,7 +313,7 @@ class ScheddClient:
     def _json(self, method: str, path: str, body: object = None) -> dict[str, Any]:
         return self._decode(self._request(method, path, json_body=body))
 
-    def _decode(self, response: httpx.Response) -> dict[str, Any]:
+    def _decode(self, response: _Response) -> dict[str, Any]:
         try:
             doc = loads(response.content)
         except ValueError as exc:
@@ -310,7 +336,7 @@ class ScheddClient:
         media: str = "application/json",
         accept: str | None = None,
         stream: bool = False,
-    ) -> httpx.Response:
+    ) -> _Response:
         if isinstance(json_body, RawJson):
             content = json_body.text
         elif json_body is not None:
@@ -338,14 +364,19 @@ class ScheddClient:
         content: str | bytes | Iterator[bytes] | None,
         headers: dict[str, str] | None,
         stream: bool = False,
-    ) -> httpx.Response:
-        """One request (its body left to read when `stream`); httpx's and the socket's
-        errors said in the daemon's terms."""
+    ) -> _Response:
+        """One request (its body left to read when `stream`); the transport's and the
+        socket's errors said in the daemon's terms."""
+        if self._unix is not None:
+            return self._send_unix(self._unix, method, path, params, content, headers, stream)
+        assert self._http is not None
         request = self._http.build_request(
             method, path, params=params, content=content, headers=headers
         )
         if self.url is not None:
             return self._send_remote(request, stream)
+        import httpx
+
         with warnings.catch_warnings():
             # httpcore leaks the socket of a failed connect to a Unix socket (a daemon
             # that died leaves its socket file behind). The socket is freed once the
@@ -354,10 +385,7 @@ class ScheddClient:
             try:
                 return self._http.send(request, stream=stream)
             except (httpx.ConnectError, OSError) as exc:
-                problem = (
-                    f"the htgrid daemons are not running (nothing answers on {self.path}: "
-                    f"{exc}); start them with `htgrid up`"
-                )
+                problem = self._not_running(exc)
             except httpx.TimeoutException:
                 problem = f"the daemon on {self.path} did not answer in time"
             except httpx.HTTPError as exc:
@@ -365,7 +393,46 @@ class ScheddClient:
             gc.collect()
         raise DaemonUnavailable(problem)
 
-    def _send_remote(self, request: httpx.Request, stream: bool) -> httpx.Response:
+    def _send_unix(
+        self,
+        unix: UnixHttp,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None,
+        content: str | bytes | Iterator[bytes] | None,
+        headers: dict[str, str] | None,
+        stream: bool,
+    ) -> _Response:
+        try:
+            return unix.request(
+                method, path, params=params, content=content, headers=headers, stream=stream
+            )
+        except TimeoutError:
+            problem = f"the daemon on {self.path} did not answer in time"
+        except (FileNotFoundError, ConnectionRefusedError, PermissionError) as exc:
+            problem = self._not_running(exc)  # from connecting: no daemon behind the path
+        except OSError as exc:
+            problem = f"lost the connection to the daemon on {self.path}: {exc}"
+        raise DaemonUnavailable(problem)
+
+    def _not_running(self, exc: BaseException) -> str:
+        return (
+            f"the htgrid daemons are not running (nothing answers on {self.path}: "
+            f"{exc}); start them with `htgrid up`"
+        )
+
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        """The exceptions of reading an answer that mean the connection was lost."""
+        if self._unix is not None:
+            return (OSError,)
+        import httpx
+
+        return (httpx.HTTPError,)
+
+    def _send_remote(self, request: httpx.Request, stream: bool) -> _Response:
+        import httpx
+
+        assert self._http is not None
         error: HTGridError
         try:
             return self._http.send(request, stream=stream)
@@ -437,6 +504,8 @@ def _stream_body(
 
 def _untrusted(url: str | None, exc: httpx.ConnectError) -> SecurityError | None:
     """The CertificateError a failed TLS handshake stands for, if it was one."""
+    import ssl
+
     cause: BaseException | None = exc
     while cause is not None and not isinstance(cause, ssl.SSLError):
         cause = cause.__cause__ or cause.__context__

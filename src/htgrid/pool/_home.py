@@ -12,6 +12,7 @@
     │       └── trusted.d/   other pools' CA certificates, for HTCondor-C between pools
     ├── spool/queue.db       the job queue (SQLite)
     ├── spool/userlog.seq    the last change written to user event logs
+    ├── spool/userlog.pending  the batch of events being written, and its logs' sizes
     ├── spool/gridmanager/   the grid manager's state: its place in the change feed, its doorbell
     ├── spool/jobrouter/     the job router's lock and doorbell
     ├── spool/sandboxes/     output kept from evicted jobs (when_to_transfer_output ON_EXIT_OR_EVICT)

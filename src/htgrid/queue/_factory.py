@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from htgrid.classad import ClassAd
-from htgrid.queue._errors import InvalidSubmit
+from htgrid.queue._errors import InvalidSubmit, JobNotFound
 from htgrid.queue._serial import encode
 from htgrid.queue._status import JobStatus
 
@@ -82,6 +82,7 @@ class FactoryInfo:
     max_idle: int | None
     paused: int  # JobMaterializePaused
     qdate: int | None = None  # the cluster's QDate
+    pause_reason: str = ""  # JobMaterializePauseReason: why it is paused (the hold's)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -93,6 +94,7 @@ class FactoryInfo:
             "max_idle": self.max_idle,
             "paused": self.paused,
             "qdate": self.qdate,
+            "pause_reason": self.pause_reason,
         }
 
     @classmethod
@@ -106,6 +108,7 @@ class FactoryInfo:
             doc.get("max_idle"),
             int(doc.get("paused", 0)),
             doc.get("qdate"),
+            str(doc.get("pause_reason") or ""),
         )
 
 
@@ -231,7 +234,12 @@ def set_paused(txn: Txn, cluster: int, paused: int, reason: str, code: int) -> b
     if row is None:
         return False
     if row[0] != paused:  # a second hold of a held factory says nothing new
-        txn.conn.execute("UPDATE factories SET paused = ? WHERE cluster = ?", (paused, cluster))
+        # Kept on one line, as HTCondor keeps JobMaterializePauseReason; none once resumed.
+        kept = " ".join(reason.splitlines()) if paused != RUNNING and reason else None
+        txn.conn.execute(
+            "UPDATE factories SET paused = ?, pause_reason = ? WHERE cluster = ?",
+            (paused, kept, cluster),
+        )
         if paused == RUNNING:
             _feed(txn, "factory_resumed", cluster, {"ReleaseReason": reason})
         else:
@@ -255,17 +263,36 @@ def close(txn: Txn, cluster: int) -> bool:
     removed and no job of the cluster is left (HTCondor's ClusterCleanup); whether it was."""
     conn = txn.conn
     row = conn.execute(
-        f"SELECT next_proc, paused FROM factories WHERE cluster = ? AND NOT ({_LIVE}) "
-        "AND NOT EXISTS (SELECT 1 FROM jobs WHERE cluster = ?)",
+        f"SELECT next_proc, total, paused, pause_reason FROM factories WHERE cluster = ? "
+        f"AND NOT ({_LIVE}) AND NOT EXISTS (SELECT 1 FROM jobs WHERE cluster = ?)",
         (cluster, cluster),
     ).fetchone()
     if row is None:
         return False
     conn.execute("DELETE FROM factories WHERE cluster = ?", (cluster,))
-    next_proc, paused = row
-    attrs = {"JobMaterializeNextProcId": next_proc, "JobMaterializePaused": paused}
+    next_proc, total, paused, reason = row
+    attrs: dict[str, Any] = {
+        "JobMaterializeNextProcId": next_proc,
+        "JobMaterializeNextRow": _next_row(txn.store, cluster, next_proc, total),
+        "JobMaterializePaused": paused,
+    }
+    if reason:
+        attrs["JobMaterializePauseReason"] = reason
     _feed(txn, "factory_removed", cluster, attrs)
     return True
+
+
+def _next_row(store: Store, cluster: int, next_proc: int, total: int) -> int:
+    """JobMaterializeNextRow as HTCondor's factory leaves it: the item row of the next
+    proc to make, -1 once every row is made, 0 (never set) when the cluster has no items.
+    JobMaterializeStepSize (the procs a row makes) is set by the submit of items."""
+    try:
+        step = store.cluster_ad(cluster).get("JobMaterializeStepSize")
+    except JobNotFound:
+        return 0
+    if type(step) is not int or step < 1:
+        return 0
+    return -1 if next_proc >= total else next_proc // step
 
 
 def _feed(txn: Txn, kind: str, cluster: int, attrs: dict[str, Any], seq: int = 0) -> None:
@@ -284,10 +311,10 @@ def factories(store: Store) -> list[FactoryInfo]:
     """Every factory that may make procs, in cluster order."""
     found = []
     for row in store.conn.execute(
-        "SELECT cluster, owner, next_proc, total, max_materialize, max_idle, paused "
-        f"FROM factories WHERE {_LIVE} ORDER BY cluster"
+        "SELECT cluster, owner, next_proc, total, max_materialize, max_idle, paused, "
+        f"pause_reason FROM factories WHERE {_LIVE} ORDER BY cluster"
     ):
-        cluster, owner, next_proc, total, limit, max_idle, paused = row
+        cluster, owner, next_proc, total, limit, max_idle, paused, reason = row
         qdate = store.cluster_ad(cluster).get("QDate")
         found.append(
             FactoryInfo(
@@ -299,6 +326,7 @@ def factories(store: Store) -> list[FactoryInfo]:
                 max_idle,
                 paused,
                 qdate if type(qdate) is int else None,
+                reason or "",
             )
         )
     return found

@@ -45,7 +45,8 @@ CREATE TABLE IF NOT EXISTS factories (
     total           INTEGER NOT NULL,  -- the procs it makes in all
     max_materialize INTEGER,           -- JobMaterializeLimit
     max_idle        INTEGER,           -- JobMaterializeMaxIdle
-    paused          INTEGER NOT NULL   -- JobMaterializePaused
+    paused          INTEGER NOT NULL,  -- JobMaterializePaused
+    pause_reason    TEXT               -- JobMaterializePauseReason (_store adds it to older)
 );
 
 -- The procs of a factory, not yet made, that have attributes or a status of their own

@@ -83,6 +83,7 @@ class Store:
                 self.conn.execute("PRAGMA busy_timeout=30000")
                 schema = resources.files("htgrid.queue").joinpath("_schema.sql").read_text()
                 self.conn.executescript(schema)
+                _add_columns(self.conn)
                 version = self.meta("schema_version")
             if version != SCHEMA_VERSION:
                 raise StoreError(
@@ -445,3 +446,10 @@ class Txn:
 def _own_ad(text: str) -> ClassAd:
     """A proc's own attributes, for a JobEdit to change."""
     return copy.copy(decode_shared(text)) if text != EMPTY else ClassAd()
+
+
+def _add_columns(conn: sqlite3.Connection) -> None:
+    """Columns added since a table was first made, added to a queue made before them."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(factories)")}
+    if "pause_reason" not in have:
+        conn.execute("ALTER TABLE factories ADD COLUMN pause_reason TEXT")

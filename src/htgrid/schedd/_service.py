@@ -266,11 +266,13 @@ class QueueService:
             after = JobId(ads[-1]["ClusterId"], ads[-1]["ProcId"])
 
     async def summary(
-        self, identity: Identity, constraint: str | None
+        self, identity: Identity, constraint: str | None, *, batches: bool = True
     ) -> tuple[list[BatchCounts], dict[str, dict[int, int]], list[FactoryInfo]]:
         def read(
             q: JobQueue,
         ) -> tuple[list[BatchCounts], dict[str, dict[int, int]], list[FactoryInfo]]:
+            if not batches:
+                return [], q.count_owners(), []
             return q.summarize(constraint), q.count_owners(), q.factories()
 
         return await self._worker.read(read, client=True)

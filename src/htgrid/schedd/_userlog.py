@@ -9,9 +9,9 @@ cluster submitted (before its first jobs' 000), 037 materialization paused (its 
 held), 038 resumed (released), 036 cluster removed (after its last job's last event).
 The events carry the change's time.
 
-The last change written is kept in a file (`spool/userlog.seq`), written after the
-events, so a crash never loses an event: at worst the events of the last batch are
-written again after the restart (a duplicate, which readers such as DAGMan tolerate).
+Each event is written exactly once, also across a kill -9: the writer saves its place
+in the feed after a batch's events, and before them the batch and each of its logs' size,
+so a restart appends only the batch's events not yet past that size (`_userlog_place`).
 
 A log is the job's owner's file: it is opened (made, if missing) with the owner's
 rights, never the daemon's; the event of a job whose owner may not run jobs here is not
@@ -24,6 +24,7 @@ import asyncio
 import functools
 import logging
 import os
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ from typing import Any, Final
 
 from htgrid._aio import wait_event
 from htgrid._privsep import USER_FILE_MODE, Account, OwnerPolicy, OwnerRefused, as_owner
-from htgrid.classad import ClassAd
+from htgrid.classad import Attribute, ClassAd
 from htgrid.eventlog import (
     ClusterCompletion,
     ClusterRemoveEvent,
@@ -65,6 +66,7 @@ from htgrid.queue import (
 )
 from htgrid.queue.faults import FaultLog, JobFailure, daemon_fault, problem
 from htgrid.schedd._local import SCHEDD
+from htgrid.schedd._userlog_place import Batch, Place, event_key, keys_after, size_of
 from htgrid.schedd._worker import QueueWorker
 
 __all__ = ["UserLogWriter", "events_for", "factory_event"]
@@ -123,10 +125,14 @@ class UserLogWriter:
         """`policy`: as whom each log is written (None: as the daemon's own user)."""
         self._policy = policy
         self._worker = worker
-        self._seq_file = seq_file
+        self._place = Place(seq_file)
         self._host = host
         self._seq = 0
         self._saved = 0  # the position in the file
+        # The batch a kill may have cut short, and per log the events found written
+        # past its recorded size (read when first needed).
+        self._unfinished: Batch | None = None
+        self._found: dict[Log, Counter[str]] = {}
         self._paths: dict[JobId, Log | None] = {}  # UserLog per job; touched on the queue thread
         self._wake = worker.subscribe()
         # catch_up runs from the writer's loop and from submits (see `written`): one at a
@@ -142,16 +148,14 @@ class UserLogWriter:
 
     def load(self) -> None:
         """Read the persisted position (0, from the start, when there is none)."""
-        try:
-            self._seq = int(self._seq_file.read_text().strip() or 0)
-        except FileNotFoundError:
-            self._seq = 0
-        except (OSError, ValueError) as exc:
-            _log.error(
-                "%s unreadable (%s): writing events from the start again", self._seq_file, exc
-            )
-            self._seq = 0
+        self._seq, self._unfinished = self._place.load()
         self._saved = self._seq
+        if self._unfinished is not None:
+            _log.info(
+                "finishing the events of changes %d to %d, written in part before a stop",
+                self._seq + 1,
+                self._unfinished.last,
+            )
 
     async def run(self, poll: float = 1.0) -> None:
         """Write events as changes commit, until cancelled.
@@ -176,14 +180,24 @@ class UserLogWriter:
         try:
             async with self._lock:
                 while True:
-                    collect = functools.partial(self._collect, after=self._seq)
+                    upto = self._unfinished.last if self._unfinished else None
+                    collect = functools.partial(self._collect, after=self._seq, upto=upto)
                     last, pending, failed = await self._worker.read(
                         collect, client=self._clients > 0
                     )
                     if last == self._seq:
-                        return
-                    if pending or last - self._saved >= _SAVE_EVERY:
-                        failed += await asyncio.to_thread(self._write, pending, last)
+                        if self._unfinished is None:
+                            return
+                        # The unfinished batch's changes are gone from the feed (not
+                        # trimmed while unfinished: a queue put back from elsewhere).
+                        _log.warning("the changes of an unfinished batch of events are gone")
+                        self._unfinished = None
+                        continue
+                    # An unfinished batch is closed even if its changes now make no event.
+                    finishing = self._unfinished is not None
+                    if pending or finishing or last - self._saved >= _SAVE_EVERY:
+                        write = functools.partial(self._write, pending, after=self._seq, last=last)
+                        failed += await asyncio.to_thread(write)
                         self._saved = last
                     self._seq = last
                     if failed:
@@ -227,8 +241,12 @@ class UserLogWriter:
                 JobFailure(failure.job_id, failure.problem, held=was_held, error=failure.error)
             )
 
-    def _collect(self, q: JobQueue, *, after: int) -> tuple[int, Pending, list[_Failed]]:
+    def _collect(
+        self, q: JobQueue, *, after: int, upto: int | None
+    ) -> tuple[int, Pending, list[_Failed]]:
         changes = q.changes_since(after, limit=_BATCH)
+        if upto is not None:  # the batch cut short: the same changes again, no more
+            changes = [change for change in changes if change.seq <= upto]
         pending: Pending = []
         failed: list[_Failed] = []
         for change in changes:
@@ -337,15 +355,23 @@ class UserLogWriter:
 
     # -- in a helper thread --------------------------------------------------------------
 
-    def _write(self, pending: Pending, last: int) -> list[_Failed]:
+    def _write(self, pending: Pending, *, after: int, last: int) -> list[_Failed]:
         failed: list[_Failed] = []
         accounts: dict[str, Account | None] = {}
-        for (path, owner), event in pending:
+        for _path, owner in dict.fromkeys(log for log, _ in pending):
             if owner not in accounts:
                 accounts[owner] = self._account(owner)
+        unfinished = self._unfinished
+        if unfinished is None and pending:
+            sizes = {log: size_of(log[0], accounts[log[1]]) for log, _ in pending}
+            self._place.begin(Batch(after, last, sizes))
+        for log, event in pending:
+            path, owner = log
             account = accounts[owner]
             if account is None and self._policy is not None:
                 continue  # the owner may not run jobs here (said once, in the log)
+            if unfinished is not None and self._written_before(unfinished, log, account, event):
+                continue
             try:
                 with as_owner(account):
                     UserLog(path, create_mode=USER_FILE_MODE).append(event)
@@ -353,14 +379,28 @@ class UserLogWriter:
                 if daemon_fault(exc):
                     raise
                 failed.append(_Failed.of(JobId(event.cluster, event.proc), path, exc))
-        tmp = self._seq_file.with_suffix(".tmp")
-        try:
-            tmp.write_text(f"{last}\n")
-            os.replace(tmp, self._seq_file)
-        except OSError as exc:
-            # The events are written; after a restart they would be written again.
-            _log.error("cannot record the event log position in %s: %s", self._seq_file, exc)
+        finished = unfinished is None or last >= unfinished.last
+        self._place.done(last, finished=finished)
+        if finished:
+            self._unfinished = None
+            self._found.clear()
         return failed
+
+    def _written_before(
+        self, batch: Batch, log: Log, account: Account | None, event: UserLogEvent
+    ) -> bool:
+        """Whether `event`, of the batch a stop cut short, is in its log already (each
+        event found there stands for one of the batch's)."""
+        if log not in batch.sizes:
+            return False
+        found = self._found.get(log)
+        if found is None:
+            found = self._found[log] = keys_after(log[0], batch.sizes[log], account)
+        key = event_key(event)
+        if found[key] <= 0:
+            return False
+        found[key] -= 1
+        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,8 +468,10 @@ def _job_ad(q: JobQueue, jid: JobId) -> ClassAd | None:
     ads = _after(q, jid.cluster, JobId(jid.cluster, jid.proc - 1) if jid.proc else None, 1)
     if ads and ads[0]["ProcId"] == jid.proc:
         return ads[0]
-    constraint = f"ClusterId == {jid.cluster} && ProcId == {jid.proc}"
-    ads = q.history(constraint, _INFO, limit=1)  # rare: a job gone before its event
+    # A job gone before its event (a short one, or one the writer is behind on): asked
+    # with a tree built here, not a text of its own per job for the parser to keep.
+    constraint = (Attribute("ClusterId") == jid.cluster).and_(Attribute("ProcId") == jid.proc)
+    ads = q.history(constraint, _INFO, limit=1)
     return ads[0] if ads else None
 
 
@@ -519,7 +561,9 @@ def factory_event(change: Change, host: str) -> UserLogEvent:
     return ClusterRemoveEvent(
         **head,
         next_proc_id=_int(attrs.get("JobMaterializeNextProcId")),
+        next_row=_int(attrs.get("JobMaterializeNextRow")),
         completion=_COMPLETION.get(mode, ClusterCompletion.INCOMPLETE),
+        notes=str(attrs.get("JobMaterializePauseReason", "")),
     )
 
 

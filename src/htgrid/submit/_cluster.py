@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +45,7 @@ class Statement:
     step: QueueStep
     expander: Expander
     qargs: QueueArgs
-    items: tuple[str, ...]
+    items: Sequence[str]
 
     @property
     def count(self) -> int:
@@ -119,6 +119,14 @@ class ClusterProcs:
         if head is not None:
             yield head
             yield from self._procs
+
+    @property
+    def item_step(self) -> int | None:
+        """The procs each item makes (the queue statement's count), when the cluster is
+        one queue statement over items; None otherwise."""
+        if len(self._statements) != 1 or self._statements[0].qargs.mode is ForEach.NOT:
+            return None
+        return self._statements[0].qargs.count
 
     def param(self, name: str) -> str | None:
         """The expanded value of a submit command as its first queue statement has it

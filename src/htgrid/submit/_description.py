@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,14 @@ from htgrid.submit._config import SubmitConfig
 from htgrid.submit._errors import SubmitError
 from htgrid.submit._lines import QueueStep, parse_description, run_shell
 from htgrid.submit._macros import Expander
-from htgrid.submit._queue import ForEach, QueueArgs, iterate_procs, load_items, parse_queue_args
+from htgrid.submit._queue import (
+    FileItems,
+    ForEach,
+    QueueArgs,
+    iterate_procs,
+    load_items,
+    parse_queue_args,
+)
 
 __all__ = [
     "ClusterProcs",
@@ -190,11 +197,13 @@ class SubmitDescription:
             raise exc.at(step.path, step.line) from None
 
 
-def _load(qargs: QueueArgs, step: QueueStep, cwd: str) -> tuple[str, ...]:
+def _load(qargs: QueueArgs, step: QueueStep, cwd: str) -> Sequence[str]:
     try:
         items = load_items(qargs, cwd=cwd, run_command=run_shell)
     except SubmitError as exc:
         raise exc.at(step.path, step.line) from None
+    if isinstance(items, FileItems):
+        return items  # its lines checked as it counted them
     for number, item in enumerate(items, 1):
         if "\0" in item:
             raise SubmitError(

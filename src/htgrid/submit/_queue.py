@@ -7,14 +7,16 @@ from __future__ import annotations
 import glob
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import overload
 
 from htgrid.submit._errors import SubmitError
 from htgrid.submit._macros import string_is_long
 
 __all__ = [
+    "FileItems",
     "ForEach",
     "ProcSlot",
     "QueueArgs",
@@ -198,26 +200,21 @@ def load_items(
     *,
     cwd: str,
     run_command: Callable[[str, str], str],
-) -> tuple[str, ...]:
-    """The full item list: read a `from` file or command, or expand `matching` globs."""
+) -> Sequence[str]:
+    """The full item list: read a `from` file or command, or expand `matching` globs.
+    A file's items are read as they are asked for (`FileItems`), not held."""
     if qargs.mode is ForEach.FROM and qargs.items_source is not None:
         name = qargs.items_source
         if name.endswith("|"):
             text = run_command(name[:-1].strip(), cwd)
-        elif name == "-":
+            # unlike inline lists, item files keep every line, comments and blanks included
+            lines = text.replace("\r\n", "\n").split("\n")
+            if lines and lines[-1] == "":
+                lines.pop()
+            return tuple(line.strip() for line in lines)
+        if name == "-":
             raise SubmitError("QUEUE FROM - (read from stdin) is not allowed in this context")
-        else:
-            path = name if os.path.isabs(name) else os.path.join(cwd, name)
-            try:
-                with open(path) as handle:
-                    text = handle.read()
-            except OSError as exc:
-                raise SubmitError(f"cannot read queue items from {name}: {exc.strerror}") from None
-        # unlike inline lists, item files keep every line, comments and blanks included
-        lines = text.replace("\r\n", "\n").split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        return tuple(line.strip() for line in lines)
+        return FileItems(name if os.path.isabs(name) else os.path.join(cwd, name), name)
     if qargs.mode in (
         ForEach.MATCHING,
         ForEach.MATCHING_FILES,
@@ -226,6 +223,69 @@ def load_items(
     ):
         return _glob(qargs.items, qargs.mode, cwd)
     return qargs.items
+
+
+class FileItems(Sequence[str]):
+    """The lines of an item file (each stripped; every line kept, comments and blanks
+    included), read from the file as they are gone through: a file of a million lines
+    in the memory of one. Counted when made; a file that changes after that is an error
+    when it is read again (SubmitError), as is one with a NUL in a line."""
+
+    def __init__(self, path: str, name: str) -> None:
+        self._path = path
+        self._name = name
+        count = 0
+        for number, line in enumerate(self._lines(), 1):
+            if "\0" in line:
+                raise SubmitError(
+                    f"item {number} of the queue statement holds a NUL character, which no "
+                    "job ad can hold"
+                )
+            count = number
+        self._count = count
+
+    def _lines(self) -> Iterator[str]:
+        try:
+            with open(self._path) as handle:  # universal newlines: \r\n and \r end lines
+                for line in handle:
+                    yield line.strip()
+        except OSError as exc:
+            raise SubmitError(
+                f"cannot read queue items from {self._name}: {exc.strerror}"
+            ) from None
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[str]:
+        count = 0
+        for line in self._lines():
+            count += 1
+            if count > self._count:
+                break
+            yield line
+        if count != self._count:
+            raise SubmitError(
+                f"queue items file {self._name} changed while it was read "
+                f"({self._count} lines, then {count})"
+            )
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[str]: ...
+    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
+        # Read through to it: items are gone through in order, not looked up.
+        if isinstance(index, slice):
+            return tuple(self)[index]
+        if index < 0:
+            index += self._count
+        if not 0 <= index < self._count:
+            raise IndexError(index)
+        for number, line in enumerate(self):
+            if number == index:
+                return line
+        raise IndexError(index)
 
 
 def _glob(patterns: tuple[str, ...], mode: ForEach, cwd: str) -> tuple[str, ...]:
@@ -283,7 +343,7 @@ class ProcSlot:
     values: tuple[tuple[str, str], ...]
 
 
-def iterate_procs(qargs: QueueArgs, items: tuple[str, ...]) -> Iterator[ProcSlot]:
+def iterate_procs(qargs: QueueArgs, items: Sequence[str]) -> Iterator[ProcSlot]:
     """The procs a queue statement makes, in order."""
     if qargs.mode is ForEach.NOT:
         for step in range(qargs.count):
