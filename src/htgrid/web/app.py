@@ -60,7 +60,9 @@ SECURITY_HEADERS: Final[Mapping[str, str]] = {
     ),
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
+    # Not no-referrer: with it browsers send `Origin: null` with a form, which
+    # `_same_origin` could not tell from a cross-site post.
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 _STATIC: Final = {"web.css": "text/css; charset=utf-8", "web.js": "text/javascript; charset=utf-8"}
@@ -147,7 +149,10 @@ async def _static(request: Request) -> Response:
 
 
 def _same_origin(request: Request) -> bool:
-    """A form posted from this site (its Origin header, which browsers send with POST)."""
+    """A form posted from this site (its Origin header, which browsers send with POST,
+    or their Sec-Fetch-Site)."""
+    if request.headers.get("sec-fetch-site") == "same-origin":
+        return True
     origin = request.headers.get("origin")
     host = request.headers.get("host")
     return origin is not None and host is not None and origin.split("://", 1)[-1] == host
