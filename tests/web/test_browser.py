@@ -6,6 +6,7 @@ user in without a token. Screenshots are kept (see conftest)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ import pytest
 from htgrid.classad import ClassAd, quote
 from htgrid.net import ScheddClient
 from htgrid.queue import JobId
-from htgrid.testing import WHOLE_POOL, PersonalPool, wait_for
+from htgrid.testing import WHOLE_POOL, PersonalPool, run_cli, wait_for
 
 DOMAIN = "web.test"
 XSS = '<script>window.__xss = 1</script><img src=x onerror="window.__xss = 2">'
@@ -108,6 +109,7 @@ def test_users_watch_their_jobs_run_and_see_no_one_elses(
     assert _css(page, ".who")[0].text == "alice"
     page.execute_script("window.__same_page = 'yes'")
     wait_for(lambda: _status_of(page, "queue", job) == "Running", 60, what="alice's job running")
+    assert _css(page, '[data-state="Running"][data-count="1"]'), "the totals say 1 running"
     shots.take(page, "alice-running")
     assert _status_of(page, "queue", bobs) is None, "alice sees bob's job"
     assert str(bobs) not in page.page_source
@@ -202,7 +204,16 @@ def test_the_local_user_comes_in_through_the_proxy_with_its_key(
     local_proxy: tuple[subprocess.Popen[str], str],
     browser: Callable[..., Any],
     shots: Any,
+    tmp_path: Path,
 ) -> None:
+    (tmp_path / "grid.sub").write_text(
+        "universe = grid\ngrid_resource = batch fork\nexecutable = /bin/sleep\n"
+        "arguments = 300\ntransfer_executable = false\nqueue\n"
+    )
+    status, out, err = run_cli(pool.home, "submit", str(tmp_path / "grid.sub"))
+    assert status == 0, err
+    grid_job = re.search(r"submitted to cluster (\d+)", out)
+    assert grid_job, out
     _, url = local_proxy
     base = url.split("/web/")[0]
     # Without the key, or addressed by another name, the proxy lends nobody its user.
@@ -217,3 +228,10 @@ def test_the_local_user_comes_in_through_the_proxy_with_its_key(
     assert _css(page, ".who")[0].text == "root"  # the test's user: an administrator
     assert _css(page, ".badge.admin")
     shots.take(page, "local-proxy")
+    # The grid resources page: the fork resource up, its job running there.
+    page.get(url.split("?")[0] + "grid")
+    row = 'tr[data-resource="batch fork"][data-down="0"]'
+    wait_for(lambda: "Running 1" in "".join(r.text for r in _css(page, row)), 90,
+             what="the grid job running on batch fork")  # fmt: skip
+    shots.take(page, "grid")
+    run_cli(pool.home, "rm", grid_job.group(1))

@@ -68,6 +68,7 @@ SECURITY_HEADERS: Final[Mapping[str, str]] = {
 _STATIC: Final = {"web.css": "text/css; charset=utf-8", "web.js": "text/javascript; charset=utf-8"}
 _LIST_LIMIT: Final = 500
 _HISTORY_LIMIT: Final = 2000  # the finished jobs the charts count
+_CHART_LIMIT: Final = 10_000  # the queued jobs the charts read (a page every 2 s)
 _ROUTE_EXPLAINED: Final = 20  # idle jobs a routes page explains
 
 
@@ -336,10 +337,11 @@ async def _queue(
     wanted = _data.mine(identity, _filter(request, identity))
     everyone = _data.mine(identity)
     attrs = _data.LIST_ATTRS
-    queued, done, all_queued, recent = await asyncio.gather(
+    counts, queued, done, all_queued, recent = await asyncio.gather(
+        _data.state_counts(src, identity),
         src.jobs.query(identity, wanted, attrs, _LIST_LIMIT + 1),
         src.jobs.history(identity, wanted, attrs, 50),
-        src.jobs.query(identity, everyone, attrs, None),
+        src.jobs.query(identity, everyone, attrs, _CHART_LIMIT),
         src.jobs.history(
             identity,
             _data.mine(identity, f"EnteredCurrentStatus >= {int(start)}"),
@@ -347,7 +349,6 @@ async def _queue(
             _HISTORY_LIMIT,
         ),
     )
-    counts = Counter(_data.status_label(ad.get("JobStatus")) for ad in all_queued)
     series = _data.state_series([*all_queued, *recent], start, now)
     charts = el(
         "div",
@@ -373,8 +374,11 @@ async def _queue(
     )
     content = join(
         [
-            _pages.state_badges(dict(sorted(counts.items()))),
+            _pages.state_badges(counts),
             charts,
+            el("p", {"class": "hint"}, f"The charts read the first {_CHART_LIMIT} queued jobs.")
+            if len(all_queued) >= _CHART_LIMIT
+            else None,
             el("h2", None, "In the queue"),
             _pages.queue_table(
                 queued[:_LIST_LIMIT], now, key="queue", more=len(queued) > _LIST_LIMIT
