@@ -413,6 +413,8 @@ def resources_table(found: Sequence[ResourceSummary], now: float) -> Html:
             el("span", {"class": "badge st-held"}, f"down since {when(r.down_since)}")
             if r.down_since is not None
             else el("span", {"class": "badge st-running"}, "up")
+            if r.last_update is not None
+            else el("span", {"class": "badge"}, "not marked down; no status from it yet")
         )
         states = ", ".join(f"{name} {n}" for name, n in sorted(r.states.items()))
         polled = when(r.last_update, now) if r.last_update else "no answer yet"
