@@ -14,16 +14,13 @@ import html
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlencode
 
-__all__ = ["Child", "Html", "el", "esc", "join", "link"]
+__all__ = ["Html", "el", "esc", "join", "link"]
 
 
 class Html(str):
     """Markup that is safe as it is (made by `el`, `esc` or this package's own text)."""
 
     __slots__ = ()
-
-
-Child = "Html | str | int | float | None | Iterable[Child]"
 
 
 def esc(value: object) -> Html:
