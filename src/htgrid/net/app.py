@@ -18,7 +18,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from htgrid import __version__
 from htgrid.classad import ClassAd
@@ -354,10 +354,14 @@ def published_document() -> dict[str, Any]:
 
 
 def create_app(
-    backend: QueueBackend, authenticate: Authenticator, limits: ApiLimits = DEFAULT_LIMITS
+    backend: QueueBackend,
+    authenticate: Authenticator,
+    limits: ApiLimits = DEFAULT_LIMITS,
+    *,
+    extra: Sequence[BaseRoute] = (),
 ) -> Starlette:
     """The API over `backend`; `authenticate` names the caller of each request; `limits`
-    caps JSON bodies (MAX_API_REQUEST_MB)."""
+    caps JSON bodies (MAX_API_REQUEST_MB); `extra` routes beside /v1 (the web view)."""
 
     def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def serve(request: Request) -> Response:
@@ -376,8 +380,10 @@ def create_app(
 
     # Literal paths first: /v1/jobs/act must not be read as the job id "act".
     ordered = sorted(ROUTES, key=lambda r: "{" in r.path)
-    routes = [Route(r.path, endpoint(r.handler), methods=[r.method], name=r.name) for r in ordered]
-    return Starlette(routes=routes)
+    routes: list[BaseRoute] = [
+        Route(r.path, endpoint(r.handler), methods=[r.method], name=r.name) for r in ordered
+    ]
+    return Starlette(routes=[*routes, *extra])
 
 
 def _problem(error: HTGridError) -> Response:

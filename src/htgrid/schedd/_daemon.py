@@ -69,6 +69,8 @@ from htgrid.schedd._shadow import ShadowManager, ShadowSettings
 from htgrid.schedd._spool_sweep import remove_spools, spooled_jobs
 from htgrid.schedd._userlog import UserLogWriter
 from htgrid.schedd._worker import QueueWorker
+from htgrid.web import Sources
+from htgrid.web.app import EXEMPT, CookieBearer, web_routes
 
 __all__ = ["Companion", "Daemon", "Running"]
 
@@ -335,7 +337,8 @@ class Daemon:
         """uvicorn on our socket (0600; a dead daemon's replaced: we hold the lock), in a
         task; it returns once the server is listening."""
         cfg = self.config
-        app = create_app(service, peercred_identity, cfg.api_limits)
+        web = web_routes(self._web_sources(service), peercred_identity)
+        app = create_app(service, peercred_identity, cfg.api_limits, extra=web)
         config = api_config(app, cfg.api_limits, protocol=PeerCredProtocol)
         server = ApiServer(config, signals=False)  # the daemon handles SIGTERM and SIGINT
         sock = unix_listener(cfg.socket)  # 0600: nobody else connects...
@@ -357,10 +360,12 @@ class Daemon:
         # HTCondor-CE's schedd does (CERTIFICATE_MAPFILE, DENY_*, SCHEDD_AUDIT_LOG).
         settings = await asyncio.to_thread(GatekeeperConfig.load, cfg.home, "SCHEDD")
         gate = Gatekeeper(security, settings, clock=self._clock)
-        app = TokenAuthMiddleware(
-            create_app(service, token_identity, cfg.api_limits),
+        web = web_routes(self._web_sources(service), token_identity, realm=security.trust_domain)
+        api = TokenAuthMiddleware(
+            create_app(service, token_identity, cfg.api_limits, extra=web),
             gate.verify,
             realm=security.trust_domain,
+            exempt=EXEMPT,
             admit=gate.admit,
             audit=(
                 AuditLog(settings.audit_log, rotation=settings.audit_rotation)
@@ -368,6 +373,8 @@ class Daemon:
                 else None
             ),
         )
+        # The web view's sign-in cookie becomes the bearer token the middleware checks.
+        app = CookieBearer(api)
         tls = server_ssl_context(material.server)
         config = api_config(app, cfg.api_limits, tls=tls)
         ca = PoolCA(security.ca_dir, clock=self._clock)
@@ -389,6 +396,17 @@ class Daemon:
         await asyncio.to_thread(write_atomic, cfg.url_file, (url + "\n").encode())
         _log.info("serving the API at %s (trust domain %s)", url, security.trust_domain)
         return server, serving, url
+
+    def _web_sources(self, service: QueueService) -> Sources:
+        """What the web view (/web on both listeners) reads: the queue as its caller,
+        the pool's collector, the users' files with their rights."""
+        cfg, companion = self.config, self.companion
+
+        def collector() -> str | None:
+            pool = companion.pool if companion is not None else cfg.collector_host
+            return None if not pool or pool.endswith(":0") else pool  # :0: none started
+
+        return Sources(service, cfg.home, collector, self.policy, self._clock)
 
     def _supervised(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         async def guard() -> None:
