@@ -84,9 +84,24 @@ def _css(driver: Any, selector: str) -> list[Any]:
     return list(driver.find_elements(By.CSS_SELECTOR, selector))
 
 
+def _text(driver: Any, selector: str) -> str:
+    """The text of what `selector` finds, "" while the live update replaces it."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    try:
+        return "".join(found.text for found in _css(driver, selector))
+    except StaleElementReferenceException:  # swapped by the 2 s refresh meanwhile
+        return ""
+
+
 def _status_of(driver: Any, table: str, job: JobId) -> str | None:
+    from selenium.common.exceptions import StaleElementReferenceException
+
     rows = _css(driver, f'[data-table="{table}"] tr[data-job="{job}"]')
-    return rows[0].get_attribute("data-status") if rows else None
+    try:
+        return rows[0].get_attribute("data-status") if rows else None
+    except StaleElementReferenceException:  # swapped by the 2 s refresh meanwhile
+        return None
 
 
 def test_users_watch_their_jobs_run_and_see_no_one_elses(
@@ -231,7 +246,7 @@ def test_the_local_user_comes_in_through_the_proxy_with_its_key(
     # The grid resources page: the fork resource up, its job running there.
     page.get(url.split("?")[0] + "grid")
     row = 'tr[data-resource="batch fork"][data-down="0"]'
-    wait_for(lambda: "Running 1" in "".join(r.text for r in _css(page, row)), 90,
+    wait_for(lambda: "Running 1" in _text(page, row), 90,
              what="the grid job running on batch fork")  # fmt: skip
     shots.take(page, "grid")
     run_cli(pool.home, "rm", grid_job.group(1))
