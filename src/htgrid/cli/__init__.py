@@ -55,6 +55,7 @@ _MODULES: Final = {
     "qedit": "_act",
     "history": "_history",
     "wait": "_wait",
+    "annex": "_annex",
 }
 
 
