@@ -32,7 +32,7 @@ def moto_endpoint() -> Iterator[str]:
 @pytest.fixture
 def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """An empty account with the annex's setup done; the endpoint (AWS_ENDPOINT_URL)."""
-    httpx.post(f"{moto_endpoint}/moto-api/reset").raise_for_status()
+    httpx.post(f"{moto_endpoint}/moto-api/reset", timeout=120).raise_for_status()
     for key, value in {
         "AWS_ENDPOINT_URL": moto_endpoint,
         "AWS_ACCESS_KEY_ID": "testing",

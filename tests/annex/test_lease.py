@@ -197,7 +197,7 @@ def test_the_token_reaches_instances_through_ssm_not_user_data(aws: str, home: P
     settings = settings_of(user_data)
     assert settings["token_parameter"] == token_parameter("t1")
     assert settings["start"] == (
-        '(MY.AnnexName =?= TARGET.TargetAnnexName) && stringListMember(TARGET.Owner, "alice,bob")'
+        '(MY.AnnexName == TARGET.TargetAnnexName) && member(TARGET.Owner, {"alice", "bob"})'
     )
     assert "BEGIN CERTIFICATE" in settings["ca"]
 

@@ -42,10 +42,15 @@ _log = logging.getLogger("htgrid.annex")
 
 
 def start_expression(name: str, owners: Sequence[str]) -> str:
-    """condor_annex's START: jobs aimed at this annex (TargetAnnexName), of its owners."""
-    start = "(MY.AnnexName =?= TARGET.TargetAnnexName)"
+    """condor_annex's START: jobs aimed at this annex (TargetAnnexName), of its owners.
+
+    `==`, not `=?=`: with no job to compare (the startd deciding whether its slot is in
+    the Owner state) it is undefined, not false, so the slot stays Unclaimed; a job
+    without TargetAnnexName makes it undefined too, which starts nothing."""
+    start = "(MY.AnnexName == TARGET.TargetAnnexName)"
     if owners:
-        start += f" && stringListMember(TARGET.Owner, {quote(','.join(owners))})"
+        # member(), not stringListMember(): undefined with no job, where the other is false.
+        start += f" && member(TARGET.Owner, {{{', '.join(quote(o) for o in owners)}}})"
     return start
 
 

@@ -19,7 +19,8 @@ The boot script (user data) runs it once htgrid is installed. It
 
 Test hooks, from the environment: HTGRID_ANNEX_METADATA_URL (default
 http://169.254.169.254), HTGRID_ANNEX_SHUTDOWN (default `shutdown -h now`),
-HTGRID_ANNEX_INTERFACE (the node's NETWORK_INTERFACE), HTGRID_ANNEX_NO_FIREWALL=1.
+HTGRID_ANNEX_INTERFACE (the node's NETWORK_INTERFACE), HTGRID_ANNEX_NO_FIREWALL=1,
+HTGRID_ANNEX_POLL (seconds between readings of the lease, default 60).
 """
 
 from __future__ import annotations
@@ -144,6 +145,9 @@ def run(settings: Mapping[str, Any], home: Path) -> int:
     params = _Parameters(str(settings["region"]))
     token = _retry("the annex's token", lambda: params.get(str(settings["token_parameter"])))
     lease_end = float(settings["lease_end"])
+    moved = _retry("the annex's lease", lambda: params.get(str(settings["lease_parameter"])))
+    if moved is not None:
+        lease_end = float(moved)  # extended since this instance was requested
     try:
         if token is None:
             _log.error("annex %s has no token (it was shut down): not joining", name)
@@ -171,7 +175,7 @@ def run(settings: Mapping[str, Any], home: Path) -> int:
                 stderr=out,
             )
         _log.info("annex %s: node %s started (pid %d)", name, hostname, startd.pid)
-        poll = float(settings.get("poll", 60))
+        poll = float(os.environ.get("HTGRID_ANNEX_POLL", settings.get("poll", 60)))
         while True:
             left = lease_end - time.time()
             if left <= 0:
