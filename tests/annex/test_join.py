@@ -6,11 +6,15 @@ function in the cloud and by themselves."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -216,3 +220,67 @@ def test_an_idle_instance_shuts_itself_down(pool: PersonalPool, harness: Instanc
         r["Name"]
         for r in boto("events").list_rules(NamePrefix=lf.RULE_PREFIX)["Rules"]  # type: ignore[attr-defined]
     ]
+
+
+def _wheel(tmp_path: Path) -> Path:
+    """A wheel of this worktree's htgrid (py3-none-any), written as the format says: the
+    package's files, a .dist-info with METADATA, WHEEL and RECORD (no `wheel` needed)."""
+    from htgrid import __version__
+
+    src = Path(__file__).resolve().parents[2] / "src"
+    info = f"htgrid-{__version__}.dist-info"
+    path = tmp_path / f"htgrid-{__version__}-py3-none-any.whl"
+    records: list[str] = []
+
+    def add(archive: zipfile.ZipFile, name: str, data: bytes) -> None:
+        archive.writestr(name, data)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        records.append(f"{name},sha256={digest},{len(data)}")
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for file in sorted((src / "htgrid").rglob("*")):
+            if file.is_file() and "__pycache__" not in file.parts:
+                add(archive, file.relative_to(src).as_posix(), file.read_bytes())
+        add(
+            archive,
+            f"{info}/METADATA",
+            f"Metadata-Version: 2.1\nName: htgrid\nVersion: {__version__}\n".encode(),
+        )
+        add(
+            archive,
+            f"{info}/WHEEL",
+            b"Wheel-Version: 1.0\nGenerator: htgrid-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
+        archive.writestr(f"{info}/RECORD", "\n".join([*records, f"{info}/RECORD,,", ""]))
+    return path
+
+
+@pytest.mark.timeout(400)
+def test_the_boot_script_installs_htgrid_from_a_wheel_and_joins(
+    pool: PersonalPool, aws: str, tmp_path: Path
+) -> None:
+    cloud = Path(tempfile.mkdtemp(prefix="hx", dir="/tmp"))
+    cloud.chmod(0o755)
+    try:
+        with InstanceHarness(cloud, wheel=_wheel(tmp_path)) as harness:
+            _create(pool, "wheel", "--count", "1", "--lifetime", "1h")
+            try:
+                (slot,) = wait_for(
+                    lambda: _ads(pool, "Machine", 'AnnexName == "wheel"'), timeout=240
+                )
+            except TimeoutError:
+                pytest.fail(_diagnose(harness))
+            (iid,) = harness.booted()
+            assert slot["EC2InstanceID"] == iid
+            # The node is the wheel's htgrid, in the instance's own virtualenv.
+            venv = harness.workdir / iid / "venv" / "bin" / "python"
+            where = subprocess.run(
+                [str(venv), "-c", "import htgrid; print(htgrid.__file__)"],
+                env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            assert Path(where.strip()).is_relative_to(harness.workdir / iid / "venv"), where
+    finally:
+        shutil.rmtree(cloud, ignore_errors=True)

@@ -316,3 +316,26 @@ def test_kill_9_of_create_at_any_moment_leaves_nothing_past_the_lease(aws: str, 
     assert _leftovers() == {"instances": [], "fleets": [], "rules": [], "parameters": []}, (
         f"seed {seed}, killed after {killed_after} s of {took:.2f} s"
     )
+
+
+def test_a_status_refresh_makes_as_many_cloud_calls_for_100_instances_as_for_1(
+    aws: str, home: Path
+) -> None:
+    def calls(name: str) -> int:
+        ann = annexes(home)
+        before = ann.aws.calls
+        (annex,) = ann.describe(name)
+        assert annex.instances
+        return ann.aws.calls - before
+
+    annexes(home).create(AnnexSpec("one", count=1, lifetime=3600, image_ids=(IMAGE,)))
+    one = calls("one")
+    annexes(home).create(AnnexSpec("many", count=100, lifetime=3600, image_ids=(IMAGE,)))
+    (many,) = annexes(home).describe("many")
+    assert len(many.instances) == 100
+    assert calls("many") == one
+    # And every annex at once: the same listings, not one more per annex.
+    ann = annexes(home)
+    before = ann.aws.calls
+    assert len(ann.describe()) == 2
+    assert ann.aws.calls - before <= one + 1  # the listing of rules
