@@ -339,3 +339,24 @@ def test_a_status_refresh_makes_as_many_cloud_calls_for_100_instances_as_for_1(
     before = ann.aws.calls
     assert len(ann.describe()) == 2
     assert ann.aws.calls - before <= one + 1  # the listing of rules
+
+
+def test_no_join_runs_the_users_own_boot_under_the_same_lease(
+    aws: str, home: Path, tmp_path: Path
+) -> None:
+    boot = tmp_path / "glidein.sh"
+    boot.write_text("#!/bin/sh\necho my own startd\n")
+    status, _, err = _create(
+        home, "g1", "--count", "1", "--lifetime", "1h", "--no-join", "--user-data", str(boot)
+    )
+    assert status == 0, err
+    (iid,) = (i["InstanceId"] for i in _live_instances())
+    raw = boto("ec2").describe_instance_attribute(InstanceId=iid, Attribute="userData")  # type: ignore[attr-defined]
+    assert base64.b64decode(raw["UserData"]["Value"]).decode() == boot.read_text()
+    # No token was made for it; the lease and its ad's facts are there all the same.
+    assert token_parameter("g1") not in _leftovers()["parameters"]
+    (annex,) = annexes(home).describe("g1")
+    assert annex.requested == 1 and [i.instance_id for i in annex.instances] == [iid]
+    (event,) = _rule_events()
+    lf.handler(event, None, clock=lambda: event["LeaseExpiration"], clients=_clients)
+    assert _leftovers() == {"instances": [], "fleets": [], "rules": [], "parameters": []}
