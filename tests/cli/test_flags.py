@@ -111,13 +111,17 @@ def test_the_myproxy_password_is_refused_and_never_echoed(
     assert "s3cr3t" not in out + err
 
 
-def test_annex_is_an_unknown_flag_not_a_then_nnex(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as stop:
-        main(["submit", "-annex", "zzq-pool", "job.sub"])
-    err = capsys.readouterr().err
-    assert stop.value.code == 2
-    assert "unknown option -annex" in err and "TargetAnnexName" in err
-    assert "zzq" not in err and "argument -a" not in err
+@pytest.mark.parametrize("flag", ["-annex", "-annex-name", "--annex-name"])
+def test_annex_aims_the_jobs_at_an_annex_not_a_then_nnex(
+    flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sub = tmp_path / "job.sub"
+    sub.write_text("executable = /bin/true\nqueue\n")
+    status = main(["submit", flag, "zzq-pool", str(sub), "-dry-run", "-"])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert '\nTargetAnnexName="zzq-pool"\n' in out
+    assert "argument -a" not in err
 
 
 @pytest.mark.parametrize(

@@ -133,3 +133,39 @@ def test_a_request_cancelled_in_the_tls_handshake_leaves_no_socket_open(
         return client.health(), client.aclose
 
     assert cancelled_in_handshake(start) == (0, [])
+
+
+def test_an_annex_token_advertises_the_hosts_under_its_name_and_no_other(
+    pool: str, home: Path
+) -> None:
+    from htgrid.net.security import TokenIssuer
+
+    token = TokenIssuer(SecurityConfig.load(home)).create(
+        f"big.annex@{DOMAIN}", authz=["ADVERTISE_STARTD"], lifetime=600
+    )
+
+    def slot(machine: str, name: str | None = None) -> ClassAd:
+        return ClassAd(
+            {"MyType": "Machine", "Machine": machine, "Name": name or f"slot1@{machine}"}
+        )
+
+    async def send(ad: ClassAd) -> None:
+        async with CollectorClient(pool, home=home, token=token) as client:
+            (result,) = await client.advertise("UPDATE_STARTD_AD", [ad])
+            assert result.accepted
+
+    # Each instance of the annex is a host under big.annex: one token serves them all.
+    asyncio.run(send(slot("i-0abc.big.annex")))
+    asyncio.run(send(slot("i-0def.big.annex")))
+    names = {ad["Name"] for ad in _query(pool, home, user_token(home, "alice"))}
+    assert {"slot1@i-0abc.big.annex", "slot1@i-0def.big.annex"} <= names
+    # Not another annex's, not a host merely ending alike, not a Name of another host.
+    for bad in (
+        slot("i-0abc.other.annex"),
+        slot("i-0abcbig.annex"),
+        slot("node7"),
+        slot("i-0abc.big.annex", "slot1@node7"),
+    ):
+        with pytest.raises(CollectorRefused) as err:
+            asyncio.run(send(bad))
+        assert err.value.status == 403, bad

@@ -8,17 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from htgrid.testing import PersonalPool
-from htgrid.testing.node import CENTRAL_MANAGER
+from htgrid.testing.node import CENTRAL_MANAGER, FAST_CYCLES
 
-# Quick cycles and short leases, so that the tests wait for seconds, not minutes.
-FAST: dict[str, object] = {
-    "NEGOTIATOR_INTERVAL": 2,
-    "NEGOTIATOR_MIN_INTERVAL": 0.1,
-    "SCHEDD_INTERVAL": 1,
-    "ALIVE_INTERVAL": 2,
-    "MAX_CLAIM_ALIVES_MISSED": 3,
-    "MASTER_BACKOFF_CONSTANT": 0.5,
-}
+FAST = FAST_CYCLES
 
 
 @pytest.fixture(scope="module")

@@ -59,6 +59,7 @@ _MODULES: Final = {
     "job_router_info": "_router",
     "transform_ads": "_router",
     "web": "_web",
+    "annex": "_annex",
 }
 
 

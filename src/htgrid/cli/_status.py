@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import re
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -56,7 +57,31 @@ _MODES = {
     "negotiator": (AdType.NEGOTIATOR.value, lambda ads: any_table(ads, "MyAddress")),
     "collector": (AdType.COLLECTOR.value, lambda ads: any_table(ads, "MyAddress")),
     "any": (None, any_table),
+    "annex": ("Annex", lambda ads: annex_table(ads)),
 }
+
+
+def annex_table(ads: Sequence[ClassAd]) -> Table:
+    """`htgrid status -annex`: each annex, its instances by state and its slots."""
+    columns = ("Name", "Owner", "Requested", "Pending", "Booting", "Joined", "IdleSlots",
+               "BusySlots", "LeaseExpiration", "Spend")  # fmt: skip
+    header = (
+        f"{'Name':<24} {'Owner':<12} {'Req':>4} {'Pend':>4} {'Boot':>4} {'Join':>4} "
+        f"{'Idle':>4} {'Busy':>4} {'LeaseEnd (UTC)':<16} {'Spend$':>8}"
+    )
+    lines: list[str] = []
+    cells: list[tuple[str, ...]] = []
+    for ad in ads:
+        row = [str(ad.get(c, "")) for c in columns]
+        lease = ad.get("LeaseExpiration")
+        if isinstance(lease, int):
+            row[8] = time.strftime("%Y-%m-%d %H:%M", time.gmtime(lease))
+        lines.append(
+            f"{row[0]:<24.24} {row[1]:<12.12} {row[2]:>4} {row[3]:>4} {row[4]:>4} {row[5]:>4} "
+            f"{row[6]:>4} {row[7]:>4} {row[8]:<16} {row[9]:>8}"
+        )
+        cells.append(tuple(row))
+    return Table(header, lines, columns, cells, [])
 
 
 def register(commands: Any) -> None:
@@ -92,6 +117,7 @@ def register(commands: Any) -> None:
         ("negotiator", 1, "negotiators"),
         ("collector", 3, "collectors"),
         ("any", 2, "every ad: its type, target type and name"),
+        ("annex", 5, "annexes (their ads; NAME picks annexes by name)"),
     ):
         flag(which, mode, shortest, dest="mode", action="store_const", const=mode, help=what)
     shape = st.add_mutually_exclusive_group()

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from htgrid._args import flag
-from htgrid.classad import ClassAd
+from htgrid.classad import ClassAd, quote
 from htgrid.cli._common import EXIT_OK, add_schedd_options, client, current_user
 from htgrid.errors import UsageError
 from htgrid.pool import ConfigFile, htgrid_home
@@ -104,9 +104,17 @@ def register(commands: Any) -> None:
     # so that it is never taken for another flag or a file, then refused (`_submit`).
     flag(sub, "password", 1, dest="myproxy_password", help=argparse.SUPPRESS)
     add_schedd_options(sub, pool_shortest=2)
-    sub.hints["-annex"] = (
-        "condor_submit has none; `htcondor job submit --annex-name NAME` sets "
-        'MY.TargetAnnexName = "NAME", which a submit file can set itself'
+    # `htcondor job submit --annex-name NAME`: the job is for that annex's slots, whose
+    # START takes only jobs aimed at it (htgrid annex).
+    flag(
+        sub,
+        "annex",
+        6,
+        "-annex-name",
+        "--annex-name",
+        dest="annex",
+        metavar="NAME",
+        help='aim the jobs at the annex NAME (MY.TargetAnnexName = "NAME")',
     )
     sub.set_defaults(handler=_submit)
 
@@ -121,6 +129,8 @@ def _text(args: argparse.Namespace) -> str:
         if not _ASSIGN.match(item):
             raise UsageError(f"{item!r} is not NAME=VALUE")
     extra = [*args.assignments, *args.append]
+    if args.annex:
+        extra.append(f"MY.TargetAnnexName = {quote(args.annex)}")
     match = _QUEUE.search(text)
     if args.queue is not None:
         if match:

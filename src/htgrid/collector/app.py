@@ -21,7 +21,9 @@ NEGOTIATOR for the negotiator's, DAEMON for the rest): the pool's daemon token o
 administrator's has them all, a plain user's token none. A token that grants
 ADVERTISE_STARTD but not DAEMON is an execute node's (`-identity node7@<trust domain>`):
 it may advertise and invalidate the ads of that node only, whose Machine is `node7` and
-whose Name is `node7` or `slotN[_M]@node7` (`node_of`); any other ad refuses the whole
+whose Name is `node7` or `slotN[_M]@node7` (`node_of`), or of hosts named under it
+(Machine `i-0abc.big.annex` for the token of `big.annex@<trust domain>`: an annex's one
+token serves all its instances); any other ad refuses the whole
 request (403, naming the ad and the token). A refusal is logged (the token's id and
 subject, never its text). Without a config the app checks nothing:
 only for tests talking to it in-process.
@@ -123,20 +125,27 @@ def _node_caller(request: Request, ad_type: AdType) -> tuple[Principal, str] | N
     return None if node is None else (principal, node)
 
 
+def _under(machine: str, node: str) -> bool:
+    """Whether `machine` is `node` or a host named under it (`i-0abc.NAME.annex` under
+    `NAME.annex`): one token of an annex serves all its instances, as a DNS zone does."""
+    own, host = node.casefold(), machine.casefold()
+    return host == own or host.endswith("." + own)
+
+
 def _check_own(principal: Principal, node: str, ad: ClassAd) -> None:
     """InsufficientScope unless `ad` is the ad of `node` (Machine, and Name's host)."""
     machine, name = ad.get("Machine"), ad.get("Name")
-    own = node.casefold()
     if (
         isinstance(machine, str)
-        and machine.casefold() == own
-        and (not isinstance(name, str) or name.rpartition("@")[2].casefold() == own)
+        and _under(machine, node)
+        and (not isinstance(name, str) or name.rpartition("@")[2].casefold() == machine.casefold())
     ):
         _check_own_ccbid(principal, node, ad)
         return
     raise InsufficientScope(
         f"token {principal.token_id} of {principal.subject} may advertise the slots of "
-        f"node {node!r} only, not Name {name!r} with Machine {machine!r} (NETWORK_HOSTNAME "
+        f"node {node!r} only (and hosts named under it), not Name {name!r} with Machine "
+        f"{machine!r} (NETWORK_HOSTNAME "
         f"names the node; its token's identity must be {node}@<trust domain>)"
     )
 
@@ -161,7 +170,11 @@ def _own_query(principal: Principal, node: str, query: ClassAd) -> None:
     if isinstance(name, str):
         _check_own(principal, node, ClassAd({"Machine": node, "Name": name}))
         return
-    own = f"TARGET.Machine =?= {quote(node)}"
+    suffix = "." + node
+    own = (
+        f"(TARGET.Machine =?= {quote(node)} || "
+        f"substr(TARGET.Machine, {-len(suffix)}) =?= {quote(suffix)})"
+    )
     if "Requirements" in query:
         own = f"({query.lookup('Requirements')}) && {own}"
     query["Requirements"] = ExprTree(own)

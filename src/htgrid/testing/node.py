@@ -34,10 +34,19 @@ from htgrid.startd import StartdConfig
 from htgrid.testing import PersonalPool, run_cli, wait_for
 from htgrid.testing.nat import Gateway
 
-__all__ = ["CENTRAL_MANAGER", "ExecuteNode"]
+__all__ = ["CENTRAL_MANAGER", "FAST_CYCLES", "ExecuteNode"]
 
 #: A pool without an execute node of its own: its jobs run on the nodes that join it.
 CENTRAL_MANAGER = ("MASTER", "SCHEDD", "COLLECTOR", "NEGOTIATOR")
+#: Quick cycles and short leases, so that tests wait for seconds, not minutes.
+FAST_CYCLES: dict[str, object] = {
+    "NEGOTIATOR_INTERVAL": 2,
+    "NEGOTIATOR_MIN_INTERVAL": 0.1,
+    "SCHEDD_INTERVAL": 1,
+    "ALIVE_INTERVAL": 2,
+    "MAX_CLAIM_ALIVES_MISSED": 3,
+    "MASTER_BACKOFF_CONSTANT": 0.5,
+}
 
 
 class ExecuteNode:

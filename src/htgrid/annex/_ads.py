@@ -1,0 +1,96 @@
+"""Annex ads (MyType "Annex") in the collector, so that `htgrid status -annex` and
+GlideinWMS-style tools see annexes as HTCondor ads: what was asked for, what the cloud
+has (instances pending, booting, joined), the pool's slots of the annex (idle, busy),
+the lease's end and an estimate of the spend so far.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Final
+
+from htgrid.annex._aws import CloudAnnex
+from htgrid.classad import ClassAd
+
+__all__ = ["ANNEX_TYPE", "PRICES", "annex_ad", "spend"]
+
+ANNEX_TYPE: Final = "Annex"
+
+#: On-demand prices (USD an hour, us-east-1, Linux) of common types, for the estimate
+#: of spend; a type not here counts nothing (the ad's SpendIsEstimate says so).
+PRICES: Final[Mapping[str, float]] = {
+    "t3.micro": 0.0104,
+    "t3.medium": 0.0416,
+    "m5.large": 0.096,
+    "m5.xlarge": 0.192,
+    "m5.2xlarge": 0.384,
+    "c5.large": 0.085,
+    "c5.xlarge": 0.17,
+    "c5.2xlarge": 0.34,
+    "r5.large": 0.126,
+    "m6i.large": 0.096,
+    "c6i.large": 0.085,
+}
+# An ad outlives the annex's lease by this much, should nobody refresh or remove it.
+_LINGER: Final = 300
+
+
+def spend(annex: CloudAnnex, now: float) -> tuple[float, bool]:
+    """(USD so far, whether every instance's price was known): running instances'
+    hours since launch times their on-demand price."""
+    total, known = 0.0, True
+    for i in annex.instances:
+        if i.state not in ("pending", "running"):
+            continue
+        price = PRICES.get(i.instance_type)
+        if price is None:
+            known = False
+            continue
+        total += price * max(0.0, now - i.launched) / 3600.0
+    return round(total, 4), known
+
+
+def annex_ad(annex: CloudAnnex, slots: Sequence[ClassAd], region: str, now: float) -> ClassAd:
+    """The ad of `annex`, given its slot ads in the pool."""
+    machines = {s.get("EC2InstanceID") for s in slots}
+    states = [i.state for i in annex.instances]
+    live = [i for i in annex.instances if i.state in ("pending", "running")]
+    running = [i for i in live if i.state == "running"]
+    dynamic = [s for s in slots if s.get("SlotType") == "Dynamic"]
+    ad = ClassAd()
+    ad["MyType"] = ANNEX_TYPE
+    ad["TargetType"] = ""
+    ad["Name"] = annex.name
+    ad["AnnexName"] = annex.name
+    ad["Owner"] = annex.owner
+    ad["Cloud"] = "ec2"
+    ad["Region"] = region
+    ad["LeaseExpiration"] = int(annex.lease_end)
+    ad["Requested"] = annex.requested
+    ad["Pending"] = sum(1 for s in states if s == "pending")
+    ad["Booting"] = sum(1 for i in running if i.instance_id not in machines)
+    ad["Joined"] = sum(1 for i in running if i.instance_id in machines)
+    ad["Terminated"] = sum(1 for s in states if s in ("shutting-down", "terminated"))
+    ad["BusySlots"] = sum(1 for s in dynamic if s.get("State") == "Claimed")
+    ad["IdleSlots"] = sum(1 for s in slots if s.get("State") == "Unclaimed" and s.get("Cpus"))
+    ad["InstanceIds"] = [i.instance_id for i in annex.instances]
+    ad["InstanceStates"] = states
+    ad["SpotFleetRequestIds"] = [f for f, _ in annex.fleets]
+    ad["SpotFleetRequestStates"] = [s for _, s in annex.fleets]
+    total, known = spend(annex, now)
+    ad["Spend"] = total
+    ad["SpendIsEstimate"] = True
+    ad["SpendPricesKnown"] = known
+    ad["MyCurrentTime"] = int(now)
+    ad["ClassAdLifetime"] = max(60, int(annex.lease_end - now) + _LINGER)
+    return ad
+
+
+def by_annex(slots: Iterable[ClassAd]) -> dict[str, list[ClassAd]]:
+    """Slot ads grouped by their AnnexName."""
+    out: dict[str, list[ClassAd]] = {}
+    for s in slots:
+        name = s.get("AnnexName")
+        if isinstance(name, str):
+            out.setdefault(name, []).append(s)
+    return out

@@ -1,0 +1,399 @@
+"""The annex on AWS: a user's calls (create, add, extend, shutdown, describe).
+
+The cloud is the only record: an annex is its lease rule (`htgrid-annex-NAME`, whose
+target's input holds the lease end), its SSM parameters under /htgrid/annex/NAME/ (the
+token, the lease end for the instances, the launch settings `add` reuses) and what is
+tagged `htgrid:AnnexName = NAME` (instances, spot-fleet requests). So a crash of this
+tool at any moment leaves nothing the lease function will not end: the rule is made
+first, then its target, then the parameters, then the instances are requested.
+
+boto3 finds credentials and endpoints its usual way (AWS_PROFILE, AWS_ENDPOINT_URL, ...).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from htgrid.annex._errors import AnnexCloudError, AnnexNotFound, AnnexUsageError, SetupMissing
+from htgrid.annex._setup import FLEET_ROLE, INSTANCE_PROFILE
+from htgrid.annex._spec import AnnexSpec, lease_parameter, token_parameter
+from htgrid.annex.lease_function import (
+    ANNEX_TAG,
+    LEASE_TAG,
+    PARAMETER_ROOT,
+    RULE_PREFIX,
+    SWEEPER_RULE,
+    enforce,
+    lease_input,
+    rule_name,
+)
+
+__all__ = ["AwsAnnexes", "CloudAnnex", "Instance", "config_parameter"]
+
+#: condor_annex's tag, so its users' tools still find the instances.
+HTCONDOR_TAG: Final = "htcondor:AnnexName"
+OWNER_TAG: Final = "htgrid:AnnexOwner"
+_TARGET_ID: Final = "lease"
+# The smallest lease worth starting: instances take minutes to boot.
+MIN_LEASE: Final = 60.0
+
+
+def config_parameter(name: str) -> str:
+    """The SSM String holding the annex's launch settings (what `add` launches again)."""
+    return f"{PARAMETER_ROOT}/{name}/config"
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """One instance of an annex, as EC2 describes it."""
+
+    instance_id: str
+    state: str
+    instance_type: str
+    launched: float
+    lifecycle: str  # "on-demand" or "spot"
+    address: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CloudAnnex:
+    """An annex as the cloud holds it (one refresh)."""
+
+    name: str
+    owner: str
+    lease_end: float
+    requested: int  # on-demand instances plus fleet capacity asked for
+    instances: tuple[Instance, ...]
+    fleets: tuple[tuple[str, str], ...]  # (request id, state)
+    settings: Mapping[str, Any]
+
+
+class AwsAnnexes:
+    """One account and region's annexes. `clients(service)` gives a boto3 client (tests
+    may give their own); `calls` counts the cloud calls made (a status refresh makes
+    the same few, whatever the number of instances)."""
+
+    def __init__(self, region: str, *, clients: Callable[[str], Any] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+        self.region = region
+        self.clock = clock
+        self.calls = 0
+        self._made: dict[str, Any] = {}
+        self._factory = clients
+
+    def client(self, service: str) -> Any:
+        if service not in self._made:
+            if self._factory is not None:
+                self._made[service] = self._factory(service)
+            else:
+                import boto3  # type: ignore[import-untyped]
+
+                self._made[service] = boto3.session.Session(region_name=self.region).client(service)
+        return self._made[service]
+
+    def call(self, service: str, operation: str, **kwargs: Any) -> Any:
+        """One cloud call; its error as AnnexCloudError naming it."""
+        from botocore.exceptions import (  # type: ignore[import-untyped]
+            BotoCoreError,
+            ClientError,
+        )
+
+        self.calls += 1
+        try:
+            return getattr(self.client(service), operation)(**kwargs)
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            raise AnnexCloudError(
+                f"{service} {operation} in {self.region}: {error.get('Code', '?')}: "
+                f"{error.get('Message', exc)}"
+            ) from None
+        except BotoCoreError as exc:
+            raise AnnexCloudError(f"{service} {operation} in {self.region}: {exc}") from None
+
+    def call_or_none(self, service: str, operation: str, codes: Sequence[str], **kw: Any) -> Any:
+        """The call's answer, or None when it fails with one of `codes`."""
+        from botocore.exceptions import ClientError
+
+        self.calls += 1
+        try:
+            return getattr(self.client(service), operation)(**kw)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in codes:
+                return None
+            error = exc.response.get("Error", {})
+            raise AnnexCloudError(
+                f"{service} {operation} in {self.region}: {error.get('Code', '?')}: "
+                f"{error.get('Message', exc)}"
+            ) from None
+
+    def pages(self, service: str, operation: str, key: str, **kwargs: Any) -> Iterator[Any]:
+        """Every item of a paginated answer (a call per page)."""
+        while True:
+            page = self.call(service, operation, **kwargs)
+            yield from page.get(key, [])
+            token = page.get("NextToken")
+            if not token:
+                return
+            kwargs["NextToken"] = token
+
+    # ---- the lease ------------------------------------------------------------------
+
+    def lease_function_arn(self) -> str:
+        """The lease function setup installed (SetupMissing if none)."""
+        targets = self.call_or_none(
+            "events", "list_targets_by_rule", ["ResourceNotFoundException"], Rule=SWEEPER_RULE
+        )
+        for target in (targets or {}).get("Targets", []):
+            return str(target["Arn"])
+        raise SetupMissing(
+            f"no annex lease function in {self.region}: the account's administrator runs "
+            f"`htgrid annex setup --region {self.region}` once"
+        )
+
+    def lease_of(self, name: str) -> float | None:
+        """When `name`'s lease ends (None: no such annex, or only half made)."""
+        targets = self.call_or_none(
+            "events", "list_targets_by_rule", ["ResourceNotFoundException"], Rule=rule_name(name)
+        )
+        for target in (targets or {}).get("Targets", []):
+            try:
+                return float(json.loads(target["Input"])["LeaseExpiration"])
+            except (KeyError, ValueError, TypeError):
+                continue
+        return None
+
+    def install_lease(self, name: str, owner: str, expiration: float, function: str) -> None:
+        """The rule, then its target: from here on the annex ends by `expiration`."""
+        self.call(
+            "events",
+            "put_rule",
+            Name=rule_name(name),
+            ScheduleExpression="rate(1 minute)",
+            State="ENABLED",
+            Description=f"htgrid annex {name}: ends it at its lease's end",
+            Tags=[
+                {"Key": ANNEX_TAG, "Value": name},
+                {"Key": LEASE_TAG, "Value": str(int(expiration))},
+                {"Key": OWNER_TAG, "Value": owner},
+            ],
+        )
+        self.set_lease_target(name, expiration, function)
+
+    def set_lease_target(self, name: str, expiration: float, function: str) -> None:
+        self.set_lease_target_raw(rule_name(name), function, lease_input(name, expiration))
+
+    def set_lease_target_raw(self, rule: str, function: str, event: str) -> None:
+        """`rule` invokes `function` with `event` (replacing what it invoked before)."""
+        answer = self.call(
+            "events",
+            "put_targets",
+            Rule=rule,
+            Targets=[{"Id": _TARGET_ID, "Arn": function, "Input": event}],
+        )
+        if answer.get("FailedEntryCount"):
+            raise AnnexCloudError(
+                f"events put_targets in {self.region}: {answer.get('FailedEntries')}"
+            )
+
+    def put_parameter(self, name: str, value: str, *, secure: bool = False) -> None:
+        args: dict[str, Any] = {"Name": name, "Value": value, "Overwrite": True}
+        args["Type"] = "SecureString" if secure else "String"
+        self.call("ssm", "put_parameter", **args)
+
+    def get_parameter(self, name: str) -> str | None:
+        answer = self.call_or_none("ssm", "get_parameter", ["ParameterNotFound"], Name=name)
+        return None if answer is None else str(answer["Parameter"]["Value"])
+
+    # ---- requests -------------------------------------------------------------------
+
+    def account(self) -> str:
+        return str(self.call("sts", "get_caller_identity")["Account"])
+
+    def request(self, spec: AnnexSpec, user_data: str, expiration: float) -> list[str]:
+        """Ask for the spec's instances (or fleet); the ids of instances or requests."""
+        tags = [
+            {"Key": ANNEX_TAG, "Value": spec.name},
+            {"Key": HTCONDOR_TAG, "Value": spec.name},
+            {"Key": OWNER_TAG, "Value": spec.owners[0] if spec.owners else ""},
+            *({"Key": k, "Value": v} for k, v in spec.tags),
+        ]
+        if spec.project_id:
+            tags.append({"Key": "htgrid:ProjectId", "Value": spec.project_id})
+        token = f"{spec.name}_{uuid.uuid4().hex}"  # condor_annex's ClientToken
+        if spec.slots:
+            return [self._fleet(spec, user_data, expiration, tags, token)]
+        if not spec.count:
+            return []
+        args: dict[str, Any] = {
+            "ImageId": spec.image_for(0),
+            "InstanceType": spec.instance_types[0].partition(":")[0],
+            "MinCount": spec.count,
+            "MaxCount": spec.count,
+            "ClientToken": token,
+            "UserData": user_data,
+            "InstanceInitiatedShutdownBehavior": "terminate",
+            "IamInstanceProfile": {"Name": INSTANCE_PROFILE},
+            "TagSpecifications": [
+                {"ResourceType": "instance", "Tags": tags},
+                {"ResourceType": "volume", "Tags": tags},
+            ],
+        }
+        args.update(self._placement(spec))
+        answer = self.call("ec2", "run_instances", **args)
+        return [i["InstanceId"] for i in answer.get("Instances", [])]
+
+    @staticmethod
+    def _placement(spec: AnnexSpec) -> dict[str, Any]:
+        args: dict[str, Any] = {}
+        if spec.keypair:
+            args["KeyName"] = spec.keypair
+        if spec.subnet:
+            args["SubnetId"] = spec.subnet
+        if spec.security_groups:
+            args["SecurityGroupIds"] = list(spec.security_groups)
+        return args
+
+    def _fleet(self, spec: AnnexSpec, user_data: str, expiration: float,
+               tags: list[dict[str, str]], token: str) -> str:  # fmt: skip
+        encoded = base64.b64encode(user_data.encode()).decode()
+        specs = []
+        for index, entry in enumerate(spec.instance_types):
+            kind, _, weight = entry.partition(":")
+            launch: dict[str, Any] = {
+                "ImageId": spec.image_for(index),
+                "InstanceType": kind,
+                "WeightedCapacity": float(weight or 1),
+                "UserData": encoded,
+                "IamInstanceProfile": {"Name": INSTANCE_PROFILE},
+                "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}],
+            }
+            placement = self._placement(spec)
+            if "SecurityGroupIds" in placement:
+                launch["SecurityGroups"] = [
+                    {"GroupId": g} for g in placement.pop("SecurityGroupIds")
+                ]
+            launch.update(placement)
+            specs.append(launch)
+        config: dict[str, Any] = {
+            "ClientToken": token,
+            "IamFleetRole": f"arn:aws:iam::{self.account()}:role/{FLEET_ROLE}",
+            "TargetCapacity": spec.slots,
+            # "request": an instance gone (idle, reclaimed) is not replaced, so idle
+            # shutdown works; AWS itself ends the fleet at the lease's end too.
+            "Type": "request",
+            "AllocationStrategy": "lowestPrice",
+            "LaunchSpecifications": specs,
+            "ValidUntil": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expiration)),
+            "TerminateInstancesWithExpiration": True,
+            "TagSpecifications": [{"ResourceType": "spot-fleet-request", "Tags": tags}],
+        }
+        if spec.spot_price is not None:
+            config["SpotPrice"] = spec.spot_price
+        answer = self.call("ec2", "request_spot_fleet", SpotFleetRequestConfig=config)
+        return str(answer["SpotFleetRequestId"])
+
+    # ---- ending ---------------------------------------------------------------------
+
+    def end(self, name: str) -> dict[str, Any]:
+        """Shut `name` down now: what the lease function does at the lease's end
+        (pending fleet requests cancelled, instances terminated, secrets and rule gone)."""
+        self.calls += 1
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return enforce(self.client, name, float("-inf"), self.clock())
+        except (ClientError, BotoCoreError) as exc:
+            raise AnnexCloudError(f"shutting down annex {name} in {self.region}: {exc}") from None
+
+    # ---- what there is --------------------------------------------------------------
+
+    def names(self) -> list[str]:
+        """Every annex with a lease rule in this region."""
+        return sorted(
+            r["Name"][len(RULE_PREFIX) :]
+            for r in self.pages("events", "list_rules", "Rules", NamePrefix=RULE_PREFIX)
+        )
+
+    def describe(self, only: str | None = None) -> list[CloudAnnex]:
+        """The annexes (or `only`), each with its instances and fleets: one listing of
+        rules, one of parameters, one of instances and one of fleets, however many."""
+        names = [only] if only is not None else self.names()
+        if only is not None and self.lease_of(only) is None:
+            raise AnnexNotFound(f"no annex {only!r} in {self.region}")
+        params: dict[str, str] = {
+            p["Name"]: p["Value"]
+            for p in self.pages(
+                "ssm", "get_parameters_by_path", "Parameters", Path=PARAMETER_ROOT, Recursive=True
+            )
+        }
+        instances: dict[str, list[Instance]] = {}
+        filters = [{"Name": "tag-key", "Values": [ANNEX_TAG]}]
+        if only is not None:
+            filters = [{"Name": f"tag:{ANNEX_TAG}", "Values": [only]}]
+        for reservation in self.pages(
+            "ec2", "describe_instances", "Reservations", Filters=filters, MaxResults=1000
+        ):
+            for i in reservation.get("Instances", []):
+                annex = _tag(i.get("Tags"), ANNEX_TAG)
+                if annex is not None:
+                    instances.setdefault(annex, []).append(_instance(i))
+        fleets: dict[str, list[tuple[str, str]]] = {}
+        for config in self.pages("ec2", "describe_spot_fleet_requests", "SpotFleetRequestConfigs"):
+            annex = _tag(config.get("Tags"), ANNEX_TAG)
+            if annex is not None:
+                fleets.setdefault(annex, []).append(
+                    (config["SpotFleetRequestId"], config.get("SpotFleetRequestState", "?"))
+                )
+        out = []
+        for name in names:
+            try:
+                settings = json.loads(params.get(config_parameter(name), "{}"))
+            except ValueError:
+                settings = {}
+            lease = params.get(lease_parameter(name))
+            out.append(
+                CloudAnnex(
+                    name=name,
+                    owner=str(settings.get("owner", "")),
+                    lease_end=float(lease) if lease else float(self.lease_of(name) or 0),
+                    requested=int(settings.get("requested", 0)),
+                    instances=tuple(instances.get(name, ())),
+                    fleets=tuple(fleets.get(name, ())),
+                    settings=settings,
+                )
+            )
+        return out
+
+    def has_token(self, name: str) -> bool:
+        return self.get_parameter(token_parameter(name)) is not None
+
+
+def _tag(tags: Any, key: str) -> str | None:
+    return next((t.get("Value") for t in tags or () if t.get("Key") == key), None)
+
+
+def _instance(raw: Mapping[str, Any]) -> Instance:
+    launched = raw.get("LaunchTime")
+    return Instance(
+        instance_id=str(raw["InstanceId"]),
+        state=str(raw.get("State", {}).get("Name", "unknown")),
+        instance_type=str(raw.get("InstanceType", "")),
+        launched=float(launched.timestamp()) if launched is not None else 0.0,
+        lifecycle=str(raw.get("InstanceLifecycle", "on-demand")),
+        address=raw.get("PrivateIpAddress"),
+    )
+
+
+def check_lease_left(expiration: float, now: float) -> None:
+    """AnnexUsageError when the lease would end before instances could boot."""
+    if expiration - now < MIN_LEASE:
+        raise AnnexUsageError(
+            f"the lease ends in {max(0, int(expiration - now))} s: at least {int(MIN_LEASE)} s "
+            "are needed for instances to boot"
+        )

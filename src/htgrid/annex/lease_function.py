@@ -1,0 +1,268 @@
+"""The annex's lease, enforced in the cloud: the AWS Lambda function `htgrid annex setup`
+installs (this file alone, zipped; handler `lease_function.handler`, runtime python3.12).
+
+It imports nothing of htgrid, only the standard library and boto3 (which Lambda's
+Python runtime provides), so it runs there as it runs in the tests.
+
+Two events reach it, both constant inputs of EventBridge rules at rate(1 minute):
+
+* an annex's own rule (`htgrid-annex-NAME`, made by `htgrid annex create` BEFORE any
+  instance is requested, its input rewritten by `htgrid annex extend`):
+
+      {"htgrid": "annex-lease", "AnnexName": "NAME", "LeaseExpiration": 1767225600,
+       "RuleName": "htgrid-annex-NAME"}
+
+  Before the expiry it does nothing. From then on it terminates every instance tagged
+  `htgrid:AnnexName = NAME`, cancels the annex's spot-fleet requests (terminating their
+  instances), deletes the annex's SSM parameters (its token) and, last, removes its own
+  rule: should any step fail, the rule stays and the next minute tries again.
+
+* the sweeper's rule (`htgrid-annex_sweeper`, made by setup): {"htgrid": "annex-sweep"}.
+  It enforces every annex rule's lease as above (a second chance, should one rule's
+  invocation be lost), deletes annex rules left without a target whose lease tag has
+  passed (a `create` killed between PutRule and PutTargets), and terminates instances
+  and cancels fleets of annexes that have no rule at all (requested, somehow, after
+  their lease was enforced).
+
+Nothing is kept between invocations: the rules, their inputs and the tags are the state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+__all__ = [
+    "ANNEX_TAG",
+    "LEASE_TAG",
+    "PARAMETER_ROOT",
+    "RULE_PREFIX",
+    "SWEEPER_RULE",
+    "enforce",
+    "handler",
+    "lease_input",
+    "rule_name",
+    "sweep",
+]
+
+#: Every rule of an annex is named with this prefix and the annex's name.
+RULE_PREFIX = "htgrid-annex-"
+#: The setup's own rule (an underscore: no annex name has one, so no annex rule is it).
+SWEEPER_RULE = "htgrid-annex_sweeper"
+#: The tag on an annex's instances, fleets and rule that names the annex.
+ANNEX_TAG = "htgrid:AnnexName"
+#: The tag on an annex's rule holding its lease's end (seconds since 1970).
+LEASE_TAG = "htgrid:LeaseExpiration"
+#: Each annex's SSM parameters are under PARAMETER_ROOT/NAME/.
+PARAMETER_ROOT = "/htgrid/annex"
+
+_LIVE_INSTANCE_STATES = ["pending", "running", "stopping", "stopped"]
+_LIVE_FLEET_STATES = frozenset({"submitted", "active", "modifying"})
+
+Clients = Callable[[str], Any]  # service name -> boto3 client
+
+
+def rule_name(annex: str) -> str:
+    """The EventBridge rule that holds `annex`'s lease."""
+    return RULE_PREFIX + annex
+
+
+def lease_input(annex: str, expiration: float) -> str:
+    """The constant input of `annex`'s rule: the event this function receives."""
+    return json.dumps(
+        {
+            "htgrid": "annex-lease",
+            "AnnexName": annex,
+            "LeaseExpiration": int(expiration),
+            "RuleName": rule_name(annex),
+        },
+        sort_keys=True,
+    )
+
+
+def _default_clients(region: str | None = None) -> Clients:
+    import boto3  # type: ignore[import-untyped]  # Lambda's runtime provides it
+
+    session = boto3.session.Session(region_name=region or os.environ.get("AWS_REGION"))
+    made: dict[str, Any] = {}
+
+    def client(service: str) -> Any:
+        if service not in made:
+            made[service] = session.client(service)
+        return made[service]
+
+    return client
+
+
+def handler(event: dict[str, Any], context: object, *, clock: Callable[[], float] = time.time,
+            clients: Clients | None = None) -> dict[str, Any]:  # fmt: skip
+    """Lambda's entry: what it did, as a dict (Lambda logs it)."""
+    aws = clients if clients is not None else _default_clients()
+    kind = event.get("htgrid")
+    if kind == "annex-lease":
+        name = event.get("AnnexName")
+        expiration = event.get("LeaseExpiration")
+        if not isinstance(name, str) or not isinstance(expiration, int | float):
+            return {"error": "an annex-lease event needs AnnexName and LeaseExpiration"}
+        return enforce(aws, name, float(expiration), clock())
+    if kind == "annex-sweep":
+        return sweep(aws, clock())
+    return {"error": f"not an htgrid annex event: {str(kind)[:80]!r}"}
+
+
+def _pages(method: Callable[..., dict[str, Any]], key: str, token: str, **kwargs: Any) -> Iterator[Any]:  # fmt: skip
+    while True:
+        page = method(**kwargs)
+        yield from page.get(key, [])
+        nxt = page.get(token)
+        if not nxt:
+            return
+        kwargs[token] = nxt
+
+
+def _live_instances(ec2: Any, annex: str | None) -> Iterator[dict[str, Any]]:
+    filters = [{"Name": "instance-state-name", "Values": _LIVE_INSTANCE_STATES}]
+    if annex is None:
+        filters.append({"Name": "tag-key", "Values": [ANNEX_TAG]})
+    else:
+        filters.append({"Name": f"tag:{ANNEX_TAG}", "Values": [annex]})
+    for reservation in _pages(
+        ec2.describe_instances, "Reservations", "NextToken", Filters=filters, MaxResults=1000
+    ):
+        yield from reservation.get("Instances", [])
+
+
+def _tag(tags: Iterable[dict[str, str]] | None, key: str) -> str | None:
+    return next((t.get("Value") for t in tags or () if t.get("Key") == key), None)
+
+
+def _live_fleets(ec2: Any) -> Iterator[tuple[str, str]]:
+    """(request id, annex name) of every live spot-fleet request of an annex."""
+    for config in _pages(ec2.describe_spot_fleet_requests, "SpotFleetRequestConfigs", "NextToken"):
+        annex = _tag(config.get("Tags"), ANNEX_TAG)
+        if annex is not None and config.get("SpotFleetRequestState") in _LIVE_FLEET_STATES:
+            yield config["SpotFleetRequestId"], annex
+
+
+def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _stop_spending(aws: Clients, annexes: set[str] | None) -> dict[str, list[str]]:
+    """Cancel the fleets and terminate the instances of `annexes` (None: of every annex
+    not ruled by a lease, which `sweep` computes and passes)."""
+    ec2 = aws("ec2")
+    # The fleets first, so that none launches an instance after the listing below; their
+    # instances are terminated with the rest.
+    fleets = [f for f, a in _live_fleets(ec2) if annexes is None or a in annexes]
+    for chunk in _chunks(fleets, 100):
+        ec2.cancel_spot_fleet_requests(SpotFleetRequestIds=chunk, TerminateInstances=False)
+    if annexes is not None and len(annexes) == 1:
+        found = _live_instances(ec2, next(iter(annexes)))
+    else:
+        wanted = annexes
+        found = (
+            i
+            for i in _live_instances(ec2, None)
+            if wanted is None or _tag(i.get("Tags"), ANNEX_TAG) in wanted
+        )
+    instances = [i["InstanceId"] for i in found]
+    for chunk in _chunks(instances, 1000):
+        ec2.terminate_instances(InstanceIds=chunk)
+    return {"terminated": instances, "cancelled": fleets}
+
+
+def _delete_parameters(ssm: Any, annex: str) -> list[str]:
+    names = [
+        p["Name"]
+        for p in _pages(
+            ssm.get_parameters_by_path,
+            "Parameters",
+            "NextToken",
+            Path=f"{PARAMETER_ROOT}/{annex}",
+            Recursive=True,
+        )
+    ]
+    for chunk in _chunks(names, 10):
+        ssm.delete_parameters(Names=chunk)
+    return names
+
+
+def _code(exc: Exception) -> str | None:
+    response = getattr(exc, "response", None)
+    return response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+
+
+def _remove_rule(events: Any, rule: str) -> None:
+    try:
+        ids = [
+            t["Id"] for t in _pages(events.list_targets_by_rule, "Targets", "NextToken", Rule=rule)
+        ]
+        if ids:
+            events.remove_targets(Rule=rule, Ids=ids)
+        events.delete_rule(Name=rule)
+    except Exception as exc:
+        if _code(exc) != "ResourceNotFoundException":
+            raise  # the rule stays, and runs this again in a minute
+
+
+def enforce(aws: Clients, annex: str, expiration: float, now: float) -> dict[str, Any]:
+    """End `annex` if its lease has passed: instances, fleets, secrets, then its rule."""
+    if now < expiration:
+        return {"annex": annex, "expired": False, "remaining": int(expiration - now)}
+    done: dict[str, Any] = {"annex": annex, "expired": True}
+    done.update(_stop_spending(aws, {annex}))
+    done["parameters"] = _delete_parameters(aws("ssm"), annex)
+    _remove_rule(aws("events"), rule_name(annex))
+    return done
+
+
+def _lease_of(events: Any, rule: dict[str, Any]) -> tuple[str, float] | None:
+    """The (annex, expiry) a rule's target says, else its tags say with no target: None
+    if neither does (a rule of something else)."""
+    targets = events.list_targets_by_rule(Rule=rule["Name"]).get("Targets", [])
+    for target in targets:
+        try:
+            doc = json.loads(target.get("Input") or "")
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and doc.get("htgrid") == "annex-lease":
+            return str(doc["AnnexName"]), float(doc["LeaseExpiration"])
+    if targets:
+        return None
+    tags = events.list_tags_for_resource(ResourceARN=rule["Arn"]).get("Tags", [])
+    annex, lease = _tag(tags, ANNEX_TAG), _tag(tags, LEASE_TAG)
+    if annex is None or lease is None:
+        return None
+    try:
+        return annex, float(lease)
+    except ValueError:
+        return annex, 0.0  # a lease tag that says nothing is no lease
+
+
+def sweep(aws: Clients, now: float) -> dict[str, Any]:
+    """Enforce every annex's lease, and end what no lease rules."""
+    events = aws("events")
+    ruled: set[str] = set()
+    ended: list[dict[str, Any]] = []
+    for rule in _pages(events.list_rules, "Rules", "NextToken", NamePrefix=RULE_PREFIX):
+        lease = _lease_of(events, rule)
+        if lease is None:
+            continue
+        annex, expiration = lease
+        result = enforce(aws, annex, expiration, now)
+        if result["expired"]:
+            ended.append(result)
+        else:
+            ruled.add(annex)
+    ec2 = aws("ec2")
+    orphans = {a for _, a in _live_fleets(ec2)} | {
+        a for i in _live_instances(ec2, None) if (a := _tag(i.get("Tags"), ANNEX_TAG))
+    }
+    orphans -= ruled
+    stray = _stop_spending(aws, orphans) if orphans else {"terminated": [], "cancelled": []}
+    return {"ended": ended, "unruled": sorted(orphans), **stray}

@@ -1,0 +1,266 @@
+"""`htgrid annex`: cloud instances that join the pool for a while (condor_annex).
+
+    htgrid annex setup [--region R] [--vpc V] [--cidr C]     once per account and region
+    htgrid annex create NAME --count N --lifetime 2h --image-ids ami-1 [--idle 15m] ...
+    htgrid annex create NAME --slots 16 --instance-types m5.large:2,c5.xlarge:4 ...
+    htgrid annex add NAME --count N | --slots W
+    htgrid annex extend NAME --lifetime 1h | --expiry "2030-01-01 12:00"
+    htgrid annex status [NAME] [-json|-classad]
+    htgrid annex list
+    htgrid annex shutdown NAME
+
+AWS credentials and endpoints are boto3's own (AWS_PROFILE, AWS_ACCESS_KEY_ID,
+AWS_ENDPOINT_URL...); the region is --region, else AWS_DEFAULT_REGION, else us-east-1.
+Exit status: 0 done, 1 no such annex or the cloud refused, 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from htgrid.annex import (
+    DEFAULT_IDLE,
+    AnnexCloudError,
+    Annexes,
+    AnnexNotFound,
+    AnnexSpec,
+    AnnexUsageError,
+    AwsAnnexes,
+    SetupMissing,
+    parse_duration,
+    parse_expiry,
+    parse_tags,
+    setup,
+)
+from htgrid.cli._common import EXIT_NO, EXIT_OK, EXIT_USAGE
+from htgrid.pool import htgrid_home
+
+__all__ = ["register"]
+
+
+def _listed(text: str | None) -> tuple[str, ...]:
+    return tuple(p.strip() for p in (text or "").split(",") if p.strip())
+
+
+def register(commands: Any) -> None:
+    """Add `annex` and its verbs to the top-level parser."""
+    annex = commands.add_parser(
+        "annex",
+        help="cloud instances that join the pool for a while (condor_annex)",
+        description="Rent cloud instances that join the pool, under a lease the cloud enforces.",
+    )
+    verbs = annex.add_subparsers(dest="verb", metavar="VERB")
+
+    def verb(name: str, what: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = verbs.add_parser(name, help=what, description=what)
+        parser.add_argument("--region", default=None, help="the cloud region (us-east-1)")
+        parser.add_argument("--cloud", default="ec2", choices=["ec2"], help="ec2 (azure: later)")
+        return parser
+
+    s = verb("setup", "install the lease function, roles and security group (administrator)")
+    s.add_argument("--vpc", help="the VPC of the security group (default VPC)")
+    s.add_argument("--cidr", default="0.0.0.0/0", help="who may reach the nodes (the pool)")
+    s.set_defaults(handler=_setup)
+
+    c = verb("create", "start an annex: its lease first, then its instances")
+    c.add_argument("name", metavar="NAME")
+    c.add_argument("--count", type=int, default=0, help="on-demand instances")
+    c.add_argument("--slots", type=int, default=0, help="spot fleet capacity, in weights")
+    c.add_argument("--lifetime", help="the lease: 3600, 90m, 2h, 1d")
+    c.add_argument("--expiry", help='the lease\'s end, "YYYY-MM-DD HH:MM" (local time)')
+    c.add_argument("--idle", default=str(int(DEFAULT_IDLE)), help="idle instances stop (900)")
+    c.add_argument("--instance-types", default="m5.large", help="t1[:weight],t2[:weight]")
+    c.add_argument("--image-ids", required=True, help="the image (AMI), or one per type")
+    c.add_argument("--spot-price", help="the most to pay an hour (spot fleet)")
+    c.add_argument("--keypair", help="an EC2 key pair for SSH")
+    c.add_argument("--vpc", help="the VPC (with --subnet)")
+    c.add_argument("--subnet", help="the subnet")
+    c.add_argument("--security-groups", help="security group ids, comma-separated")
+    c.add_argument("--project-id", help="a project to tag the instances with")
+    c.add_argument("--tag", action="append", default=[], metavar="K=V", help="tag (repeatable)")
+    c.add_argument("--owners", help="who may run jobs on it (default: you)")
+    c.add_argument("--user-data", type=Path, help="the instances' own boot (with --no-join)")
+    c.add_argument("--no-join", action="store_true", help="the instances do not join the pool")
+    c.add_argument("--pool", help="the collector the instances join (default: this pool's)")
+    c.add_argument(
+        "--config", action="append", default=[], metavar="KNOB=VALUE",
+        help="a line of the instances' htgrid.conf (repeatable)",
+    )  # fmt: skip
+    c.set_defaults(handler=_create)
+
+    a = verb("add", "more instances under an annex's lease")
+    a.add_argument("name", metavar="NAME")
+    a.add_argument("--count", type=int, default=0)
+    a.add_argument("--slots", type=int, default=0)
+    a.set_defaults(handler=_add)
+
+    e = verb("extend", "a longer lease, counted from now (or to --expiry)")
+    e.add_argument("name", metavar="NAME")
+    e.add_argument("--lifetime")
+    e.add_argument("--expiry")
+    e.set_defaults(handler=_extend)
+
+    st = verb("status", "annexes: instances by state, slots, lease (refreshes their ads)")
+    st.add_argument("name", nargs="?", metavar="NAME")
+    st.add_argument("-json", "--json", action="store_true", help="the annex ads, as JSON")
+    st.add_argument("-classad", "--classad", action="store_true", help="the annex ads")
+    st.set_defaults(handler=_status)
+
+    ls = verb("list", "the annexes of this region")
+    ls.set_defaults(handler=_list)
+
+    sh = verb("shutdown", "end an annex now: requests cancelled, instances terminated")
+    sh.add_argument("name", metavar="NAME")
+    sh.set_defaults(handler=_shutdown)
+    annex.set_defaults(handler=lambda _: _usage(annex))
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+def _annexes(args: argparse.Namespace) -> Annexes:
+    region = args.region or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    return Annexes(AwsAnnexes(region), htgrid_home(), pool=getattr(args, "pool", None))
+
+
+def _guard(fn: Any) -> Any:
+    """The annex errors as the CLI's exit statuses, with the reason on stderr."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return int(fn(args))
+        except AnnexUsageError as exc:
+            print(f"htgrid annex: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        except (AnnexNotFound, SetupMissing, AnnexCloudError) as exc:
+            print(f"htgrid annex: {exc}", file=sys.stderr)
+            return EXIT_NO
+
+    return run
+
+
+@_guard
+def _setup(args: argparse.Namespace) -> int:
+    done = setup(_annexes(args).aws, vpc=args.vpc, cidr=args.cidr)
+    print(
+        f"Installed in {done['region']}: lease function {done['function']}, sweeper rule "
+        f"{done['sweeper']}, instance profile {done['instance_profile']}, security group "
+        f"{done['security_group']}.\nGive annex users this policy:"
+    )
+    print(json.dumps(done["user_policy"], indent=2))
+    return EXIT_OK
+
+
+def _when(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(seconds))
+
+
+@_guard
+def _create(args: argparse.Namespace) -> int:
+    extra: dict[str, str] = {}
+    for item in args.config:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise AnnexUsageError(f"--config {item!r} is not KNOB=VALUE")
+        extra[key.strip()] = value.strip()
+    annexes = _annexes(args)
+    spec = AnnexSpec(
+        name=args.name,
+        count=args.count,
+        slots=args.slots,
+        lifetime=parse_duration(args.lifetime, "--lifetime") if args.lifetime else None,
+        expiry=parse_expiry(args.expiry) if args.expiry else None,
+        idle=parse_duration(args.idle, "--idle"),
+        region=annexes.aws.region,
+        instance_types=_listed(args.instance_types),
+        image_ids=_listed(args.image_ids),
+        spot_price=args.spot_price,
+        keypair=args.keypair,
+        subnet=args.subnet,
+        vpc=args.vpc,
+        security_groups=_listed(args.security_groups),
+        project_id=args.project_id,
+        tags=parse_tags(args.tag),
+        owners=_listed(args.owners),
+        user_data=args.user_data.read_text() if args.user_data else None,
+        join=not args.no_join,
+        extra=extra,
+    )
+    if not spec.count and not spec.slots:
+        raise AnnexUsageError("--count N (on-demand instances) or --slots W (a spot fleet)")
+    made = annexes.create(spec)
+    print(
+        f"Annex {made.name}: lease until {_when(made.lease_end)} installed; requested "
+        f"{', '.join(made.ids) or 'nothing'}."
+    )
+    annexes.ads(made.name) if spec.join else None
+    return EXIT_OK
+
+
+@_guard
+def _add(args: argparse.Namespace) -> int:
+    if not args.count and not args.slots:
+        raise AnnexUsageError("--count N or --slots W")
+    made = _annexes(args).add(args.name, count=args.count, slots=args.slots)
+    print(f"Annex {made.name}: requested {', '.join(made.ids) or 'nothing'}.")
+    return EXIT_OK
+
+
+@_guard
+def _extend(args: argparse.Namespace) -> int:
+    if bool(args.lifetime) == bool(args.expiry):
+        raise AnnexUsageError("--lifetime D or --expiry WHEN: one of them")
+    new = _annexes(args).extend(
+        args.name,
+        lifetime=parse_duration(args.lifetime, "--lifetime") if args.lifetime else None,
+        expiry=parse_expiry(args.expiry) if args.expiry else None,
+    )
+    print(f"Annex {args.name}: lease until {_when(new)}.")
+    return EXIT_OK
+
+
+@_guard
+def _status(args: argparse.Namespace) -> int:
+    ads = _annexes(args).ads(args.name)
+    if args.json:
+        print("[\n" + ",\n".join(ad.printJson() for ad in ads) + "\n]" if ads else "[]")
+    elif args.classad:
+        print("\n".join(ad.printOld() for ad in ads))
+    else:
+        now = time.time()
+        for ad in ads:
+            left = int(ad["LeaseExpiration"]) - now
+            print(
+                f"{ad['Name']}: owner {ad['Owner']}, {ad['Requested']} requested; instances "
+                f"{ad['Pending']} pending, {ad['Booting']} booting, {ad['Joined']} joined, "
+                f"{ad['Terminated']} terminated; slots {ad['IdleSlots']} idle, "
+                f"{ad['BusySlots']} busy; lease {'ended' if left <= 0 else f'{int(left)} s left'}"
+            )
+            for iid, state in zip(ad["InstanceIds"], ad["InstanceStates"], strict=False):
+                print(f"    {iid}  {state}")
+    return EXIT_OK
+
+
+@_guard
+def _list(args: argparse.Namespace) -> int:
+    for name in _annexes(args).aws.names():
+        print(name)
+    return EXIT_OK
+
+
+@_guard
+def _shutdown(args: argparse.Namespace) -> int:
+    done = _annexes(args).shutdown(args.name)
+    print(
+        f"Annex {args.name}: {len(done['terminated'])} instances terminated, "
+        f"{len(done['cancelled'])} spot-fleet requests cancelled, lease removed."
+    )
+    return EXIT_OK

@@ -1,0 +1,67 @@
+"""moto's server in this process stands in for AWS (EC2, spot fleets, EventBridge, Lambda,
+IAM, SSM), on 127.0.0.1; each test starts from an empty account with the annex set up."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from htgrid.annex import Annexes, AwsAnnexes, setup
+from htgrid.net.security import SecurityConfig, ensure_pool_security
+
+moto_server = pytest.importorskip("moto.server")
+logging.getLogger("werkzeug").setLevel(logging.WARNING)
+
+REGION = "us-east-1"
+IMAGE = "ami-12c6146b"
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """An empty account with the annex's setup done; the endpoint (AWS_ENDPOINT_URL)."""
+    httpx.post(f"{moto_endpoint}/moto-api/reset", timeout=120).raise_for_status()
+    for key, value in {
+        "AWS_ENDPOINT_URL": moto_endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+    }.items():
+        monkeypatch.setenv(key, value)
+    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    setup(AwsAnnexes(REGION))
+    yield moto_endpoint
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A pool's home: its keys and CA (no daemon running)."""
+    path = tmp_path / "pool"
+    path.mkdir()
+    ensure_pool_security(SecurityConfig.load(path))
+    monkeypatch.setenv("HTGRID_HOME", str(path))
+    return path
+
+
+def annexes(home: Path, clock: object = None) -> Annexes:
+    aws = AwsAnnexes(REGION) if clock is None else AwsAnnexes(REGION, clock=clock)  # type: ignore[arg-type]
+    return Annexes(aws, home, pool="127.0.0.1:9618")
+
+
+def boto(service: str) -> object:
+    import boto3
+
+    return boto3.session.Session(region_name=REGION).client(service)
