@@ -12,7 +12,7 @@ import contextlib
 import getpass
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -143,6 +143,10 @@ class Annexes:
             self.aws.put_parameter(token_parameter(spec.name), token, secure=True)
             tokens.append(jti)
         self._save(spec, pool, spec.count + spec.slots, tokens)
+        # The master keeps the ads of the annexes recorded in the pool's home current.
+        from htgrid.annex.keep import Record, remember
+
+        remember(self.home, Record(spec.name, self.aws.region, self.pool or ""))
         return Created(spec.name, lease_end, tuple(self._request(spec, lease_end, pool)))
 
     def _save(self, spec: AnnexSpec, pool: str, requested: int, tokens: list[str]) -> None:
@@ -217,6 +221,9 @@ class Annexes:
         for jti in settings.get("tokens", []):
             revoked.add(str(jti), f"annex {name} shut down")
         self._invalidate(name)
+        from htgrid.annex.keep import forget
+
+        forget(self.home, name)
         return done
 
     def describe(self, name: str | None = None) -> list[CloudAnnex]:
@@ -236,6 +243,21 @@ class Annexes:
             except CollectorError as exc:
                 _log.warning("cannot publish the annex ads: %s", exc)
         return ads
+
+    def keep(self, names: Collection[str]) -> list[str]:
+        """Refresh and publish the ads of `names` (one describe of the region, however
+        many instances); those the cloud no longer has get their ads invalidated, and
+        are returned."""
+        annexes = [a for a in self.describe() if a.name in names]
+        now = self.clock()
+        slots = self._slots(None)
+        ads = [annex_ad(a, slots.get(a.name, []), self.aws.region, now) for a in annexes]
+        if ads:
+            self._run(self._advertise(ads))
+        gone = sorted(set(names) - {a.name for a in annexes})
+        for name in gone:
+            self._invalidate(name)
+        return gone
 
     def _slots(self, name: str | None) -> dict[str, list[ClassAd]]:
         constraint = "IsAnnex =?= true"
