@@ -220,6 +220,14 @@ def test_extend_moves_the_lease_in_the_cloud(aws: str, home: Path) -> None:
     assert new == now[0] + 3600
     (event,) = _rule_events()
     assert event["LeaseExpiration"] == int(new)
+    # The sweeper reads the rule's tag when the rule has no target: it says the new end.
+    (rule,) = boto("events").list_rules(NamePrefix=lf.RULE_PREFIX)["Rules"]  # type: ignore[attr-defined]
+    tags = boto("events").list_tags_for_resource(ResourceARN=rule["Arn"])["Tags"]  # type: ignore[attr-defined]
+    assert {t["Key"]: t["Value"] for t in tags}[lf.LEASE_TAG] == str(int(new))
+    boto("events").remove_targets(Rule=rule["Name"], Ids=["lease"])  # type: ignore[attr-defined]
+    assert lf.sweep(_clients, now[0] + 600)["ended"] == []
+    assert len(_live_instances()) == 1
+    ann.aws.set_lease_target("e1", new, ann.aws.lease_function_arn())
     # The old lease end passes: nothing ends.
     assert lf.handler(event, None, clock=lambda: now[0] + 600, clients=_clients)["expired"] is False
     assert len(_live_instances()) == 1

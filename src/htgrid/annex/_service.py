@@ -203,6 +203,7 @@ class Annexes:
             raise AnnexUsageError("the new lease end is in the past")
         settings = self._settings(name)
         self.aws.set_lease_target(name, new, self.aws.lease_function_arn())
+        self.aws.set_lease_tag(name, new)
         self.aws.put_parameter(lease_parameter(name), str(int(new)))
         if settings.get("join", True):
             token, jti = self._mint(name, new - now)
