@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import getpass
+import ipaddress
 import json
 import logging
 from collections.abc import Callable, Collection, Sequence
@@ -54,6 +55,24 @@ def start_expression(name: str, owners: Sequence[str]) -> str:
     return start
 
 
+def _unreachable(pool: str) -> tuple[str, ...]:
+    """A warning if the instances could never reach `pool` (this pool's own address)."""
+    host = pool.rpartition(":")[0].strip("[]") if ":" in pool else pool
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        bad = host.lower() in ("localhost", "") or host.lower().endswith(".localhost")
+    else:
+        bad = ip.is_loopback or ip.is_unspecified or ip.is_link_local
+    if not bad:
+        return ()
+    return (
+        f"the instances join this pool's collector at {pool}, an address only this "
+        "host reaches: they can never join. Give --pool HOST:PORT (an address the cloud "
+        "reaches, with the collector listening there: COLLECTOR_HOST), or --no-join",
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Created:
     """What `create` or `add` asked for: the annex, its lease end, the requests' ids."""
@@ -61,6 +80,7 @@ class Created:
     name: str
     lease_end: float
     ids: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
 
 
 class Annexes:
@@ -147,7 +167,9 @@ class Annexes:
         from htgrid.annex.keep import Record, remember
 
         remember(self.home, Record(spec.name, self.aws.region, self.pool or ""))
-        return Created(spec.name, lease_end, tuple(self._request(spec, lease_end, pool)))
+        warnings = () if not spec.join or self.pool else _unreachable(pool)
+        ids = tuple(self._request(spec, lease_end, pool))
+        return Created(spec.name, lease_end, ids, warnings)
 
     def _save(self, spec: AnnexSpec, pool: str, requested: int, tokens: list[str]) -> None:
         settings = asdict(spec)
