@@ -220,6 +220,14 @@ def test_extend_moves_the_lease_in_the_cloud(aws: str, home: Path) -> None:
     assert new == now[0] + 3600
     (event,) = _rule_events()
     assert event["LeaseExpiration"] == int(new)
+    # The sweeper reads the rule's tag when the rule has no target: it says the new end.
+    (rule,) = boto("events").list_rules(NamePrefix=lf.RULE_PREFIX)["Rules"]  # type: ignore[attr-defined]
+    tags = boto("events").list_tags_for_resource(ResourceARN=rule["Arn"])["Tags"]  # type: ignore[attr-defined]
+    assert {t["Key"]: t["Value"] for t in tags}[lf.LEASE_TAG] == str(int(new))
+    boto("events").remove_targets(Rule=rule["Name"], Ids=["lease"])  # type: ignore[attr-defined]
+    assert lf.sweep(_clients, now[0] + 600)["ended"] == []
+    assert len(_live_instances()) == 1
+    ann.aws.set_lease_target("e1", new, ann.aws.lease_function_arn())
     # The old lease end passes: nothing ends.
     assert lf.handler(event, None, clock=lambda: now[0] + 600, clients=_clients)["expired"] is False
     assert len(_live_instances()) == 1
@@ -360,3 +368,16 @@ def test_no_join_runs_the_users_own_boot_under_the_same_lease(
     (event,) = _rule_events()
     lf.handler(event, None, clock=lambda: event["LeaseExpiration"], clients=_clients)
     assert _leftovers() == {"instances": [], "fleets": [], "rules": [], "parameters": []}
+
+
+def test_create_warns_when_the_instances_could_never_reach_the_pool(aws: str, home: Path) -> None:
+    # The pool's own collector address (no --pool) is loopback: say so, and how to fix it.
+    status, _, err = _create(home, "w1", "--count", "1", "--lifetime", "1h")
+    assert status == 0, err
+    assert "warning" in err and "127.0.0.1:9618" in err and "can never join" in err
+    assert "--pool HOST:PORT" in err and "--no-join" in err
+    for args in (["--pool", "10.1.2.3:9618"], ["--no-join"]):
+        name = f"w{len(args[0])}"
+        status, _, err = _create(home, name, "--count", "1", "--lifetime", "1h", *args)
+        assert status == 0, err
+        assert "can never join" not in err

@@ -185,6 +185,23 @@ class AwsAnnexes:
         )
         self.set_lease_target(name, expiration, function)
 
+    def set_lease_tag(self, name: str, expiration: float) -> None:
+        """The rule's lease tag, which the sweeper reads for a rule left without a target."""
+        rule = rule_name(name)
+        arn = next(
+            (r["Arn"] for r in self.pages("events", "list_rules", "Rules", NamePrefix=rule)
+             if r.get("Name") == rule),
+            None,
+        )  # fmt: skip
+        if arn is None:
+            raise AnnexNotFound(f"no annex {name!r} in {self.region}")
+        self.call(
+            "events",
+            "tag_resource",
+            ResourceARN=arn,
+            Tags=[{"Key": LEASE_TAG, "Value": str(int(expiration))}],
+        )
+
     def set_lease_target(self, name: str, expiration: float, function: str) -> None:
         self.set_lease_target_raw(rule_name(name), function, lease_input(name, expiration))
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import getpass
+import ipaddress
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,24 @@ def start_expression(name: str, owners: Sequence[str]) -> str:
     return start
 
 
+def _unreachable(pool: str) -> tuple[str, ...]:
+    """A warning if the instances could never reach `pool` (this pool's own address)."""
+    host = pool.rpartition(":")[0].strip("[]") if ":" in pool else pool
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        bad = host.lower() in ("localhost", "") or host.lower().endswith(".localhost")
+    else:
+        bad = ip.is_loopback or ip.is_unspecified or ip.is_link_local
+    if not bad:
+        return ()
+    return (
+        f"the instances join this pool's collector at {pool}, an address only this "
+        "host reaches: they can never join. Give --pool HOST:PORT (an address the cloud "
+        "reaches, with the collector listening there: COLLECTOR_HOST), or --no-join",
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Created:
     """What `create` or `add` asked for: the annex, its lease end, the requests' ids."""
@@ -61,6 +80,7 @@ class Created:
     name: str
     lease_end: float
     ids: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
 
 
 class Annexes:
@@ -143,7 +163,13 @@ class Annexes:
             self.aws.put_parameter(token_parameter(spec.name), token, secure=True)
             tokens.append(jti)
         self._save(spec, pool, spec.count + spec.slots, tokens)
-        return Created(spec.name, lease_end, tuple(self._request(spec, lease_end, pool)))
+        # The master keeps the ads of the annexes recorded in the pool's home current.
+        from htgrid.annex.keep import Record, remember
+
+        remember(self.home, Record(spec.name, self.aws.region, self.pool or ""))
+        warnings = () if not spec.join or self.pool else _unreachable(pool)
+        ids = tuple(self._request(spec, lease_end, pool))
+        return Created(spec.name, lease_end, ids, warnings)
 
     def _save(self, spec: AnnexSpec, pool: str, requested: int, tokens: list[str]) -> None:
         settings = asdict(spec)
@@ -199,6 +225,7 @@ class Annexes:
             raise AnnexUsageError("the new lease end is in the past")
         settings = self._settings(name)
         self.aws.set_lease_target(name, new, self.aws.lease_function_arn())
+        self.aws.set_lease_tag(name, new)
         self.aws.put_parameter(lease_parameter(name), str(int(new)))
         if settings.get("join", True):
             token, jti = self._mint(name, new - now)
@@ -217,6 +244,9 @@ class Annexes:
         for jti in settings.get("tokens", []):
             revoked.add(str(jti), f"annex {name} shut down")
         self._invalidate(name)
+        from htgrid.annex.keep import forget
+
+        forget(self.home, name)
         return done
 
     def describe(self, name: str | None = None) -> list[CloudAnnex]:
@@ -236,6 +266,21 @@ class Annexes:
             except CollectorError as exc:
                 _log.warning("cannot publish the annex ads: %s", exc)
         return ads
+
+    def keep(self, names: Collection[str]) -> list[str]:
+        """Refresh and publish the ads of `names` (one describe of the region, however
+        many instances); those the cloud no longer has get their ads invalidated, and
+        are returned."""
+        annexes = [a for a in self.describe() if a.name in names]
+        now = self.clock()
+        slots = self._slots(None)
+        ads = [annex_ad(a, slots.get(a.name, []), self.aws.region, now) for a in annexes]
+        if ads:
+            self._run(self._advertise(ads))
+        gone = sorted(set(names) - {a.name for a in annexes})
+        for name in gone:
+            self._invalidate(name)
+        return gone
 
     def _slots(self, name: str | None) -> dict[str, list[ClassAd]]:
         constraint = "IsAnnex =?= true"

@@ -197,6 +197,8 @@ def _create(args: argparse.Namespace) -> int:
     if not spec.count and not spec.slots:
         raise AnnexUsageError("--count N (on-demand instances) or --slots W (a spot fleet)")
     made = annexes.create(spec)
+    for warning in made.warnings:
+        print(f"htgrid annex: warning: {warning}", file=sys.stderr)
     print(
         f"Annex {made.name}: lease until {_when(made.lease_end)} installed; requested "
         f"{', '.join(made.ids) or 'nothing'}."

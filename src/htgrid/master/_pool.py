@@ -13,6 +13,9 @@ What runs is DAEMON_LIST's choice (`htgrid up -no-execute` leaves STARTD out):
   NEGOTIATOR_INTERVAL; should it fail, it is restarted after a back-off.
 - STARTD: a child process, the execute node; the shadows run vanilla jobs on it.
 - the schedd's ad, sent to the collector every SCHEDD_INTERVAL.
+- the ads of the annexes this pool made (`htgrid annex create` records them under
+  spool/annexes), refreshed every ANNEX_UPDATE_INTERVAL while any is recorded, by
+  `python -m htgrid.annex.keep` (a process: the cloud's calls block and need boto3).
 
 Stopping goes in the order that loses nothing: no more matches, running vanilla jobs
 vacated (back to idle), then the execute node, the schedd's ad, the collector.
@@ -25,6 +28,7 @@ import contextlib
 import logging
 import os
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Coroutine
@@ -193,6 +197,7 @@ class Pool:
             url=schedd.api_url,
         )
         self._tasks.append(asyncio.create_task(self._advertiser.run(), name="schedd ad"))
+        self._tasks.append(asyncio.create_task(self._restarting(self._keep_annexes, "annex ads")))
         if "NEGOTIATOR" in cfg.daemons:
             negotiator = Negotiator(
                 QueueJobs(schedd.worker, schedd.shadows, clock=self._clock),
@@ -259,6 +264,31 @@ class Pool:
             _log.error("restarting the %s in %g s", name, delay)
             await asyncio.sleep(delay)
 
+    async def _keep_annexes(self) -> None:
+        cfg = self.config
+        while True:
+            await asyncio.sleep(cfg.annex_update_interval)
+            if not await asyncio.to_thread(_has_annexes, cfg.annex_dir):
+                continue
+            log = await asyncio.to_thread(open, cfg.annex_log, "ab")
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "htgrid.annex.keep", "--home", str(cfg.home),
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                )  # fmt: skip
+            finally:
+                log.close()
+            try:
+                # A cloud that hangs holds up one refresh, not the next ones.
+                await asyncio.wait_for(proc.wait(), max(60.0, 2 * cfg.annex_update_interval))
+            except TimeoutError:
+                _log.error("the refresh of the annex ads did not finish: killed")
+            finally:
+                if proc.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.kill()
+                    await proc.wait()
+
     def _exited_for_good(self, name: str, status: int) -> None:
         if name == "startd":
             # STARTD_NOCLAIM_SHUTDOWN: HTCondor's startd then tells its master to shut
@@ -305,6 +335,10 @@ class Pool:
             self._listener.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.config.collector_address_file)
+
+
+def _has_annexes(directory: Path) -> bool:
+    return directory.is_dir() and any(directory.glob("*.json"))
 
 
 def _our_collector(command: str, home: Path) -> bool:

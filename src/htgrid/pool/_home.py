@@ -105,6 +105,16 @@ class HomeLayout:
         """Output kept from evicted jobs, one directory per job."""
         return self.spool / "sandboxes"
 
+    @property
+    def annex_dir(self) -> Path:
+        """The annexes this pool made (`htgrid annex create`), one record each, whose
+        ads the master keeps current (ANNEX_UPDATE_INTERVAL)."""
+        return self.spool / "annexes"
+
+    @property
+    def annex_log(self) -> Path:
+        return self.log_dir / "AnnexLog"
+
     # ---- the other daemons'
 
     @property

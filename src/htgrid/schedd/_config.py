@@ -6,7 +6,8 @@
     PRIVATE_NETWORK_NAME (execute nodes on the same one are reached directly, not by CCB),
     the API's limits (MAX_API_REQUEST_MB, API_HEADER_TIMEOUT, API_BODY_TIMEOUT); and the
     master's: DAEMON_LIST, COLLECTOR_HOST, NEGOTIATOR_INTERVAL, NEGOTIATOR_MIN_INTERVAL,
-    MASTER_BACKOFF_*, MASTER_RECOVER_FACTOR, DEFAULT_MASTER_SHUTDOWN_SCRIPT.
+    MASTER_BACKOFF_*, MASTER_RECOVER_FACTOR, DEFAULT_MASTER_SHUTDOWN_SCRIPT,
+    ANNEX_UPDATE_INTERVAL.
 
 `htgrid.pool._config` lists each with its default and meaning.
 """
@@ -59,6 +60,7 @@ class ScheddConfig(HomeLayout):
     negotiator_interval: float = 60.0
     negotiator_min_interval: float = 5.0
     schedd_interval: float = 300.0
+    annex_update_interval: float = 60.0
     alive_interval: float = 60.0
     max_alives_missed: int = 6
     backoff: Backoff = dataclasses.field(default_factory=Backoff)
@@ -125,6 +127,7 @@ class ScheddConfig(HomeLayout):
             negotiator_interval=conf.number("NEGOTIATOR_INTERVAL"),
             negotiator_min_interval=conf.number("NEGOTIATOR_MIN_INTERVAL", zero=True),
             schedd_interval=conf.number("SCHEDD_INTERVAL"),
+            annex_update_interval=conf.number("ANNEX_UPDATE_INTERVAL"),
             alive_interval=conf.number("ALIVE_INTERVAL"),
             max_alives_missed=conf.integer("MAX_CLAIM_ALIVES_MISSED"),
             backoff=Backoff(

@@ -1,0 +1,103 @@
+"""Keep this pool's annex ads current: `python -m htgrid.annex.keep --home H`.
+
+`htgrid annex create` leaves a record of the annex in the pool's home (spool/annexes/
+NAME.json: its region and collector); the master runs this every ANNEX_UPDATE_INTERVAL
+while any record is there. One run refreshes every recorded annex with the same few
+cloud calls per region however many instances they have (`Annexes.keep`), publishes
+their ads, and, for an annex the cloud no longer has (its lease rule is gone: ended or
+shut down), invalidates its ad and drops its record, so the refreshes stop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from htgrid.annex._aws import AwsAnnexes
+from htgrid.annex._errors import AnnexError
+from htgrid.annex._service import Annexes
+from htgrid.collector import CollectorError
+from htgrid.pool import HomeLayout
+
+__all__ = ["Record", "forget", "main", "records", "refresh", "remember"]
+
+_log = logging.getLogger("htgrid.annex")
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """An annex this pool made: where it is, and the collector its ads go to."""
+
+    name: str
+    region: str
+    pool: str
+
+
+def _path(home: Path, name: str) -> Path:
+    return HomeLayout(home).annex_dir / f"{name}.json"
+
+
+def remember(home: Path, record: Record) -> None:
+    """Record `record` (atomically: a crash leaves the old record or the new)."""
+    path = _path(home, record.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"name": record.name, "region": record.region,
+                               "pool": record.pool}) + "\n")  # fmt: skip
+    os.replace(tmp, path)
+
+
+def forget(home: Path, name: str) -> None:
+    _path(home, name).unlink(missing_ok=True)
+
+
+def records(home: Path) -> list[Record]:
+    """The recorded annexes; a record that cannot be read is logged and skipped."""
+    out = []
+    for path in sorted(HomeLayout(home).annex_dir.glob("*.json")):
+        try:
+            raw = json.loads(path.read_text())
+            out.append(Record(str(raw["name"]), str(raw["region"]), str(raw.get("pool", ""))))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            _log.error("%s: not an annex record (%s): skipped", path, exc)
+    return out
+
+
+def refresh(home: Path, *, aws: Callable[[str], AwsAnnexes] = AwsAnnexes) -> list[str]:
+    """One refresh of the recorded annexes' ads; the names of those found gone."""
+    by_place: dict[tuple[str, str], list[str]] = {}
+    for r in records(home):
+        by_place.setdefault((r.region, r.pool), []).append(r.name)
+    gone: list[str] = []
+    for (region, pool), names in by_place.items():
+        try:
+            ended = Annexes(aws(region), home, pool=pool or None).keep(names)
+        except (AnnexError, CollectorError) as exc:  # the next refresh tries again
+            _log.error("cannot refresh the annexes %s in %s: %s", ", ".join(names), region, exc)
+            continue
+        for name in ended:
+            _log.info("annex %s is gone: its ad is removed", name)
+            forget(home, name)
+        gone += ended
+    return gone
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m htgrid.annex.keep", description=__doc__)
+    parser.add_argument("--home", type=Path, required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s"
+    )
+    refresh(args.home.resolve())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

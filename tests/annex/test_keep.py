@@ -1,0 +1,56 @@
+"""The master keeps the ads of its pool's annexes current (ANNEX_UPDATE_INTERVAL), with
+no `htgrid annex` command run: an instance the cloud terminates shows in the ad, and an
+annex the cloud ended has its ad removed and is refreshed no more."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from htgrid.annex import Annexes, AnnexSpec, AwsAnnexes
+from htgrid.annex import lease_function as lf
+from htgrid.annex.keep import records
+from htgrid.classad import ClassAd
+from htgrid.collector import CollectorClient
+from htgrid.testing import PersonalPool, wait_for
+from htgrid.testing.node import CENTRAL_MANAGER, FAST_CYCLES
+
+from .conftest import IMAGE, REGION, boto
+
+
+@pytest.fixture
+def pool(aws: str, tmp_path: Path) -> Iterator[PersonalPool]:
+    # After `aws`: the master (and the refreshes it runs) see moto's endpoint.
+    config = {**FAST_CYCLES, "ANNEX_UPDATE_INTERVAL": 0.5}
+    with PersonalPool(
+        tmp_path / "pool", kill_grace=2, fsync=False, daemons=CENTRAL_MANAGER, config=config
+    ) as running:
+        yield running
+
+
+def _annex_ads(pool: PersonalPool) -> list[ClassAd]:
+    async def query() -> list[ClassAd]:
+        async with CollectorClient(pool.collector, home=pool.home, daemon=True) as c:
+            return await c.query("Annex")
+
+    return asyncio.run(query())
+
+
+@pytest.mark.timeout(120)
+def test_the_pool_keeps_its_annex_ads_current_until_the_annex_is_gone(
+    pool: PersonalPool,
+) -> None:
+    annexes = Annexes(AwsAnnexes(REGION), pool.home, pool=pool.collector)
+    made = annexes.create(AnnexSpec("kept", count=2, lifetime=3600, image_ids=(IMAGE,), join=False))
+    assert [r.name for r in records(pool.home)] == ["kept"]
+    wait_for(lambda: [a["InstanceIds"] for a in _annex_ads(pool)] == [list(made.ids)], 30)
+    # The cloud ends an instance: the ad says so, with no `htgrid annex` command.
+    boto("ec2").terminate_instances(InstanceIds=[made.ids[0]])  # type: ignore[attr-defined]
+    wait_for(lambda: [a["Terminated"] for a in _annex_ads(pool)] == [1], 30)
+    # The lease function ends the annex: its ad goes, and so does its record.
+    lf.enforce(boto, "kept", float("-inf"), time.time())  # type: ignore[arg-type]
+    wait_for(lambda: _annex_ads(pool) == [] and records(pool.home) == [], 30)
