@@ -146,6 +146,7 @@ def test_config_val_defaults_file_values_and_dump(
     rc, out, _ = run_cli(home, "config_val", "-dump", "INTERVAL")
     assert sorted(line.split(" = ")[0] for line in out.splitlines()[1:]) == [
         "ALIVE_INTERVAL",
+        "ANNEX_UPDATE_INTERVAL",
         "CCB_HEARTBEAT_INTERVAL",
         "GRIDMANAGER_JOB_PROBE_INTERVAL",
         "NEGOTIATOR_INTERVAL",
