@@ -111,6 +111,7 @@ class ShadowManager:
         # Jobs whose claim of an earlier daemon is not yet known to be over.
         self._settling: set[JobId] = set()
         self._settlers: set[asyncio.Task[None]] = set()
+        self._freed: list[Callable[[], None]] = []
 
     @property
     def busy(self) -> frozenset[JobId]:
@@ -303,10 +304,18 @@ class ShadowManager:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def on_slot_freed(self, callback: Callable[[], None]) -> None:
+        """Call `callback` whenever a shadow whose claim was granted ends: a slot freed
+        for the negotiator (a job that ended on a claim the next job reuses frees none)."""
+        self._freed.append(callback)
+
     def _done(self, jid: JobId, shadow: ShadowRun, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if self._shadows.get(shadow.job_id) is shadow:  # its last job (claims are reused)
             del self._shadows[shadow.job_id]
+        if shadow.resources.cpus:  # a claim was granted: given back now, or lost
+            for callback in self._freed:
+                callback()
 
     async def next_job(self, run: ShadowRun) -> tuple[JobId, ClassAd, Updates] | None:
         """An idle job of the same user that fits `run`'s claim, now `run`'s; or None."""
