@@ -78,6 +78,7 @@ _log = logging.getLogger("htgrid.schedd.shadow")
 VANILLA: Final = 5
 _FEED_BATCH: Final = 2000
 _REUSE_SCAN: Final = 64  # idle jobs looked at for a claim whose job ended
+_UNSTARTED: Final = 1 << 62  # a shadow's start_seq until its job starts
 # Beyond a claim's lease and its job's vacate time: the node's lease check runs every
 # half second, and a killed job takes a moment to be gone.
 _LEASE_MARGIN: Final = 5.0
@@ -317,13 +318,21 @@ class ShadowManager:
             for callback in self._freed:
                 callback()
 
-    async def next_job(self, run: ShadowRun) -> tuple[JobId, ClassAd, Updates] | None:
-        """An idle job of the same user that fits `run`'s claim, now `run`'s; or None."""
+    def idle_scan(self, run: ShadowRun) -> Callable[[JobQueue], list[ClassAd]]:
+        """What reads the idle jobs of the same user that may run next on `run`'s claim
+        (`next_job` picks one): on the queue thread, in the call that records the end of
+        `run`'s job, one call for both."""
         owner = run.job.get("Owner")
         if not isinstance(owner, str):
-            return None
+            return lambda q: []
         constraint = f"JobStatus == 1 && JobUniverse == {VANILLA} && Owner == {quote(owner)}"
-        ads = await self._worker.read(lambda q: q.query(constraint, limit=_REUSE_SCAN))
+        # Jobs other shadows took but have not started yet are idle still: read past them.
+        limit = _REUSE_SCAN + sum(1 for r in self._shadows.values() if r.start_seq == _UNSTARTED)
+        return lambda q: q.query(constraint, limit=limit)
+
+    def next_job(self, run: ShadowRun, ads: list[ClassAd]) -> tuple[JobId, ClassAd, Updates] | None:
+        """One of the idle jobs `ads` (`idle_scan`'s) that fits `run`'s claim, now
+        `run`'s; or None."""
         if not self._accepting:  # shutting down (perhaps since the read): no next job
             return None
         for ad in ads:
