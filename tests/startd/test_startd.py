@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from htgrid.startd import (
     OutcomeKind,
     StartdClient,
     StartdProtocolError,
+    StartdUnavailable,
 )
 from htgrid.startd._daemon import ExitReason, Startd
 from htgrid.startd._transfer import input_entries, pack, unpack_output
@@ -363,3 +365,37 @@ def test_a_renewed_proxy_replaces_the_jobs_copy_also_before_its_input_arrives(
     assert (iwd / "first.pem").read_bytes() == b"renewed once"
     assert (iwd / "second.pem").read_bytes() == b"renewed twice"
     assert (iwd / "x509up").read_bytes() == b"the submitted proxy"
+
+
+def test_an_idle_connection_outlives_the_clients_keep_alive(tmp_path: Path) -> None:
+    """httpx lets an idle connection go after 5 s: the node must not close it first (at
+    5 s each, a request sent as the node closed the connection failed, "Server
+    disconnected without sending a response", and the node was taken for lost)."""
+
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        async def listening() -> dict[str, object] | None:
+            try:
+                return await client.health()
+            except StartdUnavailable:
+                return None
+
+        await _eventually(listening)
+        reader, writer = await asyncio.open_unix_connection(str(startd.config.socket))
+
+        async def health() -> bytes:
+            writer.write(b"GET /v1/health HTTP/1.1\r\nhost: startd\r\n\r\n")
+            await writer.drain()
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = re.search(rb"content-length: (\d+)", head, re.IGNORECASE)
+            assert length is not None, head
+            await reader.readexactly(int(length.group(1)))
+            return head
+
+        try:
+            assert (await health()).startswith(b"HTTP/1.1 200")
+            await asyncio.sleep(6)  # idle, longer than a client keeps the connection
+            assert (await health()).startswith(b"HTTP/1.1 200")
+        finally:
+            writer.close()
+
+    run_startd(tmp_path / "home", scenario)

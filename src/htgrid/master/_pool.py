@@ -216,6 +216,7 @@ class Pool:
                 interval=cfg.negotiator_interval,
                 min_interval=cfg.negotiator_min_interval,
             )
+            schedd.shadows.on_slot_freed(self._negotiation.reschedule)
             self._tasks.append(
                 asyncio.create_task(self._restarting(self._negotiation.run, "negotiator"))
             )

@@ -24,7 +24,7 @@ import socket
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import uvicorn
 
@@ -40,6 +40,8 @@ __all__ = [
     "tcp_listener",
     "unix_listener",
 ]
+
+_KEEP_ALIVE: Final = 15  # seconds an idle connection is kept (below API_HEADER_TIMEOUT)
 
 
 def tcp_listener(host: str) -> socket.socket:
@@ -96,6 +98,11 @@ def api_config(
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=grace,
+        # An idle connection outlives the client's keep-alive (httpx drops its own after
+        # 5 s): at uvicorn's 5 s both ends let go at once, and a request the client sent
+        # on a connection as the server closed it failed ("Server disconnected without
+        # sending a response": a node taken for lost, its job evicted).
+        timeout_keep_alive=_KEEP_ALIVE,
         # The pool's context, in place of the one uvicorn would build from files: the
         # certificate rotation loads the renewed one into it.
         ssl_context_factory=(lambda config, default: tls) if tls is not None else None,

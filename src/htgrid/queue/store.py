@@ -329,9 +329,12 @@ class JobQueue(QueueReads):
 
     # -- the schedd's own changes -------------------------------------------------------
 
-    def job_started(self, job_id: JobId | str) -> None:
-        """The job began running (Idle -> Running)."""
+    def job_started(self, job_id: JobId | str, attrs: Mapping[str, Any] | None = None) -> None:
+        """The job began running (Idle -> Running); `attrs` (where it runs: RemoteHost...)
+        set first as `update` sets them, in the same transaction (one commit)."""
         with self._writing() as txn:
+            if attrs:
+                self._update(txn, job_id, attrs)
             edit = txn.load(job_id_of(job_id))
             actions.start(edit, txn.now)
             txn.save(edit)

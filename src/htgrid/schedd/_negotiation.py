@@ -14,8 +14,11 @@ shadow is already starting. Its `report` carries out a cycle's decisions:
 - an unmatched job gets LastRejMatchReason and LastRejMatchTime.
 
 `NegotiationLoop` runs cycles every NEGOTIATOR_INTERVAL, and sooner (but not more often
-than NEGOTIATOR_MIN_INTERVAL) when the queue has news for it: jobs submitted, jobs back
-to idle, or jobs that stopped running and so freed a slot (condor_reschedule's effect).
+than NEGOTIATOR_MIN_INTERVAL) when there is news for it: jobs submitted or back to idle
+(the queue's feed), or a claim given back, which freed a slot (`reschedule`, which the
+shadows call: condor_reschedule's effect). A job that ended is no news by itself: its
+claim usually runs the next idle job at once, with no slot freed, and a cycle then would
+only tell every idle job again that no slot is free.
 """
 
 from __future__ import annotations
@@ -262,4 +265,4 @@ def _is_news(change: Change) -> bool:
         return True
     if change.kind is not ChangeKind.STATUS:
         return False
-    return change.status == JobStatus.IDLE or change.last_status == JobStatus.RUNNING
+    return change.status == JobStatus.IDLE

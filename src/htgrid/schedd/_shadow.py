@@ -87,6 +87,7 @@ _log = logging.getLogger("htgrid.schedd.shadow")
 VANILLA: Final = 5
 _FEED_BATCH: Final = 2000
 _REUSE_SCAN: Final = 64  # idle jobs looked at for a claim whose job ended
+_UNSTARTED: Final = 1 << 62  # a shadow's start_seq until its job starts
 _SETTLE_RETRY: Final = 2.0  # how often an unreachable node is asked again
 _DISCONNECTED: Final = ("JobDisconnectedDate", "JobLeaseExpiration", "DisconnectReason")
 
@@ -124,6 +125,7 @@ class ShadowManager:
         # Jobs whose claim of an earlier daemon is not yet known to be over.
         self._settling: set[JobId] = set()
         self._settlers: set[asyncio.Task[None]] = set()
+        self._freed: list[Callable[[], None]] = []
 
     @property
     def busy(self) -> frozenset[JobId]:
@@ -377,21 +379,37 @@ class ShadowManager:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def on_slot_freed(self, callback: Callable[[], None]) -> None:
+        """Call `callback` whenever a shadow whose claim was granted ends: a slot freed
+        for the negotiator (a job that ended on a claim the next job reuses frees none)."""
+        self._freed.append(callback)
+
     def _done(self, jid: JobId, shadow: ShadowRun, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if self._shadows.get(shadow.job_id) is shadow:  # its last job (claims are reused)
             del self._shadows[shadow.job_id]
+        if shadow.resources.cpus:  # a claim was granted: given back now, or lost
+            for callback in self._freed:
+                callback()
 
-    async def next_job(self, run: ShadowRun) -> tuple[JobId, ClassAd, Updates] | None:
-        """An idle job of the same user that fits `run`'s claim, now `run`'s; or None."""
+    def idle_scan(self, run: ShadowRun) -> Callable[[JobQueue], list[ClassAd]]:
+        """What reads the idle jobs of the same user that may run next on `run`'s claim
+        (`next_job` picks one): on the queue thread, in the call that records the end of
+        `run`'s job, one call for both."""
         owner = run.job.get("Owner")
         if not isinstance(owner, str):
-            return None
+            return lambda q: []
         constraint = (
             f"JobStatus == 1 && JobUniverse == {VANILLA} && Owner == {quote(owner)}"
             ' && Managed =!= "External"'
         )
-        ads = await self._worker.read(lambda q: q.query(constraint, limit=_REUSE_SCAN))
+        # Jobs other shadows took but have not started yet are idle still: read past them.
+        limit = _REUSE_SCAN + sum(1 for r in self._shadows.values() if r.start_seq == _UNSTARTED)
+        return lambda q: q.query(constraint, limit=limit)
+
+    def next_job(self, run: ShadowRun, ads: list[ClassAd]) -> tuple[JobId, ClassAd, Updates] | None:
+        """One of the idle jobs `ads` (`idle_scan`'s) that fits `run`'s claim, now
+        `run`'s; or None."""
         if not self._accepting:  # shutting down (perhaps since the read): no next job
             return None
         for ad in ads:

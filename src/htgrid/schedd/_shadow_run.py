@@ -188,8 +188,14 @@ class ShadowHost(Protocol):
         claim's record gone."""
         ...
 
-    async def next_job(self, run: ShadowRun) -> tuple[JobId, ClassAd, Updates] | None:
-        """An idle job to run on `run`'s claim next (now counted as `run`'s), or None."""
+    def idle_scan(self, run: ShadowRun) -> Callable[[JobQueue], list[ClassAd]]:
+        """What reads the idle jobs that may run next on `run`'s claim (on the queue
+        thread, with the write that records the end of its job)."""
+        ...
+
+    def next_job(self, run: ShadowRun, ads: list[ClassAd]) -> tuple[JobId, ClassAd, Updates] | None:
+        """An idle job of `ads` to run on `run`'s claim next (now counted as `run`'s), or
+        None."""
         ...
 
     def now(self) -> float: ...
@@ -239,6 +245,12 @@ class ShadowRun:
         self.account: Account | None = None  # the current job's owner's, once it starts
         self.on_node = False  # the current job may run on the node
         self._settled = False  # the run was given up on: nothing to release
+        # The node readying the claim for the next job, while the schedd records the end
+        # of the last one and picks the next (`_finish`, `_reused`).
+        self._reusing: asyncio.Task[ClaimStatus] | None = None
+        self._sent: dict[str, Any] = {}  # the current job's BytesSent, once its input went
+        self._spooled = True  # whether the current job may have an evicted run's output
+        self._idle: list[ClassAd] = []  # idle jobs that may follow, read with the last exit
 
     @property
     def remote(self) -> bool:
@@ -330,7 +342,7 @@ class ShadowRun:
         # HTCondor's claim reuse: a job that ended leaves its claim to the next job of
         # the same user that fits it, without waiting for a negotiation cycle.
         while await self._run_job(grant.slot, updates, expanded):
-            following = await self.m.next_job(self)
+            following = self.m.next_job(self, self._idle)
             if following is None:
                 break
             # The job is this shadow's from now on: idle until it starts, and let go
@@ -343,7 +355,7 @@ class ShadowRun:
             self.stop_reason, self._stopping = None, asyncio.Event()
             self.start_seq = 1 << 62
             try:
-                await self._call(self.client.reuse(self.claim_id))
+                await self._reused()
             except _Evicted as exc:
                 _log.info("claim of %s not reused: %s", grant.slot, exc)
                 break
@@ -372,6 +384,7 @@ class ShadowRun:
         """Run the current job on the claim; whether the claim may run another."""
         if not await self._owner():
             return False
+        self._sent, self._spooled = {}, True
         ad = await self._start(slot, updates, expanded)
         if ad is None:  # held or removed since the match
             return False
@@ -464,8 +477,7 @@ class ShadowRun:
 
         def start(q: JobQueue) -> tuple[int, ClassAd] | None:
             try:
-                q.update(jid, attrs)
-                q.job_started(jid)
+                q.job_started(jid, attrs)  # one transaction
             except (InvalidTransition, JobNotFound):
                 return None
             return q.last_seq, q.get(jid)  # one writer: last_seq is job_started's change
@@ -558,6 +570,7 @@ class ShadowRun:
         def build() -> int:
             tar.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             with private_file(tar) as out, as_owner(account):
+                self._spooled = spooled.is_dir()
                 entries = input_entries(ad, spooled)
                 try:  # before a byte is packed or sent
                     limit.check(input_size(entries), "the input sandbox")
@@ -573,7 +586,8 @@ class ShadowRun:
             await self._call(self.client.send_input(self.claim_id, tar))
         finally:
             await asyncio.to_thread(_unlink, tar)
-        await self.m.write(lambda q: q.update(self.job_id, {"BytesSent": size}))
+        # Recorded with the end of the run: one queue transaction fewer a job.
+        self._sent = {"BytesSent": size}
 
     async def _fetch(self, ad: ClassAd, *, spool: bool) -> int:
         """Bring the output sandbox back: into Iwd (or the spool, for an eviction)."""
@@ -585,7 +599,8 @@ class ShadowRun:
             limit.check(size, "the output sandbox", at_least=True)
 
         try:
-            await asyncio.to_thread(tar.parent.mkdir, parents=True, exist_ok=True)
+            if not self._sent:  # else the input's tar has made the directory
+                await asyncio.to_thread(tar.parent.mkdir, parents=True, exist_ok=True)
             try:
                 await self.client.fetch_output(self.claim_id, tar, check)
             except SandboxTooLarge as exc:  # the rest is not read; nothing is placed
@@ -607,18 +622,22 @@ class ShadowRun:
             account, kept = self.account, s.spooled(self.job_id)
 
             def place() -> int:
-                with open(tar, "rb") as source:  # the daemon's file, read by the owner's thread
-                    if spool:
-                        owned_dir(kept.parent, None, 0o711)  # users pass through
-                        owned_dir(kept, account)
+                try:
+                    with open(tar, "rb") as source:  # the daemon's file, read by the owner's
+                        if spool:
+                            owned_dir(kept.parent, None, 0o711)  # users pass through
+                            owned_dir(kept, account)
+                            with as_owner(account):
+                                return unpack_to(source, kept)
                         with as_owner(account):
-                            return unpack_to(source, kept)
-                    with as_owner(account):
-                        return unpack_output(source, ad, limit)
+                            return unpack_output(source, ad, limit)
+                finally:
+                    _unlink(tar)
 
             return await asyncio.to_thread(place)
-        finally:
+        except BaseException:
             await asyncio.to_thread(_unlink, tar)
+            raise
 
     async def _finish(self, ad: ClassAd, outcome: Outcome) -> bool:
         """Record how the run ended; whether the claim may take another job."""
@@ -639,7 +658,9 @@ class ShadowRun:
                     return False
         usage = self._usage(ad, outcome, received)
         if outcome.kind is OutcomeKind.EXITED:
-            await self._record_exit(usage, outcome)
+            if reason is None:  # the node readies the claim while the exit is recorded
+                self._reusing = asyncio.create_task(self._call(self.client.reuse(self.claim_id)))
+            await self._record_exit(usage, outcome, scan=reason is None)
             return reason is None
         await self._record_stop(usage, "evicted by the execute node")
         return False
@@ -656,28 +677,39 @@ class ShadowRun:
             "CumulativeRemoteSysCpu": num("CumulativeRemoteSysCpu") + outcome.sys_cpu,
             "RemoteWallClockTime": num("RemoteWallClockTime") + max(0.0, outcome.wall),
             "BytesRecvd": received,
+            **self._sent,
         }
         if outcome.disk_kb:
             usage["DiskUsage"] = max(outcome.disk_kb, 1)
         return usage
 
-    async def _record_exit(self, usage: Mapping[str, Any], outcome: Outcome) -> None:
+    async def _record_exit(
+        self, usage: Mapping[str, Any], outcome: Outcome, *, scan: bool = False
+    ) -> None:
+        """Record the exit; with `scan`, read the idle jobs that may follow on the claim
+        in the same call on the queue thread (`_idle`)."""
         jid = self.job_id
         spooled = self.m.settings.spooled(jid)
+        idle = self.m.idle_scan(self) if scan else None
 
         def record(q: JobQueue) -> str:
-            try:
-                q.update(jid, usage)
-                if outcome.signal is not None:
-                    return q.job_exited(jid, outcome.signal, by_signal=True).value
-                return q.job_exited(jid, outcome.exit_code or 0).value
-            except InvalidTransition:
-                return after_stop(q, jid)  # held or removed as it ended: that stands
+            by_signal = outcome.signal is not None
+            code = outcome.signal if by_signal else outcome.exit_code
+            try:  # the usage with the exit, in its transaction: one commit
+                return q.job_exited(jid, code or 0, by_signal=by_signal, usage=usage).value
+            except InvalidTransition:  # held or removed as it ended: that stands
+                with contextlib.suppress(InvalidTransition, JobNotFound):
+                    q.update(jid, usage)
+                return after_stop(q, jid)
             except JobNotFound:
                 return "gone from the queue"
 
-        result = await self.m.write(record)
-        await asyncio.to_thread(_remove_tree, spooled)
+        def record_and_scan(q: JobQueue) -> tuple[str, list[ClassAd]]:
+            return record(q), ([] if idle is None else idle(q))
+
+        result, self._idle = await self.m.write(record_and_scan)
+        if self._spooled:
+            await asyncio.to_thread(_remove_tree, spooled)
         how = (
             f"signal {outcome.signal}"
             if outcome.signal is not None
@@ -708,16 +740,18 @@ class ShadowRun:
     async def _record_evicted(self, why: str) -> None:
         _log.warning("job %s: %s", self.job_id, why)
         with contextlib.suppress(HTGridError):
-            await self._record_stop({}, why)
+            await self._record_stop(self._sent, why)
 
     async def _hold(self, reason: str, code: HoldReasonCode, subcode: int) -> bool:
         """Hold the job (a removed one leaves the queue); whether this held it."""
-        jid = self.job_id
+        jid, sent = self.job_id, self._sent
         _log.warning("job %s held: %s", jid, reason)
 
         def hold(q: JobQueue) -> bool:
             held = False
             with contextlib.suppress(InvalidTransition, JobNotFound):
+                if sent:
+                    q.update(jid, sent)
                 held = bool(q.act(JobAction.Hold, jid, SCHEDD, reason, code=code, subcode=subcode))
             with contextlib.suppress(InvalidTransition, JobNotFound):
                 after_stop(q, jid)
@@ -725,7 +759,15 @@ class ShadowRun:
 
         return bool(await self.m.write(hold))
 
+    async def _reused(self) -> None:
+        """Once the node has readied the claim for another job (_Evicted if it has not)."""
+        task, self._reusing = self._reusing, None
+        if task is not None:
+            await task
+
     async def _release(self) -> None:
+        with contextlib.suppress(HTGridError):
+            await self._reused()  # never release a claim while it is being reused
         if self._settled:
             return
         self._settled = True  # once: a claim released (or left to its lease) is over

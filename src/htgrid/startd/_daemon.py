@@ -90,6 +90,8 @@ _TICK: Final = 0.5
 _SETTLE: Final = 1.1
 _LOCK_WAIT: Final = 60.0
 _COLLECT_WAIT: Final = 5.0  # how long a stopping node lets schedds fetch ended jobs
+#: A claim's job started or ended: advertised no sooner than this after the last update.
+_ACTIVITY_GAP: Final = 0.25
 _WILDCARDS: Final = frozenset({"0.0.0.0", "::", "[::]"})
 _STALE: Final = re.compile(r"dir_\d+_\d+(\.input\.tar|\.output\.tar)?")
 _CCB_RETRY: Final = (1.0, 60.0)  # a lost registration is tried again after 1, 2, 4... s
@@ -133,6 +135,11 @@ class Startd:
         self._stop = asyncio.Event()
         self._reason = ExitReason.STOPPED
         self._dirty = asyncio.Event()
+        self._urgent = False  # resources moved since the last advertisement
+        # The advertisement due for a claim's activity change, if one is; when (the loop's
+        # time) the last one began.
+        self._activity: asyncio.TimerHandle | None = None
+        self._advertised = 0.0
         self._slots: Slots | None = None
         self._ctx: AdContext | None = None
         self._last_in_use = monotonic()
@@ -227,7 +234,7 @@ class Startd:
             machine_ad,
             marker=self.marker,
             clock=self._clock,
-            changed=self._changed,
+            changed=self._active,
             policy=self.policy,
         )
         claim.job_ad = job_ad
@@ -244,7 +251,7 @@ class Startd:
             _log.warning("%s: job %s refused: %s", claim.name, claim.job_id, exc.reason)
             claim.outcome = Outcome(OutcomeKind.FAILED, reason=exc.reason, hold_code=int(exc.code))
             claim.move(ClaimState.ENDED, self._clock())
-        self._changed()
+        self._active()
         return claim.status()
 
     def _check_fits(self, claim: Claim, job_ad: ClassAd, machine_ad: ClassAd) -> None:
@@ -272,7 +279,7 @@ class Startd:
         claim.transfer_input = False
         claim.uses += 1
         claim.move(ClaimState.CLAIMED, self._clock())
-        self._changed()
+        self._active()
         return claim.status()
 
     async def receive_input(self, claim_id: str, request: Request) -> ClaimStatus:
@@ -325,7 +332,19 @@ class Startd:
             self._changed()
 
     def _changed(self) -> None:
+        """Resources were claimed or given back: advertise at once, for the negotiator."""
+        self._urgent = True
         self._dirty.set()
+
+    def _active(self) -> None:
+        """A claim's activity changed (its job started or ended), no resources moved:
+        advertised at once, but no sooner than `_ACTIVITY_GAP` after the last update, the
+        changes of all claims in one. A node running short jobs on reused claims would
+        otherwise update the collector (and the negotiator) many times a second."""
+        if self._activity is None:
+            loop = asyncio.get_running_loop()
+            delay = max(0.0, self._advertised + _ACTIVITY_GAP - loop.time())
+            self._activity = loop.call_later(delay, self._dirty.set)
 
     # -- running ------------------------------------------------------------------------
 
@@ -555,9 +574,14 @@ class Startd:
     # -- advertising --------------------------------------------------------------------
 
     async def _advertise_loop(self, collector: CollectorClient) -> None:
-        failing = settle = False
+        failing = False
         while True:
             self._dirty.clear()
+            settle, self._urgent = self._urgent, False
+            if self._activity is not None:  # this update carries it
+                self._activity.cancel()
+                self._activity = None
+            self._advertised = asyncio.get_running_loop().time()
             try:
                 await self._advertise(collector)
                 if failing:
@@ -580,7 +604,7 @@ class Startd:
             # only once it was heard from after the match (an update in the same second
             # as the match would not count, and the slot would look smaller for minutes).
             wait = _SETTLE if settle else self.config.update_interval
-            settle = await wait_event(self._dirty, wait)
+            await wait_event(self._dirty, wait)
             await asyncio.sleep(0.05)  # changes come in bursts: one update for them all
 
     async def _advertise(self, collector: CollectorClient) -> None:

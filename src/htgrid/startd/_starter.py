@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import io
 import logging
 import os
 import shutil
@@ -159,14 +160,21 @@ class Starter:
         MAX_TRANSFER_INPUT_MB, on the wire or unpacked)."""
         limit = SizeLimit("MAX_TRANSFER_INPUT_MB", self.config.max_transfer_input_mb)
         f: BinaryIO | None = None
+        held = bytearray()  # a small sandbox is unpacked from memory: one call off the loop
         try:
-            f = await asyncio.to_thread(private_file, self.input_tar)
             total = 0
             async for chunk in chunks:
                 total += len(chunk)
                 limit.check(total, "the input sandbox", at_least=True)
+                if f is None and total <= _IN_MEMORY:
+                    held += chunk
+                    continue
+                if f is None:
+                    f = await asyncio.to_thread(_spill, self.input_tar, bytes(held))
+                    held.clear()
                 await asyncio.to_thread(f.write, chunk)
-            await asyncio.to_thread(self._unpack_input, f, limit)
+            tar = f if f is not None else io.BytesIO(held)
+            await asyncio.to_thread(self._unpack_input, tar, limit)
             if self._renewed_proxy is not None:  # renewed while the input was on its way
                 try:
                     await self.replace_proxy(self._renewed_proxy, unpacked=True)
@@ -232,8 +240,7 @@ class Starter:
     async def _execute(self, started: float) -> Outcome:
         spec = self._launch_spec()
         self._spec = spec
-        before = await asyncio.to_thread(self._ready_and_snapshot, spec)
-        proc = await asyncio.to_thread(spawn, spec)
+        before, proc = await asyncio.to_thread(self._launch, spec)
         self._proc = proc
         claim = self.claim
         claim.job_start = self._clock()
@@ -246,15 +253,14 @@ class Starter:
         ended: Exit = await wait_exit(proc)
         kill_group(proc.pid, signal.SIGKILL)  # what the job left running dies with it
         wall = self._clock() - started
-        disk = await asyncio.to_thread(_disk_kb, self.sandbox)
         kind = OutcomeKind.EXITED if self._stop is None else OutcomeKind.EVICTED
-        output = False
         keep = kind is OutcomeKind.EXITED or (
             str(self.job.get("WhenToTransferOutput", "")).upper() == "ON_EXIT_OR_EVICT"
         )
-        if self.transfer and keep:
-            await asyncio.to_thread(self._pack_output, before, kind is OutcomeKind.EXITED)
-            output = True
+        output = self.transfer and keep
+        disk = await asyncio.to_thread(
+            self._measure_and_pack, before if output else None, kind is OutcomeKind.EXITED
+        )
         return Outcome(
             kind,
             exit_code=ended.code,
@@ -267,12 +273,24 @@ class Starter:
             output=output,
         )
 
+    def _measure_and_pack(self, before: dict[str, int] | None, strict: bool) -> int:
+        """The sandbox's size (KB); then, given the files there `before` the job ran,
+        its output tar (one call off the event loop for both: a job's end is short)."""
+        disk = _disk_kb(self.sandbox)
+        if before is not None:
+            self._pack_output(before, strict)
+        return disk
+
     def _pack_output(self, before: dict[str, int], strict: bool) -> None:
         """The output tar (the node's file), its members read as the job's owner; an
         eviction (not `strict`) skips the listed files that are not there."""
         with private_file(self.output_tar) as tar, as_owner(self.account):
             entries = output_entries(self.job, self.sandbox, before, strict=strict)
             pack(entries, tar, dereference=False, code=HoldReasonCode.TransferOutputError)
+
+    def _launch(self, spec: LaunchSpec) -> tuple[dict[str, int], subprocess.Popen[bytes]]:
+        """The sandbox's files before the job runs, and the job's process started."""
+        return self._ready_and_snapshot(spec), spawn(spec)
 
     def _ready_and_snapshot(self, spec: LaunchSpec) -> dict[str, int]:
         with as_owner(self.account):
@@ -431,6 +449,18 @@ class Starter:
 
 
 _NO_JOB: Final = JobId(0, 0)  # a claim whose ad has no ids (a test's)
+_IN_MEMORY: Final = 1 << 20  # an input sandbox up to this size is not written to a file
+
+
+def _spill(path: Path, data: bytes) -> BinaryIO:
+    """A private file at `path` holding `data`, open for more."""
+    f = private_file(path)
+    try:
+        f.write(data)
+    except BaseException:
+        f.close()
+        raise
+    return f
 
 
 def _kill_if_running(proc: subprocess.Popen[bytes]) -> None:

@@ -27,7 +27,7 @@ import ssl
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 import httpx
 
@@ -206,6 +206,11 @@ class StartdClient:
                 if r.status_code >= 400:
                     await r.aread()
                     raise _error(r)
+                length = r.headers.get("content-length", "")
+                if length.isdigit() and int(length) <= _CHUNK:  # one call off the loop
+                    data = await r.aread()
+                    await asyncio.to_thread(dest.write_bytes, data)
+                    return len(data)
                 f = await asyncio.to_thread(open, dest, "wb")
                 try:
                     async for chunk in r.aiter_bytes(_CHUNK):
@@ -328,9 +333,27 @@ def _error(response: httpx.Response) -> StartdError:
 
 
 async def _chunks(path: Path) -> AsyncIterator[bytes]:
-    f = await asyncio.to_thread(open, path, "rb")
+    f, first = await asyncio.to_thread(_first_chunk, path)
     try:
-        while chunk := await asyncio.to_thread(f.read, _CHUNK):
+        if first:
+            yield first
+        # A small file was read and closed in that one call off the loop.
+        while f is not None and (chunk := await asyncio.to_thread(f.read, _CHUNK)):
             yield chunk
     finally:
-        await asyncio.to_thread(f.close)
+        if f is not None:
+            await asyncio.to_thread(f.close)
+
+
+def _first_chunk(path: Path) -> tuple[BinaryIO | None, bytes]:
+    """The file's first chunk, and the file still open for the rest (None: no rest)."""
+    f = open(path, "rb")  # noqa: SIM115 (closed here or by `_chunks`)
+    try:
+        first = f.read(_CHUNK)
+    except BaseException:
+        f.close()
+        raise
+    if len(first) < _CHUNK:
+        f.close()
+        return None, first
+    return f, first
