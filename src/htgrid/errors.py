@@ -37,6 +37,7 @@ HTGridError
         Ec2TransportError  (htgrid.backends)
     NotAToken  (htgrid.client; also ValueError)
         OtherAlgorithm  (htgrid.client)
+    ProxyError  (htgrid.client; also ValueError)
     CollectorError  (htgrid.collector)
         CollectorRefused  (htgrid.collector)
         CollectorUnavailable  (htgrid.collector)
