@@ -55,6 +55,7 @@ HTGridError
         LocalGahpError  (htgrid.gahp)
     GridError  (htgrid.grid)
         AlreadyRunning  (htgrid.grid)
+        BadJobAd  (htgrid.grid; also ValueError)
         BadTransition  (htgrid.grid)
         GahpUnavailable  (htgrid.grid)
         JobGone  (htgrid.grid)

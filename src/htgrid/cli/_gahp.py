@@ -106,6 +106,7 @@ def _add_gahp_types(sub: Any) -> None:
     register_ec2(sub)
     register_azure(sub)
     register_condor(sub)
+    register_arc(sub)
 
 
 def register_ec2(sub: Any) -> None:
@@ -169,3 +170,10 @@ def _batch(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def register_arc(sub: Any) -> None:
+    """Add `htgrid gahp arc` (an ARC CE's REST interface)."""
+    from htgrid.backends.arc import cli as arc_cli
+
+    arc_cli.add_parser(sub)
