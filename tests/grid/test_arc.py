@@ -10,21 +10,29 @@ once a minute), so every wait here has a deadline of minutes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import random
+import signal
 import ssl
+import subprocess
+import sys
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 
 import pytest
 
 from htgrid.client.x509 import make_proxy
 from htgrid.grid.arc import ArcJobId
-from htgrid.queue import JobAction, JobStatus
+from htgrid.queue import JobAction, JobId, JobStatus
 
-from ._harness import ROOT, Grid, running, wait_for
+from ._harness import ROOT, Grid, running, unset, wait_for
+
+HERE = Path(__file__).parent
 
 PKI = Path(os.environ.get("HTGRID_REALGRID_DIR", "/var/tmp/htgrid-realgrid")) / "pki"
 CA_DIR = "/etc/grid-security/certificates"
@@ -95,13 +103,63 @@ def _state_at_ce(proxy: Path, arc_id: str) -> str | None:
     return None if record["status-code"] == "404" else str(record["state"])
 
 
-def _arc_id(grid: Grid, job_id: object) -> str | None:
-    found = ArcJobId.parse(grid.ad(job_id).get("GridJobId"))  # type: ignore[arg-type]
+def _arc_id(grid: Grid, job_id: JobId) -> str | None:
+    found = ArcJobId.parse(grid.ad(job_id).get("GridJobId"))
     return None if found is None else found.job_id
 
 
+def _payloads(arc_ids: set[str]) -> list[int]:
+    """The processes the fork LRMS runs for these CE jobs: their `time -o <session>.diag`
+    wrapper and its children (a killed CE job's payload lives on, see NOTES)."""
+    marks = [f"/{arc_id}.diag".encode() for arc_id in arc_ids]
+    wrappers, parents = set(), {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(stat.rpartition(")")[2].split()[1])
+        if any(mark in cmdline for mark in marks):
+            wrappers.add(int(entry.name))
+    return sorted(wrappers | {pid for pid, ppid in parents.items() if ppid in wrappers})
+
+
+@pytest.fixture
+def payloads(tmp_path: Path) -> Iterator[set[str]]:
+    """CE job ids whose payloads the test's end kills, by pid, found by their session:
+    once the CE is done with each job (cleaned, or ended), since a job killed while the
+    CE was handing it to the LRMS still starts."""
+    arc_ids: set[str] = set()
+    yield arc_ids
+    if not arc_ids:
+        return
+    proxy = _new_proxy(tmp_path, lifetime=600)
+    deadline = time.monotonic() + 180
+    settled: float | None = None
+    while time.monotonic() < deadline:
+        for pid in _payloads(arc_ids):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if settled is None and all(_state_at_ce(proxy, a) in _SETTLED for a in arc_ids):
+            settled = time.monotonic()
+        # The LRMS submit script of a job killed as it ran may still start it: keep
+        # looking a while after the CE settled.
+        if settled is not None and time.monotonic() > settled + 20:
+            break
+        time.sleep(1.0)
+
+
+#: States after which the CE starts nothing more for a job (None: cleaned away).
+_SETTLED = (None, "FINISHED", "FAILED", "KILLED", "WIPED")
+
+
 @pytest.mark.timeout(900)
-def test_a_job_runs_at_the_ce_its_output_comes_back_and_rm_kills_another(grid: Grid) -> None:
+def test_a_job_runs_at_the_ce_its_output_comes_back_and_rm_kills_another(
+    grid: Grid, payloads: set[str]
+) -> None:
     proxy = _new_proxy(grid.work)
     (grid.work / "in.txt").write_text("input staged to the CE\n")
     (job,) = grid.submit(
@@ -127,6 +185,7 @@ def test_a_job_runs_at_the_ce_its_output_comes_back_and_rm_kills_another(grid: G
             )
             killed = _arc_id(grid, sleeper)
             assert killed is not None
+            payloads.add(killed)
             grid.queue.act(JobAction.Remove, sleeper, ROOT)
             await wait_for("the removed job to leave", lambda: not grid.in_queue(sleeper), 300)
             await wait_for("the job to finish", lambda: not grid.in_queue(job), 600)
@@ -148,3 +207,114 @@ def test_a_job_runs_at_the_ce_its_output_comes_back_and_rm_kills_another(grid: G
     assert _state_at_ce(proxy, arc_id.job_id) is None
     log = grid.log()
     assert log.count("027 (") == 2
+
+
+@pytest.mark.timeout(600)
+def test_hold_kills_the_ce_job_and_a_down_ce_makes_jobs_wait(
+    grid: Grid, payloads: set[str]
+) -> None:
+    proxy = _new_proxy(grid.work)
+    body = f"x509userproxy = {proxy}\ntransfer_executable = false\nlog = job.log\n"
+    (held,) = grid.submit(body + "executable = /bin/sleep\narguments = 600", resource=f"arc {CE}")
+    # Nothing listens on port 1: the resource is down (026), the job waits unsubmitted.
+    (waiting,) = grid.submit(
+        body + "executable = /bin/true", resource="arc https://localhost:1/arex"
+    )
+
+    async def main() -> None:
+        async with running(grid):
+            arc_id = await wait_for("the submit", lambda: _arc_id(grid, held), 120)
+            assert isinstance(arc_id, str)
+            payloads.add(arc_id)
+            grid.queue.act(JobAction.Hold, held, ROOT, reason="by the test")
+            await wait_for("the CE job gone", lambda: _state_at_ce(proxy, arc_id) is None, 300)
+            await wait_for("the held job let go", lambda: unset(grid.ad(held), "GridJobId"), 60)
+            await wait_for(
+                "the down resource",
+                lambda: "GridResourceUnavailableTime" in grid.ad(waiting),
+                60,
+            )
+            assert unset(grid.ad(waiting), "GridJobId")
+            assert grid.ad(waiting)["JobStatus"] == JobStatus.IDLE
+
+    run(main())
+    assert grid.ad(held)["JobStatus"] == JobStatus.HELD
+    assert grid.ad(held)["HoldReason"] == "by the test"
+    log = grid.log()
+    assert "026 (" in log and "GridResource: arc https://localhost:1/arex" in log
+
+
+def _ce_names(proxy: Path) -> dict[str, str]:
+    """The CE's jobs (of the test user) by id, with the names they were submitted under."""
+    status, listed = _rest(proxy, "/jobs")
+    assert status == 200, listed
+    records = [] if listed is None else listed["job"]  # type: ignore[index]
+    records = [records] if isinstance(records, dict) else records
+    names = {}
+    for record in records:
+        status, info = _rest(proxy, "/jobs?action=info", {"job": [{"id": record["id"]}]})
+        job = info["job"] if isinstance(info, dict) else None  # type: ignore[index]
+        if isinstance(job, dict) and job.get("status-code") == "200":
+            names[record["id"]] = job["info_document"]["ComputingActivity"].get("Name", "")
+    return names
+
+
+def _start_manager(grid: Grid) -> subprocess.Popen[bytes]:
+    with open(grid.home / "gridmanager.log", "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, str(HERE / "arc_gm.py"), str(grid.home)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+        )
+
+
+@pytest.mark.timeout(600)
+def test_kill_9_of_the_grid_manager_makes_one_ce_job_per_job(
+    grid: Grid, payloads: set[str]
+) -> None:
+    proxy = _new_proxy(grid.work)
+    ids = grid.submit(
+        f"x509userproxy = {proxy}\nexecutable = /bin/sleep\narguments = 600\n"
+        "transfer_executable = false\nlog = job.log",
+        count=4,
+        resource=f"arc {CE}",
+    )
+    rng = random.Random(7)
+    manager = _start_manager(grid)
+    try:
+        for _ in range(4):
+            time.sleep(rng.uniform(0.5, 3.0))
+            manager.send_signal(signal.SIGKILL)
+            manager.wait()
+            manager = _start_manager(grid)
+        deadline = time.monotonic() + 240
+        while not all(_arc_id(grid, job_id) for job_id in ids):
+            assert manager.poll() is None, "the grid manager exited"
+            assert time.monotonic() < deadline, "the jobs were not all submitted"
+            time.sleep(0.5)
+        arc_ids = {job_id: _arc_id(grid, job_id) for job_id in ids}
+        payloads.update(a for a in arc_ids.values() if a)
+        names = {job_id: grid.ad(job_id)["ArcJobName"] for job_id in ids}
+        at_ce = _ce_names(proxy)
+        payloads.update(at_ce)
+        for job_id in ids:
+            # Each job's name is on exactly one CE job: the one its GridJobId names.
+            mine = [arc_id for arc_id, name in at_ce.items() if name == names[job_id]]
+            assert mine == [arc_ids[job_id]], (job_id, mine)
+        prefix = f"htgrid_{ids[0].cluster}_"
+        strays = {n for n in at_ce.values() if n.startswith(prefix)} - set(names.values())
+        # Only a name a CLEAR dropped could be a stray; none was cleared here.
+        assert not strays
+        grid.queue.act(JobAction.Remove, ids, ROOT)
+        while any(map(grid.in_queue, ids)):
+            assert manager.poll() is None, "the grid manager exited"
+            assert time.monotonic() < deadline + 240, "the jobs did not leave"
+            time.sleep(0.5)
+    finally:
+        manager.send_signal(signal.SIGTERM)
+        status = manager.wait(60)
+    assert status == 0
+    log = grid.log()
+    for job_id in ids:
+        assert log.count(f"027 ({job_id.cluster:03d}.{job_id.proc:03d}.000)") <= 1
