@@ -25,8 +25,9 @@ from collections.abc import Awaitable, Iterator
 from pathlib import Path
 
 import pytest
+from cryptography import x509
 
-from htgrid.client.x509 import make_proxy
+from htgrid.client.x509 import make_proxy, read_proxy
 from htgrid.grid.arc import ArcJobId
 from htgrid.queue import JobAction, JobId, JobStatus
 
@@ -318,3 +319,55 @@ def test_kill_9_of_the_grid_manager_makes_one_ce_job_per_job(
     log = grid.log()
     for job_id in ids:
         assert log.count(f"027 ({job_id.cluster:03d}.{job_id.proc:03d}.000)") <= 1
+
+
+def _delegation_of(arc_id: str) -> str:
+    """The delegation a CE job uses, from A-REX's control file of the job."""
+    local = Path("/var/spool/arc/jobstatus") / f"job.{arc_id}.local"
+    for line in local.read_text().splitlines():
+        if line.startswith("delegationid="):
+            return line.partition("=")[2]
+    raise AssertionError(f"{local} names no delegation")
+
+
+def _delegated_expiration(proxy: Path, delegation: str) -> int:
+    """When the proxy the CE holds under `delegation` expires."""
+    request = urllib.request.Request(f"{REST}/delegations/{delegation}?action=get", data=b"")
+    with urllib.request.urlopen(request, context=_context(proxy), timeout=20) as answer:
+        cert = x509.load_pem_x509_certificates(answer.read())[0]
+    return int(cert.not_valid_after_utc.timestamp())
+
+
+@pytest.mark.timeout(600)
+def test_a_renewed_proxy_is_delegated_to_the_ce_again(grid: Grid, payloads: set[str]) -> None:
+    proxy = _new_proxy(grid.work, lifetime=1800)
+    (job,) = grid.submit(
+        f"x509userproxy = {proxy}\nexecutable = /bin/sleep\narguments = 600\n"
+        "transfer_executable = false\nlog = job.log",
+        resource=f"arc {CE}",
+    )
+
+    async def main() -> None:
+        async with running(grid):
+            arc_id = await wait_for("the submit", lambda: _arc_id(grid, job), 120)
+            assert isinstance(arc_id, str)
+            payloads.add(arc_id)
+            await wait_for("a status", lambda: "LastRemoteStatusUpdate" in grid.ad(job), 180)
+            # The user renews the proxy in place (as grid-proxy-init or MyProxy would).
+            renewed = grid.work / "renewed"
+            renewed.write_bytes(_new_proxy(grid.work / "..", lifetime=6 * 3600).read_bytes())
+            renewed.replace(proxy)
+            expected = read_proxy(proxy).expiration
+            await wait_for(
+                "the delegation renewed",
+                lambda: grid.ad(job).get("DelegatedProxyExpiration") == expected,
+                180,
+            )
+            # The CE holds the renewed proxy under the job's delegation (A-REX copies it
+            # into the job when it next needs it).
+            delegation = _delegation_of(arc_id)
+            assert _delegated_expiration(proxy, delegation) == expected
+            grid.queue.act(JobAction.Remove, job, ROOT)
+            await wait_for("the job to leave", lambda: not grid.in_queue(job), 300)
+
+    run(main())

@@ -22,6 +22,7 @@ removal kills the CE job and cleans it (CANCEL).
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
@@ -45,6 +46,8 @@ from htgrid.grid.arc._table import TABLE, ArcEvent, ArcState
 from htgrid.queue import HoldReasonCode, JobId, JobStatus
 
 __all__ = ["ARC", "DEFAULT_ARC_GAHP", "ArcJob", "arc_grid_type"]
+
+log = logging.getLogger("htgrid.grid")
 
 #: How the grid manager starts the ARC GAHP (HTCondor's ARC_GAHP).
 DEFAULT_ARC_GAHP: tuple[str, ...] = (sys.executable, "-m", "htgrid.cli", "gahp", "arc")
@@ -84,6 +87,8 @@ class ArcJob(GridJob[ArcState, ArcEvent]):
         self.exit_code = 0
         self._min_seq = 0
         self._submitted_now = False
+        #: The expiration of the proxy last delegated (None: none delegated by this process).
+        self._delegated_until: int | None = None
 
     # ---- what the resource reads -------------------------------------------------------------
 
@@ -157,11 +162,14 @@ class ArcJob(GridJob[ArcState, ArcEvent]):
         proxy = proxy_path(self.ad)
         if proxy is None or self.delegation_id is not None:
             return _E.DELEGATED
+        # The expiration read first: a renewal after this moment is delegated again.
+        expiration = (await self.proxy.check()).expiration if self.proxy is not None else None
         request = self._call(arc.Answer.of, arc.DELEGATION_NEW, proxy)
         result = await self._send_submit(request, _E.SUBMIT_RETRY, what="proxy delegation")
         if isinstance(result, arc.Answer):
             if result.ok and result.more:
                 self.delegation_id = result.more[0]
+                self._delegated_until = expiration
                 return _E.DELEGATED
             error = f"Proxy delegation failed: {result.error}"
             return await self._submit_failed(error, transient=_transient(result))
@@ -286,9 +294,39 @@ class ArcJob(GridJob[ArcState, ArcEvent]):
         await self._hold_now(f"{kind} failed: {answer.error}")
         return _E.STAGE_FAILED
 
+    async def _renew_delegation(self) -> None:
+        """The job's proxy file renewed (a later expiration): delegated again to the CE
+        (ARC_DELEGATION_RENEW), DelegatedProxyExpiration set. A failure is logged and
+        tried at the next status; the proxy's own expiry holds the job in the end."""
+        if self.delegation_id is None or self.proxy is None or self._delegated_until is None:
+            return
+        expiration = self.proxy.state.expiration
+        if expiration is None or expiration <= self._delegated_until:
+            return
+        try:
+            answer = await self._call(
+                arc.Answer.of, arc.DELEGATION_RENEW, self.delegation_id, self.proxy.path
+            )
+        except NO_ANSWER as err:
+            log.warning(
+                "job %s: renewing delegation %s failed: %s", self.job_id, self.delegation_id, err
+            )
+            return
+        if not answer.ok:
+            log.warning(
+                "job %s: renewing delegation %s failed: %s",
+                self.job_id,
+                self.delegation_id,
+                answer.error,
+            )
+            return
+        self._delegated_until = expiration
+        await self.io.update(self.job_id, {"DelegatedProxyExpiration": expiration})
+
     async def _on_remote_status(self) -> ArcEvent | None:
         status = self.remote
         assert status is not None
+        await self._renew_delegation()
         if status.state is None:
             await self._hold_now(
                 f"ARC job {self.arc_id} is no longer known to the CE {self.arc.url}"
