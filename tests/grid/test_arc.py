@@ -32,6 +32,7 @@ from htgrid.grid.arc import ArcJobId
 from htgrid.queue import JobAction, JobId, JobStatus
 
 from ._harness import ROOT, Grid, running, unset, wait_for
+from ._oidc import Issuer
 
 HERE = Path(__file__).parent
 
@@ -371,3 +372,44 @@ def test_a_renewed_proxy_is_delegated_to_the_ce_again(grid: Grid, payloads: set[
             await wait_for("the job to leave", lambda: not grid.in_queue(job), 300)
 
     run(main())
+
+
+@pytest.mark.timeout(600)
+def test_a_job_with_a_token_runs_without_a_proxy(grid: Grid) -> None:
+    """scitokens_file: the ARC GAHP presents the bearer token (no proxy at all); A-REX
+    checks it against the issuer's keys (arc.conf's authtokens for https://localhost:8443)."""
+    issuer = Issuer(8443, "/etc/grid-security/hostcert.pem", "/etc/grid-security/hostkey.pem")
+    try:
+        token = grid.work / "token"
+        token.write_text(issuer.token(CE) + "\n")
+        token.chmod(0o600)
+        (job,) = grid.submit(
+            f"scitokens_file = {token}\nexecutable = /bin/sh\n"
+            "arguments = \"-c 'echo token job; id -un'\"\ntransfer_executable = false\n"
+            "output = out.txt\nlog = job.log",
+            resource=f"arc {CE}",
+        )
+        forged = grid.work / "forged"
+        header, claims, _ = issuer.token(CE).split(".")
+        forged.write_text(f"{header}.{claims}.{'A' * 342}\n")
+        (refused,) = grid.submit(
+            f"scitokens_file = {forged}\nexecutable = /bin/true\ntransfer_executable = false",
+            resource=f"arc {CE}",
+        )
+
+        async def main() -> None:
+            async with running(grid):
+                await wait_for("the job to finish", lambda: not grid.in_queue(job), 420)
+                await wait_for(
+                    "the forged token's resource down",
+                    lambda: "GridResourceUnavailableTime" in grid.ad(refused),
+                    60,
+                )
+
+        run(main())
+    finally:
+        issuer.close()
+    assert grid.ad(job)["JobStatus"] == JobStatus.COMPLETED
+    assert (grid.work / "out.txt").read_text() == "token job\ngridtest\n"
+    # A forged token reaches nothing: its resource is down, the job unsubmitted.
+    assert unset(grid.ad(refused), "GridJobId")
