@@ -130,6 +130,13 @@ def register_condor(sub: Any) -> None:
     condor_cli.add_parser(sub)
 
 
+def register_arc(sub: Any) -> None:
+    """Add `htgrid gahp arc` (an ARC CE's REST interface)."""
+    from htgrid.backends.arc import cli as arc_cli
+
+    arc_cli.add_parser(sub)
+
+
 def _no_subcommand(group: argparse.ArgumentParser) -> int:
     group.print_help(sys.stderr)
     return 2
@@ -170,10 +177,3 @@ def _batch(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-def register_arc(sub: Any) -> None:
-    """Add `htgrid gahp arc` (an ARC CE's REST interface)."""
-    from htgrid.backends.arc import cli as arc_cli
-
-    arc_cli.add_parser(sub)
