@@ -52,11 +52,17 @@ def test_the_name_is_saved_before_any_submit_and_a_lost_one_is_looked_up() -> No
 
 
 def test_a_job_at_the_ce_is_killed_before_a_held_or_removed_job_goes() -> None:
-    for state in (_S.STAGE_IN, _S.SUBMITTED, _S.EXIT_INFO, _S.STAGE_OUT, _S.DONE_SAVE):
+    for state in (_S.STAGE_IN, _S.SUBMITTED, _S.EXIT_INFO, _S.STAGE_OUT, _S.CLEAN):
         assert TRANSITIONS[state][_E.LOCAL_HELD] is _S.CANCEL, state
         assert TRANSITIONS[state][_E.LOCAL_REMOVED] is _S.CANCEL, state
-    # A completed job's session is cleaned from the CE before it leaves.
-    assert TRANSITIONS[_S.DONE_SAVE][_E.EXITED] is _S.CLEAN
+
+
+def test_a_finished_job_is_cleaned_from_the_ce_before_its_exit_goes_to_the_queue() -> None:
+    assert TRANSITIONS[_S.STAGE_OUT][_E.STAGED] is _S.CLEAN
+    into_done = {s for s, moves in TRANSITIONS.items() if _S.DONE_SAVE in moves.values()}
+    assert into_done == {_S.CLEAN}
+    # A grid manager killed after the clean finds the saved exit and completes the job.
+    assert TRANSITIONS[_S.START][_E.HAS_EXIT] is _S.CLEAN
 
 
 def test_every_non_terminal_state_has_an_action() -> None:

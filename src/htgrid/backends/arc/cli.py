@@ -38,7 +38,11 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help="the grid CA directory (default: $X509_CERT_DIR, else /etc/grid-security/certificates)",
     )
     parser.add_argument(
-        "--workers", type=int, default=20, metavar="N", help="requests of each command at once (20)"
+        "--workers",
+        type=int,
+        default=100,
+        metavar="N",
+        help="requests of each command at once (100)",
     )
     parser.add_argument(
         "--timeout",

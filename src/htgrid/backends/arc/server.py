@@ -51,7 +51,10 @@ class ArcOptions:
     #: Seconds one HTTP request may take (HTCondor's: 15 s to connect, 60 s in all).
     connect_timeout: float = 15.0
     timeout: float = 60.0
-    workers: int = 20
+    #: Requests of each command at once: above the grid manager's in-flight limit
+    #: (GRIDMANAGER_MAX_PENDING_REQUESTS, 50), so that it never meets `Threads limit
+    #: reached` (each request waits on the network, not on a thread).
+    workers: int = 100
 
 
 class _Failure(Exception):

@@ -38,7 +38,7 @@ from htgrid.grid._job import SUBMIT_ATTRS, GridJob, Words
 from htgrid.grid._proxy import proxy_path
 from htgrid.grid._queueio import UNDEFINED
 from htgrid.grid._task import Services
-from htgrid.grid._values import as_str
+from htgrid.grid._values import as_int, as_str
 from htgrid.grid.arc._adl import BadJobAd, job_description, staging
 from htgrid.grid.arc._ids import ArcJobId, ArcResourceName, remote_of
 from htgrid.grid.arc._resource import ArcResource, ArcStatus
@@ -84,7 +84,10 @@ class ArcJob(GridJob[ArcState, ArcEvent]):
         self.remote_state = as_str(ad.get("GridJobStatus"))
         self.remote: ArcStatus | None = None
         self.delegation_id: str | None = None
-        self.exit_code = 0
+        #: The exit code, once EXIT_INFO read it (ArcExitCode once CLEAN committed it).
+        exit_code = as_int(ad.get("ArcExitCode"))
+        self.exit_saved = exit_code is not None
+        self.exit_code = exit_code or 0
         self._min_seq = 0
         self._submitted_now = False
         #: The expiration of the proxy last delegated (None: none delegated by this process).
@@ -121,11 +124,12 @@ class ArcJob(GridJob[ArcState, ArcEvent]):
         return f"killing ARC job {self.arc_id}"
 
     def _submit_attrs(self) -> Iterable[str]:
-        return (*SUBMIT_ATTRS, "ArcJobName")
+        return (*SUBMIT_ATTRS, "ArcJobName", "ArcExitCode")
 
     async def _forget(self) -> None:
         self.arc_id = self.name = self.remote_state = self.delegation_id = None
         self.remote = None
+        self.exit_saved, self.exit_code = False, 0
         if self.status is JobStatus.RUNNING:
             await self.io.evicted(self.job_id)
             self.status = JobStatus.IDLE
@@ -150,7 +154,8 @@ class ArcJob(GridJob[ArcState, ArcEvent]):
             return _E.FINISHED
         if self.arc_id is not None:
             self.resource.hold_slot(self)
-            return _E.HAS_JOB
+            # Its output came back and its exit was saved: what is left is the clean.
+            return _E.HAS_EXIT if self.exit_saved else _E.HAS_JOB
         if is_tag(self.name):
             self.resource.hold_slot(self)
             return _E.HAS_NAME
@@ -410,14 +415,20 @@ class ArcJob(GridJob[ArcState, ArcEvent]):
         return await self._transfer("File stage-out", "fetching the output", send)
 
     async def _clean(self) -> ArcEvent:
-        """CLEAN: the finished job's session removed from the CE (HTCondor's DONE_COMMIT)."""
+        """CLEAN: the exit code committed (ArcExitCode), then the finished job's session
+        removed from the CE (HTCondor's DONE_COMMIT), before the exit goes to the queue."""
+        if not self.exit_saved:
+            await self.io.update(self.job_id, {"ArcExitCode": self.exit_code}, durable=True)
+            self.exit_saved = True
+        if (stop := self._stopped()) is not None:
+            return stop
         error = await self._clean_remote()
         if error is not None:
             self.cancel_failures += 1
             await self._try_again(f"cleaning ARC job {self.arc_id}", error, self.cancel_failures)
             return _E.CANCEL_FAILED
+        self.cancel_failures = 0
         self.arc_id = None
-        self.resource.release(self)
         return _E.CLEANED
 
     async def _clean_remote(self) -> str | None:

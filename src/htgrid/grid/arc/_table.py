@@ -6,14 +6,18 @@ step HTCondor lacks: the job's name at the CE (ArcJobName, a fresh tag) is commi
 before ARC_JOB_NEW (SAVE_NAME), so that a submit whose answer was lost, or a grid manager
 killed between the submit and its save, is looked up by name (CHECK) and never made
 twice. An ACCEPTED job stays SUBMITTED however long the CE's information provider takes.
-CANCEL kills the CE's job and cleans it (HTCondor's CANCEL then CANCEL_CLEAN); CLEAN
-removes a finished job's session directory from the CE once its output is back.
+CANCEL kills the CE's job and cleans it (HTCondor's CANCEL then CANCEL_CLEAN). A finished
+job's session is removed from the CE (CLEAN) once its output is back and BEFORE its exit
+goes into the queue (HTCondor cleans after): a job that left the queue has nothing left
+at the CE. CLEAN first commits the exit code (ArcExitCode), so that a grid manager killed
+between the clean and the exit finds it (START: HAS_EXIT) and completes the job.
 
     state         event               next state
     INIT          READY               START
     START         NO_NAME             UNSUBMITTED
     START         HAS_NAME            CHECK
     START         HAS_JOB             STAGE_IN
+    START         HAS_EXIT            CLEAN
     START         FINISHED            DELETE
     UNSUBMITTED   WANT_SUBMIT         SAVE_NAME
     UNSUBMITTED   LOCAL_HELD          DELETE
@@ -50,18 +54,20 @@ removes a finished job's session directory from the CE once its output is back.
     EXIT_INFO     JOB_FAILED          CANCEL
     EXIT_INFO     LOCAL_HELD          CANCEL
     EXIT_INFO     LOCAL_REMOVED       CANCEL
-    STAGE_OUT     STAGED              DONE_SAVE
+    STAGE_OUT     STAGED              CLEAN
     STAGE_OUT     SUBMIT_RETRY        STAGE_OUT
     STAGE_OUT     STAGE_FAILED        CANCEL
     STAGE_OUT     LOCAL_HELD          CANCEL
     STAGE_OUT     LOCAL_REMOVED       CANCEL
-    DONE_SAVE     EXITED              CLEAN
-    DONE_SAVE     REQUEUED            CANCEL
-    DONE_SAVE     POLICY_HELD         CANCEL
-    DONE_SAVE     LOCAL_HELD          CANCEL
-    DONE_SAVE     LOCAL_REMOVED       CANCEL
-    CLEAN         CLEANED             DELETE
+    CLEAN         CLEANED             DONE_SAVE
     CLEAN         CANCEL_FAILED       CLEAN
+    CLEAN         LOCAL_HELD          CANCEL
+    CLEAN         LOCAL_REMOVED       CANCEL
+    DONE_SAVE     EXITED              DELETE
+    DONE_SAVE     REQUEUED            CLEAR
+    DONE_SAVE     POLICY_HELD         CLEAR
+    DONE_SAVE     LOCAL_HELD          CLEAR
+    DONE_SAVE     LOCAL_REMOVED       DELETE
     CANCEL        CANCELLED           CLEAR
     CANCEL        CANCELLED_REMOVED   DELETE
     CANCEL        CANCEL_FAILED       CANCEL
@@ -99,8 +105,8 @@ class ArcState(enum.Enum):
     SUBMITTED = "submitted"  # the resource's ARC_JOB_STATUS_ALL reports on the job
     EXIT_INFO = "exit_info"  # ARC_JOB_INFO: the exit code, or why the job failed
     STAGE_OUT = "stage_out"  # ARC_JOB_STAGE_OUT: stdout, stderr and output files back
+    CLEAN = "clean"  # ArcExitCode committed, then ARC_JOB_CLEAN: the session removed
     DONE_SAVE = "done_save"  # the job's exit into the queue
-    CLEAN = "clean"  # ARC_JOB_CLEAN: the finished job's session removed from the CE
     CANCEL = "cancel"  # ARC_JOB_KILL then ARC_JOB_CLEAN
     HOLD = "hold"  # putting the job on hold with its reason
     CLEAR = "clear"  # forgetting the submission: GridJobId, ArcJobName... cleared
@@ -114,6 +120,7 @@ class ArcEvent(enum.Enum):
     NO_NAME = "no_name"
     HAS_NAME = "has_name"
     HAS_JOB = "has_job"
+    HAS_EXIT = "has_exit"
     FINISHED = "finished"
     WANT_SUBMIT = "want_submit"
     SAVED = "saved"
@@ -154,6 +161,7 @@ TRANSITIONS: Final[Mapping[ArcState, Mapping[ArcEvent, ArcState]]] = {
         _E.NO_NAME: _S.UNSUBMITTED,
         _E.HAS_NAME: _S.CHECK,
         _E.HAS_JOB: _S.STAGE_IN,
+        _E.HAS_EXIT: _S.CLEAN,
         _E.FINISHED: _S.DELETE,
     },
     _S.UNSUBMITTED: {_E.WANT_SUBMIT: _S.SAVE_NAME, **stops(_E, _S.DELETE)},
@@ -196,18 +204,23 @@ TRANSITIONS: Final[Mapping[ArcState, Mapping[ArcEvent, ArcState]]] = {
         **stops(_E, _S.CANCEL),
     },
     _S.STAGE_OUT: {
-        _E.STAGED: _S.DONE_SAVE,
+        _E.STAGED: _S.CLEAN,
         _E.SUBMIT_RETRY: _S.STAGE_OUT,
         _E.STAGE_FAILED: _S.CANCEL,
         **stops(_E, _S.CANCEL),
     },
-    _S.DONE_SAVE: {
-        _E.EXITED: _S.CLEAN,
-        _E.REQUEUED: _S.CANCEL,
-        _E.POLICY_HELD: _S.CANCEL,
+    _S.CLEAN: {
+        _E.CLEANED: _S.DONE_SAVE,
+        _E.CANCEL_FAILED: _S.CLEAN,
         **stops(_E, _S.CANCEL),
     },
-    _S.CLEAN: {_E.CLEANED: _S.DELETE, _E.CANCEL_FAILED: _S.CLEAN},
+    _S.DONE_SAVE: {
+        _E.EXITED: _S.DELETE,
+        _E.REQUEUED: _S.CLEAR,
+        _E.POLICY_HELD: _S.CLEAR,
+        _E.LOCAL_HELD: _S.CLEAR,
+        _E.LOCAL_REMOVED: _S.DELETE,
+    },
     _S.CANCEL: {
         _E.CANCELLED: _S.CLEAR,
         _E.CANCELLED_REMOVED: _S.DELETE,
