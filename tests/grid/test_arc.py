@@ -28,7 +28,8 @@ import pytest
 from cryptography import x509
 
 from htgrid.client.x509 import make_proxy, read_proxy
-from htgrid.grid.arc import ArcJobId
+from htgrid.grid.arc import ArcJob, ArcJobId, ArcState
+from htgrid.grid.arc._resource import ArcStatus
 from htgrid.queue import JobAction, JobId, JobStatus
 
 from ._harness import ROOT, Grid, running, unset, wait_for
@@ -453,3 +454,35 @@ def test_a_job_whose_exit_was_saved_before_a_crash_completes_with_it(grid: Grid)
     ad = grid.ad(job)
     assert ad["JobStatus"] == JobStatus.COMPLETED
     assert ad["ExitCode"] == 5
+
+
+@pytest.mark.timeout(600)
+def test_a_job_missing_from_the_ces_list_is_asked_about_before_it_is_given_up(
+    grid: Grid, payloads: set[str]
+) -> None:
+    """A busy A-REX lists a new job late: a job the list lacks is asked about on its own
+    (ARC_JOB_STATUS); only "not found" holds it."""
+    proxy = _new_proxy(grid.work)
+    (job,) = grid.submit(
+        f"x509userproxy = {proxy}\nexecutable = /bin/sleep\narguments = 600\n"
+        "transfer_executable = false",
+        resource=f"arc {CE}",
+    )
+
+    async def main() -> None:
+        async with running(grid) as manager:
+            arc_id = await wait_for("the submit", lambda: _arc_id(grid, job), 120)
+            assert isinstance(arc_id, str)
+            payloads.add(arc_id)
+            task = manager.jobs[job]
+            await wait_for("a status", lambda: task.state is ArcState.SUBMITTED, 180)
+            assert isinstance(task, ArcJob)
+            # What a list taken before A-REX took the job in says: nothing about it.
+            task.arc_status(ArcStatus(None, task.arc.poll_seq + 1, time.time()))
+            await wait_for("the answer handled", lambda: not task._fresh)
+            assert task.state is ArcState.SUBMITTED
+            assert grid.ad(job)["JobStatus"] != JobStatus.HELD
+            grid.queue.act(JobAction.Remove, job, ROOT)
+            await wait_for("the job to leave", lambda: not grid.in_queue(job), 300)
+
+    run(main())

@@ -332,12 +332,23 @@ class ArcJob(GridJob[ArcState, ArcEvent]):
         status = self.remote
         assert status is not None
         await self._renew_delegation()
-        if status.state is None:
-            await self._hold_now(
-                f"ARC job {self.arc_id} is no longer known to the CE {self.arc.url}"
-            )
-            return _E.JOB_FAILED
         state = status.state
+        if state is None:
+            # Not in the CE's list: A-REX lists a new job only once its main loop has
+            # taken it in, which takes a while on a busy CE. Its own status says.
+            assert self.arc_id is not None
+            try:
+                own = await self._call(arc.Answer.of, arc.JOB_STATUS, self.arc_id)
+            except NO_ANSWER:
+                return None  # the next poll asks again
+            if own.code == 404:
+                await self._hold_now(
+                    f"ARC job {self.arc_id} is no longer known to the CE {self.arc.url}"
+                )
+                return _E.JOB_FAILED
+            if not own.ok or not own.more:
+                return None
+            state = own.more[0]
         if state != self.remote_state:
             update = {"GridJobStatus": state, "LastRemoteStatusUpdate": int(status.when)}
             await self.io.update(self.job_id, update)
