@@ -258,18 +258,24 @@ def test_hold_kills_the_ce_job_and_a_down_ce_makes_jobs_wait(
     assert "026 (" in log and "GridResource: arc https://localhost:1/arex" in log
 
 
-def _ce_names(proxy: Path) -> dict[str, str]:
-    """The CE's jobs (of the test user) by id, with the names they were submitted under."""
+def _ce_names(proxy: Path, since: float, known: set[str]) -> dict[str, str]:
+    """The CE's jobs (of the test user) submitted since `since`, and those of `known` (a
+    busy A-REX lists a new job late), by id, with the names they were submitted under
+    (earlier tests' jobs may linger while the CE cleans them)."""
+    after = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since - 1))
     status, listed = _rest(proxy, "/jobs")
     assert status == 200, listed
     records = [] if listed is None else listed["job"]  # type: ignore[index]
     records = [records] if isinstance(records, dict) else records
     names = {}
-    for record in records:
-        status, info = _rest(proxy, "/jobs?action=info", {"job": [{"id": record["id"]}]})
+    for arc_id in {record["id"] for record in records} | known:
+        status, info = _rest(proxy, "/jobs?action=info", {"job": [{"id": arc_id}]})
         job = info["job"] if isinstance(info, dict) else None  # type: ignore[index]
         if isinstance(job, dict) and job.get("status-code") == "200":
-            names[record["id"]] = job["info_document"]["ComputingActivity"].get("Name", "")
+            activity = job["info_document"]["ComputingActivity"]
+            # A job A-REX has not taken in yet has no SubmissionTime: it is new.
+            if str(activity.get("SubmissionTime", after)) >= after:
+                names[arc_id] = activity.get("Name", "")
     return names
 
 
@@ -295,6 +301,7 @@ def test_kill_9_of_the_grid_manager_makes_one_ce_job_per_job(
         resource=f"arc {CE}",
     )
     rng = random.Random(7)
+    started = time.time()
     manager = _start_manager(grid)
     try:
         for _ in range(4):
@@ -310,14 +317,16 @@ def test_kill_9_of_the_grid_manager_makes_one_ce_job_per_job(
         arc_ids = {job_id: _arc_id(grid, job_id) for job_id in ids}
         payloads.update(a for a in arc_ids.values() if a)
         names = {job_id: grid.ad(job_id)["ArcJobName"] for job_id in ids}
-        at_ce = _ce_names(proxy)
+        prefix = f"htgrid_{ids[0].cluster}_"
+        known = {a for a in arc_ids.values() if a}
+        found = _ce_names(proxy, started, known)
+        at_ce = {i: n for i, n in found.items() if n.startswith(prefix)}
         payloads.update(at_ce)
         for job_id in ids:
             # Each job's name is on exactly one CE job: the one its GridJobId names.
             mine = [arc_id for arc_id, name in at_ce.items() if name == names[job_id]]
             assert mine == [arc_ids[job_id]], (job_id, mine)
-        prefix = f"htgrid_{ids[0].cluster}_"
-        strays = {n for n in at_ce.values() if n.startswith(prefix)} - set(names.values())
+        strays = set(at_ce.values()) - set(names.values())
         # Only a name a CLEAR dropped could be a stray; none was cleared here.
         assert not strays
         grid.queue.act(JobAction.Remove, ids, ROOT)
