@@ -16,6 +16,7 @@ RESOURCES = {
     "condor": "condor schedd@pool 127.0.0.1:9618",
     "ec2": "ec2 https://ec2.us-east-1.amazonaws.com",
     "azure": "azure 0123456789abcdef",
+    "arc": "arc https://ce.example.org/arex",
 }
 
 
@@ -68,6 +69,27 @@ def test_an_azure_job_names_its_vm() -> None:
         "Removed: the grid manager cancels VM htgrid-4-0-ab; the job leaves the queue once "
         "Azure confirms."
     )
+
+
+def test_an_arc_job_names_its_name_at_the_ce_then_its_arc_id() -> None:
+    resource = RESOURCES["arc"]
+    naming = explain_grid_job(
+        _ad(resource, Managed="External", ArcJobName="htgrid_4_0_0123456789ab")
+    )
+    assert naming[1].startswith("Being submitted with job name htgrid_4_0_0123456789ab")
+    running = explain_grid_job(
+        _ad(
+            resource,
+            JobStatus=2,
+            Managed="External",
+            ArcJobName="htgrid_4_0_0123456789ab",
+            GridJobId=f"{resource} AbCdEf123",
+            GridJobSubmitTime=1_700_000_000,
+            GridJobStatus="RUNNING",
+        )
+    )
+    assert running[1].startswith(f"Submitted to {resource!r} as ARC job AbCdEf123 at 2023-11-")
+    assert running[2] == "ARC CE last reported it RUNNING."
 
 
 def test_an_ec2_job_names_ec2_as_it_is_written() -> None:

@@ -159,3 +159,18 @@ def test_a_grid_type_htcondor_retired_is_refused_as_such(
     assert message.startswith("job.sub:4: grid_resource: ")
     assert f'grid type "{grid_type}" was retired by HTCondor in {release}' in message
     assert "Invalid value" not in message
+
+
+def test_use_x509userproxy_finds_the_proxy_where_gsi_puts_it(tmp_path: Path) -> None:
+    """X509_USER_PROXY, else /tmp/x509up_u<uid> (get_x509_proxy_filename); an explicit
+    x509userproxy wins, made absolute against the submit directory."""
+    import os
+
+    body = "universe = grid\ngrid_resource = arc ce.example.org\nexecutable = /bin/true\n"
+    (ad,) = (j.ad for j in jobs(tmp_path, body + "use_x509userproxy = true\nqueue\n", env={}))
+    assert ad["x509userproxy"] == f"/tmp/x509up_u{os.getuid()}"
+    env = {"X509_USER_PROXY": "/home/me/proxy"}
+    (ad,) = (j.ad for j in jobs(tmp_path, body + "use_x509userproxy = true\nqueue\n", env=env))
+    assert ad["x509userproxy"] == "/home/me/proxy"
+    (ad,) = (j.ad for j in jobs(tmp_path, body + "x509userproxy = p\nqueue\n", env=env))
+    assert ad["x509userproxy"] == f"{tmp_path}/p"

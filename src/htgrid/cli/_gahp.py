@@ -106,6 +106,7 @@ def _add_gahp_types(sub: Any) -> None:
     register_ec2(sub)
     register_azure(sub)
     register_condor(sub)
+    register_arc(sub)
 
 
 def register_ec2(sub: Any) -> None:
@@ -127,6 +128,13 @@ def register_condor(sub: Any) -> None:
     from htgrid.backends.condor import cli as condor_cli
 
     condor_cli.add_parser(sub)
+
+
+def register_arc(sub: Any) -> None:
+    """Add `htgrid gahp arc` (an ARC CE's REST interface)."""
+    from htgrid.backends.arc import cli as arc_cli
+
+    arc_cli.add_parser(sub)
 
 
 def _no_subcommand(group: argparse.ArgumentParser) -> int:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from htgrid.grid._gridtype import GridType
+from htgrid.grid.arc import ARC
 from htgrid.grid.azure import AZURE
 from htgrid.grid.batch import BATCH
 from htgrid.grid.condor import CONDOR
@@ -15,7 +16,7 @@ __all__ = ["GRID_TYPES", "grid_type_of"]
 
 #: The grid types, by the first word of GridResource.
 GRID_TYPES: Mapping[str, GridType[Any]] = {
-    gtype.name: gtype for gtype in (BATCH, EC2, AZURE, CONDOR)
+    gtype.name: gtype for gtype in (BATCH, EC2, AZURE, CONDOR, ARC)
 }
 _ALIASES = {alias: gtype.name for gtype in GRID_TYPES.values() for alias in gtype.aliases}
 

@@ -315,6 +315,7 @@ class Resource(abc.ABC, Generic[J, N]):
     async def _check_statuses(self) -> None:
         for job in list(self.jobs.values()):
             try:
+                await job.check_proxy()
                 await job.check_remote_status()
             except (StoreError, JobNotFound) as err:  # the next poll's check tries again
                 log.warning("job %s: cannot record its status age: %s", job.job_id, err)

@@ -22,6 +22,7 @@ from htgrid.classad import ClassAd
 from htgrid.gahp import Clock, first_of
 from htgrid.grid._config import GridManagerConfig
 from htgrid.grid._errors import GridError
+from htgrid.grid._proxy import ProxyWatch, proxy_path
 from htgrid.grid._queueio import UNDEFINED, QueueIO
 from htgrid.grid._table import Table
 from htgrid.grid._turns import Turns
@@ -104,6 +105,9 @@ class JobTask(abc.ABC, Generic[S, E]):
         self._holding: tuple[str, int, int] | None = None
         #: The job's exit let it leave the queue (not kept by LeaveJobInQueue).
         self._left_queue = False
+        #: Its X.509 proxy (x509userproxy), watched for expiry; None without one.
+        proxy = proxy_path(ad)
+        self.proxy = None if proxy is None else ProxyWatch(proxy)
 
     # ---- the type's part ---------------------------------------------------------------------
 
@@ -243,6 +247,21 @@ class JobTask(abc.ABC, Generic[S, E]):
             )
             await self._write_status_known(known=False)
             self.wake()
+
+    async def check_proxy(self) -> None:
+        """Hold the job (code 4, CorruptedCredential) if its X.509 proxy expired or cannot
+        be read; its type then cancels the remote part as for a user's hold. The resource
+        calls this after each poll, and a job before it submits."""
+        if self.proxy is None or self.status not in (JobStatus.IDLE, JobStatus.RUNNING):
+            return
+        state = await self.proxy.check()
+        reason = state.hold_reason(self.clock.time())
+        if reason is None:
+            return
+        log.warning("job %s: %s: holding it", self.job_id, reason)
+        self._will_hold(reason, HoldReasonCode.CorruptedCredential)
+        await self._hold_here()
+        self.wake()
 
     async def _write_status_known(self, *, known: bool) -> None:
         # The attribute first: should the queue fail, the next check tries both again.

@@ -52,7 +52,7 @@ from htgrid.schedd._spool import (
     unpack_input,
     unpack_members,
 )
-from htgrid.schedd._submit import SubmitPrep
+from htgrid.schedd._submit import SubmitPrep, proxy_attrs
 from htgrid.schedd._worker import QueueWorker
 
 __all__ = ["QueueService"]
@@ -153,6 +153,7 @@ class QueueService:
             async for batch in batches:
                 await asyncio.to_thread(_stage, prep, batch)
             ad = prep.finish()
+            await asyncio.to_thread(proxy_attrs, ad, account)
             late = factory and ("JobMaterializeLimit" in ad or "JobMaterializeMaxIdle" in ad)
             if late and prep.spooled:
                 raise InvalidSubmit(

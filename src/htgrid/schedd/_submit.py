@@ -5,7 +5,10 @@ What the daemon sets itself, whatever the submitter sent: a user's jobs are the 
 (Owner); a proc held for its input (SpoolingInput) gets its own spool directory as Iwd,
 the submitter's kept in SUBMIT_Iwd; a grid job whose GridResource waits for a match
 (`$$(...)`) gets Matched = false, as condor_submit marks it; the cluster ad gets
-TotalSubmitProcs, which condor_q's DONE column counts against.
+TotalSubmitProcs, which condor_q's DONE column counts against; a job with an X.509
+proxy gets what the proxy file says (`proxy_attrs`: x509userproxysubject,
+x509UserProxyExpiration, the VOMS FQANs...), read here as HTCondor's schedd reads it
+(ReadProxyFileIntoAd): a submitter cannot claim another identity.
 """
 
 from __future__ import annotations
@@ -16,10 +19,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+from htgrid._privsep import Account, PrivilegeError, as_owner
 from htgrid.classad import ClassAd
+from htgrid.client.x509 import ProxyError, read_proxy
 from htgrid.queue import HoldReasonCode, Identity, JobStatus, StagedProcs
 
-__all__ = ["GRID", "SubmitPrep", "spooling"]
+__all__ = ["GRID", "PROXY_ATTRS", "SubmitPrep", "proxy_attrs", "spooling"]
+
+#: What the schedd alone sets from a job's proxy file (HTCondor's x509_attrs).
+PROXY_ATTRS: Final = (
+    "x509userproxysubject",
+    "x509UserProxyExpiration",
+    "x509UserProxyEmail",
+    "x509UserProxyVOName",
+    "x509UserProxyFirstFQAN",
+    "x509UserProxyFQAN",
+)
 
 GRID: Final = 9  # JobUniverse
 
@@ -106,3 +121,25 @@ class SubmitPrep:
 
     def close(self) -> None:
         self.staged.close()
+
+
+def proxy_attrs(ad: ClassAd, account: Account | None) -> None:
+    """The attributes of the job's proxy (x509userproxy, relative to Iwd) set in `ad`,
+    read as the job's owner; those a submitter sent are dropped whatever happens. A
+    proxy not there yet (it comes with the input, HTCondor-C) or unreadable leaves
+    them unset, as HTCondor's schedd does. Blocking."""
+    for name in PROXY_ATTRS:
+        if name in ad:
+            del ad[name]
+    proxy = ad.get("x509userproxy")
+    if not isinstance(proxy, str) or not proxy:
+        return
+    iwd = ad.get("Iwd")
+    path = Path(iwd, proxy) if isinstance(iwd, str) else Path(proxy)
+    try:
+        with as_owner(account):
+            info = read_proxy(path, voms=True)
+    except (ProxyError, PrivilegeError):
+        return
+    for name, value in info.job_attrs().items():
+        ad[name] = value

@@ -4,6 +4,7 @@ accounting, deferral and the simple one-to-one commands.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -149,11 +150,12 @@ def set_credentials(b: JobBuilder) -> None:
     proxy = b.p("x509userproxy")
     use_proxy = b.pbool("use_x509userproxy", None, False)[0]
     if proxy is None and use_proxy:
-        proxy = b.env.get("X509_USER_PROXY") or b.config.x509_user_proxy
-        if proxy is None:
-            raise SubmitError(
-                "Can't determine proxy filename\nX509 user proxy is required for this job."
-            )
+        # get_x509_proxy_filename: X509_USER_PROXY, else GSI's /tmp/x509up_u<uid>.
+        proxy = (
+            b.env.get("X509_USER_PROXY")
+            or b.config.x509_user_proxy
+            or f"/tmp/x509up_u{os.getuid()}"
+        )
     if proxy is not None:
         b.ad["x509userproxy"] = b.full_path(proxy)
     lifetime = b.p("delegate_job_gsi_credentials_lifetime", "DelegateJobGSICredentialsLifetime")
