@@ -1,0 +1,70 @@
+"""A daemon's CEDAR security from its pool's: the same keys, map file, levels and bans.
+
+The pool's tokens are verified as on the HTTPS side (`Gatekeeper`: signature, issuer,
+times, revocations, the map file, DENY_*); an FS user is a local account with a user's
+rights (READ, WRITE), or all of them for the pool's administrators (QUEUE_SUPER_USERS),
+as a token without a scope.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from htgrid.net.cedar._server import CedarSecurity
+from htgrid.net.security import (
+    AUTHORIZATIONS,
+    ExpiredToken,
+    Gatekeeper,
+    GatekeeperConfig,
+    Principal,
+    RevokedToken,
+    SecurityConfig,
+    SigningKeys,
+)
+
+__all__ = ["pool_security"]
+
+_USER_RIGHTS = frozenset({"ALLOW", "READ", "WRITE"})
+
+
+def pool_security(
+    home: Path, daemon: str, *, clock: Callable[[], float] = time.time
+) -> CedarSecurity:
+    """The CEDAR security of `daemon` (SCHEDD, COLLECTOR) of the pool in `home`."""
+    config = SecurityConfig.load(home)
+    settings = GatekeeperConfig.load(home, daemon)
+    gate = Gatekeeper(config, settings, clock=clock)
+    keys = SigningKeys(config.password_dir)
+    domain = settings.uid_domain or config.trust_domain
+
+    def local_user(user: str) -> Principal:
+        rights = AUTHORIZATIONS if user in config.admin_users else _USER_RIGHTS
+        return Principal(
+            user=user,
+            subject=f"{user}@{domain}",
+            issuer="FS",
+            scopes=None,
+            authorizations=frozenset(rights),
+            token_id="",
+            key_id="",
+            method="FS",
+            canonical=f"{user}@{domain}",
+        )
+
+    def still_valid(principal: Principal) -> None:
+        if principal.token_id and principal.token_id in gate.pool.revoked:
+            raise RevokedToken(f"token {principal.token_id} of {principal.subject} was revoked")
+        if principal.expires is not None and clock() > principal.expires + config.leeway:
+            raise ExpiredToken(f"token {principal.token_id} of {principal.subject} expired")
+
+    return CedarSecurity(
+        trust_domain=config.trust_domain,
+        key_names=keys.names,
+        jwt_key=keys.jwt_key,
+        verify=gate.verify,
+        admit=gate.admit,
+        local_user=local_user,
+        still_valid=still_valid,
+    )
