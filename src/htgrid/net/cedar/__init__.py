@@ -10,7 +10,7 @@
 The daemons serve it on the port of their HTTPS API (`htgrid.net.server.start_shared`).
 """
 
-from htgrid.net.cedar._ads import ad_lines, line_name, literal_lines, parse_ad, split_lines
+from htgrid.net.cedar._ads import Literal, ad_lines, line_name, literal_lines, parse_ad, split_lines
 from htgrid.net.cedar._codec import MAX_PACKET, Channel, Reader, Writer
 from htgrid.net.cedar._policy import Level, reconcile
 from htgrid.net.cedar._pool import pool_security
@@ -40,6 +40,7 @@ __all__ = [
     "Channel",
     "Command",
     "Level",
+    "Literal",
     "Phase",
     "Reader",
     "Writer",

@@ -11,18 +11,23 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from htgrid.classad import ClassAd, ParserType, parseOne, quote
+from htgrid.classad.fast import entries
+from htgrid.classad.syntax import unparse
 from htgrid.errors import HTGridError
 from htgrid.net._errors import CedarError
 
-__all__ = ["ad_lines", "line_name", "literal_lines", "parse_ad", "split_lines"]
+__all__ = ["Literal", "ad_lines", "line_name", "literal_lines", "parse_ad", "split_lines"]
 
 Literal = str | int | bool | float
 
 
 def split_lines(ad: ClassAd) -> list[bytes]:
-    """Every attribute of `ad` as one encoded `Name = expr` line."""
-    text = ad.printOld()
-    return [line.encode("utf-8", "surrogateescape") for line in text.splitlines() if line]
+    """Every attribute of `ad` as one encoded `Name = expr` line, its strings escaped as
+    HTCondor escapes them on the wire (a newline as `\\n`: one line each, always)."""
+    return [
+        f"{entry.name} = {unparse(entry.node)}".encode("utf-8", "surrogateescape")
+        for entry in entries(ad).values()
+    ]
 
 
 def ad_lines(ad: ClassAd, projection: Collection[str] | None = None) -> list[bytes]:
@@ -39,16 +44,21 @@ def line_name(line: bytes) -> str:
 
 
 def parse_ad(lines: Sequence[str], what: str) -> ClassAd:
-    """The ad `lines` make; CedarError saying which line does not parse."""
-    if any("\n" in line for line in lines):
-        lines = [line.replace("\n", "\\n") for line in lines]
+    """The ad `lines` make; CedarError saying which line does not parse.
+
+    The lines are HTCondor's old syntax, but their strings are escaped as in the new one
+    (`\\n` is a newline, `\\\\` a backslash), as HTCondor's own reader takes them: they
+    are read as the attributes of one new-syntax ad.
+    """
+    if not lines:
+        return ClassAd()
     try:
-        return parseOne("\n".join(lines), ParserType.Old) if lines else ClassAd()
+        return parseOne("[\n" + ";\n".join(lines) + "\n]", ParserType.New)
     except HTGridError:
         pass
     for index, line in enumerate(lines):
         try:
-            parseOne(line, ParserType.Old)
+            parseOne(f"[{line}]", ParserType.New)
         except HTGridError as exc:
             shown = line if len(line) <= 120 else line[:117] + "..."
             raise CedarError(f"{what}, attribute line {index + 1} {shown!r}: {exc}") from None
