@@ -305,6 +305,11 @@ class _Connection:
             _log.warning("%s: protocol error: %s", where, exc)
         except (ConnectionError, OSError) as exc:
             _log.info("%s: connection lost: %s", where, exc)
+        except HTGridError as exc:
+            _log.warning("%s: refused: %s", where, exc)
+        except Exception:
+            # A defect here, not the client's: its connection ends, the daemon goes on.
+            _log.exception("%s: failed while %s", where, self.phase.value)
         self.phase = Phase.CLOSED
 
     async def _run(self) -> None:
