@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from htgrid.net.cedar._server import CedarSecurity
+from htgrid.net.cedar._methods import CedarSecurity
 from htgrid.net.security import (
     AUTHORIZATIONS,
     ExpiredToken,

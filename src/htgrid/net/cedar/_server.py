@@ -21,13 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import contextlib
 import enum
-import hashlib
-import hmac
-import ipaddress
-import json
 import logging
 import os
 import secrets
@@ -41,15 +36,14 @@ from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
 from htgrid.net._errors import CedarError
 from htgrid.net.cedar._ads import Literal, literal_lines, parse_ad
-from htgrid.net.cedar._auth import (
-    NONCE_BYTES,
-    FsProof,
-    KeyExchange,
-    token_hk,
-    token_hkt,
-    token_ka,
-)
+from htgrid.net.cedar._auth import KeyExchange
 from htgrid.net.cedar._codec import Channel, Reader, Writer
+from htgrid.net.cedar._methods import (
+    Authenticator,
+    CedarRefused,
+    CedarSecurity,
+    offered_methods,
+)
 from htgrid.net.cedar._policy import Level, Session, Sessions, reconcile
 from htgrid.net.security import AuthError, Principal
 
@@ -77,11 +71,6 @@ REMOTE_VERSION: Final = f"$CondorVersion: 25.0.0 2025-01-01 BuildID: htgrid-{__v
 HANDSHAKE_TIMEOUT: Final = 20.0  # seconds for each message of the handshake
 COMMAND_TIMEOUT: Final = 300.0  # seconds for a command's next message
 MAX_DURATION: Final = 86_400  # the longest session granted (s)
-_TOKEN: Final = 2048
-_FS: Final = 4
-_METHOD_BITS: Final = {"TOKEN": _TOKEN, "IDTOKENS": _TOKEN, "FS": _FS}
-_AUTH_OK: Final = 0
-_AUTH_ERROR: Final = -1
 
 
 class Phase(enum.Enum):
@@ -105,24 +94,6 @@ _NEXT: Final[Mapping[Phase, frozenset[Phase]]] = {
 
 class _Closed(Exception):
     """The peer closed the connection."""
-
-
-class CedarRefused(CedarError):
-    """A client refused (not authenticated, not authorized): logged, connection ended."""
-
-
-@dataclass(frozen=True, slots=True)
-class CedarSecurity:
-    """How a daemon knows its CEDAR clients: the pool's tokens and local users."""
-
-    trust_domain: str
-    key_names: Callable[[], list[str]]  # the signing keys held (IssuerKeys)
-    jwt_key: Callable[[str], bytes]  # a key's HMAC key, by name (kid)
-    verify: Callable[[str], Awaitable[Principal]]  # a full token -> who, or AuthError
-    admit: Callable[[Principal, str, str], None]  # DENY_<level> for a host
-    local_user: Callable[[str], Principal]  # FS: a local user's principal
-    still_valid: Callable[[Principal], None]  # AuthError once revoked or expired
-    fs_dir: str = "/tmp"  # FS_LOCAL_DIR
 
 
 Handler = Callable[["CedarCall"], Awaitable[None]]
@@ -183,28 +154,6 @@ def _number(ad: ClassAd, name: str, default: int) -> int:
         with contextlib.suppress(ValueError):
             return int(value)
     return default
-
-
-def _b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _token_header(unsigned: str) -> dict[str, object]:
-    head = unsigned.partition(".")[0]
-    try:
-        header = json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
-    except (binascii.Error, ValueError, UnicodeDecodeError):
-        raise CedarRefused("TOKEN: the token's header is not base64url JSON") from None
-    if not isinstance(header, dict):
-        raise CedarRefused("TOKEN: the token's header is not a JSON object")
-    return header
-
-
-def _loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class CedarService:
@@ -416,7 +365,7 @@ class _Connection:
                 "the session must be encrypted, and the client offers no AES with an ECDH "
                 f"key (CryptoMethods {_text(ad, 'CryptoMethods')!r})"
             )
-        methods = self._methods(_text(ad, "AuthMethods"))
+        methods = offered_methods(_text(ad, "AuthMethods"), self.host)
         duration = max(0, min(_number(ad, "SessionDuration", 60), MAX_DURATION))
         lease = max(0, min(_number(ad, "SessionLease", 3600), MAX_DURATION))
         exchange = KeyExchange() if aes else None
@@ -440,7 +389,9 @@ class _Connection:
             )
         await self.send_ad(response)
         self._to(Phase.NEGOTIATED)
-        principal = await self._authenticate(methods)
+        principal = await Authenticator(
+            self, self.security, self.service.handshake_timeout
+        ).authenticate(methods)
         await self.send_int(0)  # no key follows: ECDH gave it
         key = exchange.session_key(their_key) if exchange is not None else None
         if key is not None:
@@ -496,18 +447,6 @@ class _Connection:
         await self.send_ad({"AuthorizationSucceeded": self._allowed(principal, command)})
         return None
 
-    def _methods(self, offered: str) -> list[str]:
-        names = [m.strip().upper() for m in offered.split(",") if m.strip()]
-        ours = [m for m in names if m in ("TOKEN", "IDTOKENS")]
-        if "FS" in names and _loopback(self.host):
-            ours.append("FS")
-        if not ours:
-            raise CedarRefused(
-                f"no authentication method in common: the client offers {offered!r}; this "
-                "daemon takes TOKEN (IDTOKENS, the pool's tokens) and FS from this host"
-            )
-        return ours[:1] + [m for m in ours[1:] if _METHOD_BITS[m] != _METHOD_BITS[ours[0]]]
-
     def _allowed(self, principal: Principal, command: Command) -> bool:
         try:
             self._authorize(principal, command)
@@ -528,138 +467,3 @@ class _Connection:
             raise CedarRefused(str(exc)) from None
 
     # -- authentication -----------------------------------------------------------------
-
-    async def _authenticate(self, methods: list[str]) -> Principal:
-        reasons: list[str] = []
-        tried = 0
-        timeout = self.service.handshake_timeout
-        while True:
-            r = await self.receive(timeout)
-            mask = r.int("the client's authentication methods")
-            r.done("the authentication methods")
-            chosen = next(
-                (m for m in methods if mask & _METHOD_BITS[m] and not tried & _METHOD_BITS[m]),
-                None,
-            )
-            await self.send_int(_METHOD_BITS[chosen] if chosen else 0)
-            if chosen is None:
-                why = "; ".join(reasons) or f"no method of {methods} among those it tried ({mask})"
-                raise CedarRefused(f"authentication failed: {why}")
-            tried |= _METHOD_BITS[chosen]
-            try:
-                if _METHOD_BITS[chosen] == _TOKEN:
-                    return await self._token()
-                return await self._fs()
-            except _MethodFailed as exc:
-                reasons.append(f"{chosen}: {exc}")
-
-    async def _token(self) -> Principal:
-        timeout = self.service.handshake_timeout
-        r = await self.receive(timeout)
-        status = r.int("TOKEN's status")
-        r.int("the length of the client's name")
-        a = r.string_bytes("the client's name") or b""
-        unsigned = r.text("the token")
-        ra_len = r.int("the length of ra")
-        ra = r.raw(ra_len, "ra") if 0 <= ra_len <= NONCE_BYTES else b""
-        r.done("TOKEN's first message")
-        failure: str | None = None
-        principal: Principal | None = None
-        ka = b""
-        if status != _AUTH_OK:
-            failure = "the client has no token for this pool (its TrustDomain and IssuerKeys)"
-        elif len(ra) != NONCE_BYTES or not unsigned:
-            failure = "the client's first message is incomplete"
-        else:
-            try:
-                principal, signature = await self._verify(unsigned)
-                if a.decode("utf-8", "replace") != principal.subject:
-                    raise CedarRefused(
-                        f"the client names itself {a[:80]!r}, but its token's subject is "
-                        f"{principal.subject!r}"
-                    )
-                ka = token_ka(signature, unsigned.encode("utf-8"))
-            except (AuthError, CedarRefused) as exc:
-                failure = str(exc)
-        w = self.out()
-        if failure is not None:
-            w.int(_AUTH_ERROR).int(0).string("").int(0).string("").int(0).int(0).int(0)
-            await self.send(w.getvalue())
-            await self.receive(timeout)  # the client's third message, in error too
-            raise _MethodFailed(failure)
-        b = b"condor@password"
-        rb = secrets.token_bytes(NONCE_BYTES)
-        hkt = token_hkt(ka, a, b, ra, rb)
-        w.int(_AUTH_OK).int(len(a)).string(a).int(len(b)).string(b)
-        w.int(NONCE_BYTES).raw(ra).int(NONCE_BYTES).raw(rb).int(len(hkt)).raw(hkt)
-        await self.send(w.getvalue())
-        r = await self.receive(timeout)
-        status = r.int("TOKEN's status")
-        r.int("the length of the client's name")
-        a2 = r.string_bytes("the client's name") or b""
-        rb_len = r.int("the length of rb")
-        rb2 = r.raw(rb_len, "rb") if 0 <= rb_len <= NONCE_BYTES else b""
-        hk_len = r.int("the length of hk")
-        hk = r.raw(hk_len, "hk") if 0 <= hk_len <= 64 else b""
-        r.done("TOKEN's third message")
-        assert principal is not None
-        forged = (
-            f"TOKEN: token {principal.token_id} of {principal.subject} is forged: it was not "
-            f"signed with this pool's key {principal.key_id!r}"
-        )
-        if status != _AUTH_OK:
-            # The client found this daemon's proof wrong: the two signatures differ.
-            raise CedarRefused(f"{forged} (the client could not verify this daemon's proof)")
-        if a2 != a or not hmac.compare_digest(rb2, rb):
-            raise CedarRefused(
-                f"TOKEN: the third message of {principal.name} does not match the first"
-            )
-        if not hmac.compare_digest(hk, token_hk(ka, a, rb)):
-            # No message says so: the client learns of it when the connection closes.
-            raise CedarRefused(forged)
-        return principal
-
-    async def _verify(self, unsigned: str) -> tuple[Principal, bytes]:
-        header = _token_header(unsigned)
-        kid = header.get("kid")
-        if header.get("alg") != "HS256" or not isinstance(kid, str):
-            raise CedarRefused(
-                f"TOKEN: a token signed {header.get('alg')!r} with key {kid!r}: this pool's "
-                "tokens are HS256 and name their key"
-            )
-        signature = hmac.new(self.security.jwt_key(kid), unsigned.encode(), hashlib.sha256).digest()
-        principal = await self.security.verify(f"{unsigned}.{_b64url(signature)}")
-        return principal, signature
-
-    async def _fs(self) -> Principal:
-        timeout = self.service.handshake_timeout
-        base = os.path.join(self.security.fs_dir, f"FS_{secrets.token_hex(12)}_")
-        await self.send(self.out().string(base).getvalue())
-        r = await self.receive(timeout)
-        status = r.int("FS's status")
-        ext = r.text("FS's channel binding") if r.remaining else ""
-        r.done("FS's answer")
-        try:
-            if status != 0:
-                raise _MethodFailed("the client could not make the directory")
-            if "/" in ext or (ext not in ("", self.local) and not self._same_endpoint(ext)):
-                raise _MethodFailed(f"the directory names {ext!r}, not this daemon ({self.local})")
-            try:
-                user = await asyncio.to_thread(FsProof(base + ext).owner)
-            except CedarError as exc:
-                raise _MethodFailed(str(exc)) from None
-            principal = self.security.local_user(user)
-        except _MethodFailed:
-            await self.send_int(-1)
-            raise
-        await self.send_int(0)
-        return principal
-
-    def _same_endpoint(self, ext: str) -> bool:
-        host, _, port = ext.rpartition(":")
-        mine_host, _, mine_port = self.local.rpartition(":")
-        return port == mine_port and _loopback(host.strip("[]")) and _loopback(mine_host)
-
-
-class _MethodFailed(HTGridError):
-    """One authentication method failed; the client may try another."""
