@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -188,3 +189,29 @@ def test_the_schedds_ad_names_its_cedar_address(pool: PersonalPool, condor: Conf
     host_port = pool.url.removeprefix("https://")
     assert ad["MyAddress"] == f"<{host_port}?noUDP>"
     assert isinstance(ad, classad2.ClassAd)
+
+
+def test_htcondor_cli_job_status(pool: PersonalPool, condor: Configure, tmp_path: Path) -> None:
+    """HTCondor's own command line (`htcondor job status`), configured by SCHEDD_HOST."""
+    condor(
+        pool.collector,
+        token=_token(pool, "root"),
+        extra=f"SCHEDD_HOST = htgrid@{socket.gethostname()}",
+    )
+    cluster = htcondor2.Schedd().submit(_idle_forever(tmp_path)).cluster()
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from htcondor_cli.cli import main; main()",
+            "job",
+            "status",
+            f"{cluster}.0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert f"Job {cluster}.0 is currently idle" in out.stdout + out.stderr  # it logs to stderr
+    htcondor2.Schedd().act(htcondor2.JobAction.Remove, f"ClusterId == {cluster}")
