@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,11 +62,10 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return pool_home(path, DOMAIN)
 
 
-@pytest.fixture
-def collector(home: Path, tmp_path: Path) -> Iterator[Daemon]:
+@contextmanager
+def running_collector(home: Path, log: Path) -> Iterator[Daemon]:
     """A collector process of the pool in `home` on a free loopback port."""
     port = free_port()
-    log = tmp_path / "CollectorLog"
     env = dict(os.environ, PYTHONPATH=SRC)
     with open(log, "wb") as out:
         process = subprocess.Popen(
@@ -85,6 +85,12 @@ def collector(home: Path, tmp_path: Path) -> Iterator[Daemon]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture
+def collector(home: Path, tmp_path: Path) -> Iterator[Daemon]:
+    with running_collector(home, tmp_path / "CollectorLog") as daemon:
+        yield daemon
 
 
 Configure = Callable[..., Path]

@@ -19,7 +19,7 @@ from htgrid.net.security import RevocationList, SecurityConfig, TokenIssuer, dae
 from htgrid.testing import wait_for
 from htgrid.testing.collector import pool_home, user_token
 
-from .conftest import DOMAIN, Configure, Daemon
+from .conftest import DOMAIN, Configure, Daemon, running_collector
 
 
 def _machine(name: str, cpus: int, memory: int) -> classad2.ClassAd:
@@ -176,6 +176,23 @@ def test_a_revoked_token_is_refused_even_on_a_resumed_session(
 def test_anonymous_and_claimtobe_read_nothing(collector: Daemon, condor: Configure) -> None:
     _refused(collector, condor, None, methods="ANONYMOUS,CLAIMTOBE")
     wait_for(lambda: "no authentication method in common" in collector.logged())
+
+
+def test_anonymous_reads_where_the_pool_lets_anyone_read(
+    home: Path, condor: Configure, tmp_path: Path
+) -> None:
+    """SEC_READ_AUTHENTICATION = OPTIONAL: a client without a token queries, and still
+    may not advertise."""
+    with (home / "htgrid.conf").open("a") as conf:
+        conf.write("SEC_READ_AUTHENTICATION = OPTIONAL\n")
+    with running_collector(home, tmp_path / "CollectorLog") as collector:
+        condor(collector.address, token=None)
+        c = htcondor2.Collector(collector.address)
+        assert [ad["Name"] for ad in c.query(htcondor2.AdTypes.Collector)] == ["htgrid pool"]
+        wait_for(lambda: "known as unauthenticated@unmapped" in collector.logged())
+        with pytest.raises(htcondor2.HTCondorException):
+            c.advertise([_machine("slot1@anon", 1, 1)], "UPDATE_STARTD_AD")
+        assert c.query(htcondor2.AdTypes.Startd) == []
 
 
 def test_no_token_is_refused(collector: Daemon, condor: Configure) -> None:

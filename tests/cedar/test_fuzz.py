@@ -24,6 +24,7 @@ from htgrid.net.cedar import (
     CedarService,
     Channel,
     Command,
+    Level,
     Reader,
     parse_ad,
 )
@@ -53,6 +54,8 @@ def _service() -> CedarService:
         admit=lambda principal, level, host: None,
         local_user=_principal,
         still_valid=lambda principal: None,
+        anonymous=_principal("unauthenticated"),
+        read_authentication=Level.OPTIONAL,
     )
 
     async def query(call: CedarCall) -> None:

@@ -32,6 +32,7 @@ from htgrid.errors import HTGridError
 from htgrid.net._errors import CedarError
 from htgrid.net.cedar._auth import NONCE_BYTES, FsProof, token_hk, token_hkt, token_ka
 from htgrid.net.cedar._codec import Reader, Writer
+from htgrid.net.cedar._policy import Level
 from htgrid.net.security import AuthError, Principal
 
 __all__ = ["Authenticator", "CedarRefused", "CedarSecurity", "Link", "loopback", "offered_methods"]
@@ -58,6 +59,8 @@ class CedarSecurity:
     admit: Callable[[Principal, str, str], None]  # DENY_<level> for a host
     local_user: Callable[[str], Principal]  # FS: a local user's principal
     still_valid: Callable[[Principal], None]  # AuthError once revoked or expired
+    anonymous: Principal  # who a client is when it need not authenticate
+    read_authentication: Level = Level.REQUIRED  # SEC_READ_AUTHENTICATION
     fs_dir: str = "/tmp"  # FS_LOCAL_DIR
 
 

@@ -4,6 +4,11 @@ The pool's tokens are verified as on the HTTPS side (`Gatekeeper`: signature, is
 times, revocations, the map file, DENY_*); an FS user is a local account with a user's
 rights (READ, WRITE), or all of them for the pool's administrators (QUEUE_SUPER_USERS),
 as a token without a scope.
+
+Every command needs authentication, as every HTTPS request needs a token, unless the
+pool lets anyone read: `SEC_READ_AUTHENTICATION = OPTIONAL` (HTCondor's knob) in
+htgrid.conf, and a client that does not insist on authenticating reads (queries) as
+`unauthenticated@unmapped`, with READ only; DENY_READ may still refuse it by that name.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from htgrid.net.cedar._methods import CedarSecurity
+from htgrid.net.cedar._policy import Level
 from htgrid.net.security import (
     AUTHORIZATIONS,
     ExpiredToken,
@@ -23,6 +29,7 @@ from htgrid.net.security import (
     SecurityConfig,
     SigningKeys,
 )
+from htgrid.pool import ConfigFile
 
 __all__ = ["pool_security"]
 
@@ -59,6 +66,9 @@ def pool_security(
         if principal.expires is not None and clock() > principal.expires + config.leeway:
             raise ExpiredToken(f"token {principal.token_id} of {principal.subject} expired")
 
+    level = Level.of(
+        ConfigFile.read(home).text("SEC_READ_AUTHENTICATION", "REQUIRED"), Level.REQUIRED
+    )
     return CedarSecurity(
         trust_domain=config.trust_domain,
         key_names=keys.names,
@@ -67,4 +77,16 @@ def pool_security(
         admit=gate.admit,
         local_user=local_user,
         still_valid=still_valid,
+        anonymous=Principal(
+            user="unauthenticated",
+            subject="unauthenticated@unmapped",
+            issuer="",
+            scopes=("READ",),
+            authorizations=frozenset({"ALLOW", "READ"}),
+            token_id="",
+            key_id="",
+            method="UNAUTHENTICATED",
+            canonical="unauthenticated@unmapped",
+        ),
+        read_authentication=level,
     )

@@ -350,7 +350,10 @@ class _Connection:
         auth_level = Level.of(
             _text(ad, "AuthenticationNew") or _text(ad, "Authentication"), Level.OPTIONAL
         )
-        reconcile("Authentication", auth_level, Level.REQUIRED)
+        # Reading may go without, when the pool says so (SEC_READ_AUTHENTICATION).
+        reading = command is not None and command.level == "READ"
+        ours = self.security.read_authentication if reading else Level.REQUIRED
+        authenticate = reconcile("Authentication", auth_level, ours)
         encrypt = reconcile(
             "Encryption", Level.of(_text(ad, "Encryption"), Level.OPTIONAL), Level.PREFERRED
         )
@@ -365,16 +368,14 @@ class _Connection:
                 "the session must be encrypted, and the client offers no AES with an ECDH "
                 f"key (CryptoMethods {_text(ad, 'CryptoMethods')!r})"
             )
-        methods = offered_methods(_text(ad, "AuthMethods"), self.host)
+        methods = offered_methods(_text(ad, "AuthMethods"), self.host) if authenticate else []
         duration = max(0, min(_number(ad, "SessionDuration", 60), MAX_DURATION))
         lease = max(0, min(_number(ad, "SessionLease", 3600), MAX_DURATION))
         exchange = KeyExchange() if aes else None
         response: dict[str, Literal] = {
-            "Authentication": "YES",
+            "Authentication": "YES" if authenticate else "NO",
             "Encryption": "YES" if aes else "NO",
             "Integrity": "YES" if aes else "NO",
-            "AuthMethodsList": ",".join(methods),
-            "AuthMethods": methods[0],
             "Enact": "YES",
             "SessionDuration": str(duration),
             "SessionLease": lease,
@@ -383,16 +384,21 @@ class _Connection:
             "IssuerKeys": ",".join(self.security.key_names()),
             "NegotiatedSession": True,
         }
+        if methods:
+            response.update(AuthMethodsList=",".join(methods), AuthMethods=methods[0])
         if exchange is not None:
             response.update(
                 CryptoMethods="AES", CryptoMethodsList="AES", ECDHPublicKey=exchange.public()
             )
         await self.send_ad(response)
         self._to(Phase.NEGOTIATED)
-        principal = await Authenticator(
-            self, self.security, self.service.handshake_timeout
-        ).authenticate(methods)
-        await self.send_int(0)  # no key follows: ECDH gave it
+        if authenticate:
+            principal = await Authenticator(
+                self, self.security, self.service.handshake_timeout
+            ).authenticate(methods)
+            await self.send_int(0)  # no key follows: ECDH gave it
+        else:
+            principal = self.security.anonymous
         key = exchange.session_key(their_key) if exchange is not None else None
         if key is not None:
             self.channel.start_aes(key)
@@ -412,18 +418,17 @@ class _Connection:
             c.number for c in self.service.commands.values() if self._allowed(principal, c)
         )
         sid = self.service.sessions.new_id()
-        await self.send_ad(
-            {
-                "ReturnCode": "AUTHORIZED",
-                "Sid": sid,
-                "ValidCommands": ",".join(str(n) for n in sorted(allowed)),
-                "User": principal.name,
-                "TriedAuthentication": True,
-            }
-        )
+        post: dict[str, Literal] = {
+            "ReturnCode": "AUTHORIZED",
+            "Sid": sid,
+            "ValidCommands": ",".join(str(n) for n in sorted(allowed)),
+        }
+        if authenticate:
+            post.update(User=principal.name, TriedAuthentication=True)
+        await self.send_ad(post)
         session = self.service.sessions.add(sid, key, principal, allowed, duration)
         _log.info(
-            "CEDAR client %s authenticated as %s (%s) for %s",
+            "CEDAR client %s known as %s (%s) for %s",
             self.peer,
             principal.name,
             principal.method,
