@@ -365,22 +365,26 @@ class Daemon:
         # HTCondor-CE's schedd does (CERTIFICATE_MAPFILE, DENY_*, SCHEDD_AUDIT_LOG).
         settings = await asyncio.to_thread(GatekeeperConfig.load, cfg.home, "SCHEDD")
         gate = Gatekeeper(security, settings, clock=self._clock)
+        audit = (
+            AuditLog(settings.audit_log, rotation=settings.audit_rotation)
+            if settings.audit_log is not None
+            else None
+        )
         app = TokenAuthMiddleware(
             create_app(service, token_identity, cfg.api_limits),
             gate.verify,
             realm=security.trust_domain,
             admit=gate.admit,
-            audit=(
-                AuditLog(settings.audit_log, rotation=settings.audit_rotation)
-                if settings.audit_log is not None
-                else None
-            ),
+            audit=audit,
         )
         tls = server_ssl_context(material.server)
         config = api_config(app, cfg.api_limits, tls=tls)
         cedar = schedd_cedar(
             service,
-            await asyncio.to_thread(pool_security, cfg.home, "SCHEDD", clock=self._clock),
+            # The same audit log: one writer, one rotation, both protocols' decisions.
+            await asyncio.to_thread(
+                pool_security, cfg.home, "SCHEDD", clock=self._clock, audit=audit
+            ),
             domain=settings.uid_domain or security.trust_domain,
             own_ad=lambda: self._own_ad(sock),
             reschedule=self._reschedule,

@@ -33,7 +33,7 @@ from htgrid.net._errors import CedarError
 from htgrid.net.cedar._auth import NONCE_BYTES, FsProof, token_hk, token_hkt, token_ka
 from htgrid.net.cedar._codec import Reader, Writer
 from htgrid.net.cedar._policy import Level
-from htgrid.net.security import AuthError, Principal
+from htgrid.net.security import AuditEvent, AuthError, Principal
 
 __all__ = ["Authenticator", "CedarRefused", "CedarSecurity", "Link", "loopback", "offered_methods"]
 
@@ -61,6 +61,7 @@ class CedarSecurity:
     still_valid: Callable[[Principal], None]  # AuthError once revoked or expired
     anonymous: Principal  # who a client is when it need not authenticate
     read_authentication: Level = Level.REQUIRED  # SEC_READ_AUTHENTICATION
+    audit: Callable[[AuditEvent], None] | None = None  # the audit log's writer (blocking)
     fs_dir: str = "/tmp"  # FS_LOCAL_DIR
 
 

@@ -21,6 +21,7 @@ from htgrid.net.cedar._methods import CedarSecurity
 from htgrid.net.cedar._policy import Level
 from htgrid.net.security import (
     AUTHORIZATIONS,
+    AuditLog,
     ExpiredToken,
     Gatekeeper,
     GatekeeperConfig,
@@ -37,9 +38,14 @@ _USER_RIGHTS = frozenset({"ALLOW", "READ", "WRITE"})
 
 
 def pool_security(
-    home: Path, daemon: str, *, clock: Callable[[], float] = time.time
+    home: Path,
+    daemon: str,
+    *,
+    clock: Callable[[], float] = time.time,
+    audit: AuditLog | None = None,
 ) -> CedarSecurity:
-    """The CEDAR security of `daemon` (SCHEDD, COLLECTOR) of the pool in `home`."""
+    """The CEDAR security of `daemon` (SCHEDD, COLLECTOR) of the pool in `home`; its
+    decisions go to `audit` (the daemon's HTTPS side's, so that one writer keeps it)."""
     config = SecurityConfig.load(home)
     settings = GatekeeperConfig.load(home, daemon)
     gate = Gatekeeper(config, settings, clock=clock)
@@ -89,4 +95,5 @@ def pool_security(
             canonical="unauthenticated@unmapped",
         ),
         read_authentication=level,
+        audit=audit.record if audit is not None else None,
     )

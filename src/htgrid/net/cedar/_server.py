@@ -45,7 +45,7 @@ from htgrid.net.cedar._methods import (
     offered_methods,
 )
 from htgrid.net.cedar._policy import Level, Session, Sessions, reconcile
-from htgrid.net.security import AuthError, Principal
+from htgrid.net.security import AuditEvent, AuthError, Principal
 
 __all__ = [
     "DC_AUTHENTICATE",
@@ -196,6 +196,8 @@ class _Connection:
         self.writer = writer
         self.channel = Channel()
         self.phase = Phase.HELLO
+        self.principal: Principal | None = None  # once known
+        self.command = "DC_AUTHENTICATE"  # what the client asked for, as the audit says
         peer = writer.get_extra_info("peername") or ("?", 0)
         local = writer.get_extra_info("sockname") or ("?", 0)
         self.host = str(peer[0])
@@ -250,6 +252,7 @@ class _Connection:
                 )
         except CedarRefused as exc:
             _log.warning("%s refused: %s", where, exc)
+            await self._audit(False, f"{type(exc).__name__}: {exc}")
         except CedarError as exc:
             _log.warning("%s: protocol error: %s", where, exc)
         except (ConnectionError, OSError) as exc:
@@ -285,6 +288,8 @@ class _Connection:
     async def _serve(self, call: CedarCall) -> None:
         while True:
             self._to(Phase.SERVING)
+            if call.command.level not in ("READ", "ALLOW"):
+                await self._audit(True)
             await call.command.handler(call)
             try:
                 r = await self.receive(COMMAND_TIMEOUT)
@@ -324,6 +329,8 @@ class _Connection:
                 await self.send_ad({"ReturnCode": "SID_NOT_FOUND"})
             raise CedarRefused(f"session of {session.principal.name} ended: {exc}") from None
         command = self.service.commands.get(number)
+        self.principal = session.principal
+        self.command = command.name if command is not None else f"command {number}"
         if command is None or number not in session.commands:
             if answer:
                 await self.send_ad({"ReturnCode": "SID_NOT_FOUND"})
@@ -347,6 +354,7 @@ class _Connection:
         if number in (DC_AUTHENTICATE, DC_SEC_QUERY):
             wanted = _number(ad, "AuthCommand", -1)
         command = self.service.commands.get(wanted)
+        self.command = command.name if command is not None else f"command {wanted}"
         auth_level = Level.of(
             _text(ad, "AuthenticationNew") or _text(ad, "Authentication"), Level.OPTIONAL
         )
@@ -459,7 +467,19 @@ class _Connection:
             return False
         return True
 
+    async def _audit(self, accepted: bool, reason: str | None = None) -> None:
+        """The audit log's line for a refusal, or a command that is not a read."""
+        record = self.security.audit
+        if record is None:
+            return
+        event = AuditEvent(
+            accepted, f"CEDAR {self.command}", self.peer, None, self.principal, None, reason
+        )
+        with contextlib.suppress(Exception):  # a log, not a gate (it says why itself)
+            await asyncio.to_thread(record, event)
+
     def _authorize(self, principal: Principal, command: Command) -> None:
+        self.principal, self.command = principal, command.name
         if not principal.allows(command.level):
             granted = ", ".join(sorted(principal.authorizations)) or "nothing"
             raise CedarRefused(
