@@ -210,3 +210,32 @@ def test_the_daemons_port_survives_a_barrage(
     log = collector.logged()
     assert "protocol error" in log or "refused" in log
     assert "Traceback" not in log
+
+
+def test_a_trickling_client_is_cut_off_like_a_silent_one(caplog: pytest.LogCaptureFixture) -> None:
+    """One byte at a time, each within the timeout: the whole message's deadline ends the
+    connection before its first message is even complete."""
+
+    async def trickle() -> int:
+        service = _service()
+        service.handshake_timeout = 0.5
+        ours, theirs = socket.socketpair()
+        reader, writer = await asyncio.open_connection(sock=theirs)
+        serving = asyncio.create_task(service.serve(reader, writer))
+        ours.setblocking(False)
+        loop = asyncio.get_running_loop()
+        sent = 0
+        for byte in _auth_ad(["Command = 5"]):
+            if serving.done():
+                break
+            with contextlib.suppress(ConnectionError):
+                await loop.sock_sendall(ours, bytes([byte]))
+            sent += 1
+            await asyncio.sleep(0.05)
+        await asyncio.wait_for(serving, 10)
+        ours.close()
+        return sent
+
+    sent = asyncio.run(trickle())
+    assert sent < len(_auth_ad(["Command = 5"]))
+    assert any("no whole message from the client" in r.getMessage() for r in caplog.records)

@@ -42,7 +42,7 @@ __all__ = [
 
 MAX_PACKET: Final = 1 << 20  # the most a packet may carry (HTCondor's receivers)
 MAX_STRING: Final = 10_000_000  # the longest length-prefixed string taken
-MAX_MESSAGE: Final = 256 << 20  # a message bigger than this is refused, not buffered
+MAX_MESSAGE: Final = 64 << 20  # a message bigger than this is refused, not buffered
 _SEND_CHUNK: Final = 256 << 10  # the plaintext per packet sent
 _HEADER: Final = struct.Struct(">BI")
 _INT: Final = struct.Struct(">q")
@@ -144,7 +144,9 @@ class Channel:
             else:
                 self._message += self._decrypt(header, body)
             if len(self._message) > MAX_MESSAGE:
-                raise CedarError(f"a message of more than {MAX_MESSAGE >> 20} MiB")
+                raise CedarError(
+                    f"a message of more than {MAX_MESSAGE >> 20} MiB: refused, not kept"
+                )
             if end:
                 message = bytes(self._message)
                 self._message.clear()

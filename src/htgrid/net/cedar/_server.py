@@ -212,15 +212,23 @@ class _Connection:
     # -- messages -----------------------------------------------------------------------
 
     async def receive(self, timeout: float) -> Reader:
+        """The next whole message, within `timeout` seconds for all of it: a client
+        trickling bytes cannot hold the connection longer than a silent one."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         while True:
             message = self.channel.next_message()
             if message is not None:
                 return Reader(message, self.channel.encrypted)
+            left = deadline - loop.time()
             try:
-                data = await asyncio.wait_for(self.reader.read(1 << 16), timeout)
+                if left <= 0:
+                    raise TimeoutError
+                data = await asyncio.wait_for(self.reader.read(1 << 16), left)
             except TimeoutError:
                 raise CedarError(
-                    f"no message from the client in {timeout:g} s ({self.phase.value})"
+                    f"no whole message from the client in {timeout:g} s ({self.phase.value}; "
+                    f"{self.channel.buffered} bytes of it came)"
                 ) from None
             if not data:
                 raise _Closed
