@@ -106,8 +106,9 @@ def condor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Configur
         pool: str,
         *,
         token: str | None = None,
-        methods: str = "TOKEN",
+        methods: str | None = "TOKEN",
         extra: str = "",
+        recommended: bool = True,
     ) -> Path:
         n = next(serial)
         tokens = tmp_path / f"tokens.{n}"
@@ -119,10 +120,10 @@ def condor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Configur
         config = tmp_path / f"condor_config.{n}"
         config.write_text(
             f"COLLECTOR_HOST = {pool}\n"
-            "use security:recommended\n"
-            f"SEC_TOKEN_DIRECTORY = {tokens}\n"
-            f"SEC_CLIENT_AUTHENTICATION_METHODS = {methods}\n"
-            f"{extra}\n"
+            + ("use security:recommended\n" if recommended else "")
+            + f"SEC_TOKEN_DIRECTORY = {tokens}\n"
+            + (f"SEC_CLIENT_AUTHENTICATION_METHODS = {methods}\n" if methods else "")
+            + f"{extra}\n"
         )
         monkeypatch.setenv("CONDOR_CONFIG", str(config))
         htcondor2.reload_config()

@@ -200,6 +200,20 @@ def test_no_token_is_refused(collector: Daemon, condor: Configure) -> None:
     wait_for(lambda: "authentication failed" in collector.logged())
 
 
+@pytest.mark.parametrize("with_token", [True, False])
+def test_the_clients_defaults(
+    collector: Daemon, home: Path, condor: Configure, with_token: bool
+) -> None:
+    """No SEC_* settings at all (methods FS,TOKEN,KERBEROS,SCITOKENS,SSL, everything
+    OPTIONAL): the token when there is one, else FS; encrypted either way."""
+    token = user_token(home, "alice") if with_token else None
+    condor(collector.address, token=token, methods=None, recommended=False)
+    ads = htcondor2.Collector(collector.address).query(htcondor2.AdTypes.Collector)
+    assert [ad["Name"] for ad in ads] == ["htgrid pool"]
+    expected = "alice@cedar.test (IDTOKENS)" if with_token else "(FS)"
+    wait_for(lambda: expected in collector.logged())
+
+
 def test_fs_names_the_local_user(collector: Daemon, condor: Configure) -> None:
     condor(collector.address, methods="FS")
     ads = htcondor2.Collector(collector.address).query(htcondor2.AdTypes.Collector)
