@@ -70,6 +70,8 @@ HTGridError
         UnsupportedGridJob  (htgrid.grid)
     ApiError  (htgrid.net)
     BadRequest  (htgrid.net)
+    CedarError  (htgrid.net)
+        CedarRefused  (htgrid.net)
     DaemonUnavailable  (htgrid.net)
         ScheddNotFound  (htgrid.collector)
     RequestTooLarge  (htgrid.net)

@@ -24,7 +24,8 @@ from htgrid._privsep import daemon_umask
 from htgrid._startup import lean_process
 from htgrid.classad import preload_functions
 from htgrid.client import DEFAULT_PORT
-from htgrid.collector.daemon import make_server
+from htgrid.collector.daemon import make_server, serve_on
+from htgrid.net.server import tcp_listener
 from htgrid.pool import configure_logging
 
 
@@ -63,7 +64,12 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("htgrid.collector").info(
             "htgrid collector (pid %d) listening on %s:%d", os.getpid(), host, port
         )
-        await server.serve(sockets=[sock] if sock is not None else None)
+        listener = sock
+        if listener is None:
+            listener = tcp_listener(host)
+            listener.bind((host.strip("[]"), port))
+            listener.listen(128)
+        await serve_on(server, listener, args.home)
 
     preload_functions()
     tune_gc()

@@ -20,7 +20,7 @@ condor_collector:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from copy import copy
 from dataclasses import dataclass
 
@@ -30,6 +30,7 @@ from htgrid.classad.fast import entries, from_entries, requirements_hold
 from htgrid.collector._errors import InvalidAd, InvalidQuery
 from htgrid.collector._types import AdType, Command, parse_command
 from htgrid.collector._wire import encode_ad, join_ads
+from htgrid.net.cedar import line_name, split_lines
 
 __all__ = ["DEFAULT_LIFETIME", "AdStore", "UpdateResult"]
 
@@ -51,7 +52,17 @@ class UpdateResult:
 class _Record:
     """One stored ad and the bookkeeping around it."""
 
-    __slots__ = ("ad", "expires", "lost", "parts", "sequence", "sequenced", "start", "total")
+    __slots__ = (
+        "ad",
+        "expires",
+        "lines",
+        "lost",
+        "parts",
+        "sequence",
+        "sequenced",
+        "start",
+        "total",
+    )
 
     def __init__(self, ad: ClassAd, expires: float) -> None:
         self.ad = ad
@@ -63,6 +74,8 @@ class _Record:
         self.lost = 0
         # The ad's JSON members, made on the first query that needs them.
         self.parts: dict[str, str] | None = None
+        # Its CEDAR lines (lower-case name, `Name = expr`), likewise.
+        self.lines: list[tuple[str, bytes]] | None = None
 
 
 def _int_attr(ad: ClassAd, name: str) -> int | None:
@@ -242,8 +255,15 @@ class AdStore:
     # -- queries ------------------------------------------------------------------------
 
     def _select(
-        self, ad_type: AdType | str | None, constraint: str | ExprTree | None, limit: int | None
+        self,
+        ad_type: AdType | str | None,
+        constraint: str | ExprTree | None,
+        limit: int | None,
+        query: ClassAd | None = None,
     ) -> Iterator[_Record]:
+        """The live records of `ad_type` for which `constraint` holds, or `query`'s
+        Requirements (with the query as MY and the ad as TARGET, as HTCondor's
+        collector evaluates them)."""
         if limit is not None and limit < 0:
             raise InvalidQuery("limit must not be negative")
         expr = _constraint(constraint)
@@ -261,6 +281,8 @@ class AdStore:
                 if record.expires <= now:
                     continue
                 if expr is not None and not _truthy(expr.eval(record.ad)):
+                    continue
+                if query is not None and not requirements_hold(query, record.ad):
                     continue
                 found += 1
                 yield record
@@ -305,6 +327,25 @@ class AdStore:
                 record.parts = json_members(record.ad)
             objects.append(encode_ad(record.parts, projection))
         return join_ads(objects)
+
+    def query_lines(
+        self,
+        ad_type: AdType | str | None,
+        query: ClassAd | None,
+        projection: Collection[str] | None = None,
+        limit: int | None = None,
+    ) -> list[list[bytes]]:
+        """The ads `query`'s Requirements select, each as CEDAR's `Name = expr` lines;
+        `projection` (lower-case names) keeps only those attributes."""
+        out = []
+        for record in self._select(ad_type, None, limit, query):
+            if record.lines is None:
+                record.lines = [(line_name(line), line) for line in split_lines(record.ad)]
+            if projection:
+                out.append([line for name, line in record.lines if name in projection])
+            else:
+                out.append([line for _, line in record.lines])
+        return out
 
     def counts(self) -> dict[str, int]:
         """How many live ads each table holds, by MyType as the ads spell it."""

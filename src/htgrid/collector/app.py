@@ -65,6 +65,7 @@ from htgrid.collector._store import AdStore, UpdateResult
 from htgrid.collector._types import AdType, parse_command
 from htgrid.collector._wire import decode_ads
 from htgrid.errors import HTGridError
+from htgrid.net.cedar import REMOTE_VERSION
 from htgrid.net.security import (
     PRINCIPAL_KEY,
     AuditLog,
@@ -203,7 +204,7 @@ class _Collector:
         ad["Name"] = self.name
         ad["Machine"] = socket.gethostname()
         ad["MyAddress"] = self.address
-        ad["CondorVersion"] = f"htgrid {__version__}"
+        ad["CondorVersion"] = REMOTE_VERSION
         ad["DaemonStartTime"] = self.started
         ad["UpdateSequenceNumber"] = self.sequence
         ad["UpdateInterval"] = self.interval  # so it expires if housekeeping stops

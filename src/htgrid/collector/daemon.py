@@ -1,4 +1,5 @@
-"""Running the collector: uvicorn serving the app over TLS, callers known by their tokens.
+"""Running the collector: uvicorn serving the app over TLS, callers known by their tokens,
+and HTCondor's CEDAR on the same port (`htcondor2.Collector`, condor_status).
 
 `serve()` is the coroutine a program can run next to its other work; `run()` is the
 foreground `htgrid collector` command. The pool's security material (key, CA, server
@@ -10,12 +11,20 @@ renewed and reloaded while the collector runs (`CertRotator`), without a restart
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
 from pathlib import Path
+from typing import cast
+
+from starlette.applications import Starlette
 
 from htgrid.client import DEFAULT_PORT
+from htgrid.collector._cedar import collector_cedar
+from htgrid.collector._errors import CollectorError
 from htgrid.collector._store import DEFAULT_LIFETIME, AdStore
 from htgrid.collector.app import create_app
+from htgrid.net.cedar import pool_security
 from htgrid.net.security import (
     SERVER_CERT,
     CertRotator,
@@ -25,10 +34,10 @@ from htgrid.net.security import (
     ensure_pool_security,
     server_ssl_context,
 )
-from htgrid.net.server import api_config
+from htgrid.net.server import api_config, start_shared, tcp_listener
 from htgrid.pool import ApiLimits, ConfigFile, htgrid_home
 
-__all__ = ["make_server", "run", "serve"]
+__all__ = ["make_server", "run", "serve", "serve_on"]
 
 _log = logging.getLogger("htgrid.collector")
 
@@ -64,14 +73,47 @@ def make_server(
     return RotatingServer(config, rotator)
 
 
+async def serve_on(server: RotatingServer, sock: socket.socket, home: Path | None) -> None:
+    """Serve `server`'s app over HTTPS and its store over CEDAR on the listening `sock`,
+    until the server stops (`should_exit`) or this is cancelled."""
+    app = cast(Starlette, server.config.app)
+    security = pool_security(home if home is not None else htgrid_home(), "COLLECTOR")
+    cedar = collector_cedar(app.state.collector, security)
+    tls = server.rotator.context
+    serving = await start_shared(server, sock, "the collector", CollectorError, tls, cedar)
+    try:
+        await asyncio.shield(serving)
+    except asyncio.CancelledError:
+        server.should_exit = True
+        await serving
+        raise
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    sock = tcp_listener(host)
+    try:
+        sock.bind((host.strip("[]"), port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 async def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, **kwargs: object) -> None:
     """Serve a collector until cancelled."""
     server = make_server(host, port, **kwargs)  # type: ignore[arg-type]
     _log.info("collector listening on %s:%d", host, port)
-    await server.serve()
+    home = kwargs.get("home")
+    await serve_on(server, _listen(host, port), home if isinstance(home, Path) else None)
 
 
 def run(host: str = "127.0.0.1", port: int = DEFAULT_PORT, **kwargs: object) -> None:
     """Serve a collector in the foreground until interrupted (Ctrl-C)."""
-    server = make_server(host, port, **kwargs)  # type: ignore[arg-type]
-    server.run()
+    home = kwargs.get("home")
+
+    async def main() -> None:
+        server = make_server(host, port, **kwargs)  # type: ignore[arg-type]
+        await serve_on(server, _listen(host, port), home if isinstance(home, Path) else None)
+
+    asyncio.run(main())

@@ -12,6 +12,7 @@ pool's collector is the collector's (`htgrid.collector.locate_schedd`).
 from htgrid.net._errors import (
     ApiError,
     BadRequest,
+    CedarError,
     DaemonUnavailable,
     RequestTooLarge,
     SandboxTooLarge,
@@ -22,6 +23,7 @@ from htgrid.net.client import ScheddClient, socket_path
 __all__ = [
     "ApiError",
     "BadRequest",
+    "CedarError",
     "DaemonUnavailable",
     "Jobs",
     "RequestTooLarge",

@@ -51,6 +51,7 @@ __all__ = [
     "PROBLEMS",
     "ApiError",
     "BadRequest",
+    "CedarError",
     "DaemonUnavailable",
     "RequestTooLarge",
     "SandboxTooLarge",
@@ -68,6 +69,10 @@ class BadRequest(HTGridError):
 
 class SandboxTooLarge(HTGridError):
     """The sandbox is larger than the daemon transfers."""
+
+
+class CedarError(HTGridError):
+    """A peer broke HTCondor's CEDAR protocol (or was refused in it); the connection ends."""
 
 
 class ApiError(HTGridError):

@@ -5,6 +5,7 @@ collector's and the execute node's in their own packages.
   `ApiServer`, `start`, on uvicorn's protocol with two clocks (`_guard`);
 - what a request may hold (`_limits`, `_tarscan`): `read_body` (MAX_API_REQUEST_MB),
   `SizeLimit` (MAX_TRANSFER_INPUT_MB and _OUTPUT_MB) and the reading of an uploaded tar;
+- one port for HTTPS and HTCondor's CEDAR (`_shared`): `start_shared`;
 - who calls on a Unix socket (`_peer`): `PeerCredProtocol`, the kernel's word for it;
 - requests' JSON (`_wire`): `loads_request` (and `htgrid.net.ad_from_json`), refused with
   `BadRequest`;
@@ -37,6 +38,7 @@ from htgrid.net._peer import (
     peercred_identity,
 )
 from htgrid.net._sandbox_routes import MAX_PROXY_BYTES
+from htgrid.net._shared import start_shared
 from htgrid.net._tarscan import (
     MAX_TAR_MEMBERS,
     NO_LIMIT,
@@ -71,6 +73,7 @@ __all__ = [
     "read_body",
     "serve_connection",
     "start",
+    "start_shared",
     "tcp_listener",
     "unix_listener",
     "unpacked_size",

@@ -52,6 +52,9 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
     SEC_SCITOKENS_CACHE = run/cache  issuers' keys kept, used when an issuer is down
     DENY_WRITE = anonymous@*, *@unmapped, *@banned.htcondor.org   mapped names refused
                                     WRITE (and DENY_READ, _NEGOTIATOR, _ADMINISTRATOR, _DAEMON)
+    SEC_READ_AUTHENTICATION = REQUIRED  OPTIONAL: HTCondor's clients (CEDAR) that do not
+                                    insist on it read without authenticating, as
+                                    unauthenticated@unmapped (READ only; DENY_READ applies)
     SCHEDD_AUDIT_LOG = log/AuditLog  every accepted or refused change, who and why (0600)
     MAX_SCHEDD_AUDIT_LOG = 1d       rotated after a day (or N bytes); MAX_NUM_SCHEDD_AUDIT_LOG
                                     = 90 old ones kept (and the COLLECTOR_ ones)
@@ -146,6 +149,7 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "DENY_NEGOTIATOR": "anonymous@*, *@unmapped, *@banned.htcondor.org",
     "DENY_ADMINISTRATOR": "anonymous@*, *@unmapped, *@banned.htcondor.org",
     "DENY_DAEMON": "anonymous@*, *@unmapped, *@banned.htcondor.org",
+    "SEC_READ_AUTHENTICATION": "REQUIRED",
     "SEC_SCITOKENS_CACHE": None,  # issuers' keys kept across restarts: $(RUN)/cache
     "SCHEDD_AUDIT_LOG": None,  # $HTGRID_HOME/log/AuditLog
     "COLLECTOR_AUDIT_LOG": None,  # none

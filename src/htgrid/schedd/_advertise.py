@@ -3,7 +3,8 @@
 Sent every SCHEDD_INTERVAL seconds (its UpdateInterval, so the collector drops it after
 three missed updates), with HTCondor's job counts: TotalIdleJobs, TotalRunningJobs,
 TotalHeldJobs, TotalJobAds and the local universe's own. Its Name is SCHEDD_NAME; with
-the API's URL, MyAddress is `<host:port>` of the TLS listener and HTGridURL the URL,
+the API's URL, MyAddress is `<host:port?noUDP>` of the TLS listener (where HTCondor's
+clients reach it too, over CEDAR) and HTGridURL the URL,
 which is how another pool finds this queue (HTCondor-C).
 """
 
@@ -17,10 +18,10 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Final
 
-from htgrid import __version__
 from htgrid.classad import ClassAd, ExprTree, quote
 from htgrid.collector import CollectorClient
 from htgrid.errors import HTGridError
+from htgrid.net.cedar import REMOTE_VERSION
 from htgrid.queue import JobQueue, JobStatus
 from htgrid.schedd._worker import QueueWorker
 
@@ -65,7 +66,8 @@ class ScheddAdvertiser:
         self._collector = collector
         self.name = name or schedd_name()
         self.url = url
-        self.address = f"<{url.removeprefix('https://')}>" if url else address
+        # `?noUDP`: HTCondor's clients send their commands (RESCHEDULE) by TCP.
+        self.address = f"<{url.removeprefix('https://')}?noUDP>" if url else address
         self._interval = interval
         self._started = started
         self._clock = clock
@@ -96,7 +98,7 @@ class ScheddAdvertiser:
         ad["ScheddIpAddr"] = self.address
         if self.url:
             ad["HTGridURL"] = self.url
-        ad["CondorVersion"] = f"htgrid {__version__}"
+        ad["CondorVersion"] = REMOTE_VERSION
         ad["DaemonStartTime"] = self._started
         ad["UpdateSequenceNumber"] = self._sequence
         ad["UpdateInterval"] = int(self._interval)

@@ -32,9 +32,11 @@ from htgrid import __version__
 from htgrid._files import write_atomic
 from htgrid._ports import held_by
 from htgrid._privsep import OwnerPolicy, closed_to_others
+from htgrid.classad import ClassAd
 from htgrid.collector import ReverseConnector
 from htgrid.errors import HTGridError
 from htgrid.net.app import create_app
+from htgrid.net.cedar import REMOTE_VERSION, pool_security
 from htgrid.net.security import (
     SERVER_CERT,
     AuditLog,
@@ -56,12 +58,15 @@ from htgrid.net.server import (
     api_config,
     peercred_identity,
     start,
+    start_shared,
     tcp_listener,
     unix_listener,
 )
 from htgrid.pool import family_marker
 from htgrid.queue import JobQueue
 from htgrid.queue.faults import FaultLog
+from htgrid.schedd._advertise import schedd_name
+from htgrid.schedd._cedar import schedd_cedar
 from htgrid.schedd._config import ScheddConfig, ScheddError
 from htgrid.schedd._local import LocalRunner
 from htgrid.schedd._service import QueueService
@@ -116,6 +121,9 @@ class Companion(Protocol):
 
     def feed_positions(self) -> list[int]:
         """Where its followers of the queue's change feed are."""
+
+    def reschedule(self) -> None:
+        """Negotiate soon (condor_reschedule)."""
 
 
 class Daemon:
@@ -361,22 +369,33 @@ class Daemon:
         settings = await asyncio.to_thread(GatekeeperConfig.load, cfg.home, "SCHEDD")
         gate = Gatekeeper(security, settings, clock=self._clock)
         web = web_routes(self._web_sources(service), token_identity, realm=security.trust_domain)
+        audit = (
+            AuditLog(settings.audit_log, rotation=settings.audit_rotation)
+            if settings.audit_log is not None
+            else None
+        )
         api = TokenAuthMiddleware(
             create_app(service, token_identity, cfg.api_limits, extra=web),
             gate.verify,
             realm=security.trust_domain,
             exempt=EXEMPT,
             admit=gate.admit,
-            audit=(
-                AuditLog(settings.audit_log, rotation=settings.audit_rotation)
-                if settings.audit_log is not None
-                else None
-            ),
+            audit=audit,
         )
         # The web view's sign-in cookie becomes the bearer token the middleware checks.
         app = CookieBearer(api)
         tls = server_ssl_context(material.server)
         config = api_config(app, cfg.api_limits, tls=tls)
+        cedar = schedd_cedar(
+            service,
+            # The same audit log: one writer, one rotation, both protocols' decisions.
+            await asyncio.to_thread(
+                pool_security, cfg.home, "SCHEDD", clock=self._clock, audit=audit
+            ),
+            domain=settings.uid_domain or security.trust_domain,
+            own_ad=lambda: self._own_ad(sock),
+            reschedule=self._reschedule,
+        )
         ca = PoolCA(security.ca_dir, clock=self._clock)
         rotator = CertRotator(ca, SERVER_CERT, tls, material.server)
         host, port = cfg.schedd_address
@@ -391,7 +410,9 @@ class Daemon:
             ) from None
         bound = sock.getsockname()[1]
         server = RotatingServer(config, rotator, signals=False)
-        serving = await start(server, sock, "the TLS API server", ScheddError)
+        sock.listen(128)
+        # HTCondor's clients (CEDAR) on the same port: told apart by their first byte.
+        serving = await start_shared(server, sock, "the TLS API server", ScheddError, tls, cedar)
         url = f"https://{f'[{host}]' if sock.family == socket.AF_INET6 else host}:{bound}"
         await asyncio.to_thread(write_atomic, cfg.url_file, (url + "\n").encode())
         _log.info("serving the API at %s (trust domain %s)", url, security.trust_domain)
@@ -407,6 +428,24 @@ class Daemon:
             return None if not pool or pool.endswith(":0") else pool  # :0: none started
 
         return Sources(service, cfg.home, collector, self.policy, self._clock)
+
+    def _own_ad(self, sock: socket.socket) -> ClassAd:
+        """The schedd's ad as a client asking it directly sees it (directQuery)."""
+        host, port = sock.getsockname()[:2]
+        bracketed = f"[{host}]" if sock.family == socket.AF_INET6 else host
+        return ClassAd(
+            {
+                "MyType": "Scheduler",
+                "Name": self.config.schedd_name or schedd_name(),
+                "Machine": socket.gethostname(),
+                "MyAddress": f"<{bracketed}:{port}?noUDP>",
+                "CondorVersion": REMOTE_VERSION,
+            }
+        )
+
+    def _reschedule(self) -> None:
+        if self.companion is not None:
+            self.companion.reschedule()
 
     def _supervised(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         async def guard() -> None:

@@ -1,7 +1,7 @@
 """A collector in a thread of the test process, with its pool's security material.
 
     home = pool_home(tmp_path / "pool", "pool.test")     # htgrid.conf, key, CA, daemon token
-    with collector_thread(home) as address:               # "127.0.0.1:PORT", over TLS
+    with collector_thread(home) as address:               # "127.0.0.1:PORT": TLS and CEDAR
         async with CollectorClient(address, home=home, daemon=True) as client:
             ...
 
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from htgrid.collector.daemon import make_server
+from htgrid.collector.daemon import make_server, serve_on
 from htgrid.net.security import SecurityConfig, TokenIssuer, ensure_pool_security
 
 __all__ = ["collector_thread", "pool_home", "user_token"]
@@ -41,11 +41,12 @@ def user_token(home: Path, user: str, *, lifetime: float | None = 3600) -> str:
 @contextmanager
 def collector_thread(home: Path, housekeeping_interval: float = 60.0) -> Iterator[str]:
     """host:port of a collector of the pool in `home`, served by a thread until exit."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    port = sock.getsockname()[1]
     server = make_server("127.0.0.1", port, home=home, housekeeping_interval=housekeeping_interval)
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+    thread = threading.Thread(target=lambda: asyncio.run(serve_on(server, sock, home)), daemon=True)
     thread.start()
     started = threading.Event()
     for _ in range(1000):

@@ -1,0 +1,131 @@
+"""One port, two protocols: the daemon's HTTPS API and HTCondor's CEDAR.
+
+    serving = await start_shared(server, sock, "the collector", CollectorError, tls, cedar)
+
+Each accepted connection is told apart by its first byte, which the client always sends
+first: 0x16 opens a TLS ClientHello (the HTTPS API, served by `server`, uvicorn's, as on
+a listener of its own), anything else is a CEDAR packet header (its end flag, 0 or 1)
+and goes to the `CedarService`. A connection that sends nothing within the handshake
+timeout is closed. The listener is closed, and the CEDAR connections still open are
+ended, when the server stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+from typing import Final
+
+from htgrid.errors import HTGridError
+from htgrid.net._listen import ApiServer, serve_connection
+from htgrid.net.cedar import CedarService
+
+__all__ = ["start_shared"]
+
+_log = logging.getLogger("htgrid.net")
+_TLS_RECORD: Final = 0x16  # a TLS handshake record: the ClientHello
+FIRST_BYTE_TIMEOUT: Final = 20.0
+
+
+async def start_shared(
+    server: ApiServer,
+    sock: socket.socket,
+    what: str,
+    error: type[HTGridError],
+    tls: ssl.SSLContext,
+    cedar: CedarService,
+) -> asyncio.Task[None]:
+    """`server` (HTTPS) and `cedar` serving on the listening `sock`, in a task returned
+    once they listen; `error` saying `what` did not start otherwise."""
+    serving = asyncio.create_task(server.serve(sockets=[]), name=what)
+    ready = asyncio.create_task(server.ready.wait())
+    await asyncio.wait((serving, ready), return_when=asyncio.FIRST_COMPLETED)
+    ready.cancel()
+    if not server.started:
+        sock.close()
+        await asyncio.wait((serving,))
+        raise error(f"{what} did not start: {serving.exception()!r}")
+    sock.setblocking(False)
+    accepting = asyncio.create_task(_accept(server, sock, tls, cedar), name=f"{what}: accept")
+
+    def stop(_: object) -> None:
+        accepting.cancel()
+        sock.close()
+
+    serving.add_done_callback(stop)
+    return serving
+
+
+async def _accept(
+    server: ApiServer, sock: socket.socket, tls: ssl.SSLContext, cedar: CedarService
+) -> None:
+    loop = asyncio.get_running_loop()
+    open_cedar: set[asyncio.Task[None]] = set()
+    try:
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(sock)
+            except OSError as exc:
+                # Out of descriptors, or a connection reset before it was taken: the
+                # listener itself is fine; wait a moment rather than spin.
+                _log.warning("accepting a connection failed: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            task = asyncio.create_task(_dispatch(server, conn, tls, cedar))
+            open_cedar.add(task)
+            task.add_done_callback(open_cedar.discard)
+    finally:
+        for task in open_cedar:
+            task.cancel()
+        await asyncio.gather(*open_cedar, return_exceptions=True)
+
+
+async def _first_byte(conn: socket.socket, timeout: float) -> int | None:
+    """The connection's first byte, left unread; None if it closed or said nothing."""
+    loop = asyncio.get_running_loop()
+    readable: asyncio.Future[None] = loop.create_future()
+
+    def ready() -> None:
+        if not readable.done():
+            readable.set_result(None)
+
+    loop.add_reader(conn.fileno(), ready)
+    try:
+        await asyncio.wait_for(readable, timeout)
+    except TimeoutError:
+        return None
+    finally:
+        loop.remove_reader(conn.fileno())
+    try:
+        data = conn.recv(1, socket.MSG_PEEK)
+    except (BlockingIOError, InterruptedError, OSError):
+        return None
+    return data[0] if data else None
+
+
+async def _dispatch(
+    server: ApiServer, conn: socket.socket, tls: ssl.SSLContext, cedar: CedarService
+) -> None:
+    conn.setblocking(False)
+    try:
+        first = await _first_byte(conn, FIRST_BYTE_TIMEOUT)
+    except BaseException:
+        conn.close()
+        raise
+    if first is None:
+        conn.close()
+        return
+    if first == _TLS_RECORD:
+        # uvicorn's own from here: its connection is tracked, and ended, by the server.
+        with contextlib.suppress(OSError, ssl.SSLError, ConnectionError):
+            await serve_connection(server, conn, tls)
+        return
+    try:
+        reader, writer = await asyncio.open_connection(sock=conn, limit=1 << 20)
+    except OSError:
+        conn.close()
+        return
+    await cedar.serve(reader, writer)

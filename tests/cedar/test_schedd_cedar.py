@@ -1,0 +1,220 @@
+"""htgrid's schedd through the official `htcondor2.Schedd`, over CEDAR on its TLS API's
+port, located through the collector as HTCondor's tools find a schedd: query, submit (the
+jobs then run), act, edit and history, with the pool's tokens."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import classad2
+import htcondor2
+import pytest
+
+from htgrid.net.security import SecurityConfig
+from htgrid.testing import WHOLE_POOL, PersonalPool, wait_for
+
+from .conftest import Configure
+
+FAST: dict[str, object] = {
+    "NEGOTIATOR_INTERVAL": 2,
+    "NEGOTIATOR_MIN_INTERVAL": 0.1,
+    "NUM_CPUS": 4,
+    "UPDATE_INTERVAL": 10,
+    "SCHEDD_INTERVAL": 1,
+    "ALIVE_INTERVAL": 2,
+}
+DAEMONS = tuple(d for d in WHOLE_POOL if d != "GRIDMANAGER")
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PersonalPool]:
+    home = tmp_path_factory.mktemp("cedar") / "pool"
+    os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parents[2] / "src")
+    with PersonalPool(home, kill_grace=2, fsync=False, daemons=DAEMONS, config=FAST) as pool:
+        yield pool
+
+
+def _token(pool: PersonalPool, user: str) -> str:
+    return pool.token(f"{user}@{SecurityConfig.load(pool.home).trust_domain}")
+
+
+def _schedd(pool: PersonalPool, condor: Configure, user: str = "root") -> htcondor2.Schedd:
+    condor(pool.collector, token=_token(pool, user))
+    collector = htcondor2.Collector(pool.collector)
+    ads = wait_for(lambda: collector.locateAll(htcondor2.DaemonTypes.Schedd))
+    return htcondor2.Schedd(ads[0])
+
+
+def _idle_forever(tmp: Path) -> htcondor2.Submit:
+    """Jobs no slot matches: they stay idle for act and edit to work on."""
+    return htcondor2.Submit(
+        {
+            "executable": "/bin/true",
+            "requirements": "false",
+            "log": str(tmp / "idle.log"),
+        }
+    )
+
+
+def _status(schedd: htcondor2.Schedd, cluster: int) -> list[int]:
+    ads = schedd.query(f"ClusterId == {cluster}", ["ProcId", "JobStatus"])
+    return [ad["JobStatus"] for ad in sorted(ads, key=lambda ad: ad["ProcId"])]
+
+
+def test_submit_runs_the_jobs_and_history_has_them(
+    pool: PersonalPool, condor: Configure, tmp_path: Path
+) -> None:
+    schedd = _schedd(pool, condor)
+    submit = htcondor2.Submit(
+        {
+            "executable": "/bin/echo",
+            "arguments": "hello $(Process)",
+            "output": str(tmp_path / "out.$(Process)"),
+            "log": str(tmp_path / "job.log"),
+        }
+    )
+    result = schedd.submit(submit, count=2)
+    cluster = result.cluster()
+    assert result.num_procs() == 2
+    owners = {ad["Owner"] for ad in schedd.query(f"ClusterId == {cluster}", ["Owner"])}
+    assert owners <= {"root"}
+    done = wait_for(
+        lambda: (
+            len(h := schedd.history(f"ClusterId == {cluster}", ["ProcId", "ExitCode"], 10)) == 2
+            and h
+        ),
+        timeout=120,
+    )
+    assert sorted((ad["ProcId"], ad["ExitCode"]) for ad in done) == [(0, 0), (1, 0)]
+    assert (tmp_path / "out.1").read_text() == "hello 1\n"
+
+
+def test_query_constraint_projection_limit_and_iteration(
+    pool: PersonalPool, condor: Configure, tmp_path: Path
+) -> None:
+    schedd = _schedd(pool, condor)
+    cluster = schedd.submit(_idle_forever(tmp_path), count=3).cluster()
+    ads = schedd.query(f"ClusterId == {cluster}", ["ClusterId", "ProcId", "Owner"])
+    assert sorted(ad["ProcId"] for ad in ads) == [0, 1, 2]
+    assert all(set(ad.keys()) <= {"ClusterId", "ProcId", "Owner", "ServerTime"} for ad in ads)
+    assert len(schedd.query(f"ClusterId == {cluster}", ["ProcId"], limit=2)) == 2
+    summary = schedd.query(f"ClusterId == {cluster}", opts=htcondor2.QueryOpt.SummaryOnly)
+    assert [ad.get("JobsFound") for ad in summary] == [3]
+    schedd.act(htcondor2.JobAction.Remove, f"ClusterId == {cluster}")
+
+
+def test_act_hold_release_remove(pool: PersonalPool, condor: Configure, tmp_path: Path) -> None:
+    schedd = _schedd(pool, condor)
+    cluster = schedd.submit(_idle_forever(tmp_path), count=2).cluster()
+    # (The bindings send a reason only when given as (text, code).)
+    held = schedd.act(htcondor2.JobAction.Hold, [f"{cluster}.0"], ("by a test", 3))
+    assert held["TotalSuccess"] == 1
+    assert _status(schedd, cluster) == [5, 1]
+    reason = schedd.query(f"ClusterId == {cluster} && ProcId == 0", ["HoldReason"])[0]
+    assert reason["HoldReason"] == "by a test"
+    released = schedd.act(htcondor2.JobAction.Release, f"ClusterId == {cluster}")
+    assert released["TotalSuccess"] == 1
+    assert _status(schedd, cluster) == [1, 1]
+    removed = schedd.act(htcondor2.JobAction.Remove, [f"{cluster}.0", f"{cluster}.1"])
+    assert removed["TotalSuccess"] == 2
+    assert schedd.query(f"ClusterId == {cluster} && JobStatus != 3") == []
+
+
+def test_edit_by_ids_and_constraint(pool: PersonalPool, condor: Configure, tmp_path: Path) -> None:
+    schedd = _schedd(pool, condor)
+    cluster = schedd.submit(_idle_forever(tmp_path), count=2).cluster()
+    schedd.edit([f"{cluster}.0"], "Foo", '"bar baz"')
+    assert schedd.edit(f"ClusterId == {cluster}", "Answer", "40 + 2") == 2
+    ads = sorted(schedd.query(f"ClusterId == {cluster}", ["ProcId", "Foo", "Answer"]), key=str)
+    by_proc = {ad["ProcId"]: ad for ad in ads}
+    assert by_proc[0]["Foo"] == "bar baz"
+    assert "Foo" not in by_proc[1]
+    assert [by_proc[p].eval("Answer") for p in (0, 1)] == [42, 42]
+    with pytest.raises(htcondor2.HTCondorException, match="Owner"):
+        schedd.edit([f"{cluster}.0"], "Owner", '"mallory"')
+    schedd.act(htcondor2.JobAction.Remove, f"ClusterId == {cluster}")
+
+
+_AS_ANOTHER = """
+import json, sys
+import htcondor2
+ad = htcondor2.Collector(sys.argv[1]).locateAll(htcondor2.DaemonTypes.Schedd)[0]
+schedd = htcondor2.Schedd(ad)
+result = schedd.act(htcondor2.JobAction.Remove, [sys.argv[2]])
+try:
+    schedd.edit([sys.argv[2]], "Foo", "1")
+    edited = "edited"
+except htcondor2.HTCondorException as exc:
+    edited = str(exc)
+print(json.dumps({"denied": result["TotalPermissionDenied"], "done": result["TotalSuccess"],
+                  "edit": edited}))
+"""
+
+
+def test_another_user_may_not_act_on_or_edit_the_jobs(
+    pool: PersonalPool, condor: Configure, tmp_path: Path
+) -> None:
+    root = _schedd(pool, condor)
+    cluster = root.submit(_idle_forever(tmp_path)).cluster()
+    # A process of its own: the bindings keep one security session per daemon and
+    # command for the whole process, whoever the configuration names later.
+    condor(pool.collector, token=_token(pool, "mallory"))
+    out = subprocess.run(
+        [sys.executable, "-c", _AS_ANOTHER, pool.collector, f"{cluster}.0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    answer = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (answer["denied"], answer["done"]) == (1, 0)
+    assert "mallory" in answer["edit"]
+    audit = (pool.home / "log" / "AuditLog").read_text()
+    assert "accepted CEDAR ACT_ON_JOBS" in audit
+    assert 'subject="mallory@' in audit
+    root = _schedd(pool, condor)
+    assert _status(root, cluster) == [1]
+    assert "Foo" not in root.query(f"ClusterId == {cluster}", ["Foo"])[0]
+    root.act(htcondor2.JobAction.Remove, f"ClusterId == {cluster}")
+
+
+def test_the_schedds_ad_names_its_cedar_address(pool: PersonalPool, condor: Configure) -> None:
+    condor(pool.collector, token=_token(pool, "root"))
+    ad = wait_for(
+        lambda: htcondor2.Collector(pool.collector).locateAll(htcondor2.DaemonTypes.Schedd)
+    )[0]
+    host_port = pool.url.removeprefix("https://")
+    assert ad["MyAddress"] == f"<{host_port}?noUDP>"
+    assert isinstance(ad, classad2.ClassAd)
+
+
+def test_htcondor_cli_job_status(pool: PersonalPool, condor: Configure, tmp_path: Path) -> None:
+    """HTCondor's own command line (`htcondor job status`), configured by SCHEDD_HOST."""
+    condor(
+        pool.collector,
+        token=_token(pool, "root"),
+        extra=f"SCHEDD_HOST = htgrid@{socket.gethostname()}",
+    )
+    cluster = htcondor2.Schedd().submit(_idle_forever(tmp_path)).cluster()
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from htcondor_cli.cli import main; main()",
+            "job",
+            "status",
+            f"{cluster}.0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert f"Job {cluster}.0 is currently idle" in out.stdout + out.stderr  # it logs to stderr
+    htcondor2.Schedd().act(htcondor2.JobAction.Remove, f"ClusterId == {cluster}")
