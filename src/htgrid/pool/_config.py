@@ -56,10 +56,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from htgrid.client import pool_home
 from htgrid.errors import HTGridError
+
+if TYPE_CHECKING:
+    from htgrid.queue import SystemPolicy
 
 __all__ = [
     "CONFIG_NAME",
@@ -147,9 +150,37 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "JOB_ROUTER_MAX_JOBS": "-1",
     "JOB_ROUTER_DEFAULT_MAX_JOBS_PER_ROUTE": "100",
     "JOB_ROUTER_DEFAULT_MAX_IDLE_JOBS_PER_ROUTE": "50",
+    "JOB_ROUTER_HOOK_KEYWORD": "",
+    # the pool's policy for every job (the schedd's periodic pass; the job router's for
+    # the jobs it manages); $(NAME) in them is replaced by knob NAME's value
+    "SYSTEM_PERIODIC_HOLD": "",
+    "SYSTEM_PERIODIC_HOLD_REASON": "",
+    "SYSTEM_PERIODIC_HOLD_SUBCODE": "",
+    "SYSTEM_PERIODIC_RELEASE": "",
+    "SYSTEM_PERIODIC_RELEASE_REASON": "",
+    "SYSTEM_PERIODIC_RELEASE_SUBCODE": "",
+    "SYSTEM_PERIODIC_REMOVE": "",
+    "SYSTEM_PERIODIC_REMOVE_REASON": "",
+    "SYSTEM_PERIODIC_REMOVE_SUBCODE": "",
+    # a CE's (`htgrid ce up`, HTCondor-CE's names): its jobs' longest run, in minutes,
+    # whether a routed job that ran once may run again, days a completed job is kept
+    "ROUTED_JOB_MAX_TIME": "4320",
+    "ENABLE_JOB_RETRIES": "false",
+    "COMPLETED_JOB_EXPIRATION": "30",
+    "CONDORCE_MAX_JOBS": "10000",
+    "DEFAULT_REMOVE_REASON": "",
 }
-#: Knob families: any name that begins so (a route, a transform of the job router).
-KNOB_PREFIXES: Final = ("JOB_ROUTER_ROUTE_", "JOB_ROUTER_TRANSFORM_")
+#: Knob families: any name that begins so (a route, a transform, a hook of the job
+#: router; the clauses of a CE's policy, as HTCondor-CE names them).
+KNOB_PREFIXES: Final = (
+    "JOB_ROUTER_ROUTE_",
+    "JOB_ROUTER_TRANSFORM_",
+    "HOLD_CLAUSE_",
+    "HOLD_REASON_",
+    "REMOVE_CLAUSE_",
+    "REMOVE_REASON_",
+)
+_MACRO: Final = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)(?::([^()]*))?\)")
 _LIST_SPLIT: Final = re.compile(r"[\s,]+")
 _MULTI_LINE: Final = re.compile(r"([A-Za-z0-9_]+)\s*@=\s*(\S+)\Z")
 DEFAULT_TRANSFER_MB: Final = 10240  # MAX_TRANSFER_INPUT_MB and _OUTPUT_MB
@@ -249,6 +280,41 @@ class ConfigFile:
             header_timeout=self.number("API_HEADER_TIMEOUT"),
             body_timeout=self.number("API_BODY_TIMEOUT"),
         )
+
+    def expanded(self, key: str) -> str:
+        """The value with each `$(NAME)` (or `$(NAME:default)`) replaced by knob NAME's
+        expanded value, as HTCondor's configuration does ("" for a name without one).
+        A knob that refers to itself, directly or not, is refused."""
+        return self._expand(key, ())
+
+    def _expand(self, key: str, seen: tuple[str, ...]) -> str:
+        if key in seen:
+            chain = " -> ".join((*seen, key))
+            raise PoolError(f"{self.path}: {seen[0]} refers to itself through {chain}")
+        text = self.values[key][0] if key in self.values else (KNOBS.get(key) or "")
+
+        def value(match: re.Match[str]) -> str:
+            name = match.group(1).upper()
+            if name in self.values or KNOBS.get(name):
+                return self._expand(name, (*seen, key))
+            return match.group(2) or ""
+
+        return _MACRO.sub(value, text)
+
+    def system_policy(self) -> SystemPolicy:
+        """SYSTEM_PERIODIC_HOLD, _RELEASE, _REMOVE (and their _REASON, _SUBCODE), macros
+        expanded; one that is not an expression is an error naming it and its line."""
+        # Here, not at the top: most readers of the file need no ClassAd machinery.
+        from htgrid.classad import ExprTree
+        from htgrid.queue import SystemPolicy
+
+        for key in self.values:
+            if key.startswith("SYSTEM_PERIODIC_") and (text := self.expanded(key).strip()):
+                try:
+                    ExprTree(text)
+                except HTGridError as err:
+                    raise self._error(key, f"is not a ClassAd expression: {err}") from None
+        return SystemPolicy.parse(self.expanded)
 
     def address(self, key: str) -> tuple[str, int]:
         """A `host:port` (port 0: any free port)."""

@@ -9,6 +9,7 @@ with its routed copy.
 
 from __future__ import annotations
 
+from htgrid.router._ce import CE_DAEMONS, CE_DEFAULTS, CE_PORT, ce_config, ce_route
 from htgrid.router._engine import (
     RouteVerdict,
     build_routed_ad,
@@ -26,6 +27,9 @@ from htgrid.router._routes import (
 )
 
 __all__ = [
+    "CE_DAEMONS",
+    "CE_DEFAULTS",
+    "CE_PORT",
     "GRID_UNIVERSE",
     "JOB_ROUTER",
     "JobRouter",
@@ -36,6 +40,8 @@ __all__ = [
     "RouterError",
     "build_routed_ad",
     "candidate_constraint",
+    "ce_config",
+    "ce_route",
     "convert_old_route",
     "convert_old_routes",
     "explain_routes",

@@ -8,7 +8,12 @@ Each pass (`JobRouter.cycle`, every JOB_ROUTER_POLLING_PERIOD or when the schedd
    and at the end its exit (the copy is kept by LeaveJobInQueue until then, and let go
    after). Removing the source, or holding it, removes the copy; a copy removed from
    below (an administrator, a policy) sends its source back to idle, to be routed again.
-   A copy whose source is gone is removed (an orphan).
+   A copy whose source is gone is removed (an orphan). The source takes the copy's run
+   attributes (`ATTRS_TO_COPY`, update_job_status's list); a source whose copy's hold
+   it mirrors, released by its user, releases the copy.
+   Every PERIODIC_EXPR_INTERVAL the sources' periodic policy (their own and the pool's
+   SYSTEM_PERIODIC_*), which the schedd leaves to the router, is evaluated: a source it
+   holds or removes takes its copy with it in the same pass.
 2. A source managed by this router (Managed = "External", ManagedManager) without a copy
    is let go: back to idle, Managed = "Schedd" (a crash between claiming and submitting).
 3. Idle candidates (`candidate_constraint`) go to the first route, in
@@ -41,7 +46,9 @@ from htgrid.queue import (
     JobNotFound,
     JobQueue,
     JobStatus,
+    PolicyAction,
     QueueError,
+    periodic_decision,
 )
 from htgrid.router._engine import (
     build_routed_ad,
@@ -63,6 +70,43 @@ _FINISHED: Final = (JobStatus.COMPLETED, JobStatus.REMOVED)
 _RUNNING: Final = (JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED)
 _USAGE: Final = ("RemoteWallClockTime", "RemoteUserCpu", "RemoteSysCpu", "ImageSize", "DiskUsage")
 _UNDEFINED: Final = ExprTree("undefined")
+#: What a source takes from its routed copy at each pass, besides its status and exit
+#: (VanillaToGrid.cpp's update_job_status, after the grid manager's own list).
+ATTRS_TO_COPY: Final = (
+    "BytesSent",
+    "BytesRecvd",
+    "CompletionDate",
+    "JobRunCount",
+    "JobStartDate",
+    "ExitReason",
+    "JobCurrentStartDate",
+    "JobCurrentStartExecutingDate",
+    "JobLastStartDate",
+    "ShadowBday",
+    "RemoteSysCpu",
+    "RemoteUserCpu",
+    "NumCkpts",
+    "NumJobStarts",
+    "NumJobReconnects",
+    "NumShadowExceptions",
+    "NumShadowStarts",
+    "NumJobMatches",
+    "NumRestarts",
+    "RemoteWallClockTime",
+    "LastRemoteWallClockTime",
+    "JobCoreDumped",
+    "ImageSize",
+    "MemoryUsage",
+    "ResidentSetSize",
+    "ProportionalSetSize",
+    "DiskUsage",
+    "ScratchDirFileCount",
+    "SpooledOutputFiles",
+    "CpusUsage",
+    "CpusProvisioned",
+    "DiskProvisioned",
+    "MemoryProvisioned",
+)
 
 
 @dataclass
@@ -149,6 +193,7 @@ class JobRouter:
         self._after_change = after_change or (lambda: None)
         self.stats: dict[str, RouteStats] = {}
         self.counts = _Counts()
+        self._policy_due = 0.0
 
     def reconfig(self, config: RouterConfig) -> None:
         """New routes; the failure counts of routes that keep their name are kept."""
@@ -166,12 +211,65 @@ class JobRouter:
 
     def cycle(self) -> int:
         """One pass; the number of changes it made."""
-        changed = self._sync()
+        changed = 0
+        if self.clock() >= self._policy_due:
+            self._policy_due = self.clock() + self.config.periodic_interval
+            changed += self._source_policies()
+        changed += self._sync()
         for route in self.config.routes:
             self.route_stats(route).adjust(route, self.clock(), self.counts.of(route)[0])
         changed += self._route_candidates()
         if changed:
             self._after_change()
+        return changed
+
+    def _source_policies(self) -> int:
+        """The periodic policy of the sources this router manages (the schedd leaves them
+        to it, as HTCondor's does): a hold or removal it decides is the source's, and the
+        next steps of the pass take the copy with it. A release is not: a source held
+        with its copy's hold follows the copy."""
+        name = _quote(self.config.name)
+        try:
+            sources = self.queue.query(
+                f'Managed == "External" && ManagedManager == {name} && JobStatus != 3'
+            )
+        except HTGridError as err:
+            log.error("cannot read the managed jobs' policies: %s", err)
+            return 0
+        now = int(self.clock())
+        changed = 0
+        for ad in sources:
+            job_id = _job_id(ad)
+            try:
+                decision = periodic_decision(ad, now, self.config.system_policy)
+            except HTGridError as err:
+                log.warning("job %s: its periodic policy cannot be evaluated: %s", job_id, err)
+                continue
+            if decision is None or decision.action not in _POLICY_ACTIONS:
+                continue
+            action = _POLICY_ACTIONS[decision.action]
+            try:
+                self.queue.act(
+                    action,
+                    str(job_id),
+                    JOB_ROUTER,
+                    decision.reason,
+                    code=decision.code,
+                    subcode=decision.subcode,
+                )
+            except (JobNotFound, InvalidTransition) as err:
+                log.warning(
+                    "job %s: %s by %s failed: %s", job_id, action.name, decision.attribute, err
+                )
+                continue
+            log.info(
+                "job %s: %s by %s: %s",
+                job_id,
+                decision.action.value,
+                decision.attribute,
+                decision.reason,
+            )
+            changed += 1
         return changed
 
     def _sync(self) -> int:
@@ -262,9 +360,28 @@ class JobRouter:
     ) -> int:
         status = JobStatus(dest["JobStatus"])
         q = self.queue
+        dest_id = _job_id(dest)
+        if (
+            status == JobStatus.HELD
+            and src_status != JobStatus.HELD
+            and source.get("HoldCopiedFromTargetJob") is True
+        ):
+            # The source held with its copy's hold was released (by its user, a policy):
+            # the copy is released too, and runs again.
+            with contextlib.suppress(JobNotFound, InvalidTransition):
+                q.act(
+                    JobAction.Release,
+                    str(dest_id),
+                    JOB_ROUTER,
+                    str(source.get("ReleaseReason") or "The source job was released"),
+                )
+            q.update(source_id, {"HoldCopiedFromTargetJob": False})
+            log.info("job %s released: its routed job %s is released", source_id, dest_id)
+            return 1
+        changes = self._copy_attrs(source_id, source, dest)
         if status == JobStatus.HELD:
             if src_status == JobStatus.HELD:
-                return 0
+                return changes
             reason = str(dest.get("HoldReason") or "Unknown reason")
             code = int(dest.get("HoldReasonCode") or 0)
             code = code if code in HoldReasonCode._value2member_map_ else 0
@@ -277,8 +394,7 @@ class JobRouter:
                 subcode=int(dest.get("HoldReasonSubCode") or 0),
             )
             q.update(source_id, {"HoldCopiedFromTargetJob": True})
-            return 1
-        changes = 0
+            return changes + 1
         if src_status == JobStatus.HELD:  # the routed job's hold, now over
             q.act(JobAction.Release, str(source_id), JOB_ROUTER, "The routed job was released")
             q.update(source_id, {"HoldCopiedFromTargetJob": False})
@@ -290,7 +406,23 @@ class JobRouter:
         elif status == JobStatus.IDLE and src_status in _RUNNING:
             q.job_evicted(source_id)
             changes += 1
+        if changes:  # the status change set its own dates and counts: the copy's win
+            changes += self._copy_attrs(source_id, q.get(source_id), dest)
         return changes
+
+    def _copy_attrs(self, source_id: JobId, source: ClassAd, dest: ClassAd) -> int:
+        """The copy's run attributes the source lacks or has otherwise (ATTRS_TO_COPY)."""
+        updates: dict[str, Any] = {}
+        for name in ATTRS_TO_COPY:
+            if name not in dest:
+                continue
+            new = dest.lookup(name)
+            if name not in source or str(source.lookup(name)) != str(new):
+                updates[name] = new
+        if not updates:
+            return 0
+        self.queue.update(source_id, updates)
+        return 1
 
     def _finish(
         self, source_id: JobId, source: ClassAd, dest_id: JobId, dest: ClassAd, route: Route | None
@@ -440,6 +572,7 @@ class JobRouter:
         return self.counts.of(route)
 
 
+_POLICY_ACTIONS: Final = {PolicyAction.HOLD: JobAction.Hold, PolicyAction.REMOVE: JobAction.Remove}
 _PROTECTED: Final = frozenset(
     {"owner", "user", "osuser", "clusterid", "procid", "mytype", "targettype", "jobstatus"}
 )

@@ -30,6 +30,7 @@ from typing import Final
 from htgrid.classad import ClassAd, ExprTree
 from htgrid.errors import HTGridError
 from htgrid.pool import ConfigFile, PoolError
+from htgrid.queue import SystemPolicy
 from htgrid.submit import SubmitError, Transform, TransformMacros
 
 __all__ = [
@@ -97,6 +98,10 @@ class RouterConfig:
     source_constraint: str | None = None
     polling_period: float = 10.0
     max_jobs: int = -1  # all routes together; negative: no limit
+    # The policy of the jobs it manages, which the schedd leaves to it (SYSTEM_PERIODIC_*,
+    # evaluated with the jobs' own every PERIODIC_EXPR_INTERVAL seconds).
+    system_policy: SystemPolicy = dataclasses.field(default_factory=SystemPolicy)
+    periodic_interval: float = 60.0
     knobs: Mapping[str, str] = dataclasses.field(default_factory=dict)
     problems: tuple[str, ...] = ()
 
@@ -112,6 +117,7 @@ class RouterConfig:
         conf = ConfigFile.read(home)
         knobs = {key: value for key, (value, _) in conf.values.items()}
         try:
+            conf.system_policy()  # a bad one is named with its line
             return cls.from_knobs(knobs, where=str(conf.path))
         except RouterError:
             raise
@@ -122,6 +128,10 @@ class RouterConfig:
     def from_knobs(cls, knobs: Mapping[str, str], *, where: str = "htgrid.conf") -> RouterConfig:
         """The settings from knob values (upper-case names)."""
         knobs = {k.upper(): v for k, v in knobs.items()}
+        try:
+            policy = ConfigFile(Path(where), {k: (v, 0) for k, v in knobs.items()}).system_policy()
+        except PoolError as err:
+            raise RouterError(str(err)) from None
         problems: list[str] = []
         texts = _route_texts(knobs, problems)
         routes: list[Route] = []
@@ -148,6 +158,8 @@ class RouterConfig:
             source_constraint=constraint,
             polling_period=_number(knobs, "JOB_ROUTER_POLLING_PERIOD", 10.0, where),
             max_jobs=int(_number(knobs, "JOB_ROUTER_MAX_JOBS", -1, where)),
+            system_policy=policy,
+            periodic_interval=_number(knobs, "PERIODIC_EXPR_INTERVAL", 60.0, where),
             knobs=knobs,
             problems=tuple(problems),
         )

@@ -28,6 +28,7 @@ from htgrid.pool import (
     PoolError,
     htgrid_home,
 )
+from htgrid.queue import SystemPolicy
 
 __all__ = ["DAEMONS", "ScheddConfig", "ScheddError", "default_schedd_name"]
 
@@ -68,6 +69,7 @@ class ScheddConfig(HomeLayout):
     max_transfer_output_mb: int | None = DEFAULT_TRANSFER_MB
     api_limits: ApiLimits = DEFAULT_LIMITS
     allow_root_jobs: bool = False
+    system_policy: SystemPolicy = dataclasses.field(default_factory=SystemPolicy)
 
     @property
     def socket(self) -> Path:
@@ -138,4 +140,5 @@ class ScheddConfig(HomeLayout):
             max_transfer_output_mb=conf.megabytes("MAX_TRANSFER_OUTPUT_MB"),
             api_limits=conf.api_limits(),
             allow_root_jobs=conf.flag("ALLOW_ROOT_JOBS"),
+            system_policy=conf.system_policy(),
         )
