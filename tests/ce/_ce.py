@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from htgrid.router import CE_DEFAULTS, ce_route
 from htgrid.testing import PersonalPool, run_cli
 
 CE_NAME = "ce@htgrid-ce.test"
@@ -74,14 +75,19 @@ def submitter_and_ce(
             yield sub, ce
 
 
-def submit_grid_job(sub: PersonalPool, ce: PersonalPool, work: Path, extra: str = "") -> str:
+JOB_BODY = "cat in.txt\necho ran via the CE >&2\necho made > made.txt\nsleep 3\nexit 3\n"
+#: HTCondor-CE's defaults and its route to `batch fork` (`htgrid ce up --batch fork`).
+CE_FORK = CE_DEFAULTS + ce_route("fork")
+
+
+def submit_grid_job(
+    sub: PersonalPool, ce: PersonalPool, work: Path, extra: str = "", body: str = JOB_BODY
+) -> str:
     """A grid job (grid_resource = condor CE-schedd CE-pool) on the submitter; its id."""
     work.mkdir(parents=True, exist_ok=True)
     (work / "in.txt").write_text("input from the submitter\n")
     script = work / "job.sh"
-    script.write_text(
-        "#!/bin/sh\ncat in.txt\necho ran via the CE >&2\necho made > made.txt\nsleep 3\nexit 3\n"
-    )
+    script.write_text("#!/bin/sh\n" + body)
     script.chmod(0o755)
     (work / "job.sub").write_text(
         "universe = grid\n"

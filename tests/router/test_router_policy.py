@@ -133,3 +133,13 @@ def test_an_unrouted_job_is_held_by_the_schedds_system_policy(tmp_path: Path) ->
         assert held["HoldReason"] == "CE held it: no route"
         assert held["HoldReasonCode"] == HoldReasonCode.SystemPolicy
         assert q.get(routed)["JobStatus"] == JobStatus.IDLE
+
+
+def test_htcondor_ces_source_constraint_reads_the_job_as_target(queue: JobQueue) -> None:
+    vanilla, local = submit(queue), submit(queue, JobUniverse=12)
+    r = router(queue, JOB_ROUTER_SOURCE_JOB_CONSTRAINT="target.JobUniverse =?= 5")
+    r.cycle()
+    only_routed(queue, vanilla)
+    assert queue.get(local)["JobStatus"] == JobStatus.IDLE and "RoutedToJobId" not in queue.get(
+        local
+    )

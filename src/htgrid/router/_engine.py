@@ -14,7 +14,7 @@ from typing import Final
 from htgrid.classad import ClassAd, ExprTree
 from htgrid.classad.analysis import ClauseResult, explain_match
 from htgrid.errors import HTGridError
-from htgrid.router._routes import GRID_UNIVERSE, Route, RouterConfig
+from htgrid.router._routes import GRID_UNIVERSE, Route, RouterConfig, my_scope
 from htgrid.submit import SubmitError, TransformMacros
 
 __all__ = [
@@ -103,7 +103,9 @@ def candidate_constraint(config: RouterConfig) -> str:
         f'undefined && RoutedBy isnt "{config.name}"'
     )
     if config.source_constraint:
-        return f"({config.source_constraint}) && {base}"
+        # The router reads the job as MY and as TARGET (HTCondor-CE's default writes
+        # `target.JobUniverse`); a queue query has no TARGET, so it is written MY.
+        return f"({my_scope(config.source_constraint)}) && {base}"
     return base
 
 

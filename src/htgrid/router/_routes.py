@@ -22,6 +22,7 @@ route), as HTCondor's router does.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -311,7 +312,7 @@ def convert_old_route(ad: ClassAd) -> tuple[str, str]:
     if isinstance(universe, int) and universe:
         lines.append(f"UNIVERSE {universe}")
     if "Requirements" in ad:
-        lines.append(f"REQUIREMENTS {_my(str(ad.lookup('Requirements')))}")
+        lines.append(f"REQUIREMENTS {my_scope(str(ad.lookup('Requirements')))}")
     lines.append("")
     copies, deletes, sets, evalsets, macros = [], [], [], [], []
     for attr in sorted(ad.keys(), key=str.lower):
@@ -326,7 +327,7 @@ def convert_old_route(ad: ClassAd) -> tuple[str, str]:
         elif low.startswith("set_"):
             sets.append(f"SET {attr[4:]} {tree}")
         elif low.startswith("eval_set_"):
-            evalsets.append(f"EVALSET {attr[9:]} {_my(str(tree))}")
+            evalsets.append(f"EVALSET {attr[9:]} {my_scope(str(tree))}")
         elif low == "gridresource":
             macros.append(f"{attr} = {tree}")
         elif low not in _ENVELOPE:
@@ -346,8 +347,7 @@ def _string(ad: ClassAd, attr: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _my(text: str) -> str:
-    """Old routes read the job as TARGET; in a transform the job is MY."""
-    import re
-
+def my_scope(text: str) -> str:
+    """`text` with each `TARGET.` written `MY.`: old routes and the source constraint
+    read the job as TARGET; in a transform or a queue's query the job is MY."""
     return re.sub(r"(?i)\btarget\.", "MY.", text)
