@@ -9,9 +9,13 @@ manager, trusts the CE's CA and holds a user token of it.
 from __future__ import annotations
 
 import getpass
-from collections.abc import Iterator
+import os
+import subprocess
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 from htgrid.router import CE_DEFAULTS, ce_route
 from htgrid.testing import PersonalPool, run_cli
@@ -99,6 +103,19 @@ def submit_grid_job(
     status, out, err = run_cli(sub.home, "submit", str(work / "job.sub"))
     assert status == 0, err
     return f"{out.split('cluster')[-1].strip().rstrip('.')}.0"
+
+
+def need_batch_system(name: str, probe: Sequence[str]) -> None:
+    """Skip unless `probe` (a batch system's client) answers; under CI=true, fail."""
+    try:
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=20, check=False)
+        why = "" if done.returncode == 0 else done.stderr.strip()[:200]
+    except (OSError, subprocess.TimeoutExpired) as err:
+        why = str(err)
+    if why:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{name} is required under CI=true: {' '.join(probe)}: {why}")
+        pytest.skip(f"{name} is not here: {' '.join(probe)}: {why}")
 
 
 def jobs(pool: PersonalPool, constraint: str = "true") -> list[dict[str, object]]:
