@@ -58,13 +58,10 @@ def ce_pool(root: Path, routes: str = FORK_ROUTE, **config: object) -> PersonalP
     return ce
 
 
-@contextmanager
-def submitter_and_ce(
-    root: Path, routes: str = FORK_ROUTE, **config: object
-) -> Iterator[tuple[PersonalPool, PersonalPool]]:
-    ce = ce_pool(root / "ce", routes, **config)
-    sub = PersonalPool(
-        root / "submit",
+def submitter_pool(home: Path) -> PersonalPool:
+    """The submitter: its queue and grid manager (trust the CE with `trust`)."""
+    return PersonalPool(
+        home,
         periodic_interval=1.0,
         daemons=SUBMIT_DAEMONS,
         config={
@@ -73,6 +70,14 @@ def submitter_and_ce(
             "GRIDMANAGER_JOB_PROBE_INTERVAL": 1,
         },
     )
+
+
+@contextmanager
+def submitter_and_ce(
+    root: Path, routes: str = FORK_ROUTE, **config: object
+) -> Iterator[tuple[PersonalPool, PersonalPool]]:
+    ce = ce_pool(root / "ce", routes, **config)
+    sub = submitter_pool(root / "submit")
     with ce:
         sub.trust(ce, user=getpass.getuser())
         with sub:

@@ -18,12 +18,12 @@ from htgrid.testing import PersonalPool, wait_for
 
 from ._ce import (
     CE_NAME,
-    SUBMIT_DAEMONS,
     ce_pool,
     jobs,
     need_batch_system,
     submit_grid_job,
     submitter_and_ce,
+    submitter_pool,
 )
 from .test_ce_end_to_end import completed_on
 
@@ -110,16 +110,7 @@ def test_a_ce_routes_to_another_htcondor_pool(tmp_path: Path) -> None:
         route = CE_DEFAULTS + ce_route(f"condor site@htgrid-ce.test {site.collector}")
         ce = ce_pool(tmp_path / "ce", route)
         ce.trust(site, user=getpass.getuser())
-        sub = PersonalPool(
-            tmp_path / "submit",
-            periodic_interval=1.0,
-            daemons=SUBMIT_DAEMONS,
-            config={
-                "TRUST_DOMAIN": "htgrid-submit",
-                "SCHEDD_NAME": "submit@htgrid-ce.test",
-                "GRIDMANAGER_JOB_PROBE_INTERVAL": 1,
-            },
-        )
+        sub = submitter_pool(tmp_path / "submit")
         with ce:
             sub.trust(ce, user=getpass.getuser())
             with sub:
