@@ -180,6 +180,14 @@ KNOB_PREFIXES: Final = (
     "REMOVE_CLAUSE_",
     "REMOVE_REASON_",
 )
+#: ... and any name that ends so (the job router's hooks of a keyword, HTCondor's names).
+KNOB_SUFFIXES: Final = (
+    "_HOOK_TRANSLATE_JOB",
+    "_HOOK_UPDATE_JOB_INFO",
+    "_HOOK_JOB_FINALIZE",
+    "_HOOK_JOB_CLEANUP",
+    "_ATTRS_TO_COPY",
+)
 _MACRO: Final = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)(?::([^()]*))?\)")
 _LIST_SPLIT: Final = re.compile(r"[\s,]+")
 _MULTI_LINE: Final = re.compile(r"([A-Za-z0-9_]+)\s*@=\s*(\S+)\Z")
@@ -365,7 +373,12 @@ def _parse(text: str, path: Path) -> dict[str, tuple[str, int]]:
         values[key] = (value.strip(), number)
     custom = {n.upper() for n in _LIST_SPLIT.split(values.get("STARTD_ATTRS", ("", 0))[0]) if n}
     for key, (_, number) in values.items():
-        if key not in KNOBS and key not in custom and not key.startswith(KNOB_PREFIXES):
+        if (
+            key not in KNOBS
+            and key not in custom
+            and not key.startswith(KNOB_PREFIXES)
+            and not key.endswith(KNOB_SUFFIXES)
+        ):
             raise PoolError(
                 f"{path}:{number}: expected NAME = value with a NAME htgrid knows, not {key} "
                 "(a name listed in STARTD_ATTRS is advertised in the execute node's ad)"

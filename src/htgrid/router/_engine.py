@@ -163,10 +163,11 @@ def build_routed_ad(
 
 
 def edit_in_place(
-    source: ClassAd, route: Route, config: RouterConfig
+    source: ClassAd, route: Route, config: RouterConfig, *, start: ClassAd | None = None
 ) -> dict[str, ExprTree | None]:
-    """EditJobInPlace: the source's own changes, attribute by attribute (None: delete)."""
-    ad = copy.deepcopy(source)
+    """EditJobInPlace: the source's own changes, attribute by attribute (None: delete);
+    `start`: the job a TRANSLATE_JOB hook made of it, which the route edits instead."""
+    ad = copy.deepcopy(start if start is not None else source)
     _transform(ad, route, config, None)
     changes: dict[str, ExprTree | None] = {}
     for name in ad:

@@ -55,6 +55,7 @@ from htgrid.router._engine import (
     candidate_constraint,
     edit_in_place,
 )
+from htgrid.router._hooks import HookFailed, RouterHooks
 from htgrid.router._routes import Route, RouterConfig
 from htgrid.submit import SubmitError
 
@@ -194,10 +195,12 @@ class JobRouter:
         self.stats: dict[str, RouteStats] = {}
         self.counts = _Counts()
         self._policy_due = 0.0
+        self.hooks = RouterHooks(config.knobs, allow_root=_allow_root(config))
 
     def reconfig(self, config: RouterConfig) -> None:
         """New routes; the failure counts of routes that keep their name are kept."""
         self.config = config
+        self.hooks = RouterHooks(config.knobs, allow_root=_allow_root(config))
         names = {route.name.lower() for route in config.routes}
         self.stats = {k: v for k, v in self.stats.items() if k in names}
 
@@ -334,11 +337,13 @@ class JobRouter:
                 self._let_go(dest_id)
             self.queue.update(source_id, {"Managed": "ScheddDone"})
             self.queue.destroy(source_id)
+            self.hooks.cleanup(source, dest)
             return changes + 1, True
         if src_status == JobStatus.HELD and source.get("HoldCopiedFromTargetJob") is not True:
             if status not in _FINISHED:
                 self._remove(dest_id, "The source job was put on hold")
             self._yield(source_id, source, "it was put on hold")
+            self.hooks.cleanup(source, dest)
             return changes + 1, True
         if src_status == JobStatus.COMPLETED:
             # Its exit is recorded already (a pass stopped after it): finish the pair.
@@ -352,8 +357,25 @@ class JobRouter:
             log.info(
                 "routed job %s was removed: its source %s goes back to idle", dest_id, source_id
             )
-            return changes + self._yield(source_id, source, "its routed job was removed"), True
+            yielded = self._yield(source_id, source, "its routed job was removed")
+            self.hooks.cleanup(source, dest)
+            return changes + yielded, True
+        changes += self._update_job_info(source, dest_id, dest)
         return changes + self._mirror(source_id, source, src_status, dest), True
+
+    def _update_job_info(self, source: ClassAd, dest_id: JobId, dest: ClassAd) -> int:
+        """The UPDATE_JOB_INFO hook's attributes, set in the routed job (and in `dest`)."""
+        try:
+            updates = self.hooks.update_job_info(source, dest)
+        except HookFailed as err:
+            log.warning("routed job %s: %s: nothing updated", dest_id, err)
+            return 0
+        if not updates:
+            return 0
+        self.queue.update(dest_id, updates)
+        for name, value in updates.items():
+            dest[name] = value
+        return 1
 
     def _mirror(
         self, source_id: JobId, source: ClassAd, src_status: JobStatus, dest: ClassAd
@@ -413,7 +435,7 @@ class JobRouter:
     def _copy_attrs(self, source_id: JobId, source: ClassAd, dest: ClassAd) -> int:
         """The copy's run attributes the source lacks or has otherwise (ATTRS_TO_COPY)."""
         updates: dict[str, Any] = {}
-        for name in ATTRS_TO_COPY:
+        for name in (*ATTRS_TO_COPY, *self.hooks.attrs_to_copy(source)):
             if name not in dest:
                 continue
             new = dest.lookup(name)
@@ -427,8 +449,19 @@ class JobRouter:
     def _finish(
         self, source_id: JobId, source: ClassAd, dest_id: JobId, dest: ClassAd, route: Route | None
     ) -> int:
-        """The routed job completed: its exit is the source's, then it is let go."""
+        """The routed job completed: its exit is the source's, then it is let go. A
+        JOB_FINALIZE hook that fails sends the source back to be routed again."""
         q = self.queue
+        try:
+            finalized = self.hooks.finalize(source, dest)
+        except HookFailed as err:
+            log.warning("job %s: %s: routed again", source_id, err)
+            self._let_go(dest_id)
+            self._yield(source_id, source, "its JOB_FINALIZE hook failed")
+            self.hooks.cleanup(source, dest)
+            return 1
+        if finalized:
+            q.update(source_id, finalized)
         src_status = JobStatus(source["JobStatus"])
         if src_status == JobStatus.HELD:
             q.act(JobAction.Release, str(source_id), JOB_ROUTER, "The routed job completed")
@@ -457,6 +490,7 @@ class JobRouter:
         with contextlib.suppress(JobNotFound):  # it left the queue at its exit
             q.update(source_id, {"Managed": "ScheddDone"})
         self._let_go(dest_id)
+        self.hooks.cleanup(source, dest)
         log.info("job %s finished as routed job %s", source_id, dest_id)
         return 1
 
@@ -540,8 +574,13 @@ class JobRouter:
     def _route(self, ad: ClassAd, route: Route) -> int:
         source_id = _job_id(ad)
         q = self.queue
+        try:
+            translated = self.hooks.translate(route, ad)
+        except HookFailed as err:
+            log.warning("job %s: route %s: %s: not routed", source_id, route.name, err)
+            return 0
         if route.test(route.edit_job_in_place, ad):
-            changes = edit_in_place(ad, route, self.config)
+            changes = edit_in_place(ad, route, self.config, start=translated)
             q.update(
                 source_id,
                 {
@@ -552,7 +591,9 @@ class JobRouter:
             )
             log.info("job %s edited in place by route %s", source_id, route.name)
             return 1
-        dest = build_routed_ad(ad, route, self.config, str(source_id))
+        dest = build_routed_ad(
+            translated if translated is not None else ad, route, self.config, str(source_id)
+        )
         # Claim first, then submit: see the module's docstring for a crash between.
         q.update(
             source_id,
@@ -576,6 +617,10 @@ _POLICY_ACTIONS: Final = {PolicyAction.HOLD: JobAction.Hold, PolicyAction.REMOVE
 _PROTECTED: Final = frozenset(
     {"owner", "user", "osuser", "clusterid", "procid", "mytype", "targettype", "jobstatus"}
 )
+
+
+def _allow_root(config: RouterConfig) -> bool:
+    return config.knobs.get("ALLOW_ROOT_JOBS", "").strip().lower() in ("true", "1", "yes")
 
 
 def _quote(text: str) -> str:
