@@ -143,3 +143,15 @@ def test_htcondor_ces_source_constraint_reads_the_job_as_target(queue: JobQueue)
     assert queue.get(local)["JobStatus"] == JobStatus.IDLE and "RoutedToJobId" not in queue.get(
         local
     )
+
+
+def test_a_route_without_target_universe_still_gives_it_to_the_transforms(queue: JobQueue) -> None:
+    """HTCondor-CE's WholeNode transform reads $(TargetUniverse): grid unless set."""
+    src = submit(queue)
+    r = router(
+        queue,
+        JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES="Universe",
+        JOB_ROUTER_TRANSFORM_Universe="EVALMACRO grid $(TargetUniverse)==9\nSET WasGrid $(grid)",
+    )
+    r.cycle()
+    assert queue.get(only_routed(queue, src))["WasGrid"] is True

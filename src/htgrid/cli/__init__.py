@@ -58,6 +58,7 @@ _MODULES: Final = {
     "job_router": "_router",
     "job_router_info": "_router",
     "transform_ads": "_router",
+    "router_q": "_router",
     "ce": "_ce",
 }
 

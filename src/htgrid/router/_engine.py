@@ -127,6 +127,9 @@ def _transform(
     ad: ClassAd, route: Route, config: RouterConfig, log: Callable[[str], None] | None
 ) -> None:
     macros = TransformMacros(config=config.knobs)
+    # A route without its own TargetUniverse still has one (grid, by default), which
+    # HTCondor-CE's WholeNode transform reads as $(TargetUniverse).
+    macros.macros.set("TargetUniverse", str(route.target_universe))
     for xform in config.pre:
         if xform.matches(ad):
             xform.apply(ad, macros, log=log)
