@@ -151,6 +151,8 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "JOB_ROUTER_DEFAULT_MAX_JOBS_PER_ROUTE": "100",
     "JOB_ROUTER_DEFAULT_MAX_IDLE_JOBS_PER_ROUTE": "50",
     "JOB_ROUTER_HOOK_KEYWORD": "",
+    # more collectors the schedd's ad goes to (a CE's central collector), host:port each
+    "CONDOR_VIEW_HOST": "",
     # the pool's policy for every job (the schedd's periodic pass; the job router's for
     # the jobs it manages); $(NAME) in them is replaced by knob NAME's value
     "SYSTEM_PERIODIC_HOLD": "",

@@ -10,7 +10,14 @@ with its routed copy.
 
 from __future__ import annotations
 
-from htgrid.router._ce import CE_DAEMONS, CE_DEFAULTS, CE_PORT, ce_config, ce_route
+from htgrid.router._ce import (
+    CE_DAEMONS,
+    CE_DEFAULTS,
+    CE_PORT,
+    ce_config,
+    ce_route,
+    route_ads,
+)
 from htgrid.router._engine import (
     RouteVerdict,
     build_routed_ad,
@@ -50,5 +57,6 @@ __all__ = [
     "convert_old_route",
     "convert_old_routes",
     "explain_routes",
+    "route_ads",
     "routed_pairs",
 ]

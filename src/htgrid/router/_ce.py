@@ -22,9 +22,14 @@ HTCondor's configuration leaves as it is, is written `(JobStatus != 3)`.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Final
 
-__all__ = ["CE_DAEMONS", "CE_DEFAULTS", "CE_PORT", "ce_config", "ce_route"]
+from htgrid.classad import ClassAd, ExprTree, quote
+from htgrid.queue import JobQueue, JobStatus
+from htgrid.router._routes import RouterConfig
+
+__all__ = ["CE_DAEMONS", "CE_DEFAULTS", "CE_PORT", "ce_config", "ce_route", "route_ads"]
 
 #: HTCondor-CE's collector port.
 CE_PORT: Final = 9619
@@ -244,3 +249,40 @@ def ce_config(batch: str, port: int = CE_PORT, *, host: str = "localhost") -> st
         f"SCHEDD_NAME = ce@{host}\n"
         f"TRUST_DOMAIN = ce.{host}\n" + CE_DEFAULTS + ce_route(batch)
     )
+
+
+def route_ads(queue: JobQueue, config: RouterConfig) -> list[ClassAd]:
+    """Each route of `config` with its limits and its routed jobs by state, as the CE
+    advertises them (`JobRouterRoutes` of its schedd ad) for grid matchmaking."""
+    counts: Counter[tuple[str, int]] = Counter()
+    routed = queue.query(
+        f"RoutedBy == {quote(config.name)} && RoutedFromJobId isnt undefined",
+        ["RouteName", "JobStatus"],
+    )
+    for ad in routed:
+        status = ad.get("JobStatus")
+        counts[
+            (str(ad.get("RouteName", "")).lower(), status if isinstance(status, int) else 0)
+        ] += 1
+    out = []
+    for route in config.routes:
+        key = route.name.lower()
+        ad = ClassAd(
+            {
+                "Name": route.name,
+                "TargetUniverse": route.target_universe,
+                "MaxJobs": route.max_jobs,
+                "MaxIdleJobs": route.max_idle_jobs,
+                "FailureRateThreshold": route.failure_rate_threshold,
+                "RoutedJobs": sum(n for (name, _), n in counts.items() if name == key),
+                "IdleJobs": counts[(key, int(JobStatus.IDLE))],
+                "RunningJobs": counts[(key, int(JobStatus.RUNNING))],
+                "HeldJobs": counts[(key, int(JobStatus.HELD))],
+            }
+        )
+        if route.grid_resource:
+            ad["GridResource"] = route.grid_resource
+        if route.requirements:
+            ad["Requirements"] = ExprTree(route.requirements)
+        out.append(ad)
+    return out

@@ -70,6 +70,7 @@ class ScheddConfig(HomeLayout):
     api_limits: ApiLimits = DEFAULT_LIMITS
     allow_root_jobs: bool = False
     system_policy: SystemPolicy = dataclasses.field(default_factory=SystemPolicy)
+    view_hosts: tuple[str, ...] = ()  # CONDOR_VIEW_HOST: more collectors for the schedd's ad
 
     @property
     def socket(self) -> Path:
@@ -141,4 +142,5 @@ class ScheddConfig(HomeLayout):
             api_limits=conf.api_limits(),
             allow_root_jobs=conf.flag("ALLOW_ROOT_JOBS"),
             system_policy=conf.system_policy(),
+            view_hosts=conf.names("CONDOR_VIEW_HOST"),
         )
