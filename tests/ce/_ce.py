@@ -87,6 +87,13 @@ def submitter_and_ce(
 JOB_BODY = "cat in.txt\necho ran via the CE >&2\necho made > made.txt\nsleep 3\nexit 3\n"
 #: HTCondor-CE's defaults and its route to `batch fork` (`htgrid ce up --batch fork`).
 CE_FORK = CE_DEFAULTS + ce_route("fork")
+#: ... with one route instead, which takes the jobs of queue "special" only.
+SPECIAL = (
+    CE_FORK
+    + "JOB_ROUTER_ROUTE_NAMES = Special\n"
+    + 'JOB_ROUTER_ROUTE_Special @=jrt\n  REQUIREMENTS queue == "special"\n'
+    + '  GridResource = "batch fork"\n@jrt\n'
+)
 
 
 def submit_grid_job(

@@ -11,7 +11,7 @@ import pytest
 from htgrid.queue import HoldReasonCode, JobStatus
 from htgrid.testing import run_cli, wait_for
 
-from ._ce import CE_FORK, jobs, submit_grid_job, submitter_and_ce
+from ._ce import CE_FORK, SPECIAL, jobs, submit_grid_job, submitter_and_ce
 from .test_ce_end_to_end import completed_on
 
 
@@ -68,10 +68,7 @@ def test_the_pilot_vocabulary_becomes_the_batch_jobs_requests(tmp_path: Path) ->
 @pytest.mark.timeout(300)
 def test_unroutable_jobs_are_held_each_with_htcondor_ces_reason(tmp_path: Path) -> None:
     picky = (
-        CE_FORK
-        + "JOB_ROUTER_ROUTE_NAMES = Special\n"
-        + 'JOB_ROUTER_ROUTE_Special @=jrt\n  REQUIREMENTS queue == "special"\n'
-        + '  GridResource = "batch fork"\n@jrt\n'
+        SPECIAL
         # HTCondor-CE waits 30 minutes: a test waits 2 seconds.
         + "HOLD_CLAUSE_2 = ((JobStatus =?= 1 && time() - EnteredCurrentStatus > 2)"
         + " && RoutedToJobId is null && RoutedJob =!= true)\n"
@@ -81,7 +78,7 @@ def test_unroutable_jobs_are_held_each_with_htcondor_ces_reason(tmp_path: Path) 
         # A grid job submitted to the CE itself is of no universe the CE takes.
         wrong = tmp_path / "wrong.sub"
         wrong.write_text(
-            "universe = grid\ngrid_resource = batch fork\nexecutable = /bin/true\nqueue\n"
+            "universe = grid\ngrid_resource = batch fork\nexecutable = /bin/sleep\narguments = 600\nqueue\n"
         )
         status, _, err = run_cli(ce.home, "submit", str(wrong))
         assert status == 0, err

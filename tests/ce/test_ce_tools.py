@@ -12,14 +12,7 @@ import pytest
 from htgrid.queue import JobStatus
 from htgrid.testing import run_cli, wait_for
 
-from ._ce import CE_FORK, ce_pool, jobs
-
-SPECIAL = (
-    CE_FORK
-    + "JOB_ROUTER_ROUTE_NAMES = Special\n"
-    + 'JOB_ROUTER_ROUTE_Special @=jrt\n  REQUIREMENTS queue == "special"\n'
-    + '  GridResource = "batch fork"\n@jrt\n'
-)
+from ._ce import SPECIAL, ce_pool, jobs
 
 
 def submit(home: Path, work: Path, extra: str) -> str:

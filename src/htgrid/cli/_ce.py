@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from htgrid.cli._ce_trace import register_trace
 from htgrid.cli._common import EXIT_NO, EXIT_OK
 from htgrid.errors import UsageError
 
@@ -40,7 +41,7 @@ def register(commands: Any) -> None:
     """Add `ce` and its actions."""
     ce = commands.add_parser(
         "ce",
-        help="run a compute entrypoint (HTCondor-CE): up, down",
+        help="run a compute entrypoint (HTCondor-CE): up, down, trace",
         description="A compute entrypoint: a pool of its own that routes the jobs remote "
         "submitters send it over HTCondor-C to the site's batch system.",
     )
@@ -58,6 +59,7 @@ def register(commands: Any) -> None:
         cmd.add_argument("--home", default=None, help="the CE's home (HTGRID_CE_HOME)")
     up.set_defaults(handler=_up)
     down.set_defaults(handler=_down)
+    register_trace(actions)
     ce.set_defaults(handler=lambda args: _usage(ce))
 
 
