@@ -122,6 +122,7 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "DEFAULT_MASTER_SHUTDOWN_SCRIPT": None,
     "TRUST_DOMAIN": None,  # read by htgrid.net.security.SecurityConfig.load
     "GRIDMANAGER_JOB_PROBE_INTERVAL": "10",  # read by htgrid.grid (GridManagerConfig.KNOBS)
+    "GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE": "1000",  # ... and this one
     "ALLOW_ROOT_JOBS": "false",
     # the execute node's (htgrid.startd)
     "NUM_CPUS": None,

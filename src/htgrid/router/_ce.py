@@ -40,6 +40,7 @@ BATCH_SYSTEMS: Final = ("slurm", "sge", "pbs", "lsf", "fork")
 CE_DEFAULTS: Final = r"""
 # ---- HTCondor-CE's job router defaults (01-ce-router-defaults.conf) ----------------
 CONDORCE_MAX_JOBS = 10000
+GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE = 10000
 JOB_ROUTER_DEFAULT_MAX_IDLE_JOBS_PER_ROUTE = 2000
 JOB_ROUTER_DEFAULT_MAX_JOBS_PER_ROUTE = 10000
 JOB_ROUTER_NAME = htcondor-ce
