@@ -84,7 +84,12 @@ def test_unroutable_jobs_are_held_each_with_htcondor_ces_reason(tmp_path: Path) 
         assert status == 0, err
 
         def held() -> list[dict[str, object]] | None:
-            ads = [a for a in jobs(ce) if a.get("JobStatus") == JobStatus.HELD]
+            ads = [
+                a
+                for a in jobs(ce)
+                if a.get("JobStatus") == JobStatus.HELD
+                and a.get("HoldReasonCode") != HoldReasonCode.SpoolingInput
+            ]
             return ads if len(ads) == 2 else None
 
         by_universe = {a["JobUniverse"]: a for a in wait_for(held, timeout=120, what="2 held")}

@@ -21,6 +21,7 @@ __all__ = ["KNOBS", "GridManagerConfig"]
 KNOBS: Mapping[str, str] = {
     "GRIDMANAGER_JOB_PROBE_INTERVAL": "poll_interval",
     "GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE": "max_submitted_per_resource",
+    "PERIODIC_EXPR_INTERVAL": "periodic_interval",
 }
 
 
