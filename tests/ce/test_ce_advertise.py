@@ -69,5 +69,10 @@ def test_a_ce_advertises_its_routes_limits_and_counts_to_a_central_collector(
             assert route["Name"] == "Local_Fork" and route["GridResource"] == "batch fork"
             assert route["MaxJobs"] == 10000 and route["MaxIdleJobs"] == 2000
             assert route["IdleJobs"] + route["RunningJobs"] == 1
+            # The routed job's batch job ends with it (none is left running after the test).
+            status, _, err = run_cli(ce.home, "rm", "-all")
+            assert status == 0, err
+            with ce.client() as schedd:
+                wait_for(lambda: not schedd.query("true"), timeout=120, what="the queue emptied")
         # A CE that stops takes its ad out of the central collector.
         wait_for(lambda: not central_ads(central), timeout=60, what="the ad invalidated")

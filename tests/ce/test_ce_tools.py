@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from htgrid.queue import JobStatus
-from htgrid.testing import run_cli, wait_for
+from htgrid.testing import PersonalPool, run_cli, wait_for
 
 from ._ce import SPECIAL, ce_pool, jobs
 
@@ -58,3 +58,12 @@ def test_router_q_counts_per_route_and_analyze_says_why_a_job_is_not_routed(
         source = jobs(ce, f"ClusterId == {routed.split('.')[0]}")[0]
         if source["JobStatus"] == JobStatus.IDLE:  # its copy not running yet
             assert "It is the job router htcondor-ce's: routed by route Special" in out
+        # The routed job's batch job ends with it (none is left running after the test).
+        status, _, err = run_cli(ce.home, "rm", "-all")
+        assert status == 0, err
+        wait_for(lambda: not ce_queue(ce), timeout=120, what="the CE's queue emptied")
+
+
+def ce_queue(ce: PersonalPool) -> list[object]:
+    with ce.client() as schedd:
+        return list(schedd.query("true"))
