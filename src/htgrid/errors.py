@@ -104,6 +104,7 @@ HTGridError
         ProtectedAttribute  (htgrid.queue)
         StoreError  (htgrid.queue)
     RouterError  (htgrid.router)
+        HookFailed  (htgrid.router)
     StartdError  (htgrid.startd)
         CallerRefused  (htgrid.startd)
         ClaimNotFound  (htgrid.startd)

@@ -9,10 +9,15 @@ manager, trusts the CE's CA and holds a user token of it.
 from __future__ import annotations
 
 import getpass
-from collections.abc import Iterator
+import os
+import subprocess
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
+from htgrid.router import CE_DEFAULTS, ce_route
 from htgrid.testing import PersonalPool, run_cli
 
 CE_NAME = "ce@htgrid-ce.test"
@@ -53,13 +58,10 @@ def ce_pool(root: Path, routes: str = FORK_ROUTE, **config: object) -> PersonalP
     return ce
 
 
-@contextmanager
-def submitter_and_ce(
-    root: Path, routes: str = FORK_ROUTE, **config: object
-) -> Iterator[tuple[PersonalPool, PersonalPool]]:
-    ce = ce_pool(root / "ce", routes, **config)
-    sub = PersonalPool(
-        root / "submit",
+def submitter_pool(home: Path) -> PersonalPool:
+    """The submitter: its queue and grid manager (trust the CE with `trust`)."""
+    return PersonalPool(
+        home,
         periodic_interval=1.0,
         daemons=SUBMIT_DAEMONS,
         config={
@@ -68,20 +70,40 @@ def submitter_and_ce(
             "GRIDMANAGER_JOB_PROBE_INTERVAL": 1,
         },
     )
+
+
+@contextmanager
+def submitter_and_ce(
+    root: Path, routes: str = FORK_ROUTE, **config: object
+) -> Iterator[tuple[PersonalPool, PersonalPool]]:
+    ce = ce_pool(root / "ce", routes, **config)
+    sub = submitter_pool(root / "submit")
     with ce:
         sub.trust(ce, user=getpass.getuser())
         with sub:
             yield sub, ce
 
 
-def submit_grid_job(sub: PersonalPool, ce: PersonalPool, work: Path, extra: str = "") -> str:
+JOB_BODY = "cat in.txt\necho ran via the CE >&2\necho made > made.txt\nsleep 3\nexit 3\n"
+#: HTCondor-CE's defaults and its route to `batch fork` (`htgrid ce up --batch fork`).
+CE_FORK = CE_DEFAULTS + ce_route("fork")
+#: ... with one route instead, which takes the jobs of queue "special" only.
+SPECIAL = (
+    CE_FORK
+    + "JOB_ROUTER_ROUTE_NAMES = Special\n"
+    + 'JOB_ROUTER_ROUTE_Special @=jrt\n  REQUIREMENTS queue == "special"\n'
+    + '  GridResource = "batch fork"\n@jrt\n'
+)
+
+
+def submit_grid_job(
+    sub: PersonalPool, ce: PersonalPool, work: Path, extra: str = "", body: str = JOB_BODY
+) -> str:
     """A grid job (grid_resource = condor CE-schedd CE-pool) on the submitter; its id."""
     work.mkdir(parents=True, exist_ok=True)
     (work / "in.txt").write_text("input from the submitter\n")
     script = work / "job.sh"
-    script.write_text(
-        "#!/bin/sh\ncat in.txt\necho ran via the CE >&2\necho made > made.txt\nsleep 3\nexit 3\n"
-    )
+    script.write_text("#!/bin/sh\n" + body)
     script.chmod(0o755)
     (work / "job.sub").write_text(
         "universe = grid\n"
@@ -93,6 +115,19 @@ def submit_grid_job(sub: PersonalPool, ce: PersonalPool, work: Path, extra: str 
     status, out, err = run_cli(sub.home, "submit", str(work / "job.sub"))
     assert status == 0, err
     return f"{out.split('cluster')[-1].strip().rstrip('.')}.0"
+
+
+def need_batch_system(name: str, probe: Sequence[str]) -> None:
+    """Skip unless `probe` (a batch system's client) answers; under CI=true, fail."""
+    try:
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=20, check=False)
+        why = "" if done.returncode == 0 else done.stderr.strip()[:200]
+    except (OSError, subprocess.TimeoutExpired) as err:
+        why = str(err)
+    if why:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{name} is required under CI=true: {' '.join(probe)}: {why}")
+        pytest.skip(f"{name} is not here: {' '.join(probe)}: {why}")
 
 
 def jobs(pool: PersonalPool, constraint: str = "true") -> list[dict[str, object]]:

@@ -45,3 +45,10 @@ def test_a_knob_the_table_does_not_name_is_refused_with_its_line(tmp_path: Path)
     (tmp_path / CONFIG_NAME).write_text("ALIVE_INTERVAL = 7\nALIVE_INTERVALL = 8\n")
     with pytest.raises(PoolError, match=r"htgrid\.conf:2: .* not ALIVE_INTERVALL"):
         ConfigFile.read(tmp_path)
+
+
+def test_a_ce_raises_the_grid_managers_jobs_per_resource(tmp_path: Path) -> None:
+    """HTCondor-CE's GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE = $(CONDORCE_MAX_JOBS):
+    a CE's route sends up to 10,000 jobs to its batch system, not the default 1,000."""
+    (tmp_path / CONFIG_NAME).write_text("GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE = 10000\n")
+    assert GridManagerConfig().with_knobs(tmp_path).max_submitted_per_resource == 10000

@@ -4,9 +4,6 @@ is not routed."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from htgrid.classad import ClassAd
@@ -31,12 +28,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture
-def queue(tmp_path: Path) -> Iterator[JobQueue]:
-    with JobQueue.open(tmp_path, fsync=False) as q:
-        yield q
 
 
 def router(queue: JobQueue, clock: Clock | None = None, **knobs: str) -> JobRouter:

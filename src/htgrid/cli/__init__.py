@@ -60,6 +60,8 @@ _MODULES: Final = {
     "transform_ads": "_router",
     "web": "_web",
     "annex": "_annex",
+    "router_q": "_router",
+    "ce": "_ce",
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Final, TextIO
 
 from htgrid.classad import ClassAd
@@ -89,6 +90,52 @@ def _vanilla(ad: ClassAd, health: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _routing(ad: ClassAd, health: Mapping[str, Any]) -> list[str] | None:
+    """What the pool's job router does with the idle job (job_router_info's verdicts);
+    None when the pool runs no router, or its configuration is not readable here."""
+    if "job_router" not in (health.get("children") or {}):
+        return None
+    # Imported here for start-up: only -analyze of a routing pool needs the router.
+    from htgrid.errors import HTGridError
+    from htgrid.router import RouterConfig, explain_routes
+
+    try:
+        config = RouterConfig.load(Path(str(health.get("home"))))
+    except (HTGridError, OSError):
+        return None
+    jid = f"{ad.get('ClusterId')}.{ad.get('ProcId')}"
+    if ad.get("Managed") == "External":
+        return [
+            f"It is the job router {ad.get('ManagedManager', '?')}'s: routed by route "
+            f"{ad.get('RouteName', '?')} as job {ad.get('RoutedToJobId', '?')}, which is idle "
+            "too (`htgrid q -better-analyze` of that job says why)."
+        ]
+    verdicts, why_not = explain_routes(ad, config, source_id=jid)
+    lines = [f"The job router {config.name} routes idle jobs here; it would not route this one:"]
+    if why_not is not None:
+        lines.append(f"  {why_not}")
+    taken = next((v for v in verdicts if v.matched and v.error is None), None)
+    for verdict in verdicts:
+        if verdict is taken:
+            lines.append(f"  route {verdict.route}: MATCHES")
+        elif verdict.matched:
+            lines.append(
+                f"  route {verdict.route}: matches, but {verdict.error or 'an earlier route wins'}"
+            )
+        else:
+            lines.append(f"  route {verdict.route}: no: {verdict.reason}")
+    if not verdicts:
+        lines.append("  no routes are configured (JOB_ROUTER_ROUTE_NAMES)")
+    if taken is not None and why_not is None:
+        lines[0] = f"The job router {config.name} routes idle jobs here:"
+        lines.append(
+            f"  Route {taken.route} takes it at the router's next pass, unless the route is "
+            "full (MaxJobs, MaxIdleJobs) or throttled by its failures: `htgrid router_q -S` "
+            "counts its jobs."
+        )
+    return lines
+
+
 def _wrap(text: str) -> list[str]:
     return textwrap.wrap(text, 86)
 
@@ -144,8 +191,13 @@ def explain(ad: ClassAd, health: Mapping[str, Any]) -> list[str]:
             f"  It runs again once released: `htgrid release {jid}` after fixing the cause.",
         ]
     if status == JobStatus.IDLE:
+        routing = _routing(ad, health)
         analyzer = _ANALYZERS.get(universe if isinstance(universe, int) else 5)
-        why = analyzer(ad, health) if analyzer else ["htgrid does not run this universe."]
+        if routing is not None and (universe == 5 or ad.get("Managed") == "External"):
+            why = routing  # a CE's job: the router, not an execute node, takes it
+        else:
+            why = analyzer(ad, health) if analyzer else ["htgrid does not run this universe."]
+            why += routing or []
         return [f"{head} is idle.", *(f"  {line}" for line in why)]
     label = JobStatus(status).label if isinstance(status, int) and 1 <= status <= 7 else "?"
     return [f"{head} is {label}."]

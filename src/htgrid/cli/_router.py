@@ -1,5 +1,7 @@
 """`htgrid job_router` (the daemon), `htgrid job_router_info` (condor_job_router_info:
-which route takes a job, and why the others do not) and `htgrid transform_ads`."""
+which route takes a job, and why the others do not), `htgrid transform_ads` and
+`htgrid router_q` (condor_router_q: the routed jobs, or -S their count per route and
+state)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from htgrid.errors import UsageError
 from htgrid.pool import HomeLayout, htgrid_home
@@ -58,6 +60,25 @@ def register(commands: Any) -> None:
     info.add_argument("-jobads", metavar="FILE", default=None, help="job ads ('-': stdin)")
     info.add_argument("-ignore-prior-routing", dest="ignore_prior", action="store_true")
     info.set_defaults(handler=_info)
+
+    rq = commands.add_parser(
+        "router_q",
+        help="the routed jobs in the queue, or their count per route and state (condor_router_q)",
+        description=(
+            "condor_router_q: the jobs the job router routed, one line each as `htgrid q "
+            "-nobatch` shows them, or with -S, -R, -I, -H a count per route and state. "
+            "(`htgrid q -constraint 'RouteName =!= undefined' ...` takes q's other options.)"
+        ),
+    )
+    rq.add_argument("-S", dest="summary", action="store_const", const="all", default=None)
+    rq.add_argument("-R", dest="summary", action="store_const", const="running")
+    rq.add_argument("-I", dest="summary", action="store_const", const="idle")
+    rq.add_argument("-H", dest="summary", action="store_const", const="held")
+    rq.add_argument("-route", "-site", dest="route", metavar="NAME", default=None)
+    rq.add_argument("-idle", dest="only_idle", action="store_true")
+    rq.add_argument("-held", dest="only_held", action="store_true")
+    rq.add_argument("-constraint", metavar="EXPR", default=None)
+    rq.set_defaults(handler=_router_q)
 
     xform = commands.add_parser(
         "transform_ads",
@@ -187,4 +208,59 @@ def _transform_ads(args: argparse.Namespace) -> int:
         if xform.matches(ad):
             xform.apply(ad, TransformMacros())
         print(ad)
+    return 0
+
+
+#: condor_router_q's -R, -I and -H: the states each summary counts.
+_SUMMARIES: Final = {
+    "all": None,
+    "running": "JobStatus == 2",
+    "idle": "JobStatus != 2",
+    "held": "JobStatus == 5",
+}
+_STATE_LETTERS: Final = {0: "U", 1: "I", 2: "R", 3: "X", 4: "C", 5: "H", 6: "E", 7: "S"}
+
+
+def router_q_constraint(args: argparse.Namespace) -> str:
+    """condor_router_q's constraint: routed jobs (a route's name, a routed-from id), less
+    what the options leave out."""
+    parts = ["RouteName =!= undefined && RoutedFromJobId =!= undefined"]
+    state = _SUMMARIES.get(args.summary or "all")
+    if state:
+        parts.append(state)
+    if args.only_idle:
+        parts.append("JobStatus == 1")
+    if args.only_held:
+        parts.append("JobStatus == 5")
+    if args.constraint:
+        parts.append(f"({args.constraint})")
+    if args.route:
+        parts.append(f'RouteName =?= "{_escape(args.route)}"')
+    return " && ".join(parts)
+
+
+def _escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _router_q(args: argparse.Namespace) -> int:
+    from htgrid.cli import main
+    from htgrid.cli._common import client
+
+    constraint = router_q_constraint(args)
+    if args.summary is None:
+        return main(["q", "-allusers", "-nobatch", "-constraint", constraint])
+    counts: dict[tuple[str, str, str], int] = {}
+    with client(args) as schedd:
+        for ad in schedd.query_iter(constraint, ["JobStatus", "RouteName", "GridResource"]):
+            status = ad.get("JobStatus")
+            key = (
+                _STATE_LETTERS.get(status, "?") if isinstance(status, int) else "?",
+                str(ad.get("RouteName", "")),
+                str(ad.get("GridResource", "")),
+            )
+            counts[key] = counts.get(key, 0) + 1
+    print(f"{'JOBS':>7} {'ST':>2} {'Route':<20} GridResource")
+    for (state, route, grid), count in sorted(counts.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        print(f"{count:7d} {state:>2} {route:<20} {grid}")
     return 0

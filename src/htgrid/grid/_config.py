@@ -18,7 +18,11 @@ from htgrid.pool import ConfigFile
 __all__ = ["KNOBS", "GridManagerConfig"]
 
 #: The htgrid.conf knobs the grid manager reads, and the field each one sets.
-KNOBS: Mapping[str, str] = {"GRIDMANAGER_JOB_PROBE_INTERVAL": "poll_interval"}
+KNOBS: Mapping[str, str] = {
+    "GRIDMANAGER_JOB_PROBE_INTERVAL": "poll_interval",
+    "GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE": "max_submitted_per_resource",
+    "PERIODIC_EXPR_INTERVAL": "periodic_interval",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,5 +98,6 @@ class GridManagerConfig:
         for knob, name in KNOBS.items():
             default = getattr(defaults, name)
             if conf.has(knob) and getattr(self, name) == default:
-                changes[name] = conf.number(knob, default)
+                value = conf.number(knob, default)
+                changes[name] = int(value) if isinstance(default, int) else value
         return dataclasses.replace(self, **changes) if changes else self

@@ -79,7 +79,7 @@ from htgrid.grid._resource import Resource
 from htgrid.grid._task import Services
 from htgrid.grid._userlog import EventLogs
 from htgrid.grid._values import as_int
-from htgrid.pool import ConfigFile, HomeLayout
+from htgrid.pool import ConfigFile, HomeLayout, PoolError
 from htgrid.queue import (
     Change,
     ChangeKind,
@@ -90,6 +90,7 @@ from htgrid.queue import (
     JobStatus,
     PolicyAction,
     StoreError,
+    SystemPolicy,
     periodic_decision,
 )
 from htgrid.queue.doorbell import Doorbell
@@ -510,6 +511,13 @@ class GridManager:
         the queue's (a held job is handed back to it).
         """
         io = self.services.io
+        # The pool's SYSTEM_PERIODIC_* too, as HTCondor's grid manager's UserPolicy reads
+        # them (a CE holds a grid job submitted to it directly, say).
+        try:
+            system: SystemPolicy | None = ConfigFile.read(self.home).system_policy()
+        except PoolError as err:
+            log.error("the pool's SYSTEM_PERIODIC_ policy is not applied: %s", err)
+            system = None
         while True:
             await self.clock.sleep(self.config.periodic_interval)
             try:
@@ -517,15 +525,15 @@ class GridManager:
                 now = int(self.clock.time())
                 for ad in ads:
                     if ad.get("JobStatus") in (JobStatus.IDLE, JobStatus.RUNNING):
-                        await self._apply_policy(ad, now)
+                        await self._apply_policy(ad, now, system)
             except StoreError as err:
                 log.warning("periodic policy: %s", err)
 
-    async def _apply_policy(self, ad: ClassAd, now: int) -> None:
+    async def _apply_policy(self, ad: ClassAd, now: int, system: SystemPolicy | None) -> None:
         io = self.services.io
         job_id = JobId(as_int(ad.get("ClusterId")) or 0, as_int(ad.get("ProcId")) or 0)
         try:
-            decision = periodic_decision(ad, now)
+            decision = periodic_decision(ad, now, system) if system else periodic_decision(ad, now)
         except Exception as exc:
             if daemon_fault(exc):
                 raise

@@ -33,11 +33,12 @@ import sys
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from htgrid._ports import port_holder
 from htgrid.client import pool_url
 from htgrid.collector import CollectorClient
+from htgrid.errors import HTGridError
 from htgrid.master._supervise import ChildSpec, Supervisor
 from htgrid.negotiator import NegotiatorConfig
 from htgrid.negotiator.daemon import CollectorMachines, Negotiator
@@ -54,6 +55,9 @@ from htgrid.schedd import (
 )
 
 __all__ = ["Pool"]
+
+if TYPE_CHECKING:
+    from htgrid.queue import JobQueue
 
 _log = logging.getLogger("htgrid.master")
 _BIND_TRIES: Final = 50  # a collector of a daemon that just died may still hold the port
@@ -72,6 +76,7 @@ class Pool:
         self._listener: socket.socket | None = None
         self._client: CollectorClient | None = None
         self._advertiser: ScheddAdvertiser | None = None
+        self._views: list[CollectorClient] = []
         self._negotiation: NegotiationLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.idle_shutdown = False
@@ -186,6 +191,11 @@ class Pool:
         self.supervisor.start()
         self._client = CollectorClient(self.pool, timeout=10.0, home=cfg.home, daemon=True)
         address = f"<{socket.gethostname()}?sock={cfg.socket}>"
+        views = [
+            CollectorClient(host, timeout=10.0, home=cfg.home, daemon=True)
+            for host in cfg.view_hosts
+        ]
+        self._views = views
         self._advertiser = ScheddAdvertiser(
             schedd.worker,
             self._client,
@@ -195,6 +205,8 @@ class Pool:
             clock=self._clock,
             name=cfg.schedd_name,
             url=schedd.api_url,
+            extra=_ce_attributes(cfg, self.pool) if "JOB_ROUTER" in cfg.daemons else None,
+            views=views,
         )
         self._tasks.append(asyncio.create_task(self._advertiser.run(), name="schedd ad"))
         self._tasks.append(asyncio.create_task(self._restarting(self._keep_annexes, "annex ads")))
@@ -330,6 +342,8 @@ class Pool:
         if self._client is not None:
             # Before the collector stops: it waits for its clients' TLS connections to go.
             await self._client.aclose()
+        for view in self._views:
+            await view.aclose()
         await self.supervisor.stop()  # the collector, and any other child
         self.supervisor.close()
         if self._listener is not None:
@@ -340,6 +354,28 @@ class Pool:
 
 def _has_annexes(directory: Path) -> bool:
     return directory.is_dir() and any(directory.glob("*.json"))
+
+
+def _ce_attributes(cfg: ScheddConfig, pool: str) -> Callable[[JobQueue], dict[str, Any]]:
+    """A CE's attributes of its schedd ad (see ScheddAdvertiser): its routes, read from
+    htgrid.conf at each update so that a reconfigured router is advertised as it is."""
+
+    # Imported here for start-up: only a CE's master reads routes.
+    from htgrid.router import RouterConfig, route_ads
+
+    def attributes(queue: JobQueue) -> dict[str, Any]:
+        try:
+            config = RouterConfig.load(cfg.home)
+        except HTGridError as err:
+            _log.warning("the CE's routes are not advertised: %s", err)
+            return {}
+        return {
+            "grid_resource": f"condor {cfg.schedd_name} {pool}",
+            "JobRouterName": config.name,
+            "JobRouterRoutes": route_ads(queue, config),
+        }
+
+    return attributes
 
 
 def _our_collector(command: str, home: Path) -> bool:

@@ -77,10 +77,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from htgrid.client import pool_home
 from htgrid.errors import HTGridError
+
+if TYPE_CHECKING:
+    from htgrid.queue import SystemPolicy
 
 __all__ = [
     "CONFIG_NAME",
@@ -158,6 +161,7 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "MAX_COLLECTOR_AUDIT_LOG": "1d",
     "MAX_NUM_COLLECTOR_AUDIT_LOG": "90",
     "GRIDMANAGER_JOB_PROBE_INTERVAL": "10",  # read by htgrid.grid (GridManagerConfig.KNOBS)
+    "GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE": "1000",  # ... and this one
     "ALLOW_ROOT_JOBS": "false",
     # the execute node's (htgrid.startd)
     "NUM_CPUS": None,
@@ -189,9 +193,47 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "CCB_ADDRESS": None,  # a node behind NAT: its broker (with PRIVATE_NETWORK_NAME: the pool's)
     "PRIVATE_NETWORK_NAME": None,  # peers of the same name connect directly, others via CCB
     "CCB_HEARTBEAT_INTERVAL": "1200",
+    "JOB_ROUTER_HOOK_KEYWORD": "",
+    # more collectors the schedd's ad goes to (a CE's central collector), host:port each
+    "CONDOR_VIEW_HOST": "",
+    # the pool's policy for every job (the schedd's periodic pass; the job router's for
+    # the jobs it manages); $(NAME) in them is replaced by knob NAME's value
+    "SYSTEM_PERIODIC_HOLD": "",
+    "SYSTEM_PERIODIC_HOLD_REASON": "",
+    "SYSTEM_PERIODIC_HOLD_SUBCODE": "",
+    "SYSTEM_PERIODIC_RELEASE": "",
+    "SYSTEM_PERIODIC_RELEASE_REASON": "",
+    "SYSTEM_PERIODIC_RELEASE_SUBCODE": "",
+    "SYSTEM_PERIODIC_REMOVE": "",
+    "SYSTEM_PERIODIC_REMOVE_REASON": "",
+    "SYSTEM_PERIODIC_REMOVE_SUBCODE": "",
+    # a CE's (`htgrid ce up`, HTCondor-CE's names): its jobs' longest run, in minutes,
+    # whether a routed job that ran once may run again, days a completed job is kept
+    "ROUTED_JOB_MAX_TIME": "4320",
+    "ENABLE_JOB_RETRIES": "false",
+    "COMPLETED_JOB_EXPIRATION": "30",
+    "CONDORCE_MAX_JOBS": "10000",
+    "DEFAULT_REMOVE_REASON": "",
 }
-#: Knob families: any name that begins so (a route, a transform of the job router).
-KNOB_PREFIXES: Final = ("JOB_ROUTER_ROUTE_", "JOB_ROUTER_TRANSFORM_")
+#: Knob families: any name that begins so (a route, a transform, a hook of the job
+#: router; the clauses of a CE's policy, as HTCondor-CE names them).
+KNOB_PREFIXES: Final = (
+    "JOB_ROUTER_ROUTE_",
+    "JOB_ROUTER_TRANSFORM_",
+    "HOLD_CLAUSE_",
+    "HOLD_REASON_",
+    "REMOVE_CLAUSE_",
+    "REMOVE_REASON_",
+)
+#: ... and any name that ends so (the job router's hooks of a keyword, HTCondor's names).
+KNOB_SUFFIXES: Final = (
+    "_HOOK_TRANSLATE_JOB",
+    "_HOOK_UPDATE_JOB_INFO",
+    "_HOOK_JOB_FINALIZE",
+    "_HOOK_JOB_CLEANUP",
+    "_ATTRS_TO_COPY",
+)
+_MACRO: Final = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)(?::([^()]*))?\)")
 _LIST_SPLIT: Final = re.compile(r"[\s,]+")
 _MULTI_LINE: Final = re.compile(r"([A-Za-z0-9_]+)\s*@=\s*(\S+)\Z")
 DEFAULT_TRANSFER_MB: Final = 10240  # MAX_TRANSFER_INPUT_MB and _OUTPUT_MB
@@ -292,6 +334,41 @@ class ConfigFile:
             body_timeout=self.number("API_BODY_TIMEOUT"),
         )
 
+    def expanded(self, key: str) -> str:
+        """The value with each `$(NAME)` (or `$(NAME:default)`) replaced by knob NAME's
+        expanded value, as HTCondor's configuration does ("" for a name without one).
+        A knob that refers to itself, directly or not, is refused."""
+        return self._expand(key, ())
+
+    def _expand(self, key: str, seen: tuple[str, ...]) -> str:
+        if key in seen:
+            chain = " -> ".join((*seen, key))
+            raise PoolError(f"{self.path}: {seen[0]} refers to itself through {chain}")
+        text = self.values[key][0] if key in self.values else (KNOBS.get(key) or "")
+
+        def value(match: re.Match[str]) -> str:
+            name = match.group(1).upper()
+            if name in self.values or KNOBS.get(name):
+                return self._expand(name, (*seen, key))
+            return match.group(2) or ""
+
+        return _MACRO.sub(value, text)
+
+    def system_policy(self) -> SystemPolicy:
+        """SYSTEM_PERIODIC_HOLD, _RELEASE, _REMOVE (and their _REASON, _SUBCODE), macros
+        expanded; one that is not an expression is an error naming it and its line."""
+        # Here, not at the top: most readers of the file need no ClassAd machinery.
+        from htgrid.classad import ExprTree
+        from htgrid.queue import SystemPolicy
+
+        for key in self.values:
+            if key.startswith("SYSTEM_PERIODIC_") and (text := self.expanded(key).strip()):
+                try:
+                    ExprTree(text)
+                except HTGridError as err:
+                    raise self._error(key, f"is not a ClassAd expression: {err}") from None
+        return SystemPolicy.parse(self.expanded)
+
     def address(self, key: str) -> tuple[str, int]:
         """A `host:port` (port 0: any free port)."""
         text = self.values[key][0] if key in self.values else _default(key)
@@ -341,7 +418,12 @@ def _parse(text: str, path: Path) -> dict[str, tuple[str, int]]:
         values[key] = (value.strip(), number)
     custom = {n.upper() for n in _LIST_SPLIT.split(values.get("STARTD_ATTRS", ("", 0))[0]) if n}
     for key, (_, number) in values.items():
-        if key not in KNOBS and key not in custom and not key.startswith(KNOB_PREFIXES):
+        if (
+            key not in KNOBS
+            and key not in custom
+            and not key.startswith(KNOB_PREFIXES)
+            and not key.endswith(KNOB_SUFFIXES)
+        ):
             raise PoolError(
                 f"{path}:{number}: expected NAME = value with a NAME htgrid knows, not {key} "
                 "(a name listed in STARTD_ATTRS is advertised in the execute node's ad)"

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         ExitOutcome,
         PolicyAction,
         PolicyDecision,
+        SystemPolicy,
         exit_decision,
         periodic_decision,
     )
@@ -49,6 +50,7 @@ _LAZY: Final = {
     "ExitOutcome": "_policy",
     "PolicyAction": "_policy",
     "PolicyDecision": "_policy",
+    "SystemPolicy": "_policy",
     "exit_decision": "_policy",
     "periodic_decision": "_policy",
     "Quarantined": "_quarantine",
@@ -92,6 +94,7 @@ __all__ = [
     "StagedProcs",
     "StoreError",
     "SubmitTransaction",
+    "SystemPolicy",
     "exit_decision",
     "periodic_decision",
 ]

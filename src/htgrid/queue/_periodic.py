@@ -16,7 +16,14 @@ from typing import Final
 from htgrid.queue import _actions as actions
 from htgrid.queue._codes import HoldReasonCode
 from htgrid.queue._ids import JobId
-from htgrid.queue._policy import PolicyDecision, lease_decision, periodic_decision, truth, with_time
+from htgrid.queue._policy import (
+    PolicyDecision,
+    SystemPolicy,
+    lease_decision,
+    periodic_decision,
+    truth,
+    with_time,
+)
 from htgrid.queue._status import TRANSITIONS, JobStatus
 from htgrid.queue._store import JobEdit, Store, Txn
 from htgrid.queue.faults import JobFailure, daemon_fault, problem
@@ -40,10 +47,13 @@ Apply = Callable[[Txn, JobEdit, PolicyDecision], None]
 
 
 def periodic_pass(
-    txn: Txn, apply: Apply
+    txn: Txn, apply: Apply, system: SystemPolicy | None = None
 ) -> tuple[list[tuple[JobId, PolicyDecision]], list[JobFailure]]:
-    """Evaluate every job not Removed at `txn.now`; the decisions applied (by `apply`),
-    and the jobs that failed (held for it when they could be)."""
+    """Evaluate every job not Removed at `txn.now` (with the pool's `system` policy, if
+    any); the decisions applied (by `apply`), and the jobs that failed (held for it when
+    they could be)."""
+    if system is not None and not system:
+        system = None
     applied: list[tuple[JobId, PolicyDecision]] = []
     failures: list[JobFailure] = []
     rows = txn.conn.execute(
@@ -55,8 +65,10 @@ def periodic_pass(
     for cluster, proc, status, text, masked in rows:
         job_id = JobId(cluster, proc)
         try:
-            if status != JobStatus.COMPLETED and not _may_have_policy(
-                txn.store, policy_clusters, cluster, text
+            if (
+                status != JobStatus.COMPLETED
+                and system is None
+                and not _may_have_policy(txn.store, policy_clusters, cluster, text)
             ):
                 continue
             edit = txn.edit_of(job_id, text, masked)
@@ -64,7 +76,7 @@ def periodic_pass(
                 if not keep_in_queue(edit, txn.now):
                     txn.leave(edit)
                 continue
-            decision = _decision(edit, txn.now)
+            decision = _decision(edit, txn.now, system)
             if decision is not None:
                 apply(txn, edit, decision)
                 applied.append((edit.job_id, decision))
@@ -112,7 +124,7 @@ def _may_have_policy(store: Store, seen: dict[int, bool], cluster: int, text: st
     return has or any(key in lowered for key in _POLICY_KEYS)
 
 
-def _decision(edit: JobEdit, now: int) -> PolicyDecision | None:
+def _decision(edit: JobEdit, now: int, system: SystemPolicy | None) -> PolicyDecision | None:
     view = edit.view()
     lease = lease_decision(view, now)
     if lease is not None:  # whoever manages the job, its submitter is gone
@@ -121,4 +133,6 @@ def _decision(edit: JobEdit, now: int) -> PolicyDecision | None:
         return None
     if edit.status == JobStatus.HELD and view.get("HoldReasonCode") == HoldReasonCode.SpoolingInput:
         return None
-    return periodic_decision(view, now)
+    if system is None:  # the pool sets none: the job's own policy alone
+        return periodic_decision(view, now)
+    return periodic_decision(view, now, system)

@@ -21,6 +21,11 @@ undefined, error and strings count as false (HTCondor 9.1.3 and later ignore und
 policy results instead of holding the job). `<Attr>Reason` and `<Attr>SubCode` supply the
 hold reason and subcode; the default reason names the expression.
 
+The pool's own policy (`SystemPolicy`: SYSTEM_PERIODIC_HOLD, _RELEASE and _REMOVE, each
+with its _REASON and _SUBCODE expression) follows the job's of the same kind, as in
+user_job_policy.cpp: its holds carry HoldReasonCode SystemPolicy, and SYSTEM_PERIODIC_RELEASE
+never releases a job its user held.
+
 `time()` in an expression reads the real clock, as in HTCondor; `CurrentTime` reads the
 queue's clock (the store sets it in the evaluation scope), so tests and simulations can
 move time.
@@ -30,18 +35,21 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from htgrid.classad import ClassAd
+from htgrid.classad import ClassAd, ExprTree
 from htgrid.queue._codes import HoldReasonCode
 from htgrid.queue._serial import overlay
 from htgrid.queue._status import JobStatus
 
 __all__ = [
+    "SYSTEM_POLICY_KNOBS",
     "ExitOutcome",
     "PolicyAction",
     "PolicyDecision",
+    "SystemPolicy",
     "exit_decision",
     "lease_decision",
     "periodic_decision",
@@ -103,17 +111,100 @@ def with_time(ad: ClassAd, now: int) -> ClassAd:
     return overlay(ad, clock)
 
 
-def periodic_decision(ad: ClassAd, now: int) -> PolicyDecision | None:
+#: The knobs of `SystemPolicy`, each with its _REASON and _SUBCODE.
+SYSTEM_POLICY_KNOBS: Final = (
+    "SYSTEM_PERIODIC_HOLD",
+    "SYSTEM_PERIODIC_RELEASE",
+    "SYSTEM_PERIODIC_REMOVE",
+)
+
+
+#: A system policy: its expression, its _REASON and its _SUBCODE expressions.
+_Rule = tuple[ExprTree, ExprTree | None, ExprTree | None]
+
+
+@dataclass(frozen=True, slots=True)
+class SystemPolicy:
+    """The pool's periodic policy for every job (SYSTEM_PERIODIC_*), parsed once: for
+    each of hold, release and remove, (expression, reason expression, subcode
+    expression), or None where the knob is unset."""
+
+    hold: _Rule | None = None
+    release: _Rule | None = None
+    remove: _Rule | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.hold or self.release or self.remove)
+
+    @classmethod
+    def parse(cls, knobs: Callable[[str], str]) -> SystemPolicy:
+        """The policy from `knobs(name)` (\"\" for an unset knob). A knob that is not an
+        expression raises the parser's error, whose message the caller prefixes with
+        the knob's name (see `SystemPolicy.problem`)."""
+        parts: list[_Rule | None] = []
+        for name in SYSTEM_POLICY_KNOBS:
+            text = knobs(name).strip()
+            if not text or text in ("0", "false", "FALSE", "False"):
+                parts.append(None)
+                continue
+            reason, subcode = knobs(f"{name}_REASON").strip(), knobs(f"{name}_SUBCODE").strip()
+            parts.append(
+                (
+                    ExprTree(text),
+                    ExprTree(reason) if reason else None,
+                    ExprTree(subcode) if subcode else None,
+                )
+            )
+        return cls(*parts)
+
+
+def _system(
+    scope: ClassAd,
+    name: str,
+    policy: _Rule | None,
+    action: PolicyAction,
+) -> PolicyDecision | None:
+    if policy is None:
+        return None
+    expr, reason_expr, subcode_expr = policy
+    if not truth(expr.eval(scope)):
+        return None
+    reason = reason_expr.eval(scope) if reason_expr is not None else None
+    if type(reason) is not str or not reason:
+        reason = f"The system macro {name} expression '{expr}' evaluated to TRUE"
+    subcode = subcode_expr.eval(scope) if subcode_expr is not None else 0
+    if type(subcode) is float and math.isfinite(subcode):
+        subcode = int(subcode)
+    if type(subcode) is not int:
+        subcode = 0
+    return PolicyDecision(action, name, reason, HoldReasonCode.SystemPolicy, subcode)
+
+
+def periodic_decision(
+    ad: ClassAd, now: int, system: SystemPolicy | None = None
+) -> PolicyDecision | None:
     """What the schedd's periodic evaluation does to this job, or None."""
     scope = with_time(ad, now)
     status = scope.get("JobStatus")
     decision = _timer_remove(scope, now, PolicyAction.REMOVE)
     if decision is None and status != JobStatus.HELD:
         decision = _single(scope, "PeriodicHold", PolicyAction.HOLD)
+        if decision is None and system is not None and status != JobStatus.COMPLETED:
+            decision = _system(scope, "SYSTEM_PERIODIC_HOLD", system.hold, PolicyAction.HOLD)
     if decision is None and status == JobStatus.HELD:
         decision = _single(scope, "PeriodicRelease", PolicyAction.RELEASE)
+        if (
+            decision is None
+            and system is not None
+            and scope.get("HoldReasonCode") != HoldReasonCode.UserRequest
+        ):
+            decision = _system(
+                scope, "SYSTEM_PERIODIC_RELEASE", system.release, PolicyAction.RELEASE
+            )
     if decision is None:
         decision = _single(scope, "PeriodicRemove", PolicyAction.REMOVE)
+    if decision is None and system is not None:
+        decision = _system(scope, "SYSTEM_PERIODIC_REMOVE", system.remove, PolicyAction.REMOVE)
     return decision
 
 

@@ -45,7 +45,13 @@ from htgrid.queue._errors import (
 from htgrid.queue._ids import Identity, JobId
 from htgrid.queue._matches import record_match
 from htgrid.queue._periodic import keep_in_queue, periodic_pass
-from htgrid.queue._policy import ExitOutcome, PolicyAction, PolicyDecision, exit_decision
+from htgrid.queue._policy import (
+    ExitOutcome,
+    PolicyAction,
+    PolicyDecision,
+    SystemPolicy,
+    exit_decision,
+)
 from htgrid.queue._quarantine import quarantine_unreadable
 from htgrid.queue._reads import QueueReads
 from htgrid.queue._status import ACTIVE, TRANSITIONS, JobStatus
@@ -463,12 +469,13 @@ class JobQueue(QueueReads):
         return self.periodic_pass(now)[0]
 
     def periodic_pass(
-        self, now: int | None = None
+        self, now: int | None = None, *, system: SystemPolicy | None = None
     ) -> tuple[list[tuple[JobId, PolicyDecision]], list[JobFailure]]:
-        """`evaluate_periodic`, and the jobs whose policy could not be evaluated: each is
-        held for it (JobPolicyUndefined) when its status allows, and the others go on."""
+        """`evaluate_periodic` (with the pool's `system` policy, SYSTEM_PERIODIC_*), and
+        the jobs whose policy could not be evaluated: each is held for it
+        (JobPolicyUndefined) when its status allows, and the others go on."""
         with self._writing(now) as txn:
-            return periodic_pass(txn, self._apply_policy)
+            return periodic_pass(txn, self._apply_policy, system)
 
     def _apply_policy(self, txn: Txn, edit: JobEdit, decision: PolicyDecision) -> None:
         if decision.action is PolicyAction.HOLD:

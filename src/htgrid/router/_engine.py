@@ -14,7 +14,7 @@ from typing import Final
 from htgrid.classad import ClassAd, ExprTree
 from htgrid.classad.analysis import ClauseResult, explain_match
 from htgrid.errors import HTGridError
-from htgrid.router._routes import GRID_UNIVERSE, Route, RouterConfig
+from htgrid.router._routes import GRID_UNIVERSE, Route, RouterConfig, my_scope
 from htgrid.submit import SubmitError, TransformMacros
 
 __all__ = [
@@ -103,7 +103,9 @@ def candidate_constraint(config: RouterConfig) -> str:
         f'undefined && RoutedBy isnt "{config.name}"'
     )
     if config.source_constraint:
-        return f"({config.source_constraint}) && {base}"
+        # The router reads the job as MY and as TARGET (HTCondor-CE's default writes
+        # `target.JobUniverse`); a queue query has no TARGET, so it is written MY.
+        return f"({my_scope(config.source_constraint)}) && {base}"
     return base
 
 
@@ -125,6 +127,9 @@ def _transform(
     ad: ClassAd, route: Route, config: RouterConfig, log: Callable[[str], None] | None
 ) -> None:
     macros = TransformMacros(config=config.knobs)
+    # A route without its own TargetUniverse still has one (grid, by default), which
+    # HTCondor-CE's WholeNode transform reads as $(TargetUniverse).
+    macros.macros.set("TargetUniverse", str(route.target_universe))
     for xform in config.pre:
         if xform.matches(ad):
             xform.apply(ad, macros, log=log)
@@ -161,10 +166,11 @@ def build_routed_ad(
 
 
 def edit_in_place(
-    source: ClassAd, route: Route, config: RouterConfig
+    source: ClassAd, route: Route, config: RouterConfig, *, start: ClassAd | None = None
 ) -> dict[str, ExprTree | None]:
-    """EditJobInPlace: the source's own changes, attribute by attribute (None: delete)."""
-    ad = copy.deepcopy(source)
+    """EditJobInPlace: the source's own changes, attribute by attribute (None: delete);
+    `start`: the job a TRANSLATE_JOB hook made of it, which the route edits instead."""
+    ad = copy.deepcopy(start if start is not None else source)
     _transform(ad, route, config, None)
     changes: dict[str, ExprTree | None] = {}
     for name in ad:

@@ -8,7 +8,12 @@ Each pass (`JobRouter.cycle`, every JOB_ROUTER_POLLING_PERIOD or when the schedd
    and at the end its exit (the copy is kept by LeaveJobInQueue until then, and let go
    after). Removing the source, or holding it, removes the copy; a copy removed from
    below (an administrator, a policy) sends its source back to idle, to be routed again.
-   A copy whose source is gone is removed (an orphan).
+   A copy whose source is gone is removed (an orphan). The source takes the copy's run
+   attributes (`ATTRS_TO_COPY`, update_job_status's list); a source whose copy's hold
+   it mirrors, released by its user, releases the copy.
+   Every PERIODIC_EXPR_INTERVAL the sources' periodic policy (their own and the pool's
+   SYSTEM_PERIODIC_*), which the schedd leaves to the router, is evaluated: a source it
+   holds or removes takes its copy with it in the same pass.
 2. A source managed by this router (Managed = "External", ManagedManager) without a copy
    is let go: back to idle, Managed = "Schedd" (a crash between claiming and submitting).
 3. Idle candidates (`candidate_constraint`) go to the first route, in
@@ -41,14 +46,18 @@ from htgrid.queue import (
     JobNotFound,
     JobQueue,
     JobStatus,
+    PolicyAction,
     QueueError,
+    periodic_decision,
 )
 from htgrid.router._engine import (
     build_routed_ad,
     candidate_constraint,
     edit_in_place,
 )
+from htgrid.router._hooks import HookFailed, RouterHooks
 from htgrid.router._routes import Route, RouterConfig
+from htgrid.router._stats import RouteStats
 from htgrid.submit import SubmitError
 
 __all__ = ["JOB_ROUTER", "JobRouter", "RouteStats", "routed_pairs"]
@@ -57,57 +66,47 @@ log = logging.getLogger("htgrid.router")
 
 #: Who the router acts as on the queue (a queue super user, as the schedd's own router).
 JOB_ROUTER: Final = Identity("condor_job_router", admin=True)
-#: Seconds over which route failures are counted (JobRouter.cpp's THROTTLE_UPDATE_INTERVAL).
-THROTTLE_INTERVAL: Final = 600.0
 _FINISHED: Final = (JobStatus.COMPLETED, JobStatus.REMOVED)
 _RUNNING: Final = (JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED)
 _USAGE: Final = ("RemoteWallClockTime", "RemoteUserCpu", "RemoteSysCpu", "ImageSize", "DiskUsage")
 _UNDEFINED: Final = ExprTree("undefined")
-
-
-@dataclass
-class RouteStats:
-    """A route's recent outcomes and its throttle (jobs per THROTTLE_INTERVAL; 0: none)."""
-
-    began: float
-    routed: int = 0
-    failed: int = 0
-    succeeded: int = 0
-    throttle: float = 0.0
-
-    def accepting(self) -> bool:
-        return not (0 < self.throttle <= self.routed)
-
-    def adjust(self, route: Route, now: float, current: int) -> None:
-        """JobRoute::AdjustFailureThrottles, once per THROTTLE_INTERVAL."""
-        delta = now - self.began
-        if delta < THROTTLE_INTERVAL:
-            return
-        rate = self.failed / delta
-        throttle = self.throttle
-        if rate > route.failure_rate_threshold and self.failed:
-            ratio = self.failed / (self.failed + current + self.succeeded)
-            throttle = THROTTLE_INTERVAL * route.failure_rate_threshold / ratio
-        else:
-            accel = 3.0 * self.succeeded - 2.0 * self.failed
-            if accel > 0:
-                accel /= self.succeeded + self.failed
-            accel += 2.0
-            if accel > 1.0:
-                throttle *= accel
-            if throttle > THROTTLE_INTERVAL * route.failure_rate_threshold * 10000:
-                throttle = 0.0
-            if 0 < throttle < 1 and self.failed == 0:
-                throttle = 1.0
-        if abs(throttle - self.throttle) > 0.0001:
-            log.warning("route %s: throttle now %s", route.name, _throttle_text(throttle))
-        self.throttle = throttle
-        self.began = now
-        self.routed = self.failed = self.succeeded = 0
-
-
-def _throttle_text(throttle: float) -> str:
-    return "none" if throttle <= 0 else f"{throttle / THROTTLE_INTERVAL:g} jobs/sec"
+#: What a source takes from its routed copy at each pass, besides its status and exit
+#: (VanillaToGrid.cpp's update_job_status, after the grid manager's own list).
+ATTRS_TO_COPY: Final = (
+    "BytesSent",
+    "BytesRecvd",
+    "CompletionDate",
+    "JobRunCount",
+    "JobStartDate",
+    "ExitReason",
+    "JobCurrentStartDate",
+    "JobCurrentStartExecutingDate",
+    "JobLastStartDate",
+    "ShadowBday",
+    "RemoteSysCpu",
+    "RemoteUserCpu",
+    "NumCkpts",
+    "NumJobStarts",
+    "NumJobReconnects",
+    "NumShadowExceptions",
+    "NumShadowStarts",
+    "NumJobMatches",
+    "NumRestarts",
+    "RemoteWallClockTime",
+    "LastRemoteWallClockTime",
+    "JobCoreDumped",
+    "ImageSize",
+    "MemoryUsage",
+    "ResidentSetSize",
+    "ProportionalSetSize",
+    "DiskUsage",
+    "ScratchDirFileCount",
+    "SpooledOutputFiles",
+    "CpusUsage",
+    "CpusProvisioned",
+    "DiskProvisioned",
+    "MemoryProvisioned",
+)
 
 
 @dataclass
@@ -149,10 +148,13 @@ class JobRouter:
         self._after_change = after_change or (lambda: None)
         self.stats: dict[str, RouteStats] = {}
         self.counts = _Counts()
+        self._policy_due = 0.0
+        self.hooks = RouterHooks(config.knobs, allow_root=_allow_root(config))
 
     def reconfig(self, config: RouterConfig) -> None:
         """New routes; the failure counts of routes that keep their name are kept."""
         self.config = config
+        self.hooks = RouterHooks(config.knobs, allow_root=_allow_root(config))
         names = {route.name.lower() for route in config.routes}
         self.stats = {k: v for k, v in self.stats.items() if k in names}
 
@@ -166,12 +168,65 @@ class JobRouter:
 
     def cycle(self) -> int:
         """One pass; the number of changes it made."""
-        changed = self._sync()
+        changed = 0
+        if self.clock() >= self._policy_due:
+            self._policy_due = self.clock() + self.config.periodic_interval
+            changed += self._source_policies()
+        changed += self._sync()
         for route in self.config.routes:
             self.route_stats(route).adjust(route, self.clock(), self.counts.of(route)[0])
         changed += self._route_candidates()
         if changed:
             self._after_change()
+        return changed
+
+    def _source_policies(self) -> int:
+        """The periodic policy of the sources this router manages (the schedd leaves them
+        to it, as HTCondor's does): a hold or removal it decides is the source's, and the
+        next steps of the pass take the copy with it. A release is not: a source held
+        with its copy's hold follows the copy."""
+        name = _quote(self.config.name)
+        try:
+            sources = self.queue.query(
+                f'Managed == "External" && ManagedManager == {name} && JobStatus != 3'
+            )
+        except HTGridError as err:
+            log.error("cannot read the managed jobs' policies: %s", err)
+            return 0
+        now = int(self.clock())
+        changed = 0
+        for ad in sources:
+            job_id = _job_id(ad)
+            try:
+                decision = periodic_decision(ad, now, self.config.system_policy)
+            except HTGridError as err:
+                log.warning("job %s: its periodic policy cannot be evaluated: %s", job_id, err)
+                continue
+            if decision is None or decision.action not in _POLICY_ACTIONS:
+                continue
+            action = _POLICY_ACTIONS[decision.action]
+            try:
+                self.queue.act(
+                    action,
+                    str(job_id),
+                    JOB_ROUTER,
+                    decision.reason,
+                    code=decision.code,
+                    subcode=decision.subcode,
+                )
+            except (JobNotFound, InvalidTransition) as err:
+                log.warning(
+                    "job %s: %s by %s failed: %s", job_id, action.name, decision.attribute, err
+                )
+                continue
+            log.info(
+                "job %s: %s by %s: %s",
+                job_id,
+                decision.action.value,
+                decision.attribute,
+                decision.reason,
+            )
+            changed += 1
         return changed
 
     def _sync(self) -> int:
@@ -236,11 +291,13 @@ class JobRouter:
                 self._let_go(dest_id)
             self.queue.update(source_id, {"Managed": "ScheddDone"})
             self.queue.destroy(source_id)
+            self.hooks.cleanup(source, dest)
             return changes + 1, True
         if src_status == JobStatus.HELD and source.get("HoldCopiedFromTargetJob") is not True:
             if status not in _FINISHED:
                 self._remove(dest_id, "The source job was put on hold")
             self._yield(source_id, source, "it was put on hold")
+            self.hooks.cleanup(source, dest)
             return changes + 1, True
         if src_status == JobStatus.COMPLETED:
             # Its exit is recorded already (a pass stopped after it): finish the pair.
@@ -254,17 +311,53 @@ class JobRouter:
             log.info(
                 "routed job %s was removed: its source %s goes back to idle", dest_id, source_id
             )
-            return changes + self._yield(source_id, source, "its routed job was removed"), True
+            yielded = self._yield(source_id, source, "its routed job was removed")
+            self.hooks.cleanup(source, dest)
+            return changes + yielded, True
+        changes += self._update_job_info(source, dest_id, dest)
         return changes + self._mirror(source_id, source, src_status, dest), True
+
+    def _update_job_info(self, source: ClassAd, dest_id: JobId, dest: ClassAd) -> int:
+        """The UPDATE_JOB_INFO hook's attributes, set in the routed job (and in `dest`)."""
+        try:
+            updates = self.hooks.update_job_info(source, dest)
+        except HookFailed as err:
+            log.warning("routed job %s: %s: nothing updated", dest_id, err)
+            return 0
+        if not updates:
+            return 0
+        self.queue.update(dest_id, updates)
+        for name, value in updates.items():
+            dest[name] = value
+        return 1
 
     def _mirror(
         self, source_id: JobId, source: ClassAd, src_status: JobStatus, dest: ClassAd
     ) -> int:
         status = JobStatus(dest["JobStatus"])
         q = self.queue
+        dest_id = _job_id(dest)
+        if (
+            status == JobStatus.HELD
+            and src_status != JobStatus.HELD
+            and source.get("HoldCopiedFromTargetJob") is True
+        ):
+            # The source held with its copy's hold was released (by its user, a policy):
+            # the copy is released too, and runs again.
+            with contextlib.suppress(JobNotFound, InvalidTransition):
+                q.act(
+                    JobAction.Release,
+                    str(dest_id),
+                    JOB_ROUTER,
+                    str(source.get("ReleaseReason") or "The source job was released"),
+                )
+            q.update(source_id, {"HoldCopiedFromTargetJob": False})
+            log.info("job %s released: its routed job %s is released", source_id, dest_id)
+            return 1
+        changes = self._copy_attrs(source_id, source, dest)
         if status == JobStatus.HELD:
             if src_status == JobStatus.HELD:
-                return 0
+                return changes
             reason = str(dest.get("HoldReason") or "Unknown reason")
             code = int(dest.get("HoldReasonCode") or 0)
             code = code if code in HoldReasonCode._value2member_map_ else 0
@@ -277,8 +370,7 @@ class JobRouter:
                 subcode=int(dest.get("HoldReasonSubCode") or 0),
             )
             q.update(source_id, {"HoldCopiedFromTargetJob": True})
-            return 1
-        changes = 0
+            return changes + 1
         if src_status == JobStatus.HELD:  # the routed job's hold, now over
             q.act(JobAction.Release, str(source_id), JOB_ROUTER, "The routed job was released")
             q.update(source_id, {"HoldCopiedFromTargetJob": False})
@@ -290,13 +382,40 @@ class JobRouter:
         elif status == JobStatus.IDLE and src_status in _RUNNING:
             q.job_evicted(source_id)
             changes += 1
+        if changes:  # the status change set its own dates and counts: the copy's win
+            changes += self._copy_attrs(source_id, q.get(source_id), dest)
         return changes
+
+    def _copy_attrs(self, source_id: JobId, source: ClassAd, dest: ClassAd) -> int:
+        """The copy's run attributes the source lacks or has otherwise (ATTRS_TO_COPY)."""
+        updates: dict[str, Any] = {}
+        for name in (*ATTRS_TO_COPY, *self.hooks.attrs_to_copy(source)):
+            if name not in dest:
+                continue
+            new = dest.lookup(name)
+            if name not in source or str(source.lookup(name)) != str(new):
+                updates[name] = new
+        if not updates:
+            return 0
+        self.queue.update(source_id, updates)
+        return 1
 
     def _finish(
         self, source_id: JobId, source: ClassAd, dest_id: JobId, dest: ClassAd, route: Route | None
     ) -> int:
-        """The routed job completed: its exit is the source's, then it is let go."""
+        """The routed job completed: its exit is the source's, then it is let go. A
+        JOB_FINALIZE hook that fails sends the source back to be routed again."""
         q = self.queue
+        try:
+            finalized = self.hooks.finalize(source, dest)
+        except HookFailed as err:
+            log.warning("job %s: %s: routed again", source_id, err)
+            self._let_go(dest_id)
+            self._yield(source_id, source, "its JOB_FINALIZE hook failed")
+            self.hooks.cleanup(source, dest)
+            return 1
+        if finalized:
+            q.update(source_id, finalized)
         src_status = JobStatus(source["JobStatus"])
         if src_status == JobStatus.HELD:
             q.act(JobAction.Release, str(source_id), JOB_ROUTER, "The routed job completed")
@@ -325,6 +444,7 @@ class JobRouter:
         with contextlib.suppress(JobNotFound):  # it left the queue at its exit
             q.update(source_id, {"Managed": "ScheddDone"})
         self._let_go(dest_id)
+        self.hooks.cleanup(source, dest)
         log.info("job %s finished as routed job %s", source_id, dest_id)
         return 1
 
@@ -408,8 +528,13 @@ class JobRouter:
     def _route(self, ad: ClassAd, route: Route) -> int:
         source_id = _job_id(ad)
         q = self.queue
+        try:
+            translated = self.hooks.translate(route, ad)
+        except HookFailed as err:
+            log.warning("job %s: route %s: %s: not routed", source_id, route.name, err)
+            return 0
         if route.test(route.edit_job_in_place, ad):
-            changes = edit_in_place(ad, route, self.config)
+            changes = edit_in_place(ad, route, self.config, start=translated)
             q.update(
                 source_id,
                 {
@@ -420,7 +545,9 @@ class JobRouter:
             )
             log.info("job %s edited in place by route %s", source_id, route.name)
             return 1
-        dest = build_routed_ad(ad, route, self.config, str(source_id))
+        dest = build_routed_ad(
+            translated if translated is not None else ad, route, self.config, str(source_id)
+        )
         # Claim first, then submit: see the module's docstring for a crash between.
         q.update(
             source_id,
@@ -440,9 +567,14 @@ class JobRouter:
         return self.counts.of(route)
 
 
+_POLICY_ACTIONS: Final = {PolicyAction.HOLD: JobAction.Hold, PolicyAction.REMOVE: JobAction.Remove}
 _PROTECTED: Final = frozenset(
     {"owner", "user", "osuser", "clusterid", "procid", "mytype", "targettype", "jobstatus"}
 )
+
+
+def _allow_root(config: RouterConfig) -> bool:
+    return config.knobs.get("ALLOW_ROOT_JOBS", "").strip().lower() in ("true", "1", "yes")
 
 
 def _quote(text: str) -> str:

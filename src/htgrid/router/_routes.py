@@ -22,6 +22,7 @@ route), as HTCondor's router does.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from typing import Final
 from htgrid.classad import ClassAd, ExprTree
 from htgrid.errors import HTGridError
 from htgrid.pool import ConfigFile, PoolError
+from htgrid.queue import SystemPolicy
 from htgrid.submit import SubmitError, Transform, TransformMacros
 
 __all__ = [
@@ -97,6 +99,10 @@ class RouterConfig:
     source_constraint: str | None = None
     polling_period: float = 10.0
     max_jobs: int = -1  # all routes together; negative: no limit
+    # The policy of the jobs it manages, which the schedd leaves to it (SYSTEM_PERIODIC_*,
+    # evaluated with the jobs' own every PERIODIC_EXPR_INTERVAL seconds).
+    system_policy: SystemPolicy = dataclasses.field(default_factory=SystemPolicy)
+    periodic_interval: float = 60.0
     knobs: Mapping[str, str] = dataclasses.field(default_factory=dict)
     problems: tuple[str, ...] = ()
 
@@ -112,6 +118,7 @@ class RouterConfig:
         conf = ConfigFile.read(home)
         knobs = {key: value for key, (value, _) in conf.values.items()}
         try:
+            conf.system_policy()  # a bad one is named with its line
             return cls.from_knobs(knobs, where=str(conf.path))
         except RouterError:
             raise
@@ -122,6 +129,10 @@ class RouterConfig:
     def from_knobs(cls, knobs: Mapping[str, str], *, where: str = "htgrid.conf") -> RouterConfig:
         """The settings from knob values (upper-case names)."""
         knobs = {k.upper(): v for k, v in knobs.items()}
+        try:
+            policy = ConfigFile(Path(where), {k: (v, 0) for k, v in knobs.items()}).system_policy()
+        except PoolError as err:
+            raise RouterError(str(err)) from None
         problems: list[str] = []
         texts = _route_texts(knobs, problems)
         routes: list[Route] = []
@@ -148,6 +159,8 @@ class RouterConfig:
             source_constraint=constraint,
             polling_period=_number(knobs, "JOB_ROUTER_POLLING_PERIOD", 10.0, where),
             max_jobs=int(_number(knobs, "JOB_ROUTER_MAX_JOBS", -1, where)),
+            system_policy=policy,
+            periodic_interval=_number(knobs, "PERIODIC_EXPR_INTERVAL", 60.0, where),
             knobs=knobs,
             problems=tuple(problems),
         )
@@ -299,7 +312,7 @@ def convert_old_route(ad: ClassAd) -> tuple[str, str]:
     if isinstance(universe, int) and universe:
         lines.append(f"UNIVERSE {universe}")
     if "Requirements" in ad:
-        lines.append(f"REQUIREMENTS {_my(str(ad.lookup('Requirements')))}")
+        lines.append(f"REQUIREMENTS {my_scope(str(ad.lookup('Requirements')))}")
     lines.append("")
     copies, deletes, sets, evalsets, macros = [], [], [], [], []
     for attr in sorted(ad.keys(), key=str.lower):
@@ -314,7 +327,7 @@ def convert_old_route(ad: ClassAd) -> tuple[str, str]:
         elif low.startswith("set_"):
             sets.append(f"SET {attr[4:]} {tree}")
         elif low.startswith("eval_set_"):
-            evalsets.append(f"EVALSET {attr[9:]} {_my(str(tree))}")
+            evalsets.append(f"EVALSET {attr[9:]} {my_scope(str(tree))}")
         elif low == "gridresource":
             macros.append(f"{attr} = {tree}")
         elif low not in _ENVELOPE:
@@ -334,8 +347,7 @@ def _string(ad: ClassAd, attr: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _my(text: str) -> str:
-    """Old routes read the job as TARGET; in a transform the job is MY."""
-    import re
-
+def my_scope(text: str) -> str:
+    """`text` with each `TARGET.` written `MY.`: old routes and the source constraint
+    read the job as TARGET; in a transform or a queue's query the job is MY."""
     return re.sub(r"(?i)\btarget\.", "MY.", text)

@@ -6,6 +6,12 @@ TotalHeldJobs, TotalJobAds and the local universe's own. Its Name is SCHEDD_NAME
 the API's URL, MyAddress is `<host:port?noUDP>` of the TLS listener (where HTCondor's
 clients reach it too, over CEDAR) and HTGridURL the URL,
 which is how another pool finds this queue (HTCondor-C).
+
+A CE's (JOB_ROUTER in DAEMON_LIST) also carries what grid matchmaking picks CEs by, as
+HTCondor-CE's central collector lists them: `grid_resource` (what a submitter writes to
+reach it), JobRouterName, and JobRouterRoutes, one ad per route with its GridResource,
+limits (MaxJobs, MaxIdleJobs) and routed jobs by state. The ad goes to the pool's
+collector and to each of `views` (CONDOR_VIEW_HOST: a central collector).
 """
 
 from __future__ import annotations
@@ -15,8 +21,8 @@ import contextlib
 import logging
 import socket
 from collections import Counter
-from collections.abc import Callable
-from typing import Final
+from collections.abc import Callable, Sequence
+from typing import Any, Final
 
 from htgrid.classad import ClassAd, ExprTree, quote
 from htgrid.collector import CollectorClient
@@ -60,6 +66,8 @@ class ScheddAdvertiser:
         clock: Callable[[], float],
         name: str | None = None,
         url: str | None = None,
+        extra: Callable[[JobQueue], dict[str, Any]] | None = None,
+        views: Sequence[CollectorClient] = (),
     ) -> None:
         """`address` is used as MyAddress unless `url` (https://host:port) is given."""
         self._worker = worker
@@ -72,6 +80,9 @@ class ScheddAdvertiser:
         self._started = started
         self._clock = clock
         self._sequence = 0
+        self._extra = extra
+        self._views = tuple(views)
+        self._view_failing: set[int] = set()
 
     async def run(self) -> None:
         """Advertise now and every interval, until cancelled."""
@@ -89,6 +100,7 @@ class ScheddAdvertiser:
 
     async def advertise(self) -> None:
         counts = await self._worker.read(_counts)
+        extra = await self._worker.read(self._extra) if self._extra is not None else {}
         self._sequence += 1
         ad = ClassAd()
         ad["MyType"] = "Scheduler"
@@ -110,7 +122,19 @@ class ScheddAdvertiser:
         ad["TotalRemovedJobs"] = counts[f"status{JobStatus.REMOVED.value}"]
         ad["TotalLocalJobsIdle"] = counts[f"local{JobStatus.IDLE.value}"]
         ad["TotalLocalJobsRunning"] = counts[f"local{JobStatus.RUNNING.value}"]
+        for name, value in extra.items():
+            ad[name] = value
         await self._collector.advertise("UPDATE_SCHEDD_AD", [ad])
+        for number, view in enumerate(self._views):
+            # A central collector that does not answer must not stop the pool's own ad.
+            try:
+                await view.advertise("UPDATE_SCHEDD_AD", [ad])
+            except HTGridError as exc:
+                if number not in self._view_failing:
+                    _log.warning("cannot advertise the schedd to CONDOR_VIEW_HOST: %s", exc)
+                self._view_failing.add(number)
+            else:
+                self._view_failing.discard(number)
 
     async def invalidate(self) -> None:
         """Take the ad out of the collector (the schedd is stopping)."""
@@ -118,5 +142,6 @@ class ScheddAdvertiser:
         query["Requirements"] = ExprTree(
             f"Name == {quote(self.name)} && MyAddress == {quote(self.address)}"
         )
-        with contextlib.suppress(HTGridError):
-            await self._collector.invalidate("INVALIDATE_SCHEDD_ADS", query)
+        for collector in (self._collector, *self._views):
+            with contextlib.suppress(HTGridError):
+                await collector.invalidate("INVALIDATE_SCHEDD_ADS", query)

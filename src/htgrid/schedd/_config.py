@@ -30,6 +30,7 @@ from htgrid.pool import (
     PoolError,
     htgrid_home,
 )
+from htgrid.queue import SystemPolicy
 
 __all__ = ["DAEMONS", "ScheddConfig", "ScheddError", "default_schedd_name"]
 
@@ -72,6 +73,8 @@ class ScheddConfig(HomeLayout):
     api_limits: ApiLimits = DEFAULT_LIMITS
     allow_root_jobs: bool = False
     private_network_name: str | None = None
+    system_policy: SystemPolicy = dataclasses.field(default_factory=SystemPolicy)
+    view_hosts: tuple[str, ...] = ()  # CONDOR_VIEW_HOST: more collectors for the schedd's ad
 
     @property
     def socket(self) -> Path:
@@ -144,4 +147,6 @@ class ScheddConfig(HomeLayout):
             api_limits=conf.api_limits(),
             allow_root_jobs=conf.flag("ALLOW_ROOT_JOBS"),
             private_network_name=conf.text("PRIVATE_NETWORK_NAME", "") or None,
+            system_policy=conf.system_policy(),
+            view_hosts=conf.names("CONDOR_VIEW_HOST"),
         )

@@ -465,7 +465,9 @@ class Daemon:
         while True:
             await asyncio.sleep(self.config.periodic_interval)
             try:
-                applied, failures = await worker.write(lambda q: q.periodic_pass())
+                applied, failures = await worker.write(
+                    lambda q: q.periodic_pass(system=self.config.system_policy)
+                )
             except HTGridError as exc:
                 _log.error("periodic policy evaluation failed: %s", exc)
                 continue

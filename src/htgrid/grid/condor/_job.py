@@ -301,6 +301,9 @@ class CondorJob(CondorJobBase):
             return _E.SPOOLING
         first = self.remote_state is None
         attrs = status.changes_for(self.ad)
+        # A start seen here counts itself (job_started): the remote count is written
+        # after it, never before, or one run counts twice.
+        starts = attrs.pop("NumJobStarts", None) if self.status is JobStatus.IDLE else None
         if status.job_status != self.remote_state:
             attrs["GridJobStatus"] = JOB_STATUS_NAMES.get(status.job_status, str(status.job_status))
             attrs["LastRemoteStatusUpdate"] = int(status.server_time)
@@ -329,7 +332,10 @@ class CondorJob(CondorJobBase):
             self._will_hold(reason, status.hold_code, status.hold_subcode, keep_remote=True)
             return _E.REMOTE_HELD
         running = status.job_status in _RUNNING
-        await self._mirror_run(running=running, idle=status.job_status == JobStatus.IDLE)
+        moved = await self._mirror_run(running=running, idle=status.job_status == JobStatus.IDLE)
+        if moved and starts is not None and self.status is JobStatus.RUNNING:
+            await self.io.update(self.job_id, {"NumJobStarts": starts})
+            self.ad["NumJobStarts"] = starts
         if self.status is JobStatus.HELD:
             return _E.LOCAL_HELD
         return None

@@ -1,0 +1,191 @@
+"""The job router's hooks, with HTCondor's stdin/stdout contract (JobRouterHookMgr.cpp).
+
+The keyword is the job's `HookKeyword`, else JOB_ROUTER_HOOK_KEYWORD; the hooks are the
+programs `<KEYWORD>_HOOK_TRANSLATE_JOB`, `_UPDATE_JOB_INFO`, `_JOB_FINALIZE` and
+`_JOB_CLEANUP` name (none: that step is the router's own). Each runs with no arguments,
+as the job's owner when the router runs as root, and must exit 0:
+
+    TRANSLATE_JOB    stdin: the route (one line, `[ Name = ...; TargetUniverse = 9;
+                     GridResource = ... ]`), a line `------`, the job ad (old syntax).
+                     stdout: the job to route, which the route's transforms then edit.
+                     Failure or no output: the job is not routed this time.
+    UPDATE_JOB_INFO  stdin: the routed job, at each pass. stdout: attributes to set in
+                     it (none: nothing to set).
+    JOB_FINALIZE     stdin: the source job, `------`, the routed job that completed.
+                     stdout: attributes to set in the source. Failure: the source goes
+                     back to idle to be routed again.
+    JOB_CLEANUP      stdin: the routed job, when the router is done with the pair.
+
+Ads are read a line at a time (`Name = expr`), as the router inserts them; a line that is
+not one fails the hook. `<KEYWORD>_ATTRS_TO_COPY` names more attributes the source takes
+from its routed job. A hook that runs past `HOOK_TIMEOUT` seconds is killed and fails.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import re
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from htgrid._privsep import OwnerPolicy, PrivilegeError, spawn_identity
+from htgrid.classad import ClassAd, ExprTree
+from htgrid.errors import HTGridError
+from htgrid.router._routes import Route, RouterError
+
+__all__ = ["HOOK_TIMEOUT", "HookFailed", "HookKind", "RouterHooks"]
+
+log = logging.getLogger("htgrid.router")
+
+#: Seconds a hook may run (HTCondor waits for ever; a hung hook must not stop the router).
+HOOK_TIMEOUT: Final = 120.0
+SEPARATOR: Final = "------"
+#: What an UPDATE_JOB_INFO hook may not set (JobRouterHookMgr's attrs_to_delete, and
+#: what only the queue sets).
+_NOT_UPDATED: Final = frozenset(
+    {"mytype", "targettype", "clusterid", "procid", "owner", "user", "osuser", "jobstatus"}
+)
+
+
+_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+
+
+class HookKind(enum.Enum):
+    """A job router hook, by its knob's suffix."""
+
+    TRANSLATE_JOB = "TRANSLATE_JOB"
+    UPDATE_JOB_INFO = "UPDATE_JOB_INFO"
+    JOB_FINALIZE = "JOB_FINALIZE"
+    JOB_CLEANUP = "JOB_CLEANUP"
+
+
+class HookFailed(RouterError):
+    """A hook could not run, failed, or printed what is not a ClassAd."""
+
+
+@dataclass(frozen=True, slots=True)
+class RouterHooks:
+    """The hooks of the router's configuration (`knobs`, upper-case names)."""
+
+    knobs: Mapping[str, str]
+    allow_root: bool = False
+    timeout: float = HOOK_TIMEOUT
+
+    def keyword(self, job: ClassAd) -> str:
+        own = job.get("HookKeyword")
+        if isinstance(own, str) and own.strip():
+            return own.strip()
+        return self.knobs.get("JOB_ROUTER_HOOK_KEYWORD", "").strip()
+
+    def path(self, kind: HookKind, job: ClassAd) -> str | None:
+        keyword = self.keyword(job)
+        if not keyword:
+            return None
+        return self.knobs.get(f"{keyword.upper()}_HOOK_{kind.value}", "").strip() or None
+
+    def attrs_to_copy(self, job: ClassAd) -> tuple[str, ...]:
+        keyword = self.keyword(job)
+        if not keyword:
+            return ()
+        text = self.knobs.get(f"{keyword.upper()}_ATTRS_TO_COPY", "")
+        return tuple(n for n in text.replace(",", " ").split() if n)
+
+    # ---- the four hooks ------------------------------------------------------------------
+
+    def translate(self, route: Route, job: ClassAd) -> ClassAd | None:
+        """The job as the TRANSLATE_JOB hook makes it; None when there is no such hook."""
+        stdin = f"{route_description(route)}\n{SEPARATOR}\n{job.printOld()}"
+        out = self._run(HookKind.TRANSLATE_JOB, job, stdin)
+        if out is None:
+            return None
+        if not out.strip():
+            raise HookFailed("the TRANSLATE_JOB hook printed no job")
+        return _ad_of(out, HookKind.TRANSLATE_JOB)
+
+    def update_job_info(self, source: ClassAd, dest: ClassAd) -> dict[str, ExprTree]:
+        """What the UPDATE_JOB_INFO hook sets in the routed job (empty: nothing, or no hook)."""
+        out = self._run(HookKind.UPDATE_JOB_INFO, source, dest.printOld())
+        if not out or not out.strip():
+            return {}
+        ad = _ad_of(out, HookKind.UPDATE_JOB_INFO)
+        return {k: ad.lookup(k) for k in ad if k.lower() not in _NOT_UPDATED}
+
+    def finalize(self, source: ClassAd, dest: ClassAd) -> dict[str, ExprTree] | None:
+        """What the JOB_FINALIZE hook sets in the source (None: no hook)."""
+        stdin = f"{source.printOld()}{SEPARATOR}\n{dest.printOld()}"
+        out = self._run(HookKind.JOB_FINALIZE, source, stdin)
+        if out is None:
+            return None
+        if not out.strip():
+            return {}
+        ad = _ad_of(out, HookKind.JOB_FINALIZE)
+        return {k: ad.lookup(k) for k in ad if k.lower() not in _NOT_UPDATED}
+
+    def cleanup(self, source: ClassAd, dest: ClassAd) -> None:
+        """The JOB_CLEANUP hook (its failure is logged: the pair is over either way)."""
+        try:
+            self._run(HookKind.JOB_CLEANUP, source, dest.printOld())
+        except HookFailed as err:
+            log.warning("routed job %s: %s", dest.get("RoutedFromJobId"), err)
+
+    # ---- running one -----------------------------------------------------------------------
+
+    def _run(self, kind: HookKind, job: ClassAd, stdin: str) -> str | None:
+        """The hook's stdout; None when it is not configured; HookFailed when it fails."""
+        path = self.path(kind, job)
+        if path is None:
+            return None
+        what = f"the {kind.value} hook {path}"
+        try:
+            account = OwnerPolicy(allow_root=self.allow_root).account(job.get("Owner"))
+        except PrivilegeError as err:
+            raise HookFailed(f"{what} cannot run as the job's owner: {err}") from None
+        try:
+            done = subprocess.run(
+                [path],
+                input=stdin,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+                check=False,
+                cwd="/",
+                **spawn_identity(account),
+            )
+        except subprocess.TimeoutExpired:
+            raise HookFailed(f"{what} ran past {self.timeout:g} s and was killed") from None
+        except OSError as err:
+            raise HookFailed(f"{what} cannot run: {err.strerror or err}") from None
+        if done.stderr.strip():
+            log.warning("%s printed to stderr: %s", what, done.stderr.strip()[:2000])
+        if done.returncode != 0:
+            raise HookFailed(f"{what} exited with status {done.returncode}")
+        return str(done.stdout)
+
+
+def route_description(route: Route) -> str:
+    """JobRoute::RouteDescription: the route's name, target universe and grid resource."""
+    ad = ClassAd({"Name": route.name, "TargetUniverse": route.target_universe})
+    if route.grid_resource:
+        ad["GridResource"] = route.grid_resource
+    return repr(ad)  # one line: [ Name = "..."; TargetUniverse = 9; ... ]
+
+
+def _ad_of(text: str, kind: HookKind) -> ClassAd:
+    ad = ClassAd()
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        name, eq, value = line.partition("=")
+        name = name.strip()
+        try:
+            if not eq or _NAME.fullmatch(name) is None:
+                raise ValueError("not Name = expression")
+            ad[name] = ExprTree(value.strip())
+        except (HTGridError, ValueError) as err:
+            raise HookFailed(
+                f"the {kind.value} hook's line {number} is not an attribute: {line[:200]!r} ({err})"
+            ) from None
+    return ad
