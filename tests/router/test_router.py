@@ -123,6 +123,22 @@ def test_removing_or_holding_the_source_removes_its_copy(queue: JobQueue) -> Non
     assert only_routed(queue, held) not in copies
 
 
+def test_a_source_removed_with_its_copy_leaves_the_queue(queue: JobQueue) -> None:
+    # `rm -all` removes both; the grid manager may let the copy go before the router's
+    # next pass, which then finds a removed source with no copy. It was handed back to
+    # the schedd (Managed = "Schedd") and stayed Removed in the queue for ever.
+    src = submit(queue)
+    r = router(queue)
+    r.cycle()
+    copy = only_routed(queue, src)
+    queue.act(JobAction.Remove, str(src), ALICE)
+    queue.act(JobAction.Remove, str(copy), ALICE)  # not yet submitted: it leaves at once
+    r.cycle()
+    with pytest.raises(JobNotFound):
+        queue.get(src)
+    assert status_of(queue, src) == JobStatus.REMOVED
+
+
 def test_a_copy_removed_from_below_sends_its_source_back_to_be_routed_again(
     queue: JobQueue,
 ) -> None:

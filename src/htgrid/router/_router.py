@@ -453,6 +453,13 @@ class JobRouter:
         q = self.queue
         status = JobStatus(source["JobStatus"])
         try:
+            if status == JobStatus.REMOVED:
+                # Removed with its copy (rm -all), whose end came first: it leaves, as a
+                # removed source with a copy does; handed back it would stay Removed.
+                q.update(source_id, {"Managed": "ScheddDone"})
+                q.destroy(source_id)
+                log.info("job %s removed, and its routed job gone: it leaves", source_id)
+                return 1
             if status in _RUNNING:
                 q.job_evicted(source_id)
             elif status == JobStatus.HELD and source.get("HoldCopiedFromTargetJob") is True:
