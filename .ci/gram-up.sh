@@ -66,18 +66,7 @@ fi
 pkgs=(globus-gatekeeper globus-gram-job-manager globus-gram-job-manager-fork
     globus-gram-job-manager-fork-setup-poll globus-gram-client-tools globus-proxy-utils
     libglobus-gram-client3)
-missing=()
-for p in "${pkgs[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-    log "installing ${missing[*]}"
-    [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod 755 /usr/sbin/policy-rc.d; }
-    [ -n "$(ls /var/lib/apt/lists/*_Packages* 2>/dev/null)" ] || apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-        -o DPkg::Lock::Timeout=900 "${missing[@]}" >/dev/null
-    log "installed"
-fi
+bash "$HERE/apt-ensure.sh" "${pkgs[@]}"
 
 bash "$HERE/grid-pki.sh"
 
