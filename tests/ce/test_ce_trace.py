@@ -3,14 +3,27 @@ works passes, and each failure names its step and what to do."""
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 from pathlib import Path
 
 import pytest
 
-from htgrid.testing import run_cli
+from htgrid.classad import ClassAd
+from htgrid.collector import CollectorClient
+from htgrid.testing import PersonalPool, run_cli, wait_for
 
 from ._ce import CE_FORK, SPECIAL, ce_pool, submitter_pool
+
+
+def schedd_ads(ce: PersonalPool) -> list[ClassAd]:
+    """The CE's schedd ads in its collector (none until its first update)."""
+
+    async def query() -> list[ClassAd]:
+        async with CollectorClient(ce.collector, home=ce.home, daemon=True) as pool:
+            return list(await pool.query("Scheduler", "true"))
+
+    return asyncio.run(query())
 
 
 def trace(home: Path, *argv: str) -> tuple[int, str, str]:
@@ -42,6 +55,8 @@ def test_ce_trace_says_which_step_failed_and_what_to_do(tmp_path: Path) -> None:
         status, out, _ = trace(sub.home, ce.collector)  # no trust, no token yet
         assert status == 1 and ("reach: FAILED" in out or "authenticate: FAILED" in out)
         sub.trust(ce, user=getpass.getuser())
+        # The steps after reach need the CE's schedd in its collector (its first update).
+        wait_for(lambda: schedd_ads(ce), timeout=60, what="the CE's schedd advertised")
         status, out, _ = trace(sub.home, ce.collector, "--timeout", "5", "-a", "queue=short")
         assert status == 1, out
         assert "route: FAILED: the CE's job router did not route the job within 5 s" in out
