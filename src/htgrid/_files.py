@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import secrets
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["open_beneath", "open_with_mode", "parts_beneath", "private_file", "write_atomic"]
+__all__ = [
+    "open_beneath",
+    "open_with_mode",
+    "parts_beneath",
+    "private_file",
+    "single_instance",
+    "write_atomic",
+]
 
 
 def write_atomic(path: Path, data: bytes, *, sync: bool = False, mode: int = 0o666) -> None:
@@ -84,3 +94,21 @@ def private_file(path: Path) -> BinaryIO:
     path.unlink(missing_ok=True)
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     return os.fdopen(os.open(path, flags, 0o600), "w+b")
+
+
+@contextlib.contextmanager
+def single_instance(path: Path, busy: Callable[[], Exception]) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (its pid written in it) while the block runs;
+    `busy()` is raised when another process holds it: two such daemons would act twice."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise busy() from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import functools
 import logging
 import os
@@ -52,6 +51,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from htgrid._files import single_instance
 from htgrid._gc import tune_gc
 from htgrid._privsep import (
     ALLOW_ROOT_JOBS,
@@ -153,7 +153,10 @@ class GridManager:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Run until `stop` is set (forever without one); AlreadyRunning if another runs."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        with self._single_instance():
+        with single_instance(  # two managers would submit twice
+            self.dir / "lock",
+            lambda: AlreadyRunning(f"another grid manager runs on {self.queue_dir}"),
+        ):
             await self._pids.reap_predecessors(self.clock)
             self._io = await asyncio.to_thread(self._open_queue)
             logs = EventLogs(lambda cluster, proc: self._owners.get(JobId(cluster, proc)))
@@ -206,21 +209,6 @@ class GridManager:
         self._bell.close()
         if self._io is not None:
             await self._io.close()
-
-    @contextlib.contextmanager
-    def _single_instance(self) -> Any:
-        """An exclusive lock on `<home>/gridmanager/lock`: two managers would submit twice."""
-        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise AlreadyRunning(f"another grid manager runs on {self.queue_dir}") from None
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
-            yield
-        finally:
-            os.close(fd)
 
     @property
     def services(self) -> Services:

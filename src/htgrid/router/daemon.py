@@ -13,13 +13,12 @@ is safe at any moment: the next one adopts the routed jobs from the queue.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
 import logging
 import os
 import signal
 from pathlib import Path
 
+from htgrid._files import single_instance
 from htgrid._privsep import daemon_umask
 from htgrid.classad import preload_functions
 from htgrid.errors import HTGridError
@@ -98,22 +97,6 @@ async def _serve(home: Path, stop: asyncio.Event, reload: asyncio.Event) -> None
         await asyncio.to_thread(queue.close)
 
 
-@contextlib.contextmanager
-def _single_instance(path: Path):  # type: ignore[no-untyped-def]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RouterError(f"another job router runs on {path.parent}") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        yield
-    finally:
-        os.close(fd)
-
-
 def run_router(home: str | os.PathLike[str], *, parent_fd: int | None = None) -> int:
     """Run the router until SIGTERM or SIGINT: 0 after a clean stop, 3 if another runs,
     1 if it cannot start (a bad configuration, a queue that cannot be opened)."""
@@ -144,7 +127,10 @@ def run_router(home: str | os.PathLike[str], *, parent_fd: int | None = None) ->
     daemon_umask()
     preload_functions()
     try:
-        with _single_instance(HomeLayout(home).jobrouter_dir / "lock"):
+        lock = HomeLayout(home).jobrouter_dir / "lock"
+        with single_instance(
+            lock, lambda: RouterError(f"another job router runs on {lock.parent}")
+        ):
             asyncio.run(main())
     except RouterError as err:
         log.error("%s", err)
