@@ -227,3 +227,42 @@ def test_the_broker_gives_a_node_its_own_requests_only(pool: PersonalPool, tmp_p
                 await as8.ccb_request("node7", connect_id, "<127.0.0.1:9>")
 
     asyncio.run(scenario())
+
+
+def test_a_node_makes_a_bounded_number_of_connections_back_at_once(
+    pool: PersonalPool, tmp_path: Path
+) -> None:
+    # A return address whose accept queue is full: the kernel drops further SYNs, so
+    # each connection back hangs until its timeout, as towards a black-holed host.
+    sink = socket.create_server(("127.0.0.1", 0), backlog=0)
+    fillers = [socket.socket() for _ in range(3)]
+    for each in fillers:
+        each.setblocking(False)
+        each.connect_ex(sink.getsockname()[:2])  # the first fills the queue, the rest hang
+    back = f"<127.0.0.1:{sink.getsockname()[1]}>"
+    node = ExecuteNode(
+        pool, tmp_path / "node9", "node9", "127.0.0.9", config={"CCB_ADDRESS": pool.collector}
+    )
+    try:
+        with node:
+            node.joined()
+            wait_for(
+                lambda: "registered with the broker" in node.log(), timeout=30, what="registration"
+            )
+
+            async def flood() -> None:
+                async with CollectorClient(pool.collector, home=pool.home, daemon=True) as schedd:
+                    for n in range(40):
+                        await schedd.ccb_request("node9", f"{n:032d}", back)
+
+            asyncio.run(flood())
+            wait_for(
+                lambda: "32 connections back are being made already" in node.log(),
+                timeout=30,
+                what="the node refusing the requests past its limit",
+            )
+            assert node.slots(), "the node still answers"
+    finally:
+        for each in fillers:
+            each.close()
+        sink.close()

@@ -24,6 +24,10 @@ _log = logging.getLogger("htgrid.collector.ccb")
 _ID_LINE: Final = 160  # a connect id's line, at most
 _SAY_ID_WAIT: Final = 10.0  # how long a connection may take to say its connect id
 _WAIT: Final = 30.0  # for a node's connection, unless told
+# Connections that have not yet said their connect id, at most: past it the oldest is
+# dropped, so a flood of silent connections costs the schedd a bounded number of file
+# descriptors, and a node's connection (which says its id at once) still gets through.
+_UNIDENTIFIED: Final = 64
 
 
 def _shown(host: str, port: int) -> str:
@@ -38,16 +42,26 @@ class ReverseConnector:
     waited for within seconds is closed unanswered.
     """
 
-    def __init__(self, host: str, home: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        host: str,
+        home: str | os.PathLike[str],
+        *,
+        max_unidentified: int = _UNIDENTIFIED,
+    ) -> None:
         """`host`: where to listen (the nodes connect there); `home`: the pool whose
-        daemon token the schedd asks brokers with."""
+        daemon token the schedd asks brokers with; `max_unidentified`: connections
+        waiting to say their connect id, at most (the oldest goes first)."""
         self.host = host
         self.home = home
+        self.max_unidentified = max_unidentified
         self._brokers: dict[str, CollectorClient] = {}
         self._sock: socket.socket | None = None
         self._pending: dict[str, asyncio.Future[socket.socket]] = {}
         self._accepting: asyncio.Task[None] | None = None
-        self._saying: set[asyncio.Task[None]] = set()
+        # In order of arrival (dicts keep it): the oldest is the first dropped.
+        self._saying: dict[asyncio.Task[None], None] = {}
+        self._dropped = 0
 
     @property
     def address(self) -> str:
@@ -122,9 +136,25 @@ class ReverseConnector:
                 _log.warning("reversed connections: accept failed: %s", exc)
                 await asyncio.sleep(0.5)
                 continue
+            while len(self._saying) >= self.max_unidentified:
+                oldest = next(iter(self._saying))
+                del self._saying[oldest]
+                oldest.cancel()
+                self._dropped += 1
+                if self._dropped in (1, 10, 100) or self._dropped % 1000 == 0:
+                    _log.warning(
+                        "reversed connections: more than %d say nothing; dropped %d so far "
+                        "(the latest from %s)",
+                        self.max_unidentified,
+                        self._dropped,
+                        _peer(sock),
+                    )
             task = asyncio.create_task(self._hear_id(sock))
-            self._saying.add(task)
-            task.add_done_callback(self._saying.discard)
+            self._saying[task] = None
+            task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self._saying.pop(task, None)
 
     async def _hear_id(self, sock: socket.socket) -> None:
         sock.setblocking(False)
@@ -134,12 +164,22 @@ class ReverseConnector:
         except (TimeoutError, OSError):
             sock.close()
             return
+        except BaseException:  # dropped for a newer one, or the listener closes
+            sock.close()
+            raise
         fut = self._pending.get(line)
         if fut is None or fut.done():
             sock.close()  # nobody waits for it: a late, repeated or made-up connection
             return
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         fut.set_result(sock)
+
+
+def _peer(sock: socket.socket) -> str:
+    try:
+        return str(sock.getpeername()[0])
+    except OSError:
+        return "a connection already gone"
 
 
 async def _read_line(sock: socket.socket) -> str:

@@ -96,6 +96,9 @@ _WILDCARDS: Final = frozenset({"0.0.0.0", "::", "[::]"})
 _STALE: Final = re.compile(r"dir_\d+_\d+(\.input\.tar|\.output\.tar)?")
 _CCB_RETRY: Final = (1.0, 60.0)  # a lost registration is tried again after 1, 2, 4... s
 _CONNECT_BACK: Final = 20.0  # how long connecting back to a schedd may take
+# Connections back being made at once, at most: a broker request names any host:port,
+# so whoever may send requests could otherwise have the node open connections at will.
+_CONNECTING_BACK: Final = 32
 
 
 class ExitReason(enum.Enum):
@@ -146,6 +149,7 @@ class Startd:
         self._joined = False  # an update of its ads was taken by the collector
         self._tls: tuple[ApiServer, Any] | None = None  # the TLS API: server, context
         self._reversed: set[asyncio.Task[None]] = set()
+        self._connecting_back = 0
 
     # -- what the API calls -------------------------------------------------------------
 
@@ -519,6 +523,14 @@ class Startd:
                 delay = min(delay * 2, _CCB_RETRY[1])
 
     def _connect_back(self, request: CcbRequest) -> None:
+        if self._connecting_back >= _CONNECTING_BACK:
+            _log.warning(
+                "not connecting back to %s at %s: %d connections back are being made already",
+                request.requester or "a schedd",
+                request.return_address,
+                self._connecting_back,
+            )
+            return
         task = asyncio.create_task(self._serve_reversed(request), name="reversed connection")
         self._reversed.add(task)
         task.add_done_callback(self._reversed.discard)
@@ -527,7 +539,11 @@ class Startd:
         assert self._tls is not None
         server, tls = self._tls
         try:
-            sock = await connect_back(request, _CONNECT_BACK)
+            self._connecting_back += 1
+            try:
+                sock = await connect_back(request, _CONNECT_BACK)
+            finally:
+                self._connecting_back -= 1
             await serve_connection(server, sock, tls)
         except (OSError, TimeoutError, HTGridError) as exc:
             _log.warning(
