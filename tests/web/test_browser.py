@@ -33,7 +33,14 @@ pytestmark = pytest.mark.timeout(300)
 def pool(
     shared_tmp_factory: Callable[[str], Path], test_users: tuple[str, ...]
 ) -> Iterator[PersonalPool]:
-    config = {"TRUST_DOMAIN": DOMAIN, "SCHEDD_NAME": "queue@web", "NEGOTIATOR_INTERVAL": 1}
+    config = {
+        "TRUST_DOMAIN": DOMAIN,
+        "SCHEDD_NAME": "queue@web",
+        "NEGOTIATOR_INTERVAL": 1,
+        # The grid page's last poll: the grid manager's Grid ads, published often.
+        "GRIDMANAGER_JOB_PROBE_INTERVAL": 1,
+        "GRIDMANAGER_COLLECTOR_UPDATE_INTERVAL": 1,
+    }
     home = shared_tmp_factory("web") / "home"
     with PersonalPool(home, daemons=WHOLE_POOL, fsync=False, config=config) as p:
         yield p
@@ -248,5 +255,13 @@ def test_the_local_user_comes_in_through_the_proxy_with_its_key(
     row = 'tr[data-resource="batch fork"][data-down="0"]'
     wait_for(lambda: "Running 1" in _text(page, row), 90,
              what="the grid job running on batch fork")  # fmt: skip
+    # Its last status poll, from the grid manager's ad for the resource in the collector.
+    wait_for(lambda: "took" in _text(page, f"{row} td.poll"), 60, what="the resource's last poll")
     shots.take(page, "grid")
+    # condor_status -grid: the same resource, its one job running.
+    status, out, err = run_cli(
+        pool.home, "status", "-grid", "-af", "Name", "NumJobs", "RunningJobs"
+    )
+    assert status == 0, err
+    assert "batch fork 1 1" in out.splitlines(), out
     run_cli(pool.home, "rm", grid_job.group(1))

@@ -8,7 +8,14 @@ import re
 from htgrid.classad import ClassAd
 from htgrid.queue import Identity
 from htgrid.router import RouterConfig, explain_routes
-from htgrid.web._data import mine, resources, running_by_site, state_series, throughput
+from htgrid.web._data import (
+    mine,
+    resources,
+    running_by_site,
+    state_series,
+    throughput,
+    with_polls,
+)
 from htgrid.web._html import Html, el, link
 from htgrid.web._pages import queue_table, resources_table, routes_page
 from htgrid.web._svg import bar_chart, step_chart
@@ -102,6 +109,21 @@ def test_grid_resources_say_down_last_status_and_holds_by_reason() -> None:
     html = resources_table([pbs, slurm], 100)
     assert 'data-resource="batch slurm" data-down="1"' in html
     assert "2 jobs: Failed to submit" in html
+
+
+def test_a_resources_last_poll_comes_from_its_grid_ad_under_the_grid_managers_name() -> None:
+    ads = [
+        _job(2, 0, 5, 5, JobUniverse=9, GridResource="pbs"),  # the legacy form
+        _job(2, 0, 5, 5, JobUniverse=9, GridResource="batch  slurm"),
+    ]
+    grid_ads = [
+        ClassAd({"Name": "batch pbs", "LastStatusPoll": 90, "LastStatusPollDuration": 0.25}),
+        ClassAd({"Name": "batch pbs", "LastStatusPoll": 70, "LastStatusPollDuration": 9.0}),
+    ]
+    slurm, pbs = with_polls(resources(ads), grid_ads)
+    assert (pbs.last_poll, slurm.last_poll) == ((90, 0.25), None)
+    html = resources_table([pbs, slurm], 100)
+    assert "took 0.25 s" in html and "not published (yet)" in html
 
 
 def test_the_routes_page_says_why_a_job_is_not_routed() -> None:

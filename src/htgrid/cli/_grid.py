@@ -13,7 +13,10 @@ from htgrid.errors import UsageError
 from htgrid.pool import HomeLayout, htgrid_home
 
 if TYPE_CHECKING:
-    from htgrid.grid import GridManagerConfig
+    from collections.abc import Sequence
+
+    from htgrid.classad import ClassAd
+    from htgrid.grid import GridManagerConfig, Publish
 
 __all__ = ["register"]
 
@@ -98,7 +101,45 @@ def _run(args: argparse.Namespace) -> int:
     root = logging.getLogger("htgrid")
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if args.verbose else logging.INFO)
-    return run_gridmanager(home, queue_dir=queue_dir, config=config, parent_fd=args.parent_fd)
+    return run_gridmanager(
+        home,
+        queue_dir=queue_dir,
+        config=config,
+        parent_fd=args.parent_fd,
+        publish=_publisher(home),
+    )
+
+
+def _publisher(home: Path) -> Publish | None:
+    """What sends the Grid ads (`condor_status -grid`) to the pool's collector: the
+    personal pool's while it runs, else COLLECTOR_HOST when set; None with neither."""
+    import getpass
+
+    from htgrid.collector import CollectorClient, default_pool
+    from htgrid.pool import ConfigFile
+    from htgrid.schedd import default_schedd_name
+
+    conf = ConfigFile.read(home)
+    if HomeLayout(home).collector_address_file.exists():
+        pool = default_pool(home)
+    elif conf.has("COLLECTOR_HOST") and not conf.text("COLLECTOR_HOST").endswith(":0"):
+        pool = conf.text("COLLECTOR_HOST")
+    else:
+        return None
+    schedd = conf.text("SCHEDD_NAME", default_schedd_name())
+    owner = getpass.getuser()
+    clients: list[CollectorClient] = []  # made on first use, inside the manager's loop
+
+    async def publish(ads: Sequence[ClassAd]) -> None:
+        if not clients:
+            clients.append(CollectorClient(pool, timeout=10.0, home=home, daemon=True))
+        for ad in ads:
+            ad["ScheddName"] = schedd
+            if "Owner" not in ad:  # the grid manager's own jobs
+                ad["Owner"] = owner
+        await clients[0].advertise("UPDATE_GRID_AD", ads)
+
+    return publish
 
 
 def _setting(config: GridManagerConfig, text: str) -> GridManagerConfig:

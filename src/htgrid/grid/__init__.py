@@ -23,10 +23,10 @@ from htgrid.grid._errors import (
     UnsupportedGridJob,
 )
 from htgrid.grid._gridtype import GridType
-from htgrid.grid._registry import GRID_TYPES, grid_type_of
+from htgrid.grid._registry import GRID_TYPES, grid_type_of, resource_name
 from htgrid.grid._resource import Resource, ResourceState, ResourceStats
 from htgrid.grid.explain import explain_grid_job
-from htgrid.grid.manager import ADOPTABLE, GridManager, run_gridmanager
+from htgrid.grid.manager import ADOPTABLE, GridManager, Publish, run_gridmanager
 
 __all__ = [
     "ADOPTABLE",
@@ -38,11 +38,13 @@ __all__ = [
     "GridManager",
     "GridManagerConfig",
     "GridType",
+    "Publish",
     "Resource",
     "ResourceState",
     "ResourceStats",
     "UnsupportedGridJob",
     "explain_grid_job",
     "grid_type_of",
+    "resource_name",
     "run_gridmanager",
 ]

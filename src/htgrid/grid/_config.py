@@ -22,6 +22,7 @@ KNOBS: Mapping[str, str] = {
     "GRIDMANAGER_JOB_PROBE_INTERVAL": "poll_interval",
     "GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE": "max_submitted_per_resource",
     "PERIODIC_EXPR_INTERVAL": "periodic_interval",
+    "GRIDMANAGER_COLLECTOR_UPDATE_INTERVAL": "collector_update_interval",
 }
 
 
@@ -41,6 +42,9 @@ class GridManagerConfig:
     #: Between two evaluations of the jobs' PeriodicHold/PeriodicRemove (the queue's own
     #: periodic pass leaves the grid manager's jobs to it: PERIODIC_EXPR_INTERVAL).
     periodic_interval: float = 60.0
+    #: Between two updates of each resource's Grid ad in the collector
+    #: (GRIDMANAGER_COLLECTOR_UPDATE_INTERVAL, HTCondor's 5 minutes).
+    collector_update_interval: float = 300.0
     #: Between pings of a resource that is down (GRIDMANAGER_RESOURCE_PROBE_INTERVAL).
     down_ping_interval: float = 300.0
     #: At least this long between two pings of a resource that is up.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from htgrid.errors import HTGridError
 from htgrid.grid._gridtype import GridType
 from htgrid.grid.arc import ARC
 from htgrid.grid.azure import AZURE
@@ -12,7 +13,7 @@ from htgrid.grid.batch import BATCH
 from htgrid.grid.condor import CONDOR
 from htgrid.grid.ec2 import EC2
 
-__all__ = ["GRID_TYPES", "grid_type_of"]
+__all__ = ["GRID_TYPES", "grid_type_of", "resource_name"]
 
 #: The grid types, by the first word of GridResource.
 GRID_TYPES: Mapping[str, GridType[Any]] = {
@@ -29,3 +30,15 @@ def grid_type_of(grid_resource: str) -> str:
         return ""
     first = words[0].lower()
     return _ALIASES.get(first, first)
+
+
+def resource_name(grid_resource: str) -> str | None:
+    """The name of the grid manager's resource for a GridResource (its Grid ad's Name),
+    None when no grid type takes it."""
+    gtype = GRID_TYPES.get(grid_type_of(grid_resource))
+    if gtype is None:
+        return None
+    try:
+        return gtype.resource_key(grid_resource)
+    except HTGridError:
+        return None

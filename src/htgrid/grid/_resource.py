@@ -33,13 +33,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from htgrid.classad import ClassAd
 from htgrid.gahp import GahpServerExited, GahpTimeout, LocalGahpError
 from htgrid.gahp.commands import Spec
 from htgrid.grid._errors import GahpUnavailable
 from htgrid.grid._gahps import GahpHandle
 from htgrid.grid._gridids import ResourceName
 from htgrid.grid._task import JobTask, Services
-from htgrid.queue import JobId, JobNotFound, StoreError
+from htgrid.queue import JobId, JobNotFound, JobStatus, StoreError
 
 __all__ = ["Resource", "ResourceState", "ResourceStats"]
 
@@ -72,6 +73,9 @@ class ResourceStats:
     submit_failures: int = 0
     #: The most GAHP requests in flight at once.
     max_in_flight: int = 0
+    #: When the last status poll started (epoch seconds) and how long it took.
+    last_poll: float | None = None
+    last_poll_duration: float | None = None
 
 
 class Resource(abc.ABC, Generic[J, N]):
@@ -291,6 +295,43 @@ class Resource(abc.ABC, Generic[J, N]):
         """Seconds before submits to this resource may go on (0: now)."""
         return max(0.0, self._paused_until - self.clock.monotonic())
 
+    # ---- the collector's view ----------------------------------------------------------------
+
+    def ad(self) -> ClassAd:
+        """Its Grid ad, as HTCondor's BaseResource publishes it (Name "type resource",
+        HashName, NumJobs, JobLimit, SubmitsAllowed/Wanted, Running/IdleJobs, why it is
+        down), with htgrid's status-poll figures (LastStatusPoll, its duration, counts)."""
+        submitted, limit, waiting = self.slots()
+        idle = running = 0
+        for job in self.jobs.values():
+            idle += job.status is JobStatus.IDLE
+            running += job.status is JobStatus.RUNNING
+        ad = ClassAd(
+            {
+                "MyType": "Grid",
+                "Name": self.name,
+                "HashName": self.name,
+                "NumJobs": len(self.jobs),
+                "JobLimit": limit,
+                "SubmitsAllowed": submitted,
+                "SubmitsWanted": waiting,
+                "RunningJobs": running,
+                "IdleJobs": idle,
+                "GridResourceState": self.state.value,
+                "StatusPolls": self.stats.polls,
+                "StatusPollFailures": self.stats.status_failures,
+            }
+        )
+        if self.down:
+            ad["GridResourceUnavailableTime"] = int(self.state_since)
+            if self.down_reason:
+                ad["GridResourceUnavailableReason"] = self.down_reason
+        if self.stats.last_poll is not None:
+            ad["LastStatusPoll"] = int(self.stats.last_poll)
+        if self.stats.last_poll_duration is not None:
+            ad["LastStatusPollDuration"] = round(self.stats.last_poll_duration, 3)
+        return ad
+
     # ---- status polling ------------------------------------------------------------------------
 
     def poll_failed(self, reason: str) -> None:
@@ -305,10 +346,13 @@ class Resource(abc.ABC, Generic[J, N]):
             jobs = [job for job in self.jobs.values() if job.wants_status()]
             if jobs and self.up:
                 self.stats.polls += 1
+                started = self.clock.time()
                 try:
                     await self.poll(jobs)
                 except Exception:
                     log.exception("resource %s: status poll failed", self.name)
+                self.stats.last_poll = started
+                self.stats.last_poll_duration = self.clock.time() - started
             # Down or not, a status goes stale (029) when no poll answers about it.
             await self._check_statuses()
 

@@ -47,7 +47,7 @@ import functools
 import logging
 import os
 import signal
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -96,9 +96,12 @@ from htgrid.queue import (
 from htgrid.queue.doorbell import Doorbell
 from htgrid.queue.faults import FaultLog, JobFailure, daemon_fault, problem
 
-__all__ = ["ADOPTABLE", "GRID_TYPES", "GridManager", "run_gridmanager"]
+__all__ = ["ADOPTABLE", "GRID_TYPES", "GridManager", "Publish", "run_gridmanager"]
 
 log = logging.getLogger("htgrid.grid")
+
+#: Sends ads to the pool's collector (the caller's: the grid layer knows no collector).
+Publish = Callable[[Sequence[ClassAd]], Awaitable[None]]
 
 #: Which queued jobs are the grid manager's (gridmanager.cpp's first-contact query). A job
 #: whose GridResource waits for grid matchmaking ($$(...)) has Matched = false until the
@@ -125,9 +128,13 @@ class GridManager:
         clock: Clock | None = None,
         grid_types: Mapping[str, GridType[Any]] | None = None,
         policy: OwnerPolicy | None = None,
+        publish: Publish | None = None,
     ) -> None:
-        """`policy`: whose jobs it runs, and as whom (None: all, as its own user)."""
+        """`policy`: whose jobs it runs, and as whom (None: all, as its own user);
+        `publish`: sends the resources' Grid ads to the pool's collector, every
+        GRIDMANAGER_COLLECTOR_UPDATE_INTERVAL (None: they are not published)."""
         self.policy = policy
+        self.publish = publish
         self._owners: dict[JobId, Account] = {}  # the jobs run as another user than ours
         self.home = Path(home)
         self.queue_dir = Path(queue_dir) if queue_dir is not None else HomeLayout(self.home).spool
@@ -171,10 +178,13 @@ class GridManager:
                 self._seq = await self._io.last_seq()
                 await self._scan()
                 self.ready.set()
-                feed = asyncio.gather(
+                loops = [
                     asyncio.create_task(self._follow(), name="change feed"),
                     asyncio.create_task(self._periodic(), name="periodic policy"),
-                )
+                ]
+                if self.publish is not None:
+                    loops.append(asyncio.create_task(self._advertise(self.publish), name="ads"))
+                feed = asyncio.gather(*loops)
                 if stop is None:
                     await asyncio.Future()
                 else:
@@ -226,6 +236,34 @@ class GridManager:
             "gahp_starts": {key: gahp.starts for key, gahp in self.gahps.items()},
             "resources": {name: res.stats for name, res in self.resources.items()},
         }
+
+    def resource_ads(self) -> list[ClassAd]:
+        """A Grid ad for each resource that has jobs (HTCondor's gridmanager drops the
+        others), for the collector."""
+        ads = []
+        for where, res in self.resources.items():
+            if not res.jobs:
+                continue
+            ad = res.ad()
+            ad["HashName"] = where  # as HTCondor's: also the owner and credential it is for
+            owner = self._owners.get(next(iter(res.jobs)))
+            if owner is not None:
+                ad["Owner"] = owner.name
+            ads.append(ad)
+        return ads
+
+    async def _advertise(self, publish: Publish) -> None:
+        interval = self.config.collector_update_interval
+        while True:
+            ads = self.resource_ads()
+            if ads:
+                for ad in ads:
+                    ad["UpdateInterval"] = int(interval)  # the collector keeps it 3 times that
+                try:
+                    await publish(ads)
+                except Exception as err:  # the collector is down: try again next time
+                    log.warning("grid manager: cannot publish the resources' ads: %s", err)
+            await self.clock.sleep(interval)
 
     # ---- adopting jobs --------------------------------------------------------------------
 
@@ -568,6 +606,7 @@ def run_gridmanager(
     config: GridManagerConfig | None = None,
     clock: Clock | None = None,
     parent_fd: int | None = None,
+    publish: Publish | None = None,
 ) -> int:
     """Run a grid manager in this process until SIGTERM or SIGINT; the exit status.
 
@@ -604,6 +643,7 @@ def run_gridmanager(
             config=settings,
             clock=clock,
             policy=OwnerPolicy(allow_root=allow_root),
+            publish=publish,
         )
         await manager.run(stop)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import time
 from collections import Counter, defaultdict
@@ -23,6 +24,7 @@ from htgrid.classad import ClassAd, quote
 from htgrid.collector import CollectorClient
 from htgrid.errors import HTGridError
 from htgrid.eventlog import EventLogReader, LoggedEvent
+from htgrid.grid import resource_name
 from htgrid.queue import Identity, JobId, JobNotFound, JobStatus
 
 __all__ = [
@@ -105,7 +107,7 @@ class JobSource(Protocol):
 
 
 @dataclass
-class _SlotCache:
+class _AdCache:
     at: float = -1e9
     ads: list[ClassAd] = field(default_factory=list)
     error: str | None = None
@@ -121,11 +123,18 @@ class Sources:
     collector: Callable[[], str | None]  # host:port of the pool's collector, if it has one
     policy: OwnerPolicy = field(default_factory=OwnerPolicy)
     clock: Callable[[], float] = time.time
-    _slots: _SlotCache = field(default_factory=_SlotCache, compare=False, repr=False)
+    _cached: dict[str, _AdCache] = field(default_factory=dict, compare=False, repr=False)
 
     async def slots(self) -> tuple[list[ClassAd], str | None]:
         """The pool's slot ads (condor_status: anyone may read them), and why not."""
-        cache = self._slots
+        return await self._collector_ads("Machine")
+
+    async def grid_ads(self) -> tuple[list[ClassAd], str | None]:
+        """The grid manager's resource ads (condor_status -grid), and why not."""
+        return await self._collector_ads("Grid")
+
+    async def _collector_ads(self, ad_type: str) -> tuple[list[ClassAd], str | None]:
+        cache = self._cached.setdefault(ad_type, _AdCache())
         async with cache.lock:
             now = time.monotonic()
             if now - cache.at < SLOT_CACHE:
@@ -138,7 +147,7 @@ class Sources:
                     async with CollectorClient(
                         pool, timeout=5.0, home=self.home, daemon=True
                     ) as client:
-                        cache.ads, cache.error = await client.query("Machine"), None
+                        cache.ads, cache.error = await client.query(ad_type), None
                 except HTGridError as exc:
                     cache.ads, cache.error = [], f"the collector at {pool} did not answer: {exc}"
             cache.at = now
@@ -384,6 +393,27 @@ class ResourceSummary:
     down_since: float | None  # GridResourceUnavailableTime: the grid manager marked it down
     last_update: float | None  # the newest LastRemoteStatusUpdate: its last status poll
     holds: dict[str, int]  # HoldReason -> jobs
+    last_poll: tuple[float, float] | None = None  # (when, seconds): from its Grid ad
+
+
+def with_polls(
+    found: Sequence[ResourceSummary], grid_ads: Iterable[ClassAd]
+) -> list[ResourceSummary]:
+    """`found` with each resource's last poll time and duration from its Grid ad."""
+    polls: dict[str, tuple[float, float]] = {}
+    for ad in grid_ads:
+        name = ad.get("Name")
+        when, took = _number(ad, "LastStatusPoll"), _number(ad, "LastStatusPollDuration")
+        if not isinstance(name, str) or when is None or took is None:
+            continue
+        if name not in polls or polls[name][0] < when:
+            polls[name] = (when, took)
+    return [
+        dataclasses.replace(r, last_poll=polls[key])
+        if (key := resource_name(r.name) or r.name) in polls
+        else r
+        for r in found
+    ]
 
 
 def resources(ads: Iterable[ClassAd]) -> list[ResourceSummary]:

@@ -418,6 +418,11 @@ def resources_table(found: Sequence[ResourceSummary], now: float) -> Html:
         )
         states = ", ".join(f"{name} {n}" for name, n in sorted(r.states.items()))
         polled = when(r.last_update, now) if r.last_update else "no answer yet"
+        poll = (
+            f"{when(r.last_poll[0], now)}, took {r.last_poll[1]:.2f} s"
+            if r.last_poll is not None
+            else "not published (yet)"
+        )
         holds = el(
             "ul",
             None,
@@ -434,6 +439,7 @@ def resources_table(found: Sequence[ResourceSummary], now: float) -> Html:
                 el("td", None, health),
                 el("td", None, states),
                 el("td", None, polled),
+                el("td", {"class": "poll"}, poll),
                 el("td", None, holds if r.holds else "none"),
             )
         )
@@ -442,7 +448,14 @@ def resources_table(found: Sequence[ResourceSummary], now: float) -> Html:
         None,
         [
             el("th", None, h)
-            for h in ("Resource", "State", "Jobs", "Last status from it", "Holds by reason")
+            for h in (
+                "Resource",
+                "State",
+                "Jobs",
+                "Last status from it",
+                "Last poll",
+                "Holds by reason",
+            )
         ],
     )
     return el("table", {"class": "resources"}, el("thead", None, head), el("tbody", None, rows))

@@ -422,7 +422,7 @@ async def _grid(
     name, span = _window(request)
     start = now - span
     grid_jobs = _data.mine(identity, "JobUniverse == 9")
-    queued, recent = await asyncio.gather(
+    queued, recent, (grid_ads, _) = await asyncio.gather(
         src.jobs.query(identity, grid_jobs, _data.LIST_ATTRS, None),
         src.jobs.history(
             identity,
@@ -430,6 +430,7 @@ async def _grid(
             _data.LIST_ATTRS,
             _HISTORY_LIMIT,
         ),
+        src.grid_ads(),
     )
     charts = el(
         "div",
@@ -455,9 +456,12 @@ async def _grid(
         {"class": "hint"},
         "From the jobs' ads: a resource is down when the grid "
         "manager marked its jobs so (GridResourceUnavailableTime); its last status is "
-        "the newest LastRemoteStatusUpdate of its jobs.",
+        "the newest LastRemoteStatusUpdate of its jobs; its last poll, when the grid manager "
+        "made it and how long it took, is from the resource's ad in the collector "
+        "(GRIDMANAGER_COLLECTOR_UPDATE_INTERVAL).",
     )
-    content = join([_pages.resources_table(_data.resources(queued), now), charts, note])
+    found = _data.with_polls(_data.resources(queued), grid_ads)
+    content = join([_pages.resources_table(found, now), charts, note])
     return "Grid resources", content, None
 
 
