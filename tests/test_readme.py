@@ -104,7 +104,7 @@ def test_every_readme_console_command_prints_what_the_readme_shows(tmp_path: Pat
             env=env,
             capture_output=True,
             text=True,
-            timeout=180,
+            timeout=90,
         )
         printed = _ours(done.stdout, home)
         runs[:] = [f"$ {command}", f"exit {done.returncode}", "README:", *shown]
