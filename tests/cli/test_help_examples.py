@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
+import shlex
 from collections.abc import Iterator
 
 import pytest
 
 from htgrid.cli import _MODULES, build_parser, main
+from htgrid.cli._examples import EXAMPLES
 
 
 def _commands(parser: object, words: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
@@ -40,3 +43,31 @@ def test_each_command_help_shows_an_example_of_itself(words: tuple[str, ...]) ->
     assert "example" in text, text
     example = text[text.index("example") :]
     assert f"htgrid {' '.join(words)}" in example, example
+
+
+def _example_commands(text: str) -> Iterator[list[str]]:
+    """The htgrid command lines of an example: comments, pipes' other ends, variables and
+    `$(...)` set aside."""
+    text = text.replace("\\\n", " ")
+    for line in text.splitlines():
+        line = re.sub(r"\$\([^)]*\)", "X", line.split("  #")[0])
+        for part in line.split(" | "):
+            words = shlex.split(part)
+            while words and "=" in words[0] and words[0] != "htgrid":
+                words.pop(0)  # HTGRID_HOME=... before the command
+            if words and words[0] == "htgrid":
+                yield words[1:]
+
+
+@pytest.mark.parametrize("words", sorted(EXAMPLES), ids=str)
+def test_each_example_parses_as_the_command_line_it_shows(words: str) -> None:
+    commands = list(_example_commands(EXAMPLES[words]))
+    assert commands, EXAMPLES[words]
+    for argv in commands:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            try:
+                args = build_parser(argv[0]).parse_args(argv)
+            except SystemExit:
+                pytest.fail(f"htgrid {shlex.join(argv)}: {err.getvalue()}")
+        assert getattr(args, "handler", None) is not None, argv
