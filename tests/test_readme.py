@@ -6,8 +6,9 @@ lines the README shows after it. What differs from one run to the next is set as
 both sides: dates and run times, pids, ports, the home's path, the user's and host's
 names, image sizes, column widths (spaces), and the order of rows (jobs that end in the
 same second). `$ cat FILE` writes FILE when no earlier command made it, and checks it
-when one did (a job's output). `htgrid q` shows a moment of the jobs' lives: it is asked
-again until it shows the README's moment or a deadline passes.
+when one did (a job's output). `htgrid q`, `status` and `history` show a moment of the
+jobs' lives (a job's end is in its log a moment before it is in the history): each is
+asked again until it shows the README's moment or a deadline passes.
 
 The two set-up commands at the top are not run here: the first is
 tests/test_main_job.py's, the second is CI itself.
@@ -123,7 +124,7 @@ def test_every_readme_console_command_prints_what_the_readme_shows(tmp_path: Pat
                         path.write_text("\n".join(shown) + "\n")
                     continue
                 assert words[0] == "htgrid", f"README runs {command!r}: no test knows how"
-                if words[1] in ("q", "status"):  # a moment of a changing state
+                if words[1] in ("q", "status", "history"):  # a moment of a changing state
                     try:
                         wait_for(partial(run, command, words, shown), timeout=60, interval=0.2)
                     except TimeoutError:
