@@ -4,10 +4,15 @@ commands' help) rendered from this checkout."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import os
+import re
+import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,3 +43,47 @@ def test_the_site_builds_strictly_with_the_pages_made_from_the_code(tmp_path: Pa
     knobs = (site / "coming-from-htcondor" / "index.html").read_text()
     assert "GRIDMANAGER_JOB_PROBE_INTERVAL" in knobs and "htgrid:knobs" not in knobs
     assert "CEDAR against HTTPS" in (site / "bench" / "index.html").read_text()
+
+
+def _code_blocks(text: str) -> Iterator[list[str]]:
+    """The lines of each code block: fenced, or indented by four spaces."""
+    yield from (b.splitlines() for b in re.findall(r"^```.*?\n(.*?)^```$", text, re.M | re.S))
+    text = re.sub(r"^```.*?^```$", "", text, flags=re.M | re.S)
+    for block in re.findall(r"(?:^    .*\n)+", text, flags=re.M):
+        yield [line[4:] for line in block.splitlines()]
+
+
+def documented_commands() -> Iterator[tuple[str, list[str]]]:
+    """Each `htgrid ...` command line the README and the docs show, as argv after `htgrid`
+    (a console block's commands are its `$ ` lines; the rest of it is output)."""
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for lines in _code_blocks(path.read_text()):
+            text = "\n".join(lines).replace("\\\n", " ")
+            prompted = re.findall(r"^\S*\$ (.*)$", text, flags=re.M)
+            for line in prompted or text.splitlines():
+                line = re.sub(r"\$\([^)]*\)", "X", re.split(r"\s+#", line)[0])
+                for part in line.split(" | "):
+                    if not re.match(r"\s*([A-Z_]+=\S+\s+)*htgrid\s", part):
+                        continue  # a file's text, an ad, another program
+                    words = shlex.split(part)
+                    while words and re.match(r"[A-Z_]+=", words[0]):
+                        words.pop(0)  # HTGRID_HOME=... before the command
+                    if len(words) > 1:
+                        yield path.relative_to(ROOT).as_posix(), words[1:]
+
+
+def test_every_documented_command_line_is_one_htgrid_takes() -> None:
+    from htgrid.cli import build_parser
+
+    shown = list(documented_commands())
+    assert len(shown) > 50  # the README's tour, the guides' examples
+    wrong = []
+    for where, argv in shown:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                build_parser(argv[0]).parse_args(argv)
+            except SystemExit as exit:
+                if exit.code:
+                    wrong.append(f"{where}: htgrid {shlex.join(argv)}: {err.getvalue()}")
+    assert not wrong, "\n".join(wrong)
