@@ -87,3 +87,21 @@ def test_every_documented_command_line_is_one_htgrid_takes() -> None:
                 if exit.code:
                     wrong.append(f"{where}: htgrid {shlex.join(argv)}: {err.getvalue()}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_each_knob_the_htcondor_page_tables_is_one_htgrid_conf_takes() -> None:
+    from htgrid.pool import KNOBS
+
+    page = (ROOT / "docs" / "coming-from-htcondor.md").read_text()
+    table = page[page.index("| knob | default | what differs |") : page.index("<!-- htgrid:knobs")]
+    names = [
+        name
+        for row in table.splitlines()[2:]
+        if row.startswith("| ")
+        for name in re.findall(r"`([A-Z_*]+)`", row.split("|")[1])
+    ]
+    assert len(names) > 30
+    not_knobs = {"QUEUE_SUPER_USERS"}  # the table says so: fixed, not a knob
+    for name in names:
+        pattern = re.compile(re.escape(name).replace(r"\*", ".*") + "$")
+        assert name in not_knobs or any(pattern.match(knob) for knob in KNOBS), name
