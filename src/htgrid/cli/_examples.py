@@ -14,8 +14,15 @@ from typing import Any, Final
 
 __all__ = ["EXAMPLES", "attach"]
 
-#: Each command (its words after `htgrid`) and example lines, each `command  # what it does`.
+#: Each command (its words after `htgrid`; "": `htgrid` itself) and example lines, each
+#: `command  # what it does`.
 EXAMPLES: Final[dict[str, str]] = {
+    "": """\
+htgrid up                            # a personal pool in ~/.htgrid ($HTGRID_HOME)
+htgrid submit job.sub
+htgrid q
+htgrid down
+htgrid q --help                      # each command's help ends with examples""",
     "classad": """\
 htgrid classad eval 'strcat("a", 1 + 1)'
 htgrid classad match job.ad machines.ad""",
@@ -165,17 +172,16 @@ htgrid ce trace -d ce.example.org:9619""",
 
 
 def attach(parser: Any, words: tuple[str, ...] = ()) -> None:
-    """Give each command under `parser` (an htgrid ArgumentParser) its example epilog."""
+    """Give `parser` (an htgrid ArgumentParser) and each command under it its examples."""
+    example = EXAMPLES.get(" ".join(words))
+    if example is not None and not parser.epilog:
+        # The raw formatter keeps the example's lines; the description, which it would
+        # print as one long line, is wrapped here as argparse would have wrapped it.
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        parser.description = _wrapped(parser.description)
+        parser.epilog = "examples:\n" + _indent(example)
     for name, sub in parser.subcommands().items():
-        path = (*words, name)
-        example = EXAMPLES.get(" ".join(path))
-        if example is not None and not sub.epilog:
-            # The raw formatter keeps the example's lines; the description, which it would
-            # print as one long line, is wrapped here as argparse would have wrapped it.
-            sub.formatter_class = argparse.RawDescriptionHelpFormatter
-            sub.description = _wrapped(sub.description)
-            sub.epilog = "examples:\n" + _indent(example)
-        attach(sub, path)
+        attach(sub, (*words, name))
 
 
 def _wrapped(text: str | None) -> str | None:
