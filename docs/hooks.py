@@ -2,7 +2,7 @@
 
 A page holds a marker comment, which the build replaces:
 
-    <!-- htgrid:openapi -->       docs/openapi.json (the schedd's own document), rendered
+    <!-- htgrid:openapi -->       the schedd's OpenAPI document (its app's), rendered
     <!-- htgrid:knobs -->         htgrid.pool.KNOBS: every knob of htgrid.conf, its default
     <!-- htgrid:commands -->      `htgrid COMMAND --help` of every command
     <!-- htgrid:include PATH -->  a file of the repository (bench/README.md)
@@ -31,7 +31,9 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
 
 def _render(kind: str, argument: str | None) -> str:
     if kind == "openapi":
-        return openapi_markdown(json.loads((ROOT / "docs" / "openapi.json").read_text()))
+        from htgrid.net.app import published_document  # what the schedd serves
+
+        return openapi_markdown(published_document())
     if kind == "knobs":
         return knobs_markdown()
     if kind == "commands":
