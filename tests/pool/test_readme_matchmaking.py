@@ -1,9 +1,10 @@
-"""The README's grid matchmaking example, run as written against a pool of real daemons.
+"""The pool guide's grid matchmaking example (once the README's), run as written against a
+pool of real daemons.
 
-The example is read from README.md (the console block after the comment naming this
-file), so the two cannot drift: each `$ cat FILE` writes FILE when the example has not
+The example is read from docs/guide/pool.md (the console block after the comment naming
+this file), so the two cannot drift: each `$ cat FILE` writes FILE when the example has not
 made it yet and checks it when it has (a job's output); each `$ htgrid ...` runs and
-must print what the README shows, the cluster number aside. Only the timing knobs
+must print what the guide shows, the cluster number aside. Only the timing knobs
 differ from a fresh pool's (quicker cycles, passes and polls).
 """
 
@@ -21,13 +22,13 @@ from htgrid.testing import PersonalPool, run_cli
 
 from .conftest import FAST
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "pool.md"
 MARKER = "tests/pool/test_readme_matchmaking.py"
 
 
 def example() -> list[tuple[str, list[str]]]:
-    """The example's commands, each with the lines the README shows after it."""
-    text = README.read_text()
+    """The example's commands, each with the lines the guide shows after it."""
+    text = PAGE.read_text()
     after = text[text.index(MARKER) :]
     block = after[after.index("```console\n") + len("```console\n") :]
     block = block[: block.index("```")]
@@ -63,7 +64,7 @@ def test_the_readme_matchmaking_example_runs_as_written(pool: PersonalPool, tmp_
         ["cat", "grid.out"],
         ["htgrid", "history"],
     ]
-    clusters: dict[str, str] = {}  # the README's cluster number -> this pool's
+    clusters: dict[str, str] = {}  # the guide's cluster number -> this pool's
     cwd = os.getcwd()
     os.chdir(work)
     try:
@@ -79,7 +80,7 @@ def test_the_readme_matchmaking_example_runs_as_written(pool: PersonalPool, tmp_
             assert words[0] == "htgrid"
             argv = words[1:]
             if argv[0] == "wait":
-                argv = [*argv, "-wait", "90"]  # a bound for the test, not in the README
+                argv = [*argv, "-wait", "90"]  # a bound for the test, not in the guide
             rc, out, err = run_cli(pool.home, *argv)
             assert rc == 0, (command, err)
             if argv[0] == "submit":

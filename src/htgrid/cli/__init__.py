@@ -20,6 +20,7 @@ from typing import Final
 from htgrid import __version__
 from htgrid._args import ArgumentParser
 from htgrid._startup import lean_process
+from htgrid.cli import _examples
 from htgrid.errors import HTGridError
 
 __all__ = ["main"]
@@ -80,6 +81,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         names = list(dict.fromkeys(_MODULES.values()))
     for name in names:
         importlib.import_module(f"htgrid.cli.{name}").register(commands)
+    _examples.attach(parser)
     return parser
 
 
