@@ -265,3 +265,41 @@ def test_the_local_user_comes_in_through_the_proxy_with_its_key(
     assert status == 0, err
     assert "batch fork 1 1" in out.splitlines(), out
     run_cli(pool.home, "rm", grid_job.group(1))
+
+
+def _annex_ad(name: str, owner: str, lease_end: int) -> str:
+    return (
+        f'MyType = "Annex"\nName = "{name}"\nAnnexName = "{name}"\nOwner = "{owner}"\n'
+        f'Cloud = "ec2"\nRegion = "us-east-1"\nLeaseExpiration = {lease_end}\nRequested = 4\n'
+        "Pending = 1\nBooting = 1\nJoined = 2\nTerminated = 0\nBusySlots = 3\nIdleSlots = 1\n"
+        "Spend = 0.42\nSpendPricesKnown = true\nClassAdLifetime = 600\n"
+    )
+
+
+def test_the_annexes_page_shows_ones_own_annexes_and_sign_out_ends_the_session(
+    pool: PersonalPool, browser: Callable[..., Any], shots: Any, tmp_path: Path
+) -> None:
+    import time
+
+    from selenium.webdriver.common.by import By
+
+    ads = tmp_path / "annexes.ad"
+    end = int(time.time()) + 2 * 3600
+    ads.write_text(_annex_ad("carols", "carol", end) + "\n" + _annex_ad("daves", "dave", end))
+    status, _, err = run_cli(pool.home, "advertise", "-multiple", "UPDATE_AD_GENERIC", str(ads))
+    assert status == 0, err
+    page = browser(pin=pool.home / "etc" / "ca" / "server.crt")
+    _sign_in(page, pool, pool.token(f"carol@{DOMAIN}"))
+    page.get(f"{pool.url}/web/annexes")
+    row = 'tr[data-annex="carols"]'
+    wait_for(lambda: _css(page, row), 30, what="carol's annex on the annexes page")
+    text = _text(page, row)
+    assert "left (until" in text and "~$0.42" in text and "3 / 1" in text, text
+    assert not _css(page, 'tr[data-annex="daves"]')  # another user's annex is not shown
+    shots.take(page, "annexes")
+    # Signing out ends the session: the page goes back to the sign-in form.
+    page.find_element(By.CSS_SELECTOR, "form[action='/web/logout'] button").click()
+    wait_for(lambda: "/web/login" in page.current_url, 30, what="the sign-in form")
+    page.get(f"{pool.url}/web/annexes")
+    wait_for(lambda: "/web/login" in page.current_url, 30, what="the sign-in form again")
+    assert not _css(page, row)

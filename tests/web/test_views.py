@@ -8,6 +8,7 @@ import re
 from htgrid.classad import ClassAd
 from htgrid.queue import Identity
 from htgrid.router import RouterConfig, explain_routes
+from htgrid.web._annex import annex_page
 from htgrid.web._data import (
     mine,
     resources,
@@ -139,3 +140,24 @@ def test_the_routes_page_says_why_a_job_is_not_routed() -> None:
     html = routes_page(config, {}, [(ad, verdicts, why_not)])
     assert 'data-route="Big"' in html and 'data-unrouted="3.0"' in html
     assert "route Big: no:" in html and "RequestCpus" in html
+
+
+def test_the_annexes_page_counts_down_the_lease_and_shows_users_their_own() -> None:
+    ads = [
+        ClassAd({"Name": "a", "Owner": "alice", "LeaseExpiration": 1000 + 5400, "Joined": 2}),
+        ClassAd(
+            {
+                "Name": "b",
+                "Owner": "bob",
+                "LeaseExpiration": 900,
+                "Spend": 1.5,
+                "SpendPricesKnown": False,
+            }
+        ),  # fmt: skip
+    ]
+    alice = annex_page(ads, None, Identity("alice", admin=False), 1000)
+    assert 'data-annex="a"' in alice and 'data-annex="b"' not in alice
+    assert "90 min left" in alice
+    admin = annex_page(ads, None, Identity("root", admin=True), 1000)
+    assert "ended 100 s ago" in admin and "~$1.50 (some instance types not priced)" in admin
+    assert "No annexes" in annex_page([], None, Identity("alice", admin=False), 1000)

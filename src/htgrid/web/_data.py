@@ -133,6 +133,10 @@ class Sources:
         """The grid manager's resource ads (condor_status -grid), and why not."""
         return await self._collector_ads("Grid")
 
+    async def annex_ads(self) -> tuple[list[ClassAd], str | None]:
+        """The annexes' ads (condor_status -annex), and why not."""
+        return await self._collector_ads("Annex")
+
     async def _collector_ads(self, ad_type: str) -> tuple[list[ClassAd], str | None]:
         cache = self._cached.setdefault(ad_type, _AdCache())
         async with cache.lock:

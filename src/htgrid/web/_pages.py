@@ -34,12 +34,13 @@ __all__ = [
     "when",
 ]
 
-#: The pages of the menu: path, name. (Annexes come with `htgrid annex`.)
+#: The pages of the menu: path, name.
 NAV: Sequence[tuple[str, str]] = (
     ("/web/", "Queue"),
     ("/web/pool", "Pool"),
     ("/web/grid", "Grid resources"),
     ("/web/routes", "CE routes"),
+    ("/web/annexes", "Annexes"),
 )
 WINDOWS: Mapping[str, int] = {"1h": 3600, "6h": 6 * 3600, "24h": 86400, "7d": 7 * 86400}
 

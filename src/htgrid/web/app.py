@@ -33,6 +33,7 @@ from htgrid.errors import HTGridError
 from htgrid.queue import Identity, JobId, JobNotFound
 from htgrid.router import RouterConfig, explain_routes
 from htgrid.web import _data, _pages
+from htgrid.web._annex import annex_page
 from htgrid.web._html import Html, el, join
 from htgrid.web._svg import bar_chart, step_chart
 
@@ -122,6 +123,7 @@ def web_routes(
         Route("/pool", page("/web/pool", _pool)),
         Route("/grid", page("/web/grid", _grid)),
         Route("/routes", page("/web/routes", _routes)),
+        Route("/annexes", page("/web/annexes", _annexes)),
         Route("/static/{name}", _static),
     ]
     if realm is not None:
@@ -463,6 +465,13 @@ async def _grid(
     found = _data.with_polls(_data.resources(queued), grid_ads)
     content = join([_pages.resources_table(found, now), charts, note])
     return "Grid resources", content, None
+
+
+async def _annexes(
+    request: Request, identity: Identity, src: _data.Sources
+) -> tuple[str, Html, Html | None]:
+    ads, problem = await src.annex_ads()
+    return "Annexes", annex_page(ads, problem, identity, src.clock()), None
 
 
 async def _routes(
