@@ -153,7 +153,7 @@ def test_the_annexes_page_counts_down_the_lease_and_shows_users_their_own() -> N
                 "Spend": 1.5,
                 "SpendPricesKnown": False,
             }
-        ),  # fmt: skip
+        ),
     ]
     alice = annex_page(ads, None, Identity("alice", admin=False), 1000)
     assert 'data-annex="a"' in alice and 'data-annex="b"' not in alice
