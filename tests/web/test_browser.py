@@ -168,6 +168,17 @@ def test_users_watch_their_jobs_run_and_see_no_one_elses(
         and "hello from the job" not in other.page_source
     )
     shots.take(other, "bob-denied")
+    # The queue's filters: Held hides his running job, Running shows it again.
+    from selenium.webdriver.support.ui import Select
+
+    for state, shown in (("held", None), ("running", "Running")):
+        other.get(f"{pool.url}/web/")
+        wait_for(lambda: _css(other, "form.filters"), 30, what="the queue's filters")
+        Select(other.find_element("css selector", "select[name=status]")).select_by_value(state)
+        other.find_element("css selector", "form.filters button").click()
+        wait_for(lambda s=state: f"status={s}" in other.current_url, 30, what="the filter")
+        wait_for(lambda: _css(other, ".who"), 30, what="the filtered page")
+        assert _status_of(other, "queue", bobs) == shown, state
     (bob_dir / "go").touch()
 
 
