@@ -4,12 +4,16 @@ resources and routes as their pages show them, and who is shown which jobs."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+from htgrid._privsep import OwnerPolicy
 from htgrid.classad import ClassAd
 from htgrid.queue import Identity
 from htgrid.router import RouterConfig, explain_routes
 from htgrid.web._annex import annex_page
 from htgrid.web._data import (
+    Sources,
+    job_outputs,
     mine,
     resources,
     running_by_site,
@@ -18,7 +22,7 @@ from htgrid.web._data import (
     with_polls,
 )
 from htgrid.web._html import Html, el, link
-from htgrid.web._pages import queue_table, resources_table, routes_page
+from htgrid.web._pages import job_page, queue_table, resources_table, routes_page
 from htgrid.web._svg import bar_chart, step_chart
 
 EVIL = '"><script>alert(1)</script>'
@@ -161,3 +165,33 @@ def test_the_annexes_page_counts_down_the_lease_and_shows_users_their_own() -> N
     admin = annex_page(ads, None, Identity("root", admin=True), 1000)
     assert "ended 100 s ago" in admin and "~$1.50 (some instance types not priced)" in admin
     assert "No annexes" in annex_page([], None, Identity("alice", admin=False), 1000)
+
+
+def test_a_jobs_page_shows_the_output_files_it_transfers_back(tmp_path: Path) -> None:
+    import asyncio
+    import getpass
+
+    (tmp_path / "result.txt").write_text("the answer is 42\n")
+    (tmp_path / "blob.bin").write_bytes(b"\x00\x01binary")
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "renamed.log").write_text("remapped\n")
+    ad = ClassAd(
+        {
+            "Owner": getpass.getuser(),  # read as the owner: the test's own user
+            "Iwd": str(tmp_path),
+            "Out": "missing.out",
+            "TransferOutput": "result.txt,sub/blob.bin, plots/ ,log.txt",
+            "TransferOutputRemaps": f"log.txt={tmp_path / 'elsewhere' / 'renamed.log'}",
+        }
+    )
+    policy = OwnerPolicy(allow_root=True)  # the tests may run as root
+    src = Sources(jobs=None, home=tmp_path, collector=lambda: None, policy=policy)  # type: ignore[arg-type]
+    files = {f.label: f for f in asyncio.run(job_outputs(src, ad))}
+    assert files["Out"].size is None  # named, not there yet
+    assert files["File result.txt"].text == "the answer is 42\n"
+    assert files["File sub/blob.bin"].text == "(binary: not shown)"
+    assert files["File plots/"].text == "a directory"
+    assert files["File log.txt"].text == "remapped\n"
+    html = job_page(ad, True, [], None, list(files.values()), 0)
+    assert 'data-output="File result.txt"' in html and "the answer is 42" in html

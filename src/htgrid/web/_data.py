@@ -77,6 +77,7 @@ LIST_ATTRS: Final = (
 )
 MAX_LOG_BYTES: Final = 16 << 20  # a user log read for one job's timeline
 MAX_SHOWN_BYTES: Final = 64 << 10  # the tail of an output file shown
+MAX_SHOWN_FILES: Final = 20  # output files shown on a job's page, at most
 SLOT_CACHE: Final = 2.0  # seconds the collector's answer is reused for
 
 
@@ -226,6 +227,28 @@ def _owner_path(ad: ClassAd, name: str) -> Path | None:
     return path
 
 
+def transferred_outputs(ad: ClassAd) -> list[tuple[str, Path]]:
+    """The files transfer_output_files names (TransferOutput) and where they land: in the
+    job's Iwd under their base name, or where TransferOutputRemaps sends them."""
+    names = [n.strip() for n in (_text(ad, "TransferOutput") or "").split(",") if n.strip()]
+    iwd = _text(ad, "Iwd")
+    if not names or iwd is None:
+        return []
+    remaps: dict[str, str] = {}
+    for pair in (_text(ad, "TransferOutputRemaps") or "").split(";"):
+        source, sep, target = pair.partition("=")
+        if sep and source.strip():
+            remaps[source.strip()] = target.strip()
+    found = []
+    for name in names:
+        target = remaps.get(name, Path(name.rstrip("/")).name)
+        if not target:
+            continue
+        path = Path(target)
+        found.append((name, path if path.is_absolute() else Path(iwd) / path))
+    return found
+
+
 def _read_as_owner(src: Sources, ad: ClassAd, read: Callable[[], Any]) -> Any:
     """`read()` in this thread with the job owner's file rights (the daemon's own when
     it runs as that user): the pages show only what the owner could read."""
@@ -269,7 +292,8 @@ class OutputFile:
 
 
 async def job_outputs(src: Sources, ad: ClassAd) -> list[OutputFile]:
-    """The job's standard output and error as its owner can read them."""
+    """The job's standard output and error, and the output files it transfers back
+    (transfer_output_files), as its owner can read them."""
 
     def read_one(label: str, path: Path) -> OutputFile:
         try:
@@ -289,6 +313,14 @@ async def job_outputs(src: Sources, ad: ClassAd) -> list[OutputFile]:
             path = _owner_path(ad, label)
             if path is not None:
                 found.append(read_one(label, path))
+        for name, path in transferred_outputs(ad)[:MAX_SHOWN_FILES]:
+            if path.is_dir():
+                found.append(OutputFile(f"File {name}", str(path), None, "a directory", False))
+                continue
+            got = read_one(f"File {name}", path)
+            if got.size is not None and "\0" in got.text:
+                got = dataclasses.replace(got, text="(binary: not shown)")
+            found.append(got)
         return found
 
     try:
