@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from htgrid.classad import ClassAd, quote
-from htgrid.net import ScheddClient
-from htgrid.queue import JobId
+from htgrid.net import Jobs, ScheddClient
+from htgrid.queue import JobAction, JobId
 from htgrid.testing import WHOLE_POOL, PersonalPool, run_cli, wait_for
 
 DOMAIN = "web.test"
@@ -40,6 +40,9 @@ def pool(
         # The grid page's last poll: the grid manager's Grid ads, published often.
         "GRIDMANAGER_JOB_PROBE_INTERVAL": 1,
         "GRIDMANAGER_COLLECTOR_UPDATE_INTERVAL": 1,
+        # A CE route for the routes page: only jobs of more than 4 CPUs take it.
+        "JOB_ROUTER_ENTRIES": '[ name = "Big"; Requirements = TARGET.RequestCpus > 4; '
+        'GridResource = "batch slurm"; ]',
     }
     home = shared_tmp_factory("web") / "home"
     with PersonalPool(home, daemons=WHOLE_POOL, fsync=False, config=config) as p:
@@ -314,3 +317,25 @@ def test_the_annexes_page_shows_ones_own_annexes_and_sign_out_ends_the_session(
     page.get(f"{pool.url}/web/annexes")
     wait_for(lambda: "/web/login" in page.current_url, 30, what="the sign-in form again")
     assert not _css(page, row)
+
+
+def test_the_routes_page_says_why_an_idle_job_is_not_routed(
+    pool: PersonalPool,
+    browser: Callable[..., Any],
+    shots: Any,
+    shared_tmp_factory: Callable[[str], Path],
+) -> None:
+    iwd = _job_dir(shared_tmp_factory("routes"), "carol")
+    with pool.remote(pool.token(f"carol@{DOMAIN}")) as carol:
+        # A vanilla job no slot can take: it stays idle, and the route wants more CPUs.
+        job = _submit(carol, iwd, JobUniverse=5, RequestCpus=1, RequestMemory=10**7)
+    page = browser(pin=pool.home / "etc" / "ca" / "server.crt")
+    _sign_in(page, pool, pool.token(f"carol@{DOMAIN}"))
+    page.get(f"{pool.url}/web/routes")
+    wait_for(lambda: _css(page, 'tr[data-route="Big"]'), 30, what="the route on the page")
+    why = f'[data-unrouted="{job}"]'
+    wait_for(lambda: "RequestCpus" in _text(page, why), 30, what="why the job is not routed")
+    assert "route Big: no" in _text(page, why)
+    shots.take(page, "routes")
+    with pool.remote(pool.token(f"carol@{DOMAIN}")) as carol:
+        carol.act(JobAction.Remove, Jobs.of((job,)))
