@@ -148,6 +148,7 @@ def test_config_val_defaults_file_values_and_dump(
         "ALIVE_INTERVAL",
         "ANNEX_UPDATE_INTERVAL",
         "CCB_HEARTBEAT_INTERVAL",
+        "GRIDMANAGER_COLLECTOR_UPDATE_INTERVAL",
         "GRIDMANAGER_JOB_PROBE_INTERVAL",
         "NEGOTIATOR_INTERVAL",
         "NEGOTIATOR_MIN_INTERVAL",

@@ -20,7 +20,6 @@ from typing import Final
 from htgrid import __version__
 from htgrid._args import ArgumentParser
 from htgrid._startup import lean_process
-from htgrid.cli import _examples
 from htgrid.errors import HTGridError
 
 __all__ = ["main"]
@@ -81,7 +80,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         names = list(dict.fromkeys(_MODULES.values()))
     for name in names:
         importlib.import_module(f"htgrid.cli.{name}").register(commands)
-    _examples.attach(parser)
+    if names:  # --version loads no more than it needs
+        importlib.import_module("htgrid.cli._examples").attach(parser)
     return parser
 
 
