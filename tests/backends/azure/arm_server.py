@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
+from . import _arm_annex as annex
 from ._arm_aad import AzureAd
 from ._arm_ops import Operations
 from ._arm_types import (
@@ -99,6 +100,9 @@ class ArmServer:
         self.aad = AzureAd(tenant, client_id, client_secret)
         self.ops = Operations(op_polls)
         self.store = Store(subscription)
+        self.store.tenant = tenant
+        self.store.on_remove[annex.SCHEDULE] = annex.remove_schedule
+        self._raw = b""
         self.log: list[Logged] = []
         self.ca_file, self._cert, self._key = make_test_ca(directory)
         self._lock = threading.RLock()
@@ -130,6 +134,14 @@ class ArmServer:
             self._thread.join(10)
 
     # ---- test controls ------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Forget every resource (a new, empty subscription); tokens stay valid."""
+        with self._lock:
+            tenant, hooks = self.store.tenant, self.store.on_remove
+            self.store = Store(self.subscription)
+            self.store.tenant, self.store.on_remove = tenant, hooks
+            self.log.clear()
 
     def fault(
         self,
@@ -230,6 +242,7 @@ class ArmServer:
             except ValueError:
                 body = dict(parse_qsl(raw.decode(), keep_blank_values=True))
         with self._lock:
+            self._raw = raw
             self.log.append(Logged(method, path, query, body))
             self.ops.settle()
             try:
@@ -246,6 +259,8 @@ class ArmServer:
             return self.aad.openid(self.url, parts[0])
         if len(parts) == 4 and lowered[1:] == ["oauth2", "v2.0", "token"] and method == "POST":
             return self.aad.token(parts[0], body)
+        if lowered[0] == "vault" and len(parts) >= 3:
+            return self._data_plane(method, parts, query, headers, body)
         if lowered[0] != "subscriptions" or len(parts) < 3:
             raise _unsupported(method, path)
         self._check_call(parts[1], query, headers)
@@ -368,7 +383,18 @@ class ArmServer:
                 raise _unsupported(method, "/".join(parts))
             return self._list("/" + "/".join(parts), query, self.store.of_type(rtype, group))
         if len(rest) == 3 and method == "POST" and f"{namespace}/{rest[0]}".lower() == VMSS:
-            return self._vmss_action(f"{base}/{rest[0]}/{rest[1]}", rest[2].lower())
+            return self._vmss_action(f"{base}/{rest[0]}/{rest[1]}", rest[2].lower(), body)
+        if len(rest) >= 3 and len(rest) % 2 and method == "GET":
+            return self._nested_list(base, rest, rtype, query)
+        runbook = len(rest) > 4 and rest[2].lower() == "runbooks"
+        if runbook and rest[4:] == ["draft", "content"] and method == "PUT":
+            book = f"{base}/{'/'.join(rest[:4])}"
+            annex.draft_content(self.store, book, self._raw.decode())
+            return self._accepted(namespace, book)
+        if runbook and rest[4:] == ["publish"] and method == "POST":
+            book = f"{base}/{'/'.join(rest[:4])}"
+            self.store.must(book, "Runbook")
+            return self._accepted(namespace, book, lambda: annex.publish(self.store, book))
         if len(rest) == 4 and rtype == f"{VAULT}/accesspolicies" and method == "PUT":
             return self._access_policies(f"{base}/{rest[0]}/{rest[1]}", rest[3].lower(), body)
         if len(rest) % 2:
@@ -407,6 +433,8 @@ class ArmServer:
 
         def done() -> None:
             props["provisioningState"] = "Succeeded"
+            if rtype == VMSS:
+                annex.sync_instances(self.store, res)
 
         def failed() -> None:
             props["provisioningState"] = "Failed"
@@ -429,6 +457,7 @@ class ArmServer:
 
         def done() -> None:
             res.body["properties"]["provisioningState"] = "Succeeded"
+            annex.sync_instances(self.store, res)
 
         _, headers = self._location_op(namespace, res.body["location"], res.id, done)
         return 200, headers, self.store.view(res, None)
@@ -450,10 +479,68 @@ class ArmServer:
         )
         return 202, headers, None
 
-    def _vmss_action(self, rid: str, action: str) -> Reply:
+    def _accepted(self, namespace: str, rid: str, done: Callable[[], None] = lambda: None) -> Reply:
+        """202 with a Location to poll (the Automation API's way)."""
+        op_id, _ = self._location_op(namespace, "global", rid, done)
+        base = self._ops_base(namespace, "global")
+        return 202, {"Location": f"{base}/operationResults/{op_id}?api-version=2023-11-01"}, None
+
+    def _nested_list(self, base: str, rest: list[str], rtype: str, query: dict[str, str]) -> Reply:
+        parent = f"{base}/{'/'.join(rest[:-1])}"
+        if rtype == f"{VMSS}/virtualmachines" and len(rest) == 3:
+            res = self.store.must(parent, "Scale set")
+            views = annex.instance_views(
+                res, self.store.instances.get(key(res.id), []), query.get("$expand")
+            )
+            return self._page(parent + "/virtualMachines", query, views)
+        if rtype not in annex.NESTED_LISTS:
+            raise _unsupported("GET", f"{base}/{'/'.join(rest)}")
+        self.store.must(parent, "Parent resource")
+        children = [
+            res for res in self.store.of_type(rtype) if key(res.id).startswith(key(parent) + "/")
+        ]
+        return self._list(f"{base}/{'/'.join(rest)}", query, children)
+
+    def _data_plane(
+        self,
+        method: str,
+        parts: list[str],
+        query: dict[str, str],
+        headers: dict[str, str],
+        body: Any,
+    ) -> Reply:
+        auth = next((v for k, v in headers.items() if k.lower() == "authorization"), "")
+        principal = self.aad.principal(auth[7:] if auth.startswith("Bearer ") else "")
+        if principal is None:
+            return 401, {"WWW-Authenticate": f'Bearer authorization="{self.url}/{self.aad.tenant}", resource="https://vault.azure.net"'}, {
+                "error": {"code": "Unauthorized", "message": "AKV10000: Request is missing a Bearer or PoP token."}
+            }  # fmt: skip
+        return annex.data_plane(self.store, method, parts, query, principal, body)
+
+    def jobs_due(self, now: float) -> list[tuple[str, dict[str, Any]]]:
+        """(schedule, job parameters) of each job Automation would start by `now`."""
+        with self._lock:
+            return annex.due_events(self.store, now)
+
+    def annex_leftovers(self) -> dict[str, list[str]]:
+        with self._lock:
+            self.ops.settle()
+            return annex.leftovers(self.store)
+
+    def managed_identity_token(self, principal: str) -> str:
+        with self._lock:
+            return self.aad.issue(principal)
+
+    def _vmss_action(self, rid: str, action: str, body: Any = None) -> Reply:
         res = self.store.get(rid)
         if res is None:
             raise ArmError(404, "ResourceNotFound", f"The Resource '{rid}' was not found.")
+        if action == "delete":
+            annex.delete_instances(self.store, res, body)
+            _, headers = self._location_op(
+                "Microsoft.Compute", res.body["location"], rid, lambda: None
+            )
+            return 202, headers, None
         power = {"start": "running", "deallocate": "deallocated", "restart": "running"}.get(action)
         if power is None:
             raise _unsupported("POST", f"{rid}/{action}")
