@@ -37,6 +37,7 @@ class Record:
     name: str
     region: str
     pool: str
+    cloud: str = "ec2"
 
 
 def _path(home: Path, name: str) -> Path:
@@ -49,7 +50,7 @@ def remember(home: Path, record: Record) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"name": record.name, "region": record.region,
-                               "pool": record.pool}) + "\n")  # fmt: skip
+                               "pool": record.pool, "cloud": record.cloud}) + "\n")  # fmt: skip
     os.replace(tmp, path)
 
 
@@ -63,7 +64,14 @@ def records(home: Path) -> list[Record]:
     for path in sorted(HomeLayout(home).annex_dir.glob("*.json")):
         try:
             raw = json.loads(path.read_text())
-            out.append(Record(str(raw["name"]), str(raw["region"]), str(raw.get("pool", ""))))
+            out.append(
+                Record(
+                    str(raw["name"]),
+                    str(raw["region"]),
+                    str(raw.get("pool", "")),
+                    str(raw.get("cloud", "ec2")),
+                )
+            )
         except (OSError, ValueError, KeyError, TypeError) as exc:
             _log.error("%s: not an annex record (%s): skipped", path, exc)
     return out

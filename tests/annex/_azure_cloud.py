@@ -1,0 +1,121 @@
+"""The fake ARM (tests/backends/azure) stands in for Azure: one server for a module,
+emptied for each test, with the annex's setup done in it; the lease runbook run
+in-process with the Automation account's managed identity and the event its job has."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import ssl
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from htgrid.annex import AzureAnnexes, azure_setup
+from htgrid.annex import azure_runbook as rb
+
+_ARM = Path(__file__).resolve().parents[1] / "grid" / "_azure_arm.py"
+
+
+def _fake_arm() -> Any:
+    name = "annex_tests_azure_arm"
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, _ARM)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+_fake = _fake_arm()
+ArmServer = _fake.ArmServer
+SUBSCRIPTION: str = _fake.SUBSCRIPTION
+arm = _fake.arm  # the module's server (fixture)
+LOCATION = "eastus"
+IMAGE = "Canonical:ubuntu-24_04-lts:server:latest"
+
+
+@pytest.fixture
+def azure(arm: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """An empty subscription with the annex's setup done; the fake ARM."""
+    arm.reset()
+    server = _fake_arm_module()
+    for key, value in {
+        "AZURE_TENANT_ID": server.TENANT,
+        "AZURE_CLIENT_ID": server.CLIENT_ID,
+        "AZURE_CLIENT_SECRET": server.CLIENT_SECRET,
+        "AZURE_AUTHORITY_HOST": arm.url,
+        "AZURE_RESOURCE_MANAGER_URL": arm.url,
+        "AZURE_SUBSCRIPTION_ID": SUBSCRIPTION,
+        "SSL_CERT_FILE": str(arm.ca_file),
+        "HTGRID_ANNEX_VAULT_URL": f"{arm.url}/vault/{{vault}}",
+        "HTGRID_ANNEX_POLL_ARM": "0.01",
+        "NO_PROXY": "127.0.0.1,localhost",
+    }.items():
+        monkeypatch.setenv(key, value)
+    for key in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(key, raising=False)
+    made = azure_setup(AzureAnnexes(LOCATION), users=(server.CLIENT_ID,))
+    arm.store.users.add(server.CLIENT_ID)
+    arm.setup = made
+    yield arm
+
+
+def _fake_arm_module() -> Any:
+    return sys.modules["backends.azure.arm_server"]
+
+
+def cloud(clock: Any = None) -> AzureAnnexes:
+    return AzureAnnexes(LOCATION) if clock is None else AzureAnnexes(LOCATION, clock=clock)
+
+
+def runbook_arm(arm: Any, event: dict[str, Any]) -> rb.Arm:
+    """The runbook's client as Automation would give it: the account's identity."""
+    account = arm.resource("htgrid-annex", "Microsoft.Automation/automationAccounts/htgrid-annex")
+    principal = account.body["identity"]["principalId"]
+    token = arm.managed_identity_token(principal)
+    place = rb.Place.of(event)
+    return rb.Arm(
+        place,
+        lambda resource: token,
+        vault_url=f"{arm.url}/vault/{place.vault}",
+        context=ssl.create_default_context(cafile=str(arm.ca_file)),
+        poll=0.01,
+    )
+
+
+def run_jobs(arm: Any, now: float) -> list[dict[str, Any]]:
+    """Every job Automation would have started by `now`, run with the clock at `now`."""
+    results = []
+    for _, parameters in arm.jobs_due(now):
+        event = json.loads(parameters["event"])
+        results.append(rb.handler(event, runbook_arm(arm, event), now))
+    return results
+
+
+def lease_events(arm: Any) -> list[dict[str, Any]]:
+    """The events of the annexes' lease jobs (not the sweeper's)."""
+    events = [json.loads(p["event"]) for _, p in arm.jobs_due(float("inf"))]
+    return [e for e in events if e["htgrid"] == "annex-lease"]
+
+
+def sweeper_event(arm: Any) -> dict[str, Any]:
+    (event,) = [
+        json.loads(p["event"]) for s, p in arm.jobs_due(float("inf")) if s == rb.SWEEPER_SCHEDULE
+    ]
+    return dict(event)
+
+
+NOTHING = {
+    "scale_sets": [],
+    "instances": [],
+    "schedules": [],
+    "job_schedules": [],
+    "secrets": [],
+    "access_policies": [],
+}
