@@ -4,6 +4,7 @@ in-process with the Automation account's managed identity and the event its job 
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import json
 import ssl
@@ -16,6 +17,7 @@ import pytest
 
 from htgrid.annex import AzureAnnexes, azure_setup
 from htgrid.annex import azure_runbook as rb
+from htgrid.testing.annex import BootHarness, Route
 
 _ARM = Path(__file__).resolve().parents[1] / "grid" / "_azure_arm.py"
 
@@ -119,3 +121,55 @@ NOTHING = {
     "secrets": [],
     "access_policies": [],
 }
+
+
+class AzureHarness(BootHarness):
+    """Boots the instances of the annexes' scale sets in the fake ARM. A scale set's VM
+    has Azure's metadata service (its compute name, its managed identity's tokens);
+    one that shuts itself down is `stopped` (Azure keeps it allocated, and billed)."""
+
+    def __init__(self, workdir: Path, arm: Any, **kwargs: Any) -> None:
+        super().__init__(workdir, **kwargs)
+        self.arm = arm
+
+    def _sets(self) -> dict[str, tuple[Any, dict[str, Any]]]:
+        with self.arm._lock:
+            return {
+                f"{res.body['name']}_{vm['instanceId']}": (res, vm)
+                for res in self.arm.store.of_type("microsoft.compute/virtualmachinescalesets")
+                if rb.ANNEX_TAG in (res.body.get("tags") or {})
+                for vm in self.arm.store.instances.get(res.id.lower(), [])
+            }
+
+    def states(self) -> dict[str, str]:
+        found = self._sets()
+        states = {i: "running" if vm["power"] == "running" else "shutting-down"
+                  for i, (_, vm) in found.items()}  # fmt: skip
+        states.update({i: "terminated" for i in self.booted() if i not in found})
+        return states
+
+    def user_data(self, instance_id: str) -> str:
+        res, _ = self._sets()[instance_id]
+        profile = res.body["properties"]["virtualMachineProfile"]
+        return base64.b64decode(profile["osProfile"]["customData"]).decode()
+
+    def routes(self, instance_id: str) -> Route:
+        res, _ = self._sets()[instance_id]
+        principal = res.body["identity"]["principalId"]
+
+        def route(method: str, path: str) -> tuple[int, str] | None:
+            if method != "GET":
+                return None
+            if path.startswith("/metadata/instance/compute?"):
+                return 200, json.dumps({"name": instance_id, "vmScaleSetName": res.body["name"]})
+            if path.startswith("/metadata/identity/oauth2/token?"):
+                token = self.arm.managed_identity_token(principal)
+                return 200, json.dumps({"access_token": token, "token_type": "Bearer"})
+            return None
+
+        return route
+
+    def shut_down(self, instance_id: str) -> None:
+        _, vm = self._sets().get(instance_id, (None, None))
+        if vm is not None:
+            vm["power"] = "stopped"

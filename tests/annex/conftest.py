@@ -18,6 +18,7 @@ import pytest
 
 from htgrid.annex import Annexes, AwsAnnexes, setup
 from htgrid.net.security import SecurityConfig, ensure_pool_security
+from htgrid.testing import PersonalPool
 
 moto_server = pytest.importorskip("moto.server")
 logging.getLogger("werkzeug").setLevel(logging.WARNING)
@@ -107,3 +108,12 @@ def kill_creates_at_random(home: Path, times: int, args: list[list[str]]) -> str
             killed_after.append(round(delay, 2))
         create.wait(60)
     return f"seed {seed}, killed after {killed_after} s of {took:.2f} s"
+
+
+def keeping_pool(path: Path) -> PersonalPool:
+    """A pool whose master refreshes its annexes' ads every half second (start it after
+    the cloud's fixture: the refreshes inherit its environment)."""
+    from htgrid.testing.node import CENTRAL_MANAGER, FAST_CYCLES
+
+    config = {**FAST_CYCLES, "ANNEX_UPDATE_INTERVAL": 0.5}
+    return PersonalPool(path, kill_grace=2, fsync=False, daemons=CENTRAL_MANAGER, config=config)

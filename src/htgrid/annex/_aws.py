@@ -125,6 +125,7 @@ class AwsAnnexes:
     # ---- the annex commands' calls (the `Cloud` protocol) ---------------------------
 
     kind = "ec2"
+    scope = ""
 
     def check_setup(self) -> None:
         self.lease_function_arn()

@@ -142,6 +142,7 @@ class AzureAnnexes:
         if not subscription:
             raise AnnexUsageError("--cloud azure needs --subscription (or AZURE_SUBSCRIPTION_ID)")
         self.region = region
+        self.scope = group
         self.clock = clock
         self.place = Place(
             subscription,

@@ -168,7 +168,10 @@ class Annexes:
         # The master keeps the ads of the annexes recorded in the pool's home current.
         from htgrid.annex.keep import Record, remember
 
-        remember(self.home, Record(spec.name, self.cloud.region, self.pool or "", self.cloud.kind))
+        record = Record(
+            spec.name, self.cloud.region, self.pool or "", self.cloud.kind, self.cloud.scope
+        )
+        remember(self.home, record)
         warnings = () if not spec.join or self.pool else _unreachable(pool)
         ids = tuple(self._request(spec, lease_end, pool))
         return Created(spec.name, lease_end, ids, warnings)

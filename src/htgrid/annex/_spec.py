@@ -190,6 +190,7 @@ class Cloud(Protocol):
 
     kind: str  # "ec2" or "azure", as the ad's Cloud says
     region: str
+    scope: str  # where in the account: Azure's resource group ("" on AWS)
     clock: Callable[[], float]
 
     @property

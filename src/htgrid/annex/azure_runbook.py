@@ -19,9 +19,10 @@ Its one argument is a JSON event, the job schedule's parameter:
   its schedules and job schedules: should a step fail, the next run tries again.
 
 * the sweeper (an hourly schedule setup makes): {"htgrid": "annex-sweep", ...}. It
-  enforces every lease schedule whose time has passed (a lost job), and ends what no
-  lease rules: scale sets and secrets of annexes without a schedule (a `create` killed
-  before its schedule, or a schedule made but never given its job).
+  enforces every lease schedule whose time has passed (a lost job), ends what no lease
+  rules (scale sets and secrets of annexes without a schedule: a `create` killed before
+  its schedule), and deletes the annexes' VMs that shut themselves down (idle): Azure
+  keeps a VM stopped from inside allocated, and bills it, until then.
 
 The job reaches ARM and Key Vault with the Automation account's managed identity
 (IDENTITY_ENDPOINT, IDENTITY_HEADER). Nothing is kept between runs.
@@ -388,11 +389,31 @@ def sweep(arm: Arm, now: float) -> dict[str, Any]:
         result = enforce(arm, annex, end, now)
         (ended.append(result) if result["expired"] else ruled.add(annex))
     stray = _stop_spending(arm, None, ruled)
+    stray["stopped"] = _end_stopped(arm)
     return {
         "ended": ended,
         "unruled": sorted(set(stray["deleted"]) | set(stray["secrets"])),
         **stray,
     }
+
+
+def _end_stopped(arm: Arm) -> list[str]:
+    """Delete the annexes' VMs that shut themselves down (idle, or their lease seen
+    ended): Azure keeps a VM stopped from inside allocated, and bills it."""
+    ended = []
+    for _, vmss in _scale_sets(arm):
+        listing = arm.listing(f"{vmss['id']}/virtualMachines", COMPUTE_API, "&$expand=instanceView")
+        stopped = [
+            vm
+            for vm in listing
+            if "PowerState/stopped"
+            in [s.get("code") for s in vm.get("properties", {}).get("instanceView", {}).get("statuses", [])]
+        ]  # fmt: skip
+        if stopped:
+            ids = [str(vm["instanceId"]) for vm in stopped]
+            arm.post(f"{vmss['id']}/delete", COMPUTE_API, {"instanceIds": ids})
+            ended += [str(vm["name"]) for vm in stopped]
+    return ended
 
 
 def handler(event: dict[str, Any], arm: Arm, now: float) -> dict[str, Any]:
