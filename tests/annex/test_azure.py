@@ -249,3 +249,38 @@ def test_a_status_refresh_makes_as_many_calls_for_100_instances_as_for_1_but_pag
     annexes(home).create(AnnexSpec("one", count=1, lifetime=3600, image_ids=(IMAGE,)))
     annexes(home).create(AnnexSpec("many", count=100, lifetime=3600, image_ids=(IMAGE,)))
     assert calls("many") == calls("one") + 100 // azure.page_size - 1
+
+
+def test_only_a_joining_scale_sets_identity_may_read_the_token(
+    azure: Any, home: Path, tmp_path: Path
+) -> None:
+    boot = tmp_path / "glidein.sh"
+    boot.write_text("#!/bin/sh\necho my own startd\n")
+    status, _, err = _create(
+        home, "g1", "--count", "1", "--lifetime", "1h", "--no-join", "--user-data", str(boot)
+    )
+    assert status == 0, err
+    (own,) = _scale_sets(azure)
+    profile = own.body["properties"]["virtualMachineProfile"]
+    assert base64.b64decode(profile["osProfile"]["customData"]).decode() == boot.read_text()
+    assert "identity" not in own.body  # no token, no identity to read one
+    annexes(home).create(AnnexSpec("j1", count=1, lifetime=3600, image_ids=(IMAGE,)))
+    (joining,) = [s for s in _scale_sets(azure) if s.body["tags"][rb.ANNEX_TAG] == "j1"]
+    event = lease_events(azure)[0]
+    vault = rb.Place.of(event).vault
+
+    def read_as(principal: str) -> str | None:
+        reader = runbook_arm(azure, event)
+        token = azure.managed_identity_token(principal)
+        reader.token = lambda resource: token
+        reader.vault_url = f"{azure.url}/vault/{vault}"
+        return reader.get_secret(rb.secret_name("j1", "token"))
+
+    assert read_as(joining.body["identity"]["principalId"])
+    with pytest.raises(rb.ArmFailure, match=r"Forbidden.*does not have secrets get"):
+        read_as("00000000-0000-0000-0000-0000000000aa")
+    # Past the lease, Key Vault itself refuses the token (its expiry), runbook or not.
+    secret = azure.store.vault_secrets[next(iter(azure.store.vault_secrets))]
+    secret[rb.secret_name("j1", "token")]["attributes"]["exp"] = int(time.time()) - 1
+    with pytest.raises(rb.ArmFailure, match="not allowed"):
+        read_as(joining.body["identity"]["principalId"])
