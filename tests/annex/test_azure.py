@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,7 @@ from htgrid.annex import (
 from htgrid.annex import azure_runbook as rb
 from htgrid.client import StoredToken
 from htgrid.testing import run_cli
+from htgrid.testing.annex import metadata_server
 
 from ._azure_cloud import (
     IMAGE,
@@ -214,6 +218,18 @@ def test_a_lease_too_short_for_automation_is_refused_before_anything_is_made(
 ) -> None:
     status, _, err = _create(home, "x1", "--count", "1", "--lifetime", "2m")
     assert status == 2 and "at least 360 s" in err
+    # A scale set has one size and one image.
+    status, _, err = _create(
+        home,
+        "x2",
+        "--count",
+        "1",
+        "--lifetime",
+        "1h",
+        "--instance-types",
+        "Standard_D2s_v3,Standard_F4s",
+    )
+    assert status == 2 and "one size" in err
     assert azure.annex_leftovers() == NOTHING
 
 
@@ -284,3 +300,52 @@ def test_only_a_joining_scale_sets_identity_may_read_the_token(
     secret[rb.secret_name("j1", "token")]["attributes"]["exp"] = int(time.time()) - 1
     with pytest.raises(rb.ArmFailure, match="not allowed"):
         read_as(joining.body["identity"]["principalId"])
+
+
+def test_the_published_runbook_runs_alone_as_automation_runs_it(
+    azure: Any, home: Path, tmp_path: Path
+) -> None:
+    """The code setup published, as a file of its own, in a Python without htgrid, with
+    the account's identity from IDENTITY_ENDPOINT: the sweeper's job ends what no lease
+    rules (here a scale set whose lease schedule someone deleted)."""
+    annexes(home).create(AnnexSpec("r1", count=2, lifetime=3600, image_ids=(IMAGE,)))
+    (event,) = lease_events(azure)
+    user = cloud()
+    user.check_setup()
+    for name, _, _ in rb.leases(user.arm()):
+        user.arm().delete(user.place.automation(f"/schedules/{name}"), rb.AUTOMATION_API)
+    (content,) = azure.store.published.values()
+    script = tmp_path / "runbook.py"
+    script.write_text(content)
+    account = azure.resource("htgrid-annex", "Microsoft.Automation/automationAccounts/htgrid-annex")
+    token = azure.managed_identity_token(account.body["identity"]["principalId"])
+
+    def identity(method: str, path: str) -> tuple[int, str] | None:
+        if method == "GET" and path.startswith("/msi/token?"):
+            return 200, json.dumps({"access_token": token, "token_type": "Bearer"})
+        return None
+
+    server = metadata_server("127.0.0.1", identity, lambda: None)
+    try:
+        env = {
+            "IDENTITY_ENDPOINT": f"http://127.0.0.1:{server.server_address[1]}/msi/token",
+            "IDENTITY_HEADER": "automation-secret",
+            "SSL_CERT_FILE": str(azure.ca_file),
+            "NO_PROXY": "*",
+            "PATH": os.environ["PATH"],
+        }
+        ran = subprocess.run(
+            [sys.executable, "-I", str(script), json.dumps(sweeper_event(azure))],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert ran.returncode == 0, ran.stderr
+    done = json.loads(ran.stdout)
+    assert [d.rsplit("-", 1)[0] for d in done["deleted"]] == [event["AnnexName"]]
+    assert azure.annex_leftovers() == NOTHING

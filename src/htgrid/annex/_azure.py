@@ -171,7 +171,7 @@ class AzureAnnexes:
             self._arm = Arm(self.place, token, context=context, poll=self._poll)
         if vault is not None and self.place.vault != vault:
             self.place.vault = vault
-            self._arm.vault_url = vault_url(vault)
+            self.place.vault_url = self._arm.vault_url = vault_url(vault)
         return self._arm
 
     def call(self, what: str, fn: Callable[[], Any]) -> Any:

@@ -129,7 +129,8 @@ def azure_setup(cloud: AzureAnnexes, *, users: tuple[str, ...] = (),
         arm.follow(f"PUT {book}/draft/content", headers)
         arm.post(f"{book}/publish", AUTOMATION_API)
         start = now + 600  # Automation wants a start 5 minutes ahead at least
-        sweeper = {"htgrid": "annex-sweep", **place.event(), "Vault": vault}
+        cloud.arm(vault)
+        sweeper = {"htgrid": "annex-sweep", **place.event()}
         arm.put(
             place.automation(f"/schedules/{SWEEPER_SCHEDULE}"),
             AUTOMATION_API,

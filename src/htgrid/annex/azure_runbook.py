@@ -88,12 +88,14 @@ class Place:
     """Where the setup put the annex's machinery: subscription, group, account, vault."""
 
     def __init__(self, subscription: str, group: str, account: str, vault: str,
-                 arm_url: str = ARM_URL) -> None:  # fmt: skip
+                 arm_url: str = ARM_URL, vault_url: str = "") -> None:  # fmt: skip
         self.subscription = subscription
         self.group = group
         self.account = account
         self.vault = vault
         self.arm_url = arm_url.rstrip("/")
+        # The vault's data plane (another cloud's DNS suffix): default the public one.
+        self.vault_url = vault_url.rstrip("/")
 
     @classmethod
     def of(cls, event: dict[str, Any]) -> Place:
@@ -103,6 +105,7 @@ class Place:
             str(event["Account"]),
             str(event["Vault"]),
             str(event.get("ArmUrl") or ARM_URL),
+            str(event.get("VaultUrl") or ""),
         )
 
     def event(self) -> dict[str, str]:
@@ -112,6 +115,7 @@ class Place:
             "Account": self.account,
             "Vault": self.vault,
             "ArmUrl": self.arm_url,
+            "VaultUrl": self.vault_url,
         }
 
     def group_path(self) -> str:
@@ -135,7 +139,8 @@ class Arm:
                  context: ssl.SSLContext | None = None, poll: float = 1.0) -> None:  # fmt: skip
         self.place = place
         self.token = token
-        self.vault_url = (vault_url or f"https://{place.vault}.vault.azure.net").rstrip("/")
+        default = place.vault_url or f"https://{place.vault}.vault.azure.net"
+        self.vault_url = (vault_url or default).rstrip("/")
         self.context = context
         self.poll = poll
         self.calls = 0

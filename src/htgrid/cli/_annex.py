@@ -232,6 +232,10 @@ def _create(args: argparse.Namespace) -> int:
     )
     if not spec.count and not spec.slots:
         raise AnnexUsageError("--count N (on-demand instances) or --slots W (a spot fleet)")
+    if args.cloud == "azure" and (len(spec.instance_types) > 1 or len(spec.image_ids) > 1):
+        raise AnnexUsageError(
+            "--cloud azure: a scale set has one size and one image (--instance-types, --image-ids)"
+        )
     made = annexes.create(spec)
     for warning in made.warnings:
         print(f"htgrid annex: warning: {warning}", file=sys.stderr)
