@@ -18,10 +18,13 @@ from typing import Any
 import pytest
 
 from htgrid.annex import (
+    AnnexCloudError,
     Annexes,
     AnnexNotFound,
     AnnexSpec,
     SetupMissing,
+    azure_setup,
+    azure_user_role,
     runbook_source,
     settings_of,
 )
@@ -349,3 +352,25 @@ def test_the_published_runbook_runs_alone_as_automation_runs_it(
     done = json.loads(ran.stdout)
     assert [d.rsplit("-", 1)[0] for d in done["deleted"]] == [event["AnnexName"]]
     assert azure.annex_leftovers() == NOTHING
+
+
+def test_a_user_with_the_printed_role_runs_an_annex_and_cannot_set_up(
+    azure: Any, home: Path
+) -> None:
+    """Azure RBAC in the fake ARM: the service principal holds only the role setup
+    printed (its actions), as an annex user would."""
+    user = cloud()
+    user.check_setup()
+    server = sys.modules["backends.azure.arm_server"]
+    azure.restrict(server.CLIENT_ID, azure_user_role(user.place)["Actions"])
+    ann = annexes(home)
+    ann.create(AnnexSpec("u1", count=2, lifetime=3600, image_ids=(IMAGE,)))
+    ann.add("u1", count=1)
+    ann.extend("u1", lifetime=7200)
+    (u1,) = ann.describe("u1")
+    assert len(u1.instances) == 3
+    ann.shutdown("u1")
+    assert azure.annex_leftovers() == NOTHING
+    # The privileged step is not theirs.
+    with pytest.raises(AnnexCloudError, match="AuthorizationFailed"):
+        azure_setup(cloud())

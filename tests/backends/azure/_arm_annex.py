@@ -11,6 +11,7 @@ and bodies are Key Vault's (api-version 7.x).
 from __future__ import annotations
 
 import datetime
+import fnmatch
 import time
 import uuid
 from typing import Any
@@ -199,6 +200,29 @@ def delete_instances(store: Store, res: Res, body: Any) -> None:
     res.body["sku"]["capacity"] = len(store.instances[key(res.id)])
 
 
+# ---- Azure RBAC ---------------------------------------------------------------------------
+
+
+def action_of(method: str, parts: list[str]) -> str | None:
+    """The RBAC action of an ARM request (None: polling an operation, always allowed
+    to whoever started it)."""
+    lowered = [p.lower() for p in parts]
+    if "operations" in lowered or "operationresults" in lowered:
+        return None
+    verb = {"GET": "read", "HEAD": "read", "PUT": "write", "PATCH": "write", "DELETE": "delete"}
+    if len(parts) <= 4:
+        return f"Microsoft.Resources/subscriptions/resourceGroups/{verb.get(method, 'write')}"
+    namespace, rest = parts[5], parts[6:]
+    types = "/".join([namespace, *rest[0::2]])
+    if method == "POST" and len(rest) % 2:
+        return f"{'/'.join([namespace, *rest[0:-1:2]])}/{rest[-1]}/action"
+    return f"{types}/{verb.get(method, 'action')}"
+
+
+def permits(allowed: list[str], action: str) -> bool:
+    return any(fnmatch.fnmatchcase(action.lower(), pattern.lower()) for pattern in allowed)
+
+
 # ---- Key Vault's data plane -------------------------------------------------------------
 
 
@@ -318,6 +342,70 @@ def leftovers(store: Store) -> dict[str, list[str]]:
         ),
         "access_policies": sorted(policies),
     }
+
+
+class AnnexArm:
+    """ArmServer's parts for the annex: RBAC for a restricted principal, the vault's
+    data plane, and the test controls (jobs due, leftovers, identity tokens)."""
+
+    _lock: Any
+    aad: Any
+    store: Store
+    url: str
+    ops: Any
+    rbac: dict[str, list[str]]
+
+    def _authorize(self, method: str, parts: list[str], headers: dict[str, str]) -> None:
+        """Azure RBAC, for a principal `restrict()` was given actions for."""
+        auth = next((v for k, v in headers.items() if k.lower() == "authorization"), "")
+        principal = self.aad.principal(auth[7:])
+        allowed = self.rbac.get(principal or "")
+        if allowed is None:
+            return
+        action = action_of(method, parts)
+        if action is not None and not permits(allowed, action):
+            raise ArmError(
+                403,
+                "AuthorizationFailed",
+                f"The client '{principal}' with object id '{principal}' does not have "
+                f"authorization to perform action '{action}' over scope "
+                f"'/{'/'.join(parts)}' or the scope is invalid.",
+            )
+
+    def restrict(self, principal: str, actions: list[str]) -> None:
+        """Give `principal` only these RBAC actions (wildcards as Azure's)."""
+        with self._lock:
+            self.rbac[principal] = list(actions)
+
+    def _data_plane(
+        self,
+        method: str,
+        parts: list[str],
+        query: dict[str, str],
+        headers: dict[str, str],
+        body: Any,
+    ) -> Reply:
+        auth = next((v for k, v in headers.items() if k.lower() == "authorization"), "")
+        principal = self.aad.principal(auth[7:] if auth.startswith("Bearer ") else "")
+        if principal is None:
+            return 401, {"WWW-Authenticate": f'Bearer authorization="{self.url}/{self.aad.tenant}", resource="https://vault.azure.net"'}, {
+                "error": {"code": "Unauthorized", "message": "AKV10000: Request is missing a Bearer or PoP token."}
+            }  # fmt: skip
+        return data_plane(self.store, method, parts, query, principal, body)
+
+    def jobs_due(self, now: float) -> list[tuple[str, dict[str, Any]]]:
+        """(schedule, job parameters) of each job Automation would start by `now`."""
+        with self._lock:
+            return due_events(self.store, now)
+
+    def annex_leftovers(self) -> dict[str, list[str]]:
+        with self._lock:
+            self.ops.settle()
+            return leftovers(self.store)
+
+    def managed_identity_token(self, principal: str) -> str:
+        with self._lock:
+            return self.aad.issue(principal)
 
 
 PUT_RULES.update(

@@ -81,7 +81,7 @@ class _Fault:
     times: int
 
 
-class ArmServer:
+class ArmServer(annex.AnnexArm):
     """The fake ARM and Azure AD; `start()` it, point the SDK at `url` trusting `ca_file`."""
 
     def __init__(
@@ -103,6 +103,7 @@ class ArmServer:
         self.store.tenant = tenant
         self.store.on_remove[annex.SCHEDULE] = annex.remove_schedule
         self._raw = b""
+        self.rbac: dict[str, list[str]] = {}
         self.log: list[Logged] = []
         self.ca_file, self._cert, self._key = make_test_ca(directory)
         self._lock = threading.RLock()
@@ -142,6 +143,7 @@ class ArmServer:
             self.store = Store(self.subscription)
             self.store.tenant, self.store.on_remove = tenant, hooks
             self.log.clear()
+            self.rbac.clear()
 
     def fault(
         self,
@@ -264,6 +266,7 @@ class ArmServer:
         if lowered[0] != "subscriptions" or len(parts) < 3:
             raise _unsupported(method, path)
         self._check_call(parts[1], query, headers)
+        self._authorize(method, parts, headers)
         self._inject_fault(method, path)
         if lowered[2] == "operationresults" and len(parts) == 4:
             return self.ops.result(parts[3], f"{self.url}{path}?api-version={query['api-version']}")
@@ -500,36 +503,6 @@ class ArmServer:
             res for res in self.store.of_type(rtype) if key(res.id).startswith(key(parent) + "/")
         ]
         return self._list(f"{base}/{'/'.join(rest)}", query, children)
-
-    def _data_plane(
-        self,
-        method: str,
-        parts: list[str],
-        query: dict[str, str],
-        headers: dict[str, str],
-        body: Any,
-    ) -> Reply:
-        auth = next((v for k, v in headers.items() if k.lower() == "authorization"), "")
-        principal = self.aad.principal(auth[7:] if auth.startswith("Bearer ") else "")
-        if principal is None:
-            return 401, {"WWW-Authenticate": f'Bearer authorization="{self.url}/{self.aad.tenant}", resource="https://vault.azure.net"'}, {
-                "error": {"code": "Unauthorized", "message": "AKV10000: Request is missing a Bearer or PoP token."}
-            }  # fmt: skip
-        return annex.data_plane(self.store, method, parts, query, principal, body)
-
-    def jobs_due(self, now: float) -> list[tuple[str, dict[str, Any]]]:
-        """(schedule, job parameters) of each job Automation would start by `now`."""
-        with self._lock:
-            return annex.due_events(self.store, now)
-
-    def annex_leftovers(self) -> dict[str, list[str]]:
-        with self._lock:
-            self.ops.settle()
-            return annex.leftovers(self.store)
-
-    def managed_identity_token(self, principal: str) -> str:
-        with self._lock:
-            return self.aad.issue(principal)
 
     def _vmss_action(self, rid: str, action: str, body: Any = None) -> Reply:
         res = self.store.get(rid)
