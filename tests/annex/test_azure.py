@@ -196,6 +196,7 @@ def test_shutdown_and_add(azure: Any, home: Path) -> None:
     assert ad["Cloud"] == "azure" and ad["Requested"] == 3 and ad["Booting"] == 3
     status, out, err = run_cli(home, "annex", "shutdown", "s1", "--cloud", "azure")
     assert status == 0, err
+    assert "2 scale sets deleted with their VMs, 3 secrets purged" in out
     left = azure.annex_leftovers()
     assert len(left["scale_sets"]) == 1 and all(i.startswith("s2-") for i in left["instances"])
     assert run_cli(home, "annex", "shutdown", "s1", "--cloud", "azure")[0] == 1

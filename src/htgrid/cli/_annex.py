@@ -301,6 +301,12 @@ def _list(args: argparse.Namespace) -> int:
 @_guard
 def _shutdown(args: argparse.Namespace) -> int:
     done = _annexes(args).shutdown(args.name)
+    if args.cloud == "azure":
+        print(
+            f"Annex {args.name}: {len(done['deleted'])} scale sets deleted with their VMs, "
+            f"{len(done['secrets'])} secrets purged, lease removed."
+        )
+        return EXIT_OK
     print(
         f"Annex {args.name}: {len(done['terminated'])} instances terminated, "
         f"{len(done['cancelled'])} spot-fleet requests cancelled, lease removed."
