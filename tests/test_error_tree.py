@@ -18,7 +18,12 @@ from htgrid.errors import HTGridError
 
 #: Signals that carry a result inside the ClassAd evaluator and never leave it.
 _INTERNAL = frozenset(
-    {"htgrid.classad._compile.EvaluationFailed", "htgrid.classad._compile.RaisedInPython"}
+    {
+        "htgrid.classad._compile.EvaluationFailed",
+        "htgrid.classad._compile.RaisedInPython",
+        # The Azure runbook stands alone (no htgrid import); htgrid.annex translates it.
+        "htgrid.annex.azure_runbook.ArmFailure",
+    }
 )
 
 

@@ -4,6 +4,12 @@ IAM, SSM), on 127.0.0.1; each test starts from an empty account with the annex s
 from __future__ import annotations
 
 import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +18,7 @@ import pytest
 
 from htgrid.annex import Annexes, AwsAnnexes, setup
 from htgrid.net.security import SecurityConfig, ensure_pool_security
+from htgrid.testing import PersonalPool
 
 moto_server = pytest.importorskip("moto.server")
 logging.getLogger("werkzeug").setLevel(logging.WARNING)
@@ -65,3 +72,48 @@ def boto(service: str) -> object:
     import boto3
 
     return boto3.session.Session(region_name=REGION).client(service)
+
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def create_process(home: Path, name: str, *args: str) -> subprocess.Popen[bytes]:
+    """`htgrid annex create NAME ARGS... --lifetime 1h` as a process of its own."""
+    env = {**os.environ, "HTGRID_HOME": str(home), "PYTHONPATH": str(SRC)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "htgrid", "annex", "create", name, "--lifetime", "1h", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def kill_creates_at_random(home: Path, times: int, args: list[list[str]]) -> str:
+    """One whole `create` timed, then `times` more (k0, k1...; args[n % len(args)])
+    each killed with SIGKILL at a random moment of that time; what was done, to name
+    in an assertion (ANNEX_KILL_SEED repeats a run)."""
+    start = time.monotonic()
+    assert create_process(home, "whole", *args[0]).wait(120) == 0
+    took = time.monotonic() - start
+    seed = int(os.environ.get("ANNEX_KILL_SEED", time.time_ns() % 10_000))
+    rng = random.Random(seed)
+    killed_after = []
+    for n in range(times):
+        create = create_process(home, f"k{n}", *args[n % len(args)])
+        delay = rng.uniform(0.0, took * 1.1)
+        try:
+            create.wait(delay)
+        except subprocess.TimeoutExpired:
+            create.send_signal(signal.SIGKILL)
+            killed_after.append(round(delay, 2))
+        create.wait(60)
+    return f"seed {seed}, killed after {killed_after} s of {took:.2f} s"
+
+
+def keeping_pool(path: Path) -> PersonalPool:
+    """A pool whose master refreshes its annexes' ads every half second (start it after
+    the cloud's fixture: the refreshes inherit its environment)."""
+    from htgrid.testing.node import CENTRAL_MANAGER, FAST_CYCLES
+
+    config = {**FAST_CYCLES, "ANNEX_UPDATE_INTERVAL": 0.5}
+    return PersonalPool(path, kill_grace=2, fsync=False, daemons=CENTRAL_MANAGER, config=config)

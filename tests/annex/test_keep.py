@@ -17,18 +17,14 @@ from htgrid.annex.keep import records
 from htgrid.classad import ClassAd
 from htgrid.collector import CollectorClient
 from htgrid.testing import PersonalPool, wait_for
-from htgrid.testing.node import CENTRAL_MANAGER, FAST_CYCLES
 
-from .conftest import IMAGE, REGION, boto
+from .conftest import IMAGE, REGION, boto, keeping_pool
 
 
 @pytest.fixture
 def pool(aws: str, tmp_path: Path) -> Iterator[PersonalPool]:
     # After `aws`: the master (and the refreshes it runs) see moto's endpoint.
-    config = {**FAST_CYCLES, "ANNEX_UPDATE_INTERVAL": 0.5}
-    with PersonalPool(
-        tmp_path / "pool", kill_grace=2, fsync=False, daemons=CENTRAL_MANAGER, config=config
-    ) as running:
+    with keeping_pool(tmp_path / "pool") as running:
         yield running
 
 

@@ -6,11 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import random
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +26,7 @@ from htgrid.annex import lease_function as lf
 from htgrid.client import StoredToken
 from htgrid.testing import run_cli
 
-from .conftest import IMAGE, REGION, annexes, boto
+from .conftest import IMAGE, REGION, annexes, boto, kill_creates_at_random
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -284,46 +279,18 @@ def test_a_rule_left_without_target_is_swept_after_its_lease(aws: str, home: Pat
     assert _leftovers()["rules"] == []
 
 
-def _create_process(home: Path, name: str, *args: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "HTGRID_HOME": str(home), "PYTHONPATH": str(SRC)}
-    command = [sys.executable, "-m", "htgrid", "annex", "create", name, "--image-ids", IMAGE]
-    return subprocess.Popen(
-        [*command, "--lifetime", "1h", *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
 @pytest.mark.timeout(600)
 def test_kill_9_of_create_at_any_moment_leaves_nothing_past_the_lease(aws: str, home: Path) -> None:
-    start = time.monotonic()
-    whole = _create_process(home, "whole", "--count", "2")
-    assert whole.wait(120) == 0
-    took = time.monotonic() - start
-    seed = int(os.environ.get("ANNEX_KILL_SEED", time.time_ns() % 10_000))
-    rng = random.Random(seed)
-    killed_after = []
-    for n in range(8):
-        args = ["--slots", "2"] if n % 2 else ["--count", "2"]
-        create = _create_process(home, f"k{n}", *args)
-        delay = rng.uniform(0.0, took * 1.1)
-        try:
-            create.wait(delay)
-        except subprocess.TimeoutExpired:
-            create.send_signal(signal.SIGKILL)
-            killed_after.append(round(delay, 2))
-        create.wait(60)
+    image = ["--image-ids", IMAGE]
+    done = kill_creates_at_random(home, 8, [["--count", "2", *image], ["--slots", "2", *image]])
     made = _leftovers()
-    assert made["instances"], f"seed {seed}: no instance at all was requested"
+    assert made["instances"], f"{done}: no instance at all was requested"
     # Every rule's own event past its lease, then the sweeper's, in the cloud's minutes.
     later = time.time() + 3600 + 60
     for event in _rule_events():
         lf.handler(event, None, clock=lambda: later, clients=_clients)
     lf.handler(_sweeper_event(), None, clock=lambda: later, clients=_clients)
-    assert _leftovers() == {"instances": [], "fleets": [], "rules": [], "parameters": []}, (
-        f"seed {seed}, killed after {killed_after} s of {took:.2f} s"
-    )
+    assert _leftovers() == {"instances": [], "fleets": [], "rules": [], "parameters": []}, done
 
 
 def test_a_status_refresh_makes_as_many_cloud_calls_for_100_instances_as_for_1(

@@ -6,16 +6,19 @@
     htgrid annex status NAME | add NAME --count 2 | extend NAME --lifetime 1h | shutdown NAME
 
 The lease is enforced in the cloud (`lease_function`, an AWS Lambda function on an
-EventBridge schedule) and installed before any instance is requested; each instance
+EventBridge schedule; `azure_runbook`, an Azure Automation runbook on a schedule at the
+lease's end) and installed before any instance is requested; each instance
 also stops itself when idle and at the lease's end (`node`). `_aws` makes the cloud
-calls, `_service` adds the pool's side (the annex's token, its ads), `_setup` the
+calls (`_azure` Azure's), `_service` adds the pool's side (the annex's token, its ads), `_setup` the
 administrator's one-time step, `_boot` the instances' boot script.
 """
 
 from __future__ import annotations
 
 from htgrid.annex._ads import ANNEX_TYPE, PRICES, annex_ad, spend
-from htgrid.annex._aws import AwsAnnexes, CloudAnnex, Instance, config_parameter
+from htgrid.annex._aws import AwsAnnexes, config_parameter
+from htgrid.annex._azure import AzureAnnexes
+from htgrid.annex._azure_setup import azure_setup, azure_user_role, runbook_source
 from htgrid.annex._boot import boot_script, settings_of
 from htgrid.annex._errors import (
     AnnexCloudError,
@@ -38,6 +41,9 @@ from htgrid.annex._setup import (
 from htgrid.annex._spec import (
     DEFAULT_IDLE,
     AnnexSpec,
+    Cloud,
+    CloudAnnex,
+    Instance,
     annex_identity,
     check_name,
     lease_parameter,
@@ -64,12 +70,16 @@ __all__ = [
     "AnnexUsageError",
     "Annexes",
     "AwsAnnexes",
+    "AzureAnnexes",
+    "Cloud",
     "CloudAnnex",
     "Created",
     "Instance",
     "SetupMissing",
     "annex_ad",
     "annex_identity",
+    "azure_setup",
+    "azure_user_role",
     "boot_script",
     "check_name",
     "config_parameter",
@@ -79,6 +89,7 @@ __all__ = [
     "parse_duration",
     "parse_expiry",
     "parse_tags",
+    "runbook_source",
     "settings_of",
     "setup",
     "spend",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
-from htgrid.annex._aws import CloudAnnex
+from htgrid.annex._spec import CloudAnnex
 from htgrid.classad import ClassAd
 
 __all__ = ["ANNEX_TYPE", "PRICES", "annex_ad", "spend"]
@@ -50,9 +50,10 @@ def spend(annex: CloudAnnex, now: float) -> tuple[float, bool]:
     return round(total, 4), known
 
 
-def annex_ad(annex: CloudAnnex, slots: Sequence[ClassAd], region: str, now: float) -> ClassAd:
+def annex_ad(annex: CloudAnnex, slots: Sequence[ClassAd], region: str, now: float,
+             cloud: str = "ec2") -> ClassAd:  # fmt: skip
     """The ad of `annex`, given its slot ads in the pool."""
-    machines = {s.get("EC2InstanceID") for s in slots}
+    machines = {s.get("EC2InstanceID") for s in slots} | {s.get("AzureVMName") for s in slots}
     states = [i.state for i in annex.instances]
     live = [i for i in annex.instances if i.state in ("pending", "running")]
     running = [i for i in live if i.state == "running"]
@@ -63,7 +64,7 @@ def annex_ad(annex: CloudAnnex, slots: Sequence[ClassAd], region: str, now: floa
     ad["Name"] = annex.name
     ad["AnnexName"] = annex.name
     ad["Owner"] = annex.owner
-    ad["Cloud"] = "ec2"
+    ad["Cloud"] = cloud
     ad["Region"] = region
     ad["LeaseExpiration"] = int(annex.lease_end)
     ad["Requested"] = annex.requested

@@ -17,12 +17,17 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 from htgrid.annex._errors import AnnexCloudError, AnnexNotFound, AnnexUsageError, SetupMissing
 from htgrid.annex._setup import FLEET_ROLE, INSTANCE_PROFILE
-from htgrid.annex._spec import AnnexSpec, lease_parameter, token_parameter
+from htgrid.annex._spec import (
+    AnnexSpec,
+    CloudAnnex,
+    Instance,
+    lease_parameter,
+    token_parameter,
+)
 from htgrid.annex.lease_function import (
     ANNEX_TAG,
     LEASE_TAG,
@@ -47,31 +52,6 @@ MIN_LEASE: Final = 60.0
 def config_parameter(name: str) -> str:
     """The SSM String holding the annex's launch settings (what `add` launches again)."""
     return f"{PARAMETER_ROOT}/{name}/config"
-
-
-@dataclass(frozen=True, slots=True)
-class Instance:
-    """One instance of an annex, as EC2 describes it."""
-
-    instance_id: str
-    state: str
-    instance_type: str
-    launched: float
-    lifecycle: str  # "on-demand" or "spot"
-    address: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class CloudAnnex:
-    """An annex as the cloud holds it (one refresh)."""
-
-    name: str
-    owner: str
-    lease_end: float
-    requested: int  # on-demand instances plus fleet capacity asked for
-    instances: tuple[Instance, ...]
-    fleets: tuple[tuple[str, str], ...]  # (request id, state)
-    settings: Mapping[str, Any]
 
 
 class AwsAnnexes:
@@ -141,6 +121,37 @@ class AwsAnnexes:
             if not token:
                 return
             kwargs["NextToken"] = token
+
+    # ---- the annex commands' calls (the `Cloud` protocol) ---------------------------
+
+    kind = "ec2"
+    scope = ""
+
+    def check_setup(self) -> None:
+        self.lease_function_arn()
+
+    def start_lease(self, name: str, owner: str, expiration: float) -> None:
+        self.install_lease(name, owner, expiration, self.lease_function_arn())
+
+    def move_lease(self, name: str, expiration: float) -> None:
+        self.set_lease_target(name, expiration, self.lease_function_arn())
+        self.set_lease_tag(name, expiration)
+
+    def put(self, name: str, what: str, value: str, *, secure: bool = False,
+            expires: float | None = None) -> None:  # fmt: skip
+        """The SSM parameter PARAMETER_ROOT/NAME/WHAT (the token a SecureString)."""
+        self.put_parameter(f"{PARAMETER_ROOT}/{name}/{what}", value, secure=secure)
+
+    def get(self, name: str, what: str) -> str | None:
+        return self.get_parameter(f"{PARAMETER_ROOT}/{name}/{what}")
+
+    def boot_settings(self, name: str) -> dict[str, Any]:
+        return {
+            "cloud": "ec2",
+            "region": self.region,
+            "token_parameter": token_parameter(name),
+            "lease_parameter": lease_parameter(name),
+        }
 
     # ---- the lease ------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 No htgrid is baked into images: the script installs the submitter's htgrid version from
 PyPI into a virtualenv, then runs `python -m htgrid.annex.node`, which fetches the
-annex's token from SSM (the instance role may read it; it is not in the user data),
+annex's token from SSM or Key Vault (the instance role or the scale set's managed
+identity may read it; it is not in the user data or custom data),
 joins the pool and shuts the instance down when idle or at the lease's end.
 
 The settings it carries (the pool's address and CA certificate, the annex's name,

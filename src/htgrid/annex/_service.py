@@ -19,15 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from htgrid.annex._ads import ANNEX_TYPE, annex_ad, by_annex
-from htgrid.annex._aws import AwsAnnexes, CloudAnnex, check_lease_left, config_parameter
+from htgrid.annex._aws import check_lease_left
 from htgrid.annex._boot import boot_script
 from htgrid.annex._errors import AnnexNotFound, AnnexUsageError
-from htgrid.annex._spec import (
-    AnnexSpec,
-    annex_identity,
-    lease_parameter,
-    token_parameter,
-)
+from htgrid.annex._spec import AnnexSpec, Cloud, CloudAnnex, annex_identity
 from htgrid.classad import ClassAd, quote
 from htgrid.collector import AdType, CollectorClient, CollectorError, command_for
 from htgrid.net.security import (
@@ -84,14 +79,23 @@ class Created:
 
 
 class Annexes:
-    """The annexes of one pool (`home`) in one region."""
+    """The annexes of one pool (`home`) in one cloud region."""
 
-    def __init__(self, aws: AwsAnnexes, home: Path, *, pool: str | None = None,
+    def __init__(self, cloud: Cloud, home: Path, *, pool: str | None = None,
                  clock: Callable[[], float] | None = None) -> None:  # fmt: skip
-        self.aws = aws
+        self.cloud = cloud
         self.home = home
         self.pool = pool
-        self.clock = clock or aws.clock
+        self.clock = clock or cloud.clock
+
+    @property
+    def aws(self) -> Any:
+        """The cloud (the name the AWS-only commands had)."""
+        return self.cloud
+
+    @aws.setter
+    def aws(self, cloud: Cloud) -> None:
+        self.cloud = cloud
 
     # ---- the pool's side ------------------------------------------------------------
 
@@ -122,13 +126,11 @@ class Annexes:
         security = self._security()
         material = ensure_pool_security(security)
         settings = {
+            **self.cloud.boot_settings(spec.name),
             "annex": spec.name,
-            "region": self.aws.region,
             "pool": pool,
             "trust_domain": security.trust_domain,
             "ca": material.ca.cert.read_text(),
-            "token_parameter": token_parameter(spec.name),
-            "lease_parameter": lease_parameter(spec.name),
             "lease_end": int(lease_end),
             "idle": spec.idle,
             "start": start_expression(spec.name, spec.owners),
@@ -145,28 +147,31 @@ class Annexes:
             raise AnnexUsageError("--user-data is for --no-join annexes (their own boot)")
         if not spec.owners:
             spec = replace(spec, owners=(getpass.getuser(),))
-        function = self.aws.lease_function_arn()
-        if self.aws.lease_of(spec.name) is not None:
+        self.cloud.check_setup()
+        if self.cloud.lease_of(spec.name) is not None:
             raise AnnexUsageError(
-                f"annex {spec.name} exists in {self.aws.region}: `htgrid annex add` adds "
+                f"annex {spec.name} exists in {self.cloud.region}: `htgrid annex add` adds "
                 "instances to it, `htgrid annex extend` lengthens its lease"
             )
         lease_end = spec.expiration(now)
         check_lease_left(lease_end, now)
         pool = self._collector_address() if spec.join else ""
         # From here on the lease function ends whatever is made.
-        self.aws.install_lease(spec.name, spec.owners[0], lease_end, function)
-        self.aws.put_parameter(lease_parameter(spec.name), str(int(lease_end)))
+        self.cloud.start_lease(spec.name, spec.owners[0], lease_end)
+        self.cloud.put(spec.name, "lease", str(int(lease_end)))
         tokens: list[str] = []
         if spec.join:
             token, jti = self._mint(spec.name, lease_end - now)
-            self.aws.put_parameter(token_parameter(spec.name), token, secure=True)
+            self.cloud.put(spec.name, "token", token, secure=True, expires=lease_end)
             tokens.append(jti)
         self._save(spec, pool, spec.count + spec.slots, tokens)
         # The master keeps the ads of the annexes recorded in the pool's home current.
         from htgrid.annex.keep import Record, remember
 
-        remember(self.home, Record(spec.name, self.aws.region, self.pool or ""))
+        record = Record(
+            spec.name, self.cloud.region, self.pool or "", self.cloud.kind, self.cloud.scope
+        )
+        remember(self.home, record)
         warnings = () if not spec.join or self.pool else _unreachable(pool)
         ids = tuple(self._request(spec, lease_end, pool))
         return Created(spec.name, lease_end, ids, warnings)
@@ -176,23 +181,23 @@ class Annexes:
         settings.update(owner=spec.owners[0], pool=pool, requested=requested, tokens=tokens)
         for gone in ("count", "slots", "lifetime", "expiry", "user_data"):
             settings.pop(gone, None)
-        self.aws.put_parameter(config_parameter(spec.name), json.dumps(settings, sort_keys=True))
+        self.cloud.put(spec.name, "config", json.dumps(settings, sort_keys=True))
 
     def _request(self, spec: AnnexSpec, lease_end: float, pool: str) -> list[str]:
         user_data = self._boot(spec, lease_end, pool) if spec.join else (spec.user_data or "")
-        return self.aws.request(spec, user_data, lease_end)
+        return self.cloud.request(spec, user_data, lease_end)
 
     def _settings(self, name: str) -> dict[str, Any]:
-        text = self.aws.get_parameter(config_parameter(name))
+        text = self.cloud.get(name, "config")
         if text is None:
-            raise AnnexNotFound(f"no annex {name!r} in {self.aws.region}")
+            raise AnnexNotFound(f"no annex {name!r} in {self.cloud.region}")
         loaded = json.loads(text)
         return loaded if isinstance(loaded, dict) else {}
 
     def _lease(self, name: str) -> float:
-        lease = self.aws.lease_of(name)
+        lease = self.cloud.lease_of(name)
         if lease is None:
-            raise AnnexNotFound(f"no annex {name!r} in {self.aws.region}")
+            raise AnnexNotFound(f"no annex {name!r} in {self.cloud.region}")
         return lease
 
     def add(self, name: str, *, count: int = 0, slots: int = 0) -> Created:
@@ -224,22 +229,21 @@ class Annexes:
         if new <= now:
             raise AnnexUsageError("the new lease end is in the past")
         settings = self._settings(name)
-        self.aws.set_lease_target(name, new, self.aws.lease_function_arn())
-        self.aws.set_lease_tag(name, new)
-        self.aws.put_parameter(lease_parameter(name), str(int(new)))
+        self.cloud.move_lease(name, new)
+        self.cloud.put(name, "lease", str(int(new)))
         if settings.get("join", True):
             token, jti = self._mint(name, new - now)
-            self.aws.put_parameter(token_parameter(name), token, secure=True)
+            self.cloud.put(name, "token", token, secure=True, expires=new)
             settings["tokens"] = [*settings.get("tokens", []), jti]
-            self.aws.put_parameter(config_parameter(name), json.dumps(settings, sort_keys=True))
+            self.cloud.put(name, "config", json.dumps(settings, sort_keys=True))
         return new
 
     def shutdown(self, name: str) -> dict[str, Any]:
         """End the annex now: requests cancelled, instances terminated, token revoked."""
-        settings = self._settings(name) if self.aws.lease_of(name) is not None else {}
-        done = self.aws.end(name)
+        settings = self._settings(name) if self.cloud.lease_of(name) is not None else {}
+        done = self.cloud.end(name)
         if not settings and not done["terminated"] and not done["cancelled"]:
-            raise AnnexNotFound(f"no annex {name!r} in {self.aws.region}")
+            raise AnnexNotFound(f"no annex {name!r} in {self.cloud.region}")
         revoked = RevocationList(self._security().revocation_file)
         for jti in settings.get("tokens", []):
             revoked.add(str(jti), f"annex {name} shut down")
@@ -250,7 +254,7 @@ class Annexes:
         return done
 
     def describe(self, name: str | None = None) -> list[CloudAnnex]:
-        return self.aws.describe(name)
+        return self.cloud.describe(name)
 
     # ---- ads ------------------------------------------------------------------------
 
@@ -259,7 +263,10 @@ class Annexes:
         annexes = self.describe(name)
         now = self.clock()
         slots = self._slots(name)
-        ads = [annex_ad(a, slots.get(a.name, []), self.aws.region, now) for a in annexes]
+        ads = [
+            annex_ad(a, slots.get(a.name, []), self.cloud.region, now, self.cloud.kind)
+            for a in annexes
+        ]
         if publish and ads:
             try:
                 self._run(self._advertise(ads))
@@ -274,7 +281,10 @@ class Annexes:
         annexes = [a for a in self.describe() if a.name in names]
         now = self.clock()
         slots = self._slots(None)
-        ads = [annex_ad(a, slots.get(a.name, []), self.aws.region, now) for a in annexes]
+        ads = [
+            annex_ad(a, slots.get(a.name, []), self.cloud.region, now, self.cloud.kind)
+            for a in annexes
+        ]
         if ads:
             self._run(self._advertise(ads))
         gone = sorted(set(names) - {a.name for a in annexes})

@@ -4,9 +4,10 @@ every piece of it has in the cloud."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Final
+from typing import Any, Final, Protocol
 
 from htgrid.annex._errors import AnnexUsageError
 from htgrid.annex.lease_function import PARAMETER_ROOT, RULE_PREFIX
@@ -14,6 +15,9 @@ from htgrid.annex.lease_function import PARAMETER_ROOT, RULE_PREFIX
 __all__ = [
     "DEFAULT_IDLE",
     "AnnexSpec",
+    "Cloud",
+    "CloudAnnex",
+    "Instance",
     "annex_identity",
     "check_name",
     "lease_parameter",
@@ -152,3 +156,55 @@ class AnnexSpec:
 
     def image_for(self, index: int) -> str:
         return self.image_ids[index if len(self.image_ids) > 1 else 0]
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """One instance of an annex, as the cloud describes it (EC2's words for its state)."""
+
+    instance_id: str
+    state: str
+    instance_type: str
+    launched: float
+    lifecycle: str  # "on-demand" or "spot"
+    address: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CloudAnnex:
+    """An annex as the cloud holds it (one refresh)."""
+
+    name: str
+    owner: str
+    lease_end: float
+    requested: int  # on-demand instances plus fleet capacity asked for
+    instances: tuple[Instance, ...]
+    fleets: tuple[tuple[str, str], ...]  # (request id, state): spot fleets, scale sets
+    settings: Mapping[str, Any]
+
+
+class Cloud(Protocol):
+    """One cloud's side of the annexes of one account and region (`AwsAnnexes`,
+    `AzureAnnexes`): the lease, the annex's values (its token, lease end and launch
+    settings, by `what`), its instances."""
+
+    kind: str  # "ec2" or "azure", as the ad's Cloud says
+    region: str
+    scope: str  # where in the account: Azure's resource group ("" on AWS)
+    clock: Callable[[], float]
+
+    @property
+    def calls(self) -> int: ...  # the cloud calls made so far
+
+    def check_setup(self) -> None: ...
+    def lease_of(self, name: str) -> float | None: ...
+    def start_lease(self, name: str, owner: str, expiration: float) -> None: ...
+    def move_lease(self, name: str, expiration: float) -> None: ...
+    def put(self, name: str, what: str, value: str, *, secure: bool = False,
+            expires: float | None = None) -> None: ...  # fmt: skip
+    def get(self, name: str, what: str) -> str | None: ...
+    def boot_settings(self, name: str) -> dict[str, Any]: ...
+    def request(self, spec: AnnexSpec, user_data: str, expiration: float) -> list[str]: ...
+    def end(self, name: str) -> dict[str, Any]: ...
+    def names(self) -> list[str]: ...
+    def describe(self, only: str | None = None) -> list[CloudAnnex]: ...

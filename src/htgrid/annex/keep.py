@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from htgrid.annex._aws import AwsAnnexes
+from htgrid.annex._azure import GROUP, AzureAnnexes
 from htgrid.annex._errors import AnnexError
 from htgrid.annex._service import Annexes
+from htgrid.annex._spec import Cloud
 from htgrid.collector import CollectorError
 from htgrid.pool import HomeLayout
 
@@ -37,6 +39,8 @@ class Record:
     name: str
     region: str
     pool: str
+    cloud: str = "ec2"
+    group: str = ""  # Azure: the setup's resource group
 
 
 def _path(home: Path, name: str) -> Path:
@@ -49,7 +53,8 @@ def remember(home: Path, record: Record) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"name": record.name, "region": record.region,
-                               "pool": record.pool}) + "\n")  # fmt: skip
+                               "pool": record.pool, "cloud": record.cloud,
+                               "group": record.group}) + "\n")  # fmt: skip
     os.replace(tmp, path)
 
 
@@ -63,21 +68,36 @@ def records(home: Path) -> list[Record]:
     for path in sorted(HomeLayout(home).annex_dir.glob("*.json")):
         try:
             raw = json.loads(path.read_text())
-            out.append(Record(str(raw["name"]), str(raw["region"]), str(raw.get("pool", ""))))
+            out.append(
+                Record(
+                    str(raw["name"]),
+                    str(raw["region"]),
+                    str(raw.get("pool", "")),
+                    str(raw.get("cloud", "ec2")),
+                    str(raw.get("group", "")),
+                )
+            )
         except (OSError, ValueError, KeyError, TypeError) as exc:
             _log.error("%s: not an annex record (%s): skipped", path, exc)
     return out
 
 
-def refresh(home: Path, *, aws: Callable[[str], AwsAnnexes] = AwsAnnexes) -> list[str]:
+def _cloud(record: Record) -> Cloud:
+    if record.cloud == "azure":
+        return AzureAnnexes(record.region, group=record.group or GROUP)
+    return AwsAnnexes(record.region)
+
+
+def refresh(home: Path, *, clouds: Callable[[Record], Cloud] = _cloud) -> list[str]:
     """One refresh of the recorded annexes' ads; the names of those found gone."""
-    by_place: dict[tuple[str, str], list[str]] = {}
+    by_place: dict[tuple[str, str, str, str], list[Record]] = {}
     for r in records(home):
-        by_place.setdefault((r.region, r.pool), []).append(r.name)
+        by_place.setdefault((r.cloud, r.region, r.group, r.pool), []).append(r)
     gone: list[str] = []
-    for (region, pool), names in by_place.items():
+    for (_, region, _, pool), recorded in by_place.items():
+        names = [r.name for r in recorded]
         try:
-            ended = Annexes(aws(region), home, pool=pool or None).keep(names)
+            ended = Annexes(clouds(recorded[0]), home, pool=pool or None).keep(names)
         except (AnnexError, CollectorError) as exc:  # the next refresh tries again
             _log.error("cannot refresh the annexes %s in %s: %s", ", ".join(names), region, exc)
             continue

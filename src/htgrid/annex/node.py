@@ -2,11 +2,13 @@
 
 The boot script (user data) runs it once htgrid is installed. It
 
-1. asks the instance metadata service (IMDSv2) for the instance's id;
-2. reads the annex's token from its SSM SecureString with the instance role's
-   credentials, and writes it to the node's etc/tokens.d (mode 0600);
+1. asks the instance metadata service for the instance's id (EC2: IMDSv2; Azure: the
+   scale set VM's name);
+2. reads the annex's token (EC2: its SSM SecureString, with the instance role's
+   credentials; Azure: its Key Vault secret, with the scale set's managed identity)
+   and writes it to the node's etc/tokens.d (mode 0600);
 3. closes the metadata service to everyone but root (iptables), so that jobs, which
-   run as their owners, cannot take the role's credentials;
+   run as their owners, cannot take the role's credentials or the identity's tokens;
 4. trusts the pool's CA, writes the node's htgrid.conf (named `<instance id>.NAME.annex`,
    which the annex's token may advertise; START admits only jobs aimed at the annex,
    of its owners; STARTD_NOCLAIM_SHUTDOWN is the idle time) and runs `htgrid startd
@@ -15,7 +17,8 @@ The boot script (user data) runs it once htgrid is installed. It
    extend` moves the one and renews the other); at the lease's end it stops the node,
    whether or not the pool can be reached;
 6. when the node has stopped (idle, lease, refused), shuts the instance down, which
-   terminates it (the instances are launched with that shutdown behaviour).
+   terminates it on EC2 (the instances are launched with that shutdown behaviour); on
+   Azure the VM stays allocated until the lease runbook's hourly sweeper deletes it.
 
 Test hooks, from the environment: HTGRID_ANNEX_METADATA_URL (default
 http://169.254.169.254), HTGRID_ANNEX_SHUTDOWN (default `shutdown -h now`),
@@ -32,6 +35,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
@@ -72,24 +76,74 @@ def _retry(what: str, fn: Any) -> Any:
     raise AssertionError("unreachable")
 
 
-class _Parameters:
-    """The annex's SSM parameters, read with the instance role's credentials."""
+class _Ec2:
+    """EC2: the instance's id from IMDSv2; the annex's SSM parameters, read with the
+    instance role's credentials."""
 
-    def __init__(self, region: str) -> None:
+    attribute = "EC2InstanceID"
+
+    def __init__(self, settings: Mapping[str, Any], base: str) -> None:
         import boto3  # type: ignore[import-untyped]
 
-        self.ssm = boto3.session.Session(region_name=region).client("ssm")
+        os.environ.setdefault("AWS_EC2_METADATA_SERVICE_ENDPOINT", base + "/")
+        self.base = base
+        self.names = {w: str(settings[f"{w}_parameter"]) for w in ("token", "lease")}
+        self.ssm = boto3.session.Session(region_name=str(settings["region"])).client("ssm")
 
-    def get(self, name: str) -> str | None:
+    def instance(self) -> str:
+        return _metadata(self.base, "instance-id")
+
+    def get(self, what: str) -> str | None:
         from botocore.exceptions import ClientError  # type: ignore[import-untyped]
 
         try:
-            answer = self.ssm.get_parameter(Name=name, WithDecryption=True)
+            answer = self.ssm.get_parameter(Name=self.names[what], WithDecryption=True)
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") == "ParameterNotFound":
                 return None
             raise
         return str(answer["Parameter"]["Value"])
+
+
+class _Azure:
+    """Azure: the VM's name from the instance metadata service; the annex's Key Vault
+    secrets, read with the scale set's managed identity (its token from the same)."""
+
+    attribute = "AzureVMName"
+
+    def __init__(self, settings: Mapping[str, Any], base: str) -> None:
+        self.base = base
+        self.vault = str(settings["vault_url"]).rstrip("/")
+        self.names = {w: str(settings[f"{w}_secret"]) for w in ("token", "lease")}
+
+    def _imds(self, path: str) -> Any:
+        request = urllib.request.Request(f"{self.base}{path}", headers={"Metadata": "true"})
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return json.loads(answer.read())
+
+    def instance(self) -> str:
+        return str(self._imds("/metadata/instance/compute?api-version=2021-02-01")["name"])
+
+    def get(self, what: str) -> str | None:
+        identity = self._imds(
+            "/metadata/identity/oauth2/token?api-version=2018-02-01"
+            "&resource=https%3A%2F%2Fvault.azure.net"
+        )
+        request = urllib.request.Request(
+            f"{self.vault}/secrets/{self.names[what]}?api-version=7.4",
+            headers={"Authorization": f"Bearer {identity['access_token']}"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return str(json.loads(answer.read())["value"])
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+
+def _cloud(settings: Mapping[str, Any], base: str) -> _Ec2 | _Azure:
+    return _Azure(settings, base) if settings.get("cloud") == "azure" else _Ec2(settings, base)
 
 
 def _write_secret(path: Path, text: str) -> None:
@@ -101,17 +155,18 @@ def _write_secret(path: Path, text: str) -> None:
     os.replace(temp, path)
 
 
-def _knobs(settings: Mapping[str, Any], instance: str, hostname: str) -> dict[str, str]:
+def _knobs(settings: Mapping[str, Any], instance: str, hostname: str,
+           attribute: str = "EC2InstanceID") -> dict[str, str]:  # fmt: skip
     name = str(settings["annex"])
     knobs = {
         "NETWORK_HOSTNAME": hostname,
         "FILESYSTEM_DOMAIN": hostname,
         "UID_DOMAIN": hostname,
         "START": str(settings["start"]),
-        "STARTD_ATTRS": "AnnexName, IsAnnex, EC2InstanceID",
+        "STARTD_ATTRS": f"AnnexName, IsAnnex, {attribute}",
         "AnnexName": json.dumps(name),
         "IsAnnex": "true",
-        "EC2InstanceID": json.dumps(instance),
+        attribute: json.dumps(instance),
         "STARTD_NOCLAIM_SHUTDOWN": str(int(float(settings["idle"]))),
         "UPDATE_INTERVAL": str(int(settings.get("update_interval", 60))),
     }
@@ -138,14 +193,14 @@ def _htgrid(*args: str) -> list[str]:
 def run(settings: Mapping[str, Any], home: Path) -> int:
     """The node's whole life on this instance; the shutdown command's exit status."""
     base = os.environ.get("HTGRID_ANNEX_METADATA_URL", _METADATA).rstrip("/")
-    os.environ.setdefault("AWS_EC2_METADATA_SERVICE_ENDPOINT", base + "/")
     name = str(settings["annex"])
-    instance = _retry("the instance metadata", lambda: _metadata(base, "instance-id"))
-    hostname = f"{instance}.{name}.annex"
-    params = _Parameters(str(settings["region"]))
-    token = _retry("the annex's token", lambda: params.get(str(settings["token_parameter"])))
+    params = _cloud(settings, base)
+    instance = _retry("the instance metadata", params.instance)
+    # A scale set's VM is NAME_N: a host name has no underscore.
+    hostname = f"{instance.replace('_', '-').lower()}.{name}.annex"
+    token = _retry("the annex's token", lambda: params.get("token"))
     lease_end = float(settings["lease_end"])
-    moved = _retry("the annex's lease", lambda: params.get(str(settings["lease_parameter"])))
+    moved = _retry("the annex's lease", lambda: params.get("lease"))
     if moved is not None:
         lease_end = float(moved)  # extended since this instance was requested
     try:
@@ -165,7 +220,7 @@ def run(settings: Mapping[str, Any], home: Path) -> int:
             check=True,
             stdout=subprocess.DEVNULL,
         )
-        knobs = _knobs(settings, instance, hostname)
+        knobs = _knobs(settings, instance, hostname, params.attribute)
         (node / "htgrid.conf").write_text("".join(f"{k} = {v}\n" for k, v in knobs.items()))
         with open(home / "startd.log", "ab") as out:
             startd = subprocess.Popen(
@@ -189,7 +244,7 @@ def run(settings: Mapping[str, Any], home: Path) -> int:
             try:
                 status = startd.wait(min(poll, left))
             except subprocess.TimeoutExpired:
-                lease_end, token = _refresh(params, settings, lease_end, token, token_file)
+                lease_end, token = _refresh(params, lease_end, token, token_file)
                 continue
             _log.info("annex %s: the node exited with status %s", name, status)
             break
@@ -198,12 +253,12 @@ def run(settings: Mapping[str, Any], home: Path) -> int:
     return _shutdown()
 
 
-def _refresh(params: _Parameters, settings: Mapping[str, Any], lease_end: float,
-             token: str, token_file: Path) -> tuple[float, str]:  # fmt: skip
-    """The lease end and token as SSM has them now (unchanged if it cannot be read)."""
+def _refresh(params: _Ec2 | _Azure, lease_end: float, token: str,
+             token_file: Path) -> tuple[float, str]:  # fmt: skip
+    """The lease end and token as the cloud has them now (unchanged if unreadable)."""
     try:
-        lease = params.get(str(settings["lease_parameter"]))
-        fresh = params.get(str(settings["token_parameter"]))
+        lease = params.get("lease")
+        fresh = params.get("token")
     except Exception as exc:  # cut off from the cloud: the lease known stands
         _log.warning("cannot read the annex's lease: %s", exc)
         return lease_end, token

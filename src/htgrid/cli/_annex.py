@@ -11,6 +11,9 @@
 
 AWS credentials and endpoints are boto3's own (AWS_PROFILE, AWS_ACCESS_KEY_ID,
 AWS_ENDPOINT_URL...); the region is --region, else AWS_DEFAULT_REGION, else us-east-1.
+With --cloud azure: a service principal from AZURE_TENANT_ID, AZURE_CLIENT_ID and
+AZURE_CLIENT_SECRET, the subscription from --subscription or AZURE_SUBSCRIPTION_ID,
+the setup's --resource-group (htgrid-annex), the location from --region (eastus).
 Exit status: 0 done, 1 no such annex or the cloud refused, 2 bad usage.
 """
 
@@ -32,7 +35,9 @@ from htgrid.annex import (
     AnnexSpec,
     AnnexUsageError,
     AwsAnnexes,
+    AzureAnnexes,
     SetupMissing,
+    azure_setup,
     parse_duration,
     parse_expiry,
     parse_tags,
@@ -59,13 +64,23 @@ def register(commands: Any) -> None:
 
     def verb(name: str, what: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = verbs.add_parser(name, help=what, description=what)
-        parser.add_argument("--region", default=None, help="the cloud region (us-east-1)")
-        parser.add_argument("--cloud", default="ec2", choices=["ec2"], help="ec2 (azure: later)")
+        parser.add_argument("--region", default=None, help="the region (us-east-1, eastus)")
+        parser.add_argument("--cloud", default="ec2", choices=["ec2", "azure"], help="ec2 or azure")
+        parser.add_argument(
+            "--subscription", help="azure: the subscription (AZURE_SUBSCRIPTION_ID)"
+        )
+        parser.add_argument(
+            "--resource-group", default="htgrid-annex", help="azure: the setup's resource group"
+        )
         return parser
 
     s = verb("setup", "install the lease function, roles and security group (administrator)")
     s.add_argument("--vpc", help="the VPC of the security group (default VPC)")
     s.add_argument("--cidr", default="0.0.0.0/0", help="who may reach the nodes (the pool)")
+    s.add_argument("--vault", help="azure: the Key Vault's name (globally unique)")
+    s.add_argument(
+        "--user-object-ids", default="", help="azure: the users' object ids (vault access)"
+    )
     s.set_defaults(handler=_setup)
 
     c = verb("create", "start an annex: its lease first, then its instances")
@@ -75,8 +90,11 @@ def register(commands: Any) -> None:
     c.add_argument("--lifetime", help="the lease: 3600, 90m, 2h, 1d")
     c.add_argument("--expiry", help='the lease\'s end, "YYYY-MM-DD HH:MM" (local time)')
     c.add_argument("--idle", default=str(int(DEFAULT_IDLE)), help="idle instances stop (900)")
-    c.add_argument("--instance-types", default="m5.large", help="t1[:weight],t2[:weight]")
-    c.add_argument("--image-ids", required=True, help="the image (AMI), or one per type")
+    c.add_argument("--instance-types", help="t1[:weight],t2[:weight] (m5.large, Standard_D2s_v3)")
+    c.add_argument(
+        "--image-ids", required=True,
+        help="the image (AMI), or one per type; azure: publisher:offer:sku:version or an id",
+    )  # fmt: skip
     c.add_argument("--spot-price", help="the most to pay an hour (spot fleet)")
     c.add_argument("--keypair", help="an EC2 key pair for SSH")
     c.add_argument("--vpc", help="the VPC (with --subnet)")
@@ -127,8 +145,14 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _annexes(args: argparse.Namespace) -> Annexes:
+    pool = getattr(args, "pool", None)
+    if args.cloud == "azure":
+        cloud = AzureAnnexes(
+            args.region or "eastus", subscription=args.subscription, group=args.resource_group
+        )
+        return Annexes(cloud, htgrid_home(), pool=pool)
     region = args.region or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-    return Annexes(AwsAnnexes(region), htgrid_home(), pool=getattr(args, "pool", None))
+    return Annexes(AwsAnnexes(region), htgrid_home(), pool=pool)
 
 
 def _guard(fn: Any) -> Any:
@@ -149,7 +173,18 @@ def _guard(fn: Any) -> Any:
 
 @_guard
 def _setup(args: argparse.Namespace) -> int:
-    done = setup(_annexes(args).aws, vpc=args.vpc, cidr=args.cidr)
+    cloud = _annexes(args).cloud
+    if isinstance(cloud, AzureAnnexes):
+        made = azure_setup(cloud, users=_listed(args.user_object_ids), vault=args.vault)
+        print(
+            f"Installed in {made['resource_group']} ({made['region']}): Automation account "
+            f"{made['account']} with runbook {made['runbook']} and its hourly sweeper, "
+            f"Key Vault {made['vault']}.\nGive annex users this role on the resource group:"
+        )
+        print(json.dumps(made["user_role"], indent=2))
+        return EXIT_OK
+    assert isinstance(cloud, AwsAnnexes)
+    done = setup(cloud, vpc=args.vpc, cidr=args.cidr)
     print(
         f"Installed in {done['region']}: lease function {done['function']}, sweeper rule "
         f"{done['sweeper']}, instance profile {done['instance_profile']}, security group "
@@ -179,8 +214,9 @@ def _create(args: argparse.Namespace) -> int:
         lifetime=parse_duration(args.lifetime, "--lifetime") if args.lifetime else None,
         expiry=parse_expiry(args.expiry) if args.expiry else None,
         idle=parse_duration(args.idle, "--idle"),
-        region=annexes.aws.region,
-        instance_types=_listed(args.instance_types),
+        region=annexes.cloud.region,
+        instance_types=_listed(args.instance_types)
+        or (("Standard_D2s_v3",) if args.cloud == "azure" else ("m5.large",)),
         image_ids=_listed(args.image_ids),
         spot_price=args.spot_price,
         keypair=args.keypair,
@@ -196,6 +232,10 @@ def _create(args: argparse.Namespace) -> int:
     )
     if not spec.count and not spec.slots:
         raise AnnexUsageError("--count N (on-demand instances) or --slots W (a spot fleet)")
+    if args.cloud == "azure" and (len(spec.instance_types) > 1 or len(spec.image_ids) > 1):
+        raise AnnexUsageError(
+            "--cloud azure: a scale set has one size and one image (--instance-types, --image-ids)"
+        )
     made = annexes.create(spec)
     for warning in made.warnings:
         print(f"htgrid annex: warning: {warning}", file=sys.stderr)
@@ -253,7 +293,7 @@ def _status(args: argparse.Namespace) -> int:
 
 @_guard
 def _list(args: argparse.Namespace) -> int:
-    for name in _annexes(args).aws.names():
+    for name in _annexes(args).cloud.names():
         print(name)
     return EXIT_OK
 
@@ -261,6 +301,12 @@ def _list(args: argparse.Namespace) -> int:
 @_guard
 def _shutdown(args: argparse.Namespace) -> int:
     done = _annexes(args).shutdown(args.name)
+    if args.cloud == "azure":
+        print(
+            f"Annex {args.name}: {len(done['deleted'])} scale sets deleted with their VMs, "
+            f"{len(done['secrets'])} secrets purged, lease removed."
+        )
+        return EXIT_OK
     print(
         f"Annex {args.name}: {len(done['terminated'])} instances terminated, "
         f"{len(done['cancelled'])} spot-fleet requests cancelled, lease removed."

@@ -19,11 +19,13 @@ it) as a local process, with
   launched with InstanceInitiatedShutdownBehavior=terminate.
 
 An instance moto reports terminated (the lease function, `annex shutdown`) loses its
-processes at once, as a VM that is gone does.
+processes at once, as a VM that is gone does. `BootHarness` is the cloud-neutral part
+(tests/annex/_azure_cloud.py boots Azure scale sets of the fake ARM with it).
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -31,17 +33,17 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from htgrid.annex import INSTANCE_ROLE
 from htgrid.pool import family_marker, kill_leftovers
 from htgrid.startd import StartdConfig
 
-__all__ = ["InstanceHarness"]
+__all__ = ["BootHarness", "InstanceHarness", "Route", "metadata_server"]
 
 _ANNEX_TAG = "htgrid:AnnexName"
 _CREDENTIALS = {
@@ -65,71 +67,72 @@ class _Booted:
     gone: bool = False
 
 
-def _metadata_server(address: str, instance_id: str, shutdown: Any) -> ThreadingHTTPServer:
-    booted_requests: list[str] = []
+Route = Callable[[str, str], tuple[int, str] | None]  # (method, path) -> (status, body)
+
+
+def metadata_server(
+    address: str, routes: Route, shutdown: Callable[[], None]
+) -> ThreadingHTTPServer:
+    """A small instance metadata service on `address`: `routes` answers, and POST
+    /harness/shutdown (the boot script's "shutdown -h now") calls `shutdown`."""
 
     class Handler(BaseHTTPRequestHandler):
-        def _send(self, status: int, body: str) -> None:
+        def _answer(self) -> None:
+            if self.command == "POST" and self.path == "/harness/shutdown":
+                shutdown()
+                status, body = 200, ""
+            else:
+                status, body = routes(self.command, self.path) or (404, "")
             data = body.encode()
             self.send_response(status)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
 
-        def do_PUT(self) -> None:
-            booted_requests.append(f"PUT {self.path}")
-            if self.path == "/latest/api/token":
-                self._send(200, "harness-imds-token")
-            else:
-                self._send(404, "")
-
-        def do_GET(self) -> None:
-            booted_requests.append(f"GET {self.path}")
-            creds = "/latest/meta-data/iam/security-credentials/"
-            if self.path == "/latest/meta-data/instance-id":
-                self._send(200, instance_id)
-            elif self.path == creds:
-                self._send(200, INSTANCE_ROLE)
-            elif self.path == creds + INSTANCE_ROLE:
-                self._send(200, json.dumps(_CREDENTIALS))
-            else:
-                self._send(404, "")
-
-        def do_POST(self) -> None:
-            if self.path == "/harness/shutdown":
-                shutdown(instance_id)
-                self._send(200, "")
-            else:
-                self._send(404, "")
+        do_GET = do_PUT = do_POST = _answer
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
     server = ThreadingHTTPServer((address, 0), Handler)
     server.daemon_threads = True
-    server.requests = booted_requests  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
 
-class InstanceHarness:
-    """Boots the annex instances moto runs, as processes on loopback addresses."""
+def _ec2_routes(instance_id: str) -> Route:
+    """IMDSv2: a session token, the instance's id, the instance role's credentials."""
+    creds = "/latest/meta-data/iam/security-credentials/"
+
+    def route(method: str, path: str) -> tuple[int, str] | None:
+        if method == "PUT" and path == "/latest/api/token":
+            return 200, "harness-imds-token"
+        if method != "GET":
+            return None
+        return {
+            "/latest/meta-data/instance-id": (200, instance_id),
+            creds: (200, INSTANCE_ROLE),
+            creds + INSTANCE_ROLE: (200, json.dumps(_CREDENTIALS)),
+        }.get(path)
+
+    return route
+
+
+class BootHarness:
+    """Boots a cloud's annex instances as processes on loopback addresses; a subclass
+    says what the cloud runs (`states`), each instance's user data and metadata
+    service (`user_data`, `routes`), and what its own shutdown does (`shut_down`)."""
 
     def __init__(
         self,
         workdir: Path,
         *,
-        region: str = "us-east-1",
         first_address: int = 10,
         wheel: Path | None = None,
         env: Mapping[str, str] | None = None,
         interval: float = 0.2,
     ) -> None:
-        import boto3  # type: ignore[import-untyped]
-
         self.workdir = workdir
-        self.region = region
-        self.ec2 = boto3.session.Session(region_name=region).client("ec2")
         self.next_address = first_address
         self.wheel = wheel
         self.extra_env = dict(env or {})
@@ -140,27 +143,25 @@ class InstanceHarness:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    # ---- the cloud's side -----------------------------------------------------------
+    # ---- the cloud's side (a subclass's) ---------------------------------------------
 
-    def _states(self) -> dict[str, str]:
-        out: dict[str, str] = {}
-        kwargs: dict[str, Any] = {"Filters": [{"Name": "tag-key", "Values": [_ANNEX_TAG]}]}
-        while True:
-            page = self.ec2.describe_instances(**kwargs)
-            for reservation in page["Reservations"]:
-                for i in reservation["Instances"]:
-                    out[i["InstanceId"]] = i["State"]["Name"]
-            if not page.get("NextToken"):
-                return out
-            kwargs["NextToken"] = page["NextToken"]
+    def states(self) -> dict[str, str]:
+        """Every annex instance's state, in EC2's words (running, terminated...)."""
+        raise NotImplementedError
 
-    def _terminate(self, instance_id: str) -> None:
-        """The instance shut itself down: EC2 terminates it."""
-        self.ec2.terminate_instances(InstanceIds=[instance_id])
+    def user_data(self, instance_id: str) -> str:
+        raise NotImplementedError
+
+    def routes(self, instance_id: str) -> Route:
+        raise NotImplementedError
+
+    def shut_down(self, instance_id: str) -> None:
+        """The instance shut itself down."""
+        raise NotImplementedError
 
     def step(self) -> None:
         """Boot what is newly running, end what is gone."""
-        for instance_id, state in self._states().items():
+        for instance_id, state in self.states().items():
             with self._lock:
                 known = self.instances.get(instance_id)
             if state == "running" and known is None:
@@ -197,17 +198,16 @@ class InstanceHarness:
         return env
 
     def _boot(self, instance_id: str) -> None:
-        import base64
-
-        raw = self.ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
-        user_data = base64.b64decode(raw.get("UserData", {}).get("Value", "")).decode()
+        user_data = self.user_data(instance_id)
         address = f"127.0.0.{self.next_address}"
         self.next_address += 1
         home = self.workdir / instance_id
         home.mkdir(parents=True, exist_ok=True)
         script = home / "user-data"
         script.write_text(user_data)
-        metadata = _metadata_server(address, instance_id, self._terminate)
+        metadata = metadata_server(
+            address, self.routes(instance_id), lambda: self.shut_down(instance_id)
+        )
         url = f"http://{address}:{metadata.server_address[1]}"
         with open(home / "boot.log", "ab") as out:
             process = subprocess.Popen(
@@ -262,7 +262,7 @@ class InstanceHarness:
             except Exception as exc:  # moto busy: the next step tries again
                 self.errors.append(repr(exc))
 
-    def start(self) -> InstanceHarness:
+    def start(self) -> BootHarness:
         self._thread = threading.Thread(target=self._loop, name="instance-harness", daemon=True)
         self._thread.start()
         return self
@@ -276,8 +276,43 @@ class InstanceHarness:
         for booted in left:
             self._vanish(booted)
 
-    def __enter__(self) -> InstanceHarness:
-        return self.start()
+    def __enter__(self) -> Self:
+        self.start()
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class InstanceHarness(BootHarness):
+    """Boots the annex instances moto runs (EC2)."""
+
+    def __init__(self, workdir: Path, *, region: str = "us-east-1", **kwargs: Any) -> None:
+        import boto3  # type: ignore[import-untyped]
+
+        super().__init__(workdir, **kwargs)
+        self.region = region
+        self.ec2 = boto3.session.Session(region_name=region).client("ec2")
+
+    def states(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        kwargs: dict[str, Any] = {"Filters": [{"Name": "tag-key", "Values": [_ANNEX_TAG]}]}
+        while True:
+            page = self.ec2.describe_instances(**kwargs)
+            for reservation in page["Reservations"]:
+                for i in reservation["Instances"]:
+                    out[i["InstanceId"]] = i["State"]["Name"]
+            if not page.get("NextToken"):
+                return out
+            kwargs["NextToken"] = page["NextToken"]
+
+    def user_data(self, instance_id: str) -> str:
+        raw = self.ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
+        return base64.b64decode(raw.get("UserData", {}).get("Value", "")).decode()
+
+    def routes(self, instance_id: str) -> Route:
+        return _ec2_routes(instance_id)
+
+    def shut_down(self, instance_id: str) -> None:
+        """EC2 terminates an instance launched with shutdown behaviour `terminate`."""
+        self.ec2.terminate_instances(InstanceIds=[instance_id])

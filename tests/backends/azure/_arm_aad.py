@@ -15,10 +15,21 @@ class AzureAd:
         self.tenant = tenant
         self.client_id = client_id
         self.client_secret = client_secret
-        self._tokens: set[str] = set()
+        # token -> the principal (object id) it stands for; the service principal's
+        # object id is its client id here.
+        self._tokens: dict[str, str] = {}
 
     def valid(self, token: str) -> bool:
         return token in self._tokens
+
+    def principal(self, token: str) -> str | None:
+        return self._tokens.get(token)
+
+    def issue(self, principal: str) -> str:
+        """A token of a managed identity (what its IMDS endpoint hands out)."""
+        token = secrets.token_urlsafe(24)
+        self._tokens[token] = principal
+        return token
 
     def openid(self, url: str, tenant: str) -> Reply:
         """What MSAL reads before it asks for a token (its tenant discovery)."""
@@ -50,7 +61,7 @@ class AzureAd:
             body["error_codes"] = [7000215]
             return 401, {}, body
         token = secrets.token_urlsafe(24)
-        self._tokens.add(token)
+        self._tokens[token] = self.client_id
         return (
             200,
             {},

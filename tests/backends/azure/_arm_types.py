@@ -32,6 +32,8 @@ AUTOSCALE = "microsoft.insights/autoscalesettings"
 
 #: Types whose PUT and DELETE are long-running operations (Azure-AsyncOperation).
 ASYNC_TYPES = frozenset({VM, VMSS, DISK, IMAGE, VNET, PIP, NIC})
+#: Types that are no tracked resources: their PUT names no location.
+NO_LOCATION: set[str] = {SECRET}
 #: Types that can be listed by resource group (and VMs by subscription).
 LISTABLE = frozenset({VM, VMSS, DISK, VNET, PIP, NIC, VAULT})
 
@@ -83,6 +85,17 @@ class Store:
         self.resources: dict[str, Res] = {}
         self.secret_values: dict[str, str] = {}
         self._ips = itertools.count(4)
+        self.tenant = "tenant"
+        # The annex's parts (_arm_annex): runbook contents, scale-set instances, the
+        # vaults' data plane, and the principals that are users, not managed identities.
+        self.drafts: dict[str, str] = {}
+        self.published: dict[str, str] = {}
+        self.instances: dict[str, list[dict[str, Any]]] = {}
+        self.next_instance: dict[str, int] = {}
+        self.vault_secrets: dict[str, dict[str, dict[str, Any]]] = {}
+        self.deleted_secrets: dict[str, dict[str, dict[str, Any]]] = {}
+        self.users: set[str] = set()
+        self.on_remove: dict[str, Callable[[Store, Res], None]] = {}
 
     def get(self, resource_id: str) -> Res | None:
         return self.resources.get(key(resource_id))
@@ -111,11 +124,11 @@ class Store:
     # ---- PUT: validate, then return the body ARM stores -----------------------------------
 
     def prepare(self, rtype: str, rid: str, body: dict[str, Any], old: Res | None) -> Res:
-        rule = _PUT_RULES.get(rtype)
+        rule = PUT_RULES.get(rtype)
         if rule is None:
             raise ArmError(400, "InvalidResourceType", f"fake ARM cannot create {rtype}")
         stored = copy.deepcopy(body)
-        if rtype not in (SECRET,):
+        if rtype not in NO_LOCATION:
             need(isinstance(stored.get("location"), str), f"{rtype} needs a location")
         rule(self, rid, stored, old)
         return Res(rid, rtype, rid.split("/")[4].lower(), stored, old.power if old else "running")
@@ -148,12 +161,17 @@ class Store:
 
     def remove(self, res: Res) -> None:
         self.resources.pop(key(res.id), None)
+        self.instances.pop(key(res.id), None)
+        hook = self.on_remove.get(res.rtype)
+        if hook is not None:
+            hook(self, res)
         if res.rtype == VM:
             self._release_vm(res)
         if res.rtype == VAULT:
             for secret in list(self.resources.values()):
                 if key(secret.id).startswith(key(res.id) + "/secrets/"):
                     self.resources.pop(key(secret.id), None)
+            self.vault_secrets.pop(key(res.id), None)
 
     def _release_vm(self, vm: Res) -> None:
         """Detach or delete the VM's NICs and disks by their deleteOption."""
@@ -469,7 +487,7 @@ def _put_autoscale(store: Store, rid: str, body: dict[str, Any], old: Res | None
             need(start < end and fixed.get("timeZone"), "bad fixedDate")
 
 
-_PUT_RULES: dict[str, Callable[[Store, str, dict[str, Any], Res | None], None]] = {
+PUT_RULES: dict[str, Callable[[Store, str, dict[str, Any], Res | None], None]] = {
     VNET: _put_vnet,
     PIP: _put_pip,
     NIC: _put_nic,

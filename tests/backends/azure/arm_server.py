@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
+from . import _arm_annex as annex
 from ._arm_aad import AzureAd
 from ._arm_ops import Operations
 from ._arm_types import (
@@ -80,7 +81,7 @@ class _Fault:
     times: int
 
 
-class ArmServer:
+class ArmServer(annex.AnnexArm):
     """The fake ARM and Azure AD; `start()` it, point the SDK at `url` trusting `ca_file`."""
 
     def __init__(
@@ -99,6 +100,10 @@ class ArmServer:
         self.aad = AzureAd(tenant, client_id, client_secret)
         self.ops = Operations(op_polls)
         self.store = Store(subscription)
+        self.store.tenant = tenant
+        self.store.on_remove[annex.SCHEDULE] = annex.remove_schedule
+        self._raw = b""
+        self.rbac: dict[str, list[str]] = {}
         self.log: list[Logged] = []
         self.ca_file, self._cert, self._key = make_test_ca(directory)
         self._lock = threading.RLock()
@@ -130,6 +135,15 @@ class ArmServer:
             self._thread.join(10)
 
     # ---- test controls ------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Forget every resource (a new, empty subscription); tokens stay valid."""
+        with self._lock:
+            tenant, hooks = self.store.tenant, self.store.on_remove
+            self.store = Store(self.subscription)
+            self.store.tenant, self.store.on_remove = tenant, hooks
+            self.log.clear()
+            self.rbac.clear()
 
     def fault(
         self,
@@ -230,6 +244,7 @@ class ArmServer:
             except ValueError:
                 body = dict(parse_qsl(raw.decode(), keep_blank_values=True))
         with self._lock:
+            self._raw = raw
             self.log.append(Logged(method, path, query, body))
             self.ops.settle()
             try:
@@ -246,9 +261,12 @@ class ArmServer:
             return self.aad.openid(self.url, parts[0])
         if len(parts) == 4 and lowered[1:] == ["oauth2", "v2.0", "token"] and method == "POST":
             return self.aad.token(parts[0], body)
+        if lowered[0] == "vault" and len(parts) >= 3:
+            return self._data_plane(method, parts, query, headers, body)
         if lowered[0] != "subscriptions" or len(parts) < 3:
             raise _unsupported(method, path)
         self._check_call(parts[1], query, headers)
+        self._authorize(method, parts, headers)
         self._inject_fault(method, path)
         if lowered[2] == "operationresults" and len(parts) == 4:
             return self.ops.result(parts[3], f"{self.url}{path}?api-version={query['api-version']}")
@@ -368,7 +386,18 @@ class ArmServer:
                 raise _unsupported(method, "/".join(parts))
             return self._list("/" + "/".join(parts), query, self.store.of_type(rtype, group))
         if len(rest) == 3 and method == "POST" and f"{namespace}/{rest[0]}".lower() == VMSS:
-            return self._vmss_action(f"{base}/{rest[0]}/{rest[1]}", rest[2].lower())
+            return self._vmss_action(f"{base}/{rest[0]}/{rest[1]}", rest[2].lower(), body)
+        if len(rest) >= 3 and len(rest) % 2 and method == "GET":
+            return self._nested_list(base, rest, rtype, query)
+        runbook = len(rest) > 4 and rest[2].lower() == "runbooks"
+        if runbook and rest[4:] == ["draft", "content"] and method == "PUT":
+            book = f"{base}/{'/'.join(rest[:4])}"
+            annex.draft_content(self.store, book, self._raw.decode())
+            return self._accepted(namespace, book)
+        if runbook and rest[4:] == ["publish"] and method == "POST":
+            book = f"{base}/{'/'.join(rest[:4])}"
+            self.store.must(book, "Runbook")
+            return self._accepted(namespace, book, lambda: annex.publish(self.store, book))
         if len(rest) == 4 and rtype == f"{VAULT}/accesspolicies" and method == "PUT":
             return self._access_policies(f"{base}/{rest[0]}/{rest[1]}", rest[3].lower(), body)
         if len(rest) % 2:
@@ -407,6 +436,8 @@ class ArmServer:
 
         def done() -> None:
             props["provisioningState"] = "Succeeded"
+            if rtype == VMSS:
+                annex.sync_instances(self.store, res)
 
         def failed() -> None:
             props["provisioningState"] = "Failed"
@@ -429,6 +460,7 @@ class ArmServer:
 
         def done() -> None:
             res.body["properties"]["provisioningState"] = "Succeeded"
+            annex.sync_instances(self.store, res)
 
         _, headers = self._location_op(namespace, res.body["location"], res.id, done)
         return 200, headers, self.store.view(res, None)
@@ -450,10 +482,38 @@ class ArmServer:
         )
         return 202, headers, None
 
-    def _vmss_action(self, rid: str, action: str) -> Reply:
+    def _accepted(self, namespace: str, rid: str, done: Callable[[], None] = lambda: None) -> Reply:
+        """202 with a Location to poll (the Automation API's way)."""
+        op_id, _ = self._location_op(namespace, "global", rid, done)
+        base = self._ops_base(namespace, "global")
+        return 202, {"Location": f"{base}/operationResults/{op_id}?api-version=2023-11-01"}, None
+
+    def _nested_list(self, base: str, rest: list[str], rtype: str, query: dict[str, str]) -> Reply:
+        parent = f"{base}/{'/'.join(rest[:-1])}"
+        if rtype == f"{VMSS}/virtualmachines" and len(rest) == 3:
+            res = self.store.must(parent, "Scale set")
+            views = annex.instance_views(
+                res, self.store.instances.get(key(res.id), []), query.get("$expand")
+            )
+            return self._page(parent + "/virtualMachines", query, views)
+        if rtype not in annex.NESTED_LISTS:
+            raise _unsupported("GET", f"{base}/{'/'.join(rest)}")
+        self.store.must(parent, "Parent resource")
+        children = [
+            res for res in self.store.of_type(rtype) if key(res.id).startswith(key(parent) + "/")
+        ]
+        return self._list(f"{base}/{'/'.join(rest)}", query, children)
+
+    def _vmss_action(self, rid: str, action: str, body: Any = None) -> Reply:
         res = self.store.get(rid)
         if res is None:
             raise ArmError(404, "ResourceNotFound", f"The Resource '{rid}' was not found.")
+        if action == "delete":
+            annex.delete_instances(self.store, res, body)
+            _, headers = self._location_op(
+                "Microsoft.Compute", res.body["location"], rid, lambda: None
+            )
+            return 202, headers, None
         power = {"start": "running", "deallocate": "deallocated", "restart": "running"}.get(action)
         if power is None:
             raise _unsupported("POST", f"{rid}/{action}")

@@ -1,0 +1,520 @@
+"""The annex on Azure: a user's calls (create, add, extend, shutdown, describe), and the
+administrator's one-time `setup --cloud azure`.
+
+The cloud is the only record, as on AWS. In the setup's resource group an annex is
+
+* its lease: a OneTime Automation schedule at the lease's end (`htgrid-annex-NAME-END`,
+  its description the lease's event) and the job schedule that runs the lease runbook
+  (`azure_runbook`) with that event; made first, before anything that spends;
+* its Key Vault secrets `htgrid-annex-NAME-{lease,config,token}` in the setup's vault,
+  tagged `htgrid:AnnexName = NAME` (the token expiring with the lease);
+* its scale sets, tagged `htgrid:AnnexName = NAME`, each with a system-assigned managed
+  identity that may `get` the vault's secrets, created with capacity 0, granted the
+  vault access, then scaled to the count asked for.
+
+So a crash of this tool at any moment leaves nothing the runbook (at the lease's end) or
+its hourly sweeper (for what no schedule rules) will not end.
+
+Credentials: a service principal from AZURE_TENANT_ID, AZURE_CLIENT_ID and
+AZURE_CLIENT_SECRET (AZURE_AUTHORITY_HOST, AZURE_RESOURCE_MANAGER_URL and
+HTGRID_ANNEX_VAULT_URL for other clouds), the subscription from AZURE_SUBSCRIPTION_ID.
+CA bundle: SSL_CERT_FILE, as Python's. HTGRID_ANNEX_POLL_ARM: seconds between polls of
+a long-running operation (1).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import os
+import ssl
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from htgrid.annex._errors import AnnexCloudError, AnnexNotFound, AnnexUsageError, SetupMissing
+from htgrid.annex._spec import AnnexSpec, CloudAnnex, Instance
+from htgrid.annex.azure_runbook import (
+    ANNEX_TAG,
+    AUTOMATION_API,
+    COMPUTE_API,
+    KEYVAULT_API,
+    LEASE_TAG,
+    Arm,
+    ArmFailure,
+    Place,
+    enforce,
+    lease_event,
+    leases,
+    schedule_name,
+    secret_name,
+)
+
+__all__ = [
+    "ACCOUNT",
+    "GROUP",
+    "MIN_LEASE",
+    "NETWORK_API",
+    "RESOURCES_API",
+    "RUNBOOK",
+    "SUBNET",
+    "VAULT_TAG",
+    "VNET",
+    "AzureAnnexes",
+    "iso",
+    "vault_url",
+]
+
+RUNBOOK: Final = "htgrid-annex-lease"
+ACCOUNT: Final = "htgrid-annex"
+GROUP: Final = "htgrid-annex"
+VNET: Final = "htgrid-annex-vnet"
+SUBNET: Final = "nodes"
+OWNER_TAG: Final = "htgrid:AnnexOwner"
+VAULT_TAG: Final = "htgrid:AnnexVault"
+RESOURCES_API: Final = "2021-04-01"
+NETWORK_API: Final = "2023-09-01"
+#: Automation refuses a OneTime schedule less than 5 minutes ahead.
+MIN_LEASE: Final = 360.0
+_ADMIN: Final = "htgrid"
+
+
+def iso(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parseiso(text: str) -> float:
+    try:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def vault_url(vault: str) -> str:
+    """A vault's data-plane address: HTGRID_ANNEX_VAULT_URL (with `{vault}`; another
+    cloud's DNS suffix, a private endpoint), else Azure's public one."""
+    template = os.environ.get("HTGRID_ANNEX_VAULT_URL") or "https://{vault}.vault.azure.net"
+    return template.replace("{vault}", vault).rstrip("/")
+
+
+def _credential_token() -> Callable[[str], str]:
+    """Tokens of the service principal in the environment (azure-identity)."""
+    from azure.identity import ClientSecretCredential
+
+    env = os.environ
+    missing = [k for k in ("AZURE_TENANT_ID", "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET") if not env.get(k)]  # fmt: skip
+    if missing:
+        raise AnnexUsageError(f"--cloud azure needs {', '.join(missing)} (a service principal)")
+    kwargs: dict[str, Any] = {}
+    authority = env.get("AZURE_AUTHORITY_HOST")
+    if authority:
+        kwargs["authority"] = authority
+        kwargs["disable_instance_discovery"] = "microsoftonline" not in authority
+    if env.get("SSL_CERT_FILE"):
+        kwargs["connection_verify"] = env["SSL_CERT_FILE"]
+    credential = ClientSecretCredential(
+        env["AZURE_TENANT_ID"], env["AZURE_CLIENT_ID"], env["AZURE_CLIENT_SECRET"], **kwargs
+    )
+    made: dict[str, tuple[str, float]] = {}
+
+    def token(resource: str) -> str:
+        held = made.get(resource)
+        if held is None or held[1] < time.time() + 60:
+            got = credential.get_token(f"{resource}/.default")
+            made[resource] = held = (got.token, float(got.expires_on))
+        return held[0]
+
+    return token
+
+
+class AzureAnnexes:
+    """The annexes of one subscription's setup (resource group) in one location."""
+
+    kind = "azure"
+
+    def __init__(self, region: str, *, subscription: str | None = None, group: str = GROUP,
+                 token: Callable[[str], str] | None = None, arm_url: str | None = None,
+                 poll: float = 1.0,
+                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+        subscription = subscription or os.environ.get("AZURE_SUBSCRIPTION_ID", "")
+        if not subscription:
+            raise AnnexUsageError("--cloud azure needs --subscription (or AZURE_SUBSCRIPTION_ID)")
+        self.region = region
+        self.scope = group
+        self.clock = clock
+        self.place = Place(
+            subscription,
+            group,
+            ACCOUNT,
+            "",
+            arm_url
+            or os.environ.get("AZURE_RESOURCE_MANAGER_URL")
+            or "https://management.azure.com",
+        )
+        self._token = token
+        self._poll = float(os.environ.get("HTGRID_ANNEX_POLL_ARM", poll))
+        self._arm: Arm | None = None
+
+    @property
+    def calls(self) -> int:
+        return self._arm.calls if self._arm is not None else 0
+
+    def arm(self, vault: str | None = None) -> Arm:
+        """The ARM client (with the setup's vault once known)."""
+        if self._arm is None:
+            token = self._token if self._token is not None else _credential_token()
+            context = None
+            if os.environ.get("SSL_CERT_FILE"):
+                context = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
+            self._arm = Arm(self.place, token, context=context, poll=self._poll)
+        if vault is not None and self.place.vault != vault:
+            self.place.vault = vault
+            self.place.vault_url = self._arm.vault_url = vault_url(vault)
+        return self._arm
+
+    def call(self, what: str, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except ArmFailure as exc:
+            raise AnnexCloudError(f"{what} in {self.region}: {exc}") from None
+        except OSError as exc:
+            raise AnnexCloudError(f"{what} in {self.region}: {exc}") from None
+
+    # ---- the Cloud protocol -----------------------------------------------------------
+
+    def check_setup(self) -> None:
+        """The setup's Automation account, its runbook and vault (SetupMissing if not)."""
+
+        def look() -> tuple[Any, Any]:
+            arm = self.arm()
+            account = arm.get(self.place.automation(), AUTOMATION_API)
+            runbook = arm.get(self.place.automation(f"/runbooks/{RUNBOOK}"), AUTOMATION_API)
+            return account, runbook
+
+        account, runbook = self.call("reading the annex setup", look)
+        vault = ((account or {}).get("tags") or {}).get(VAULT_TAG)
+        state = ((runbook or {}).get("properties") or {}).get("state")
+        if not vault or state != "Published":
+            raise SetupMissing(
+                f"no annex lease runbook in resource group {self.place.group}: the "
+                "subscription's administrator runs `htgrid annex setup --cloud azure` once"
+            )
+        self.arm(vault)
+
+    def _ready(self) -> Arm:
+        if not self.place.vault:
+            self.check_setup()
+        return self.arm()
+
+    def lease_of(self, name: str) -> float | None:
+        ends = [end for _, a, end in self.call("listing leases", lambda: list(leases(self._ready()))) if a == name]  # fmt: skip
+        return max(ends) if ends else None
+
+    def start_lease(self, name: str, owner: str, expiration: float) -> None:
+        """The schedule, then its job: from here on the annex ends by `expiration`."""
+        if expiration - self.clock() < MIN_LEASE:
+            raise AnnexUsageError(
+                f"the lease ends in {max(0, int(expiration - self.clock()))} s: on Azure at "
+                f"least {int(MIN_LEASE)} s (Automation schedules start 5 minutes ahead)"
+            )
+        arm = self._ready()
+        event = json.dumps(lease_event(self.place, name, expiration), sort_keys=True)
+        schedule = schedule_name(name, expiration)
+
+        def install() -> None:
+            arm.put(
+                self.place.automation(f"/schedules/{schedule}"),
+                AUTOMATION_API,
+                {
+                    "name": schedule,
+                    "properties": {
+                        "description": event,
+                        "startTime": iso(expiration),
+                        "frequency": "OneTime",
+                        "timeZone": "UTC",
+                    },
+                },
+            )
+            job = uuid.uuid5(uuid.NAMESPACE_URL, f"{self.place.automation()}/{schedule}")
+            arm.put(
+                self.place.automation(f"/jobSchedules/{job}"),
+                AUTOMATION_API,
+                {
+                    "properties": {
+                        "schedule": {"name": schedule},
+                        "runbook": {"name": RUNBOOK},
+                        "parameters": {"event": event},
+                    }
+                },
+            )
+
+        self.call(f"installing annex {name}'s lease", install)
+
+    def move_lease(self, name: str, expiration: float) -> None:
+        """A schedule at the new end, the scale sets' tag, then the old schedules go
+        (the runbook ignores an earlier schedule while a later one exists)."""
+        self.start_lease(name, "", expiration)
+        arm = self.arm()
+
+        def retag() -> None:
+            for annex, vmss in _annex_sets(arm):
+                if annex == name:
+                    tags = {**(vmss.get("tags") or {}), LEASE_TAG: str(int(expiration))}
+                    arm.patch(str(vmss["id"]), COMPUTE_API, {"tags": tags})
+            # Removes the earlier schedules (leases are whole seconds, as the schedule's).
+            enforce(arm, name, int(expiration), self.clock())
+
+        self.call(f"extending annex {name}", retag)
+
+    def put(self, name: str, what: str, value: str, *, secure: bool = False,
+            expires: float | None = None) -> None:  # fmt: skip
+        arm = self._ready()
+        until = expires if secure and expires is not None else self.clock() + 10 * 365 * 86400
+        self.call(
+            f"storing annex {name}'s {what}",
+            lambda: arm.set_secret(secret_name(name, what), value, {ANNEX_TAG: name}, until),
+        )
+
+    def get(self, name: str, what: str) -> str | None:
+        arm = self._ready()
+        found = self.call(
+            f"reading annex {name}'s {what}", lambda: arm.get_secret(secret_name(name, what))
+        )
+        return None if found is None else str(found)
+
+    def boot_settings(self, name: str) -> dict[str, Any]:
+        arm = self._ready()
+        return {
+            "cloud": "azure",
+            "region": self.region,
+            "vault_url": arm.vault_url,
+            "token_secret": secret_name(name, "token"),
+            "lease_secret": secret_name(name, "lease"),
+        }
+
+    def request(self, spec: AnnexSpec, user_data: str, expiration: float) -> list[str]:
+        """A scale set of `count` instances (or `slots` Spot instances): made empty with
+        its identity, given the vault access, then scaled up."""
+        capacity = spec.count or spec.slots
+        if not capacity:
+            return []
+        arm = self._ready()
+        name = f"{spec.name}-{uuid.uuid4().hex[:8]}"
+        path = self.place.provider(f"Microsoft.Compute/virtualMachineScaleSets/{name}")
+        body = self._scale_set(spec, name, user_data, expiration)
+
+        def make() -> None:
+            made = arm.put(path, COMPUTE_API, body)
+            identity = (made or {}).get("identity") or {}
+            if spec.join:
+                if not identity.get("principalId"):
+                    raise AnnexCloudError(f"scale set {name} got no managed identity")
+                policy = {
+                    "tenantId": identity.get("tenantId") or "",
+                    "objectId": identity["principalId"],
+                    "permissions": {"secrets": ["get"]},
+                }
+                arm.put(
+                    f"{self.place.vault_path()}/accessPolicies/add",
+                    KEYVAULT_API,
+                    {"properties": {"accessPolicies": [policy]}},
+                )
+            arm.patch(path, COMPUTE_API, {"sku": {"capacity": capacity}})
+
+        self.call(f"creating scale set {name}", make)
+        return [name]
+
+    def _scale_set(self, spec: AnnexSpec, name: str, user_data: str, expiration: float) -> dict[str, Any]:  # fmt: skip
+        tags = {
+            ANNEX_TAG: spec.name,
+            LEASE_TAG: str(int(expiration)),
+            OWNER_TAG: spec.owners[0] if spec.owners else "",
+            **dict(spec.tags),
+        }
+        if spec.project_id:
+            tags["htgrid:ProjectId"] = spec.project_id
+        subnet = spec.subnet or self.place.provider(
+            f"Microsoft.Network/virtualNetworks/{VNET}/subnets/{SUBNET}"
+        )
+        profile: dict[str, Any] = {
+            "osProfile": {
+                "computerNamePrefix": spec.name[:9],
+                "adminUsername": _ADMIN,
+                "customData": base64.b64encode(user_data.encode()).decode(),
+                "linuxConfiguration": {
+                    "disablePasswordAuthentication": True,
+                    "ssh": {
+                        "publicKeys": [
+                            {
+                                "path": f"/home/{_ADMIN}/.ssh/authorized_keys",
+                                "keyData": spec.keypair or _no_login_key(),
+                            }
+                        ]
+                    },
+                },
+            },
+            "storageProfile": {
+                "imageReference": _image(spec.image_for(0)),
+                "osDisk": {"createOption": "FromImage", "deleteOption": "Delete"},
+            },
+            "networkProfile": {
+                "networkInterfaceConfigurations": [
+                    {
+                        "name": "nic",
+                        "properties": {
+                            "primary": True,
+                            "deleteOption": "Delete",
+                            "ipConfigurations": [
+                                {"name": "ip", "properties": {"subnet": {"id": subnet}}}
+                            ],
+                        },
+                    }
+                ]
+            },
+        }
+        if spec.slots:
+            profile["priority"] = "Spot"
+            profile["evictionPolicy"] = "Delete"
+            profile["billingProfile"] = {"maxPrice": float(spec.spot_price or -1)}
+        body: dict[str, Any] = {
+            "location": self.region,
+            "tags": tags,
+            "sku": {"name": spec.instance_types[0].partition(":")[0], "capacity": 0},
+            "properties": {
+                "orchestrationMode": "Uniform",
+                "upgradePolicy": {"mode": "Manual"},
+                "overprovision": False,
+                "virtualMachineProfile": profile,
+            },
+        }
+        if spec.join:
+            body["identity"] = {"type": "SystemAssigned"}
+        return body
+
+    def end(self, name: str) -> dict[str, Any]:
+        """What the runbook does at the lease's end, now, with the user's rights."""
+        arm = self._ready()
+        done = self.call(
+            f"shutting down annex {name}",
+            lambda: enforce(arm, name, self.clock(), self.clock(), force=True),
+        )
+        return {**done, "terminated": done["deleted"], "cancelled": []}
+
+    def names(self) -> list[str]:
+        arm = self._ready()
+        return sorted({a for _, a, _ in self.call("listing leases", lambda: list(leases(arm)))})
+
+    def describe(self, only: str | None = None) -> list[CloudAnnex]:
+        """The annexes (or `only`): one listing of schedules, one of scale sets, one of
+        each scale set's instances, and each annex's settings."""
+        arm = self._ready()
+
+        def look() -> list[CloudAnnex]:
+            ends: dict[str, float] = {}
+            for _, annex, end in leases(arm):
+                ends[annex] = max(end, ends.get(annex, end))
+            if only is not None and only not in ends:
+                raise AnnexNotFound(f"no annex {only!r} in {self.place.group}")
+            names = [only] if only is not None else sorted(ends)
+            sets: dict[str, list[Any]] = {}
+            for annex, vmss in _annex_sets(arm):
+                if annex in names:
+                    sets.setdefault(annex, []).append(vmss)
+            out = []
+            for name in names:
+                try:
+                    settings = json.loads(arm.get_secret(secret_name(name, "config")) or "{}")
+                except ValueError:
+                    settings = {}
+                instances: list[Instance] = []
+                states: list[tuple[str, str]] = []
+                for vmss in sets.get(name, []):
+                    state = str((vmss.get("properties") or {}).get("provisioningState", "?"))
+                    states.append((str(vmss["name"]), state))
+                    listing = arm.listing(
+                        f"{vmss['id']}/virtualMachines", COMPUTE_API, "&$expand=instanceView"
+                    )
+                    size = str((vmss.get("sku") or {}).get("name", ""))
+                    instances += [_instance(vm, size) for vm in listing]
+                out.append(
+                    CloudAnnex(
+                        name=name,
+                        owner=str(settings.get("owner", "")),
+                        lease_end=ends[name],
+                        requested=int(settings.get("requested", 0)),
+                        instances=tuple(instances),
+                        fleets=tuple(states),
+                        settings=settings,
+                    )
+                )
+            return out
+
+        result: list[CloudAnnex] = self.call("describing annexes", look)
+        return result
+
+
+def _annex_sets(arm: Arm) -> list[tuple[str, Any]]:
+    path = arm.place.provider("Microsoft.Compute/virtualMachineScaleSets")
+    return [
+        (str(tags[ANNEX_TAG]), vmss)
+        for vmss in arm.listing(path, COMPUTE_API)
+        if ANNEX_TAG in (tags := vmss.get("tags") or {})
+    ]
+
+
+_POWER: Final = {
+    "running": "running",
+    "starting": "pending",
+    "stopping": "stopping",
+    "stopped": "stopped",
+    "deallocating": "shutting-down",
+    "deallocated": "terminated",
+}
+
+
+def _instance(vm: Mapping[str, Any], size: str) -> Instance:
+    """A scale set's VM in EC2's words: pending, running, stopped, shutting-down..."""
+    props = vm.get("properties") or {}
+    statuses = (props.get("instanceView") or {}).get("statuses") or []
+    codes = [str(s.get("code", "")) for s in statuses]
+    power = next((c.split("/", 1)[1] for c in codes if c.startswith("PowerState/")), None)
+    provisioning = str(props.get("provisioningState", "")).lower()
+    if provisioning == "deleting":
+        state = "shutting-down"
+    elif power is None:
+        state = "pending"
+    else:
+        state = _POWER.get(power, power)
+    launched = next((_parseiso(str(s["time"])) for s in statuses if s.get("time")), 0.0)
+    return Instance(
+        instance_id=str(vm.get("name", "")),
+        state=state,
+        instance_type=size,
+        launched=launched,
+        lifecycle="spot" if (props.get("priority") == "Spot") else "on-demand",
+        address=None,
+    )
+
+
+def _image(text: str) -> dict[str, str]:
+    """An image id, or a URN publisher:offer:sku:version."""
+    if text.startswith("/"):
+        return {"id": text}
+    parts = text.split(":")
+    if len(parts) != 4:
+        raise AnnexUsageError(
+            f"--image-ids {text!r}: an image resource id or publisher:offer:sku:version"
+        )
+    return dict(zip(("publisher", "offer", "sku", "version"), parts, strict=True))
+
+
+def _no_login_key() -> str:
+    """An SSH key whose private half is thrown away: Azure needs one, nobody logs in."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    public = Ed25519PrivateKey.generate().public_key()
+    raw = public.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    return raw.decode() + " htgrid-annex-no-login"

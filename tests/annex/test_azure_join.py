@@ -1,0 +1,133 @@
+"""End to end on Azure: annexes' scale sets (in the fake ARM) boot, their VMs (run by the
+harness from their real custom data) read their token from Key Vault with the scale
+set's managed identity, join the pool and run the job aimed at the annex; an idle VM
+shuts itself down and the runbook's sweeper deletes it; the master keeps the annex ads;
+at the lease's end the runbook deletes the scale set, and the VM goes with it. One pool
+for all of it: each pool start costs seconds of the suite."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from htgrid.annex import azure_runbook as rb
+from htgrid.annex.keep import records
+from htgrid.testing import PersonalPool, run_cli, wait_for
+
+from . import test_join as join
+from ._azure_cloud import (
+    IMAGE,
+    NOTHING,
+    AzureHarness,
+    arm,
+    azure,
+    lease_events,
+    run_jobs,
+    runbook_arm,
+    sweeper_event,
+)
+from .conftest import keeping_pool
+
+__all__ = ["arm", "azure"]
+
+
+@pytest.fixture
+def pool(azure: Any, tmp_path: Path) -> Iterator[PersonalPool]:
+    # After `azure`: the master's refreshes of the annex ads see the fake ARM.
+    with keeping_pool(tmp_path / "pool") as running:
+        yield running
+
+
+@pytest.fixture
+def harness(azure: Any) -> Iterator[AzureHarness]:
+    cloud = Path(tempfile.mkdtemp(prefix="hz", dir="/tmp"))
+    cloud.chmod(0o755)
+    try:
+        with AzureHarness(cloud, azure) as running:
+            yield running
+    finally:
+        shutil.rmtree(cloud, ignore_errors=True)
+
+
+def _create(pool: PersonalPool, name: str, *args: str) -> None:
+    config = [item for knob in join.NODE for item in ("--config", knob)]
+    status, _, err = run_cli(
+        pool.home, "annex", "create", name, "--cloud", "azure", "--image-ids", IMAGE,
+        "--pool", pool.collector, "--count", "1", *config, *args,
+    )  # fmt: skip
+    assert status == 0, err
+
+
+def _vm_of(harness: AzureHarness, annex: str) -> str:
+    (vm,) = [i for i in harness.booted() if i.startswith(f"{annex}-")]
+    return vm
+
+
+@pytest.mark.timeout(400)
+def test_azure_annexes_join_run_their_job_idle_away_and_end_with_their_lease(
+    pool: PersonalPool, harness: AzureHarness, azure: Any, tmp_path: Path
+) -> None:
+    _create(pool, "az", "--lifetime", "30m")
+    _create(pool, "idle", "--lifetime", "1h", "--idle", "3")
+    try:
+        (slot,) = wait_for(
+            lambda: join._ads(pool, "Machine", 'AnnexName == "az"'), timeout=90, what="joined"
+        )
+    except TimeoutError:
+        pytest.fail(join._diagnose(harness))  # type: ignore[arg-type]
+    vm = _vm_of(harness, "az")
+    assert slot["AzureVMName"] == vm and slot["Machine"] == f"{vm.replace('_', '-')}.az.annex"
+
+    aimed = join._submit(pool, tmp_path / "aimed", "-annex", "az")
+    try:
+        ad = wait_for(lambda: join._history(pool, aimed), timeout=120, interval=0.2)
+    except TimeoutError:
+        pytest.fail(join._diagnose(harness))  # type: ignore[arg-type]
+    assert ad["JobStatus"] == 4 and ad["ExitCode"] == 0
+    assert ad["LastRemoteHost"].endswith(".az.annex")
+
+    # The idle VM shut itself down; Azure keeps it (and bills it): the sweeper deletes it.
+    idle = wait_for(lambda: _vm_of(harness, "idle"), timeout=60, what="the idle VM booted")
+    wait_for(lambda: idle not in harness.running(), timeout=90, what="the idle node shut down")
+    assert "the node exited" in harness.log(idle)
+    assert idle in azure.annex_leftovers()["instances"]
+    event = sweeper_event(azure)
+    done = rb.handler(event, runbook_arm(azure, event), time.time())
+    assert done["stopped"] == [idle] and idle not in azure.annex_leftovers()["instances"]
+
+    # The master keeps the ads of both (recorded with their cloud and resource group).
+    assert sorted((r.name, r.cloud, r.group) for r in records(pool.home)) == [
+        ("az", "azure", "htgrid-annex"),
+        ("idle", "azure", "htgrid-annex"),
+    ]
+    wait_for(
+        lambda: (
+            {(a["Name"], a["Joined"]) for a in join._ads(pool, "Annex")} == {("az", 1), ("idle", 0)}
+        ),
+        timeout=30,
+        what="the annex ads refreshed by the master",
+    )
+    status, out, err = run_cli(pool.home, "annex", "status", "az", "--cloud", "azure")
+    assert status == 0, err
+    assert "1 joined" in out
+
+    # az's lease ends: its job deletes the scale set; the VM goes, so do its ad and record.
+    (az,) = [e for e in lease_events(azure) if e["AnnexName"] == "az"]
+    run_jobs(azure, az["LeaseExpiration"])
+    wait_for(lambda: vm not in harness.running(), timeout=30, what="the VM's processes gone")
+    wait_for(
+        lambda: (
+            [a["Name"] for a in join._ads(pool, "Annex")] == ["idle"]
+            and [r.name for r in records(pool.home)] == ["idle"]
+        ),
+        timeout=30,
+        what="az's ad and record gone",
+    )
+    assert run_cli(pool.home, "annex", "shutdown", "idle", "--cloud", "azure")[0] == 0
+    assert azure.annex_leftovers() == NOTHING
