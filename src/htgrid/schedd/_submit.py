@@ -123,11 +123,12 @@ class SubmitPrep:
         self.staged.close()
 
 
-def proxy_attrs(ad: ClassAd, account: Account | None) -> None:
+def proxy_attrs(ad: ClassAd, account: Account | None, *, voms: bool = False) -> None:
     """The attributes of the job's proxy (x509userproxy, relative to Iwd) set in `ad`,
     read as the job's owner; those a submitter sent are dropped whatever happens. A
     proxy not there yet (it comes with the input, HTCondor-C) or unreadable leaves
-    them unset, as HTCondor's schedd does. Blocking."""
+    them unset, as HTCondor's schedd does. `voms` (USE_VOMS_ATTRIBUTES): the VO and
+    FQANs of its VOMS attributes set too. Blocking."""
     for name in PROXY_ATTRS:
         if name in ad:
             del ad[name]
@@ -138,7 +139,7 @@ def proxy_attrs(ad: ClassAd, account: Account | None) -> None:
     path = Path(iwd, proxy) if isinstance(iwd, str) else Path(proxy)
     try:
         with as_owner(account):
-            info = read_proxy(path, voms=True)
+            info = read_proxy(path, voms=voms)
     except (ProxyError, PrivilegeError):
         return
     for name, value in info.job_attrs().items():
