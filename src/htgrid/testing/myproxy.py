@@ -1,0 +1,44 @@
+"""The MyProxy server of the tests: the one `.ci/myproxy-up.sh` starts on 127.0.0.1:7512
+(Debian's myproxy-server, with the test PKI of `.ci/grid-pki.sh`), and credentials stored
+in it as a user would store them, with Debian's myproxy-init run as the local user
+gridtest (whose certificate is the test PKI's user certificate)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+__all__ = ["MYPROXY_PORT", "PKI", "myproxy_up", "store_credential"]
+
+MYPROXY_PORT = int(os.environ.get("HTGRID_MYPROXY_PORT", "7512"))
+PKI = Path(os.environ.get("HTGRID_REALGRID_DIR", "/var/tmp/htgrid-realgrid")) / "pki"
+_CA_DIR = "/etc/grid-security/certificates"
+
+
+def myproxy_up() -> bool:
+    """Whether the server answers and the test PKI and its user are there."""
+    if not (PKI / "user.pem").exists() or not Path("/home/gridtest/.globus").exists():
+        return False
+    try:
+        with socket.create_connection(("127.0.0.1", MYPROXY_PORT), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def store_credential(username: str, name: str, passphrase: str, hours: int = 2) -> None:
+    """Store gridtest's credential as `username`'s credential `name` (myproxy-init -k),
+    retrievable with `passphrase` for proxies of at most `hours`."""
+    argv = ["runuser", "-u", "gridtest", "--", "env", f"X509_CERT_DIR={_CA_DIR}"]
+    argv += ["myproxy-init", "-s", "localhost", "-p", str(MYPROXY_PORT), "-l", username]
+    argv += ["-k", name, "-S", "-c", str(hours + 1), "-t", str(hours)]
+    subprocess.run(
+        argv,
+        input=f"{passphrase}\n".encode(),
+        capture_output=True,
+        check=True,
+        cwd="/",
+        timeout=60,
+    )
