@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import serialization
 
 from htgrid.client.myproxy import MyProxyError, MyProxyRefused, MyProxyServer, get_delegation
 from htgrid.client.x509 import read_proxy
-from htgrid.testing.myproxy import MYPROXY_PORT, myproxy_up, store_credential
+from htgrid.testing.myproxy import MYPROXY_PORT, myproxy_up, new_credential
 
 if not myproxy_up():
     if os.environ.get("CI") == "true":
@@ -29,9 +29,7 @@ PASSPHRASE = "htgrid-" + secrets.token_hex(6)
 
 @pytest.fixture(scope="module")
 def credential() -> str:
-    name = "client-" + secrets.token_hex(4)
-    store_credential("htgrid-client", name, PASSPHRASE)
-    return name
+    return new_credential("htgrid-client", PASSPHRASE)
 
 
 def test_a_stored_credential_gives_a_proxy_of_its_identity(credential: str, tmp_path: Path) -> None:

@@ -163,6 +163,13 @@ class QueueService:
                     f"cluster {cluster}: input is not spooled for a late materialization "
                     "factory (max_materialize, max_idle), as in HTCondor"
                 )
+            if prep.has_myproxy:
+                if late:
+                    raise InvalidSubmit(
+                        f"cluster {cluster}: a MyProxy password is not taken for a late "
+                        "materialization factory (max_materialize, max_idle)"
+                    )
+                await asyncio.to_thread(prep.store_myproxy, self._spool_root())
             # Made while the submit commits and after it is answered: they are needed by
             # the stage-in, not by the answer. On this project's disk a new directory
             # costs up to a millisecond after many were removed, which held each

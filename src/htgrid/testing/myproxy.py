@@ -6,11 +6,12 @@ gridtest (whose certificate is the test PKI's user certificate)."""
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import subprocess
 from pathlib import Path
 
-__all__ = ["MYPROXY_PORT", "PKI", "myproxy_up", "store_credential"]
+__all__ = ["MYPROXY_PORT", "PKI", "myproxy_up", "new_credential", "store_credential"]
 
 MYPROXY_PORT = int(os.environ.get("HTGRID_MYPROXY_PORT", "7512"))
 PKI = Path(os.environ.get("HTGRID_REALGRID_DIR", "/var/tmp/htgrid-realgrid")) / "pki"
@@ -26,6 +27,14 @@ def myproxy_up() -> bool:
             return True
     except OSError:
         return False
+
+
+def new_credential(username: str, passphrase: str, hours: int = 2) -> str:
+    """Store gridtest's credential as a new credential of `username`, retrievable with
+    `passphrase` for proxies of at most `hours`; its name (MyProxyCredentialName)."""
+    name = f"{username}-{secrets.token_hex(4)}"
+    store_credential(username, name, passphrase, hours)
+    return name
 
 
 def store_credential(username: str, name: str, passphrase: str, hours: int = 2) -> None:
