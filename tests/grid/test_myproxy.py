@@ -1,0 +1,147 @@
+"""A grid job's X.509 proxy renewed from a real MyProxy server (`.ci/myproxy-up.sh`) before
+it expires: the job keeps running past the first proxy's expiry, the renewed proxy
+reaches the batch job's copy (BLAH_JOB_REFRESH_PROXY); a wrong password holds the job
+saying why. The password is in none of the queue, the event log or the grid manager's
+log. Skipped without the server, except in CI."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from htgrid.client.x509 import make_proxy, read_proxy
+from htgrid.pool import myproxy_password_file, store_myproxy_password
+from htgrid.queue import JobId, JobStatus
+from htgrid.testing.myproxy import MYPROXY_PORT, PKI, myproxy_up, new_credential
+
+from ._harness import Grid, running, unset, wait_for
+
+if not myproxy_up():
+    if os.environ.get("CI") == "true":
+        pytest.fail("the MyProxy server is not up (CI runs .ci/myproxy-up.sh)", pytrace=False)
+    pytest.skip("no MyProxy server here", allow_module_level=True)
+
+PASSPHRASE = "grid-" + secrets.token_hex(6)
+#: The job waits until its copy of the proxy is renewed and the first proxy has expired.
+JOB = """#!/bin/sh
+first=$(openssl x509 -noout -enddate -in "$X509_USER_PROXY")
+i=0
+while [ $i -lt 600 ]; do
+  now=$(openssl x509 -noout -enddate -in "$X509_USER_PROXY")
+  [ "$now" != "$first" ] && break
+  sleep 0.1; i=$((i+1))
+done
+while [ "$(date +%s)" -le "$1" ]; do sleep 0.2; done
+echo "first $first"
+echo "renewed $now"
+"""
+
+
+@pytest.fixture(scope="module")
+def credential() -> str:
+    return new_credential("root", PASSPHRASE)  # the jobs' Owner is MyProxy's username
+
+
+def _proxy(where: Path, lifetime: float) -> Path:
+    path = where / "x509up"
+    cert, key = (PKI / "user.pem").read_bytes(), (PKI / "user.key").read_bytes()
+    path.write_bytes(make_proxy(cert, key, lifetime=lifetime))
+    path.chmod(0o600)
+    return path
+
+
+def _submit(grid: Grid, proxy: Path, credential: str, password: str, extra: str = "") -> JobId:
+    (job,) = grid.submit(
+        f"x509userproxy = {proxy}\n"
+        f"MyProxyHost = localhost:{MYPROXY_PORT}\n"
+        f"MyProxyCredentialName = {credential}\n"
+        "MyProxyNewProxyLifetime = 30\n"
+        f"log = job.log\n{extra}"
+    )
+    # What the schedd does with the password submitted with the job.
+    store_myproxy_password(grid.home / "spool", job.cluster, job.proc, password)
+    return job
+
+
+def _nowhere(grid: Grid, secret: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The password is in none of the queue's files, the event log, the job's ad, the log."""
+    for path in (grid.home / "spool").rglob("*"):
+        if path.is_file() and "myproxy" not in path.parts:
+            assert secret.encode() not in path.read_bytes(), path
+    assert secret not in grid.log()
+    assert secret not in caplog.text
+
+
+def test_a_proxy_near_expiry_is_renewed_from_myproxy_and_the_job_runs_on(
+    grid: Grid, credential: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    proxy = _proxy(grid.work, lifetime=20)
+    first = read_proxy(proxy).expiration
+    script = grid.work / "job.sh"
+    script.write_text(JOB)
+    script.chmod(0o755)
+    job = _submit(
+        grid,
+        proxy,
+        credential,
+        PASSPHRASE,
+        # Renewed when 12 s are left: after the job is at the batch system.
+        f"MyProxyRefreshThreshold = 12\nexecutable = {script}\narguments = {first}\n"
+        "output = job.out\nerror = job.err\n",
+    )
+
+    async def main() -> None:
+        async with running(grid):
+            await wait_for("the job to end", lambda: not grid.in_queue(job), 60)
+
+    asyncio.run(main())
+    ad = grid.ad(job)
+    assert ad["JobStatus"] == JobStatus.COMPLETED, ad.get("HoldReason")
+    assert ad["ExitCode"] == 0
+    renewed = read_proxy(proxy)
+    assert renewed.identity == "/DC=org/DC=realgridtest/CN=Test User"
+    assert renewed.expiration > first + 25 * 60  # MyProxyNewProxyLifetime = 30 minutes
+    assert stat.S_IMODE(proxy.stat().st_mode) == 0o600
+    assert ad["x509UserProxyExpiration"] == renewed.expiration
+    assert ad["DelegatedProxyExpiration"] == renewed.expiration  # the batch job's copy
+    lines = (grid.work / "job.out").read_text().splitlines()
+    assert lines[0].startswith("first ") and lines[1].startswith("renewed ")
+    assert lines[0].removeprefix("first ") != lines[1].removeprefix("renewed ")
+    assert time.time() > first  # it ran on past the first proxy's expiry
+    _nowhere(grid, PASSPHRASE, caplog)
+
+
+def test_a_wrong_password_holds_the_job_saying_why(
+    grid: Grid, credential: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    wrong = "wrong-" + secrets.token_hex(6)
+    proxy = _proxy(grid.work, lifetime=3600)
+    # Due at once (an hour left, renewed with 2 hours left): held before it is submitted.
+    job = _submit(
+        grid, proxy, credential, wrong, "MyProxyRefreshThreshold = 7200\nexecutable = /bin/true\n"
+    )
+    before = proxy.read_bytes()
+
+    async def main() -> None:
+        async with running(grid):
+            await wait_for("the hold", lambda: grid.ad(job)["JobStatus"] == JobStatus.HELD)
+
+    asyncio.run(main())
+    ad = grid.ad(job)
+    assert ad["HoldReasonCode"] == 4
+    reason = ad["HoldReason"]
+    assert reason.startswith("Cannot renew the job's X.509 proxy: MyProxy server localhost:")
+    assert "Bad password" in reason
+    assert unset(ad, "GridJobSubmitTime")  # held before anything was sent
+    assert proxy.read_bytes() == before  # the proxy is left as it was
+    assert myproxy_password_file(grid.home / "spool", job.cluster, job.proc).exists()
+    _nowhere(grid, wrong, caplog)
