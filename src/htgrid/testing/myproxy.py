@@ -20,7 +20,10 @@ _CA_DIR = "/etc/grid-security/certificates"
 
 def myproxy_up() -> bool:
     """Whether the server answers and the test PKI and its user are there."""
-    if not (PKI / "user.pem").exists() or not Path("/home/gridtest/.globus").exists():
+    if (
+        not (PKI / "user.pem").exists()
+        or not Path(os.path.expanduser("~gridtest"), ".globus").exists()
+    ):
         return False
     try:
         with socket.create_connection(("127.0.0.1", MYPROXY_PORT), timeout=2):
