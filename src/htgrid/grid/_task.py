@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from htgrid.classad import ClassAd
 from htgrid.client.myproxy import MyProxyError, MyProxyRefused
+from htgrid.errors import HTGridError
 from htgrid.gahp import Clock, first_of
 from htgrid.grid._config import GridManagerConfig
 from htgrid.grid._errors import GridError
-from htgrid.grid._myproxy import RETRY_AFTER, MyProxyRenewer, MyProxySettings
+from htgrid.grid._myproxy import RETRY_AFTER, MyProxyRenewer, MyProxySettings, NoMyProxyPassword
 from htgrid.grid._proxy import ProxyWatch, _utc, proxy_path
 from htgrid.grid._queueio import UNDEFINED, QueueIO
 from htgrid.grid._table import Table
@@ -308,17 +309,26 @@ class JobTask(abc.ABC, Generic[S, E]):
         asked is tried again (RETRY_AFTER), and the expiry holds the job in the end."""
         renewer, settings, proxy = self.services.myproxy, self._myproxy, self.proxy
         assert renewer is not None and settings is not None and proxy is not None
+        refused: str | None = None
         try:
             expiration = await renewer.renew(self.job_id, self.ad, settings, proxy.path, now)
         except MyProxyRefused as err:
-            if self._proxy_in_use():
-                await self._credential_hold(f"Cannot renew the job's X.509 proxy: {err}")
+            refused = f"Cannot renew the job's X.509 proxy: {err}"
+        except NoMyProxyPassword as err:
+            # Submitted without one (no -p): nothing to renew with, said once.
+            log.warning("job %s: %s; its proxy is not renewed", self.job_id, err)
+            self._myproxy = None
             return
-        except MyProxyError as err:
+        except (HTGridError, OSError) as err:  # tried again after RETRY_AFTER
             log.warning("job %s: cannot renew its X.509 proxy from MyProxy: %s", self.job_id, err)
             return
-        except (StoreError, JobNotFound) as err:
-            log.warning("job %s: cannot hold it: %s", self.job_id, err)
+        if refused is not None:
+            if self._proxy_in_use():
+                try:
+                    await self._credential_hold(refused)
+                except (StoreError, JobNotFound) as err:  # the next check tries again
+                    log.warning("job %s: cannot hold it: %s", self.job_id, err)
+                    self._renewal_tried = None
             return
         log.info(
             "job %s: X.509 proxy %s renewed from MyProxy server %s, valid until %s",
