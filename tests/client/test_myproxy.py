@@ -5,7 +5,6 @@ without the server, except in CI."""
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
 from pathlib import Path
@@ -16,12 +15,9 @@ from cryptography.hazmat.primitives import serialization
 
 from htgrid.client.myproxy import MyProxyError, MyProxyRefused, MyProxyServer, get_delegation
 from htgrid.client.x509 import read_proxy
-from htgrid.testing.myproxy import MYPROXY_PORT, myproxy_up, new_credential
+from htgrid.testing.myproxy import MYPROXY_PORT, new_credential, require_myproxy
 
-if not myproxy_up():
-    if os.environ.get("CI") == "true":
-        pytest.fail("the MyProxy server is not up (CI runs .ci/myproxy-up.sh)", pytrace=False)
-    pytest.skip("no MyProxy server here", allow_module_level=True)
+require_myproxy(module=True)
 
 SERVER = MyProxyServer("localhost", MYPROXY_PORT)
 PASSPHRASE = "htgrid-" + secrets.token_hex(6)

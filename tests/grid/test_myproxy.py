@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import secrets
 import stat
 import time
@@ -19,14 +18,11 @@ import pytest
 from htgrid.client.x509 import make_proxy, read_proxy
 from htgrid.pool import myproxy_password_file, store_myproxy_password
 from htgrid.queue import JobId, JobStatus
-from htgrid.testing.myproxy import MYPROXY_PORT, PKI, myproxy_up, new_credential
+from htgrid.testing.myproxy import MYPROXY_PORT, PKI, new_credential, require_myproxy
 
 from ._harness import Grid, running, unset, wait_for
 
-if not myproxy_up():
-    if os.environ.get("CI") == "true":
-        pytest.fail("the MyProxy server is not up (CI runs .ci/myproxy-up.sh)", pytrace=False)
-    pytest.skip("no MyProxy server here", allow_module_level=True)
+require_myproxy(module=True)
 
 PASSPHRASE = "grid-" + secrets.token_hex(6)
 #: The job waits until its copy of the proxy is renewed and the first proxy has expired.

@@ -11,7 +11,14 @@ import socket
 import subprocess
 from pathlib import Path
 
-__all__ = ["MYPROXY_PORT", "PKI", "myproxy_up", "new_credential", "store_credential"]
+__all__ = [
+    "MYPROXY_PORT",
+    "PKI",
+    "myproxy_up",
+    "new_credential",
+    "require_myproxy",
+    "store_credential",
+]
 
 MYPROXY_PORT = int(os.environ.get("HTGRID_MYPROXY_PORT", "7512"))
 PKI = Path(os.environ.get("HTGRID_REALGRID_DIR", "/var/tmp/htgrid-realgrid")) / "pki"
@@ -30,6 +37,18 @@ def myproxy_up() -> bool:
             return True
     except OSError:
         return False
+
+
+def require_myproxy(*, module: bool = False) -> None:
+    """Skip the test (or the whole `module`) without the server; fail in CI, which
+    starts it (.ci/myproxy-up.sh)."""
+    import pytest
+
+    if myproxy_up():
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail("the MyProxy server is not up (CI runs .ci/myproxy-up.sh)", pytrace=False)
+    pytest.skip("no MyProxy server here", allow_module_level=module)
 
 
 def new_credential(username: str, passphrase: str, hours: int = 2) -> str:
