@@ -21,7 +21,7 @@ from htgrid.client.x509 import (
     read_proxy,
     sign_proxy_request,
 )
-from htgrid.testing.x509 import voms_extension
+from htgrid.testing.voms import voms_extension
 
 NOW = datetime.datetime.now(datetime.UTC)
 

@@ -20,7 +20,7 @@ from htgrid.schedd._config import ScheddConfig
 from htgrid.schedd._service import QueueService
 from htgrid.schedd._submit import proxy_attrs
 from htgrid.schedd._worker import QueueWorker
-from htgrid.testing.x509 import voms_extension
+from htgrid.testing.voms import voms_extension
 
 
 def _user() -> tuple[bytes, bytes]:

@@ -1,4 +1,4 @@
-"""X.509 test material: a VOMS attribute certificate sequence to put in a proxy."""
+"""VOMS test material: an attribute certificate sequence to put in a proxy."""
 
 from __future__ import annotations
 
