@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from cryptography.hazmat.primitives import serialization
 
 from htgrid.client.myproxy import MyProxyError, MyProxyRefused, MyProxyServer, get_delegation
 from htgrid.client.x509 import read_proxy
-from htgrid.testing.myproxy import MYPROXY_PORT, new_credential, require_myproxy
+from htgrid.testing.myproxy import MYPROXY_PORT, destroy_credential, new_credential, require_myproxy
 
 require_myproxy(module=True)
 
@@ -24,8 +25,10 @@ PASSPHRASE = "htgrid-" + secrets.token_hex(6)
 
 
 @pytest.fixture(scope="module")
-def credential() -> str:
-    return new_credential("htgrid-client", PASSPHRASE)
+def credential() -> Iterator[str]:
+    name = new_credential("htgrid-client", PASSPHRASE)
+    yield name
+    destroy_credential("htgrid-client", name)
 
 
 def test_a_stored_credential_gives_a_proxy_of_its_identity(credential: str, tmp_path: Path) -> None:

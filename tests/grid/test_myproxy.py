@@ -11,6 +11,7 @@ import logging
 import secrets
 import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,13 @@ import pytest
 from htgrid.client.x509 import make_proxy, read_proxy
 from htgrid.pool import myproxy_password_file, store_myproxy_password
 from htgrid.queue import JobId, JobStatus
-from htgrid.testing.myproxy import MYPROXY_PORT, PKI, new_credential, require_myproxy
+from htgrid.testing.myproxy import (
+    MYPROXY_PORT,
+    PKI,
+    destroy_credential,
+    new_credential,
+    require_myproxy,
+)
 
 from ._harness import Grid, running, unset, wait_for
 
@@ -42,8 +49,10 @@ while [ ! -e "$4" ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
 
 
 @pytest.fixture(scope="module")
-def credential() -> str:
-    return new_credential("root", PASSPHRASE)  # the jobs' Owner is MyProxy's username
+def credential() -> Iterator[str]:
+    name = new_credential("root", PASSPHRASE)
+    yield name
+    destroy_credential("root", name)
 
 
 def _proxy(where: Path, lifetime: float) -> Path:

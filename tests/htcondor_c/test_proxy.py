@@ -14,7 +14,13 @@ import pytest
 from htgrid.client.x509 import make_proxy, read_proxy
 from htgrid.queue import JobStatus
 from htgrid.testing import PersonalPool, proxy_pem, wait_for
-from htgrid.testing.myproxy import MYPROXY_PORT, PKI, new_credential, require_myproxy
+from htgrid.testing.myproxy import (
+    MYPROXY_PORT,
+    PKI,
+    destroy_credential,
+    new_credential,
+    require_myproxy,
+)
 
 from ._pools import ad_of, remote_id, submit
 
@@ -110,6 +116,15 @@ def test_a_proxy_renewed_from_myproxy_follows_the_job_to_b(
     a, b = pools
     password = "c-" + secrets.token_hex(6)
     credential = new_credential("root", password)
+    try:
+        _renewed_from_myproxy_follows(a, b, tmp_path, credential, password)
+    finally:
+        destroy_credential("root", credential)
+
+
+def _renewed_from_myproxy_follows(
+    a: PersonalPool, b: PersonalPool, tmp_path: Path, credential: str, password: str
+) -> None:
     work = tmp_path / "work"
     work.mkdir()
     proxy = work / "x509up_test"

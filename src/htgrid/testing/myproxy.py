@@ -14,6 +14,7 @@ from pathlib import Path
 __all__ = [
     "MYPROXY_PORT",
     "PKI",
+    "destroy_credential",
     "myproxy_up",
     "new_credential",
     "require_myproxy",
@@ -62,14 +63,16 @@ def new_credential(username: str, passphrase: str, hours: int = 2) -> str:
 def store_credential(username: str, name: str, passphrase: str, hours: int = 2) -> None:
     """Store gridtest's credential as `username`'s credential `name` (myproxy-init -k),
     retrievable with `passphrase` for proxies of at most `hours`."""
-    argv = ["runuser", "-u", "gridtest", "--", "env", f"X509_CERT_DIR={_CA_DIR}"]
-    argv += ["myproxy-init", "-s", "localhost", "-p", str(MYPROXY_PORT), "-l", username]
-    argv += ["-k", name, "-S", "-c", str(hours + 1), "-t", str(hours)]
-    subprocess.run(
-        argv,
-        input=f"{passphrase}\n".encode(),
-        capture_output=True,
-        check=True,
-        cwd="/",
-        timeout=60,
-    )
+    more = ["-S", "-c", str(hours + 1), "-t", str(hours)]
+    _as_gridtest("myproxy-init", username, name, more, f"{passphrase}\n")
+
+
+def destroy_credential(username: str, name: str) -> None:
+    """Remove `username`'s credential `name` from the server (myproxy-destroy)."""
+    _as_gridtest("myproxy-destroy", username, name, [], "")
+
+
+def _as_gridtest(tool: str, username: str, name: str, more: list[str], stdin: str) -> None:
+    argv = ["runuser", "-u", "gridtest", "--", "env", f"X509_CERT_DIR={_CA_DIR}", tool]
+    argv += ["-s", "localhost", "-p", str(MYPROXY_PORT), "-l", username, "-k", name, *more]
+    subprocess.run(argv, input=stdin.encode(), capture_output=True, check=True, cwd="/", timeout=60)
