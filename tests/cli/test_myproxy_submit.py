@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from htgrid.cli import main
 from htgrid.errors import HTGridError
 from htgrid.net import Jobs
 from htgrid.queue import JobId
@@ -79,3 +80,26 @@ def test_a_password_given_on_the_command_line_is_refused_unseen(
     assert status == 2
     assert "takes no value" in err
     assert PASSWORD not in out + err
+
+
+def test_on_a_terminal_the_password_is_asked_without_echo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    asked: list[str] = []
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    def getpass(prompt: str = "") -> str:  # getpass turns the terminal's echo off
+        asked.append(prompt)
+        return PASSWORD
+
+    monkeypatch.setattr("sys.stdin", Terminal())
+    monkeypatch.setattr("getpass.getpass", getpass)
+    sub = tmp_path / "job.sub"
+    sub.write_text("universe = grid\ngrid_resource = batch fork\nexecutable = /bin/true\nqueue\n")
+    assert main(["submit", "-p", str(sub), "-dry-run", "-"]) == 0
+    out, err = capsys.readouterr()
+    assert asked == ["Enter MyProxy password: "]
+    assert PASSWORD not in out + err  # not in the ads a dry run prints either
