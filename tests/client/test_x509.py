@@ -13,18 +13,15 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
-from pyasn1.codec.der import encoder
-from pyasn1.type import univ
-from pyasn1_modules import rfc5280, rfc5755
 
 from htgrid.client.x509 import (
-    VOMS_AC_SEQ,
     ProxyError,
     default_proxy_path,
     make_proxy,
     read_proxy,
     sign_proxy_request,
 )
+from htgrid.testing.voms import voms_extension
 
 NOW = datetime.datetime.now(datetime.UTC)
 
@@ -60,41 +57,6 @@ def user() -> tuple[bytes, bytes]:
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
-def _voms_extension(vo: str, fqans: list[str]) -> x509.Extension[x509.ExtensionType]:
-    """A VOMS AC sequence as voms-proxy-init puts in a proxy, built with pyasn1-modules."""
-    syntax = rfc5755.IetfAttrSyntax()
-    authority = syntax["policyAuthority"].clone()
-    general = rfc5280.GeneralName()
-    general["uniformResourceIdentifier"] = f"{vo}://voms.example.org:15000"
-    authority.append(general)
-    syntax["policyAuthority"] = authority
-    for fqan in fqans:
-        value = syntax["values"].getComponentType().clone()
-        value["octets"] = univ.OctetString(fqan.encode())
-        syntax["values"].append(value)
-    ac = rfc5755.AttributeCertificate()
-    info = ac["acinfo"]
-    info["version"] = 1
-    info["holder"]["entityName"].append(rfc5280.GeneralName())
-    info["holder"]["entityName"][0]["uniformResourceIdentifier"] = "holder"
-    info["issuer"]["v2Form"]["issuerName"].append(rfc5280.GeneralName())
-    info["issuer"]["v2Form"]["issuerName"][0]["uniformResourceIdentifier"] = "voms"
-    info["signature"]["algorithm"] = univ.ObjectIdentifier("1.2.840.113549.1.1.11")
-    info["serialNumber"] = 7
-    info["attrCertValidityPeriod"]["notBeforeTime"] = "20260101000000Z"
-    info["attrCertValidityPeriod"]["notAfterTime"] = "20300101000000Z"
-    attribute = rfc5280.Attribute()
-    attribute["type"] = univ.ObjectIdentifier("1.3.6.1.4.1.8005.100.100.4")
-    attribute["values"].append(rfc5280.AttributeValue(encoder.encode(syntax)))
-    info["attributes"].append(attribute)
-    ac["signatureAlgorithm"]["algorithm"] = univ.ObjectIdentifier("1.2.840.113549.1.1.11")
-    ac["signatureValue"] = univ.BitString.fromOctetString(b"\x00" * 16)
-    sequence = univ.SequenceOf(componentType=rfc5755.AttributeCertificate())
-    sequence.append(ac)
-    der = encoder.encode(sequence)
-    return x509.Extension(VOMS_AC_SEQ, False, x509.UnrecognizedExtension(VOMS_AC_SEQ, der))
-
-
 def test_a_proxy_names_its_identity_and_earliest_expiration(
     user: tuple[bytes, bytes], tmp_path: Path
 ) -> None:
@@ -123,7 +85,7 @@ def test_voms_attributes_give_the_vo_and_fqans_as_htcondor_quotes_them(
     user: tuple[bytes, bytes],
 ) -> None:
     fqans = ["/cms/Role=NULL/Capability=NULL", "/cms/uscms,a&b/Role=pilot"]
-    data = make_proxy(*user, extra=[_voms_extension("cms", fqans)])
+    data = make_proxy(*user, extra=[voms_extension("cms", fqans)])
     info = read_proxy("proxy", data=data, voms=True)
     assert info.voname == "cms"
     assert info.fqans == tuple(fqans)

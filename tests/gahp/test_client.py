@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import gc
 import os
 import signal
 import sys
@@ -488,6 +489,65 @@ def test_a_call_timeout_and_the_late_result() -> None:
         third = asyncio.create_task(client.call("ECHO", "third"))
         assert await process.request() == ["ECHO", "3", "third"]
         third.cancel()
+        process.exit(0)
+
+    run(main())
+
+
+def test_a_request_put_back_on_overload_is_sent_again_when_nothing_is_in_flight() -> None:
+    # Both requests are refused for overload. The first was put back while the second was
+    # still counted in flight; the second, refused with nothing else in flight, fails. The
+    # first must go to the server again, not wait for a result nothing will bring.
+    async def main() -> None:
+        clock = ManualClock()
+        process = FakeProcess()
+        client = await (await scripted_start(process, clock, ["RESULTS", "ECHO"]))
+        first = asyncio.create_task(client.call("ECHO", "a"))
+        second = asyncio.create_task(client.call("ECHO", "b"))
+        assert await process.request() == ["ECHO", "1", "a"]
+        assert await process.request() == ["ECHO", "2", "b"]
+        process.reply("F", "Threads limit reached")
+        process.reply("F", "Threads limit reached")
+        with pytest.raises(GahpRequestRefused, match="Threads limit reached"):
+            await second
+        assert await asyncio.wait_for(process.request(), 5) == ["ECHO", "1", "a"]
+        process.reply("S")
+        await finish(process, 1)
+        assert await first == ("done",)
+        assert client.in_flight == 0
+        process.exit(0)
+
+    run(main())
+
+
+def test_an_abandoned_request_refused_for_overload_is_dropped_quietly() -> None:
+    # The caller gave up before the refusal came: nothing awaits the request, the count of
+    # requests in flight is not lowered twice, and the next request is sent.
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        unretrieved: list[object] = []
+        loop.set_exception_handler(lambda _, context: unretrieved.append(context))
+        clock = ManualClock()
+        process = FakeProcess()
+        client = await (await scripted_start(process, clock, ["RESULTS", "ECHO"]))
+        call = asyncio.create_task(client.call("ECHO", "gone"))
+        assert await process.request() == ["ECHO", "1", "gone"]
+        call.cancel()
+        await settle()
+        process.reply("F", "Threads limit reached")
+        await settle()
+        assert client.in_flight == 0
+        nxt = asyncio.create_task(client.call("ECHO", "next"))
+        _, request_id, text = await process.request()
+        assert text == "next"
+        process.reply("S")
+        await settle()
+        assert client.in_flight == 1
+        await finish(process, int(request_id))
+        assert await nxt == ("done",)
+        gc.collect()
+        await settle()
+        assert unretrieved == []
         process.exit(0)
 
     run(main())

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
 from pathlib import Path
 
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
 from htgrid.client.x509 import make_proxy
+from htgrid.pool import store_myproxy_password
 from htgrid.queue import JobStatus
 
 from ._harness import Grid, running, unset, wait_for
@@ -76,3 +79,31 @@ def test_an_expired_proxy_holds_the_job_before_it_is_submitted(grid: Grid) -> No
         "Cannot read the job's X.509 proxy /nonexistent/x509up: No such file or directory"
     )
     assert grid.ad(fine)["JobStatus"] == JobStatus.COMPLETED
+
+
+def test_a_myproxy_server_out_of_reach_leaves_the_expiry_to_hold_the_job(
+    grid: Grid, caplog: pytest.LogCaptureFixture
+) -> None:
+    # One job's MyProxy server does not answer (tried again every 30 s), the other was
+    # submitted without a password (said once): both are held when the proxy expires.
+    caplog.set_level(logging.INFO, logger="htgrid.grid")
+    proxy = grid.work / "x509up"
+    proxy.write_bytes(make_proxy(*_credential(5), lifetime=3))
+    myproxy = "MyProxyHost = 127.0.0.1:1\nMyProxyRefreshThreshold = 3600\n"
+    body = f"x509userproxy = {proxy}\n{myproxy}executable = /bin/sleep\narguments = 60"
+    (down,) = grid.submit(body)
+    (unset_password,) = grid.submit(body)
+    store_myproxy_password(grid.home / "spool", down.cluster, down.proc, "not-used-here")
+
+    async def main() -> None:
+        async with running(grid):
+            for job in (down, unset_password):
+                await wait_for(f"{job} held", lambda j=job: grid.ad(j)["JobStatus"] == 5)
+
+    asyncio.run(main())
+    for job in (down, unset_password):
+        ad = grid.ad(job)
+        assert ad["HoldReasonCode"] == 4
+        assert ad["HoldReason"].startswith("The job's X.509 proxy expired at ")
+    assert "cannot reach MyProxy server 127.0.0.1:1" in caplog.text
+    assert caplog.text.count("without its password") == 1

@@ -5,12 +5,22 @@ it in X509_USER_PROXY, and a proxy renewed on A follows it there while it runs
 from __future__ import annotations
 
 import os
+import secrets
+import time
 from pathlib import Path
 
 import pytest
 
+from htgrid.client.x509 import make_proxy, read_proxy
 from htgrid.queue import JobStatus
 from htgrid.testing import PersonalPool, proxy_pem, wait_for
+from htgrid.testing.myproxy import (
+    MYPROXY_PORT,
+    PKI,
+    destroy_credential,
+    new_credential,
+    require_myproxy,
+)
 
 from ._pools import ad_of, remote_id, submit
 
@@ -82,3 +92,69 @@ def _renewed_proxy_follows(a: PersonalPool, b: PersonalPool, tmp_path: Path, uni
     assert proxy.read_bytes() == renewed  # not overwritten by what came back
     b_ad = ad_of(b, remote) or {}
     assert b_ad.get("x509UserProxyExpiration") == 2_100_000_000
+
+
+# The job waits (at most 120 s) until its copy of the proxy outlives $1, then keeps it.
+_RENEWED_SCRIPT = """n=0
+while [ $n -lt 600 ]; do
+  end=$(openssl x509 -noout -enddate -in "$X509_USER_PROXY" | cut -d= -f2)
+  [ "$(date -d "$end" +%s)" -gt "$1" ] && break
+  sleep 0.2; n=$((n + 1))
+done
+cp "$X509_USER_PROXY" renewed.pem
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_proxy_renewed_from_myproxy_follows_the_job_to_b(
+    pools: tuple[PersonalPool, PersonalPool], tmp_path: Path
+) -> None:
+    # The whole path: the password in the submit file kept by A's schedd, A's grid
+    # manager renewing the proxy from the MyProxy server when it is due, the renewed file
+    # sent to B (CONDOR_JOB_REFRESH_PROXY).
+    require_myproxy()
+    a, b = pools
+    password = "c-" + secrets.token_hex(6)
+    credential = new_credential("root", password)
+    try:
+        _renewed_from_myproxy_follows(a, b, tmp_path, credential, password)
+    finally:
+        destroy_credential("root", credential)
+
+
+def _renewed_from_myproxy_follows(
+    a: PersonalPool, b: PersonalPool, tmp_path: Path, credential: str, password: str
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    proxy = work / "x509up_test"
+    cert, key = (PKI / "user.pem").read_bytes(), (PKI / "user.key").read_bytes()
+    proxy.write_bytes(make_proxy(cert, key, lifetime=3600))
+    proxy.chmod(0o600)
+    extra = (
+        f"x509userproxy = {proxy}\narguments = {int(time.time()) + 2 * 3600 - 600}\n"
+        f"MyProxyHost = localhost:{MYPROXY_PORT}\nMyProxyCredentialName = {credential}\n"
+        f"MyProxyPassword = {password}\n"
+        "MyProxyRefreshThreshold = 3000\nMyProxyNewProxyLifetime = 120\n"
+    )
+    job = submit(a, b, work, extra=extra, body=_RENEWED_SCRIPT)
+    wait_for(
+        lambda: (ad := ad_of(a, job)) and ad.get("JobStatus") == JobStatus.RUNNING,
+        timeout=120,
+        what="the job running on B",
+    )
+    # The user puts a proxy with a minute left in its place: MyProxy renews it.
+    proxy.write_bytes(make_proxy(cert, key, lifetime=60))
+    done = wait_for(
+        lambda: (ad := ad_of(a, job)) and ad.get("JobStatus") == JobStatus.COMPLETED and ad,
+        timeout=150,
+        what="the job to complete on A",
+    )
+    assert done["ExitCode"] == 0
+    renewed = read_proxy(work / "renewed.pem")
+    assert renewed.identity == "/DC=org/DC=realgridtest/CN=Test User"
+    assert renewed.expiration == read_proxy(proxy).expiration > time.time() + 3600
+    b_ad = ad_of(b, remote_id(done)) or {}
+    assert b_ad.get("x509UserProxyExpiration") == renewed.expiration
+    assert "MyProxyPassword" not in done
+    assert password not in (work / "job.log").read_text()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import getpass
 import os
 import re
 import sys
@@ -100,9 +101,17 @@ def register(commands: Any) -> None:
         metavar="ARGS",
         help="the queue statement's arguments, for a file without one",
     )
-    # The MyProxy password of condor_submit before 9.12 (-p was its shortest form): read,
-    # so that it is never taken for another flag or a file, then refused (`_submit`).
-    flag(sub, "password", 1, dest="myproxy_password", help=argparse.SUPPRESS)
+    # condor_submit's -password (before 9.12; -p its shortest form) took the password as
+    # its value, where `ps` shows it: here it is asked for, never given on the command line.
+    flag(
+        sub,
+        "password",
+        1,
+        dest="myproxy_password",
+        action="store_true",
+        help="ask for the MyProxy password the grid manager renews the jobs' X.509 proxy "
+        "with (MyProxyHost): on the terminal without echo, else one line of stdin",
+    )
     add_schedd_options(sub, pool_shortest=2)
     # `htcondor job submit --annex-name NAME`: the job is for that annex's slots, whose
     # START takes only jobs aimed at it (htgrid annex).
@@ -204,11 +213,7 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    if args.myproxy_password is not None:  # never echoed: it is somebody's password
-        raise UsageError(
-            "submit: -password (a MyProxy password) is not taken: HTCondor 9.12 removed "
-            "MyProxy support, and htgrid has none; nothing was submitted"
-        )
+    password = _myproxy_password(args) if args.myproxy_password else None
     if args.file is None:
         if args.dry_run is None:
             raise UsageError("submit: which submit file?")
@@ -228,14 +233,36 @@ def _submit(args: argparse.Namespace) -> int:
         warnings = _Warnings()
         progress = _Progress(cluster.count)
         with progress:
+            ad = _cluster_ad(cluster, args.file)
+            if password is not None:  # the schedd keeps it out of the queue
+                ad["MyProxyPassword"] = password
             count = schedd.submit_stream(
                 cluster.cluster_id,
-                _cluster_ad(cluster, args.file),
+                ad,
                 (warnings.own(proc) for proc in cluster),
                 sent=progress.sent,
             )
     print(f"{count} job(s) submitted to cluster {cluster.cluster_id}.")
     return EXIT_OK
+
+
+def _myproxy_password(args: argparse.Namespace) -> str:
+    """The MyProxy password, asked on the terminal (not echoed) or read as a line of
+    stdin. Never part of a message: a password given after -password as condor_submit
+    took it would be taken for the submit file, so the form is refused without naming it."""
+    words = [args.file, *args.assignments] if args.file is not None else []
+    if words and (not Path(words[0]).is_file() or not all(map(_ASSIGN.match, words[1:]))):
+        raise UsageError(
+            "submit: -password takes no value: the MyProxy password is asked for on the "
+            "terminal, or read from standard input; nothing was submitted"
+        )
+    if sys.stdin.isatty():
+        password = getpass.getpass("Enter MyProxy password: ")
+    else:
+        password = sys.stdin.readline().removesuffix("\n").removesuffix("\r")
+    if not password:
+        raise UsageError("submit: -password: no MyProxy password was given")
+    return password
 
 
 def _cluster_ad(cluster: ClusterProcs, path: str) -> ClassAd:

@@ -396,8 +396,14 @@ class GahpClient:
         reply = future.result()
         if reply.ok:
             return
-        self._in_flight -= 1
-        pending.at_server = False
+        if pending.at_server:  # an abandoned request was taken off the count already
+            self._in_flight -= 1
+            pending.at_server = False
+        if pending.abandoned:
+            # Nobody awaits its result: no result comes for a refused request either.
+            self._forget(pending)
+            self._pump()
+            return
         if reply.args[:1] == ("Threads limit reached",) and self._in_flight > 0:
             # As the grid manager: lower the limit to what the server holds and send this
             # one first when a result frees a slot.
@@ -410,6 +416,10 @@ class GahpClient:
             pending.result.set_exception(
                 GahpRequestRefused(pending.command, reply.code.value, reply.reason)
             )
+        # The slot it held is free: requests queued behind it (one put back when the server
+        # was overloaded while this one was still counted) must not wait for a result that
+        # nothing in flight will bring.
+        self._pump()
 
     def _pump(self) -> None:
         """Send queued requests while there is room."""

@@ -19,10 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from htgrid.classad import ClassAd
+from htgrid.client.myproxy import MyProxyError, MyProxyRefused
+from htgrid.errors import HTGridError
 from htgrid.gahp import Clock, first_of
 from htgrid.grid._config import GridManagerConfig
 from htgrid.grid._errors import GridError
-from htgrid.grid._proxy import ProxyWatch, proxy_path
+from htgrid.grid._myproxy import RETRY_AFTER, MyProxyRenewer, MyProxySettings, NoMyProxyPassword
+from htgrid.grid._proxy import ProxyWatch, _utc, proxy_path
 from htgrid.grid._queueio import UNDEFINED, QueueIO
 from htgrid.grid._table import Table
 from htgrid.grid._turns import Turns
@@ -62,6 +65,8 @@ class Services:
     home: Path | None = None
     #: Where the jobs' CPU-heavy steps take their turn (remote ads built by the hundred).
     turns: Turns = field(default_factory=Turns)
+    #: Renews proxies from MyProxy (jobs with MyProxyHost); None: nothing is renewed.
+    myproxy: MyProxyRenewer | None = None
 
 
 class JobGone(GridError):
@@ -108,6 +113,16 @@ class JobTask(abc.ABC, Generic[S, E]):
         #: Its X.509 proxy (x509userproxy), watched for expiry; None without one.
         proxy = proxy_path(ad)
         self.proxy = None if proxy is None else ProxyWatch(proxy)
+        #: Where its proxy is renewed from (MyProxyHost...), or why that cannot be read.
+        self._myproxy: MyProxySettings | None = None
+        self._myproxy_problem: str | None = None
+        if self.proxy is not None:
+            try:
+                self._myproxy = MyProxySettings.of(ad)
+            except MyProxyError as err:
+                self._myproxy_problem = f"Cannot renew the job's X.509 proxy from MyProxy: {err}"
+        self._renewal: asyncio.Task[None] | None = None
+        self._renewal_tried: float | None = None  # monotonic
 
     # ---- the type's part ---------------------------------------------------------------------
 
@@ -248,16 +263,88 @@ class JobTask(abc.ABC, Generic[S, E]):
             await self._write_status_known(known=False)
             self.wake()
 
-    async def check_proxy(self) -> None:
+    async def check_proxy(self, *, wait: bool = False) -> None:
         """Hold the job (code 4, CorruptedCredential) if its X.509 proxy expired or cannot
-        be read; its type then cancels the remote part as for a user's hold. The resource
-        calls this after each poll, and a job before it submits."""
-        if self.proxy is None or self.status not in (JobStatus.IDLE, JobStatus.RUNNING):
+        be read; its type then cancels the remote part as for a user's hold. A proxy
+        MyProxy renews (MyProxyHost) is renewed when due, in a task of its own (`wait`:
+        its end awaited, before a submit); while that runs the expiry waits for its
+        outcome. The resource calls this after each poll, and a job before it submits."""
+        if self.proxy is None or not self._proxy_in_use():
             return
         state = await self.proxy.check()
-        reason = state.hold_reason(self.clock.time())
-        if reason is None:
+        if self._myproxy_problem is not None:
+            await self._credential_hold(self._myproxy_problem)
             return
+        now = self.clock.time()
+        if self._renewal_due(state.expiration, now):
+            self._renewal_tried = self.clock.monotonic()
+            self._renewal = asyncio.create_task(self._renew_proxy(now))
+        if self._renewal is not None and not self._renewal.done():
+            if not wait:
+                return  # the renewal's outcome decides
+            await asyncio.wait([self._renewal])
+            if not self._proxy_in_use():
+                return
+            state = await self.proxy.check()
+        reason = state.hold_reason(self.clock.time())
+        if reason is not None:
+            await self._credential_hold(reason)
+
+    def _proxy_in_use(self) -> bool:
+        return self.status in (JobStatus.IDLE, JobStatus.RUNNING)
+
+    def _renewal_due(self, expiration: int | None, now: float) -> bool:
+        settings = self._myproxy
+        if settings is None or self.services.myproxy is None or expiration is None:
+            return False
+        if self._renewal is not None and not self._renewal.done():
+            return False
+        tried = self._renewal_tried
+        if tried is not None and self.clock.monotonic() - tried < RETRY_AFTER:
+            return False
+        return settings.due(expiration, now)
+
+    async def _renew_proxy(self, now: float) -> None:
+        """Renew the proxy from MyProxy: a refusal holds the job, a server that cannot be
+        asked is tried again (RETRY_AFTER), and the expiry holds the job in the end."""
+        renewer, settings, proxy = self.services.myproxy, self._myproxy, self.proxy
+        assert renewer is not None and settings is not None and proxy is not None
+        refused: str | None = None
+        try:
+            expiration = await renewer.renew(self.job_id, self.ad, settings, proxy.path, now)
+        except MyProxyRefused as err:
+            refused = f"Cannot renew the job's X.509 proxy: {err}"
+        except NoMyProxyPassword as err:
+            # Submitted without one (no -p): nothing to renew with, said once.
+            log.warning("job %s: %s; its proxy is not renewed", self.job_id, err)
+            self._myproxy = None
+            return
+        except (HTGridError, OSError) as err:  # tried again after RETRY_AFTER
+            log.warning("job %s: cannot renew its X.509 proxy from MyProxy: %s", self.job_id, err)
+            return
+        if refused is not None:
+            if self._proxy_in_use():
+                try:
+                    await self._credential_hold(refused)
+                except (StoreError, JobNotFound) as err:  # the next check tries again
+                    log.warning("job %s: cannot hold it: %s", self.job_id, err)
+                    self._renewal_tried = None
+            return
+        log.info(
+            "job %s: X.509 proxy %s renewed from MyProxy server %s, valid until %s",
+            self.job_id,
+            proxy.path,
+            settings.server,
+            _utc(expiration),
+        )
+        try:
+            await self.io.update(self.job_id, {"x509UserProxyExpiration": expiration})
+        except (StoreError, JobNotFound) as err:
+            log.warning("job %s: cannot record its renewed proxy: %s", self.job_id, err)
+        await proxy.check()
+        self.wake()  # the type delegates the renewed proxy again at its next look
+
+    async def _credential_hold(self, reason: str) -> None:
         log.warning("job %s: %s: holding it", self.job_id, reason)
         self._will_hold(reason, HoldReasonCode.CorruptedCredential)
         await self._hold_here()

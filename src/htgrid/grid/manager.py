@@ -73,6 +73,7 @@ from htgrid.grid._errors import AlreadyRunning, GridError, UnsupportedGridJob
 from htgrid.grid._gahps import GahpHandle, GahpPids
 from htgrid.grid._gridtype import GridType
 from htgrid.grid._job import GridJob
+from htgrid.grid._myproxy import MyProxyRenewer
 from htgrid.grid._queueio import QueueIO
 from htgrid.grid._registry import GRID_TYPES, grid_type_of
 from htgrid.grid._resource import Resource
@@ -167,7 +168,10 @@ class GridManager:
             await self._pids.reap_predecessors(self.clock)
             self._io = await asyncio.to_thread(self._open_queue)
             logs = EventLogs(lambda cluster, proc: self._owners.get(JobId(cluster, proc)))
-            self._services = Services(self.config, self.clock, self._io, logs, self.home)
+            renewer = MyProxyRenewer(self.queue_dir, self._owners.get)
+            self._services = Services(
+                self.config, self.clock, self._io, logs, self.home, myproxy=renewer
+            )
             feed: asyncio.Future[Any] | None = None
             try:
                 # Listening before the scan: a change made during it rings for the feed.

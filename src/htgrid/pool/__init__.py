@@ -11,6 +11,7 @@
   starter start, signal and reap a job's process (`LaunchSpec`, `spawn`, `wait_exit`),
   and find what a crashed daemon left running (`family_marker`, `kill_leftovers`).
 - `configure_logging` (`_logging`): the daemons' log lines.
+- The jobs' MyProxy passwords (`_myproxy`): kept by the schedd, read by the grid manager.
 
 Each daemon package (htgrid.grid, net, collector, startd, negotiator, schedd, master)
 imports this one; it imports only the layers below (htgrid.client and what is under it:
@@ -36,6 +37,13 @@ from htgrid.pool._config import (
     htgrid_home,
 )
 from htgrid.pool._home import HomeLayout, trusted_ca_files
+from htgrid.pool._myproxy import (
+    MYPROXY_DIR,
+    myproxy_jobs,
+    myproxy_password_file,
+    read_myproxy_password,
+    store_myproxy_password,
+)
 
 if TYPE_CHECKING:
     from htgrid.pool._launch import (
@@ -79,6 +87,7 @@ __all__ = [
     "DEFAULT_TRANSFER_MB",
     "KNOBS",
     "MARKER",
+    "MYPROXY_DIR",
     "ApiLimits",
     "Backoff",
     "ConfigFile",
@@ -94,8 +103,12 @@ __all__ = [
     "job_environment",
     "kill_group",
     "kill_leftovers",
+    "myproxy_jobs",
+    "myproxy_password_file",
+    "read_myproxy_password",
     "signal_of",
     "spawn",
+    "store_myproxy_password",
     "trusted_ca_files",
     "wait_exit",
 ]

@@ -62,6 +62,9 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
     GRIDMANAGER_JOB_PROBE_INTERVAL = 10  seconds between the grid manager's status polls
     GRIDMANAGER_COLLECTOR_UPDATE_INTERVAL = 300  seconds between the grid manager's Grid
                                     ads (one per resource: condor_status -grid)
+    USE_VOMS_ATTRIBUTES = false     whether the schedd sets a job's x509UserProxyVOName,
+                                    x509UserProxyFirstFQAN and x509UserProxyFQAN from the
+                                    VOMS attributes of its proxy (unverified, as HTCondor)
     ALLOW_ROOT_JOBS = false         whether a job may be root's (run as root); HTCondor has
                                     no such knob and never runs one. Daemons run by root
                                     run each job as its owner (a local account); daemons
@@ -166,6 +169,7 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE": "1000",  # ... and this one
     "GRIDMANAGER_COLLECTOR_UPDATE_INTERVAL": "300",  # ... and this one
     "ALLOW_ROOT_JOBS": "false",
+    "USE_VOMS_ATTRIBUTES": "false",  # HTCondor's default
     # the execute node's (htgrid.startd)
     "NUM_CPUS": None,
     "MEMORY": None,

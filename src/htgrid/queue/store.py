@@ -64,9 +64,20 @@ __all__ = ["JobQueue", "JobSpec"]
 
 # condor_qedit refuses these (SYSTEM_IMMUTABLE_JOB_ATTRS): Owner, User and OsUser say whose
 # rights a job has, which nobody may change once it is queued, not even an administrator;
-# JobStatus changes only through actions, so the transition table applies.
+# JobStatus changes only through actions, so the transition table applies. A MyProxy
+# password is never put in the queue (the schedd keeps it apart), as in HTCondor.
 PROTECTED: Final = frozenset(
-    {"owner", "user", "osuser", "clusterid", "procid", "mytype", "targettype", "jobstatus"}
+    {
+        "owner",
+        "user",
+        "osuser",
+        "clusterid",
+        "procid",
+        "mytype",
+        "targettype",
+        "jobstatus",
+        "myproxypassword",
+    }
 )
 _RUNTIME: Final = frozenset(
     {JobStatus.IDLE, JobStatus.RUNNING, JobStatus.SUSPENDED, JobStatus.TRANSFERRING_OUTPUT}

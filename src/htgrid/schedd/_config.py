@@ -75,6 +75,7 @@ class ScheddConfig(HomeLayout):
     private_network_name: str | None = None
     system_policy: SystemPolicy = dataclasses.field(default_factory=SystemPolicy)
     view_hosts: tuple[str, ...] = ()  # CONDOR_VIEW_HOST: more collectors for the schedd's ad
+    use_voms_attributes: bool = False  # a job proxy's VOMS FQANs go into its ad
 
     @property
     def socket(self) -> Path:
@@ -149,4 +150,5 @@ class ScheddConfig(HomeLayout):
             private_network_name=conf.text("PRIVATE_NETWORK_NAME", "") or None,
             system_policy=conf.system_policy(),
             view_hosts=conf.names("CONDOR_VIEW_HOST"),
+            use_voms_attributes=conf.flag("USE_VOMS_ATTRIBUTES"),
         )

@@ -279,6 +279,7 @@ class Daemon:
             scratch=cfg.spool,
             fsync=cfg.fsync,
             policy=self.policy,
+            use_voms=cfg.use_voms_attributes,
         )
         companion = self.companion
         # Every TCP port first, the socket `htgrid up` asks last: a port another program

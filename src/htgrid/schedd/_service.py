@@ -85,6 +85,7 @@ class QueueService:
         scratch: Path | None = None,
         fsync: bool = True,
         policy: OwnerPolicy | None = None,
+        use_voms: bool = False,
     ) -> None:
         """`spool(cluster, proc)` names a job's spool directory; `after_submit` runs
         once a submit of jobs with a user log (UserLog) has committed, before it is
@@ -92,8 +93,10 @@ class QueueService:
         hears of a job's X.509 proxy renewed in its spool; output tars are packed in
         `scratch` (default: the system's temporary directory); `fsync`: uploaded files
         are synced to disk before the job is released (QUEUE_FSYNC, as the queue);
-        `policy`: whose jobs may be queued (None: anyone's, for tests of the service)."""
+        `policy`: whose jobs may be queued (None: anyone's, for tests of the service);
+        `use_voms` (USE_VOMS_ATTRIBUTES): a job's proxy's VOMS FQANs go into its ad."""
         self._policy = policy
+        self._use_voms = use_voms
         self._fsync = fsync
         self._max_input, self._max_output, self._scratch = max_input, max_output, scratch
         self._worker = worker
@@ -153,13 +156,20 @@ class QueueService:
             async for batch in batches:
                 await asyncio.to_thread(_stage, prep, batch)
             ad = prep.finish()
-            await asyncio.to_thread(proxy_attrs, ad, account)
+            await asyncio.to_thread(proxy_attrs, ad, account, voms=self._use_voms)
             late = factory and ("JobMaterializeLimit" in ad or "JobMaterializeMaxIdle" in ad)
             if late and prep.spooled:
                 raise InvalidSubmit(
                     f"cluster {cluster}: input is not spooled for a late materialization "
                     "factory (max_materialize, max_idle), as in HTCondor"
                 )
+            if prep.has_myproxy:
+                if late:
+                    raise InvalidSubmit(
+                        f"cluster {cluster}: a MyProxy password is not taken for a late "
+                        "materialization factory (max_materialize, max_idle)"
+                    )
+                await asyncio.to_thread(prep.store_myproxy, self._spool_root())
             # Made while the submit commits and after it is answered: they are needed by
             # the stage-in, not by the answer. On this project's disk a new directory
             # costs up to a millisecond after many were removed, which held each

@@ -1,9 +1,10 @@
 """Removing the spool directories of jobs that have left the queue.
 
 A job whose input is spooled (HTCondor-C) keeps its sandbox in `<spool>/<cluster>/<proc>/`,
-with `<proc>.input.json` beside it. Once the job has left the queue, whether its output was
-fetched or it was removed, nothing reads them again; HTCondor's schedd removes them as
-the job leaves. Here the daemon's periodic pass (and its start) removes those of every
+with `<proc>.input.json` beside it; a job submitted with a MyProxy password keeps it in
+`<spool>/myproxy/<cluster>.<proc>`. Once the job has left the queue, whether its output
+was fetched or it was removed, nothing reads them again; HTCondor's schedd removes them
+as the job leaves. Here the daemon's periodic pass (and its start) removes those of every
 job no longer in the queue, so a crash between the job leaving and the removal leaves
 nothing behind for good either.
 
@@ -19,6 +20,7 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
+from htgrid.pool import myproxy_jobs, myproxy_password_file
 from htgrid.queue import JobId
 from htgrid.schedd._spool import cut_short_uploads, manifest_path
 
@@ -26,9 +28,9 @@ __all__ = ["remove_spools", "spooled_jobs"]
 
 
 def spooled_jobs(spool: Path) -> set[JobId]:
-    """The jobs with something in `spool`: `<cluster>/<proc>`, its manifest, or an upload
-    a crash cut short (`.<proc>.incoming-*`)."""
-    found: set[JobId] = set()
+    """The jobs with something in `spool`: `<cluster>/<proc>`, its manifest, an upload
+    a crash cut short (`.<proc>.incoming-*`), or a MyProxy password (`myproxy/`)."""
+    found = {JobId(cluster, proc) for cluster, proc in myproxy_jobs(spool)}
     with contextlib.suppress(FileNotFoundError), os.scandir(spool) as clusters:
         for cluster in clusters:
             if not (cluster.name.isdigit() and cluster.is_dir(follow_symlinks=False)):
@@ -59,6 +61,7 @@ def remove_spools(spool: Path, jobs: Iterable[JobId]) -> int:
         sandbox = spool / str(job.cluster) / str(job.proc)
         clusters.add(job.cluster)
         paths = [sandbox, manifest_path(sandbox), *cut_short_uploads(sandbox)]
+        paths.append(myproxy_password_file(spool, job.cluster, job.proc))
         hit = False
         for path in paths:
             if path.is_dir() and not path.is_symlink():

@@ -22,6 +22,7 @@ from typing import Any, Final
 from htgrid._privsep import Account, PrivilegeError, as_owner
 from htgrid.classad import ClassAd
 from htgrid.client.x509 import ProxyError, read_proxy
+from htgrid.pool import store_myproxy_password
 from htgrid.queue import HoldReasonCode, Identity, JobStatus, StagedProcs
 
 __all__ = ["GRID", "PROXY_ATTRS", "SubmitPrep", "proxy_attrs", "spooling"]
@@ -73,6 +74,10 @@ class SubmitPrep:
             ad["Owner"] = identity.name
         if _waits_for_match(ad.get("JobUniverse"), ad.get("GridResource")):
             ad["Matched"] = False
+        #: MyProxy passwords, never queued (htgrid.pool._myproxy): the cluster's, and
+        #: those of procs that carry their own, by proc number.
+        self.myproxy: str | None = _take_password(ad)
+        self.proc_myproxy: dict[int, str] = {}
         self.ad = ad
         self._spool = spool
         self.spooled: list[Path] = []  # the spool directories its procs need
@@ -86,6 +91,11 @@ class SubmitPrep:
         if "Owner" in proc and not self._admin:
             proc = copy.copy(proc)
             del proc["Owner"]
+        if "MyProxyPassword" in proc:
+            proc = copy.copy(proc)
+            password = _take_password(proc)
+            assert password is not None
+            self.proc_myproxy[self.staged.count] = password
         get = functools.partial(_proc_get, proc, ad)
         if self._cluster_spools or "JobStatus" in proc or "HoldReasonCode" in proc:
             proc = self._spool_dir(proc, get)
@@ -122,12 +132,35 @@ class SubmitPrep:
     def close(self) -> None:
         self.staged.close()
 
+    @property
+    def has_myproxy(self) -> bool:
+        return self.myproxy is not None or bool(self.proc_myproxy)
 
-def proxy_attrs(ad: ClassAd, account: Account | None) -> None:
+    def store_myproxy(self, spool: Path) -> None:
+        """Keep each proc's MyProxy password in `spool` (before the submit commits: a
+        job never runs without it; those of a submit that fails are swept). Blocking."""
+        for proc in range(self.staged.count):
+            password = self.proc_myproxy.get(proc, self.myproxy)
+            if password is not None:
+                store_myproxy_password(spool, self.cluster, proc, password)
+
+
+def _take_password(ad: ClassAd) -> str | None:
+    """MyProxyPassword taken out of `ad` (MyProxyPasswordExists put in), as HTCondor's
+    schedd kept it out of the queue. condor_submit wrote it as an expression."""
+    value = ad.pop("MyProxyPassword", None)
+    if value is None:
+        return None
+    ad["MyProxyPasswordExists"] = True
+    return value if isinstance(value, str) else str(value)
+
+
+def proxy_attrs(ad: ClassAd, account: Account | None, *, voms: bool = False) -> None:
     """The attributes of the job's proxy (x509userproxy, relative to Iwd) set in `ad`,
     read as the job's owner; those a submitter sent are dropped whatever happens. A
     proxy not there yet (it comes with the input, HTCondor-C) or unreadable leaves
-    them unset, as HTCondor's schedd does. Blocking."""
+    them unset, as HTCondor's schedd does. `voms` (USE_VOMS_ATTRIBUTES): the VO and
+    FQANs of its VOMS attributes set too. Blocking."""
     for name in PROXY_ATTRS:
         if name in ad:
             del ad[name]
@@ -138,7 +171,7 @@ def proxy_attrs(ad: ClassAd, account: Account | None) -> None:
     path = Path(iwd, proxy) if isinstance(iwd, str) else Path(proxy)
     try:
         with as_owner(account):
-            info = read_proxy(path, voms=True)
+            info = read_proxy(path, voms=voms)
     except (ProxyError, PrivilegeError):
         return
     for name, value in info.job_attrs().items():

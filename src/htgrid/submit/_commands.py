@@ -184,6 +184,28 @@ def set_credentials(b: JobBuilder) -> None:
     services = b.p("use_oauth_services", "use_oauth_service")
     if services:
         _oauth(b, services)
+    _myproxy(b)
+
+
+#: The MyProxy commands HTCondor's condor_submit had (until 9.12): strings, then expressions.
+MYPROXY_STRINGS = ("MyProxyHost", "MyProxyServerDN", "MyProxyCredentialName")
+MYPROXY_EXPRS = ("MyProxyRefreshThreshold", "MyProxyNewProxyLifetime")
+
+
+def _myproxy(b: JobBuilder) -> None:
+    """Where the job's proxy is renewed from, as condor_submit set it. MyProxyPassword
+    goes to the schedd, which keeps it out of the queue (htgrid.pool._myproxy)."""
+    for name in MYPROXY_STRINGS:
+        value = b.p(name)
+        if value is not None:
+            b.ad[name] = value
+    for name in MYPROXY_EXPRS:
+        value = b.p(name)
+        if value is not None:
+            b.expr(name, value)
+    password = b.p("MyProxyPassword")
+    if password is not None:
+        b.ad["MyProxyPassword"] = password
 
 
 def _oauth(b: JobBuilder, services: str) -> None:

@@ -17,6 +17,7 @@ with the job it already has when that job is still queued or running.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -27,12 +28,15 @@ from htgrid.grid._gridids import JOB_STATUS_NAMES, new_tag
 from htgrid.grid._gridtype import GridType
 from htgrid.grid._job import SUBMIT_ATTRS, GridJob
 from htgrid.grid._task import Services
+from htgrid.grid._values import as_int
 from htgrid.grid.batch._ids import ALIASES, BatchJobId, BatchResourceName, remote_of
 from htgrid.grid.batch._resource import BatchResource, build_submit_ad, remote_attrs
 from htgrid.grid.batch._table import TABLE, BatchEvent, BatchState
 from htgrid.queue import JobId, JobStatus
 
 __all__ = ["BATCH", "BatchJob"]
+
+log = logging.getLogger("htgrid.grid")
 
 _S = BatchState
 _E = BatchEvent
@@ -57,6 +61,10 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
         self.unknown_polls = 0
         self.lookup_failures = 0
         self._queued_now = False
+        #: The expiration of the proxy the batch job's copy has (what was submitted, or
+        #: last sent by BLAH_JOB_REFRESH_PROXY); None: not known.
+        self._delegated = as_int(ad.get("DelegatedProxyExpiration"))
+        self._submitted_proxy: int | None = None
 
     @property
     def blah_id(self) -> str | None:
@@ -129,6 +137,8 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
         if (stop := await self._turn_to_submit()) is not None:
             return stop
         assert self.grid_id is not None  # SAVE_TAG or START set it
+        # Read before the submit reads the file: a renewal after it is sent again.
+        self._submitted_proxy = None if self.proxy is None else self.proxy.state.expiration
         ad_text = build_submit_ad(self.ad, self.lrms, self.grid_id.tag)
         submit = self.resource.ask(blah.Submitted.of, blah.SUBMIT, ad_text)
         result = await self._send_submit(submit, _E.SUBMIT_LOST)
@@ -181,6 +191,8 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
             self._queued_now = False
             self.remote_state = int(JobStatus.IDLE)
             attrs |= {"GridJobStatus": "IDLE", "LastRemoteStatusUpdate": int(now)}
+        if self._submitted_proxy is not None:
+            attrs["DelegatedProxyExpiration"] = self._delegated = self._submitted_proxy
         attrs |= self.clear_wait_attrs()
         await self.io.update(self.job_id, attrs)
         self.submit_failures = self.unknown_polls = 0
@@ -222,7 +234,36 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
             await self.io.update(self.job_id, attrs)
         running = status.job_status in _RUNNING
         await self._mirror_run(running=running, idle=status.job_status == JobStatus.IDLE)
+        if event is None:
+            await self._refresh_proxy()
         return event
+
+    async def _refresh_proxy(self) -> None:
+        """BLAH_JOB_REFRESH_PROXY: a proxy renewed here (by its user or from MyProxy: a
+        later expiration than the batch job's copy has) replaces that copy, and
+        DelegatedProxyExpiration says so (HTCondor's INFNBatchJob, GM_REFRESH_PROXY). A
+        failure is logged and tried at the next status; the proxy's expiry holds the job
+        in the end."""
+        if self.proxy is None or self.blah_id is None:
+            return
+        expiration = self.proxy.state.expiration
+        if expiration is None or (self._delegated is not None and expiration <= self._delegated):
+            return
+        if not self.resource.gahp.supports(blah.REFRESH_PROXY.name):
+            return
+        try:
+            outcome = await self.resource.ask(
+                blah.Outcome.of, blah.REFRESH_PROXY, self.blah_id, self.proxy.path
+            )
+        except NO_ANSWER as err:
+            log.warning("job %s: refreshing its proxy failed: %s", self.job_id, err)
+            return
+        if not outcome.ok:
+            log.warning("job %s: refreshing its proxy failed: %s", self.job_id, outcome.message)
+            return
+        self._delegated = expiration
+        await self.io.update(self.job_id, {"DelegatedProxyExpiration": expiration})
+        log.info("job %s: renewed proxy %s sent to %s", self.job_id, self.proxy.path, self.blah_id)
 
     async def _remote_end(self) -> tuple[int, bool] | BatchEvent:
         status = self.remote
