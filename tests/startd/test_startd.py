@@ -399,3 +399,27 @@ def test_an_idle_connection_outlives_the_clients_keep_alive(tmp_path: Path) -> N
             writer.close()
 
     run_startd(tmp_path / "home", scenario)
+
+
+@pytest.mark.parametrize(("size", "inline"), [(1000, True), (200_000, False)])
+def test_a_small_output_sandbox_comes_with_the_jobs_end(
+    tmp_path: Path, size: int, inline: bool
+) -> None:
+    """The tar in the ended claim's status, a large one only at its own request (the
+    same bytes either way)."""
+    iwd = tmp_path / "iwd"
+    script(iwd, f"head -c {size} /dev/urandom > out.bin\n")
+    job = job_ad(iwd)
+
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        cid, status = await run_job(client, job)
+        assert status.outcome is not None and status.outcome.output
+        out = tmp_path / "out.tar"
+        await client.fetch_output(cid, out)
+        if inline:
+            assert status.output_data == out.read_bytes()
+        else:
+            assert status.output_data is None and out.stat().st_size > size
+        await client.release(cid)
+
+    run_startd(tmp_path / "home", scenario)

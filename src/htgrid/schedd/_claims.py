@@ -19,14 +19,17 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from htgrid._files import write_atomic
-from htgrid.queue import JobId
+from htgrid.classad import ClassAd
+from htgrid.queue import JobId, JobStatus
+from htgrid.schedd._shadow_base import RUNNING
 
-__all__ = ["ClaimBook", "ClaimRecord", "public_claim_id"]
+__all__ = ["ClaimBook", "ClaimRecord", "jobs_on_claims", "public_claim_id"]
 
 _log = logging.getLogger("htgrid.schedd.shadow")
 
@@ -126,3 +129,19 @@ class ClaimBook:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def jobs_on_claims(ads: list[ClassAd], recorded: Mapping[str, ClaimRecord]) -> dict[str, ClassAd]:
+    """The job each recorded claim may run (by claim id), among `ads`: the one whose
+    PublicClaimId names it, Running rather than not (a claim runs one job at a time;
+    the jobs it ran before have completed, or went back to idle and were removed
+    since); a completed one never."""
+    found: dict[str, ClassAd] = {}
+    for ad in ads:
+        record = recorded.get(str(ad.get("PublicClaimId")))
+        if record is None or ad["JobStatus"] == JobStatus.COMPLETED:
+            continue
+        other = found.get(record.claim_id)
+        if other is None or (other["JobStatus"] not in RUNNING and ad["JobStatus"] in RUNNING):
+            found[record.claim_id] = ad
+    return found

@@ -38,7 +38,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -57,17 +57,17 @@ from htgrid.queue import (
     JobStatus,
 )
 from htgrid.queue.faults import FaultLog, JobFailure, daemon_fault, problem
-from htgrid.schedd._claims import ClaimBook, ClaimRecord
+from htgrid.schedd._claims import ClaimBook, ClaimRecord, jobs_on_claims
 from htgrid.schedd._leases import NodeLeases
-from htgrid.schedd._shadow_run import (
+from htgrid.schedd._shadow_base import (
     CUT,
     LEASE_MARGIN,
     RUNNING,
-    ShadowRun,
     ShadowSettings,
     StopReason,
     after_stop,
 )
+from htgrid.schedd._shadow_run import ShadowRun
 from htgrid.schedd._worker import QueueWorker
 from htgrid.startd import (
     TLS_CERTIFICATE,
@@ -166,7 +166,7 @@ class ShadowManager:
             # copy: nothing of this daemon's runs it.
             running = f"JobUniverse == {VANILLA} && JobStatus != 1 && JobStatus != 5"
             ads = q.query(f'{running} && Managed =!= "External"')
-            on_claim = _jobs_on_claims(ads, recorded)
+            on_claim = jobs_on_claims(ads, recorded)
             for ad in ads:
                 jid = JobId(ad["ClusterId"], ad["ProcId"])
                 record = recorded.get(str(ad.get("PublicClaimId")))
@@ -573,22 +573,6 @@ class ShadowManager:
 
 def _job_id(ad: ClassAd) -> JobId:
     return JobId(ad["ClusterId"], ad["ProcId"])
-
-
-def _jobs_on_claims(ads: list[ClassAd], recorded: Mapping[str, ClaimRecord]) -> dict[str, ClassAd]:
-    """The job each recorded claim may run (by claim id), among `ads`: the one whose
-    PublicClaimId names it, Running rather than not (a claim runs one job at a time;
-    the jobs it ran before have completed, or went back to idle and were removed
-    since); a completed one never."""
-    found: dict[str, ClassAd] = {}
-    for ad in ads:
-        record = recorded.get(str(ad.get("PublicClaimId")))
-        if record is None or ad["JobStatus"] == JobStatus.COMPLETED:
-            continue
-        other = found.get(record.claim_id)
-        if other is None or (other["JobStatus"] not in RUNNING and ad["JobStatus"] in RUNNING):
-            found[record.claim_id] = ad
-    return found
 
 
 def _record_of(run: ShadowRun) -> ClaimRecord:
