@@ -13,7 +13,7 @@ import contextlib
 import io
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Final
 
 from htgrid._files import private_file
 from htgrid._privsep import as_owner, owned_dir
@@ -37,7 +37,48 @@ from htgrid.startd import (
 if TYPE_CHECKING:
     from htgrid.schedd._shadow_run import ShadowRun
 
-__all__ = ["fetch_output", "remove_tree", "send_input", "unlink"]
+__all__ = ["INLINE_INPUT", "fetch_output", "remove_tree", "send_input", "small_input", "unlink"]
+
+#: Input files up to this size go with the activation (one request a job fewer).
+INLINE_INPUT: Final = 1 << 18
+
+
+async def small_input(run: ShadowRun, ad: ClassAd) -> tuple[bytes, int, bool] | None:
+    """The job's input tar, when its files travel and are small (`INLINE_INPUT`): its
+    bytes, their count (BytesSent) and whether an evicted run's output waited in the spool; None for a
+    larger one, which streams after the activation (`send_input`). TransferError over
+    the job's size limit, or when a file cannot be read."""
+    if str(ad.get("ShouldTransferFiles", "YES")).upper() == "NO":
+        return None
+    s = run.m.settings
+    spooled = s.spooled(run.job_id)
+    account = run.account
+    limit = _job_limit(ad, "MaxTransferInputMB", s.max_input)
+
+    def build() -> tuple[bytes, int, bool] | None:
+        with as_owner(account):
+            kept = spooled.is_dir()
+            entries = input_entries(ad, spooled)
+            size = input_size(entries)
+            _check_input(limit, size)
+            if size > INLINE_INPUT:
+                return None
+            out = io.BytesIO()
+            sent = pack(entries, out, dereference=True)
+            return out.getvalue(), sent, kept
+
+    return await asyncio.to_thread(build)
+
+
+def _check_input(limit: SizeLimit, size: int) -> None:
+    """Before a byte is packed or sent."""
+    try:
+        limit.check(size, "the input sandbox")
+    except SandboxTooLarge as exc:
+        raise TransferError(
+            f"Transfer input files failure: {exc}",
+            HoldReasonCode.MaxTransferInputSizeExceeded,
+        ) from None
 
 
 async def send_input(run: ShadowRun, ad: ClassAd) -> tuple[int, bool]:
@@ -54,13 +95,7 @@ async def send_input(run: ShadowRun, ad: ClassAd) -> tuple[int, bool]:
         with private_file(tar) as out, as_owner(account):
             kept = spooled.is_dir()
             entries = input_entries(ad, spooled)
-            try:  # before a byte is packed or sent
-                limit.check(input_size(entries), "the input sandbox")
-            except SandboxTooLarge as exc:
-                raise TransferError(
-                    f"Transfer input files failure: {exc}",
-                    HoldReasonCode.MaxTransferInputSizeExceeded,
-                ) from None
+            _check_input(limit, input_size(entries))
             return pack(entries, out, dereference=True), kept
 
     try:

@@ -1,9 +1,10 @@
 """One vanilla job's run on one claim: the shadow itself (see `_shadow` for the whole).
 
-`ShadowRun.run` claims the slot, records the start, activates the claim, sends the input,
-follows the claim by long polls, fetches the output and records the end: exit, eviction,
-or a hold for a job that could not start or whose files could not move. Every queue
-write goes through the `ShadowHost` (the manager's queue thread).
+`ShadowRun.run` claims the slot, records the start, activates the claim with the input
+(a small one in the same request), follows the claim by long polls until the job's end
+(a small output with it), and records that: exit, eviction, or a hold for a job that
+could not start or whose files could not move. Every queue write goes through the
+`ShadowHost` (the manager's queue thread).
 
 A node of another host may run the job on without the schedd, for the job's lease
 (JobLeaseDuration; the node kills it past that). When it stops answering (its keep-alives
@@ -11,9 +12,7 @@ go unanswered, `_leases`), or when the schedd starts again with the job running 
 the shadow is disconnected (022) and reconnects (`_lost`): once the node answers within
 the lease, it follows the same run on (023, and the job's end as usual); when the node
 says the claim is gone, or the lease has surely run out there, it gives the run up
-(024) and the job goes back to idle.
-
-What every shadow shares is `_shadow_base`'s; the sandboxes' transfers `_shadow_files`'.
+(024) and the job goes back to idle. (Its sandboxes' transfers are `_shadow_files`'.)
 """
 
 from __future__ import annotations
@@ -58,7 +57,7 @@ from htgrid.schedd._shadow_base import (
     claimed_slot,
     vacate_time,
 )
-from htgrid.schedd._shadow_files import fetch_output, remove_tree, send_input
+from htgrid.schedd._shadow_files import fetch_output, remove_tree, send_input, small_input
 from htgrid.startd import (
     ClaimNotFound,
     ClaimState,
@@ -297,8 +296,13 @@ class ShadowRun:
         return False
 
     async def _activate(self, ad: ClassAd) -> ClaimStatus:
+        small = await small_input(self, ad)  # sent with the activation
+        data = None if small is None else small[0]
         try:
-            return await self.call(self.client.activate(self.claim_id, ad))
+            status = await self.call(self.client.activate(self.claim_id, ad, data))
+            if small is not None and not status.transfer_input:  # taken
+                self._sent, self._spooled = {"BytesSent": small[1]}, small[2]
+            return status
         except Unreachable as exc:
             if not self.remote:
                 raise
@@ -373,9 +377,8 @@ class ShadowRun:
     async def _follow(self, ad: ClassAd, status: ClaimStatus) -> ClaimStatus:
         """Follow the claim from `status` to the job's end (the claim's status then,
         with the outcome)."""
-        if status.transfer_input:
+        if status.transfer_input:  # BytesSent is recorded with the end: one commit fewer
             size, self._spooled = await send_input(self, ad)
-            # Recorded with the end of the run: one queue transaction fewer a job.
             self._sent = {"BytesSent": size}
         last_heard = self.m.monotonic()
         link = self.link
@@ -431,7 +434,6 @@ class ShadowRun:
                 await asyncio.sleep(_RETRY)
 
     async def call(self, call: Any) -> ClaimStatus:
-        """`call`'s status; the node's errors as the run's (Evicted, Unreachable)."""
         try:
             status: ClaimStatus = await call
         except ClaimNotFound as exc:
