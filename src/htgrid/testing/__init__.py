@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import io
 import os
 import shutil
@@ -152,6 +153,21 @@ async def completed(schedd: ScheddClient, job: str) -> ClassAd:
     return ad
 
 
+def _gone(pid: int) -> bool:
+    return not alive(pid)
+
+
+def _children(pid: int) -> list[int]:
+    """The process's children now (Linux's /proc)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            found += [int(word) for word in task.read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
 class PersonalPool:
     """One pool home with its daemon; knobs go to its htgrid.conf."""
 
@@ -201,11 +217,16 @@ class PersonalPool:
         if self.pid is None:
             return
         pid, self.pid = self.pid, None
+        children = _children(pid)
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             return
         wait_for(lambda: not alive(pid), 10, what=f"daemon {pid} to die")
+        # Its child daemons (the collector) end once they see it gone: a start before
+        # then would find the collector's port still taken.
+        for child in children:
+            wait_for(functools.partial(_gone, child), 30, what=f"child daemon {child} to end")
 
     def client(self) -> ScheddClient:
         """A client of this pool's daemon."""
