@@ -14,14 +14,19 @@ and loopback address (127.0.0.2, .3, ...), --cpus slots each. In the same run:
    and while they run, over their count (HTCondor's user schedds are sized at ~1.5 MB
    per running job).
 
-Printed: both wall times and their ratio remote / local (target <= 1.5), and the schedd's
-memory per running remote job (target < 1.5 MB).
+Printed: both wall times and their ratio remote / local (target <= 1.5), the CPU time the
+schedd (and, for the remote jobs, all nodes together) spent per job, which the machine's
+load moves less than the wall times, and the schedd's memory per running remote job
+(target < 1.5 MB).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import signal
+import subprocess
 import tempfile
 import time
 from contextlib import ExitStack
@@ -44,6 +49,18 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """The process's user + system CPU time so far, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cycles(pool: PersonalPool) -> list[float]:
+    """The seconds each negotiation cycle so far took, from the SchedLog."""
+    log = (pool.home / "log" / "SchedLog").read_text()
+    return [float(t) for t in re.findall(r" cycle \d+: .* in ([0-9.]+)s", log)]
 
 
 def submit(pool: PersonalPool, work: Path, text: str) -> int:
@@ -125,6 +142,11 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=20)
     parser.add_argument("--cpus", type=int, default=10)
     parser.add_argument("--hold", type=int, default=200)
+    parser.add_argument(
+        "--py-spy",
+        metavar="FILE",
+        help="record the schedd with py-spy (raw) during the remote jobs",
+    )
     args = parser.parse_args()
     slots = args.nodes * args.cpus
     with tempfile.TemporaryDirectory(prefix="htgrid-remote-bench-") as tmp, ExitStack() as stack:
@@ -156,10 +178,45 @@ def main() -> None:
         for node in nodes:
             node.joined()
         print(f"{args.nodes} nodes, {slots} slots joined in {time.perf_counter() - start:.1f} s")
+        assert pool.pid is not None
+        pids = [node.process.pid for node in nodes if node.process is not None]
+        schedd_0, nodes_0 = cpu_seconds(pool.pid), sum(map(cpu_seconds, pids))
+        cycles_0 = len(cycles(pool))
+        spy = None
+        if args.py_spy:
+            spy = subprocess.Popen(
+                [
+                    "py-spy",
+                    "record",
+                    "-p",
+                    str(pool.pid),
+                    "-r",
+                    "100",
+                    "-f",
+                    "raw",
+                    "-o",
+                    args.py_spy,
+                ]
+            )
+            time.sleep(1)  # attached before the first job
         remote = run_through(pool, root / "remote", "vanilla", args.jobs)
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait()
+        schedd_1, nodes_1 = cpu_seconds(pool.pid), sum(map(cpu_seconds, pids))
+        during = cycles(pool)[cycles_0:]
         local = run_through(pool, root / "local", "local", args.jobs)
-        print(f"{args.jobs} jobs on {args.nodes} remote nodes: {remote:.1f} s")
-        print(f"{args.jobs} jobs in the local universe:      {local:.1f} s")
+        schedd_2 = cpu_seconds(pool.pid)
+        per = 1000 / args.jobs
+        print(
+            f"{args.jobs} jobs on {args.nodes} remote nodes: {remote:.1f} s; CPU a job: "
+            f"schedd {(schedd_1 - schedd_0) * per:.1f} ms, nodes {(nodes_1 - nodes_0) * per:.1f} ms"
+        )
+        print(f"  {len(during)} negotiation cycles, {sum(during):.1f} s in all")
+        print(
+            f"{args.jobs} jobs in the local universe:      {local:.1f} s; CPU a job: "
+            f"schedd {(schedd_2 - schedd_1) * per:.1f} ms"
+        )
         print(f"remote / local = {remote / local:.2f} (target <= 1.5)")
         before, during = memory_per_job(pool, root / "hold", min(args.hold, slots))
         count = min(args.hold, slots)

@@ -93,3 +93,31 @@ def test_httpxs_own_transport_leaves_it_to_the_garbage_collector(
 
     left_open, warned = cancelled_in_handshake(start)
     assert left_open > 0 or warned
+
+
+def test_a_kept_connection_the_server_closed_is_not_reused() -> None:
+    """The pool's check of its connections at rest (readable: closed by the server)
+    sees the close, and the next request goes on a new connection, unharmed."""
+    connections = 0
+    closed = asyncio.Event()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        writer.close()  # at rest, closed behind the client's back (it asked keep-alive)
+        await writer.wait_closed()
+        closed.set()
+
+    async def run() -> list[int]:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server, httpx.AsyncClient(transport=tls_transport(False)) as client:
+            first = await client.get(f"http://127.0.0.1:{port}/")
+            await closed.wait()
+            second = await client.get(f"http://127.0.0.1:{port}/")
+            return [first.status_code, second.status_code, connections]
+
+    assert asyncio.run(run()) == [200, 200, 2]

@@ -183,7 +183,8 @@ def test_a_restarted_schedd_reconnects_to_the_job_running_on_its_node(
         assert lost["StartdAddr"].startswith("<127.0.0.2:") and "node2" in lost["StartdName"]
         assert back["StartdAddr"] == lost["StartdAddr"]
         assert back["StartdName"] == lost["StartdName"]
-        assert not list((pool.config.spool / "claims").glob("*.claim"))
+        # The claim is released (its record forgotten) once the job's end is recorded.
+        wait_for(lambda: not list((pool.config.spool / "claims").glob("*.claim")), timeout=30)
     finally:
         node.close()
 
@@ -255,6 +256,18 @@ def test_a_job_whose_node_cannot_be_reached_at_the_restart_waits_for_its_lease(
             node3.close()
 
 
+def _submit_procs(pool: PersonalPool, work: Path, script: str, log: str, count: int) -> int:
+    """`count` jobs of `script` (its argument the proc), each its own output."""
+    return _submit(
+        pool,
+        work,
+        f"executable = {script}\narguments = $(Process)\nshould_transfer_files = YES\n"
+        f"output = out.$(Process)\nlog = {log}\nrequest_memory = 16\n"
+        # long enough that no node ends a job while the schedd is down under load
+        f"job_max_vacate_time = 1\njob_lease_duration = 300\nqueue {count}\n",
+    )
+
+
 _MANY = """echo "start $$" >> {starts}/$1
 while [ ! -e {go} ]; do sleep 0.5; done
 echo "out $1"
@@ -278,14 +291,7 @@ def test_kill_9_of_the_schedd_while_50_jobs_run_on_5_nodes_runs_each_once(
         starts, go = work / "starts", work / "go"
         starts.mkdir(parents=True)
         _script(work / "many_a.sh", _MANY.format(starts=starts, go=go))
-        cluster = _submit(
-            pool,
-            work,
-            "executable = many_a.sh\narguments = $(Process)\nshould_transfer_files = YES\n"
-            "output = out.$(Process)\nlog = many.log\nrequest_memory = 16\n"
-            # long enough that no node ends a job while the schedd is down under load
-            f"job_max_vacate_time = 1\njob_lease_duration = 300\nqueue {jobs}\n",
-        )
+        cluster = _submit_procs(pool, work, "many_a.sh", "many.log", jobs)
         wait_for(
             lambda: len(list(starts.iterdir())) == jobs, timeout=300, what="all the jobs to start"
         )
@@ -320,3 +326,59 @@ def test_kill_9_of_the_schedd_while_50_jobs_run_on_5_nodes_runs_each_once(
     finally:
         for node in nodes:
             node.close()
+
+
+_GATED = """echo "start $$" >> {starts}/$1
+while [ ! -e {gates}/$1 ]; do sleep 0.1; done
+echo "out $1"
+"""
+
+
+def test_a_job_on_a_reused_claim_is_reconnected_to_after_kill_9_its_record_kept(
+    pool: PersonalPool, tmp_path: Path
+) -> None:
+    """The claim's record is written once (not per job it runs), and a restart finds the
+    claim's second job by its PublicClaimId: reconnected to, never run again."""
+    node = ExecuteNode(pool, tmp_path / "node2", "node2", "127.0.0.2", config={"NUM_CPUS": 1})
+    node.start()
+    node.joined()
+    try:
+        work = tmp_path / "work"
+        starts, gates = work / "starts", work / "gates"
+        starts.mkdir(parents=True)
+        gates.mkdir()
+        _script(work / "reused_a.sh", _GATED.format(starts=starts, gates=gates))
+        cluster = _submit_procs(pool, work, "reused_a.sh", "reused.log", 2)
+        wait_for(lambda: (starts / "0").exists(), timeout=90, what="the first job to start")
+        (record,) = (pool.config.spool / "claims").glob("*.claim")
+        written = record.stat()
+        (gates / "0").touch()
+        wait_for(lambda: (starts / "1").exists(), timeout=90, what="the second job to start")
+        second = _job(pool, f"{cluster}.1")
+        assert second["RemoteHost"] == _history(pool, cluster)["RemoteHost"]  # the same claim
+        assert second["PublicClaimId"] == record.name.removesuffix(".claim")
+        now = record.stat()
+        assert (now.st_ino, now.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
+        running = _runs("reused_a.sh")
+        pool.kill()
+        pool.start()
+        wait_for(
+            lambda: _job(pool, f"{cluster}.1").get("NumJobReconnects") == 1,
+            timeout=60,
+            what="the schedd to reconnect to the second job",
+        )
+        assert _runs("reused_a.sh") == running  # the same run, none started again
+        (gates / "1").touch()
+        wait_for(lambda: len(_all(pool, cluster)) == 2, timeout=60, what="both jobs to end")
+        assert all(ad["NumJobStarts"] == 1 for ad in _all(pool, cluster))
+        assert _lines(starts / "1")[0].startswith("start") and len(_lines(starts / "1")) == 1
+        assert (work / "out.1").read_text() == "out 1\n"
+        assert _events(work / "reused.log", f"{cluster}.1") == [0, 1, 22, 23, 5]
+        wait_for(lambda: not list((pool.config.spool / "claims").glob("*.claim")), timeout=30)
+    finally:
+        node.close()
+
+
+def _all(pool: PersonalPool, cluster: int) -> list[ClassAd]:
+    with pool.client() as schedd:
+        return schedd.history(f"ClusterId == {cluster}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import re
 import time
@@ -399,3 +400,54 @@ def test_an_idle_connection_outlives_the_clients_keep_alive(tmp_path: Path) -> N
             writer.close()
 
     run_startd(tmp_path / "home", scenario)
+
+
+@pytest.mark.parametrize(("size", "inline"), [(1000, True), (200_000, False)])
+def test_a_small_output_sandbox_comes_with_the_jobs_end(
+    tmp_path: Path, size: int, inline: bool
+) -> None:
+    """The tar in the ended claim's status, a large one only at its own request (the
+    same bytes either way)."""
+    iwd = tmp_path / "iwd"
+    script(iwd, f"head -c {size} /dev/urandom > out.bin\n")
+    job = job_ad(iwd)
+
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        cid, status = await run_job(client, job)
+        assert status.outcome is not None and status.outcome.output
+        out = tmp_path / "out.tar"
+        await client.fetch_output(cid, out)
+        if inline:
+            assert status.output_data == out.read_bytes()
+        else:
+            assert status.output_data is None and out.stat().st_size > size
+        await client.release(cid)
+
+    run_startd(tmp_path / "home", scenario)
+
+
+def test_a_small_input_sandbox_comes_with_the_activation(tmp_path: Path) -> None:
+    iwd = tmp_path / "iwd"
+    script(iwd, "cat in.txt > out.txt\n")
+    (iwd / "in.txt").write_text("input\n")
+    job = job_ad(iwd, TransferInput="in.txt")
+
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        cid = claim_id()
+        await client.request_claim(cid, job, "schedd@test", 60)
+        tar = io.BytesIO()
+        pack(input_entries(job), tar, dereference=True)
+        status = await client.activate(cid, job, tar.getvalue())
+        assert not status.transfer_input  # taken: nothing more to send
+        again = tmp_path / "again.tar"
+        again.write_bytes(tar.getvalue())
+        with pytest.raises(ClaimStateError):
+            await client.send_input(cid, again)
+        status = await until(client, cid, ClaimState.ENDED, status)
+        assert status.outcome is not None and status.outcome.kind is OutcomeKind.EXITED
+        assert status.outcome.exit_code == 0 and status.output_data is not None
+        unpack_output(io.BytesIO(status.output_data), job)
+        await client.release(cid)
+
+    run_startd(tmp_path / "home", scenario)
+    assert (iwd / "out.txt").read_text() == "input\n"

@@ -71,12 +71,28 @@ def _as_httpx_errors() -> Iterator[None]:
         raise
 
 
+def _readable(sock: socket.socket | None) -> bool:
+    """Whether a connection at rest can be read: the server closed it (or it is gone)."""
+    if sock is None or sock.fileno() < 0:
+        return True
+    poll = select.poll()
+    poll.register(sock, select.POLLIN)
+    return bool(poll.poll(0))
+
+
 class _Stream(httpcore.AsyncNetworkStream):
     """A connection that is closed when its TLS handshake does not complete, whatever the
-    reason."""
+    reason.
+
+    httpcore asks each connection at rest whether it is readable before every request
+    the pool sends; anyio answers that by building every attribute of the stream (a
+    getpeername among them) each time, which was a tenth of a busy schedd's time with
+    a few dozen connections to its execute nodes: the socket is looked up once here.
+    """
 
     def __init__(self, stream: httpcore.AsyncNetworkStream) -> None:
         self._stream = stream
+        self._socket: socket.socket | None = None
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         return await self._stream.read(max_bytes, timeout)
@@ -94,14 +110,19 @@ class _Stream(httpcore.AsyncNetworkStream):
         timeout: float | None = None,
     ) -> httpcore.AsyncNetworkStream:
         try:
-            return await self._stream.start_tls(ssl_context, server_hostname, timeout)
+            tls = await self._stream.start_tls(ssl_context, server_hostname, timeout)
         except BaseException:
             # Nothing else holds the connection now (httpcore keeps no reference to it).
             # Closing it is synchronous underneath, so a second cancellation cannot stop it.
             await self._stream.aclose()
             raise
+        return _Stream(tls)
 
     def get_extra_info(self, info: str) -> Any:
+        if info == "is_readable":
+            if self._socket is None:
+                self._socket = self._stream.get_extra_info("socket")
+            return _readable(self._socket)
         return self._stream.get_extra_info(info)
 
 
@@ -111,6 +132,7 @@ class _SocketStream(httpcore.AsyncNetworkStream):
 
     def __init__(self, stream: anyio.abc.ByteStream) -> None:
         self._stream = stream
+        self._socket: socket.socket | None = None
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         try:
@@ -164,13 +186,10 @@ class _SocketStream(httpcore.AsyncNetworkStream):
     def get_extra_info(self, info: str) -> Any:
         if info == "ssl_object":
             return self._stream.extra(anyio.streams.tls.TLSAttribute.ssl_object, None)
-        if info == "is_readable":  # at rest, readable means the server closed it
-            sock = self._stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
-            if sock is None:
-                return True
-            poll = select.poll()
-            poll.register(sock, select.POLLIN)
-            return bool(poll.poll(0))
+        if info == "is_readable":  # the socket looked up once, as `_Stream` does
+            if self._socket is None:
+                self._socket = self._stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+            return _readable(self._socket)
         return None
 
 

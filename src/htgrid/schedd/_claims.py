@@ -3,10 +3,13 @@
 A claim id is the capability for a claim, and only the schedd and the node know it: it is
 in no job ad. So that a schedd killed at any moment can still end the claims it held (and
 never start a job again while the node still runs it), each claim is written down, on
-disk, before it is requested, rewritten before its next job starts (claim reuse) and
-forgotten once the node released it. One file a claim, 0600, named by a digest of the
-claim id: that digest is the job's `PublicClaimId`, which ties a running job to its
-claim without giving the claim away.
+disk, before it is requested, and forgotten once the node released it. One file a
+claim, 0600, named by a digest of the claim id: that digest is the job's
+`PublicClaimId`, which the job gets in the transaction that starts it and which ties a
+running job to its claim without giving the claim away. So the record need not follow
+the claim from job to job (claim reuse): a restart finds the job a claim runs by its
+PublicClaimId, and the record is rewritten only when what ending the claim takes
+changes (the next job's lease or vacate time).
 """
 
 from __future__ import annotations
@@ -16,14 +19,17 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from htgrid._files import write_atomic
-from htgrid.queue import JobId
+from htgrid.classad import ClassAd
+from htgrid.queue import JobId, JobStatus
+from htgrid.schedd._shadow_base import RUNNING
 
-__all__ = ["ClaimBook", "ClaimRecord", "public_claim_id"]
+__all__ = ["ClaimBook", "ClaimRecord", "jobs_on_claims", "public_claim_id"]
 
 _log = logging.getLogger("htgrid.schedd.shadow")
 
@@ -40,7 +46,7 @@ class ClaimRecord:
     """One claim as the schedd holds it: where, for which job, and for how long."""
 
     claim_id: str
-    job_id: JobId
+    job_id: JobId  # the first job the claim ran (the queue's PublicClaimId says which runs)
     address: str  # the node's MyAddress
     certificate: str | None  # the node's StartdTlsCertificate (a node of another host)
     lease: float  # seconds the node keeps the claim without word from the schedd
@@ -123,3 +129,19 @@ class ClaimBook:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def jobs_on_claims(ads: list[ClassAd], recorded: Mapping[str, ClaimRecord]) -> dict[str, ClassAd]:
+    """The job each recorded claim may run (by claim id), among `ads`: the one whose
+    PublicClaimId names it, Running rather than not (a claim runs one job at a time;
+    the jobs it ran before have completed, or went back to idle and were removed
+    since); a completed one never."""
+    found: dict[str, ClassAd] = {}
+    for ad in ads:
+        record = recorded.get(str(ad.get("PublicClaimId")))
+        if record is None or ad["JobStatus"] == JobStatus.COMPLETED:
+            continue
+        other = found.get(record.claim_id)
+        if other is None or (other["JobStatus"] not in RUNNING and ad["JobStatus"] in RUNNING):
+            found[record.claim_id] = ad
+    return found

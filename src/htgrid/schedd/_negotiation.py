@@ -11,7 +11,11 @@ shadow is already starting. Its `report` carries out a cycle's decisions:
   release to restore): the grid manager then submits it to the matched site;
 - a macro the matched ad cannot fill holds the job ("Cannot expand $$(...)");
 - a job the cycle could not evaluate (`CycleResult.failures`) is held, logged once;
-- an unmatched job gets LastRejMatchReason and LastRejMatchTime.
+- an unmatched job gets LastRejMatchReason and LastRejMatchTime, when its reason
+  changes: a job the cycle rejects for the reason it already has is left alone, so
+  that a cycle over hundreds of jobs waiting for a busy pool writes nothing (it wrote
+  every one of them, and every follower of the queue's feed read them all again).
+  LastRejMatchTime is thus when the cycles began to give that reason.
 
 `NegotiationLoop` runs cycles every NEGOTIATOR_INTERVAL, and sooner (but not more often
 than NEGOTIATOR_MIN_INTERVAL) when there is news for it: jobs submitted or back to idle
@@ -114,6 +118,9 @@ class QueueJobs:
         holds += [(jid, CANNOT_MATCH.format(failure.problem)) for jid, failure in failed.items()]
         rejected: dict[str, list[JobId]] = {}
         for rejection in result.rejections:
+            job = self._cycle.get(rejection.job_id)
+            if job is not None and job.get("LastRejMatchReason") == rejection.reason:
+                continue  # no news for the job: nothing is written
             rejected.setdefault(rejection.reason, []).append(rejection.job_id)
         if not (holds or grid or rejected):
             return

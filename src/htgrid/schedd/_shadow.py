@@ -57,17 +57,17 @@ from htgrid.queue import (
     JobStatus,
 )
 from htgrid.queue.faults import FaultLog, JobFailure, daemon_fault, problem
-from htgrid.schedd._claims import ClaimBook, ClaimRecord
+from htgrid.schedd._claims import ClaimBook, ClaimRecord, jobs_on_claims
 from htgrid.schedd._leases import NodeLeases
-from htgrid.schedd._shadow_run import (
+from htgrid.schedd._shadow_base import (
     CUT,
     LEASE_MARGIN,
     RUNNING,
-    ShadowRun,
     ShadowSettings,
     StopReason,
     after_stop,
 )
+from htgrid.schedd._shadow_run import ShadowRun
 from htgrid.schedd._worker import QueueWorker
 from htgrid.startd import (
     TLS_CERTIFICATE,
@@ -121,6 +121,8 @@ class ShadowManager:
         self._wake = worker.subscribe()
         self._faults = FaultLog(_log, "shadow")
         self.claims = ClaimBook(settings.spool / "claims", fsync=settings.fsync)
+        # What each claim's record says it takes to end it (its lease, its vacate time).
+        self._recorded: dict[str, tuple[float, float]] = {}
         self.leases = NodeLeases(settings.alive_interval, monotonic=monotonic)
         # Jobs whose claim of an earlier daemon is not yet known to be over.
         self._settling: set[JobId] = set()
@@ -163,15 +165,19 @@ class ShadowManager:
             # A job the job router manages (Managed = "External") mirrors its routed
             # copy: nothing of this daemon's runs it.
             running = f"JobUniverse == {VANILLA} && JobStatus != 1 && JobStatus != 5"
-            for ad in q.query(f'{running} && Managed =!= "External"'):
+            ads = q.query(f'{running} && Managed =!= "External"')
+            on_claim = jobs_on_claims(ads, recorded)
+            for ad in ads:
                 jid = JobId(ad["ClusterId"], ad["ProcId"])
                 record = recorded.get(str(ad.get("PublicClaimId")))
-                if record is not None and record.job_id == jid:
+                if record is not None and on_claim.get(record.claim_id) is ad:
                     remote = socket_of(record.address) is None
                     if remote and ad["JobStatus"] in RUNNING:
                         resuming[record.claim_id] = ad  # it may run there still
                     else:
                         settling[record.claim_id] = jid  # running perhaps: the node says
+                elif ad["JobStatus"] == JobStatus.COMPLETED:
+                    continue  # an earlier job of a claim that ran the next one
                 elif ad["JobStatus"] == JobStatus.REMOVED:
                     q.destroy(jid)
                 elif ad["JobStatus"] in RUNNING:
@@ -185,7 +191,7 @@ class ShadowManager:
         for record in records:
             ad = resuming.get(record.claim_id)
             if ad is not None and not self._resume(record, ad):
-                settling[record.claim_id] = record.job_id
+                settling[record.claim_id] = _job_id(ad)
         self._settling.update(settling.values())
         for record in records:
             if record.claim_id in resuming and record.claim_id not in settling:
@@ -204,9 +210,10 @@ class ShadowManager:
         client = self._client(record.address, record.certificate)
         if client is None:
             return False
+        jid = _job_id(ad)
         run = ShadowRun(
             self,
-            record.job_id,
+            jid,
             ad,
             client,
             record.address,
@@ -214,7 +221,7 @@ class ShadowManager:
             claim_id=record.claim_id,
         )
         run.lease, run.start_seq = record.lease, self._seq
-        _log.info("job %s: reconnecting to it on %s", record.job_id, record.address)
+        _log.info("job %s: reconnecting to it on %s", jid, record.address)
         self._launch(run)
         return True
 
@@ -505,7 +512,12 @@ class ShadowManager:
         return await self._worker.write(fn)
 
     async def record_claim(self, run: ShadowRun) -> None:
-        await asyncio.to_thread(self.claims.write, _record_of(run))
+        record = _record_of(run)
+        ending = (record.lease, record.vacate)
+        if self._recorded.get(run.claim_id) == ending:
+            return  # the claim's next job: its record (and the queue's PublicClaimId) do
+        await asyncio.to_thread(self.claims.write, record)
+        self._recorded[run.claim_id] = ending
 
     def hold_lease(self, run: ShadowRun) -> None:
         if run.remote and run.link is None:
@@ -543,9 +555,10 @@ class ShadowManager:
     async def gave_up(self, run: ShadowRun, reason: str) -> None:
         self.drop_lease(run)
         await self._worker.write(functools.partial(_requeue, job=run.job_id, reason=reason))
-        await asyncio.to_thread(self.claims.forget, run.claim_id)
+        await self.forget_claim(run)
 
     async def forget_claim(self, run: ShadowRun) -> None:
+        self._recorded.pop(run.claim_id, None)
         await asyncio.to_thread(self.claims.forget, run.claim_id)
 
     def now(self) -> float:
@@ -556,6 +569,10 @@ class ShadowManager:
 
     def failed(self, failure: JobFailure) -> None:
         self._faults.report(failure)
+
+
+def _job_id(ad: ClassAd) -> JobId:
+    return JobId(ad["ClusterId"], ad["ProcId"])
 
 
 def _record_of(run: ShadowRun) -> ClaimRecord:

@@ -1,9 +1,10 @@
 """One vanilla job's run on one claim: the shadow itself (see `_shadow` for the whole).
 
-`ShadowRun.run` claims the slot, records the start, activates the claim, sends the input,
-follows the claim by long polls, fetches the output and records the end: exit, eviction,
-or a hold for a job that could not start or whose files could not move. Every queue
-write goes through the `ShadowHost` (the manager's queue thread).
+`ShadowRun.run` claims the slot, records the start, activates the claim with the input
+(a small one in the same request), follows the claim by long polls until the job's end
+(a small output with it), and records that: exit, eviction, or a hold for a job that
+could not start or whose files could not move. Every queue write goes through the
+`ShadowHost` (the manager's queue thread).
 
 A node of another host may run the job on without the schedd, for the job's lease
 (JobLeaseDuration; the node kills it past that). When it stops answering (its keep-alives
@@ -11,35 +12,24 @@ go unanswered, `_leases`), or when the schedd starts again with the job running 
 the shadow is disconnected (022) and reconnects (`_lost`): once the node answers within
 the lease, it follows the same run on (023, and the job's end as usual); when the node
 says the claim is gone, or the lease has surely run out there, it gives the run up
-(024) and the job goes back to idle.
-
-The job's files (its executable and input read, its output written into Iwd, an evicted
-run's output kept in the spool) are touched with its owner's rights; the transfer tars
-are the daemon's own files, opened by the daemon and handed to the owner's thread.
+(024) and the job goes back to idle. (Its sandboxes' transfers are `_shadow_files`'.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import secrets
-import shutil
-from collections.abc import Awaitable, Callable, Mapping
-from copy import copy
-from dataclasses import dataclass
+from collections.abc import Awaitable, Mapping
 from pathlib import Path
-from typing import Any, Final, NoReturn, Protocol
+from typing import Any, Final, NoReturn
 
 from htgrid._aio import wait_event
-from htgrid._files import private_file
-from htgrid._privsep import Account, OwnerPolicy, OwnerRefused, as_owner, owned_dir
+from htgrid._privsep import Account, OwnerRefused, as_owner
 from htgrid.classad import ClassAd, ExprTree
 from htgrid.errors import HTGridError
 from htgrid.negotiator import Match, Updates, apply_updates
-from htgrid.net import SandboxTooLarge
-from htgrid.net.server import SizeLimit
 from htgrid.queue import (
     HoldReasonCode,
     InvalidTransition,
@@ -53,8 +43,22 @@ from htgrid.queue.faults import JobFailure, daemon_fault, problem
 from htgrid.schedd._claims import public_claim_id
 from htgrid.schedd._leases import NodeLink
 from htgrid.schedd._local import SCHEDD
+from htgrid.schedd._shadow_base import (
+    CUT,
+    LEASE_MARGIN,
+    RESTARTED,
+    RUNNING,
+    Evicted,
+    GaveUp,
+    ShadowHost,
+    StopReason,
+    Unreachable,
+    after_stop,
+    claimed_slot,
+    vacate_time,
+)
+from htgrid.schedd._shadow_files import fetch_output, remove_tree, send_input, small_input
 from htgrid.startd import (
-    ClaimGrant,
     ClaimNotFound,
     ClaimState,
     ClaimStatus,
@@ -65,146 +69,20 @@ from htgrid.startd import (
     StartdError,
     StartdUnavailable,
     TransferError,
-    input_entries,
-    input_size,
     job_lease,
-    pack,
     socket_of,
-    unpack_output,
-    unpack_to,
 )
 
-__all__ = [
-    "RUNNING",
-    "ShadowHost",
-    "ShadowRun",
-    "ShadowSettings",
-    "StopReason",
-    "after_stop",
-    "claimed_slot",
-    "vacate_time",
-]
+__all__ = ["ShadowRun"]
 
 _log = logging.getLogger("htgrid.schedd.shadow")
 
 _RETRY: Final = 1.0
-_NO_INPUT_LIMIT: Final = SizeLimit("MAX_TRANSFER_INPUT_MB")
-_NO_OUTPUT_LIMIT: Final = SizeLimit("MAX_TRANSFER_OUTPUT_MB")
 # How long a long poll of a node of another host waits: its keep-alives are the node's
 # link's, so a poll only waits for the claim to change.
 _LONG_POLL: Final = 300.0
-# Beyond a claim's lease and its job's vacate time: the node's lease check runs every
-# half second, and a killed job takes a moment to be gone.
-LEASE_MARGIN: Final = 5.0
-# HTCondor's reasons (its shadow's and its schedd's), as users and their tools know them.
-CUT: Final = "Socket between submit and execute hosts closed unexpectedly"
-RESTARTED: Final = "Local schedd and job shadow died, schedd now running again"
 _NOT_FOUND: Final = "Job not found at execution machine"
 _CLAIM_NOT_FOUND: Final = "Claim not found at execution machine"
-RUNNING: Final = (JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED)
-
-
-@dataclass(frozen=True, slots=True)
-class ShadowSettings:
-    """What every shadow of one daemon shares."""
-
-    schedd_name: str
-    spool: Path  # the daemon's spool: transfer files and spooled sandboxes go under it
-    alive_interval: float = 60.0
-    lease: float = 360.0
-    vacate_grace: float = 10.0  # beyond a job's own vacate time, at shutdown
-    policy: OwnerPolicy | None = None  # as whom jobs' files are touched (None: the daemon)
-    # The certificate and key the schedd presents to execute nodes on other hosts (the
-    # pool CA's: they take claims from the pool's daemons only); None: local nodes only.
-    identity: tuple[Path, Path] | None = None
-    fsync: bool = True  # the claim records on disk before each claim is used
-    # MAX_TRANSFER_INPUT_MB and _OUTPUT_MB: a job's own MaxTransferInputMB and
-    # MaxTransferOutputMB (-1: none) stand in for them, as in HTCondor.
-    max_input: SizeLimit = _NO_INPUT_LIMIT
-    max_output: SizeLimit = _NO_OUTPUT_LIMIT
-
-    @property
-    def transfers(self) -> Path:
-        return self.spool / "transfer"
-
-    def spooled(self, job_id: JobId) -> Path:
-        """Where an evicted job's output waits for its next run (ON_EXIT_OR_EVICT)."""
-        return self.spool / "sandboxes" / str(job_id)
-
-
-class StopReason(enum.Enum):
-    """Why the schedd stops a job it runs on an execute node."""
-
-    HOLD = "hold"
-    REMOVE = "remove"
-    SHUTDOWN = "vacate"
-
-
-class _Evicted(HTGridError):
-    """The claim is lost: the node restarted, vanished or dropped it."""
-
-
-class _Unreachable(_Evicted):
-    """The node does not answer: the job may still run there."""
-
-
-class _GaveUp(HTGridError):
-    """A disconnected run was given up on (024): the job is back to idle, its claim
-    forgotten."""
-
-
-class ShadowHost(Protocol):
-    """What a shadow needs of its manager."""
-
-    settings: ShadowSettings
-
-    async def write(self, fn: Callable[[JobQueue], Any]) -> Any: ...
-
-    async def record_claim(self, run: ShadowRun) -> None:
-        """Write `run`'s claim (for its current job) down, on disk, before it is used."""
-        ...
-
-    async def forget_claim(self, run: ShadowRun) -> None:
-        """`run`'s claim is released: its record goes."""
-        ...
-
-    def hold_lease(self, run: ShadowRun) -> None:
-        """Keep `run`'s claim on a node of another host alive (`run.link` set)."""
-        ...
-
-    def drop_lease(self, run: ShadowRun) -> None: ...
-
-    async def disconnected(self, run: ShadowRun, why: str, reason: str, deadline: float) -> None:
-        """`run`'s node does not answer (`why`): its job Running, disconnected (022 with
-        HTCondor's `reason`) until `deadline`, when its lease has surely run out there."""
-        ...
-
-    async def reconnected(self, run: ShadowRun) -> None:
-        """`run`'s node answers again and runs its job on (023)."""
-        ...
-
-    async def gave_up(self, run: ShadowRun, reason: str) -> None:
-        """The schedd gives `run` up (024 with `reason`): its job back to idle, the
-        claim's record gone."""
-        ...
-
-    def idle_scan(self, run: ShadowRun) -> Callable[[JobQueue], list[ClassAd]]:
-        """What reads the idle jobs that may run next on `run`'s claim (on the queue
-        thread, with the write that records the end of its job)."""
-        ...
-
-    def next_job(self, run: ShadowRun, ads: list[ClassAd]) -> tuple[JobId, ClassAd, Updates] | None:
-        """An idle job of `ads` to run on `run`'s claim next (now counted as `run`'s), or
-        None."""
-        ...
-
-    def now(self) -> float: ...
-
-    def monotonic(self) -> float: ...
-
-    def failed(self, failure: JobFailure) -> None:
-        """A job the shadow failed on for a reason of its own (logged once)."""
-        ...
 
 
 class ShadowRun:
@@ -356,7 +234,7 @@ class ShadowRun:
             self.start_seq = 1 << 62
             try:
                 await self._reused()
-            except _Evicted as exc:
+            except Evicted as exc:
                 _log.info("claim of %s not reused: %s", grant.slot, exc)
                 break
         await self._release()
@@ -398,18 +276,18 @@ class ShadowRun:
             status = await first
             while True:
                 try:
-                    outcome = await self._follow(ad, status)
-                    ok = await self._finish(ad, outcome)
+                    ended = await self._follow(ad, status)
+                    ok = await self._finish(ad, ended)
                     self.on_node = False
                     return ok
-                except _Unreachable as exc:
+                except Unreachable as exc:
                     if not self.remote:  # a node of this host's: its jobs go with it
                         raise
                     # It may run the job on: never run it elsewhere too before that is over.
                     status = await self._lost(str(exc), CUT)
-        except _GaveUp:
+        except GaveUp:
             self.on_node, self._settled = False, True
-        except _Evicted as exc:  # the claim is gone: the job runs again, elsewhere or later
+        except Evicted as exc:  # the claim is gone: the job runs again, elsewhere or later
             self.on_node = False
             await self._record_evicted(str(exc))
         except TransferError as exc:
@@ -418,9 +296,14 @@ class ShadowRun:
         return False
 
     async def _activate(self, ad: ClassAd) -> ClaimStatus:
+        small = await small_input(self, ad)  # sent with the activation
+        data = None if small is None else small[0]
         try:
-            return await self._call(self.client.activate(self.claim_id, ad))
-        except _Unreachable as exc:
+            status = await self.call(self.client.activate(self.claim_id, ad, data))
+            if small is not None and not status.transfer_input:  # taken
+                self._sent, self._spooled = {"BytesSent": small[1]}, small[2]
+            return status
+        except Unreachable as exc:
             if not self.remote:
                 raise
             return await self._lost(str(exc), CUT)
@@ -429,7 +312,7 @@ class ShadowRun:
         """The node of another host does not answer (`why`), or the schedd restarted:
         the job may run on there. Disconnected (022, HTCondor's `reason`) until the node
         answers within the lease: reconnected (023), the claim's status returned. The
-        run is given up on (024, the job back to idle: `_GaveUp`) once the node says the
+        run is given up on (024, the job back to idle: `GaveUp`) once the node says the
         job or its claim is gone, or the lease has surely run out there."""
         deadline = self.m.now() + self.lease + self.vacate_time + LEASE_MARGIN
         await self.m.disconnected(self, why, reason, deadline)
@@ -462,7 +345,7 @@ class ShadowRun:
     async def _give_up(self, reason: str) -> NoReturn:
         _log.warning("job %s: reconnection to %s failed: %s", self.job_id, self.address, reason)
         await self.m.gave_up(self, reason)
-        raise _GaveUp(reason)
+        raise GaveUp(reason)
 
     async def _start(self, slot: str, updates: Updates, expanded: Updates) -> ClassAd | None:
         """Record the claim and start the job; its ad to run, or None if it is not idle."""
@@ -491,24 +374,26 @@ class ShadowRun:
         _log.info("job %s started on %s", jid, slot)
         return apply_updates(ad, expanded)
 
-    async def _follow(self, ad: ClassAd, status: ClaimStatus) -> Outcome:
-        """Follow the claim from `status` to the job's end (its outcome)."""
-        if status.transfer_input:
-            await self._send_input(ad)
+    async def _follow(self, ad: ClassAd, status: ClaimStatus) -> ClaimStatus:
+        """Follow the claim from `status` to the job's end (the claim's status then,
+        with the outcome)."""
+        if status.transfer_input:  # BytesSent is recorded with the end: one commit fewer
+            size, self._spooled = await send_input(self, ad)
+            self._sent = {"BytesSent": size}
         last_heard = self.m.monotonic()
         link = self.link
         wait = self.m.settings.alive_interval if link is None else _LONG_POLL
         vacated = False
         while True:
             if status.state is ClaimState.ENDED and status.outcome is not None:
-                return status.outcome
+                return status
             if status.state is ClaimState.RELEASED:
-                raise _Evicted("the execute node released the claim")
+                raise Evicted("the execute node released the claim")
             if self._stopping.is_set() and not vacated:
                 vacated = True
                 if status.state in (ClaimState.STARTING, ClaimState.RUNNING):
                     reason = self.stop_reason.value if self.stop_reason else "vacate"
-                    status = await self._call(self.client.vacate(self.claim_id, reason))
+                    status = await self.call(self.client.vacate(self.claim_id, reason))
                 continue
             poll = asyncio.create_task(
                 self.client.status(self.claim_id, wait=wait, version=status.version)
@@ -528,13 +413,13 @@ class ShadowRun:
                 poll.cancel()
                 await asyncio.gather(poll, return_exceptions=True)
                 if link is not None and link.down.is_set():
-                    raise _Unreachable(f"the execute node {self.address} does not answer")
+                    raise Unreachable(f"the execute node {self.address} does not answer")
                 continue
             try:
                 status = poll.result()
                 last_heard = self.m.monotonic()
             except ClaimNotFound as exc:
-                raise _Evicted(f"the execute node lost the claim: {exc}") from None
+                raise Evicted(f"the execute node lost the claim: {exc}") from None
             except StartdUnavailable as exc:
                 # A node of another host is disconnected when its link says so (its
                 # keep-alives unanswered); one of this host's, which ends its jobs with
@@ -543,105 +428,26 @@ class ShadowRun:
                 if (link is not None and link.down.is_set()) or (
                     link is None and silent > self.m.settings.lease
                 ):
-                    raise _Unreachable(
+                    raise Unreachable(
                         f"no word from the execute node for {silent:.0f} s: {exc}"
                     ) from None
                 await asyncio.sleep(_RETRY)
 
-    async def _call(self, call: Any) -> ClaimStatus:
+    async def call(self, call: Any) -> ClaimStatus:
         try:
             status: ClaimStatus = await call
         except ClaimNotFound as exc:
-            raise _Evicted(f"the execute node lost the claim: {exc}") from None
+            raise Evicted(f"the execute node lost the claim: {exc}") from None
         except StartdUnavailable as exc:
-            raise _Unreachable(f"the execute node does not answer: {exc}") from None
+            raise Unreachable(f"the execute node does not answer: {exc}") from None
         except StartdError as exc:  # refused: the job cannot run on this claim
-            raise _Evicted(f"the execute node refused: {exc}") from None
+            raise Evicted(f"the execute node refused: {exc}") from None
         return status
 
-    async def _send_input(self, ad: ClassAd) -> None:
-        s = self.m.settings
-        tar = s.transfers / f"{self.claim_id}.in.tar"
-        spooled = s.spooled(self.job_id)
-        account = self.account
-
-        limit = _job_limit(ad, "MaxTransferInputMB", s.max_input)
-
-        def build() -> int:
-            tar.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            with private_file(tar) as out, as_owner(account):
-                self._spooled = spooled.is_dir()
-                entries = input_entries(ad, spooled)
-                try:  # before a byte is packed or sent
-                    limit.check(input_size(entries), "the input sandbox")
-                except SandboxTooLarge as exc:
-                    raise TransferError(
-                        f"Transfer input files failure: {exc}",
-                        HoldReasonCode.MaxTransferInputSizeExceeded,
-                    ) from None
-                return pack(entries, out, dereference=True)
-
-        try:
-            size = await asyncio.to_thread(build)
-            await self._call(self.client.send_input(self.claim_id, tar))
-        finally:
-            await asyncio.to_thread(_unlink, tar)
-        # Recorded with the end of the run: one queue transaction fewer a job.
-        self._sent = {"BytesSent": size}
-
-    async def _fetch(self, ad: ClassAd, *, spool: bool) -> int:
-        """Bring the output sandbox back: into Iwd (or the spool, for an eviction)."""
-        s = self.m.settings
-        tar = s.transfers / f"{self.claim_id}.out.tar"
-        limit = _job_limit(ad, "MaxTransferOutputMB", s.max_output)
-
-        def check(size: int) -> None:
-            limit.check(size, "the output sandbox", at_least=True)
-
-        try:
-            if not self._sent:  # else the input's tar has made the directory
-                await asyncio.to_thread(tar.parent.mkdir, parents=True, exist_ok=True)
-            try:
-                await self.client.fetch_output(self.claim_id, tar, check)
-            except SandboxTooLarge as exc:  # the rest is not read; nothing is placed
-                raise TransferError(
-                    f"Transfer output files failure: {exc}",
-                    HoldReasonCode.MaxTransferOutputSizeExceeded,
-                ) from None
-            except StartdUnavailable as exc:
-                if self.remote:  # cut off, perhaps for a while: the output waits there
-                    raise _Unreachable(f"the output sandbox did not arrive: {exc}") from None
-                raise _Evicted(f"the output sandbox is lost with the execute node: {exc}") from None
-            except ClaimNotFound as exc:
-                # The node died with the output: its run is lost, not the job.
-                raise _Evicted(f"the output sandbox is lost with the execute node: {exc}") from None
-            except StartdError as exc:
-                raise TransferError(
-                    f"Transfer output files failure: {exc}", HoldReasonCode.TransferOutputError
-                ) from exc
-            account, kept = self.account, s.spooled(self.job_id)
-
-            def place() -> int:
-                try:
-                    with open(tar, "rb") as source:  # the daemon's file, read by the owner's
-                        if spool:
-                            owned_dir(kept.parent, None, 0o711)  # users pass through
-                            owned_dir(kept, account)
-                            with as_owner(account):
-                                return unpack_to(source, kept)
-                        with as_owner(account):
-                            return unpack_output(source, ad, limit)
-                finally:
-                    _unlink(tar)
-
-            return await asyncio.to_thread(place)
-        except BaseException:
-            await asyncio.to_thread(_unlink, tar)
-            raise
-
-    async def _finish(self, ad: ClassAd, outcome: Outcome) -> bool:
+    async def _finish(self, ad: ClassAd, ended: ClaimStatus) -> bool:
         """Record how the run ended; whether the claim may take another job."""
-        reason = self.stop_reason
+        reason, outcome = self.stop_reason, ended.outcome
+        assert outcome is not None  # `_follow` returns an ended claim
         if outcome.kind is OutcomeKind.FAILED:
             await self._hold(
                 outcome.reason, HoldReasonCode(outcome.hold_code), outcome.hold_subcode
@@ -652,14 +458,20 @@ class ShadowRun:
             evicted = outcome.kind is OutcomeKind.EVICTED
             if not evicted or reason is StopReason.SHUTDOWN or reason is None:
                 try:
-                    received = await self._fetch(ad, spool=evicted)
+                    received = await fetch_output(
+                        self,
+                        ad,
+                        spool=evicted,
+                        inline=ended.output_data,
+                        dir_made=bool(self._sent),
+                    )
                 except TransferError as exc:
                     await self._hold(exc.reason, exc.code, exc.subcode)
                     return False
         usage = self._usage(ad, outcome, received)
         if outcome.kind is OutcomeKind.EXITED:
             if reason is None:  # the node readies the claim while the exit is recorded
-                self._reusing = asyncio.create_task(self._call(self.client.reuse(self.claim_id)))
+                self._reusing = asyncio.create_task(self.call(self.client.reuse(self.claim_id)))
             await self._record_exit(usage, outcome, scan=reason is None)
             return reason is None
         await self._record_stop(usage, "evicted by the execute node")
@@ -709,7 +521,7 @@ class ShadowRun:
 
         result, self._idle = await self.m.write(record_and_scan)
         if self._spooled:
-            await asyncio.to_thread(_remove_tree, spooled)
+            await asyncio.to_thread(remove_tree, spooled)
         how = (
             f"signal {outcome.signal}"
             if outcome.signal is not None
@@ -734,7 +546,7 @@ class ShadowRun:
 
         result = await self.m.write(record)
         if reason is StopReason.REMOVE:
-            await asyncio.to_thread(_remove_tree, self.m.settings.spooled(jid))
+            await asyncio.to_thread(remove_tree, self.m.settings.spooled(jid))
         _log.info("job %s stopped (%s): %s", jid, reason.value if reason else "evicted", result)
 
     async def _record_evicted(self, why: str) -> None:
@@ -760,7 +572,7 @@ class ShadowRun:
         return bool(await self.m.write(hold))
 
     async def _reused(self) -> None:
-        """Once the node has readied the claim for another job (_Evicted if it has not)."""
+        """Once the node has readied the claim for another job (Evicted if it has not)."""
         task, self._reusing = self._reusing, None
         if task is not None:
             await task
@@ -784,53 +596,3 @@ class ShadowRun:
             _log.warning("claim of job %s: the node did not release it: %s", self.job_id, why)
             return
         await self.m.forget_claim(self)
-
-
-def claimed_slot(machine_ad: ClassAd, grant: ClaimGrant) -> ClassAd:
-    """The claimed dynamic slot, as the next job on it is matched against."""
-    ad = copy(machine_ad)
-    have = grant.resources
-    for name, value in (
-        ("Cpus", have.cpus),
-        ("Memory", have.memory),
-        ("Disk", have.disk),
-        ("GPUs", len(have.gpus)),
-    ):
-        ad[name] = value
-    ad["Name"] = grant.slot
-    ad["State"], ad["Activity"] = "Claimed", "Idle"
-    return ad
-
-
-def _job_limit(ad: ClassAd, attr: str, default: SizeLimit) -> SizeLimit:
-    """The job's own cap on a sandbox (`attr`, MiB; -1: none), else the daemon's."""
-    value = ad.eval(attr) if attr in ad else None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return SizeLimit(f"{attr} (the job's)", None if value < 0 else value)
-    return default
-
-
-def vacate_time(ad: ClassAd) -> float:
-    """How long the node gives the job to stop before killing it (JobMaxVacateTime)."""
-    vacate = ad.get("JobMaxVacateTime")
-    if isinstance(vacate, int | float) and not isinstance(vacate, bool) and vacate >= 0:
-        return float(vacate)
-    return 10.0
-
-
-def after_stop(q: JobQueue, jid: JobId) -> str:
-    """A job no longer running that was removed meanwhile leaves the queue."""
-    status = JobStatus(q.get(jid)["JobStatus"])
-    if status == JobStatus.REMOVED:
-        q.destroy(jid)
-        return "removed"
-    return status.label.lower()
-
-
-def _unlink(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-
-
-def _remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)

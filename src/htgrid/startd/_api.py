@@ -29,6 +29,7 @@ secret of the schedd's sent only over these connections, is the capability.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import os
 import ssl
@@ -100,7 +101,9 @@ class StartdBackend(Protocol):
 
     async def claim_status(self, claim_id: str, wait: float, version: int) -> ClaimStatus: ...
 
-    async def activate(self, claim_id: str, job_ad: ClassAd) -> ClaimStatus: ...
+    async def activate(
+        self, claim_id: str, job_ad: ClassAd, input_data: bytes | None = None
+    ) -> ClaimStatus: ...
 
     async def receive_input(self, claim_id: str, request: Request) -> ClaimStatus: ...
 
@@ -217,7 +220,13 @@ def create_app(
 
     async def activate(request: Request) -> Response:
         doc = await _body(request, limits)
-        found = await backend.activate(request.path_params["claim_id"], _job_ad(doc))
+        data = doc.get("input_data")
+        if data is not None:
+            try:
+                data = base64.b64decode(data, validate=True)
+            except (TypeError, ValueError):
+                raise StartdProtocolError('"input_data" must be a tar in base64') from None
+        found = await backend.activate(request.path_params["claim_id"], _job_ad(doc), data)
         return JSONResponse(found.to_json())
 
     async def send_input(request: Request) -> Response:

@@ -105,6 +105,7 @@ class Claim:
         self._changed = asyncio.Event()
 
     def status(self) -> ClaimStatus:
+        ended = self.state is ClaimState.ENDED and self.starter is not None
         return ClaimStatus(
             self.claim_id,
             self.name,
@@ -112,6 +113,7 @@ class Claim:
             self.version,
             self.transfer_input and self.state is ClaimState.STARTING,
             self.outcome,
+            self.starter.output_inline if ended and self.starter is not None else None,
         )
 
     async def wait_change(self, version: int, timeout: float) -> None:

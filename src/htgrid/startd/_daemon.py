@@ -42,7 +42,7 @@ import shutil
 import signal
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -220,7 +220,11 @@ class Startd:
         # Not renewed as the wait ends: a schedd cut off meanwhile sent nothing since.
         return claim.status()
 
-    async def activate(self, claim_id: str, job_ad: ClassAd) -> ClaimStatus:
+    async def activate(
+        self, claim_id: str, job_ad: ClassAd, input_data: bytes | None = None
+    ) -> ClaimStatus:
+        """Start the job on the claim; its input sandbox follows (`receive_input`), or
+        comes with the activation (`input_data`, a small one's tar)."""
         claim = self.slots.get(claim_id)
         if claim.state is not ClaimState.CLAIMED:
             raise ClaimStateError(f"claim {claim_id} is {claim.state.value}: already activated")
@@ -255,6 +259,10 @@ class Startd:
             _log.warning("%s: job %s refused: %s", claim.name, claim.job_id, exc.reason)
             claim.outcome = Outcome(OutcomeKind.FAILED, reason=exc.reason, hold_code=int(exc.code))
             claim.move(ClaimState.ENDED, self._clock())
+        else:
+            if input_data is not None and starter.transfer:
+                claim.transfer_input = False  # taken: the schedd sends it no more
+                await starter.receive_input(_chunk(input_data))
         self._active()
         return claim.status()
 
@@ -681,6 +689,10 @@ def _route_to(pool: str) -> str:
             f"cannot tell which address reaches the collector at {pool} ({exc}): "
             "set NETWORK_INTERFACE"
         ) from None
+
+
+async def _chunk(data: bytes) -> AsyncIterator[bytes]:
+    yield data
 
 
 def _ids(ad: ClassAd) -> tuple[object, object]:

@@ -116,6 +116,9 @@ class Starter:
         self.sandbox = config.execute_dir / base
         self.input_tar = config.execute_dir / f"{base}.input.tar"
         self.output_tar = config.execute_dir / f"{base}.output.tar"
+        # The output tar itself when it is small: it goes with the job's end, in the
+        # claim's status (one request a job fewer for the schedd).
+        self.output_inline: bytes | None = None
         self.transfer = should_transfer(job, config.filesystem_domain)
         self._input = asyncio.Event()
         self._input_error: TransferError | None = None
@@ -279,6 +282,9 @@ class Starter:
         disk = _disk_kb(self.sandbox)
         if before is not None:
             self._pack_output(before, strict)
+            with open(self.output_tar, "rb") as f:
+                data = f.read(INLINE_OUTPUT + 1)
+            self.output_inline = data if len(data) <= INLINE_OUTPUT else None
         return disk
 
     def _pack_output(self, before: dict[str, int], strict: bool) -> None:
@@ -449,6 +455,8 @@ class Starter:
 
 
 _NO_JOB: Final = JobId(0, 0)  # a claim whose ad has no ids (a test's)
+#: An output tar up to this size goes with the job's end (`ClaimStatus.output_data`).
+INLINE_OUTPUT: Final = 1 << 16
 _IN_MEMORY: Final = 1 << 20  # an input sandbox up to this size is not written to a file
 
 

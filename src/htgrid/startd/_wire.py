@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -73,9 +74,12 @@ class ClaimStatus:
     version: int
     transfer_input: bool = False  # activated, waiting for its input sandbox
     outcome: Outcome | None = None
+    # A small output sandbox (its tar), sent with the job's end: no request of its own.
+    # Without it, an outcome with `output` waits at GET /v1/claims/{id}/output.
+    output_data: bytes | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "claim_id": self.claim_id,
             "slot": self.slot,
             "state": self.state.value,
@@ -83,12 +87,16 @@ class ClaimStatus:
             "transfer_input": self.transfer_input,
             "outcome": self.outcome.to_json() if self.outcome else None,
         }
+        if self.output_data is not None:
+            doc["output_data"] = base64.b64encode(self.output_data).decode("ascii")
+        return doc
 
     @classmethod
     def from_json(cls, obj: object) -> ClaimStatus:
         doc = _mapping(obj, "claim status")
         try:
             outcome = doc.get("outcome")
+            data = doc.get("output_data")
             return cls(
                 str(doc["claim_id"]),
                 str(doc["slot"]),
@@ -96,6 +104,7 @@ class ClaimStatus:
                 int(doc["version"]),
                 bool(doc.get("transfer_input", False)),
                 Outcome.from_json(outcome) if isinstance(outcome, Mapping) else None,
+                None if data is None else base64.b64decode(data, validate=True),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StartdProtocolError(f"not a claim status: {exc}") from None

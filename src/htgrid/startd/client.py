@@ -21,6 +21,7 @@ not answer is `StartdUnavailable`.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import ssl
@@ -166,9 +167,14 @@ class StartdClient:
         doc = await self._json("GET", f"/v1/claims/{claim_id}", params=params, timeout=timeout)
         return ClaimStatus.from_json(doc)
 
-    async def activate(self, claim_id: str, job_ad: ClassAd) -> ClaimStatus:
-        """Run the job on the claim; `transfer_input` says whether to send its input."""
-        body = _raw({}, job_ad)
+    async def activate(
+        self, claim_id: str, job_ad: ClassAd, input_data: bytes | None = None
+    ) -> ClaimStatus:
+        """Run the job on the claim; `transfer_input` says whether to send its input
+        (`send_input`), unless the node took it with the activation: `input_data`, a
+        small input sandbox's tar."""
+        fields = {} if input_data is None else {"input_data": base64.b64encode(input_data)}
+        body = _raw({k: v.decode("ascii") for k, v in fields.items()}, job_ad)
         return ClaimStatus.from_json(
             await self._json("POST", f"/v1/claims/{claim_id}/activate", body)
         )

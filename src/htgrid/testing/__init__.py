@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import io
 import os
 import shutil
@@ -152,6 +153,28 @@ async def completed(schedd: ScheddClient, job: str) -> ClassAd:
     return ad
 
 
+def _gone(pid: int) -> bool:
+    return not alive(pid)
+
+
+def _children(pid: int, module: str) -> list[int]:
+    """The process's children now running `module` (`python -m module`; Linux's /proc)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            children = [int(word) for word in task.read_text().split()]
+        except OSError:
+            continue
+        for child in children:
+            try:
+                argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if module.encode() in argv:
+                found.append(child)
+    return found
+
+
 class PersonalPool:
     """One pool home with its daemon; knobs go to its htgrid.conf."""
 
@@ -201,11 +224,16 @@ class PersonalPool:
         if self.pid is None:
             return
         pid, self.pid = self.pid, None
+        collectors = _children(pid, "htgrid.collector")
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             return
         wait_for(lambda: not alive(pid), 10, what=f"daemon {pid} to die")
+        # Its collector ends once it sees it gone: a start before then would find the
+        # collector's port still taken. (Its jobs may run on: they are not waited for.)
+        for child in collectors:
+            wait_for(functools.partial(_gone, child), 30, what=f"collector {child} to end")
 
     def client(self) -> ScheddClient:
         """A client of this pool's daemon."""
