@@ -198,6 +198,34 @@ def test_jobs_run_at_the_gatekeeper_their_output_comes_back_and_rm_kills_another
 
 
 @pytest.mark.timeout(300)
+def test_without_version_detection_a_gt2_job_streams_its_output_as_gram2(
+    grid: Grid, cleanup: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """GRAM_VERSION_DETECTION = false: the gt2 resource is taken for GRAM2 without asking
+    its version; stdout and stderr are streamed to the GASS server as the job writes."""
+    caplog.set_level("INFO", logger="htgrid.grid")
+    with open(grid.home / "htgrid.conf", "a") as conf:
+        conf.write("GRAM_VERSION_DETECTION = false\n")
+    proxy = _new_proxy(grid.work)
+    (job,) = grid.submit(
+        f"x509userproxy = {proxy}\nexecutable = /bin/sh\n"
+        "arguments = \"-c 'echo streamed; echo to err >&2'\"\n"
+        "transfer_executable = false\noutput = out.txt\nerror = err.txt\nlog = job.log",
+        resource=f"gt2 {CONTACT}",
+    )
+
+    async def main() -> None:
+        async with running(grid):
+            await wait_for("the job to finish", lambda: not grid.in_queue(job), 120)
+
+    run(main())
+    assert grid.ad(job)["JobStatus"] == JobStatus.COMPLETED
+    assert (grid.work / "out.txt").read_text() == "streamed\n"
+    assert (grid.work / "err.txt").read_text() == "to err\n"
+    assert "the job manager is GRAM5" not in caplog.text
+
+
+@pytest.mark.timeout(300)
 def test_hold_cancels_the_gram_job_and_a_down_gatekeeper_makes_jobs_wait(
     grid: Grid, cleanup: str
 ) -> None:
@@ -341,3 +369,118 @@ def test_a_renewed_proxy_is_delegated_to_the_job_again_and_an_expired_one_holds(
             await wait_for("the job let go", lambda: unset(grid.ad(job), "GridJobId"), 60)
 
     run(main())
+
+
+def _gahp(proxy: Path, state_dir: Path, *requests: tuple[str, ...]) -> list[list[str]]:
+    """Each request through a gt GAHP server of its own (in the namespace), answered in
+    order: the result's fields after the request id."""
+    from htgrid.gahp._codec import decode_fields, encode_request
+
+    gahp = subprocess.Popen(
+        [*GRAM_GAHP, "--proxy", str(proxy), "--state-dir", str(state_dir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert gahp.stdin is not None and gahp.stdout is not None
+    try:
+        gahp.stdout.readline()  # the banner
+        results: dict[int, list[str]] = {}
+        for number, (name, *args) in enumerate(requests, 1):
+            gahp.stdin.write(encode_request(name, args, number))
+            gahp.stdin.flush()
+            assert gahp.stdout.readline().startswith(b"S")
+        deadline = time.monotonic() + 120
+        while len(results) < len(requests):
+            assert time.monotonic() < deadline, "the GAHP server did not answer"
+            gahp.stdin.write(b"RESULTS\n")
+            gahp.stdin.flush()
+            count = int(gahp.stdout.readline().split()[1])
+            for _ in range(count):
+                fields = decode_fields(gahp.stdout.readline().rstrip(b"\r\n"))
+                results[int(fields[0])] = fields[1:]
+            if len(results) < len(requests):
+                time.sleep(0.1)
+        gahp.stdin.write(b"QUIT\n")
+        gahp.stdin.flush()
+    finally:
+        gahp.stdin.close()
+        gahp.wait(30)
+        gahp.stdout.close()
+    return [results[n] for n in range(1, len(requests) + 1)]
+
+
+@pytest.mark.timeout(300)
+def test_a_saved_but_uncommitted_submit_is_committed_after_a_restart_and_runs_once(
+    grid: Grid, cleanup: str
+) -> None:
+    """The grid manager died between saving the job contact and the commit: the next one
+    asks the job manager, finds the job uncommitted, commits it; it runs once, its output
+    comes back. A request that was never saved (the crash came before) stays uncommitted
+    at the job manager, which never runs it."""
+    from htgrid.grid.gram._rsl import job_rsl
+
+    proxy = _new_proxy(grid.work)
+    (job,) = grid.submit(
+        f"x509userproxy = {proxy}\nexecutable = /bin/sh\n"
+        f"arguments = \"-c 'echo run >> $HOME/{cleanup}.saved; echo out'\"\n"
+        "transfer_executable = false\noutput = out.txt\nlog = job.log",
+        resource=f"gt2 {CONTACT}",
+    )
+    orphan_rsl = f'&(executable=/bin/sh)(arguments=-c "echo run >> $HOME/{cleanup}.orphan")'
+    orphan_rsl += "(two_phase=600)"
+    state = grid.home / "gram"
+    (gass,) = _gahp(proxy, state, ("GASS_SERVER_INIT", "0"))
+    assert gass[0] == "0"
+    rsl = job_rsl(grid.ad(job), gass[1], gram5=True)
+    saved, orphan = _gahp(
+        proxy,
+        state,
+        ("GRAM_JOB_REQUEST", CONTACT, "NULL", "1", rsl),
+        ("GRAM_JOB_REQUEST", CONTACT, "NULL", "1", orphan_rsl),
+    )
+    assert saved[0] == orphan[0] == "110"  # waiting for the commit
+    grid_id = f"gt2 {CONTACT} {saved[1]}"
+    grid.queue.update(
+        job, {"GridJobId": grid_id, "GridJobStatus": "UNSUBMITTED", "Managed": "External"}
+    )
+
+    async def main() -> None:
+        async with running(grid):
+            await wait_for(
+                "the job to finish",
+                lambda: not grid.in_queue(job) or grid.ad(job)["JobStatus"] == JobStatus.HELD,
+                120,
+            )
+
+    run(main())
+    assert grid.ad(job).get("HoldReason") is None, grid.ad(job).get("HoldReason")
+    assert grid.ad(job)["JobStatus"] == JobStatus.COMPLETED
+    assert grid.ad(job)["GridJobId"] == grid_id  # the same GRAM job, not a new one
+    assert (GRIDTEST_HOME / f"{cleanup}.saved").read_text() == "run\n"
+    assert (grid.work / "out.txt").read_text() == "out\n"
+    # The unsaved request is still waiting for a commit nobody will send.
+    (status,) = _gahp(proxy, state, ("GRAM_JOB_STATUS", orphan[1]))
+    assert status[0] == "0" and status[2] == "32", status  # UNSUBMITTED
+    assert not (GRIDTEST_HOME / f"{cleanup}.orphan").exists()
+    (cancel,) = _gahp(proxy, state, ("GRAM_JOB_CANCEL", orphan[1]))
+    assert cancel == ["0"]
+
+    # Killed after DONE and the exit code were saved, before (or after) COMMIT_END: the
+    # next grid manager ends the GRAM job (which the job manager may have forgotten)
+    # and completes the job with that code.
+    (done,) = grid.submit(
+        f"x509userproxy = {proxy}\nexecutable = /bin/true\ntransfer_executable = false",
+        resource=f"gt2 {CONTACT}",
+    )
+    grid.queue.update(
+        done,
+        {"GridJobId": grid_id, "GridJobStatus": "DONE", "GlobusExitCode": 4, "Managed": "External"},
+    )
+
+    async def finish() -> None:
+        async with running(grid):
+            await wait_for("the done job to complete", lambda: not grid.in_queue(done), 120)
+
+    run(finish())
+    assert grid.ad(done)["JobStatus"] == JobStatus.COMPLETED
+    assert grid.ad(done)["ExitCode"] == 4

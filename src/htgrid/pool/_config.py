@@ -60,6 +60,8 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
                                     = 90 old ones kept (and the COLLECTOR_ ones)
     COLLECTOR_AUDIT_LOG = (none)    the collector's
     GRIDMANAGER_JOB_PROBE_INTERVAL = 10  seconds between the grid manager's status polls
+    GRAM_VERSION_DETECTION = true   a gt2 resource asks its job manager's version and runs
+                                    as gt5 when it is GRAM5's
     ALLOW_ROOT_JOBS = false         whether a job may be root's (run as root); HTCondor has
                                     no such knob and never runs one. Daemons run by root
                                     run each job as its owner (a local account); daemons
@@ -162,6 +164,7 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "MAX_NUM_COLLECTOR_AUDIT_LOG": "90",
     "GRIDMANAGER_JOB_PROBE_INTERVAL": "10",  # read by htgrid.grid (GridManagerConfig.KNOBS)
     "GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE": "1000",  # ... and this one
+    "GRAM_VERSION_DETECTION": "true",  # read by htgrid.grid.gram: gt2 asks for GRAM5
     "ALLOW_ROOT_JOBS": "false",
     # the execute node's (htgrid.startd)
     "NUM_CPUS": None,

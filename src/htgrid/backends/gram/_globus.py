@@ -12,6 +12,8 @@ import ctypes
 import threading
 from dataclasses import dataclass, field
 
+from htgrid.errors import HTGridError
+
 __all__ = [
     "ERROR_CONTACT_NOT_FOUND",
     "ERROR_WAITING_FOR_COMMIT",
@@ -25,9 +27,10 @@ ERROR_WAITING_FOR_COMMIT = 110
 ERROR_CONTACT_NOT_FOUND = 156
 _GSS_C_INITIATE = 1
 _STATE_ALL = 0xFFFFF
+_DONE = 8
 
 
-class GlobusUnavailable(Exception):
+class GlobusUnavailable(HTGridError):
     """The toolkit's libraries cannot be loaded or activated."""
 
 
@@ -92,6 +95,11 @@ class GramClient:
             c.c_char_p,
             c.POINTER(c.c_char_p),
         ]
+        g.globus_gram_client_job_status.argtypes = [
+            c.c_char_p,
+            c.POINTER(c.c_int),
+            c.POINTER(c.c_int),
+        ]
         g.globus_gram_client_job_status_with_info.argtypes = [c.c_char_p, c.POINTER(_JobInfo)]
         g.globus_gram_client_job_info_destroy.argtypes = [c.POINTER(_JobInfo)]
         g.globus_gram_client_job_signal.argtypes = [
@@ -155,23 +163,29 @@ class GramClient:
         return int(code), job
 
     def job_status(self, contact: str) -> JobStatus:
+        """The job's state and failure code; and its exit code once DONE, if the job
+        manager reports one (GRAM5's exit-code extension)."""
+        state, failure = ctypes.c_int(), ctypes.c_int()
+        with self._lock:
+            code = self._gram.globus_gram_client_job_status(
+                contact.encode(), ctypes.byref(state), ctypes.byref(failure)
+            )
+        exit_code = None
+        if code == 0 and state.value == _DONE:
+            exit_code = self._exit_code(contact)
+        return JobStatus(int(code), state.value, failure.value, exit_code)
+
+    def _exit_code(self, contact: str) -> int | None:
         info = _JobInfo()
         with self._lock:
             code = self._gram.globus_gram_client_job_status_with_info(
                 contact.encode(), ctypes.byref(info)
             )
             try:
-                exit_code = self._extension(info, b"exit-code")
+                text = self._extension(info, b"exit-code") if code == 0 else None
             finally:
                 self._gram.globus_gram_client_job_info_destroy(ctypes.byref(info))
-        failure = self._failure(info, code)
-        number = (
-            int(exit_code) if exit_code is not None and exit_code.lstrip("-").isdigit() else None
-        )
-        return JobStatus(int(code), int(info.job_state), failure, number)
-
-    def _failure(self, info: _JobInfo, code: int) -> int:
-        return int(info.protocol_error_code) if code == 0 else 0
+        return int(text) if text is not None and text.lstrip("-").isdigit() else None
 
     def _extension(self, info: _JobInfo, name: bytes) -> str | None:
         if not info.extensions:

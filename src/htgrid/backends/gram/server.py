@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import signal
+import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,28 +206,31 @@ class GramGahp:
             return None
         if proxy is not None:
             self._use_proxy(proxy)
-        process = await asyncio.create_subprocess_exec(
-            program,
-            "-r",
-            "-w",
-            *(("-p", port) if port else ()),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        assert process.stdout is not None
-        try:
-            line = await asyncio.wait_for(process.stdout.readline(), 30)
-        except TimeoutError:
-            line = b""
-        url = line.decode(errors="replace").strip()
+        # Its URL comes on its stdout: an unlinked file, not a pipe, so that it outlives
+        # this process without a SIGPIPE on a later write.
+        with tempfile.TemporaryFile() as out:
+            process = await asyncio.create_subprocess_exec(
+                program,
+                "-r",
+                "-w",
+                *(("-p", port) if port else ()),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            url = ""
+            deadline = asyncio.get_running_loop().time() + 30
+            while process.returncode is None and asyncio.get_running_loop().time() < deadline:
+                text = os.pread(out.fileno(), 4096, 0).decode(errors="replace")
+                if "\n" in text:
+                    url = text.partition("\n")[0].strip()
+                    break
+                await asyncio.sleep(0.05)
         if not url.startswith("https://"):
             _kill(process.pid)
             await process.wait()
             return None
-        # Nothing more is read from it: its stdout goes nowhere from now on.
-        process.stdout.feed_eof()
         return process.pid, url
 
 

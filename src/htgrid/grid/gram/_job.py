@@ -38,8 +38,9 @@ from htgrid.grid._task import Services
 from htgrid.grid._values import as_int, as_str
 from htgrid.grid.gram._ids import GramJobId, GramResourceName, remote_of
 from htgrid.grid.gram._resource import GramResource, GramStatus
-from htgrid.grid.gram._rsl import BadJobAd, job_rsl
+from htgrid.grid.gram._rsl import RslError, job_rsl
 from htgrid.grid.gram._table import TABLE, GramEvent, GramState
+from htgrid.pool import ConfigFile, PoolError
 from htgrid.queue import HoldReasonCode, JobId, JobStatus
 
 __all__ = ["DEFAULT_GRAM_GAHP", "GT2", "GramJob", "gram_grid_type"]
@@ -136,7 +137,7 @@ class GramJob(GridJob[GramState, GramEvent]):
             return await self._submit_failed(str(err), transient=True)
         try:
             rsl = job_rsl(self.ad, gass, gram5=self.gram.gram5)
-        except BadJobAd as err:
+        except RslError as err:
             return self._submit_refused(str(err))
         proxy_expiration = (await self.proxy.check()).expiration if self.proxy else None
         request = self._call(
@@ -326,7 +327,18 @@ def gram_grid_type(
         return "GT", (*command, *state)
 
     def resource(name: GramResourceName, gahp: GahpHandle, services: Services) -> GramResource:
-        return GramResource(name, gahp, services, version_detection=version_detection)
+        return GramResource(name, gahp, services, version_detection=_detection(services))
+
+    def _detection(services: Services) -> bool:
+        """GRAM_VERSION_DETECTION from the pool's htgrid.conf, if it sets it."""
+        if services.home is None:
+            return version_detection
+        try:
+            conf = ConfigFile.read(services.home)
+            return conf.flag("GRAM_VERSION_DETECTION", version_detection)
+        except (PoolError, OSError) as err:
+            log.warning("GRAM_VERSION_DETECTION: %s", err)
+            return version_detection
 
     return GridType(
         name="gt2",

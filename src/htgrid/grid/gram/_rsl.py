@@ -20,10 +20,10 @@ from htgrid.grid._errors import GridError
 from htgrid.grid._values import as_str
 from htgrid.submit import split_v2_raw
 
-__all__ = ["TWO_PHASE", "BadJobAd", "job_rsl", "rsl_string", "stdio_update"]
+__all__ = ["TWO_PHASE", "RslError", "job_rsl", "rsl_string", "stdio_update"]
 
 
-class BadJobAd(GridError, ValueError):
+class RslError(GridError, ValueError):
     """A job ad no RSL can be made from."""
 
 
@@ -98,7 +98,7 @@ def _output_parts(ad: ClassAd, url: Callable[[str], str], *, gram5: bool) -> lis
 def _url_maker(ad: ClassAd, gass_url: str) -> Callable[[str], str]:
     iwd = as_str(ad.get("Iwd"))
     if not iwd:
-        raise BadJobAd("Iwd not defined")
+        raise RslError("Iwd not defined")
     gass = gass_url.rstrip("/")
 
     def url(path: str) -> str:
@@ -114,11 +114,11 @@ def stdio_update(ad: ClassAd, gass_url: str, *, gram5: bool) -> str:
 
 
 def job_rsl(ad: ClassAd, gass_url: str, *, gram5: bool) -> str:
-    """The job's RSL, its files through the GASS server at `gass_url`; BadJobAd if the ad
+    """The job's RSL, its files through the GASS server at `gass_url`; RslError if the ad
     cannot make one."""
     cmd = as_str(ad.get("Cmd"))
     if not cmd:
-        raise BadJobAd("Cmd not defined")
+        raise RslError("Cmd not defined")
     url = _url_maker(ad, gass_url)
     parts = ["&"]
     transfer_exe = ad.get("TransferExecutable", True) is not False
