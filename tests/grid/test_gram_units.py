@@ -30,7 +30,7 @@ def test_gahp_results_read_as_htcondors_gt_gahp_writes_them() -> None:
     state = gram.JobState.of(["0", "0", "8", "3"])
     assert (state.code, state.failure, state.name, state.exit_code) == (0, 0, "DONE", 3)
     assert gram.JobState.of(["0", "155", "4"]).name == "FAILED"
-    assert gram.JobState.of(["7"]) == gram.JobState(7)
+    assert gram.JobState.of(["7"]) == gram.JobState.of(["7", "NULL"]) == gram.JobState(7)
     assert gram.JobState(0, 0, 2).fields() == ("0", "0", "2")
     version = gram.Version.of(["0", "toolkit-version=6.2", "version=15.8 (1)"])
     assert version.gram5 and version.extensions["version"] == "15.8 (1)"

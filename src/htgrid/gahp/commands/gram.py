@@ -142,8 +142,8 @@ class JobState:
     def of(cls, fields: Sequence[str]) -> JobState:
         code = _code(fields, "GRAM_JOB_STATUS")
         if len(fields) < 3 or not fields[1].isdigit() or not fields[2].isdigit():
-            if code != 0 and len(fields) == 1:
-                return cls(code)
+            if code != 0:
+                return cls(code)  # a failed call says no more (or NULL)
             raise GahpProtocolError(f"malformed GRAM job state: {' '.join(fields)!r}")
         exit_code = None
         if len(fields) > 3 and fields[3].lstrip("-").isdigit():
