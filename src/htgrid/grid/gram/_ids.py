@@ -67,4 +67,4 @@ def remote_of(ad: ClassAd) -> Remote | None:
     grid = GramJobId.parse(ad.get("GridJobId"))
     if grid is None:
         return None
-    return Remote(grid.contact, grid.contact, "GRAM job", "job contact", "job manager")
+    return Remote(grid.contact, grid.contact, "GRAM job", "job contact", "GRAM")
