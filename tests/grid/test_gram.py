@@ -226,6 +226,25 @@ def test_without_version_detection_a_gt2_job_streams_its_output_as_gram2(
 
 
 @pytest.mark.timeout(300)
+def test_a_job_the_job_manager_refuses_is_held_with_globus_s_reason(grid: Grid) -> None:
+    proxy = _new_proxy(grid.work)
+    (job,) = grid.submit(
+        f"x509userproxy = {proxy}\nexecutable = /no/such/program\n"
+        "transfer_executable = false\nlog = job.log",
+        resource=f"gt2 {CONTACT}",
+    )
+
+    async def main() -> None:
+        async with running(grid):
+            await wait_for("the hold", lambda: grid.ad(job)["JobStatus"] == JobStatus.HELD, 120)
+
+    run(main())
+    ad = grid.ad(job)
+    assert ad["HoldReason"] == "Globus error 5: the executable does not exist"
+    assert (ad["HoldReasonCode"], ad["HoldReasonSubCode"]) == (2, 5)  # GlobusGramError
+
+
+@pytest.mark.timeout(300)
 def test_hold_cancels_the_gram_job_and_a_down_gatekeeper_makes_jobs_wait(
     grid: Grid, cleanup: str
 ) -> None:

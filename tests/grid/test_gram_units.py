@@ -36,6 +36,8 @@ def test_gahp_results_read_as_htcondors_gt_gahp_writes_them() -> None:
     assert version.gram5 and version.extensions["version"] == "15.8 (1)"
     assert not gram.Version.of(["12"]).gram5
     assert not gram.Version.of(["0", "toolkit-version=4.0"]).gram5
+    assert gram.error_text(155) == "Globus error 155: the job manager could not stage out a file"
+    assert gram.error_text(999) == "Globus error 999"
     for bad in ([], ["x"], ["0", "x", "y"]):
         with pytest.raises(GahpProtocolError):
             gram.JobState.of(bad)

@@ -45,6 +45,7 @@ __all__ = [
     "JobRequest",
     "JobState",
     "Version",
+    "error_text",
 ]
 
 PING = Spec("GRAM_PING", 1)
@@ -78,6 +79,36 @@ STATES = {
     64: "STAGE_IN",
     128: "STAGE_OUT",
 }
+
+
+#: The toolkit's own texts of the codes a user meets most (globus_gram_client_error_string).
+_TEXTS = {
+    1: "one of the RSL parameters is not supported",
+    3: "an I/O operation failed",
+    5: "the executable does not exist",
+    7: "authentication with the remote server failed",
+    8: "the user cancelled the job",
+    10: "data transfer to the server failed",
+    12: "the connection to the server failed (check host and port)",
+    15: "the job manager received an invalid RSL",
+    43: "the job manager failed to stage the executable",
+    44: "the job manager failed to stage the stdin file",
+    48: "the provided RSL could not be properly parsed",
+    74: "the job manager failed to open stderr",
+    79: "connecting to the job manager failed",
+    93: "the gatekeeper failed to find the requested service",
+    111: "the job manager timed out while waiting for a commit signal",
+    131: "the user proxy expired (job is still running)",
+    155: "the job manager could not stage out a file",
+    156: "the job contact string does not match any which the job manager is handling",
+}
+
+
+def error_text(code: int) -> str:
+    """A GRAM code as HTCondor's hold reasons show one: `Globus error 155: the job manager
+    could not stage out a file`."""
+    text = _TEXTS.get(code)
+    return f"Globus error {code}: {text}" if text else f"Globus error {code}"
 
 
 def _code(fields: Sequence[str], what: str) -> int:

@@ -154,7 +154,7 @@ class GramJob(GridJob[GramState, GramEvent]):
             self._delegated_until = proxy_expiration
             self.resource.submit_succeeded()
             return _E.SUBMIT_OK
-        error = f"Globus error {result.code}"
+        error = gram.error_text(result.code)
         return await self._submit_failed(
             error, transient=result.code in gram.TRANSIENT, subcode=result.code
         )
@@ -193,7 +193,7 @@ class GramJob(GridJob[GramState, GramEvent]):
                     )
                     return self._not_found()
                 if status.code != 0:
-                    raise GahpUnavailable(f"GRAM_JOB_STATUS failed: Globus error {status.code}")
+                    raise GahpUnavailable(f"GRAM_JOB_STATUS failed: {gram.error_text(status.code)}")
                 if status.state != _UNSUBMITTED:
                     return _E.COMMITTED
             self._uncommitted = False
@@ -211,7 +211,7 @@ class GramJob(GridJob[GramState, GramEvent]):
             return _E.COMMITTED
         if answer.code == gram.ERROR_CONTACT_NOT_FOUND:
             return self._not_found()
-        await self._try_again("committing the submit", f"Globus error {answer.code}", 1)
+        await self._try_again("committing the submit", gram.error_text(answer.code), 1)
         return _E.SUBMIT_RETRY
 
     async def _refresh_proxy(self) -> None:
@@ -234,7 +234,7 @@ class GramJob(GridJob[GramState, GramEvent]):
             return
         if not answer.ok:
             log.warning(
-                "job %s: refreshing the proxy failed: Globus error %d", self.job_id, answer.code
+                "job %s: refreshing the proxy failed: %s", self.job_id, gram.error_text(answer.code)
             )
             return
         self._delegated_until = expiration
@@ -261,10 +261,7 @@ class GramJob(GridJob[GramState, GramEvent]):
             self.exit_code = answer.exit_code or 0
             return _E.ENDED
         if state == "FAILED":
-            await self._hold_now(
-                f"Globus error {answer.failure}: the job manager reports the job failed",
-                answer.failure,
-            )
+            await self._hold_now(gram.error_text(answer.failure), answer.failure)
             return _E.JOB_FAILED
         await self._mirror_run(running=state in _RUNNING, idle=state in _IDLE)
         return None
@@ -287,7 +284,7 @@ class GramJob(GridJob[GramState, GramEvent]):
             await self._try_again("ending the GRAM job", str(err), 1)
             return _E.SUBMIT_RETRY
         if answer.code in gram.TRANSIENT:
-            await self._try_again("ending the GRAM job", f"Globus error {answer.code}", 1)
+            await self._try_again("ending the GRAM job", gram.error_text(answer.code), 1)
             return _E.SUBMIT_RETRY
         self.contact = None
         return _E.COMMITTED
@@ -299,7 +296,7 @@ class GramJob(GridJob[GramState, GramEvent]):
         try:
             answer = await self._call(gram.Code.of, gram.JOB_CANCEL, self.contact)
             if answer.code in gram.TRANSIENT:
-                return f"GRAM_JOB_CANCEL failed: Globus error {answer.code}"
+                return f"GRAM_JOB_CANCEL failed: {gram.error_text(answer.code)}"
             await self._call(
                 gram.JobState.of, gram.JOB_SIGNAL, self.contact, str(gram.SIGNAL_COMMIT_END), "NULL"
             )

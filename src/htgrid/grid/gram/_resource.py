@@ -58,7 +58,7 @@ class GramResource(Resource["GramJob", GramResourceName]):
     async def ping(self) -> str | None:
         answer = await self.ask(gram.Code.of, gram.PING, self.contact)
         if not answer.ok:
-            return f"GRAM_PING failed: Globus error {answer.code}"
+            return f"GRAM_PING failed: {gram.error_text(answer.code)}"
         if self._detect:
             version = await self.ask(gram.Version.of, gram.GET_JOBMANAGER_VERSION, self.contact)
             self._detect = False
@@ -92,7 +92,7 @@ class GramResource(Resource["GramJob", GramResourceName]):
                 self.poll_failed(str(err))
                 return
             if answer.code in gram.TRANSIENT:
-                self.poll_failed(f"GRAM_JOB_STATUS failed: Globus error {answer.code}")
+                self.poll_failed(f"GRAM_JOB_STATUS failed: {gram.error_text(answer.code)}")
                 return
             job.gram_status(GramStatus(answer, self.clock.time()))
 
