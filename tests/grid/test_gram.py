@@ -226,7 +226,9 @@ def test_without_version_detection_a_gt2_job_streams_its_output_as_gram2(
 
 
 @pytest.mark.timeout(300)
-def test_a_job_the_job_manager_refuses_is_held_with_globus_s_reason(grid: Grid) -> None:
+def test_a_job_the_job_manager_refuses_is_held_with_globus_s_reason(
+    grid: Grid, cleanup: str
+) -> None:
     proxy = _new_proxy(grid.work)
     (job,) = grid.submit(
         f"x509userproxy = {proxy}\nexecutable = /no/such/program\n"

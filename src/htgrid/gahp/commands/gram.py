@@ -28,6 +28,7 @@ from htgrid.gahp.commands import Spec
 
 __all__ = [
     "ERROR_CONTACT_NOT_FOUND",
+    "ERROR_STDIO_SIZE",
     "ERROR_WAITING_FOR_COMMIT",
     "GASS_SERVER_INIT",
     "GET_JOBMANAGER_VERSION",
@@ -40,6 +41,7 @@ __all__ = [
     "PING",
     "SIGNAL_COMMIT_END",
     "SIGNAL_COMMIT_REQUEST",
+    "SIGNAL_STDIO_SIZE",
     "STATES",
     "Code",
     "JobRequest",
@@ -67,6 +69,8 @@ LOCAL_FAILURE = 7
 TRANSIENT = frozenset({7, 12, 31, 79, 93, 124, 160})
 SIGNAL_COMMIT_REQUEST = 5
 SIGNAL_COMMIT_END = 10
+SIGNAL_STDIO_SIZE = 8
+ERROR_STDIO_SIZE = 129
 
 #: GRAM job states by number, as GridJobStatus shows them.
 STATES = {

@@ -21,7 +21,9 @@ GASS server before DONE). FAILED holds the job with the job manager's failure co
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -55,6 +57,8 @@ _E = GramEvent
 _RUNNING = frozenset({"ACTIVE", "STAGE_OUT", "SUSPENDED"})
 _IDLE = frozenset({"PENDING", "UNSUBMITTED", "STAGE_IN"})
 _UNSUBMITTED = 32
+#: At most this many STDIO_SIZE checks, a second apart, before the job ends anyway.
+_STDIO_CHECKS = 30
 
 
 class GramJob(GridJob[GramState, GramEvent]):
@@ -75,6 +79,8 @@ class GramJob(GridJob[GramState, GramEvent]):
         self._uncommitted = False
         #: The proxy's expiration when last delegated (None: not known in this process).
         self._delegated_until: int | None = None
+        #: STDIO_SIZE checks made (a GRAM2 job's streamed output).
+        self._stdio_checks = 0
 
     # ---- what the resource reads -------------------------------------------------------------
 
@@ -266,9 +272,51 @@ class GramJob(GridJob[GramState, GramEvent]):
         await self._mirror_run(running=state in _RUNNING, idle=state in _IDLE)
         return None
 
+    def _stdio_sizes(self) -> str:
+        """The sizes of the job's stdout and stderr here (-1: not streamed)."""
+        sizes = []
+        for attr in ("Out", "Err"):
+            name = as_str(self.ad.get(attr)) or ""
+            if name in ("", "/dev/null"):
+                sizes.append("-1")
+                continue
+            path = (
+                name
+                if os.path.isabs(name)
+                else os.path.join(as_str(self.ad.get("Iwd")) or "", name)
+            )
+            try:
+                sizes.append(str(os.stat(path).st_size))
+            except OSError:
+                sizes.append("0")
+        return " ".join(sizes)
+
+    async def _streamed(self) -> bool:
+        """GRAM2's streamed stdout and stderr have all arrived (STDIO_SIZE, as HTCondor's
+        gt2 asks before it ends the job): False to ask again after a pause."""
+        if self.gram.gram5 or self._stdio_checks >= _STDIO_CHECKS:
+            return True
+        self._stdio_checks += 1
+        assert self.contact is not None
+        sizes = await asyncio.to_thread(self._stdio_sizes)
+        answer = await self._call(
+            gram.JobState.of, gram.JOB_SIGNAL, self.contact, str(gram.SIGNAL_STDIO_SIZE), sizes
+        )
+        if answer.code == gram.ERROR_STDIO_SIZE:
+            await self.pause(1.0)
+            return False
+        return True
+
     async def _done_commit(self) -> GramEvent:
         """DONE (and the exit code) committed, then COMMIT_END: the job manager may forget
-        the job. Its answer may be lost or "not found" (a second try): either is the end."""
+        the job. Its answer may be lost or "not found" (a second try): either is the end.
+        Streamed output (GRAM2) is checked complete first."""
+        try:
+            if not await self._streamed():
+                return _E.SUBMIT_RETRY
+        except NO_ANSWER as err:
+            await self._try_again("checking the streamed output", str(err), 1)
+            return _E.SUBMIT_RETRY
         await self.io.update(
             self.job_id,
             {"GridJobStatus": "DONE", "GlobusExitCode": self.exit_code},
