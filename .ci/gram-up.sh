@@ -65,7 +65,7 @@ fi
 
 pkgs=(globus-gatekeeper globus-gram-job-manager globus-gram-job-manager-fork
     globus-gram-job-manager-fork-setup-poll globus-gram-client-tools globus-proxy-utils
-    libglobus-gram-client3)
+    libglobus-gram-client3 globus-gass-server-ez-progs)
 bash "$HERE/apt-ensure.sh" "${pkgs[@]}"
 
 bash "$HERE/grid-pki.sh"

@@ -6,14 +6,15 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import htgrid.classad as classad
-from htgrid.grid import GridManager, GridManagerConfig
+from htgrid.grid import GridManager, GridManagerConfig, GridType
 from htgrid.queue import Identity, JobId, JobNotFound, JobQueue
 from htgrid.submit import SubmitDescription
 
@@ -118,9 +119,14 @@ def grid(tmp_path: Path) -> Iterator[Grid]:
 
 
 @contextlib.asynccontextmanager
-async def running(grid: Grid, config: GridManagerConfig = FAST) -> AsyncIterator[GridManager]:
-    """A grid manager over `grid`'s queue, in this event loop, stopped on exit."""
-    manager = GridManager(grid.home, config=config)
+async def running(
+    grid: Grid,
+    config: GridManagerConfig = FAST,
+    grid_types: Mapping[str, GridType[Any]] | None = None,
+) -> AsyncIterator[GridManager]:
+    """A grid manager over `grid`'s queue, in this event loop, stopped on exit (its grid
+    types `grid_types` when given)."""
+    manager = GridManager(grid.home, config=config, grid_types=grid_types)
     stop = asyncio.Event()
     task = asyncio.create_task(manager.run(stop))
     ready = asyncio.create_task(manager.ready.wait())

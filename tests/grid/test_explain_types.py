@@ -17,6 +17,7 @@ RESOURCES = {
     "ec2": "ec2 https://ec2.us-east-1.amazonaws.com",
     "azure": "azure 0123456789abcdef",
     "arc": "arc https://ce.example.org/arex",
+    "gt2": "gt2 ce.example.org/jobmanager-pbs",
 }
 
 
@@ -104,4 +105,28 @@ def test_an_ec2_job_names_ec2_as_it_is_written() -> None:
     assert removing[1] == (
         "Removed: the grid manager cancels instance i-0123; the job leaves the queue once "
         "EC2 confirms."
+    )
+
+
+def test_a_gram_job_names_its_job_contact() -> None:
+    resource = "gt5 ce.example.org/jobmanager-pbs"
+    contact = "https://ce.example.org:40000/123/456/"
+    running = explain_grid_job(
+        _ad(
+            resource,
+            JobStatus=2,
+            Managed="External",
+            GridJobId=f"{resource} {contact}",
+            GridJobSubmitTime=1_700_000_000,
+            GridJobStatus="ACTIVE",
+        )
+    )
+    assert running[1].startswith(f"Submitted to {resource!r} as GRAM job {contact} at 2023-11-")
+    assert running[2] == "GRAM last reported it ACTIVE."
+    removing = explain_grid_job(
+        _ad(resource, JobStatus=3, Managed="External", GridJobId=f"{resource} {contact}")
+    )
+    assert removing[1] == (
+        f"Removed: the grid manager cancels GRAM job {contact}; the job leaves the queue once "
+        "GRAM confirms."
     )

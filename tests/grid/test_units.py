@@ -255,7 +255,7 @@ def _grid_ad(**attrs: Any) -> classad.ClassAd:
 
 def test_explain_every_stage() -> None:
     assert explain_grid_job(_ad(JobUniverse=5)) == ["This is not a grid universe job."]
-    assert "cannot run grid type 'gt2'" in explain_grid_job(_grid_ad(GridResource="gt2 x"))[0]
+    assert "cannot run grid type 'cream'" in explain_grid_job(_grid_ad(GridResource="cream x"))[0]
     fresh = explain_grid_job(_grid_ad())
     assert fresh[1].startswith("Not submitted yet")
     throttled = explain_grid_job(_grid_ad(GridWaitReason="waiting for a submit slot since X"))

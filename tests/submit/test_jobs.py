@@ -58,7 +58,7 @@ def test_condor_c_remote_commands(tmp_path: Path) -> None:
     ("text", "message"),
     [
         ("universe = grid\nexecutable = /bin/true\nqueue\n", "grid_resource"),
-        ("universe = grid\ngrid_resource = gt2 x\nexecutable = /bin/true\nqueue\n", "grid type"),
+        ("universe = grid\ngrid_resource = cream x\nexecutable = /bin/true\nqueue\n", "grid type"),
         ("universe = grid\ngrid_resource = ec2 https://x\nexecutable = x\nqueue\n", "EC2 jobs"),
         ("universe = standard\nexecutable = /bin/true\nqueue\n", "not a supported universe"),
         ("queue\n", "No 'executable'"),
@@ -142,8 +142,7 @@ def test_ec2_iam_profile_name_alone_sets_its_attribute(tmp_path: Path) -> None:
     [
         ("cream", "9.2.0"),
         ("unicore", "9.2.0"),
-        ("gt2", "9.2.0"),
-        ("GT5", "9.2.0"),
+        ("globus", "9.2.0"),
         ("deltacloud", "8.5.4"),
         ("boinc", "10.0.0"),
         ("nordugrid", "10.2.0"),

@@ -107,6 +107,7 @@ def _add_gahp_types(sub: Any) -> None:
     register_azure(sub)
     register_condor(sub)
     register_arc(sub)
+    register_gram(sub)
 
 
 def register_ec2(sub: Any) -> None:
@@ -135,6 +136,13 @@ def register_arc(sub: Any) -> None:
     from htgrid.backends.arc import cli as arc_cli
 
     arc_cli.add_parser(sub)
+
+
+def register_gram(sub: Any) -> None:
+    """Add `htgrid gahp gram` (Globus GRAM job managers: gt2, gt5)."""
+    from htgrid.backends.gram import cli as gram_cli
+
+    gram_cli.add_parser(sub)
 
 
 def _no_subcommand(group: argparse.ArgumentParser) -> int:

@@ -12,12 +12,13 @@ from htgrid.grid.azure import AZURE
 from htgrid.grid.batch import BATCH
 from htgrid.grid.condor import CONDOR
 from htgrid.grid.ec2 import EC2
+from htgrid.grid.gram import GT2
 
 __all__ = ["GRID_TYPES", "grid_type_of", "resource_name"]
 
 #: The grid types, by the first word of GridResource.
 GRID_TYPES: Mapping[str, GridType[Any]] = {
-    gtype.name: gtype for gtype in (BATCH, EC2, AZURE, CONDOR, ARC)
+    gtype.name: gtype for gtype in (BATCH, EC2, AZURE, CONDOR, ARC, GT2)
 }
 _ALIASES = {alias: gtype.name for gtype in GRID_TYPES.values() for alias in gtype.aliases}
 

@@ -65,6 +65,8 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
     USE_VOMS_ATTRIBUTES = false     whether the schedd sets a job's x509UserProxyVOName,
                                     x509UserProxyFirstFQAN and x509UserProxyFQAN from the
                                     VOMS attributes of its proxy (unverified, as HTCondor)
+    GRAM_VERSION_DETECTION = true   a gt2 resource asks its job manager's version and runs
+                                    as gt5 when it is GRAM5's
     ALLOW_ROOT_JOBS = false         whether a job may be root's (run as root); HTCondor has
                                     no such knob and never runs one. Daemons run by root
                                     run each job as its owner (a local account); daemons
@@ -168,6 +170,7 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "GRIDMANAGER_JOB_PROBE_INTERVAL": "10",  # read by htgrid.grid (GridManagerConfig.KNOBS)
     "GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE": "1000",  # ... and this one
     "GRIDMANAGER_COLLECTOR_UPDATE_INTERVAL": "300",  # ... and this one
+    "GRAM_VERSION_DETECTION": "true",  # read by htgrid.grid.gram: gt2 asks for GRAM5
     "ALLOW_ROOT_JOBS": "false",
     "USE_VOMS_ATTRIBUTES": "false",  # HTCondor's default
     # the execute node's (htgrid.startd)

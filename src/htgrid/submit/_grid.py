@@ -33,6 +33,7 @@ def set_grid_params(b: JobBuilder) -> None:
         ("arc_rte", "ArcRte"),
         ("arc_resources", "ArcResources"),
         ("arc_application", "ArcApplication"),
+        ("globus_rsl", "GlobusRSL"),
         ("batch_extra_submit_args", "BatchExtraSubmitArgs"),
         ("batch_project", "BatchProject"),
         ("batch_queue", "BatchQueue"),

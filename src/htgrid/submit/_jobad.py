@@ -45,6 +45,8 @@ _GRID_TYPES = (
     "naregi",
     "condor",
     "arc",
+    "gt2",
+    "gt5",
     "ec2",
     "gce",
     "azure",
@@ -54,9 +56,7 @@ _GRID_TYPES = (
 _CE = "for a compute entrypoint use `condor` (HTCondor-CE) or `arc`"
 _RETIRED_GRID_TYPES: Final = {
     "deltacloud": ("8.5.4", ""),
-    "gt2": ("9.2.0", _CE),  # Globus GRAM
-    "gt5": ("9.2.0", _CE),
-    "globus": ("9.2.0", _CE),  # gt2's old name
+    "globus": ("9.2.0", "use `gt2` or `gt5` (Globus GRAM)"),  # gt2's old name
     "cream": ("9.2.0", _CE),
     "unicore": ("9.2.0", ""),
     "boinc": ("10.0.0", ""),
@@ -73,7 +73,7 @@ def _retired(grid_type: str) -> str | None:
     return (
         f'grid_resource: grid type "{grid_type}" was retired by HTCondor in {release}; '
         + (f"{instead}; " if instead else "")
-        + "htgrid runs condor, batch, arc, ec2, gce and azure"
+        + "htgrid runs condor, batch, arc, gt2, gt5, ec2, gce and azure"
     )
 
 

@@ -1,0 +1,1 @@
+"""The gt GAHP server: GRAM2/GRAM5 job managers through the Grid Community Toolkit."""
