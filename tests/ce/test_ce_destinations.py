@@ -1,6 +1,7 @@
 """A CE's routes to real destinations: Slurm and Grid Engine (.ci/slurm-up.sh,
-.ci/sge-up.sh; skipped where they are not running, failed under CI=true), and another
-HTCondor pool (`condor SCHEDD POOL`). Each job goes submitter -> CE (HTCondor-C) -> the
+.ci/sge-up.sh; skipped where they are not running, failed under CI=true), Slurm on
+another host over ssh (`batch slurm user@host`, .ci/sshd-up.sh), and another HTCondor
+pool (`condor SCHEDD POOL`). Each job goes submitter -> CE (HTCondor-C) -> the
 destination, with the pilot vocabulary turned into the destination's requests, and its
 output and exit come back."""
 
@@ -15,6 +16,8 @@ import pytest
 from htgrid.grid.batch import BatchJobId
 from htgrid.router import CE_DEFAULTS, ce_route
 from htgrid.testing import PersonalPool, wait_for
+from htgrid.testing.bosco import grid_resource as remote_resource
+from htgrid.testing.bosco import install_remote_gahp, ssh_probe
 
 from ._ce import (
     CE_NAME,
@@ -123,3 +126,28 @@ def test_a_ce_routes_to_another_htcondor_pool(tmp_path: Path) -> None:
                 (ran,) = jobs(site)
                 assert ran["RequestCpus"] == 2 and ran["RequestMemory"] == 64
                 assert ran["ExitCode"] == 3 and ran.get("GlobalJobId") != CE_NAME
+
+
+@pytest.mark.timeout(420)
+def test_a_ce_routes_to_slurm_on_another_host_over_ssh(tmp_path: Path) -> None:
+    need_batch_system("Slurm", ["scontrol", "ping"])
+    need_batch_system("the sshd of .ci/sshd-up.sh", ssh_probe())
+    resource = remote_resource(install_remote_gahp())
+    route = (
+        CE_DEFAULTS
+        + "JOB_ROUTER_ROUTE_NAMES = Bosco_Slurm\nJOB_ROUTER_ROUTE_Bosco_Slurm @=jrt\n"
+        + f'  TargetUniverse = 9\n  GridResource = "{resource}"\n@jrt\n'
+    )
+    with submitter_and_ce(tmp_path, route) as (sub, ce):
+        work = tmp_path / "work"
+        job = submit_grid_job(sub, ce, work, "+xcount = 1\n", body=BODY)
+        native = wait_for(lambda: native_id(ce), timeout=240, what="the job in Slurm")
+        seen = wait_for(
+            lambda: query(["squeue", "-h", "-j", native, "-o", "%u"]),
+            timeout=60,
+            what=f"Slurm job {native} in squeue",
+        )
+        assert seen.split() == ["boscotest"], seen  # submitted there, as the remote user
+        assert_came_back(sub, job, work)
+        (copy,) = jobs(ce, "RoutedFromJobId isnt undefined")
+        assert copy["GridResource"] == resource and copy["RouteName"] == "Bosco_Slurm"
