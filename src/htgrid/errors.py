@@ -67,6 +67,7 @@ HTGridError
         JobGone  (htgrid.grid)
         MissingAttribute  (htgrid.grid; also ValueError)
         RemoteCallFailed  (htgrid.grid)
+        TransferFailed  (htgrid.grid)
         UnsupportedGridJob  (htgrid.grid)
     ApiError  (htgrid.net)
     BadRequest  (htgrid.net)

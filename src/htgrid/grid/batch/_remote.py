@@ -36,7 +36,7 @@ from typing import IO
 
 from htgrid._privsep import Account, as_owner, spawn_identity
 from htgrid.classad import ClassAd
-from htgrid.grid._errors import UnsupportedGridJob
+from htgrid.grid._errors import GridError, UnsupportedGridJob
 
 __all__ = ["RemoteHost", "Sandbox", "TransferFailed", "remote_submit_ad"]
 
@@ -55,7 +55,7 @@ _TRANSFER_TIMEOUT = 3600.0
 _STDOUT, _STDERR = "_condor_stdout", "_condor_stderr"
 
 
-class TransferFailed(Exception):
+class TransferFailed(GridError):
     """A sandbox transfer failed; `transient` when the connection did (try again)."""
 
     def __init__(self, message: str, *, transient: bool) -> None:
