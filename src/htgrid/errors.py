@@ -72,6 +72,7 @@ HTGridError
         MissingAttribute  (htgrid.grid; also ValueError)
         RemoteCallFailed  (htgrid.grid)
         RslError  (htgrid.grid; also ValueError)
+        TransferFailed  (htgrid.grid)
         UnsupportedGridJob  (htgrid.grid)
     ApiError  (htgrid.net)
     BadRequest  (htgrid.net)

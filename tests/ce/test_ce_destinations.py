@@ -1,6 +1,7 @@
 """A CE's routes to real destinations: Slurm and Grid Engine (.ci/slurm-up.sh,
-.ci/sge-up.sh; skipped where they are not running, failed under CI=true), and another
-HTCondor pool (`condor SCHEDD POOL`). Each job goes submitter -> CE (HTCondor-C) -> the
+.ci/sge-up.sh; skipped where they are not running, failed under CI=true), Slurm on
+another host over ssh (`batch slurm user@host`, .ci/sshd-up.sh), a cloud (`ec2`, moto's
+server), and another HTCondor pool (`condor SCHEDD POOL`). Each job goes submitter -> CE (HTCondor-C) -> the
 destination, with the pilot vocabulary turned into the destination's requests, and its
 output and exit come back."""
 
@@ -9,12 +10,15 @@ from __future__ import annotations
 import getpass
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from htgrid.grid.batch import BatchJobId
 from htgrid.router import CE_DEFAULTS, ce_route
 from htgrid.testing import PersonalPool, wait_for
+from htgrid.testing.bosco import grid_resource as remote_resource
+from htgrid.testing.bosco import install_remote_gahp, ssh_probe
 
 from ._ce import (
     CE_NAME,
@@ -123,3 +127,65 @@ def test_a_ce_routes_to_another_htcondor_pool(tmp_path: Path) -> None:
                 (ran,) = jobs(site)
                 assert ran["RequestCpus"] == 2 and ran["RequestMemory"] == 64
                 assert ran["ExitCode"] == 3 and ran.get("GlobalJobId") != CE_NAME
+
+
+@pytest.mark.timeout(420)
+def test_a_ce_routes_to_slurm_on_another_host_over_ssh(tmp_path: Path) -> None:
+    need_batch_system("Slurm", ["scontrol", "ping"])
+    need_batch_system("the sshd of .ci/sshd-up.sh", ssh_probe())
+    resource = remote_resource(install_remote_gahp())
+    route = (
+        CE_DEFAULTS
+        + "JOB_ROUTER_ROUTE_NAMES = Bosco_Slurm\nJOB_ROUTER_ROUTE_Bosco_Slurm @=jrt\n"
+        + f'  TargetUniverse = 9\n  GridResource = "{resource}"\n@jrt\n'
+    )
+    with submitter_and_ce(tmp_path, route) as (sub, ce):
+        work = tmp_path / "work"
+        job = submit_grid_job(sub, ce, work, "+xcount = 1\n", body=BODY)
+        native = wait_for(lambda: native_id(ce), timeout=240, what="the job in Slurm")
+        seen = wait_for(
+            lambda: query(["squeue", "-h", "-j", native, "-o", "%u"]),
+            timeout=60,
+            what=f"Slurm job {native} in squeue",
+        )
+        assert seen.split() == ["boscotest"], seen  # submitted there, as the remote user
+        assert_came_back(sub, job, work)
+        (copy,) = jobs(ce, "RoutedFromJobId isnt undefined")
+        assert copy["GridResource"] == resource and copy["RouteName"] == "Bosco_Slurm"
+
+
+@pytest.mark.timeout(300)
+def test_a_ce_routes_to_a_cloud_the_routed_job_becomes_a_vm(
+    tmp_path: Path, moto_url: str, aws: Any, keys: tuple[str, str], ami: str
+) -> None:
+    route = CE_DEFAULTS + (
+        "JOB_ROUTER_ROUTE_NAMES = Cloud\nJOB_ROUTER_ROUTE_Cloud @=jrt\n"
+        f'  TargetUniverse = 9\n  GridResource = "ec2 {moto_url}"\n'
+        f'  SET EC2AccessKeyId "{keys[0]}"\n  SET EC2SecretAccessKey "{keys[1]}"\n'
+        f'  SET EC2AmiID "{ami}"\n  SET EC2InstanceType "m5.large"\n@jrt\n'
+    )
+    with submitter_and_ce(tmp_path, route) as (sub, ce):
+        work = tmp_path / "work"
+        job = submit_grid_job(sub, ce, work, "+xcount = 1\n")
+
+        def the_vm() -> dict[str, Any] | None:
+            answer = aws.describe_instances()
+            for vm in (i for res in answer["Reservations"] for i in res["Instances"]):
+                if vm["State"]["Name"] == "running":
+                    return dict(vm)
+            return None
+
+        vm = wait_for(the_vm, timeout=180, what="the routed job's instance in EC2")
+        assert vm["ImageId"] == ami and vm["InstanceType"] == "m5.large"
+        (copy,) = jobs(ce, "RoutedFromJobId isnt undefined")
+        assert copy["GridResource"] == f"ec2 {moto_url}" and copy["RouteName"] == "Cloud"
+        wait_for(lambda: running_on(sub, job), timeout=120, what="the submitter's job to run")
+        # The VM's end is the job's end, as for any ec2 job: it comes back completed.
+        aws.terminate_instances(InstanceIds=[vm["InstanceId"]])
+        assert completed_on(sub, job)["ExitCode"] == 0
+
+
+def running_on(pool: PersonalPool, job: str) -> bool:
+    cluster, proc = job.split(".")
+    found = jobs(pool, f"ClusterId == {cluster} && ProcId == {proc}")
+    return bool(found) and found[0]["JobStatus"] == 2

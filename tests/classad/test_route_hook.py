@@ -40,6 +40,6 @@ def test_hook_gives_the_same_job_ad_on_htgrid_and_classad2(tmp_path: Path) -> No
 
     assert _as_dict(ours) == _as_dict(theirs)
     job = classad2.parseOne(ours, classad2.ParserType.Old)
-    assert job["RequestMemory"] == 2048
-    assert job["GridResource"] == "batch slurm"
+    assert job["RequestMemory"] == 2048 and job["BatchQueue"] == "short"
+    assert job["BatchRuntime"].eval() == 7200 and job["RoutedTo"] == "batch slurm"
     assert "x509userproxy" not in job

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -160,3 +161,11 @@ def unset(ad: classad.ClassAd, name: str) -> bool:
 
 def with_gahp(argv: tuple[str, ...], **changes: object) -> GridManagerConfig:
     return replace(FAST, batch_gahp=argv, **changes)  # type: ignore[arg-type]
+
+
+def in_slurm(native_id: str) -> bool:
+    """Whether Slurm's queue lists the job (pending, running or ending)."""
+    done = subprocess.run(
+        ["squeue", "-h", "-j", native_id, "-o", "%T"], capture_output=True, text=True, check=False
+    )
+    return done.returncode == 0 and bool(done.stdout.strip())

@@ -16,7 +16,7 @@ import pytest
 from htgrid.grid.batch import BatchJobId
 from htgrid.queue import JobAction, JobStatus
 
-from ._harness import ROOT, Grid, running, wait_for
+from ._harness import ROOT, Grid, in_slurm, running, wait_for
 
 
 def _slurm_up() -> bool:
@@ -43,13 +43,6 @@ def run(coro: Awaitable[None]) -> None:
     asyncio.run(coro)  # type: ignore[arg-type]
 
 
-def _in_slurm(native_id: str) -> bool:
-    done = subprocess.run(
-        ["squeue", "-h", "-j", native_id, "-o", "%T"], capture_output=True, text=True, check=False
-    )
-    return done.returncode == 0 and bool(done.stdout.strip())
-
-
 @pytest.mark.timeout(300)
 def test_jobs_run_in_slurm_and_rm_cancels_there(grid: Grid) -> None:
     ids = grid.submit(
@@ -72,10 +65,10 @@ def test_jobs_run_in_slurm_and_rm_cancels_there(grid: Grid) -> None:
             grid_id = BatchJobId.parse(grid.ad(sleeper)["GridJobId"])
             assert grid_id is not None and grid_id.blah_id is not None
             native = grid_id.blah_id.rsplit("/", 1)[-1]
-            assert _in_slurm(native)
+            assert in_slurm(native)
             grid.queue.act(JobAction.Remove, sleeper, ROOT)
             await wait_for("the sleeper to leave", lambda: not grid.in_queue(sleeper), 120)
-            await wait_for("Slurm to drop it", lambda: not _in_slurm(native), 60)
+            await wait_for("Slurm to drop it", lambda: not in_slurm(native), 60)
 
     run(main())
     for job_id in ids:

@@ -42,8 +42,10 @@ def test_batch_resource_names() -> None:
     assert BatchResourceName.parse("blah lsf").lrms == "lsf"
     with pytest.raises(UnsupportedGridJob, match="names no batch system"):
         BatchResourceName.parse("batch")
-    with pytest.raises(UnsupportedGridJob, match="remote batch systems"):
-        BatchResourceName.parse("batch slurm alice@login.example.org")
+    # A batch system on another host (over ssh, as BOSCO): see test_bosco.py.
+    assert BatchResourceName.parse("batch slurm alice@login.example.org").remote is not None
+    with pytest.raises(UnsupportedGridJob, match="is not \\[user@\\]host"):
+        BatchResourceName.parse("batch slurm alice@login.example.org bob@elsewhere")
     with pytest.raises(UnsupportedGridJob, match="not a batch resource"):
         BatchResourceName.parse("condor schedd pool")
 

@@ -216,6 +216,31 @@ def test_a_banned_subject_is_refused_write(
     assert DeniedIdentity.status == 403
 
 
+def test_deny_and_allow_are_read_again_when_the_pool_config_changes(
+    gate: Gate, issuer: TestIssuer, clock: FakeClock
+) -> None:
+    principal = gate.verify(issuer.mint("pilot-dan", aud=AUD, now=clock.now))
+    conf = gate.config.home / "htgrid.conf"
+    gate.gate.admit(principal, "WRITE", "127.0.0.1")
+    # An admin bans dan in the running pool's htgrid.conf: no restart.
+    conf.write_text("DENY_WRITE = dan@*\n")
+    with pytest.raises(DeniedIdentity, match=r"refused WRITE: DENY_WRITE lists dan@\*"):
+        gate.gate.admit(principal, "WRITE", "127.0.0.1")
+    gate.gate.admit(principal, "READ", "127.0.0.1")
+    # ALLOW_ lets in only those it lists (DENY_ still wins).
+    conf.write_text("ALLOW_WRITE = frida@*, */127.0.0.9\nALLOW_READ = *\n")
+    with pytest.raises(DeniedIdentity, match=r"ALLOW_WRITE \(frida@\*, \*/127.0.0.9\) does not"):
+        gate.gate.admit(principal, "WRITE", "127.0.0.1")
+    gate.gate.admit(principal, "WRITE", "127.0.0.9")
+    gate.gate.admit(principal, "READ", "127.0.0.1")
+    # A file that cannot be read as a config keeps the lists last read.
+    conf.write_text("ALLOW_WRITE\n")
+    with pytest.raises(DeniedIdentity, match="ALLOW_WRITE"):
+        gate.gate.admit(principal, "WRITE", "127.0.0.1")
+    conf.write_text("# nothing set: HTCondor-CE's defaults\n")
+    gate.gate.admit(principal, "WRITE", "127.0.0.1")
+
+
 def test_deny_lists_as_htcondor_writes_them() -> None:
     deny = DenyList({"WRITE": ("bob@site.org/10.0.*", "*.bad.org", "carol@*")})
     assert deny.denied("bob@site.org", "WRITE", "10.0.0.7") == "bob@site.org/10.0.*"

@@ -157,3 +157,31 @@ def test_htgrid_conf_takes_the_hooks_of_a_keyword(tmp_path: Path) -> None:
     assert hooks.attrs_to_copy(job) == ("A", "B")
     job["HookKeyword"] = "OTHER"  # the job's own keyword wins
     assert hooks.path(HookKind.TRANSLATE_JOB, job) is None
+
+
+def test_the_shipped_classad2_hook_translates_a_routed_job(queue: JobQueue, tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "classad" / "route_hook.py"
+    translate = tmp_path / "translate"
+    translate.write_text(f"#!/bin/sh\nexec {sys.executable} {example}\n")
+    translate.chmod(0o755)
+    knobs = {
+        "JOB_ROUTER_ROUTE_NAMES": "Slurm_Short",
+        "JOB_ROUTER_ROUTE_Slurm_Short": 'GridResource = "batch slurm"',
+        "ALLOW_ROOT_JOBS": "true",
+        "JOB_ROUTER_HOOK_KEYWORD": "SITE",
+        "SITE_HOOK_TRANSLATE_JOB": str(translate),
+    }
+    src = JobId(
+        queue.submit(
+            ME,
+            ClassAd(
+                {"Cmd": "/bin/true", "JobUniverse": 5, "RequestMemory": 512, "Requirements": True}
+            ),
+        ),
+        0,
+    )
+    JobRouter(queue, RouterConfig.from_knobs(knobs), clock=Clock()).cycle()
+    copy = queue.get(only_routed(queue, src))
+    assert copy["BatchQueue"] == "short" and copy["RequestMemory"] == 2048
+    assert copy.eval("BatchRuntime") == 7200 and copy["RoutedTo"] == "batch slurm"
+    assert copy["GridResource"] == "batch slurm" and copy["SiteRoute"] == "Slurm_Short"

@@ -21,6 +21,7 @@ import signal
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from htgrid._privsep import Account
 from htgrid.gahp import Clock, GahpClient, GahpError
 from htgrid.gahp.client import GahpProcess, Spawner, spawn_subprocess
 from htgrid.grid._config import GridManagerConfig
@@ -97,10 +98,13 @@ class GahpHandle:
         config: GridManagerConfig,
         pids: GahpPids | None = None,
         spawn: Spawner = spawn_subprocess,
+        owner: Account | None = None,
     ) -> None:
         self.key = key
         self.argv = tuple(argv)
         self.env = dict(env)
+        #: Whose server it is, when not this process's user's (`spawn` starts it as them).
+        self.owner = owner
         self.clock = clock
         self.config = config
         self.pids = pids

@@ -420,7 +420,14 @@ class GridManager:
                 return await spawn_subprocess(argv, env, umask=JOB_UMASK, **spawn_identity(owner))
 
             handle = GahpHandle(
-                key, argv, env, clock=self.clock, config=self.config, pids=self._pids, spawn=spawn
+                key,
+                argv,
+                env,
+                clock=self.clock,
+                config=self.config,
+                pids=self._pids,
+                spawn=spawn,
+                owner=owner,
             )
             self.gahps[key] = handle
         return handle

@@ -52,6 +52,8 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
     SEC_SCITOKENS_CACHE = run/cache  issuers' keys kept, used when an issuer is down
     DENY_WRITE = anonymous@*, *@unmapped, *@banned.htcondor.org   mapped names refused
                                     WRITE (and DENY_READ, _NEGOTIATOR, _ADMINISTRATOR, _DAEMON)
+    ALLOW_WRITE = (none)            when set, the only names let in WRITE (and ALLOW_READ...);
+                                    DENY_* and ALLOW_* are read again when htgrid.conf changes
     SEC_READ_AUTHENTICATION = REQUIRED  OPTIONAL: HTCondor's clients (CEDAR) that do not
                                     insist on it read without authenticating, as
                                     unauthenticated@unmapped (READ only; DENY_READ applies)
@@ -159,6 +161,11 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "DENY_NEGOTIATOR": "anonymous@*, *@unmapped, *@banned.htcondor.org",
     "DENY_ADMINISTRATOR": "anonymous@*, *@unmapped, *@banned.htcondor.org",
     "DENY_DAEMON": "anonymous@*, *@unmapped, *@banned.htcondor.org",
+    "ALLOW_READ": "",  # empty: whoever the token lets in (DENY_READ aside)
+    "ALLOW_WRITE": "",
+    "ALLOW_NEGOTIATOR": "",
+    "ALLOW_ADMINISTRATOR": "",
+    "ALLOW_DAEMON": "",
     "SEC_READ_AUTHENTICATION": "REQUIRED",
     "SEC_SCITOKENS_CACHE": None,  # issuers' keys kept across restarts: $(RUN)/cache
     "SCHEDD_AUDIT_LOG": None,  # $HTGRID_HOME/log/AuditLog

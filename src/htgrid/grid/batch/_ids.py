@@ -1,6 +1,7 @@
 """The batch type's GridResource and GridJobId, as HTCondor writes them (reference §5.2).
 
-    GridResource   batch <lrms> [user@host ...]          (legacy: pbs, lsf, sge, nqs, ...)
+    GridResource   batch <lrms> [[user@]host[:port] [--rgahp-...]]   (legacy: pbs, lsf, sge, ...)
+                   (a host: the batch system there, over ssh: `_remote`)
     GridJobId      batch <lrms> <tag>                    phase 1: committed before submitting
                    batch <lrms> <tag> <blah job id>      phase 2: the batch system's id known
 
@@ -15,6 +16,7 @@ from htgrid.classad import ClassAd
 from htgrid.grid._errors import UnsupportedGridJob
 from htgrid.grid._gridids import grid_job_id_words
 from htgrid.grid._gridtype import Remote
+from htgrid.grid.batch._remote import RemoteHost
 
 __all__ = ["ALIASES", "BatchJobId", "BatchResourceName", "remote_of"]
 
@@ -29,6 +31,8 @@ class BatchResourceName:
 
     lrms: str
     args: tuple[str, ...] = ()
+    #: The host the batch system is reached on over ssh; None: this one.
+    remote: RemoteHost | None = None
 
     @property
     def key(self) -> str:
@@ -46,14 +50,9 @@ class BatchResourceName:
         if not words:
             raise UnsupportedGridJob(f"GridResource {grid_resource!r} names no batch system")
         lrms, args = words[0].lower(), tuple(words[1:])
-        if args:
-            # HTCondor reaches such a batch system through a blahp started over ssh.
-            raise UnsupportedGridJob(
-                f"GridResource {grid_resource!r}: remote batch systems (batch {lrms} "
-                "user@host) are not supported; run the grid manager on a submit host of "
-                f"the {lrms} cluster"
-            )
-        return cls(lrms, args)
+        # A batch system on another host: its GAHP is started there over ssh (BOSCO).
+        remote = RemoteHost.parse(args, grid_resource) if args else None
+        return cls(lrms, args, remote)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ with the job it already has when that job is still queued or running.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Iterable, Sequence
@@ -30,9 +31,19 @@ from htgrid.grid._job import SUBMIT_ATTRS, GridJob
 from htgrid.grid._task import Services
 from htgrid.grid._values import as_int
 from htgrid.grid.batch._ids import ALIASES, BatchJobId, BatchResourceName, remote_of
-from htgrid.grid.batch._resource import BatchResource, build_submit_ad, remote_attrs
+from htgrid.grid.batch._remote import (
+    Login,
+    Sandbox,
+    TransferFailed,
+    destroy,
+    download,
+    remote_submit_ad,
+    sandbox_of,
+    upload,
+)
+from htgrid.grid.batch._resource import BatchResource, build_submit_ad, remote_attrs, submit_ad
 from htgrid.grid.batch._table import TABLE, BatchEvent, BatchState
-from htgrid.queue import JobId, JobStatus
+from htgrid.queue import HoldReasonCode, JobId, JobStatus
 
 __all__ = ["BATCH", "BatchJob"]
 
@@ -41,6 +52,8 @@ log = logging.getLogger("htgrid.grid")
 _S = BatchState
 _E = BatchEvent
 _RUNNING = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT})
+
+log = logging.getLogger("htgrid.grid")
 
 
 class BatchJob(GridJob[BatchState, BatchEvent]):
@@ -65,6 +78,9 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
         #: last sent by BLAH_JOB_REFRESH_PROXY); None: not known.
         self._delegated = as_int(ad.get("DelegatedProxyExpiration"))
         self._submitted_proxy: int | None = None
+        #: The host the batch system is on, reached over ssh (None: this one).
+        self.remote_host = resource.where.remote
+        self._sandbox_dropped = False
 
     @property
     def blah_id(self) -> str | None:
@@ -88,6 +104,7 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
 
     def _new_key(self) -> dict[str, Any]:
         self.grid_id = BatchJobId(self.lrms, new_tag(self.job_id.cluster, self.job_id.proc))
+        self._sandbox_dropped = False
         return {"GridJobId": str(self.grid_id)}
 
     def _remote_live(self) -> bool:
@@ -106,6 +123,7 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
         if not outcome.ok and not blah.already_gone(outcome.message):
             return outcome.message or "BLAH_JOB_CANCEL failed"
         self.remote_gone = True
+        await self._drop_sandbox()
         return None
 
     def _remote_name(self) -> str:
@@ -115,6 +133,7 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
         return SUBMIT_ATTRS if self.grid_id is not None else ()
 
     async def _forget(self) -> None:
+        await self._drop_sandbox()
         self.grid_id = None
         self.remote = None
         self.remote_state = None
@@ -139,7 +158,12 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
         assert self.grid_id is not None  # SAVE_TAG or START set it
         # Read before the submit reads the file: a renewal after it is sent again.
         self._submitted_proxy = None if self.proxy is None else self.proxy.state.expiration
-        ad_text = build_submit_ad(self.ad, self.lrms, self.grid_id.tag)
+        if self.remote_host is None:
+            ad_text = build_submit_ad(self.ad, self.lrms, self.grid_id.tag)
+        else:
+            ad_text, sandbox = self._sandbox()
+            if (failed := await self._send_inputs(sandbox)) is not None:
+                return failed
         submit = self.resource.ask(blah.Submitted.of, blah.SUBMIT, ad_text)
         result = await self._send_submit(submit, _E.SUBMIT_LOST)
         if isinstance(result, BatchEvent):
@@ -273,6 +297,8 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
                 f"The batch system reported job {self.blah_id} finished but gave no exit code"
             )
             return _E.EXIT_UNKNOWN
+        if self.remote_host is not None and (failed := await self._fetch_outputs()) is not None:
+            return failed
         attrs: dict[str, Any] = {
             "GridJobStatus": "COMPLETED",
             "LastRemoteStatusUpdate": int(self._when),
@@ -284,8 +310,77 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
         assert status.exit_code is not None
         return status.exit_code, False
 
+    async def _done_save(self) -> BatchEvent:
+        event = await super()._done_save()
+        if event is _E.EXITED:
+            await self._drop_sandbox()
+        return event
+
+    # ---- a batch system on another host: the sandbox sent and fetched over ssh -------------
+
+    def _sandbox(self) -> tuple[str, Sandbox]:
+        """The submit ad for the remote GAHP, and the transfers of the job's sandbox."""
+        assert self.grid_id is not None
+        tag = self.grid_id.tag
+        return remote_submit_ad(submit_ad(self.ad, self.lrms, tag), tag)
+
+    def _login(self) -> Login:
+        """ssh as the GAHP server's user, with its environment (their keys)."""
+        return Login(self.resource.gahp.env, self.resource.gahp.owner)
+
+    async def _send_inputs(self, sandbox: Sandbox) -> BatchEvent | None:
+        """The input files sent; else the submit's failure (a retry, or a hold)."""
+        assert self.remote_host is not None
+        what = f"sending the input files to {self.remote_host.name}"
+        try:
+            await self.said_if_slow(
+                asyncio.to_thread(upload, self.remote_host, sandbox, self._login()), what
+            )
+        except TransferFailed as err:
+            if err.transient:
+                return await self._submit_failed(str(err), transient=True, what=what)
+            self.resource.release(self)
+            self._will_hold(str(err), HoldReasonCode.TransferInputError)
+            return _E.SUBMIT_REFUSED
+        return None
+
+    async def _fetch_outputs(self) -> BatchEvent | None:
+        """The output files fetched (tried again while the host cannot be reached); else
+        HOLD's event, or the job's stop."""
+        assert self.remote_host is not None
+        _, sandbox = self._sandbox()
+        what = f"fetching the output files from {self.remote_host.name}"
+        failures = 0
+        while (stop := self._stopped()) is None:
+            try:
+                await self.said_if_slow(
+                    asyncio.to_thread(download, self.remote_host, sandbox, self._login()), what
+                )
+                return None
+            except TransferFailed as err:
+                if not err.transient:
+                    self._will_hold(str(err), HoldReasonCode.TransferOutputError)
+                    return _E.EXIT_UNKNOWN
+                failures += 1
+                await self._try_again(what, str(err), failures)
+        return stop
+
+    async def _drop_sandbox(self) -> None:
+        """The remote sandbox removed, once, best effort (a failure leaves it there)."""
+        if self.remote_host is None or self.grid_id is None or self._sandbox_dropped:
+            return
+        self._sandbox_dropped = True
+        sandbox = sandbox_of(self.grid_id.tag)
+        try:
+            await asyncio.to_thread(destroy, self.remote_host, sandbox, self._login())
+        except TransferFailed as err:
+            log.warning("job %s: %s: the sandbox is left there", self.job_id, err)
+
 
 def _gahp(name: BatchResourceName, services: Services) -> tuple[str, Sequence[str]]:
+    if name.remote is not None:
+        # The GAHP server on the remote host, over ssh (HTCondor's key: <lrms>/<ssh args>).
+        return f"batch/{' '.join(name.args)}", name.remote.gahp_argv()
     # One batch GAHP server serves every batch system (HTCondor starts one per LRM).
     return "batch", services.config.batch_gahp
 

@@ -25,7 +25,7 @@ from htgrid.grid.batch._ids import BatchResourceName
 if TYPE_CHECKING:
     from htgrid.grid.batch._job import BatchJob
 
-__all__ = ["BatchResource", "build_submit_ad", "remote_attrs"]
+__all__ = ["BatchResource", "build_submit_ad", "remote_attrs", "submit_ad"]
 
 log = logging.getLogger("htgrid.grid")
 
@@ -52,13 +52,16 @@ def remote_attrs(status: blah.StatusAd) -> dict[str, Any]:
 
 
 class BatchResource(Resource["BatchJob", BatchResourceName]):
-    """`batch <lrms>`: pinged with BLAH_PING, polled with BLAH_JOB_STATUS_ALL."""
+    """`batch <lrms> [host]`: pinged with BLAH_PING, polled with BLAH_JOB_STATUS_ALL."""
 
     @property
     def lrms(self) -> str:
         return self.where.lrms
 
     async def ping(self) -> str | None:
+        remote = self.where.remote
+        if remote is not None and (problem := await asyncio.to_thread(remote.key_problem)):
+            return problem  # ssh would ignore the key and fail to log in: say why here
         try:
             outcome = await self.ask(blah.Outcome.of, blah.PING, self.lrms)
         except GahpRequestRefused as err:
@@ -178,6 +181,11 @@ def _literal(ad: ClassAd, name: str) -> object:
 
 def build_submit_ad(ad: ClassAd, lrms: str, tag: str) -> str:
     """The BLAH_JOB_SUBMIT ad for job `ad`, every value a literal, on one line."""
+    return repr(submit_ad(ad, lrms, tag))
+
+
+def submit_ad(ad: ClassAd, lrms: str, tag: str) -> ClassAd:
+    """The BLAH_JOB_SUBMIT ad for job `ad`, every value a literal."""
     out = ClassAd()
     for name in _COPY:
         value = _literal(ad, name)
@@ -203,7 +211,7 @@ def build_submit_ad(ad: ClassAd, lrms: str, tag: str) -> str:
     out["gridtype"] = lrms
     out["ClientJobId"] = tag
     _apply_remote_overrides(ad, out)
-    return repr(out)
+    return out
 
 
 def _absolute(path: str, iwd: object) -> str:

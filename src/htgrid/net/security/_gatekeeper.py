@@ -18,12 +18,16 @@ DENY_<level> (READ, WRITE, NEGOTIATOR, ADMINISTRATOR, DAEMON) lists names refuse
 level whatever their token grants, HTCondor's form: `user@domain/host`, `user@domain`
 (any host) or `host` (any user), `*` matching anything. HTCondor-CE's defaults refuse
 WRITE to `anonymous@*`, `*@unmapped` and `*@banned.htcondor.org`, so a map file bans a
-subject by mapping it to `<name>@banned.htcondor.org`.
+subject by mapping it to `<name>@banned.htcondor.org`. ALLOW_<level>, when set, lists the
+only names let in at that level (DENY_ wins over it); unset, the token's grants decide.
+Both are read again when htgrid.conf changes: a ban takes effect without a restart.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import logging
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,9 +43,11 @@ from htgrid.net.security._issuers import IssuerKeys, IssuerSettings
 from htgrid.net.security._mapfile import WatchedMap, local_user
 from htgrid.net.security._scitokens import IssuedTokenVerifier, authorizations_of
 from htgrid.net.security._tokens import TokenVerifier
-from htgrid.pool import ConfigFile, HomeLayout, PoolError
+from htgrid.pool import CONFIG_NAME, ConfigFile, HomeLayout, PoolError
 
 __all__ = ["DENY_LEVELS", "DenyList", "Gatekeeper", "GatekeeperConfig"]
+
+_log = logging.getLogger("htgrid.net.security")
 
 DENY_LEVELS: Final = ("READ", "WRITE", "NEGOTIATOR", "ADMINISTRATOR", "DAEMON")
 SCITOKENS: Final = "SCITOKENS"
@@ -55,19 +61,74 @@ def _path(home: Path, conf: ConfigFile, key: str, default: str = "") -> Path | N
 
 @dataclass(frozen=True, slots=True)
 class DenyList:
-    """DENY_<level>: the names refused each level, as HTCondor writes them."""
+    """DENY_<level>: the names refused each level, as HTCondor writes them; ALLOW_<level>:
+    the only names let in at that level, where it is set."""
 
     entries: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    allow: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, conf: ConfigFile) -> DenyList:
+        """The DENY_* and ALLOW_* knobs of `conf`."""
+        return cls(
+            {level: conf.names(f"DENY_{level}") for level in DENY_LEVELS},
+            {level: conf.names(f"ALLOW_{level}") for level in DENY_LEVELS},
+        )
 
     def denied(self, name: str, level: str, host: str) -> str | None:
         """The entry of DENY_`level` that refuses `name` coming from `host`, if any."""
         for entry in self.entries.get(level, ()):
-            user, slash, where = entry.partition("/")
-            if not slash and "@" not in entry:
-                user, where = "*", entry  # a bare entry names hosts
-            if fnmatch.fnmatchcase(name, user) and fnmatch.fnmatchcase(host, where or "*"):
+            if _matches(entry, name, host):
                 return entry
         return None
+
+    def refusal(self, name: str, level: str, host: str) -> str | None:
+        """Why `name` coming from `host` is refused `level` (DENY_ or ALLOW_), if it is."""
+        entry = self.denied(name, level, host)
+        if entry is not None:
+            return f"DENY_{level} lists {entry}"
+        allowed = self.allow.get(level, ())
+        if allowed and not any(_matches(entry, name, host) for entry in allowed):
+            return f"ALLOW_{level} ({', '.join(allowed)}) does not list it"
+        return None
+
+
+def _matches(entry: str, name: str, host: str) -> bool:
+    user, slash, where = entry.partition("/")
+    if not slash and "@" not in entry:
+        user, where = "*", entry  # a bare entry names hosts
+    return fnmatch.fnmatchcase(name, user) and fnmatch.fnmatchcase(host, where or "*")
+
+
+class _WatchedLists:
+    """DENY_* and ALLOW_* as htgrid.conf says now: a stat per request, a read after an
+    edit (HTCondor reads them again on reconfig); a file that cannot be read keeps the
+    lists last read."""
+
+    def __init__(self, home: Path | None, first: DenyList) -> None:
+        self.path = None if home is None else home / CONFIG_NAME
+        self._value = first
+        self._signature = self._stat()
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        if self.path is None:
+            return None
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            return None
+        return info.st_ino, info.st_mtime_ns, info.st_size
+
+    def get(self) -> DenyList:
+        signature = self._stat()
+        if self.path is None or signature == self._signature:
+            return self._value
+        self._signature = signature
+        try:
+            self._value = DenyList.of(ConfigFile.read(self.path.parent))
+        except PoolError as err:
+            _log.warning("DENY_*/ALLOW_* kept as they were: %s", err)
+        return self._value
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +153,7 @@ class GatekeeperConfig:
             # HTCondor-CE's default: the address its clients reach it by.
             audiences=conf.names(audience if conf.has(audience) else "COLLECTOR_HOST"),
             uid_domain=conf.text("UID_DOMAIN"),
-            deny=DenyList({level: conf.names(f"DENY_{level}") for level in DENY_LEVELS}),
+            deny=DenyList.of(conf),
             # The system's CAs and the pool's trusted ones (AUTH_SSL_CLIENT_CADIR).
             issuers=IssuerSettings(
                 ca_dir=HomeLayout(home).trusted_ca_dir,
@@ -134,6 +195,7 @@ class Gatekeeper:
         self.issued = IssuedTokenVerifier(
             self.keys, settings.audiences, leeway=config.leeway, clock=clock
         )
+        self.access = _WatchedLists(config.home, settings.deny)
 
     async def verify(self, token: str) -> Principal:
         """The principal `token` stands for, or the AuthError saying why it is refused."""
@@ -181,12 +243,13 @@ class Gatekeeper:
         )
 
     def admit(self, principal: Principal, level: str | None, host: str) -> None:
-        """DeniedIdentity when DENY_`level` refuses the principal's name from `host`."""
+        """DeniedIdentity when DENY_`level` (or ALLOW_`level`, as htgrid.conf says now)
+        refuses the principal's name from `host`."""
         if level is None or level not in AUTHORIZATIONS:
             return
-        entry = self.settings.deny.denied(principal.name, level, host)
-        if entry is not None:
+        why = self.access.get().refusal(principal.name, level, host)
+        if why is not None:
             raise DeniedIdentity(
                 f"{principal.name} ({principal.method} {shown(principal.issuer, 120)},"
-                f"{shown(principal.subject, 80)}) is refused {level}: DENY_{level} lists {entry}"
+                f"{shown(principal.subject, 80)}) is refused {level}: {why}"
             )

@@ -1,0 +1,214 @@
+"""The batch type on another host over SSH (`batch slurm user@host`, HTCondor's BOSCO):
+the GAHP started there by ssh drives the real Slurm, the sandbox goes there and its
+output comes back, rm reaches Slurm; the host key is checked and the key file must be
+the owner's alone. See htgrid.testing.bosco for the sshd and the remote install."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from htgrid.classad import ClassAd
+from htgrid.grid import GridManager, UnsupportedGridJob
+from htgrid.grid.batch import BatchJobId, BatchResourceName, RemoteHost, remote_submit_ad
+from htgrid.queue import JobAction, JobId, JobStatus
+from htgrid.testing.bosco import (
+    KEY,
+    grid_resource,
+    install_remote_gahp,
+    remote_slurm_missing,
+    sandbox_exists,
+)
+
+from ._harness import ROOT, Grid, in_slurm, running, wait_for
+
+# ---- what GridResource says, and what goes over the wire ------------------------------------
+
+
+def test_a_remote_grid_resource_is_read_as_remote_gahp_reads_it() -> None:
+    name = BatchResourceName.parse(
+        "batch slurm alice@login.example.org:2200 --rgahp-key /k/id --rgahp-nologin"
+    )
+    assert name.lrms == "slurm" and name.key.startswith("batch slurm alice@login")
+    assert name.remote == RemoteHost(
+        "login.example.org", "alice", 2200, "/k/id", None, "htgrid gahp batch", login=False
+    )
+    argv = name.remote.gahp_argv()
+    # Host keys always checked, never a password prompt; the host after "--".
+    assert "StrictHostKeyChecking=yes" in argv and "BatchMode=yes" in argv
+    assert argv[-3:] == ["--", "login.example.org", "exec htgrid gahp batch"]
+    assert BatchResourceName.parse("batch pbs bob@hpc").remote == RemoteHost("hpc", "bob")
+    assert BatchResourceName.parse("batch slurm").remote is None
+    for bad, why in (
+        ("batch slurm alice@host --rgahp-frob 1", "unknown option --rgahp-frob"),
+        ("batch slurm -oProxyCommand=x", "unknown option -oProxyCommand=x"),
+        ("batch slurm a@h b@h", "'b@h' is not [user@]host[:port]"),
+        ("batch slurm a@h --rgahp-key", "--rgahp-key needs a value"),
+    ):
+        with pytest.raises(UnsupportedGridJob, match=re.escape(why)):
+            BatchResourceName.parse(bad)
+
+
+def test_the_remote_submit_ad_points_into_the_sandbox() -> None:
+    ad = ClassAd(
+        {
+            "Cmd": "/home/u/run.sh",
+            "Iwd": "/home/u/work",
+            "In": "in.txt",
+            "Out": "out.txt",
+            "Err": "err.txt",
+            "TransferInput": "data.csv,/abs/dir/,http://x/y",
+            "TransferOutput": "made.txt,sub/res.txt",
+            "TransferOutputRemaps": "made.txt=kept/made.txt",
+            "gridtype": "slurm",
+        }
+    )
+    text, sandbox = remote_submit_ad(ad, "htgrid_1_0_abc")
+    assert sandbox.path == ".htgrid/sandbox/htgrid_1_0_abc"
+    assert dict(sandbox.uploads) == {
+        "run.sh": "/home/u/run.sh",
+        "in.txt": "/home/u/work/in.txt",
+        "data.csv": "/home/u/work/data.csv",
+        "dir": "/abs/dir",
+    }
+    assert dict(sandbox.downloads) == {
+        "_condor_stdout": "/home/u/work/out.txt",
+        "_condor_stderr": "/home/u/work/err.txt",
+        "made.txt": "/home/u/work/kept/made.txt",
+        "res.txt": "/home/u/work/res.txt",
+    }
+    assert ad["Cmd"] == "run.sh" and ad["Iwd"] == sandbox.path and ad["In"] == "in.txt"
+    assert ad["TransferInput"] == "data.csv,dir/,http://x/y"
+    assert ad["Out"] == "_condor_stdout" and "TransferOutputRemaps" not in ad
+    # /dev/null is the remote host's own: neither sent nor fetched.
+    devnull = ClassAd({"Cmd": "/bin/sleep", "In": "/dev/null", "Out": "/dev/null", "Iwd": "/w"})
+    _, sandbox = remote_submit_ad(devnull, "htgrid_1_1_abc")
+    assert dict(sandbox.uploads) == {"sleep": "/bin/sleep"} and not sandbox.downloads
+    assert devnull["In"] == devnull["Out"] == "/dev/null"
+    assert 'Cmd = "run.sh"' in text
+
+
+# ---- end to end: the real sshd and Slurm ------------------------------------------------------
+
+
+def submitted(grid: Grid, job_id: JobId) -> BatchJobId | None:
+    """The job's GridJobId once the batch system took it."""
+    grid_id = BatchJobId.parse(grid.ad(job_id).get("GridJobId"))
+    return grid_id if grid_id is not None and grid_id.blah_id is not None else None
+
+
+def ended(grid: Grid, job_id: JobId) -> bool:
+    """Whether the job left the queue, or was held (which fails the test at once)."""
+    return not grid.in_queue(job_id) or grid.ad(job_id)["JobStatus"] == JobStatus.HELD
+
+
+@pytest.fixture(scope="module")
+def remote_script() -> str:
+    missing = remote_slurm_missing()
+    if missing is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{missing} not up (CI runs .ci/sshd-up.sh and .ci/slurm-up.sh)")
+        pytest.skip(f"{missing} not up here")
+    return install_remote_gahp()
+
+
+@pytest.mark.timeout(420)
+def test_a_job_runs_in_slurm_over_ssh_and_its_output_comes_back(
+    grid: Grid, remote_script: str
+) -> None:
+    (grid.work / "in.txt").write_text("input from the submit side\n")
+    (grid.work / "data.txt").write_text("data\n")
+    script = grid.work / "job.sh"
+    script.write_text(
+        "#!/bin/sh\ncat\ncat data.txt\nid -un >&2\nmkdir -p sub\necho made > made.txt\n"
+        "echo deep > sub/deep.txt\nexit 3\n"
+    )
+    script.chmod(0o755)
+    resource = grid_resource(remote_script)
+    (job,) = grid.submit(
+        f"executable = {script}\ninput = in.txt\noutput = out.txt\nerror = err.txt\n"
+        "transfer_input_files = data.txt\ntransfer_output_files = made.txt,sub\n"
+        'transfer_output_remaps = "made.txt=kept.txt"\nlog = job.log',
+        resource=resource,
+    )
+    (sleeper,) = grid.submit(
+        "executable = /bin/sleep\narguments = 600\nlog = job.log", resource=resource
+    )
+
+    async def main() -> None:
+        async with running(grid):
+            # In Slurm's queue (running or not: a busy Slurm may keep it pending).
+            grid_id = await wait_for(
+                "the sleeper in Slurm",
+                lambda: submitted(grid, sleeper) or ended(grid, sleeper),
+                120,
+            )
+            assert isinstance(grid_id, BatchJobId), grid.ad(sleeper).get("HoldReason")
+            assert grid_id.blah_id is not None
+            native = grid_id.blah_id.rsplit("/", 1)[-1]
+            assert in_slurm(native)
+            assert sandbox_exists(grid_id.tag)
+            grid.queue.act(JobAction.Remove, sleeper, ROOT)
+            await wait_for("the sleeper to leave", lambda: not grid.in_queue(sleeper), 120)
+            await wait_for("Slurm to drop it", lambda: not in_slurm(native), 60)
+            await wait_for("its sandbox to go", lambda: not sandbox_exists(grid_id.tag), 30)
+            await wait_for("the job to end", lambda: ended(grid, job), timeout=300)
+
+    asyncio.run(main())
+    ad = grid.ad(job)
+    assert ad["JobStatus"] == JobStatus.COMPLETED, ad.get("HoldReason")
+    assert ad["ExitCode"] == 3
+    assert (grid.work / "out.txt").read_text() == "input from the submit side\ndata\n"
+    assert (grid.work / "err.txt").read_text() == "boscotest\n"  # ran as the remote user
+    assert (grid.work / "kept.txt").read_text() == "made\n"
+    assert (grid.work / "sub" / "deep.txt").read_text() == "deep\n"
+    tag = BatchJobId.parse(ad["GridJobId"])
+    assert tag is not None and not sandbox_exists(tag.tag)
+    assert grid.log().count("027 (") == 2
+
+
+@pytest.mark.timeout(120)
+def test_an_unknown_host_key_or_an_open_key_file_logs_nothing_in(
+    grid: Grid, remote_script: str, tmp_path: Path
+) -> None:
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    loose = tmp_path / "loose_key"
+    shutil.copy(KEY, loose)
+    loose.chmod(0o644)
+    (unknown,) = grid.submit(
+        "executable = /bin/true", resource=grid_resource(remote_script, known_hosts=empty)
+    )
+    (open_key,) = grid.submit(
+        "executable = /bin/true", resource=grid_resource(remote_script, key=loose)
+    )
+
+    def down_because(manager: GridManager, key: str, words: str) -> bool:
+        return any(
+            r.down and words in r.down_reason for r in manager.resources.values() if key in r.name
+        )
+
+    async def main() -> None:
+        async with running(grid) as manager:
+            # The resource is down with ssh's own words (the grid manager logs them).
+            await wait_for(
+                "the unknown host to be refused",
+                lambda: down_because(manager, str(empty), "Host key verification failed"),
+                60,
+            )
+            await wait_for(
+                "the open key to be refused",
+                lambda: down_because(manager, str(loose), "make it 0600"),
+                60,
+            )
+
+    asyncio.run(main())
+    for job_id in (unknown, open_key):
+        ad = grid.ad(job_id)
+        assert ad["JobStatus"] == JobStatus.IDLE and "GridJobId" not in ad
+        assert ad["GridResourceUnavailableTime"] > 0
