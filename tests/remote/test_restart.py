@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from htgrid.classad import ClassAd, Value
 from htgrid.startd import StartdClient
 from htgrid.testing import PersonalPool, run_cli, wait_for
 from htgrid.testing.node import CENTRAL_MANAGER, ExecuteNode
+from htgrid.testing.ports import free_port
 
 from .conftest import FAST
 from .test_remote_jobs import _history, _script, _submit
@@ -39,16 +39,10 @@ CUT = "Socket between submit and execute hosts closed unexpectedly"
 LEASE = 20  # seconds: condor_submit's least job_lease_duration
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture()
 def pool(tmp_path: Path) -> Iterator[PersonalPool]:
     # A fixed collector port: the nodes find the pool again after its restart.
-    config = {**FAST, "COLLECTOR_HOST": f"127.0.0.1:{_free_port()}"}
+    config = {**FAST, "COLLECTOR_HOST": f"127.0.0.1:{free_port()}"}
     with PersonalPool(
         tmp_path / "pool", kill_grace=2, fsync=False, daemons=CENTRAL_MANAGER, config=config
     ) as running:
