@@ -232,3 +232,18 @@ def cancelled_in_handshake() -> Callable[[StartRequest], tuple[int, list[str]]]:
         return left_open, [str(w.message) for w in caught if w.category is ResourceWarning]
 
     return check
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`-n N --dist loadgroup`, as .ci/run runs the suite) one worker
+    runs all the tests of a module, in order, as a module-scoped daemon and the tests
+    sharing it expect: each test not in an `xdist_group` of its own is put in its module's
+    (`@remote/test_restart` ends its id then). An explicit group spans modules and is what
+    must never run side by side (tests/README.md: keeping a test parallel-safe)."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            module = item.nodeid.split("::", 1)[0].removeprefix("tests/").removesuffix(".py")
+            item.add_marker(pytest.mark.xdist_group(module))
