@@ -50,6 +50,9 @@ AMI = {
     "hypervisor": "xen",
 }
 
+#: The stock moto image tests/annex boots (tests/annex/conftest.py's IMAGE).
+ANNEX_IMAGE = "ami-12c6146b"
+
 
 @pytest.fixture(scope="session")
 def moto_url() -> Iterator[str]:
@@ -84,7 +87,10 @@ def moto_url() -> Iterator[str]:
     # is first used) and swap the list moto read at import.
     os.environ["MOTO_AMIS_PATH"] = os.devnull
     stock = list(moto_amis.AMIS)
-    moto_amis.AMIS[:] = [dict(AMI)]
+    # tests/annex's moto, in this process too when pytest -n runs them after this, boots
+    # one of moto's stock images (its IMAGE): that one stays.
+    annex = [dict(image) for image in stock if image["ami_id"] == ANNEX_IMAGE]
+    moto_amis.AMIS[:] = [dict(AMI), *annex]
     try:
         yield url
     finally:
