@@ -81,7 +81,14 @@ def _job(pool: PersonalPool, job: str) -> ClassAd:
 
 
 def _events(log: Path, job: str) -> list[int]:
-    return [int(event.type) for event in _read(log, job)]
+    """The types of the job's events, once its log has its end (005): the log is written
+    from the queue's changes, just after them (a job is in the history a moment before)."""
+
+    def ended() -> list[int] | None:
+        types = [int(event.type) for event in _read(log, job)]
+        return types if types[-1:] == [5] else None
+
+    return wait_for(ended, 30, what=f"job {job}'s 005 in {log}")
 
 
 def _read(log: Path, job: str) -> list[htcondor2.JobEvent]:
