@@ -50,6 +50,9 @@ AMI = {
     "hypervisor": "xen",
 }
 
+#: The stock moto image tests/annex boots (tests/annex/conftest.py's IMAGE).
+ANNEX_IMAGE = "ami-12c6146b"
+
 
 @pytest.fixture(scope="session")
 def moto_url() -> Iterator[str]:
@@ -84,7 +87,10 @@ def moto_url() -> Iterator[str]:
     # is first used) and swap the list moto read at import.
     os.environ["MOTO_AMIS_PATH"] = os.devnull
     stock = list(moto_amis.AMIS)
-    moto_amis.AMIS[:] = [dict(AMI)]
+    # tests/annex's moto, in this process too when pytest -n runs them after this, boots
+    # one of moto's stock images (its IMAGE): that one stays.
+    annex = [dict(image) for image in stock if image["ami_id"] == ANNEX_IMAGE]
+    moto_amis.AMIS[:] = [dict(AMI), *annex]
     try:
         yield url
     finally:
@@ -232,3 +238,18 @@ def cancelled_in_handshake() -> Callable[[StartRequest], tuple[int, list[str]]]:
         return left_open, [str(w.message) for w in caught if w.category is ResourceWarning]
 
     return check
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`-n N --dist loadgroup`, as .ci/run runs the suite) one worker
+    runs all the tests of a module, in order, as a module-scoped daemon and the tests
+    sharing it expect: each test not in an `xdist_group` of its own is put in its module's
+    (`@remote/test_restart` ends its id then). An explicit group spans modules and is what
+    must never run side by side (tests/README.md: keeping a test parallel-safe)."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            module = item.nodeid.split("::", 1)[0].removeprefix("tests/").removesuffix(".py")
+            item.add_marker(pytest.mark.xdist_group(module))

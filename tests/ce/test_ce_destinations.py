@@ -56,6 +56,7 @@ def assert_came_back(sub: PersonalPool, job: str, work: Path) -> None:
     assert (work / "made.txt").read_text() == "made\n"
 
 
+@pytest.mark.xdist_group("batch-systems")  # the real Slurm and Grid Engine: one at a time
 @pytest.mark.timeout(400)
 def test_a_ce_routes_to_slurm_with_the_pilots_requests(tmp_path: Path) -> None:
     need_batch_system("Slurm", ["scontrol", "ping"])
@@ -78,6 +79,7 @@ def test_a_ce_routes_to_slurm_with_the_pilots_requests(tmp_path: Path) -> None:
         assert_came_back(sub, job, work)
 
 
+@pytest.mark.xdist_group("batch-systems")  # the real Slurm and Grid Engine: one at a time
 @pytest.mark.timeout(400)
 def test_a_ce_routes_to_grid_engine_with_the_pilots_requests(tmp_path: Path) -> None:
     need_batch_system("Grid Engine", ["qstat", "-u", "root"])

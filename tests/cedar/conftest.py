@@ -23,15 +23,10 @@ import pytest
 
 from htgrid.testing import wait_for
 from htgrid.testing.collector import pool_home
+from htgrid.testing.ports import free_port
 
 DOMAIN = "cedar.test"
 SRC = str(Path(__file__).resolve().parents[2] / "src")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

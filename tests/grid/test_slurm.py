@@ -18,6 +18,10 @@ from htgrid.queue import JobAction, JobStatus
 
 from ._harness import ROOT, Grid, in_slurm, running, wait_for
 
+# The real batch systems are one host's, with a CPU or two: their tests never run side by
+# side under pytest -n (tests/README.md).
+pytestmark = pytest.mark.xdist_group("batch-systems")
+
 
 def _slurm_up() -> bool:
     if shutil.which("sbatch") is None or shutil.which("sinfo") is None:

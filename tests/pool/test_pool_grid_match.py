@@ -142,6 +142,7 @@ def _slurm_up() -> bool:
     return done.returncode == 0 and b"up" in done.stdout
 
 
+@pytest.mark.xdist_group("batch-systems")  # the real Slurm: one at a time
 def test_the_second_site_may_be_another_batch_system(
     pool: PersonalPool, schedd: ScheddClient, tmp_path: Path
 ) -> None:

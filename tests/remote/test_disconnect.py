@@ -52,7 +52,7 @@ def test_a_job_whose_node_is_cut_off_for_less_than_its_lease_is_reconnected_to(
     try:
         job, starts, go = _submit_job(pool, tmp_path, "cut_b.sh")
         wait_for(lambda: len(_lines(starts)) == 1, timeout=90, what="the job to start")
-        (first,) = _runs("cut_b.sh")
+        (first,) = _runs(tmp_path, "cut_b.sh")
         node3 = _node(pool, tmp_path, "node3", "127.0.0.3")  # free, and would take it
         assert node2.process is not None
         os.kill(node2.process.pid, signal.SIGSTOP)  # the node is cut off from the schedd
@@ -66,7 +66,7 @@ def test_a_job_whose_node_is_cut_off_for_less_than_its_lease_is_reconnected_to(
             what="the schedd to reconnect to the job",
         )
         assert ad["JobStatus"] == 2 and ad.eval("JobLeaseExpiration") is Value.Undefined
-        assert _runs("cut_b.sh") == {first}
+        assert _runs(tmp_path, "cut_b.sh") == {first}
         go.touch()
         done = wait_for(lambda: _history(pool, int(job.split(".")[0])), timeout=60)
         assert done["JobStatus"] == 4 and done["ExitCode"] == 0 and done["NumJobStarts"] == 1
@@ -103,7 +103,7 @@ def test_a_job_whose_node_stops_answering_is_not_run_elsewhere_before_its_lease_
         # only then, the job runs again; never two runs of it alive at once.
         deadline = time.monotonic() + 90
         while len(_lines(starts)) < 2:
-            assert len(_runs("cut_a.sh")) <= 1
+            assert len(_runs(tmp_path, "cut_a.sh")) <= 1
             assert time.monotonic() < deadline, "the job did not run again"
             time.sleep(0.05)
         assert _job(pool, job).eval("JobLeaseExpiration") is Value.Undefined
@@ -119,8 +119,9 @@ def test_a_job_whose_node_stops_answering_is_not_run_elsewhere_before_its_lease_
         assert lost["StartdAddr"].startswith("<127.0.0.2:") and lost["DisconnectReason"] == CUT
         assert "node2" in lost["StartdName"] and "node2" in failed["StartdName"]
         assert failed["Reason"] == "Claim not found at execution machine"
-        # The claim is released (its record forgotten) once the job's end is recorded.
-        wait_for(lambda: not list((pool.config.spool / "claims").glob("*.claim")), timeout=30)
+        # The claim is released after the job's end is recorded: its record then goes.
+        claims = pool.config.spool / "claims"
+        wait_for(lambda: not list(claims.glob("*.claim")), 30, what="the claim released")
     finally:
         if node2.process is not None:
             os.kill(node2.process.pid, signal.SIGCONT)
@@ -147,7 +148,7 @@ def test_the_jobs_of_a_node_that_dies_run_again_elsewhere_once_their_lease_is_ov
         os.kill(node2.process.pid, signal.SIGKILL)
         node2.process.wait()
         kill_leftovers(family_marker(node2.config.execute_dir))
-        assert not _runs("dies_a.sh")
+        assert not _runs(tmp_path, "dies_a.sh")
         _disconnected(pool, job, starts)
         # Nothing says the job is over there: it waits out its lease, then runs on node3.
         wait_for(lambda: len(_lines(starts)) == 2, timeout=LEASE + 60, what="the job to rerun")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from htgrid.classad import ClassAd, Value
 from htgrid.startd import StartdClient
 from htgrid.testing import PersonalPool, run_cli, wait_for
 from htgrid.testing.node import CENTRAL_MANAGER, ExecuteNode
+from htgrid.testing.ports import free_port
 
 from .conftest import FAST
 from .test_remote_jobs import _history, _script, _submit
@@ -39,16 +39,10 @@ CUT = "Socket between submit and execute hosts closed unexpectedly"
 LEASE = 20  # seconds: condor_submit's least job_lease_duration
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture()
 def pool(tmp_path: Path) -> Iterator[PersonalPool]:
     # A fixed collector port: the nodes find the pool again after its restart.
-    config = {**FAST, "COLLECTOR_HOST": f"127.0.0.1:{_free_port()}"}
+    config = {**FAST, "COLLECTOR_HOST": f"127.0.0.1:{free_port()}"}
     with PersonalPool(
         tmp_path / "pool", kill_grace=2, fsync=False, daemons=CENTRAL_MANAGER, config=config
     ) as running:
@@ -62,17 +56,20 @@ def _node(pool: PersonalPool, tmp_path: Path, name: str, address: str) -> Execut
     return node
 
 
-def _runs(name: str) -> set[int]:
-    """The runs of the job's script (by its name: unique to each test) now alive: the
-    sessions of its processes (each run is a session of its own; a shell's child, forked
-    and not yet exec'd, shows the script's command line too)."""
+def _runs(where: Path, name: str) -> set[int]:
+    """The runs of the job's script (by its name: unique to each test) now alive in a
+    sandbox under `where` (the test's tmp_path: other test runs on the host may run the
+    same test): the sessions of its processes (each run is a session of its own; a
+    shell's child, forked and not yet exec'd, shows the script's command line too)."""
     found = set()
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
                 with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                    if name.encode() in f.read():
-                        found.add(os.getsid(int(entry.name)))
+                    if name.encode() not in f.read():
+                        continue
+                if Path(os.readlink(f"/proc/{entry.name}/cwd")).is_relative_to(where):
+                    found.add(os.getsid(int(entry.name)))
             except OSError:
                 continue
     return found
@@ -84,7 +81,14 @@ def _job(pool: PersonalPool, job: str) -> ClassAd:
 
 
 def _events(log: Path, job: str) -> list[int]:
-    return [int(event.type) for event in _read(log, job)]
+    """The types of the job's events, once its log has its end (005): the log is written
+    from the queue's changes, just after them (a job is in the history a moment before)."""
+
+    def ended() -> list[int] | None:
+        types = [int(event.type) for event in _read(log, job)]
+        return types if types[-1:] == [5] else None
+
+    return wait_for(ended, 30, what=f"job {job}'s 005 in {log}")
 
 
 def _read(log: Path, job: str) -> list[htcondor2.JobEvent]:
@@ -155,12 +159,12 @@ def test_a_restarted_schedd_reconnects_to_the_job_running_on_its_node(
     try:
         job, starts, go = _submit_job(pool, tmp_path, "once_a.sh")
         wait_for(lambda: len(_lines(starts)) == 1, timeout=90, what="the job to start")
-        (first,) = _runs("once_a.sh")
+        (first,) = _runs(tmp_path, "once_a.sh")
         if how == "kill":
             pool.kill()
         else:
             pool.stop()  # htgrid down: jobs with a lease are left to run
-        assert first in _runs("once_a.sh")  # the job outlives the schedd on its node
+        assert first in _runs(tmp_path, "once_a.sh")  # the job outlives the schedd on its node
         pool.start()
         ad = wait_for(
             lambda: (a := _job(pool, job)).get("NumJobReconnects") == 1 and a,
@@ -168,7 +172,7 @@ def test_a_restarted_schedd_reconnects_to_the_job_running_on_its_node(
             what="the schedd to reconnect to the job",
         )
         assert ad["JobStatus"] == 2 and ad.eval("JobDisconnectedDate") is Value.Undefined
-        assert _runs("once_a.sh") == {first}  # the same run, never a second one
+        assert _runs(tmp_path, "once_a.sh") == {first}  # the same run, never a second one
         go.touch()
         done = wait_for(lambda: _history(pool, int(job.split(".")[0])), timeout=60)
         assert done["JobStatus"] == 4 and done["ExitCode"] == 0
@@ -183,8 +187,9 @@ def test_a_restarted_schedd_reconnects_to_the_job_running_on_its_node(
         assert lost["StartdAddr"].startswith("<127.0.0.2:") and "node2" in lost["StartdName"]
         assert back["StartdAddr"] == lost["StartdAddr"]
         assert back["StartdName"] == lost["StartdName"]
-        # The claim is released (its record forgotten) once the job's end is recorded.
-        wait_for(lambda: not list((pool.config.spool / "claims").glob("*.claim")), timeout=30)
+        # The claim is released after the job's end is recorded: its record then goes.
+        claims = pool.config.spool / "claims"
+        wait_for(lambda: not list(claims.glob("*.claim")), 30, what="the claim released")
     finally:
         node.close()
 
@@ -204,7 +209,9 @@ def test_past_its_lease_the_node_ends_the_job_and_the_restarted_schedd_runs_it_a
         assert _claims(node) == 1
         pool.kill()  # and it stays down beyond the job's lease
         # The node enforces the lease by itself: the job killed, the slot free.
-        wait_for(lambda: not _runs("once_c.sh"), timeout=LEASE + 30, what="the job killed")
+        wait_for(
+            lambda: not _runs(tmp_path, "once_c.sh"), timeout=LEASE + 30, what="the job killed"
+        )
         wait_for(lambda: _claims(node) == 0, timeout=30, what="the claim released")
         assert "within the lease: vacating" in node.log()
         pool.start()
@@ -295,11 +302,11 @@ def test_kill_9_of_the_schedd_while_50_jobs_run_on_5_nodes_runs_each_once(
         wait_for(
             lambda: len(list(starts.iterdir())) == jobs, timeout=300, what="all the jobs to start"
         )
-        wait_for(lambda: len(_runs("many_a.sh")) == jobs, timeout=30, what="all to run")
+        wait_for(lambda: len(_runs(tmp_path, "many_a.sh")) == jobs, timeout=30, what="all to run")
         with pool.client() as schedd:
             where = {ad["StartdIpAddr"].split(":")[0] for ad in schedd.query("JobStatus == 2")}
         assert where == {f"<127.0.0.{n}" for n in range(2, 7)}  # on all five nodes
-        running = _runs("many_a.sh")
+        running = _runs(tmp_path, "many_a.sh")
         pool.kill()
         pool.start()
 
@@ -309,7 +316,7 @@ def test_kill_9_of_the_schedd_while_50_jobs_run_on_5_nodes_runs_each_once(
             return len(ads) == jobs and all(ad.get("NumJobReconnects") == 1 for ad in ads)
 
         wait_for(reconnected, timeout=120, what="the schedd to reconnect to every job")
-        assert _runs("many_a.sh") == running  # the same runs, none started again
+        assert _runs(tmp_path, "many_a.sh") == running  # the same runs, none started again
         go.touch()
 
         def finished() -> list[ClassAd]:

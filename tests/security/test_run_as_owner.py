@@ -179,6 +179,7 @@ def slurm() -> None:
         pytest.skip(f"Slurm not available: {why}")
 
 
+@pytest.mark.xdist_group("batch-systems")  # the real Slurm: one at a time
 def test_a_slurm_job_runs_as_its_owner(
     user: ScheddClient,
     second_user: LocalUser,

@@ -248,8 +248,9 @@ class Pool:
                 holder = await asyncio.to_thread(port_holder, int(port))
                 # Only this pool's own collector, left by a daemon that just died, goes
                 # away by itself (it stops when its parent's pipe closes): wait for it.
-                # Any other program: say which, at once.
-                ours = holder is not None and _our_collector(holder.command, self.config.home)
+                # So when the holder is gone before it could be told (that collector
+                # exiting just then, on a busy host). Any other program: say which, at once.
+                ours = holder is None or _our_collector(holder.command, self.config.home)
                 if not ours or attempt == _BIND_TRIES - 1:
                     held = f" (held by {holder})" if holder is not None else ""
                     raise ScheddError(

@@ -113,7 +113,9 @@ def test_parse_qacct() -> None:
 
 # --- the real Grid Engine -----------------------------------------------------------------
 
-pytestmark = pytest.mark.timeout(180)
+# The real batch systems are one host's, with a CPU or two: their tests never run side by
+# side under pytest -n (tests/README.md).
+pytestmark = [pytest.mark.timeout(180), pytest.mark.xdist_group("batch-systems")]
 sge = pytest.mark.usefixtures("sge_cluster")
 
 

@@ -70,7 +70,9 @@ def test_parse_sacct() -> None:
 
 # --- the real Slurm -----------------------------------------------------------------------
 
-pytestmark = pytest.mark.timeout(240)
+# The real batch systems are one host's, with a CPU or two: their tests never run side by
+# side under pytest -n (tests/README.md).
+pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("batch-systems")]
 slurm = pytest.mark.usefixtures("slurm_cluster")
 
 
