@@ -21,14 +21,11 @@ from htgrid.net.security import SecurityConfig, ensure_pool_security
 from htgrid.testing import PersonalPool
 
 moto_server = pytest.importorskip("moto.server")
-from moto.ec2.models import amis as moto_amis  # noqa: E402
 
 logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
 REGION = "us-east-1"
 IMAGE = "ami-12c6146b"
-# The image as moto's stock list has it, read at collection (before any fixture runs).
-_ANNEX_IMAGE = next(dict(a) for a in moto_amis.AMIS if a.get("ami_id") == IMAGE)
 
 
 @pytest.fixture(scope="session")
@@ -43,13 +40,6 @@ def moto_endpoint() -> Iterator[str]:
 @pytest.fixture
 def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """An empty account with the annex's setup done; the endpoint (AWS_ENDPOINT_URL)."""
-    # tests/conftest.py's moto (the ec2 grid type's) swaps moto's stock images for one
-    # of its own while it runs in this process: the annex's image must be known anyway,
-    # whichever of the two modules ran first. Added before the reset, which reads it.
-    added = None
-    if not any(image.get("ami_id") == IMAGE for image in moto_amis.AMIS):
-        added = {**_ANNEX_IMAGE}
-        moto_amis.AMIS.append(added)
     httpx.post(f"{moto_endpoint}/moto-api/reset", timeout=120).raise_for_status()
     for key, value in {
         "AWS_ENDPOINT_URL": moto_endpoint,
@@ -61,11 +51,7 @@ def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
         monkeypatch.delenv(key, raising=False)
     setup(AwsAnnexes(REGION))
-    try:
-        yield moto_endpoint
-    finally:
-        if added is not None:
-            moto_amis.AMIS.remove(added)
+    yield moto_endpoint
 
 
 @pytest.fixture
