@@ -366,7 +366,7 @@ def test_a_job_on_a_reused_claim_is_reconnected_to_after_kill_9_its_record_kept(
         assert second["PublicClaimId"] == record.name.removesuffix(".claim")
         now = record.stat()
         assert (now.st_ino, now.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
-        running = _runs("reused_a.sh")
+        running = _runs(tmp_path, "reused_a.sh")
         pool.kill()
         pool.start()
         wait_for(
@@ -374,7 +374,7 @@ def test_a_job_on_a_reused_claim_is_reconnected_to_after_kill_9_its_record_kept(
             timeout=60,
             what="the schedd to reconnect to the second job",
         )
-        assert _runs("reused_a.sh") == running  # the same run, none started again
+        assert _runs(tmp_path, "reused_a.sh") == running  # the same run, none started again
         (gates / "1").touch()
         wait_for(lambda: len(_all(pool, cluster)) == 2, timeout=60, what="both jobs to end")
         assert all(ad["NumJobStarts"] == 1 for ad in _all(pool, cluster))

@@ -45,6 +45,8 @@ printf 'COMMANDS\\nQUIT\\n' | htgrid gahp azure --retries 5         # needs htgr
 printf 'COMMANDS\\nQUIT\\n' | htgrid gahp condor -P cm.example.org:9618 -s schedd@site.example""",
     "gahp arc": """\
 printf 'COMMANDS\\nQUIT\\n' | htgrid gahp arc --proxy /tmp/x509up_u$(id -u)""",
+    "gahp gram": """\
+printf 'COMMANDS\\nQUIT\\n' | htgrid gahp gram --proxy /tmp/x509up_u$(id -u)""",
     "gridmanager": """\
 htgrid gridmanager --log - -v        # in the foreground (htgrid up starts one)""",
     "collector": """\
