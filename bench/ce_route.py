@@ -67,7 +67,24 @@ def sbatch_loop(count: int, work: Path, prefix: str) -> float:
         ids.append(done.stdout.strip().split(";")[0])
     took = time.perf_counter() - started
     cancel(ids)
+    settle(prefix)
     return took
+
+
+def settle(prefix: str, deadline: float = 600.0) -> None:
+    """Wait until the loop's cancelled jobs have left Slurm: slurmctld purges them all
+    at once (MinJobAge), which stalled it for ~40 s in the middle of the CE's run."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        done = subprocess.run(
+            ["squeue", "-h", "-t", "all", "-o", "%j"], capture_output=True, text=True, check=False
+        )
+        if done.returncode == 0 and not any(
+            line.startswith(prefix) for line in done.stdout.splitlines()
+        ):
+            return
+        time.sleep(2)
+    print(f"   (the loop's jobs still in Slurm after {deadline:.0f} s)")
 
 
 def pools(root: Path, count: int) -> tuple[PersonalPool, PersonalPool]:

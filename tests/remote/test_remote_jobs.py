@@ -240,6 +240,7 @@ def test_status_q_run_and_analysis_show_the_remote_nodes(
         (row,) = [line.split() for line in lines if line.startswith(f"{running}.0 ")]
         assert row[-1].startswith("slot1_") and row[-1].endswith("@node2"), out
         assert not [line for line in lines if line.startswith(f"{too_big}.0 ")]
+
         # condor_status: the node's partitionable slot and its claimed dynamic slot (the
         # node publishes the dynamic slot on its next update after the claim).
         def status_table() -> dict[str, list[str]] | None:
