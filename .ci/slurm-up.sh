@@ -122,6 +122,9 @@ JobCompType=jobcomp/none
 # Finished jobs leave squeue after ~MinJobAge (plus slurmctld's 60 s purge cycle), so
 # tests reach the history path (sacct, exit-code file) within a minute or two.
 MinJobAge=10
+# The CE bench (bench/ce_route.py) sends 10,000 jobs after a loop of 10,000 sbatch whose
+# cancelled jobs still count until purged: room for both and the tests beside them.
+MaxJobCount=50000
 # A cancelled or timed-out job gets SIGTERM, then SIGKILL this many seconds later.
 KillWait=5
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=$(free -m | awk '/^Mem:/{print $2}') State=UNKNOWN

@@ -4,7 +4,7 @@ sbatch for the same number of jobs in the same run.
     python bench/ce_route.py [--jobs 10000] [--poll 2]
 
 1. The loop: one `sbatch` per job (a script each, as the batch GAHP writes one), timed;
-   the jobs are then cancelled.
+   its jobs stay queued until the CE's run is over (see `sbatch_loop`), then are cancelled.
 2. The CE: a submitter pool and a CE pool on this machine, as tests/ce builds them (the
    CE with HTCondor-CE's defaults, its route `batch slurm`, MaxIdleJobs raised to the
    number of jobs as a site sending that many would). One `htgrid submit` of N grid jobs
@@ -15,6 +15,15 @@ sbatch for the same number of jobs in the same run.
    Target: CE / loop <= 1.3.
 3. The CE's resident memory per job (its daemons: master+schedd, router, grid manager),
    once all N are in Slurm.
+4. Status requests per poll at the CE's last hop: every `squeue` the CE's batch GAHP runs
+   goes through a shim on PATH that logs it and how it names the jobs; counted over
+   --polls probe intervals once all N are in Slurm (all: one per poll, not per job).
+5. Status lag: --lag-jobs short jobs sent the same way once Slurm is quiet again; the time
+   from Slurm's change (seen by squeue every 0.25 s: running, then ended) to the same
+   change of the source job on the submitter (its queue read every 0.25 s). Hops: Slurm
+   -> the CE's grid manager (probe 5 s) -> the router (its polling period, 2 s) -> the
+   submitter's grid manager over HTCondor-C (probe 5 s). Target: at most two poll
+   intervals per hop, 24 s.
 
 The jobs sleep (they stay queued on a small Slurm) and are cancelled afterwards by their
 Slurm ids: only this run's jobs are touched. Needs Slurm up (`bash .ci/slurm-up.sh`) and
@@ -26,6 +35,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,6 +43,8 @@ import time
 import uuid
 from pathlib import Path
 
+from htgrid.classad import ClassAd
+from htgrid.errors import HTGridError
 from htgrid.grid.batch import BatchJobId
 from htgrid.queue import JobQueue
 from htgrid.router import CE_DEFAULTS, ce_route
@@ -40,6 +52,35 @@ from htgrid.testing import PersonalPool, run_cli
 
 TARGET = 1.3
 CE_NAME = "ce@htgrid-ce.bench"
+PROBE = 5  # GRIDMANAGER_JOB_PROBE_INTERVAL of both pools
+ROUTER_PERIOD = 2  # JOB_ROUTER_POLLING_PERIOD
+SHIM = """#!/bin/sh
+ids=all
+for a in "$@"; do case "$a" in [0-9]*) ids=$(echo "$a" | tr ',' '\\n' | wc -l);; esac; done
+echo "$(date +%s.%N) $ids" >> {log}
+exec {real} "$@"
+"""
+
+
+def squeue_shim(root: Path) -> Path:
+    """A directory whose `squeue` logs each call (time, ids named) to the returned file."""
+    shim = root / "shim"
+    shim.mkdir()
+    log = root / "squeue.calls"
+    real = shutil.which("squeue") or "/usr/bin/squeue"
+    (shim / "squeue").write_text(SHIM.format(log=log, real=real))
+    (shim / "squeue").chmod(0o755)
+    os.environ["PATH"] = f"{shim}:{os.environ['PATH']}"
+    return log
+
+
+def squeue_calls(log: Path, since: float, until: float) -> list[str]:
+    """The ids column of the calls logged between two times."""
+    try:
+        lines = log.read_text().splitlines()
+    except OSError:
+        return []
+    return [line.split()[1] for line in lines if since <= float(line.split()[0]) < until]
 
 
 def cancel(ids: list[str]) -> None:
@@ -47,9 +88,11 @@ def cancel(ids: list[str]) -> None:
         subprocess.run(["scancel", *ids[start : start + 500]], check=False)
 
 
-def sbatch_loop(count: int, work: Path, prefix: str) -> float:
-    """Seconds to submit `count` jobs with one sbatch each (then cancelled)."""
-    ids: list[str] = []
+def sbatch_loop(count: int, work: Path, prefix: str, ids: list[str]) -> float:
+    """Seconds to submit `count` jobs with one sbatch each (their ids added to `ids`:
+    cancelled after the CE's run, since slurmctld stalled for 35-40 s while it purged
+    10,000 cancelled jobs, even after they had left squeue, and the CE's grid manager
+    paused its submits for 300 s after the sbatch failures of that window)."""
     started = time.perf_counter()
     for i in range(count):
         script = work / f"job{i}.sh"
@@ -65,21 +108,24 @@ def sbatch_loop(count: int, work: Path, prefix: str) -> float:
             text=True,
         )  # fmt: skip
         ids.append(done.stdout.strip().split(";")[0])
-    took = time.perf_counter() - started
-    cancel(ids)
-    return took
+    return time.perf_counter() - started
+
+
+#: PERIODIC_EXPR_INTERVAL, HTCondor's default: at 5 s, as this bench had it, each of the
+#: CE's schedd, router and grid manager read every one of its 10,000 jobs every 5 s.
+PERIODIC = 60.0
 
 
 def pools(root: Path, count: int) -> tuple[PersonalPool, PersonalPool]:
     ce = PersonalPool(
         root / "ce",
-        periodic_interval=5.0,
+        periodic_interval=PERIODIC,
         daemons=("MASTER", "SCHEDD", "COLLECTOR", "GRIDMANAGER", "JOB_ROUTER"),
         config={
             "TRUST_DOMAIN": "htgrid-ce-bench",
             "SCHEDD_NAME": CE_NAME,
-            "GRIDMANAGER_JOB_PROBE_INTERVAL": 5,
-            "JOB_ROUTER_POLLING_PERIOD": 2,
+            "GRIDMANAGER_JOB_PROBE_INTERVAL": PROBE,
+            "JOB_ROUTER_POLLING_PERIOD": ROUTER_PERIOD,
         },
     )
     with (ce.home / "htgrid.conf").open("a") as f:
@@ -89,12 +135,12 @@ def pools(root: Path, count: int) -> tuple[PersonalPool, PersonalPool]:
         f.write(f"GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE = {count}\n")
     sub = PersonalPool(
         root / "submit",
-        periodic_interval=5.0,
+        periodic_interval=PERIODIC,
         daemons=("MASTER", "SCHEDD", "GRIDMANAGER"),
         config={
             "TRUST_DOMAIN": "htgrid-submit-bench",
             "SCHEDD_NAME": "submit@htgrid-ce.bench",
-            "GRIDMANAGER_JOB_PROBE_INTERVAL": 5,
+            "GRIDMANAGER_JOB_PROBE_INTERVAL": PROBE,
             "GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE": count,
         },
     )
@@ -129,26 +175,40 @@ def rss_kib(pids: list[int]) -> int:
     return total
 
 
-def through_ce(root: Path, count: int, poll: float) -> tuple[float, float]:
-    sub, ce = pools(root, count)
-    work = root / "work"
-    work.mkdir()
-    (work / "job.sub").write_text(
+def job_file(work: Path, ce: PersonalPool, count: int, seconds: int) -> Path:
+    path = work / f"job{count}x{seconds}.sub"
+    path.write_text(
         "universe = grid\n"
-        f"grid_resource = condor {CE_NAME} $(CE_POOL)\n"
-        "executable = /bin/sleep\narguments = 600\ntransfer_executable = false\n"
+        f"grid_resource = condor {CE_NAME} {ce.collector}\n"
+        f"executable = /bin/sleep\narguments = {seconds}\ntransfer_executable = false\n"
         "+maxWallTime = 10\n+maxMemory = 100\n"
         f"initialdir = {work}\nqueue {count}\n"
     )
+    return path
+
+
+def submit(sub: PersonalPool, path: Path) -> None:
+    status, _, err = run_cli(sub.home, "submit", str(path))
+    if status != 0:
+        raise SystemExit(f"submit failed: {err}")
+
+
+def through_ce(
+    root: Path, count: int, poll: float, polls: int, lag_jobs: int, loop_ids: list[str]
+) -> tuple[float, float, list[str], list[tuple[float, float]]]:
+    """Seconds until all `count` are in Slurm; the CE's RSS per job; the squeue calls
+    (the ids each named) over `polls` probe intervals; (running, ended) lags, measured
+    once the loop's jobs (`loop_ids`) and the CE's are cancelled and gone."""
+    calls_log = squeue_shim(root)
+    sub, ce = pools(root, count)
+    work = root / "work"
+    work.mkdir()
     with ce:
         sub.trust(ce, user=getpass.getuser())
-        text = (work / "job.sub").read_text().replace("$(CE_POOL)", ce.collector)
-        (work / "job.sub").write_text(text)
         with sub:
+            path = job_file(work, ce, count, 600)
             started = time.perf_counter()
-            status, _, err = run_cli(sub.home, "submit", str(work / "job.sub"))
-            if status != 0:
-                raise SystemExit(f"submit failed: {err}")
+            submit(sub, path)
             seen = 0
             ids: list[str] = []
             queue = JobQueue.open(ce.config.spool, check=False)
@@ -166,15 +226,115 @@ def through_ce(root: Path, count: int, poll: float) -> tuple[float, float]:
                 p for p in (ce.pid, ce.child_pid("job_router"), ce.child_pid("gridmanager")) if p
             ]
             per_job = rss_kib(pids) / count
-            cancel(ids)
+            print(f"   counting squeue calls over {polls} probe intervals...")
+            since = time.time()
+            time.sleep(polls * PROBE)
+            calls = squeue_calls(calls_log, since, time.time())
+            cancel(ids + loop_ids)
+            # The cancelled jobs' sources go back to be routed again: let them go.
+            run_cli(sub.home, "rm", "-all")
+            if lag_jobs:
+                settle_ids(ids + loop_ids)
+            lags = status_lag(sub, ce, queue, work, lag_jobs) if lag_jobs else []
             queue.close()
-            return took, per_job
+            return took, per_job, calls, lags
+
+
+def settle_ids(ids: list[str], deadline: float = 600.0) -> None:
+    """Wait until none of `ids` is in Slurm any more (cancelled and purged)."""
+    wanted = set(ids)
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        done = subprocess.run(
+            ["squeue", "-h", "-t", "all", "-o", "%i"], capture_output=True, text=True, check=False
+        )
+        if done.returncode == 0 and not wanted.intersection(done.stdout.split()):
+            return
+        time.sleep(2)
+
+
+def slurm_states(ids: list[str]) -> dict[str, str]:
+    done = subprocess.run(
+        ["squeue", "-h", "-t", "all", "-o", "%i %T", "-j", ",".join(ids)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    states = dict(line.split()[:2] for line in done.stdout.splitlines() if line.strip())
+    return {i: states.get(i, "GONE") for i in ids}
+
+
+def status_lag(
+    sub: PersonalPool, ce: PersonalPool, ce_queue: JobQueue, work: Path, jobs: int
+) -> list[tuple[float, float]]:
+    """Per job: (Slurm running -> the submitter's job Running, Slurm ended -> the
+    submitter's job Completed), in seconds, both sides seen every 0.25 s. A submitter
+    job's Slurm job: its GridJobId names the CE's source job, whose routed copy's
+    GridJobId has the Slurm id."""
+    sub_queue = JobQueue.open(sub.config.spool, check=False)
+    before = {_jid(ad) for ad in sub_queue.query(None, [])}
+    submit(sub, job_file(work, ce, jobs, 15))
+    mine = [_jid(ad) for ad in sub_queue.query(None, []) if _jid(ad) not in before]
+    seen: dict[tuple[str, str], float] = {}
+    ce_source: dict[str, str] = {}  # submitter job -> the CE's source job
+    end = time.monotonic() + 600
+    while time.monotonic() < end and len(seen) < 4 * len(mine):
+        now = time.monotonic()
+        for job in mine:
+            try:
+                ad = sub_queue.get(job)
+            except HTGridError:  # left the queue: completed
+                seen.setdefault((job, "running"), now)
+                seen.setdefault((job, "ended"), now)
+                continue
+            grid = str(ad.get("GridJobId") or "").split()
+            if len(grid) >= 4:
+                ce_source[job] = grid[-1]
+            if ad["JobStatus"] in (2, 4):
+                seen.setdefault((job, "running"), now)
+            if ad["JobStatus"] == 4:
+                seen.setdefault((job, "ended"), now)
+        slurm_of: dict[str, str] = {}  # the CE's source job -> Slurm id
+        for ad in ce_queue.query(
+            "RoutedFromJobId isnt undefined", ["GridJobId", "RoutedFromJobId"]
+        ):
+            parsed = BatchJobId.parse(ad.get("GridJobId"))
+            if parsed is not None and parsed.blah_id is not None:
+                slurm_of[str(ad["RoutedFromJobId"])] = parsed.blah_id.rsplit("/", 1)[-1]
+        ids = {job: slurm_of[src] for job, src in ce_source.items() if src in slurm_of}
+        states = slurm_states(list(ids.values())) if ids else {}
+        for job, sid in ids.items():
+            state = states.get(sid, "")
+            if state in ("RUNNING", "COMPLETED", "GONE"):
+                seen.setdefault((job, "slurm running"), now)
+            if state in ("COMPLETED", "GONE"):
+                seen.setdefault((job, "slurm ended"), now)
+        time.sleep(0.25)
+    sub_queue.close()
+    lags = []
+    for job in mine:
+        try:
+            lags.append(
+                (
+                    seen[(job, "running")] - seen[(job, "slurm running")],
+                    seen[(job, "ended")] - seen[(job, "slurm ended")],
+                )
+            )
+        except KeyError:
+            print(f"   job {job}: not seen through (lag not measured)")
+    return lags
+
+
+def _jid(ad: ClassAd) -> str:
+    return f"{ad['ClusterId']}.{ad['ProcId']}"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=10000)
     parser.add_argument("--poll", type=float, default=2.0, help="seconds between progress reads")
+    parser.add_argument("--polls", type=int, default=4, help="probe intervals of squeue counts")
+    parser.add_argument("--lag-jobs", type=int, default=2, help="jobs of the status lag run")
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     if os.geteuid() != 0:
@@ -186,14 +346,26 @@ def main() -> int:
         loop_dir.mkdir()
         prefix = f"cebench{uuid.uuid4().hex[:6]}_"
         print(f"1. sbatch loop of {args.jobs} jobs...")
-        loop = sbatch_loop(args.jobs, loop_dir, prefix)
-        print(f"   {loop:.1f} s ({args.jobs / loop:.0f} jobs/s)")
-        print(f"2. {args.jobs} jobs submitter -> HTCondor-C -> CE -> router -> Slurm...")
-        ce, per_job = through_ce(root, args.jobs, args.poll)
+        loop_ids: list[str] = []
+        try:
+            loop = sbatch_loop(args.jobs, loop_dir, prefix, loop_ids)
+            print(f"   {loop:.1f} s ({args.jobs / loop:.0f} jobs/s)")
+            print(f"2. {args.jobs} jobs submitter -> HTCondor-C -> CE -> router -> Slurm...")
+            ce, per_job, calls, lags = through_ce(
+                root, args.jobs, args.poll, args.polls, args.lag_jobs, loop_ids
+            )
+        finally:
+            cancel(loop_ids)
         print(f"   {ce:.1f} s ({args.jobs / ce:.0f} jobs/s)")
         ratio = ce / loop
         print(f"CE / sbatch loop = {ratio:.2f} (target <= {TARGET})")
         print(f"3. the CE's resident memory per job: {per_job:.1f} KiB")
+        print(
+            f"4. squeue per poll ({PROBE} s) with {args.jobs} jobs: "
+            f"{len(calls) / args.polls:.1f} (ids named by each: {', '.join(calls) or '-'})"
+        )
+        for running, ended in lags:
+            print(f"5. status lag: running {running:.1f} s, ended {ended:.1f} s (target <= 24)")
     return 0 if ratio <= TARGET else 1
 
 

@@ -27,7 +27,7 @@ import enum
 import logging
 import re
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -97,8 +97,11 @@ class RouterHooks:
 
     def translate(self, route: Route, job: ClassAd) -> ClassAd | None:
         """The job as the TRANSLATE_JOB hook makes it; None when there is no such hook."""
-        stdin = f"{route_description(route)}\n{SEPARATOR}\n{job.printOld()}"
-        out = self._run(HookKind.TRANSLATE_JOB, job, stdin)
+        out = self._run(
+            HookKind.TRANSLATE_JOB,
+            job,
+            lambda: f"{route_description(route)}\n{SEPARATOR}\n{job.printOld()}",
+        )
         if out is None:
             return None
         if not out.strip():
@@ -107,7 +110,7 @@ class RouterHooks:
 
     def update_job_info(self, source: ClassAd, dest: ClassAd) -> dict[str, ExprTree]:
         """What the UPDATE_JOB_INFO hook sets in the routed job (empty: nothing, or no hook)."""
-        out = self._run(HookKind.UPDATE_JOB_INFO, source, dest.printOld())
+        out = self._run(HookKind.UPDATE_JOB_INFO, source, dest.printOld)
         if not out or not out.strip():
             return {}
         ad = _ad_of(out, HookKind.UPDATE_JOB_INFO)
@@ -115,8 +118,11 @@ class RouterHooks:
 
     def finalize(self, source: ClassAd, dest: ClassAd) -> dict[str, ExprTree] | None:
         """What the JOB_FINALIZE hook sets in the source (None: no hook)."""
-        stdin = f"{source.printOld()}{SEPARATOR}\n{dest.printOld()}"
-        out = self._run(HookKind.JOB_FINALIZE, source, stdin)
+        out = self._run(
+            HookKind.JOB_FINALIZE,
+            source,
+            lambda: f"{source.printOld()}{SEPARATOR}\n{dest.printOld()}",
+        )
         if out is None:
             return None
         if not out.strip():
@@ -127,14 +133,16 @@ class RouterHooks:
     def cleanup(self, source: ClassAd, dest: ClassAd) -> None:
         """The JOB_CLEANUP hook (its failure is logged: the pair is over either way)."""
         try:
-            self._run(HookKind.JOB_CLEANUP, source, dest.printOld())
+            self._run(HookKind.JOB_CLEANUP, source, dest.printOld)
         except HookFailed as err:
             log.warning("routed job %s: %s", dest.get("RoutedFromJobId"), err)
 
     # ---- running one -----------------------------------------------------------------------
 
-    def _run(self, kind: HookKind, job: ClassAd, stdin: str) -> str | None:
-        """The hook's stdout; None when it is not configured; HookFailed when it fails."""
+    def _run(self, kind: HookKind, job: ClassAd, stdin: Callable[[], str]) -> str | None:
+        """The hook's stdout; None when it is not configured; HookFailed when it fails.
+        `stdin` makes its input, only when there is a hook: printing the ads of every
+        pair at every pass was a sixth of a routing pass without any."""
         path = self.path(kind, job)
         if path is None:
             return None
@@ -146,7 +154,7 @@ class RouterHooks:
         try:
             done = subprocess.run(
                 [path],
-                input=stdin,
+                input=stdin(),
                 capture_output=True,
                 text=True,
                 timeout=self.timeout,

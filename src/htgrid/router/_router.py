@@ -1,7 +1,8 @@
 """The job router over one job queue: routes idle jobs, and keeps each source job and its
 routed copy in step (HTCondor's condor_job_router, with the queue as its only state).
 
-Each pass (`JobRouter.cycle`, every JOB_ROUTER_POLLING_PERIOD or when the schedd rings):
+Each full pass (`JobRouter.cycle`, every JOB_ROUTER_POLLING_PERIOD; when the schedd rings
+in between, `route_new` does step 3 alone):
 
 1. Every routed job (RoutedBy == this router, RoutedFromJobId set) is set beside its
    source job. The source mirrors the copy: Idle, Running, Held (HoldCopiedFromTargetJob),
@@ -70,6 +71,10 @@ _FINISHED: Final = (JobStatus.COMPLETED, JobStatus.REMOVED)
 _RUNNING: Final = (JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED)
 _USAGE: Final = ("RemoteWallClockTime", "RemoteUserCpu", "RemoteSysCpu", "ImageSize", "DiskUsage")
 _UNDEFINED: Final = ExprTree("undefined")
+#: Jobs claimed, submitted and linked together (a transaction each step): big enough that
+#: the commits stop mattering, small enough that the grid manager starts on the first
+#: copies while the pass routes the rest, and that the queue's lock is held briefly.
+ROUTE_BATCH: Final = 200
 #: What a source takes from its routed copy at each pass, besides its status and exit
 #: (VanillaToGrid.cpp's update_job_status, after the grid manager's own list).
 ATTRS_TO_COPY: Final = (
@@ -127,6 +132,16 @@ class _Counts:
         return self.jobs.get(key, 0), self.idle.get(key, 0)
 
 
+@dataclass(frozen=True)
+class _Routing:
+    """A job on its way to a route: its source, owner and routed copy, to be submitted."""
+
+    source_id: JobId
+    owner: str
+    route: Route
+    dest: ClassAd
+
+
 def _job_id(ad: ClassAd) -> JobId:
     return JobId(int(ad["ClusterId"]), int(ad["ProcId"]))
 
@@ -176,6 +191,15 @@ class JobRouter:
         for route in self.config.routes:
             self.route_stats(route).adjust(route, self.clock(), self.counts.of(route)[0])
         changed += self._route_candidates()
+        if changed:
+            self._after_change()
+        return changed
+
+    def route_new(self) -> int:
+        """Route the idle candidates only, between full passes (the schedd rang: new
+        jobs). The routes' counts are the last full pass's and what was routed since,
+        so their limits hold; the pairs are kept in step by the next full pass."""
+        changed = self._route_candidates()
         if changed:
             self._after_change()
         return changed
@@ -518,6 +542,7 @@ class JobRouter:
             log.error("cannot look for jobs to route: %s", err)
             return 0
         changed = 0
+        batch: list[_Routing] = []
         for ad in sorted(candidates, key=_job_id):
             if 0 <= self.config.max_jobs <= self.counts.total:
                 break
@@ -527,22 +552,39 @@ class JobRouter:
                     break
                 continue
             try:
-                changed += self._route(ad, route)
+                planned = self._plan(ad, route)
             except (QueueError, SubmitError) as err:
                 log.warning("job %s: route %s failed: %s", _job_id(ad), route.name, err)
+                continue
+            if planned is None:
+                continue
+            if isinstance(planned, int):
+                changed += planned
+                continue
+            batch.append(planned)
+            # Counted now, so that the route's limits and throttle hold within the pass
+            # (a job whose routing fails after is taken off its route's routed count).
+            self.counts.add(route.name, JobStatus.IDLE)
+            self.route_stats(route).routed += 1
+            if len(batch) >= ROUTE_BATCH:
+                changed += self._route_batch(batch)
+                batch = []
+        if batch:
+            changed += self._route_batch(batch)
         return changed
 
-    def _route(self, ad: ClassAd, route: Route) -> int:
+    def _plan(self, ad: ClassAd, route: Route) -> _Routing | int | None:
+        """What routing `ad` by `route` takes: its routed copy (a `_Routing`), or, for a
+        route that edits jobs in place, the edit made now (1), or None (a hook refused)."""
         source_id = _job_id(ad)
-        q = self.queue
         try:
             translated = self.hooks.translate(route, ad)
         except HookFailed as err:
             log.warning("job %s: route %s: %s: not routed", source_id, route.name, err)
-            return 0
+            return None
         if route.test(route.edit_job_in_place, ad):
             changes = edit_in_place(ad, route, self.config, start=translated)
-            q.update(
+            self.queue.update(
                 source_id,
                 {
                     k: (v if v is not None else _UNDEFINED)
@@ -555,20 +597,87 @@ class JobRouter:
         dest = build_routed_ad(
             translated if translated is not None else ad, route, self.config, str(source_id)
         )
-        # Claim first, then submit: see the module's docstring for a crash between.
-        q.update(
-            source_id,
-            {"Managed": "External", "ManagedManager": self.config.name, "RouteName": route.name},
+        return _Routing(source_id, str(ad["Owner"]), route, dest)
+
+    def _route_batch(self, batch: list[_Routing]) -> int:
+        """Claim, submit and link a batch of jobs in three queue transactions (one per
+        step, and per owner for the submits) rather than three per job: the commits
+        were most of a pass's time. The order of the steps is the one the module's
+        docstring gives for one job, so a crash between two leaves what step 2 of the
+        next pass (or the RoutedFromJobId of the copies) puts right."""
+        q = self.queue
+        errors = q.update_many(
+            [
+                (
+                    r.source_id,
+                    {
+                        "Managed": "External",
+                        "ManagedManager": self.config.name,
+                        "RouteName": r.route.name,
+                    },
+                )
+                for r in batch
+            ]
         )
-        owner = str(ad["Owner"])
-        cluster = q.submit(Identity(owner, admin=True), dest)
-        dest_id = JobId(cluster, 0)
-        q.update(source_id, {"RoutedToJobId": str(dest_id)})
-        stats = self.route_stats(route)
-        stats.routed += 1
-        self.counts.add(route.name, JobStatus.IDLE)
-        log.info("job %s routed by route %s as job %s", source_id, route.name, dest_id)
-        return 1
+        claimed = []
+        for routing, error in zip(batch, errors, strict=True):
+            if error is None:
+                claimed.append(routing)
+            else:
+                self.route_stats(routing.route).routed -= 1
+                log.warning(
+                    "job %s: route %s failed: %s", routing.source_id, routing.route.name, error
+                )
+        owners: dict[str, list[_Routing]] = {}
+        for routing in claimed:
+            owners.setdefault(routing.owner, []).append(routing)
+        submitted: list[tuple[_Routing, JobId]] = []
+        for owner, jobs in owners.items():
+            submitted.extend(self._submit_copies(owner, jobs))
+        done = {routing.source_id for routing, _ in submitted}
+        for routing in claimed:
+            if routing.source_id not in done:
+                self.route_stats(routing.route).routed -= 1
+        if not submitted:
+            return 0
+        self._after_change()  # the grid manager starts on these while the pass goes on
+        errors = q.update_many(
+            [(r.source_id, {"RoutedToJobId": str(dest_id)}) for r, dest_id in submitted]
+        )
+        for (routing, dest_id), error in zip(submitted, errors, strict=True):
+            if error is not None:  # linked by the next pass, from RoutedFromJobId
+                log.warning("job %s: cannot link its routed job: %s", routing.source_id, error)
+            log.info(
+                "job %s routed by route %s as job %s",
+                routing.source_id,
+                routing.route.name,
+                dest_id,
+            )
+        return len(submitted)
+
+    def _submit_copies(self, owner: str, jobs: list[_Routing]) -> list[tuple[_Routing, JobId]]:
+        """The routed copies of one owner's jobs, in one transaction; if it is refused,
+        one by one, so that one bad copy does not keep the others from being routed."""
+        identity = Identity(owner, admin=True)
+        try:
+            clusters = []
+            with self.queue.transaction(identity) as tx:
+                for routing in jobs:
+                    cluster = tx.new_cluster()
+                    tx.set_cluster_ad(cluster, routing.dest)
+                    tx.new_proc(cluster)
+                    clusters.append(cluster)
+            return [(r, JobId(c, 0)) for r, c in zip(jobs, clusters, strict=True)]
+        except (QueueError, SubmitError) as err:
+            if len(jobs) == 1:
+                log.warning(
+                    "job %s: route %s failed: %s", jobs[0].source_id, jobs[0].route.name, err
+                )
+                return []
+        done: list[tuple[_Routing, JobId]] = []
+        for routing in jobs:
+            done.extend(self._submit_copies(owner, [routing]))
+        return done
 
     def counts_of(self, route: Route) -> tuple[int, int]:
         return self.counts.of(route)

@@ -2,9 +2,11 @@
 
     htgrid job_router --home $HTGRID_HOME        # or: run_router(home)
 
-It opens the pool's queue as the grid manager does, runs a pass (`JobRouter.cycle`) each
-JOB_ROUTER_POLLING_PERIOD seconds and whenever the schedd rings its doorbell
-(`<spool>/jobrouter/wake`), and rings the grid manager's after it submits or removes.
+It opens the pool's queue as the grid manager does, runs a full pass (`JobRouter.cycle`)
+each JOB_ROUTER_POLLING_PERIOD seconds, routes new jobs (`JobRouter.route_new`) whenever
+the schedd rings its doorbell (`<spool>/jobrouter/wake`) in between, and rings the grid
+manager's after it submits or removes. A full pass reads every routed job: run at each
+ring, while thousands of jobs arrive, it was most of the router's time.
 htgrid.conf is read again when it changes or on SIGHUP (routes reloaded on reconfig).
 One router per queue (`<spool>/jobrouter/lock`): a second exits with status 3. kill -9
 is safe at any moment: the next one adopts the routed jobs from the queue.
@@ -61,10 +63,13 @@ async def _serve(home: Path, stop: asyncio.Event, reload: asyncio.Event) -> None
     log.info(
         "job router %s: routes %s", config.name, ", ".join(r.name for r in config.routes) or "none"
     )
+    loop = asyncio.get_running_loop()
+    full_due = 0.0  # when the next full pass is due
     try:
         while not stop.is_set():
             if reload.is_set() or _config_stamp(home) != stamp:
                 reload.clear()
+                full_due = 0.0
                 stamp = _config_stamp(home)
                 try:
                     router.reconfig(RouterConfig.load(home))
@@ -77,7 +82,11 @@ async def _serve(home: Path, stop: asyncio.Event, reload: asyncio.Event) -> None
                 except HTGridError as err:
                     log.error("job router: the new configuration is refused, the old kept: %s", err)
             try:
-                await asyncio.to_thread(router.cycle)
+                if loop.time() >= full_due:
+                    full_due = loop.time() + router.config.polling_period
+                    await asyncio.to_thread(router.cycle)
+                else:
+                    await asyncio.to_thread(router.route_new)
             except HTGridError as err:
                 log.error("job router: the pass failed: %s", err)
             waits = [
@@ -87,7 +96,9 @@ async def _serve(home: Path, stop: asyncio.Event, reload: asyncio.Event) -> None
             ]
             try:
                 await asyncio.wait(
-                    waits, timeout=router.config.polling_period, return_when=asyncio.FIRST_COMPLETED
+                    waits,
+                    timeout=max(0.0, full_due - loop.time()),
+                    return_when=asyncio.FIRST_COMPLETED,
                 )
             finally:
                 for waiter in waits:

@@ -95,9 +95,15 @@ class TransformMacros:
 
     config: Mapping[str, str] = field(default_factory=dict)
     macros: MacroSet = field(default_factory=MacroSet)
+    # The configuration by upper-case name, made once for the transforms applied in
+    # turn (the router applies three or more to each job it routes).
+    _upper: dict[str, str] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._upper = {k.upper(): v for k, v in self.config.items()}
 
     def expander(self, ad: Any) -> _AdExpander:
-        return _AdExpander(self.macros, ad=ad, config=self.config)
+        return _AdExpander(self.macros, ad=ad, config=self._upper)
 
 
 class _AdExpander(Expander):
@@ -106,9 +112,10 @@ class _AdExpander(Expander):
     __slots__ = ("ad", "config")
 
     def __init__(self, macros: MacroSet, *, ad: Any, config: Mapping[str, str]) -> None:
+        """`config`: the configuration's values by upper-case name."""
         super().__init__(macros)
         self.ad = ad
-        self.config = {k.upper(): v for k, v in config.items()}
+        self.config = config
 
     def lookup(self, name: str) -> str | None:
         value = super().lookup(name)
