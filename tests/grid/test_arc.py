@@ -374,6 +374,9 @@ def test_a_renewed_proxy_is_delegated_to_the_ce_again(grid: Grid, payloads: set[
             arc_id = await wait_for("the submit", lambda: _arc_id(grid, job), 120)
             assert isinstance(arc_id, str)
             payloads.add(arc_id)
+        # A grid manager started after the submit (a restart) delegates again too: the
+        # job's delegation is kept with its GridJobId, not only in the process.
+        async with running(grid):
             await wait_for("a status", lambda: "LastRemoteStatusUpdate" in grid.ad(job), 180)
             # The user renews the proxy in place (as grid-proxy-init or MyProxy would).
             renewed = grid.work / "renewed"

@@ -83,15 +83,17 @@ class ArcJob(GridJob[ArcState, ArcEvent]):
         self.arc_id = None if grid_id is None else grid_id.job_id
         self.remote_state = as_str(ad.get("GridJobStatus"))
         self.remote: ArcStatus | None = None
-        self.delegation_id: str | None = None
+        #: The CE's delegation of the job's proxy, kept with its GridJobId so that a
+        #: renewed proxy is delegated again after a restart too.
+        self.delegation_id = as_str(ad.get("ArcDelegationId"))
         #: The exit code, once EXIT_INFO read it (ArcExitCode once CLEAN committed it).
         exit_code = as_int(ad.get("ArcExitCode"))
         self.exit_saved = exit_code is not None
         self.exit_code = exit_code or 0
         self._min_seq = 0
         self._submitted_now = False
-        #: The expiration of the proxy last delegated (None: none delegated by this process).
-        self._delegated_until: int | None = None
+        #: The expiration of the proxy last delegated (None: none delegated).
+        self._delegated_until = as_int(ad.get("DelegatedProxyExpiration"))
 
     # ---- what the resource reads -------------------------------------------------------------
 
@@ -124,7 +126,13 @@ class ArcJob(GridJob[ArcState, ArcEvent]):
         return f"killing ARC job {self.arc_id}"
 
     def _submit_attrs(self) -> Iterable[str]:
-        return (*SUBMIT_ATTRS, "ArcJobName", "ArcExitCode")
+        return (
+            *SUBMIT_ATTRS,
+            "ArcJobName",
+            "ArcExitCode",
+            "ArcDelegationId",
+            "DelegatedProxyExpiration",
+        )
 
     async def _forget(self) -> None:
         self.arc_id = self.name = self.remote_state = self.delegation_id = None
@@ -247,6 +255,10 @@ class ArcJob(GridJob[ArcState, ArcEvent]):
             "GridJobStatus": self.remote_state or UNDEFINED,
             "GridJobSubmitTime": int(now),
         }
+        if self.delegation_id is not None:
+            attrs["ArcDelegationId"] = self.delegation_id
+        if self._delegated_until is not None:
+            attrs["DelegatedProxyExpiration"] = self._delegated_until
         attrs |= self.clear_wait_attrs()
         await self.io.update(self.job_id, attrs, durable=True)
         # A list sent before the submit returned may not show the job yet.
