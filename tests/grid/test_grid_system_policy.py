@@ -8,7 +8,7 @@ import asyncio
 
 from htgrid.queue import HoldReasonCode, JobStatus
 
-from ._harness import Grid, running, wait_for
+from ._harness import Grid, running, unset, wait_for
 
 
 def test_a_running_grid_job_is_held_by_the_pools_system_policy(grid: Grid) -> None:
@@ -24,6 +24,8 @@ def test_a_running_grid_job_is_held_by_the_pools_system_policy(grid: Grid) -> No
         async with running(grid):
             await wait_for("it to run", lambda: grid.ad(job_id)["JobStatus"] == JobStatus.RUNNING)
             await wait_for("it held", lambda: grid.ad(job_id)["JobStatus"] == JobStatus.HELD)
+            # ... and its batch job cancelled (not left to run on past the test).
+            await wait_for("its batch job cancelled", lambda: unset(grid.ad(job_id), "GridJobId"))
 
     asyncio.run(main())
     ad = grid.ad(job_id)
