@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
 import logging
 import os
 import signal
@@ -249,7 +250,10 @@ class GridManager:
             if not res.jobs:
                 continue
             ad = res.ad()
-            ad["HashName"] = where  # as HTCondor's: also the owner and credential it is for
+            if where != res.name:
+                # One ad per owner and credential, as HTCondor's HashName makes them; the
+                # credential's path is a digest: the collector shows ads to anyone.
+                ad["HashName"] = f"{res.name}#{hashlib.sha256(where.encode()).hexdigest()[:16]}"
             owner = self._owners.get(next(iter(res.jobs)))
             if owner is not None:
                 ad["Owner"] = owner.name
