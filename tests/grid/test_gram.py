@@ -318,8 +318,16 @@ def test_kill_9_of_the_grid_manager_or_its_gahp_runs_each_job_once(
             assert manager.poll() is None, "the grid manager exited"
             assert time.monotonic() < deadline, "the jobs did not all run"
             time.sleep(0.2)
-        # The states may be an earlier grid manager's: wait for this one's GAHP server.
-        while not (gahps := [p for p in _pids("gahp") if _parent(p) == manager.pid]):
+        # The states may be an earlier grid manager's: wait for this one's GAHP server,
+        # past its start-up (a server killed in its handshake is another story).
+        log_file = grid.home / "gridmanager.log"
+
+        def started() -> list[int]:
+            log = log_file.read_text() if log_file.exists() else ""
+            mine = [p for p in _pids("gahp") if _parent(p) == manager.pid]
+            return [p for p in mine if f"started (pid {p})" in log]
+
+        while not (gahps := started()):
             assert manager.poll() is None, "the grid manager exited"
             assert time.monotonic() < deadline, "no GAHP server under the grid manager"
             time.sleep(0.2)
