@@ -18,6 +18,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -84,18 +85,22 @@ def _ce_up() -> bool:
     if not (PKI / "user.pem").exists() or not (PKI / "user.key").exists():
         return False
     try:
-        proxy = _new_proxy(Path(os.environ.get("TMPDIR", "/tmp")), lifetime=600)
-        status, _ = _rest(proxy, "/jobs")
-        proxy.unlink()
+        # A directory of its own: two workers probing at once must not share the file.
+        with tempfile.TemporaryDirectory() as where:
+            status, _ = _rest(_new_proxy(Path(where), lifetime=600), "/jobs")
     except (OSError, ssl.SSLError, urllib.error.URLError):
         return False
     return status == 200
 
 
-if not _ce_up():
-    if os.environ.get("CI") == "true":
-        pytest.fail("the ARC CE is not up (CI runs .ci/arc-up.sh first)", pytrace=False)
-    pytest.skip("no ARC CE here", allow_module_level=True)
+@pytest.fixture(autouse=True, scope="module")
+def _ce_required() -> None:
+    # Probed in a fixture, not at import: pytest-xdist's workers must collect the same
+    # tests, and a probe that failed on one worker only made the whole run error.
+    if not _ce_up():
+        if os.environ.get("CI") == "true":
+            pytest.fail("the ARC CE is not up (CI runs .ci/arc-up.sh first)", pytrace=False)
+        pytest.skip("no ARC CE here")
 
 
 def run(coro: Awaitable[None]) -> None:

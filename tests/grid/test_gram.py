@@ -71,10 +71,16 @@ def _gatekeeper_up() -> bool:
     return done.returncode == 0
 
 
-if not _gatekeeper_up():
-    if os.environ.get("CI") == "true":
-        pytest.fail("the GRAM gatekeeper is not up (CI runs .ci/gram-up.sh first)", pytrace=False)
-    pytest.skip("no GRAM gatekeeper here", allow_module_level=True)
+@pytest.fixture(autouse=True, scope="module")
+def _gatekeeper_required() -> None:
+    # Probed in a fixture, not at import: pytest-xdist's workers must collect the same
+    # tests, and a probe that failed on one worker only made the whole run error.
+    if not _gatekeeper_up():
+        if os.environ.get("CI") == "true":
+            pytest.fail(
+                "the GRAM gatekeeper is not up (CI runs .ci/gram-up.sh first)", pytrace=False
+            )
+        pytest.skip("no GRAM gatekeeper here")
 
 
 def run(coro: Awaitable[None]) -> None:

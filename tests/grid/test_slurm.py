@@ -37,10 +37,14 @@ def _slurm_up() -> bool:
     )
 
 
-if not _slurm_up():
-    if os.environ.get("CI") == "true":
-        pytest.fail("Slurm is not up (CI runs .ci/slurm-up.sh first)", pytrace=False)
-    pytest.skip("no Slurm here", allow_module_level=True)
+@pytest.fixture(autouse=True, scope="module")
+def _slurm_required() -> None:
+    # Probed in a fixture, not at import: pytest-xdist's workers must collect the same
+    # tests, and a probe that failed on one worker only made the whole run error.
+    if not _slurm_up():
+        if os.environ.get("CI") == "true":
+            pytest.fail("Slurm is not up (CI runs .ci/slurm-up.sh first)", pytrace=False)
+        pytest.skip("no Slurm here")
 
 
 def run(coro: Awaitable[None]) -> None:
