@@ -151,6 +151,31 @@ def test_a_server_that_does_not_start(tmp_path: Path) -> None:
     run(main())
 
 
+def test_a_server_that_dies_at_start_leaves_no_unretrieved_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The COMMANDS line goes ahead of the banner: its failed wait must not be logged later."""
+    unhandled: list[str] = []
+    # pytest keeps the records logged, and the death's record would keep the futures alive.
+    monkeypatch.setattr(client_module.log, "disabled", True)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _, context: unhandled.append(context["message"]))
+        try:
+            await GahpClient.start([sys.executable, "-c", "import sys; sys.exit(3)"])
+        except GahpServerExited:
+            pass  # Not pytest.raises: its record would keep the failed futures alive.
+        else:
+            raise AssertionError("the server's death was not reported")
+        for _ in range(3):  # The client's cancelled tasks end over a few turns.
+            gc.collect()
+            await asyncio.sleep(0.01)
+
+    run(main())
+    assert unhandled == []
+
+
 # ---- scripted servers, injected clock and spawner --------------------------------------------
 
 

@@ -285,6 +285,8 @@ class GahpClient:
         # reads): each round trip of the handshake waits for a turn of this loop, which is
         # busy with every job at the moment a first GAHP server is started.
         commands = self._write(encode_request("COMMANDS"), "COMMANDS")
+        # When the banner's wait fails, nothing awaits this one: its error is the banner's.
+        commands.future.add_done_callback(_mark_retrieved)
         await self._drain()
         try:
             self.version = await self._wait(self._banner, self._response_timeout)
@@ -307,6 +309,9 @@ class GahpClient:
             sent.append(self._write(request, "RESPONSE_PREFIX", WaitKind.PREFIX))
         if self.supports("ASYNC_MODE_ON"):
             sent.append(self._write(encode_request("ASYNC_MODE_ON"), "ASYNC_MODE_ON"))
+        for waiter in sent:
+            # The first refusal or death ends the handshake; the others' errors are the same.
+            waiter.future.add_done_callback(_mark_retrieved)
         await self._drain()
         for waiter in sent:
             reply = await waiter.future
@@ -642,3 +647,9 @@ class GahpClient:
         if new not in TRANSITIONS[self._state]:
             raise LocalGahpError(f"GAHP client cannot go from {self._state.name} to {new.name}")
         self._state = new
+
+
+def _mark_retrieved(future: asyncio.Future[Reply]) -> None:
+    """Take a failed future's error so asyncio does not log it as never retrieved."""
+    if not future.cancelled():
+        future.exception()
