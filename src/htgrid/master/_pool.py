@@ -51,7 +51,7 @@ from htgrid.schedd import (
     ScheddAdvertiser,
     ScheddConfig,
     ScheddError,
-    schedd_name,
+    default_schedd_name,
 )
 
 __all__ = ["Pool"]
@@ -220,7 +220,7 @@ class Pool:
                 # A match not yet in the slot's ad is assumed for this long at most: the
                 # startd refuses a claim it cannot give, so a short guess costs little.
                 pending_lifetime=max(10.0, 3 * cfg.negotiator_interval),
-                name=f"negotiator@{schedd_name().partition('@')[2]}",
+                name=f"negotiator@{default_schedd_name().partition('@')[2]}",
             )
             self._negotiation = NegotiationLoop(
                 negotiator,

@@ -18,7 +18,7 @@ from htgrid._lazy import on_demand
 from htgrid.schedd._config import DAEMONS, ScheddConfig, ScheddError, default_schedd_name
 
 if TYPE_CHECKING:
-    from htgrid.schedd._advertise import ScheddAdvertiser, schedd_name
+    from htgrid.schedd._advertise import ScheddAdvertiser
     from htgrid.schedd._daemon import Companion, Daemon, Running
     from htgrid.schedd._negotiation import NegotiationLoop, QueueJobs
 
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 #: settings (where the socket is), not the daemon.
 _LAZY: Final = {
     "ScheddAdvertiser": "_advertise",
-    "schedd_name": "_advertise",
     "Companion": "_daemon",
     "Daemon": "_daemon",
     "Running": "_daemon",

@@ -29,17 +29,13 @@ from htgrid.collector import CollectorClient
 from htgrid.errors import HTGridError
 from htgrid.net.cedar import REMOTE_VERSION
 from htgrid.queue import JobQueue, JobStatus
+from htgrid.schedd._config import default_schedd_name
 from htgrid.schedd._worker import QueueWorker
 
-__all__ = ["ScheddAdvertiser", "schedd_name"]
+__all__ = ["ScheddAdvertiser"]
 
 _log = logging.getLogger("htgrid.schedd")
 _LOCAL: Final = 12
-
-
-def schedd_name() -> str:
-    """The schedd's Name, as `htgrid q` prints it."""
-    return f"htgrid@{socket.gethostname()}"
 
 
 def _counts(q: JobQueue) -> Counter[str]:
@@ -72,7 +68,7 @@ class ScheddAdvertiser:
         """`address` is used as MyAddress unless `url` (https://host:port) is given."""
         self._worker = worker
         self._collector = collector
-        self.name = name or schedd_name()
+        self.name = name or default_schedd_name()
         self.url = url
         # `?noUDP`: HTCondor's clients send their commands (RESCHEDULE) by TCP.
         self.address = f"<{url.removeprefix('https://')}?noUDP>" if url else address

@@ -65,9 +65,8 @@ from htgrid.net.server import (
 from htgrid.pool import family_marker
 from htgrid.queue import JobQueue
 from htgrid.queue.faults import FaultLog
-from htgrid.schedd._advertise import schedd_name
 from htgrid.schedd._cedar import schedd_cedar
-from htgrid.schedd._config import ScheddConfig, ScheddError
+from htgrid.schedd._config import ScheddConfig, ScheddError, default_schedd_name
 from htgrid.schedd._local import LocalRunner
 from htgrid.schedd._service import QueueService
 from htgrid.schedd._shadow import ShadowManager, ShadowSettings
@@ -437,7 +436,7 @@ class Daemon:
         return ClassAd(
             {
                 "MyType": "Scheduler",
-                "Name": self.config.schedd_name or schedd_name(),
+                "Name": self.config.schedd_name or default_schedd_name(),
                 "Machine": socket.gethostname(),
                 "MyAddress": f"<{bracketed}:{port}?noUDP>",
                 "CondorVersion": REMOTE_VERSION,
