@@ -3,17 +3,12 @@
 Each node compiles once into `f(state) -> value`; the closure is kept on the node. The
 hot shapes of matchmaking (an attribute compared with a constant, `&&` chains) get
 closures of their own so a Requirements expression costs a handful of Python calls.
-
-An expression of more than `_SMALL` nodes pays its size in steps of the evaluation's
-budget (`MAX_EVALUATION_STEPS`) each time it is evaluated, so that a large expression
-reached again and again is bounded as attribute references are; the nodes of a
-sub-expression that pays for itself are not counted again in the one around it. Small
-expressions, the usual kind, cost nothing more.
+Here: attribute references, calls, lists and the table of compilers; the operators are
+in `_compile_ops.py`, what a large expression costs in `_compile_cost.py`.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Final
 
@@ -30,7 +25,14 @@ from htgrid.classad._ast import (
     Subscript,
     Ternary,
     Unary,
-    children,
+)
+from htgrid.classad._compile_cost import counted, sized, tree_size
+from htgrid.classad._compile_ops import (
+    compile_binary,
+    compile_elvis,
+    compile_paren,
+    compile_ternary,
+    compile_unary,
 )
 from htgrid.classad._lookup import _NOTFOUND as _NOTFOUND
 from htgrid.classad._lookup import (
@@ -43,9 +45,7 @@ from htgrid.classad._lookup import (
     select_attr,
     subscript,
 )
-from htgrid.classad._ops import BINARY_OPS, UNARY_OPS, fold, truth
-from htgrid.classad._parser import PRECEDENCE
-from htgrid.classad._state import COMPILERS, Compiled, EvalState, budget_of, charge, compiled
+from htgrid.classad._state import COMPILERS, Compiled, EvalState, charge, compiled
 from htgrid.classad._values import ERROR, UNDEFINED, AbsTime, ListValue, RelTime, Val
 
 __all__ = [
@@ -78,71 +78,9 @@ class RaisedInPython(Exception):
 _SCALARS: Final = (bool, int, float, str, AbsTime, RelTime)
 
 
-#: Expressions of more nodes than this pay for their size when evaluated.
-_SMALL: Final = 32
-
 #: A built-in function given a string longer than this pays a step per this many
 #: characters (its work grows with them, and the string may be an ad's, read for free).
 _LONG: Final = 1024
-
-
-_threads = threading.local()
-
-
-def _count() -> list[int]:
-    """This thread's count of the nodes compiled so far (one item), for the sizes of the
-    trees being compiled: threads may compile at the same time."""
-    try:
-        return _threads.count  # type: ignore[no-any-return]
-    except AttributeError:
-        count = _threads.count = [0]
-        return count
-
-
-def _sized(compile_node: Callable[[Node], Compiled]) -> Callable[[Node], Compiled]:
-    """`compile_node`, counting the nodes it compiles: the closure of a tree of more than
-    `_SMALL` of them pays its size each time it is evaluated."""
-
-    def compile_sized(node: Node) -> Compiled:
-        count = _count()
-        before = count[0]
-        fn = compile_node(node)
-        size = count[0] - before + 1
-        if size > _SMALL:
-            fn = _charged(fn, size)
-            size = 1
-        count[0] = before + size
-        return fn
-
-    return compile_sized
-
-
-def _counted(nodes: int) -> None:
-    """Count work of the node being compiled that is not in a sub-expression compiled now."""
-    _count()[0] += nodes
-
-
-def _tree_size(nodes: tuple[Node, ...]) -> int:
-    size = 0
-    todo = list(nodes)
-    while todo:
-        size += 1
-        todo.extend(children(todo.pop()))
-    return size
-
-
-def _charged(fn: Compiled, size: int) -> Compiled:
-    """`fn`, paying `size` steps each time it is evaluated (ERROR once they run out)."""
-
-    def f(st: EvalState) -> Val:
-        budget = st.budget or budget_of(st)
-        left = budget[0] - size
-        budget[0] = left
-        if left < 0:
-            return ERROR
-        return fn(st)
-
-    return f
 
 
 # -- node compilers ---------------------------------------------------------------------
@@ -250,232 +188,6 @@ def _my_select(scope_name: str, key: str) -> Compiled:
     return f
 
 
-def _binary(node: Binary) -> Compiled:
-    left = node.left
-    if type(left) is Binary and PRECEDENCE.get(left.op) == PRECEDENCE.get(node.op):
-        return _chain(node)
-    op = node.op
-    lf = compiled(node.left)
-    rf = compiled(node.right)
-    if op == "&&":
-        return _and(lf, rf)
-    if op == "||":
-        return _or(lf, rf)
-    fn = BINARY_OPS[op]
-    right = node.right
-    if type(right) is Literal:
-        const = right.value
-        tc = type(const)
-        if op in _NUMERIC_CMP and (tc is int or tc is float):
-            cmp = _NUMERIC_CMP[op]
-
-            def num_cmp(st: EvalState) -> Val:
-                a = lf(st)
-                ta = type(a)
-                if ta is int or ta is float:
-                    return cmp(a, const)  # type: ignore[arg-type]
-                return fn(a, const)
-
-            return num_cmp
-        if (op == "==" or op == "!=") and tc is str:
-            low = fold(const)  # type: ignore[arg-type]
-            want = op == "=="
-
-            def str_eq(st: EvalState) -> Val:
-                a = lf(st)
-                if type(a) is str:
-                    return (fold(a) == low) is want
-                return fn(a, const)
-
-            return str_eq
-
-    def binary(st: EvalState) -> Val:
-        return fn(lf(st), rf(st))
-
-    return binary
-
-
-def _lt(a: float, b: float) -> bool:
-    return a < b
-
-
-def _le(a: float, b: float) -> bool:
-    return a <= b
-
-
-def _gt(a: float, b: float) -> bool:
-    return a > b
-
-
-def _ge(a: float, b: float) -> bool:
-    return a >= b
-
-
-def _eq(a: float, b: float) -> bool:
-    return a == b
-
-
-def _ne(a: float, b: float) -> bool:
-    return a != b
-
-
-_NUMERIC_CMP: Final[dict[str, Callable[[float, float], bool]]] = {
-    "<": _lt,
-    "<=": _le,
-    ">": _gt,
-    ">=": _ge,
-    "==": _eq,
-    "!=": _ne,
-}
-
-
-def _and(lf: Compiled, rf: Compiled) -> Compiled:
-    def f(st: EvalState) -> Val:
-        a = lf(st)
-        if a is True:
-            b = rf(st)
-            return b if type(b) is bool else truth(b)
-        if a is False:
-            return False
-        a = truth(a)
-        if a is ERROR:
-            return ERROR
-        if a is False:
-            return False
-        b = truth(rf(st))
-        if a is True:
-            return b
-        # a is UNDEFINED: only a false right side decides.
-        return False if b is False else (ERROR if b is ERROR else UNDEFINED)
-
-    return f
-
-
-def _or(lf: Compiled, rf: Compiled) -> Compiled:
-    def f(st: EvalState) -> Val:
-        a = lf(st)
-        if a is False:
-            b = rf(st)
-            return b if type(b) is bool else truth(b)
-        if a is True:
-            return True
-        a = truth(a)
-        if a is ERROR:
-            return ERROR
-        if a is True:
-            return True
-        b = truth(rf(st))
-        if a is False:
-            return b
-        return True if b is True else (ERROR if b is ERROR else UNDEFINED)
-
-    return f
-
-
-def _chain(node: Binary) -> Compiled:
-    """A left-deep spine of operators of one precedence (`a && b && c ...`, `1 + 2 - 3
-    ...`), evaluated left to right in a loop: no recursion, however long the chain.
-
-    Each step does what the nested form does: `&&` and `||` (each alone at its level)
-    keep their short-circuit and their undefined/error rules, the others apply the
-    strict operator.
-    """
-    level = PRECEDENCE.get(node.op)
-    spine = [node]
-    left = node.left
-    while type(left) is Binary and PRECEDENCE.get(left.op) == level:
-        spine.append(left)
-        left = left.left
-    first = compiled(left)
-    steps = [(b.op, compiled(b.right)) for b in reversed(spine)]
-    _counted(len(spine) - 1)  # the spine's nodes, `node` itself counted by `compiled`
-    if node.op == "&&" or node.op == "||":
-        return _logic_chain(first, tuple(rf for _, rf in steps), node.op)
-    pairs = tuple((BINARY_OPS[op], rf) for op, rf in steps)
-
-    def strict(st: EvalState) -> Val:
-        acc = first(st)
-        for fn, rf in pairs:
-            acc = fn(acc, rf(st))
-        return acc
-
-    return strict
-
-
-def _logic_chain(first: Compiled, rights: tuple[Compiled, ...], op: str) -> Compiled:
-    """`a && b && c ...` or `a || b || c ...`, as the nested `_and` / `_or` give it."""
-    absorbing = op == "||"  # what decides the chain: false for &&, true for ||
-    neutral = not absorbing
-
-    def f(st: EvalState) -> Val:
-        a = first(st)
-        for rf in rights:
-            if a is neutral:
-                a = rf(st)
-                if type(a) is not bool:
-                    a = truth(a)
-                continue
-            if a is absorbing:
-                return a  # the rest is not evaluated
-            a = truth(a)
-            if a is ERROR or a is absorbing:
-                return a
-            b = truth(rf(st))
-            if a is neutral:
-                a = b
-            else:  # undefined: only the deciding value on the right decides
-                a = absorbing if b is absorbing else (ERROR if b is ERROR else UNDEFINED)
-        return a
-
-    return f
-
-
-def _unary(node: Unary) -> Compiled:
-    fn = UNARY_OPS[node.op]
-    inner = compiled(node.operand)
-
-    def f(st: EvalState) -> Val:
-        return fn(inner(st))
-
-    return f
-
-
-def _paren(node: Paren) -> Compiled:
-    return compiled(node.inner)
-
-
-def _ternary(node: Ternary) -> Compiled:
-    cond = compiled(node.cond)
-    then = compiled(node.then)
-    other = compiled(node.other)
-
-    def f(st: EvalState) -> Val:
-        c = cond(st)
-        if c is True:
-            return then(st)
-        if c is False:
-            return other(st)
-        c = truth(c)
-        if c is True:
-            return then(st)
-        if c is False:
-            return other(st)
-        return c
-
-    return f
-
-
-def _elvis(node: Elvis) -> Compiled:
-    left = compiled(node.left)
-    right = compiled(node.right)
-
-    def f(st: EvalState) -> Val:
-        a = left(st)
-        return right(st) if a is UNDEFINED else a
-
-    return f
-
-
 def is_postfix(node: Node) -> bool:
     """Whether `node` is `x.name` or `x[i]` whose compiling would recurse into `x`."""
     t = type(node)
@@ -510,7 +222,7 @@ def _postfix_chain(node: Node) -> Compiled:
     root = compiled(n)
     steps.reverse()
     todo = tuple(steps)
-    _counted(len(todo) - 1)
+    counted(len(todo) - 1)
 
     def f(st: EvalState) -> Val:
         v = root(st)
@@ -553,7 +265,7 @@ def _call(node: Call) -> Compiled:
     fn = builtin.fn
     args = node.args
     if builtin.lazy:
-        _counted(_tree_size(args))  # compiled when the function evaluates them
+        counted(tree_size(args))  # compiled when the function evaluates them
 
         def lazy(st: EvalState) -> Val:
             try:
@@ -565,7 +277,7 @@ def _call(node: Call) -> Compiled:
 
         return lazy
     arg_fns = tuple(compiled(a) for a in args)
-    _counted(len(args))  # constant arguments too
+    counted(len(args))  # constant arguments too
     if builtin.pure and all(type(a) is Literal for a in args):
         try:
             folded = fn(EvalState(None), *(a.value for a in args))  # type: ignore[attr-defined]
@@ -630,7 +342,7 @@ def _call(node: Call) -> Compiled:
 
 def _list(node: ListExpr) -> Compiled:
     items = node.items
-    _counted(_tree_size(items))  # compiled when the list's values are taken
+    counted(tree_size(items))  # compiled when the list's values are taken
 
     def f(st: EvalState) -> Val:
         return ListValue(items, st)
@@ -641,11 +353,11 @@ def _list(node: ListExpr) -> Compiled:
 _COMPILERS: Final[dict[type, Callable[[Node], Compiled]]] = {
     Literal: _literal,  # type: ignore[dict-item]
     AttrRef: _attr,  # type: ignore[dict-item]
-    Binary: _binary,  # type: ignore[dict-item]
-    Unary: _unary,  # type: ignore[dict-item]
-    Paren: _paren,  # type: ignore[dict-item]
-    Ternary: _ternary,  # type: ignore[dict-item]
-    Elvis: _elvis,  # type: ignore[dict-item]
+    Binary: compile_binary,  # type: ignore[dict-item]
+    Unary: compile_unary,  # type: ignore[dict-item]
+    Paren: compile_paren,  # type: ignore[dict-item]
+    Ternary: compile_ternary,  # type: ignore[dict-item]
+    Elvis: compile_elvis,  # type: ignore[dict-item]
     Subscript: _subscript,  # type: ignore[dict-item]
     Call: _call,  # type: ignore[dict-item]
     ListExpr: _list,  # type: ignore[dict-item]
@@ -654,6 +366,6 @@ _COMPILERS: Final[dict[type, Callable[[Node], Compiled]]] = {
 # Constants are not counted: they are the commonest nodes, and a tree has fewer of them
 # than of the operators, calls and lists above them, which are.
 COMPILERS.update(
-    (kind, compile_node if kind is Literal else _sized(compile_node))
+    (kind, compile_node if kind is Literal else sized(compile_node))
     for kind, compile_node in _COMPILERS.items()
 )
