@@ -29,6 +29,7 @@ from htgrid.annex import (
     settings_of,
 )
 from htgrid.annex import azure_runbook as rb
+from htgrid.annex._azure import assign
 from htgrid.client import StoredToken
 from htgrid.testing import run_cli
 from htgrid.testing.annex import metadata_server
@@ -434,6 +435,11 @@ def test_a_user_with_the_printed_role_runs_an_annex_and_cannot_set_up(
     assert len(u1.instances) == 3
     ann.shutdown("u1")
     assert azure.annex_leftovers() == NOTHING
-    # The privileged step is not theirs.
+    # The privileged step is not theirs, nor any role but the annex's two (Owner here).
     with pytest.raises(AnnexCloudError, match="AuthorizationFailed"):
         azure_setup(cloud())
+    owner = user.place.group_path().split("/resourceGroups/")[0] + (
+        "/providers/Microsoft.Authorization/roleDefinitions/8e3af657-a8ff-443c-a75c-2fe8c4bcb635"
+    )
+    with pytest.raises(rb.ArmFailure, match=r"AuthorizationFailed.*roleAssignments/write"):
+        assign(user.arm(), user.place.group_path(), owner, server.CLIENT_ID)
