@@ -443,3 +443,21 @@ def test_a_user_with_the_printed_role_runs_an_annex_and_cannot_set_up(
     )
     with pytest.raises(rb.ArmFailure, match=r"AuthorizationFailed.*roleAssignments/write"):
         assign(user.arm(), user.place.group_path(), owner, server.CLIENT_ID)
+
+
+def test_a_node_cut_off_from_arm_still_shuts_its_vm_down(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its own deletion failing (no identity token, ARM out of reach), the node shuts
+    the VM down anyway: the sweeper deletes a stopped VM."""
+    from htgrid.annex import node
+
+    settings = {"vault_url": "https://127.0.0.1:9/vault/v", "token_secret": "t",
+                "lease_secret": "l", "arm_url": "https://127.0.0.1:9"}  # fmt: skip
+    params = node._Azure(settings, "http://127.0.0.1:9")
+    params.compute = {"resourceId": "/subscriptions/s/resourceGroups/g/providers/"
+                      "Microsoft.Compute/virtualMachineScaleSets/a-1/virtualMachines/0"}  # fmt: skip
+    monkeypatch.setenv("HTGRID_ANNEX_SHUTDOWN", "exit 7")
+    monkeypatch.setattr(node.time, "sleep", lambda seconds: None)
+    assert node._shutdown(params) == 7
+    assert "cannot delete this instance" in caplog.text
