@@ -445,19 +445,32 @@ def test_a_user_with_the_printed_role_runs_an_annex_and_cannot_set_up(
         assign(user.arm(), user.place.group_path(), owner, server.CLIENT_ID)
 
 
-def test_a_node_cut_off_from_arm_still_shuts_its_vm_down(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+def test_a_node_cut_off_from_arm_and_key_vault_still_shuts_its_vm_down(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
-    """Its own deletion failing (no identity token, ARM out of reach), the node shuts
-    the VM down anyway: the sweeper deletes a stopped VM."""
+    """A node that cannot read its token (Key Vault out of reach, past the lease's end)
+    or delete its own VM (ARM out of reach) shuts the VM down anyway, for the sweeper,
+    rather than leave it running for nothing."""
     from htgrid.annex import node
 
-    settings = {"vault_url": "https://127.0.0.1:9/vault/v", "token_secret": "t",
+    vm = "/subscriptions/s/resourceGroups/g/providers/Microsoft.Compute/virtualMachineScaleSets/a-1/virtualMachines/0"  # fmt: skip
+
+    def imds(method: str, path: str) -> tuple[int, str] | None:
+        if path.startswith("/metadata/instance/compute?"):
+            return 200, json.dumps({"name": "a-1_0", "resourceId": vm})
+        return 200, json.dumps({"access_token": "t"})
+
+    server = metadata_server("127.0.0.1", imds, lambda: None)
+    settings = {"annex": "a", "cloud": "azure", "lease_end": time.time() - 1,
+                "vault_url": "https://127.0.0.1:9/vault/v", "token_secret": "t",
                 "lease_secret": "l", "arm_url": "https://127.0.0.1:9"}  # fmt: skip
-    params = node._Azure(settings, "http://127.0.0.1:9")
-    params.compute = {"resourceId": "/subscriptions/s/resourceGroups/g/providers/"
-                      "Microsoft.Compute/virtualMachineScaleSets/a-1/virtualMachines/0"}  # fmt: skip
+    monkeypatch.setenv("HTGRID_ANNEX_METADATA_URL", f"http://127.0.0.1:{server.server_address[1]}")
     monkeypatch.setenv("HTGRID_ANNEX_SHUTDOWN", "exit 7")
     monkeypatch.setattr(node.time, "sleep", lambda seconds: None)
-    assert node._shutdown(params) == 7
+    try:
+        assert node.run(settings, tmp_path) == 7
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "cannot read the instance's metadata or the annex's secrets" in caplog.text
     assert "cannot delete this instance" in caplog.text

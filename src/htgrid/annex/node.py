@@ -67,13 +67,14 @@ def _metadata(base: str, path: str) -> str:
         return str(answer.read().decode())
 
 
-def _retry(what: str, fn: Any, tries: int = _TRIES) -> Any:
-    """fn(), tried for about a minute: an instance's network may come up late."""
+def _retry(what: str, fn: Any, tries: int = _TRIES, until: float = float("inf")) -> Any:
+    """fn(), tried for about a minute (and not past `until`): an instance's network may
+    come up late."""
     for attempt in range(tries):
         try:
             return fn()
         except Exception as exc:
-            if attempt == tries - 1:
+            if attempt == tries - 1 or time.time() >= until:
                 raise
             _log.warning("%s: %s; trying again", what, exc)
             time.sleep(min(2.0, 0.1 * 2**attempt))
@@ -85,6 +86,8 @@ class _Ec2:
     instance role's credentials."""
 
     attribute = "EC2InstanceID"
+    #: Tries to read the annex's secrets at boot (about a minute).
+    tries = _TRIES
 
     def __init__(self, settings: Mapping[str, Any], base: str) -> None:
         import boto3  # type: ignore[import-untyped]
@@ -117,6 +120,9 @@ class _Azure:
     secrets, read with the scale set's managed identity (its token from the same)."""
 
     attribute = "AzureVMName"
+    #: About 11 minutes: Key Vault applies a new role assignment (the identity's
+    #: Secrets User on the annex's secrets) up to 10 minutes after it is made.
+    tries = _TRIES + 300
 
     def __init__(self, settings: Mapping[str, Any], base: str) -> None:
         self.base = base
@@ -223,12 +229,16 @@ def run(settings: Mapping[str, Any], home: Path) -> int:
     base = os.environ.get("HTGRID_ANNEX_METADATA_URL", _METADATA).rstrip("/")
     name = str(settings["annex"])
     params = _cloud(settings, base)
-    instance = _retry("the instance metadata", params.instance)
+    lease_end = float(settings["lease_end"])
+    try:
+        instance = _retry("the instance metadata", params.instance, until=lease_end)
+        token = _retry("the annex's token", lambda: params.get("token"), params.tries, lease_end)
+        moved = _retry("the annex's lease", lambda: params.get("lease"), params.tries, lease_end)
+    except Exception:  # the instance would run, and be billed, doing nothing
+        _log.exception("annex %s: cannot read the instance's metadata or the annex's secrets", name)
+        return _shutdown(params)
     # A scale set's VM is NAME_N: a host name has no underscore.
     hostname = f"{instance.replace('_', '-').lower()}.{name}.annex"
-    token = _retry("the annex's token", lambda: params.get("token"))
-    lease_end = float(settings["lease_end"])
-    moved = _retry("the annex's lease", lambda: params.get("lease"))
     if moved is not None:
         lease_end = float(moved)  # extended since this instance was requested
     try:
