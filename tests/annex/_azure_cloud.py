@@ -120,13 +120,15 @@ NOTHING = {
     "job_schedules": [],
     "secrets": [],
     "access_policies": [],
+    "role_assignments": [],
 }
 
 
 class AzureHarness(BootHarness):
     """Boots the instances of the annexes' scale sets in the fake ARM. A scale set's VM
-    has Azure's metadata service (its compute name, its managed identity's tokens);
-    one that shuts itself down is `stopped` (Azure keeps it allocated, and billed)."""
+    has Azure's metadata service (its compute name and resource id, its managed
+    identity's tokens); one that shuts itself down is `stopped` (Azure keeps it
+    allocated, and billed), one deleted through ARM is gone."""
 
     def __init__(self, workdir: Path, arm: Any, **kwargs: Any) -> None:
         super().__init__(workdir, **kwargs)
@@ -161,7 +163,13 @@ class AzureHarness(BootHarness):
             if method != "GET":
                 return None
             if path.startswith("/metadata/instance/compute?"):
-                return 200, json.dumps({"name": instance_id, "vmScaleSetName": res.body["name"]})
+                number = instance_id.rsplit("_", 1)[1]
+                compute = {
+                    "name": instance_id,
+                    "vmScaleSetName": res.body["name"],
+                    "resourceId": f"{res.id}/virtualMachines/{number}",
+                }
+                return 200, json.dumps(compute)
             if path.startswith("/metadata/identity/oauth2/token?"):
                 token = self.arm.managed_identity_token(principal)
                 return 200, json.dumps({"access_token": token, "token_type": "Bearer"})

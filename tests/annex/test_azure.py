@@ -29,6 +29,7 @@ from htgrid.annex import (
     settings_of,
 )
 from htgrid.annex import azure_runbook as rb
+from htgrid.annex._azure import assign
 from htgrid.client import StoredToken
 from htgrid.testing import run_cli
 from htgrid.testing.annex import metadata_server
@@ -101,8 +102,8 @@ def test_the_lease_is_installed_before_any_scale_set(azure: Any, home: Path) -> 
 
     assert first("/schedules/") < first("/jobschedules/") < first("virtualmachinescalesets")
     assert first("/vault/") < first("virtualmachinescalesets")  # the token
-    # The identity may read the vault before the set has an instance.
-    assert first("accesspolicies/add") < first("virtualmachinescalesets", "PATCH")
+    # The identity has its roles before the set has an instance.
+    assert first("/roleassignments/") < first("virtualmachinescalesets", "PATCH")
     assert azure.annex_leftovers()["instances"] != []
 
 
@@ -151,13 +152,29 @@ def test_the_token_reaches_instances_through_key_vault_not_custom_data(
     assert settings["cloud"] == "azure" and settings["token_secret"] == rb.secret_name(
         "t1", "token"
     )
-    # Only the scale set's own identity was given the vault's secrets (get, nothing more).
+    # The scale set's identity may read its annex's token and lease (Key Vault Secrets
+    # User on those two secrets) and delete its own set's instances: nothing more.
     principal = vmss.body["identity"]["principalId"]
     vault = azure.store.of_type("microsoft.keyvault/vaults")[0]
-    (policy,) = [
-        p for p in vault.body["properties"]["accessPolicies"] if p["objectId"] == principal
+    roles = {
+        (a["properties"]["scope"], a["properties"]["roleDefinitionId"].rsplit("/", 1)[1])
+        for a in azure.store.role_assignments.values()
+        if a["properties"]["principalId"] == principal
+    }
+    ((node_guid, node_def),) = [
+        (g, d)
+        for g, d in azure.store.role_definitions.items()
+        if d["properties"]["roleName"].startswith("htgrid-annex-node")
     ]
-    assert policy["permissions"] == {"secrets": ["get"]}
+    assert node_def["properties"]["permissions"][0]["actions"] == [
+        "Microsoft.Compute/virtualMachineScaleSets/delete/action"
+    ]
+    user = "4633458b-17de-408a-b874-0445c86b69e6"  # Key Vault Secrets User
+    assert roles == {
+        (f"{vault.id}/secrets/{rb.secret_name('t1', 'token')}", user),
+        (f"{vault.id}/secrets/{rb.secret_name('t1', 'lease')}", user),
+        (vmss.id, node_guid),
+    }
 
 
 def test_extend_moves_the_lease_in_azure(azure: Any, home: Path) -> None:
@@ -297,13 +314,57 @@ def test_only_a_joining_scale_sets_identity_may_read_the_token(
         return reader.get_secret(rb.secret_name("j1", "token"))
 
     assert read_as(joining.body["identity"]["principalId"])
-    with pytest.raises(rb.ArmFailure, match=r"Forbidden.*does not have secrets get"):
+    with pytest.raises(rb.ArmFailure, match=r"Forbidden.*getSecret"):
         read_as("00000000-0000-0000-0000-0000000000aa")
     # Past the lease, Key Vault itself refuses the token (its expiry), runbook or not.
     secret = azure.store.vault_secrets[next(iter(azure.store.vault_secrets))]
     secret[rb.secret_name("j1", "token")]["attributes"]["exp"] = int(time.time()) - 1
     with pytest.raises(rb.ArmFailure, match="not allowed"):
         read_as(joining.body["identity"]["principalId"])
+
+
+def test_an_annex_identity_reads_its_own_token_and_deletes_its_own_vms_only(
+    azure: Any, home: Path
+) -> None:
+    """Two annexes in one vault and group: A's scale-set identity reads A's token and
+    deletes an instance of A's scale set; Key Vault refuses it B's token, ARM the
+    deletion of B's instance, and of A's whole scale set."""
+    for name in ("ia", "ib"):
+        annexes(home).create(AnnexSpec(name, count=2, lifetime=3600, image_ids=(IMAGE,)))
+    sets = {s.body["tags"][rb.ANNEX_TAG]: s for s in _scale_sets(azure)}
+    event = lease_events(azure)[0]
+    place = rb.Place.of(event)
+
+    def as_identity(annex: str) -> rb.Arm:
+        arm = runbook_arm(azure, event)
+        token = azure.managed_identity_token(sets[annex].body["identity"]["principalId"])
+        arm.token = lambda resource: token
+        arm.vault_url = f"{azure.url}/vault/{place.vault}"
+        return arm
+
+    a = as_identity("ia")
+    assert a.get_secret(rb.secret_name("ia", "token"))
+    assert a.get_secret(rb.secret_name("ia", "lease"))
+    with pytest.raises(rb.ArmFailure, match=r"Forbidden.*getSecret.*htgrid-annex-ib-token"):
+        a.get_secret(rb.secret_name("ib", "token"))
+    with pytest.raises(rb.ArmFailure, match="Forbidden"):
+        list(a.secrets())
+    with pytest.raises(rb.ArmFailure, match=r"AuthorizationFailed.*delete/action"):
+        a.post(f"{sets['ib'].id}/delete", rb.COMPUTE_API, {"instanceIds": ["0"]})
+    with pytest.raises(rb.ArmFailure, match="AuthorizationFailed"):
+        a.delete(sets["ia"].id, rb.COMPUTE_API)
+    a.post(f"{sets['ia'].id}/delete", rb.COMPUTE_API, {"instanceIds": ["0"]})
+    left = azure.annex_leftovers()["instances"]
+    assert f"{sets['ia'].body['name']}_0" not in left and len(left) == 3
+    assert sets["ia"].body["sku"]["capacity"] == 1  # the set does not make it again
+    # A node cut off from ARM only shuts its VM down: the hourly sweeper deletes it.
+    azure.store.instances[sets["ib"].id.lower()][1]["power"] = "stopped"
+    sweep = sweeper_event(azure)
+    done = rb.handler(sweep, runbook_arm(azure, sweep), time.time())
+    assert done["stopped"] == [f"{sets['ib'].body['name']}_1"] and done["deleted"] == []
+    # The lease's end takes the identities' roles with their scale sets.
+    run_jobs(azure, time.time() + 3600 + 60)
+    assert azure.annex_leftovers() == NOTHING
 
 
 def test_the_published_runbook_runs_alone_as_automation_runs_it(
@@ -363,7 +424,9 @@ def test_a_user_with_the_printed_role_runs_an_annex_and_cannot_set_up(
     user = cloud()
     user.check_setup()
     server = sys.modules["backends.azure.arm_server"]
-    azure.restrict(server.CLIENT_ID, azure_user_role(user.place)["Actions"])
+    azure.restrict(
+        server.CLIENT_ID, azure_user_role(user.place)["Actions"], azure.setup["user_condition"]
+    )
     ann = annexes(home)
     ann.create(AnnexSpec("u1", count=2, lifetime=3600, image_ids=(IMAGE,)))
     ann.add("u1", count=1)
@@ -372,6 +435,42 @@ def test_a_user_with_the_printed_role_runs_an_annex_and_cannot_set_up(
     assert len(u1.instances) == 3
     ann.shutdown("u1")
     assert azure.annex_leftovers() == NOTHING
-    # The privileged step is not theirs.
+    # The privileged step is not theirs, nor any role but the annex's two (Owner here).
     with pytest.raises(AnnexCloudError, match="AuthorizationFailed"):
         azure_setup(cloud())
+    owner = user.place.group_path().split("/resourceGroups/")[0] + (
+        "/providers/Microsoft.Authorization/roleDefinitions/8e3af657-a8ff-443c-a75c-2fe8c4bcb635"
+    )
+    with pytest.raises(rb.ArmFailure, match=r"AuthorizationFailed.*roleAssignments/write"):
+        assign(user.arm(), user.place.group_path(), owner, server.CLIENT_ID)
+
+
+def test_a_node_cut_off_from_arm_and_key_vault_still_shuts_its_vm_down(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """A node that cannot read its token (Key Vault out of reach, past the lease's end)
+    or delete its own VM (ARM out of reach) shuts the VM down anyway, for the sweeper,
+    rather than leave it running for nothing."""
+    from htgrid.annex import node
+
+    vm = "/subscriptions/s/resourceGroups/g/providers/Microsoft.Compute/virtualMachineScaleSets/a-1/virtualMachines/0"  # fmt: skip
+
+    def imds(method: str, path: str) -> tuple[int, str] | None:
+        if path.startswith("/metadata/instance/compute?"):
+            return 200, json.dumps({"name": "a-1_0", "resourceId": vm})
+        return 200, json.dumps({"access_token": "t"})
+
+    server = metadata_server("127.0.0.1", imds, lambda: None)
+    settings = {"annex": "a", "cloud": "azure", "lease_end": time.time() - 1,
+                "vault_url": "https://127.0.0.1:9/vault/v", "token_secret": "t",
+                "lease_secret": "l", "arm_url": "https://127.0.0.1:9"}  # fmt: skip
+    monkeypatch.setenv("HTGRID_ANNEX_METADATA_URL", f"http://127.0.0.1:{server.server_address[1]}")
+    monkeypatch.setenv("HTGRID_ANNEX_SHUTDOWN", "exit 7")
+    monkeypatch.setattr(node.time, "sleep", lambda seconds: None)
+    try:
+        assert node.run(settings, tmp_path) == 7
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "cannot read the instance's metadata or the annex's secrets" in caplog.text
+    assert "cannot delete this instance" in caplog.text

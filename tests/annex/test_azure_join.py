@@ -1,12 +1,14 @@
 """End to end on Azure: annexes' scale sets (in the fake ARM) boot, their VMs (run by the
 harness from their real custom data) read their token from Key Vault with the scale
 set's managed identity, join the pool and run the job aimed at the annex; an idle VM
-shuts itself down and the runbook's sweeper deletes it; the master keeps the annex ads;
-at the lease's end the runbook deletes the scale set, and the VM goes with it. One pool
-for all of it: each pool start costs seconds of the suite."""
+shuts itself down and deletes itself from its scale set through ARM (its identity may);
+the master keeps the annex ads; at the lease's end the node deletes its VM on its own,
+and the runbook's job deletes the scale set and the rest. One pool for all of it: each
+pool start costs seconds of the suite."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 import time
@@ -27,10 +29,9 @@ from ._azure_cloud import (
     AzureHarness,
     arm,
     azure,
+    cloud,
     lease_events,
-    run_jobs,
     runbook_arm,
-    sweeper_event,
 )
 from .conftest import keeping_pool
 
@@ -73,6 +74,7 @@ def _vm_of(harness: AzureHarness, annex: str) -> str:
 def test_azure_annexes_join_run_their_job_idle_away_and_end_with_their_lease(
     pool: PersonalPool, harness: AzureHarness, azure: Any, tmp_path: Path
 ) -> None:
+    harness.extra_env["HTGRID_ANNEX_POLL"] = "0.5"  # the nodes read the lease this often
     _create(pool, "az", "--lifetime", "30m")
     _create(pool, "idle", "--lifetime", "1h", "--idle", "3")
     try:
@@ -92,14 +94,18 @@ def test_azure_annexes_join_run_their_job_idle_away_and_end_with_their_lease(
     assert ad["JobStatus"] == 4 and ad["ExitCode"] == 0
     assert ad["LastRemoteHost"].endswith(".az.annex")
 
-    # The idle VM shut itself down; Azure keeps it (and bills it): the sweeper deletes it.
+    # The idle VM's node stopped and deleted its VM (a VM shut down from inside stays
+    # allocated, and billed): no sweeper ran, and it is gone from ARM.
     idle = wait_for(lambda: _vm_of(harness, "idle"), timeout=60, what="the idle VM booted")
-    wait_for(lambda: idle not in harness.running(), timeout=90, what="the idle node shut down")
+    wait_for(
+        lambda: idle not in azure.annex_leftovers()["instances"],
+        timeout=90,
+        what="the idle VM deleted by its own node",
+    )
+    wait_for(lambda: "asked Azure to delete this VM" in harness.log(idle), timeout=30)
     assert "the node exited" in harness.log(idle)
-    assert idle in azure.annex_leftovers()["instances"]
-    event = sweeper_event(azure)
-    done = rb.handler(event, runbook_arm(azure, event), time.time())
-    assert done["stopped"] == [idle] and idle not in azure.annex_leftovers()["instances"]
+    (deleted,) = azure.requests("POST", r"/virtualMachineScaleSets/idle-[0-9a-f]+/delete$")
+    assert deleted.body == {"instanceIds": [idle.rsplit("_", 1)[1]]}
 
     # The master keeps the ads of both (recorded with their cloud and resource group).
     assert sorted((r.name, r.cloud, r.group) for r in records(pool.home)) == [
@@ -117,9 +123,33 @@ def test_azure_annexes_join_run_their_job_idle_away_and_end_with_their_lease(
     assert status == 0, err
     assert "1 joined" in out
 
-    # az's lease ends: its job deletes the scale set; the VM goes, so do its ad and record.
+    # az's lease ends (as its node reads it, moved near): the node stops and deletes its
+    # VM on its own, the first layer; then the lease's job, as Automation starts it at
+    # the schedule's time, deletes the scale set, the secrets and the schedules.
+    end = int(time.time()) + 2
+    cloud().put("az", "lease", str(end))
+    wait_for(
+        lambda: vm not in azure.annex_leftovers()["instances"],
+        timeout=60,
+        interval=0.05,
+        what="the VM deleted by its own node at the lease's end",
+    )
+    node_took = time.time() - end
+    assert "the lease has ended" in harness.log(vm)
     (az,) = [e for e in lease_events(azure) if e["AnnexName"] == "az"]
-    run_jobs(azure, az["LeaseExpiration"])
+    due = [json.loads(p["event"]) for _, p in azure.jobs_due(az["LeaseExpiration"])]
+    assert az in due and az not in [
+        json.loads(p["event"]) for _, p in azure.jobs_due(az["LeaseExpiration"] - 1)
+    ]
+    started = time.monotonic()
+    done = rb.handler(az, runbook_arm(azure, az), az["LeaseExpiration"])
+    runbook_took = time.monotonic() - started
+    assert done["expired"] and len(done["deleted"]) == 1
+    print(
+        f"\nlease enforcement on Azure (harness): the node deleted its VM {node_took:.2f} s "
+        f"after the lease's end; the lease's job, started at the schedule's time (the "
+        f"lease's end), deleted the scale set and the rest in {runbook_took:.2f} s"
+    )
     wait_for(lambda: vm not in harness.running(), timeout=30, what="the VM's processes gone")
     wait_for(
         lambda: (

@@ -9,8 +9,11 @@ The cloud is the only record, as on AWS. In the setup's resource group an annex 
 * its Key Vault secrets `htgrid-annex-NAME-{lease,config,token}` in the setup's vault,
   tagged `htgrid:AnnexName = NAME` (the token expiring with the lease);
 * its scale sets, tagged `htgrid:AnnexName = NAME`, each with a system-assigned managed
-  identity that may `get` the vault's secrets, created with capacity 0, granted the
-  vault access, then scaled to the count asked for.
+  identity, created with capacity 0, then given its roles (Azure RBAC), then scaled to
+  the count asked for. The identity may read its annex's token and lease secrets and no
+  other (Key Vault Secrets User on each secret's scope, the vault being in RBAC mode)
+  and delete instances of its own scale set and no other (the setup's node role on the
+  set's scope): a node that stops, idle or at the lease's end, deletes its own VM.
 
 So a crash of this tool at any moment leaves nothing the runbook (at the lease's end) or
 its hourly sweeper (for what no schedule rules) will not end.
@@ -38,9 +41,9 @@ from htgrid.annex._errors import AnnexCloudError, AnnexNotFound, AnnexUsageError
 from htgrid.annex._spec import AnnexSpec, CloudAnnex, Instance
 from htgrid.annex.azure_runbook import (
     ANNEX_TAG,
+    AUTHORIZATION_API,
     AUTOMATION_API,
     COMPUTE_API,
-    KEYVAULT_API,
     LEASE_TAG,
     Arm,
     ArmFailure,
@@ -57,17 +60,27 @@ __all__ = [
     "GROUP",
     "MIN_LEASE",
     "NETWORK_API",
+    "NODE_ROLE",
     "RESOURCES_API",
     "RUNBOOK",
+    "RUNBOOK_ROLE",
+    "SECRETS_OFFICER",
+    "SECRETS_USER",
     "SUBNET",
     "VAULT_TAG",
     "VNET",
     "AzureAnnexes",
+    "assign",
     "iso",
+    "role_id",
     "vault_url",
 ]
 
 RUNBOOK: Final = "htgrid-annex-lease"
+#: The custom roles setup defines: an annex node's (delete its scale set's instances)
+#: and the lease runbook's (end annexes).
+NODE_ROLE: Final = "htgrid-annex-node"
+RUNBOOK_ROLE: Final = "htgrid-annex-runbook"
 ACCOUNT: Final = "htgrid-annex"
 GROUP: Final = "htgrid-annex"
 VNET: Final = "htgrid-annex-vnet"
@@ -76,6 +89,9 @@ OWNER_TAG: Final = "htgrid:AnnexOwner"
 VAULT_TAG: Final = "htgrid:AnnexVault"
 RESOURCES_API: Final = "2021-04-01"
 NETWORK_API: Final = "2023-09-01"
+#: Azure's built-in roles: read a secret's value; manage a vault's secrets.
+SECRETS_USER: Final = "4633458b-17de-408a-b874-0445c86b69e6"
+SECRETS_OFFICER: Final = "b86a8fe4-44ce-4948-aee5-eccb2c155cd7"
 #: Automation refuses a OneTime schedule less than 5 minutes ahead.
 MIN_LEASE: Final = 360.0
 _ADMIN: Final = "htgrid"
@@ -90,6 +106,36 @@ def _parseiso(text: str) -> float:
         return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return 0.0
+
+
+def role_id(place: Place, role: str) -> str:
+    """A role definition's id: a built-in role's GUID, or the custom role `role` setup
+    defines for this group (its GUID derived from the group, so users need not look)."""
+    guid = (
+        role
+        if role in (SECRETS_USER, SECRETS_OFFICER)
+        else str(uuid.uuid5(uuid.NAMESPACE_URL, f"{place.group_path()}/{role}"))
+    )
+    return f"/subscriptions/{place.subscription}/providers/Microsoft.Authorization/roleDefinitions/{guid}"
+
+
+def assign(arm: Arm, scope: str, role: str, principal: str, condition: str = "") -> None:
+    """Give `principal` the role `role` (an id from role_id) on `scope`, once: the
+    assignment's name is derived from the three."""
+    name = uuid.uuid5(uuid.NAMESPACE_URL, f"{scope.lower()}|{principal}|{role.lower()}")
+    props: dict[str, Any] = {
+        "roleDefinitionId": role,
+        "principalId": principal,
+        # A managed identity just made may not have reached Entra ID's replicas yet.
+        "principalType": "ServicePrincipal",
+    }
+    if condition:
+        props.update(condition=condition, conditionVersion="2.0")
+    arm.put(
+        f"{scope}/providers/Microsoft.Authorization/roleAssignments/{name}",
+        AUTHORIZATION_API,
+        {"properties": props},
+    )
 
 
 def vault_url(vault: str) -> str:
@@ -292,11 +338,12 @@ class AzureAnnexes:
             "vault_url": arm.vault_url,
             "token_secret": secret_name(name, "token"),
             "lease_secret": secret_name(name, "lease"),
+            "arm_url": self.place.arm_url,
         }
 
     def request(self, spec: AnnexSpec, user_data: str, expiration: float) -> list[str]:
         """A scale set of `count` instances (or `slots` Spot instances): made empty with
-        its identity, given the vault access, then scaled up."""
+        its identity, given its roles, then scaled up."""
         capacity = spec.count or spec.slots
         if not capacity:
             return []
@@ -311,16 +358,11 @@ class AzureAnnexes:
             if spec.join:
                 if not identity.get("principalId"):
                     raise AnnexCloudError(f"scale set {name} got no managed identity")
-                policy = {
-                    "tenantId": identity.get("tenantId") or "",
-                    "objectId": identity["principalId"],
-                    "permissions": {"secrets": ["get"]},
-                }
-                arm.put(
-                    f"{self.place.vault_path()}/accessPolicies/add",
-                    KEYVAULT_API,
-                    {"properties": {"accessPolicies": [policy]}},
-                )
+                principal = str(identity["principalId"])
+                assign(arm, path, role_id(self.place, NODE_ROLE), principal)
+                for what in ("token", "lease"):
+                    secret = f"{self.place.vault_path()}/secrets/{secret_name(spec.name, what)}"
+                    assign(arm, secret, role_id(self.place, SECRETS_USER), principal)
             arm.patch(path, COMPUTE_API, {"sku": {"capacity": capacity}})
 
         self.call(f"creating scale set {name}", make)

@@ -1,9 +1,13 @@
 """`htgrid annex setup --cloud azure`: the one privileged step, once per subscription
 and resource group. It makes the group, the nodes' network, the Automation account (with
-a managed identity), the Key Vault (access policies: the account's identity and the
-users may manage secrets), publishes the lease runbook (azure_runbook.py) and schedules
-its hourly sweeper; and prints the custom role an ordinary user needs. Running it again
-publishes the runbook's code again and changes nothing else.
+a managed identity), the Key Vault (in Azure RBAC mode: the account's identity and the
+users are its Secrets Officers; each scale set's identity gets Secrets User on its own
+annex's secrets only), the two custom roles (the lease runbook's, given to the account's
+identity on the group; an annex node's: delete instances of a scale set), publishes the
+lease runbook (azure_runbook.py) and schedules its hourly sweeper; and prints the custom
+role an ordinary user needs, with the condition its assignment takes (the roles the
+user may assign: the node's and Secrets User, no other). Running it again publishes the
+runbook's code again and changes nothing else.
 """
 
 from __future__ import annotations
@@ -15,21 +19,51 @@ from typing import Any
 from htgrid.annex._azure import (
     ACCOUNT,
     NETWORK_API,
+    NODE_ROLE,
     RESOURCES_API,
     RUNBOOK,
+    RUNBOOK_ROLE,
+    SECRETS_OFFICER,
+    SECRETS_USER,
     SUBNET,
     VAULT_TAG,
     VNET,
     AzureAnnexes,
+    assign,
     iso,
+    role_id,
 )
-from htgrid.annex.azure_runbook import AUTOMATION_API, KEYVAULT_API, SWEEPER_SCHEDULE, Place
+from htgrid.annex.azure_runbook import (
+    AUTHORIZATION_API,
+    AUTOMATION_API,
+    KEYVAULT_API,
+    SWEEPER_SCHEDULE,
+    Arm,
+    Place,
+)
 
-__all__ = ["azure_setup", "azure_user_role", "runbook_source"]
+__all__ = ["assignment_condition", "azure_setup", "azure_user_role", "runbook_source"]
+
+_ASSIGNMENTS = ("Microsoft.Authorization/roleAssignments/read",
+                "Microsoft.Authorization/roleAssignments/write",
+                "Microsoft.Authorization/roleAssignments/delete")  # fmt: skip
+
+
+def assignment_condition(place: Place) -> str:
+    """The condition (Azure ABAC) on a role assignment that lets its holder assign and
+    unassign the annex node's role and Key Vault Secrets User, and no other role."""
+    roles = ", ".join(role_id(place, r).rsplit("/", 1)[1] for r in (NODE_ROLE, SECRETS_USER))
+    return " AND ".join(
+        f"((!(ActionMatches{{'Microsoft.Authorization/roleAssignments/{verb}'}})) OR "
+        f"(@{side}[Microsoft.Authorization/roleAssignments:RoleDefinitionId] "
+        f"ForAnyOfAnyValues:GuidEquals {{{roles}}}))"
+        for verb, side in (("write", "Request"), ("delete", "Resource"))
+    )
 
 
 def azure_user_role(place: Place) -> dict[str, Any]:
-    """The custom role an annex user needs on the setup's resource group."""
+    """The custom role an annex user needs on the setup's resource group; assign it
+    with assignment_condition() (without, the role could assign any role)."""
     return {
         "Name": "htgrid annex user",
         "IsCustom": True,
@@ -42,11 +76,46 @@ def azure_user_role(place: Place) -> dict[str, Any]:
             "Microsoft.Compute/virtualMachineScaleSets/*",
             "Microsoft.Network/virtualNetworks/subnets/join/action",
             "Microsoft.KeyVault/vaults/read",
-            "Microsoft.KeyVault/vaults/accessPolicies/write",
+            *_ASSIGNMENTS,
         ],
-        "DataActions": [],
+        "DataActions": ["Microsoft.KeyVault/vaults/secrets/*"],
         "AssignableScopes": [place.group_path()],
     }
+
+
+def _roles(arm: Arm, place: Place) -> None:
+    """The node's role (its own scale set's instances) and the lease runbook's."""
+    roles = {
+        NODE_ROLE: ("htgrid annex node: delete the instances of its own scale set",
+                    ["Microsoft.Compute/virtualMachineScaleSets/delete/action"]),
+        RUNBOOK_ROLE: ("htgrid annex lease runbook: end annexes", [
+            "Microsoft.Compute/virtualMachineScaleSets/read",
+            "Microsoft.Compute/virtualMachineScaleSets/delete",
+            "Microsoft.Compute/virtualMachineScaleSets/delete/action",
+            "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read",
+            "Microsoft.Automation/automationAccounts/schedules/read",
+            "Microsoft.Automation/automationAccounts/schedules/delete",
+            "Microsoft.Automation/automationAccounts/jobSchedules/read",
+            "Microsoft.Automation/automationAccounts/jobSchedules/delete",
+            "Microsoft.KeyVault/vaults/read",
+            *_ASSIGNMENTS[::2],
+        ]),
+    }  # fmt: skip
+    for role, (description, actions) in roles.items():
+        guid = role_id(place, role).rsplit("/", 1)[1]
+        arm.put(
+            place.provider(f"Microsoft.Authorization/roleDefinitions/{guid}"),
+            AUTHORIZATION_API,
+            {
+                "properties": {
+                    "roleName": f"{role} ({place.group})",
+                    "description": description,
+                    "type": "CustomRole",
+                    "permissions": [{"actions": actions, "notActions": []}],
+                    "assignableScopes": [place.group_path()],
+                }
+            },
+        )
 
 
 def runbook_source() -> str:
@@ -91,24 +160,27 @@ def azure_setup(cloud: AzureAnnexes, *, users: tuple[str, ...] = (),
         )
         identity = account.get("identity") or {}
         tenant = str(identity.get("tenantId", ""))
-        everything = {"secrets": ["get", "list", "set", "delete", "purge"]}
-        policies = [
-            {"tenantId": tenant, "objectId": who, "permissions": everything}
-            for who in (str(identity["principalId"]), *users)
-        ]
+        runbook = str(identity["principalId"])
+        vault_path = place.provider(f"Microsoft.KeyVault/vaults/{vault}")
         arm.put(
-            place.provider(f"Microsoft.KeyVault/vaults/{vault}"),
+            vault_path,
             KEYVAULT_API,
             {
                 "location": location,
                 "properties": {
                     "tenantId": tenant,
                     "sku": {"family": "A", "name": "standard"},
-                    "accessPolicies": policies,
-                    "enableRbacAuthorization": False,
+                    "accessPolicies": [],
+                    # Per-secret roles: a scale set's identity reads its annex's only.
+                    "enableRbacAuthorization": True,
                 },
             },
         )
+        _roles(arm, place)
+        assign(arm, place.group_path(), role_id(place, RUNBOOK_ROLE), runbook,
+               assignment_condition(place))  # fmt: skip
+        for who in (runbook, *users):
+            assign(arm, vault_path, role_id(place, SECRETS_OFFICER), who)
         book = place.automation(f"/runbooks/{RUNBOOK}")
         arm.put(
             book,
@@ -166,6 +238,7 @@ def azure_setup(cloud: AzureAnnexes, *, users: tuple[str, ...] = (),
             "vault": vault,
             "sweeper": SWEEPER_SCHEDULE,
             "user_role": azure_user_role(place),
+            "user_condition": assignment_condition(place),
         }
 
     done: dict[str, Any] = cloud.call("setting up the annex", install)

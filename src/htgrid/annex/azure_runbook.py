@@ -14,15 +14,16 @@ Its one argument is a JSON event, the job schedule's parameter:
 
   If a later lease of the same annex exists (extended), it removes this stale schedule
   only. Otherwise it deletes the annex's scale sets (tagged `htgrid:AnnexName = NAME`;
-  their instances, NICs and disks go with them, after the vault access of their managed
-  identity), purges its Key Vault secrets (`htgrid-annex-NAME-*`: the token), and, last,
+  their instances, NICs and disks go with them, after the role assignments of their
+  managed identity), purges its Key Vault secrets (`htgrid-annex-NAME-*`: the token), and, last,
   its schedules and job schedules: should a step fail, the next run tries again.
 
 * the sweeper (an hourly schedule setup makes): {"htgrid": "annex-sweep", ...}. It
   enforces every lease schedule whose time has passed (a lost job), ends what no lease
   rules (scale sets and secrets of annexes without a schedule: a `create` killed before
-  its schedule), and deletes the annexes' VMs that shut themselves down (idle): Azure
-  keeps a VM stopped from inside allocated, and bills it, until then.
+  its schedule), and deletes the annexes' VMs that shut themselves down (idle) without
+  deleting themselves (cut off from ARM): Azure keeps a VM stopped from inside
+  allocated, and bills it, until then.
 
 The job reaches ARM and Key Vault with the Automation account's managed identity
 (IDENTITY_ENDPOINT, IDENTITY_HEADER). Nothing is kept between runs.
@@ -43,6 +44,7 @@ from typing import Any
 
 __all__ = [
     "ANNEX_TAG",
+    "AUTHORIZATION_API",
     "LEASE_TAG",
     "SCHEDULE_PREFIX",
     "Arm",
@@ -51,6 +53,7 @@ __all__ = [
     "enforce",
     "handler",
     "lease_event",
+    "role_assignments",
     "schedule_name",
     "secret_name",
     "sweep",
@@ -69,6 +72,7 @@ VAULT_RESOURCE = "https://vault.azure.net"
 COMPUTE_API = "2024-07-01"
 AUTOMATION_API = "2023-11-01"
 KEYVAULT_API = "2023-07-01"
+AUTHORIZATION_API = "2022-04-01"
 VAULT_DATA_API = "7.4"
 _TERMINAL = frozenset({"succeeded", "failed", "canceled"})
 
@@ -316,19 +320,20 @@ def _scale_sets(arm: Arm) -> Iterator[tuple[str, Any]]:
             yield str(annex), vmss
 
 
+def role_assignments(arm: Arm, principal: str) -> list[Any]:
+    """Every role assignment of `principal` in the group (at, above or below it)."""
+    where = urllib.parse.quote(f"principalId eq '{principal}'")
+    path = arm.place.provider("Microsoft.Authorization/roleAssignments")
+    return list(arm.listing(path, AUTHORIZATION_API, f"&$filter={where}"))
+
+
 def _end_scale_set(arm: Arm, vmss: Any) -> str:
-    """Its vault access first (its identity goes with it), then the set and its VMs."""
+    """Its identity's role assignments first (its own instances, its annex's secrets),
+    then the set and its VMs."""
     principal = (vmss.get("identity") or {}).get("principalId")
     if principal:
-        tenant = (vmss.get("identity") or {}).get("tenantId") or ""
-        policy = {"tenantId": tenant, "objectId": principal, "permissions": {"secrets": ["get"]}}
-        vault = arm.place.vault_path()
-        if arm.get(vault, KEYVAULT_API) is not None:
-            arm.put(
-                f"{vault}/accessPolicies/remove",
-                KEYVAULT_API,
-                {"properties": {"accessPolicies": [policy]}},
-            )
+        for assignment in role_assignments(arm, str(principal)):
+            arm.delete(str(assignment["id"]), AUTHORIZATION_API)
     arm.delete(str(vmss["id"]), COMPUTE_API)
     return str(vmss["name"])
 

@@ -17,8 +17,11 @@ The boot script (user data) runs it once htgrid is installed. It
    extend` moves the one and renews the other); at the lease's end it stops the node,
    whether or not the pool can be reached;
 6. when the node has stopped (idle, lease, refused), shuts the instance down, which
-   terminates it on EC2 (the instances are launched with that shutdown behaviour); on
-   Azure the VM stays allocated until the lease runbook's hourly sweeper deletes it.
+   terminates it on EC2 (the instances are launched with that shutdown behaviour). On
+   Azure a VM shut down from inside stays allocated, and billed: the node first deletes
+   its own VM from its scale set through ARM with the scale set's managed identity
+   (whose role allows that on its own scale set only); should ARM be out of reach, the
+   lease runbook's hourly sweeper deletes the stopped VM.
 
 Test hooks, from the environment: HTGRID_ANNEX_METADATA_URL (default
 http://169.254.169.254), HTGRID_ANNEX_SHUTDOWN (default `shutdown -h now`),
@@ -36,6 +39,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
@@ -63,13 +67,14 @@ def _metadata(base: str, path: str) -> str:
         return str(answer.read().decode())
 
 
-def _retry(what: str, fn: Any) -> Any:
-    """fn(), tried for about a minute: an instance's network may come up late."""
-    for attempt in range(_TRIES):
+def _retry(what: str, fn: Any, tries: int = _TRIES, until: float = float("inf")) -> Any:
+    """fn(), tried for about a minute (and not past `until`): an instance's network may
+    come up late."""
+    for attempt in range(tries):
         try:
             return fn()
         except Exception as exc:
-            if attempt == _TRIES - 1:
+            if attempt == tries - 1 or time.time() >= until:
                 raise
             _log.warning("%s: %s; trying again", what, exc)
             time.sleep(min(2.0, 0.1 * 2**attempt))
@@ -81,6 +86,8 @@ class _Ec2:
     instance role's credentials."""
 
     attribute = "EC2InstanceID"
+    #: Tries to read the annex's secrets at boot (about a minute).
+    tries = _TRIES
 
     def __init__(self, settings: Mapping[str, Any], base: str) -> None:
         import boto3  # type: ignore[import-untyped]
@@ -92,6 +99,9 @@ class _Ec2:
 
     def instance(self) -> str:
         return _metadata(self.base, "instance-id")
+
+    def release(self) -> None:
+        """Nothing: the instance's shutdown terminates it."""
 
     def get(self, what: str) -> str | None:
         from botocore.exceptions import ClientError  # type: ignore[import-untyped]
@@ -110,28 +120,52 @@ class _Azure:
     secrets, read with the scale set's managed identity (its token from the same)."""
 
     attribute = "AzureVMName"
+    #: About 11 minutes: Key Vault applies a new role assignment (the identity's
+    #: Secrets User on the annex's secrets) up to 10 minutes after it is made.
+    tries = _TRIES + 300
 
     def __init__(self, settings: Mapping[str, Any], base: str) -> None:
         self.base = base
         self.vault = str(settings["vault_url"]).rstrip("/")
         self.names = {w: str(settings[f"{w}_secret"]) for w in ("token", "lease")}
+        self.arm = str(settings.get("arm_url") or "https://management.azure.com").rstrip("/")
+        self.compute: dict[str, Any] = {}
 
     def _imds(self, path: str) -> Any:
         request = urllib.request.Request(f"{self.base}{path}", headers={"Metadata": "true"})
         with urllib.request.urlopen(request, timeout=5) as answer:
             return json.loads(answer.read())
 
+    def _bearer(self, resource: str) -> dict[str, str]:
+        query = urllib.parse.urlencode({"api-version": "2018-02-01", "resource": resource})
+        identity = self._imds(f"/metadata/identity/oauth2/token?{query}")
+        return {"Authorization": f"Bearer {identity['access_token']}"}
+
     def instance(self) -> str:
-        return str(self._imds("/metadata/instance/compute?api-version=2021-02-01")["name"])
+        self.compute = self._imds("/metadata/instance/compute?api-version=2021-02-01")
+        return str(self.compute["name"])
+
+    def release(self) -> None:
+        """Delete this VM from its scale set (the set shrinks by one): a VM stopped from
+        inside would stay allocated. The call returns once ARM has accepted it."""
+        resource = str(self.compute.get("resourceId", ""))
+        scale_set, _, number = resource.rpartition("/virtualMachines/")
+        if not scale_set or not number:
+            raise ValueError(f"not a scale set's VM: resourceId {resource!r}")
+        request = urllib.request.Request(
+            f"{self.arm}{scale_set}/delete?api-version=2024-07-01",
+            data=json.dumps({"instanceIds": [number]}).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json", **self._bearer(self.arm + "/")},
+        )
+        with urllib.request.urlopen(request, timeout=30):
+            pass
+        _log.info("asked Azure to delete this VM (%s)", resource)
 
     def get(self, what: str) -> str | None:
-        identity = self._imds(
-            "/metadata/identity/oauth2/token?api-version=2018-02-01"
-            "&resource=https%3A%2F%2Fvault.azure.net"
-        )
         request = urllib.request.Request(
             f"{self.vault}/secrets/{self.names[what]}?api-version=7.4",
-            headers={"Authorization": f"Bearer {identity['access_token']}"},
+            headers=self._bearer("https://vault.azure.net"),
         )
         try:
             with urllib.request.urlopen(request, timeout=10) as answer:
@@ -195,18 +229,22 @@ def run(settings: Mapping[str, Any], home: Path) -> int:
     base = os.environ.get("HTGRID_ANNEX_METADATA_URL", _METADATA).rstrip("/")
     name = str(settings["annex"])
     params = _cloud(settings, base)
-    instance = _retry("the instance metadata", params.instance)
+    lease_end = float(settings["lease_end"])
+    try:
+        instance = _retry("the instance metadata", params.instance, until=lease_end)
+        token = _retry("the annex's token", lambda: params.get("token"), params.tries, lease_end)
+        moved = _retry("the annex's lease", lambda: params.get("lease"), params.tries, lease_end)
+    except Exception:  # the instance would run, and be billed, doing nothing
+        _log.exception("annex %s: cannot read the instance's metadata or the annex's secrets", name)
+        return _shutdown(params)
     # A scale set's VM is NAME_N: a host name has no underscore.
     hostname = f"{instance.replace('_', '-').lower()}.{name}.annex"
-    token = _retry("the annex's token", lambda: params.get("token"))
-    lease_end = float(settings["lease_end"])
-    moved = _retry("the annex's lease", lambda: params.get("lease"))
     if moved is not None:
         lease_end = float(moved)  # extended since this instance was requested
     try:
         if token is None:
             _log.error("annex %s has no token (it was shut down): not joining", name)
-            return _shutdown()
+            return _shutdown(params)
         node = home / "node"
         env = {**os.environ, "HTGRID_HOME": str(node)}
         node.mkdir(parents=True, exist_ok=True)
@@ -250,7 +288,7 @@ def run(settings: Mapping[str, Any], home: Path) -> int:
             break
     except Exception:
         _log.exception("annex %s: the node failed", name)
-    return _shutdown()
+    return _shutdown(params)
 
 
 def _refresh(params: _Ec2 | _Azure, lease_end: float, token: str,
@@ -269,7 +307,11 @@ def _refresh(params: _Ec2 | _Azure, lease_end: float, token: str,
     return float(lease), fresh
 
 
-def _shutdown() -> int:
+def _shutdown(params: _Ec2 | _Azure) -> int:
+    try:
+        _retry("deleting this instance", params.release, tries=5)
+    except Exception as exc:  # cut off: the shutdown stands, the cloud's sweeper ends it
+        _log.warning("cannot delete this instance: %s", exc)
     command = os.environ.get("HTGRID_ANNEX_SHUTDOWN", "shutdown -h now")
     _log.info("shutting the instance down: %s", command)
     return subprocess.run(["/bin/sh", "-c", command]).returncode

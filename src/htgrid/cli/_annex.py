@@ -182,6 +182,10 @@ def _setup(args: argparse.Namespace) -> int:
             f"Key Vault {made['vault']}.\nGive annex users this role on the resource group:"
         )
         print(json.dumps(made["user_role"], indent=2))
+        print(
+            "with this condition on the assignment (the roles they may give their scale "
+            f"sets, no other):\n{made['user_condition']}"
+        )
         return EXIT_OK
     assert isinstance(cloud, AwsAnnexes)
     done = setup(cloud, vpc=args.vpc, cidr=args.cidr)

@@ -18,6 +18,8 @@ class AzureAd:
         # token -> the principal (object id) it stands for; the service principal's
         # object id is its client id here.
         self._tokens: dict[str, str] = {}
+        # Managed identities: Azure RBAC grants them only what is assigned to them.
+        self.managed: set[str] = set()
 
     def valid(self, token: str) -> bool:
         return token in self._tokens
@@ -29,6 +31,7 @@ class AzureAd:
         """A token of a managed identity (what its IMDS endpoint hands out)."""
         token = secrets.token_urlsafe(24)
         self._tokens[token] = principal
+        self.managed.add(principal)
         return token
 
     def openid(self, url: str, tenant: str) -> Reply:

@@ -1,7 +1,9 @@
 """The fake ARM's parts for the annex: Automation (accounts with a managed identity,
 Python runbooks with draft content and publishing, schedules, job schedules), a scale
 set's instances, and one vault's Key Vault data plane (secrets, checked against the
-vault's access policies for the caller's principal).
+vault's access policies for the caller's principal, or Azure RBAC's role assignments
+for a vault with enableRbacAuthorization), and Azure RBAC for ARM (_arm_rbac): a
+managed identity may do only what its role assignments grant.
 
 The data plane is served at `<fake ARM>/vault/<vault name>/...` (a real vault is at
 `https://<name>.vault.azure.net/...`, which 127.0.0.1 cannot be); its paths, query
@@ -16,6 +18,7 @@ import time
 import uuid
 from typing import Any
 
+from . import _arm_rbac as rbac
 from ._arm_types import NO_LOCATION, PUT_RULES, VAULT, VMSS, ArmError, Res, Store, dig, key, need
 
 ACCOUNT = "microsoft.automation/automationaccounts"
@@ -233,7 +236,27 @@ def _vault(store: Store, name: str) -> Res:
     raise ArmError(404, "VaultNotFound", f"No vault named {name}.")
 
 
-def _allowed(vault: Res, principal: str, permission: str) -> None:
+_DATA_ACTIONS = {
+    "get": "getSecret/action",
+    "list": "readMetadata/action",
+    "set": "setSecret/action",
+    "delete": "delete",
+    "purge": "purge/action",
+}
+
+
+def _allowed(store: Store, vault: Res, principal: str, permission: str, secret: str = "") -> None:
+    if dig(vault.body, "properties", "enableRbacAuthorization"):
+        wanted = f"Microsoft.KeyVault/vaults/secrets/{_DATA_ACTIONS[permission]}"
+        scope = f"{vault.id}/secrets/{secret}" if secret else vault.id
+        if rbac.granted(store, principal, wanted, scope, data=True):
+            return
+        raise ArmError(
+            403,
+            "Forbidden",
+            f"Caller is not authorized to perform action on resource. Caller: "
+            f"oid={principal}; Action: '{wanted}'; Resource: '{scope}' (ForbiddenByRbac)",
+        )
     for policy in dig(vault.body, "properties", "accessPolicies") or []:
         if policy.get("objectId") == principal and permission in (
             dig(policy, "permissions", "secrets") or []
@@ -261,7 +284,7 @@ def data_plane(
     deleted = store.deleted_secrets.setdefault(key(vault.id), {})
     uri = f"https://{vault.body['name']}.vault.azure.net"
     if parts[2:3] == ["secrets"] and len(parts) == 3 and method == "GET":
-        _allowed(vault, principal, "list")
+        _allowed(store, vault, principal, "list")
         items = [
             {"id": f"{uri}/secrets/{name}", "tags": s["tags"], "attributes": s["attributes"]}
             for name, s in sorted(kept.items())
@@ -270,13 +293,13 @@ def data_plane(
     need(len(parts) == 4, "bad Key Vault path", "BadParameter")
     name = parts[3]
     if parts[2] == "deletedsecrets" and method == "DELETE":
-        _allowed(vault, principal, "purge")
+        _allowed(store, vault, principal, "purge", name)
         if deleted.pop(name, None) is None:
             raise ArmError(404, "SecretNotFound", f"Deleted Secret not found: {name}")
         return 204, {}, None
     need(parts[2] == "secrets", "bad Key Vault path", "BadParameter")
     if method == "PUT":
-        _allowed(vault, principal, "set")
+        _allowed(store, vault, principal, "set", name)
         need(isinstance(body, dict) and isinstance(body.get("value"), str), "value is required")
         if name in deleted:
             raise ArmError(
@@ -291,7 +314,7 @@ def data_plane(
         return 200, {}, {"id": f"{uri}/secrets/{name}/1", **kept[name]}
     found = kept.get(name)
     if method == "GET":
-        _allowed(vault, principal, "get")
+        _allowed(store, vault, principal, "get", name)
         if found is None:
             raise ArmError(404, "SecretNotFound", f"A secret with (name/id) {name} was not found in this key vault.")  # fmt: skip
         exp = found["attributes"].get("exp")
@@ -299,7 +322,7 @@ def data_plane(
             raise ArmError(403, "Forbidden", "Operation get is not allowed on a disabled secret.")
         return 200, {}, {"id": f"{uri}/secrets/{name}/1", **found}
     if method == "DELETE":
-        _allowed(vault, principal, "delete")
+        _allowed(store, vault, principal, "delete", name)
         if found is None:
             raise ArmError(404, "SecretNotFound", f"A secret with (name/id) {name} was not found in this key vault.")  # fmt: skip
         deleted[name] = kept.pop(name)
@@ -313,6 +336,11 @@ def leftovers(store: Store) -> dict[str, list[str]]:
     keep = store.users | {
         str(dig(res.body, "identity", "principalId")) for res in store.of_type(ACCOUNT)
     }
+    assignments = [
+        f"{a['properties']['principalId']}@{a['properties']['scope']}"
+        for a in store.role_assignments.values()
+        if a["properties"]["principalId"] not in keep
+    ]
     policies = [
         str(policy["objectId"])
         for vault in store.of_type(VAULT)
@@ -341,6 +369,7 @@ def leftovers(store: Store) -> dict[str, list[str]]:
             n for v in [*store.vault_secrets.values(), *store.deleted_secrets.values()] for n in v
         ),
         "access_policies": sorted(policies),
+        "role_assignments": sorted(assignments),
     }
 
 
@@ -354,16 +383,30 @@ class AnnexArm:
     url: str
     ops: Any
     rbac: dict[str, list[str]]
+    conditions: dict[str, str]
 
-    def _authorize(self, method: str, parts: list[str], headers: dict[str, str]) -> None:
-        """Azure RBAC, for a principal `restrict()` was given actions for."""
+    def _authorize(self, method: str, parts: list[str], headers: dict[str, str], body: Any) -> None:
+        """Azure RBAC: a principal `restrict()` was given actions for, or a managed
+        identity (by its role assignments); anyone else may do anything (an owner)."""
         auth = next((v for k, v in headers.items() if k.lower() == "authorization"), "")
-        principal = self.aad.principal(auth[7:])
-        allowed = self.rbac.get(principal or "")
-        if allowed is None:
+        principal = self.aad.principal(auth[7:]) or ""
+        allowed = self.rbac.get(principal)
+        if allowed is None and principal not in self.aad.managed:
             return
-        action = action_of(method, parts)
-        if action is not None and not permits(allowed, action):
+        on_rbac = rbac.split(parts)
+        action = rbac.action(method, on_rbac[1]) if on_rbac else action_of(method, parts)
+        if action is None:
+            return
+        target = None
+        if on_rbac is not None and action.lower() in rbac.ASSIGNMENT_ACTIONS:
+            target = rbac.target_role(self.store, *on_rbac, method, body)
+        if allowed is not None:
+            ok = permits(allowed, action) and (
+                target is None or rbac.condition_allows(self.conditions.get(principal), target)
+            )
+        else:
+            ok = rbac.granted(self.store, principal, action, "/" + "/".join(parts), target=target)
+        if not ok:
             raise ArmError(
                 403,
                 "AuthorizationFailed",
@@ -372,10 +415,13 @@ class AnnexArm:
                 f"'/{'/'.join(parts)}' or the scope is invalid.",
             )
 
-    def restrict(self, principal: str, actions: list[str]) -> None:
-        """Give `principal` only these RBAC actions (wildcards as Azure's)."""
+    def restrict(self, principal: str, actions: list[str], condition: str | None = None) -> None:
+        """Give `principal` only these RBAC actions (wildcards as Azure's), under the
+        condition of their role assignment (which roles it may assign), if any."""
         with self._lock:
             self.rbac[principal] = list(actions)
+            if condition:
+                self.conditions[principal] = condition
 
     def _data_plane(
         self,

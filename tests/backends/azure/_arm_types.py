@@ -95,6 +95,9 @@ class Store:
         self.vault_secrets: dict[str, dict[str, dict[str, Any]]] = {}
         self.deleted_secrets: dict[str, dict[str, dict[str, Any]]] = {}
         self.users: set[str] = set()
+        # Azure RBAC (_arm_rbac): custom role definitions by guid, assignments by id.
+        self.role_definitions: dict[str, dict[str, Any]] = {}
+        self.role_assignments: dict[str, dict[str, Any]] = {}
         self.on_remove: dict[str, Callable[[Store, Res], None]] = {}
 
     def get(self, resource_id: str) -> Res | None:

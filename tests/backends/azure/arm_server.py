@@ -16,6 +16,8 @@ shows exactly what the GAHP sends.
   one nobody polls finishes by itself after 2 s, as Azure's do.
 * Scale set actions: POST start, deallocate, restart. Key Vault: vaults, secrets (ARM
   never returns their values), `accessPolicies/{add,replace,remove}`.
+* Azure RBAC (_arm_rbac): role definitions and assignments at any scope; managed
+  identities may do only what theirs grant.
 * Faults: `fault()` makes matching requests fail with a status and code (with
   `Retry-After: 0`), `fail_operation()` makes the next matching long-running operation end
   `Failed`. `log` records every request.
@@ -104,6 +106,7 @@ class ArmServer(annex.AnnexArm):
         self.store.on_remove[annex.SCHEDULE] = annex.remove_schedule
         self._raw = b""
         self.rbac: dict[str, list[str]] = {}
+        self.conditions: dict[str, str] = {}
         self.log: list[Logged] = []
         self.ca_file, self._cert, self._key = make_test_ca(directory)
         self._lock = threading.RLock()
@@ -144,6 +147,7 @@ class ArmServer(annex.AnnexArm):
             self.store.tenant, self.store.on_remove = tenant, hooks
             self.log.clear()
             self.rbac.clear()
+            self.conditions.clear()
 
     def fault(
         self,
@@ -266,8 +270,11 @@ class ArmServer(annex.AnnexArm):
         if lowered[0] != "subscriptions" or len(parts) < 3:
             raise _unsupported(method, path)
         self._check_call(parts[1], query, headers)
-        self._authorize(method, parts, headers)
+        self._authorize(method, parts, headers, body)
         self._inject_fault(method, path)
+        on_rbac = annex.rbac.split(parts)
+        if on_rbac is not None:
+            return annex.rbac.handle(self.store, method, *on_rbac, query, body)
         if lowered[2] == "operationresults" and len(parts) == 4:
             return self.ops.result(parts[3], f"{self.url}{path}?api-version={query['api-version']}")
         if lowered[2] == "providers":
