@@ -16,10 +16,14 @@ import classad2
 import htcondor2
 import pytest
 
+from htgrid.classad import ClassAd
 from htgrid.net.security import SecurityConfig
 from htgrid.testing import WHOLE_POOL, PersonalPool, wait_for
 
+from ._raw import RawCedar
 from .conftest import Configure
+
+ACT_ON_JOBS = 478
 
 FAST: dict[str, object] = {
     "NEGOTIATOR_INTERVAL": 2,
@@ -218,3 +222,40 @@ def test_htcondor_cli_job_status(pool: PersonalPool, condor: Configure, tmp_path
     )
     assert f"Job {cluster}.0 is currently idle" in out.stdout + out.stderr  # it logs to stderr
     htcondor2.Schedd().act(htcondor2.JobAction.Remove, f"ClusterId == {cluster}")
+
+
+def _schedd_address(pool: PersonalPool) -> str:
+    return pool.url.removeprefix("https://")
+
+
+def _raw_act(pool: PersonalPool, job: str, action: int) -> tuple[RawCedar, ClassAd]:
+    """An ACT_ON_JOBS of `job` by a bare client, up to the schedd's counts."""
+    conn = RawCedar(_schedd_address(pool), ACT_ON_JOBS)
+    request = ClassAd({"ActionIds": job, "JobAction": action, "ActionResultType": 2})
+    conn.send_ad(request)
+    return conn, conn.receive_ad()
+
+
+def test_act_waits_for_the_clients_go_ahead(
+    pool: PersonalPool, condor: Configure, tmp_path: Path
+) -> None:
+    """As HTCondor's schedd: the counts come first, the action only after the client says
+    it is still there; a client gone before that leaves the jobs as they were."""
+    schedd = _schedd(pool, condor)
+    cluster = schedd.submit(_idle_forever(tmp_path)).cluster()
+    sched_log = pool.home / "log" / "SchedLog"
+    conn, result = _raw_act(pool, f"{cluster}.0", 1)  # Hold
+    with conn:
+        assert (result["ActionResult"], result["result_total_1"]) == (1, 1)
+        assert _status(schedd, cluster) == [1]
+    wait_for(lambda: "no go-ahead from the client" in sched_log.read_text(), timeout=30)
+    assert _status(schedd, cluster) == [1]
+    conn, result = _raw_act(pool, f"{cluster}.0", 1)
+    with conn:
+        conn.send(conn.writer().int(1))
+        assert conn.receive().int() == 1
+    assert _status(schedd, cluster) == [5]
+    # The official client's act goes through the same exchange.
+    assert schedd.act(htcondor2.JobAction.Release, [f"{cluster}.0"])["TotalSuccess"] == 1
+    assert _status(schedd, cluster) == [1]
+    schedd.act(htcondor2.JobAction.Remove, f"ClusterId == {cluster}")

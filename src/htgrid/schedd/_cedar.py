@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from htgrid.classad import ClassAd, ExprTree
@@ -73,6 +74,7 @@ _STATUS_NAMES: Final = {
 }
 # result_total_<n>: error, success, not found, bad status, already done, permission denied
 _ERROR, _SUCCESS, _NOT_FOUND, _BAD_STATUS, _DENIED = 0, 1, 2, 3, 5
+_GO_AHEAD_TIMEOUT: Final = 10.0  # seconds, as HTCondor's schedd waits for it
 
 
 def _text_of(query: ClassAd, name: str) -> str | None:
@@ -163,64 +165,102 @@ def _history(service: QueueService) -> Callable[[CedarCall], Awaitable[None]]:
     return handle
 
 
+@dataclass(frozen=True, slots=True)
+class _ActRequest:
+    """What an ACT_ON_JOBS request asks: the action (None: one htgrid does not do), the
+    jobs, how many it names (0 for a constraint), the reason given."""
+
+    number: object
+    action: JobAction | None
+    jobs: Jobs | None  # None: an empty list of ids
+    named: int
+    reason: str | None
+
+
+def _act_request(request: ClassAd) -> _ActRequest:
+    number = request.get("JobAction")
+    action = _ACTIONS.get(number) if isinstance(number, int) else None
+    ids_text = request.get("ActionIds")
+    jobs: Jobs | None
+    if isinstance(ids_text, str):
+        try:
+            ids = [JobId.parse(i.strip()) for i in ids_text.split(",") if i.strip()]
+        except (HTGridError, ValueError):
+            ids = []
+        jobs, named = (Jobs.of(tuple(ids)) if ids else None), len(ids)
+    else:
+        jobs, named = Jobs.matching(_text_of(request, "ActionConstraint") or "true"), 0
+    reason_attr = _REASONS.get(action) if action is not None else None
+    reason = request.get(reason_attr) if reason_attr else None
+    return _ActRequest(number, action, jobs, named, reason if isinstance(reason, str) else None)
+
+
+async def _act_counts(
+    service: QueueService, call: CedarCall, act: _ActRequest
+) -> tuple[dict[int, int], int, bool]:
+    """A trial of the action: its counts by result, the jobs' total, whether it may go on."""
+    counts = dict.fromkeys(range(7), 0)
+    total = act.named
+    if act.action is None:
+        _log.warning(
+            "CEDAR act from %s: JobAction %r is not one htgrid does", call.peer, act.number
+        )
+        counts[_ERROR] = total
+        return counts, total, False
+    if act.jobs is None:
+        return counts, total, False
+    try:
+        done = await service.act(
+            call.principal.identity(), act.action, act.jobs, act.reason, trial=True
+        )
+    except JobNotFound as exc:
+        counts[_NOT_FOUND] = max(total, 1)
+        _log.info("CEDAR act from %s: %s", call.peer, exc)
+    except NotAuthorized as exc:
+        counts[_DENIED] = max(total, 1)
+        _log.info("CEDAR act from %s: %s", call.peer, exc)
+    except HTGridError as exc:
+        counts[_BAD_STATUS] = max(total, 1)
+        _log.info("CEDAR act from %s: %s", call.peer, exc)
+    else:
+        counts[_SUCCESS] = len(done)
+        counts[_BAD_STATUS] = max(0, total - len(done))
+        return counts, max(total, len(done)), True
+    return counts, total, False
+
+
 def _act(service: QueueService) -> Callable[[CedarCall], Awaitable[None]]:
+    """As HTCondor's schedd: the action is tried, its counts answered, and it is done only
+    once the client says it is still there (a client gone before that changes nothing)."""
+
     async def handle(call: CedarCall) -> None:
-        request = await _read_ad(call, "the action request")
-        number = request.get("JobAction")
-        action = _ACTIONS.get(number) if isinstance(number, int) else None
-        ids_text = request.get("ActionIds")
-        counts = dict.fromkeys(range(7), 0)
-        if isinstance(ids_text, str) and ids_text.strip():
-            try:
-                ids = [JobId.parse(i.strip()) for i in ids_text.split(",") if i.strip()]
-            except (HTGridError, ValueError):
-                ids = []
-            jobs = Jobs.of(tuple(ids))
-            total = len(ids)
-        else:
-            constraint = _text_of(request, "ActionConstraint") or "true"
-            jobs = Jobs.matching(constraint)
-            total = 0
-        reason_attr = _REASONS.get(action) if action is not None else None
-        reason = request.get(reason_attr) if reason_attr else None
-        ok = False
-        if action is None:
-            _log.warning(
-                "CEDAR act from %s: JobAction %r is not one htgrid does", call.peer, number
-            )
-            counts[_ERROR] = total
-        elif isinstance(ids_text, str) and not ids_text.strip():
-            counts[_ERROR] = 0
-        else:
-            try:
-                done = await service.act(
-                    call.principal.identity(),
-                    action,
-                    jobs,
-                    reason if isinstance(reason, str) else None,
-                )
-            except JobNotFound as exc:
-                counts[_NOT_FOUND] = max(total, 1)
-                _log.info("CEDAR act from %s: %s", call.peer, exc)
-            except NotAuthorized as exc:
-                counts[_DENIED] = max(total, 1)
-                _log.info("CEDAR act from %s: %s", call.peer, exc)
-            except HTGridError as exc:
-                counts[_BAD_STATUS] = max(total, 1)
-                _log.info("CEDAR act from %s: %s", call.peer, exc)
-            else:
-                counts[_SUCCESS] = len(done)
-                counts[_BAD_STATUS] = max(0, total - len(done))
-                ok = True
-                total = max(total, len(done))
+        act = _act_request(await _read_ad(call, "the action request"))
+        counts, total, ok = await _act_counts(service, call, act)
         result = {f"result_total_{n}": c for n, c in counts.items()}
         result.update(TotalJobAds=total, ActionResult=1 if ok else 0, ActionResultType=2)
         await call.send_ad(result)
-        if ok:
-            r = await call.receive()
-            r.int("the client's go-ahead")
+        if not ok or act.action is None or act.jobs is None:
+            return
+        try:
+            r = await call.receive(_GO_AHEAD_TIMEOUT)
+            answer = r.int("the client's go-ahead")
             r.done("the go-ahead")
-            await call.send(call.writer().int(1))
+        except BaseException:
+            _log.info(
+                "CEDAR act from %s: no go-ahead from the client; its jobs are left as they were",
+                call.peer,
+            )
+            raise
+        if answer != 1:
+            _log.info("CEDAR act from %s: the client called it off (%d)", call.peer, answer)
+            return
+        try:
+            await service.act(call.principal.identity(), act.action, act.jobs, act.reason)
+        except HTGridError as exc:  # the queue changed since the trial
+            _log.info("CEDAR act from %s: %s", call.peer, exc)
+            await call.send(call.writer().int(0))
+            return
+        await call.send(call.writer().int(1))
 
     return handle
 

@@ -303,11 +303,18 @@ class QueueService:
         return await self._worker.read(lambda q: q.get(job_id), client=True)
 
     async def act(
-        self, identity: Identity, action: JobAction, jobs: Jobs, reason: str | None
+        self,
+        identity: Identity,
+        action: JobAction,
+        jobs: Jobs,
+        reason: str | None,
+        *,
+        trial: bool = False,
     ) -> list[JobId]:
+        """The jobs acted on; with `trial`, those it would act on, nothing changed."""
         spec = jobs.spec(identity)
         return await self._worker.write(
-            lambda q: q.act(action, spec, identity, reason), client=True
+            lambda q: q.act(action, spec, identity, reason, trial=trial), client=True
         )
 
     async def edit(
