@@ -66,6 +66,17 @@ def _idle_forever(tmp: Path) -> htcondor2.Submit:
     )
 
 
+def _echo(tmp: Path, arguments: str, name: str) -> htcondor2.Submit:
+    return htcondor2.Submit(
+        {
+            "executable": "/bin/echo",
+            "arguments": arguments,
+            "output": str(tmp / f"{name}.$(Process)"),
+            "log": str(tmp / f"{name}.log"),
+        }
+    )
+
+
 def _status(schedd: htcondor2.Schedd, cluster: int) -> list[int]:
     ads = schedd.query(f"ClusterId == {cluster}", ["ProcId", "JobStatus"])
     return [ad["JobStatus"] for ad in sorted(ads, key=lambda ad: ad["ProcId"])]
@@ -75,15 +86,7 @@ def test_submit_runs_the_jobs_and_history_has_them(
     pool: PersonalPool, condor: Configure, tmp_path: Path
 ) -> None:
     schedd = _schedd(pool, condor)
-    submit = htcondor2.Submit(
-        {
-            "executable": "/bin/echo",
-            "arguments": "hello $(Process)",
-            "output": str(tmp_path / "out.$(Process)"),
-            "log": str(tmp_path / "job.log"),
-        }
-    )
-    result = schedd.submit(submit, count=2)
+    result = schedd.submit(_echo(tmp_path, "hello $(Process)", "out"), count=2)
     cluster = result.cluster()
     assert result.num_procs() == 2
     owners = {ad["Owner"] for ad in schedd.query(f"ClusterId == {cluster}", ["Owner"])}
@@ -258,4 +261,40 @@ def test_act_waits_for_the_clients_go_ahead(
     # The official client's act goes through the same exchange.
     assert schedd.act(htcondor2.JobAction.Release, [f"{cluster}.0"])["TotalSuccess"] == 1
     assert _status(schedd, cluster) == [1]
+    schedd.act(htcondor2.JobAction.Remove, f"ClusterId == {cluster}")
+
+
+def test_late_materialization_makes_the_jobs_and_they_run(
+    pool: PersonalPool, condor: Configure, tmp_path: Path
+) -> None:
+    """A submit with max_materialize sends a digest and its items, no procs: the schedd
+    makes the jobs, at most max_materialize at a time, and they run."""
+    schedd = _schedd(pool, condor)
+    submit = _echo(tmp_path, "late $(Process) $(item)", "late")
+    submit["max_materialize"] = "2"
+    submit.setQArgs("item in alpha, beta, gamma")
+    cluster = schedd.submit(submit).cluster()
+    assert len(schedd.query(f"ClusterId == {cluster}", ["ProcId"])) <= 2
+    done = wait_for(
+        lambda: len(h := schedd.history(f"ClusterId == {cluster}", ["ProcId"], 10)) == 3 and h,
+        timeout=120,
+    )
+    assert sorted(ad["ProcId"] for ad in done) == [0, 1, 2]
+    outputs = [(tmp_path / f"late.{p}").read_text() for p in range(3)]
+    assert outputs == ["late 0 alpha\n", "late 1 beta\n", "late 2 gamma\n"]
+
+
+def test_max_idle_keeps_the_rest_in_the_factory(
+    pool: PersonalPool, condor: Configure, tmp_path: Path
+) -> None:
+    schedd = _schedd(pool, condor)
+    submit = _idle_forever(tmp_path)
+    submit["max_idle"] = "1"
+    submit["My.Which"] = '"$(Process)"'
+    cluster = schedd.submit(submit, count=3).cluster()
+    ads = schedd.query(f"ClusterId == {cluster}", ["ProcId", "Which", "JobMaterializeMaxIdle"])
+    assert [(ad["ProcId"], ad["Which"], ad["JobMaterializeMaxIdle"]) for ad in ads] == [(0, "0", 1)]
+    schedd.act(htcondor2.JobAction.Remove, [f"{cluster}.0"])
+    ads = wait_for(lambda: schedd.query(f"ClusterId == {cluster} && JobStatus == 1", ["Which"]))
+    assert [ad["Which"] for ad in ads] == ["1"]
     schedd.act(htcondor2.JobAction.Remove, f"ClusterId == {cluster}")
