@@ -4,7 +4,9 @@ jobs then run), act, edit and history, with the pool's tokens."""
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
 import socket
 import subprocess
@@ -17,6 +19,7 @@ import htcondor2
 import pytest
 
 from htgrid.classad import ClassAd
+from htgrid.net.cedar import Reader, parse_ad
 from htgrid.net.security import SecurityConfig
 from htgrid.testing import WHOLE_POOL, PersonalPool, wait_for
 
@@ -24,6 +27,7 @@ from ._raw import RawCedar
 from .conftest import Configure
 
 ACT_ON_JOBS = 478
+QMGMT_READ_CMD = 1111
 
 FAST: dict[str, object] = {
     "NEGOTIATOR_INTERVAL": 2,
@@ -297,4 +301,61 @@ def test_max_idle_keeps_the_rest_in_the_factory(
     schedd.act(htcondor2.JobAction.Remove, [f"{cluster}.0"])
     ads = wait_for(lambda: schedd.query(f"ClusterId == {cluster} && JobStatus == 1", ["Which"]))
     assert [ad["Which"] for ad in ads] == ["1"]
+    schedd.act(htcondor2.JobAction.Remove, f"ClusterId == {cluster}")
+
+
+def test_a_read_only_queue_connection_reads_and_changes_nothing(
+    pool: PersonalPool, condor: Configure, tmp_path: Path
+) -> None:
+    """QMGMT_READ_CMD, as condor_ssh_to_job and HTCondor-C read the queue: job ads,
+    attributes by type, scans by constraint; a call that would change the queue is
+    refused with EACCES."""
+    schedd = _schedd(pool, condor)
+    submit = _idle_forever(tmp_path)
+    submit["request_memory"] = "1536"
+    cluster = schedd.submit(submit, count=2).cluster()
+    with RawCedar(_schedd_address(pool), QMGMT_READ_CMD) as conn:
+
+        def call(*args: int | str) -> Reader:
+            w = conn.writer()
+            for arg in args:
+                w.int(arg) if isinstance(arg, int) else w.string(arg)
+            conn.send(w)
+            return conn.receive()
+
+        def ad_of(r: Reader) -> ClassAd:
+            return parse_ad(r.lines(), "a job ad")
+
+        conn.send(conn.writer().int(10022))  # InitializeReadOnlyConnection: no answer
+        r = call(10018, cluster, 1)  # GetJobAd
+        assert r.int() == 0
+        assert (ad_of(r)["ProcId"], r.remaining) == (1, 0)
+        r = call(10009, cluster, 0, "JobStatus")  # GetAttributeInt
+        assert (r.int(), r.int()) == (0, 1)
+        r = call(10010, cluster, 0, "Owner")  # GetAttributeString
+        assert (r.int(), r.text()) == (0, "root")
+        r = call(10011, cluster, 0, "Requirements")  # GetAttributeExpr
+        assert r.int() == 0
+        assert r.text().startswith("(false) && ")
+        r = call(10008, cluster, 0, "RequestMemory")  # GetAttributeFloat
+        assert r.int() == 0
+        assert math.ldexp(r.int() / 2147483647, r.int()) == pytest.approx(1536)
+        r = call(10009, cluster, 0, "NoSuchAttribute")
+        assert r.int() == -1
+        procs = []
+        for start in (1, 0, 0):  # GetNextJobByConstraint
+            r = call(10020, start, f"ClusterId == {cluster}")
+            procs.append(ad_of(r)["ProcId"] if r.int() == 0 else None)
+        assert procs == [0, 1, None]
+        r = call(10026, f"ClusterId == {cluster}", "ProcId")  # GetAllJobsByConstraint
+        listed = []
+        while r.int() == 0:
+            listed.append(ad_of(r)["ProcId"])
+        assert (listed, r.int(), r.remaining) == ([0, 1], errno.ENOENT, 0)
+        r = call(10027, cluster, 0, "1", "Foo")  # SetAttribute
+        assert (r.int(), r.int()) == (-1, errno.EACCES)
+        r = call(10002)  # NewCluster
+        assert (r.int(), r.int()) == (-1, errno.EACCES)
+        conn.send(conn.writer().int(10028))  # CloseSocket
+    assert "Foo" not in schedd.query(f"ClusterId == {cluster}", ["Foo"])[0]
     schedd.act(htcondor2.JobAction.Remove, f"ClusterId == {cluster}")

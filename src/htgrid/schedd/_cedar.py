@@ -5,10 +5,13 @@
   `Owner = 0` (and the summary counts). READ.
 - QUERY_SCHEDD_HISTORY (`history`): Requirements, Projection (a list), NumJobMatches; all
   ads and the closing ad (`Owner = 0`, `NumJobMatches` = how many) in one message. READ.
-- ACT_ON_JOBS (`act`): ActionIds or ActionConstraint and JobAction; answered with the
-  counts `htcondor2` reads (result_total_0..6, TotalJobAds, ActionResult), then the
-  client's go-ahead and an `int 1`. WRITE; the queue checks who owns what, as over HTTPS.
-- QMGMT_WRITE_CMD (`submit`, `edit`): the queue-management calls (`_qmgmt`).
+- ACT_ON_JOBS (`act`): ActionIds or ActionConstraint and JobAction; the action is tried
+  (rolled back) and answered with the counts `htcondor2` reads (result_total_0..6,
+  TotalJobAds, ActionResult); it is done only on the client's go-ahead, then an `int 1`.
+  WRITE; the queue checks who owns what, as over HTTPS.
+- QMGMT_WRITE_CMD (`submit`, `edit`): the queue-management calls (`_qmgmt`). WRITE.
+- QMGMT_READ_CMD: the same connection, read-only (`_qmgmt_read`'s calls; the others
+  refused). READ.
 - QUERY_SCHEDD_ADS (`Collector.directQuery` of the schedd): its own ad. READ.
 - RESCHEDULE: a negotiation cycle soon. WRITE.
 """
@@ -46,6 +49,7 @@ ACT_ON_JOBS: Final = 478
 QUERY_SCHEDD_HISTORY: Final = 515
 QUERY_JOB_ADS: Final = 516
 QUERY_JOB_ADS_WITH_AUTH: Final = 519
+QMGMT_READ_CMD: Final = 1111
 QMGMT_WRITE_CMD: Final = 1112
 QUERY_SCHEDD_ADS: Final = 6
 
@@ -265,9 +269,11 @@ def _act(service: QueueService) -> Callable[[CedarCall], Awaitable[None]]:
     return handle
 
 
-def _qmgmt(service: QueueService, domain: str) -> Callable[[CedarCall], Awaitable[None]]:
+def _qmgmt(
+    service: QueueService, domain: str, *, read_only: bool
+) -> Callable[[CedarCall], Awaitable[None]]:
     async def handle(call: CedarCall) -> None:
-        await QmgmtSession(service, call, domain).run()
+        await QmgmtSession(service, call, domain, read_only=read_only).run()
 
     return handle
 
@@ -310,7 +316,10 @@ def schedd_cedar(
         Command(QUERY_SCHEDD_HISTORY, "QUERY_SCHEDD_HISTORY", "READ", _history(service)),
         Command(QUERY_SCHEDD_ADS, "QUERY_SCHEDD_ADS", "READ", _own_ad(own_ad)),
         Command(ACT_ON_JOBS, "ACT_ON_JOBS", "WRITE", _act(service)),
-        Command(QMGMT_WRITE_CMD, "QMGMT_WRITE_CMD", "WRITE", _qmgmt(service, domain)),
+        Command(QMGMT_READ_CMD, "QMGMT_READ_CMD", "READ", _qmgmt(service, domain, read_only=True)),
+        Command(
+            QMGMT_WRITE_CMD, "QMGMT_WRITE_CMD", "WRITE", _qmgmt(service, domain, read_only=False)
+        ),
         Command(RESCHEDULE, "RESCHEDULE", "WRITE", _reschedule(reschedule), payload=False),
     )
     return CedarService("schedd", commands, security)

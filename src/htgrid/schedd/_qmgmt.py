@@ -31,6 +31,7 @@ from htgrid.net import CedarError, Jobs
 from htgrid.net.cedar import CedarCall, Reader, split_lines
 from htgrid.queue import JobId
 from htgrid.schedd._qmgmt_factory import ITEMS_NAME, Factory, FactoryRefused, materialize
+from htgrid.schedd._qmgmt_read import QmgmtReads
 from htgrid.schedd._service import QueueService
 
 __all__ = ["QmgmtSession"]
@@ -58,6 +59,7 @@ NO_ACK: Final = 2  # SetAttribute_NoAck
 _ID_ATTRS: Final = frozenset({"clusterid", "procid"})  # the queue numbers jobs itself
 # Late materialization as HTCondor's schedd offers it (version 2: a digest with item rows).
 _CAPABILITIES: Final = {"LateMaterialize": True, "LateMaterializeVersion": 2}
+_READ_ONLY: Final = "this connection is read-only (QMGMT_READ_CMD): nothing is changed"
 _MAX_ITEMS: Final = 64 << 20  # bytes of item rows one factory may send
 
 
@@ -83,11 +85,17 @@ class _NewCluster:
 class QmgmtSession:
     """One QMGMT connection: its calls, its transaction."""
 
-    def __init__(self, service: QueueService, call: CedarCall, domain: str) -> None:
+    def __init__(
+        self, service: QueueService, call: CedarCall, domain: str, *, read_only: bool = False
+    ) -> None:
+        """`read_only` (QMGMT_READ_CMD): the calls that would change the queue are
+        refused (EACCES), as HTCondor's schedd refuses them on such a connection."""
         self._service = service
         self._call = call
         self._identity = call.principal.identity()
         self._domain = domain
+        self._read_only = read_only
+        self._reads = QmgmtReads(service, call).handlers()
         self._clusters: dict[int, _NewCluster] = {}
         self._edits: dict[JobId, dict[str, str]] = {}
         self._constraint_edits: list[tuple[str, str, str]] = []
@@ -128,11 +136,17 @@ class QmgmtSession:
                 r.done("CommitTransaction")
                 await self._commit()
                 continue
+            read = self._reads.get(number)
+            if read is not None:
+                await read(r)
+                continue
             handler = self._handlers.get(number)
             if handler is None:
                 raise CedarError(
-                    f"QMGMT call {number} is not one htgrid answers (it answers submit and "
-                    "edit: NewCluster, NewProc, SetAttribute*, CommitTransaction)"
+                    f"QMGMT call {number} is not one htgrid answers (it answers submit, "
+                    "edit and reads: NewCluster, NewProc, SetAttribute*, SetJobFactory, "
+                    "CommitTransaction, GetJobAd, GetNextJob*, GetAllJobsByConstraint, "
+                    "GetAttribute*)"
                 )
             reply = await handler(r)
             if reply is not None:
@@ -148,6 +162,8 @@ class QmgmtSession:
 
     async def _new_cluster(self, r: Reader) -> _Reply:
         r.done("NewCluster")
+        if self._read_only:
+            return -1, errno.EACCES
         cluster = await self._service.reserve_cluster(self._identity)
         self._clusters[cluster] = _NewCluster()
         return cluster, 0
@@ -178,6 +194,8 @@ class QmgmtSession:
         return None if flags & NO_ACK else (0, 0)
 
     def _set(self, cluster: int, proc: int, name: str, value: str) -> None:
+        if self._read_only:
+            raise _CallFailed(f"{name} of {cluster}.{proc}: {_READ_ONLY}", errno.EACCES)
         if not name or not name.replace("_", "a").isalnum():
             raise _CallFailed(f"{name!r} is not an attribute name")
         try:
@@ -204,6 +222,9 @@ class QmgmtSession:
         if r.remaining:
             r.char("the flags")
         r.done("SetAttributeByConstraint")
+        if self._read_only:
+            self._deferred = self._deferred or _CallFailed(_READ_ONLY, errno.EACCES)
+            return -1, errno.EACCES
         try:
             ExprTree(value)
             ads = await self._service.query(self._identity, constraint, ["Owner"], None)

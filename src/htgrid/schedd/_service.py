@@ -302,6 +302,10 @@ class QueueService:
     async def get(self, identity: Identity, job_id: JobId) -> ClassAd:
         return await self._worker.read(lambda q: q.get(job_id), client=True)
 
+    async def cluster_ad(self, identity: Identity, cluster: int) -> ClassAd:
+        """The ad a cluster's jobs share (JobNotFound when the cluster is gone)."""
+        return await self._worker.read(lambda q: q.cluster_ad(cluster), client=True)
+
     async def act(
         self,
         identity: Identity,
