@@ -28,6 +28,7 @@ from .conftest import Configure
 
 ACT_ON_JOBS = 478
 QMGMT_READ_CMD = 1111
+SPOOL_JOB_FILES_WITH_PERMS = 488
 
 FAST: dict[str, object] = {
     "NEGOTIATOR_INTERVAL": 2,
@@ -358,4 +359,34 @@ def test_a_read_only_queue_connection_reads_and_changes_nothing(
         assert (r.int(), r.int()) == (-1, errno.EACCES)
         conn.send(conn.writer().int(10028))  # CloseSocket
     assert "Foo" not in schedd.query(f"ClusterId == {cluster}", ["Foo"])[0]
+    schedd.act(htcondor2.JobAction.Remove, f"ClusterId == {cluster}")
+
+
+NO_FILES = "does not transfer job files over CEDAR"
+
+
+def test_spool_and_retrieve_are_refused_saying_why(
+    pool: PersonalPool, condor: Configure, tmp_path: Path
+) -> None:
+    """htgrid's schedd takes and gives job files over HTTPS only: a spooling submit is
+    refused before anything is queued, and retrieve fails with the reason the file
+    transfer protocol carries, not a dropped connection."""
+    schedd = _schedd(pool, condor)
+    submit = _idle_forever(tmp_path)
+    submit["arguments"] = "spooled-by-a-test"
+    submit["transfer_input_files"] = str(tmp_path / "idle.log")
+    with pytest.raises(htcondor2.HTCondorException, match=NO_FILES):
+        schedd.submit(submit, spool=True)
+    assert schedd.query('Args == "spooled-by-a-test"') == []
+    cluster = schedd.submit(submit).cluster()
+    with pytest.raises(htcondor2.HTCondorException, match=NO_FILES):
+        schedd.retrieve(f"ClusterId == {cluster}")
+    schedd.retrieve("ClusterId == -1")  # nothing to fetch: nothing said
+    assert _status(schedd, cluster) == [1]
+    # Schedd.spool needs a spooling submit's result: its command, from a bare client.
+    with RawCedar(_schedd_address(pool), SPOOL_JOB_FILES_WITH_PERMS) as conn:
+        conn.send(conn.writer().string("$CondorVersion: 25.14.1 $").int(1).int(cluster).int(0))
+        go_ahead = conn.receive_ad()
+    assert (go_ahead["Result"], go_ahead["TryAgain"]) == (-1, False)
+    assert NO_FILES in go_ahead["HoldReason"]
     schedd.act(htcondor2.JobAction.Remove, f"ClusterId == {cluster}")

@@ -14,6 +14,8 @@
   refused). READ.
 - QUERY_SCHEDD_ADS (`Collector.directQuery` of the schedd): its own ad. READ.
 - RESCHEDULE: a negotiation cycle soon. WRITE.
+- SPOOL_JOB_FILES*, TRANSFER_DATA* (`spool`, `retrieve`): refused, saying why, where
+  the file transfer protocol carries a reason (`_cedar_files`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from htgrid.net.cedar import (
     split_lines,
 )
 from htgrid.queue import JobAction, JobId, JobNotFound, NotAuthorized
+from htgrid.schedd._cedar_files import file_commands
 from htgrid.schedd._qmgmt import QmgmtSession
 from htgrid.schedd._service import QueueService
 
@@ -321,5 +324,6 @@ def schedd_cedar(
             QMGMT_WRITE_CMD, "QMGMT_WRITE_CMD", "WRITE", _qmgmt(service, domain, read_only=False)
         ),
         Command(RESCHEDULE, "RESCHEDULE", "WRITE", _reschedule(reschedule), payload=False),
+        *file_commands(service),
     )
     return CedarService("schedd", commands, security)

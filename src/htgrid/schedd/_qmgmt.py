@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -30,9 +31,11 @@ from htgrid.errors import HTGridError
 from htgrid.net import CedarError, Jobs
 from htgrid.net.cedar import CedarCall, Reader, split_lines
 from htgrid.queue import JobId
+from htgrid.schedd._cedar_files import NO_FILE_TRANSFER
 from htgrid.schedd._qmgmt_factory import ITEMS_NAME, Factory, FactoryRefused, materialize
 from htgrid.schedd._qmgmt_read import QmgmtReads
 from htgrid.schedd._service import QueueService
+from htgrid.schedd._submit import spooling
 
 __all__ = ["QmgmtSession"]
 
@@ -64,6 +67,10 @@ _MAX_ITEMS: Final = 64 << 20  # bytes of item rows one factory may send
 
 
 _Reply = tuple[int, int] | None  # (rval, errno), or None: no answer (NoAck)
+
+
+def _proc_get(proc: ClassAd, cluster: ClassAd, name: str) -> object:
+    return proc[name] if name in proc else cluster.get(name)
 
 
 class _CallFailed(HTGridError):
@@ -355,6 +362,8 @@ class QmgmtSession:
                 ad["Owner"] = user
             if not isinstance(ad.get("User"), str):
                 ad["User"] = f"{ad['Owner']}@{self._domain}"
+            if any(spooling(functools.partial(_proc_get, proc, ad)) for proc in new.procs):
+                raise _CallFailed(f"cluster {cluster}: {NO_FILE_TRANSFER}; nothing was queued")
             if new.factory is None:
                 ids = await self._service.submit(self._identity, cluster, ad, new.procs)
             else:
