@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from htgrid.classad import ClassAd
-from htgrid.schedd._qmgmt_factory import ITEMS_NAME, Factory, FactoryRefused, materialize
+from htgrid.schedd._qmgmt_factory import ITEMS_NAME, Factory, FactoryRefused, materialize, take
 
 # What htcondor2 25.14.1 sent for `arguments = x $(Process) $(item)`, `item in a, b, c`.
 DIGEST = (
@@ -22,7 +22,7 @@ CLUSTER_AD = ClassAd({"Cmd": "/bin/echo", "Iwd": "/tmp", "Args": "x 0 a", "Out":
 
 
 def _procs(digest: str, items: bytes | None = b"a\nb\nc\n") -> list[ClassAd]:
-    return materialize(7, CLUSTER_AD, Factory(2, digest, items), owner="alice", qdate=1)
+    return list(materialize(7, CLUSTER_AD, Factory(2, digest, items), owner="alice", qdate=1))
 
 
 def test_each_later_proc_gets_what_it_has_of_its_own() -> None:
@@ -64,3 +64,11 @@ def test_a_digest_may_not_reach_the_schedds_files_or_commands(digest: str, why: 
 def test_items_named_but_not_sent() -> None:
     with pytest.raises(FactoryRefused, match="not sent"):
         _procs(DIGEST, None)
+
+
+def test_a_large_factory_is_made_a_batch_at_a_time() -> None:
+    procs = materialize(
+        7, CLUSTER_AD, Factory(10, "arguments=$(Process)\nQueue 100000\n"), owner="a", qdate=1
+    )
+    assert len(take(procs, 1000)) == 1000
+    assert take(procs, 1)[0]["Args"] == "1000"

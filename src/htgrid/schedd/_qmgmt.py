@@ -32,7 +32,13 @@ from htgrid.net import CedarError, Jobs
 from htgrid.net.cedar import CedarCall, Reader, split_lines
 from htgrid.queue import JobId
 from htgrid.schedd._cedar_files import NO_FILE_TRANSFER
-from htgrid.schedd._qmgmt_factory import ITEMS_NAME, Factory, FactoryRefused, materialize
+from htgrid.schedd._qmgmt_factory import (
+    ITEMS_NAME,
+    Factory,
+    FactoryRefused,
+    materialize,
+    take,
+)
 from htgrid.schedd._qmgmt_read import QmgmtReads
 from htgrid.schedd._service import QueueService
 from htgrid.schedd._submit import spooling
@@ -63,6 +69,7 @@ _ID_ATTRS: Final = frozenset({"clusterid", "procid"})  # the queue numbers jobs 
 # Late materialization as HTCondor's schedd offers it (version 2: a digest with item rows).
 _CAPABILITIES: Final = {"LateMaterialize": True, "LateMaterializeVersion": 2}
 _READ_ONLY: Final = "this connection is read-only (QMGMT_READ_CMD): nothing is changed"
+_FACTORY_BATCH: Final = 1000  # procs made from a digest at a time
 _MAX_ITEMS: Final = 64 << 20  # bytes of item rows one factory may send
 
 
@@ -341,15 +348,18 @@ class QmgmtSession:
                 owner=str(ad["Owner"]),
                 qdate=qdate if isinstance(qdate, int) else int(time.time()),
             )
+
+            async def batches() -> AsyncIterator[list[ClassAd]]:
+                # Built a batch at a time off the loop: a factory of a million jobs
+                # never stands whole in memory.
+                while batch := await asyncio.to_thread(take, procs, _FACTORY_BATCH):
+                    yield batch
+
+            count = await self._service.submit_stream(
+                self._identity, cluster, ad, batches(), factory=True
+            )
         except FactoryRefused as exc:
             raise _CallFailed(str(exc)) from None
-
-        async def one_batch() -> AsyncIterator[list[ClassAd]]:
-            yield procs
-
-        count = await self._service.submit_stream(
-            self._identity, cluster, ad, one_batch(), factory=True
-        )
         return [JobId(cluster, proc) for proc in range(count)]
 
     async def _apply(self) -> None:

@@ -17,15 +17,17 @@ items only from the file it spooled them to.
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
 from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
-from htgrid.submit import SubmitDescription
+from htgrid.submit import ProcAd, SubmitDescription
 
-__all__ = ["ITEMS_NAME", "Factory", "FactoryRefused", "materialize"]
+__all__ = ["ITEMS_NAME", "Factory", "FactoryRefused", "materialize", "take"]
 
 #: The name a digest's Queue statement reads its rows `from` (what SendMaterializeData
 #: answers; HTCondor answers the file it spooled them to).
@@ -52,21 +54,39 @@ class Factory:
 
 def materialize(
     cluster: int, cluster_ad: ClassAd, factory: Factory, *, owner: str, qdate: int
-) -> list[ClassAd]:
-    """The procs `factory` makes: proc 0's an empty ad (the cluster ad is proc 0's),
-    each later one's the attributes it has of its own. FactoryRefused, naming the line,
-    for a digest that includes a file, runs a command or reads other items."""
+) -> Iterator[ClassAd]:
+    """The procs `factory` makes, built as they are taken (a factory is often large):
+    proc 0's an empty ad (the cluster ad is proc 0's), each later one's the attributes
+    it has of its own. FactoryRefused, naming the line, for a digest that includes a
+    file, runs a command or reads other items, or does not make jobs."""
     text = _submit_text(cluster, cluster_ad, factory)
     iwd = cluster_ad.get("Iwd")
     cwd = iwd if isinstance(iwd, str) and iwd.startswith("/") else "/"
+    what = f"the submit digest of cluster {cluster}"
     try:
         desc = SubmitDescription.from_text(text, f"<digest of cluster {cluster}>", cwd=cwd, env={})
         procs = desc.procs(
             cluster, owner=owner, qdate=qdate, submit_dir=cwd, env={}, check_files=False
         )
-        return [ClassAd() if p.proc_id == 0 else ClassAd(dict(p.own)) for p in procs]
     except HTGridError as exc:
-        raise FactoryRefused(f"the submit digest of cluster {cluster}: {exc}") from None
+        raise FactoryRefused(f"{what}: {exc}") from None
+    return _own_attributes(iter(procs), what)
+
+
+def _own_attributes(procs: Iterator[ProcAd], what: str) -> Iterator[ClassAd]:
+    while True:
+        try:
+            proc = next(procs)
+        except StopIteration:
+            return
+        except HTGridError as exc:
+            raise FactoryRefused(f"{what}: {exc}") from None
+        yield ClassAd() if proc.proc_id == 0 else ClassAd(dict(proc.own))
+
+
+def take(procs: Iterator[ClassAd], count: int) -> list[ClassAd]:
+    """The next `count` procs (fewer at the end)."""
+    return list(itertools.islice(procs, count))
 
 
 def _submit_text(cluster: int, cluster_ad: ClassAd, factory: Factory) -> str:
