@@ -344,10 +344,13 @@ def test_a_read_only_queue_connection_reads_and_changes_nothing(
         r = call(10009, cluster, 0, "NoSuchAttribute")
         assert r.int() == -1
         procs = []
-        for start in (1, 0, 0):  # GetNextJobByConstraint
+        for start in (1, 0, 0, 0):  # GetNextJobByConstraint
             r = call(10020, start, f"ClusterId == {cluster}")
             procs.append(ad_of(r)["ProcId"] if r.int() == 0 else None)
-        assert procs == [0, 1, None]
+        assert procs == [0, 1, None, None]
+        r = call(10013, 1)  # GetNextJob: the whole queue's first
+        assert r.int() == 0
+        assert "ProcId" in ad_of(r)
         r = call(10026, f"ClusterId == {cluster}", "ProcId")  # GetAllJobsByConstraint
         listed = []
         while r.int() == 0:

@@ -76,6 +76,7 @@ class QmgmtReads:
         self._identity = call.principal.identity()
         self._scan: AsyncIterator[list[ClassAd]] | None = None
         self._scanned: list[ClassAd] = []
+        self._scanning = False  # a scan was started (it may have ended)
 
     def handlers(self) -> Mapping[int, Callable[[Reader], Awaitable[None]]]:
         return {
@@ -118,7 +119,8 @@ class QmgmtReads:
         start = r.int("the scan's start")
         constraint = r.text("the constraint") if r.remaining else ""
         r.done("GetNextJob")
-        if start or self._scan is None:
+        if start or not self._scanning:
+            self._scanning = True  # until the next start: an ended scan stays ended
             self._scan = self._service.query_pages(
                 self._identity, constraint or None, None, None
             ).__aiter__()
