@@ -27,6 +27,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
+from htgrid.classad import quote
 from htgrid.errors import HTGridError
 from htgrid.net import CedarError
 from htgrid.net.cedar import CedarCall, Command, literal_lines, split_lines
@@ -99,17 +100,19 @@ def _retrieve(service: QueueService, with_perms: bool) -> Callable[[CedarCall], 
         constraint = r.text("the constraint")
         r.done("the transfer request")
         identity = call.principal.identity()
+        mine = f"({constraint or 'true'})"
+        if not identity.admin:  # the caller's own jobs only, as condor_transfer_data
+            mine += f" && Owner == {quote(identity.name)}"
         try:
-            ads = await service.query(identity, constraint or None, None, None)
+            ads = await service.query(identity, mine, None, 1)  # the first is all it needs
         except HTGridError as exc:
             _log.info("CEDAR retrieve from %s: %s", call.peer, exc)
             ads = []
-        ads = [ad for ad in ads if identity.may_act_on(str(ad.get("Owner")))]
         _log.info(
-            "CEDAR client %s (%s) asked for the files of %d job(s): refused (%s)",
+            "CEDAR client %s (%s) asked for the files of the jobs of %s: refused (%s)",
             call.peer,
             call.principal.name,
-            len(ads),
+            constraint,
             "no file transfer over CEDAR",
         )
         await call.send(call.writer().int(min(len(ads), 1)))
