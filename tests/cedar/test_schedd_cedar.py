@@ -306,7 +306,9 @@ def test_max_idle_keeps_the_rest_in_the_factory(
     schedd.act(htcondor2.JobAction.Remove, [f"{cluster}.0"])
     ads = wait_for(lambda: schedd.query(f"ClusterId == {cluster} && JobStatus == 1", ["Which"]))
     assert [ad["Which"] for ad in ads] == ["1"]
+    # A constraint that matches the cluster removes its factory too: no job is made after.
     schedd.act(htcondor2.JobAction.Remove, f"ClusterId == {cluster}")
+    assert schedd.query(f"ClusterId == {cluster} && JobStatus != 3", ["ProcId"]) == []
 
 
 def test_a_read_only_queue_connection_reads_and_changes_nothing(

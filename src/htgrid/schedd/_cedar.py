@@ -236,6 +236,19 @@ async def _act_counts(
     return counts, total, False
 
 
+async def _factories(service: QueueService, call: CedarCall, jobs: Jobs) -> list[int]:
+    """The late materialization factories a constraint acts on with their jobs: those
+    whose cluster ad it matches (`ClusterId == 12` removes cluster 12's factory, so that
+    it makes no more jobs), as HTCondor's schedd does."""
+    if jobs.constraint is None:
+        return []
+    try:
+        return await service.factories_matching(call.principal.identity(), jobs.constraint)
+    except HTGridError as exc:
+        _log.info("CEDAR act from %s: no factory acted on: %s", call.peer, exc)
+        return []
+
+
 def _act(service: QueueService) -> Callable[[CedarCall], Awaitable[None]]:
     """As HTCondor's schedd: the action is tried, its counts answered, and it is done only
     once the client says it is still there (a client gone before that changes nothing)."""
@@ -261,8 +274,11 @@ def _act(service: QueueService) -> Callable[[CedarCall], Awaitable[None]]:
         if answer != 1:
             _log.info("CEDAR act from %s: the client called it off (%d)", call.peer, answer)
             return
+        identity = call.principal.identity()
         try:
-            await service.act(call.principal.identity(), act.action, act.jobs, act.reason)
+            for cluster in await _factories(service, call, act.jobs):
+                await service.act(identity, act.action, Jobs.in_cluster(cluster), act.reason)
+            await service.act(identity, act.action, act.jobs, act.reason)
         except HTGridError as exc:  # the queue changed since the trial
             _log.info("CEDAR act from %s: %s", call.peer, exc)
             await call.send(call.writer().int(0))
