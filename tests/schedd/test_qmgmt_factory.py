@@ -72,3 +72,11 @@ def test_a_large_factory_is_made_a_batch_at_a_time() -> None:
     )
     assert len(take(procs, 1000)) == 1000
     assert take(procs, 1)[0]["Args"] == "1000"
+
+
+def test_a_multi_line_value_is_taken_whole() -> None:
+    """`key @=end ... @end`, as the client sends a value with newlines: its lines are the
+    value's, even one that reads like a Queue statement."""
+    digest = "note @=end\nA=$(Process)\nqueue 99\n@end\narguments=$(Process) $(note)\nQueue 2\n"
+    procs = _procs(digest, None)
+    assert [p.get("Args") for p in procs] == [None, "1 A=1 queue 99"]

@@ -36,7 +36,7 @@ _QUEUE: Final = re.compile(r"\s*queue\b(?P<args>.*)", re.IGNORECASE | re.DOTALL)
 _FROM: Final = re.compile(r"\s+from\s+(?P<source>\S.*?)\s*$", re.IGNORECASE)
 _MATCHING: Final = re.compile(r"\bmatching\b", re.IGNORECASE)
 _INCLUDE: Final = re.compile(r"\s*include\b", re.IGNORECASE)
-_BLOCK: Final = re.compile(r"[^=]*@=\s*(?P<tag>\S+)\s*$")  # key @=end ... end
+_BLOCK: Final = re.compile(r"[^=]*@=\s*(?P<tag>\S+)\s*$")  # key @=end ... @end
 
 
 class FactoryRefused(HTGridError):
@@ -98,7 +98,7 @@ def _submit_text(cluster: int, cluster_ad: ClassAd, factory: Factory) -> str:
     for number, line in enumerate(lines, 1):
         if block is not None:  # a multi-line value: taken as it is
             out.append(line)
-            if line.strip() == block:
+            if line.strip() == "@" + block:  # key @=tag ... @tag
                 block = None
             continue
         where = f"the submit digest of cluster {cluster}, line {number} ({line.strip()[:80]!r})"
