@@ -113,6 +113,7 @@ HTGridError
         HookFailed  (htgrid.router)
     Evicted  (htgrid.schedd)
         Unreachable  (htgrid.schedd)
+    FactoryRefused  (htgrid.schedd)
     GaveUp  (htgrid.schedd)
     StartdError  (htgrid.startd)
         CallerRefused  (htgrid.startd)

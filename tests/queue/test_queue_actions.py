@@ -73,6 +73,26 @@ def test_hold_writes_what_the_schedd_writes(q: JobQueue, clock: Clock) -> None:
     assert "NumSystemHolds" not in ad  # a user hold is not a system hold
 
 
+def test_a_trial_says_what_an_action_would_do_and_changes_nothing(q: JobQueue) -> None:
+    """ACT_ON_JOBS answers before the client's go-ahead: a trial gives the same jobs and
+    the same refusals as the action, and leaves the queue (and its feed) untouched."""
+    q.submit(ALICE, job(), 2)
+    q.submit(BOB, job())
+    before = (q.last_seq, [q.get(f"1.{p}") for p in (0, 1)])
+    held = q.act(JobAction.Hold, "JobStatus == 1", ALICE, trial=True)
+    assert held == [JobId(1, 0), JobId(1, 1)]
+    removed = q.act(JobAction.Remove, 1, ALICE, trial=True)
+    assert removed == [JobId(1, 0), JobId(1, 1)]
+    with pytest.raises(NotAuthorized, match="bob"):
+        q.act(JobAction.Hold, ["1.0", "2.0"], ALICE, trial=True)
+    with pytest.raises(InvalidTransition):
+        q.act(JobAction.Release, "1.0", ALICE, trial=True)
+    after = (q.last_seq, [q.get(f"1.{p}") for p in (0, 1)])
+    assert [dict(ad) for ad in after[1]] == [dict(ad) for ad in before[1]]
+    assert after[0] == before[0]
+    assert q.act(JobAction.Hold, "JobStatus == 1", ALICE) == held
+
+
 def test_system_hold_counts_in_num_system_holds(q: JobQueue) -> None:
     q.submit(ALICE, job(NumSystemHolds=0))
     q.act(

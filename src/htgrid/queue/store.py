@@ -224,6 +224,7 @@ class JobQueue(QueueReads):
         *,
         code: HoldReasonCode | int = HoldReasonCode.UserRequest,
         subcode: int = 0,
+        trial: bool = False,
     ) -> list[JobId]:
         """Hold, release or remove jobs as `identity`; the jobs acted on.
 
@@ -231,7 +232,24 @@ class JobQueue(QueueReads):
         administrator) and be in a status the action applies to, or nothing is done. A
         constraint acts on the matching jobs the identity may act on, in a status the
         action applies to, as condor_hold/condor_release/condor_rm -constraint do.
+        A `trial` does all that and rolls it back: the jobs it would act on (and the
+        same errors), nothing changed.
         """
+        try:
+            return self._act(action, jobs, identity, reason, code, subcode, trial)
+        except _TrialDone as done:
+            return done.jobs
+
+    def _act(
+        self,
+        action: JobAction,
+        jobs: JobSpec,
+        identity: Identity,
+        reason: str | None,
+        code: HoldReasonCode | int,
+        subcode: int,
+        trial: bool,
+    ) -> list[JobId]:
         verb, tool = _VERBS[action]
         code = HoldReasonCode(code)  # ValueError for a code HTCondor does not define
         text = reason if reason is not None else f"via {tool} (by user {identity.name})"
@@ -250,6 +268,8 @@ class JobQueue(QueueReads):
             for edit in targets:
                 self._apply(txn, edit, action, text, code, subcode)
                 done.append(edit.job_id)
+            if trial:
+                raise _TrialDone(done)  # rolls the transaction back
         return done
 
     def _apply(
@@ -513,6 +533,14 @@ class JobQueue(QueueReads):
             self._check_open()
             with self._store.writing(int(self._clock()) if now is None else now) as txn:
                 yield txn
+
+
+class _TrialDone(Exception):
+    """Ends a trial's transaction (rolled back), carrying what it would have done."""
+
+    def __init__(self, jobs: list[JobId]) -> None:
+        super().__init__("trial")
+        self.jobs = jobs
 
 
 def _exit_decision(edit: JobEdit, now: int) -> PolicyDecision:

@@ -5,12 +5,17 @@
   `Owner = 0` (and the summary counts). READ.
 - QUERY_SCHEDD_HISTORY (`history`): Requirements, Projection (a list), NumJobMatches; all
   ads and the closing ad (`Owner = 0`, `NumJobMatches` = how many) in one message. READ.
-- ACT_ON_JOBS (`act`): ActionIds or ActionConstraint and JobAction; answered with the
-  counts `htcondor2` reads (result_total_0..6, TotalJobAds, ActionResult), then the
-  client's go-ahead and an `int 1`. WRITE; the queue checks who owns what, as over HTTPS.
-- QMGMT_WRITE_CMD (`submit`, `edit`): the queue-management calls (`_qmgmt`).
+- ACT_ON_JOBS (`act`): ActionIds or ActionConstraint and JobAction; the action is tried
+  (rolled back) and answered with the counts `htcondor2` reads (result_total_0..6,
+  TotalJobAds, ActionResult); it is done only on the client's go-ahead, then an `int 1`.
+  WRITE; the queue checks who owns what, as over HTTPS.
+- QMGMT_WRITE_CMD (`submit`, `edit`): the queue-management calls (`_qmgmt`). WRITE.
+- QMGMT_READ_CMD: the same connection, read-only (`_qmgmt_read`'s calls; the others
+  refused). READ.
 - QUERY_SCHEDD_ADS (`Collector.directQuery` of the schedd): its own ad. READ.
 - RESCHEDULE: a negotiation cycle soon. WRITE.
+- SPOOL_JOB_FILES*, TRANSFER_DATA* (`spool`, `retrieve`): refused, saying why, where
+  the file transfer protocol carries a reason (`_cedar_files`).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from htgrid.classad import ClassAd, ExprTree
@@ -33,6 +39,7 @@ from htgrid.net.cedar import (
     split_lines,
 )
 from htgrid.queue import JobAction, JobId, JobNotFound, NotAuthorized
+from htgrid.schedd._cedar_files import file_commands
 from htgrid.schedd._qmgmt import QmgmtSession
 from htgrid.schedd._service import QueueService
 
@@ -45,6 +52,7 @@ ACT_ON_JOBS: Final = 478
 QUERY_SCHEDD_HISTORY: Final = 515
 QUERY_JOB_ADS: Final = 516
 QUERY_JOB_ADS_WITH_AUTH: Final = 519
+QMGMT_READ_CMD: Final = 1111
 QMGMT_WRITE_CMD: Final = 1112
 QUERY_SCHEDD_ADS: Final = 6
 
@@ -73,6 +81,7 @@ _STATUS_NAMES: Final = {
 }
 # result_total_<n>: error, success, not found, bad status, already done, permission denied
 _ERROR, _SUCCESS, _NOT_FOUND, _BAD_STATUS, _DENIED = 0, 1, 2, 3, 5
+_GO_AHEAD_TIMEOUT: Final = 10.0  # seconds, as HTCondor's schedd waits for it
 
 
 def _text_of(query: ClassAd, name: str) -> str | None:
@@ -163,71 +172,127 @@ def _history(service: QueueService) -> Callable[[CedarCall], Awaitable[None]]:
     return handle
 
 
+@dataclass(frozen=True, slots=True)
+class _ActRequest:
+    """What an ACT_ON_JOBS request asks: the action (None: one htgrid does not do), the
+    jobs, how many it names (0 for a constraint), the reason given."""
+
+    number: object
+    action: JobAction | None
+    jobs: Jobs | None  # None: an empty list of ids
+    named: int
+    reason: str | None
+
+
+def _act_request(request: ClassAd) -> _ActRequest:
+    number = request.get("JobAction")
+    action = _ACTIONS.get(number) if isinstance(number, int) else None
+    ids_text = request.get("ActionIds")
+    jobs: Jobs | None
+    if isinstance(ids_text, str):
+        try:
+            ids = [JobId.parse(i.strip()) for i in ids_text.split(",") if i.strip()]
+        except (HTGridError, ValueError):
+            ids = []
+        jobs, named = (Jobs.of(tuple(ids)) if ids else None), len(ids)
+    else:
+        jobs, named = Jobs.matching(_text_of(request, "ActionConstraint") or "true"), 0
+    reason_attr = _REASONS.get(action) if action is not None else None
+    reason = request.get(reason_attr) if reason_attr else None
+    return _ActRequest(number, action, jobs, named, reason if isinstance(reason, str) else None)
+
+
+async def _act_counts(
+    service: QueueService, call: CedarCall, act: _ActRequest
+) -> tuple[dict[int, int], int, bool]:
+    """A trial of the action: its counts by result, the jobs' total, whether it may go on."""
+    counts = dict.fromkeys(range(7), 0)
+    total = act.named
+    if act.action is None:
+        _log.warning(
+            "CEDAR act from %s: JobAction %r is not one htgrid does", call.peer, act.number
+        )
+        counts[_ERROR] = total
+        return counts, total, False
+    if act.jobs is None:
+        return counts, total, False
+    try:
+        done = await service.act(
+            call.principal.identity(), act.action, act.jobs, act.reason, trial=True
+        )
+    except JobNotFound as exc:
+        counts[_NOT_FOUND] = max(total, 1)
+        _log.info("CEDAR act from %s: %s", call.peer, exc)
+    except NotAuthorized as exc:
+        counts[_DENIED] = max(total, 1)
+        _log.info("CEDAR act from %s: %s", call.peer, exc)
+    except HTGridError as exc:
+        counts[_BAD_STATUS] = max(total, 1)
+        _log.info("CEDAR act from %s: %s", call.peer, exc)
+    else:
+        counts[_SUCCESS] = len(done)
+        counts[_BAD_STATUS] = max(0, total - len(done))
+        return counts, max(total, len(done)), True
+    return counts, total, False
+
+
+async def _factories(service: QueueService, call: CedarCall, jobs: Jobs) -> list[int]:
+    """The late materialization factories a constraint acts on with their jobs: those
+    whose cluster ad it matches (`ClusterId == 12` removes cluster 12's factory, so that
+    it makes no more jobs), as HTCondor's schedd does."""
+    if jobs.constraint is None:
+        return []
+    try:
+        return await service.factories_matching(call.principal.identity(), jobs.constraint)
+    except HTGridError as exc:
+        _log.info("CEDAR act from %s: no factory acted on: %s", call.peer, exc)
+        return []
+
+
 def _act(service: QueueService) -> Callable[[CedarCall], Awaitable[None]]:
+    """As HTCondor's schedd: the action is tried, its counts answered, and it is done only
+    once the client says it is still there (a client gone before that changes nothing)."""
+
     async def handle(call: CedarCall) -> None:
-        request = await _read_ad(call, "the action request")
-        number = request.get("JobAction")
-        action = _ACTIONS.get(number) if isinstance(number, int) else None
-        ids_text = request.get("ActionIds")
-        counts = dict.fromkeys(range(7), 0)
-        if isinstance(ids_text, str) and ids_text.strip():
-            try:
-                ids = [JobId.parse(i.strip()) for i in ids_text.split(",") if i.strip()]
-            except (HTGridError, ValueError):
-                ids = []
-            jobs = Jobs.of(tuple(ids))
-            total = len(ids)
-        else:
-            constraint = _text_of(request, "ActionConstraint") or "true"
-            jobs = Jobs.matching(constraint)
-            total = 0
-        reason_attr = _REASONS.get(action) if action is not None else None
-        reason = request.get(reason_attr) if reason_attr else None
-        ok = False
-        if action is None:
-            _log.warning(
-                "CEDAR act from %s: JobAction %r is not one htgrid does", call.peer, number
-            )
-            counts[_ERROR] = total
-        elif isinstance(ids_text, str) and not ids_text.strip():
-            counts[_ERROR] = 0
-        else:
-            try:
-                done = await service.act(
-                    call.principal.identity(),
-                    action,
-                    jobs,
-                    reason if isinstance(reason, str) else None,
-                )
-            except JobNotFound as exc:
-                counts[_NOT_FOUND] = max(total, 1)
-                _log.info("CEDAR act from %s: %s", call.peer, exc)
-            except NotAuthorized as exc:
-                counts[_DENIED] = max(total, 1)
-                _log.info("CEDAR act from %s: %s", call.peer, exc)
-            except HTGridError as exc:
-                counts[_BAD_STATUS] = max(total, 1)
-                _log.info("CEDAR act from %s: %s", call.peer, exc)
-            else:
-                counts[_SUCCESS] = len(done)
-                counts[_BAD_STATUS] = max(0, total - len(done))
-                ok = True
-                total = max(total, len(done))
+        act = _act_request(await _read_ad(call, "the action request"))
+        counts, total, ok = await _act_counts(service, call, act)
         result = {f"result_total_{n}": c for n, c in counts.items()}
         result.update(TotalJobAds=total, ActionResult=1 if ok else 0, ActionResultType=2)
         await call.send_ad(result)
-        if ok:
-            r = await call.receive()
-            r.int("the client's go-ahead")
+        if not ok or act.action is None or act.jobs is None:
+            return
+        try:
+            r = await call.receive(_GO_AHEAD_TIMEOUT)
+            answer = r.int("the client's go-ahead")
             r.done("the go-ahead")
-            await call.send(call.writer().int(1))
+        except BaseException:
+            _log.info(
+                "CEDAR act from %s: no go-ahead from the client; its jobs are left as they were",
+                call.peer,
+            )
+            raise
+        if answer != 1:
+            _log.info("CEDAR act from %s: the client called it off (%d)", call.peer, answer)
+            return
+        identity = call.principal.identity()
+        try:
+            for cluster in await _factories(service, call, act.jobs):
+                await service.act(identity, act.action, Jobs.in_cluster(cluster), act.reason)
+            await service.act(identity, act.action, act.jobs, act.reason)
+        except HTGridError as exc:  # the queue changed since the trial
+            _log.info("CEDAR act from %s: %s", call.peer, exc)
+            await call.send(call.writer().int(0))
+            return
+        await call.send(call.writer().int(1))
 
     return handle
 
 
-def _qmgmt(service: QueueService, domain: str) -> Callable[[CedarCall], Awaitable[None]]:
+def _qmgmt(
+    service: QueueService, domain: str, *, read_only: bool
+) -> Callable[[CedarCall], Awaitable[None]]:
     async def handle(call: CedarCall) -> None:
-        await QmgmtSession(service, call, domain).run()
+        await QmgmtSession(service, call, domain, read_only=read_only).run()
 
     return handle
 
@@ -270,7 +335,11 @@ def schedd_cedar(
         Command(QUERY_SCHEDD_HISTORY, "QUERY_SCHEDD_HISTORY", "READ", _history(service)),
         Command(QUERY_SCHEDD_ADS, "QUERY_SCHEDD_ADS", "READ", _own_ad(own_ad)),
         Command(ACT_ON_JOBS, "ACT_ON_JOBS", "WRITE", _act(service)),
-        Command(QMGMT_WRITE_CMD, "QMGMT_WRITE_CMD", "WRITE", _qmgmt(service, domain)),
+        Command(QMGMT_READ_CMD, "QMGMT_READ_CMD", "READ", _qmgmt(service, domain, read_only=True)),
+        Command(
+            QMGMT_WRITE_CMD, "QMGMT_WRITE_CMD", "WRITE", _qmgmt(service, domain, read_only=False)
+        ),
         Command(RESCHEDULE, "RESCHEDULE", "WRITE", _reschedule(reschedule), payload=False),
+        *file_commands(service),
     )
     return CedarService("schedd", commands, security)

@@ -10,14 +10,19 @@ CommitTransaction: the cluster submitted through the queue's service (the same c
 as any submit: the owner is the authenticated user, unless an administrator names
 another), the edits through its edit (which checks ownership and protected
 attributes). An error of a call sent with NoAck (flag 2) is reported at the commit, as
-the schedd's error stack does; nothing of a transaction that fails is kept.
+the schedd's error stack does; nothing of a transaction that fails is kept. A cluster
+submitted for late materialization (SetJobFactory, SendMaterializeData) has no procs:
+they are made from its digest at the commit (`_qmgmt_factory`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
+import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -26,7 +31,17 @@ from htgrid.errors import HTGridError
 from htgrid.net import CedarError, Jobs
 from htgrid.net.cedar import CedarCall, Reader, split_lines
 from htgrid.queue import JobId
+from htgrid.schedd._cedar_files import NO_FILE_TRANSFER
+from htgrid.schedd._qmgmt_factory import (
+    ITEMS_NAME,
+    Factory,
+    FactoryRefused,
+    materialize,
+    take,
+)
+from htgrid.schedd._qmgmt_read import QmgmtReads
 from htgrid.schedd._service import QueueService
+from htgrid.schedd._submit import spooling
 
 __all__ = ["QmgmtSession"]
 
@@ -47,11 +62,22 @@ SET_EFFECTIVE_OWNER: Final = 10030
 COMMIT: Final = 10031
 SET_BY_CONSTRAINT2: Final = 10032
 GET_CAPABILITIES: Final = 10036
+SET_JOB_FACTORY: Final = 10037
+SEND_MATERIALIZE_DATA: Final = 10039
 NO_ACK: Final = 2  # SetAttribute_NoAck
 _ID_ATTRS: Final = frozenset({"clusterid", "procid"})  # the queue numbers jobs itself
+# Late materialization as HTCondor's schedd offers it (version 2: a digest with item rows).
+_CAPABILITIES: Final = {"LateMaterialize": True, "LateMaterializeVersion": 2}
+_READ_ONLY: Final = "this connection is read-only (QMGMT_READ_CMD): nothing is changed"
+_FACTORY_BATCH: Final = 1000  # procs made from a digest at a time
+_MAX_ITEMS: Final = 64 << 20  # bytes of item rows one factory may send
 
 
 _Reply = tuple[int, int] | None  # (rval, errno), or None: no answer (NoAck)
+
+
+def _proc_get(proc: ClassAd, cluster: ClassAd, name: str) -> object:
+    return proc[name] if name in proc else cluster.get(name)
 
 
 class _CallFailed(HTGridError):
@@ -66,16 +92,24 @@ class _CallFailed(HTGridError):
 class _NewCluster:
     ad: ClassAd = field(default_factory=ClassAd)
     procs: list[ClassAd] = field(default_factory=list)
+    factory: Factory | None = None  # late materialization: the procs come from it
+    items: bytes | None = None  # its rows (SendMaterializeData), sent before it
 
 
 class QmgmtSession:
     """One QMGMT connection: its calls, its transaction."""
 
-    def __init__(self, service: QueueService, call: CedarCall, domain: str) -> None:
+    def __init__(
+        self, service: QueueService, call: CedarCall, domain: str, *, read_only: bool = False
+    ) -> None:
+        """`read_only` (QMGMT_READ_CMD): the calls that would change the queue are
+        refused (EACCES), as HTCondor's schedd refuses them on such a connection."""
         self._service = service
         self._call = call
         self._identity = call.principal.identity()
         self._domain = domain
+        self._read_only = read_only
+        self._reads = QmgmtReads(service, call).handlers()
         self._clusters: dict[int, _NewCluster] = {}
         self._edits: dict[JobId, dict[str, str]] = {}
         self._constraint_edits: list[tuple[str, str, str]] = []
@@ -92,6 +126,7 @@ class QmgmtSession:
             SET_EFFECTIVE_OWNER: self._effective_owner,
             DESTROY_CLUSTER: self._destroy,
             DESTROY_PROC: self._destroy,
+            SET_JOB_FACTORY: self._set_job_factory,
         }
 
     async def run(self) -> None:
@@ -104,7 +139,10 @@ class QmgmtSession:
             if number == GET_CAPABILITIES:
                 r.int("the capabilities' mask")
                 r.done("GetCapabilities")
-                await self._call.send_ad({"LateMaterialize": False, "LateMaterializeVersion": 0})
+                await self._call.send_ad(_CAPABILITIES)
+                continue
+            if number == SEND_MATERIALIZE_DATA:
+                await self._materialize_data(r)
                 continue
             if number in (COMMIT, COMMIT_NO_FLAGS):
                 if number == COMMIT:
@@ -112,11 +150,17 @@ class QmgmtSession:
                 r.done("CommitTransaction")
                 await self._commit()
                 continue
+            read = self._reads.get(number)
+            if read is not None:
+                await read(r)
+                continue
             handler = self._handlers.get(number)
             if handler is None:
                 raise CedarError(
-                    f"QMGMT call {number} is not one htgrid answers (it answers submit and "
-                    "edit: NewCluster, NewProc, SetAttribute*, CommitTransaction)"
+                    f"QMGMT call {number} is not one htgrid answers (it answers submit, "
+                    "edit and reads: NewCluster, NewProc, SetAttribute*, SetJobFactory, "
+                    "CommitTransaction, GetJobAd, GetNextJob*, GetAllJobsByConstraint, "
+                    "GetAttribute*)"
                 )
             reply = await handler(r)
             if reply is not None:
@@ -132,6 +176,8 @@ class QmgmtSession:
 
     async def _new_cluster(self, r: Reader) -> _Reply:
         r.done("NewCluster")
+        if self._read_only:
+            return -1, errno.EACCES
         cluster = await self._service.reserve_cluster(self._identity)
         self._clusters[cluster] = _NewCluster()
         return cluster, 0
@@ -162,6 +208,8 @@ class QmgmtSession:
         return None if flags & NO_ACK else (0, 0)
 
     def _set(self, cluster: int, proc: int, name: str, value: str) -> None:
+        if self._read_only:
+            raise _CallFailed(f"{name} of {cluster}.{proc}: {_READ_ONLY}", errno.EACCES)
         if not name or not name.replace("_", "a").isalnum():
             raise _CallFailed(f"{name!r} is not an attribute name")
         try:
@@ -188,6 +236,9 @@ class QmgmtSession:
         if r.remaining:
             r.char("the flags")
         r.done("SetAttributeByConstraint")
+        if self._read_only:
+            self._deferred = self._deferred or _CallFailed(_READ_ONLY, errno.EACCES)
+            return -1, errno.EACCES
         try:
             ExprTree(value)
             ads = await self._service.query(self._identity, constraint, ["Owner"], None)
@@ -199,6 +250,38 @@ class QmgmtSession:
             return -1, errno.ENOENT
         self._constraint_edits.append((constraint, name, value))
         return len(mine), 0
+
+    async def _set_job_factory(self, r: Reader) -> _Reply:
+        cluster = r.int("SetJobFactory's cluster")
+        limit = r.int("SetJobFactory's count")
+        r.string("SetJobFactory's file name")  # HTCondor's tools send the text itself
+        digest = r.text("SetJobFactory's digest")
+        r.done("SetJobFactory")
+        new = self._clusters.get(cluster)
+        if new is None or new.procs:
+            return -1, errno.EPERM  # only while its cluster is being submitted, procless
+        if limit < 1 or not digest.strip():
+            return -1, errno.EINVAL
+        new.factory = Factory(limit, digest, new.items)
+        return 0, 0
+
+    async def _materialize_data(self, r: Reader) -> None:
+        """SendMaterializeData: the factory's item rows, answered with the name its
+        Queue statement then reads them from and how many there are."""
+        cluster = r.int("SendMaterializeData's cluster")
+        r.int("SendMaterializeData's flags")
+        rows = r.raw(r.remaining, "the item rows")
+        new = self._clusters.get(cluster)
+        if new is None:
+            # HTCondor's schedd drops the connection here: nothing of it is kept.
+            raise CedarError(f"SendMaterializeData for cluster {cluster}, not being submitted")
+        if len(rows) > _MAX_ITEMS:
+            raise CedarError(f"{len(rows)} bytes of item rows (at most {_MAX_ITEMS})")
+        new.items = rows
+        if new.factory is not None:
+            new.factory.items = rows
+        count = rows.count(b"\n") + (0 if not rows or rows.endswith(b"\n") else 1)
+        await self._call.send(self._call.writer().string(ITEMS_NAME).int(count).int(0))
 
     async def _begin(self, r: Reader) -> _Reply:
         r.done("BeginTransaction")
@@ -253,9 +336,35 @@ class QmgmtSession:
             w.int(-1).int(failure.code).lines(split_lines(reason))
         await self._call.send(w)
 
+    async def _submit_factory(self, cluster: int, ad: ClassAd, factory: Factory) -> list[JobId]:
+        ad["JobMaterializeLimit"] = factory.limit  # as HTCondor's SetJobFactory sets it
+        qdate = ad.get("QDate")
+        try:
+            procs = await asyncio.to_thread(
+                materialize,
+                cluster,
+                ad,
+                factory,
+                owner=str(ad["Owner"]),
+                qdate=qdate if isinstance(qdate, int) else int(time.time()),
+            )
+
+            async def batches() -> AsyncIterator[list[ClassAd]]:
+                # Built a batch at a time off the loop: a factory of a million jobs
+                # never stands whole in memory.
+                while batch := await asyncio.to_thread(take, procs, _FACTORY_BATCH):
+                    yield batch
+
+            count = await self._service.submit_stream(
+                self._identity, cluster, ad, batches(), factory=True
+            )
+        except FactoryRefused as exc:
+            raise _CallFailed(str(exc)) from None
+        return [JobId(cluster, proc) for proc in range(count)]
+
     async def _apply(self) -> None:
         for cluster, new in self._clusters.items():
-            if not new.procs:
+            if not new.procs and new.factory is None:
                 raise _CallFailed(f"cluster {cluster} has no job (NewProc)")
             ad = new.ad
             user = self._identity.name
@@ -263,7 +372,12 @@ class QmgmtSession:
                 ad["Owner"] = user
             if not isinstance(ad.get("User"), str):
                 ad["User"] = f"{ad['Owner']}@{self._domain}"
-            ids = await self._service.submit(self._identity, cluster, ad, new.procs)
+            if any(spooling(functools.partial(_proc_get, proc, ad)) for proc in new.procs):
+                raise _CallFailed(f"cluster {cluster}: {NO_FILE_TRANSFER}; nothing was queued")
+            if new.factory is None:
+                ids = await self._service.submit(self._identity, cluster, ad, new.procs)
+            else:
+                ids = await self._submit_factory(cluster, ad, new.factory)
             _log.info(
                 "CEDAR client %s (%s) submitted %d job(s) of cluster %d",
                 self._call.peer,

@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, Final
 
 from htgrid._privsep import Account, OwnerPolicy, OwnerRefused, as_owner
-from htgrid.classad import ClassAd
+from htgrid.classad import ClassAd, ExprTree
 from htgrid.errors import HTGridError
 from htgrid.net import BadRequest, Jobs, SandboxTooLarge
 from htgrid.net.server import NO_LIMIT, SizeLimit
@@ -302,12 +302,23 @@ class QueueService:
     async def get(self, identity: Identity, job_id: JobId) -> ClassAd:
         return await self._worker.read(lambda q: q.get(job_id), client=True)
 
+    async def cluster_ad(self, identity: Identity, cluster: int) -> ClassAd:
+        """The ad a cluster's jobs share (JobNotFound when the cluster is gone)."""
+        return await self._worker.read(lambda q: q.cluster_ad(cluster), client=True)
+
     async def act(
-        self, identity: Identity, action: JobAction, jobs: Jobs, reason: str | None
+        self,
+        identity: Identity,
+        action: JobAction,
+        jobs: Jobs,
+        reason: str | None,
+        *,
+        trial: bool = False,
     ) -> list[JobId]:
+        """The jobs acted on; with `trial`, those it would act on, nothing changed."""
         spec = jobs.spec(identity)
         return await self._worker.write(
-            lambda q: q.act(action, spec, identity, reason), client=True
+            lambda q: q.act(action, spec, identity, reason, trial=trial), client=True
         )
 
     async def edit(
@@ -604,6 +615,24 @@ class QueueService:
                 f"job {job_id} is owned by {owner}; {identity.name} may not {verb} it"
             )
         return ad
+
+    async def factories_matching(self, identity: Identity, constraint: str) -> list[int]:
+        """The clusters whose factories `identity` may act on and whose cluster ad
+        `constraint` matches (as HTCondor's schedd matches cluster ads by constraint)."""
+
+        def read(q: JobQueue) -> list[int]:
+            test = ExprTree(constraint)
+            found = []
+            for factory in q.factories():
+                if not identity.may_act_on(factory.owner):
+                    continue
+                ad = q.cluster_ad(factory.cluster)
+                ad.update({"ClusterId": factory.cluster, "ProcId": -1})
+                if test.eval(ad) is True:
+                    found.append(factory.cluster)
+            return found
+
+        return await self._worker.read(read, client=True)
 
     async def quarantined(self, identity: Identity) -> list[Quarantined]:
         found = await self._worker.read(lambda q: q.quarantined(), client=True)

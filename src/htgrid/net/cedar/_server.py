@@ -469,10 +469,13 @@ class _Connection:
         return None
 
     def _allowed(self, principal: Principal, command: Command) -> bool:
+        asked = self.principal, self.command  # what the audit names: not this check's
         try:
             self._authorize(principal, command)
         except CedarRefused:
             return False
+        finally:
+            self.principal, self.command = asked
         return True
 
     async def _audit(self, accepted: bool, reason: str | None = None) -> None:
