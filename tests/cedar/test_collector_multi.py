@@ -4,7 +4,6 @@ queries with their per-type Requirements, Projection and LimitResults)."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,13 +12,12 @@ import htcondor2
 import pytest
 
 from htgrid.classad import ClassAd
-from htgrid.net.cedar import Channel, Reader, Writer, parse_ad
 from htgrid.testing import wait_for
 from htgrid.testing.collector import pool_home
 
 from .conftest import DOMAIN, Configure, Daemon, running_collector
+from .test_cedar_limits import _RawClient
 from .test_collector_cedar import _daemon, _machine, _schedd_ad
-from .test_fuzz import _auth_ad, _packet
 
 
 @pytest.fixture(scope="module")
@@ -51,37 +49,12 @@ def _advertise_all(home: Path, daemon: Daemon, condor: Configure) -> htcondor2.C
 
 def _multi_query(address: str, lines: list[str]) -> list[ClassAd]:
     """A QUERY_MULTIPLE_ADS as condor_status sends one, on a plaintext session."""
-    host, port = address.split(":")
-    with socket.create_connection((host, int(port)), timeout=20) as s:
-        hello = [
-            "Command = 53",
-            'NewSession = "YES"',
-            'Enact = "NO"',
-            'AuthenticationNew = "OPTIONAL"',
-            'Encryption = "NEVER"',
-            'Integrity = "NEVER"',
-            'RemoteVersion = "$CondorVersion: 25.14.1 2026-09-24 BuildID: test $"',
-        ]
-        s.sendall(_auth_ad(hello))
-        channel = Channel()
-
-        def message() -> Reader:
-            while (data := channel.next_message()) is None:
-                chunk = s.recv(1 << 16)
-                assert chunk, "the collector closed the connection"
-                channel.receive_data(chunk)
-            return Reader(data, False)
-
-        message().lines()  # the policy
-        post = parse_ad(message().lines(), "the post-auth ad")
-        assert post.get("ReturnCode") == "AUTHORIZED"
-        s.sendall(_packet(Writer(False).lines([line.encode() for line in lines]).getvalue()))
-        r = message()
-        ads = []
-        while r.int():
-            ads.append(parse_ad(r.lines(), "an ad"))
-        r.done("the answer")
-        return ads
+    client = _RawClient(address)
+    try:
+        client.hello(53)
+        return client.query(lines)
+    finally:
+        client.sock.close()
 
 
 def test_the_clients_start_daemon_query(collector: tuple[Path, Daemon], condor: Configure) -> None:

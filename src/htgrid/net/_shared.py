@@ -6,7 +6,9 @@ Each accepted connection is told apart by its first byte, which the client alway
 first: 0x16 opens a TLS ClientHello (the HTTPS API, served by `server`, uvicorn's, as on
 a listener of its own), anything else is a CEDAR packet header (its end flag, 0 or 1)
 and goes to the `CedarService`. A connection that sends nothing within the handshake
-timeout is closed. The listener is closed, and the CEDAR connections still open are
+timeout is closed. At most NETWORK_MAX_PENDING_CONNECTS connections are held at once,
+those not yet told apart and CEDAR's (an HTTPS one is uvicorn's once its TLS handshake
+is done): past it a new one is closed at once, and the others go on. The listener is closed, and the CEDAR connections still open are
 ended, when the server stops.
 """
 
@@ -28,6 +30,7 @@ __all__ = ["start_shared"]
 _log = logging.getLogger("htgrid.net")
 _TLS_RECORD: Final = 0x16  # a TLS handshake record: the ClientHello
 FIRST_BYTE_TIMEOUT: Final = 20.0
+REFUSALS_LOGGED_EVERY: Final = 10.0  # seconds between two lines saying the port is full
 
 
 async def start_shared(
@@ -64,6 +67,8 @@ async def _accept(
 ) -> None:
     loop = asyncio.get_running_loop()
     open_cedar: set[asyncio.Task[None]] = set()
+    cap = cedar.security.max_connections
+    refused, said = 0, -REFUSALS_LOGGED_EVERY
     try:
         while True:
             try:
@@ -73,6 +78,20 @@ async def _accept(
                 # listener itself is fine; wait a moment rather than spin.
                 _log.warning("accepting a connection failed: %s", exc)
                 await asyncio.sleep(0.1)
+                continue
+            if len(open_cedar) >= cap:
+                # Full: the newcomer goes, those being served are not disturbed.
+                conn.close()
+                refused += 1
+                if loop.time() - said >= REFUSALS_LOGGED_EVERY:
+                    _log.warning(
+                        "refused %d connection(s): %d open, the most this port holds "
+                        "(NETWORK_MAX_PENDING_CONNECTS = %d)",
+                        refused,
+                        len(open_cedar),
+                        cap,
+                    )
+                    refused, said = 0, loop.time()
                 continue
             task = asyncio.create_task(_dispatch(server, conn, tls, cedar))
             open_cedar.add(task)

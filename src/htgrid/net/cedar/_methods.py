@@ -73,6 +73,10 @@ class CedarSecurity:
     # None when it has none; and who a certificate's subject is (None: it sent none).
     tls: Callable[[], ssl.SSLContext | None] | None = None
     ssl_user: Callable[[str | None], Principal] | None = None
+    session_duration: int = 3600  # SEC_DEFAULT_SESSION_DURATION: the longest session (s)
+    # NETWORK_MAX_PENDING_CONNECTS: connections the CEDAR side holds at once (the rest
+    # are closed as they come)
+    max_connections: int = 1000
 
 
 class _MethodFailed(HTGridError):

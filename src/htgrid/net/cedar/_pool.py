@@ -17,12 +17,16 @@ AUTH_SSL_SERVER_CAFILE); a certificate's subject is who the map file's SSL lines
 administrator's; a subject no line maps is refused. A client with no certificate is
 `unauthenticated@unmapped`, where the pool lets anyone read, and is refused otherwise (or
 always, with AUTH_SSL_REQUIRE_CLIENT_CERTIFICATE = true).
+
+A session lasts at most SEC_DEFAULT_SESSION_DURATION (3600 s), and the CEDAR side holds
+at most NETWORK_MAX_PENDING_CONNECTS connections (80% of the process's descriptors).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import resource
 import ssl
 import time
 from collections.abc import Callable
@@ -54,6 +58,7 @@ from htgrid.pool import ConfigFile
 __all__ = ["pool_security"]
 
 _USER_RIGHTS = frozenset({"ALLOW", "READ", "WRITE"})
+_MIN_CONNECTIONS: Final = 20  # HTCondor's MIN_FILE_DESCRIPTOR_SAFETY_LIMIT
 _USER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 _ANONYMOUS: Final = Principal(
     user="unauthenticated",
@@ -141,6 +146,10 @@ def pool_security(
             raise ExpiredToken(f"token {principal.token_id} of {principal.subject} expired")
 
     conf = ConfigFile.read(home)
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # As HTCondor's daemons: 80% of the descriptors a process may open, unless said.
+    usable = soft - soft // 5 if soft != resource.RLIM_INFINITY else 10_000
+    max_connections = conf.integer("NETWORK_MAX_PENDING_CONNECTS", max(_MIN_CONNECTIONS, usable))
     level = Level.of(conf.text("SEC_READ_AUTHENTICATION", "REQUIRED"), Level.REQUIRED)
     need_cert = conf.flag("AUTH_SSL_REQUIRE_CLIENT_CERTIFICATE", False)
 
@@ -186,4 +195,6 @@ def pool_security(
         audit=audit.record if audit is not None else None,
         tls=tls.context,
         ssl_user=ssl_user,
+        session_duration=conf.integer("SEC_DEFAULT_SESSION_DURATION", 3600, zero=True),
+        max_connections=max_connections,
     )

@@ -393,7 +393,8 @@ class _Connection:
             if authenticate
             else []
         )
-        duration = max(0, min(_number(ad, "SessionDuration", 60), MAX_DURATION))
+        longest = min(self.security.session_duration, MAX_DURATION)
+        duration = max(0, min(_number(ad, "SessionDuration", 60), longest))
         lease = max(0, min(_number(ad, "SessionLease", 3600), MAX_DURATION))
         exchange = KeyExchange() if aes else None
         response: dict[str, Literal] = {
