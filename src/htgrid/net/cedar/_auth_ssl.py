@@ -78,7 +78,7 @@ class Status(enum.IntEnum):
     HOLDING = 4
 
 
-class SslFailed(HTGridError):
+class SslFailed(CedarError):
     """The SSL method failed; the client may try another one."""
 
 
