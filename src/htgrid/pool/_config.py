@@ -65,6 +65,9 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
                                     clients' certificates are AUTH_SSL_SERVER_CAFILE's (the
                                     pool CA) and mapped by the map file's SSL lines
     AUTH_SSL_REQUIRE_CLIENT_CERTIFICATE = false  true: SSL without a certificate is refused
+    USE_SHARED_PORT = false         true: the schedd's MyAddress is the collector's port
+                                    (`<host:port?sock=schedd>`): HTCondor's clients reach
+                                    it there, as through HTCondor's shared port daemon
     SCHEDD_AUDIT_LOG = log/AuditLog  every accepted or refused change, who and why (0600)
     MAX_SCHEDD_AUDIT_LOG = 1d       rotated after a day (or N bytes); MAX_NUM_SCHEDD_AUDIT_LOG
                                     = 90 old ones kept (and the COLLECTOR_ ones)
@@ -181,6 +184,7 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "AUTH_SSL_SERVER_KEYFILE": None,  # ... and .key
     "AUTH_SSL_SERVER_CAFILE": None,  # ... the pool CA's certificate
     "AUTH_SSL_REQUIRE_CLIENT_CERTIFICATE": "false",
+    "USE_SHARED_PORT": "false",  # read by htgrid.schedd and the master
     "SEC_SCITOKENS_CACHE": None,  # issuers' keys kept across restarts: $(RUN)/cache
     "SCHEDD_AUDIT_LOG": None,  # $HTGRID_HOME/log/AuditLog
     "COLLECTOR_AUDIT_LOG": None,  # none

@@ -294,6 +294,7 @@ class Authenticator:
         return await ssl_exchange(self.link, context, check, self.timeout)
 
     def _same_endpoint(self, ext: str) -> bool:
-        host, _, port = ext.rpartition(":")
+        # Behind a shared port the client appends the daemon's ID: `ip:port?sock=ID`.
+        host, _, port = ext.partition("?")[0].rpartition(":")
         mine_host, _, mine_port = self.link.local.rpartition(":")
         return port == mine_port and loopback(host.strip("[]")) and loopback(mine_host)
