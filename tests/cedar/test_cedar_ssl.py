@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import struct
 from collections.abc import Iterator
@@ -34,10 +35,10 @@ from htgrid.net.security import (
     self_signed_cert,
     server_ssl_context,
 )
-from htgrid.testing import wait_for
+from htgrid.testing import PersonalPool, wait_for
 from htgrid.testing.collector import pool_home
 
-from .conftest import DOMAIN, Configure, Daemon, running_collector
+from .conftest import DOMAIN, SRC, Configure, Daemon, running_collector
 from .test_collector_cedar import _schedd_ad
 from .test_fuzz import _auth_ad, _packet, _security, _serve_once
 
@@ -256,3 +257,38 @@ def test_random_ssl_exchanges_end_the_connection_with_a_reason(
     asyncio.run(_serve_once(data, service))
     assert not [r for r in caplog.records if r.exc_info]
     assert any(r.levelno >= logging.INFO for r in caplog.records if r.name == "htgrid.net.cedar")
+
+
+@pytest.fixture(scope="module")
+def schedd_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PersonalPool]:
+    home = tmp_path_factory.mktemp("ssl-schedd") / "pool"
+    os.environ["PYTHONPATH"] = SRC
+    pool = PersonalPool(home, kill_grace=2, fsync=False, daemons=("MASTER", "SCHEDD", "COLLECTOR"))
+    (home / "etc").mkdir(parents=True, exist_ok=True)
+    (home / "etc" / "mapfile").write_text(f'SSL "{_dn("submitter")}" root\n')
+    with pool:
+        yield pool
+
+
+def test_the_schedd_takes_ssl_too(
+    schedd_pool: PersonalPool, condor: Configure, tmp_path: Path
+) -> None:
+    """The schedd located through the collector, by SSL with a certificate the map file
+    names root: it submits and queries. (The schedd's address is its IP, which the
+    client cannot check a certificate's names against: SSL_SKIP_HOST_CHECK.)"""
+    ca = PoolCA(SecurityConfig.load(schedd_pool.home).ca_dir)
+    collector = _ssl_client(
+        condor,
+        "localhost:" + schedd_pool.collector.rpartition(":")[2],
+        ca.cert_path,
+        ca.issue("submitter"),
+        "SSL_SKIP_HOST_CHECK = true",
+    )
+    schedd = htcondor2.Schedd(wait_for(lambda: collector.locate(htcondor2.DaemonTypes.Schedd)))
+    submit = htcondor2.Submit(
+        {"executable": "/bin/true", "requirements": "false", "log": str(tmp_path / "log")}
+    )
+    cluster = schedd.submit(submit).cluster()
+    assert [ad["Owner"] for ad in schedd.query(f"ClusterId == {cluster}", ["Owner"])] == ["root"]
+    log = (schedd_pool.home / "log" / "SchedLog").read_text(errors="replace")
+    assert "(SSL) for QMGMT_WRITE_CMD" in log
