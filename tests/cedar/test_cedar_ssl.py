@@ -5,6 +5,7 @@ lines (as on the HTTPS side); one from another CA, or one no line maps, is refus
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -292,3 +293,33 @@ def test_the_schedd_takes_ssl_too(
     assert [ad["Owner"] for ad in schedd.query(f"ClusterId == {cluster}", ["Owner"])] == ["root"]
     log = (schedd_pool.home / "log" / "SchedLog").read_text(errors="replace")
     assert "(SSL) for QMGMT_WRITE_CMD" in log
+
+
+def test_a_client_slow_at_every_ssl_message_is_cut_off(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each TLS message within the timeout, none ever finishing the handshake: the
+    exchange's own deadline ends it, as one silent message would."""
+    caplog.set_level(logging.INFO, logger="htgrid.net.cedar")
+
+    async def crawl() -> int:
+        service = _ssl_service(tmp_path)
+        service.handshake_timeout = 0.4
+        ours, theirs = socket.socketpair()
+        reader, writer = await asyncio.open_connection(sock=theirs)
+        serving = asyncio.create_task(service.serve(reader, writer))
+        ours.setblocking(False)
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(ours, _SSL_HELLO + _packet(struct.pack(">q", 0)))
+        sent = 0
+        while not serving.done() and sent < 60:
+            with contextlib.suppress(ConnectionError):
+                await loop.sock_sendall(ours, _packet(struct.pack(">qq", 2, 0)))
+            sent += 1
+            await asyncio.sleep(0.3)
+        await asyncio.wait_for(serving, 10)
+        ours.close()
+        return sent
+
+    assert asyncio.run(crawl()) < 10  # 3 timeouts' worth, not 60 messages' worth
+    assert any("the exchange took more than" in r.getMessage() for r in caplog.records)

@@ -19,6 +19,7 @@ from another CA fails the handshake. Its subject is named as OpenSSL's
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import secrets
 import ssl
@@ -37,6 +38,7 @@ __all__ = ["SslFailed", "ssl_exchange", "subject_oneline"]
 MAX_TLS_BYTES: Final = 1 << 20  # AUTH_SSL_BUF_SIZE: the most one message carries
 MAX_ROUNDS: Final = 64  # a TLS handshake takes 4 or 5; past this the client stalls us
 KEY_BYTES: Final = 256  # AUTH_SSL_SESSION_KEY_LEN
+BUDGET: Final = 3  # the whole exchange may take this many messages' timeouts
 
 _T = TypeVar("_T")
 
@@ -107,6 +109,8 @@ class _Tunnel:
         self.outgoing = ssl.MemoryBIO()
         self.tls = context.wrap_bio(self.incoming, self.outgoing, server_side=True)
         self.error = ""
+        # A client slow at each message is still cut off, as a silent one is.
+        self.deadline = asyncio.get_running_loop().time() + BUDGET * timeout
 
     async def send(self, status: Status, *, tls_bytes: bool = True) -> None:
         data = self.outgoing.read(MAX_TLS_BYTES) if tls_bytes else b""
@@ -114,7 +118,16 @@ class _Tunnel:
         await self.link.send(w.getvalue())
 
     async def receive(self) -> Status:
-        r = await self.link.receive(self.timeout)
+        left = self.deadline - asyncio.get_running_loop().time()
+        budget = f"SSL: the exchange took more than {BUDGET * self.timeout:g} s"
+        if left <= 0:
+            raise CedarError(budget)
+        try:
+            r = await self.link.receive(min(self.timeout, left))
+        except CedarError:
+            if left < self.timeout:
+                raise CedarError(budget) from None
+            raise
         status = r.int("SSL's status")
         length = r.int("the length of SSL's bytes")
         if not 0 <= length <= MAX_TLS_BYTES:
