@@ -8,6 +8,8 @@ import asyncio
 import os
 import socket
 import struct
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,3 +103,30 @@ def test_any_first_message_is_routed_or_refused(
             theirs.close()
 
     asyncio.run(run())
+
+
+def test_fs_binds_its_proof_to_the_shared_port(
+    pool: PersonalPool, condor: Configure, tmp_path: Path
+) -> None:
+    """FS through the shared port: the client names `ip:port?sock=schedd` in its
+    directory, and the schedd takes it. (A process of its own: this one's client keeps
+    the sessions the other tests made with the schedd.)"""
+    config = condor(pool.collector, methods="FS")
+    script = (
+        "import sys, htcondor2\n"
+        "c = htcondor2.Collector(sys.argv[1])\n"
+        "s = htcondor2.Schedd(c.locate(htcondor2.DaemonTypes.Schedd))\n"
+        "print(len(s.query('false')))\n"
+    )
+    env = dict(os.environ, CONDOR_CONFIG=str(config), HOME=str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-c", script, pool.collector],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0"
+    log = (pool.home / "log" / "SchedLog").read_text(errors="replace")
+    assert "(FS) for QUERY_JOB_ADS" in log
