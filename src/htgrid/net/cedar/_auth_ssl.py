@@ -217,7 +217,8 @@ async def ssl_exchange(
     tunnel = _Tunnel(link, context, timeout)
     await tunnel.handshake()
     try:
-        who = check(tunnel.tls.getpeercert(binary_form=True))
+        # (The map file is read, and stat'ed for changes, off the event loop.)
+        who = await asyncio.to_thread(check, tunnel.tls.getpeercert(binary_form=True))
     except HTGridError as exc:
         await tunnel.send(Status.QUITTING, tls_bytes=False)
         raise SslFailed(str(exc)) from None
