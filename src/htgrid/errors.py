@@ -78,6 +78,7 @@ HTGridError
     BadRequest  (htgrid.net)
     CedarError  (htgrid.net)
         CedarRefused  (htgrid.net)
+        SslFailed  (htgrid.net)
     DaemonUnavailable  (htgrid.net)
         ScheddNotFound  (htgrid.collector)
     RequestTooLarge  (htgrid.net)

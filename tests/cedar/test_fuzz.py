@@ -45,8 +45,9 @@ async def _refuse(token: str) -> Principal:
     raise MalformedToken("fuzzing")
 
 
-def _service() -> CedarService:
-    security = CedarSecurity(
+def _security() -> CedarSecurity:
+    """A daemon's security that refuses every token and lets anyone read."""
+    return CedarSecurity(
         trust_domain="fuzz.test",
         key_names=lambda: ["POOL"],
         jwt_key=lambda kid: b"k" * 32,
@@ -58,6 +59,10 @@ def _service() -> CedarService:
         read_authentication=Level.OPTIONAL,
     )
 
+
+def _service() -> CedarService:
+    security = _security()
+
     async def query(call: CedarCall) -> None:
         r = await call.receive()
         parse_ad(r.lines(), "the query")
@@ -66,10 +71,11 @@ def _service() -> CedarService:
     return CedarService("fuzz", [Command(5, "QUERY", "READ", query)], security)
 
 
-async def _serve_once(data: bytes) -> bytes:
-    """Feed `data` to a served connection, close our side, and take what came back."""
+async def _serve_once(data: bytes, service: CedarService | None = None) -> bytes:
+    """Feed `data` to a served connection (of `service`, a plain one's by default), close
+    our side, and take what came back."""
     ours, theirs = socket.socketpair()
-    service = _service()
+    service = service if service is not None else _service()
     reader, writer = await asyncio.open_connection(sock=theirs)
     serving = asyncio.create_task(service.serve(reader, writer))
     loop = asyncio.get_running_loop()

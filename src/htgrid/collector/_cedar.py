@@ -3,6 +3,10 @@
 - QUERY_*_ADS (`query`, `locate`, `locateAll`, `directQuery`): one query ad (TargetType,
   Requirements, Projection as a space- or comma-separated string, LimitResults); the
   answer is one message, `int 1` + ad for each ad, then `int 0`. Reading needs READ.
+- QUERY_MULTIPLE_ADS (`query(AdTypes.StartDaemon)`, condor_status of several types): the
+  TargetType is a comma list, searched in its order; `<Type>Requirements`,
+  `<Type>Projection` and `<Type>LimitResults` stand for one type instead of the query's
+  own, and LimitResults caps them all. One answer, as for the other queries.
 - UPDATE_*_AD (`advertise`): an ad, stored as the HTTPS API's updates are; further
   ads may follow on the same socket. No answer. The level is the HTTPS side's
   (ADVERTISE_STARTD, ADVERTISE_SCHEDD, ...); an execute node's token advertises its
@@ -16,8 +20,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from copy import copy
 from typing import Final
 
+from htgrid.classad import ClassAd
 from htgrid.collector._errors import InvalidAd
 from htgrid.collector._types import AdType, parse_command
 from htgrid.collector._types import Command as AdCommand
@@ -45,6 +51,11 @@ _QUERIES: Final = {
     74: ("QUERY_GENERIC_ADS", "Generic"),
     78: ("QUERY_ACCOUNTING_ADS", "Accounting"),
 }
+QUERY_MULTIPLE_ADS: Final = 53
+# The names of a multi-query's types that are not their ads' MyType (condor_adtypes.cpp).
+_TABLES: Final = {"slot": "Machine", "any": "Any"}
+# One search of a multi-query: its table, selection, projection and limit.
+_Search = tuple[str, ClassAd | None, frozenset[str] | None, int | None]
 _UPDATES: Final = {
     0: "UPDATE_STARTD_AD",
     1: "UPDATE_SCHEDD_AD",
@@ -83,6 +94,15 @@ def _limit(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+async def _answer(call: CedarCall, found: list[list[bytes]]) -> None:
+    """A query's one answer: `int 1` and the ad for each, then `int 0`."""
+    w = call.writer()
+    for lines in found:
+        w.int(1).lines(lines)
+    w.int(0)
+    await call.send(w)
+
+
 def _query_handler(state: _Collector, default_type: str) -> Callable[[CedarCall], Awaitable[None]]:
     async def handle(call: CedarCall) -> None:
         r = await call.receive()
@@ -102,11 +122,62 @@ def _query_handler(state: _Collector, default_type: str) -> Callable[[CedarCall]
         except HTGridError as exc:
             _log.warning("CEDAR query from %s refused: %s", call.peer, exc)
             found = []
-        w = call.writer()
-        for lines in found:
-            w.int(1).lines(lines)
-        w.int(0)
-        await call.send(w)
+        await _answer(call, found)
+
+    return handle
+
+
+def _multi_query(
+    query: ClassAd,
+) -> list[tuple[str, ClassAd | None, frozenset[str] | None, int | None]]:
+    """The searches of a QUERY_MULTIPLE_ADS ad, in order: each type's table, selection,
+    projection and limit (its own, else the query's)."""
+    targets = query.get("TargetType")
+    if not isinstance(targets, str) or not targets.strip():
+        raise InvalidAd("QUERY_MULTIPLE_ADS: the query names no TargetType")
+    searches: list[_Search] = []
+    for tag in (t.strip() for t in targets.split(",")):
+        if not tag:
+            continue
+        table = _TABLES.get(tag.lower(), tag)
+        selection: ClassAd | None = query if "Requirements" in query else None
+        if f"{tag}Requirements" in query:
+            selection = copy(query)
+            selection["Requirements"] = query.lookup(f"{tag}Requirements")
+        own_projection = query.get(f"{tag}Projection")
+        projection = _projection(
+            own_projection if isinstance(own_projection, str) else query.get("Projection")
+        )
+        searches.append((table, selection, projection, _limit(query.get(f"{tag}LimitResults"))))
+        if table == "Any":
+            break  # Any is every table: nothing after it (as HTCondor's collector)
+    return searches
+
+
+def _multi_handler(state: _Collector) -> Callable[[CedarCall], Awaitable[None]]:
+    async def handle(call: CedarCall) -> None:
+        r = await call.receive()
+        query = parse_ad(r.lines(what="the query ad"), "the query ad")
+        r.done("the query ad")
+        overall = _limit(query.get("LimitResults"))
+
+        def search() -> list[list[bytes]]:
+            found: list[list[bytes]] = []
+            for table, selection, projection, limit in _multi_query(query):
+                left = None if overall is None else overall - len(found)
+                if left is not None and left <= 0:
+                    break
+                if limit is None or (left is not None and left < limit):
+                    limit = left
+                found += state.store.query_lines(table, selection, projection, limit)
+            return found
+
+        try:
+            found = await state.run(search)
+        except HTGridError as exc:
+            _log.warning("CEDAR QUERY_MULTIPLE_ADS from %s refused: %s", call.peer, exc)
+            found = []
+        await _answer(call, found)
 
     return handle
 
@@ -149,6 +220,9 @@ def collector_cedar(state: _Collector, security: CedarSecurity) -> CedarService:
         Command(number, name, "READ", _query_handler(state, target))
         for number, (name, target) in _QUERIES.items()
     ]
+    commands.append(
+        Command(QUERY_MULTIPLE_ADS, "QUERY_MULTIPLE_ADS", "READ", _multi_handler(state))
+    )
     for number, name in _UPDATES.items():
         command = parse_command(name)
         level = _ADVERTISE.get(command.ad_type, "DAEMON")

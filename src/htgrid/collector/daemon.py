@@ -34,7 +34,13 @@ from htgrid.net.security import (
     ensure_pool_security,
     server_ssl_context,
 )
-from htgrid.net.server import api_config, start_shared, tcp_listener
+from htgrid.net.server import (
+    SHARED_PORT_DIR,
+    SharedPort,
+    api_config,
+    start_shared,
+    tcp_listener,
+)
 from htgrid.pool import ApiLimits, ConfigFile, htgrid_home
 
 __all__ = ["make_server", "run", "serve", "serve_on"]
@@ -77,10 +83,14 @@ async def serve_on(server: RotatingServer, sock: socket.socket, home: Path | Non
     """Serve `server`'s app over HTTPS and its store over CEDAR on the listening `sock`,
     until the server stops (`should_exit`) or this is cancelled."""
     app = cast(Starlette, server.config.app)
-    security = pool_security(home if home is not None else htgrid_home(), "COLLECTOR")
+    where = home if home is not None else htgrid_home()
+    security = pool_security(where, "COLLECTOR")
     cedar = collector_cedar(app.state.collector, security)
     tls = server.rotator.context
-    serving = await start_shared(server, sock, "the collector", CollectorError, tls, cedar)
+    # HTCondor's shared port: the collector's port also reaches the daemons behind it
+    # (`<host:port?sock=schedd>`), as HTCondor's shared_port daemon on 9618.
+    shared = SharedPort("collector", where / "run" / SHARED_PORT_DIR)
+    serving = await start_shared(server, sock, "the collector", CollectorError, tls, cedar, shared)
     try:
         await asyncio.shield(serving)
     except asyncio.CancelledError:

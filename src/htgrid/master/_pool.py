@@ -44,6 +44,7 @@ from htgrid.negotiator import NegotiatorConfig
 from htgrid.negotiator.daemon import CollectorMachines, Negotiator
 from htgrid.net.security import SecurityConfig, ensure_pool_security
 from htgrid.net.server import tcp_listener
+from htgrid.pool import ConfigFile
 from htgrid.schedd import (
     NegotiationLoop,
     QueueJobs,
@@ -196,6 +197,7 @@ class Pool:
             for host in cfg.view_hosts
         ]
         self._views = views
+        shared = (await asyncio.to_thread(ConfigFile.read, cfg.home)).flag("USE_SHARED_PORT")
         self._advertiser = ScheddAdvertiser(
             schedd.worker,
             self._client,
@@ -207,6 +209,8 @@ class Pool:
             url=schedd.api_url,
             extra=_ce_attributes(cfg, self.pool) if "JOB_ROUTER" in cfg.daemons else None,
             views=views,
+            # HTCondor's clients reach the schedd through the collector's port.
+            shared_port=self.pool if shared else None,
         )
         self._tasks.append(asyncio.create_task(self._advertiser.run(), name="schedd ad"))
         self._tasks.append(asyncio.create_task(self._restarting(self._keep_annexes, "annex ads")))

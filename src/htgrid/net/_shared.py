@@ -6,7 +6,10 @@ Each accepted connection is told apart by its first byte, which the client alway
 first: 0x16 opens a TLS ClientHello (the HTTPS API, served by `server`, uvicorn's, as on
 a listener of its own), anything else is a CEDAR packet header (its end flag, 0 or 1)
 and goes to the `CedarService`. A connection that sends nothing within the handshake
-timeout is closed. The listener is closed, and the CEDAR connections still open are
+timeout is closed. At most NETWORK_MAX_PENDING_CONNECTS connections are held at once,
+those not yet told apart and CEDAR's (an HTTPS one is uvicorn's once its TLS handshake
+is done): past it a new one is closed at once, and the others go on. A shared port
+(`_shared_port`) hands a connection that names another daemon's ID to that daemon. The listener is closed, and the CEDAR connections still open are
 ended, when the server stops.
 """
 
@@ -20,7 +23,14 @@ import ssl
 from typing import Final
 
 from htgrid.errors import HTGridError
+from htgrid.net._errors import CedarError
 from htgrid.net._listen import ApiServer, serve_connection
+from htgrid.net._shared_port import (
+    SharedPort,
+    pass_connection,
+    serve_cedar,
+    shared_port_request,
+)
 from htgrid.net.cedar import CedarService
 
 __all__ = ["start_shared"]
@@ -28,6 +38,7 @@ __all__ = ["start_shared"]
 _log = logging.getLogger("htgrid.net")
 _TLS_RECORD: Final = 0x16  # a TLS handshake record: the ClientHello
 FIRST_BYTE_TIMEOUT: Final = 20.0
+REFUSALS_LOGGED_EVERY: Final = 10.0  # seconds between two lines saying the port is full
 
 
 async def start_shared(
@@ -37,9 +48,11 @@ async def start_shared(
     error: type[HTGridError],
     tls: ssl.SSLContext,
     cedar: CedarService,
+    shared: SharedPort | None = None,
 ) -> asyncio.Task[None]:
     """`server` (HTTPS) and `cedar` serving on the listening `sock`, in a task returned
-    once they listen; `error` saying `what` did not start otherwise."""
+    once they listen; `error` saying `what` did not start otherwise. With `shared`, the
+    port is a shared port: connections for another daemon's ID are handed to it."""
     serving = asyncio.create_task(server.serve(sockets=[]), name=what)
     ready = asyncio.create_task(server.ready.wait())
     await asyncio.wait((serving, ready), return_when=asyncio.FIRST_COMPLETED)
@@ -49,7 +62,9 @@ async def start_shared(
         await asyncio.wait((serving,))
         raise error(f"{what} did not start: {serving.exception()!r}")
     sock.setblocking(False)
-    accepting = asyncio.create_task(_accept(server, sock, tls, cedar), name=f"{what}: accept")
+    accepting = asyncio.create_task(
+        _accept(server, sock, tls, cedar, shared), name=f"{what}: accept"
+    )
 
     def stop(_: object) -> None:
         accepting.cancel()
@@ -60,10 +75,16 @@ async def start_shared(
 
 
 async def _accept(
-    server: ApiServer, sock: socket.socket, tls: ssl.SSLContext, cedar: CedarService
+    server: ApiServer,
+    sock: socket.socket,
+    tls: ssl.SSLContext,
+    cedar: CedarService,
+    shared: SharedPort | None,
 ) -> None:
     loop = asyncio.get_running_loop()
     open_cedar: set[asyncio.Task[None]] = set()
+    cap = cedar.security.max_connections
+    refused, said = 0, -REFUSALS_LOGGED_EVERY
     try:
         while True:
             try:
@@ -74,7 +95,21 @@ async def _accept(
                 _log.warning("accepting a connection failed: %s", exc)
                 await asyncio.sleep(0.1)
                 continue
-            task = asyncio.create_task(_dispatch(server, conn, tls, cedar))
+            if len(open_cedar) >= cap:
+                # Full: the newcomer goes, those being served are not disturbed.
+                conn.close()
+                refused += 1
+                if loop.time() - said >= REFUSALS_LOGGED_EVERY:
+                    _log.warning(
+                        "refused %d connection(s): %d open, the most this port holds "
+                        "(NETWORK_MAX_PENDING_CONNECTS = %d)",
+                        refused,
+                        len(open_cedar),
+                        cap,
+                    )
+                    refused, said = 0, loop.time()
+                continue
+            task = asyncio.create_task(_dispatch(server, conn, tls, cedar, shared))
             open_cedar.add(task)
             task.add_done_callback(open_cedar.discard)
     finally:
@@ -107,7 +142,11 @@ async def _first_byte(conn: socket.socket, timeout: float) -> int | None:
 
 
 async def _dispatch(
-    server: ApiServer, conn: socket.socket, tls: ssl.SSLContext, cedar: CedarService
+    server: ApiServer,
+    conn: socket.socket,
+    tls: ssl.SSLContext,
+    cedar: CedarService,
+    shared: SharedPort | None,
 ) -> None:
     conn.setblocking(False)
     try:
@@ -123,9 +162,33 @@ async def _dispatch(
         with contextlib.suppress(OSError, ssl.SSLError, ConnectionError):
             await serve_connection(server, conn, tls)
         return
-    try:
-        reader, writer = await asyncio.open_connection(sock=conn, limit=1 << 20)
-    except OSError:
+    if shared is not None and not await _stays(conn, shared):
         conn.close()
         return
-    await cedar.serve(reader, writer)
+    await serve_cedar(conn, cedar)
+
+
+async def _stays(conn: socket.socket, shared: SharedPort) -> bool:
+    """Whether this daemon serves the connection: it names no other daemon behind the
+    shared port (else it is handed to that one, or refused when there is none)."""
+    peer = "?"
+    with contextlib.suppress(OSError):
+        host, port = conn.getpeername()[:2]
+        peer = f"{host}:{port}"
+    try:
+        target = await shared_port_request(conn, FIRST_BYTE_TIMEOUT)
+    except (CedarError, OSError, TimeoutError) as exc:
+        _log.warning("shared port request from %s refused: %s", peer, exc)
+        return False
+    if target is None or target == shared.own:
+        return True
+    try:
+        pass_connection(conn, shared.directory, target)
+    except OSError as exc:
+        _log.warning(
+            "shared port request from %s for %r: no such daemon behind this port (%s)",
+            peer,
+            target,
+            exc.strerror or exc,
+        )
+    return False

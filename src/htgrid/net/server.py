@@ -5,7 +5,8 @@ collector's and the execute node's in their own packages.
   `ApiServer`, `start`, on uvicorn's protocol with two clocks (`_guard`);
 - what a request may hold (`_limits`, `_tarscan`): `read_body` (MAX_API_REQUEST_MB),
   `SizeLimit` (MAX_TRANSFER_INPUT_MB and _OUTPUT_MB) and the reading of an uploaded tar;
-- one port for HTTPS and HTCondor's CEDAR (`_shared`): `start_shared`;
+- one port for HTTPS and HTCondor's CEDAR (`_shared`): `start_shared`; a shared port's
+  routing to the daemons behind it (`_shared_port`): `SharedPort`, `receive_connections`;
 - who calls on a Unix socket (`_peer`): `PeerCredProtocol`, the kernel's word for it;
 - requests' JSON (`_wire`): `loads_request` (and `htgrid.net.ad_from_json`), refused with
   `BadRequest`;
@@ -39,6 +40,7 @@ from htgrid.net._peer import (
 )
 from htgrid.net._sandbox_routes import MAX_PROXY_BYTES
 from htgrid.net._shared import start_shared
+from htgrid.net._shared_port import SHARED_PORT_DIR, SharedPort, receive_connections
 from htgrid.net._tarscan import (
     MAX_TAR_MEMBERS,
     NO_LIMIT,
@@ -56,6 +58,7 @@ __all__ = [
     "NO_LIMIT",
     "PEER_CERT_KEY",
     "PEER_KEY",
+    "SHARED_PORT_DIR",
     "ApiServer",
     "PeerCertProtocol",
     "PeerCertificate",
@@ -63,6 +66,7 @@ __all__ = [
     "PeerCredentials",
     "ProblemResponse",
     "RequestTooLarge",
+    "SharedPort",
     "SizeLimit",
     "api_config",
     "empty_job_dirs",
@@ -71,6 +75,7 @@ __all__ = [
     "peer_credentials",
     "peercred_identity",
     "read_body",
+    "receive_connections",
     "serve_connection",
     "start",
     "start_shared",

@@ -57,6 +57,17 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
     SEC_READ_AUTHENTICATION = REQUIRED  OPTIONAL: HTCondor's clients (CEDAR) that do not
                                     insist on it read without authenticating, as
                                     unauthenticated@unmapped (READ only; DENY_READ applies)
+    SEC_DEFAULT_SESSION_DURATION = 3600  seconds a CEDAR client may resume a session
+    NETWORK_MAX_PENDING_CONNECTS = (80% of the descriptors)  CEDAR connections a daemon's
+                                    port holds at once; past it newcomers are closed
+    AUTH_SSL_SERVER_CERTFILE = etc/ca/server.crt  the certificate (and _KEYFILE its key) the
+                                    daemons present to CEDAR's SSL authentication, whose
+                                    clients' certificates are AUTH_SSL_SERVER_CAFILE's (the
+                                    pool CA) and mapped by the map file's SSL lines
+    AUTH_SSL_REQUIRE_CLIENT_CERTIFICATE = false  true: SSL without a certificate is refused
+    USE_SHARED_PORT = false         true: the schedd's MyAddress is the collector's port
+                                    (`<host:port?sock=schedd>`): HTCondor's clients reach
+                                    it there, as through HTCondor's shared port daemon
     SCHEDD_AUDIT_LOG = log/AuditLog  every accepted or refused change, who and why (0600)
     MAX_SCHEDD_AUDIT_LOG = 1d       rotated after a day (or N bytes); MAX_NUM_SCHEDD_AUDIT_LOG
                                     = 90 old ones kept (and the COLLECTOR_ ones)
@@ -167,6 +178,13 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "ALLOW_ADMINISTRATOR": "",
     "ALLOW_DAEMON": "",
     "SEC_READ_AUTHENTICATION": "REQUIRED",
+    "SEC_DEFAULT_SESSION_DURATION": "3600",  # read by htgrid.net.cedar.pool_security
+    "NETWORK_MAX_PENDING_CONNECTS": None,  # ... 80% of the process's descriptors
+    "AUTH_SSL_SERVER_CERTFILE": None,  # ... the pool CA's etc/ca/server.crt
+    "AUTH_SSL_SERVER_KEYFILE": None,  # ... and .key
+    "AUTH_SSL_SERVER_CAFILE": None,  # ... the pool CA's certificate
+    "AUTH_SSL_REQUIRE_CLIENT_CERTIFICATE": "false",
+    "USE_SHARED_PORT": "false",  # read by htgrid.schedd and the master
     "SEC_SCITOKENS_CACHE": None,  # issuers' keys kept across restarts: $(RUN)/cache
     "SCHEDD_AUDIT_LOG": None,  # $HTGRID_HOME/log/AuditLog
     "COLLECTOR_AUDIT_LOG": None,  # none

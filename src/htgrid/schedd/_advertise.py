@@ -32,7 +32,10 @@ from htgrid.queue import JobQueue, JobStatus
 from htgrid.schedd._config import default_schedd_name
 from htgrid.schedd._worker import QueueWorker
 
-__all__ = ["ScheddAdvertiser"]
+__all__ = ["SHARED_PORT_ID", "ScheddAdvertiser"]
+
+#: The schedd's ID behind its pool's shared port (USE_SHARED_PORT): `<host:port?sock=schedd>`.
+SHARED_PORT_ID: Final = "schedd"
 
 _log = logging.getLogger("htgrid.schedd")
 _LOCAL: Final = 12
@@ -64,14 +67,18 @@ class ScheddAdvertiser:
         url: str | None = None,
         extra: Callable[[JobQueue], dict[str, Any]] | None = None,
         views: Sequence[CollectorClient] = (),
+        shared_port: str | None = None,
     ) -> None:
-        """`address` is used as MyAddress unless `url` (https://host:port) is given."""
+        """`address` is used as MyAddress unless `url` (https://host:port) is given, or
+        `shared_port` (the collector's host:port, when the schedd is behind it)."""
         self._worker = worker
         self._collector = collector
         self.name = name or default_schedd_name()
         self.url = url
         # `?noUDP`: HTCondor's clients send their commands (RESCHEDULE) by TCP.
         self.address = f"<{url.removeprefix('https://')}?noUDP>" if url else address
+        if shared_port:
+            self.address = f"<{shared_port}?noUDP&sock={SHARED_PORT_ID}>"
         self._interval = interval
         self._started = started
         self._clock = clock

@@ -52,19 +52,22 @@ from htgrid.net.security import (
     token_identity,
 )
 from htgrid.net.server import (
+    SHARED_PORT_DIR,
     ApiServer,
     PeerCredProtocol,
     SizeLimit,
     api_config,
     peercred_identity,
+    receive_connections,
     start,
     start_shared,
     tcp_listener,
     unix_listener,
 )
-from htgrid.pool import family_marker
+from htgrid.pool import ConfigFile, family_marker
 from htgrid.queue import JobQueue
 from htgrid.queue.faults import FaultLog
+from htgrid.schedd._advertise import SHARED_PORT_ID
 from htgrid.schedd._cedar import schedd_cedar
 from htgrid.schedd._config import ScheddConfig, ScheddError, default_schedd_name
 from htgrid.schedd._local import LocalRunner
@@ -413,6 +416,11 @@ class Daemon:
         sock.listen(128)
         # HTCondor's clients (CEDAR) on the same port: told apart by their first byte.
         serving = await start_shared(server, sock, "the TLS API server", ScheddError, tls, cedar)
+        if (await asyncio.to_thread(ConfigFile.read, cfg.home)).flag("USE_SHARED_PORT"):
+            # Behind the collector's port too: it hands over the connections for us.
+            path = cfg.run_dir / SHARED_PORT_DIR / SHARED_PORT_ID
+            inbox = asyncio.create_task(receive_connections(path, cedar), name="shared port")
+            serving.add_done_callback(lambda _: inbox.cancel())
         url = f"https://{f'[{host}]' if sock.family == socket.AF_INET6 else host}:{bound}"
         await asyncio.to_thread(write_atomic, cfg.url_file, (url + "\n").encode())
         _log.info("serving the API at %s (trust domain %s)", url, security.trust_domain)

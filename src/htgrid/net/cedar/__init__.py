@@ -4,7 +4,8 @@
 - `_codec`: packets, messages, AES-GCM and the values inside them, with no I/O;
 - `_ads`: ClassAds as `Name = expr` lines;
 - `_auth`, `_policy`: ECDH, the TOKEN and FS proofs; the policy table and sessions;
-- `_methods`: the authentication methods (TOKEN, FS);
+- `_methods`: the authentication methods (TOKEN, FS, SSL);
+- `_auth_ssl`: SSL's TLS handshake carried in CEDAR messages;
 - `_server`: the handshake and a daemon's commands on one connection (`CedarService`);
 - `_pool`: a daemon's CEDAR security from its pool's (`pool_security`).
 

@@ -11,6 +11,9 @@ client tries the next. htgrid takes:
 - FS: the client makes a directory this server names under FS_LOCAL_DIR; its owner is the
   client (from this host only, with the client's view of the daemon's address appended:
   channel binding).
+- SSL: TLS inside CEDAR messages (`_auth_ssl`) with the daemon's certificate; a client
+  certificate must be the pool CA's, and its subject is mapped by the map file's SSL
+  lines; a client without one is `unauthenticated`, where the pool lets anyone read.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import ipaddress
 import json
 import os
 import secrets
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -31,6 +35,7 @@ from typing import Final, Protocol
 from htgrid.errors import HTGridError
 from htgrid.net._errors import CedarError
 from htgrid.net.cedar._auth import NONCE_BYTES, FsProof, token_hk, token_hkt, token_ka
+from htgrid.net.cedar._auth_ssl import SslFailed, ssl_exchange, subject_oneline
 from htgrid.net.cedar._codec import Reader, Writer
 from htgrid.net.cedar._policy import Level
 from htgrid.net.security import AuditEvent, AuthError, Principal
@@ -39,7 +44,8 @@ __all__ = ["Authenticator", "CedarRefused", "CedarSecurity", "Link", "loopback",
 
 _TOKEN: Final = 2048
 _FS: Final = 4
-_METHOD_BITS: Final = {"TOKEN": _TOKEN, "IDTOKENS": _TOKEN, "FS": _FS}
+_SSL: Final = 256
+_METHOD_BITS: Final = {"TOKEN": _TOKEN, "IDTOKENS": _TOKEN, "FS": _FS, "SSL": _SSL}
 _AUTH_OK: Final = 0
 _AUTH_ERROR: Final = -1
 
@@ -63,6 +69,14 @@ class CedarSecurity:
     read_authentication: Level = Level.REQUIRED  # SEC_READ_AUTHENTICATION
     audit: Callable[[AuditEvent], None] | None = None  # the audit log's writer (blocking)
     fs_dir: str = "/tmp"  # FS_LOCAL_DIR
+    # SSL: the daemon's TLS context (its certificate, the CAs its clients' are from),
+    # None when it has none; and who a certificate's subject is (None: it sent none).
+    tls: Callable[[], ssl.SSLContext | None] | None = None
+    ssl_user: Callable[[str | None], Principal] | None = None
+    session_duration: int = 3600  # SEC_DEFAULT_SESSION_DURATION: the longest session (s)
+    # NETWORK_MAX_PENDING_CONNECTS: connections the CEDAR side holds at once (the rest
+    # are closed as they come)
+    max_connections: int = 1000
 
 
 class _MethodFailed(HTGridError):
@@ -104,19 +118,24 @@ def loopback(host: str) -> bool:
         return False
 
 
-def offered_methods(offered: str, host: str) -> list[str]:
+def offered_methods(offered: str, host: str, *, with_ssl: bool = False) -> list[str]:
     """The methods of the client's list this server takes, in its order of preference:
-    TOKEN (the pool's IDTOKENS), then FS for a client on this host."""
+    TOKEN (the pool's IDTOKENS), then FS for a client on this host, then SSL (`with_ssl`:
+    when this daemon has a certificate)."""
     names = [m.strip().upper() for m in offered.split(",") if m.strip()]
     ours = [m for m in names if m in ("TOKEN", "IDTOKENS")]
     if "FS" in names and loopback(host):
         ours.append("FS")
+    if "SSL" in names and with_ssl:
+        ours.append("SSL")
     if not ours:
         raise CedarRefused(
             f"no authentication method in common: the client offers {offered!r}; this "
-            "daemon takes TOKEN (IDTOKENS, the pool's tokens) and FS from this host"
+            "daemon takes TOKEN (IDTOKENS, the pool's tokens), FS from this host"
+            + (" and SSL" if with_ssl else "")
         )
-    return ours[:1] + [m for m in ours[1:] if _METHOD_BITS[m] != _METHOD_BITS[ours[0]]]
+    bits = {_METHOD_BITS[m]: m for m in reversed(ours)}  # the first name of each method
+    return [m for m in ours if bits[_METHOD_BITS[m]] == m]
 
 
 class Authenticator:
@@ -149,8 +168,10 @@ class Authenticator:
             try:
                 if _METHOD_BITS[chosen] == _TOKEN:
                     return await self._token()
+                if _METHOD_BITS[chosen] == _SSL:
+                    return await self._ssl()
                 return await self._fs()
-            except _MethodFailed as exc:
+            except (_MethodFailed, SslFailed) as exc:
                 reasons.append(f"{chosen}: {exc}")
 
     async def _token(self) -> Principal:
@@ -257,7 +278,23 @@ class Authenticator:
         await self.link.send_int(0)
         return principal
 
+    async def _ssl(self) -> Principal:
+        make, user = self.security.tls, self.security.ssl_user
+        context = await asyncio.to_thread(make) if make is not None else None
+        if user is None:
+            context = None
+
+        def check(der: bytes | None) -> Principal:
+            assert user is not None
+            try:
+                return user(subject_oneline(der) if der is not None else None)
+            except AuthError as exc:
+                raise SslFailed(str(exc)) from None
+
+        return await ssl_exchange(self.link, context, check, self.timeout)
+
     def _same_endpoint(self, ext: str) -> bool:
-        host, _, port = ext.rpartition(":")
+        # Behind a shared port the client appends the daemon's ID: `ip:port?sock=ID`.
+        host, _, port = ext.partition("?")[0].rpartition(":")
         mine_host, _, mine_port = self.link.local.rpartition(":")
         return port == mine_port and loopback(host.strip("[]")) and loopback(mine_host)

@@ -8,9 +8,12 @@ token) and always encrypt with AES-GCM when the client offers an ECDH key, as HT
 daemons do.
 
 A session (`Sessions`) is what a client may resume without a new handshake: its key,
-who authenticated, the commands it covers, until it expires (SessionDuration, kept 20 s
-longer as HTCondor's daemons do). Sessions live in memory: after a restart one call of
-each client fails with SID_NOT_FOUND and the next negotiates again, as with HTCondor.
+who authenticated, the commands it covers, until it expires (the shorter of the
+client's SessionDuration and the daemon's SEC_DEFAULT_SESSION_DURATION, kept 20 s longer
+as HTCondor's daemons do). Sessions live in memory, at most MAX_SESSIONS of them (the
+expired dropped as new ones come, then the oldest): after a restart, or once dropped,
+one call of each client fails with SID_NOT_FOUND and the next negotiates again, as with
+HTCondor.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ __all__ = ["Level", "Session", "Sessions", "reconcile"]
 
 _SLOP: Final = 20.0  # seconds a session outlives its duration (HTCondor's daemons)
 MAX_SESSIONS: Final = 50_000
+_PURGE_STEP: Final = 4  # expired sessions looked at per new one
 
 
 class Level(enum.Enum):
@@ -90,11 +94,14 @@ class Session:
 
 
 class Sessions:
-    """This daemon's sessions, by id, the oldest dropped past MAX_SESSIONS."""
+    """This daemon's sessions, by id: the expired dropped, and the oldest past `limit`."""
 
-    def __init__(self, clock: Callable[[], float], prefix: str) -> None:
+    def __init__(
+        self, clock: Callable[[], float], prefix: str, *, limit: int = MAX_SESSIONS
+    ) -> None:
         self._clock = clock
         self._prefix = prefix
+        self.limit = limit
         self._by_id: OrderedDict[str, Session] = OrderedDict()
         self._serial = 0
 
@@ -110,11 +117,24 @@ class Sessions:
         commands: frozenset[int],
         duration: float,
     ) -> Session:
-        session = Session(sid, key, principal, commands, self._clock() + duration + _SLOP)
+        now = self._clock()
+        session = Session(sid, key, principal, commands, now + duration + _SLOP)
         self._by_id[sid] = session
-        while len(self._by_id) > MAX_SESSIONS:
+        self._purge(now)
+        while len(self._by_id) > self.limit:
             self._by_id.popitem(last=False)
         return session
+
+    def _purge(self, now: float) -> None:
+        """Drop expired sessions from the oldest end, a few per new one: with durations
+        alike, the oldest expire first, so the dead ones do not pile up to the limit."""
+        for _ in range(_PURGE_STEP):
+            if not self._by_id:
+                return
+            sid, oldest = next(iter(self._by_id.items()))
+            if oldest.expires > now:
+                return
+            del self._by_id[sid]
 
     def get(self, sid: str) -> Session | None:
         """The live session `sid`, None when unknown or expired."""

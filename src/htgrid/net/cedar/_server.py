@@ -384,8 +384,17 @@ class _Connection:
                 "the session must be encrypted, and the client offers no AES with an ECDH "
                 f"key (CryptoMethods {_text(ad, 'CryptoMethods')!r})"
             )
-        methods = offered_methods(_text(ad, "AuthMethods"), self.host) if authenticate else []
-        duration = max(0, min(_number(ad, "SessionDuration", 60), MAX_DURATION))
+        methods = (
+            offered_methods(
+                _text(ad, "AuthMethods"),
+                self.host,
+                with_ssl=self.security.tls is not None and self.security.ssl_user is not None,
+            )
+            if authenticate
+            else []
+        )
+        longest = min(self.security.session_duration, MAX_DURATION)
+        duration = max(0, min(_number(ad, "SessionDuration", 60), longest))
         lease = max(0, min(_number(ad, "SessionLease", 3600), MAX_DURATION))
         exchange = KeyExchange() if aes else None
         response: dict[str, Literal] = {
