@@ -39,7 +39,9 @@ Inside, each module imports only those in the layers below its own, none beside 
     _compile | _exprops | _tojson | _prefix
                                       the compiler, version 1's operators, the JSON
                                       writer, ads that begin as the last one read
-    _lookup | _ops | _parser | _unparse
+    _compile_ops                      the operators' compilers
+    _lookup | _ops | _parser | _unparse | _compile_cost
+                                      _compile_cost: what a large expression costs
     _ad | _lexer | _times             _ad: AdBase (ClassAd's base, for isinstance) and Entry
     _values
     _ast | _state | _split            _state: the evaluation state, and compiled(node)
