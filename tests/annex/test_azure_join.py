@@ -86,13 +86,14 @@ def test_azure_annexes_join_run_their_job_idle_away_and_end_with_their_lease(
     vm = _vm_of(harness, "az")
     assert slot["AzureVMName"] == vm and slot["Machine"] == f"{vm.replace('_', '-')}.az.annex"
 
-    aimed = join._submit(pool, tmp_path / "aimed", "-annex", "az")
     try:
-        ad = wait_for(lambda: join._history(pool, aimed), timeout=120, interval=0.2)
+        ad = join._run_shown(pool, "az", tmp_path / "aimed", {slot["Machine"]})
     except TimeoutError:
         pytest.fail(join._diagnose(harness))  # type: ignore[arg-type]
     assert ad["JobStatus"] == 4 and ad["ExitCode"] == 0
     assert ad["LastRemoteHost"].endswith(".az.annex")
+    # The collector took every update and removal from the node.
+    assert "refuse" not in harness.log(vm), harness.log(vm)
 
     # The idle VM's node stopped and deleted its VM (a VM shut down from inside stays
     # allocated, and billed): no sweeper ran, and it is gone from ARM.

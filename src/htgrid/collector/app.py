@@ -165,11 +165,14 @@ def _check_own_ccbid(principal: Principal, node: str, ad: ClassAd) -> None:
 
 
 def _own_query(principal: Principal, node: str, query: ClassAd) -> None:
-    """Narrow a node's invalidation to its own ads: a Name of its own, or its
-    Requirements and `TARGET.Machine` being the node."""
+    """Narrow a node's invalidation to its own ads: a Name on the node or a host under
+    it, or its Requirements and `TARGET.Machine` being such a host."""
     name = query.get("Name")
     if isinstance(name, str):
-        _check_own(principal, node, ClassAd({"Machine": node, "Name": name}))
+        # The slot's Machine is its Name's host: an annex's instance is a host under the
+        # node its token names (slot1_1@i-0abc.big.annex), not the node itself.
+        host = name.rpartition("@")[2]
+        _check_own(principal, node, ClassAd({"Machine": host, "Name": name}))
         return
     suffix = "." + node
     own = (
