@@ -79,10 +79,12 @@ def _create(pool: PersonalPool, name: str, *args: str) -> None:
     assert status == 0, err
 
 
-def _submit(pool: PersonalPool, work: Path, *args: str) -> int:
+def _submit(pool: PersonalPool, work: Path, *args: str, until: Path | None = None) -> int:
+    """Submit a job that writes where it ran (and then runs until `until` exists)."""
     work.mkdir(parents=True, exist_ok=True)
+    wait = "" if until is None else f"; until [ -e {until} ]; do sleep 0.1; done"
     (work / "job.sub").write_text(
-        "executable = /bin/sh\narguments = \"-c 'pwd > out.txt'\"\n"
+        f"executable = /bin/sh\narguments = \"-c 'pwd > out.txt{wait}'\"\n"
         "should_transfer_files = YES\nwhen_to_transfer_output = ON_EXIT\n"
         "request_memory = 16\nrequest_cpus = 1\nqueue\n"
     )
@@ -125,6 +127,44 @@ def _lease_event() -> dict[str, Any]:
     return dict(json.loads(target["Input"]))
 
 
+def _slots_shown(pool: PersonalPool, annex: str) -> list[list[str]]:
+    """`htgrid status -af Name Machine State` for the annex's slots."""
+    constraint = f'AnnexName == "{annex}"'
+    status, out, err = run_cli(
+        pool.home, "status", "-constraint", constraint, "-af", "Name", "Machine", "State"
+    )
+    assert status == 0, err
+    return [line.split() for line in out.splitlines()]
+
+
+def _run_shown(pool: PersonalPool, annex: str, work: Path, hosts: set[str]) -> ClassAd:
+    """Run a job on the annex: while it runs `htgrid status` shows its dynamic slot, on
+    the instance's host; once it is done the slot is gone, as the startd removed it.
+    The job's history ad."""
+    go = work.parent / f"{work.name}.go"
+    cluster = _submit(pool, work, "-annex", annex, until=go)
+    try:
+        (running,) = wait_for(
+            lambda: [s for s in _slots_shown(pool, annex) if s[0].startswith("slot1_1@")],
+            timeout=120,
+            interval=0.2,
+            what="the running job's dynamic slot in htgrid status",
+        )
+    finally:
+        go.touch()
+    name, machine, state = running
+    assert machine in hosts and name == f"slot1_1@{machine}" and state == "Claimed", running
+    ad = wait_for(lambda: _history(pool, cluster), timeout=120, interval=0.2, what="the job")
+    # Removed by the startd (the collector takes its invalidation), not left to expire.
+    wait_for(
+        lambda: all(s[0].startswith("slot1@") for s in _slots_shown(pool, annex)),
+        timeout=30,
+        interval=0.2,
+        what="the released dynamic slot gone from htgrid status",
+    )
+    return ad
+
+
 def _diagnose(harness: InstanceHarness) -> str:
     return "\n".join(harness.log(i) for i in harness.booted()) + "\n" + "\n".join(harness.errors)
 
@@ -149,11 +189,10 @@ def test_an_annex_joins_runs_its_jobs_and_ends_with_its_lease(
 
     # A job not aimed at the annex is not started there; one aimed at it runs.
     stray = _submit(pool, tmp_path / "stray")
-    aimed = _submit(pool, tmp_path / "aimed", "-annex", "big")
     try:
-        ad = wait_for(lambda: _history(pool, aimed), timeout=120, interval=0.2, what="the job")
+        ad = _run_shown(pool, "big", tmp_path / "aimed", {s["Machine"] for s in slots})
     except TimeoutError:
-        analysis = run_cli(pool.home, "q", "-better-analyze", str(aimed))
+        analysis = run_cli(pool.home, "q", "-better-analyze")
         logs = "".join(
             f"--- {f}\n{f.read_text(errors='replace')[-3000:]}"
             for f in sorted((pool.home / "log").iterdir())
@@ -166,6 +205,8 @@ def test_an_annex_joins_runs_its_jobs_and_ends_with_its_lease(
     ran_in = Path((tmp_path / "aimed" / "out.txt").read_text().strip())
     assert any(ran_in.is_relative_to(harness.workdir / i) for i in instance_ids), ran_in
     assert _job(pool, stray)["JobStatus"] == 1  # idle: no slot of the pool would start it
+    # The collector took every update and removal from the nodes.
+    assert not [i for i in instance_ids if "refuse" in harness.log(i)], _diagnose(harness)
 
     # The annex's ad in the collector, and `htgrid status -annex`.
     status, out, err = run_cli(pool.home, "annex", "status", "big")

@@ -4,6 +4,7 @@ command line says to a user without the right token or CA."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 from collections.abc import Awaitable, Callable, Coroutine
@@ -169,3 +170,72 @@ def test_an_annex_token_advertises_the_hosts_under_its_name_and_no_other(
         with pytest.raises(CollectorRefused) as err:
             asyncio.run(send(bad))
         assert err.value.status == 403, bad
+
+
+def test_an_annex_token_removes_the_slots_of_its_hosts_by_name_and_no_others(
+    pool: str, home: Path
+) -> None:
+    """An annex's instance releases a dynamic slot: its startd removes the slot's ad by
+    Name, and the Name's host is the instance (under the annex), not the annex itself."""
+    from htgrid.net.security import TokenIssuer
+
+    token = TokenIssuer(SecurityConfig.load(home)).create(
+        f"big.annex@{DOMAIN}", authz=["ADVERTISE_STARTD"], lifetime=600
+    )
+    host, other = "i-0abc.big.annex", "node7"
+    ads = [
+        ClassAd({"MyType": "Machine", "Machine": machine, "Name": name})
+        for machine, name in ((host, f"slot1@{host}"), (host, f"slot1_1@{host}"))
+    ]
+    alien = ClassAd({"MyType": "Machine", "Machine": other, "Name": f"slot1_1@{other}"})
+
+    async def run() -> None:
+        async with CollectorClient(pool, home=home, daemon=True) as daemon:
+            await daemon.advertise("UPDATE_STARTD_AD", [alien])
+        async with CollectorClient(pool, home=home, token=token) as node:
+            await node.advertise("UPDATE_STARTD_AD", ads)
+            gone = ClassAd({"MyType": "Query", "TargetType": "Machine", "Name": f"slot1_1@{host}"})
+            assert await node.invalidate("INVALIDATE_STARTD_ADS", gone) == 1
+            for name in (f"slot1_1@{other}", "slot1_1@i-0abc.other.annex", "slot1_1@big.annexx"):
+                query = ClassAd({"MyType": "Query", "TargetType": "Machine", "Name": name})
+                with pytest.raises(CollectorRefused) as err:
+                    await node.invalidate("INVALIDATE_STARTD_ADS", query)
+                assert err.value.status == 403, name
+
+    asyncio.run(run())
+    names = {ad["Name"] for ad in _query(pool, home, user_token(home, "alice"))}
+    assert names == {f"slot1@{host}", f"slot1_1@{other}"}
+
+
+def test_an_annex_token_registers_its_hosts_with_the_broker_and_no_others(
+    pool: str, home: Path
+) -> None:
+    """An annex's instance behind NAT (CCB_ADDRESS, PRIVATE_NETWORK_NAME) registers with
+    the broker as itself, a host under the annex, and advertises that registration."""
+    from htgrid.net.security import TokenIssuer
+
+    token = TokenIssuer(SecurityConfig.load(home)).create(
+        f"big.annex@{DOMAIN}", authz=["ADVERTISE_STARTD"], lifetime=600
+    )
+    host = "i-0abc.big.annex"
+
+    def ad(ccbid: str) -> ClassAd:
+        slot = ClassAd({"MyType": "Machine", "Machine": host, "Name": f"slot1@{host}"})
+        slot["MyAddress"] = f"<10.0.0.5:1?CCBID={pool}#{ccbid}>"
+        return slot
+
+    async def run() -> None:
+        async with CollectorClient(pool, home=home, token=token) as node:
+            async with contextlib.aclosing(node.ccb_requests(host, 5)) as registration:
+                acknowledged = await anext(registration)
+                assert acknowledged.connect_id == "", acknowledged  # registered
+            (result,) = await node.advertise("UPDATE_STARTD_AD", [ad(host)])
+            assert result.accepted
+            for other in ("i-0abc.other.annex", "node7"):
+                with pytest.raises(CollectorRefused):
+                    async for _ in node.ccb_requests(other, 5):
+                        pass
+                with pytest.raises(CollectorRefused, match="its own broker registration"):
+                    await node.advertise("UPDATE_STARTD_AD", [ad(other)])
+
+    asyncio.run(run())

@@ -92,11 +92,13 @@ queue
     assert Path(lines[1]).is_relative_to(node.config.execute_dir), lines
     assert (work / "result.txt").read_text().startswith("hello from ")
     assert (work / "job.err").read_text() == ""
-    # The claim was released: the node's slot is whole again.
+    # The claim was released: the node's slot is whole again, its dynamic slot removed
+    # (the collector took the node's every update and removal).
     wait_for(
-        lambda: [a for a in node.slots() if a["Name"] == "slot1@node2" and a["Cpus"] == 2],
-        what="the node's cpus back",
+        lambda: [(a["Name"], a["Cpus"]) for a in node.slots()] == [("slot1@node2", 2)],
+        what="the node's cpus back and its dynamic slot gone",
     )
+    assert "refuse" not in node.log(), node.log()
 
 
 def test_the_claim_id_is_in_no_ad(pool: PersonalPool, node: ExecuteNode, tmp_path: Path) -> None:

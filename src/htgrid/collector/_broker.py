@@ -23,7 +23,7 @@ from htgrid.collector._errors import CollectorUnavailable, NotRegistered, Protoc
 from htgrid.net.security import PRINCIPAL_KEY, InsufficientScope, Principal
 from htgrid.net.server import read_body
 
-__all__ = ["Broker", "ccb_register", "ccb_request", "node_of"]
+__all__ = ["Broker", "ccb_register", "ccb_request", "node_of", "under"]
 
 _log = logging.getLogger("htgrid.collector")
 
@@ -38,6 +38,13 @@ def node_of(principal: Principal) -> str | None:
     if principal.allows("DAEMON") or not principal.allows("ADVERTISE_STARTD"):
         return None
     return principal.subject.partition("@")[0]
+
+
+def under(host: str, node: str) -> bool:
+    """Whether `host` is `node` or a host named under it (`i-0abc.NAME.annex` under
+    `NAME.annex`): one token of an annex serves all its instances, as a DNS zone does."""
+    own, host = node.casefold(), host.casefold()
+    return host == own or host.endswith("." + own)
 
 
 class _Registration:
@@ -108,10 +115,10 @@ async def ccb_register(request: Request) -> Response:
     ccbid = request.path_params["ccbid"]
     principal = _principal(request)
     node = node_of(principal) if principal is not None else None
-    if principal is not None and node is not None and node.casefold() != ccbid.casefold():
+    if principal is not None and node is not None and not under(ccbid, node):
         raise InsufficientScope(
             f"token {principal.token_id} of {principal.subject} may register execute node "
-            f"{node!r} with the broker, not {ccbid!r}"
+            f"{node!r} (or a host named under it) with the broker, not {ccbid!r}"
         )
     heartbeat = _heartbeat(request.query_params.get("heartbeat"))
     reg = broker.register(ccbid)

@@ -29,9 +29,9 @@ subject, never its text). Without a config the app checks nothing:
 only for tests talking to it in-process.
 
 The broker (HTCondor's CCB, see `htgrid.collector._ccb`): a node registers under its own
-name only (ADVERTISE_STARTD; a node's token for its node alone, as for its ads), a new
-registration replacing the one before (the node restarted); the ads of a node's token
-may carry no CCBID but its own. A request (ADVERTISE_SCHEDD: a schedd of the pool) goes
+name only (ADVERTISE_STARTD; a node's token for its node, or a host named under it, as
+for its ads), a new registration replacing the one before (the node restarted); the ads
+of a node's token may carry no CCBID but such a name. A request (ADVERTISE_SCHEDD: a schedd of the pool) goes
 to the registration of the CCBID it names and to no other; at most a few hundred wait
 for a node at a time.
 
@@ -57,7 +57,7 @@ from starlette.routing import Route
 
 from htgrid import __version__
 from htgrid.classad import ClassAd, ExprTree, quote
-from htgrid.collector._broker import Broker, ccb_register, ccb_request, node_of
+from htgrid.collector._broker import Broker, ccb_register, ccb_request, node_of, under
 from htgrid.collector._ccb import ccb_contact
 from htgrid.collector._errors import InvalidAd, InvalidQuery, ProtocolError
 from htgrid.collector._problems import to_problem
@@ -126,19 +126,12 @@ def _node_caller(request: Request, ad_type: AdType) -> tuple[Principal, str] | N
     return None if node is None else (principal, node)
 
 
-def _under(machine: str, node: str) -> bool:
-    """Whether `machine` is `node` or a host named under it (`i-0abc.NAME.annex` under
-    `NAME.annex`): one token of an annex serves all its instances, as a DNS zone does."""
-    own, host = node.casefold(), machine.casefold()
-    return host == own or host.endswith("." + own)
-
-
 def _check_own(principal: Principal, node: str, ad: ClassAd) -> None:
     """InsufficientScope unless `ad` is the ad of `node` (Machine, and Name's host)."""
     machine, name = ad.get("Machine"), ad.get("Name")
     if (
         isinstance(machine, str)
-        and _under(machine, node)
+        and under(machine, node)
         and (not isinstance(name, str) or name.rpartition("@")[2].casefold() == machine.casefold())
     ):
         _check_own_ccbid(principal, node, ad)
@@ -156,20 +149,23 @@ def _check_own_ccbid(principal: Principal, node: str, ad: ClassAd) -> None:
     (schedds would send that node's requests for this one)."""
     address = ad.get("MyAddress")
     contact = ccb_contact(address) if isinstance(address, str) else None
-    if contact is not None and contact.ccbid.casefold() != node.casefold():
+    if contact is not None and not under(contact.ccbid, node):
         raise InsufficientScope(
             f"token {principal.token_id} of {principal.subject} may advertise node "
-            f"{node!r} at its own broker registration (CCBID ...#{node}), not at "
-            f"{contact.ccbid!r}"
+            f"{node!r} at its own broker registration (CCBID ...#{node}, or a host named "
+            f"under it), not at {contact.ccbid!r}"
         )
 
 
 def _own_query(principal: Principal, node: str, query: ClassAd) -> None:
-    """Narrow a node's invalidation to its own ads: a Name of its own, or its
-    Requirements and `TARGET.Machine` being the node."""
+    """Narrow a node's invalidation to its own ads: a Name on the node or a host under
+    it, or its Requirements and `TARGET.Machine` being such a host."""
     name = query.get("Name")
     if isinstance(name, str):
-        _check_own(principal, node, ClassAd({"Machine": node, "Name": name}))
+        # The slot's Machine is its Name's host: an annex's instance is a host under the
+        # node its token names (slot1_1@i-0abc.big.annex), not the node itself.
+        host = name.rpartition("@")[2]
+        _check_own(principal, node, ClassAd({"Machine": host, "Name": name}))
         return
     suffix = "." + node
     own = (
