@@ -254,6 +254,8 @@ class Daemon:
                 fsync=cfg.fsync,
                 max_input=SizeLimit("MAX_TRANSFER_INPUT_MB", cfg.max_transfer_input_mb),
                 max_output=SizeLimit("MAX_TRANSFER_OUTPUT_MB", cfg.max_transfer_output_mb),
+                reconnect_factor=cfg.reconnect_factor,
+                reconnect_ceiling=cfg.reconnect_ceiling,
             ),
             clock=self._clock,
             reverse=reverse,
@@ -307,6 +309,7 @@ class Daemon:
             self._supervised(writer.run(), "event log writer"),
             self._supervised(self._periodic(worker), "periodic policy"),
             self._supervised(shadows.run(), "shadows"),
+            self._supervised(shadows.renew_leases(), "job leases"),
         ]
         try:
             if companion is not None:

@@ -55,6 +55,7 @@ from htgrid.schedd._shadow_base import (
     Unreachable,
     after_stop,
     claimed_slot,
+    reconnect_delay,
     vacate_time,
 )
 from htgrid.schedd._shadow_files import fetch_output, remove_tree, send_input, small_input
@@ -122,6 +123,8 @@ class ShadowRun:
         self.resources = Resources(0, 0, 0)
         self.account: Account | None = None  # the current job's owner's, once it starts
         self.on_node = False  # the current job may run on the node
+        self.lost = False  # disconnected from the node, reconnecting (`_lost`)
+        self.renewed = 0  # the job's LastJobLeaseRenewal, as last recorded
         self._settled = False  # the run was given up on: nothing to release
         # The node readying the claim for the next job, while the schedd records the end
         # of the last one and picks the next (`_finish`, `_reused`).
@@ -313,10 +316,19 @@ class ShadowRun:
         the job may run on there. Disconnected (022, HTCondor's `reason`) until the node
         answers within the lease: reconnected (023), the claim's status returned. The
         run is given up on (024, the job back to idle: `GaveUp`) once the node says the
-        job or its claim is gone, or the lease has surely run out there."""
+        job or its claim is gone, or the lease has surely run out there. The attempts
+        back off as HTCondor's shadow's do (RECONNECT_BACKOFF_FACTOR, _CEILING), never
+        past the lease."""
+        self.lost = True
+        try:
+            return await self._reconnect(why, reason)
+        finally:
+            self.lost = False
+
+    async def _reconnect(self, why: str, reason: str) -> ClaimStatus:
         deadline = self.m.now() + self.lease + self.vacate_time + LEASE_MARGIN
         await self.m.disconnected(self, why, reason, deadline)
-        link, wait = self.link, self.m.settings.alive_interval
+        link, wait, attempts = self.link, self.m.settings.alive_interval, 0
         while True:
             left = deadline - self.m.now()
             if left <= 0:
@@ -327,12 +339,22 @@ class ShadowRun:
                 await wait_event(link.up, left)  # its keep-alives are answered again
                 continue
             try:
+                attempts += 1
                 status = await asyncio.wait_for(self.client.status(self.claim_id), wait)
             except ClaimNotFound:
                 await self._give_up(_CLAIM_NOT_FOUND)
             except (StartdError, TimeoutError) as exc:
-                _log.info("job %s: %s does not answer yet: %s", self.job_id, self.address, exc)
-                await asyncio.sleep(min(wait, max(0.0, left)))
+                left = deadline - self.m.now()
+                delay = max(0.0, min(reconnect_delay(attempts, self.m.settings), left))
+                _log.info(
+                    "job %s: %s does not answer yet (%s): attempt %d in %.0f s",
+                    self.job_id,
+                    self.address,
+                    exc,
+                    attempts + 1,
+                    delay,
+                )
+                await asyncio.sleep(delay)
                 continue
             if status.state is ClaimState.RELEASED:
                 await self._give_up(_CLAIM_NOT_FOUND)
@@ -351,11 +373,13 @@ class ShadowRun:
         """Record the claim and start the job; its ad to run, or None if it is not idle."""
         jid = self.job_id
         attrs: dict[str, Any] = {name: ExprTree(text) for name, text in updates}
+        self.renewed = int(self.m.now())  # the claim was just granted or readied
         attrs.update(
             RemoteHost=slot,
             LastRemoteHost=slot,
             StartdIpAddr=self.address,
             PublicClaimId=public_claim_id(self.claim_id),
+            LastJobLeaseRenewal=self.renewed,
         )
 
         def start(q: JobQueue) -> tuple[int, ClassAd] | None:
