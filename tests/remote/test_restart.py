@@ -393,7 +393,8 @@ def test_a_job_on_a_reused_claim_is_reconnected_to_after_kill_9_its_record_kept(
     pool: PersonalPool, tmp_path: Path
 ) -> None:
     """The claim's record is written once (not per job it runs), and a restart finds the
-    claim's second job by its PublicClaimId: reconnected to, never run again."""
+    claim's second job by its PublicClaimId: reconnected to, never run again. The claim
+    reconnected to then runs the third job, as any claim (no new match)."""
     node = ExecuteNode(pool, tmp_path / "node2", "node2", "127.0.0.2", config={"NUM_CPUS": 1})
     node.start()
     node.joined()
@@ -403,7 +404,7 @@ def test_a_job_on_a_reused_claim_is_reconnected_to_after_kill_9_its_record_kept(
         starts.mkdir(parents=True)
         gates.mkdir()
         _script(work / "reused_a.sh", _GATED.format(starts=starts, gates=gates))
-        cluster = _submit_procs(pool, work, "reused_a.sh", "reused.log", 2)
+        cluster = _submit_procs(pool, work, "reused_a.sh", "reused.log", 3)
         wait_for(lambda: (starts / "0").exists(), timeout=90, what="the first job to start")
         (record,) = (pool.config.spool / "claims").glob("*.claim")
         written = record.stat()
@@ -424,11 +425,20 @@ def test_a_job_on_a_reused_claim_is_reconnected_to_after_kill_9_its_record_kept(
         )
         assert _runs(tmp_path, "reused_a.sh") == running  # the same run, none started again
         (gates / "1").touch()
-        wait_for(lambda: len(_all(pool, cluster)) == 2, timeout=60, what="both jobs to end")
+        wait_for(lambda: (starts / "2").exists(), timeout=90, what="the third job to start")
+        third = _job(pool, f"{cluster}.2")
+        assert (third["RemoteHost"], third["PublicClaimId"]) == (
+            second["RemoteHost"],
+            second["PublicClaimId"],
+        )
+        (gates / "2").touch()
+        wait_for(lambda: len(_all(pool, cluster)) == 3, timeout=60, what="the jobs to end")
         assert all(ad["NumJobStarts"] == 1 for ad in _all(pool, cluster))
         assert _lines(starts / "1")[0].startswith("start") and len(_lines(starts / "1")) == 1
         assert (work / "out.1").read_text() == "out 1\n"
+        assert (work / "out.2").read_text() == "out 2\n"
         assert _events(work / "reused.log", f"{cluster}.1") == [0, 1, 22, 23, 5]
+        assert _events(work / "reused.log", f"{cluster}.2") == [0, 1, 5]
         wait_for(lambda: not list((pool.config.spool / "claims").glob("*.claim")), timeout=30)
     finally:
         node.close()

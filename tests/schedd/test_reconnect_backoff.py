@@ -17,7 +17,7 @@ from htgrid.pool import CONFIG_NAME, KNOBS
 from htgrid.queue import JobId
 from htgrid.schedd import ScheddConfig
 from htgrid.schedd._shadow_base import RESTARTED, GaveUp, ShadowSettings
-from htgrid.startd import ClaimState, ClaimStatus, StartdUnavailable
+from htgrid.startd import ClaimState, ClaimStatus, StartdError, StartdUnavailable
 
 LEASE = 60  # the job's JobLeaseDuration; its JobMaxVacateTime is 10
 
@@ -50,21 +50,25 @@ class _Manager:
 
 
 class _Node:
-    """A node that does not answer the first `silent` attempts, then runs the job."""
+    """A node that does not answer the first `silent` attempts (or answers them with
+    `error`), then runs the job."""
 
-    def __init__(self, manager: _Manager, silent: int) -> None:
-        self.manager, self.silent = manager, silent
+    def __init__(self, manager: _Manager, silent: int, error: StartdError) -> None:
+        self.manager, self.silent, self.error = manager, silent, error
         self.attempts: list[float] = []
 
     async def status(self, claim_id: str, **_: Any) -> ClaimStatus:
         self.attempts.append(self.manager.clock)
         if len(self.attempts) <= self.silent:
-            raise StartdUnavailable("connection refused")
+            raise self.error
         return ClaimStatus(claim_id, "slot1_1@node2", ClaimState.RUNNING, 7)
 
 
 def _reconnect(
-    monkeypatch: pytest.MonkeyPatch, silent: int, **knobs: float
+    monkeypatch: pytest.MonkeyPatch,
+    silent: int,
+    error: StartdError | None = None,
+    **knobs: float,
 ) -> tuple[_Manager, _Node, ClaimStatus | None]:
     manager = _Manager(ShadowSettings("schedd", Path("/nonexistent"), **knobs))
     real_sleep = asyncio.sleep
@@ -74,7 +78,7 @@ def _reconnect(
         return await real_sleep(0, *args)
 
     monkeypatch.setattr(shadow_module.asyncio, "sleep", sleep)
-    node = _Node(manager, silent)
+    node = _Node(manager, silent, error or StartdUnavailable("connection refused"))
     job = ClassAd({"ClusterId": 1, "ProcId": 0, "JobLeaseDuration": LEASE})
     job["JobMaxVacateTime"] = 10
     run = shadow_module.ShadowRun(
@@ -130,6 +134,15 @@ def test_the_ceiling_and_the_factor_are_the_knobs(monkeypatch: pytest.MonkeyPatc
     assert status is not None
     # ceil(1.5 ** 3) = 4, ceil(1.5 ** 4) = 6, then the ceiling.
     assert _waits(node) == [4, 6, 6, 6]
+
+
+def test_a_node_that_answers_is_asked_again_shortly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its claim being ended (its lease ran out there), say: no backoff, it is not
+    unreachable, and it soon says the claim is gone."""
+    busy = StartdError("claim's lease ran out: it is being ended")
+    _, node, status = _reconnect(monkeypatch, silent=3, error=busy)
+    assert status is not None
+    assert _waits(node) == [1, 1, 1]
 
 
 def test_the_knobs_are_htcondors_with_its_defaults(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from htgrid.negotiator import Updates
 from htgrid.net.server import SizeLimit
 from htgrid.queue import JobId, JobQueue, JobStatus
 from htgrid.queue.faults import JobFailure
-from htgrid.startd import ClaimGrant
+from htgrid.startd import ClaimGrant, Resources
 
 if TYPE_CHECKING:
     from htgrid.schedd._shadow_run import ShadowRun
@@ -40,6 +40,7 @@ __all__ = [
     "lease_valid",
     "no_lease",
     "reconnect_delay",
+    "reconnected_slot",
     "vacate_time",
 ]
 
@@ -175,6 +176,26 @@ def claimed_slot(machine_ad: ClassAd, grant: ClaimGrant) -> ClassAd:
     ad["Name"] = grant.slot
     ad["State"], ad["Activity"] = "Claimed", "Idle"
     return ad
+
+
+def reconnected_slot(ads: list[ClassAd], name: str) -> tuple[ClassAd, Resources] | None:
+    """The claimed dynamic slot `name` among a node's slot ads, as the next job on it is
+    matched against (`claimed_slot`'s for a claim reconnected to), and what it holds."""
+    for ad in ads:
+        if ad.get("Name") != name:
+            continue
+        have = [ad.get(attr) for attr in ("Cpus", "Memory", "Disk")]
+        cpus, memory, disk = (n if type(n) is int else -1 for n in have)
+        if min(cpus, memory, disk) < 0:
+            return None
+        gpus = ad.get("AssignedGPUs")
+        ids = (
+            tuple(g.strip() for g in gpus.split(",") if g.strip()) if isinstance(gpus, str) else ()
+        )
+        slot = copy(ad)
+        slot["State"], slot["Activity"] = "Claimed", "Idle"
+        return slot, Resources(cpus, memory, disk, ids)
+    return None
 
 
 def vacate_time(ad: ClassAd) -> float:
