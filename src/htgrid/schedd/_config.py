@@ -102,6 +102,11 @@ class ScheddConfig(HomeLayout):
         return self.schedd_url_file
 
     @property
+    def ccb_port_file(self) -> Path:
+        """The port the schedd listened on for nodes behind NAT: the next start's too."""
+        return self.spool / "ccb_return.port"
+
+    @property
     def claim_lease(self) -> float:
         """Seconds without a keep-alive after which a claim is given up."""
         return self.alive_interval * self.max_alives_missed
