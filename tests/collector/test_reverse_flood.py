@@ -61,3 +61,22 @@ def test_a_connection_that_says_garbage_is_closed(tmp_path: Path) -> None:
             await listener.aclose()
 
     asyncio.run(scenario())
+
+
+def test_it_listens_on_the_port_of_its_last_start_unless_taken(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        first = ReverseConnector("127.0.0.1", tmp_path)
+        await first.start()
+        address = first.address
+        port = int(address.strip("<>").rpartition(":")[2])
+        again = ReverseConnector("127.0.0.1", tmp_path)
+        await again.start(port)  # taken (the first listens there): another port
+        assert again.address != address
+        await again.aclose()
+        await first.aclose()
+        last = ReverseConnector("127.0.0.1", tmp_path)
+        await last.start(port)  # free again: the same
+        assert last.address == address
+        await last.aclose()
+
+    asyncio.run(scenario())

@@ -110,7 +110,9 @@ def _claims(node: ExecuteNode) -> int:
     return asyncio.run(ask())
 
 
-def _submit_job(pool: PersonalPool, tmp_path: Path, name: str) -> tuple[str, Path, Path]:
+def _submit_job(
+    pool: PersonalPool, tmp_path: Path, name: str, lease: int = LEASE
+) -> tuple[str, Path, Path]:
     work = tmp_path / "work"
     starts, go = work / "starts", work / "go"
     body = _JOB.format(lock=work / "lock", starts=starts, go=go)
@@ -119,9 +121,17 @@ def _submit_job(pool: PersonalPool, tmp_path: Path, name: str) -> tuple[str, Pat
         pool,
         work,
         f"executable = {name}\nshould_transfer_files = YES\nlog = job.log\noutput = job.out\n"
-        f"request_memory = 16\njob_max_vacate_time = 1\njob_lease_duration = {LEASE}\nqueue\n",
+        f"request_memory = 16\njob_max_vacate_time = 1\njob_lease_duration = {lease}\nqueue\n",
     )
     return f"{cluster}.0", starts, go
+
+
+def _renewal(pool: PersonalPool, job: str) -> int:
+    """The job's LastJobLeaseRenewal, as `htgrid q -l` shows it."""
+    status, out, err = run_cli(pool.home, "q", "-l", job)
+    assert status == 0, err
+    (line,) = [line for line in out.splitlines() if line.startswith("LastJobLeaseRenewal = ")]
+    return int(line.split(" = ", 1)[1])
 
 
 def _lines(path: Path) -> list[str]:
@@ -160,6 +170,11 @@ def test_a_restarted_schedd_reconnects_to_the_job_running_on_its_node(
         job, starts, go = _submit_job(pool, tmp_path, "once_a.sh")
         wait_for(lambda: len(_lines(starts)) == 1, timeout=90, what="the job to start")
         (first,) = _runs(tmp_path, "once_a.sh")
+        # The schedd records when the claim's lease was last renewed, and renews it.
+        started = _renewal(pool, job)
+        renewed = wait_for(
+            lambda: (r := _renewal(pool, job)) > started and r, 30, what="a lease renewal"
+        )
         if how == "kill":
             pool.kill()
         else:
@@ -172,6 +187,7 @@ def test_a_restarted_schedd_reconnects_to_the_job_running_on_its_node(
             what="the schedd to reconnect to the job",
         )
         assert ad["JobStatus"] == 2 and ad.eval("JobDisconnectedDate") is Value.Undefined
+        assert ad["LastJobLeaseRenewal"] >= renewed  # kept, and renewed at the reconnection
         assert _runs(tmp_path, "once_a.sh") == {first}  # the same run, never a second one
         go.touch()
         done = wait_for(lambda: _history(pool, int(job.split(".")[0])), timeout=60)
@@ -220,11 +236,43 @@ def test_past_its_lease_the_node_ends_the_job_and_the_restarted_schedd_runs_it_a
         done = wait_for(lambda: _history(pool, int(job.split(".")[0])), timeout=60)
         assert done["JobStatus"] == 4 and done["ExitCode"] == 0
         assert [line.split()[0] for line in _lines(starts)] == ["start", "start"]
-        log = tmp_path / "work" / "job.log"
-        assert _events(log, job) == [0, 1, 22, 24, 4, 1, 5]
-        failed = next(e for e in _read(log, job) if int(e.type) == 24)
-        assert failed["Reason"] == "Claim not found at execution machine"
-        assert "node2" in failed["StartdName"]
+        # Its JobLeaseDuration passed since its LastJobLeaseRenewal: as HTCondor's, the
+        # restarted schedd tries no reconnection (no 022, 024), the job goes back to idle.
+        assert _events(tmp_path / "work" / "job.log", job) == [0, 1, 4, 1, 5]
+    finally:
+        node.close()
+
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_a_job_with_no_lease_is_not_reconnected_to_it_runs_again_once(
+    pool: PersonalPool, tmp_path: Path, how: str
+) -> None:
+    """job_lease_duration = 0: HTCondor's schedd never reconnects to such a job. Its run
+    is ended on the node (by the stopping schedd, or the restarted one) before the job
+    runs again, never beside it."""
+    # The node advertises its slot again soon to the restarted collector.
+    node = ExecuteNode(
+        pool, tmp_path / "node2", "node2", "127.0.0.2", config={"UPDATE_INTERVAL": 2}
+    )
+    node.start()
+    node.joined()
+    try:
+        job, starts, go = _submit_job(pool, tmp_path, "nolease_a.sh", lease=0)
+        wait_for(lambda: len(_lines(starts)) == 1, timeout=90, what="the job to start")
+        assert _job(pool, job)["JobLeaseDuration"] == 0
+        if how == "kill":
+            pool.kill()
+        else:
+            pool.stop()  # htgrid down vacates it: it would not be reconnected to
+            assert not _runs(tmp_path, "nolease_a.sh")
+        pool.start()
+        wait_for(lambda: len(_lines(starts)) == 2, timeout=90, what="the job to run again")
+        go.touch()
+        done = wait_for(lambda: _history(pool, int(job.split(".")[0])), timeout=60)
+        assert done["JobStatus"] == 4 and done["NumJobStarts"] == 2
+        assert "NumJobReconnects" not in done
+        assert [line.split()[0] for line in _lines(starts)] == ["start", "start"]  # no OVERLAP
+        assert _events(tmp_path / "work" / "job.log", job) == [0, 1, 4, 1, 5]
     finally:
         node.close()
 
@@ -345,7 +393,8 @@ def test_a_job_on_a_reused_claim_is_reconnected_to_after_kill_9_its_record_kept(
     pool: PersonalPool, tmp_path: Path
 ) -> None:
     """The claim's record is written once (not per job it runs), and a restart finds the
-    claim's second job by its PublicClaimId: reconnected to, never run again."""
+    claim's second job by its PublicClaimId: reconnected to, never run again. The claim
+    reconnected to then runs the third job, as any claim (no new match)."""
     node = ExecuteNode(pool, tmp_path / "node2", "node2", "127.0.0.2", config={"NUM_CPUS": 1})
     node.start()
     node.joined()
@@ -355,7 +404,7 @@ def test_a_job_on_a_reused_claim_is_reconnected_to_after_kill_9_its_record_kept(
         starts.mkdir(parents=True)
         gates.mkdir()
         _script(work / "reused_a.sh", _GATED.format(starts=starts, gates=gates))
-        cluster = _submit_procs(pool, work, "reused_a.sh", "reused.log", 2)
+        cluster = _submit_procs(pool, work, "reused_a.sh", "reused.log", 3)
         wait_for(lambda: (starts / "0").exists(), timeout=90, what="the first job to start")
         (record,) = (pool.config.spool / "claims").glob("*.claim")
         written = record.stat()
@@ -376,11 +425,20 @@ def test_a_job_on_a_reused_claim_is_reconnected_to_after_kill_9_its_record_kept(
         )
         assert _runs(tmp_path, "reused_a.sh") == running  # the same run, none started again
         (gates / "1").touch()
-        wait_for(lambda: len(_all(pool, cluster)) == 2, timeout=60, what="both jobs to end")
+        wait_for(lambda: (starts / "2").exists(), timeout=90, what="the third job to start")
+        third = _job(pool, f"{cluster}.2")
+        assert (third["RemoteHost"], third["PublicClaimId"]) == (
+            second["RemoteHost"],
+            second["PublicClaimId"],
+        )
+        (gates / "2").touch()
+        wait_for(lambda: len(_all(pool, cluster)) == 3, timeout=60, what="the jobs to end")
         assert all(ad["NumJobStarts"] == 1 for ad in _all(pool, cluster))
         assert _lines(starts / "1")[0].startswith("start") and len(_lines(starts / "1")) == 1
         assert (work / "out.1").read_text() == "out 1\n"
+        assert (work / "out.2").read_text() == "out 2\n"
         assert _events(work / "reused.log", f"{cluster}.1") == [0, 1, 22, 23, 5]
+        assert _events(work / "reused.log", f"{cluster}.2") == [0, 1, 5]
         wait_for(lambda: not list((pool.config.spool / "claims").glob("*.claim")), timeout=30)
     finally:
         node.close()

@@ -73,17 +73,24 @@ class ReverseConnector:
             host = socket.getfqdn()
         return _shown(str(host), int(port))
 
-    async def start(self) -> None:
+    async def start(self, port: int = 0) -> None:
+        """Listen on `port` (that of an earlier start: the nodes, and the firewalls of
+        their NAT, know it), or any free port when it is 0 or taken."""
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.host, 0))
-            sock.listen(128)
-            sock.setblocking(False)
-        except OSError:
-            sock.close()
-            raise
+        for each in dict.fromkeys((port, 0)):
+            sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((self.host, each))
+                sock.listen(128)
+                sock.setblocking(False)
+            except OSError as exc:
+                sock.close()
+                if each == 0:
+                    raise
+                _log.warning("port %d is taken (%s): listening on another", each, exc.strerror)
+                continue
+            break
         self._sock = sock
         self._accepting = asyncio.create_task(self._accept(sock), name="ccb listener")
 

@@ -38,6 +38,9 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
     JOB_DEFAULT_LEASE_DURATION = 2400  the JobLeaseDuration of jobs whose submit file names
                                     none (`htgrid submit`): how long a job runs on without
                                     word from its schedd, which may reconnect to it meanwhile
+    RECONNECT_BACKOFF_FACTOR = 2    a shadow's attempts to reconnect to a job wait FACTOR **
+    RECONNECT_BACKOFF_CEILING = 300   (attempts + 2) seconds, at most CEILING, never past
+                                    the job's lease
     MASTER_BACKOFF_CONSTANT = 1     a daemon that died is restarted after CONSTANT *
     MASTER_BACKOFF_FACTOR = 2         FACTOR ** (restarts) seconds, at most CEILING;
     MASTER_BACKOFF_CEILING = 300      restarts are forgotten once it has run
@@ -158,6 +161,8 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "ALIVE_INTERVAL": "60",
     "MAX_CLAIM_ALIVES_MISSED": "6",
     "JOB_DEFAULT_LEASE_DURATION": "2400",  # read by `htgrid submit`
+    "RECONNECT_BACKOFF_FACTOR": "2.0",
+    "RECONNECT_BACKOFF_CEILING": "300",
     "MASTER_BACKOFF_CONSTANT": "1",
     "MASTER_BACKOFF_FACTOR": "2",
     "MASTER_BACKOFF_CEILING": "300",

@@ -2,7 +2,8 @@
 
     PERIODIC_EXPR_INTERVAL, JOB_MAX_VACATE_TIME, START_LOCAL_UNIVERSE_LIMIT, QUEUE_FSYNC,
     SCHEDD_INTERVAL, SCHEDD_NAME, SCHEDD_ADDRESS, MAX_TRANSFER_INPUT_MB,
-    MAX_TRANSFER_OUTPUT_MB, ALIVE_INTERVAL, MAX_CLAIM_ALIVES_MISSED, ALLOW_ROOT_JOBS,
+    MAX_TRANSFER_OUTPUT_MB, ALIVE_INTERVAL, MAX_CLAIM_ALIVES_MISSED,
+    RECONNECT_BACKOFF_FACTOR, RECONNECT_BACKOFF_CEILING, ALLOW_ROOT_JOBS,
     PRIVATE_NETWORK_NAME (execute nodes on the same one are reached directly, not by CCB),
     the API's limits (MAX_API_REQUEST_MB, API_HEADER_TIMEOUT, API_BODY_TIMEOUT); and the
     master's: DAEMON_LIST, COLLECTOR_HOST, NEGOTIATOR_INTERVAL, NEGOTIATOR_MIN_INTERVAL,
@@ -64,6 +65,8 @@ class ScheddConfig(HomeLayout):
     annex_update_interval: float = 60.0
     alive_interval: float = 60.0
     max_alives_missed: int = 6
+    reconnect_factor: float = 2.0
+    reconnect_ceiling: float = 300.0
     backoff: Backoff = dataclasses.field(default_factory=Backoff)
     shutdown_script: str | None = None
     schedd_name: str = dataclasses.field(default_factory=default_schedd_name)
@@ -97,6 +100,11 @@ class ScheddConfig(HomeLayout):
     def url_file(self) -> Path:
         """Where the API's URL (`https://host:port`) is written once it listens."""
         return self.schedd_url_file
+
+    @property
+    def ccb_port_file(self) -> Path:
+        """The port the schedd listened on for nodes behind NAT: the next start's too."""
+        return self.spool / "ccb_return.port"
 
     @property
     def claim_lease(self) -> float:
@@ -134,6 +142,8 @@ class ScheddConfig(HomeLayout):
             annex_update_interval=conf.number("ANNEX_UPDATE_INTERVAL"),
             alive_interval=conf.number("ALIVE_INTERVAL"),
             max_alives_missed=conf.integer("MAX_CLAIM_ALIVES_MISSED"),
+            reconnect_factor=conf.number("RECONNECT_BACKOFF_FACTOR"),
+            reconnect_ceiling=conf.number("RECONNECT_BACKOFF_CEILING"),
             backoff=Backoff(
                 constant=conf.number("MASTER_BACKOFF_CONSTANT"),
                 factor=conf.number("MASTER_BACKOFF_FACTOR"),

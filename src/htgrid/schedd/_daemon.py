@@ -26,6 +26,7 @@ import socket
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from htgrid import __version__
@@ -234,9 +235,12 @@ class Daemon:
         writer.load()
         self._writer = writer
         # Execute nodes behind NAT connect back here, through their broker (CCB).
+        # On the port of the last start: the nodes' NAT may let them out to it alone, and
+        # the jobs running behind it are reconnected to through it.
         reverse = ReverseConnector(cfg.schedd_address[0], cfg.home)
         try:
-            await reverse.start()
+            await reverse.start(_last_port(cfg.ccb_port_file))
+            _keep_port(cfg.ccb_port_file, reverse.address)
         except OSError as exc:
             raise ScheddError(
                 f"SCHEDD_ADDRESS {cfg.schedd_address[0]}: cannot listen for the connections "
@@ -256,6 +260,8 @@ class Daemon:
                 fsync=cfg.fsync,
                 max_input=SizeLimit("MAX_TRANSFER_INPUT_MB", cfg.max_transfer_input_mb),
                 max_output=SizeLimit("MAX_TRANSFER_OUTPUT_MB", cfg.max_transfer_output_mb),
+                reconnect_factor=cfg.reconnect_factor,
+                reconnect_ceiling=cfg.reconnect_ceiling,
             ),
             clock=self._clock,
             reverse=reverse,
@@ -309,6 +315,7 @@ class Daemon:
             self._supervised(writer.run(), "event log writer"),
             self._supervised(self._periodic(worker), "periodic policy"),
             self._supervised(shadows.run(), "shadows"),
+            self._supervised(shadows.renew_leases(), "job leases"),
         ]
         try:
             if companion is not None:
@@ -531,3 +538,19 @@ class Daemon:
             _log.error("trimming the change feed failed: %s", exc)
             return
         self._trimmed = upto
+
+
+def _last_port(path: Path) -> int:
+    """The port an earlier start listened on for nodes behind NAT (0: none known)."""
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        return 0
+    return int(text) if text.isdigit() and 0 < int(text) < 65536 else 0
+
+
+def _keep_port(path: Path, address: str) -> None:
+    """Remember the port of `address` (`<host:port>`) for the next start."""
+    port = int(address.strip("<>").rpartition(":")[2])
+    if _last_port(path) != port:
+        write_atomic(path, f"{port}\n".encode(), sync=False, mode=0o644)

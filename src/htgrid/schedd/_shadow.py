@@ -66,6 +66,8 @@ from htgrid.schedd._shadow_base import (
     ShadowSettings,
     StopReason,
     after_stop,
+    lease_valid,
+    no_lease,
 )
 from htgrid.schedd._shadow_run import ShadowRun
 from htgrid.schedd._worker import QueueWorker
@@ -145,10 +147,12 @@ class ShadowManager:
         put back to idle those that surely run nowhere (returned, when at once).
 
         A running job whose claim on a node of another host was recorded is reconnected
-        to (`ShadowRun` without a match): 022 at once, 023 when the node answers that it
-        runs it still, and its run is followed to its end as if the schedd had never
-        stopped; or given up on (024, 004) when the node has no such claim, or does not
-        answer before the lease has surely run out there. Any other recorded claim is
+        to (`ShadowRun` without a match) when its lease allows it, as HTCondor decides:
+        its JobLeaseDuration neither 0 nor passed since its LastJobLeaseRenewal (kept
+        by `renew_leases`). 022 at once, 023 when the node answers that it runs it
+        still, and its run is followed to its end as if the schedd had never stopped;
+        or given up on (024, 004) when the node has no such claim, or does not answer
+        before the lease has surely run out there. Any other recorded claim is
         ended on its node (the job killed, the slot released: `_settle`, in the
         background), and only then does its job go back to idle (004). A running job
         with no claim recorded ran on a node of this pool's own, which stopped with the
@@ -158,6 +162,8 @@ class ShadowManager:
         recorded = {r.public_id: r for r in records}
         settling: dict[str, JobId] = {}
         resuming: dict[str, ClassAd] = {}
+        expired: list[JobId] = []
+        now = self._clock()
 
         def evict(q: JobQueue) -> tuple[int, list[JobId]]:
             seq = q.last_seq
@@ -173,9 +179,11 @@ class ShadowManager:
                 if record is not None and on_claim.get(record.claim_id) is ad:
                     remote = socket_of(record.address) is None
                     if remote and ad["JobStatus"] in RUNNING:
-                        resuming[record.claim_id] = ad  # it may run there still
-                    else:
-                        settling[record.claim_id] = jid  # running perhaps: the node says
+                        if lease_valid(ad, now, record.lease):
+                            resuming[record.claim_id] = ad  # it may run there still
+                            continue
+                        expired.append(jid)
+                    settling[record.claim_id] = jid  # running perhaps: the node says
                 elif ad["JobStatus"] == JobStatus.COMPLETED:
                     continue  # an earlier job of a claim that ran the next one
                 elif ad["JobStatus"] == JobStatus.REMOVED:
@@ -188,6 +196,12 @@ class ShadowManager:
         self._seq, evicted = await self._worker.write(evict)
         for jid in evicted:
             _log.info("job %s had no execute node after the restart: back to idle", jid)
+        for jid in expired:
+            _log.info(
+                "job %s: no lease to reconnect to it within (JobLeaseDuration 0, or past "
+                "since its LastJobLeaseRenewal): its claim is ended, and it goes back to idle",
+                jid,
+            )
         for record in records:
             ad = resuming.get(record.claim_id)
             if ad is not None and not self._resume(record, ad):
@@ -476,19 +490,56 @@ class ShadowManager:
             elif change.status == JobStatus.REMOVED:
                 shadow.stop(StopReason.REMOVE)
 
+    # -- job leases -----------------------------------------------------------------------
+
+    async def renew_leases(self) -> None:
+        """Each ALIVE_INTERVAL, record in the running jobs' LastJobLeaseRenewal when
+        their claims' leases were last renewed on their nodes, all in one transaction
+        (HTCondor's schedd does so on the same timer): a restart reconnects only to jobs
+        whose JobLeaseDuration has not passed since."""
+        while True:
+            await asyncio.sleep(self.settings.alive_interval)
+            renewals = self._renewals()
+            if renewals:
+                await self._worker.write(functools.partial(_renewed, renewals=renewals))
+
+    def _renewals(self) -> list[tuple[JobId, dict[str, Any]]]:
+        now, mono = self._clock(), self._monotonic()
+        renewals: list[tuple[JobId, dict[str, Any]]] = []
+        for jid, run in self._shadows.items():
+            if jid != run.job_id or not run.on_node or run.lost:
+                continue
+            link = run.link
+            if link is not None:  # a node of another host: its last answered keep-alive
+                if not link.up.is_set():
+                    continue
+                when = int(now - (mono - link.heard))
+            elif run.remote:
+                continue
+            else:  # a node of this host's: followed by polls, it stops with the daemon
+                when = int(now)
+            if when > run.renewed:
+                run.renewed = when
+                renewals.append((jid, {"LastJobLeaseRenewal": when}))
+        return renewals
+
     # -- shutdown -------------------------------------------------------------------------
 
     async def shutdown(self) -> None:
         """Vacate every job running on a node of this host's (back to idle) and wait
         until each is recorded. Jobs on nodes of other hosts run on, within their
         lease, their claims recorded: the next start reconnects to them (HTCondor's
-        graceful shutdown leaves jobs with a JobLeaseDuration alone, too)."""
+        graceful shutdown leaves jobs with a JobLeaseDuration alone, too), but for
+        those that ask for none (JobLeaseDuration 0), vacated as the others."""
         self._accepting = False
         for settler in list(self._settlers):
             settler.cancel()  # their records stay: the next daemon settles them
         await asyncio.gather(*self._settlers, return_exceptions=True)
         for shadow in list(self._shadows.values()):
             if shadow.remote and shadow.on_node and shadow.task is not None:
+                if no_lease(shadow.job):
+                    shadow.stop(StopReason.SHUTDOWN)  # never reconnected to: vacated
+                    continue
                 shadow.task.cancel()  # the job runs on there
             else:
                 shadow.stop(StopReason.SHUTDOWN)
@@ -542,13 +593,15 @@ class ShadowManager:
     async def reconnected(self, run: ShadowRun) -> None:
         _log.info("job %s: reconnected to %s", run.job_id, run.address)
         job = run.job_id
+        run.renewed = int(self._clock())  # the node just answered: the lease is renewed
 
         def note(q: JobQueue) -> None:
             with contextlib.suppress(InvalidTransition, JobNotFound):
                 count = q.get(job).get("NumJobReconnects", 0)
                 cleared: dict[str, Any] = {n: ExprTree("undefined") for n in _DISCONNECTED}
                 number = count if isinstance(count, int) and not isinstance(count, bool) else 0
-                q.update(job, {**cleared, "NumJobReconnects": number + 1})
+                renewed = {"LastJobLeaseRenewal": run.renewed}
+                q.update(job, {**cleared, **renewed, "NumJobReconnects": number + 1})
 
         await self._worker.write(note)
 
@@ -606,6 +659,10 @@ def _requeue(q: JobQueue, *, job: JobId, reason: str) -> str:
         return after_stop(q, job)
     except (InvalidTransition, JobNotFound):
         return "gone from the queue"
+
+
+def _renewed(q: JobQueue, *, renewals: list[tuple[JobId, dict[str, Any]]]) -> None:
+    q.update_many(renewals)  # a job that ended meanwhile is refused alone
 
 
 def _changes(q: JobQueue, *, seq: int, limit: int) -> list[Change]:

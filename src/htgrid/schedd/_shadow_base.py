@@ -5,6 +5,7 @@ and the small rules about claims and jobs the manager applies too."""
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable
 from copy import copy
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from htgrid.negotiator import Updates
 from htgrid.net.server import SizeLimit
 from htgrid.queue import JobId, JobQueue, JobStatus
 from htgrid.queue.faults import JobFailure
-from htgrid.startd import ClaimGrant
+from htgrid.startd import ClaimGrant, Resources
 
 if TYPE_CHECKING:
     from htgrid.schedd._shadow_run import ShadowRun
@@ -36,6 +37,10 @@ __all__ = [
     "Unreachable",
     "after_stop",
     "claimed_slot",
+    "lease_valid",
+    "no_lease",
+    "reconnect_delay",
+    "reconnected_slot",
     "vacate_time",
 ]
 
@@ -68,6 +73,10 @@ class ShadowSettings:
     # MaxTransferOutputMB (-1: none) stand in for them, as in HTCondor.
     max_input: SizeLimit = _NO_INPUT_LIMIT
     max_output: SizeLimit = _NO_OUTPUT_LIMIT
+    # RECONNECT_BACKOFF_FACTOR and _CEILING: the waits between a shadow's attempts to
+    # reconnect to a job (`reconnect_delay`).
+    reconnect_factor: float = 2.0
+    reconnect_ceiling: float = 300.0
 
     @property
     def transfers(self) -> Path:
@@ -169,12 +178,69 @@ def claimed_slot(machine_ad: ClassAd, grant: ClaimGrant) -> ClassAd:
     return ad
 
 
+def reconnected_slot(ads: list[ClassAd], name: str) -> tuple[ClassAd, Resources] | None:
+    """The claimed dynamic slot `name` among a node's slot ads, as the next job on it is
+    matched against (`claimed_slot`'s for a claim reconnected to), and what it holds."""
+    for ad in ads:
+        if ad.get("Name") != name:
+            continue
+        have = [ad.get(attr) for attr in ("Cpus", "Memory", "Disk")]
+        cpus, memory, disk = (n if type(n) is int else -1 for n in have)
+        if min(cpus, memory, disk) < 0:
+            return None
+        gpus = ad.get("AssignedGPUs")
+        ids = (
+            tuple(g.strip() for g in gpus.split(",") if g.strip()) if isinstance(gpus, str) else ()
+        )
+        slot = copy(ad)
+        slot["State"], slot["Activity"] = "Claimed", "Idle"
+        return slot, Resources(cpus, memory, disk, ids)
+    return None
+
+
 def vacate_time(ad: ClassAd) -> float:
     """How long the node gives the job to stop before killing it (JobMaxVacateTime)."""
     vacate = ad.get("JobMaxVacateTime")
     if isinstance(vacate, int | float) and not isinstance(vacate, bool) and vacate >= 0:
         return float(vacate)
     return 10.0
+
+
+def reconnect_delay(attempts: int, settings: ShadowSettings) -> float:
+    """The wait before the next attempt to reconnect to a job after `attempts` ones
+    failed, as HTCondor's shadow waits: none before the first, then
+    RECONNECT_BACKOFF_FACTOR ** (attempts + 2) seconds (rounded up), at most
+    RECONNECT_BACKOFF_CEILING. The caller bounds it by what is left of the lease."""
+    if attempts <= 0:
+        return 0.0
+    try:
+        delay = float(math.ceil(settings.reconnect_factor ** (attempts + 2)))
+    except OverflowError:
+        return settings.reconnect_ceiling
+    return min(delay, settings.reconnect_ceiling)
+
+
+def no_lease(ad: ClassAd) -> bool:
+    """Whether the job asks to be run with no lease (JobLeaseDuration 0): HTCondor never
+    reconnects to such a job, it runs again."""
+    duration = ad.get("JobLeaseDuration")
+    return isinstance(duration, int | float) and not isinstance(duration, bool) and duration <= 0
+
+
+def lease_valid(ad: ClassAd, now: float, default: float) -> bool:
+    """Whether a job found Running at a restart may be reconnected to, as HTCondor's
+    schedd decides: it does not ask for `no_lease`, and its JobLeaseDuration (`default`,
+    the claim's lease, when it names none) has not passed since its LastJobLeaseRenewal.
+    One with no renewal recorded (started by an older daemon) is tried."""
+    if no_lease(ad):
+        return False
+    duration = ad.get("JobLeaseDuration")
+    if not isinstance(duration, int | float) or isinstance(duration, bool):
+        duration = default
+    renewed = ad.get("LastJobLeaseRenewal")
+    if not isinstance(renewed, int | float) or isinstance(renewed, bool):
+        return True
+    return now - renewed < duration
 
 
 def after_stop(q: JobQueue, jid: JobId) -> str:

@@ -55,6 +55,8 @@ from htgrid.schedd._shadow_base import (
     Unreachable,
     after_stop,
     claimed_slot,
+    reconnect_delay,
+    reconnected_slot,
     vacate_time,
 )
 from htgrid.schedd._shadow_files import fetch_output, remove_tree, send_input, small_input
@@ -122,6 +124,8 @@ class ShadowRun:
         self.resources = Resources(0, 0, 0)
         self.account: Account | None = None  # the current job's owner's, once it starts
         self.on_node = False  # the current job may run on the node
+        self.lost = False  # disconnected from the node, reconnecting (`_lost`)
+        self.renewed = 0  # the job's LastJobLeaseRenewal, as last recorded
         self._settled = False  # the run was given up on: nothing to release
         # The node readying the claim for the next job, while the schedd records the end
         # of the last one and picks the next (`_finish`, `_reused`).
@@ -217,16 +221,21 @@ class ShadowRun:
         self.slot_ad = claimed_slot(match.machine_ad, grant)
         self.resources = grant.resources
         updates, expanded = match.job_updates, match.expansion.expanded
-        # HTCondor's claim reuse: a job that ended leaves its claim to the next job of
-        # the same user that fits it, without waiting for a negotiation cycle.
-        while await self._run_job(grant.slot, updates, expanded):
+        if await self._run_job(grant.slot, updates, expanded):
+            await self._run_next(grant.slot)
+        await self._release()
+
+    async def _run_next(self, slot: str) -> None:
+        """HTCondor's claim reuse: a job that ended leaves its claim to the next job of
+        the same user that fits it, without waiting for a negotiation cycle."""
+        s = self.m.settings
+        while True:
             following = self.m.next_job(self, self._idle)
             if following is None:
-                break
+                return
             # The job is this shadow's from now on: idle until it starts, and let go
             # (still idle) should the claim not take it.
             self.job_id, self.job, expanded = following
-            updates = ()
             self.vacate_time = vacate_time(self.job)
             self.lease = job_lease(self.job, s.lease)
             await self.m.record_claim(self)  # the claim's record names the job it runs
@@ -235,17 +244,36 @@ class ShadowRun:
             try:
                 await self._reused()
             except Evicted as exc:
-                _log.info("claim of %s not reused: %s", grant.slot, exc)
-                break
-        await self._release()
+                _log.info("claim of %s not reused: %s", slot, exc)
+                return
+            if not await self._run_job(slot, (), expanded):
+                return
 
     async def _resume(self) -> None:
         """Reconnect to the job an earlier daemon left running on a node of another host,
-        and see it through (a claim reconnected to runs no other job)."""
+        and see it through; then its claim runs the owner's next jobs as any other."""
         self.m.hold_lease(self)
-        if await self._owner():
-            await self._attend(self.job, self._lost("the schedd restarted", RESTARTED))
+        if await self._owner() and await self._attend(
+            self.job, self._lost("the schedd restarted", RESTARTED)
+        ):
+            slot = self.job.get("RemoteHost")
+            if isinstance(slot, str) and await self._learn_slot(slot):
+                await self._run_next(slot)
         await self._release()
+
+    async def _learn_slot(self, slot: str) -> bool:
+        """Learn from the node what the claim reconnected to holds (its dynamic slot
+        `slot`), which the match told a claim of this daemon's; whether it could."""
+        try:
+            found = reconnected_slot(await self.client.slots(), slot)
+        except StartdError as exc:
+            _log.info("claim of %s not reused: its slot is not known: %s", slot, exc)
+            return False
+        if found is None:
+            _log.info("claim of %s not reused: the node does not show that slot", slot)
+            return False
+        self.slot_ad, self.resources = found
+        return True
 
     async def _owner(self) -> bool:
         """Whether the current job's owner may run jobs here (held if not)."""
@@ -313,10 +341,19 @@ class ShadowRun:
         the job may run on there. Disconnected (022, HTCondor's `reason`) until the node
         answers within the lease: reconnected (023), the claim's status returned. The
         run is given up on (024, the job back to idle: `GaveUp`) once the node says the
-        job or its claim is gone, or the lease has surely run out there."""
+        job or its claim is gone, or the lease has surely run out there. The attempts
+        back off as HTCondor's shadow's do (RECONNECT_BACKOFF_FACTOR, _CEILING), never
+        past the lease."""
+        self.lost = True
+        try:
+            return await self._reconnect(why, reason)
+        finally:
+            self.lost = False
+
+    async def _reconnect(self, why: str, reason: str) -> ClaimStatus:
         deadline = self.m.now() + self.lease + self.vacate_time + LEASE_MARGIN
         await self.m.disconnected(self, why, reason, deadline)
-        link, wait = self.link, self.m.settings.alive_interval
+        link, wait, attempts = self.link, self.m.settings.alive_interval, 0
         while True:
             left = deadline - self.m.now()
             if left <= 0:
@@ -331,8 +368,23 @@ class ShadowRun:
             except ClaimNotFound:
                 await self._give_up(_CLAIM_NOT_FOUND)
             except (StartdError, TimeoutError) as exc:
-                _log.info("job %s: %s does not answer yet: %s", self.job_id, self.address, exc)
-                await asyncio.sleep(min(wait, max(0.0, left)))
+                # An attempt that does not reach the node backs off; one it answers (its
+                # claim being ended, say) is made again shortly.
+                unreached = isinstance(exc, StartdUnavailable | TimeoutError)
+                attempts += 1 if unreached else 0
+                backoff = reconnect_delay(attempts, self.m.settings) if unreached else _RETRY
+                delay = max(0.0, min(backoff, deadline - self.m.now()))
+                _log.info(
+                    "job %s: no reconnection to %s yet (%s): next attempt in %.0f s",
+                    self.job_id,
+                    self.address,
+                    exc,
+                    delay,
+                )
+                if link is None:
+                    await asyncio.sleep(delay)
+                else:  # its keep-alives go unanswered meanwhile: they tell when it is back
+                    await wait_event(link.down, delay)
                 continue
             if status.state is ClaimState.RELEASED:
                 await self._give_up(_CLAIM_NOT_FOUND)
@@ -351,11 +403,13 @@ class ShadowRun:
         """Record the claim and start the job; its ad to run, or None if it is not idle."""
         jid = self.job_id
         attrs: dict[str, Any] = {name: ExprTree(text) for name, text in updates}
+        self.renewed = int(self.m.now())  # the claim was just granted or readied
         attrs.update(
             RemoteHost=slot,
             LastRemoteHost=slot,
             StartdIpAddr=self.address,
             PublicClaimId=public_claim_id(self.claim_id),
+            LastJobLeaseRenewal=self.renewed,
         )
 
         def start(q: JobQueue) -> tuple[int, ClassAd] | None:

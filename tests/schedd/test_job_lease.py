@@ -1,0 +1,30 @@
+"""Which job found Running at a restart the schedd reconnects to: HTCondor's schedd's
+test of the job's lease (its JobLeaseDuration since its LastJobLeaseRenewal)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from htgrid.classad import ClassAd
+from htgrid.schedd._shadow_base import lease_valid
+
+NOW = 1_800_000_000
+DEFAULT = 360.0  # the claim's lease, ALIVE_INTERVAL * MAX_CLAIM_ALIVES_MISSED
+
+
+@pytest.mark.parametrize(
+    ("attrs", "valid"),
+    [
+        ({"JobLeaseDuration": 2400, "LastJobLeaseRenewal": NOW - 2399}, True),
+        ({"JobLeaseDuration": 2400, "LastJobLeaseRenewal": NOW - 2400}, False),  # passed
+        ({"JobLeaseDuration": 0, "LastJobLeaseRenewal": NOW}, False),  # asks for none
+        ({"JobLeaseDuration": 0}, False),
+        ({"JobLeaseDuration": 20}, True),  # no renewal recorded (an older daemon's): tried
+        ({"LastJobLeaseRenewal": NOW - 359}, True),  # no JobLeaseDuration: the claim's
+        ({"LastJobLeaseRenewal": NOW - 360}, False),
+    ],
+)
+def test_the_lease_decides_the_reconnection(attrs: dict[str, Any], valid: bool) -> None:
+    assert lease_valid(ClassAd(attrs), NOW, DEFAULT) is valid
