@@ -186,6 +186,10 @@ def test_an_annex_joins_runs_its_jobs_and_ends_with_its_lease(
     assert sorted(s["EC2InstanceID"] for s in slots) == instance_ids
     assert {s["Machine"] for s in slots} == {f"{i}.big.annex" for i in instance_ids}
     assert all(s["IsAnnex"] is True for s in slots)
+    # By default through the pool's broker, as condor_annex: no inbound rule, NAT or not.
+    assert all(f"CCBID={pool.collector}#{s['Machine']}" in s["MyAddress"] for s in slots), [
+        s["MyAddress"] for s in slots
+    ]
 
     # A job not aimed at the annex is not started there; one aimed at it runs.
     stray = _submit(pool, tmp_path / "stray")
@@ -200,7 +204,7 @@ def test_an_annex_joins_runs_its_jobs_and_ends_with_its_lease(
         pytest.fail(f"{analysis}\n{logs}\n{_diagnose(harness)}")
     assert ad["JobStatus"] == 4 and ad["ExitCode"] == 0
     assert ad["TargetAnnexName"] == "big"
-    assert ad["LastRemoteHost"].endswith(".big.annex")
+    assert ad["LastRemoteHost"].endswith(".big.annex") and "CCBID=" in ad["StartdIpAddr"]
     # It ran in the sandbox of an instance's node (under its home in the harness).
     ran_in = Path((tmp_path / "aimed" / "out.txt").read_text().strip())
     assert any(ran_in.is_relative_to(harness.workdir / i) for i in instance_ids), ran_in

@@ -203,6 +203,10 @@ def _knobs(settings: Mapping[str, Any], instance: str, hostname: str,
         attribute: json.dumps(instance),
         "STARTD_NOCLAIM_SHUTDOWN": str(int(float(settings["idle"]))),
         "UPDATE_INTERVAL": str(int(settings.get("update_interval", 60))),
+        # Through the pool's broker, as condor_annex does: the schedds reach the instance
+        # over connections it opens, so no inbound rule is needed and NAT does not matter
+        # (`--config CCB_ADDRESS=` connects directly instead).
+        "CCB_ADDRESS": str(settings["pool"]),
     }
     interface = os.environ.get("HTGRID_ANNEX_INTERFACE")
     if interface:

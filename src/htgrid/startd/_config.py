@@ -20,6 +20,7 @@
                                   TLS (default: the one this host reaches the collector by)
     NETWORK_HOSTNAME = node7      the slots' Machine, slot1@node7 (default: this host's name);
                                   a node joining with a token must be named as its identity
+                                  or a host under it (i-0abc.big.annex for big.annex@...)
     CCB_ADDRESS = cm.org:9618     a node schedds cannot connect to (behind NAT): the broker
                                   (a collector) it registers with; schedds then reach it
                                   through connections it makes back to them
