@@ -20,6 +20,7 @@ import os
 import signal
 from pathlib import Path
 
+from htgrid._aio import take_sighup
 from htgrid._files import single_instance
 from htgrid._privsep import daemon_umask
 from htgrid.classad import preload_functions
@@ -119,7 +120,7 @@ def run_router(home: str | os.PathLike[str], *, parent_fd: int | None = None) ->
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        loop.add_signal_handler(signal.SIGHUP, reload.set)
+        take_sighup(loop, reload.set)
         if parent_fd is not None:
 
             def parent_readable() -> None:
