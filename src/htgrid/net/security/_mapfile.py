@@ -54,6 +54,7 @@ class MapRule:
     pattern: re.Pattern[str]
     canonical: str
     origin: str  # file:line, for the log and the audit log
+    issuer: str | None = None  # the one issuer a SCITOKENS line can map, if it names one
 
     def apply(self, name: str) -> str | None:
         """The canonical name `name` maps to by this rule, or None when it does not match."""
@@ -82,7 +83,44 @@ def _rule(m: re.Match[str], origin: str) -> MapRule:
     else:
         text = m["literal"] if m["quoted"] is None else re.sub(r"\\(.)", r"\1", m["quoted"])
         pattern = re.compile(r"\A" + re.escape(text) + r"\Z")
-    return MapRule(method, pattern, m["canonical"], origin)
+    issuer = _issuer_named(m["regex"], text if m["regex"] is None else "")
+    return MapRule(method, pattern, m["canonical"], origin, issuer)
+
+
+_META: Final = frozenset(".^$*+?{}[]|()")
+
+
+def _issuer_named(regex: str | None, literal: str) -> str | None:
+    r"""The issuer an `<iss>,<sub>` principal names: a literal's part before its comma, or
+    the literal start of an expression anchored at `^` up to its first comma
+    (`/^https:\/\/vo\.example,/`); None when it can match more than one issuer."""
+    if regex is None:
+        issuer, comma, _ = literal.partition(",")
+        return issuer if comma and issuer else None
+    text = regex.replace("\\/", "/")
+    if text.startswith("^"):
+        text = text[1:]
+    elif text.startswith("\\A"):
+        text = text[2:]
+    else:
+        return None
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char == "\\":
+            if i + 1 >= len(text) or text[i + 1].isalnum():
+                return None  # \w, \d...: a class, not one character
+            out.append(text[i + 1])
+            i += 2
+            continue
+        if char in _META:
+            return None
+        if char == ",":
+            return "".join(out) or None
+        out.append(char)
+        i += 1
+    return None
 
 
 def _read(path: Path) -> str:
@@ -158,6 +196,12 @@ class MapFile:
             if rule.method in wanted and (canonical := rule.apply(name)) is not None:
                 return canonical, rule
         return None
+
+    def scitokens_issuers(self) -> frozenset[str]:
+        """The issuers the SCITOKENS lines name, each line one at most (`_issuer_named`)."""
+        return frozenset(
+            r.issuer for r in self.rules if r.method == "SCITOKENS" and r.issuer is not None
+        )
 
     def token_name(self, issuer: str, subject: str) -> str:
         """The canonical name of a pool token's `subject`: its TOKEN line's, else itself."""
