@@ -88,6 +88,31 @@ class PeerCertificate:
 
     subject: str  # its common name
     issuer: str
+    dn: str = ""  # its subject as OpenSSL writes it: /DC=org/DC=example/CN=Jane Doe
+    issuer_dn: str = ""
+
+
+#: OpenSSL's short names of the attributes of a DN, for the names `getpeercert` gives.
+_SHORT: Final = {
+    "commonName": "CN",
+    "countryName": "C",
+    "domainComponent": "DC",
+    "localityName": "L",
+    "organizationName": "O",
+    "organizationalUnitName": "OU",
+    "stateOrProvinceName": "ST",
+    "userId": "UID",
+}
+
+
+def oneline_dn(rdns: Any) -> str:
+    """A DN as `getpeercert` gives it, written as OpenSSL's X509_NAME_oneline (and the
+    map file's SSL lines) write it: `/DC=org/DC=example/CN=Jane Doe`."""
+    parts = []
+    for rdn in rdns or ():
+        for key, value in rdn:
+            parts.append(f"/{_SHORT.get(key, key)}={value}")
+    return "".join(parts)
 
 
 def _common_name(rdns: Any) -> str:
@@ -107,8 +132,12 @@ class PeerCertProtocol(GuardedProtocol):
         cert = transport.get_extra_info("peercert")
         peer = None
         if cert:  # asyncio's transport: the handshake is over, the certificate verified
+            subject, issuer = cert.get("subject"), cert.get("issuer")
             peer = PeerCertificate(
-                _common_name(cert.get("subject")), _common_name(cert.get("issuer"))
+                _common_name(subject),
+                _common_name(issuer),
+                oneline_dn(subject),
+                oneline_dn(issuer),
             )
         return {PEER_CERT_KEY: peer}
 

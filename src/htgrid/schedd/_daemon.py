@@ -25,7 +25,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -45,6 +45,7 @@ from htgrid.net.security import (
     Gatekeeper,
     GatekeeperConfig,
     PoolCA,
+    Principal,
     RotatingServer,
     SecurityConfig,
     TokenAuthMiddleware,
@@ -53,7 +54,10 @@ from htgrid.net.security import (
     token_identity,
 )
 from htgrid.net.server import (
+    PEER_CERT_KEY,
     ApiServer,
+    PeerCertificate,
+    PeerCertProtocol,
     PeerCredProtocol,
     SizeLimit,
     api_config,
@@ -63,7 +67,7 @@ from htgrid.net.server import (
     tcp_listener,
     unix_listener,
 )
-from htgrid.pool import family_marker
+from htgrid.pool import family_marker, trusted_ca_files
 from htgrid.queue import JobQueue
 from htgrid.queue.faults import FaultLog
 from htgrid.schedd._advertise import schedd_name
@@ -413,11 +417,14 @@ class Daemon:
             exempt=EXEMPT,
             admit=gate.admit,
             audit=audit,
+            connection=functools.partial(_by_certificate, gate),
         )
         # The web view's sign-in cookie becomes the bearer token the middleware checks.
         app = CookieBearer(api)
-        tls = server_ssl_context(material.server)
-        config = api_config(app, cfg.api_limits, tls=tls)
+        # A client may present a certificate of a CA the pool trusts: its DN is mapped by
+        # the map file's SSL lines when it brings no token.
+        tls = server_ssl_context(material.server, client_cas=trusted_ca_files(cfg))
+        config = api_config(app, cfg.api_limits, tls=tls, protocol=PeerCertProtocol)
         cedar = schedd_cedar(
             service,
             # The same audit log: one writer, one rotation, both protocols' decisions.
@@ -555,3 +562,11 @@ class Daemon:
             _log.error("trimming the change feed failed: %s", exc)
             return
         self._trimmed = upto
+
+
+def _by_certificate(gate: Gatekeeper, scope: Mapping[str, Any]) -> Principal | None:
+    """The caller a TLS client certificate names (SSL lines of the map file), if any."""
+    peer = scope.get("state", {}).get(PEER_CERT_KEY)
+    if not isinstance(peer, PeerCertificate) or not peer.dn:
+        return None
+    return gate.certificate(peer.dn, peer.issuer_dn)

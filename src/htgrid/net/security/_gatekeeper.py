@@ -17,6 +17,11 @@ name (`user@domain`; UID_DOMAIN when the line names no domain); the local user i
 run as is the name's part before the `@`. A token no line maps is HTCondor's
 `scitokens@unmapped`, with READ at most: it may look, not submit.
 
+A client that presents no token but a certificate in the TLS handshake (one of a CA the
+pool trusts, its own or `htgrid trust add`'s) is its DN's, by the map file's SSL lines
+(GSI lines too, as HTCondor-CE's older map files write them): the line's user with a
+user's rights, or HTCondor's `ssl@unmapped`, READ only (`certificate`).
+
 DENY_<level> (READ, WRITE, NEGOTIATOR, ADMINISTRATOR, DAEMON) lists names refused that
 level whatever their token grants, HTCondor's form: `user@domain/host`, `user@domain`
 (any host) or `host` (any user), `*` matching anything. HTCondor-CE's defaults refuse
@@ -57,6 +62,8 @@ SCITOKENS: Final = "SCITOKENS"
 ALLOWED: Final = "SEC_SCITOKENS_ALLOWED_ISSUERS"
 #: Who an issuer's verified token is when no SCITOKENS line maps it (HTCondor's name).
 UNMAPPED: Final = "scitokens@unmapped"
+#: The map file's methods of a client certificate: GSI lines are read as SSL ones.
+SSL_METHODS: Final = ("SSL", "GSI")
 
 
 def _path(home: Path, conf: ConfigFile, key: str, default: str = "") -> Path | None:
@@ -276,6 +283,43 @@ class Gatekeeper:
         raise UnmappedIdentity(
             f"no SCITOKENS line of the map file {self.settings.mapfile} maps "
             f"{shown(name, 160)}: this pool does not take that issuer's tokens"
+        )
+
+    def certificate(self, dn: str, issuer_dn: str = "") -> Principal:
+        """The principal of a TLS client certificate (verified in the handshake against
+        the pool's trusted CAs) whose subject is `dn`: its SSL (or GSI) line's user, with
+        a user's rights (an administrator's for QUEUE_SUPER_USERS), or, unmapped,
+        HTCondor's ssl@unmapped with READ."""
+        found = self.mapfile.get().lookup(SSL_METHODS, dn)
+        if found is None:
+            return Principal(
+                user="ssl",
+                subject=dn,
+                issuer=issuer_dn,
+                scopes=None,
+                authorizations=frozenset({"READ"}),
+                token_id="",
+                key_id="",
+                method="SSL",
+                canonical="ssl@unmapped",
+            )
+        canonical, rule = found
+        user = local_user(canonical)
+        if user is None:
+            raise UnmappedIdentity(
+                f"{rule.origin} maps the certificate {shown(dn, 160)} to {canonical!r}, "
+                "which names no local user"
+            )
+        return Principal(
+            user=user,
+            subject=dn,
+            issuer=issuer_dn,
+            scopes=None,
+            authorizations=effective_authorizations(None, user, self.config.admin_users),
+            token_id="",
+            key_id="",
+            method="SSL",
+            canonical=canonical if "@" in canonical else f"{canonical}@{self.settings.uid_domain}",
         )
 
     def admit(self, principal: Principal, level: str | None, host: str) -> None:
