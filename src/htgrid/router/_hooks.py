@@ -27,16 +27,18 @@ import enum
 import logging
 import re
 import subprocess
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Hashable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final, TypeVar
 
 from htgrid._privsep import OwnerPolicy, PrivilegeError, spawn_identity
 from htgrid.classad import ClassAd, ExprTree
 from htgrid.errors import HTGridError
 from htgrid.router._routes import Route, RouterError
 
-__all__ = ["HOOK_TIMEOUT", "HookFailed", "HookKind", "RouterHooks"]
+__all__ = ["HOOK_TIMEOUT", "HookFailed", "HookKind", "HookRunner", "RouterHooks"]
 
 log = logging.getLogger("htgrid.router")
 
@@ -171,6 +173,73 @@ class RouterHooks:
         if done.returncode != 0:
             raise HookFailed(f"{what} exited with status {done.returncode}")
         return str(done.stdout)
+
+
+T = TypeVar("T")
+
+
+class HookRunner:
+    """Hooks run for the router's passes (blocking calls: the passes run in a thread).
+
+    `poll(key, work)` is the future of hook `key`, started by `work` unless it runs or
+    ran already; once it is done, the pass `take`s it. Inline (no workers) it is done at
+    once. A result no pass polled for two passes is dropped (its job left, or took
+    another route)."""
+
+    def __init__(self, *, workers: int = 0, wake: Callable[[], None] = lambda: None) -> None:
+        self._slots = threading.BoundedSemaphore(workers) if workers > 0 else None
+        self._wake = wake
+        self._futures: dict[Hashable, tuple[Future[Any], int]] = {}
+        self._pass = 0
+
+    def next_pass(self) -> None:
+        """A pass begins: results unclaimed since the one before the last are dropped."""
+        self._pass += 1
+        self._futures = {
+            k: (f, seen)
+            for k, (f, seen) in self._futures.items()
+            if not f.done() or seen >= self._pass - 1
+        }
+
+    def poll(self, key: Hashable, work: Callable[[], T]) -> Future[T]:
+        held = self._futures.get(key)
+        future: Future[T] = held[0] if held is not None else self._start(work)
+        self._futures[key] = (future, self._pass)
+        return future
+
+    def take(self, key: Hashable) -> None:
+        self._futures.pop(key, None)
+
+    def fire(self, work: Callable[[], object]) -> None:
+        """Run `work` with no one to wait for it (its errors are its own to log)."""
+        self._start(work)
+
+    def running(self) -> int:
+        return sum(1 for f, _ in self._futures.values() if not f.done())
+
+    def _start(self, work: Callable[[], T]) -> Future[T]:
+        future: Future[T] = Future()
+        if self._slots is None:
+            _settle(future, work)
+            return future
+        slots = self._slots
+
+        def run() -> None:
+            with slots:
+                _settle(future, work)
+            self._wake()
+
+        # A daemon thread: a hung hook (until HOOK_TIMEOUT) must not hold the router's exit.
+        threading.Thread(target=run, name="job router hook", daemon=True).start()
+        return future
+
+
+def _settle(future: Future[T], work: Callable[[], T]) -> None:
+    future.set_running_or_notify_cancel()
+    try:
+        future.set_result(work())
+    except BaseException as err:  # the pass that takes it raises it
+        future.set_exception(err)
 
 
 def route_description(route: Route) -> str:

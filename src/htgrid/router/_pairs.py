@@ -12,9 +12,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from htgrid.classad import ClassAd, ExprTree
 from htgrid.errors import HTGridError
@@ -31,7 +31,7 @@ from htgrid.queue import (
     QueueError,
     periodic_decision,
 )
-from htgrid.router._hooks import HookFailed, RouterHooks
+from htgrid.router._hooks import HookFailed, HookKind, HookRunner, RouterHooks
 from htgrid.router._routes import Route, RouterConfig
 from htgrid.router._stats import RouteStats
 from htgrid.submit import SubmitError
@@ -101,6 +101,16 @@ class RouteCounts:
         return self.jobs.get(key, 0), self.idle.get(key, 0)
 
 
+T = TypeVar("T")
+
+
+class Pending:
+    """A hook's result not there yet (`PairKeeper.hook_result`)."""
+
+
+PENDING: Final = Pending()
+
+
 def job_id_of(ad: ClassAd) -> JobId:
     return JobId(int(ad["ClusterId"]), int(ad["ProcId"]))
 
@@ -112,8 +122,30 @@ class PairKeeper:
     config: RouterConfig
     clock: Callable[[], float]
     hooks: RouterHooks
+    runner: HookRunner
     stats: dict[str, RouteStats]
     counts: RouteCounts
+
+    def hook_result(
+        self, kind: HookKind, key: Hashable, job: ClassAd, work: Callable[[ClassAd], T]
+    ) -> T | Pending | None:
+        """`work`'s result (its HookFailed raised) once the hook of `kind` for `key` ran;
+        PENDING while it runs (a later pass takes it); None when `job` has no such hook.
+        `work` gets a copy of `job`: the pass goes on with the ad meanwhile."""
+        if self.hooks.path(kind, job) is None:
+            return None
+        seen = copy.copy(job)
+        future = self.runner.poll((kind, key), lambda: work(seen))
+        if not future.done():
+            return PENDING
+        self.runner.take((kind, key))
+        return future.result()
+
+    def _cleanup(self, source: ClassAd, dest: ClassAd) -> None:
+        """The JOB_CLEANUP hook, waited for by no one (its failure is logged)."""
+        if self.hooks.path(HookKind.JOB_CLEANUP, source) is not None:
+            hooks, mine, theirs = self.hooks, copy.copy(source), copy.copy(dest)
+            self.runner.fire(lambda: hooks.cleanup(mine, theirs))
 
     def route_stats(self, route: Route) -> RouteStats:
         return self.stats.setdefault(route.name.lower(), RouteStats(began=self.clock()))
@@ -229,13 +261,13 @@ class PairKeeper:
                 self._let_go(dest_id)
             self.queue.update(source_id, {"Managed": "ScheddDone"})
             self.queue.destroy(source_id)
-            self.hooks.cleanup(source, dest)
+            self._cleanup(source, dest)
             return changes + 1, True
         if src_status == JobStatus.HELD and source.get("HoldCopiedFromTargetJob") is not True:
             if status not in _FINISHED:
                 self._remove(dest_id, "The source job was put on hold")
             self._yield(source_id, source, "it was put on hold")
-            self.hooks.cleanup(source, dest)
+            self._cleanup(source, dest)
             return changes + 1, True
         if src_status == JobStatus.COMPLETED:
             # Its exit is recorded already (a pass stopped after it): finish the pair.
@@ -250,19 +282,25 @@ class PairKeeper:
                 "routed job %s was removed: its source %s goes back to idle", dest_id, source_id
             )
             yielded = self._yield(source_id, source, "its routed job was removed")
-            self.hooks.cleanup(source, dest)
+            self._cleanup(source, dest)
             return changes + yielded, True
         changes += self._update_job_info(source, dest_id, dest)
         return changes + self._mirror(source_id, source, src_status, dest), True
 
     def _update_job_info(self, source: ClassAd, dest_id: JobId, dest: ClassAd) -> int:
         """The UPDATE_JOB_INFO hook's attributes, set in the routed job (and in `dest`)."""
+        hooks, routed = self.hooks, copy.copy(dest)
         try:
-            updates = self.hooks.update_job_info(source, dest)
+            updates = self.hook_result(
+                HookKind.UPDATE_JOB_INFO,
+                dest_id,
+                source,
+                lambda src: hooks.update_job_info(src, routed),
+            )
         except HookFailed as err:
             log.warning("routed job %s: %s: nothing updated", dest_id, err)
             return 0
-        if not updates:
+        if not updates or isinstance(updates, Pending):
             return 0
         self.queue.update(dest_id, updates)
         for name, value in updates.items():
@@ -344,14 +382,19 @@ class PairKeeper:
         """The routed job completed: its exit is the source's, then it is let go. A
         JOB_FINALIZE hook that fails sends the source back to be routed again."""
         q = self.queue
+        hooks, routed = self.hooks, copy.copy(dest)
         try:
-            finalized = self.hooks.finalize(source, dest)
+            finalized = self.hook_result(
+                HookKind.JOB_FINALIZE, source_id, source, lambda src: hooks.finalize(src, routed)
+            )
         except HookFailed as err:
             log.warning("job %s: %s: routed again", source_id, err)
             self._let_go(dest_id)
             self._yield(source_id, source, "its JOB_FINALIZE hook failed")
-            self.hooks.cleanup(source, dest)
+            self._cleanup(source, dest)
             return 1
+        if isinstance(finalized, Pending):
+            return 0  # finished once its hook has
         if finalized:
             q.update(source_id, finalized)
         src_status = JobStatus(source["JobStatus"])
@@ -382,7 +425,7 @@ class PairKeeper:
         with contextlib.suppress(JobNotFound):  # it left the queue at its exit
             q.update(source_id, {"Managed": "ScheddDone"})
         self._let_go(dest_id)
-        self.hooks.cleanup(source, dest)
+        self._cleanup(source, dest)
         log.info("job %s finished as routed job %s", source_id, dest_id)
         return 1
 

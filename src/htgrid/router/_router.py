@@ -44,11 +44,12 @@ from htgrid.router._engine import (
     candidate_constraint,
     edit_in_place,
 )
-from htgrid.router._hooks import HookFailed, RouterHooks
+from htgrid.router._hooks import HookFailed, HookKind, HookRunner, RouterHooks
 from htgrid.router._pairs import (
     JOB_ROUTER,
     UNDEFINED,
     PairKeeper,
+    Pending,
     RouteCounts,
     job_id_of,
     routed_pairs,
@@ -87,6 +88,7 @@ class JobRouter(PairKeeper):
         *,
         clock: Callable[[], float] = time.time,
         after_change: Callable[[], None] | None = None,
+        hook_runner: HookRunner | None = None,
     ) -> None:
         self.queue = queue
         self.config = config
@@ -96,6 +98,8 @@ class JobRouter(PairKeeper):
         self.counts = RouteCounts()
         self._policy_due = 0.0
         self.hooks = RouterHooks(config.knobs, allow_root=_allow_root(config))
+        # Inline unless given: a pass waits for its hooks (the daemon runs them beside).
+        self.runner = hook_runner or HookRunner()
 
     def reconfig(self, config: RouterConfig) -> None:
         """New routes; the failure counts of routes that keep their name are kept."""
@@ -111,6 +115,7 @@ class JobRouter(PairKeeper):
 
     def cycle(self) -> int:
         """One pass; the number of changes it made."""
+        self.runner.next_pass()
         changed = 0
         if self.clock() >= self._policy_due:
             self._policy_due = self.clock() + self.config.periodic_interval
@@ -194,11 +199,19 @@ class JobRouter(PairKeeper):
         """What routing `ad` by `route` takes: its routed copy (a `_Routing`), or, for a
         route that edits jobs in place, the edit made now (1), or None (a hook refused)."""
         source_id = job_id_of(ad)
+        hooks = self.hooks
         try:
-            translated = self.hooks.translate(route, ad)
+            translated = self.hook_result(
+                HookKind.TRANSLATE_JOB,
+                (source_id, route.name),
+                ad,
+                lambda job: hooks.translate(route, job),
+            )
         except HookFailed as err:
             log.warning("job %s: route %s: %s: not routed", source_id, route.name, err)
             return None
+        if isinstance(translated, Pending):
+            return None  # routed by a pass after its hook
         if route.test(route.edit_job_in_place, ad):
             changes = edit_in_place(ad, route, self.config, start=translated)
             self.queue.update(
