@@ -233,7 +233,16 @@ def test_sec_scitokens_allowed_issuers_bounds_whose_keys_are_fetched(
     # Mapped by a line, but not an issuer the knob lists: refused, nothing fetched.
     with pytest.raises(UnmappedIdentity, match=r"SEC_SCITOKENS_ALLOWED_ISSUERS .* does not"):
         other.verify(issuer.mint("pilot-alice", aud=AUD, now=clock.now))
+    # A line that maps any issuer's tokens names none: unset, the knob names none either.
+    catch_all = "SCITOKENS /^https:\\/\\/.*,(\\w+)$/ \\1\n"
+    anyone_mapped = Gate(tmp_path / "catch-all", issuer, clock)
+    anyone_mapped.mapfile.write_text(catch_all)
+    with pytest.raises(UnmappedIdentity, match=r"names no one issuer, and SEC_SCITOKENS_ALLOWED"):
+        anyone_mapped.verify(issuer.mint("alice", aud=AUD, now=clock.now))
     assert issuer.requests == []
+    listing = Gate(tmp_path / "catch-all-listed", issuer, clock, allowed_issuers=(issuer.url,))
+    listing.mapfile.write_text(catch_all)
+    assert listing.verify(issuer.mint("alice", aud=AUD, now=clock.now)).user == "alice"
     listed = Gate(tmp_path / "listed", issuer, clock, allowed_issuers=(issuer.url,))
     assert listed.verify(issuer.mint("pilot-alice", aud=AUD, now=clock.now)).user == "alice"
     assert listed.verify(issuer.mint("nobody", aud=AUD, now=clock.now)).canonical == (

@@ -51,8 +51,9 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
                                     and the pool's, AUTH_SSL_CLIENT_CADIR: `htgrid trust add`)
     SEC_SCITOKENS_CACHE = run/cache  issuers' keys kept, used when an issuer is down
     SEC_SCITOKENS_ALLOWED_ISSUERS = (the map file's)  the only issuers whose keys are
-                                    fetched (`*`: any); unset, those SCITOKENS lines name.
-                                    Their tokens no line maps are scitokens@unmapped: READ
+                                    fetched (`*`: any); unset, those SCITOKENS lines name
+                                    (one each: a line for any issuer names none). Their
+                                    tokens no line maps are scitokens@unmapped: READ
     DENY_WRITE = anonymous@*, *@unmapped, *@banned.htcondor.org   mapped names refused
                                     WRITE (and DENY_READ, _NEGOTIATOR, _ADMINISTRATOR, _DAEMON)
     ALLOW_WRITE = (none)            when set, the only names let in WRITE (and ALLOW_READ...);

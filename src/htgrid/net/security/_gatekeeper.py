@@ -11,10 +11,11 @@ an issuer's (SciTokens, WLCG tokens), and the map file says whether this pool ta
 its issuer must be one this pool names before anything else is done, so that a token of
 any other is refused without its keys being fetched from the network (its `iss` is
 anyone's to write): by SEC_SCITOKENS_ALLOWED_ISSUERS when set (`*`: any, as HTCondor),
-else by the map file (an issuer a SCITOKENS line names, or the one its `iss,sub` is
-mapped by). Then it is verified (`_scitokens`), and its holder is the line's canonical
-name (`user@domain`; UID_DOMAIN when the line names no domain); the local user its jobs
-run as is the name's part before the `@`. A token no line maps is HTCondor's
+else by the map file (an issuer a SCITOKENS line names: a line that can match any
+issuer names none, and takes tokens only of issuers the knob lists). Then it is verified
+(`_scitokens`), and its holder is the line's canonical name (`user@domain`; UID_DOMAIN
+when the line names no domain); the local user its jobs run as is the name's part
+before the `@`. A token no line maps is HTCondor's
 `scitokens@unmapped`, with READ at most: it may look, not submit.
 
 A client that presents no token but a certificate in the TLS handshake (one of a CA the
@@ -48,7 +49,7 @@ from htgrid.net.security._authz import AUTHORIZATIONS, Principal, effective_auth
 from htgrid.net.security._config import SecurityConfig
 from htgrid.net.security._errors import DeniedIdentity, MalformedToken, UnmappedIdentity
 from htgrid.net.security._issuers import IssuerKeys, IssuerSettings
-from htgrid.net.security._mapfile import WatchedMap, local_user
+from htgrid.net.security._mapfile import MapRule, WatchedMap, local_user
 from htgrid.net.security._scitokens import IssuedTokenVerifier, authorizations_of
 from htgrid.net.security._tokens import TokenVerifier
 from htgrid.pool import CONFIG_NAME, ConfigFile, HomeLayout, PoolError
@@ -234,7 +235,7 @@ class Gatekeeper:
         found = mapfile.lookup((SCITOKENS,), name)
         # Nothing is fetched from an issuer this pool does not name: a token is
         # anyone's to make, and its `iss` any URL.
-        self._check_issuer(issuer, mapfile.scitokens_issuers(), found is not None, name)
+        self._check_issuer(issuer, mapfile.scitokens_issuers(), found, name)
         user, canonical = "scitokens", UNMAPPED
         if found is not None:
             canonical, rule = found
@@ -266,10 +267,16 @@ class Gatekeeper:
             canonical=full,
         )
 
-    def _check_issuer(self, issuer: str, named: frozenset[str], mapped: bool, name: str) -> None:
+    def _check_issuer(
+        self,
+        issuer: str,
+        named: frozenset[str],
+        found: tuple[str, MapRule] | None,
+        name: str,
+    ) -> None:
         """UnmappedIdentity unless `issuer`'s keys may be fetched: one that
         SEC_SCITOKENS_ALLOWED_ISSUERS lists when it is set, else one that a SCITOKENS line
-        names or that the line mapping the token can match."""
+        names (a line that matches any issuer, `/^https:\\/\\/.*,/`, names none)."""
         allowed = self.settings.allowed_issuers
         if allowed is not None:
             if "*" in allowed or issuer in allowed:
@@ -278,8 +285,13 @@ class Gatekeeper:
                 f"{ALLOWED} ({', '.join(allowed) or 'empty'}) does not list the issuer "
                 f"{shown(issuer, 160)}: this pool does not take its tokens"
             )
-        if mapped or issuer in named:
+        if issuer in named:
             return
+        if found is not None:
+            raise UnmappedIdentity(
+                f"{found[1].origin} maps {shown(name, 160)} but names no one issuer, and "
+                f"{ALLOWED} is unset: list there the issuers whose keys may be fetched"
+            )
         raise UnmappedIdentity(
             f"no SCITOKENS line of the map file {self.settings.mapfile} maps "
             f"{shown(name, 160)}: this pool does not take that issuer's tokens"
