@@ -19,12 +19,18 @@ as the job's owner when the router runs as root, and must exit 0:
 Ads are read a line at a time (`Name = expr`), as the router inserts them; a line that is
 not one fails the hook. `<KEYWORD>_ATTRS_TO_COPY` names more attributes the source takes
 from its routed job. A hook that runs past `HOOK_TIMEOUT` seconds is killed and fails.
+
+`HookRunner` runs them for the router's passes: inline by default (the pass waits), or,
+in the daemon, in `workers` threads beside the passes, as HTCondor's router runs its
+hooks: a pass starts a job's hook and goes on with the others, and a later pass (rung by
+`wake` when the hook ends) takes its result. A slow hook then holds up its own job only.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+import queue
 import re
 import subprocess
 import threading
@@ -187,7 +193,9 @@ class HookRunner:
     another route)."""
 
     def __init__(self, *, workers: int = 0, wake: Callable[[], None] = lambda: None) -> None:
-        self._slots = threading.BoundedSemaphore(workers) if workers > 0 else None
+        self._workers = workers
+        self._threads = 0
+        self._todo: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]]] = queue.SimpleQueue()
         self._wake = wake
         self._futures: dict[Hashable, tuple[Future[Any], int]] = {}
         self._pass = 0
@@ -219,19 +227,21 @@ class HookRunner:
 
     def _start(self, work: Callable[[], T]) -> Future[T]:
         future: Future[T] = Future()
-        if self._slots is None:
+        if self._workers <= 0:
             _settle(future, work)
             return future
-        slots = self._slots
-
-        def run() -> None:
-            with slots:
-                _settle(future, work)
-            self._wake()
-
-        # A daemon thread: a hung hook (until HOOK_TIMEOUT) must not hold the router's exit.
-        threading.Thread(target=run, name="job router hook", daemon=True).start()
+        self._todo.put((future, work))
+        if self._threads < self._workers:
+            # Daemon threads: a hung hook (until HOOK_TIMEOUT) must not hold the exit.
+            threading.Thread(target=self._serve, name="job router hooks", daemon=True).start()
+            self._threads += 1
         return future
+
+    def _serve(self) -> None:
+        while True:
+            future, work = self._todo.get()
+            _settle(future, work)
+            self._wake()
 
 
 def _settle(future: Future[T], work: Callable[[], T]) -> None:
