@@ -86,6 +86,14 @@ def test_reconfig_makes_the_ce_take_a_new_route_and_policy_without_a_restart(
         status, out, err = run_cli(ce.home, "reconfig")
         assert status == 0, err
         assert f'Sent "Reconfig" command to local master (pid {before[0]})' in out
+        # condor_reconfig is asynchronous: a job submitted before the router read the
+        # routes again would take the old ones.
+        router_log = ce.home / "log" / "JobRouterLog"
+        wait_for(
+            lambda: "routes reloaded" in router_log.read_text(),
+            timeout=60,
+            what="the router's reconfig",
+        )
         second = _submit(ce, work, "second", "vanilla")
         assert _routed_copy(ce, second)["SiteRoute"] == "after"
         held = wait_for(
