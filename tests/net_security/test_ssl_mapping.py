@@ -98,7 +98,11 @@ def _dn(*cns: str) -> list[tuple[x509.ObjectIdentifier, str]]:
 def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PersonalPool, SiteCA]]:
     root = tmp_path_factory.mktemp("ssl")
     site = SiteCA(root / "site", "Example Grid CA")
-    pool = PersonalPool(root / "pool", config={"UID_DOMAIN": "users.example.org"})
+    pool = PersonalPool(
+        root / "pool",
+        daemons=("MASTER", "SCHEDD", "COLLECTOR"),
+        config={"UID_DOMAIN": "users.example.org"},
+    )
     (pool.home / "etc").mkdir(exist_ok=True)
     (pool.home / "etc" / "mapfile").write_text(
         'SSL "/^\\/DC=org\\/DC=example\\/OU=People\\/CN=Jane Doe$/" jane\n'
@@ -111,11 +115,13 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PersonalPoo
         yield pool, site
 
 
-def _client(pool: PersonalPool, cert: tuple[str, str] | None) -> httpx.Client:
+def _client(
+    pool: PersonalPool, cert: tuple[str, str] | None, url: str | None = None
+) -> httpx.Client:
     context = ssl.create_default_context(cafile=str(pool.config.ca_dir / "ca.crt"))
     if cert is not None:
         context.load_cert_chain(*cert)
-    return httpx.Client(base_url=pool.url, verify=context, timeout=30)
+    return httpx.Client(base_url=url or pool.url, verify=context, timeout=30)
 
 
 def _you(pool: PersonalPool, cert: tuple[str, str]) -> dict[str, object]:
@@ -165,6 +171,20 @@ def test_a_certificate_of_a_ca_the_pool_does_not_trust_is_refused(
     with _client(ce, None) as http:
         assert http.get("/v1/health").status_code == 401
     assert len(trusted_ca_files(ce.config)) == 2  # the pool's CA and the site's
+
+
+def test_the_collector_takes_the_same_certificates(pool: tuple[PersonalPool, SiteCA]) -> None:
+    ce, site = pool
+    url = f"https://{ce.collector}"
+    jane, eve = site.user("jane2", *_dn("Jane Doe")), site.user("eve2", *_dn("Eve"))
+    for who in (jane, eve):  # anyone mapped or not reads the pool's ads
+        with _client(ce, who, url) as http:
+            assert http.get("/v1/ads", params={"type": "Schedd"}).status_code == 200
+            # Advertising is a daemon's: neither a user nor ssl@unmapped may.
+            refused = http.post("/v1/updates/UPDATE_STARTD_AD", json=[{"Name": "x"}])
+            assert refused.status_code == 403
+    with _client(ce, None, url) as http:
+        assert http.get("/v1/ads").status_code == 401
 
 
 def test_ssl_lines_quoted_as_htcondor_ces_map_files_write_them() -> None:

@@ -13,14 +13,17 @@ import asyncio
 import pwd
 import socket
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from starlette.requests import Request
 
 from htgrid.net._guard import GuardedProtocol
 from htgrid.queue import Identity, NotAuthorized
+
+if TYPE_CHECKING:
+    from htgrid.net.security import Gatekeeper, Principal
 
 __all__ = [
     "PEER_CERT_KEY",
@@ -30,6 +33,7 @@ __all__ = [
     "PeerCertificate",
     "PeerCredProtocol",
     "PeerCredentials",
+    "certificate_caller",
     "peer_credentials",
     "peercred_identity",
 ]
@@ -140,6 +144,19 @@ class PeerCertProtocol(GuardedProtocol):
                 oneline_dn(issuer),
             )
         return {PEER_CERT_KEY: peer}
+
+
+def certificate_caller(gate: Gatekeeper) -> Callable[[Mapping[str, Any]], Principal | None]:
+    """Who a request without a token is by the certificate its TLS client presented
+    (`PeerCertProtocol`'s), as `gate`'s map file says: TokenAuthMiddleware's `connection`."""
+
+    def caller(scope: Mapping[str, Any]) -> Principal | None:
+        peer = scope.get("state", {}).get(PEER_CERT_KEY)
+        if not isinstance(peer, PeerCertificate) or not peer.dn:
+            return None
+        return gate.certificate(peer.dn, peer.issuer_dn)
+
+    return caller
 
 
 def peercred_identity(request: Request) -> Identity:

@@ -7,6 +7,7 @@ collector's and the execute node's in their own packages.
   `SizeLimit` (MAX_TRANSFER_INPUT_MB and _OUTPUT_MB) and the reading of an uploaded tar;
 - one port for HTTPS and HTCondor's CEDAR (`_shared`): `start_shared`;
 - who calls on a Unix socket (`_peer`): `PeerCredProtocol`, the kernel's word for it;
+  over TLS with a client certificate, `PeerCertProtocol` and `certificate_caller`;
 - requests' JSON (`_wire`): `loads_request` (and `htgrid.net.ad_from_json`), refused with
   `BadRequest`;
 - `ProblemResponse`: an error as an RFC 9457 problem document.
@@ -34,6 +35,7 @@ from htgrid.net._peer import (
     PeerCertProtocol,
     PeerCredentials,
     PeerCredProtocol,
+    certificate_caller,
     peer_credentials,
     peercred_identity,
 )
@@ -65,6 +67,7 @@ __all__ = [
     "RequestTooLarge",
     "SizeLimit",
     "api_config",
+    "certificate_caller",
     "empty_job_dirs",
     "listed_members",
     "loads_request",

@@ -25,7 +25,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -45,7 +45,6 @@ from htgrid.net.security import (
     Gatekeeper,
     GatekeeperConfig,
     PoolCA,
-    Principal,
     RotatingServer,
     SecurityConfig,
     TokenAuthMiddleware,
@@ -54,13 +53,12 @@ from htgrid.net.security import (
     token_identity,
 )
 from htgrid.net.server import (
-    PEER_CERT_KEY,
     ApiServer,
-    PeerCertificate,
     PeerCertProtocol,
     PeerCredProtocol,
     SizeLimit,
     api_config,
+    certificate_caller,
     peercred_identity,
     start,
     start_shared,
@@ -417,7 +415,7 @@ class Daemon:
             exempt=EXEMPT,
             admit=gate.admit,
             audit=audit,
-            connection=functools.partial(_by_certificate, gate),
+            connection=certificate_caller(gate),
         )
         # The web view's sign-in cookie becomes the bearer token the middleware checks.
         app = CookieBearer(api)
@@ -562,11 +560,3 @@ class Daemon:
             _log.error("trimming the change feed failed: %s", exc)
             return
         self._trimmed = upto
-
-
-def _by_certificate(gate: Gatekeeper, scope: Mapping[str, Any]) -> Principal | None:
-    """The caller a TLS client certificate names (SSL lines of the map file), if any."""
-    peer = scope.get("state", {}).get(PEER_CERT_KEY)
-    if not isinstance(peer, PeerCertificate) or not peer.dn:
-        return None
-    return gate.certificate(peer.dn, peer.issuer_dn)
