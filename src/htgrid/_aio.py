@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+from collections.abc import Callable
 
-__all__ = ["wait_event"]
+__all__ = ["take_sighup", "wait_event"]
+
+
+def take_sighup(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+    """`callback` on SIGHUP (condor_reconfig), in place of the SIG_IGN that `htgrid._sighup`
+    started the process with."""
+    loop.add_signal_handler(signal.SIGHUP, callback)
 
 
 async def wait_event(event: asyncio.Event, timeout: float) -> bool:

@@ -138,6 +138,7 @@ def test_config_val_defaults_file_values_and_dump(
         "CCB_ADDRESS",  # a node behind NAT: its broker
         "PRIVATE_NETWORK_NAME",
         "COLLECTOR_AUDIT_LOG",  # none unless set
+        "SEC_SCITOKENS_ALLOWED_ISSUERS",  # unset: the issuers the map file names
     }
     assert dumped["COLLECTOR_HOST"] == "127.0.0.1:9618"
     assert dumped["SCITOKENS_SERVER_AUDIENCE"] == "127.0.0.1:9618"  # HTCondor-CE's default

@@ -84,3 +84,23 @@ def test_an_edit_to_an_included_file_is_seen_at_once(tmp_path: Path) -> None:
     (tmp_path / "d" / "05.conf").write_text("SCITOKENS /,alice$/ first\n")
     os.utime(tmp_path / "d", ns=(2, 2))
     assert watched.get().lookup(["SCITOKENS"], "i,alice")[0] == "first"  # type: ignore[index]
+
+
+def test_the_issuers_scitokens_lines_name() -> None:
+    """What bounds whose keys are fetched (SEC_SCITOKENS_ALLOWED_ISSUERS unset): one issuer
+    per line, when its literal start names one; a line that can match more names none."""
+    mapped = MapFile.parse(
+        "SCITOKENS /^https:\\/\\/issuer\\.example,(.*)$/ \\1\n"
+        "SCITOKENS /^https:\\/\\/vo\\.example\\/x,pilot$/ osgpilot@banned.htcondor.org\n"
+        "SCITOKENS https://lit.example,frida frida@pool.test\n"
+        "SCITOKENS /https:\\/\\/unanchored,(.*)/ a\n"
+        "SCITOKENS /^https:\\/\\/a.b,x/ y\n"
+        "SCITOKENS /^https:\\/\\/(a|b),x/ y\n"
+        "SCITOKENS /^https:\\/\\/\\w+,x/ y\n"
+        "TOKEN /^pool\\.example\\.org,(.*)$/ \\1\n"
+    )
+    assert mapped.scitokens_issuers() == {
+        "https://issuer.example",
+        "https://vo.example/x",
+        "https://lit.example",
+    }

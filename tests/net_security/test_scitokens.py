@@ -194,15 +194,64 @@ def test_times_with_a_little_skew_forgiven(
         gate.verify(issuer.mint("pilot-alice", aud=AUD, now=clock.now, exp=None))
 
 
-def test_an_issuer_no_line_maps_is_refused_without_asking_it(
+def test_an_issuer_no_line_names_is_refused_without_asking_it(
     gate: Gate, issuer: TestIssuer, clock: FakeClock
 ) -> None:
     stranger = issuer.mint("pilot-x", aud=AUD, now=clock.now, iss="https://127.0.0.1:1/evil")
     with pytest.raises(UnmappedIdentity, match=r"no SCITOKENS line of the map file .* maps"):
         gate.verify(stranger)
-    with pytest.raises(UnmappedIdentity, match=r"'https://127.*,nobody'"):
-        gate.verify(issuer.mint("nobody", aud=AUD, now=clock.now))
     assert issuer.requests == []  # no key was fetched for a token nobody may use
+
+
+def test_an_unmapped_subject_of_a_named_issuer_may_read_but_not_submit(
+    gate: Gate, issuer: TestIssuer, clock: FakeClock
+) -> None:
+    """HTCondor's scitokens@unmapped: verified, READ only, and DENY_WRITE's *@unmapped."""
+    token = issuer.mint("nobody", aud=AUD, now=clock.now, scope="condor:/READ condor:/WRITE")
+    principal = gate.verify(token)
+    assert (principal.canonical, principal.user, principal.subject) == (
+        "scitokens@unmapped",
+        "scitokens",
+        "nobody",
+    )
+    assert principal.allows("READ") and not principal.allows("WRITE")
+    assert not principal.is_admin
+    gate.gate.admit(principal, "READ", "127.0.0.1")
+    with pytest.raises(DeniedIdentity, match=r"refused WRITE: DENY_WRITE lists \*@unmapped"):
+        gate.gate.admit(principal, "WRITE", "127.0.0.1")
+    assert issuer.requests == ["/.well-known/openid-configuration", "/jwks"]
+    # Verified all the same: another key's signature is refused.
+    forged = issuer.mint("nobody", aud=AUD, now=clock.now, key=new_key(issuer.alg))
+    with pytest.raises(ForgedToken):
+        gate.verify(forged)
+
+
+def test_sec_scitokens_allowed_issuers_bounds_whose_keys_are_fetched(
+    tmp_path: Path, issuer: TestIssuer, clock: FakeClock
+) -> None:
+    other = Gate(tmp_path / "other", issuer, clock, allowed_issuers=("https://other.example",))
+    # Mapped by a line, but not an issuer the knob lists: refused, nothing fetched.
+    with pytest.raises(UnmappedIdentity, match=r"SEC_SCITOKENS_ALLOWED_ISSUERS .* does not"):
+        other.verify(issuer.mint("pilot-alice", aud=AUD, now=clock.now))
+    # A line that maps any issuer's tokens names none: unset, the knob names none either.
+    catch_all = "SCITOKENS /^https:\\/\\/.*,(\\w+)$/ \\1\n"
+    anyone_mapped = Gate(tmp_path / "catch-all", issuer, clock)
+    anyone_mapped.mapfile.write_text(catch_all)
+    with pytest.raises(UnmappedIdentity, match=r"names no one issuer, and SEC_SCITOKENS_ALLOWED"):
+        anyone_mapped.verify(issuer.mint("alice", aud=AUD, now=clock.now))
+    assert issuer.requests == []
+    listing = Gate(tmp_path / "catch-all-listed", issuer, clock, allowed_issuers=(issuer.url,))
+    listing.mapfile.write_text(catch_all)
+    assert listing.verify(issuer.mint("alice", aud=AUD, now=clock.now)).user == "alice"
+    listed = Gate(tmp_path / "listed", issuer, clock, allowed_issuers=(issuer.url,))
+    assert listed.verify(issuer.mint("pilot-alice", aud=AUD, now=clock.now)).user == "alice"
+    assert listed.verify(issuer.mint("nobody", aud=AUD, now=clock.now)).canonical == (
+        "scitokens@unmapped"
+    )
+    # `*`: any issuer's keys are fetched, as HTCondor does (this one answers nothing).
+    anyone = Gate(tmp_path / "any", issuer, clock, allowed_issuers=("*",))
+    with pytest.raises(IssuerUnavailable):
+        anyone.verify(issuer.mint("x", aud=AUD, now=clock.now, iss="https://127.0.0.1:1/else"))
 
 
 def test_a_banned_subject_is_refused_write(
@@ -376,6 +425,14 @@ def test_the_knobs_as_htcondor_ce_names_them(tmp_path: Path) -> None:
     (home / "htgrid.conf").write_text("SCITOKENS_SERVER_AUDIENCE = https://ce.test, ce.test:9619\n")
     assert GatekeeperConfig.load(home).audiences == ("https://ce.test", "ce.test:9619")
     assert GatekeeperConfig.load(home).mapfile == home / "etc" / "mapfile"
+    assert GatekeeperConfig.load(home).allowed_issuers is None  # the map file's issuers
+    (home / "htgrid.conf").write_text(
+        "SEC_SCITOKENS_ALLOWED_ISSUERS = https://a.example, https://b.example/x\n"
+    )
+    assert GatekeeperConfig.load(home).allowed_issuers == (
+        "https://a.example",
+        "https://b.example/x",
+    )
 
 
 # -- over HTTP, audited ------------------------------------------------------------------
@@ -455,7 +512,8 @@ def test_an_audit_log_others_could_read_is_closed_and_a_forged_line_cannot_be_ma
     log.write_text("")
     log.chmod(0o644)
     sneaky = issuer.mint('pilot-x"\nforged accepted', aud=AUD, now=clock.now)
-    assert _app(gate, log).request("POST", "/v1/jobs", sneaky).status_code == 401
+    # No line maps it: scitokens@unmapped, who may not submit.
+    assert _app(gate, log).request("POST", "/v1/jobs", sneaky).status_code == 403
     (line,) = log.read_text().splitlines()
     assert 'subject="pilot-x\\"forged accepted"' in line
     assert stat.S_IMODE(log.stat().st_mode) == 0o600

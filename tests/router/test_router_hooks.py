@@ -11,7 +11,8 @@ import pytest
 
 from htgrid.classad import ClassAd
 from htgrid.queue import Identity, JobId, JobNotFound, JobQueue, JobStatus
-from htgrid.router import HookKind, JobRouter, RouterConfig, RouterHooks
+from htgrid.router import HookKind, HookRunner, JobRouter, RouterConfig, RouterHooks
+from htgrid.testing import wait_for
 
 from .test_router import ROUTES, Clock, only_routed, routed_of
 
@@ -143,6 +144,44 @@ def test_a_failing_finalize_hook_sends_the_source_to_be_routed_again(
     assert queue.get(src)["JobStatus"] == JobStatus.IDLE
     r.cycle()
     assert only_routed(queue, src) != first
+
+
+def test_hooks_in_threads_beside_the_passes_hold_up_their_own_pair_only(
+    queue: JobQueue, tmp_path: Path
+) -> None:
+    """As the daemon runs them: a pass starts a finalize hook and goes on; the source
+    completes at a pass after the hook ends (which rings the router)."""
+    gate = tmp_path / "gate"
+    finalize = hook(
+        tmp_path,
+        "finalize",
+        "import time\n"
+        # Waits for the gate (20 s at most: a pass that waited for it fails the test).
+        f"for _ in range(400):\n    if pathlib.Path({str(gate)!r}).exists(): break\n"
+        "    time.sleep(0.05)\n"
+        "print('FinalizedBy = \"hook\"')\n",
+    )
+    cleanup = hook(tmp_path, "cleanup", '(out / "cleanup.txt").write_text(text)\n')
+    rung: list[int] = []
+    r = router(queue, JOB_FINALIZE=finalize, JOB_CLEANUP=cleanup)
+    r.runner = HookRunner(workers=2, wake=lambda: rung.append(1))
+    slow, other = submit(queue), submit(queue)
+    r.cycle()
+    for src in (slow, other):
+        copy = only_routed(queue, src)
+        queue.job_started(copy)
+        queue.job_exited(copy, 0)
+    try:
+        r.cycle()  # both finalize hooks start; neither pair waits for them in the pass
+        assert queue.get(slow)["JobStatus"] == JobStatus.IDLE  # not completed yet
+        assert r.runner.running() == 2 and not rung
+    finally:
+        gate.touch()
+    wait_for(lambda: len(rung) >= 2, timeout=30, what="the hooks ended")
+    r.cycle()
+    for src in (slow, other):
+        assert queue.history(f"ClusterId == {src.cluster}")[0]["FinalizedBy"] == "hook"
+    wait_for(lambda: (tmp_path / "cleanup.txt").exists(), timeout=30, what="the cleanup hook")
 
 
 def test_htgrid_conf_takes_the_hooks_of_a_keyword(tmp_path: Path) -> None:

@@ -47,6 +47,7 @@ _MODULES: Final = {
     "config_val": "_config_val",
     "up": "_pool",
     "down": "_pool",
+    "reconfig": "_pool",
     "submit": "_submit",
     "q": "_q",
     "rm": "_act",

@@ -94,6 +94,8 @@ htgrid up -no-execute                # no execute node here
 HTGRID_HOME=/tmp/pool2 htgrid up     # a second pool, with its own home""",
     "down": """\
 htgrid down""",
+    "reconfig": """\
+htgrid reconfig                      # after editing htgrid.conf: routes, SYSTEM_PERIODIC_*""",
     "submit": """\
 htgrid submit hello.sub
 htgrid submit job.sub site_schedd=schedd@site.example site_pool=127.0.0.1:9618

@@ -1,4 +1,5 @@
-"""`htgrid up` and `htgrid down`: start and stop the personal pool's daemons.
+"""`htgrid up` and `htgrid down`: start and stop the personal pool's daemons; `htgrid
+reconfig` (condor_reconfig) makes them read htgrid.conf again.
 
     $ htgrid up
     htgrid daemons started (pid 4242).
@@ -21,7 +22,7 @@ import sys
 from typing import Any
 
 from htgrid.cli._common import EXIT_NO, EXIT_OK
-from htgrid.master import DaemonInfo, start, stop
+from htgrid.master import DaemonInfo, reconfig, start, stop
 from htgrid.schedd import ScheddConfig, ScheddError
 
 __all__ = ["register"]
@@ -55,6 +56,17 @@ def register(commands: Any) -> None:
         ),
     )
     down.set_defaults(handler=_down)
+    again = commands.add_parser(
+        "reconfig",
+        help="make the running daemons read htgrid.conf again (condor_reconfig)",
+        description=(
+            "Make the running daemons read $HTGRID_HOME/htgrid.conf again, without a "
+            "restart (SIGHUP to the daemon, which passes it on): the job router's routes "
+            "and transforms, SYSTEM_PERIODIC_* and PERIODIC_EXPR_INTERVAL. DENY_*, ALLOW_* "
+            "and the map file are read again after each edit anyway."
+        ),
+    )
+    again.set_defaults(handler=_reconfig)
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -108,4 +120,17 @@ def _down(args: argparse.Namespace) -> int:
         print(f"htgrid daemons are not running (nothing answers on {config.socket}).")
     else:
         print(f"htgrid daemons stopped (pid {pid}).")
+    return EXIT_OK
+
+
+def _reconfig(args: argparse.Namespace) -> int:
+    config = ScheddConfig.load()
+    pid = reconfig(config)
+    if pid is None:
+        print(
+            f"htgrid reconfig: no daemon runs (nothing answers on {config.socket})",
+            file=sys.stderr,
+        )
+        return EXIT_NO
+    print(f'Sent "Reconfig" command to local master (pid {pid}).')
     return EXIT_OK

@@ -6,7 +6,8 @@
 restarts, and connections made while the collector restarts wait in its backlog);
 without it the collector binds `--host` and `--port` itself. It serves TLS with the
 certificate of the pool in `--home` ($HTGRID_HOME) and takes that pool's tokens. With
-`--parent-fd` it stops when that pipe closes, i.e. when the master is gone.
+`--parent-fd` it stops when that pipe closes, i.e. when the master is gone. SIGHUP (the
+master's reconfig) leaves it running.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import socket
 import sys
 from pathlib import Path
 
+from htgrid._aio import take_sighup
 from htgrid._args import ArgumentParser
 from htgrid._gc import tune_gc
 from htgrid._privsep import daemon_umask
@@ -47,8 +49,16 @@ def main(argv: list[str] | None = None) -> int:
     server = make_server(host, port, home=args.home, default_lifetime=args.lifetime, name=args.name)
 
     async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        # condor_reconfig: what the collector takes live (DENY_*, ALLOW_*, the map file)
+        # it reads again after each edit; SIGHUP must only not end it.
+        take_sighup(
+            loop,
+            lambda: logging.getLogger("htgrid.collector").info(
+                "reconfig: DENY_*, ALLOW_* and the map file are read again as they change"
+            ),
+        )
         if args.parent_fd is not None:
-            loop = asyncio.get_running_loop()
 
             def parent_gone() -> None:
                 try:

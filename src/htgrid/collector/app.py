@@ -78,7 +78,7 @@ from htgrid.net.security import (
     TokenAuthMiddleware,
     problem_response,
 )
-from htgrid.net.server import ProblemResponse, read_body
+from htgrid.net.server import ProblemResponse, certificate_caller, read_body
 from htgrid.pool import DEFAULT_LIMITS, ApiLimits
 
 __all__ = ["create_app", "node_of"]
@@ -389,6 +389,8 @@ def create_app(
             realm=security.trust_domain,
             required=required_authz,
             admit=gate.admit,
+            # A grid user's certificate, where the server asks for one (`make_server`).
+            connection=certificate_caller(gate),
             audit=(
                 AuditLog(settings.audit_log, rotation=settings.audit_rotation)
                 if settings.audit_log is not None

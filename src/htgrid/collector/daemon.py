@@ -36,12 +36,13 @@ from htgrid.net.security import (
 )
 from htgrid.net.server import (
     SHARED_PORT_DIR,
+    PeerCertProtocol,
     SharedPort,
     api_config,
     start_shared,
     tcp_listener,
 )
-from htgrid.pool import ApiLimits, ConfigFile, htgrid_home
+from htgrid.pool import ApiLimits, ConfigFile, HomeLayout, htgrid_home, trusted_ca_files
 
 __all__ = ["make_server", "run", "serve", "serve_on"]
 
@@ -73,8 +74,12 @@ def make_server(
         security=security,
         limits=limits,
     )
-    tls = server_ssl_context(material.server)
-    config = api_config(app, limits, tls=tls, lifespan=True, address=(host, port))
+    # A client may present a certificate of a CA the pool trusts (SSL lines map its DN).
+    layout = HomeLayout(home if home is not None else htgrid_home())
+    tls = server_ssl_context(material.server, client_cas=trusted_ca_files(layout))
+    config = api_config(
+        app, limits, tls=tls, lifespan=True, address=(host, port), protocol=PeerCertProtocol
+    )
     rotator = CertRotator(PoolCA(security.ca_dir), SERVER_CERT, tls, material.server)
     return RotatingServer(config, rotator)
 

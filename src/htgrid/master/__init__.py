@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from htgrid._lazy import on_demand
-from htgrid.master._control import DaemonInfo, alive, start, stop
+from htgrid.master._control import DaemonInfo, alive, reconfig, start, stop
 
 if TYPE_CHECKING:
     from htgrid.master._run import pool_daemon, run_daemon
@@ -25,4 +25,4 @@ _LAZY: Final = {"pool_daemon": "_run", "run_daemon": "_run"}
 
 __getattr__ = on_demand(__name__, _LAZY)
 
-__all__ = ["DaemonInfo", "alive", "pool_daemon", "run_daemon", "start", "stop"]
+__all__ = ["DaemonInfo", "alive", "pool_daemon", "reconfig", "run_daemon", "start", "stop"]

@@ -5,7 +5,7 @@ certificate and token: `htgrid.net.security.ensure_pool_security`), then spawns
 `python -m htgrid.master --background` (which detaches into its own session, logging to
 SchedLog, and runs the schedd and the pool's other daemons) and waits until the daemon answers on
 its socket; if the daemon dies first, the end of its log says why.
-`stop` sends SIGTERM and waits until the daemon has exited, i.e. until it has stopped
+`reconfig` sends SIGHUP (condor_reconfig). `stop` sends SIGTERM and waits until the daemon has exited, i.e. until it has stopped
 its jobs and its child daemons and closed the queue.
 """
 
@@ -26,7 +26,7 @@ from htgrid.net import DaemonUnavailable, ScheddClient
 from htgrid.net.security import PoolSecurity, SecurityConfig, ensure_pool_security
 from htgrid.schedd import ScheddConfig, ScheddError
 
-__all__ = ["DaemonInfo", "alive", "ensure_security", "start", "stop"]
+__all__ = ["DaemonInfo", "alive", "ensure_security", "reconfig", "start", "stop"]
 
 _POLL = 0.05
 
@@ -176,6 +176,19 @@ def _daemon_pid(config: ScheddConfig) -> int | None:
     except OSError:
         mine = False
     return pid if mine and alive(pid) else _answer(config)
+
+
+def reconfig(config: ScheddConfig) -> int | None:
+    """condor_reconfig: SIGHUP to the daemon, which reads htgrid.conf again and passes it
+    on to its children that do; its pid, or None when none runs."""
+    pid = _daemon_pid(config)
+    if pid is None:
+        return None
+    try:
+        os.kill(pid, signal.SIGHUP)
+    except ProcessLookupError:
+        return None
+    return pid
 
 
 def stop(config: ScheddConfig, *, timeout: float | None = None) -> int | None:

@@ -128,6 +128,7 @@ class Pool:
                     ),
                     cfg.collector_log,
                     pass_fds=(self._listener.fileno(),),
+                    reconfig=True,
                 )
             )
         if "STARTD" in cfg.daemons:
@@ -187,6 +188,7 @@ class Pool:
                         "{parent_fd}",
                     ),
                     cfg.jobrouter_log,
+                    reconfig=True,
                 )
             )
         self.supervisor.start()
@@ -327,6 +329,12 @@ class Pool:
     def feed_positions(self) -> list[int]:
         """Where this pool's in-process followers of the change feed are."""
         return [self._negotiation.seq] if self._negotiation is not None else []
+
+    def reconfig(self) -> None:
+        """condor_reconfig: the children that take it read htgrid.conf again."""
+        told = self.supervisor.reconfig()
+        if told:
+            _log.info("reconfig: told the %s", ", ".join(told))
 
     def reschedule(self) -> None:
         if self._negotiation is not None:

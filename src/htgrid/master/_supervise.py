@@ -2,7 +2,7 @@
 
 `htgrid up` runs the collector and the execute node (startd) as child processes of this
 daemon (HTCondor's condor_master does the same for its DAEMON_LIST): each writes its own
-log, and one that dies is started again after a back-off (MASTER_BACKOFF_CONSTANT *
+log (`reconfig` passes condor_reconfig's SIGHUP on to those that take it), and one that dies is started again after a back-off (MASTER_BACKOFF_CONSTANT *
 MASTER_BACKOFF_FACTOR ** restarts seconds, at most MASTER_BACKOFF_CEILING; a child that
 ran MASTER_RECOVER_FACTOR seconds starts counting from zero again). A child that exits
 with `EXIT_NO_RESTART` (99, HTCondor's DAEMON_NO_RESTART: the execute node after
@@ -71,6 +71,9 @@ class ChildSpec:
     pass_fds: tuple[int, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     stop_timeout: float = 30.0  # SIGTERM, then SIGKILL after this long
+    # It reads its configuration again on SIGHUP (condor_reconfig): a `python -m` child
+    # is started through `htgrid._sighup`, which ignores SIGHUP until its handler is set.
+    reconfig: bool = False
 
 
 @dataclass(eq=False)
@@ -135,6 +138,18 @@ class Supervisor:
             for name, c in self._children.items()
         }
 
+    def reconfig(self) -> list[str]:
+        """SIGHUP to each running child that reads its configuration again on it (the
+        others would die of it); the names of those signalled."""
+        told = []
+        for name, child in self._children.items():
+            proc = child.proc
+            if child.spec.reconfig and proc is not None and proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGHUP)
+                    told.append(name)
+        return told
+
     def pid(self, name: str) -> int | None:
         child = self._children.get(name)
         if child is None or child.proc is None or child.proc.returncode is not None:
@@ -176,6 +191,10 @@ class Supervisor:
 
     async def _spawn(self, spec: ChildSpec) -> asyncio.subprocess.Process:
         argv = [a.format(parent_fd=self.parent_fd) for a in spec.argv]
+        if spec.reconfig and argv[1:2] == ["-m"]:
+            # SIGHUP ignored from its first moment, until its handler is in place: a
+            # reconfig while it starts (its imports take seconds) must not end it.
+            argv[1:2] = ["-m", "htgrid._sighup"]
         log = await asyncio.to_thread(open, spec.log, "ab")
         try:
             return await asyncio.create_subprocess_exec(

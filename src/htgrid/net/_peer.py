@@ -13,14 +13,17 @@ import asyncio
 import pwd
 import socket
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from starlette.requests import Request
 
 from htgrid.net._guard import GuardedProtocol
 from htgrid.queue import Identity, NotAuthorized
+
+if TYPE_CHECKING:
+    from htgrid.net.security import Gatekeeper, Principal
 
 __all__ = [
     "PEER_CERT_KEY",
@@ -30,6 +33,7 @@ __all__ = [
     "PeerCertificate",
     "PeerCredProtocol",
     "PeerCredentials",
+    "certificate_caller",
     "peer_credentials",
     "peercred_identity",
 ]
@@ -88,6 +92,31 @@ class PeerCertificate:
 
     subject: str  # its common name
     issuer: str
+    dn: str = ""  # its subject as OpenSSL writes it: /DC=org/DC=example/CN=Jane Doe
+    issuer_dn: str = ""
+
+
+#: OpenSSL's short names of the attributes of a DN, for the names `getpeercert` gives.
+_SHORT: Final = {
+    "commonName": "CN",
+    "countryName": "C",
+    "domainComponent": "DC",
+    "localityName": "L",
+    "organizationName": "O",
+    "organizationalUnitName": "OU",
+    "stateOrProvinceName": "ST",
+    "userId": "UID",
+}
+
+
+def oneline_dn(rdns: Any) -> str:
+    """A DN as `getpeercert` gives it, written as OpenSSL's X509_NAME_oneline (and the
+    map file's SSL lines) write it: `/DC=org/DC=example/CN=Jane Doe`."""
+    parts = []
+    for rdn in rdns or ():
+        for key, value in rdn:
+            parts.append(f"/{_SHORT.get(key, key)}={value}")
+    return "".join(parts)
 
 
 def _common_name(rdns: Any) -> str:
@@ -107,10 +136,27 @@ class PeerCertProtocol(GuardedProtocol):
         cert = transport.get_extra_info("peercert")
         peer = None
         if cert:  # asyncio's transport: the handshake is over, the certificate verified
+            subject, issuer = cert.get("subject"), cert.get("issuer")
             peer = PeerCertificate(
-                _common_name(cert.get("subject")), _common_name(cert.get("issuer"))
+                _common_name(subject),
+                _common_name(issuer),
+                oneline_dn(subject),
+                oneline_dn(issuer),
             )
         return {PEER_CERT_KEY: peer}
+
+
+def certificate_caller(gate: Gatekeeper) -> Callable[[Mapping[str, Any]], Principal | None]:
+    """Who a request without a token is by the certificate its TLS client presented
+    (`PeerCertProtocol`'s), as `gate`'s map file says: TokenAuthMiddleware's `connection`."""
+
+    def caller(scope: Mapping[str, Any]) -> Principal | None:
+        peer = scope.get("state", {}).get(PEER_CERT_KEY)
+        if not isinstance(peer, PeerCertificate) or not peer.dn:
+            return None
+        return gate.certificate(peer.dn, peer.issuer_dn)
+
+    return caller
 
 
 def peercred_identity(request: Request) -> Identity:

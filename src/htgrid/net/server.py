@@ -8,6 +8,7 @@ collector's and the execute node's in their own packages.
 - one port for HTTPS and HTCondor's CEDAR (`_shared`): `start_shared`; a shared port's
   routing to the daemons behind it (`_shared_port`): `SharedPort`, `receive_connections`;
 - who calls on a Unix socket (`_peer`): `PeerCredProtocol`, the kernel's word for it;
+  over TLS with a client certificate, `PeerCertProtocol` and `certificate_caller`;
 - requests' JSON (`_wire`): `loads_request` (and `htgrid.net.ad_from_json`), refused with
   `BadRequest`;
 - `ProblemResponse`: an error as an RFC 9457 problem document.
@@ -35,6 +36,7 @@ from htgrid.net._peer import (
     PeerCertProtocol,
     PeerCredentials,
     PeerCredProtocol,
+    certificate_caller,
     peer_credentials,
     peercred_identity,
 )
@@ -69,6 +71,7 @@ __all__ = [
     "SharedPort",
     "SizeLimit",
     "api_config",
+    "certificate_caller",
     "empty_job_dirs",
     "listed_members",
     "loads_request",

@@ -53,6 +53,10 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
                                     (issuers' keys are fetched trusting the system's CAs
                                     and the pool's, AUTH_SSL_CLIENT_CADIR: `htgrid trust add`)
     SEC_SCITOKENS_CACHE = run/cache  issuers' keys kept, used when an issuer is down
+    SEC_SCITOKENS_ALLOWED_ISSUERS = (the map file's)  the only issuers whose keys are
+                                    fetched (`*`: any); unset, those SCITOKENS lines name
+                                    (one each: a line for any issuer names none). Their
+                                    tokens no line maps are scitokens@unmapped: READ
     DENY_WRITE = anonymous@*, *@unmapped, *@banned.htcondor.org   mapped names refused
                                     WRITE (and DENY_READ, _NEGOTIATOR, _ADMINISTRATOR, _DAEMON)
     ALLOW_WRITE = (none)            when set, the only names let in WRITE (and ALLOW_READ...);
@@ -172,6 +176,7 @@ KNOBS: Final[Mapping[str, str | None]] = {
     # who may come in, read by htgrid.net.security.GatekeeperConfig.load (HTCondor-CE's)
     "CERTIFICATE_MAPFILE": None,  # the unified map file: $HTGRID_HOME/etc/mapfile
     "SCITOKENS_SERVER_AUDIENCE": None,  # the aud an issuer's token must name: COLLECTOR_HOST
+    "SEC_SCITOKENS_ALLOWED_ISSUERS": None,  # unset: the issuers the map file's lines name
     "DENY_READ": "",
     "DENY_WRITE": "anonymous@*, *@unmapped, *@banned.htcondor.org",
     "DENY_NEGOTIATOR": "anonymous@*, *@unmapped, *@banned.htcondor.org",

@@ -24,7 +24,7 @@ from htgrid.router._engine import (
     candidate_constraint,
     explain_routes,
 )
-from htgrid.router._hooks import HookFailed, HookKind, RouterHooks
+from htgrid.router._hooks import HookFailed, HookKind, HookRunner, RouterHooks
 from htgrid.router._router import JOB_ROUTER, JobRouter, RouteStats, routed_pairs
 from htgrid.router._routes import (
     GRID_UNIVERSE,
@@ -43,6 +43,7 @@ __all__ = [
     "JOB_ROUTER",
     "HookFailed",
     "HookKind",
+    "HookRunner",
     "JobRouter",
     "Route",
     "RouteStats",

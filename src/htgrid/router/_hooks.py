@@ -19,24 +19,32 @@ as the job's owner when the router runs as root, and must exit 0:
 Ads are read a line at a time (`Name = expr`), as the router inserts them; a line that is
 not one fails the hook. `<KEYWORD>_ATTRS_TO_COPY` names more attributes the source takes
 from its routed job. A hook that runs past `HOOK_TIMEOUT` seconds is killed and fails.
+
+`HookRunner` runs them for the router's passes: inline by default (the pass waits), or,
+in the daemon, in `workers` threads beside the passes, as HTCondor's router runs its
+hooks: a pass starts a job's hook and goes on with the others, and a later pass (rung by
+`wake` when the hook ends) takes its result. A slow hook then holds up its own job only.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+import queue
 import re
 import subprocess
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Hashable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final, TypeVar
 
 from htgrid._privsep import OwnerPolicy, PrivilegeError, spawn_identity
 from htgrid.classad import ClassAd, ExprTree
 from htgrid.errors import HTGridError
 from htgrid.router._routes import Route, RouterError
 
-__all__ = ["HOOK_TIMEOUT", "HookFailed", "HookKind", "RouterHooks"]
+__all__ = ["HOOK_TIMEOUT", "HookFailed", "HookKind", "HookRunner", "RouterHooks"]
 
 log = logging.getLogger("htgrid.router")
 
@@ -171,6 +179,77 @@ class RouterHooks:
         if done.returncode != 0:
             raise HookFailed(f"{what} exited with status {done.returncode}")
         return str(done.stdout)
+
+
+T = TypeVar("T")
+
+
+class HookRunner:
+    """Hooks run for the router's passes (blocking calls: the passes run in a thread).
+
+    `poll(key, work)` is the future of hook `key`, started by `work` unless it runs or
+    ran already; once it is done, the pass `take`s it. Inline (no workers) it is done at
+    once. A result no pass polled for two passes is dropped (its job left, or took
+    another route)."""
+
+    def __init__(self, *, workers: int = 0, wake: Callable[[], None] = lambda: None) -> None:
+        self._workers = workers
+        self._threads = 0
+        self._todo: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]]] = queue.SimpleQueue()
+        self._wake = wake
+        self._futures: dict[Hashable, tuple[Future[Any], int]] = {}
+        self._pass = 0
+
+    def next_pass(self) -> None:
+        """A pass begins: results unclaimed since the one before the last are dropped."""
+        self._pass += 1
+        self._futures = {
+            k: (f, seen)
+            for k, (f, seen) in self._futures.items()
+            if not f.done() or seen >= self._pass - 1
+        }
+
+    def poll(self, key: Hashable, work: Callable[[], T]) -> Future[T]:
+        held = self._futures.get(key)
+        future: Future[T] = held[0] if held is not None else self._start(work)
+        self._futures[key] = (future, self._pass)
+        return future
+
+    def take(self, key: Hashable) -> None:
+        self._futures.pop(key, None)
+
+    def fire(self, work: Callable[[], object]) -> None:
+        """Run `work` with no one to wait for it (its errors are its own to log)."""
+        self._start(work)
+
+    def running(self) -> int:
+        return sum(1 for f, _ in self._futures.values() if not f.done())
+
+    def _start(self, work: Callable[[], T]) -> Future[T]:
+        future: Future[T] = Future()
+        if self._workers <= 0:
+            _settle(future, work)
+            return future
+        self._todo.put((future, work))
+        if self._threads < self._workers:
+            # Daemon threads: a hung hook (until HOOK_TIMEOUT) must not hold the exit.
+            threading.Thread(target=self._serve, name="job router hooks", daemon=True).start()
+            self._threads += 1
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            future, work = self._todo.get()
+            _settle(future, work)
+            self._wake()
+
+
+def _settle(future: Future[T], work: Callable[[], T]) -> None:
+    future.set_running_or_notify_cancel()
+    try:
+        future.set_result(work())
+    except BaseException as err:  # the pass that takes it raises it
+        future.set_exception(err)
 
 
 def route_description(route: Route) -> str:

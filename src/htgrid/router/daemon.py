@@ -6,7 +6,8 @@ It opens the pool's queue as the grid manager does, runs a full pass (`JobRouter
 each JOB_ROUTER_POLLING_PERIOD seconds, routes new jobs (`JobRouter.route_new`) whenever
 the schedd rings its doorbell (`<spool>/jobrouter/wake`) in between, and rings the grid
 manager's after it submits or removes. A full pass reads every routed job: run at each
-ring, while thousands of jobs arrive, it was most of the router's time.
+ring, while thousands of jobs arrive, it was most of the router's time. Its hooks run
+beside the passes (`HookRunner`): a slow one holds up its own job only.
 htgrid.conf is read again when it changes or on SIGHUP (routes reloaded on reconfig).
 One router per queue (`<spool>/jobrouter/lock`): a second exits with status 3. kill -9
 is safe at any moment: the next one adopts the routed jobs from the queue.
@@ -19,7 +20,9 @@ import logging
 import os
 import signal
 from pathlib import Path
+from typing import Final
 
+from htgrid._aio import take_sighup
 from htgrid._files import single_instance
 from htgrid._privsep import daemon_umask
 from htgrid.classad import preload_functions
@@ -27,12 +30,16 @@ from htgrid.errors import HTGridError
 from htgrid.pool import CONFIG_NAME, HomeLayout
 from htgrid.queue import JobQueue
 from htgrid.queue.doorbell import Doorbell, ring
+from htgrid.router._hooks import HookRunner
 from htgrid.router._router import JobRouter
 from htgrid.router._routes import RouterConfig, RouterError
 
 __all__ = ["run_router"]
 
 log = logging.getLogger("htgrid.router")
+
+#: Hooks that may run at once (HTCondor's router starts each when due, with no bound).
+HOOK_WORKERS: Final = 8
 
 
 def _config_stamp(home: Path) -> float:
@@ -59,7 +66,13 @@ async def _serve(home: Path, stop: asyncio.Event, reload: asyncio.Event) -> None
     def wake_gridmanager() -> None:
         ring(layout.gridmanager_doorbell)
 
-    router = JobRouter(queue, config, after_change=wake_gridmanager)
+    # Hooks run beside the passes; one that ends rings this router for the pass that
+    # takes its result.
+    def wake_router() -> None:
+        ring(layout.jobrouter_doorbell)
+
+    runner = HookRunner(workers=HOOK_WORKERS, wake=wake_router)
+    router = JobRouter(queue, config, after_change=wake_gridmanager, hook_runner=runner)
     log.info(
         "job router %s: routes %s", config.name, ", ".join(r.name for r in config.routes) or "none"
     )
@@ -119,7 +132,7 @@ def run_router(home: str | os.PathLike[str], *, parent_fd: int | None = None) ->
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        loop.add_signal_handler(signal.SIGHUP, reload.set)
+        take_sighup(loop, reload.set)
         if parent_fd is not None:
 
             def parent_readable() -> None:

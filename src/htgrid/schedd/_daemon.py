@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import fcntl
 import functools
 import logging
@@ -55,9 +56,11 @@ from htgrid.net.security import (
 from htgrid.net.server import (
     SHARED_PORT_DIR,
     ApiServer,
+    PeerCertProtocol,
     PeerCredProtocol,
     SizeLimit,
     api_config,
+    certificate_caller,
     peercred_identity,
     receive_connections,
     start,
@@ -65,7 +68,7 @@ from htgrid.net.server import (
     tcp_listener,
     unix_listener,
 )
-from htgrid.pool import ConfigFile, family_marker
+from htgrid.pool import ConfigFile, family_marker, trusted_ca_files
 from htgrid.queue import JobQueue
 from htgrid.queue.faults import FaultLog
 from htgrid.schedd._advertise import SHARED_PORT_ID
@@ -128,6 +131,9 @@ class Companion(Protocol):
     def reschedule(self) -> None:
         """Negotiate soon (condor_reschedule)."""
 
+    def reconfig(self) -> None:
+        """Read htgrid.conf again (condor_reconfig), in its part and its children."""
+
 
 class Daemon:
     """The personal pool's daemon for one home directory; `companion` runs beside it
@@ -152,12 +158,38 @@ class Daemon:
         self._policy_faults = FaultLog(_log, "periodic policy evaluation")
         self._quarantined = 0  # rows of the queue set aside as unreadable
         self.companion = companion
+        self._reconfigs: set[asyncio.Task[None]] = set()
         # Whose jobs run here, and as whom: the daemon's user (root: each job as its owner).
         self.policy = OwnerPolicy(allow_root=config.allow_root_jobs)
 
     def request_stop(self) -> None:
         """Begin a clean shutdown (what SIGTERM does)."""
         self._stop.set()
+
+    def _on_sighup(self) -> None:
+        """condor_reconfig (`htgrid reconfig`, SIGHUP): htgrid.conf read again."""
+        task = asyncio.create_task(self.reconfig(), name="reconfig")
+        self._reconfigs.add(task)
+        task.add_done_callback(self._reconfigs.discard)
+
+    async def reconfig(self) -> None:
+        """Take the knobs that can change live (SYSTEM_PERIODIC_*, PERIODIC_EXPR_INTERVAL),
+        and pass the reconfig on to the companion's daemons. DENY_*/ALLOW_* and the map
+        file need none: they are read again after each edit. A configuration that cannot
+        be read keeps the one in force."""
+        try:
+            new = await asyncio.to_thread(ScheddConfig.load, self.config.home)
+        except HTGridError as exc:
+            _log.error("reconfig: htgrid.conf is refused, the settings in force kept: %s", exc)
+        else:
+            self.config = dataclasses.replace(
+                self.config,
+                system_policy=new.system_policy,
+                periodic_interval=new.periodic_interval,
+            )
+            _log.info("reconfig: htgrid.conf read again")
+        if self.companion is not None:
+            self.companion.reconfig()
 
     def _lock(self) -> int:
         fd = os.open(self.config.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -221,6 +253,7 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
+        loop.add_signal_handler(signal.SIGHUP, self._on_sighup)
         host = f"<{socket.gethostname()}?sock=schedd>"
         runner = LocalRunner(
             worker,
@@ -391,11 +424,14 @@ class Daemon:
             exempt=EXEMPT,
             admit=gate.admit,
             audit=audit,
+            connection=certificate_caller(gate),
         )
         # The web view's sign-in cookie becomes the bearer token the middleware checks.
         app = CookieBearer(api)
-        tls = server_ssl_context(material.server)
-        config = api_config(app, cfg.api_limits, tls=tls)
+        # A client may present a certificate of a CA the pool trusts: its DN is mapped by
+        # the map file's SSL lines when it brings no token.
+        tls = server_ssl_context(material.server, client_cas=trusted_ca_files(cfg))
+        config = api_config(app, cfg.api_limits, tls=tls, protocol=PeerCertProtocol)
         cedar = schedd_cedar(
             service,
             # The same audit log: one writer, one rotation, both protocols' decisions.

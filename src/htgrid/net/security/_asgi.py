@@ -5,7 +5,8 @@
     ...
     principal = require(request, "WRITE")      # in a route: the caller, or 403
 
-The middleware takes `Authorization: Bearer <token>`, verifies it and puts the caller's
+The middleware takes `Authorization: Bearer <token>` (or, without one, the client's TLS
+certificate, when given `connection`), verifies it and puts the caller's
 `Principal` in the request's state (`request.state` under PRINCIPAL_KEY, and
 `request.user`). By default GET, HEAD and OPTIONS need READ and other methods WRITE.
 A refusal is logged (the token's id and subject, never its text) and answered as a
@@ -61,6 +62,9 @@ AsyncVerify = Callable[[str], Principal | Awaitable[Principal]]
 Required = Callable[[Mapping[str, Any]], str | None]
 #: After verifying: raise an AuthError to refuse the principal the level from the host.
 Admit = Callable[[Principal, str | None, str], None]
+#: Who a request without a bearer token is by its connection (its TLS client certificate),
+#: or None.
+Connection = Callable[[Mapping[str, Any]], Principal | None]
 
 
 def authz_by_method(scope: Mapping[str, Any]) -> str | None:
@@ -167,9 +171,11 @@ class TokenAuthMiddleware:
         exempt: Collection[str] = (),
         admit: Admit | None = None,
         audit: AuditLog | None = None,
+        connection: Connection | None = None,
     ) -> None:
         """`verify` may be async (a Gatekeeper's); `admit` applies DENY_* after it;
-        `audit` records every refusal and every accepted request that is not READ."""
+        `audit` records every refusal and every accepted request that is not READ;
+        `connection` names a caller without a token by its client certificate."""
         self.app = app
         self.verify: AsyncVerify = verify
         self.realm = realm  # the trust domain, so clients know which token to present
@@ -177,14 +183,12 @@ class TokenAuthMiddleware:
         self.exempt = frozenset(exempt)  # paths answered without a token
         self.admit = admit
         self.audit = audit
+        self.connection = connection
 
     async def _authenticate(self, scope: Scope, need: str | None) -> Principal:
         where = f"{_request(scope)} from {_client(scope)}"
         try:
-            # A pool token costs a stat per file (TokenVerifier.verify), fine on the loop;
-            # an issuer's may await its keys, fetched without blocking the loop.
-            found = self.verify(bearer_token(scope["headers"]))
-            principal = await found if inspect.isawaitable(found) else found
+            principal = await self._principal(scope)
             if need is not None:
                 principal.require(need)
             if self.admit is not None:
@@ -194,6 +198,19 @@ class TokenAuthMiddleware:
             _refused(where, exc)
             raise
         return _accepted(where, principal)
+
+    async def _principal(self, scope: Scope) -> Principal:
+        try:
+            token = bearer_token(scope["headers"])
+        except MissingToken:
+            by_cert = self.connection(scope) if self.connection is not None else None
+            if by_cert is None:
+                raise
+            return by_cert
+        # A pool token costs a stat per file (TokenVerifier.verify), fine on the loop;
+        # an issuer's may await its keys, fetched without blocking the loop.
+        found = self.verify(token)
+        return await found if inspect.isawaitable(found) else found
 
     async def _record(self, event: AuditEvent) -> None:
         if self.audit is not None:

@@ -8,11 +8,20 @@ it in, as HTCondor-CE decides.
 
 A token of the pool's trust domain (HS256) is the pool's (`TokenVerifier`). Any other is
 an issuer's (SciTokens, WLCG tokens), and the map file says whether this pool takes it:
-its `iss,sub` must be mapped by a SCITOKENS line before anything else is done (so a
-token of an issuer no line names is refused without its keys being fetched from the
-network), then it is verified (`_scitokens`) and its holder is the line's canonical
-name (`user@domain`; UID_DOMAIN when the line names no domain). The local user its jobs
-run as is the name's part before the `@`.
+its issuer must be one this pool names before anything else is done, so that a token of
+any other is refused without its keys being fetched from the network (its `iss` is
+anyone's to write): by SEC_SCITOKENS_ALLOWED_ISSUERS when set (`*`: any, as HTCondor),
+else by the map file (an issuer a SCITOKENS line names: a line that can match any
+issuer names none, and takes tokens only of issuers the knob lists). Then it is verified
+(`_scitokens`), and its holder is the line's canonical name (`user@domain`; UID_DOMAIN
+when the line names no domain); the local user its jobs run as is the name's part
+before the `@`. A token no line maps is HTCondor's
+`scitokens@unmapped`, with READ at most: it may look, not submit.
+
+A client that presents no token but a certificate in the TLS handshake (one of a CA the
+pool trusts, its own or `htgrid trust add`'s) is its DN's, by the map file's SSL lines
+(GSI lines too, as HTCondor-CE's older map files write them): the line's user with a
+user's rights, or HTCondor's `ssl@unmapped`, READ only (`certificate`).
 
 DENY_<level> (READ, WRITE, NEGOTIATOR, ADMINISTRATOR, DAEMON) lists names refused that
 level whatever their token grants, HTCondor's form: `user@domain/host`, `user@domain`
@@ -40,7 +49,7 @@ from htgrid.net.security._authz import AUTHORIZATIONS, Principal, effective_auth
 from htgrid.net.security._config import SecurityConfig
 from htgrid.net.security._errors import DeniedIdentity, MalformedToken, UnmappedIdentity
 from htgrid.net.security._issuers import IssuerKeys, IssuerSettings
-from htgrid.net.security._mapfile import WatchedMap, local_user
+from htgrid.net.security._mapfile import MapRule, WatchedMap, local_user
 from htgrid.net.security._scitokens import IssuedTokenVerifier, authorizations_of
 from htgrid.net.security._tokens import TokenVerifier
 from htgrid.pool import CONFIG_NAME, ConfigFile, HomeLayout, PoolError
@@ -51,6 +60,11 @@ _log = logging.getLogger("htgrid.net.security")
 
 DENY_LEVELS: Final = ("READ", "WRITE", "NEGOTIATOR", "ADMINISTRATOR", "DAEMON")
 SCITOKENS: Final = "SCITOKENS"
+ALLOWED: Final = "SEC_SCITOKENS_ALLOWED_ISSUERS"
+#: Who an issuer's verified token is when no SCITOKENS line maps it (HTCondor's name).
+UNMAPPED: Final = "scitokens@unmapped"
+#: The map file's methods of a client certificate: GSI lines are read as SSL ones.
+SSL_METHODS: Final = ("SSL", "GSI")
 
 
 def _path(home: Path, conf: ConfigFile, key: str, default: str = "") -> Path | None:
@@ -142,6 +156,9 @@ class GatekeeperConfig:
     issuers: IssuerSettings  # whom to trust for issuers' HTTPS
     audit_log: Path | None  # <DAEMON>_AUDIT_LOG
     audit_rotation: Rotation = field(default_factory=Rotation)  # MAX_[NUM_]<DAEMON>_AUDIT_LOG
+    # SEC_SCITOKENS_ALLOWED_ISSUERS: the only issuers whose keys are fetched ("*": any);
+    # None (unset): those the map file's SCITOKENS lines name.
+    allowed_issuers: tuple[str, ...] | None = None
 
     @classmethod
     def load(cls, home: Path, daemon: str = "SCHEDD") -> GatekeeperConfig:
@@ -164,6 +181,7 @@ class GatekeeperConfig:
                 home, conf, f"{daemon}_AUDIT_LOG", "log/AuditLog" if daemon == "SCHEDD" else ""
             ),
             audit_rotation=_rotation(conf, daemon),
+            allowed_issuers=conf.names(ALLOWED) if conf.has(ALLOWED) else None,
         )
 
 
@@ -213,33 +231,107 @@ class Gatekeeper:
         if not isinstance(issuer, str) or not isinstance(subject, str) or not subject:
             raise MalformedToken("an issuer's token must have string iss and sub claims")
         name = f"{issuer},{subject}"
-        found = self.mapfile.get().lookup((SCITOKENS,), name)
-        if found is None:
-            raise UnmappedIdentity(
-                f"no SCITOKENS line of the map file {self.settings.mapfile} maps "
-                f"{shown(name, 160)}: this pool does not take that issuer's tokens for "
-                "that subject"
-            )
-        canonical, rule = found
-        user = local_user(canonical)
-        if user is None:
-            raise UnmappedIdentity(
-                f"{rule.origin} maps {shown(name, 160)} to {canonical!r}, which names no local user"
-            )
+        mapfile = self.mapfile.get()
+        found = mapfile.lookup((SCITOKENS,), name)
+        # Nothing is fetched from an issuer this pool does not name: a token is
+        # anyone's to make, and its `iss` any URL.
+        self._check_issuer(issuer, mapfile.scitokens_issuers(), found, name)
+        user, canonical = "scitokens", UNMAPPED
+        if found is not None:
+            canonical, rule = found
+            mapped = local_user(canonical)
+            if mapped is None:
+                raise UnmappedIdentity(
+                    f"{rule.origin} maps {shown(name, 160)} to {canonical!r}, which names no "
+                    "local user"
+                )
+            user = mapped
         verified = await self.issued.verify(token)
-        full = canonical if "@" in canonical else f"{canonical}@{self.settings.uid_domain}"
         levels = authorizations_of(verified.scopes)
+        granted = effective_authorizations(levels, user, self.config.admin_users)
+        if found is None:
+            # HTCondor's scitokens@unmapped: no local account, so READ at most (and
+            # DENY_WRITE refuses *@unmapped in HTCondor-CE's defaults).
+            granted = granted & {"READ"}
+        full = canonical if "@" in canonical else f"{canonical}@{self.settings.uid_domain}"
         return Principal(
             user=user,
             subject=verified.subject,
             issuer=verified.issuer,
             scopes=levels,
-            authorizations=effective_authorizations(levels, user, self.config.admin_users),
+            authorizations=granted,
             token_id=verified.token_id or "",
             key_id=verified.key_id or "",
             expires=verified.expires,
             method=SCITOKENS,
             canonical=full,
+        )
+
+    def _check_issuer(
+        self,
+        issuer: str,
+        named: frozenset[str],
+        found: tuple[str, MapRule] | None,
+        name: str,
+    ) -> None:
+        """UnmappedIdentity unless `issuer`'s keys may be fetched: one that
+        SEC_SCITOKENS_ALLOWED_ISSUERS lists when it is set, else one that a SCITOKENS line
+        names (a line that matches any issuer, `/^https:\\/\\/.*,/`, names none)."""
+        allowed = self.settings.allowed_issuers
+        if allowed is not None:
+            if "*" in allowed or issuer in allowed:
+                return
+            raise UnmappedIdentity(
+                f"{ALLOWED} ({', '.join(allowed) or 'empty'}) does not list the issuer "
+                f"{shown(issuer, 160)}: this pool does not take its tokens"
+            )
+        if issuer in named:
+            return
+        if found is not None:
+            raise UnmappedIdentity(
+                f"{found[1].origin} maps {shown(name, 160)} but names no one issuer, and "
+                f"{ALLOWED} is unset: list there the issuers whose keys may be fetched"
+            )
+        raise UnmappedIdentity(
+            f"no SCITOKENS line of the map file {self.settings.mapfile} maps "
+            f"{shown(name, 160)}: this pool does not take that issuer's tokens"
+        )
+
+    def certificate(self, dn: str, issuer_dn: str = "") -> Principal:
+        """The principal of a TLS client certificate (verified in the handshake against
+        the pool's trusted CAs) whose subject is `dn`: its SSL (or GSI) line's user, with
+        a user's rights (an administrator's for QUEUE_SUPER_USERS), or, unmapped,
+        HTCondor's ssl@unmapped with READ."""
+        found = self.mapfile.get().lookup(SSL_METHODS, dn)
+        if found is None:
+            return Principal(
+                user="ssl",
+                subject=dn,
+                issuer=issuer_dn,
+                scopes=None,
+                authorizations=frozenset({"READ"}),
+                token_id="",
+                key_id="",
+                method="SSL",
+                canonical="ssl@unmapped",
+            )
+        canonical, rule = found
+        user = local_user(canonical)
+        if user is None:
+            raise UnmappedIdentity(
+                f"{rule.origin} maps the certificate {shown(dn, 160)} to {canonical!r}, "
+                "which names no local user"
+            )
+        return Principal(
+            user=user,
+            subject=dn,
+            issuer=issuer_dn,
+            scopes=None,
+            authorizations=effective_authorizations(None, user, self.config.admin_users),
+            token_id="",
+            key_id="",
+            method="SSL",
+            canonical=canonical if "@" in canonical else f"{canonical}@{self.settings.uid_domain}",
         )
 
     def admit(self, principal: Principal, level: str | None, host: str) -> None:

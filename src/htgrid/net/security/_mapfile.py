@@ -9,11 +9,14 @@
 
 Each line is METHOD PRINCIPAL CANONICAL. The principal is a regular expression between
 slashes (`/.../i` ignores case; matched anywhere, as PCRE in HTCondor, so anchor it), or a
-literal name (a word, or in double quotes when it holds spaces). The first line of the
+literal name (a word, or in double quotes when it holds spaces); in double quotes, one
+between slashes or starting with `^` is an expression too (HTCondor-CE's
+`GSI "^\\/DC=org\\/CN=Jane Doe$" jane`). The first line of the
 method whose principal matches wins; `\\1`...`\\9` in the canonical name are the
 expression's groups. What each method's name is: SCITOKENS `<iss>,<sub>` (SciTokens and
 WLCG tokens), TOKEN or IDTOKENS `<iss>,<sub>` of the pool's own tokens, SSL and GSI the
-certificate's DN (and VOMS FQANs after commas).
+certificate's DN, as OpenSSL writes it (`/DC=org/DC=example/CN=Jane Doe`; GSI lines are
+read as SSL ones, HTCondor having dropped GSI).
 
 `@include PATH` reads a file, or each file of a directory in lexical order (dot files,
 `~` backups, `#` files, .rpmsave and .rpmnew skipped, as LOCAL_CONFIG_DIR_EXCLUDE_REGEXP
@@ -40,6 +43,7 @@ _LINE: Final = re.compile(
     r'(?:/(?P<regex>(?:\\.|[^\\/])*)/(?P<flags>i?)|"(?P<quoted>(?:\\.|[^\\"])*)"|(?P<literal>\S+))'
     r"\s+(?P<canonical>\S+)\s*"
 )
+_QUOTED_REGEX: Final = re.compile(r"/(?P<regex>(?:\\.|[^\\/])*)/(?P<flags>i?)")
 _INCLUDE: Final = re.compile(r"@include\s+(?P<path>\S.*?)\s*")
 _EXCLUDED: Final = re.compile(r"^((\..*)|(.*~)|(#.*)|(.*\.rpmsave)|(.*\.rpmnew))$")
 _GROUP_REF: Final = re.compile(r"\\(\d)")
@@ -54,6 +58,7 @@ class MapRule:
     pattern: re.Pattern[str]
     canonical: str
     origin: str  # file:line, for the log and the audit log
+    issuer: str | None = None  # the one issuer a SCITOKENS line can map, if it names one
 
     def apply(self, name: str) -> str | None:
         """The canonical name `name` maps to by this rule, or None when it does not match."""
@@ -73,16 +78,62 @@ def _substitute(m: re.Match[str], canonical: str) -> str:
 
 def _rule(m: re.Match[str], origin: str) -> MapRule:
     method = m["method"].upper()
-    if m["regex"] is not None:
-        flags = re.IGNORECASE if m["flags"] else 0
+    regex, flags = m["regex"], re.IGNORECASE if m["flags"] else 0
+    quoted = m["quoted"]
+    if quoted is not None:
+        # HTCondor-CE's DN lines: `GSI "^\/DC=org\/CN=Jane Doe$" jane` is an expression
+        # (as HTCondor reads every principal by default), as is `SSL "/^...$/" jane`.
+        inner = _QUOTED_REGEX.fullmatch(quoted)
+        if inner is not None:
+            regex, flags = inner["regex"], re.IGNORECASE if inner["flags"] else 0
+        elif quoted.startswith("^"):
+            regex = quoted
+    text = ""
+    if regex is not None:
         try:
-            pattern = re.compile(m["regex"].replace("\\/", "/"), flags)
+            pattern = re.compile(regex.replace("\\/", "/"), flags)
         except re.error as exc:
             raise SecurityError(f"{origin}: bad regular expression: {exc}") from None
     else:
-        text = m["literal"] if m["quoted"] is None else re.sub(r"\\(.)", r"\1", m["quoted"])
+        text = m["literal"] if quoted is None else re.sub(r"\\(.)", r"\1", quoted)
         pattern = re.compile(r"\A" + re.escape(text) + r"\Z")
-    return MapRule(method, pattern, m["canonical"], origin)
+    return MapRule(method, pattern, m["canonical"], origin, _issuer_named(regex, text))
+
+
+_META: Final = frozenset(".^$*+?{}[]|()")
+
+
+def _issuer_named(regex: str | None, literal: str) -> str | None:
+    r"""The issuer an `<iss>,<sub>` principal names: a literal's part before its comma, or
+    the literal start of an expression anchored at `^` up to its first comma
+    (`/^https:\/\/vo\.example,/`); None when it can match more than one issuer."""
+    if regex is None:
+        issuer, comma, _ = literal.partition(",")
+        return issuer if comma and issuer else None
+    text = regex.replace("\\/", "/")
+    if text.startswith("^"):
+        text = text[1:]
+    elif text.startswith("\\A"):
+        text = text[2:]
+    else:
+        return None
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char == "\\":
+            if i + 1 >= len(text) or text[i + 1].isalnum():
+                return None  # \w, \d...: a class, not one character
+            out.append(text[i + 1])
+            i += 2
+            continue
+        if char in _META:
+            return None
+        if char == ",":
+            return "".join(out) or None
+        out.append(char)
+        i += 1
+    return None
 
 
 def _read(path: Path) -> str:
@@ -158,6 +209,12 @@ class MapFile:
             if rule.method in wanted and (canonical := rule.apply(name)) is not None:
                 return canonical, rule
         return None
+
+    def scitokens_issuers(self) -> frozenset[str]:
+        """The issuers the SCITOKENS lines name, each line one at most (`_issuer_named`)."""
+        return frozenset(
+            r.issuer for r in self.rules if r.method == "SCITOKENS" and r.issuer is not None
+        )
 
     def token_name(self, issuer: str, subject: str) -> str:
         """The canonical name of a pool token's `subject`: its TOKEN line's, else itself."""
