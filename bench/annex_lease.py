@@ -35,6 +35,13 @@ from htgrid.net.security import SecurityConfig, ensure_pool_security
 REGION = "us-east-1"
 
 
+class _Context:
+    """Lambda's context of an invocation just begun (the function's whole timeout left)."""
+
+    def get_remaining_time_in_millis(self) -> int:
+        return lf.FUNCTION_TIMEOUT * 1000
+
+
 def _one(home: Path, endpoint: str, count: int, before: float) -> tuple[float, float]:
     httpx.post(f"{endpoint}/moto-api/reset", timeout=120).raise_for_status()
     setup(AwsAnnexes(REGION))
@@ -67,10 +74,10 @@ def _one(home: Path, endpoint: str, count: int, before: float) -> tuple[float, f
              "LeaseExpiration": int(made.lease_end)}  # fmt: skip
     end = float(event["LeaseExpiration"])
     skew[0] = end - before - time.time()
-    done = lf.handler(event, None, clock=clock, clients=client, sleep=sleep)
+    done = lf.handler(event, _Context(), clock=clock, clients=client, sleep=sleep)
     if not done.get("expired"):  # no wait possible: the next minute's firing
         skew[0] += 60
-        done = lf.handler(event, None, clock=clock, clients=client, sleep=sleep)
+        done = lf.handler(event, _Context(), clock=clock, clients=client, sleep=sleep)
     assert len(done["terminated"]) == count, done
     return terminated[-1] - end, clock() - end
 

@@ -1,7 +1,7 @@
 """Annex ads (MyType "Annex") in the collector, so that `htgrid status -annex` and
 GlideinWMS-style tools see annexes as HTCondor ads: what was asked for, what the cloud
 has (instances pending, booting, joined), the pool's slots of the annex (idle, busy),
-the lease's end and an estimate of the spend so far.
+the lease's end, what the cloud ended and was replaced, and an estimate of the spend so far.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
+from htgrid.annex._replace import interrupted
 from htgrid.annex._spec import CloudAnnex
 from htgrid.classad import ClassAd
 
@@ -72,6 +73,10 @@ def annex_ad(annex: CloudAnnex, slots: Sequence[ClassAd], region: str, now: floa
     ad["Booting"] = sum(1 for i in running if i.instance_id not in machines)
     ad["Joined"] = sum(1 for i in running if i.instance_id in machines)
     ad["Terminated"] = sum(1 for s in states if s in ("shutting-down", "terminated"))
+    # Instances the cloud ended before the lease (a spot interruption), and of those how
+    # many a new request has replaced (the capacity restored).
+    ad["Interrupted"] = len(interrupted(annex))
+    ad["Replaced"] = len(annex.replaced)
     ad["BusySlots"] = sum(1 for s in dynamic if s.get("State") == "Claimed")
     ad["IdleSlots"] = sum(1 for s in slots if s.get("State") == "Unclaimed" and s.get("Cpus"))
     ad["InstanceIds"] = [i.instance_id for i in annex.instances]

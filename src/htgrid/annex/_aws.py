@@ -44,6 +44,10 @@ __all__ = ["AwsAnnexes", "CloudAnnex", "Instance", "config_parameter"]
 #: condor_annex's tag, so its users' tools still find the instances.
 HTCONDOR_TAG: Final = "htcondor:AnnexName"
 OWNER_TAG: Final = "htgrid:AnnexOwner"
+#: On a request made to replace instances the cloud ended: their ids, space-separated.
+REPLACES_TAG: Final = "htgrid:Replaces"
+#: How many ids one REPLACES_TAG holds (a tag's value is at most 256 characters).
+REPLACE_BATCH: Final = 12
 _TARGET_ID: Final = "lease"
 # The smallest lease worth starting: instances take minutes to boot.
 MIN_LEASE: Final = 60.0
@@ -243,14 +247,19 @@ class AwsAnnexes:
     def account(self) -> str:
         return str(self.call("sts", "get_caller_identity")["Account"])
 
-    def request(self, spec: AnnexSpec, user_data: str, expiration: float) -> list[str]:
-        """Ask for the spec's instances (or fleet); the ids of instances or requests."""
+    def request(self, spec: AnnexSpec, user_data: str, expiration: float,
+                replaces: Sequence[str] = ()) -> list[str]:  # fmt: skip
+        """Ask for the spec's instances (or fleet); the ids of instances or requests.
+        `replaces`: the instances the cloud ended that these replace (at most
+        REPLACE_BATCH), named on the request so that no refresh replaces them again."""
         tags = [
             {"Key": ANNEX_TAG, "Value": spec.name},
             {"Key": HTCONDOR_TAG, "Value": spec.name},
             {"Key": OWNER_TAG, "Value": spec.owners[0] if spec.owners else ""},
             *({"Key": k, "Value": v} for k, v in spec.tags),
         ]
+        if replaces:
+            tags.append({"Key": REPLACES_TAG, "Value": " ".join(replaces[:REPLACE_BATCH])})
         if spec.project_id:
             tags.append({"Key": "htgrid:ProjectId", "Value": spec.project_id})
         token = f"{spec.name}_{uuid.uuid4().hex}"  # condor_annex's ClientToken
@@ -361,6 +370,7 @@ class AwsAnnexes:
             )
         }
         instances: dict[str, list[Instance]] = {}
+        replaced: dict[str, set[str]] = {}
         filters = [{"Name": "tag-key", "Values": [ANNEX_TAG]}]
         if only is not None:
             filters = [{"Name": f"tag:{ANNEX_TAG}", "Values": [only]}]
@@ -371,6 +381,7 @@ class AwsAnnexes:
                 annex = _tag(i.get("Tags"), ANNEX_TAG)
                 if annex is not None:
                     instances.setdefault(annex, []).append(_instance(i))
+                    replaced.setdefault(annex, set()).update(_replaces(i.get("Tags")))
         fleets: dict[str, list[tuple[str, str]]] = {}
         for config in self.pages("ec2", "describe_spot_fleet_requests", "SpotFleetRequestConfigs"):
             annex = _tag(config.get("Tags"), ANNEX_TAG)
@@ -378,6 +389,7 @@ class AwsAnnexes:
                 fleets.setdefault(annex, []).append(
                     (config["SpotFleetRequestId"], config.get("SpotFleetRequestState", "?"))
                 )
+                replaced.setdefault(annex, set()).update(_replaces(config.get("Tags")))
         out = []
         for name in names:
             try:
@@ -394,6 +406,7 @@ class AwsAnnexes:
                     instances=tuple(instances.get(name, ())),
                     fleets=tuple(fleets.get(name, ())),
                     settings=settings,
+                    replaced=frozenset(replaced.get(name, ())),
                 )
             )
         return out
@@ -406,6 +419,10 @@ def _tag(tags: Any, key: str) -> str | None:
     return next((t.get("Value") for t in tags or () if t.get("Key") == key), None)
 
 
+def _replaces(tags: Any) -> list[str]:
+    return (_tag(tags, REPLACES_TAG) or "").split()
+
+
 def _instance(raw: Mapping[str, Any]) -> Instance:
     launched = raw.get("LaunchTime")
     return Instance(
@@ -415,6 +432,7 @@ def _instance(raw: Mapping[str, Any]) -> Instance:
         launched=float(launched.timestamp()) if launched is not None else 0.0,
         lifecycle=str(raw.get("InstanceLifecycle", "on-demand")),
         address=raw.get("PrivateIpAddress"),
+        reason=str((raw.get("StateReason") or {}).get("Code", "")),
     )
 
 

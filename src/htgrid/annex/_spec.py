@@ -168,6 +168,7 @@ class Instance:
     launched: float
     lifecycle: str  # "on-demand" or "spot"
     address: str | None
+    reason: str = ""  # why it stopped (EC2's StateReason code: Server.SpotInstanceTermination)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +182,7 @@ class CloudAnnex:
     instances: tuple[Instance, ...]
     fleets: tuple[tuple[str, str], ...]  # (request id, state): spot fleets, scale sets
     settings: Mapping[str, Any]
+    replaced: frozenset[str] = frozenset()  # instances the cloud ended, since replaced
 
 
 class Cloud(Protocol):

@@ -66,6 +66,7 @@ from htgrid.pool import family_marker
 from htgrid.queue import JobQueue
 from htgrid.queue.faults import FaultLog
 from htgrid.schedd._advertise import schedd_name
+from htgrid.schedd._annex_tokens import AnnexTokens
 from htgrid.schedd._cedar import schedd_cedar
 from htgrid.schedd._config import ScheddConfig, ScheddError
 from htgrid.schedd._local import LocalRunner
@@ -280,6 +281,9 @@ class Daemon:
             fsync=cfg.fsync,
             policy=self.policy,
             use_voms=cfg.use_voms_attributes,
+            annex_tokens=AnnexTokens(
+                cfg.home, cfg.spool, max_lifetime=cfg.annex_token_max_lifetime, clock=self._clock
+            ),
         )
         companion = self.companion
         # Every TCP port first, the socket `htgrid up` asks last: a port another program
