@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import re
 import time
@@ -150,7 +151,11 @@ class AnnexTokens:
         if (expires is None) == (lifetime is None):
             raise BadRequest("lifetime (seconds) or expires (epoch seconds): one of them")
         given = expires if expires is not None else lifetime
-        if isinstance(given, bool) or not isinstance(given, int | float):
+        if (
+            isinstance(given, bool)
+            or not isinstance(given, int | float)
+            or not math.isfinite(given)
+        ):
             raise BadRequest("lifetime and expires are numbers of seconds")
         value = int(given) - now if expires is not None else int(given)
         if value <= 0:
