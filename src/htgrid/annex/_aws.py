@@ -17,6 +17,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from htgrid.annex._errors import AnnexCloudError, AnnexNotFound, AnnexUsageError, SetupMissing
@@ -49,6 +50,7 @@ REPLACES_TAG: Final = "htgrid:Replaces"
 #: How many ids one REPLACES_TAG holds (a tag's value is at most 256 characters).
 REPLACE_BATCH: Final = 12
 _TARGET_ID: Final = "lease"
+_RUNNING: Final = frozenset({"pending", "running"})
 # The smallest lease worth starting: instances take minutes to boot.
 MIN_LEASE: Final = 60.0
 
@@ -390,6 +392,7 @@ class AwsAnnexes:
                     (config["SpotFleetRequestId"], config.get("SpotFleetRequestState", "?"))
                 )
                 replaced.setdefault(annex, set()).update(_replaces(config.get("Tags")))
+        prices = self._spot_prices([i for n in names for i in instances.get(n, ())])
         out = []
         for name in names:
             try:
@@ -407,9 +410,41 @@ class AwsAnnexes:
                     fleets=tuple(fleets.get(name, ())),
                     settings=settings,
                     replaced=frozenset(replaced.get(name, ())),
+                    spot_prices={
+                        k: v
+                        for k, v in prices.items()
+                        if any(f"{i.instance_type} {i.zone}" == k for i in instances.get(name, ()))
+                    },
                 )
             )
         return out
+
+    def _spot_prices(self, instances: Sequence[Instance]) -> dict[str, tuple[tuple[float, float], ...]]:  # fmt: skip
+        """The spot price history of the running spot instances' types and zones since
+        the first was launched ("TYPE ZONE" -> ((since, USD an hour), ...)): one listing,
+        however many instances."""
+        spot = [i for i in instances if i.lifecycle == "spot" and i.state in _RUNNING]
+        if not spot:
+            return {}
+        since = min(i.launched for i in spot)
+        history: dict[str, list[tuple[float, float]]] = {}
+        for record in self.pages(
+            "ec2",
+            "describe_spot_price_history",
+            "SpotPriceHistory",
+            InstanceTypes=sorted({i.instance_type for i in spot}),
+            ProductDescriptions=["Linux/UNIX", "Linux/UNIX (Amazon VPC)"],
+            StartTime=datetime.fromtimestamp(since, UTC),
+        ):
+            try:
+                when = record["Timestamp"]
+                at = when.timestamp() if isinstance(when, datetime) else float(when)
+                price = float(record["SpotPrice"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            key = f"{record.get('InstanceType')} {record.get('AvailabilityZone')}"
+            history.setdefault(key, []).append((at, price))
+        return {k: tuple(sorted(v)) for k, v in history.items()}
 
     def has_token(self, name: str) -> bool:
         return self.get_parameter(token_parameter(name)) is not None
@@ -433,6 +468,7 @@ def _instance(raw: Mapping[str, Any]) -> Instance:
         lifecycle=str(raw.get("InstanceLifecycle", "on-demand")),
         address=raw.get("PrivateIpAddress"),
         reason=str((raw.get("StateReason") or {}).get("Code", "")),
+        zone=str((raw.get("Placement") or {}).get("AvailabilityZone", "")),
     )
 
 
