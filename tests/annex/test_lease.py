@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from htgrid.annex import (
+    Annexes,
     AnnexNotFound,
     AnnexSpec,
     AnnexUsageError,
@@ -25,6 +26,7 @@ from htgrid.annex import (
 )
 from htgrid.annex import lease_function as lf
 from htgrid.client import StoredToken
+from htgrid.queue import NotAuthorized
 from htgrid.testing import run_cli
 
 from .conftest import IMAGE, REGION, annexes, boto, kill_creates_at_random
@@ -452,3 +454,21 @@ def test_setup_gives_the_function_time_to_wait_for_a_lease_end(aws: str) -> None
     setup(AwsAnnexes(REGION))
     fn = boto("lambda").get_function_configuration(FunctionName="htgrid-annex-lease")  # type: ignore[attr-defined]
     assert fn["Timeout"] == lf.FUNCTION_TIMEOUT
+
+
+def test_a_token_the_schedd_refuses_leaves_the_cloud_as_it_was(aws: str, home: Path) -> None:
+    class Refusing:  # the schedd's answer to a user asking for another's annex name
+        def annex_token(self, annex: str, *args: Any, **kw: Any) -> dict[str, Any]:
+            raise NotAuthorized(f"annex {annex} belongs to bob until its token expires")
+
+    def user() -> Annexes:
+        return Annexes(AwsAnnexes(REGION), home, pool="127.0.0.1:9618", schedd=Refusing)  # type: ignore[arg-type]
+
+    with pytest.raises(NotAuthorized, match="belongs to bob"):
+        user().create(AnnexSpec("r1", count=1, lifetime=3600, image_ids=(IMAGE,)))
+    assert _leftovers() == {"instances": [], "fleets": [], "rules": [], "parameters": []}
+    annexes(home).create(AnnexSpec("r2", count=1, lifetime=3600, image_ids=(IMAGE,)))
+    (before,) = _rule_events()
+    with pytest.raises(NotAuthorized):
+        user().extend("r2", lifetime=7200)
+    assert _rule_events() == [before]

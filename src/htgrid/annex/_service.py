@@ -221,13 +221,14 @@ class Annexes:
         lease_end = spec.expiration(now)
         check_lease_left(lease_end, now)
         pool = self._collector_address() if spec.join else ""
+        # The token first: a refusal (the schedd's) leaves nothing made in the cloud.
+        minted = self._mint(spec.name, now, lease_end) if spec.join else None
         # From here on the lease function ends whatever is made.
         self.cloud.start_lease(spec.name, spec.owners[0], lease_end)
         self.cloud.put(spec.name, "lease", str(int(lease_end)))
         tokens: list[str] = []
         grant: dict[str, str] = {}
-        if spec.join:
-            minted = self._mint(spec.name, now, lease_end)
+        if minted is not None:
             self.cloud.put(spec.name, "token", minted.token, secure=True, expires=lease_end)
             tokens.append(minted.jti)
             if minted.ca:
@@ -300,8 +301,8 @@ class Annexes:
 
     def extend(self, name: str, *, lifetime: float | None = None,
                expiry: float | None = None) -> float:  # fmt: skip
-        """A new lease end (now + lifetime, or expiry): the cloud's rule first, then the
-        instances' copy and a token that lasts as long."""
+        """A new lease end (now + lifetime, or expiry): a token that lasts as long, the
+        cloud's rule, then the instances' copies."""
         now = self.clock()
         old = self._lease(name)
         if old <= now:
@@ -310,10 +311,11 @@ class Annexes:
         if new <= now:
             raise AnnexUsageError("the new lease end is in the past")
         settings = self._settings(name)
+        # The token first: a refusal (the schedd's) leaves the lease as it was.
+        minted = self._mint(name, now, new) if settings.get("join", True) else None
         self.cloud.move_lease(name, new)
         self.cloud.put(name, "lease", str(int(new)))
-        if settings.get("join", True):
-            minted = self._mint(name, now, new)
+        if minted is not None:
             self.cloud.put(name, "token", minted.token, secure=True, expires=new)
             settings["tokens"] = [*settings.get("tokens", []), minted.jti]
             self.cloud.put(name, "config", json.dumps(settings, sort_keys=True))
