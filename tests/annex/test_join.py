@@ -21,15 +21,20 @@ from typing import Any
 
 import pytest
 
+from htgrid.annex import Annexes, AnnexSpec, AwsAnnexes, lease_parameter, token_parameter
 from htgrid.annex import lease_function as lf
-from htgrid.annex import lease_parameter
 from htgrid.classad import ClassAd
+from htgrid.client import StoredToken
 from htgrid.collector import CollectorClient
+from htgrid.net import ScheddClient
+from htgrid.net.security import SecurityConfig
+from htgrid.pool import HomeLayout
+from htgrid.queue import NotAuthorized
 from htgrid.testing import PersonalPool, run_cli, wait_for
 from htgrid.testing.annex import InstanceHarness
 from htgrid.testing.node import CENTRAL_MANAGER, FAST_CYCLES
 
-from .conftest import IMAGE, boto
+from .conftest import IMAGE, REGION, boto
 
 NODE = ["NUM_CPUS=1", "MEMORY=512", "ALLOW_ROOT_JOBS=true", "JOB_MAX_VACATE_TIME=1"]
 
@@ -329,3 +334,59 @@ def test_the_boot_script_installs_htgrid_from_a_wheel_and_joins(
             assert Path(where.strip()).is_relative_to(harness.workdir / iid / "venv"), where
     finally:
         shutil.rmtree(cloud, ignore_errors=True)
+
+
+@pytest.mark.timeout(300)
+def test_an_ordinary_user_gets_the_annex_token_from_the_schedd_and_its_node_joins(
+    pool: PersonalPool, harness: InstanceHarness, tmp_path: Path
+) -> None:
+    domain = SecurityConfig.load(pool.home).trust_domain
+    with (
+        pool.remote(pool.token(f"alice@{domain}")) as alice,
+        pool.remote(pool.token(f"bob@{domain}")) as bob,
+    ):
+        _as_alice_and_bob(pool, harness, tmp_path, domain, alice, bob)
+
+
+def _as_alice_and_bob(pool: PersonalPool, harness: InstanceHarness, tmp_path: Path,
+                      domain: str, alice: ScheddClient, bob: ScheddClient) -> None:  # fmt: skip
+    assert alice.health()["you"] == {"user": "alice", "admin": False}
+    # Alice's own directory: no key of the pool's to sign with, no CA of the pool's.
+    mine = tmp_path / "alice"
+    mine.mkdir()
+    ann = Annexes(AwsAnnexes(REGION), mine, pool=pool.collector, schedd=lambda: alice)
+    assert not ann.signs()
+    extra = dict(knob.split("=", 1) for knob in NODE)
+    spec = AnnexSpec("ua", count=1, lifetime=1800, image_ids=(IMAGE,), owners=("alice",),
+                     extra=extra)  # fmt: skip
+    made = ann.create(spec)
+    try:
+        (slot,) = wait_for(
+            lambda: _ads(pool, "Machine", 'AnnexName == "ua"'), timeout=90, what="joined"
+        )
+    except TimeoutError:
+        pytest.fail(_diagnose(harness))
+    assert slot["Machine"] == f"{made.ids[0]}.ua.annex"
+    # The schedd chose the token's identity, authorization and lifetime.
+    param = boto("ssm").get_parameter(Name=token_parameter("ua"), WithDecryption=True)  # type: ignore[attr-defined]
+    claims = StoredToken.read(param["Parameter"]["Value"]).claims
+    assert claims["sub"] == f"ua.annex@{domain}" and claims["iss"] == domain
+    assert claims["scope"] == "condor:/ADVERTISE_STARTD"
+    assert claims["exp"] == int(made.lease_end)
+    record = json.loads((HomeLayout(pool.home).spool / "annex-tokens" / "ua.json").read_text())
+    assert record["owner"] == "alice" and record["tokens"] == [claims["jti"]]
+
+    # Nothing broader, for nobody else's identity, no longer than the knob allows.
+    with pytest.raises(NotAuthorized, match=r"ADVERTISE_STARTD\), not WRITE: ask the pool's"):
+        alice.annex_token("ua", 600, authz=["ADVERTISE_STARTD", "WRITE"])
+    with pytest.raises(NotAuthorized, match=rf"its annex's \(ua.annex@{domain}\), not 'alice@"):
+        alice.annex_token("ua", 600, identity=f"alice@{domain}")
+    with pytest.raises(NotAuthorized, match="ANNEX_TOKEN_MAX_LIFETIME"):
+        alice.annex_token("ua", 10**8)
+    with pytest.raises(NotAuthorized, match="annex ua belongs to alice"):
+        bob.annex_token("ua", 600)
+
+    # Her shutdown revokes its token in the pool; the name is free again.
+    ann.shutdown("ua")
+    assert claims["jti"] in (pool.home / "etc" / "tokens.revoked").read_text()
+    assert bob.annex_token("ua", 600)["identity"] == f"ua.annex@{domain}"

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from htgrid.annex import (
+    Annexes,
     AnnexNotFound,
     AnnexSpec,
     AnnexUsageError,
@@ -20,10 +21,12 @@ from htgrid.annex import (
     SetupMissing,
     lease_function_zip,
     settings_of,
+    setup,
     token_parameter,
 )
 from htgrid.annex import lease_function as lf
 from htgrid.client import StoredToken
+from htgrid.queue import NotAuthorized
 from htgrid.testing import run_cli
 
 from .conftest import IMAGE, REGION, annexes, boto, kill_creates_at_random
@@ -348,3 +351,124 @@ def test_create_warns_when_the_instances_could_never_reach_the_pool(aws: str, ho
         status, _, err = _create(home, name, "--count", "1", "--lifetime", "1h", *args)
         assert status == 0, err
         assert "can never join" not in err
+
+
+class _Terminations:
+    """boto3 clients that note the (injected) time of each TerminateInstances."""
+
+    def __init__(self, clock: Any) -> None:
+        self.clock = clock
+        self.at: list[float] = []
+
+    def __call__(self, service: str) -> Any:
+        client = boto(service)
+        if service != "ec2":
+            return client
+        outer = self
+
+        class Ec2:
+            def __getattr__(self, name: str) -> Any:
+                method = getattr(client, name)
+                if name != "terminate_instances":
+                    return method
+
+                def terminate(**kw: Any) -> Any:
+                    outer.at.append(outer.clock())
+                    return method(**kw)
+
+                return terminate
+
+        return Ec2()
+
+
+class _Context:
+    """Lambda's context: how much of the invocation's timeout is left."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int(self.seconds * 1000)
+
+
+@pytest.mark.parametrize("before", [0.5, 30.0, 59.5])
+def test_the_lease_function_ends_the_annex_at_its_lease_end_to_the_second(
+    aws: str, home: Path, before: float
+) -> None:
+    # The rule fires once a minute, at a phase of its own: the firing in the last minute
+    # (`before` s before the end) waits for the end, and terminates then, not a minute on.
+    now = [1_900_000_000.0]
+    annexes(home, clock=lambda: now[0]).create(
+        AnnexSpec("m1", count=3, lifetime=3600, image_ids=(IMAGE,))
+    )
+    (event,) = _rule_events()
+    end = event["LeaseExpiration"]
+    clients = _Terminations(lambda: now[0])
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    now[0] = end - before - 60  # the firing a minute earlier: not the last minute
+    assert lf.handler(event, None, clock=lambda: now[0], clients=clients, sleep=sleep)[
+        "expired"
+    ] is False  # fmt: skip
+    assert now[0] == end - before - 60 and len(_live_instances()) == 3
+    now[0] = end - before
+    done = lf.handler(event, _Context(120), clock=lambda: now[0], clients=clients, sleep=sleep)
+    assert done["expired"] is True and len(done["terminated"]) == 3
+    assert clients.at == [end]  # at the lease's end: not before, not a minute after
+    assert _leftovers() == {"instances": [], "fleets": [], "rules": [], "parameters": []}
+
+
+def test_a_function_with_no_time_to_wait_ends_the_annex_at_the_next_minute(
+    aws: str, home: Path
+) -> None:
+    # An invocation with no time to spare for a wait (its timeout nearly spent) leaves
+    # the last minute alone: the next firing, up to 59 s past the end, ends everything.
+    now = [1_900_000_000.0]
+    annexes(home, clock=lambda: now[0]).create(
+        AnnexSpec("m2", count=2, lifetime=3600, image_ids=(IMAGE,))
+    )
+    (event,) = _rule_events()
+    end = event["LeaseExpiration"]
+    clients = _Terminations(lambda: now[0])
+    slept: list[float] = []
+    now[0] = end - 1
+    done = lf.handler(
+        event, _Context(lf.WAIT_MARGIN), clock=lambda: now[0], clients=clients, sleep=slept.append
+    )
+    assert done["expired"] is False and slept == [] and len(_live_instances()) == 2
+    now[0] = end + 59
+    done = lf.handler(
+        event, _Context(lf.WAIT_MARGIN), clock=lambda: now[0], clients=clients, sleep=slept.append
+    )
+    assert done["expired"] is True and clients.at == [end + 59]
+    assert _leftovers() == {"instances": [], "fleets": [], "rules": [], "parameters": []}
+
+
+def test_setup_gives_the_function_time_to_wait_for_a_lease_end(aws: str) -> None:
+    fn = boto("lambda").get_function_configuration(FunctionName="htgrid-annex-lease")  # type: ignore[attr-defined]
+    assert fn["Timeout"] == lf.FUNCTION_TIMEOUT >= 60 + lf.WAIT_MARGIN
+    # An older setup's function (60 s) gets the new timeout when setup runs again.
+    boto("lambda").update_function_configuration(FunctionName="htgrid-annex-lease", Timeout=60)  # type: ignore[attr-defined]
+    setup(AwsAnnexes(REGION))
+    fn = boto("lambda").get_function_configuration(FunctionName="htgrid-annex-lease")  # type: ignore[attr-defined]
+    assert fn["Timeout"] == lf.FUNCTION_TIMEOUT
+
+
+def test_a_token_the_schedd_refuses_leaves_the_cloud_as_it_was(aws: str, home: Path) -> None:
+    class Refusing:  # the schedd's answer to a user asking for another's annex name
+        def annex_token(self, annex: str, *args: Any, **kw: Any) -> dict[str, Any]:
+            raise NotAuthorized(f"annex {annex} belongs to bob until its token expires")
+
+    def user() -> Annexes:
+        return Annexes(AwsAnnexes(REGION), home, pool="127.0.0.1:9618", schedd=Refusing)  # type: ignore[arg-type]
+
+    with pytest.raises(NotAuthorized, match="belongs to bob"):
+        user().create(AnnexSpec("r1", count=1, lifetime=3600, image_ids=(IMAGE,)))
+    assert _leftovers() == {"instances": [], "fleets": [], "rules": [], "parameters": []}
+    annexes(home).create(AnnexSpec("r2", count=1, lifetime=3600, image_ids=(IMAGE,)))
+    (before,) = _rule_events()
+    with pytest.raises(NotAuthorized):
+        user().extend("r2", lifetime=7200)
+    assert _rule_events() == [before]

@@ -239,3 +239,39 @@ def test_an_annex_token_registers_its_hosts_with_the_broker_and_no_others(
                     await node.advertise("UPDATE_STARTD_AD", [ad(other)])
 
     asyncio.run(run())
+
+
+def test_an_execute_token_advertises_the_annex_name_of_its_own_annex_only(
+    pool: str, home: Path
+) -> None:
+    # Jobs aimed at an annex match its slots by AnnexName; any user may get a token for
+    # an annex of theirs from the schedd, so no token draws another annex's jobs.
+    from htgrid.net.security import TokenIssuer
+
+    issuer = TokenIssuer(SecurityConfig.load(home))
+    big = issuer.create(f"big.annex@{DOMAIN}", authz=["ADVERTISE_STARTD"], lifetime=600)
+    node7 = issuer.create(f"node7@{DOMAIN}", authz=["ADVERTISE_STARTD"], lifetime=600)
+
+    def send(token: str, machine: str, annex: object) -> None:
+        ad = ClassAd({"MyType": "Machine", "Machine": machine, "Name": f"slot1@{machine}"})
+        ad["AnnexName"] = annex
+
+        async def go() -> None:
+            async with CollectorClient(pool, home=home, token=token) as client:
+                (result,) = await client.advertise("UPDATE_STARTD_AD", [ad])
+                assert result.accepted
+
+        asyncio.run(go())
+
+    send(big, "i-0abc.big.annex", "big")
+    send(big, "i-0abc.big.annex", "BIG")  # ClassAd string equality ignores case
+    for token, machine, annex in (
+        (big, "i-0abc.big.annex", "other"),
+        (big, "i-0abc.big.annex", 7),
+        (node7, "node7", "big"),
+    ):
+        with pytest.raises(CollectorRefused) as err:
+            send(token, machine, annex)
+        assert err.value.status == 403 and "AnnexName" in str(err.value), annex
+    names = {ad["Name"] for ad in _query(pool, home, user_token(home, "alice"))}
+    assert "slot1@node7" not in names

@@ -72,6 +72,16 @@ _BODIES: dict[str, Any] = {
     ),
     "lease": st.fixed_dictionaries({"leases": st.dictionaries(_TEXT, _JSON) | _JSON}),
     "outputs": st.fixed_dictionaries({"jobs": _IDS | _JSON}),
+    "annex_token": st.fixed_dictionaries(
+        {"annex": st.sampled_from(["a1", "x-y", "", "a" * 60]) | _TEXT | _JSON},
+        optional={
+            "lifetime": _JSON | st.sampled_from([1, 3600, 10**12, -5, 1e308]),
+            "expires": _JSON,
+            "authz": st.lists(st.sampled_from(["ADVERTISE_STARTD", "WRITE", "x"])) | _JSON,
+            "identity": _TEXT | _JSON,
+        },
+    ),
+    "annex_revoke": st.fixed_dictionaries({"annex": _TEXT | _JSON}),
 }
 _ROUTES: dict[str, tuple[str, str]] = {
     "submit": ("POST", "/v1/jobs"),
@@ -79,6 +89,8 @@ _ROUTES: dict[str, tuple[str, str]] = {
     "edit": ("POST", "/v1/jobs/edit"),
     "lease": ("POST", "/v1/jobs/lease"),
     "outputs": ("POST", "/v1/jobs/output"),
+    "annex_token": ("POST", "/v1/annex/tokens"),
+    "annex_revoke": ("POST", "/v1/annex/revocations"),
 }
 _DEEP = "[" * 3000 + "]" * 3000  # past the JSON decoder's recursion limit
 _RAW_BODIES = st.binary(max_size=64) | st.sampled_from(

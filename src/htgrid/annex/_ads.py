@@ -1,15 +1,17 @@
 """Annex ads (MyType "Annex") in the collector, so that `htgrid status -annex` and
 GlideinWMS-style tools see annexes as HTCondor ads: what was asked for, what the cloud
 has (instances pending, booting, joined), the pool's slots of the annex (idle, busy),
-the lease's end and an estimate of the spend so far.
+the lease's end, what the cloud ended and was replaced, and an estimate of the spend so far.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Final
 
+from htgrid.annex._replace import interrupted
 from htgrid.annex._spec import CloudAnnex
+from htgrid.annex._spot import spot_spend
 from htgrid.classad import ClassAd
 
 __all__ = ["ANNEX_TYPE", "PRICES", "annex_ad", "spend"]
@@ -35,12 +37,12 @@ PRICES: Final[Mapping[str, float]] = {
 _LINGER: Final = 300
 
 
-def spend(annex: CloudAnnex, now: float) -> tuple[float, bool]:
+def spend(annex: CloudAnnex, now: float, skip: Collection[str] = ()) -> tuple[float, bool]:
     """(USD so far, whether every instance's price was known): running instances'
-    hours since launch times their on-demand price."""
+    hours since launch times their on-demand price (but those of `skip`)."""
     total, known = 0.0, True
     for i in annex.instances:
-        if i.state not in ("pending", "running"):
+        if i.state not in ("pending", "running") or i.instance_id in skip:
             continue
         price = PRICES.get(i.instance_type)
         if price is None:
@@ -72,15 +74,30 @@ def annex_ad(annex: CloudAnnex, slots: Sequence[ClassAd], region: str, now: floa
     ad["Booting"] = sum(1 for i in running if i.instance_id not in machines)
     ad["Joined"] = sum(1 for i in running if i.instance_id in machines)
     ad["Terminated"] = sum(1 for s in states if s in ("shutting-down", "terminated"))
+    # Instances the cloud ended before the lease (a spot interruption), and of those how
+    # many a new request has replaced (the capacity restored).
+    ad["Interrupted"] = len(interrupted(annex))
+    ad["Replaced"] = len(annex.replaced)
     ad["BusySlots"] = sum(1 for s in dynamic if s.get("State") == "Claimed")
     ad["IdleSlots"] = sum(1 for s in slots if s.get("State") == "Unclaimed" and s.get("Cpus"))
     ad["InstanceIds"] = [i.instance_id for i in annex.instances]
     ad["InstanceStates"] = states
     ad["SpotFleetRequestIds"] = [f for f, _ in annex.fleets]
     ad["SpotFleetRequestStates"] = [s for _, s in annex.fleets]
-    total, known = spend(annex, now)
-    ad["Spend"] = total
-    ad["SpendIsEstimate"] = True
+    # Spot instances by the price history they ran at, the rest by the table.
+    measured, priced = spot_spend(annex, now)
+    running = [i for i in annex.instances if i.state in ("pending", "running")]
+    total, known = spend(annex, now, priced)
+    ad["Spend"] = round(total + measured, 4)
+    ad["SpendIsEstimate"] = any(i.instance_id not in priced for i in running)
+    ad["SpendSource"] = ", ".join(
+        s
+        for s, used in (
+            ("spot price history", bool(priced)),
+            ("on-demand price table", any(i.instance_id not in priced for i in running)),
+        )
+        if used
+    )
     ad["SpendPricesKnown"] = known
     ad["MyCurrentTime"] = int(now)
     ad["ClassAdLifetime"] = max(60, int(annex.lease_end - now) + _LINGER)

@@ -17,6 +17,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from htgrid.annex._errors import AnnexCloudError, AnnexNotFound, AnnexUsageError, SetupMissing
@@ -44,7 +45,12 @@ __all__ = ["AwsAnnexes", "CloudAnnex", "Instance", "config_parameter"]
 #: condor_annex's tag, so its users' tools still find the instances.
 HTCONDOR_TAG: Final = "htcondor:AnnexName"
 OWNER_TAG: Final = "htgrid:AnnexOwner"
+#: On a request made to replace instances the cloud ended: their ids, space-separated.
+REPLACES_TAG: Final = "htgrid:Replaces"
+#: How many ids one REPLACES_TAG holds (a tag's value is at most 256 characters).
+REPLACE_BATCH: Final = 12
 _TARGET_ID: Final = "lease"
+_RUNNING: Final = frozenset({"pending", "running"})
 # The smallest lease worth starting: instances take minutes to boot.
 MIN_LEASE: Final = 60.0
 
@@ -243,14 +249,19 @@ class AwsAnnexes:
     def account(self) -> str:
         return str(self.call("sts", "get_caller_identity")["Account"])
 
-    def request(self, spec: AnnexSpec, user_data: str, expiration: float) -> list[str]:
-        """Ask for the spec's instances (or fleet); the ids of instances or requests."""
+    def request(self, spec: AnnexSpec, user_data: str, expiration: float,
+                replaces: Sequence[str] = ()) -> list[str]:  # fmt: skip
+        """Ask for the spec's instances (or fleet); the ids of instances or requests.
+        `replaces`: the instances the cloud ended that these replace (at most
+        REPLACE_BATCH), named on the request so that no refresh replaces them again."""
         tags = [
             {"Key": ANNEX_TAG, "Value": spec.name},
             {"Key": HTCONDOR_TAG, "Value": spec.name},
             {"Key": OWNER_TAG, "Value": spec.owners[0] if spec.owners else ""},
             *({"Key": k, "Value": v} for k, v in spec.tags),
         ]
+        if replaces:
+            tags.append({"Key": REPLACES_TAG, "Value": " ".join(replaces[:REPLACE_BATCH])})
         if spec.project_id:
             tags.append({"Key": "htgrid:ProjectId", "Value": spec.project_id})
         token = f"{spec.name}_{uuid.uuid4().hex}"  # condor_annex's ClientToken
@@ -361,6 +372,7 @@ class AwsAnnexes:
             )
         }
         instances: dict[str, list[Instance]] = {}
+        replaced: dict[str, set[str]] = {}
         filters = [{"Name": "tag-key", "Values": [ANNEX_TAG]}]
         if only is not None:
             filters = [{"Name": f"tag:{ANNEX_TAG}", "Values": [only]}]
@@ -371,6 +383,7 @@ class AwsAnnexes:
                 annex = _tag(i.get("Tags"), ANNEX_TAG)
                 if annex is not None:
                     instances.setdefault(annex, []).append(_instance(i))
+                    replaced.setdefault(annex, set()).update(_replaces(i.get("Tags")))
         fleets: dict[str, list[tuple[str, str]]] = {}
         for config in self.pages("ec2", "describe_spot_fleet_requests", "SpotFleetRequestConfigs"):
             annex = _tag(config.get("Tags"), ANNEX_TAG)
@@ -378,6 +391,8 @@ class AwsAnnexes:
                 fleets.setdefault(annex, []).append(
                     (config["SpotFleetRequestId"], config.get("SpotFleetRequestState", "?"))
                 )
+                replaced.setdefault(annex, set()).update(_replaces(config.get("Tags")))
+        prices = self._spot_prices([i for n in names for i in instances.get(n, ())])
         out = []
         for name in names:
             try:
@@ -394,9 +409,42 @@ class AwsAnnexes:
                     instances=tuple(instances.get(name, ())),
                     fleets=tuple(fleets.get(name, ())),
                     settings=settings,
+                    replaced=frozenset(replaced.get(name, ())),
+                    spot_prices={
+                        k: v
+                        for k, v in prices.items()
+                        if any(f"{i.instance_type} {i.zone}" == k for i in instances.get(name, ()))
+                    },
                 )
             )
         return out
+
+    def _spot_prices(self, instances: Sequence[Instance]) -> dict[str, tuple[tuple[float, float], ...]]:  # fmt: skip
+        """The spot price history of the running spot instances' types and zones since
+        the first was launched ("TYPE ZONE" -> ((since, USD an hour), ...)): one listing,
+        however many instances."""
+        spot = [i for i in instances if i.lifecycle == "spot" and i.state in _RUNNING]
+        if not spot:
+            return {}
+        since = min(i.launched for i in spot)
+        history: dict[str, list[tuple[float, float]]] = {}
+        for record in self.pages(
+            "ec2",
+            "describe_spot_price_history",
+            "SpotPriceHistory",
+            InstanceTypes=sorted({i.instance_type for i in spot}),
+            ProductDescriptions=["Linux/UNIX", "Linux/UNIX (Amazon VPC)"],
+            StartTime=datetime.fromtimestamp(since, UTC),
+        ):
+            try:
+                when = record["Timestamp"]
+                at = when.timestamp() if isinstance(when, datetime) else float(when)
+                price = float(record["SpotPrice"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            key = f"{record.get('InstanceType')} {record.get('AvailabilityZone')}"
+            history.setdefault(key, []).append((at, price))
+        return {k: tuple(sorted(v)) for k, v in history.items()}
 
     def has_token(self, name: str) -> bool:
         return self.get_parameter(token_parameter(name)) is not None
@@ -404,6 +452,10 @@ class AwsAnnexes:
 
 def _tag(tags: Any, key: str) -> str | None:
     return next((t.get("Value") for t in tags or () if t.get("Key") == key), None)
+
+
+def _replaces(tags: Any) -> list[str]:
+    return (_tag(tags, REPLACES_TAG) or "").split()
 
 
 def _instance(raw: Mapping[str, Any]) -> Instance:
@@ -415,6 +467,8 @@ def _instance(raw: Mapping[str, Any]) -> Instance:
         launched=float(launched.timestamp()) if launched is not None else 0.0,
         lifecycle=str(raw.get("InstanceLifecycle", "on-demand")),
         address=raw.get("PrivateIpAddress"),
+        reason=str((raw.get("StateReason") or {}).get("Code", "")),
+        zone=str((raw.get("Placement") or {}).get("AvailabilityZone", "")),
     )
 
 

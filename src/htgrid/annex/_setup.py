@@ -15,7 +15,13 @@ import zipfile
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Final
 
-from htgrid.annex.lease_function import PARAMETER_ROOT, RULE_PREFIX, SWEEPER_RULE
+from htgrid.annex._errors import AnnexCloudError
+from htgrid.annex.lease_function import (
+    FUNCTION_TIMEOUT,
+    PARAMETER_ROOT,
+    RULE_PREFIX,
+    SWEEPER_RULE,
+)
 
 if TYPE_CHECKING:
     from htgrid.annex._aws import AwsAnnexes
@@ -175,6 +181,17 @@ def _role(aws: AwsAnnexes, name: str, service: str, policy: dict[str, Any]) -> s
     return arn
 
 
+def _updated(aws: AwsAnnexes) -> None:
+    """Wait until the function's configuration update is done (AWS refuses a code update
+    while one is in progress)."""
+    from botocore.exceptions import BotoCoreError  # type: ignore[import-untyped]
+
+    try:
+        aws.client("lambda").get_waiter("function_updated").wait(FunctionName=FUNCTION_NAME)
+    except BotoCoreError as exc:
+        raise AnnexCloudError(f"lambda update of {FUNCTION_NAME} in {aws.region}: {exc}") from None
+
+
 def setup(aws: AwsAnnexes, *, vpc: str | None = None, cidr: str = "0.0.0.0/0") -> dict[str, Any]:
     """Install everything; what was made (and the users' policy), as a dict."""
     account = aws.account()
@@ -208,10 +225,18 @@ def setup(aws: AwsAnnexes, *, vpc: str | None = None, cidr: str = "0.0.0.0/0") -
         Role=lease_role,
         Handler="lease_function.handler",
         Code={"ZipFile": code},
-        Timeout=60,
+        Timeout=FUNCTION_TIMEOUT,
         Description="htgrid annex: ends annexes at their lease's end",
     )
     if made is None:
+        # A function of an older setup: its timeout too (it waits for a lease's end).
+        aws.call(
+            "lambda",
+            "update_function_configuration",
+            FunctionName=FUNCTION_NAME,
+            Timeout=FUNCTION_TIMEOUT,
+        )
+        _updated(aws)
         made = aws.call("lambda", "update_function_code", FunctionName=FUNCTION_NAME, ZipFile=code)
     function = str(made["FunctionArn"])
     aws.call_or_none(

@@ -168,6 +168,8 @@ class Instance:
     launched: float
     lifecycle: str  # "on-demand" or "spot"
     address: str | None
+    reason: str = ""  # why it stopped (EC2's StateReason code: Server.SpotInstanceTermination)
+    zone: str = ""  # its availability zone
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +183,10 @@ class CloudAnnex:
     instances: tuple[Instance, ...]
     fleets: tuple[tuple[str, str], ...]  # (request id, state): spot fleets, scale sets
     settings: Mapping[str, Any]
+    replaced: frozenset[str] = frozenset()  # instances the cloud ended, since replaced
+    # "TYPE ZONE" -> ((since, USD an hour), ...) in time order: the spot price history of
+    # the annex's spot instances (from the cloud, for their spend)
+    spot_prices: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
 
 
 class Cloud(Protocol):

@@ -12,7 +12,9 @@ Two events reach it, both constant inputs of EventBridge rules at rate(1 minute)
       {"htgrid": "annex-lease", "AnnexName": "NAME", "LeaseExpiration": 1767225600,
        "RuleName": "htgrid-annex-NAME"}
 
-  Before the expiry it does nothing. From then on it terminates every instance tagged
+  Before the expiry it does nothing, but in the last minute (the rule would next fire
+  up to a minute after the end) it waits for the end, so the annex ends within a second
+  of its lease rather than up to a minute after. From then on it terminates every instance tagged
   `htgrid:AnnexName = NAME`, cancels the annex's spot-fleet requests (terminating their
   instances), deletes the annex's SSM parameters (its token) and, last, removes its own
   rule: should any step fail, the rule stays and the next minute tries again.
@@ -23,6 +25,9 @@ Two events reach it, both constant inputs of EventBridge rules at rate(1 minute)
   passed (a `create` killed between PutRule and PutTargets), and terminates instances
   and cancels fleets of annexes that have no rule at all (requested, somehow, after
   their lease was enforced).
+
+The wait is bounded by the invocation's remaining time (`WAIT_MARGIN` kept for the
+work), so a function set up with a shorter timeout waits less and the next minute ends it.
 
 Nothing is kept between invocations: the rules, their inputs and the tags are the state.
 """
@@ -37,10 +42,12 @@ from typing import Any
 
 __all__ = [
     "ANNEX_TAG",
+    "FUNCTION_TIMEOUT",
     "LEASE_TAG",
     "PARAMETER_ROOT",
     "RULE_PREFIX",
     "SWEEPER_RULE",
+    "WAIT_MARGIN",
     "enforce",
     "handler",
     "lease_input",
@@ -58,6 +65,12 @@ ANNEX_TAG = "htgrid:AnnexName"
 LEASE_TAG = "htgrid:LeaseExpiration"
 #: Each annex's SSM parameters are under PARAMETER_ROOT/NAME/.
 PARAMETER_ROOT = "/htgrid/annex"
+#: The function's timeout (seconds): a minute of waiting for a lease's end, and the work.
+FUNCTION_TIMEOUT = 120
+#: Seconds of an invocation kept for the work after a wait (terminating, cancelling).
+WAIT_MARGIN = 45.0
+#: The most an invocation waits for a lease's end: the rule fires once a minute.
+_MAX_WAIT = 60.0
 
 _LIVE_INSTANCE_STATES = ["pending", "running", "stopping", "stopped"]
 _LIVE_FLEET_STATES = frozenset({"submitted", "active", "modifying"})
@@ -97,8 +110,21 @@ def _default_clients(region: str | None = None) -> Clients:
     return client
 
 
+def _wait_budget(context: object) -> float:
+    """How long this invocation may wait and still do the work (Lambda's context says
+    the time left; without one, as when called by hand, it does not wait)."""
+    left = getattr(context, "get_remaining_time_in_millis", None)
+    if not callable(left):
+        return 0.0
+    try:
+        return max(0.0, min(_MAX_WAIT, float(left()) / 1000.0 - WAIT_MARGIN))
+    except (TypeError, ValueError):
+        return 0.0
+
+
 def handler(event: dict[str, Any], context: object, *, clock: Callable[[], float] = time.time,
-            clients: Clients | None = None) -> dict[str, Any]:  # fmt: skip
+            clients: Clients | None = None,
+            sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:  # fmt: skip
     """Lambda's entry: what it did, as a dict (Lambda logs it)."""
     aws = clients if clients is not None else _default_clients()
     kind = event.get("htgrid")
@@ -107,6 +133,16 @@ def handler(event: dict[str, Any], context: object, *, clock: Callable[[], float
         expiration = event.get("LeaseExpiration")
         if not isinstance(name, str) or not isinstance(expiration, int | float):
             return {"error": "an annex-lease event needs AnnexName and LeaseExpiration"}
+        left = float(expiration) - clock()
+        budget = _wait_budget(context)
+        if 0 < left <= budget:
+            # The next firing is up to a minute past the end: end it at the end instead
+            # (a sleep may return a little early by the wall clock: sleep on, a little).
+            waited = 0.0
+            while left > 0 and waited <= budget:
+                sleep(max(left, 0.01))
+                waited += max(left, 0.01)
+                left = float(expiration) - clock()
         return enforce(aws, name, float(expiration), clock())
     if kind == "annex-sweep":
         return sweep(aws, clock())

@@ -23,7 +23,9 @@ ADVERTISE_STARTD but not DAEMON is an execute node's (`-identity node7@<trust do
 it may advertise and invalidate the ads of that node only, whose Machine is `node7` and
 whose Name is `node7` or `slotN[_M]@node7` (`node_of`), or of hosts named under it
 (Machine `i-0abc.big.annex` for the token of `big.annex@<trust domain>`: an annex's one
-token serves all its instances); any other ad refuses the whole
+token serves all its instances), and with no AnnexName but its own annex's (`big`: jobs
+aimed at an annex match its slots by it, and any user may get a token for an annex of
+theirs); any other ad refuses the whole
 request (403, naming the ad and the token). A refusal is logged (the token's id and
 subject, never its text). Without a config the app checks nothing:
 only for tests talking to it in-process.
@@ -57,6 +59,7 @@ from starlette.routing import Route
 
 from htgrid import __version__
 from htgrid.classad import ClassAd, ExprTree, quote
+from htgrid.client import shown
 from htgrid.collector._broker import Broker, ccb_register, ccb_request, node_of, under
 from htgrid.collector._ccb import ccb_contact
 from htgrid.collector._errors import InvalidAd, InvalidQuery, ProtocolError
@@ -88,6 +91,8 @@ _log = logging.getLogger("htgrid.collector")
 T = TypeVar("T")
 
 _CCB_REGISTRATIONS: Final = "/v1/ccb/registrations/"
+# An annex's token names its annex: NAME.annex (htgrid.annex's annex_identity).
+_ANNEX: Final = ".annex"
 _CCB_REQUESTS: Final = "/v1/ccb/requests"
 
 # What each ad type's UPDATE_* / INVALIDATE_* asks of the caller (HTCondor's collector).
@@ -134,6 +139,7 @@ def _check_own(principal: Principal, node: str, ad: ClassAd) -> None:
         and under(machine, node)
         and (not isinstance(name, str) or name.rpartition("@")[2].casefold() == machine.casefold())
     ):
+        _check_own_annex(principal, node, ad)
         _check_own_ccbid(principal, node, ad)
         return
     raise InsufficientScope(
@@ -141,6 +147,23 @@ def _check_own(principal: Principal, node: str, ad: ClassAd) -> None:
         f"node {node!r} only (and hosts named under it), not Name {name!r} with Machine "
         f"{machine!r} (NETWORK_HOSTNAME "
         f"names the node; its token's identity must be {node}@<trust domain>)"
+    )
+
+
+def _check_own_annex(principal: Principal, node: str, ad: ClassAd) -> None:
+    """InsufficientScope when the ad names an annex (AnnexName, which jobs aimed at an
+    annex match) other than the token's own (`NAME` of `NAME.annex`): any pool user may
+    get an annex token for an annex of theirs, and must not draw another's jobs."""
+    if "AnnexName" not in ad:
+        return
+    annex = ad.get("AnnexName")
+    own = node[: -len(_ANNEX)] if node.casefold().endswith(_ANNEX) else None
+    if own is not None and isinstance(annex, str) and annex.casefold() == own.casefold():
+        return
+    mine = f"its own annex's ({own!r})" if own is not None else "none (not an annex's token)"
+    raise InsufficientScope(
+        f"token {principal.token_id} of {principal.subject} may advertise slots of "
+        f"{mine} AnnexName, not {shown(str(ad.lookup('AnnexName')), 80)}"
     )
 
 

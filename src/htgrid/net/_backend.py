@@ -141,6 +141,16 @@ class QueueBackend(Protocol):
         jobs; an administrator's: all)."""
         ...
 
+    async def annex_token(self, identity: Identity, request: Mapping[str, Any]) -> dict[str, Any]:
+        """A token for the caller's annex (`annex`, `lifetime`; `authz` and `identity` if
+        asked, refused beyond the annex's own): the token, its identity, expiry and id,
+        the trust domain and the pool's CA certificate."""
+        ...
+
+    async def annex_revoke(self, identity: Identity, annex: object) -> int:
+        """Revoke the tokens of the caller's annex `annex`; how many."""
+        ...
+
     async def status(self) -> dict[str, Any]:
         """What the daemon is doing (local jobs running, limits...), for health and analysis."""
         ...

@@ -180,6 +180,39 @@ SCHEMAS: Final[dict[str, dict[str, Any]]] = {
         "required": ["jobs"],
         "properties": {"jobs": {**_IDS, "minItems": 1, "maxItems": MAX_OUTPUT_JOBS}},
     },
+    "AnnexTokenRequest": {
+        "type": "object",
+        "required": ["annex"],
+        "properties": {
+            "annex": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9-]{0,50}$"},
+            "lifetime": {"type": "number", "description": "seconds (or expires)"},
+            "expires": {"type": "integer", "description": "epoch seconds: the lease's end"},
+            "authz": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "ADVERTISE_STARTD only; anything more is refused (403)",
+            },
+            "identity": {"type": "string", "description": "NAME.annex@<trust domain> only"},
+        },
+    },
+    "AnnexToken": {
+        "type": "object",
+        "properties": {
+            "token": {"type": "string"},
+            "identity": {"type": "string"},
+            "authz": {"type": "array", "items": {"type": "string"}},
+            "expires": {"type": "integer", "description": "epoch seconds"},
+            "jti": {"type": "string"},
+            "trust_domain": {"type": "string"},
+            "ca": {"type": "string", "description": "the pool's CA certificate (PEM)"},
+        },
+    },
+    "AnnexName": {
+        "type": "object",
+        "required": ["annex"],
+        "properties": {"annex": {"type": "string"}},
+    },
+    "Revoked": {"type": "object", "properties": {"revoked": {"type": "integer"}}},
     "Leases": {
         "type": "object",
         "required": ["leases"],

@@ -289,6 +289,17 @@ async def _quarantine(call: _Call) -> Response:
     )
 
 
+async def _annex_token(call: _Call) -> Response:
+    granted = await call.backend.annex_token(call.identity, await call.json())
+    return JSONResponse(granted, status_code=201)
+
+
+async def _annex_revoke(call: _Call) -> Response:
+    body = await call.json()
+    revoked = await call.backend.annex_revoke(call.identity, body.get("annex"))
+    return JSONResponse({"revoked": revoked})
+
+
 async def _openapi(call: _Call) -> Response:
     return JSONResponse(published_document())
 
@@ -344,6 +355,14 @@ ROUTES: tuple[RouteSpec, ...] = (
               "under its id (12.0/out.txt)", get_outputs, body="JobIds", returns="Tar"),
     RouteSpec("POST", "/v1/jobs/lease", "lease", "Renew the leases of jobs (JobLeaseExpiration)",
               update_leases, body="Leases"),
+    RouteSpec("POST", "/v1/annex/tokens", "annex_token",
+              "A token for the caller's annex: its identity the annex's, ADVERTISE_STARTD "
+              "only, for the lease (at most ANNEX_TOKEN_MAX_LIFETIME); the annex's name "
+              "is the caller's while its tokens live", _annex_token, body="AnnexTokenRequest",
+              returns="AnnexToken", status=201),
+    RouteSpec("POST", "/v1/annex/revocations", "annex_revoke",
+              "Revoke every token of the caller's annex (its shutdown)", _annex_revoke,
+              body="AnnexName", returns="Revoked"),
 )  # fmt: skip
 
 

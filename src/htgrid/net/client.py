@@ -278,6 +278,34 @@ class ScheddClient:
         body = {"leases": {str(job_id): int(when) for job_id, when in leases.items()}}
         return [JobId.parse(i) for i in self._json("POST", "/v1/jobs/lease", body)["jobs"]]
 
+    def annex_token(
+        self,
+        annex: str,
+        lifetime: float | None = None,
+        *,
+        expires: float | None = None,
+        authz: Sequence[str] | None = None,
+        identity: str | None = None,
+    ) -> dict[str, Any]:
+        """The schedd's token for your annex `annex`, lasting `lifetime` s or until
+        `expires` (its lease's end): token, identity, expires, jti, trust_domain and ca
+        (the pool's CA, PEM). `authz` or `identity` beyond the annex's own are refused
+        (NotAuthorized)."""
+        body: dict[str, Any] = {"annex": annex}
+        if lifetime is not None:
+            body["lifetime"] = lifetime
+        if expires is not None:
+            body["expires"] = int(expires)
+        if authz is not None:
+            body["authz"] = list(authz)
+        if identity is not None:
+            body["identity"] = identity
+        return self._json("POST", "/v1/annex/tokens", body)
+
+    def annex_revoke(self, annex: str) -> int:
+        """Revoke every token of your annex `annex` (its shutdown); how many."""
+        return int(self._json("POST", "/v1/annex/revocations", {"annex": annex})["revoked"])
+
     def quarantined(self) -> list[dict[str, Any]]:
         """The rows the daemon set aside because it could not read them (yours; an
         administrator's: all): id, time, source, job ("12.0" or None), owner, reason."""

@@ -18,6 +18,8 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
     NEGOTIATOR_MIN_INTERVAL = 5     ... and at least (a submit asks for a cycle sooner)
     SCHEDD_INTERVAL = 300           seconds between updates of the schedd's ad
     ANNEX_UPDATE_INTERVAL = 60      seconds between refreshes of this pool's annexes' ads
+    ANNEX_TOKEN_MAX_LIFETIME = 604800  seconds an annex token the schedd mints for a user
+                                    may last at most (its annex's lease)
     SCHEDD_NAME = htgrid@<host>     the schedd's Name in the pool (two pools on a host differ)
     SCHEDD_ADDRESS = 127.0.0.1:0    where the API listens over TLS (port 0: any free port);
                                     its URL is written to run/schedd.url
@@ -155,6 +157,7 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "NEGOTIATOR_MIN_INTERVAL": "5",
     "SCHEDD_INTERVAL": "300",
     "ANNEX_UPDATE_INTERVAL": "60",
+    "ANNEX_TOKEN_MAX_LIFETIME": "604800",
     "SCHEDD_NAME": None,
     "SCHEDD_ADDRESS": "127.0.0.1:0",
     "MAX_TRANSFER_INPUT_MB": "10240",

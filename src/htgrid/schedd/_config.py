@@ -8,7 +8,7 @@
     the API's limits (MAX_API_REQUEST_MB, API_HEADER_TIMEOUT, API_BODY_TIMEOUT); and the
     master's: DAEMON_LIST, COLLECTOR_HOST, NEGOTIATOR_INTERVAL, NEGOTIATOR_MIN_INTERVAL,
     MASTER_BACKOFF_*, MASTER_RECOVER_FACTOR, DEFAULT_MASTER_SHUTDOWN_SCRIPT,
-    ANNEX_UPDATE_INTERVAL.
+    ANNEX_UPDATE_INTERVAL, ANNEX_TOKEN_MAX_LIFETIME.
 
 `htgrid.pool._config` lists each with its default and meaning.
 """
@@ -63,6 +63,7 @@ class ScheddConfig(HomeLayout):
     negotiator_min_interval: float = 5.0
     schedd_interval: float = 300.0
     annex_update_interval: float = 60.0
+    annex_token_max_lifetime: float = 604800.0
     alive_interval: float = 60.0
     max_alives_missed: int = 6
     reconnect_factor: float = 2.0
@@ -140,6 +141,7 @@ class ScheddConfig(HomeLayout):
             negotiator_min_interval=conf.number("NEGOTIATOR_MIN_INTERVAL", zero=True),
             schedd_interval=conf.number("SCHEDD_INTERVAL"),
             annex_update_interval=conf.number("ANNEX_UPDATE_INTERVAL"),
+            annex_token_max_lifetime=conf.number("ANNEX_TOKEN_MAX_LIFETIME"),
             alive_interval=conf.number("ALIVE_INTERVAL"),
             max_alives_missed=conf.integer("MAX_CLAIM_ALIVES_MISSED"),
             reconnect_factor=conf.number("RECONNECT_BACKOFF_FACTOR"),

@@ -72,6 +72,7 @@ from htgrid.pool import ConfigFile, family_marker, trusted_ca_files
 from htgrid.queue import JobQueue
 from htgrid.queue.faults import FaultLog
 from htgrid.schedd._advertise import SHARED_PORT_ID
+from htgrid.schedd._annex_tokens import AnnexTokens
 from htgrid.schedd._cedar import schedd_cedar
 from htgrid.schedd._config import ScheddConfig, ScheddError, default_schedd_name
 from htgrid.schedd._local import LocalRunner
@@ -321,6 +322,9 @@ class Daemon:
             fsync=cfg.fsync,
             policy=self.policy,
             use_voms=cfg.use_voms_attributes,
+            annex_tokens=AnnexTokens(
+                cfg.home, cfg.spool, max_lifetime=cfg.annex_token_max_lifetime, clock=self._clock
+            ),
         )
         companion = self.companion
         # Every TCP port first, the socket `htgrid up` asks last: a port another program

@@ -38,6 +38,7 @@ from htgrid.queue import (
     NotAuthorized,
     Quarantined,
 )
+from htgrid.schedd._annex_tokens import AnnexTokens
 from htgrid.schedd._spool import (
     BatchInput,
     JobOutput,
@@ -86,6 +87,7 @@ class QueueService:
         fsync: bool = True,
         policy: OwnerPolicy | None = None,
         use_voms: bool = False,
+        annex_tokens: AnnexTokens | None = None,
     ) -> None:
         """`spool(cluster, proc)` names a job's spool directory; `after_submit` runs
         once a submit of jobs with a user log (UserLog) has committed, before it is
@@ -94,7 +96,9 @@ class QueueService:
         `scratch` (default: the system's temporary directory); `fsync`: uploaded files
         are synced to disk before the job is released (QUEUE_FSYNC, as the queue);
         `policy`: whose jobs may be queued (None: anyone's, for tests of the service);
-        `use_voms` (USE_VOMS_ATTRIBUTES): a job's proxy's VOMS FQANs go into its ad."""
+        `use_voms` (USE_VOMS_ATTRIBUTES): a job's proxy's VOMS FQANs go into its ad;
+        `annex_tokens` mints the tokens of users' annexes (None: none are)."""
+        self._annex_tokens = annex_tokens
         self._policy = policy
         self._use_voms = use_voms
         self._fsync = fsync
@@ -110,6 +114,25 @@ class QueueService:
         # Submitted clusters' spool directories being made (see submit); held here so
         # that the tasks are not collected before they end.
         self._making: set[asyncio.Task[None]] = set()
+
+    async def annex_token(self, identity: Identity, request: Mapping[str, Any]) -> dict[str, Any]:
+        tokens = self._annexes()
+        return await tokens.mint(
+            identity,
+            request.get("annex"),
+            request.get("lifetime"),
+            authz=request.get("authz"),
+            subject=request.get("identity"),
+            expires=request.get("expires"),
+        )
+
+    async def annex_revoke(self, identity: Identity, annex: object) -> int:
+        return await self._annexes().revoke(identity, annex)
+
+    def _annexes(self) -> AnnexTokens:
+        if self._annex_tokens is None:
+            raise NotAuthorized("this schedd mints no annex tokens")
+        return self._annex_tokens
 
     async def reserve_cluster(self, identity: Identity) -> int:
         # It commits only the id counter: nothing for the change feed's followers.

@@ -1,0 +1,212 @@
+"""Annex tokens for the pool's users: `htgrid annex create` by a user who cannot read the
+pool's signing key asks the schedd for its annex's token.
+
+The schedd decides everything a token says, the caller only names the annex and the
+lifetime (its lease): the identity is the annex's (`NAME.annex@<trust domain>`, which the
+collector lets advertise the machines named under `NAME.annex` and nothing else), the
+authorization ADVERTISE_STARTD alone, the lifetime at most ANNEX_TOKEN_MAX_LIFETIME.
+A caller asking for another identity or more authorizations is refused, saying so.
+
+An annex's name is its owner's while its tokens live: the first user to get a token for
+`NAME` holds it (a record in spool/annex-tokens/NAME.json, 0600: owner, expiry, token
+ids), and another user asking for `NAME` is refused until those tokens have expired or
+been revoked (`revoke`: the owner's `htgrid annex shutdown`). Each grant and revocation
+is logged (the token's id, never its text).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from htgrid._files import write_atomic
+from htgrid.net import BadRequest
+from htgrid.net.security import (
+    RevocationList,
+    SecurityConfig,
+    TokenIssuer,
+    ensure_pool_security,
+    normalize_authz,
+)
+from htgrid.queue import Identity, NotAuthorized
+
+__all__ = ["ANNEX_AUTHZ", "AnnexTokens", "annex_token_identity"]
+
+_log = logging.getLogger("htgrid.schedd.annex")
+
+#: What an annex token may do: advertise (and so run) the annex's slots.
+ANNEX_AUTHZ: Final = "ADVERTISE_STARTD"
+# htgrid.annex's names: an EventBridge rule's (64 characters, "htgrid-annex-" first).
+_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,50}")
+
+
+def annex_token_identity(name: str, trust_domain: str) -> str:
+    """The subject of annex `name`'s token (htgrid.annex's `annex_identity`)."""
+    return f"{name}.annex@{trust_domain}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Owned:
+    owner: str
+    expires: float
+    tokens: tuple[str, ...]
+
+
+class AnnexTokens:
+    """Mints and revokes annex tokens for the pool in `home` (records under `spool`)."""
+
+    def __init__(self, home: Path, spool: Path, *, max_lifetime: float,
+                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+        self._home = home
+        self._dir = spool / "annex-tokens"
+        self._max = max_lifetime
+        self._clock = clock
+        self._lock = asyncio.Lock()
+
+    async def mint(self, identity: Identity, annex: object, lifetime: object = None,
+                   authz: object = None, subject: object = None,
+                   expires: object = None) -> dict[str, Any]:  # fmt: skip
+        """The token of `annex` for `identity`, lasting `lifetime` s or until `expires`
+        (the lease's end), with what a booting instance needs: the identity, expiry,
+        token id, trust domain and the pool's CA certificate."""
+        name = _name(annex)
+        _check_authz(name, authz)
+        async with self._lock:
+            return await asyncio.to_thread(self._mint, identity, name, lifetime, expires, subject)
+
+    def _mint(self, identity: Identity, name: str, lifetime: object, expires: object,
+              subject: object) -> dict[str, Any]:  # fmt: skip
+        now = int(self._clock())
+        seconds = self._lifetime(lifetime, expires, now)
+        security = SecurityConfig.load(self._home)
+        material = ensure_pool_security(security)
+        wanted = annex_token_identity(name, security.trust_domain)
+        if subject is not None and subject != wanted:
+            raise NotAuthorized(
+                f"an annex token's identity is its annex's ({wanted}), not {str(subject)[:120]!r}: "
+                "ask the pool's administrator for a token of another identity"
+            )
+        owned = self._owned(name)
+        if owned is not None and owned.owner != identity.name and owned.expires > now:
+            raise NotAuthorized(
+                f"annex {name} belongs to {owned.owner} until its token expires "
+                f"({int(owned.expires - now)} s from now): choose another name"
+            )
+        token = TokenIssuer(security, clock=lambda: now).create(
+            wanted, authz=[ANNEX_AUTHZ], lifetime=seconds
+        )
+        from htgrid.client import StoredToken
+
+        claims = StoredToken.read(token).claims
+        jti, expires = str(claims["jti"]), float(claims["exp"])
+        mine = owned is not None and owned.owner == identity.name
+        kept = owned.tokens if owned is not None and mine else ()
+        until = max(expires, owned.expires) if owned is not None and mine else expires
+        self._save(name, _Owned(identity.name, until, (*kept, jti)))
+        _log.info(
+            "annex token %s for %s: identity %s, %s, expires in %d s",
+            jti, identity.name, wanted, ANNEX_AUTHZ, int(seconds),
+        )  # fmt: skip
+        return {
+            "token": token,
+            "identity": wanted,
+            "authz": [ANNEX_AUTHZ],
+            "expires": int(expires),
+            "jti": jti,
+            "trust_domain": security.trust_domain,
+            "ca": material.ca.cert.read_text(),
+        }
+
+    async def revoke(self, identity: Identity, annex: object) -> int:
+        """Revoke every token of `annex` (its owner's, or an administrator's call); how
+        many. The name is free again."""
+        name = _name(annex)
+        async with self._lock:
+            return await asyncio.to_thread(self._revoke, identity, name)
+
+    def _revoke(self, identity: Identity, name: str) -> int:
+        owned = self._owned(name)
+        if owned is None:
+            return 0
+        if owned.owner != identity.name and not identity.admin:
+            raise NotAuthorized(f"annex {name} is {owned.owner}'s, not {identity.name}'s")
+        revoked = RevocationList(SecurityConfig.load(self._home).revocation_file)
+        for jti in owned.tokens:
+            revoked.add(jti, f"annex {name} of {owned.owner} shut down by {identity.name}")
+        (self._dir / f"{name}.json").unlink(missing_ok=True)
+        _log.info("annex %s's %d tokens revoked by %s", name, len(owned.tokens), identity.name)
+        return len(owned.tokens)
+
+    def _lifetime(self, lifetime: object, expires: object, now: int) -> int:
+        """Seconds from `now`: `lifetime`, or until `expires`."""
+        if (expires is None) == (lifetime is None):
+            raise BadRequest("lifetime (seconds) or expires (epoch seconds): one of them")
+        given = expires if expires is not None else lifetime
+        if (
+            isinstance(given, bool)
+            or not isinstance(given, int | float)
+            or not math.isfinite(given)
+        ):
+            raise BadRequest("lifetime and expires are numbers of seconds")
+        value = int(given) - now if expires is not None else int(given)
+        if value <= 0:
+            raise BadRequest(f"the annex token would expire {-value} s ago: the lease has ended")
+        if value > self._max:
+            raise NotAuthorized(
+                f"an annex token lasts at most {int(self._max)} s (ANNEX_TOKEN_MAX_LIFETIME), "
+                f"not {int(value)} s: a shorter lease, or `htgrid annex extend` later"
+            )
+        return value
+
+    def _owned(self, name: str) -> _Owned | None:
+        try:
+            doc = json.loads((self._dir / f"{name}.json").read_text())
+            return _Owned(str(doc["owner"]), float(doc["expires"]), tuple(map(str, doc["tokens"])))
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError) as exc:
+            # A record that cannot be read holds the name for nobody; say so.
+            _log.warning("annex %s's token record is unreadable (%s): ignored", name, exc)
+            return None
+
+    def _save(self, name: str, owned: _Owned) -> None:
+        self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        doc = {"owner": owned.owner, "expires": owned.expires, "tokens": list(owned.tokens)}
+        write_atomic(self._dir / f"{name}.json", json.dumps(doc).encode(), sync=True, mode=0o600)
+        os.chmod(self._dir, 0o700)
+
+
+def _name(value: object) -> str:
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise BadRequest(
+            f"annex: {str(value)[:80]!r} cannot name an annex (letters, digits and '-', "
+            "starting with a letter or digit, at most 51 characters)"
+        )
+    return value
+
+
+def _check_authz(name: str, authz: object) -> None:
+    if authz is None:
+        return
+    if not isinstance(authz, list) or not all(isinstance(a, str) for a in authz):
+        raise BadRequest("authz: a list of authorization names")
+    try:
+        asked = {normalize_authz(a) for a in authz}
+    except ValueError as exc:
+        raise BadRequest(f"authz: {exc}") from None
+    extra = sorted(asked - {ANNEX_AUTHZ})
+    if extra:
+        raise NotAuthorized(
+            f"annex {name}'s token may only advertise its slots ({ANNEX_AUTHZ}), not "
+            f"{', '.join(extra)}: ask the pool's administrator for a broader token "
+            "(htgrid token create)"
+        )
