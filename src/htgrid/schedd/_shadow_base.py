@@ -134,14 +134,19 @@ class ShadowHost(Protocol):
         claim's record gone."""
         ...
 
-    def idle_scan(self, run: ShadowRun) -> Callable[[JobQueue], list[ClassAd]]:
+    def idle_scan(
+        self, run: ShadowRun, *, fresh: bool = False
+    ) -> Callable[[JobQueue], list[ClassAd] | None]:
         """What reads the idle jobs that may run next on `run`'s claim (on the queue
-        thread, with the write that records the end of its job)."""
+        thread, with the write that records the end of its job); it reads nothing
+        (None) while jobs read before may do, unless `fresh`."""
         ...
 
-    def next_job(self, run: ShadowRun, ads: list[ClassAd]) -> tuple[JobId, ClassAd, Updates] | None:
-        """An idle job of `ads` to run on `run`'s claim next (now counted as `run`'s), or
-        None."""
+    def next_job(
+        self, run: ShadowRun, ads: list[ClassAd] | None
+    ) -> tuple[JobId, ClassAd, Updates] | None:
+        """An idle job of `ads` (or of those read before: None) to run on `run`'s claim
+        next (now counted as `run`'s), or None."""
         ...
 
     def now(self) -> float: ...

@@ -128,7 +128,8 @@ class ShadowRun:
         self._after: str | None = None
         self._sent: dict[str, Any] = {}  # the current job's BytesSent, once its input went
         self._spooled = True  # whether the current job may have an evicted run's output
-        self._idle: list[ClassAd] = []  # idle jobs that may follow, read with the last exit
+        # Idle jobs that may follow, read with the last exit (None: those read before).
+        self._idle: list[ClassAd] | None = []
 
     @property
     def remote(self) -> bool:
@@ -221,6 +222,9 @@ class ShadowRun:
         # the same user that fits it, without waiting for a negotiation cycle.
         while await self._run_job(grant.slot, updates, expanded):
             following = self.m.next_job(self, self._idle)
+            if following is None and self._idle is None:  # those read before are gone
+                self._idle = await self.m.write(self.m.idle_scan(self, fresh=True))
+                following = self.m.next_job(self, self._idle)
             if following is None:
                 break
             # The job is this shadow's from now on: idle until it starts, and let go
@@ -514,7 +518,7 @@ class ShadowRun:
             except JobNotFound:
                 return "gone from the queue"
 
-        def record_and_scan(q: JobQueue) -> tuple[str, list[ClassAd]]:
+        def record_and_scan(q: JobQueue) -> tuple[str, list[ClassAd] | None]:
             return record(q), ([] if idle is None else idle(q))
 
         result, self._idle = await self.m.write(record_and_scan)
