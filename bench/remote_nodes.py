@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -147,6 +148,9 @@ def main() -> None:
         metavar="FILE",
         help="record the schedd with py-spy (raw) during the remote jobs",
     )
+    parser.add_argument(
+        "--logs", metavar="DIR", help="keep a copy of the pool's and the nodes' logs in DIR"
+    )
     args = parser.parse_args()
     slots = args.nodes * args.cpus
     with tempfile.TemporaryDirectory(prefix="htgrid-remote-bench-") as tmp, ExitStack() as stack:
@@ -225,6 +229,10 @@ def main() -> None:
             f"schedd RSS {before:.1f} MB idle, {during:.1f} MB with {count} remote jobs "
             f"running: {per_job * 1024:.0f} KB per running job (target < 1.5 MB)"
         )
+        if args.logs:
+            shutil.copytree(pool.home / "log", Path(args.logs) / "pool", dirs_exist_ok=True)
+            for node in nodes:
+                shutil.copy(node.home / "startd.out", Path(args.logs) / f"{node.name}.out")
 
 
 if __name__ == "__main__":
