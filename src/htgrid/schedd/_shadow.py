@@ -128,6 +128,7 @@ class ShadowManager:
         self._settling: set[JobId] = set()
         self._settlers: set[asyncio.Task[None]] = set()
         self._freed: list[Callable[[], None]] = []
+        self._answered: list[Callable[[Match, bool], None]] = []
         # Per owner, idle jobs read for claims whose job ended and not yet taken: one read
         # serves the next jobs of many claims (of an autocluster, as a rule), and the
         # claims ending at once share it, none of them finding its own read taken.
@@ -394,6 +395,15 @@ class ShadowManager:
         """Call `callback` whenever a shadow whose claim was granted ends: a slot freed
         for the negotiator (a job that ended on a claim the next job reuses frees none)."""
         self._freed.append(callback)
+
+    def on_claim_answered(self, callback: Callable[[Match, bool], None]) -> None:
+        """Call `callback(match, granted)` once the node answered the claim of a match
+        (or did not: not granted), for the negotiator's view of the slot."""
+        self._answered.append(callback)
+
+    def claim_answered(self, match: Match, granted: bool) -> None:
+        for callback in self._answered:
+            callback(match, granted)
 
     def _done(self, jid: JobId, shadow: ShadowRun, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)

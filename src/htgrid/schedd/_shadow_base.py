@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from htgrid._privsep import OwnerPolicy
 from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
-from htgrid.negotiator import Updates
+from htgrid.negotiator import Match, Updates
 from htgrid.net.server import SizeLimit
 from htgrid.queue import JobId, JobQueue, JobStatus
 from htgrid.queue.faults import JobFailure
@@ -112,6 +112,10 @@ class ShadowHost(Protocol):
 
     async def forget_claim(self, run: ShadowRun) -> None:
         """`run`'s claim is released: its record goes."""
+        ...
+
+    def claim_answered(self, match: Match, granted: bool) -> None:
+        """The node answered the claim of `match` (granted or not)."""
         ...
 
     def hold_lease(self, run: ShadowRun) -> None:

@@ -212,8 +212,10 @@ class ShadowRun:
             )
         except StartdError as exc:
             _log.info("job %s: %s did not take the claim: %s", jid, match.machine, exc)
+            self.m.claim_answered(match, False)
             await self._release()  # granted perhaps, the answer lost: let it go
             return  # still idle: the next cycle tries again
+        self.m.claim_answered(match, True)
         self.m.hold_lease(self)
         self.slot_ad = claimed_slot(match.machine_ad, grant)
         self.resources = grant.resources
