@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -147,6 +148,15 @@ def main() -> None:
         metavar="FILE",
         help="record the schedd with py-spy (raw) during the remote jobs",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run the remote jobs this many times (the schedd's RSS after each: a leak grows it)",
+    )
+    parser.add_argument(
+        "--logs", metavar="DIR", help="keep a copy of the pool's and the nodes' logs in DIR"
+    )
     args = parser.parse_args()
     slots = args.nodes * args.cpus
     with tempfile.TemporaryDirectory(prefix="htgrid-remote-bench-") as tmp, ExitStack() as stack:
@@ -179,6 +189,7 @@ def main() -> None:
             node.joined()
         print(f"{args.nodes} nodes, {slots} slots joined in {time.perf_counter() - start:.1f} s")
         assert pool.pid is not None
+        rss = [rss_mb(pool.pid)]
         pids = [node.process.pid for node in nodes if node.process is not None]
         schedd_0, nodes_0 = cpu_seconds(pool.pid), sum(map(cpu_seconds, pids))
         cycles_0 = len(cycles(pool))
@@ -200,6 +211,7 @@ def main() -> None:
             )
             time.sleep(1)  # attached before the first job
         remote = run_through(pool, root / "remote", "vanilla", args.jobs)
+        rss.append(rss_mb(pool.pid))
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             spy.wait()
@@ -207,6 +219,9 @@ def main() -> None:
         during = cycles(pool)[cycles_0:]
         local = run_through(pool, root / "local", "local", args.jobs)
         schedd_2 = cpu_seconds(pool.pid)
+        for n in range(1, args.rounds):
+            run_through(pool, root / f"remote{n}", "vanilla", args.jobs)
+            rss.append(rss_mb(pool.pid))
         per = 1000 / args.jobs
         print(
             f"{args.jobs} jobs on {args.nodes} remote nodes: {remote:.1f} s; CPU a job: "
@@ -218,13 +233,20 @@ def main() -> None:
             f"schedd {(schedd_2 - schedd_1) * per:.1f} ms"
         )
         print(f"remote / local = {remote / local:.2f} (target <= 1.5)")
+        shown = ", ".join(f"{mb:.1f}" for mb in rss[1:])
+        print(f"schedd RSS {rss[0]:.1f} MB with the nodes joined; after each remote round: {shown}")
         before, during = memory_per_job(pool, root / "hold", min(args.hold, slots))
         count = min(args.hold, slots)
         per_job = (during - before) / count
         print(
             f"schedd RSS {before:.1f} MB idle, {during:.1f} MB with {count} remote jobs "
-            f"running: {per_job * 1024:.0f} KB per running job (target < 1.5 MB)"
+            f"running: {per_job * 1024:.0f} KB per running job (target < 1.5 MB); against "
+            f"the RSS before any job ran: {(during - rss[0]) / count * 1024:.0f} KB"
         )
+        if args.logs:
+            shutil.copytree(pool.home / "log", Path(args.logs) / "pool", dirs_exist_ok=True)
+            for node in nodes:
+                shutil.copy(node.home / "startd.out", Path(args.logs) / f"{node.name}.out")
 
 
 if __name__ == "__main__":

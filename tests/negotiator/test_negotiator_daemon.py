@@ -99,6 +99,50 @@ def test_matched_slots_are_not_offered_again_until_their_startd_reports() -> Non
     ] == [1, 1]
 
 
+def test_a_partitionable_slots_ad_sent_before_its_claims_arrived_is_not_matched_again() -> None:
+    # Under load the claims of a cycle's matches reach the node seconds later; an ad it
+    # sent in between, heard after the matches, still shows their cores free. The match
+    # counts against the slot until its claim was answered and the node heard from since.
+    queue = Queue([job(1, p) for p in range(4)])
+    big = heard(slot("slot1@a", cpus=2, memory=8192, extra="PartitionableSlot = true"), T0 - 5)
+    machines = Machines([big])
+    clock = Clock()
+    negotiator = Negotiator(queue, machines, clock=clock, pending_lifetime=300)
+
+    async def main() -> None:
+        first = await negotiator.cycle()
+        assert len(first.matches) == 2
+        clock.now += 2
+        machines.ads = [heard(big, clock.now)]  # sent before the claims came
+        clock.now += 1
+        negotiator.claim_answered(first.matches[0], True)
+        negotiator.claim_answered(first.matches[1], True)
+        clock.now += 1
+        assert (await negotiator.cycle()).matches == ()  # both still counted
+        machines.ads = [heard(big, clock.now, Cpus=0, Memory=6144)]  # the claims in it
+        clock.now += 2
+        assert (await negotiator.cycle()).matches == ()
+        machines.ads = [heard(big, clock.now, Cpus=1, Memory=7168)]  # one released
+        clock.now += 2
+        assert len((await negotiator.cycle()).matches) == 1
+
+    asyncio.run(main())
+
+
+def test_a_refused_claim_leaves_the_slot_as_its_ad_says() -> None:
+    queue = Queue([job(1, 0)])
+    big = heard(slot("slot1@a", cpus=2, memory=8192, extra="PartitionableSlot = true"), T0 - 5)
+    negotiator = Negotiator(queue, Machines([big]), clock=Clock(), pending_lifetime=300)
+
+    async def main() -> None:
+        (match,) = (await negotiator.cycle()).matches
+        negotiator.claim_answered(match, False)
+        queue.idle.update({(1, p): job(1, p) for p in (1, 2)})
+        assert len((await negotiator.cycle()).matches) == 2  # both cores, at once
+
+    asyncio.run(main())
+
+
 def test_a_site_keeps_its_count_of_matches_between_its_updates() -> None:
     (site,) = ads(
         """MyType = "Machine"

@@ -318,6 +318,48 @@ def test_a_claim_is_reused_for_another_job_that_fits_it(tmp_path: Path) -> None:
     assert (iwd / "second.out").read_text() == "run second\n"
 
 
+def test_an_activation_after_the_last_job_reuses_its_ended_claim_in_one_request(
+    tmp_path: Path,
+) -> None:
+    """The schedd's next job on a claim goes with the reuse (`after`, the job whose end
+    it recorded); the status names the job the claim ran, so that a schedd restarted
+    between the two never takes the last job's end for the next one's."""
+    iwd = tmp_path / "iwd"
+    script(iwd, 'echo "run $1"\n')
+
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        first = job_ad(iwd, Arguments="first", Out="first.out")
+        cid = claim_id()
+        await client.request_claim(cid, first, "s", 60)
+        status = await client.activate(cid, first)
+        assert status.job == "1.0"
+        pack(input_entries(first), tmp_path / "in.tar", dereference=True)
+        status = await until(
+            client, cid, ClaimState.ENDED, await client.send_input(cid, tmp_path / "in.tar")
+        )
+        assert status.job == "1.0" and status.outcome is not None
+        second = job_ad(iwd, ProcId=2, Arguments="second", Out="second.out")
+        with pytest.raises(ClaimStateError, match=r"ran job 1\.0, not 1\.1"):
+            await client.activate(cid, second, after="1.1")
+        assert (await client.status(cid)).state is ClaimState.ENDED  # left as it was
+        with pytest.raises(ClaimStateError, match="already activated"):
+            await client.activate(cid, second)  # an ended claim is reused only by name
+        status = await client.activate(cid, second, after="1.0")
+        assert status.state is ClaimState.STARTING and status.job == "1.2"
+        pack(input_entries(second), tmp_path / "in.tar", dereference=True)
+        status = await until(
+            client, cid, ClaimState.ENDED, await client.send_input(cid, tmp_path / "in.tar")
+        )
+        assert status.job == "1.2" and status.outcome is not None
+        assert status.outcome.exit_code == 0
+        await client.fetch_output(cid, tmp_path / "out.tar")
+        unpack_output(tmp_path / "out.tar", second)
+        assert len(startd.slots.claims) == 1
+
+    run_startd(tmp_path / "home", scenario)
+    assert (iwd / "second.out").read_text() == "run second\n"
+
+
 def test_a_renewed_proxy_replaces_the_jobs_copy_also_before_its_input_arrives(
     tmp_path: Path,
 ) -> None:

@@ -235,6 +235,7 @@ class Pool:
                 min_interval=cfg.negotiator_min_interval,
             )
             schedd.shadows.on_slot_freed(self._negotiation.reschedule)
+            schedd.shadows.on_claim_answered(negotiator.claim_answered)
             self._tasks.append(
                 asyncio.create_task(self._restarting(self._negotiation.run, "negotiator"))
             )

@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Iterable, Sequence
 from copy import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import anyio.to_thread
@@ -102,10 +102,11 @@ class CollectorMachines:
 
 @dataclass(frozen=True, slots=True)
 class _Pending:
-    at: float
+    at: float  # the match; then the node's answer to its claim (`claim_answered`)
     submitter: str
     weight: float
     request: ResourceRequest | None
+    match: Match | None = None
 
 
 def _key(ad: ClassAd) -> tuple[str, str]:
@@ -247,8 +248,23 @@ class Negotiator:
     def _remember(self, match: Match, now: float) -> None:
         key = _key(match.machine_ad)
         self._pending.setdefault(key, []).append(
-            _Pending(now, match.submitter, match.weight, match.request)
+            _Pending(now, match.submitter, match.weight, match.request, match)
         )
+
+    def claim_answered(self, match: Match, granted: bool) -> None:
+        """The node answered the claim of `match` (a cycle's): refused (or unanswered,
+        the claim then given back), the slot is as its ad says; granted, its ad counts
+        the claim only once heard from after now. An ad the node sent between the match
+        and the claim, which came late under load, showed the slot's resources still
+        free: the next cycle matched them again, and the node refused those claims."""
+        pending = self._pending.get(_key(match.machine_ad), [])
+        for i, p in enumerate(pending):
+            if p.match is match:
+                if granted:
+                    pending[i] = replace(p, at=self.clock.time())
+                else:
+                    del pending[i]
+                return
 
     def _own_ad(self, result: CycleResult, now: float, duration: float, idle: int) -> ClassAd:
         """The Negotiator ad, with condor_negotiator's LastNegotiationCycle* attributes."""

@@ -88,10 +88,10 @@ _log = logging.getLogger("htgrid.schedd.shadow")
 
 VANILLA: Final = 5
 _FEED_BATCH: Final = 2000
-_REUSE_SCAN: Final = 64  # idle jobs looked at for a claim whose job ended
-_UNSTARTED: Final = 1 << 62  # a shadow's start_seq until its job starts
+_REUSE_SCAN: Final = 64  # idle jobs read beyond those shadows hold, for claims to reuse
 _SETTLE_RETRY: Final = 2.0  # how often an unreachable node is asked again
 _DISCONNECTED: Final = ("JobDisconnectedDate", "JobLeaseExpiration", "DisconnectReason")
+_CHANGES_JOB: Final = (ChangeKind.STATUS, ChangeKind.ATTRIBUTES, ChangeKind.LEFT_QUEUE)
 
 
 class ShadowManager:
@@ -130,6 +130,11 @@ class ShadowManager:
         self._settling: set[JobId] = set()
         self._settlers: set[asyncio.Task[None]] = set()
         self._freed: list[Callable[[], None]] = []
+        self._answered: list[Callable[[Match, bool], None]] = []
+        # Per owner, idle jobs read for claims whose job ended and not yet taken: one read
+        # serves the next jobs of many claims (of an autocluster, as a rule), and the
+        # claims ending at once share it, none of them finding its own read taken.
+        self._idle: dict[str, dict[JobId, ClassAd]] = {}
 
     @property
     def busy(self) -> frozenset[JobId]:
@@ -405,6 +410,15 @@ class ShadowManager:
         for the negotiator (a job that ended on a claim the next job reuses frees none)."""
         self._freed.append(callback)
 
+    def on_claim_answered(self, callback: Callable[[Match, bool], None]) -> None:
+        """Call `callback(match, granted)` once the node answered the claim of a match
+        (or did not: not granted), for the negotiator's view of the slot."""
+        self._answered.append(callback)
+
+    def claim_answered(self, match: Match, granted: bool) -> None:
+        for callback in self._answered:
+            callback(match, granted)
+
     def _done(self, jid: JobId, shadow: ShadowRun, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if self._shadows.get(shadow.job_id) is shadow:  # its last job (claims are reused)
@@ -413,29 +427,44 @@ class ShadowManager:
             for callback in self._freed:
                 callback()
 
-    def idle_scan(self, run: ShadowRun) -> Callable[[JobQueue], list[ClassAd]]:
+    def idle_scan(
+        self, run: ShadowRun, *, fresh: bool = False
+    ) -> Callable[[JobQueue], list[ClassAd] | None]:
         """What reads the idle jobs of the same user that may run next on `run`'s claim
         (`next_job` picks one): on the queue thread, in the call that records the end of
-        `run`'s job, one call for both."""
+        `run`'s job, one call for both. None (nothing read) while the jobs read before
+        for the user's claims last, unless `fresh`."""
         owner = run.job.get("Owner")
         if not isinstance(owner, str):
             return lambda q: []
+        held = self._idle.get(owner)
+        if not fresh and held and any(jid not in self._shadows for jid in held):
+            return lambda q: None
         constraint = (
             f"JobStatus == 1 && JobUniverse == {VANILLA} && Owner == {quote(owner)}"
             ' && Managed =!= "External"'
         )
-        # Jobs other shadows took but have not started yet are idle still: read past them.
-        limit = _REUSE_SCAN + sum(1 for r in self._shadows.values() if r.start_seq == _UNSTARTED)
+        # Jobs shadows took but have not started yet are idle still: read past them.
+        limit = _REUSE_SCAN + len(self._shadows)
         return lambda q: q.query(constraint, limit=limit)
 
-    def next_job(self, run: ShadowRun, ads: list[ClassAd]) -> tuple[JobId, ClassAd, Updates] | None:
-        """One of the idle jobs `ads` (`idle_scan`'s) that fits `run`'s claim, now
-        `run`'s; or None."""
+    def next_job(
+        self, run: ShadowRun, ads: list[ClassAd] | None
+    ) -> tuple[JobId, ClassAd, Updates] | None:
+        """An idle job that fits `run`'s claim, now `run`'s: of `ads` (`idle_scan`'s,
+        which replace those read before for the user), or of those read before (`ads`
+        None); or None."""
         if not self._accepting:  # shutting down (perhaps since the read): no next job
             return None
-        for ad in ads:
-            jid = JobId(ad["ClusterId"], ad["ProcId"])
+        owner = run.job.get("Owner")
+        if not isinstance(owner, str):
+            return None
+        if ads is not None:
+            self._idle[owner] = {JobId(ad["ClusterId"], ad["ProcId"]): ad for ad in ads}
+        held = self._idle.get(owner, {})
+        for jid, ad in list(held.items()):
             if jid in self._shadows:
+                del held[jid]  # another claim's, or the negotiator's
                 continue
             try:
                 if not _fits(ad, run.slot_ad, run.resources):
@@ -453,6 +482,7 @@ class ShadowManager:
             if self._shadows.get(run.job_id) is run:
                 del self._shadows[run.job_id]
             self._shadows[jid] = run
+            del held[jid]
             return jid, ad, expansion.expanded
         return None
 
@@ -479,6 +509,9 @@ class ShadowManager:
                     self._note(change)
 
     def _note(self, change: Change) -> None:
+        if self._idle and change.kind in _CHANGES_JOB:
+            for held in self._idle.values():  # read before: not to be run as it was read
+                _forget(held, change)
         if change.kind is not ChangeKind.STATUS:
             return
         for jid in change.job_ids:
@@ -667,3 +700,13 @@ def _renewed(q: JobQueue, *, renewals: list[tuple[JobId, dict[str, Any]]]) -> No
 
 def _changes(q: JobQueue, *, seq: int, limit: int) -> list[Change]:
     return q.changes_since(seq, limit=limit)
+
+
+def _forget(held: dict[JobId, ClassAd], change: Change) -> None:
+    """Drop the jobs `change` touched from `held` (looking up the fewer of the two)."""
+    if len(change.procs) <= len(held):
+        for jid in change.job_ids:
+            held.pop(jid, None)
+        return
+    for jid in [j for j in held if j.cluster == change.cluster and j.proc in change.procs]:
+        del held[jid]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from htgrid._privsep import OwnerPolicy
 from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
-from htgrid.negotiator import Updates
+from htgrid.negotiator import Match, Updates
 from htgrid.net.server import SizeLimit
 from htgrid.queue import JobId, JobQueue, JobStatus
 from htgrid.queue.faults import JobFailure
@@ -123,6 +123,10 @@ class ShadowHost(Protocol):
         """`run`'s claim is released: its record goes."""
         ...
 
+    def claim_answered(self, match: Match, granted: bool) -> None:
+        """The node answered the claim of `match` (granted or not)."""
+        ...
+
     def hold_lease(self, run: ShadowRun) -> None:
         """Keep `run`'s claim on a node of another host alive (`run.link` set)."""
         ...
@@ -143,14 +147,19 @@ class ShadowHost(Protocol):
         claim's record gone."""
         ...
 
-    def idle_scan(self, run: ShadowRun) -> Callable[[JobQueue], list[ClassAd]]:
+    def idle_scan(
+        self, run: ShadowRun, *, fresh: bool = False
+    ) -> Callable[[JobQueue], list[ClassAd] | None]:
         """What reads the idle jobs that may run next on `run`'s claim (on the queue
-        thread, with the write that records the end of its job)."""
+        thread, with the write that records the end of its job); it reads nothing
+        (None) while jobs read before may do, unless `fresh`."""
         ...
 
-    def next_job(self, run: ShadowRun, ads: list[ClassAd]) -> tuple[JobId, ClassAd, Updates] | None:
-        """An idle job of `ads` to run on `run`'s claim next (now counted as `run`'s), or
-        None."""
+    def next_job(
+        self, run: ShadowRun, ads: list[ClassAd] | None
+    ) -> tuple[JobId, ClassAd, Updates] | None:
+        """An idle job of `ads` (or of those read before: None) to run on `run`'s claim
+        next (now counted as `run`'s), or None."""
         ...
 
     def now(self) -> float: ...

@@ -127,12 +127,13 @@ class ShadowRun:
         self.lost = False  # disconnected from the node, reconnecting (`_lost`)
         self.renewed = 0  # the job's LastJobLeaseRenewal, as last recorded
         self._settled = False  # the run was given up on: nothing to release
-        # The node readying the claim for the next job, while the schedd records the end
-        # of the last one and picks the next (`_finish`, `_reused`).
-        self._reusing: asyncio.Task[ClaimStatus] | None = None
+        # The claim's last job, ended and recorded: the next activation reuses the claim
+        # (the node readies it for the next job in the same request, `_activate`).
+        self._after: str | None = None
         self._sent: dict[str, Any] = {}  # the current job's BytesSent, once its input went
         self._spooled = True  # whether the current job may have an evicted run's output
-        self._idle: list[ClassAd] = []  # idle jobs that may follow, read with the last exit
+        # Idle jobs that may follow, read with the last exit (None: those read before).
+        self._idle: list[ClassAd] | None = []
 
     @property
     def remote(self) -> bool:
@@ -215,8 +216,10 @@ class ShadowRun:
             )
         except StartdError as exc:
             _log.info("job %s: %s did not take the claim: %s", jid, match.machine, exc)
+            self.m.claim_answered(match, False)
             await self._release()  # granted perhaps, the answer lost: let it go
             return  # still idle: the next cycle tries again
+        self.m.claim_answered(match, True)
         self.m.hold_lease(self)
         self.slot_ad = claimed_slot(match.machine_ad, grant)
         self.resources = grant.resources
@@ -231,6 +234,9 @@ class ShadowRun:
         s = self.m.settings
         while True:
             following = self.m.next_job(self, self._idle)
+            if following is None and self._idle is None:  # those read before are gone
+                self._idle = await self.m.write(self.m.idle_scan(self, fresh=True))
+                following = self.m.next_job(self, self._idle)
             if following is None:
                 return
             # The job is this shadow's from now on: idle until it starts, and let go
@@ -241,11 +247,6 @@ class ShadowRun:
             await self.m.record_claim(self)  # the claim's record names the job it runs
             self.stop_reason, self._stopping = None, asyncio.Event()
             self.start_seq = 1 << 62
-            try:
-                await self._reused()
-            except Evicted as exc:
-                _log.info("claim of %s not reused: %s", slot, exc)
-                return
             if not await self._run_job(slot, (), expanded):
                 return
 
@@ -326,8 +327,9 @@ class ShadowRun:
     async def _activate(self, ad: ClassAd) -> ClaimStatus:
         small = await small_input(self, ad)  # sent with the activation
         data = None if small is None else small[0]
+        after, self._after = self._after, None  # the last job's end, if reused: once
         try:
-            status = await self.call(self.client.activate(self.claim_id, ad, data))
+            status = await self.call(self.client.activate(self.claim_id, ad, data, after=after))
             if small is not None and not status.transfer_input:  # taken
                 self._sent, self._spooled = {"BytesSent": small[1]}, small[2]
             return status
@@ -388,7 +390,9 @@ class ShadowRun:
                 continue
             if status.state is ClaimState.RELEASED:
                 await self._give_up(_CLAIM_NOT_FOUND)
-            if status.state is ClaimState.CLAIMED:  # never activated: nothing runs there
+            if status.state is ClaimState.CLAIMED or (
+                status.job is not None and status.job != str(self.job_id)
+            ):  # never activated for this job (the claim's last job's end, perhaps)
                 await self._release()
                 await self._give_up(_NOT_FOUND)
             await self.m.reconnected(self)
@@ -524,8 +528,8 @@ class ShadowRun:
                     return False
         usage = self._usage(ad, outcome, received)
         if outcome.kind is OutcomeKind.EXITED:
-            if reason is None:  # the node readies the claim while the exit is recorded
-                self._reusing = asyncio.create_task(self.call(self.client.reuse(self.claim_id)))
+            if reason is None:  # the next job's activation reuses the claim
+                self._after = str(self.job_id)
             await self._record_exit(usage, outcome, scan=reason is None)
             return reason is None
         await self._record_stop(usage, "evicted by the execute node")
@@ -570,7 +574,7 @@ class ShadowRun:
             except JobNotFound:
                 return "gone from the queue"
 
-        def record_and_scan(q: JobQueue) -> tuple[str, list[ClassAd]]:
+        def record_and_scan(q: JobQueue) -> tuple[str, list[ClassAd] | None]:
             return record(q), ([] if idle is None else idle(q))
 
         result, self._idle = await self.m.write(record_and_scan)
@@ -625,15 +629,7 @@ class ShadowRun:
 
         return bool(await self.m.write(hold))
 
-    async def _reused(self) -> None:
-        """Once the node has readied the claim for another job (Evicted if it has not)."""
-        task, self._reusing = self._reusing, None
-        if task is not None:
-            await task
-
     async def _release(self) -> None:
-        with contextlib.suppress(HTGridError):
-            await self._reused()  # never release a claim while it is being reused
         if self._settled:
             return
         self._settled = True  # once: a claim released (or left to its lease) is over

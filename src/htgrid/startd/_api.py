@@ -6,7 +6,9 @@
     POST   /v1/alive                      renew the leases of claims: {claims: [id...]};
                                           answers {unknown: [id...]}, the claims not here
     GET    /v1/claims/{id}?wait=&version= the claim's status, once past `version` (long poll)
-    POST   /v1/claims/{id}/activate       run a job on the claim: {job_ad}
+    POST   /v1/claims/{id}/activate       run a job on the claim: {job_ad, input_data?, after?}
+                                          (`after`: the job whose end is recorded; a
+                                          claim ENDED for it is reused for this one)
     PUT    /v1/claims/{id}/input          the input sandbox (a tar), when the job's files travel
     GET    /v1/claims/{id}/output         the output sandbox (a tar), once the job has ended
     POST   /v1/claims/{id}/vacate         stop the job: {reason: vacate | hold | remove}
@@ -102,7 +104,11 @@ class StartdBackend(Protocol):
     async def claim_status(self, claim_id: str, wait: float, version: int) -> ClaimStatus: ...
 
     async def activate(
-        self, claim_id: str, job_ad: ClassAd, input_data: bytes | None = None
+        self,
+        claim_id: str,
+        job_ad: ClassAd,
+        input_data: bytes | None = None,
+        after: str | None = None,
     ) -> ClaimStatus: ...
 
     async def receive_input(self, claim_id: str, request: Request) -> ClaimStatus: ...
@@ -226,7 +232,11 @@ def create_app(
                 data = base64.b64decode(data, validate=True)
             except (TypeError, ValueError):
                 raise StartdProtocolError('"input_data" must be a tar in base64') from None
-        found = await backend.activate(request.path_params["claim_id"], _job_ad(doc), data)
+        after = doc.get("after")
+        if after is not None and not isinstance(after, str):
+            raise StartdProtocolError('"after" must be the job id ("cluster.proc") of the last job')
+        claim_id = request.path_params["claim_id"]
+        found = await backend.activate(claim_id, _job_ad(doc), data, after)
         return JSONResponse(found.to_json())
 
     async def send_input(request: Request) -> Response:

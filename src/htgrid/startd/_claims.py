@@ -106,6 +106,7 @@ class Claim:
 
     def status(self) -> ClaimStatus:
         ended = self.state is ClaimState.ENDED and self.starter is not None
+        job = self.job_id if self.state is not ClaimState.CLAIMED else None
         return ClaimStatus(
             self.claim_id,
             self.name,
@@ -114,6 +115,7 @@ class Claim:
             self.transfer_input and self.state is ClaimState.STARTING,
             self.outcome,
             self.starter.output_inline if ended and self.starter is not None else None,
+            None if job is None else str(job),
         )
 
     async def wait_change(self, version: int, timeout: float) -> None:

@@ -221,11 +221,21 @@ class Startd:
         return claim.status()
 
     async def activate(
-        self, claim_id: str, job_ad: ClassAd, input_data: bytes | None = None
+        self,
+        claim_id: str,
+        job_ad: ClassAd,
+        input_data: bytes | None = None,
+        after: str | None = None,
     ) -> ClaimStatus:
         """Start the job on the claim; its input sandbox follows (`receive_input`), or
-        comes with the activation (`input_data`, a small one's tar)."""
+        comes with the activation (`input_data`, a small one's tar). With `after`, the
+        job ("cluster.proc") whose end the schedd has recorded: a claim ENDED for that
+        job is reused for this one first, in the same request (`reuse`)."""
         claim = self.slots.get(claim_id)
+        if after is not None and claim.state is ClaimState.ENDED:
+            if str(claim.job_id) != after:
+                raise ClaimStateError(f"claim {claim_id} ran job {claim.job_id}, not {after}")
+            await self._reuse(claim)
         if claim.state is not ClaimState.CLAIMED:
             raise ClaimStateError(f"claim {claim_id} is {claim.state.value}: already activated")
         if self.slots.state is SlotState.DRAINED:
@@ -285,6 +295,10 @@ class Startd:
         claim = self.slots.get(claim_id)
         if claim.state is not ClaimState.ENDED:
             raise ClaimStateError(f"claim {claim_id} is {claim.state.value}: its job is not over")
+        await self._reuse(claim)
+        return claim.status()
+
+    async def _reuse(self, claim: Claim) -> None:
         if claim.starter is not None:
             await claim.starter.cleanup()
         claim.starter, claim.outcome, claim.job_start = None, None, None
@@ -292,7 +306,6 @@ class Startd:
         claim.uses += 1
         claim.move(ClaimState.CLAIMED, self._clock())
         self._active()
-        return claim.status()
 
     async def receive_input(self, claim_id: str, request: Request) -> ClaimStatus:
         claim = self.slots.get(claim_id)

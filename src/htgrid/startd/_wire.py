@@ -77,6 +77,9 @@ class ClaimStatus:
     # A small output sandbox (its tar), sent with the job's end: no request of its own.
     # Without it, an outcome with `output` waits at GET /v1/claims/{id}/output.
     output_data: bytes | None = None
+    # The job ("cluster.proc") the claim was last activated for, once it was: a schedd
+    # reconnecting to a job finds whether the claim ever ran it, or only its last one.
+    job: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         doc = {
@@ -89,6 +92,8 @@ class ClaimStatus:
         }
         if self.output_data is not None:
             doc["output_data"] = base64.b64encode(self.output_data).decode("ascii")
+        if self.job is not None:
+            doc["job"] = self.job
         return doc
 
     @classmethod
@@ -97,6 +102,7 @@ class ClaimStatus:
         try:
             outcome = doc.get("outcome")
             data = doc.get("output_data")
+            job = doc.get("job")
             return cls(
                 str(doc["claim_id"]),
                 str(doc["slot"]),
@@ -105,6 +111,7 @@ class ClaimStatus:
                 bool(doc.get("transfer_input", False)),
                 Outcome.from_json(outcome) if isinstance(outcome, Mapping) else None,
                 None if data is None else base64.b64decode(data, validate=True),
+                None if job is None else str(job),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StartdProtocolError(f"not a claim status: {exc}") from None

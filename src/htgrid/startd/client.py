@@ -168,13 +168,23 @@ class StartdClient:
         return ClaimStatus.from_json(doc)
 
     async def activate(
-        self, claim_id: str, job_ad: ClassAd, input_data: bytes | None = None
+        self,
+        claim_id: str,
+        job_ad: ClassAd,
+        input_data: bytes | None = None,
+        *,
+        after: str | None = None,
     ) -> ClaimStatus:
         """Run the job on the claim; `transfer_input` says whether to send its input
         (`send_input`), unless the node took it with the activation: `input_data`, a
-        small input sandbox's tar."""
-        fields = {} if input_data is None else {"input_data": base64.b64encode(input_data)}
-        body = _raw({k: v.decode("ascii") for k, v in fields.items()}, job_ad)
+        small input sandbox's tar. `after` names the claim's last job, whose end the
+        caller has recorded: the claim, ENDED for it, is reused in the same request."""
+        fields: dict[str, str] = {}
+        if input_data is not None:
+            fields["input_data"] = base64.b64encode(input_data).decode("ascii")
+        if after is not None:
+            fields["after"] = after
+        body = _raw(fields, job_ad)
         return ClaimStatus.from_json(
             await self._json("POST", f"/v1/claims/{claim_id}/activate", body)
         )

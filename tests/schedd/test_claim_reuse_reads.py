@@ -1,0 +1,85 @@
+"""Claims whose jobs end at once share the idle jobs read for their next jobs: however
+many they are, each finds one while idle jobs are left (with a read per claim, the
+claims past the read's window found every job in it taken, and were given up, each
+slot then waiting for a negotiation cycle), and a read serves many claims."""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+from pathlib import Path
+from typing import Any
+
+from htgrid.classad import ClassAd
+from htgrid.queue import Identity, JobId, JobQueue, StagedProcs
+from htgrid.schedd._shadow import ShadowManager
+from htgrid.schedd._shadow_base import ShadowSettings
+from htgrid.schedd._worker import QueueWorker
+from htgrid.startd import Resources
+
+USER = getpass.getuser()
+CLAIMS = 80  # more than a read per claim took in (64)
+IDLE = 100
+
+
+class _Claim:
+    """What `next_job` reads of a shadow whose job ended: its job and its slot."""
+
+    def __init__(self, proc: int) -> None:
+        self.job_id = JobId(1000, proc)  # running: of another cluster
+        self.job = ClassAd({"Owner": USER})
+        self.slot_ad = ClassAd({"Cpus": 1, "Memory": 1024, "Disk": 1 << 20, "Requirements": True})
+        self.resources = Resources(1, 1024, 1 << 20)
+        self.start_seq = 1  # its job started
+
+
+def _submit(q: JobQueue, ad: ClassAd, procs: int) -> int:
+    me = Identity(USER)
+    cluster = q.reserve_cluster()
+    with StagedProcs(cluster, ad, me, None) as staged:
+        for _ in range(procs):
+            staged.add(None)
+        with q.transaction(me, reserved=cluster) as tx:
+            tx.set_cluster_ad(tx.new_cluster(), ad)
+            tx.add_staged(cluster, staged)
+    return cluster
+
+
+def test_claims_ending_at_once_each_find_a_next_job_from_shared_reads(tmp_path: Path) -> None:
+    worker = QueueWorker(JobQueue.open(tmp_path / "spool", fsync=False))
+    ad = ClassAd(
+        {
+            "Cmd": "/bin/true",
+            "JobUniverse": 5,
+            "Iwd": str(tmp_path),
+            "Owner": USER,
+            "Requirements": True,
+        }
+    )
+    manager = ShadowManager(worker, ShadowSettings("schedd@test", tmp_path / "spool"))
+    claims = [_Claim(proc) for proc in range(CLAIMS)]
+    shadows: dict[JobId, Any] = manager._shadows  # the claims' current (running) jobs
+    shadows.update({claim.job_id: claim for claim in claims})
+
+    async def scenario() -> tuple[list[JobId | None], int]:
+        cluster = await worker.write(lambda q: _submit(q, ad, IDLE))
+        assert cluster == 1
+        # Every claim's job ends before any of them picks its next: each exit comes
+        # with its read, made before the others took anything.
+        reads = [manager.idle_scan(claim) for claim in claims]  # type: ignore[arg-type]
+        results = [await worker.read(read) for read in reads]
+        picked = []
+        for claim, ads in zip(claims, results, strict=True):
+            following = manager.next_job(claim, ads)  # type: ignore[arg-type]
+            picked.append(None if following is None else following[0])
+        # The next exits find jobs left in what was read: no read at all.
+        later = [await worker.read(manager.idle_scan(claim)) for claim in claims[:10]]  # type: ignore[arg-type]
+        return picked, sum(ads is not None for ads in later)
+
+    try:
+        picked, reads = asyncio.run(scenario())
+    finally:
+        worker.close()
+    assert None not in picked, picked.count(None)
+    assert len(set(picked)) == CLAIMS  # each job to one claim only
+    assert reads == 0
