@@ -180,6 +180,7 @@ class GridJob(JobTask[S, E]):
 
     async def _until_submittable(self) -> E | None:
         """Wait for the resource to be up and its submits not paused; a stop event if any."""
+        self._submit_sent = None  # a new attempt: not sent yet
         await self.check_proxy(wait=True)  # an expired proxy holds the job: nothing is sent
         while (stop := self._stopped()) is None:
             if not self.resource.up:
