@@ -169,3 +169,12 @@ def in_slurm(native_id: str) -> bool:
         ["squeue", "-h", "-j", native_id, "-o", "%T"], capture_output=True, text=True, check=False
     )
     return done.returncode == 0 and bool(done.stdout.strip())
+
+
+def flaky_control(grid: Grid, *switches: str) -> Path:
+    """The control directory of gahp_ext.py's `flaky` back end, `switches` turned on."""
+    control = grid.work / "control"
+    control.mkdir()
+    for switch in switches:
+        (control / switch).touch()
+    return control

@@ -20,7 +20,17 @@ from htgrid.grid.batch import BatchJobId
 from htgrid.grid.batch._resource import BatchResource
 from htgrid.queue import JobAction, JobId, JobStatus
 
-from ._harness import FAST, ROOT, Grid, ext_gahp, running, unset, wait_for, with_gahp
+from ._harness import (
+    FAST,
+    ROOT,
+    Grid,
+    ext_gahp,
+    flaky_control,
+    running,
+    unset,
+    wait_for,
+    with_gahp,
+)
 
 
 def run(coro: Awaitable[None]) -> None:
@@ -307,6 +317,26 @@ def test_transient_submit_failures_are_retried(grid: Grid) -> None:
     ad = grid.ad(job_id)
     assert ad["JobStatus"] == JobStatus.COMPLETED
     assert unset(ad, "GridWaitReason")
+
+
+def test_a_burst_of_failed_submits_does_not_pause_the_resource_for_long(grid: Grid) -> None:
+    # A batch system that stalls fails every submit in flight: they are one outage, so
+    # once it answers again the jobs go in after their own short back-off, not after the
+    # resource's longest pause (20 failures counted in a row paused submits for 120 s).
+    control = flaky_control(grid, "submit-down")
+    ids = grid.submit("executable = /bin/true", count=20, resource="batch flaky")
+    config = with_gahp(ext_gahp(control=control), max_submit_attempts=100, retry_max=120.0)
+
+    async def main() -> None:
+        async with running(grid, config) as manager:
+            stats = manager.stats()["resources"]["batch flaky"]
+            await wait_for("every job's submit to fail", lambda: stats.submit_failures >= 20)
+            (control / "submit-down").unlink()
+            await wait_for("the jobs to finish", lambda: not any(map(grid.in_queue, ids)))
+            assert stats.submits == 20
+
+    run(main())
+    assert all(grid.ad(i)["JobStatus"] == JobStatus.COMPLETED for i in ids)
 
 
 def test_submit_failures_end_in_a_hold_after_the_limit(grid: Grid) -> None:

@@ -14,6 +14,7 @@ from htgrid.gahp.commands.blah import StatusAd
 from htgrid.grid import (
     GridManagerConfig,
     Resource,
+    ResourceState,
     UnsupportedGridJob,
     explain_grid_job,
     grid_type_of,
@@ -239,6 +240,82 @@ def test_transient_submit_failures_pause_the_resource() -> None:
     resource.submit_succeeded()
     assert resource.submit_pause() == 0
     assert resource.failures == 0
+
+
+def test_failures_of_submits_in_flight_together_count_once() -> None:
+    # A batch system that stalls fails every submit in flight at once: those 50 are one
+    # outage, not 50 failures in a row (which paused the resource's submits for 300 s).
+    resource, clock = _resource(failure_threshold=3, retry_initial=5.0, retry_max=300.0)
+    for _ in range(50):
+        resource.submit_failed(transient=True, sent_at=clock.now - 1)
+    assert resource.failures == 1 and resource.submit_pause() == 0
+    assert resource.stats.submit_failures == 50
+    for attempt in (2, 3):  # the retries, each sent after the failure before it counted
+        clock.now += 5
+        sent = clock.now
+        clock.now += 1
+        for _ in range(50):
+            resource.submit_failed(transient=True, sent_at=sent)
+        assert resource.failures == attempt
+    assert resource.submit_pause() == 5.0  # the threshold's first wait, not the longest
+    resource.submit_failed(transient=True)  # when it was sent is not known: counted
+    assert resource.failures == 4 and resource.submit_pause() == 10.0
+
+
+def test_a_resource_back_up_lifts_the_submit_pause() -> None:
+    resource, _ = _resource(failure_threshold=1, retry_initial=300.0, retry_max=300.0)
+    resource.submit_failed(transient=True)
+    assert resource.submit_pause() == 300.0
+
+    async def down_then_up() -> None:
+        await resource._set_state(ResourceState.UP, None)
+        assert resource.submit_pause() == 300.0  # up all along: the pause stands
+        await resource._set_state(ResourceState.DOWN, "slurmctld does not answer")
+        await resource._set_state(ResourceState.UP, None)
+
+    asyncio.run(down_then_up())
+    assert resource.submit_pause() == 0
+
+
+class _SteppingClock(ManualClock):
+    """Each sleep moves time on by its length at once, and is recorded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sleeps: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+        await asyncio.sleep(0)
+
+
+def test_a_down_resource_is_pinged_again_sooner_at_first() -> None:
+    # A stall of a minute must not keep the resource down for the whole
+    # down_ping_interval: the pings back off from retry_initial up to it.
+    clock = _SteppingClock()
+    settings = GridManagerConfig(retry_initial=5.0, retry_max=300.0, down_ping_interval=60.0)
+    services = Services(settings, clock, cast(Any, None), cast(Any, None))
+    gahp = GahpHandle("batch", ["true"], {}, clock=clock, config=settings)
+    answers = ["down"] * 6 + [None]
+
+    class Stalled(_Resource):
+        async def ping(self) -> str | None:
+            return answers.pop(0)
+
+    async def run() -> list[float]:
+        resource = Stalled(BatchResourceName("test"), gahp, services)
+        loop = asyncio.create_task(resource._ping_loop())
+        while answers:
+            await asyncio.sleep(0)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert resource.up
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+        return clock.sleeps
+
+    assert asyncio.run(run()) == [5.0, 10.0, 20.0, 40.0, 60.0, 60.0]
 
 
 def test_backoff_doubles_up_to_the_limit() -> None:

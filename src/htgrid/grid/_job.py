@@ -75,6 +75,9 @@ class GridJob(JobTask[S, E]):
         #: A submission found without its answer was in flight when something died: its
         #: lookup waits `lost_submit_grace` first (a submit a dead GAHP left running lands).
         self._grace_due = True
+        #: When the last submit request was sent (monotonic), for the resource's count of
+        #: failures (one outage's failures in flight count once); None: not known.
+        self._submit_sent: float | None = None
 
     # ---- the shared actions --------------------------------------------------------------------
 
@@ -177,6 +180,7 @@ class GridJob(JobTask[S, E]):
 
     async def _until_submittable(self) -> E | None:
         """Wait for the resource to be up and its submits not paused; a stop event if any."""
+        self._submit_sent = None  # a new attempt: not sent yet
         await self.check_proxy(wait=True)  # an expired proxy holds the job: nothing is sent
         while (stop := self._stopped()) is None:
             if not self.resource.up:
@@ -222,6 +226,7 @@ class GridJob(JobTask[S, E]):
         """A submit's GAHP request: its result, or the event instead: `lost` when its answer
         was lost (it may have happened: the key will say), a refusal when the GAHP does not
         know the command, a retry (or a refusal, too often) when it was never sent."""
+        self._submit_sent = self.clock.monotonic()
         try:
             return await request
         except ANSWER_LOST as err:
@@ -241,7 +246,8 @@ class GridJob(JobTask[S, E]):
         """A failed submit, counted by the resource too: SUBMIT_RETRY after the back-off
         (waited here) when it may work later; SUBMIT_REFUSED once it cannot, or too often."""
         self.last_error = error
-        self.resource.submit_failed(transient=transient)
+        sent, self._submit_sent = self._submit_sent, None
+        self.resource.submit_failed(transient=transient, sent_at=sent)
         self.submit_failures += 1
         if not transient or self.submit_failures >= self.config.max_submit_attempts:
             return self._submit_refused(error, subcode)

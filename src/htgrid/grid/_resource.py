@@ -3,7 +3,9 @@
 What HTCondor's BaseResource does, shared by every grid type:
 
 * ping: once at start, then on request (a failed call) at most every `min_ping_interval`
-  while up, and every `down_ping_interval` while down. Each change is told to every job,
+  while up; while down, after a wait that doubles from `retry_initial` up to
+  `down_ping_interval` (a batch system that stalls for a minute is seen back within
+  about a minute, not five). Each change is told to every job,
   which logs 026 (down) or 025 (up); jobs wait while their resource is down, they do
   not fail.
 * submit throttle: at most `max_submitted_per_resource` jobs submitted at once, granted
@@ -11,7 +13,11 @@ What HTCondor's BaseResource does, shared by every grid type:
 * pending throttle: at most `max_pending_requests` GAHP requests in flight (a type whose
   GAHP bounds its own work may ask for more).
 * failure-rate limit: after `failure_threshold` transient submit failures in a row the
-  resource's submits pause, for a wait that doubles with each further failure.
+  resource's submits pause, for a wait that doubles with each further failure. The
+  failures of submits already in flight when a failure was counted are that same outage:
+  not counted again (50 submits in flight that all fail when the batch system stalls
+  are one failure, not 50, which would have paused submits for the longest wait at
+  once). A resource seen back up after being down lifts the pause.
 * status: one poll per `poll_interval` for all the jobs that want one (the type's `poll`);
   after each, every job checks how old its last answer is (029 / 030, `JobTask`). A poll
   that fails says nothing about the jobs: they keep their state and the resource is pinged.
@@ -110,6 +116,10 @@ class Resource(abc.ABC, Generic[J, N]):
         self._in_flight = 0
         self._failures = 0
         self._paused_until = 0.0
+        #: When the last counted submit failure came (monotonic): a failed submit sent
+        #: before it was in flight already, part of the same outage.
+        self._failure_counted_at = float("-inf")
+        self._down_pings = 0
         self._ping_wanted = asyncio.Event()
         self._last_ping = 0.0
         self._tasks: list[asyncio.Task[None]] = []
@@ -192,12 +202,15 @@ class Resource(abc.ABC, Generic[J, N]):
                 ResourceState.UP if reason is None else ResourceState.DOWN, reason
             )
             if self.up:
+                self._down_pings = 0
                 await self._ping_wanted.wait()
                 spacing = self._last_ping + self.config.min_ping_interval - self.clock.monotonic()
                 if spacing > 0:
                     await self.clock.sleep(spacing)
             else:
-                await self.clock.sleep(self.config.down_ping_interval)
+                self._down_pings += 1
+                wait = min(self.config.backoff(self._down_pings), self.config.down_ping_interval)
+                await self.clock.sleep(wait)
 
     async def _ping_once(self) -> str | None:
         self.stats.pings += 1
@@ -225,6 +238,8 @@ class Resource(abc.ABC, Generic[J, N]):
         log.log(
             level, "resource %s is %s%s", self.name, state.value, f": {reason}" if reason else ""
         )
+        if state is ResourceState.UP and self.state is ResourceState.DOWN:
+            self._paused_until = 0.0  # it answers again: let the submits try
         self.state = state
         self.state_since = self.clock.time()
         for job in list(self.jobs.values()):
@@ -270,10 +285,15 @@ class Resource(abc.ABC, Generic[J, N]):
         self._failures = 0
         self._paused_until = 0.0
 
-    def submit_failed(self, *, transient: bool) -> None:
+    def submit_failed(self, *, transient: bool, sent_at: float | None = None) -> None:
+        """A failed submit; `sent_at`: when it was sent (monotonic), if known."""
         self.stats.submit_failures += 1
         if not transient:
             return  # the job's own fault, not the resource's
+        self.request_ping()
+        if sent_at is not None and sent_at < self._failure_counted_at:
+            return  # in flight when a failure was counted: the same outage
+        self._failure_counted_at = self.clock.monotonic()
         self._failures += 1
         if self._failures >= self.config.failure_threshold:
             pause = self.config.backoff(self._failures - self.config.failure_threshold + 1)
@@ -284,7 +304,6 @@ class Resource(abc.ABC, Generic[J, N]):
                 self._failures,
                 pause,
             )
-        self.request_ping()
 
     @property
     def failures(self) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from htgrid.backends.batch import _runner
 from htgrid.backends.batch._base import (
     BackendError,
     BackendUnavailable,
@@ -169,6 +170,36 @@ def test_runner_reads_large_output_and_kills_the_group_when_cancelled(tmp_path: 
     asyncio.run(cancelled())
     time.sleep(2.5)
     assert not marker.exists()
+
+
+def test_a_command_cancelled_while_it_starts_is_killed_and_reaped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The process starts in a worker thread: a caller cancelled meanwhile must not leave
+    # it running (nor a zombie) once the start completes.
+    started: list[subprocess.Popen[bytes]] = []
+    start = _runner._start
+
+    def recorded(argv: Sequence[str], stdin: str | None) -> Any:
+        proc, out, err = start(argv, stdin)
+        started.append(proc)
+        return proc, out, err
+
+    monkeypatch.setattr(_runner, "_start", recorded)
+
+    async def cancelled() -> None:
+        task = asyncio.create_task(run_command(["sleep", "30"], timeout=60))
+        await asyncio.sleep(0)  # the task is waiting for its process to start
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        deadline = time.monotonic() + 10
+        while not (started and started[0].returncode is not None):
+            assert time.monotonic() < deadline, "the abandoned process was not reaped"
+            await asyncio.sleep(0.01)
+
+    asyncio.run(cancelled())
+    assert started[0].returncode == -signal.SIGKILL
 
 
 # --- the status algorithm, over a scripted Slurm --------------------------------------------
