@@ -139,6 +139,8 @@ def test_config_val_defaults_file_values_and_dump(
         "PRIVATE_NETWORK_NAME",
         "COLLECTOR_AUDIT_LOG",  # none unless set
         "SEC_SCITOKENS_ALLOWED_ISSUERS",  # unset: the issuers the map file names
+        "AUTH_SSL_SERVER_CAFILE",  # unset: the pool's CA
+        "NETWORK_MAX_PENDING_CONNECTS",  # unset: 80% of the process's file descriptors
     }
     assert dumped["COLLECTOR_HOST"] == "127.0.0.1:9618"
     assert dumped["SCITOKENS_SERVER_AUDIENCE"] == "127.0.0.1:9618"  # HTCondor-CE's default
