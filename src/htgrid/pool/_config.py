@@ -95,7 +95,8 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
                                     run by another user run that user's jobs only
 
 The execute node's knobs (NUM_CPUS, MEMORY, DISK, EXECUTE, START, STARTD_ATTRS,
-UPDATE_INTERVAL, STARTD_NOCLAIM_SHUTDOWN, FILESYSTEM_DOMAIN, UID_DOMAIN, GPU_DISCOVERY)
+UPDATE_INTERVAL, STARTD_NOCLAIM_SHUTDOWN, CLAIM_WORKLIFE, FILESYSTEM_DOMAIN, UID_DOMAIN,
+GPU_DISCOVERY)
 are read by `htgrid.startd`; a name listed in STARTD_ATTRS may be set too (its value is
 a ClassAd expression). Any other name is refused, so that a typo does not pass silently.
 """
@@ -220,6 +221,7 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "STARTD_ATTRS": "",
     "UPDATE_INTERVAL": "300",
     "STARTD_NOCLAIM_SHUTDOWN": None,  # 0: never
+    "CLAIM_WORKLIFE": "1200",  # seconds a claim takes jobs (-1: no limit; 0: one job)
     "FILESYSTEM_DOMAIN": "localhost",
     "UID_DOMAIN": "localhost",
     "GPU_DISCOVERY": "true",

@@ -528,10 +528,13 @@ class ShadowRun:
                     return False
         usage = self._usage(ad, outcome, received)
         if outcome.kind is OutcomeKind.EXITED:
-            if reason is None:  # the next job's activation reuses the claim
+            # A claim past the node's CLAIM_WORKLIFE (`closing`) is released: the next
+            # job waits for a new match.
+            reuse = reason is None and not ended.closing
+            if reuse:  # the next job's activation reuses the claim
                 self._after = str(self.job_id)
-            await self._record_exit(usage, outcome, scan=reason is None)
-            return reason is None
+            await self._record_exit(usage, outcome, scan=reuse)
+            return reuse
         await self._record_stop(usage, "evicted by the execute node")
         return False
 

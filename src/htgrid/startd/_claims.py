@@ -82,6 +82,12 @@ class Claim:
     job_start: float | None = None
     watchers: int = 0  # long polls waiting on it now
     uses: int = 0  # jobs it ran before this one (claim reuse)
+    # CLAIM_WORKLIFE: seconds from the grant after which the claim takes no further job
+    # (None: no limit); `closing` is decided as each job ends, HTCondor's "Start" answer
+    # to its shadow's deactivation, and told to the schedd with the claim's status.
+    worklife: float | None = None
+    granted: float = 0.0  # wall time the claim was granted
+    closing: bool = False
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -94,6 +100,8 @@ class Claim:
     def move(self, new: ClaimState, now: float) -> None:
         """Change state as the table allows (ClaimStateError otherwise); wake long polls."""
         check_claim_move(self.claim_id, self.state, new)
+        if new is ClaimState.ENDED and self.worklife is not None:
+            self.closing = self.closing or now - self.granted >= self.worklife
         self.state = new
         self.entered = now
         self.touch()
@@ -116,6 +124,7 @@ class Claim:
             self.outcome,
             self.starter.output_inline if ended and self.starter is not None else None,
             None if job is None else str(job),
+            self.closing,
         )
 
     async def wait_change(self, version: int, timeout: float) -> None:
@@ -167,9 +176,17 @@ class Slots:
         self.entered = self._clock()
 
     def carve(
-        self, claim_id: str, request: Resources, job_ad: ClassAd, schedd: str, lease: float
+        self,
+        claim_id: str,
+        request: Resources,
+        job_ad: ClassAd,
+        schedd: str,
+        lease: float,
+        *,
+        worklife: float | None = None,
     ) -> Claim:
-        """A new claim of `request` (ClaimRefused when the slot cannot give it)."""
+        """A new claim of `request` (ClaimRefused when the slot cannot give it), taking
+        jobs for `worklife` seconds (CLAIM_WORKLIFE; None: no limit)."""
         if self.state is not SlotState.UNCLAIMED:
             raise ClaimRefused(f"{self.name} is {self.state.value}: it takes no claims now")
         if claim_id in self.claims:
@@ -180,7 +197,7 @@ class Slots:
                 f"{self.name} has {free.cpus} cpus, {free.memory} MB and {free.disk} KB free; "
                 f"the job asks for {request.cpus}, {request.memory} MB and {request.disk} KB"
             )
-        slot_id = self._next
+        slot_id, now = self._next, self._clock()
         self._next += 1
         claim = Claim(
             claim_id=claim_id,
@@ -191,7 +208,9 @@ class Slots:
             schedd=schedd,
             lease=lease,
             renewed=self._monotonic(),
-            entered=self._clock(),
+            entered=now,
+            worklife=worklife,
+            granted=now,
         )
         self.claims[claim_id] = claim
         return claim

@@ -10,6 +10,10 @@
     Site = "attic"
     UPDATE_INTERVAL = 300         seconds between updates of the slot ads (and on change)
     STARTD_NOCLAIM_SHUTDOWN = 0   exit after this many seconds without a claim (0: never)
+    CLAIM_WORKLIFE = 1200         seconds after its grant a claim takes no further job: a
+                                  job ending later leaves it to be released, and the
+                                  schedd's next job waits for a new match (-1: no limit;
+                                  0: one job per claim)
     FILESYSTEM_DOMAIN = localhost jobs from this domain share our files (no transfer)
     UID_DOMAIN = localhost
     GPU_DISCOVERY = true          look for GPUs with nvidia-smi (if it is on PATH)
@@ -72,6 +76,7 @@ class StartdConfig(HomeLayout):
     attrs: tuple[tuple[str, str], ...] = ()
     update_interval: float = 300.0
     noclaim_shutdown: float = 0.0
+    claim_worklife: float | None = 1200.0  # None: no limit
     filesystem_domain: str = "localhost"
     uid_domain: str = "localhost"
     gpu_discovery: bool = True
@@ -130,6 +135,18 @@ class StartdConfig(HomeLayout):
                 ) from None
             return text
 
+        def worklife() -> float | None:
+            text = conf.text("CLAIM_WORKLIFE")
+            try:
+                seconds = float(text)
+            except ValueError:
+                line = conf.values["CLAIM_WORKLIFE"][1]
+                raise PoolError(
+                    f"{conf.path}:{line}: CLAIM_WORKLIFE must be a number of seconds "
+                    f"(-1: no limit), not {text!r}"
+                ) from None
+            return None if seconds < 0 else seconds
+
         def optional(key: str) -> int | None:
             return conf.integer(key, 0) if conf.has(key) else None
 
@@ -151,6 +168,7 @@ class StartdConfig(HomeLayout):
             attrs=attrs,
             update_interval=conf.number("UPDATE_INTERVAL"),
             noclaim_shutdown=conf.number("STARTD_NOCLAIM_SHUTDOWN", 0.0, zero=True),
+            claim_worklife=worklife(),
             filesystem_domain=conf.text("FILESYSTEM_DOMAIN"),
             uid_domain=conf.text("UID_DOMAIN"),
             gpu_discovery=conf.flag("GPU_DISCOVERY"),

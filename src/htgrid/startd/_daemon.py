@@ -196,7 +196,8 @@ class Startd:
         if not requirements_hold(job_ad, pslot):
             raise ClaimRefused(f"the job's Requirements do not match {slots.name} now")
         request = request_of(job_ad, pslot, slots.free.gpus)  # carve() checks the sizes
-        claim = slots.carve(claim_id, request, job_ad, schedd, lease)
+        worklife = self.config.claim_worklife
+        claim = slots.carve(claim_id, request, job_ad, schedd, lease, worklife=worklife)
         _log.info(
             "%s claimed by %s for job %s (%d cpus, %d MB, %d KB%s)",
             claim.name,
@@ -299,6 +300,12 @@ class Startd:
         return claim.status()
 
     async def _reuse(self, claim: Claim) -> None:
+        if claim.closing:  # past CLAIM_WORKLIFE at its last job's end: it is over
+            await self._release(claim)
+            raise ClaimRefused(
+                f"{claim.name} takes no more jobs: its claim is older than CLAIM_WORKLIFE "
+                f"({claim.worklife:g} seconds) and was released"
+            )
         if claim.starter is not None:
             await claim.starter.cleanup()
         claim.starter, claim.outcome, claim.job_start = None, None, None

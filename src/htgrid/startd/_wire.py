@@ -80,6 +80,9 @@ class ClaimStatus:
     # The job ("cluster.proc") the claim was last activated for, once it was: a schedd
     # reconnecting to a job finds whether the claim ever ran it, or only its last one.
     job: str | None = None
+    # The claim takes no further job (its CLAIM_WORKLIFE is past): the schedd releases
+    # it once the job's end is recorded, and the next job waits for a new match.
+    closing: bool = False
 
     def to_json(self) -> dict[str, Any]:
         doc = {
@@ -94,6 +97,8 @@ class ClaimStatus:
             doc["output_data"] = base64.b64encode(self.output_data).decode("ascii")
         if self.job is not None:
             doc["job"] = self.job
+        if self.closing:
+            doc["closing"] = True
         return doc
 
     @classmethod
@@ -112,6 +117,7 @@ class ClaimStatus:
                 Outcome.from_json(outcome) if isinstance(outcome, Mapping) else None,
                 None if data is None else base64.b64decode(data, validate=True),
                 None if job is None else str(job),
+                doc.get("closing") is True,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StartdProtocolError(f"not a claim status: {exc}") from None

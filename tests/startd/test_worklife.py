@@ -1,0 +1,95 @@
+"""CLAIM_WORKLIFE on the execute node: a claim older than it when a job ends takes no
+further job; the schedd learns so with the job's end, and a reuse asked for all the same
+is refused and the claim released."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from htgrid.classad import ClassAd
+from htgrid.pool import PoolError
+from htgrid.startd import (
+    ClaimNotFound,
+    ClaimRefused,
+    ClaimState,
+    ClaimStatus,
+    Resources,
+    StartdClient,
+    StartdConfig,
+)
+from htgrid.startd._claims import Slots
+from htgrid.startd._daemon import Startd
+
+from .conftest import job_ad, run_job, run_startd, script
+
+
+def _ended_at(slots: Slots, cid: str, now: float) -> bool:
+    """Run the claim's next job from `now` to its end then; whether the claim closes."""
+    claim = slots.claims[cid]
+    if claim.state is ClaimState.ENDED:
+        claim.move(ClaimState.CLAIMED, now)
+    claim.move(ClaimState.STARTING, now)
+    claim.move(ClaimState.RUNNING, now)
+    claim.move(ClaimState.ENDED, now)
+    return claim.status().closing
+
+
+def test_a_claim_closes_at_the_first_job_end_past_its_worklife() -> None:
+    granted = [1000.0]
+    slots = Slots(Resources(4, 1000, 10_000), "host", clock=lambda: granted[0])
+    slots.carve("a" * 20, Resources(1, 10, 10), ClassAd(), "s", 60, worklife=100)
+    slots.carve("b" * 20, Resources(1, 10, 10), ClassAd(), "s", 60)  # no limit
+    assert [_ended_at(slots, "a" * 20, t) for t in (1010.0, 1099.0, 1100.0)] == [
+        False,
+        False,
+        True,
+    ]
+    assert not _ended_at(slots, "b" * 20, 10**9)
+    zero = slots.carve("c" * 20, Resources(1, 10, 10), ClassAd(), "s", 60, worklife=0)
+    assert _ended_at(slots, zero.claim_id, 1000.0)  # 0: one job per claim
+
+
+def test_closing_crosses_the_wire_and_is_off_by_default() -> None:
+    status = ClaimStatus("c" * 20, "slot1_1@h", ClaimState.ENDED, 3, closing=True)
+    assert status.to_json()["closing"] is True
+    assert ClaimStatus.from_json(status.to_json()) == status
+    plain = ClaimStatus("c" * 20, "slot1_1@h", ClaimState.ENDED, 3)
+    assert "closing" not in plain.to_json()
+    assert not ClaimStatus.from_json(plain.to_json()).closing
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("", 1200.0), ("0", 0.0), ("3600", 3600.0), ("-1", None)]
+)
+def test_claim_worklife_is_read_from_the_pool_config(
+    tmp_path: Path, text: str, seconds: float | None
+) -> None:
+    (tmp_path / "htgrid.conf").write_text(f"CLAIM_WORKLIFE = {text}\n" if text else "")
+    assert StartdConfig.load(tmp_path).claim_worklife == seconds
+
+
+def test_a_claim_worklife_that_is_not_a_number_is_refused_with_its_line(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "htgrid.conf").write_text("START = true\nCLAIM_WORKLIFE = 20m\n")
+    with pytest.raises(PoolError, match=r"htgrid\.conf:2: CLAIM_WORKLIFE .* not '20m'"):
+        StartdConfig.load(tmp_path)
+
+
+def test_a_closing_claim_refuses_the_next_job_and_is_released(tmp_path: Path) -> None:
+    iwd = tmp_path / "iwd"
+    script(iwd, "exit 0\n")
+
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        cid, ended = await run_job(client, job_ad(iwd))
+        assert ended.closing and ended.outcome is not None  # told with the job's end
+        await client.fetch_output(cid, tmp_path / "out.tar")  # the output is still there
+        with pytest.raises(ClaimRefused, match=r"CLAIM_WORKLIFE \(0 seconds\)"):
+            await client.activate(cid, job_ad(iwd, ProcId=1), after="1.0")
+        with pytest.raises(ClaimNotFound):
+            await client.status(cid)
+        assert not startd.slots.claims  # its resources are the slot's again
+
+    run_startd(tmp_path / "home", scenario, conf="CLAIM_WORKLIFE = 0\n")
