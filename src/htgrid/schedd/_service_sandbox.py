@@ -26,11 +26,7 @@ from htgrid.queue import (
 )
 from htgrid.schedd._spool import (
     BatchInput,
-    JobOutput,
     make_dirs,
-    output_files,
-    pack_output,
-    pack_outputs,
     proxy_expiration,
     read_batch,
     receive_input,
@@ -38,6 +34,7 @@ from htgrid.schedd._spool import (
     unpack_input,
     unpack_members,
 )
+from htgrid.schedd._spool_output import JobOutput, output_files, pack_output, pack_outputs
 from htgrid.schedd._worker import QueueWorker
 
 __all__ = ["MAX_BATCH_JOBS", "SPOOLED", "SandboxTransfers"]
