@@ -10,7 +10,7 @@ import httpx
 
 from htgrid.net import ScheddClient
 from htgrid.queue import JobId
-from htgrid.schedd._spool import output_files
+from htgrid.schedd._spool_output import output_files
 from htgrid.testing import PersonalPool, proxy_pem
 
 from ._support import SPOOLING, put_raw, spool_dir, submit, tar_of

@@ -16,14 +16,9 @@ from htgrid.backends.condor._sandbox import _top_header
 from htgrid.classad import ClassAd
 from htgrid.net import BadRequest
 from htgrid.net.server import NO_LIMIT, empty_job_dirs
-from htgrid.schedd import _spool
-from htgrid.schedd._spool import (
-    make_dirs,
-    pack_output,
-    read_batch,
-    receive_input,
-    unpack_input,
-)
+from htgrid.schedd import _spool, _spool_output
+from htgrid.schedd._spool import make_dirs, read_batch, receive_input, unpack_input
+from htgrid.schedd._spool_output import pack_output
 
 from ._support import tar_of, untar
 
@@ -208,8 +203,8 @@ def test_the_output_walk_finds_what_os_walk_found(tmp_path: Path) -> None:
     os.symlink(root / "z.txt", root / "link-to-file")  # listed (refused when packed)
     os.symlink(tmp_path / "nowhere", root / "a" / "dangling")
     os.mkfifo(root / "b" / "fifo")
-    walked = [str(rel) for rel in _spool._walk(root)]
+    walked = [str(rel) for rel in _spool_output._walk(root)]
     assert walked == _walked_by_os_walk(root)
     assert walked[:3] == ["link-to-file", "m.txt", "z.txt"]  # a directory's files first
-    assert list(_spool._walk(tmp_path / "missing")) == []
-    assert list(_spool._walk(root / "empty")) == []
+    assert list(_spool_output._walk(tmp_path / "missing")) == []
+    assert list(_spool_output._walk(root / "empty")) == []

@@ -57,23 +57,20 @@ from htgrid.queue import (
     JobStatus,
 )
 from htgrid.queue.faults import FaultLog, JobFailure, daemon_fault, problem
-from htgrid.schedd._claims import ClaimBook, ClaimRecord, jobs_on_claims
+from htgrid.schedd._claims import ClaimBook, ClaimRecord
 from htgrid.schedd._leases import NodeLeases
 from htgrid.schedd._shadow_base import (
-    CUT,
-    LEASE_MARGIN,
-    RUNNING,
+    DISCONNECTED,
+    VANILLA,
     ShadowSettings,
     StopReason,
-    after_stop,
-    lease_valid,
     no_lease,
 )
+from htgrid.schedd._shadow_recover import recover_claims, requeue
 from htgrid.schedd._shadow_run import ShadowRun
 from htgrid.schedd._worker import QueueWorker
 from htgrid.startd import (
     TLS_CERTIFICATE,
-    ClaimNotFound,
     Resources,
     StartdClient,
     StartdError,
@@ -86,11 +83,8 @@ __all__ = ["VANILLA", "ShadowManager", "ShadowSettings", "StopReason"]
 
 _log = logging.getLogger("htgrid.schedd.shadow")
 
-VANILLA: Final = 5
 _FEED_BATCH: Final = 2000
 _REUSE_SCAN: Final = 64  # idle jobs read beyond those shadows hold, for claims to reuse
-_SETTLE_RETRY: Final = 2.0  # how often an unreachable node is asked again
-_DISCONNECTED: Final = ("JobDisconnectedDate", "JobLeaseExpiration", "DisconnectReason")
 _CHANGES_JOB: Final = (ChangeKind.STATUS, ChangeKind.ATTRIBUTES, ChangeKind.LEFT_QUEUE)
 
 
@@ -149,169 +143,9 @@ class ShadowManager:
 
     async def recover(self) -> list[JobId]:
         """Reconnect to the jobs an earlier daemon left running on nodes of other hosts;
-        put back to idle those that surely run nowhere (returned, when at once).
-
-        A running job whose claim on a node of another host was recorded is reconnected
-        to (`ShadowRun` without a match) when its lease allows it, as HTCondor decides:
-        its JobLeaseDuration neither 0 nor passed since its LastJobLeaseRenewal (kept
-        by `renew_leases`). 022 at once, 023 when the node answers that it runs it
-        still, and its run is followed to its end as if the schedd had never stopped;
-        or given up on (024, 004) when the node has no such claim, or does not answer
-        before the lease has surely run out there. Any other recorded claim is
-        ended on its node (the job killed, the slot released: `_settle`, in the
-        background), and only then does its job go back to idle (004). A running job
-        with no claim recorded ran on a node of this pool's own, which stopped with the
-        daemon (its jobs killed): back to idle at once.
-        """
-        records = await asyncio.to_thread(self.claims.load)
-        recorded = {r.public_id: r for r in records}
-        settling: dict[str, JobId] = {}
-        resuming: dict[str, ClassAd] = {}
-        expired: list[JobId] = []
-        now = self._clock()
-
-        def evict(q: JobQueue) -> tuple[int, list[JobId]]:
-            seq = q.last_seq
-            evicted = []
-            # A job the job router manages (Managed = "External") mirrors its routed
-            # copy: nothing of this daemon's runs it.
-            running = f"JobUniverse == {VANILLA} && JobStatus != 1 && JobStatus != 5"
-            ads = q.query(f'{running} && Managed =!= "External"')
-            on_claim = jobs_on_claims(ads, recorded)
-            for ad in ads:
-                jid = JobId(ad["ClusterId"], ad["ProcId"])
-                record = recorded.get(str(ad.get("PublicClaimId")))
-                if record is not None and on_claim.get(record.claim_id) is ad:
-                    remote = socket_of(record.address) is None
-                    if remote and ad["JobStatus"] in RUNNING:
-                        if lease_valid(ad, now, record.lease):
-                            resuming[record.claim_id] = ad  # it may run there still
-                            continue
-                        expired.append(jid)
-                    settling[record.claim_id] = jid  # running perhaps: the node says
-                elif ad["JobStatus"] == JobStatus.COMPLETED:
-                    continue  # an earlier job of a claim that ran the next one
-                elif ad["JobStatus"] == JobStatus.REMOVED:
-                    q.destroy(jid)
-                elif ad["JobStatus"] in RUNNING:
-                    q.job_evicted(jid)
-                    evicted.append(jid)
-            return seq, evicted
-
-        self._seq, evicted = await self._worker.write(evict)
-        for jid in evicted:
-            _log.info("job %s had no execute node after the restart: back to idle", jid)
-        for jid in expired:
-            _log.info(
-                "job %s: no lease to reconnect to it within (JobLeaseDuration 0, or past "
-                "since its LastJobLeaseRenewal): its claim is ended, and it goes back to idle",
-                jid,
-            )
-        for record in records:
-            ad = resuming.get(record.claim_id)
-            if ad is not None and not self._resume(record, ad):
-                settling[record.claim_id] = _job_id(ad)
-        self._settling.update(settling.values())
-        for record in records:
-            if record.claim_id in resuming and record.claim_id not in settling:
-                continue
-            task = asyncio.create_task(
-                self._settle(record, settling.get(record.claim_id)),
-                name=f"claim of {record.job_id}",
-            )
-            self._settlers.add(task)
-            task.add_done_callback(self._settlers.discard)
-        return evicted
-
-    def _resume(self, record: ClaimRecord, ad: ClassAd) -> bool:
-        """Reconnect to `record`'s job, running on a node of another host; False when
-        that node cannot be called (its address or certificate unusable)."""
-        client = self._client(record.address, record.certificate)
-        if client is None:
-            return False
-        jid = _job_id(ad)
-        run = ShadowRun(
-            self,
-            jid,
-            ad,
-            client,
-            record.address,
-            certificate=record.certificate,
-            claim_id=record.claim_id,
-        )
-        run.lease, run.start_seq = record.lease, self._seq
-        _log.info("job %s: reconnecting to it on %s", jid, record.address)
-        self._launch(run)
-        return True
-
-    async def _settle(self, record: ClaimRecord, job: JobId | None) -> None:
-        """End a claim an earlier daemon left that may still run `job` (held or removed
-        since, or on a node of this pool's own); then the job goes back to idle. An
-        unreachable node's job stays Running, disconnected (022), and the node is asked
-        again until the claim's lease has surely run out there; then the schedd gives up
-        on the job (024) and requeues it."""
-        client = self._client(record.address, record.certificate)
-        local = socket_of(record.address) is not None
-        deadline: float | None = None
-        why = await self._end_claim(client, record)
-        gave_up = "The execute node has ended the job and released its claim"
-        while why is not None:
-            if local or job is None:
-                # A node of this pool's own that does not answer stopped with the pool
-                # (its jobs with it); a claim no job ran on runs nothing: its lease ends it.
-                _log.info("claim of job %s on %s: %s", record.job_id, record.address, why)
-                break
-            if deadline is None:
-                deadline = self._clock() + record.lease + record.vacate + LEASE_MARGIN
-                await self._disconnected(job, record, deadline, why)
-            if self._clock() >= deadline:
-                _log.warning(
-                    "job %s: the lease of its claim on %s has run out: it runs no more there",
-                    job,
-                    record.address,
-                )
-                gave_up = (
-                    f"Job disconnected too long: JobLeaseDuration ({record.lease:g} seconds) "
-                    "expired"
-                )
-                break
-            await asyncio.sleep(min(_SETTLE_RETRY, max(0.0, deadline - self._clock())))
-            why = await self._end_claim(client, record)
-        if job is not None:
-            await self._worker.write(functools.partial(_requeue, job=job, reason=gave_up))
-            self._settling.discard(job)
-            _log.info("job %s: its claim on %s is over: back to idle", job, record.address)
-        await asyncio.to_thread(self.claims.forget, record.claim_id)
-
-    async def _end_claim(self, client: StartdClient | None, record: ClaimRecord) -> str | None:
-        """Ask the node to release the claim (killing its job); None once it has (or
-        has no such claim), else why it could not be told."""
-        if client is None:
-            return "the node's address or certificate cannot be used"
-        # The node answers once the job is gone: its vacate time, and a margin.
-        wait = record.vacate + self.settings.alive_interval
-        try:
-            await asyncio.wait_for(client.release(record.claim_id), wait)
-        except ClaimNotFound:
-            return None
-        except TimeoutError:
-            return f"no answer within {wait:g} s"
-        except StartdError as exc:
-            return str(exc)
-        return None
-
-    async def _disconnected(
-        self, job: JobId, record: ClaimRecord, deadline: float, why: str
-    ) -> None:
-        _log.warning(
-            "job %s: its execute node %s cannot be reached (%s): it may still run there, "
-            "so it waits for the lease of that claim to run out (%s) before it runs again",
-            job,
-            record.address,
-            why,
-            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(deadline)),
-        )
-        await self._stamp(job, CUT, deadline)
+        put back to idle those that surely run nowhere (returned, when at once):
+        `recover_claims`."""
+        return await recover_claims(self)
 
     async def _stamp(self, job: JobId, reason: str, deadline: float) -> None:
         """The job disconnected (022, `reason`) until `deadline`."""
@@ -631,7 +465,7 @@ class ShadowManager:
         def note(q: JobQueue) -> None:
             with contextlib.suppress(InvalidTransition, JobNotFound):
                 count = q.get(job).get("NumJobReconnects", 0)
-                cleared: dict[str, Any] = {n: ExprTree("undefined") for n in _DISCONNECTED}
+                cleared: dict[str, Any] = {n: ExprTree("undefined") for n in DISCONNECTED}
                 number = count if isinstance(count, int) and not isinstance(count, bool) else 0
                 renewed = {"LastJobLeaseRenewal": run.renewed}
                 q.update(job, {**cleared, **renewed, "NumJobReconnects": number + 1})
@@ -640,7 +474,7 @@ class ShadowManager:
 
     async def gave_up(self, run: ShadowRun, reason: str) -> None:
         self.drop_lease(run)
-        await self._worker.write(functools.partial(_requeue, job=run.job_id, reason=reason))
+        await self._worker.write(functools.partial(requeue, job=run.job_id, reason=reason))
         await self.forget_claim(run)
 
     async def forget_claim(self, run: ShadowRun) -> None:
@@ -657,10 +491,6 @@ class ShadowManager:
         self._faults.report(failure)
 
 
-def _job_id(ad: ClassAd) -> JobId:
-    return JobId(ad["ClusterId"], ad["ProcId"])
-
-
 def _record_of(run: ShadowRun) -> ClaimRecord:
     return ClaimRecord(
         run.claim_id, run.job_id, run.address, run.certificate, run.lease, run.vacate_time
@@ -675,23 +505,6 @@ def _fits(job: ClassAd, slot: ClassAd, resources: Resources) -> bool:
         return resources.fits(request_of(job, slot, resources.gpus))
     except StartdError:  # more GPUs than the claim has
         return False
-
-
-def _requeue(q: JobQueue, *, job: JobId, reason: str) -> str:
-    """A job whose claim is over: back to idle (004), unless it was held or removed
-    meanwhile (a removed one leaves the queue). A disconnected one is given up on first
-    (024, `reason` its VacateReason)."""
-    try:
-        ad = q.get(job)
-        if any(name in ad for name in _DISCONNECTED):
-            cleared: dict[str, Any] = {name: ExprTree("undefined") for name in _DISCONNECTED}
-            q.update(job, {**cleared, "VacateReason": reason})
-        if JobStatus(ad["JobStatus"]) in RUNNING:
-            q.job_evicted(job)
-            return "back to idle"
-        return after_stop(q, job)
-    except (InvalidTransition, JobNotFound):
-        return "gone from the queue"
 
 
 def _renewed(q: JobQueue, *, renewals: list[tuple[JobId, dict[str, Any]]]) -> None:

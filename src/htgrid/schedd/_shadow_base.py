@@ -26,9 +26,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CUT",
+    "DISCONNECTED",
     "LEASE_MARGIN",
     "RESTARTED",
     "RUNNING",
+    "VANILLA",
     "Evicted",
     "GaveUp",
     "ShadowHost",
@@ -53,6 +55,9 @@ LEASE_MARGIN: Final = 5.0
 CUT: Final = "Socket between submit and execute hosts closed unexpectedly"
 RESTARTED: Final = "Local schedd and job shadow died, schedd now running again"
 RUNNING: Final = (JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED)
+VANILLA: Final = 5
+# What a disconnected job carries until it is reconnected to or given up on.
+DISCONNECTED: Final = ("JobDisconnectedDate", "JobLeaseExpiration", "DisconnectReason")
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,16 +12,16 @@ go unanswered, `_leases`), or when the schedd starts again with the job running 
 the shadow is disconnected (022) and reconnects (`_lost`): once the node answers within
 the lease, it follows the same run on (023, and the job's end as usual); when the node
 says the claim is gone, or the lease has surely run out there, it gives the run up
-(024) and the job goes back to idle. (Its sandboxes' transfers are `_shadow_files`'.)
+(024) and the job goes back to idle. (Its sandboxes' transfers are `_shadow_files`', the
+queue records of its end `_shadow_record`'s.)
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
@@ -33,38 +33,33 @@ from htgrid.negotiator import Match, Updates, apply_updates
 from htgrid.queue import (
     HoldReasonCode,
     InvalidTransition,
-    JobAction,
     JobId,
     JobNotFound,
     JobQueue,
-    JobStatus,
 )
 from htgrid.queue.faults import JobFailure, daemon_fault, problem
 from htgrid.schedd._claims import public_claim_id
 from htgrid.schedd._leases import NodeLink
-from htgrid.schedd._local import SCHEDD
 from htgrid.schedd._shadow_base import (
     CUT,
     LEASE_MARGIN,
     RESTARTED,
-    RUNNING,
     Evicted,
     GaveUp,
     ShadowHost,
     StopReason,
     Unreachable,
-    after_stop,
     claimed_slot,
     reconnect_delay,
     reconnected_slot,
     vacate_time,
 )
-from htgrid.schedd._shadow_files import fetch_output, remove_tree, send_input, small_input
+from htgrid.schedd._shadow_files import fetch_output, send_input, small_input
+from htgrid.schedd._shadow_record import ShadowRecords
 from htgrid.startd import (
     ClaimNotFound,
     ClaimState,
     ClaimStatus,
-    Outcome,
     OutcomeKind,
     Resources,
     StartdClient,
@@ -87,7 +82,7 @@ _NOT_FOUND: Final = "Job not found at execution machine"
 _CLAIM_NOT_FOUND: Final = "Claim not found at execution machine"
 
 
-class ShadowRun:
+class ShadowRun(ShadowRecords):
     """One job's run on one claim."""
 
     def __init__(
@@ -537,100 +532,6 @@ class ShadowRun:
             return reuse
         await self._record_stop(usage, "evicted by the execute node")
         return False
-
-    def _usage(self, ad: ClassAd, outcome: Outcome, received: int) -> dict[str, Any]:
-        def num(name: str) -> float:
-            value = ad.get(name, 0)
-            return float(value) if isinstance(value, int | float) else 0.0
-
-        usage: dict[str, Any] = {
-            "RemoteUserCpu": outcome.user_cpu,
-            "RemoteSysCpu": outcome.sys_cpu,
-            "CumulativeRemoteUserCpu": num("CumulativeRemoteUserCpu") + outcome.user_cpu,
-            "CumulativeRemoteSysCpu": num("CumulativeRemoteSysCpu") + outcome.sys_cpu,
-            "RemoteWallClockTime": num("RemoteWallClockTime") + max(0.0, outcome.wall),
-            "BytesRecvd": received,
-            **self._sent,
-        }
-        if outcome.disk_kb:
-            usage["DiskUsage"] = max(outcome.disk_kb, 1)
-        return usage
-
-    async def _record_exit(
-        self, usage: Mapping[str, Any], outcome: Outcome, *, scan: bool = False
-    ) -> None:
-        """Record the exit; with `scan`, read the idle jobs that may follow on the claim
-        in the same call on the queue thread (`_idle`)."""
-        jid = self.job_id
-        spooled = self.m.settings.spooled(jid)
-        idle = self.m.idle_scan(self) if scan else None
-
-        def record(q: JobQueue) -> str:
-            by_signal = outcome.signal is not None
-            code = outcome.signal if by_signal else outcome.exit_code
-            try:  # the usage with the exit, in its transaction: one commit
-                return q.job_exited(jid, code or 0, by_signal=by_signal, usage=usage).value
-            except InvalidTransition:  # held or removed as it ended: that stands
-                with contextlib.suppress(InvalidTransition, JobNotFound):
-                    q.update(jid, usage)
-                return after_stop(q, jid)
-            except JobNotFound:
-                return "gone from the queue"
-
-        def record_and_scan(q: JobQueue) -> tuple[str, list[ClassAd] | None]:
-            return record(q), ([] if idle is None else idle(q))
-
-        result, self._idle = await self.m.write(record_and_scan)
-        if self._spooled:
-            await asyncio.to_thread(remove_tree, spooled)
-        how = (
-            f"signal {outcome.signal}"
-            if outcome.signal is not None
-            else f"exit {outcome.exit_code}"
-        )
-        _log.info("job %s ended (%s): %s", jid, how, result)
-
-    async def _record_stop(self, usage: Mapping[str, Any], why: str) -> None:
-        """The run stopped before the job ended: back to idle, or held/removed as asked."""
-        jid, reason = self.job_id, self.stop_reason
-
-        def record(q: JobQueue) -> str:
-            try:
-                q.update(jid, usage)
-                status = JobStatus(q.get(jid)["JobStatus"])
-                if status in RUNNING:
-                    q.job_evicted(jid)
-                    return "back to idle"
-                return after_stop(q, jid)
-            except (InvalidTransition, JobNotFound):
-                return "gone from the queue"
-
-        result = await self.m.write(record)
-        if reason is StopReason.REMOVE:
-            await asyncio.to_thread(remove_tree, self.m.settings.spooled(jid))
-        _log.info("job %s stopped (%s): %s", jid, reason.value if reason else "evicted", result)
-
-    async def _record_evicted(self, why: str) -> None:
-        _log.warning("job %s: %s", self.job_id, why)
-        with contextlib.suppress(HTGridError):
-            await self._record_stop(self._sent, why)
-
-    async def _hold(self, reason: str, code: HoldReasonCode, subcode: int) -> bool:
-        """Hold the job (a removed one leaves the queue); whether this held it."""
-        jid, sent = self.job_id, self._sent
-        _log.warning("job %s held: %s", jid, reason)
-
-        def hold(q: JobQueue) -> bool:
-            held = False
-            with contextlib.suppress(InvalidTransition, JobNotFound):
-                if sent:
-                    q.update(jid, sent)
-                held = bool(q.act(JobAction.Hold, jid, SCHEDD, reason, code=code, subcode=subcode))
-            with contextlib.suppress(InvalidTransition, JobNotFound):
-                after_stop(q, jid)
-            return held
-
-        return bool(await self.m.write(hold))
 
     async def _release(self) -> None:
         if self._settled:

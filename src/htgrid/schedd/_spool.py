@@ -6,8 +6,9 @@ arrives as a plain tar, kept in memory up to 1 MiB and beyond that streamed to a
 temporary file beside the sandbox (`receive_input`, never whole in memory), then
 unpacked (`unpack_input`; several jobs' inputs in one tar, a top-level directory per job,
 with `read_batch` and `unpack_members`, each job refused or unpacked on its own); its
-output leaves as one, packed into an unnamed temporary file (`pack_output`; several
-jobs' outputs in one tar, `jobs.json` first, with `output_files` and `pack_outputs`).
+output leaves as one, packed into an unnamed temporary file (`_spool_output`'s
+`pack_output`; several jobs' outputs in one tar, `jobs.json` first, with `output_files`
+and `pack_outputs`).
 `unpack_input` and the packing block: call them off the event loop.
 Both directions are capped (`SizeLimit`: MAX_TRANSFER_INPUT_MB, MAX_TRANSFER_OUTPUT_MB).
 
@@ -32,7 +33,6 @@ would open it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import json
 import os
@@ -43,16 +43,15 @@ import stat
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import AsyncIterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Final
 
 from cryptography import x509
 
-from htgrid._files import open_beneath, write_atomic
+from htgrid._files import write_atomic
 from htgrid._privsep import Account, as_owner, owned_dir, spawn_identity
-from htgrid.classad import ClassAd
 from htgrid.net import BadRequest, SandboxTooLarge
 from htgrid.net.server import (
     NO_LIMIT,
@@ -63,19 +62,16 @@ from htgrid.net.server import (
 )
 
 __all__ = [
-    "INDEX",
     "BatchInput",
-    "JobOutput",
     "cut_short_uploads",
     "make_dirs",
     "manifest_path",
-    "output_files",
-    "pack_output",
-    "pack_outputs",
     "proxy_expiration",
     "read_batch",
+    "read_manifest",
     "receive_input",
     "replace_proxy",
+    "scratch_file",
     "unpack_input",
     "unpack_members",
 ]
@@ -85,9 +81,6 @@ _CHUNK: Final = 1 << 20
 #: _MKDIR_ARGS of them (an argument list stays far below the kernel's limit).
 _MKDIR_PROCESS_FROM: Final = 8
 _MKDIR_ARGS: Final = 500
-#: The first member of a tar of several jobs' outputs: what each job got (`pack_outputs`).
-INDEX: Final = "jobs.json"
-_LIST_SPLIT: Final = re.compile(r"[\s,]+")
 Manifest = dict[str, tuple[int, int]]  # member name -> (size, mtime in ns)
 Member = tuple[tarfile.TarInfo, PurePosixPath]  # a tar member, its name in the sandbox
 
@@ -153,7 +146,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _read_manifest(sandbox: Path) -> Manifest:
+def read_manifest(sandbox: Path) -> Manifest:
     try:
         raw = json.loads(manifest_path(sandbox).read_text(encoding="utf-8"))
     except (FileNotFoundError, ValueError):
@@ -167,7 +160,7 @@ def replace_proxy(sandbox: Path, name: str, data: bytes, *, sync: bool) -> None:
     is replaced, not followed); noted as uploaded, so it does not go back as output."""
     target = sandbox / name
     write_atomic(target, data, sync=sync, mode=0o600)
-    manifest = _read_manifest(sandbox)
+    manifest = read_manifest(sandbox)
     st = os.lstat(target)
     manifest[name] = (st.st_size, st.st_mtime_ns)
     write_atomic(manifest_path(sandbox), json.dumps(manifest).encode(), sync=sync)
@@ -183,7 +176,7 @@ def proxy_expiration(data: bytes) -> int | None:
     return int(cert.not_valid_after_utc.timestamp())
 
 
-def _scratch_file(directory: Path | None) -> BinaryIO:
+def scratch_file(directory: Path | None) -> BinaryIO:
     """A new file without a name in `directory` (made if missing): gone when closed, or
     when the process dies."""
     if directory is not None:
@@ -217,7 +210,7 @@ async def receive_input(
             buffered += len(chunk)
             if buffered >= _CHUNK:
                 if spooled is None:
-                    spooled = await asyncio.to_thread(_scratch_file, directory)
+                    spooled = await asyncio.to_thread(scratch_file, directory)
                 await asyncio.to_thread(spooled.write, b"".join(pending))
                 pending, buffered = [], 0
         if spooled is None:
@@ -413,7 +406,7 @@ def unpack_members(
         for rel, target in targets:
             if target.is_dir() and not target.is_symlink():
                 raise BadRequest(f"the tar member {str(rel)!r} names a directory there")
-        manifest = _read_manifest(sandbox)
+        manifest = read_manifest(sandbox)
         for rel, target in targets:
             os.replace(incoming / rel, target)  # replaces a link, never follows it
             st = os.lstat(target)
@@ -456,179 +449,3 @@ def _stage(
             os.utime(path, (member.mtime, member.mtime))
         staged[rel] = None
     return list(staged)
-
-
-def _open_output(path: Path, sandbox: Path) -> int:
-    """A file of the output, opened for reading: one inside the sandbox without following
-    a link anywhere on its way, one elsewhere as the caller's rights allow (not a link)."""
-    try:
-        rel = path.relative_to(sandbox)
-    except ValueError:
-        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    return open_beneath(sandbox, str(rel), os.O_RDONLY)
-
-
-def _add_file(tar: tarfile.TarFile, path: Path, name: str, sandbox: Path) -> bool:
-    """Add the regular file at `path` as `name`, never through a link below `sandbox`
-    nor as the last step; whether it was."""
-    try:
-        fd = _open_output(path, sandbox)
-    except (OSError, ValueError):
-        return False  # missing, unreadable, or a link: not the job's output to hand out
-    with os.fdopen(fd, "rb") as source:
-        st = os.fstat(source.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            return False
-        info = tarfile.TarInfo(name)
-        info.size, info.mtime = st.st_size, int(st.st_mtime)
-        info.mode = 0o755 if st.st_mode & 0o111 else 0o644
-        tar.addfile(info, source)
-    return True
-
-
-def _walk(root: Path) -> Iterator[PurePosixPath]:
-    """What is under `root` but directories (relative): each directory's names sorted,
-    its files before its subdirectories' (as os.walk goes), not descending into links."""
-    return _walk_dir(str(root), PurePosixPath())
-
-
-def _walk_dir(path: str, rel: PurePosixPath) -> Iterator[PurePosixPath]:
-    # os.scandir, not os.walk: an empty job directory is the common case at stage out,
-    # and os.walk's set-up costs ~15 µs of it.
-    try:
-        with os.scandir(path) as listing:
-            entries = sorted(listing, key=lambda entry: entry.name)
-    except OSError:
-        return
-    subdirs = []
-    for entry in entries:
-        try:
-            is_dir = entry.is_dir()  # through a link, as os.walk sorts them
-        except OSError:
-            is_dir = False
-        if not is_dir:
-            yield rel / entry.name
-        elif not entry.is_symlink():
-            subdirs.append(entry)
-    for entry in subdirs:
-        yield from _walk_dir(entry.path, rel / entry.name)
-
-
-def _stream(ad: ClassAd, name: str) -> str | None:
-    value = ad.get(name)
-    if not isinstance(value, str) or not value or value == os.devnull:
-        return None
-    return value
-
-
-def _wanted(ad: ClassAd, iwd: Path, sandbox: Path) -> dict[str, Path]:
-    """Member name -> file: Out, Err, then TransferOutput's or what the job made."""
-    files: dict[str, Path] = {}
-    for attr in ("Out", "Err"):
-        value = _stream(ad, attr)
-        if value is not None:
-            files.setdefault(os.path.basename(value), iwd / value)
-    listed = ad.get("TransferOutput")
-    if isinstance(listed, str) and listed.strip():
-        for entry in (e for e in _LIST_SPLIT.split(listed) if e):
-            source = iwd / entry
-            top = "" if entry.endswith("/") else os.path.basename(entry.rstrip("/"))
-            if source.is_dir() and not source.is_symlink():
-                for rel in _walk(source):
-                    files.setdefault(
-                        str(PurePosixPath(top) / rel) if top else str(rel), source / rel
-                    )
-            else:
-                files.setdefault(os.path.basename(entry), source)
-        return files
-    found = list(_walk(sandbox))  # none when it is missing or empty
-    if found:
-        uploaded = _read_manifest(sandbox)
-        for rel in found:
-            with contextlib.suppress(OSError):
-                st = os.lstat(sandbox / rel)
-                if uploaded.get(str(rel)) != (st.st_size, st.st_mtime_ns):
-                    files.setdefault(str(rel), sandbox / rel)
-    return files
-
-
-def _size(path: Path) -> int:
-    """The size of the regular file at `path` (0 when missing, a link or not regular)."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return 0
-    return st.st_size if stat.S_ISREG(st.st_mode) else 0
-
-
-def pack_output(
-    ad: ClassAd,
-    sandbox: Path,
-    scratch: Path | None = None,
-    limit: SizeLimit = NO_LIMIT,
-    what: str = "the output",
-    account: Account | None = None,
-) -> BinaryIO:
-    """The job's output sandbox as a plain tar in an unnamed file under `scratch`,
-    rewound (see `_wanted` for what it holds), its files read as `account`.
-
-    SandboxTooLarge, before anything is packed, when its files add up to over `limit`.
-    """
-    packed = _scratch_file(scratch)  # the daemon's file: made before the switch
-    try:
-        with as_owner(account):
-            wanted = output_files(ad, sandbox, limit, what)
-            with tarfile.open(fileobj=packed, mode="w:", format=tarfile.PAX_FORMAT) as tar:
-                for name, path in wanted.items():
-                    _add_file(tar, path, name, sandbox)
-        packed.seek(0)
-    except BaseException:
-        packed.close()
-        raise
-    return packed
-
-
-def output_files(
-    ad: ClassAd, sandbox: Path, limit: SizeLimit = NO_LIMIT, what: str = "the output"
-) -> dict[str, Path]:
-    """The files of the job's output sandbox by member name (see `_wanted`);
-    SandboxTooLarge when they add up to over `limit`. Looks at the files with the
-    caller's rights: call it as the job's owner."""
-    iwd_value = ad.get("Iwd")
-    iwd = Path(iwd_value) if isinstance(iwd_value, str) and iwd_value else sandbox
-    wanted = _wanted(ad, iwd, sandbox)
-    limit.check(sum(_size(path) for path in wanted.values()), what)
-    return wanted
-
-
-@dataclass(frozen=True, slots=True)
-class JobOutput:
-    """One job's part of a tar of several outputs: its files by member name (from
-    `output_files`), read as `account` from its `sandbox`."""
-
-    files: Mapping[str, Path]
-    sandbox: Path
-    account: Account | None = None
-
-
-def pack_outputs(
-    index: bytes, outputs: Mapping[str, JobOutput], scratch: Path | None = None
-) -> BinaryIO:
-    """Several jobs' output sandboxes as one plain tar in an unnamed file under
-    `scratch`, rewound: first `jobs.json` holding `index`, then each job's files under
-    its id (`outputs`: job id -> its files), `12.0/out.txt`."""
-    packed = _scratch_file(scratch)
-    try:
-        with tarfile.open(fileobj=packed, mode="w:", format=tarfile.PAX_FORMAT) as tar:
-            info = tarfile.TarInfo(INDEX)
-            info.size, info.mode = len(index), 0o644
-            tar.addfile(info, io.BytesIO(index))
-            for job, output in outputs.items():
-                with as_owner(output.account):
-                    for name, path in output.files.items():
-                        _add_file(tar, path, f"{job}/{name}", output.sandbox)
-        packed.seek(0)
-    except BaseException:
-        packed.close()
-        raise
-    return packed

@@ -1,0 +1,140 @@
+"""What a shadow records in the queue when its job's run ends (see `_shadow_run`): the
+exit with the run's usage (then the job's policy completes, requeues or holds it), a stop
+before the end (back to idle, or held or removed as asked), an eviction, or a hold.
+`ShadowRun` mixes `ShadowRecords` in."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from htgrid.classad import ClassAd
+from htgrid.errors import HTGridError
+from htgrid.queue import (
+    HoldReasonCode,
+    InvalidTransition,
+    JobAction,
+    JobId,
+    JobNotFound,
+    JobQueue,
+    JobStatus,
+)
+from htgrid.schedd._local import SCHEDD
+from htgrid.schedd._shadow_base import RUNNING, ShadowHost, StopReason, after_stop
+from htgrid.schedd._shadow_files import remove_tree
+from htgrid.startd import Outcome
+
+if TYPE_CHECKING:
+    from htgrid.schedd._shadow_run import ShadowRun
+
+__all__ = ["ShadowRecords"]
+
+_log = logging.getLogger("htgrid.schedd.shadow")
+
+
+class ShadowRecords:
+    """The queue writes of a run's end, for `ShadowRun`, which holds what they read."""
+
+    m: ShadowHost
+    job_id: JobId
+    stop_reason: StopReason | None
+    _sent: dict[str, Any]  # the current job's BytesSent, once its input went
+    _spooled: bool  # whether the current job may have an evicted run's output
+    _idle: list[ClassAd] | None  # idle jobs that may follow, read with the last exit
+
+    def _usage(self, ad: ClassAd, outcome: Outcome, received: int) -> dict[str, Any]:
+        def num(name: str) -> float:
+            value = ad.get(name, 0)
+            return float(value) if isinstance(value, int | float) else 0.0
+
+        usage: dict[str, Any] = {
+            "RemoteUserCpu": outcome.user_cpu,
+            "RemoteSysCpu": outcome.sys_cpu,
+            "CumulativeRemoteUserCpu": num("CumulativeRemoteUserCpu") + outcome.user_cpu,
+            "CumulativeRemoteSysCpu": num("CumulativeRemoteSysCpu") + outcome.sys_cpu,
+            "RemoteWallClockTime": num("RemoteWallClockTime") + max(0.0, outcome.wall),
+            "BytesRecvd": received,
+            **self._sent,
+        }
+        if outcome.disk_kb:
+            usage["DiskUsage"] = max(outcome.disk_kb, 1)
+        return usage
+
+    async def _record_exit(
+        self, usage: Mapping[str, Any], outcome: Outcome, *, scan: bool = False
+    ) -> None:
+        """Record the exit; with `scan`, read the idle jobs that may follow on the claim
+        in the same call on the queue thread (`_idle`)."""
+        jid = self.job_id
+        spooled = self.m.settings.spooled(jid)
+        idle = self.m.idle_scan(cast("ShadowRun", self)) if scan else None  # it is one
+
+        def record(q: JobQueue) -> str:
+            by_signal = outcome.signal is not None
+            code = outcome.signal if by_signal else outcome.exit_code
+            try:  # the usage with the exit, in its transaction: one commit
+                return q.job_exited(jid, code or 0, by_signal=by_signal, usage=usage).value
+            except InvalidTransition:  # held or removed as it ended: that stands
+                with contextlib.suppress(InvalidTransition, JobNotFound):
+                    q.update(jid, usage)
+                return after_stop(q, jid)
+            except JobNotFound:
+                return "gone from the queue"
+
+        def record_and_scan(q: JobQueue) -> tuple[str, list[ClassAd] | None]:
+            return record(q), ([] if idle is None else idle(q))
+
+        result, self._idle = await self.m.write(record_and_scan)
+        if self._spooled:
+            await asyncio.to_thread(remove_tree, spooled)
+        how = (
+            f"signal {outcome.signal}"
+            if outcome.signal is not None
+            else f"exit {outcome.exit_code}"
+        )
+        _log.info("job %s ended (%s): %s", jid, how, result)
+
+    async def _record_stop(self, usage: Mapping[str, Any], why: str) -> None:
+        """The run stopped before the job ended: back to idle, or held/removed as asked."""
+        jid, reason = self.job_id, self.stop_reason
+
+        def record(q: JobQueue) -> str:
+            try:
+                q.update(jid, usage)
+                status = JobStatus(q.get(jid)["JobStatus"])
+                if status in RUNNING:
+                    q.job_evicted(jid)
+                    return "back to idle"
+                return after_stop(q, jid)
+            except (InvalidTransition, JobNotFound):
+                return "gone from the queue"
+
+        result = await self.m.write(record)
+        if reason is StopReason.REMOVE:
+            await asyncio.to_thread(remove_tree, self.m.settings.spooled(jid))
+        _log.info("job %s stopped (%s): %s", jid, reason.value if reason else "evicted", result)
+
+    async def _record_evicted(self, why: str) -> None:
+        _log.warning("job %s: %s", self.job_id, why)
+        with contextlib.suppress(HTGridError):
+            await self._record_stop(self._sent, why)
+
+    async def _hold(self, reason: str, code: HoldReasonCode, subcode: int) -> bool:
+        """Hold the job (a removed one leaves the queue); whether this held it."""
+        jid, sent = self.job_id, self._sent
+        _log.warning("job %s held: %s", jid, reason)
+
+        def hold(q: JobQueue) -> bool:
+            held = False
+            with contextlib.suppress(InvalidTransition, JobNotFound):
+                if sent:
+                    q.update(jid, sent)
+                held = bool(q.act(JobAction.Hold, jid, SCHEDD, reason, code=code, subcode=subcode))
+            with contextlib.suppress(InvalidTransition, JobNotFound):
+                after_stop(q, jid)
+            return held
+
+        return bool(await self.m.write(hold))

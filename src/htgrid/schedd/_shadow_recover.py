@@ -1,0 +1,228 @@
+"""Start-up: the claims an earlier daemon left (`recover_claims`). A job still running on
+a node of another host within its lease is reconnected to; any other recorded claim is
+ended on its node (`_settle`, in the background) before its job goes back to idle."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Final
+
+from htgrid.classad import ClassAd, ExprTree
+from htgrid.queue import InvalidTransition, JobId, JobNotFound, JobQueue, JobStatus
+from htgrid.schedd._claims import ClaimRecord, jobs_on_claims
+from htgrid.schedd._shadow_base import (
+    CUT,
+    DISCONNECTED,
+    LEASE_MARGIN,
+    RUNNING,
+    VANILLA,
+    after_stop,
+    lease_valid,
+)
+from htgrid.schedd._shadow_run import ShadowRun
+from htgrid.startd import ClaimNotFound, StartdClient, StartdError, socket_of
+
+if TYPE_CHECKING:
+    from htgrid.schedd._shadow import ShadowManager
+
+__all__ = ["recover_claims", "requeue"]
+
+_log = logging.getLogger("htgrid.schedd.shadow")
+
+_SETTLE_RETRY: Final = 2.0  # how often an unreachable node is asked again
+
+
+async def recover_claims(manager: ShadowManager) -> list[JobId]:
+    """Reconnect to the jobs an earlier daemon left running on nodes of other hosts;
+    put back to idle those that surely run nowhere (returned, when at once).
+
+    A running job whose claim on a node of another host was recorded is reconnected
+    to (`ShadowRun` without a match) when its lease allows it, as HTCondor decides:
+    its JobLeaseDuration neither 0 nor passed since its LastJobLeaseRenewal (kept
+    by `renew_leases`). 022 at once, 023 when the node answers that it runs it
+    still, and its run is followed to its end as if the schedd had never stopped;
+    or given up on (024, 004) when the node has no such claim, or does not answer
+    before the lease has surely run out there. Any other recorded claim is
+    ended on its node (the job killed, the slot released: `_settle`, in the
+    background), and only then does its job go back to idle (004). A running job
+    with no claim recorded ran on a node of this pool's own, which stopped with the
+    daemon (its jobs killed): back to idle at once.
+    """
+    records = await asyncio.to_thread(manager.claims.load)
+    recorded = {r.public_id: r for r in records}
+    settling: dict[str, JobId] = {}
+    resuming: dict[str, ClassAd] = {}
+    expired: list[JobId] = []
+    now = manager._clock()
+
+    def evict(q: JobQueue) -> tuple[int, list[JobId]]:
+        seq = q.last_seq
+        evicted = []
+        # A job the job router manages (Managed = "External") mirrors its routed
+        # copy: nothing of this daemon's runs it.
+        running = f"JobUniverse == {VANILLA} && JobStatus != 1 && JobStatus != 5"
+        ads = q.query(f'{running} && Managed =!= "External"')
+        on_claim = jobs_on_claims(ads, recorded)
+        for ad in ads:
+            jid = JobId(ad["ClusterId"], ad["ProcId"])
+            record = recorded.get(str(ad.get("PublicClaimId")))
+            if record is not None and on_claim.get(record.claim_id) is ad:
+                remote = socket_of(record.address) is None
+                if remote and ad["JobStatus"] in RUNNING:
+                    if lease_valid(ad, now, record.lease):
+                        resuming[record.claim_id] = ad  # it may run there still
+                        continue
+                    expired.append(jid)
+                settling[record.claim_id] = jid  # running perhaps: the node says
+            elif ad["JobStatus"] == JobStatus.COMPLETED:
+                continue  # an earlier job of a claim that ran the next one
+            elif ad["JobStatus"] == JobStatus.REMOVED:
+                q.destroy(jid)
+            elif ad["JobStatus"] in RUNNING:
+                q.job_evicted(jid)
+                evicted.append(jid)
+        return seq, evicted
+
+    manager._seq, evicted = await manager._worker.write(evict)
+    for jid in evicted:
+        _log.info("job %s had no execute node after the restart: back to idle", jid)
+    for jid in expired:
+        _log.info(
+            "job %s: no lease to reconnect to it within (JobLeaseDuration 0, or past "
+            "since its LastJobLeaseRenewal): its claim is ended, and it goes back to idle",
+            jid,
+        )
+    for record in records:
+        ad = resuming.get(record.claim_id)
+        if ad is not None and not _resume(manager, record, ad):
+            settling[record.claim_id] = _job_id(ad)
+    manager._settling.update(settling.values())
+    for record in records:
+        if record.claim_id in resuming and record.claim_id not in settling:
+            continue
+        task = asyncio.create_task(
+            _settle(manager, record, settling.get(record.claim_id)),
+            name=f"claim of {record.job_id}",
+        )
+        manager._settlers.add(task)
+        task.add_done_callback(manager._settlers.discard)
+    return evicted
+
+
+def _resume(manager: ShadowManager, record: ClaimRecord, ad: ClassAd) -> bool:
+    """Reconnect to `record`'s job, running on a node of another host; False when
+    that node cannot be called (its address or certificate unusable)."""
+    client = manager._client(record.address, record.certificate)
+    if client is None:
+        return False
+    jid = _job_id(ad)
+    run = ShadowRun(
+        manager,
+        jid,
+        ad,
+        client,
+        record.address,
+        certificate=record.certificate,
+        claim_id=record.claim_id,
+    )
+    run.lease, run.start_seq = record.lease, manager._seq
+    _log.info("job %s: reconnecting to it on %s", jid, record.address)
+    manager._launch(run)
+    return True
+
+
+async def _settle(manager: ShadowManager, record: ClaimRecord, job: JobId | None) -> None:
+    """End a claim an earlier daemon left that may still run `job` (held or removed
+    since, or on a node of this pool's own); then the job goes back to idle. An
+    unreachable node's job stays Running, disconnected (022), and the node is asked
+    again until the claim's lease has surely run out there; then the schedd gives up
+    on the job (024) and requeues it."""
+    client = manager._client(record.address, record.certificate)
+    local = socket_of(record.address) is not None
+    deadline: float | None = None
+    why = await _end_claim(manager, client, record)
+    gave_up = "The execute node has ended the job and released its claim"
+    while why is not None:
+        if local or job is None:
+            # A node of this pool's own that does not answer stopped with the pool
+            # (its jobs with it); a claim no job ran on runs nothing: its lease ends it.
+            _log.info("claim of job %s on %s: %s", record.job_id, record.address, why)
+            break
+        if deadline is None:
+            deadline = manager._clock() + record.lease + record.vacate + LEASE_MARGIN
+            await _disconnected(manager, job, record, deadline, why)
+        if manager._clock() >= deadline:
+            _log.warning(
+                "job %s: the lease of its claim on %s has run out: it runs no more there",
+                job,
+                record.address,
+            )
+            gave_up = (
+                f"Job disconnected too long: JobLeaseDuration ({record.lease:g} seconds) expired"
+            )
+            break
+        await asyncio.sleep(min(_SETTLE_RETRY, max(0.0, deadline - manager._clock())))
+        why = await _end_claim(manager, client, record)
+    if job is not None:
+        await manager._worker.write(functools.partial(requeue, job=job, reason=gave_up))
+        manager._settling.discard(job)
+        _log.info("job %s: its claim on %s is over: back to idle", job, record.address)
+    await asyncio.to_thread(manager.claims.forget, record.claim_id)
+
+
+async def _end_claim(
+    manager: ShadowManager, client: StartdClient | None, record: ClaimRecord
+) -> str | None:
+    """Ask the node to release the claim (killing its job); None once it has (or
+    has no such claim), else why it could not be told."""
+    if client is None:
+        return "the node's address or certificate cannot be used"
+    # The node answers once the job is gone: its vacate time, and a margin.
+    wait = record.vacate + manager.settings.alive_interval
+    try:
+        await asyncio.wait_for(client.release(record.claim_id), wait)
+    except ClaimNotFound:
+        return None
+    except TimeoutError:
+        return f"no answer within {wait:g} s"
+    except StartdError as exc:
+        return str(exc)
+    return None
+
+
+async def _disconnected(
+    manager: ShadowManager, job: JobId, record: ClaimRecord, deadline: float, why: str
+) -> None:
+    _log.warning(
+        "job %s: its execute node %s cannot be reached (%s): it may still run there, "
+        "so it waits for the lease of that claim to run out (%s) before it runs again",
+        job,
+        record.address,
+        why,
+        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(deadline)),
+    )
+    await manager._stamp(job, CUT, deadline)
+
+
+def _job_id(ad: ClassAd) -> JobId:
+    return JobId(ad["ClusterId"], ad["ProcId"])
+
+
+def requeue(q: JobQueue, *, job: JobId, reason: str) -> str:
+    """A job whose claim is over: back to idle (004), unless it was held or removed
+    meanwhile (a removed one leaves the queue). A disconnected one is given up on first
+    (024, `reason` its VacateReason)."""
+    try:
+        ad = q.get(job)
+        if any(name in ad for name in DISCONNECTED):
+            cleared: dict[str, Any] = {name: ExprTree("undefined") for name in DISCONNECTED}
+            q.update(job, {**cleared, "VacateReason": reason})
+        if JobStatus(ad["JobStatus"]) in RUNNING:
+            q.job_evicted(job)
+            return "back to idle"
+        return after_stop(q, job)
+    except (InvalidTransition, JobNotFound):
+        return "gone from the queue"
