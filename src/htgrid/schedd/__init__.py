@@ -46,5 +46,4 @@ __all__ = [
     "ScheddConfig",
     "ScheddError",
     "default_schedd_name",
-    "schedd_name",
 ]
