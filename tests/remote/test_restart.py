@@ -277,6 +277,47 @@ def test_a_job_with_no_lease_is_not_reconnected_to_it_runs_again_once(
         node.close()
 
 
+_SLOW_TO_DIE = """trap 'echo term >> {terms}; sleep 12; exit 143' TERM
+echo "start $$" >> {starts}
+while [ ! -e {go} ]; do sleep 0.1; done
+"""
+
+
+def test_a_node_ending_the_claim_at_the_restart_is_asked_again_not_disconnected(
+    pool: PersonalPool, tmp_path: Path
+) -> None:
+    """The schedd comes back while the node is ending the claim (its lease ran out, its
+    job slow to die): the node answers, so the job is not disconnected (022, 024); the
+    schedd asks again until the claim is gone, then the job runs again."""
+    node = ExecuteNode(
+        pool, tmp_path / "node2", "node2", "127.0.0.2", config={"UPDATE_INTERVAL": 2}
+    )
+    node.start()
+    node.joined()
+    try:
+        work = tmp_path / "work"
+        starts, go, terms = work / "starts", work / "go", work / "terms"
+        _script(work / "slow_die.sh", _SLOW_TO_DIE.format(starts=starts, go=go, terms=terms))
+        cluster = _submit(
+            pool,
+            work,
+            "executable = slow_die.sh\nshould_transfer_files = YES\nlog = job.log\n"
+            "request_memory = 16\njob_max_vacate_time = 30\njob_lease_duration = 0\nqueue\n",
+        )
+        job = f"{cluster}.0"
+        wait_for(lambda: len(_lines(starts)) == 1, timeout=90, what="the job to start")
+        pool.kill()
+        # The claim's lease runs out on the node, which starts ending it (TERM, ignored).
+        wait_for(lambda: _lines(terms), timeout=90, what="the node to end the claim")
+        pool.start()
+        wait_for(lambda: len(_lines(starts)) == 2, timeout=90, what="the job to run again")
+        go.touch()
+        wait_for(lambda: _history(pool, cluster), timeout=60)
+        assert _events(work / "job.log", job) == [0, 1, 4, 1, 5]
+    finally:
+        node.close()
+
+
 def test_a_job_whose_node_cannot_be_reached_at_the_restart_waits_for_its_lease(
     pool: PersonalPool, tmp_path: Path
 ) -> None:

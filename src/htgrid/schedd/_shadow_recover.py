@@ -23,7 +23,13 @@ from htgrid.schedd._shadow_base import (
     lease_valid,
 )
 from htgrid.schedd._shadow_run import ShadowRun
-from htgrid.startd import ClaimNotFound, StartdClient, StartdError, socket_of
+from htgrid.startd import (
+    ClaimNotFound,
+    StartdClient,
+    StartdError,
+    StartdUnavailable,
+    socket_of,
+)
 
 if TYPE_CHECKING:
     from htgrid.schedd._shadow import ShadowManager
@@ -143,8 +149,9 @@ async def _settle(manager: ShadowManager, record: ClaimRecord, job: JobId | None
     client = manager._client(record.address, record.certificate)
     local = socket_of(record.address) is not None
     deadline: float | None = None
-    why = await _end_claim(manager, client, record)
+    why, answered = await _end_claim(manager, client, record)
     gave_up = "The execute node has ended the job and released its claim"
+    told = False  # whether the job was marked disconnected (022)
     while why is not None:
         if local or job is None:
             # A node of this pool's own that does not answer stopped with the pool
@@ -153,6 +160,10 @@ async def _settle(manager: ShadowManager, record: ClaimRecord, job: JobId | None
             break
         if deadline is None:
             deadline = manager._clock() + record.lease + record.vacate + LEASE_MARGIN
+        if not answered and not told:
+            # Only a node that does not answer disconnects the job: one that answers
+            # (ending the claim already, its lease having run out) is asked again.
+            told = True
             await _disconnected(manager, job, record, deadline, why)
         if manager._clock() >= deadline:
             _log.warning(
@@ -165,7 +176,7 @@ async def _settle(manager: ShadowManager, record: ClaimRecord, job: JobId | None
             )
             break
         await asyncio.sleep(min(_SETTLE_RETRY, max(0.0, deadline - manager._clock())))
-        why = await _end_claim(manager, client, record)
+        why, answered = await _end_claim(manager, client, record)
     if job is not None:
         await manager._worker.write(functools.partial(requeue, job=job, reason=gave_up))
         manager._settling.discard(job)
@@ -175,22 +186,24 @@ async def _settle(manager: ShadowManager, record: ClaimRecord, job: JobId | None
 
 async def _end_claim(
     manager: ShadowManager, client: StartdClient | None, record: ClaimRecord
-) -> str | None:
-    """Ask the node to release the claim (killing its job); None once it has (or
-    has no such claim), else why it could not be told."""
+) -> tuple[str | None, bool]:
+    """Ask the node to release the claim (killing its job): why it is not released yet
+    (None once it is, or the node has no such claim), and whether the node answered."""
     if client is None:
-        return "the node's address or certificate cannot be used"
+        return "the node's address or certificate cannot be used", False
     # The node answers once the job is gone: its vacate time, and a margin.
     wait = record.vacate + manager.settings.alive_interval
     try:
         await asyncio.wait_for(client.release(record.claim_id), wait)
     except ClaimNotFound:
-        return None
+        return None, True
     except TimeoutError:
-        return f"no answer within {wait:g} s"
+        return f"no answer within {wait:g} s", False
+    except StartdUnavailable as exc:
+        return str(exc), False
     except StartdError as exc:
-        return str(exc)
-    return None
+        return str(exc), True
+    return None, True
 
 
 async def _disconnected(
