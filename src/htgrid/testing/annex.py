@@ -33,6 +33,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -64,6 +65,7 @@ class _Booted:
     home: Path
     metadata: ThreadingHTTPServer
     process: subprocess.Popen[bytes]
+    started: float  # time.monotonic() when its boot script started
     gone: bool = False
 
 
@@ -218,7 +220,9 @@ class BootHarness:
                 start_new_session=True,
             )
         with self._lock:
-            self.instances[instance_id] = _Booted(instance_id, address, home, metadata, process)
+            self.instances[instance_id] = _Booted(
+                instance_id, address, home, metadata, process, time.monotonic()
+            )
 
     def _vanish(self, booted: _Booted) -> None:
         booted.gone = True
@@ -240,6 +244,11 @@ class BootHarness:
     def booted(self) -> list[str]:
         with self._lock:
             return sorted(self.instances)
+
+    def started(self, instance_id: str) -> float:
+        """When the instance began to run (its boot script started), on time.monotonic()."""
+        with self._lock:
+            return self.instances[instance_id].started
 
     def running(self) -> list[str]:
         """The booted instances whose boot process still runs."""
