@@ -9,6 +9,7 @@ import asyncio
 import os
 import pwd
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -233,17 +234,18 @@ def _gridmanager(grid: Grid, env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env)
 
 
-def _ssh_stopping_at_rm(where: Path, mark: Path) -> dict[str, str]:
-    """An environment whose `ssh` is the real one, except that the removal of a sandbox
-    writes its pid to `mark` and hangs there: the moment to kill the grid manager."""
+def _ssh_stopping_at(where: Path, mark: Path, command: str) -> dict[str, str]:
+    """An environment whose `ssh` is the real one, except that the first to run `command`
+    (e.g. the removal of a sandbox) writes its pid to `mark` and hangs there."""
     where.mkdir()
     real = shutil.which("ssh")
     assert real is not None
     wrapper = where / "ssh"
     wrapper.write_text(
         "#!/bin/sh\n"
-        'case "$*" in *"rm -rf -- .htgrid/sandbox/"*)\n'
-        f"  echo $$ > {mark}.new && mv {mark}.new {mark}; exec sleep 600;;\nesac\n"
+        f'case "$*" in *{shlex.quote(command)}*)\n'
+        f"  if [ ! -e {mark} ]; then echo $$ > {mark}.new && mv {mark}.new {mark}; "
+        "exec sleep 600; fi;;\nesac\n"
         f'exec {real} "$@"\n'
     )
     wrapper.chmod(0o755)
@@ -265,7 +267,9 @@ def test_a_sandbox_is_removed_even_when_the_grid_manager_dies_at_its_removal(
         resource=grid_resource(remote_script),
     )
     mark = tmp_path / "rm.pid"
-    manager = _gridmanager(grid, _ssh_stopping_at_rm(tmp_path / "bin", mark))
+    manager = _gridmanager(
+        grid, _ssh_stopping_at(tmp_path / "bin", mark, "rm -rf -- .htgrid/sandbox/")
+    )
     try:
         asyncio.run(wait_for("the sandbox's removal", mark.exists, 300))
         os.kill(manager.pid, signal.SIGKILL)
@@ -292,3 +296,29 @@ def test_a_sandbox_is_removed_even_when_the_grid_manager_dies_at_its_removal(
     assert ad["ExitCode"] == 4 and ad["GridJobId"] == str(grid_id)
     assert (grid.work / "out.txt").read_text() == "out of slurm\n"
     assert grid.log().count("027 (") == 1
+
+
+@pytest.mark.timeout(420)
+def test_a_job_removed_while_its_outputs_come_back_leaves_no_sandbox(
+    grid: Grid, remote_script: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (job,) = grid.submit(
+        "executable = /bin/echo\narguments = done\noutput = out.txt\nlog = job.log",
+        resource=grid_resource(remote_script),
+    )
+    mark = tmp_path / "fetch.pid"
+    env = _ssh_stopping_at(tmp_path / "bin", mark, "tar -cf -")
+    monkeypatch.setenv("PATH", env["PATH"])  # the grid manager's ssh, run in this process
+
+    async def main() -> None:
+        async with running(grid):
+            await wait_for("the fetch of the outputs", mark.exists, 300)
+            grid_id = BatchJobId.parse(grid.ad(job)["GridJobId"])
+            assert grid_id is not None and sandbox_exists(grid_id.tag)
+            grid.queue.act(JobAction.Remove, job, ROOT)
+            os.kill(int(mark.read_text()), signal.SIGKILL)  # the fetch fails: try again
+            await wait_for("the job to leave", lambda: not grid.in_queue(job), 60)
+            await wait_for("its sandbox to go", lambda: not sandbox_exists(grid_id.tag), 30)
+
+    asyncio.run(main())
+    assert grid.ad(job)["JobStatus"] == JobStatus.REMOVED

@@ -136,6 +136,11 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
     def _submit_attrs(self) -> Iterable[str]:
         return SUBMIT_ATTRS if self.grid_id is not None else ()
 
+    async def _finishing(self) -> None:
+        # Before a removed job is destroyed (a removal while its outputs were being fetched
+        # comes here with the sandbox there): once it has left the queue nothing would.
+        await self._drop_sandbox()
+
     async def _forget(self) -> None:
         await self._drop_sandbox()
         self.grid_id = None
