@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hashlib
 import logging
 import os
@@ -56,19 +55,15 @@ from htgrid._files import single_instance
 from htgrid._gc import tune_gc
 from htgrid._privsep import (
     ALLOW_ROOT_JOBS,
-    JOB_UMASK,
     Account,
     OwnerPolicy,
     OwnerRefused,
     daemon_umask,
-    owned_dir,
     spawn_identity,
 )
 from htgrid.classad import ClassAd, preload_functions
-from htgrid.client import user_token_dir
 from htgrid.errors import HTGridError
 from htgrid.gahp import Clock, SystemClock
-from htgrid.gahp.client import GahpProcess, spawn_subprocess
 from htgrid.grid._config import GridManagerConfig
 from htgrid.grid._errors import AlreadyRunning, GridError, UnsupportedGridJob
 from htgrid.grid._gahps import GahpHandle, GahpPids
@@ -78,6 +73,7 @@ from htgrid.grid._myproxy import MyProxyRenewer
 from htgrid.grid._queueio import QueueIO
 from htgrid.grid._registry import GRID_TYPES, grid_type_of
 from htgrid.grid._resource import Resource
+from htgrid.grid._servers import GahpServers
 from htgrid.grid._task import Services
 from htgrid.grid._userlog import EventLogs
 from htgrid.grid._values import as_int
@@ -146,7 +142,6 @@ class GridManager:
         self.grid_types = dict(grid_types or GRID_TYPES)
         self.jobs: dict[JobId, GridJob[Any, Any]] = {}
         self.resources: dict[str, Resource[Any, Any]] = {}
-        self.gahps: dict[str, GahpHandle] = {}
         self.ready = asyncio.Event()  # set once the start-up scan is done
         self._tasks: dict[JobId, asyncio.Task[None]] = {}
         self._seq = 0
@@ -154,6 +149,14 @@ class GridManager:
         self._io: QueueIO | None = None
         self._services: Services | None = None
         self._pids = GahpPids(self.dir / "gahp.pids")
+        self._servers = GahpServers(
+            self.dir / "gahp",
+            self.queue_dir / "gahp",
+            clock=self.clock,
+            config=self.config,
+            pids=self._pids,
+        )
+        self.gahps: dict[str, GahpHandle] = self._servers.handles
         self._bell = Doorbell(self.dir / "wake")
         self._faults = FaultLog(log, "grid manager")
 
@@ -219,8 +222,7 @@ class GridManager:
         await asyncio.gather(*tasks, return_exceptions=True)
         for resource in self.resources.values():
             await resource.stop()
-        for gahp in self.gahps.values():
-            await gahp.close()
+        await self._servers.close()
         self._bell.close()
         if self._io is not None:
             await self._io.close()
@@ -331,8 +333,9 @@ class GridManager:
             where = f"{where}#{credential.path}"
         resource = self.resources.get(where)
         if resource is None:
-            gahps = self._gahp if owner is None else functools.partial(self._owners_gahp, owner)
-            resource = gtype.new_resource(key, gahps, self.services, credential)
+            resource = gtype.new_resource(
+                key, self._servers.factory(owner), self.services, credential
+            )
             self.resources[where] = resource
             resource.start()
         job = gtype.new_job(job_id, ad, resource, self.services)
@@ -389,52 +392,6 @@ class GridManager:
             if status is not JobStatus.HELD:
                 await io.hold(job_id, reason, code, 0)
             await io.update(job_id, {"Managed": "Schedd"})
-
-    def _gahp(self, key: str, argv: Sequence[str]) -> GahpHandle:
-        handle = self.gahps.get(key)
-        if handle is None:
-            env = dict(os.environ)
-            # The GAHP keeps its job records there (HTCondor's GAHP_TEMP): they must
-            # outlive the server and this grid manager.
-            env["GAHP_TEMP"] = str(self.dir / "gahp")
-            # It writes the jobs' files (their output staged back): with a job's umask.
-            spawn = functools.partial(spawn_subprocess, umask=JOB_UMASK)
-            handle = GahpHandle(
-                key, argv, env, clock=self.clock, config=self.config, pids=self._pids, spawn=spawn
-            )
-            self.gahps[key] = handle
-        return handle
-
-    def _owners_gahp(self, owner: Account, key: str, argv: Sequence[str]) -> GahpHandle:
-        """The GAHP server `key` of `owner`'s jobs, run as `owner`: what it reads (the
-        credential files its jobs name) and runs (their batch jobs) is the owner's. Its
-        records (GAHP_TEMP) are in a directory of the owner's."""
-        key = f"{key}#{owner.name}"
-        handle = self.gahps.get(key)
-        if handle is None:
-            temp = self.queue_dir / "gahp" / owner.name
-            env = dict(os.environ, GAHP_TEMP=str(temp), HOME=owner.home)
-            env.update(USER=owner.name, LOGNAME=owner.name)
-            # The GAHP finds the owner's tokens in the owner's home, not the grid manager's.
-            mine, theirs = str(user_token_dir()), str(Path(owner.home) / ".htgrid" / "tokens.d")
-            argv = [theirs if word == mine else word for word in argv]
-
-            async def spawn(argv: Sequence[str], env: Mapping[str, str] | None) -> GahpProcess:
-                await asyncio.to_thread(_owned_temp, temp, owner)
-                return await spawn_subprocess(argv, env, umask=JOB_UMASK, **spawn_identity(owner))
-
-            handle = GahpHandle(
-                key,
-                argv,
-                env,
-                clock=self.clock,
-                config=self.config,
-                pids=self._pids,
-                spawn=spawn,
-                owner=owner,
-            )
-            self.gahps[key] = handle
-        return handle
 
     async def _run_job(self, job: GridJob[Any, Any]) -> None:
         try:
@@ -674,10 +631,3 @@ def run_gridmanager(
         log.error("grid manager: %s", err)
         return 1
     return 0
-
-
-def _owned_temp(temp: Path, owner: Account) -> None:
-    """`temp`, an owner's GAHP records directory (0700, the owner's), made if missing;
-    its parent passable (0711) and the grid manager's."""
-    owned_dir(temp.parent, None, 0o711)
-    owned_dir(temp, owner)
