@@ -70,6 +70,7 @@ from htgrid.grid._gahps import GahpHandle, GahpPids
 from htgrid.grid._gridtype import GridType
 from htgrid.grid._job import GridJob
 from htgrid.grid._myproxy import MyProxyRenewer
+from htgrid.grid._policy import periodic_policy
 from htgrid.grid._queueio import QueueIO
 from htgrid.grid._registry import GRID_TYPES, grid_type_of
 from htgrid.grid._resource import Resource
@@ -77,7 +78,7 @@ from htgrid.grid._servers import GahpServers
 from htgrid.grid._task import Services
 from htgrid.grid._userlog import EventLogs
 from htgrid.grid._values import as_int
-from htgrid.pool import ConfigFile, HomeLayout, PoolError
+from htgrid.pool import ConfigFile, HomeLayout
 from htgrid.queue import (
     Change,
     ChangeKind,
@@ -86,10 +87,7 @@ from htgrid.queue import (
     JobNotFound,
     JobQueue,
     JobStatus,
-    PolicyAction,
     StoreError,
-    SystemPolicy,
-    periodic_decision,
 )
 from htgrid.queue.doorbell import Doorbell
 from htgrid.queue.faults import FaultLog, JobFailure, daemon_fault, problem
@@ -188,7 +186,16 @@ class GridManager:
                 self.ready.set()
                 loops = [
                     asyncio.create_task(self._follow(), name="change feed"),
-                    asyncio.create_task(self._periodic(), name="periodic policy"),
+                    asyncio.create_task(
+                        periodic_policy(
+                            self._io,
+                            self.home,
+                            self.clock,
+                            self.config.periodic_interval,
+                            self._contain,
+                        ),
+                        name="periodic policy",
+                    ),
                 ]
                 if self.publish is not None:
                     loops.append(asyncio.create_task(self._advertise(self.publish), name="ads"))
@@ -500,51 +507,6 @@ class GridManager:
         elif job is None and _matched(change):
             # Grid matchmaking filled GridResource in (the status stays Idle): ours now.
             await self._recheck(job_id)
-
-    async def _periodic(self) -> None:
-        """PeriodicHold and PeriodicRemove of the jobs this grid manager runs.
-
-        A hold or removal is made through the queue, and reaches the job through the
-        change feed like a user's would: its batch job is cancelled. PeriodicRelease is
-        the queue's (a held job is handed back to it).
-        """
-        io = self.services.io
-        # The pool's SYSTEM_PERIODIC_* too, as HTCondor's grid manager's UserPolicy reads
-        # them (a CE holds a grid job submitted to it directly, say).
-        try:
-            system: SystemPolicy | None = ConfigFile.read(self.home).system_policy()
-        except PoolError as err:
-            log.error("the pool's SYSTEM_PERIODIC_ policy is not applied: %s", err)
-            system = None
-        while True:
-            await self.clock.sleep(self.config.periodic_interval)
-            try:
-                ads = await io.query('JobUniverse == 9 && Managed =?= "External"')
-                now = int(self.clock.time())
-                for ad in ads:
-                    if ad.get("JobStatus") in (JobStatus.IDLE, JobStatus.RUNNING):
-                        await self._apply_policy(ad, now, system)
-            except StoreError as err:
-                log.warning("periodic policy: %s", err)
-
-    async def _apply_policy(self, ad: ClassAd, now: int, system: SystemPolicy | None) -> None:
-        io = self.services.io
-        job_id = JobId(as_int(ad.get("ClusterId")) or 0, as_int(ad.get("ProcId")) or 0)
-        try:
-            decision = periodic_decision(ad, now, system) if system else periodic_decision(ad, now)
-        except Exception as exc:
-            if daemon_fault(exc):
-                raise
-            policy = HoldReasonCode.JobPolicyUndefined
-            await self._contain(job_id, exc, "evaluating its periodic policy", policy)
-            return
-        if decision is None or decision.action is PolicyAction.RELEASE:
-            return
-        with contextlib.suppress(JobNotFound):  # it left the queue since the query
-            if decision.action is PolicyAction.HOLD:
-                await io.hold(job_id, decision.reason, decision.code, decision.subcode)
-            else:
-                await io.remove(job_id, decision.reason)
 
     def _save_seq(self) -> None:
         if self._seq == self._saved_seq:
