@@ -7,8 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pwd
 import re
+import shlex
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +24,7 @@ from htgrid.grid.batch import BatchJobId, BatchResourceName, RemoteHost, remote_
 from htgrid.queue import JobAction, JobId, JobStatus
 from htgrid.testing.bosco import (
     KEY,
+    USER,
     grid_resource,
     install_remote_gahp,
     remote_slurm_missing,
@@ -212,3 +218,107 @@ def test_an_unknown_host_key_or_an_open_key_file_logs_nothing_in(
         ad = grid.ad(job_id)
         assert ad["JobStatus"] == JobStatus.IDLE and "GridJobId" not in ad
         assert ad["GridResourceUnavailableTime"] > 0
+
+
+# ---- kill -9 of the grid manager just before the sandbox is removed ---------------------------
+
+
+def _gridmanager(grid: Grid, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    argv = [
+        sys.executable, "-m", "htgrid.cli", "gridmanager",
+        "--home", str(grid.home),
+        "--poll-interval", "0.3",
+        "--feed-interval", "0.1",
+        "--log", str(grid.home / "gridmanager.log"),
+    ]  # fmt: skip
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env)
+
+
+def _ssh_stopping_at(where: Path, mark: Path, command: str) -> dict[str, str]:
+    """An environment whose `ssh` is the real one, except that the first to run `command`
+    (e.g. the removal of a sandbox) writes its pid to `mark` and hangs there."""
+    where.mkdir()
+    real = shutil.which("ssh")
+    assert real is not None
+    wrapper = where / "ssh"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'case "$*" in *{shlex.quote(command)}*)\n'
+        f"  if [ ! -e {mark} ]; then echo $$ > {mark}.new && mv {mark}.new {mark}; "
+        "exec sleep 600; fi;;\nesac\n"
+        f'exec {real} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return dict(os.environ, PATH=f"{where}:{os.environ['PATH']}")
+
+
+@pytest.mark.timeout(420)
+def test_a_sandbox_is_removed_even_when_the_grid_manager_dies_at_its_removal(
+    grid: Grid, remote_script: str, tmp_path: Path
+) -> None:
+    """kill -9 between the outputs coming back and the sandbox's removal: the restarted
+    grid manager removes it, and the job completes once, with its output."""
+    runs = Path(pwd.getpwnam(USER).pw_dir) / f".htgrid-test-runs.{os.getpid()}.{tmp_path.name}"
+    script = grid.work / "job.sh"
+    script.write_text(f"#!/bin/sh\necho run >> {runs}\necho out of slurm\nexit 4\n")
+    script.chmod(0o755)
+    (job,) = grid.submit(
+        f"executable = {script}\noutput = out.txt\nlog = job.log",
+        resource=grid_resource(remote_script),
+    )
+    mark = tmp_path / "rm.pid"
+    manager = _gridmanager(
+        grid, _ssh_stopping_at(tmp_path / "bin", mark, "rm -rf -- .htgrid/sandbox/")
+    )
+    try:
+        asyncio.run(wait_for("the sandbox's removal", mark.exists, 300))
+        os.kill(manager.pid, signal.SIGKILL)
+        manager.wait()
+        os.kill(int(mark.read_text()), signal.SIGKILL)  # the hung "ssh ... rm"
+        grid_id = BatchJobId.parse(grid.ad(job)["GridJobId"])
+        assert grid_id is not None and sandbox_exists(grid_id.tag)
+        manager = _gridmanager(grid, dict(os.environ))
+
+        async def restarted() -> None:
+            await wait_for("the job to end", lambda: ended(grid, job), 120)
+            await wait_for("the sandbox to go", lambda: not sandbox_exists(grid_id.tag), 60)
+
+        asyncio.run(restarted())
+    finally:
+        manager.send_signal(signal.SIGTERM)
+        status = manager.wait(30)
+        ran = runs.read_text() if runs.exists() else ""
+        runs.unlink(missing_ok=True)
+    assert status == 0
+    assert ran == "run\n"  # once in Slurm
+    ad = grid.ad(job)
+    assert ad["JobStatus"] == JobStatus.COMPLETED, ad.get("HoldReason")
+    assert ad["ExitCode"] == 4 and ad["GridJobId"] == str(grid_id)
+    assert (grid.work / "out.txt").read_text() == "out of slurm\n"
+    assert grid.log().count("027 (") == 1
+
+
+@pytest.mark.timeout(420)
+def test_a_job_removed_while_its_outputs_come_back_leaves_no_sandbox(
+    grid: Grid, remote_script: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (job,) = grid.submit(
+        "executable = /bin/echo\narguments = done\noutput = out.txt\nlog = job.log",
+        resource=grid_resource(remote_script),
+    )
+    mark = tmp_path / "fetch.pid"
+    env = _ssh_stopping_at(tmp_path / "bin", mark, "tar -cf -")
+    monkeypatch.setenv("PATH", env["PATH"])  # the grid manager's ssh, run in this process
+
+    async def main() -> None:
+        async with running(grid):
+            await wait_for("the fetch of the outputs", mark.exists, 300)
+            grid_id = BatchJobId.parse(grid.ad(job)["GridJobId"])
+            assert grid_id is not None and sandbox_exists(grid_id.tag)
+            grid.queue.act(JobAction.Remove, job, ROOT)
+            os.kill(int(mark.read_text()), signal.SIGKILL)  # the fetch fails: try again
+            await wait_for("the job to leave", lambda: not grid.in_queue(job), 60)
+            await wait_for("its sandbox to go", lambda: not sandbox_exists(grid_id.tag), 30)
+
+    asyncio.run(main())
+    assert grid.ad(job)["JobStatus"] == JobStatus.REMOVED

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-import htgrid.grid.manager as manager_module
+import htgrid.grid._policy as policy_module
 from htgrid.classad import ClassAd
 from htgrid.grid import GRID_TYPES, GridManager
 from htgrid.queue import HoldReasonCode, JobAction, JobId, JobStatus
@@ -111,14 +111,14 @@ def test_a_job_that_cannot_be_adopted_is_held_and_a_restart_does_not_crash(
 def test_a_periodic_policy_the_grid_manager_cannot_evaluate_holds_its_job_only(
     grid: Grid, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = manager_module.periodic_decision
+    real = policy_module.periodic_decision
 
     def decision(ad: ClassAd, now: int) -> Any:
         if ad.get("Poison") is True:
             raise ValueError("a bug this job alone meets")
         return real(ad, now)
 
-    monkeypatch.setattr(manager_module, "periodic_decision", decision)
+    monkeypatch.setattr(policy_module, "periodic_decision", decision)
     caplog.set_level(logging.INFO)
     (bad,) = grid.submit("executable = /bin/sleep\narguments = 300\n+Poison = true")
     (good,) = grid.submit("executable = /bin/true\nperiodic_hold = false")

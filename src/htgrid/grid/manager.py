@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hashlib
 import logging
 import os
@@ -56,32 +55,30 @@ from htgrid._files import single_instance
 from htgrid._gc import tune_gc
 from htgrid._privsep import (
     ALLOW_ROOT_JOBS,
-    JOB_UMASK,
     Account,
     OwnerPolicy,
     OwnerRefused,
     daemon_umask,
-    owned_dir,
     spawn_identity,
 )
 from htgrid.classad import ClassAd, preload_functions
-from htgrid.client import user_token_dir
 from htgrid.errors import HTGridError
 from htgrid.gahp import Clock, SystemClock
-from htgrid.gahp.client import GahpProcess, spawn_subprocess
 from htgrid.grid._config import GridManagerConfig
 from htgrid.grid._errors import AlreadyRunning, GridError, UnsupportedGridJob
 from htgrid.grid._gahps import GahpHandle, GahpPids
 from htgrid.grid._gridtype import GridType
 from htgrid.grid._job import GridJob
 from htgrid.grid._myproxy import MyProxyRenewer
+from htgrid.grid._policy import periodic_policy
 from htgrid.grid._queueio import QueueIO
 from htgrid.grid._registry import GRID_TYPES, grid_type_of
 from htgrid.grid._resource import Resource
+from htgrid.grid._servers import GahpServers
 from htgrid.grid._task import Services
 from htgrid.grid._userlog import EventLogs
 from htgrid.grid._values import as_int
-from htgrid.pool import ConfigFile, HomeLayout, PoolError
+from htgrid.pool import ConfigFile, HomeLayout
 from htgrid.queue import (
     Change,
     ChangeKind,
@@ -90,10 +87,7 @@ from htgrid.queue import (
     JobNotFound,
     JobQueue,
     JobStatus,
-    PolicyAction,
     StoreError,
-    SystemPolicy,
-    periodic_decision,
 )
 from htgrid.queue.doorbell import Doorbell
 from htgrid.queue.faults import FaultLog, JobFailure, daemon_fault, problem
@@ -146,7 +140,6 @@ class GridManager:
         self.grid_types = dict(grid_types or GRID_TYPES)
         self.jobs: dict[JobId, GridJob[Any, Any]] = {}
         self.resources: dict[str, Resource[Any, Any]] = {}
-        self.gahps: dict[str, GahpHandle] = {}
         self.ready = asyncio.Event()  # set once the start-up scan is done
         self._tasks: dict[JobId, asyncio.Task[None]] = {}
         self._seq = 0
@@ -154,6 +147,14 @@ class GridManager:
         self._io: QueueIO | None = None
         self._services: Services | None = None
         self._pids = GahpPids(self.dir / "gahp.pids")
+        self._servers = GahpServers(
+            self.dir / "gahp",
+            self.queue_dir / "gahp",
+            clock=self.clock,
+            config=self.config,
+            pids=self._pids,
+        )
+        self.gahps: dict[str, GahpHandle] = self._servers.handles
         self._bell = Doorbell(self.dir / "wake")
         self._faults = FaultLog(log, "grid manager")
 
@@ -185,7 +186,16 @@ class GridManager:
                 self.ready.set()
                 loops = [
                     asyncio.create_task(self._follow(), name="change feed"),
-                    asyncio.create_task(self._periodic(), name="periodic policy"),
+                    asyncio.create_task(
+                        periodic_policy(
+                            self._io,
+                            self.home,
+                            self.clock,
+                            self.config.periodic_interval,
+                            self._contain,
+                        ),
+                        name="periodic policy",
+                    ),
                 ]
                 if self.publish is not None:
                     loops.append(asyncio.create_task(self._advertise(self.publish), name="ads"))
@@ -219,8 +229,7 @@ class GridManager:
         await asyncio.gather(*tasks, return_exceptions=True)
         for resource in self.resources.values():
             await resource.stop()
-        for gahp in self.gahps.values():
-            await gahp.close()
+        await self._servers.close()
         self._bell.close()
         if self._io is not None:
             await self._io.close()
@@ -331,8 +340,9 @@ class GridManager:
             where = f"{where}#{credential.path}"
         resource = self.resources.get(where)
         if resource is None:
-            gahps = self._gahp if owner is None else functools.partial(self._owners_gahp, owner)
-            resource = gtype.new_resource(key, gahps, self.services, credential)
+            resource = gtype.new_resource(
+                key, self._servers.factory(owner), self.services, credential
+            )
             self.resources[where] = resource
             resource.start()
         job = gtype.new_job(job_id, ad, resource, self.services)
@@ -389,52 +399,6 @@ class GridManager:
             if status is not JobStatus.HELD:
                 await io.hold(job_id, reason, code, 0)
             await io.update(job_id, {"Managed": "Schedd"})
-
-    def _gahp(self, key: str, argv: Sequence[str]) -> GahpHandle:
-        handle = self.gahps.get(key)
-        if handle is None:
-            env = dict(os.environ)
-            # The GAHP keeps its job records there (HTCondor's GAHP_TEMP): they must
-            # outlive the server and this grid manager.
-            env["GAHP_TEMP"] = str(self.dir / "gahp")
-            # It writes the jobs' files (their output staged back): with a job's umask.
-            spawn = functools.partial(spawn_subprocess, umask=JOB_UMASK)
-            handle = GahpHandle(
-                key, argv, env, clock=self.clock, config=self.config, pids=self._pids, spawn=spawn
-            )
-            self.gahps[key] = handle
-        return handle
-
-    def _owners_gahp(self, owner: Account, key: str, argv: Sequence[str]) -> GahpHandle:
-        """The GAHP server `key` of `owner`'s jobs, run as `owner`: what it reads (the
-        credential files its jobs name) and runs (their batch jobs) is the owner's. Its
-        records (GAHP_TEMP) are in a directory of the owner's."""
-        key = f"{key}#{owner.name}"
-        handle = self.gahps.get(key)
-        if handle is None:
-            temp = self.queue_dir / "gahp" / owner.name
-            env = dict(os.environ, GAHP_TEMP=str(temp), HOME=owner.home)
-            env.update(USER=owner.name, LOGNAME=owner.name)
-            # The GAHP finds the owner's tokens in the owner's home, not the grid manager's.
-            mine, theirs = str(user_token_dir()), str(Path(owner.home) / ".htgrid" / "tokens.d")
-            argv = [theirs if word == mine else word for word in argv]
-
-            async def spawn(argv: Sequence[str], env: Mapping[str, str] | None) -> GahpProcess:
-                await asyncio.to_thread(_owned_temp, temp, owner)
-                return await spawn_subprocess(argv, env, umask=JOB_UMASK, **spawn_identity(owner))
-
-            handle = GahpHandle(
-                key,
-                argv,
-                env,
-                clock=self.clock,
-                config=self.config,
-                pids=self._pids,
-                spawn=spawn,
-                owner=owner,
-            )
-            self.gahps[key] = handle
-        return handle
 
     async def _run_job(self, job: GridJob[Any, Any]) -> None:
         try:
@@ -544,51 +508,6 @@ class GridManager:
             # Grid matchmaking filled GridResource in (the status stays Idle): ours now.
             await self._recheck(job_id)
 
-    async def _periodic(self) -> None:
-        """PeriodicHold and PeriodicRemove of the jobs this grid manager runs.
-
-        A hold or removal is made through the queue, and reaches the job through the
-        change feed like a user's would: its batch job is cancelled. PeriodicRelease is
-        the queue's (a held job is handed back to it).
-        """
-        io = self.services.io
-        # The pool's SYSTEM_PERIODIC_* too, as HTCondor's grid manager's UserPolicy reads
-        # them (a CE holds a grid job submitted to it directly, say).
-        try:
-            system: SystemPolicy | None = ConfigFile.read(self.home).system_policy()
-        except PoolError as err:
-            log.error("the pool's SYSTEM_PERIODIC_ policy is not applied: %s", err)
-            system = None
-        while True:
-            await self.clock.sleep(self.config.periodic_interval)
-            try:
-                ads = await io.query('JobUniverse == 9 && Managed =?= "External"')
-                now = int(self.clock.time())
-                for ad in ads:
-                    if ad.get("JobStatus") in (JobStatus.IDLE, JobStatus.RUNNING):
-                        await self._apply_policy(ad, now, system)
-            except StoreError as err:
-                log.warning("periodic policy: %s", err)
-
-    async def _apply_policy(self, ad: ClassAd, now: int, system: SystemPolicy | None) -> None:
-        io = self.services.io
-        job_id = JobId(as_int(ad.get("ClusterId")) or 0, as_int(ad.get("ProcId")) or 0)
-        try:
-            decision = periodic_decision(ad, now, system) if system else periodic_decision(ad, now)
-        except Exception as exc:
-            if daemon_fault(exc):
-                raise
-            policy = HoldReasonCode.JobPolicyUndefined
-            await self._contain(job_id, exc, "evaluating its periodic policy", policy)
-            return
-        if decision is None or decision.action is PolicyAction.RELEASE:
-            return
-        with contextlib.suppress(JobNotFound):  # it left the queue since the query
-            if decision.action is PolicyAction.HOLD:
-                await io.hold(job_id, decision.reason, decision.code, decision.subcode)
-            else:
-                await io.remove(job_id, decision.reason)
-
     def _save_seq(self) -> None:
         if self._seq == self._saved_seq:
             return
@@ -674,10 +593,3 @@ def run_gridmanager(
         log.error("grid manager: %s", err)
         return 1
     return 0
-
-
-def _owned_temp(temp: Path, owner: Account) -> None:
-    """`temp`, an owner's GAHP records directory (0700, the owner's), made if missing;
-    its parent passable (0711) and the grid manager's."""
-    owned_dir(temp.parent, None, 0o711)
-    owned_dir(temp, owner)

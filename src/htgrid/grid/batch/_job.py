@@ -81,6 +81,10 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
         #: The host the batch system is on, reached over ssh (None: this one).
         self.remote_host = resource.where.remote
         self._sandbox_dropped = False
+        #: Whether this submission's outputs are here: GridJobStatus = "COMPLETED" is
+        #: committed only once they are (`_remote_end`), so a restart need not fetch again
+        #: from a sandbox it may have removed already.
+        self._outputs_here = self.remote_host is not None and ad.get("GridJobStatus") == "COMPLETED"
 
     @property
     def blah_id(self) -> str | None:
@@ -104,7 +108,7 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
 
     def _new_key(self) -> dict[str, Any]:
         self.grid_id = BatchJobId(self.lrms, new_tag(self.job_id.cluster, self.job_id.proc))
-        self._sandbox_dropped = False
+        self._sandbox_dropped = self._outputs_here = False
         return {"GridJobId": str(self.grid_id)}
 
     def _remote_live(self) -> bool:
@@ -132,12 +136,17 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
     def _submit_attrs(self) -> Iterable[str]:
         return SUBMIT_ATTRS if self.grid_id is not None else ()
 
+    async def _finishing(self) -> None:
+        # Before a removed job is destroyed (a removal while its outputs were being fetched
+        # comes here with the sandbox there): once it has left the queue nothing would.
+        await self._drop_sandbox()
+
     async def _forget(self) -> None:
         await self._drop_sandbox()
         self.grid_id = None
         self.remote = None
         self.remote_state = None
-        self.remote_gone = False
+        self.remote_gone = self._outputs_here = False
         self.unknown_polls = self.lookup_failures = 0
 
     # ---- the actions ------------------------------------------------------------------------
@@ -297,24 +306,27 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
                 f"The batch system reported job {self.blah_id} finished but gave no exit code"
             )
             return _E.EXIT_UNKNOWN
-        if self.remote_host is not None and (failed := await self._fetch_outputs()) is not None:
+        remote = self.remote_host is not None
+        fetch = remote and not self._outputs_here
+        if fetch and (failed := await self._fetch_outputs()) is not None:
             return failed
         attrs: dict[str, Any] = {
             "GridJobStatus": "COMPLETED",
             "LastRemoteStatusUpdate": int(self._when),
             **remote_attrs(status),
         }
-        await self.io.update(self.job_id, attrs)
+        await self.io.update(self.job_id, attrs, durable=remote)
+        if remote:
+            # Removed before the exit is committed, not after: a job that has left the
+            # queue is never seen again, so a crash between the two would leave the
+            # sandbox there for good. A crash before this removal comes back here (the
+            # outputs, said to be here above, are not fetched again).
+            self._outputs_here = True
+            await self._drop_sandbox()
         if status.exit_signal is not None:
             return status.exit_signal, True
         assert status.exit_code is not None
         return status.exit_code, False
-
-    async def _done_save(self) -> BatchEvent:
-        event = await super()._done_save()
-        if event is _E.EXITED:
-            await self._drop_sandbox()
-        return event
 
     # ---- a batch system on another host: the sandbox sent and fetched over ssh -------------
 

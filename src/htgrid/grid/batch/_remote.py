@@ -11,8 +11,10 @@ Files go as HTCondor's ft-gahp sends them, over the same kind of SSH login: befo
 submit, the job's executable, stdin, proxy and TransferInput into a sandbox in the remote
 user's home (`.htgrid/sandbox/<tag>`), the submit ad's paths rewritten to point there;
 after the batch job ends, its stdout, stderr and TransferOutput back to the submit side
-(TransferOutputRemaps applied here), then the sandbox is removed. The files are read
-and written with the job owner's rights, and ssh runs as the owner (their keys).
+(TransferOutputRemaps applied here), then the sandbox is removed, before the job's exit
+is committed (a kill -9 in between comes back to the removal, not to a sandbox left behind).
+The files are read and written with the job owner's rights, and ssh runs as the owner
+(their keys).
 
 Host keys are always checked (StrictHostKeyChecking=yes: an unknown host or a changed key
 fails, nothing is accepted on first use), no password is ever asked (BatchMode), and a
