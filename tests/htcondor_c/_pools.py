@@ -95,11 +95,12 @@ def in_queue(pool: PersonalPool, job_id: str) -> bool:
 
 
 def b_jobs(b: PersonalPool) -> list[dict[str, object]]:
-    """Every job B ever had: its queue, then its history."""
+    """Every job B ever had, once each: its queue, then its history (a job that leaves
+    the queue between the two reads is in both: its history's ad is the one kept)."""
     with b.client() as schedd:
-        return [dict(ad) for ad in schedd.query("true")] + [
-            dict(ad) for ad in schedd.history("true")
-        ]
+        ads = [dict(ad) for ad in schedd.query("true")]
+        ads += [dict(ad) for ad in schedd.history("true")]
+    return list({(ad["ClusterId"], ad["ProcId"]): ad for ad in ads}.values())
 
 
 def remote_id(ad: Mapping[str, object]) -> str:
