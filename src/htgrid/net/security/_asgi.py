@@ -246,19 +246,26 @@ class TokenAuthMiddleware:
         if self.audit is None or need in (None, "READ", "ALLOW"):
             await self.app(inner, receive, send)
             return
-        status: int | None = None
+        recorded = False
+
+        async def audited(status: int | None) -> None:
+            nonlocal recorded
+            if not recorded:
+                recorded = True
+                event = AuditEvent(True, _request(scope), _client(scope), status, principal)
+                await self._record(event)
 
         async def sending(message: Any) -> None:
-            nonlocal status
+            # On disk before the caller sees the answer: a client reading the audit log
+            # after its request has returned finds the request there.
             if message["type"] == "http.response.start":
-                status = message["status"]
+                await audited(message["status"])
             await send(message)
 
         try:
             await self.app(inner, receive, sending)
         finally:
-            event = AuditEvent(True, _request(scope), _client(scope), status, principal)
-            await self._record(event)
+            await audited(None)  # the app failed before it answered
 
 
 def principal_of(conn: HTTPConnection | Mapping[str, Any]) -> Principal:
