@@ -241,9 +241,11 @@ def spawner(process: FakeProcess) -> Callable[..., Awaitable[GahpProcess]]:
 
 
 async def scripted_start(
-    process: FakeProcess, clock: ManualClock, commands: Sequence[str]
+    process: FakeProcess, clock: ManualClock, commands: Sequence[str], max_pending: int = 50
 ) -> asyncio.Task[GahpClient]:
-    starting = asyncio.create_task(GahpClient.start(["fake"], spawn=spawner(process), clock=clock))
+    starting = asyncio.create_task(
+        GahpClient.start(["fake"], spawn=spawner(process), clock=clock, max_pending=max_pending)
+    )
     process.reply("$GahpVersion:", "1.0.0", "Jan", "01", "2026", "fake", "$")
     assert await process.request() == ["COMMANDS"]
     process.reply("S", *commands)
@@ -366,8 +368,7 @@ def test_results_ready_are_asked_for_before_a_backlog_of_requests() -> None:
     async def main() -> None:
         clock = ManualClock()
         process = FakeProcess()
-        client = await (await scripted_start(process, clock, ["RESULTS", "ECHO"]))
-        client._max_pending = 1000
+        client = await (await scripted_start(process, clock, ["RESULTS", "ECHO"], 1000))
         calls = [asyncio.create_task(client.call("ECHO", str(n))) for n in range(300)]
         await settle()
         # The server is sent a window of requests, not all 300 at once...
@@ -405,8 +406,7 @@ def test_long_request_lines_wait_here_beyond_a_pipeful() -> None:
     async def main() -> None:
         clock = ManualClock()
         process = FakeProcess()
-        client = await (await scripted_start(process, clock, ["RESULTS", "ECHO"]))
-        client._max_pending = 1000
+        client = await (await scripted_start(process, clock, ["RESULTS", "ECHO"], 1000))
         calls = [asyncio.create_task(client.call("ECHO", big)) for _ in range(300)]
         await settle()
         sent = []
@@ -443,8 +443,7 @@ def test_new_work_waits_behind_the_requests_of_work_under_way(limit: int) -> Non
     async def main() -> None:
         clock = ManualClock()
         process = FakeProcess()
-        client = await (await scripted_start(process, clock, ["RESULTS", "ECHO"]))
-        client._max_pending = limit
+        client = await (await scripted_start(process, clock, ["RESULTS", "ECHO"], limit))
         submits = [
             asyncio.create_task(client.call("ECHO", f"submit {n}", later=True)) for n in range(300)
         ]

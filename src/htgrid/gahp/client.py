@@ -12,6 +12,8 @@ requests from 1 (wrapping after 990,000,000 and skipping ids in use), keeps at m
 timer, and backs off on `F Threads limit reached`. Request lines are pipelined: return
 lines come back in request order, so they are matched first in, first out.
 
+The request ids, the in-flight limit and the matching of results to callers are the
+`Dispatcher`'s (`_dispatch`); this module holds the process, the handshake and the lines.
 When the server dies every request in flight fails with GahpServerExited; start a new
 client to restart it. Time (`Clock`) and process spawning (`spawn`) are injectable.
 """
@@ -32,13 +34,13 @@ from htgrid.gahp._codec import (
     LineSplitter,
     Reply,
     ReplyCode,
-    Result,
     decode_fields,
     decode_reply,
     decode_result,
     encode_request,
     is_notification,
 )
+from htgrid.gahp._dispatch import Dispatcher
 from htgrid.gahp._errors import (
     GahpError,
     GahpProtocolError,
@@ -103,19 +105,15 @@ class GahpClient:
         self._process = process
         self._max_line = max_line
         self._clock: Clock = clock or SystemClock()
-        self._max_pending = max_pending
         self._poll_interval = poll_interval
         self._async_poll_interval = async_poll_interval
         self._response_timeout = response_timeout
         self._state = ClientState.STARTING
-        self._ids = RequestIds()
         self._waiters: deque[Waiter] = deque()
         self._out_bytes = 0  # of the lines in _waiters
         self._outgoing: Lanes[tuple[bytes, Waiter]] = Lanes()
         self._flush_due = False
-        self._requests: dict[int, Pending] = {}
-        self._queue: Lanes[Pending] = Lanes()
-        self._in_flight = 0
+        self._dispatch = Dispatcher(max_pending, self._send, lambda: self.alive, process.pid)
         self._prefix = ""
         self._batch: Batch | None = None
         self._polling = False
@@ -198,12 +196,12 @@ class GahpClient:
     @property
     def in_flight(self) -> int:
         """Requests at the server whose results have not come back."""
-        return self._in_flight
+        return self._dispatch.in_flight
 
     @property
     def max_pending(self) -> int:
         """The current in-flight limit (lowered when the server says it is overloaded)."""
-        return self._max_pending
+        return self._dispatch.max_pending
 
     def supports(self, command: str) -> bool:
         """Whether COMMANDS listed `command` (case-insensitive)."""
@@ -229,25 +227,15 @@ class GahpClient:
         self._check_alive()
         if self.commands and not self.supports(name):
             raise LocalGahpError(f"the GAHP server does not support {name}")
-        request_id = self._ids.allocate()
-        try:
-            line = encode_request(name, args, request_id)
-        except LocalGahpError:
-            self._ids.release(request_id)
-            raise
-        future: asyncio.Future[tuple[str, ...]] = asyncio.get_running_loop().create_future()
-        pending = Pending(request_id, name, line, future, later=later)
-        self._requests[request_id] = pending
-        self._queue.append(pending, later=later)
-        self._pump()
+        pending = self._dispatch.submit(name, args, later=later)
         await self._drain()
         try:
-            return await self._wait(future, timeout)
+            return await self._wait(pending.result, timeout)
         except GahpTimeout:
-            self._abandon(pending)
-            raise GahpTimeout(f"{name} {request_id} got no result in {timeout} s") from None
+            self._dispatch.abandon(pending)
+            raise GahpTimeout(f"{name} {pending.request_id} got no result in {timeout} s") from None
         except asyncio.CancelledError:
-            self._abandon(pending)
+            self._dispatch.abandon(pending)
             raise
 
     async def poll(self) -> None:
@@ -381,76 +369,15 @@ class GahpClient:
         except (OSError, RuntimeError) as err:
             self._schedule_death(f"stopped reading requests ({err})")
 
+    def _send(self, pending: Pending) -> Waiter:
+        return self._write(pending.line, pending.command, later=pending.later)
+
     async def _drain(self) -> None:
         try:
             await self._process.stdin.drain()
         except (OSError, RuntimeError) as err:
             self._schedule_death(f"stopped reading requests ({err})")
             raise self._dead_error() from err
-
-    def _issue(self, pending: Pending) -> None:
-        waiter = self._write(pending.line, pending.command, later=pending.later)
-        pending.at_server = True
-        self._in_flight += 1
-        waiter.future.add_done_callback(lambda future: self._issued(pending, future))
-
-    def _issued(self, pending: Pending, future: asyncio.Future[Reply]) -> None:
-        """The return line of an asynchronous request arrived."""
-        if future.cancelled() or future.exception() is not None:
-            return
-        reply = future.result()
-        if reply.ok:
-            return
-        if pending.at_server:  # an abandoned request was taken off the count already
-            self._in_flight -= 1
-            pending.at_server = False
-        if pending.abandoned:
-            # Nobody awaits its result: no result comes for a refused request either.
-            self._forget(pending)
-            self._pump()
-            return
-        if reply.args[:1] == ("Threads limit reached",) and self._in_flight > 0:
-            # As the grid manager: lower the limit to what the server holds and send this
-            # one first when a result frees a slot.
-            self._max_pending = min(self._max_pending, self._in_flight)
-            log.info("GAHP server %s overloaded; at most %d requests", self.pid, self._max_pending)
-            self._queue.appendleft(pending, later=pending.later)
-            return
-        self._forget(pending)
-        if not pending.result.done():
-            pending.result.set_exception(
-                GahpRequestRefused(pending.command, reply.code.value, reply.reason)
-            )
-        # The slot it held is free: requests queued behind it (one put back when the server
-        # was overloaded while this one was still counted) must not wait for a result that
-        # nothing in flight will bring.
-        self._pump()
-
-    def _pump(self) -> None:
-        """Send queued requests while there is room."""
-        while self._queue and self._in_flight < self._max_pending and self.alive:
-            pending = self._queue.popleft()
-            if pending.abandoned:
-                self._forget(pending)
-                continue
-            try:
-                self._issue(pending)
-            except GahpError:
-                return
-
-    def _abandon(self, pending: Pending) -> None:
-        pending.abandoned = True
-        if self._queue.remove(pending):
-            self._forget(pending)
-        elif pending.at_server:
-            # The id stays reserved until the result arrives (the grid manager's rule).
-            pending.at_server = False
-            self._in_flight -= 1
-            self._pump()
-
-    def _forget(self, pending: Pending) -> None:
-        self._requests.pop(pending.request_id, None)
-        self._ids.release(pending.request_id)
 
     # ---- polling ------------------------------------------------------------------------------
 
@@ -548,20 +475,9 @@ class GahpClient:
             return
         self._batch = None
         for result in batch.results:
-            self._on_result(result)
+            self._dispatch.result(result)
         batch.waiter.future.set_result(Reply(ReplyCode.SUCCESS, (str(len(batch.results)),)))
-        self._pump()
-
-    def _on_result(self, result: Result) -> None:
-        pending = self._requests.get(result.request_id)
-        if pending is None:
-            # Unknown ids are dropped, as the grid manager does.
-            return
-        self._forget(pending)
-        if pending.at_server:
-            self._in_flight -= 1
-        if not pending.result.done():
-            pending.result.set_result(result.fields)
+        self._dispatch.pump()
 
     async def _watchdog(self) -> None:
         """Declare the server hung when a return line is `response_timeout` late."""
@@ -625,12 +541,7 @@ class GahpClient:
         self._out_bytes = 0
         if self._batch is not None and not self._batch.waiter.future.done():
             self._batch.waiter.future.set_exception(self._death)
-        for pending in list(self._requests.values()):
-            if not pending.result.done() and not pending.abandoned:
-                pending.result.set_exception(self._death)
-        self._requests.clear()
-        self._queue.clear()
-        self._in_flight = 0
+        self._dispatch.fail(self._death)
         if not self._banner.done():
             self._banner.set_exception(self._death)
         self._waiter_added.set()
