@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from htgrid.submit import _classad, _exprs
 from htgrid.submit._errors import SubmitError
-from htgrid.submit._macros import string_is_bool, string_is_long
 from htgrid.submit._tables import SIMPLE_COMMANDS, As, Simple
+from htgrid.submit._values import string_is_bool, string_is_long
 
 if TYPE_CHECKING:
     from htgrid.submit._jobad import JobBuilder

@@ -16,7 +16,7 @@ from htgrid.submit._argsenv import (
     parse_args_v2_quoted,
 )
 from htgrid.submit._errors import SubmitError
-from htgrid.submit._macros import string_is_bool
+from htgrid.submit._values import string_is_bool
 
 if TYPE_CHECKING:
     from htgrid.submit._jobad import JobBuilder

@@ -22,9 +22,10 @@ from htgrid.submit._argsenv import (
 )
 from htgrid.submit._config import SubmitConfig
 from htgrid.submit._errors import SubmitError
-from htgrid.submit._macros import Expander, string_is_bool, string_is_long
+from htgrid.submit._macros import Expander
 from htgrid.submit._tables import SIGNALS, SIMPLE_COMMANDS, UNIVERSE_NAMES, Simple, universe_number
 from htgrid.submit._trace import EXE, IWD, StepTrace
+from htgrid.submit._values import string_is_bool, string_is_long
 
 __all__ = ["UNIVERSE_STEP", "JobBuilder", "Step", "Universe"]
 

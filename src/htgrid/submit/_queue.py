@@ -13,7 +13,7 @@ from enum import Enum
 from typing import overload
 
 from htgrid.submit._errors import SubmitError
-from htgrid.submit._macros import string_is_long
+from htgrid.submit._values import string_is_long
 
 __all__ = [
     "FileItems",
