@@ -43,6 +43,7 @@ JOB_ROUTER: Final = Identity("condor_job_router", admin=True)
 _FINISHED: Final = (JobStatus.COMPLETED, JobStatus.REMOVED)
 _RUNNING: Final = (JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED)
 _USAGE: Final = ("RemoteWallClockTime", "RemoteUserCpu", "RemoteSysCpu", "ImageSize", "DiskUsage")
+_HOLD_CODES: Final = frozenset(HoldReasonCode)  # the codes HTCondor defines
 UNDEFINED: Final = ExprTree("undefined")
 #: What a source takes from its routed copy at each pass, besides its status and exit
 #: (VanillaToGrid.cpp's update_job_status, after the grid manager's own list).
@@ -336,7 +337,7 @@ class PairKeeper:
                 return changes
             reason = str(dest.get("HoldReason") or "Unknown reason")
             code = int(dest.get("HoldReasonCode") or 0)
-            code = code if code in HoldReasonCode._value2member_map_ else 0
+            code = code if code in _HOLD_CODES else 0
             q.act(
                 JobAction.Hold,
                 str(source_id),

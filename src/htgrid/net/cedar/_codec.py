@@ -57,16 +57,16 @@ class _Digest:
     """SHA-256 of the plaintext packets of one direction, until encryption starts."""
 
     def __init__(self) -> None:
-        self._hash: hashlib._Hash | None = None
+        self._hash = hashlib.sha256()
+        self._empty = True
 
     def add(self, data: bytes) -> None:
-        if self._hash is None:
-            self._hash = hashlib.sha256()
         self._hash.update(data)
+        self._empty = False
 
     def value(self) -> bytes:
         # A direction with no packet at all: zeros, not the hash of nothing (HTCondor's).
-        return self._hash.digest() if self._hash is not None else _NO_DIGEST
+        return _NO_DIGEST if self._empty else self._hash.digest()
 
 
 class _Aes:
