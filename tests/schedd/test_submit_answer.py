@@ -1,15 +1,21 @@
 """A submit is answered once its jobs' 000 events are in their logs, and at once when no
-job has a log: nothing to wait for then."""
+job has a log: nothing to wait for then. A history read that finds a job is answered once
+the job's last event is in its log."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from pathlib import Path
 
 from htgrid.classad import ClassAd
-from htgrid.queue import Identity, JobQueue
+from htgrid.net import Jobs
+from htgrid.queue import Identity, JobAction, JobQueue
 from htgrid.schedd._service import QueueService
+from htgrid.schedd._userlog import UserLogWriter
 from htgrid.schedd._worker import QueueWorker
+
+from ._harness import event_types
 
 ALICE = Identity("alice")
 
@@ -54,6 +60,38 @@ def test_only_a_submit_of_jobs_with_a_log_waits_for_the_event_log(tmp_path: Path
         assert waits == ["catch-up"] * 2 and not submit.done()
         caught_up.set()
         assert len(await submit) == 2
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        worker.close()
+
+
+def test_a_job_found_in_the_history_has_its_last_event_in_its_log(tmp_path: Path) -> None:
+    # The writer's own loop is not started: as a writer still busy with earlier events,
+    # it has not written the job's 009 when the history is read. The daemon's wiring.
+    worker = QueueWorker(JobQueue.open(tmp_path / "queue", fsync=False))
+    writer = UserLogWriter(worker, tmp_path / "userlog.seq", "<host>")
+    catch_up = functools.partial(writer.catch_up, client=True)
+    service = QueueService(
+        worker,
+        dict,
+        spool=lambda c, p: tmp_path / str(c) / str(p),
+        after_submit=catch_up,
+        before_history=catch_up,
+    )
+    ad = ClassAd({"Cmd": "/bin/true", "UserLog": "job.log", "Iwd": str(tmp_path)})
+    log = tmp_path / "job.log"
+
+    async def scenario() -> None:
+        cluster = await service.reserve_cluster(ALICE)
+        (job,) = await service.submit(ALICE, cluster, ad, [ClassAd()])
+        assert event_types(log) == [0]
+        assert await service.history(ALICE, None, None, None) == []
+        await service.act(ALICE, JobAction.Remove, Jobs.of([job]), "by the test")
+        (gone,) = await service.history(ALICE, None, ["ProcId"], None)
+        assert gone["ProcId"] == 0
+        assert event_types(log) == [0, 9]
 
     try:
         asyncio.run(scenario())

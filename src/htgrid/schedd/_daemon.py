@@ -308,13 +308,15 @@ class Daemon:
                 "%d job(s) were running when the last daemon died: back to idle", len(evicted)
             )
         # As condor_submit: when a submit returns, its 000 events are in the user logs, so
-        # `htgrid wait` (or a DAG) started right after it finds them.
+        # `htgrid wait` (or a DAG) started right after it finds them; as HTCondor's shadow
+        # does, a job's last events are in its log once the history shows it.
         service = QueueService(
             worker,
             self._status,
             spool=cfg.job_spool,
             clock=self._clock,
             after_submit=functools.partial(writer.catch_up, client=True),
+            before_history=functools.partial(writer.catch_up, client=True),
             proxy_renewed=shadows.proxy_renewed,
             max_input=SizeLimit("MAX_TRANSFER_INPUT_MB", cfg.max_transfer_input_mb),
             max_output=SizeLimit("MAX_TRANSFER_OUTPUT_MB", cfg.max_transfer_output_mb),

@@ -60,6 +60,7 @@ class QueueService(SandboxTransfers):
         spool: Callable[[int, int], Path],
         clock: Callable[[], float] = time.time,
         after_submit: Callable[[], Awaitable[None]] | None = None,
+        before_history: Callable[[], Awaitable[None]] | None = None,
         proxy_renewed: Callable[[JobId, Path], None] | None = None,
         max_input: SizeLimit = NO_LIMIT,
         max_output: SizeLimit = NO_LIMIT,
@@ -71,7 +72,9 @@ class QueueService(SandboxTransfers):
     ) -> None:
         """`spool(cluster, proc)` names a job's spool directory; `after_submit` runs
         once a submit of jobs with a user log (UserLog) has committed, before it is
-        answered (the daemon writes their 000 events then); `proxy_renewed(job, path)`
+        answered (the daemon writes their 000 events then); `before_history` runs after a
+        history read that found jobs, before it is answered (the daemon writes every event
+        committed so far then); `proxy_renewed(job, path)`
         hears of a job's X.509 proxy renewed in its spool; output tars are packed in
         `scratch` (default: the system's temporary directory); `fsync`: uploaded files
         are synced to disk before the job is released (QUEUE_FSYNC, as the queue);
@@ -85,6 +88,7 @@ class QueueService(SandboxTransfers):
         self._max_input, self._max_output, self._scratch = max_input, max_output, scratch
         self._worker = worker
         self._after_submit = after_submit
+        self._before_history = before_history
         self._proxy_renewed = proxy_renewed
         self._status = status
         self._spool = spool
@@ -298,9 +302,16 @@ class QueueService(SandboxTransfers):
         projection: Sequence[str] | None,
         limit: int | None,
     ) -> list[ClassAd]:
-        return await self._worker.read(
+        ads = await self._worker.read(
             lambda q: q.history(constraint, projection, limit=limit), client=True
         )
+        # As in HTCondor, where the shadow writes a job's last event before the job leaves
+        # the queue: a job found in the history has its events (005, 009) in its user log,
+        # so a script that polls the history and then reads the log finds them. After the
+        # read, so that the events of every job it found are written.
+        if ads and self._before_history is not None:
+            await self._before_history()
+        return ads
 
     async def get(self, identity: Identity, job_id: JobId) -> ClassAd:
         return await self._worker.read(lambda q: q.get(job_id), client=True)
