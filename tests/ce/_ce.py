@@ -131,8 +131,10 @@ def need_batch_system(name: str, probe: Sequence[str]) -> None:
 
 
 def jobs(pool: PersonalPool, constraint: str = "true") -> list[dict[str, object]]:
-    """The pool's jobs matching `constraint`: its queue, then its history."""
+    """The pool's jobs matching `constraint`, once each: its queue, then its history (a
+    job that leaves the queue between the two reads is in both: its history's ad is the
+    one kept)."""
     with pool.client() as schedd:
-        return [dict(ad) for ad in schedd.query(constraint)] + [
-            dict(ad) for ad in schedd.history(constraint)
-        ]
+        ads = [dict(ad) for ad in schedd.query(constraint)]
+        ads += [dict(ad) for ad in schedd.history(constraint)]
+    return list({(ad["ClusterId"], ad["ProcId"]): ad for ad in ads}.values())
