@@ -16,13 +16,18 @@ _FS = 4
 
 
 class RawCedar:
-    """One connection to `address` ("host:port") for `command`, FS-authenticated."""
+    """One connection to `address` ("host:port") for `command`, FS-authenticated;
+    `authorized`: the daemon must authorize it (else `post_auth` says what it answered)."""
 
-    def __init__(self, address: str, command: int, timeout: float = 30) -> None:
+    def __init__(
+        self, address: str, command: int, timeout: float = 30, *, authorized: bool = True
+    ) -> None:
         host, port = address.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
         self.channel = Channel()
         self.post_auth = self._handshake(command)
+        if authorized:
+            assert self.post_auth.get("ReturnCode") == "AUTHORIZED", self.post_auth
 
     def __enter__(self) -> RawCedar:
         return self
@@ -86,6 +91,4 @@ class RawCedar:
             finally:
                 directory.rmdir()
             assert self.receive().int() == 0  # no key follows
-        post = self.receive_ad()
-        assert post.get("ReturnCode") == "AUTHORIZED", post
-        return post
+        return self.receive_ad()

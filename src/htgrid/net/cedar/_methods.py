@@ -94,6 +94,8 @@ class Link(Protocol):
     async def send(self, payload: bytes) -> None: ...
     async def send_int(self, value: int) -> None: ...
     def out(self) -> Writer: ...
+    async def refusing(self, exc: CedarRefused) -> None:
+        """Record the refusal (the audit log) before the client is told of it."""
 
 
 def _b64url(data: bytes) -> str:
@@ -160,10 +162,13 @@ class Authenticator:
                 (m for m in methods if mask & _METHOD_BITS[m] and not tried & _METHOD_BITS[m]),
                 None,
             )
-            await self.link.send_int(_METHOD_BITS[chosen] if chosen else 0)
             if chosen is None:
                 why = "; ".join(reasons) or f"no method of {methods} among those it tried ({mask})"
-                raise CedarRefused(f"authentication failed: {why}")
+                failed = CedarRefused(f"authentication failed: {why}")
+                await self.link.refusing(failed)
+                await self.link.send_int(0)
+                raise failed
+            await self.link.send_int(_METHOD_BITS[chosen])
             tried |= _METHOD_BITS[chosen]
             try:
                 if _METHOD_BITS[chosen] == _TOKEN:

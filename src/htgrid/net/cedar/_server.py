@@ -29,7 +29,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, NoReturn
 
 from htgrid import __version__
 from htgrid.classad import ClassAd
@@ -198,6 +198,7 @@ class _Connection:
         self.phase = Phase.HELLO
         self.principal: Principal | None = None  # once known
         self.command = "DC_AUTHENTICATE"  # what the client asked for, as the audit says
+        self._refusal_audited = False
         peer = writer.get_extra_info("peername") or ("?", 0)
         local = writer.get_extra_info("sockname") or ("?", 0)
         self.host = str(peer[0])
@@ -260,7 +261,7 @@ class _Connection:
                 )
         except CedarRefused as exc:
             _log.warning("%s refused: %s", where, exc)
-            await self._audit(False, f"{type(exc).__name__}: {exc}")
+            await self.refusing(exc)
         except CedarError as exc:
             _log.warning("%s: protocol error: %s", where, exc)
         except (ConnectionError, OSError) as exc:
@@ -333,16 +334,14 @@ class _Connection:
             self.security.still_valid(session.principal)
         except AuthError as exc:
             self.service.sessions.drop(sid)
-            if answer:
-                await self.send_ad({"ReturnCode": "SID_NOT_FOUND"})
-            raise CedarRefused(f"session of {session.principal.name} ended: {exc}") from None
+            ended = CedarRefused(f"session of {session.principal.name} ended: {exc}")
+            await self._deny(ended, "SID_NOT_FOUND" if answer else None)
         command = self.service.commands.get(number)
         self.principal = session.principal
         self.command = command.name if command is not None else f"command {number}"
         if command is None or number not in session.commands:
-            if answer:
-                await self.send_ad({"ReturnCode": "SID_NOT_FOUND"})
-            raise CedarRefused(f"command {number} is not one session {sid[:80]} covers")
+            uncovered = CedarRefused(f"command {number} is not one session {sid[:80]} covers")
+            await self._deny(uncovered, "SID_NOT_FOUND" if answer else None)
         if answer:
             nonce = base64.b64encode(secrets.token_bytes(33)).decode("ascii")
             await self.send_ad(
@@ -429,16 +428,15 @@ class _Connection:
             self.channel.start_aes(key)
         self._to(Phase.AUTHENTICATED)
         if command is None:
-            await self.send_ad({"ReturnCode": "CMD_NOT_FOUND"})
-            raise CedarRefused(f"command {wanted}: the {self.service.name} has no such command")
+            unknown = CedarRefused(f"command {wanted}: the {self.service.name} has no such command")
+            await self._deny(unknown, "CMD_NOT_FOUND")
         if number == DC_SEC_QUERY:
             await self._sec_query(principal, command)
             return None
         try:
             self._authorize(principal, command)
-        except CedarRefused:
-            await self.send_ad({"ReturnCode": "DENIED"})
-            raise
+        except CedarRefused as exc:
+            await self._deny(exc, "DENIED")
         allowed = frozenset(
             c.number for c in self.service.commands.values() if self._allowed(principal, c)
         )
@@ -486,6 +484,20 @@ class _Connection:
         finally:
             self.principal, self.command = asked
         return True
+
+    async def refusing(self, exc: CedarRefused) -> None:
+        """The refusal's audit line, once, before the client is told of it: a client told
+        no finds it in the audit log (as an accepted command's is before its answer)."""
+        if not self._refusal_audited:
+            self._refusal_audited = True
+            await self._audit(False, f"{type(exc).__name__}: {exc}")
+
+    async def _deny(self, exc: CedarRefused, code: str | None) -> NoReturn:
+        """Refuse with `exc`: its audit line, then the ReturnCode `code` (None: no answer)."""
+        await self.refusing(exc)
+        if code is not None:
+            await self.send_ad({"ReturnCode": code})
+        raise exc
 
     async def _audit(self, accepted: bool, reason: str | None = None) -> None:
         """The audit log's line for a refusal, or a command that is not a read."""
