@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import htgrid.classad as classad
+import htgrid.cli._wait as wait_cli
 from htgrid.cli._wait import JobTally
 from htgrid.eventlog import (
     ClusterRemoveEvent,
@@ -376,3 +377,27 @@ def test_q_totals_say_what_the_batch_view_says(htgrid) -> None:  # type: ignore[
     mine = totals("-totals")
     assert mine[0].replace("query", ME, 1) == mine[1]
     _clean(htgrid, cluster)
+
+
+def test_wait_counts_a_job_leaving_between_its_two_reads_done(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A job with no log is followed through the queue, then the history: one that left
+    # the queue between the two reads is in both, and is done.
+    class Schedd:
+        def __enter__(self) -> Schedd:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def query(self, spec: str, attrs: list[str]) -> list[classad.ClassAd]:
+            return [classad.ClassAd({"ClusterId": 12, "ProcId": 0, "JobStatus": 2})]
+
+        def history(self, spec: str, attrs: list[str]) -> list[classad.ClassAd]:
+            return [classad.ClassAd({"ClusterId": 12, "ProcId": 0, "JobStatus": 4})]
+
+    monkeypatch.setattr(wait_cli, "client", Schedd)
+    tally = JobTally(lambda jid: jid.cluster == 12)
+    wait_cli._follow_queue("12", tally)()
+    assert tally.finished(None), tally.summary()

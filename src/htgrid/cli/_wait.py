@@ -194,12 +194,14 @@ def _follow_queue(text: str, tally: JobTally) -> Callable[[], None]:
         with client() as schedd:
             queued = schedd.query(spec, ["JobStatus"])
             gone = schedd.history(spec, ["JobStatus"])
-        for ad in gone:
-            tally.states[JobId(ad["ClusterId"], ad["ProcId"])] = "done"
         for ad in queued:
             status = ad.get("JobStatus")
             known = state.get(status, "idle") if isinstance(status, int) else "idle"
             tally.states[JobId(ad["ClusterId"], ad["ProcId"])] = known
+        # The history last: a job that left the queue between the two reads is in both,
+        # and done.
+        for ad in gone:
+            tally.states[JobId(ad["ClusterId"], ad["ProcId"])] = "done"
 
     return follow
 
