@@ -12,14 +12,16 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 
 import htcondor2
 import pytest
 
+import htgrid.schedd._userlog as userlog
 from htgrid.classad import ClassAd
-from htgrid.eventlog import GridSubmitEvent, UserLog
+from htgrid.eventlog import GridSubmitEvent, UserLog, UserLogEvent
 from htgrid.queue import Identity, JobAction, JobId, JobQueue
 from htgrid.schedd._userlog import UserLogWriter
 from htgrid.schedd._worker import QueueWorker
@@ -154,3 +156,38 @@ def test_an_unfinished_batch_whose_changes_now_make_no_event_is_closed(tmp_path:
     _restart(home)
     assert _logged(log) == Counter({(0, 0): 1, (12, 0): 1})
     assert not (spool / "userlog.pending").exists()
+
+
+def test_a_catch_up_whose_caller_is_cancelled_writes_each_event_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A submit's or a history read's wait for the writer, cancelled (the daemon stopping)
+    # while a batch is being written: the next catch-up must not write it again.
+    _queue(tmp_path)
+    entered, go = threading.Event(), threading.Event()
+
+    class Slow(userlog.UserLog):
+        def append(self, event: UserLogEvent) -> None:
+            entered.set()
+            go.wait(30)  # the disk, slow: the caller gives up meanwhile
+            super().append(event)
+
+    monkeypatch.setattr(userlog, "UserLog", Slow)
+    worker = QueueWorker(JobQueue.open(tmp_path / "spool", fsync=False))
+
+    async def scenario() -> None:
+        writer = UserLogWriter(worker, tmp_path / "spool" / "userlog.seq", "<host>")
+        writer.load()
+        waiting = asyncio.ensure_future(writer.catch_up(client=True))
+        assert await asyncio.to_thread(entered.wait, 30)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        go.set()
+        await writer.catch_up()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        worker.close()
+    assert _logged(tmp_path / "job.log") == EXPECTED

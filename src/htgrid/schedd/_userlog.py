@@ -153,7 +153,14 @@ class UserLogWriter:
         `client`: an API client waits for this (a submit's answer waits for its 000
         events); then the queue calls go with the clients', before the daemon's own, also
         those of a catch_up already under way that this one waits for.
+
+        A caller cancelled meanwhile (a stop, a request given up) does not stop it: a
+        batch cut off between its write and the place kept in memory would be written
+        again by the next.
         """
+        await asyncio.shield(self._catch_up(client))
+
+    async def _catch_up(self, client: bool) -> None:
         self._clients += client
         try:
             async with self._lock:
