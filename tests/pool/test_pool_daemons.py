@@ -120,4 +120,5 @@ def test_down_evicts_running_jobs_which_resume_from_their_spooled_output(
         assert events(tmp_path / "job.log")[job] == [0, 1, 4, 1, 5]
         assert (tmp_path / "result").read_text() == "step1 done\n"
         assert (tmp_path / "job.out").read_text() == "started\nresumed\n"
-        assert not spooled.exists()
+        # Removed once the job's end is recorded: after it is in the history.
+        wait_for(lambda: not spooled.exists(), what="the kept output removed")
