@@ -6,14 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from pathlib import Path
 
+import pytest
+
+import htgrid.schedd._userlog as userlog
 from htgrid.classad import ClassAd
-from htgrid.net import Jobs
+from htgrid.eventlog import JobAbortedEvent, UserLogEvent
+from htgrid.net import Jobs, ScheddClient
 from htgrid.queue import Identity, JobAction, JobQueue
+from htgrid.schedd import ScheddConfig
 from htgrid.schedd._service import QueueService
 from htgrid.schedd._userlog import UserLogWriter
 from htgrid.schedd._worker import QueueWorker
+from htgrid.testing import in_process, until
 
 from ._harness import event_types
 
@@ -97,3 +104,40 @@ def test_a_job_found_in_the_history_has_its_last_event_in_its_log(tmp_path: Path
         asyncio.run(scenario())
     finally:
         worker.close()
+
+
+def test_the_daemons_history_answer_waits_for_the_jobs_last_event(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The whole daemon, its event log writer slowed (a busy disk) at the 009 of a job
+    # removed while idle: it leaves the queue at once, and the history that shows it
+    # answers only once its 009 is in its log.
+    class Slow(userlog.UserLog):
+        def append(self, event: UserLogEvent) -> None:
+            if isinstance(event, JobAbortedEvent):
+                time.sleep(1.5)
+            super().append(event)
+
+    monkeypatch.setattr(userlog, "UserLog", Slow)
+    config = ScheddConfig(
+        tmp_path / "pool",
+        kill_grace=1,
+        fsync=False,
+        daemons=frozenset({"MASTER", "SCHEDD"}),
+        allow_root_jobs=True,  # the test submits as root
+    )
+    log = tmp_path / "job.log"
+    ad = ClassAd({"Cmd": "/bin/true", "JobUniverse": 5, "Iwd": "/", "UserLog": str(log)})
+
+    def submit_and_remove(schedd: ScheddClient) -> str:
+        cluster = schedd.reserve_cluster()
+        (job,) = schedd.submit(cluster, ad, [ClassAd()])
+        schedd.act(JobAction.Remove, Jobs.of([job]))
+        return f"ClusterId == {cluster}"
+
+    async def scenario(schedd: ScheddClient) -> None:
+        where = await asyncio.to_thread(submit_and_remove, schedd)
+        await until(lambda: schedd.history(where, ["ProcId"]))
+        assert event_types(log) == [0, 9]
+
+    in_process(config, scenario)
