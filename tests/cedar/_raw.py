@@ -12,7 +12,7 @@ from types import TracebackType
 from htgrid.classad import ClassAd
 from htgrid.net.cedar import Channel, Reader, Writer, literal_lines, parse_ad, split_lines
 
-_FS = 4
+FS = 4  # the FS method's bit
 
 
 class RawCedar:
@@ -63,7 +63,8 @@ class RawCedar:
         r.done("a reply")
         return ad
 
-    def _handshake(self, command: int) -> ClassAd:
+    def _hello(self, command: int) -> ClassAd:
+        """Ask for `command` in a new session, FS the one method offered; the answer."""
         hello = {
             "Command": command,
             "NewSession": "YES",
@@ -77,11 +78,14 @@ class RawCedar:
             "RemoteVersion": "$CondorVersion: 25.14.1 2026-09-24 BuildID: test $",
         }
         self.send(self.writer().int(60010).lines(literal_lines(hello)))
-        response = self.receive_ad()
+        return self.receive_ad()
+
+    def _handshake(self, command: int) -> ClassAd:
+        response = self._hello(command)
         if response.get("Authentication") == "YES":
-            self.send(self.writer().int(_FS))
+            self.send(self.writer().int(FS))
             chosen = self.receive().int()
-            assert chosen == _FS, response
+            assert chosen == FS, response
             directory = Path(self.receive().text())
             os.mkdir(directory, 0o700)
             try:
