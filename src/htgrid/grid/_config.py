@@ -2,6 +2,8 @@
 
 Defaults are HTCondor's (`GRIDMANAGER_*`, reference §8) where it has one. The pool's
 htgrid.conf may set the knobs in `KNOBS` (HTCondor's names); `with_knobs` applies them.
+A running grid manager takes them again at a reconfig (`htgrid reconfig`, SIGHUP), all
+but those in `RESTART_KNOBS`; a GAHP server started after it takes its settings too.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from htgrid.pool import ConfigFile
 
-__all__ = ["KNOBS", "GridManagerConfig"]
+__all__ = ["KNOBS", "RESTART_KNOBS", "GridManagerConfig"]
 
 #: The htgrid.conf knobs the grid manager reads, and the field each one sets.
 KNOBS: Mapping[str, str] = {
@@ -23,7 +25,15 @@ KNOBS: Mapping[str, str] = {
     "GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE": "max_submitted_per_resource",
     "PERIODIC_EXPR_INTERVAL": "periodic_interval",
     "GRIDMANAGER_COLLECTOR_UPDATE_INTERVAL": "collector_update_interval",
+    "GRIDMANAGER_RESOURCE_PROBE_INTERVAL": "down_ping_interval",
+    "GRIDMANAGER_GAHP_CALL_TIMEOUT": "gahp_call_timeout",
+    "GRIDMANAGER_GAHP_RESPONSE_TIMEOUT": "gahp_response_timeout",
+    "GRIDMANAGER_MAX_PENDING_REQUESTS": "max_pending_requests",
 }
+
+#: The knobs a running grid manager cannot take (each resource's request throttle is
+#: sized when it is made): a change waits for a restart.
+RESTART_KNOBS: frozenset[str] = frozenset({"GRIDMANAGER_MAX_PENDING_REQUESTS"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,3 +115,19 @@ class GridManagerConfig:
                 value = conf.number(knob, default)
                 changes[name] = int(value) if isinstance(default, int) else value
         return dataclasses.replace(self, **changes) if changes else self
+
+    def reconfigured(self, new: GridManagerConfig) -> tuple[GridManagerConfig, list[str]]:
+        """`new` as a running grid manager takes it (the RESTART_KNOBS kept as they are in
+        `self`), and a line for each knob that changed, saying so or that it waits for a
+        restart."""
+        lines, kept = [], {}
+        for knob, name in KNOBS.items():
+            old, value = getattr(self, name), getattr(new, name)
+            if old == value:
+                continue
+            if knob in RESTART_KNOBS:
+                kept[name] = old
+                lines.append(f"{knob} {old:g} -> {value:g} needs a restart: {old:g} kept")
+            else:
+                lines.append(f"{knob} {old:g} -> {value:g}")
+        return dataclasses.replace(new, **kept), lines

@@ -40,8 +40,9 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from htgrid.classad import ClassAd
-from htgrid.gahp import GahpServerExited, GahpTimeout, LocalGahpError
+from htgrid.gahp import GahpServerExited, GahpTimeout, LocalGahpError, first_of
 from htgrid.gahp.commands import Spec
+from htgrid.grid._config import GridManagerConfig
 from htgrid.grid._errors import GahpUnavailable
 from htgrid.grid._gahps import GahpHandle
 from htgrid.grid._gridids import ResourceName
@@ -99,7 +100,6 @@ class Resource(abc.ABC, Generic[J, N]):
         self.name = where.key
         self.gahp = gahp
         self.services = services
-        self.config = services.config
         self.clock = services.clock
         self.jobs: dict[JobId, J] = {}
         self.state = ResourceState.UNKNOWN
@@ -122,7 +122,14 @@ class Resource(abc.ABC, Generic[J, N]):
         self._down_pings = 0
         self._ping_wanted = asyncio.Event()
         self._last_ping = 0.0
+        #: Done when a reconfig changes the poll interval (the poll loop's wait).
+        self._retimed: asyncio.Future[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def config(self) -> GridManagerConfig:
+        """The settings in force (a reconfig may change them)."""
+        return self.services.config
 
     # ---- the type's part ---------------------------------------------------------------------
 
@@ -146,6 +153,17 @@ class Resource(abc.ABC, Generic[J, N]):
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def reconfig(self, old: GridManagerConfig) -> None:
+        """The settings changed from `old` (condor_reconfig): a shorter or longer poll
+        interval counts from now, and jobs waiting for a submit slot take those a higher
+        GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE frees, in their order."""
+        retimed = self._retimed
+        if self.config.poll_interval != old.poll_interval and retimed and not retimed.done():
+            retimed.set_result(None)
+        free = self.config.max_submitted_per_resource - len(self._submitted)
+        for job in list(self._waiting.values())[: max(0, free)]:
+            job.wake()
 
     def register(self, job: J) -> None:
         self.jobs[job.job_id] = job
@@ -361,7 +379,13 @@ class Resource(abc.ABC, Generic[J, N]):
 
     async def _poll_loop(self) -> None:
         while True:
-            await self.clock.sleep(self.config.poll_interval)
+            retimed = self._retimed = asyncio.get_running_loop().create_future()
+            try:
+                await first_of(retimed, self.config.poll_interval, self.clock)
+            finally:
+                self._retimed = None
+            if retimed.done():
+                continue  # the new interval counts from now
             jobs = [job for job in self.jobs.values() if job.wants_status()]
             if jobs and self.up:
                 self.stats.polls += 1

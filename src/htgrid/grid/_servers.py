@@ -8,6 +8,7 @@ as the owner, with their records (GAHP_TEMP) and tokens in the owner's directori
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import os
 from collections.abc import Mapping, Sequence
@@ -38,6 +39,14 @@ class GahpServers:
     config: GridManagerConfig
     pids: GahpPids
     handles: dict[str, GahpHandle] = field(default_factory=dict)
+
+    def retune(self, config: GridManagerConfig) -> None:
+        """New settings (a reconfig): for each server started from now on, a restarted
+        one too (a resource's own bound on requests in flight is kept)."""
+        self.config = config
+        for handle in self.handles.values():
+            pending = handle.config.max_pending_requests
+            handle.config = dataclasses.replace(config, max_pending_requests=pending)
 
     def factory(self, owner: Account | None) -> GahpFactory:
         """The servers of jobs run as `owner` (None: as this process's own user)."""

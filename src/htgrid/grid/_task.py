@@ -53,9 +53,10 @@ S = TypeVar("S", bound=enum.Enum)
 E = TypeVar("E", bound=enum.Enum)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Services:
-    """What jobs and resources are given: settings, time, the queue, the user logs."""
+    """What jobs and resources are given: settings, time, the queue, the user logs. One
+    is shared by all; `config` is replaced at a reconfig (`GridManager.reconfig`)."""
 
     config: GridManagerConfig
     clock: Clock
@@ -87,7 +88,6 @@ class JobTask(abc.ABC, Generic[S, E]):
         self.ad = ad
         self.resource = resource
         self.services = services
-        self.config = services.config
         self.clock = services.clock
         self.io = services.io
         self.status = JobStatus(as_int(ad.get("JobStatus")) or 1)
@@ -123,6 +123,11 @@ class JobTask(abc.ABC, Generic[S, E]):
                 self._myproxy_problem = f"Cannot renew the job's X.509 proxy from MyProxy: {err}"
         self._renewal: asyncio.Task[None] | None = None
         self._renewal_tried: float | None = None  # monotonic
+
+    @property
+    def config(self) -> GridManagerConfig:
+        """The settings in force (a reconfig may change them while the job runs)."""
+        return self.services.config
 
     # ---- the type's part ---------------------------------------------------------------------
 

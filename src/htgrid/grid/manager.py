@@ -51,6 +51,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from htgrid._aio import take_sighup
 from htgrid._files import single_instance
 from htgrid._gc import tune_gc
 from htgrid._privsep import (
@@ -157,6 +158,44 @@ class GridManager:
         self.gahps: dict[str, GahpHandle] = self._servers.handles
         self._bell = Doorbell(self.dir / "wake")
         self._faults = FaultLog(log, "grid manager")
+        self._policy: asyncio.Task[None] | None = None  # the periodic policy's loop
+
+    def _start_policy(self) -> None:
+        """The periodic policy's loop, (re)started with the settings in force (it reads
+        SYSTEM_PERIODIC_* as it starts)."""
+        if self._policy is not None:
+            self._policy.cancel()
+        self._policy = asyncio.create_task(
+            periodic_policy(
+                self.services.io,
+                self.home,
+                self.clock,
+                self.config.periodic_interval,
+                self._contain,
+            ),
+            name="periodic policy",
+        )
+
+    def reconfig(self, new: GridManagerConfig) -> None:
+        """condor_reconfig: take the settings `new` (htgrid.conf read again) that can change
+        while it runs. Resources poll at the new interval from now and admit the jobs a
+        higher submit limit lets through; a GAHP server started from now on (a new
+        resource's, or one restarted) gets the new timeouts; the periodic policy reads
+        SYSTEM_PERIODIC_* and PERIODIC_EXPR_INTERVAL again. A knob that needs a restart
+        is logged so, and kept."""
+        config, lines = self.config.reconfigured(new)
+        old, self.config = self.config, config
+        for line in lines:
+            log.info("reconfig: %s", line)
+        if not lines:
+            log.info("reconfig: htgrid.conf read again; no grid manager knob changed")
+        self._servers.retune(config)
+        if self._services is None:
+            return  # not running yet: it starts with these
+        self._services.config = config
+        for resource in self.resources.values():
+            resource.reconfig(old)
+        self._start_policy()
 
     # ---- life ------------------------------------------------------------------------------
 
@@ -184,19 +223,8 @@ class GridManager:
                 self._seq = await self._io.last_seq()
                 await self._scan()
                 self.ready.set()
-                loops = [
-                    asyncio.create_task(self._follow(), name="change feed"),
-                    asyncio.create_task(
-                        periodic_policy(
-                            self._io,
-                            self.home,
-                            self.clock,
-                            self.config.periodic_interval,
-                            self._contain,
-                        ),
-                        name="periodic policy",
-                    ),
-                ]
+                loops = [asyncio.create_task(self._follow(), name="change feed")]
+                self._start_policy()
                 if self.publish is not None:
                     loops.append(asyncio.create_task(self._advertise(self.publish), name="ads"))
                 feed = asyncio.gather(*loops)
@@ -224,6 +252,8 @@ class GridManager:
         tasks: list[asyncio.Future[Any]] = [*self._tasks.values()]
         if feed is not None:
             tasks.append(feed)
+        if self._policy is not None:
+            tasks.append(self._policy)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -270,8 +300,8 @@ class GridManager:
         return ads
 
     async def _advertise(self, publish: Publish) -> None:
-        interval = self.config.collector_update_interval
         while True:
+            interval = self.config.collector_update_interval  # a reconfig may change it
             ads = self.resource_ads()
             if ads:
                 for ad in ads:
@@ -568,7 +598,8 @@ def run_gridmanager(
                     stop.set()
 
             loop.add_reader(parent_fd, parent_readable)
-        settings = (config or GridManagerConfig()).with_knobs(Path(home))
+        base = config or GridManagerConfig()
+        settings = base.with_knobs(Path(home))
         # Whose jobs run, and as whom: this process's user (root: each job's as its owner).
         allow_root = ConfigFile.read(Path(home)).flag(ALLOW_ROOT_JOBS, False)
         manager = GridManager(
@@ -579,6 +610,22 @@ def run_gridmanager(
             policy=OwnerPolicy(allow_root=allow_root),
             publish=publish,
         )
+        rereads: set[asyncio.Task[None]] = set()
+
+        async def reread() -> None:
+            try:
+                new = await asyncio.to_thread(base.with_knobs, Path(home))
+            except HTGridError as err:
+                log.error("reconfig: htgrid.conf is refused, the settings in force kept: %s", err)
+                return
+            manager.reconfig(new)
+
+        def on_sighup() -> None:
+            task = asyncio.create_task(reread(), name="reconfig")
+            rereads.add(task)
+            task.add_done_callback(rereads.discard)
+
+        take_sighup(loop, on_sighup)  # condor_reconfig (the master passes it on)
         await manager.run(stop)
 
     daemon_umask()  # what it makes is its own, whatever the umask it was started with
