@@ -1,0 +1,160 @@
+"""`htgrid reconfig` (condor_reconfig) reaches the execute node and the grid manager the
+master runs: each reads htgrid.conf again and takes what can change, with no restart."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from htgrid.net import ScheddClient
+from htgrid.testing import WHOLE_POOL, PersonalPool, run_cli, wait_for
+
+from .conftest import FAST, submit
+
+#: What the tests edit: the node takes jobs tagged "old" only, the grid manager submits
+#: one job at a time and polls their status once an hour.
+KNOBS: dict[str, object] = {
+    **FAST,
+    "START": 'TARGET.Tag == "old"',
+    "GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE": 1,
+    "GRIDMANAGER_JOB_PROBE_INTERVAL": 3600,
+}
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PersonalPool]:
+    home = tmp_path_factory.mktemp("pool")
+    with PersonalPool(home, kill_grace=2, fsync=False, daemons=WHOLE_POOL, config=KNOBS) as p:
+        yield p
+
+
+def _reconfig(pool: PersonalPool, **knobs: object) -> None:
+    """Set `knobs` in htgrid.conf (in place of their lines) and run `htgrid reconfig`."""
+    conf = pool.home / "htgrid.conf"
+    lines = [line for line in conf.read_text().splitlines() if line.split(" = ")[0] not in knobs]
+    lines += [f"{name} = {value}" for name, value in knobs.items()]
+    conf.write_text("\n".join(lines) + "\n")
+    status, _, err = run_cli(pool.home, "reconfig")
+    assert status == 0, err
+
+
+def _log_has(path: Path, text: str) -> bool:
+    return path.exists() and text in path.read_text()
+
+
+def _tagged(pool: PersonalPool, work: Path, tag: str) -> int:
+    return submit(
+        pool.home,
+        work,
+        "executable = /bin/true\nshould_transfer_files = YES\nrequest_memory = 16\n"
+        f'+Tag = "{tag}"\nqueue\n',
+    )
+
+
+def _done(schedd: ScheddClient, cluster: int) -> bool:
+    return len(schedd.history(f"ClusterId == {cluster}", ["ExitCode"])) == 1
+
+
+def _idle(schedd: ScheddClient, cluster: int) -> bool:
+    (ad,) = schedd.query(f"ClusterId == {cluster}", ["JobStatus", "NumJobStarts"])
+    return ad["JobStatus"] == 1 and not ad.get("NumJobStarts")
+
+
+@pytest.mark.timeout(240)
+def test_a_reconfig_makes_the_execute_node_take_a_new_start(
+    pool: PersonalPool, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    startd = pool.child_pid("startd")
+    with pool.client() as schedd:
+        refused = _tagged(pool, work, "new")
+        witness = _tagged(pool, work, "old")
+        # The node ran the job submitted after it: the first was matched against it, and
+        # START said no.
+        wait_for(lambda: _done(schedd, witness), timeout=90, interval=0.2, what="the old job")
+        assert _idle(schedd, refused)
+
+        _reconfig(pool, START='TARGET.Tag == "new"', NUM_CPUS=4)
+        wait_for(lambda: _done(schedd, refused), timeout=90, interval=0.2, what="the new job")
+        # ... and the other way round: START now refuses what it took before.
+        refused = _tagged(pool, work, "old")
+        witness = _tagged(pool, work, "new")
+        wait_for(lambda: _done(schedd, witness), timeout=90, interval=0.2, what="the new job")
+        assert _idle(schedd, refused)
+        assert run_cli(pool.home, "rm", str(refused))[0] == 0
+    assert pool.child_pid("startd") == startd  # taken live, not by a restart
+    log = pool.home / "log" / "StartLog"
+    assert _log_has(log, "reconfig: START taken")
+    assert _log_has(log, "reconfig: NUM_CPUS changed, which needs a restart")
+
+
+def _grid_job(pool: PersonalPool, work: Path) -> int:
+    return submit(
+        pool.home,
+        work,
+        "universe = grid\ngrid_resource = batch fork\nexecutable = /bin/true\nqueue\n",
+    )
+
+
+@pytest.mark.timeout(240)
+def test_a_reconfig_changes_the_grid_managers_limit_and_poll_interval(
+    pool: PersonalPool, tmp_path: Path
+) -> None:
+    work = tmp_path / "grid"
+    gridmanager = pool.child_pid("gridmanager")
+    log = pool.home / "log" / "GridmanagerLog"
+    with pool.client() as schedd:
+
+        def ad(cluster: int) -> dict[str, object]:
+            (job,) = schedd.query(f"ClusterId == {cluster}", ["GridJobId", "GridWaitReason"])
+            return dict(job)
+
+        first, second = _grid_job(pool, work), _grid_job(pool, work)
+        wait_for(
+            lambda: "submit slot" in str(ad(second).get("GridWaitReason")),
+            timeout=60,
+            interval=0.2,
+            what="the second job waiting for the only submit slot",
+        )
+        assert ad(first).get("GridJobId")
+
+        _reconfig(pool, GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE=5)
+        wait_for(lambda: ad(second).get("GridJobId"), timeout=60, interval=0.2, what="a slot")
+        # Their batch jobs ended long ago, but no status poll comes for an hour.
+        assert not _done(schedd, first)
+
+        _reconfig(pool, GRIDMANAGER_JOB_PROBE_INTERVAL=1)
+        wait_for(
+            lambda: _done(schedd, first) and _done(schedd, second),
+            timeout=60,
+            interval=0.2,
+            what="the jobs done",
+        )
+    assert pool.child_pid("gridmanager") == gridmanager
+    assert _log_has(log, "reconfig: GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE 1 -> 5")
+    assert _log_has(log, "reconfig: GRIDMANAGER_JOB_PROBE_INTERVAL 3600 -> 1")
+
+
+def test_what_waits_for_a_restart_is_kept_and_named(tmp_path: Path) -> None:
+    from htgrid.grid import GridManagerConfig
+    from htgrid.startd import StartdConfig
+
+    (tmp_path / "htgrid.conf").write_text("NUM_CPUS = 2\nSTART = false\n")
+    old = StartdConfig.load(tmp_path)
+    (tmp_path / "htgrid.conf").write_text("NUM_CPUS = 8\nSTART = true\nEXECUTE = /tmp/x\n")
+    taken, changed, later = old.reconfigured(StartdConfig.load(tmp_path))
+    assert (taken.start, taken.num_cpus, taken.execute_dir) == ("true", 2, old.execute_dir)
+    assert (changed, later) == (["START"], ["EXECUTE", "NUM_CPUS"])
+
+    running = GridManagerConfig()
+    (tmp_path / "htgrid.conf").write_text(
+        "GRIDMANAGER_MAX_PENDING_REQUESTS = 5\nGRIDMANAGER_RESOURCE_PROBE_INTERVAL = 60\n"
+    )
+    config, lines = running.reconfigured(GridManagerConfig().with_knobs(tmp_path))
+    assert (config.max_pending_requests, config.down_ping_interval) == (50, 60)
+    assert lines == [
+        "GRIDMANAGER_RESOURCE_PROBE_INTERVAL 300 -> 60",
+        "GRIDMANAGER_MAX_PENDING_REQUESTS 50 -> 5 needs a restart: 50 kept",
+    ]
