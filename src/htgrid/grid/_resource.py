@@ -141,6 +141,12 @@ class Resource(abc.ABC, Generic[J, N]):
     async def poll(self, jobs: list[J]) -> None:
         """Ask the status of `jobs` and hand each its answer."""
 
+    async def let_go(self, remote: str) -> str | None:
+        """Let the remote copy `remote` of a finished job go (its sandbox with it): None
+        when it went (or was gone already), else why not (tried again later). Only a type
+        whose remote copies outlive the job's end has any (see `_leftovers`)."""
+        return f"a {type(self).__name__} keeps no remote copy of a finished job"
+
     # ---- life ----------------------------------------------------------------------------------
 
     def start(self) -> None:

@@ -24,6 +24,7 @@ from htgrid.errors import HTGridError
 from htgrid.gahp import Clock, first_of
 from htgrid.grid._config import GridManagerConfig
 from htgrid.grid._errors import GridError
+from htgrid.grid._leftovers import LeftoverSweep
 from htgrid.grid._myproxy import RETRY_AFTER, MyProxyRenewer, MyProxySettings, NoMyProxyPassword
 from htgrid.grid._proxy import ProxyWatch, _utc, proxy_path
 from htgrid.grid._queueio import UNDEFINED, QueueIO
@@ -68,6 +69,8 @@ class Services:
     turns: Turns = field(default_factory=Turns)
     #: Renews proxies from MyProxy (jobs with MyProxyHost); None: nothing is renewed.
     myproxy: MyProxyRenewer | None = None
+    #: Tries again the removals of remote copies that failed; None: they are not.
+    leftovers: LeftoverSweep | None = None
 
 
 class JobGone(GridError):

@@ -46,30 +46,26 @@ import contextlib
 import hashlib
 import logging
 import os
-import signal
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from htgrid._aio import take_sighup
 from htgrid._files import single_instance
-from htgrid._gc import tune_gc
 from htgrid._privsep import (
-    ALLOW_ROOT_JOBS,
     Account,
     OwnerPolicy,
     OwnerRefused,
-    daemon_umask,
     spawn_identity,
 )
-from htgrid.classad import ClassAd, preload_functions
+from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
 from htgrid.gahp import Clock, SystemClock
 from htgrid.grid._config import GridManagerConfig
 from htgrid.grid._errors import AlreadyRunning, GridError, UnsupportedGridJob
 from htgrid.grid._gahps import GahpHandle, GahpPids
-from htgrid.grid._gridtype import GridType
+from htgrid.grid._gridtype import GahpCredential, GridType
 from htgrid.grid._job import GridJob
+from htgrid.grid._leftovers import Leftovers, LeftoverSweep
 from htgrid.grid._myproxy import MyProxyRenewer
 from htgrid.grid._policy import periodic_policy
 from htgrid.grid._queueio import QueueIO
@@ -79,7 +75,7 @@ from htgrid.grid._servers import GahpServers
 from htgrid.grid._task import Services
 from htgrid.grid._userlog import EventLogs
 from htgrid.grid._values import as_int
-from htgrid.pool import ConfigFile, HomeLayout
+from htgrid.pool import HomeLayout
 from htgrid.queue import (
     Change,
     ChangeKind,
@@ -93,7 +89,7 @@ from htgrid.queue import (
 from htgrid.queue.doorbell import Doorbell
 from htgrid.queue.faults import FaultLog, JobFailure, daemon_fault, problem
 
-__all__ = ["ADOPTABLE", "GRID_TYPES", "GridManager", "Publish", "run_gridmanager"]
+__all__ = ["ADOPTABLE", "GRID_TYPES", "GridManager", "Publish"]
 
 log = logging.getLogger("htgrid.grid")
 
@@ -159,6 +155,13 @@ class GridManager:
         self._bell = Doorbell(self.dir / "wake")
         self._faults = FaultLog(log, "grid manager")
         self._policy: asyncio.Task[None] | None = None  # the periodic policy's loop
+        #: The removals of finished jobs' remote copies that failed, tried again.
+        self.leftovers = LeftoverSweep(
+            Leftovers(self.dir / "leftovers"),
+            self.clock,
+            lambda: self.config,
+            self._leftover_resource,
+        )
 
     def _start_policy(self) -> None:
         """The periodic policy's loop, (re)started with the settings in force (it reads
@@ -211,7 +214,13 @@ class GridManager:
             logs = EventLogs(lambda cluster, proc: self._owners.get(JobId(cluster, proc)))
             renewer = MyProxyRenewer(self.queue_dir, self._owners.get)
             self._services = Services(
-                self.config, self.clock, self._io, logs, self.home, myproxy=renewer
+                self.config,
+                self.clock,
+                self._io,
+                logs,
+                self.home,
+                myproxy=renewer,
+                leftovers=self.leftovers,
             )
             feed: asyncio.Future[Any] | None = None
             try:
@@ -223,7 +232,10 @@ class GridManager:
                 self._seq = await self._io.last_seq()
                 await self._scan()
                 self.ready.set()
-                loops = [asyncio.create_task(self._follow(), name="change feed")]
+                loops = [
+                    asyncio.create_task(self._follow(), name="change feed"),
+                    asyncio.create_task(self.leftovers.run(), name="leftovers"),
+                ]
                 self._start_policy()
                 if self.publish is not None:
                     loops.append(asyncio.create_task(self._advertise(self.publish), name="ads"))
@@ -355,10 +367,6 @@ class GridManager:
         except OwnerRefused as err:
             await self._refuse(job_id, ad, str(err), HoldReasonCode.FailedToAccessUserAccount)
             return None
-        # HTCondor runs a grid manager per user, so each user has resources and GAHP
-        # servers of their own: here those of a job run as another user are keyed by it,
-        # and, as in HTCondor, by the credential the job names for its server to present.
-        where = key if owner is None else f"{key}#{owner.name}"
         credential = gtype.credential(ad)
         if credential is not None:
             # As HTCondor's grid manager holds a job whose proxy it cannot acquire: else
@@ -367,6 +375,27 @@ class GridManager:
             if problem is not None:
                 await self._refuse(job_id, ad, problem, HoldReasonCode.CorruptedCredential)
                 return None
+        resource = self._resource_at(gtype, key, owner, credential)
+        job = gtype.new_job(job_id, ad, resource, self.services)
+        resource.register(job)
+        if owner is not None:
+            self._owners[job_id] = owner
+        return job
+
+    def _resource_at(
+        self,
+        gtype: GridType[Any],
+        key: str,
+        owner: Account | None,
+        credential: GahpCredential | None,
+    ) -> Resource[Any, Any]:
+        """The resource `key` of `owner`'s jobs that present `credential`, made and
+        started on first use."""
+        # HTCondor runs a grid manager per user, so each user has resources and GAHP
+        # servers of their own: here those of a job run as another user are keyed by it,
+        # and, as in HTCondor, by the credential the job names for its server to present.
+        where = key if owner is None else f"{key}#{owner.name}"
+        if credential is not None:
             where = f"{where}#{credential.path}"
         resource = self.resources.get(where)
         if resource is None:
@@ -375,11 +404,19 @@ class GridManager:
             )
             self.resources[where] = resource
             resource.start()
-        job = gtype.new_job(job_id, ad, resource, self.services)
-        resource.register(job)
-        if owner is not None:
-            self._owners[job_id] = owner
-        return job
+        return resource
+
+    async def _leftover_resource(self, attrs: Mapping[str, str]) -> Resource[Any, Any]:
+        """The resource a finished job's remote copy is let go through, from the job
+        attributes its record kept (GridError, OwnerRefused: none to be had now)."""
+        text = attrs.get("GridResource", "")
+        gtype = self.grid_types.get(grid_type_of(text))
+        if gtype is None:
+            raise UnsupportedGridJob(f"no grid type runs GridResource {text!r}")
+        ad = ClassAd(dict(attrs))
+        return self._resource_at(
+            gtype, gtype.resource_key(text), self._owner(ad), gtype.credential(ad)
+        )
 
     async def _contain(
         self,
@@ -561,82 +598,3 @@ def _adoptable(ad: ClassAd) -> bool:
     if managed == "ScheddDone" or ad.get("Matched") is False:
         return False
     return ad.get("JobStatus") != JobStatus.HELD or managed == "External"
-
-
-def run_gridmanager(
-    home: str | os.PathLike[str],
-    *,
-    queue_dir: str | os.PathLike[str] | None = None,
-    config: GridManagerConfig | None = None,
-    clock: Clock | None = None,
-    parent_fd: int | None = None,
-    publish: Publish | None = None,
-) -> int:
-    """Run a grid manager in this process until SIGTERM or SIGINT; the exit status.
-
-    0 after a clean stop, 3 if another grid manager already runs on `home`, 1 if it
-    could not start (the queue cannot be opened...). With `parent_fd` (the master's
-    pipe) it also stops when that pipe closes: a master killed -9 takes it along, as
-    it takes its other daemons, instead of leaving it to run the queue alone.
-    """
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
-        if parent_fd is not None:
-
-            def parent_readable() -> None:
-                try:
-                    data = os.read(parent_fd, 64)
-                except OSError:
-                    data = b""
-                if not data:  # the master's end closed: it is gone
-                    loop.remove_reader(parent_fd)
-                    log.warning("the master that started this grid manager is gone: stopping")
-                    stop.set()
-
-            loop.add_reader(parent_fd, parent_readable)
-        base = config or GridManagerConfig()
-        settings = base.with_knobs(Path(home))
-        # Whose jobs run, and as whom: this process's user (root: each job's as its owner).
-        allow_root = ConfigFile.read(Path(home)).flag(ALLOW_ROOT_JOBS, False)
-        manager = GridManager(
-            home,
-            queue_dir=queue_dir,
-            config=settings,
-            clock=clock,
-            policy=OwnerPolicy(allow_root=allow_root),
-            publish=publish,
-        )
-        rereads: set[asyncio.Task[None]] = set()
-
-        async def reread() -> None:
-            try:
-                new = await asyncio.to_thread(base.with_knobs, Path(home))
-            except HTGridError as err:
-                log.error("reconfig: htgrid.conf is refused, the settings in force kept: %s", err)
-                return
-            manager.reconfig(new)
-
-        def on_sighup() -> None:
-            task = asyncio.create_task(reread(), name="reconfig")
-            rereads.add(task)
-            task.add_done_callback(rereads.discard)
-
-        take_sighup(loop, on_sighup)  # condor_reconfig (the master passes it on)
-        await manager.run(stop)
-
-    daemon_umask()  # what it makes is its own, whatever the umask it was started with
-    preload_functions()
-    tune_gc()
-    try:
-        asyncio.run(main())
-    except AlreadyRunning as err:
-        log.error("%s", err)
-        return 3
-    except HTGridError as err:  # the queue cannot be opened, say
-        log.error("grid manager: %s", err)
-        return 1
-    return 0
