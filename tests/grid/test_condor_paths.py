@@ -669,7 +669,7 @@ def test_a_job_naming_a_token_file_that_cannot_be_read_is_held_saying_so(
 
 
 def test_a_failed_removal_of_the_remote_copy_is_tried_again_across_a_restart(
-    grid: Grid, remote: Remote
+    grid: Grid, remote: Remote, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The remote schedd cannot be reached to let the finished job's copy go: the grid
     manager tries again with a growing pause, keeps what it owes on disk, and a restarted
@@ -700,19 +700,23 @@ def test_a_failed_removal_of_the_remote_copy_is_tried_again_across_a_restart(
         assert not (remote.state / "spool" / rid.replace(".", "/")).exists()
         assert list(owed.iterdir()) == []
 
+    caplog.set_level("INFO", "htgrid.grid")
     run(main())
     assert (grid.work / "out.0.txt").read_text() == "hello from B\n"
+    where = "its copy at the remote schedd remote@test (pool 127.0.0.1:9999) as job 1.0"
+    assert f"job 1.0: could not remove {where} (LeaveJobInQueue = false): Failed" in caplog.text
+    assert "removing its copy at the remote schedd remote@test" in caplog.text
+    assert f"job 1.0: removed {where}" in caplog.text
 
 
 def test_a_record_of_a_removal_owed_that_cannot_be_read_is_set_aside(tmp_path: Path) -> None:
     from htgrid.grid._leftovers import Leftover, Leftovers
 
     store = Leftovers(tmp_path / "leftovers")
-    store.keep(Leftover(JobId(3, 1), "7.0", {"GridResource": RESOURCE}, 2, 10.0, "down"))
+    kept = Leftover(JobId(3, 1), "7.0", {"GridResource": RESOURCE}, 2, 10.0, "down", "its copy")
+    store.keep(kept)
     (tmp_path / "leftovers" / "4.0.json").write_text("{not json")
-    assert store.load() == [
-        Leftover(JobId(3, 1), "7.0", {"GridResource": RESOURCE}, 2, 10.0, "down")
-    ]
+    assert store.load() == [kept]
     assert sorted(p.name for p in store.directory.iterdir()) == ["3.1.json", "4.0.json.bad"]
     assert stat.S_IMODE((store.directory / "3.1.json").stat().st_mode) == 0o600
     store.drop(JobId(3, 1))

@@ -55,6 +55,8 @@ class Leftover:
     #: When (epoch seconds) to try again.
     due: float = 0.0
     last_error: str = ""
+    #: What is owed, for the log ("its sandbox <path> at <host>").
+    what: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -64,6 +66,7 @@ class Leftover:
             "tries": self.tries,
             "due": self.due,
             "last_error": self.last_error,
+            "what": self.what,
         }
 
     @classmethod
@@ -79,6 +82,7 @@ class Leftover:
             int(data.get("tries", 0)),
             float(data.get("due", 0.0)),
             str(data.get("last_error", "")),
+            str(data.get("what", "")),
         )
 
 
@@ -155,23 +159,18 @@ class LeftoverSweep:
         """The removals still owed, the earliest due first."""
         return sorted(self._items.values(), key=lambda item: item.due)
 
-    async def owe(self, job: JobId, remote: str, ad: Mapping[str, Any], error: str) -> None:
-        """The first removal of `job`'s remote copy failed with `error`: keep it, durably,
-        to try again."""
+    async def owe(
+        self, job: JobId, remote: str, ad: Mapping[str, Any], error: str, *, what: str
+    ) -> None:
+        """The first removal of `job`'s `remote` part (`what`, for the log) failed with
+        `error`: keep it, durably, to try again."""
         attrs = {name: str(ad[name]) for name in KEPT_ATTRS if isinstance(ad.get(name), str)}
         pause = self._config().backoff(1)
-        item = Leftover(job, remote, attrs, 1, self.clock.time() + pause, error)
+        item = Leftover(job, remote, attrs, 1, self.clock.time() + pause, error, what)
         await asyncio.to_thread(self.store.keep, item)
         self._items[job] = item
         self._wake.set()
-        log.warning(
-            "job %s: could not let its remote copy %s at %s go (%s): tried again in %g s",
-            job,
-            remote,
-            attrs.get("GridResource"),
-            error,
-            pause,
-        )
+        log.warning("job %s: could not remove %s: %s; tried again in %g s", job, what, error, pause)
 
     async def run(self) -> None:
         """Until cancelled: each removal owed tried when due, those of before a restart first."""
@@ -201,13 +200,7 @@ class LeftoverSweep:
         if error is None:
             await asyncio.to_thread(self.store.drop, item.job)
             self._items.pop(item.job, None)
-            log.info(
-                "job %s: its remote copy %s at %s is let go, after %d failed tries",
-                item.job,
-                item.remote,
-                item.ad.get("GridResource"),
-                item.tries,
-            )
+            log.info("job %s: removed %s, after %d failed tries", item.job, item.what, item.tries)
             return
         tries = item.tries + 1
         config = self._config()
@@ -221,10 +214,9 @@ class LeftoverSweep:
         await asyncio.to_thread(self.store.keep, new)
         self._items[item.job] = new
         log.warning(
-            "job %s: letting its remote copy %s at %s go failed again (try %d): %s; %s",
+            "job %s: removing %s failed again (try %d): %s; %s",
             item.job,
-            item.remote,
-            item.ad.get("GridResource"),
+            item.what,
             tries,
             error,
             then,

@@ -211,7 +211,8 @@ class CondorJobBase(GridJob[CondorState, CondorEvent]):
             return
         sweep = self.services.leftovers
         if sweep is not None:
-            await sweep.owe(self.job_id, remote, self.ad, error)
+            what = f"its copy at the {self._where()} (LeaveJobInQueue = false)"
+            await sweep.owe(self.job_id, remote, self.ad, error, what=what)
         else:
             log.warning(
                 "job %s: could not let %s go (%s); its lease lets it go later",
