@@ -235,22 +235,29 @@ def _gridmanager(grid: Grid, env: dict[str, str], *extra: str) -> subprocess.Pop
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env)
 
 
-def _ssh_stopping_at(where: Path, mark: Path, command: str) -> dict[str, str]:
-    """An environment whose `ssh` is the real one, except that the first to run `command`
-    (e.g. the removal of a sandbox) writes its pid to `mark` and hangs there."""
+def _ssh_doing(where: Path, command: str, script: str) -> dict[str, str]:
+    """An environment whose `ssh` is the real one, except that a run of `command` runs
+    the shell `script` first."""
     where.mkdir()
     real = shutil.which("ssh")
     assert real is not None
     wrapper = where / "ssh"
     wrapper.write_text(
-        "#!/bin/sh\n"
-        f'case "$*" in *{shlex.quote(command)}*)\n'
-        f"  if [ ! -e {mark} ]; then echo $$ > {mark}.new && mv {mark}.new {mark}; "
-        "exec sleep 600; fi;;\nesac\n"
-        f'exec {real} "$@"\n'
+        f'#!/bin/sh\ncase "$*" in *{shlex.quote(command)}*)\n{script};;\nesac\nexec {real} "$@"\n'
     )
     wrapper.chmod(0o755)
     return dict(os.environ, PATH=f"{where}:{os.environ['PATH']}")
+
+
+def _ssh_stopping_at(where: Path, mark: Path, command: str) -> dict[str, str]:
+    """An environment whose `ssh` is the real one, except that the first to run `command`
+    (e.g. the removal of a sandbox) writes its pid to `mark` and hangs there."""
+    return _ssh_doing(
+        where,
+        command,
+        f"  if [ ! -e {mark} ]; then echo $$ > {mark}.new && mv {mark}.new {mark}; "
+        "exec sleep 600; fi",
+    )
 
 
 @pytest.mark.timeout(420)
@@ -329,20 +336,13 @@ def _ssh_failing_at(where: Path, fail: Path, tries: Path, command: str) -> dict[
     """An environment whose `ssh` is the real one, except that while `fail` exists each
     run of `command` fails as ssh does when it cannot reach the host (exit 255); each run of
     it adds a line to `tries`."""
-    where.mkdir()
-    real = shutil.which("ssh")
-    assert real is not None
-    wrapper = where / "ssh"
-    wrapper.write_text(
-        "#!/bin/sh\n"
-        f'case "$*" in *{shlex.quote(command)}*)\n'
+    return _ssh_doing(
+        where,
+        command,
         f"  echo try >> {tries}\n"
         f"  if [ -e {fail} ]; then echo 'ssh: connect to host: Connection refused' >&2; "
-        "exit 255; fi;;\nesac\n"
-        f'exec {real} "$@"\n'
+        "exit 255; fi",
     )
-    wrapper.chmod(0o755)
-    return dict(os.environ, PATH=f"{where}:{os.environ['PATH']}")
 
 
 @pytest.mark.timeout(420)

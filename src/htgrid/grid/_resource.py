@@ -163,13 +163,12 @@ class Resource(abc.ABC, Generic[J, N]):
     def reconfig(self, old: GridManagerConfig) -> None:
         """The settings changed from `old` (condor_reconfig): a shorter or longer poll
         interval counts from now, and jobs waiting for a submit slot take those a higher
-        GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE frees, in their order."""
+        GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE frees, in their order (each that
+        takes one wakes the next)."""
         retimed = self._retimed
         if self.config.poll_interval != old.poll_interval and retimed and not retimed.done():
             retimed.set_result(None)
-        free = self.config.max_submitted_per_resource - len(self._submitted)
-        for job in list(self._waiting.values())[: max(0, free)]:
-            job.wake()
+        self._wake_next()
 
     def register(self, job: J) -> None:
         self.jobs[job.job_id] = job
@@ -281,9 +280,15 @@ class Resource(abc.ABC, Generic[J, N]):
         if len(self._submitted) < self.config.max_submitted_per_resource and first == job.job_id:
             self._waiting.pop(job.job_id, None)
             self._submitted.add(job.job_id)
+            self._wake_next()  # a limit raised by a reconfig may let more go
             return True
         self._waiting.setdefault(job.job_id, job)
         return False
+
+    def _wake_next(self) -> None:
+        """The first job waiting for a submit slot woken, if one is free."""
+        if self._waiting and len(self._submitted) < self.config.max_submitted_per_resource:
+            next(iter(self._waiting.values())).wake()
 
     def hold_slot(self, job: AnyJob) -> None:
         """A job found already submitted counts against the limit at once."""
@@ -293,10 +298,8 @@ class Resource(abc.ABC, Generic[J, N]):
     def release(self, job: AnyJob) -> None:
         """`job` no longer holds or wants a slot; the next waiting job is woken."""
         self._waiting.pop(job.job_id, None)
-        if job.job_id in self._submitted:
-            self._submitted.discard(job.job_id)
-            if self._waiting:
-                next(iter(self._waiting.values())).wake()
+        self._submitted.discard(job.job_id)
+        self._wake_next()
 
     def slots(self) -> tuple[int, int, int]:
         """(jobs submitted, the limit, jobs waiting for a slot)."""
