@@ -3,6 +3,9 @@ master runs: each reads htgrid.conf again and takes what can change, with no res
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -137,6 +140,46 @@ def test_a_reconfig_changes_the_grid_managers_limit_and_poll_interval(
     assert _log_has(log, "reconfig: GRIDMANAGER_JOB_PROBE_INTERVAL 3600 -> 1")
 
 
+def _children(parent: int, word: str) -> list[int]:
+    """The pids of `parent`'s children whose command line holds `word`."""
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            ppid = next(x for x in status.read_text().splitlines() if x.startswith("PPid:"))
+            argv = (status.parent / "cmdline").read_bytes().split(b"\0")
+        except (OSError, StopIteration):
+            continue
+        if int(ppid.split()[1]) == parent and word.encode() in argv:
+            found.append(int(status.parent.name))
+    return found
+
+
+@pytest.mark.timeout(240)
+def test_a_reconfig_gives_batch_gahp_to_the_next_batch_gahp_server(
+    pool: PersonalPool, tmp_path: Path
+) -> None:
+    """BATCH_GAHP (a wrapper here) is the command of the batch GAHP server started after
+    the reconfig; the one running then serves on until it ends (killed here)."""
+    started = tmp_path / "started"
+    wrapper = tmp_path / "batch_gahp"
+    wrapper.write_text(
+        f'#!/bin/sh\necho $$ >> {started}\nexec {sys.executable} -m htgrid.cli gahp batch "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    gridmanager = pool.child_pid("gridmanager")
+    assert gridmanager is not None
+    log = pool.home / "log" / "GridmanagerLog"
+    _reconfig(pool, BATCH_GAHP=f"{wrapper} -v", GRIDMANAGER_JOB_PROBE_INTERVAL=1)
+    wait_for(lambda: _log_has(log, f"BATCH_GAHP = {wrapper} -v"), timeout=60, what="reconfig")
+    for pid in _children(gridmanager, "batch"):
+        os.kill(pid, signal.SIGKILL)
+    with pool.client() as schedd:
+        cluster = _grid_job(pool, tmp_path / "work")
+        wait_for(lambda: _done(schedd, cluster), timeout=90, interval=0.2, what="the job")
+    assert started.exists()
+    assert pool.child_pid("gridmanager") == gridmanager
+
+
 def test_what_waits_for_a_restart_is_kept_and_named(tmp_path: Path) -> None:
     from htgrid.grid import GridManagerConfig
     from htgrid.startd import StartdConfig
@@ -158,3 +201,18 @@ def test_what_waits_for_a_restart_is_kept_and_named(tmp_path: Path) -> None:
         "GRIDMANAGER_RESOURCE_PROBE_INTERVAL 300 -> 60",
         "GRIDMANAGER_MAX_PENDING_REQUESTS 50 -> 5 needs a restart: 50 kept",
     ]
+
+
+def test_a_batch_gahp_that_cannot_be_split_is_refused_with_its_line(tmp_path: Path) -> None:
+    from htgrid.grid import GridManagerConfig
+    from htgrid.pool import PoolError
+
+    (tmp_path / "htgrid.conf").write_text("BATCH_GAHP = /opt/blahp/blahpd --x 'a b' \n")
+    assert GridManagerConfig().with_knobs(tmp_path).batch_gahp == (
+        "/opt/blahp/blahpd",
+        "--x",
+        "a b",
+    )
+    (tmp_path / "htgrid.conf").write_text("UPDATE_INTERVAL = 5\nBATCH_GAHP = /opt/blahpd 'a\n")
+    with pytest.raises(PoolError, match=r"htgrid.conf:2: BATCH_GAHP: No closing quotation"):
+        GridManagerConfig().with_knobs(tmp_path)

@@ -42,11 +42,14 @@ class GahpServers:
 
     def retune(self, config: GridManagerConfig) -> None:
         """New settings (a reconfig): for each server started from now on, a restarted
-        one too (a resource's own bound on requests in flight is kept)."""
-        self.config = config
+        one too, BATCH_GAHP's command among them (a resource's own bound on requests in
+        flight is kept)."""
+        old, self.config = self.config, config
         for handle in self.handles.values():
             pending = handle.config.max_pending_requests
             handle.config = dataclasses.replace(config, max_pending_requests=pending)
+            if handle.argv == old.batch_gahp:  # the batch GAHP's (BATCH_GAHP): its next start
+                handle.argv = config.batch_gahp
 
     def factory(self, owner: Account | None) -> GahpFactory:
         """The servers of jobs run as `owner` (None: as this process's own user)."""

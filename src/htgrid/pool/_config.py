@@ -90,6 +90,8 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
     GRIDMANAGER_GAHP_RESPONSE_TIMEOUT = 20  seconds a GAHP server may take to answer a line
     GRIDMANAGER_MAX_PENDING_REQUESTS = 50  GAHP requests in flight per resource (a restart
                                     takes a change; the others a reconfig)
+    BATCH_GAHP = (htgrid gahp batch)  the batch GAHP server's command line (a wrapper,
+                                    more options); a reconfig: from its next start
     USE_VOMS_ATTRIBUTES = false     whether the schedd sets a job's x509UserProxyVOName,
                                     x509UserProxyFirstFQAN and x509UserProxyFQAN from the
                                     VOMS attributes of its proxy (unverified, as HTCondor)
@@ -219,6 +221,7 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "GRIDMANAGER_GAHP_CALL_TIMEOUT": "300",
     "GRIDMANAGER_GAHP_RESPONSE_TIMEOUT": "20",
     "GRIDMANAGER_MAX_PENDING_REQUESTS": "50",
+    "BATCH_GAHP": None,  # htgrid gahp batch, as this Python runs it
     "GRAM_VERSION_DETECTION": "true",  # read by htgrid.grid.gram: gt2 asks for GRAM5
     "ALLOW_ROOT_JOBS": "false",
     "USE_VOMS_ATTRIBUTES": "false",  # HTCondor's default
