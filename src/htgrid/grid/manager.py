@@ -9,10 +9,12 @@ The contract with the queue daemon that spawns and supervises it:
   `queue_dir` defaulting to `<home>/spool` as the daemon lays it out (HTGRID_QUEUE_DIR,
   `--queue-dir`). Its own files are under `<queue_dir>/gridmanager/`: `lock` (one grid
   manager per queue: a second exits at once with status 3), `gahp.pids`, `feed.seq`,
-  `wake` (the doorbell the daemon rings after it changes the queue), and the batch GAHP's
-  scratch (`gahp/`, which must survive restarts: it holds the GAHP's job records).
+  `wake` (the doorbell the daemon rings after it changes the queue), the batch GAHP's
+  scratch (`gahp/`, which must survive restarts: it holds the GAHP's job records), and
+  `leftovers/` (removals of finished jobs' remote copies that failed, tried again).
   `htgrid gridmanager` logs to `<home>/log/GridmanagerLog`.
-* Signals and exit: SIGTERM or SIGINT stop it cleanly (exit 0); it exits 1 if it cannot
+* Signals and exit: SIGHUP (condor_reconfig) makes it read htgrid.conf again
+  (`GridManager.reconfig`); SIGTERM or SIGINT stop it cleanly (exit 0); it exits 1 if it cannot
   start (the queue cannot be opened) and 3 if another one runs. kill -9 is safe at any
   moment. Restart it whenever it exits (HTCondor's schedd does); a restarted grid manager
   recovers every job from the queue alone.
