@@ -79,8 +79,16 @@ def test_a_reconfig_makes_the_execute_node_take_a_new_start(
         wait_for(lambda: _done(schedd, witness), timeout=90, interval=0.2, what="the old job")
         assert _idle(schedd, refused)
 
-        _reconfig(pool, START='TARGET.Tag == "new"', NUM_CPUS=4)
+        _reconfig(
+            pool, START='TARGET.Tag == "new"', NUM_CPUS=4, STARTD_ATTRS="Site", Site='"attic"'
+        )
         wait_for(lambda: _done(schedd, refused), timeout=90, interval=0.2, what="the new job")
+        wait_for(
+            lambda: "attic" in run_cli(pool.home, "status", "-af", "Site")[1],
+            timeout=30,
+            interval=0.2,
+            what="STARTD_ATTRS in the slot's ad",
+        )
         # ... and the other way round: START now refuses what it took before.
         refused = _tagged(pool, work, "old")
         witness = _tagged(pool, work, "new")
@@ -89,7 +97,7 @@ def test_a_reconfig_makes_the_execute_node_take_a_new_start(
         assert run_cli(pool.home, "rm", str(refused))[0] == 0
     assert pool.child_pid("startd") == startd  # taken live, not by a restart
     log = pool.home / "log" / "StartLog"
-    assert _log_has(log, "reconfig: START taken")
+    assert _log_has(log, "reconfig: START, STARTD_ATTRS taken")
     assert _log_has(log, "reconfig: NUM_CPUS changed, which needs a restart")
 
 
