@@ -141,6 +141,7 @@ def test_config_val_defaults_file_values_and_dump(
         "SEC_SCITOKENS_ALLOWED_ISSUERS",  # unset: the issuers the map file names
         "AUTH_SSL_SERVER_CAFILE",  # unset: the pool's CA
         "NETWORK_MAX_PENDING_CONNECTS",  # unset: 80% of the process's file descriptors
+        "BATCH_GAHP",  # unset: htgrid gahp batch
     }
     assert dumped["COLLECTOR_HOST"] == "127.0.0.1:9618"
     assert dumped["SCITOKENS_SERVER_AUDIENCE"] == "127.0.0.1:9618"  # HTCondor-CE's default
@@ -153,6 +154,7 @@ def test_config_val_defaults_file_values_and_dump(
         "CCB_HEARTBEAT_INTERVAL",
         "GRIDMANAGER_COLLECTOR_UPDATE_INTERVAL",
         "GRIDMANAGER_JOB_PROBE_INTERVAL",
+        "GRIDMANAGER_RESOURCE_PROBE_INTERVAL",
         "NEGOTIATOR_INTERVAL",
         "NEGOTIATOR_MIN_INTERVAL",
         "PERIODIC_EXPR_INTERVAL",

@@ -12,7 +12,9 @@ htgrid JobQueue in a directory, and the test plays its execute side.
   `stage-out-fail`, `stage-in-too-large` and `stage-out-too-large` (the GAHP's refusal of a
   sandbox over the remote MAX_TRANSFER_*_MB), `status-busy` (status queries other than the
   ping's fail, the schedd still answering: no news about any job), `stage-out-slow` (a
-  stage-out waits while the file is there).
+  stage-out waits while the file is there), `update-down` (updates fail as when the
+  schedd cannot be reached: the rest works).
+* A job that leaves the remote queue takes its sandbox along (the schedd's spool sweep).
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ class FakeSchedd:
 
     async def update(self, call: Call) -> Sequence[str]:
         self._log(call.command)
-        if self._flag("down"):
+        if self._flag("down") or self._flag("update-down"):
             return ("F", DOWN)
         attrs = ClassAd(call.args[2])
         try:
@@ -107,6 +109,7 @@ class FakeSchedd:
             ad = self.queue.get(call.args[1])
             if ad.get("LeaveJobInQueue") is False and ad.get("JobStatus") == 4:
                 self.queue.destroy(call.args[1])
+                shutil.rmtree(self.state / "spool" / call.args[1].replace(".", "/"))
         except JobNotFound:
             return ("F", "Job not found")
         return ("S", "NULL")

@@ -223,33 +223,41 @@ def test_an_unknown_host_key_or_an_open_key_file_logs_nothing_in(
 # ---- kill -9 of the grid manager just before the sandbox is removed ---------------------------
 
 
-def _gridmanager(grid: Grid, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _gridmanager(grid: Grid, env: dict[str, str], *extra: str) -> subprocess.Popen[bytes]:
     argv = [
         sys.executable, "-m", "htgrid.cli", "gridmanager",
         "--home", str(grid.home),
         "--poll-interval", "0.3",
         "--feed-interval", "0.1",
         "--log", str(grid.home / "gridmanager.log"),
+        *extra,
     ]  # fmt: skip
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env)
 
 
-def _ssh_stopping_at(where: Path, mark: Path, command: str) -> dict[str, str]:
-    """An environment whose `ssh` is the real one, except that the first to run `command`
-    (e.g. the removal of a sandbox) writes its pid to `mark` and hangs there."""
+def _ssh_doing(where: Path, command: str, script: str) -> dict[str, str]:
+    """An environment whose `ssh` is the real one, except that a run of `command` runs
+    the shell `script` first."""
     where.mkdir()
     real = shutil.which("ssh")
     assert real is not None
     wrapper = where / "ssh"
     wrapper.write_text(
-        "#!/bin/sh\n"
-        f'case "$*" in *{shlex.quote(command)}*)\n'
-        f"  if [ ! -e {mark} ]; then echo $$ > {mark}.new && mv {mark}.new {mark}; "
-        "exec sleep 600; fi;;\nesac\n"
-        f'exec {real} "$@"\n'
+        f'#!/bin/sh\ncase "$*" in *{shlex.quote(command)}*)\n{script};;\nesac\nexec {real} "$@"\n'
     )
     wrapper.chmod(0o755)
     return dict(os.environ, PATH=f"{where}:{os.environ['PATH']}")
+
+
+def _ssh_stopping_at(where: Path, mark: Path, command: str) -> dict[str, str]:
+    """An environment whose `ssh` is the real one, except that the first to run `command`
+    (e.g. the removal of a sandbox) writes its pid to `mark` and hangs there."""
+    return _ssh_doing(
+        where,
+        command,
+        f"  if [ ! -e {mark} ]; then echo $$ > {mark}.new && mv {mark}.new {mark}; "
+        "exec sleep 600; fi",
+    )
 
 
 @pytest.mark.timeout(420)
@@ -322,3 +330,60 @@ def test_a_job_removed_while_its_outputs_come_back_leaves_no_sandbox(
 
     asyncio.run(main())
     assert grid.ad(job)["JobStatus"] == JobStatus.REMOVED
+
+
+def _ssh_failing_at(where: Path, fail: Path, tries: Path, command: str) -> dict[str, str]:
+    """An environment whose `ssh` is the real one, except that while `fail` exists each
+    run of `command` fails as ssh does when it cannot reach the host (exit 255); each run of
+    it adds a line to `tries`."""
+    return _ssh_doing(
+        where,
+        command,
+        f"  echo try >> {tries}\n"
+        f"  if [ -e {fail} ]; then echo 'ssh: connect to host: Connection refused' >&2; "
+        "exit 255; fi",
+    )
+
+
+@pytest.mark.timeout(420)
+def test_a_sandbox_whose_removal_fails_is_removed_later_across_a_restart(
+    grid: Grid, remote_script: str, tmp_path: Path
+) -> None:
+    """The host cannot be reached to remove the sandbox of a finished job: the grid manager
+    tries again, keeps what it owes on disk, and a restarted one removes it."""
+    (job,) = grid.submit(
+        "executable = /bin/echo\narguments = done\noutput = out.txt\nlog = job.log",
+        resource=grid_resource(remote_script),
+    )
+    fail, tries = tmp_path / "fail", tmp_path / "tries"
+    fail.touch()
+    env = _ssh_failing_at(tmp_path / "bin", fail, tries, "rm -rf -- .htgrid/sandbox/")
+    quick = ("--set", "retry_initial=0.3")
+    manager = _gridmanager(grid, env, *quick)
+    owed = grid.home / "spool" / "gridmanager" / "leftovers"
+
+    def tried() -> int:
+        return len(tries.read_text().splitlines()) if tries.exists() else 0
+
+    try:
+        asyncio.run(wait_for("the job to end", lambda: ended(grid, job), 300))
+        asyncio.run(wait_for("a second try", lambda: tried() >= 2, 60))
+        manager.send_signal(signal.SIGTERM)
+        assert manager.wait(30) == 0
+        grid_id = BatchJobId.parse(grid.ad(job)["GridJobId"])
+        assert grid_id is not None and sandbox_exists(grid_id.tag)
+        assert [p.name for p in owed.iterdir()] == [f"{job.cluster}.{job.proc}.json"]
+        fail.unlink()
+        manager = _gridmanager(grid, env, *quick)
+        asyncio.run(wait_for("the sandbox to go", lambda: not sandbox_exists(grid_id.tag), 60))
+        asyncio.run(wait_for("nothing owed", lambda: not any(owed.iterdir()), 30))
+    finally:
+        manager.send_signal(signal.SIGTERM)
+        status = manager.wait(30)
+    assert status == 0
+    ad = grid.ad(job)
+    assert ad["JobStatus"] == JobStatus.COMPLETED, ad.get("HoldReason")
+    assert (grid.work / "out.txt").read_text() == "done\n"
+    log = (grid.home / "gridmanager.log").read_text()
+    assert f"removed its sandbox .htgrid/sandbox/{grid_id.tag} at " in log
+    assert "Connection refused" in log

@@ -666,3 +666,58 @@ def test_a_job_naming_a_token_file_that_cannot_be_read_is_held_saying_so(
     assert ad["HoldReason"] == f"cannot read the credential {path}: No such file or directory"
     assert ad["HoldReasonCode"] == 4
     assert servers == ["CONDOR/127.0.0.1:9999/remote@test"]
+
+
+def test_a_failed_removal_of_the_remote_copy_is_tried_again_across_a_restart(
+    grid: Grid, remote: Remote, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The remote schedd cannot be reached to let the finished job's copy go: the grid
+    manager tries again with a growing pause, keeps what it owes on disk, and a restarted
+    one lets the copy (and its sandbox) go once the schedd answers."""
+    [job] = _submit(grid)
+    owed = grid.home / "spool" / "gridmanager" / "leftovers"
+
+    async def main() -> None:
+        remote.flag("update-down")
+        async with running(grid, remote) as manager:
+            await wait_for("the stage in", lambda: (r := _remote_of(grid, job)) and remote.idle(r))
+            rid = _remote_of(grid, job)
+            assert rid is not None
+            remote.run(rid, "hello from B\n", 0)
+            await wait_for("the local job to finish", lambda: not grid.in_queue(job))
+            updates = lambda: len(remote.requests("CONDOR_JOB_UPDATE"))  # noqa: E731
+            await wait_for("two more tries", lambda: updates() >= 3)
+            await wait_for("a record of the third", lambda: manager.leftovers.owed()[0].tries >= 3)
+            [left] = manager.leftovers.owed()
+            assert (left.job, left.remote) == (job, rid)
+            assert "connection refused" in left.last_error
+        assert (remote.state / "spool" / rid.replace(".", "/")).exists()
+        assert remote.ad(rid) is not None and [p.name for p in owed.iterdir()] == ["1.0.json"]
+        remote.flag("update-down", on=False)
+        async with running(grid, remote) as manager:
+            await wait_for("the remote copy to go", lambda: remote.ad(rid) is None)
+            await wait_for("nothing owed", lambda: not manager.leftovers.owed())
+        assert not (remote.state / "spool" / rid.replace(".", "/")).exists()
+        assert list(owed.iterdir()) == []
+
+    caplog.set_level("INFO", "htgrid.grid")
+    run(main())
+    assert (grid.work / "out.0.txt").read_text() == "hello from B\n"
+    where = "its copy at the remote schedd remote@test (pool 127.0.0.1:9999) as job 1.0"
+    assert f"job 1.0: could not remove {where} (LeaveJobInQueue = false): Failed" in caplog.text
+    assert "removing its copy at the remote schedd remote@test" in caplog.text
+    assert f"job 1.0: removed {where}" in caplog.text
+
+
+def test_a_record_of_a_removal_owed_that_cannot_be_read_is_set_aside(tmp_path: Path) -> None:
+    from htgrid.grid._leftovers import Leftover, Leftovers
+
+    store = Leftovers(tmp_path / "leftovers")
+    kept = Leftover(JobId(3, 1), "7.0", {"GridResource": RESOURCE}, 2, 10.0, "down", "its copy")
+    store.keep(kept)
+    (tmp_path / "leftovers" / "4.0.json").write_text("{not json")
+    assert store.load() == [kept]
+    assert sorted(p.name for p in store.directory.iterdir()) == ["3.1.json", "4.0.json.bad"]
+    assert stat.S_IMODE((store.directory / "3.1.json").stat().st_mode) == 0o600
+    store.drop(JobId(3, 1))
+    assert store.load() == []

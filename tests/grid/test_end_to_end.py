@@ -407,6 +407,28 @@ def test_the_submit_throttle_holds_jobs_back(grid: Grid) -> None:
     assert os.path.exists(grid.work / "job.log")
 
 
+def test_a_reconfig_raising_the_submit_limit_lets_every_waiting_job_go(grid: Grid) -> None:
+    ids = grid.submit("executable = /bin/sleep\narguments = 60", count=4)
+    config = with_gahp(FAST.batch_gahp, max_submitted_per_resource=1)
+
+    async def main() -> None:
+        async with running(grid, config) as manager:
+            resource = lambda: manager.resources["batch fork"]  # noqa: E731
+            await wait_for("three jobs to wait", lambda: resource().slots() == (1, 1, 3))
+            manager.reconfig(replace(config, max_submitted_per_resource=3))
+            await wait_for("two more submitted", lambda: resource().slots() == (3, 3, 1))
+            manager.reconfig(replace(config, max_submitted_per_resource=10))
+            await wait_for("all submitted", lambda: resource().slots() == (4, 10, 0))
+            await wait_for(
+                "their batch jobs", lambda: all(grid.ad(i).get("GridJobId") for i in ids)
+            )
+            for job_id in ids:
+                grid.queue.act(JobAction.Remove, job_id, ROOT)
+            await wait_for("the jobs to leave", lambda: not any(map(grid.in_queue, ids)))
+
+    run(main())
+
+
 def test_periodic_remove_of_a_running_grid_job_cancels_it(grid: Grid) -> None:
     pid_file = grid.work / "pid"
     (job_id,) = grid.submit(

@@ -5,15 +5,18 @@ after a crash, when the daemon starts)."""
 from __future__ import annotations
 
 import io
+import os
+import shutil
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from htgrid.net import BadRequest, Jobs, ScheddClient
 from htgrid.queue import JobAction, JobId
-from htgrid.schedd._spool_sweep import remove_spools, spooled_jobs
+from htgrid.schedd._spool_sweep import SweepFailures, remove_spools, spooled_jobs
 from htgrid.testing import PersonalPool, wait_for
 
 from ._support import LOCAL, SPOOLING, submit, tar_of, untar
@@ -245,8 +248,39 @@ def test_the_sweep_reads_only_job_spools(tmp_path: Path) -> None:
     found = spooled_jobs(spool)
     assert found == {JobId(12, p) for p in (0, 1, 2)} | {JobId(13, 4), JobId(13, 7)}
 
-    assert remove_spools(spool, [JobId(12, 0), JobId(12, 2), JobId(13, 4), JobId(13, 7)]) == 4
+    assert remove_spools(spool, [JobId(12, 0), JobId(12, 2), JobId(13, 4), JobId(13, 7)]) == (4, {})
     assert sorted(p.name for p in (spool / "12").iterdir()) == ["1", "notes.txt"]
     assert not (spool / "13").exists()  # emptied, so gone
     assert (spool / "sandboxes" / "5.0").is_dir() and (spool / "queue.db").exists()
     assert spooled_jobs(tmp_path / "nowhere") == set()
+
+
+def test_spool_files_that_cannot_be_removed_yet_are_said_once_and_go_at_a_later_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    spool = tmp_path / "spool"
+    (spool / "12" / "0").mkdir(parents=True)
+    (spool / "12" / "0" / "out.txt").write_text("x")
+    job = JobId(12, 0)
+
+    def refusing(path: str, onerror: Callable[..., None]) -> None:
+        error = PermissionError(1, "Operation not permitted")
+        onerror(os.unlink, f"{path}/out.txt", (PermissionError, error, None))
+
+    failures = SweepFailures()
+    caplog.set_level("INFO", "htgrid.schedd")
+    with monkeypatch.context() as patched:
+        patched.setattr(shutil, "rmtree", refusing)
+        for _ in range(2):
+            removed, failed = remove_spools(spool, [job])
+            assert failed == {job: f"{spool}/12/0/out.txt: Operation not permitted"}
+            failures.note(removed, failed, [job])
+    assert (spool / "12" / "0" / "out.txt").exists()
+    failures.note(*remove_spools(spool, [job]), [job])
+    assert not (spool / "12").exists()
+    assert [r.getMessage() for r in caplog.records] == [
+        f"job 12.0: its spool files cannot be removed ({spool}/12/0/out.txt: Operation not "
+        "permitted): tried again at each periodic pass",
+        "removed the spool files of 1 job(s) no longer in the queue",
+        "job 12.0: its spool files are removed, after 2 failed passes",
+    ]

@@ -62,8 +62,10 @@ def register(commands: Any) -> None:
         description=(
             "Make the running daemons read $HTGRID_HOME/htgrid.conf again, without a "
             "restart (SIGHUP to the daemon, which passes it on): the job router's routes "
-            "and transforms, SYSTEM_PERIODIC_* and PERIODIC_EXPR_INTERVAL. DENY_*, ALLOW_* "
-            "and the map file are read again after each edit anyway."
+            "and transforms, SYSTEM_PERIODIC_* and PERIODIC_EXPR_INTERVAL, the grid "
+            "manager's GRIDMANAGER_* limits and intervals, the execute node's START, "
+            "STARTD_ATTRS, UPDATE_INTERVAL and CLAIM_WORKLIFE. DENY_*, ALLOW_* and the map "
+            "file are read again after each edit anyway."
         ),
     )
     again.set_defaults(handler=_reconfig)

@@ -25,8 +25,9 @@ from htgrid.grid._errors import (
 from htgrid.grid._gridtype import GridType
 from htgrid.grid._registry import GRID_TYPES, grid_type_of, resource_name
 from htgrid.grid._resource import Resource, ResourceState, ResourceStats
+from htgrid.grid._run import run_gridmanager
 from htgrid.grid.explain import explain_grid_job
-from htgrid.grid.manager import ADOPTABLE, GridManager, Publish, run_gridmanager
+from htgrid.grid.manager import ADOPTABLE, GridManager, Publish
 
 __all__ = [
     "ADOPTABLE",

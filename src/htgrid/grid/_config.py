@@ -2,20 +2,23 @@
 
 Defaults are HTCondor's (`GRIDMANAGER_*`, reference §8) where it has one. The pool's
 htgrid.conf may set the knobs in `KNOBS` (HTCondor's names); `with_knobs` applies them.
+A running grid manager takes them again at a reconfig (`htgrid reconfig`, SIGHUP), all
+but those in `RESTART_KNOBS`; a GAHP server started after it takes its settings too.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from htgrid.pool import ConfigFile
+from htgrid.pool import ConfigFile, PoolError
 
-__all__ = ["KNOBS", "GridManagerConfig"]
+__all__ = ["KNOBS", "RESTART_KNOBS", "GridManagerConfig"]
 
 #: The htgrid.conf knobs the grid manager reads, and the field each one sets.
 KNOBS: Mapping[str, str] = {
@@ -23,7 +26,18 @@ KNOBS: Mapping[str, str] = {
     "GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE": "max_submitted_per_resource",
     "PERIODIC_EXPR_INTERVAL": "periodic_interval",
     "GRIDMANAGER_COLLECTOR_UPDATE_INTERVAL": "collector_update_interval",
+    "GRIDMANAGER_RESOURCE_PROBE_INTERVAL": "down_ping_interval",
+    "GRIDMANAGER_GAHP_CALL_TIMEOUT": "gahp_call_timeout",
+    "GRIDMANAGER_GAHP_RESPONSE_TIMEOUT": "gahp_response_timeout",
+    "GRIDMANAGER_MAX_PENDING_REQUESTS": "max_pending_requests",
 }
+
+#: The batch GAHP server's command line (HTCondor's blahpd), words split as a shell does.
+BATCH_GAHP = "BATCH_GAHP"
+
+#: The knobs a running grid manager cannot take (each resource's request throttle is
+#: sized when it is made): a change waits for a restart.
+RESTART_KNOBS: frozenset[str] = frozenset({"GRIDMANAGER_MAX_PENDING_REQUESTS"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,4 +118,40 @@ class GridManagerConfig:
             if conf.has(knob) and getattr(self, name) == default:
                 value = conf.number(knob, default)
                 changes[name] = int(value) if isinstance(default, int) else value
+        if conf.has(BATCH_GAHP) and self.batch_gahp == defaults.batch_gahp:
+            changes["batch_gahp"] = _command(conf, BATCH_GAHP)
         return dataclasses.replace(self, **changes) if changes else self
+
+    def reconfigured(self, new: GridManagerConfig) -> tuple[GridManagerConfig, list[str]]:
+        """`new` as a running grid manager takes it (the RESTART_KNOBS kept as they are in
+        `self`), and a line for each knob that changed, saying so or that it waits for a
+        restart."""
+        lines, kept = [], {}
+        if new.batch_gahp != self.batch_gahp:
+            lines.append(
+                f"{BATCH_GAHP} = {shlex.join(new.batch_gahp)}: the batch GAHP server's "
+                "command from its next start (the running one serves on)"
+            )
+        for knob, name in KNOBS.items():
+            old, value = getattr(self, name), getattr(new, name)
+            if old == value:
+                continue
+            if knob in RESTART_KNOBS:
+                kept[name] = old
+                lines.append(f"{knob} {old:g} -> {value:g} needs a restart: {old:g} kept")
+            else:
+                lines.append(f"{knob} {old:g} -> {value:g}")
+        return dataclasses.replace(new, **kept), lines
+
+
+def _command(conf: ConfigFile, knob: str) -> tuple[str, ...]:
+    """A command line knob's words (PoolError naming it and its line if it has none or
+    cannot be split)."""
+    text = conf.text(knob)
+    try:
+        words = tuple(shlex.split(text))
+    except ValueError as err:
+        raise PoolError(f"{conf.path}:{conf.values[knob][1]}: {knob}: {err}") from None
+    if not words:
+        raise PoolError(f"{conf.path}:{conf.values[knob][1]}: {knob} names no command")
+    return words

@@ -40,8 +40,9 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from htgrid.classad import ClassAd
-from htgrid.gahp import GahpServerExited, GahpTimeout, LocalGahpError
+from htgrid.gahp import GahpServerExited, GahpTimeout, LocalGahpError, first_of
 from htgrid.gahp.commands import Spec
+from htgrid.grid._config import GridManagerConfig
 from htgrid.grid._errors import GahpUnavailable
 from htgrid.grid._gahps import GahpHandle
 from htgrid.grid._gridids import ResourceName
@@ -99,7 +100,6 @@ class Resource(abc.ABC, Generic[J, N]):
         self.name = where.key
         self.gahp = gahp
         self.services = services
-        self.config = services.config
         self.clock = services.clock
         self.jobs: dict[JobId, J] = {}
         self.state = ResourceState.UNKNOWN
@@ -122,7 +122,14 @@ class Resource(abc.ABC, Generic[J, N]):
         self._down_pings = 0
         self._ping_wanted = asyncio.Event()
         self._last_ping = 0.0
+        #: Done when a reconfig changes the poll interval (the poll loop's wait).
+        self._retimed: asyncio.Future[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def config(self) -> GridManagerConfig:
+        """The settings in force (a reconfig may change them)."""
+        return self.services.config
 
     # ---- the type's part ---------------------------------------------------------------------
 
@@ -133,6 +140,12 @@ class Resource(abc.ABC, Generic[J, N]):
     @abc.abstractmethod
     async def poll(self, jobs: list[J]) -> None:
         """Ask the status of `jobs` and hand each its answer."""
+
+    async def let_go(self, remote: str) -> str | None:
+        """Let the remote copy `remote` of a finished job go (its sandbox with it): None
+        when it went (or was gone already), else why not (tried again later). Only a type
+        whose remote copies outlive the job's end has any (see `_leftovers`)."""
+        return f"a {type(self).__name__} keeps no remote copy of a finished job"
 
     # ---- life ----------------------------------------------------------------------------------
 
@@ -146,6 +159,16 @@ class Resource(abc.ABC, Generic[J, N]):
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def reconfig(self, old: GridManagerConfig) -> None:
+        """The settings changed from `old` (condor_reconfig): a shorter or longer poll
+        interval counts from now, and jobs waiting for a submit slot take those a higher
+        GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE frees, in their order (each that
+        takes one wakes the next)."""
+        retimed = self._retimed
+        if self.config.poll_interval != old.poll_interval and retimed and not retimed.done():
+            retimed.set_result(None)
+        self._wake_next()
 
     def register(self, job: J) -> None:
         self.jobs[job.job_id] = job
@@ -257,9 +280,15 @@ class Resource(abc.ABC, Generic[J, N]):
         if len(self._submitted) < self.config.max_submitted_per_resource and first == job.job_id:
             self._waiting.pop(job.job_id, None)
             self._submitted.add(job.job_id)
+            self._wake_next()  # a limit raised by a reconfig may let more go
             return True
         self._waiting.setdefault(job.job_id, job)
         return False
+
+    def _wake_next(self) -> None:
+        """The first job waiting for a submit slot woken, if one is free."""
+        if self._waiting and len(self._submitted) < self.config.max_submitted_per_resource:
+            next(iter(self._waiting.values())).wake()
 
     def hold_slot(self, job: AnyJob) -> None:
         """A job found already submitted counts against the limit at once."""
@@ -269,10 +298,8 @@ class Resource(abc.ABC, Generic[J, N]):
     def release(self, job: AnyJob) -> None:
         """`job` no longer holds or wants a slot; the next waiting job is woken."""
         self._waiting.pop(job.job_id, None)
-        if job.job_id in self._submitted:
-            self._submitted.discard(job.job_id)
-            if self._waiting:
-                next(iter(self._waiting.values())).wake()
+        self._submitted.discard(job.job_id)
+        self._wake_next()
 
     def slots(self) -> tuple[int, int, int]:
         """(jobs submitted, the limit, jobs waiting for a slot)."""
@@ -361,7 +388,13 @@ class Resource(abc.ABC, Generic[J, N]):
 
     async def _poll_loop(self) -> None:
         while True:
-            await self.clock.sleep(self.config.poll_interval)
+            retimed = self._retimed = asyncio.get_running_loop().create_future()
+            try:
+                await first_of(retimed, self.config.poll_interval, self.clock)
+            finally:
+                self._retimed = None
+            if retimed.done():
+                continue  # the new interval counts from now
             jobs = [job for job in self.jobs.values() if job.wants_status()]
             if jobs and self.up:
                 self.stats.polls += 1

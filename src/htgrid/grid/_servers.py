@@ -8,6 +8,7 @@ as the owner, with their records (GAHP_TEMP) and tokens in the owner's directori
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import os
 from collections.abc import Mapping, Sequence
@@ -38,6 +39,17 @@ class GahpServers:
     config: GridManagerConfig
     pids: GahpPids
     handles: dict[str, GahpHandle] = field(default_factory=dict)
+
+    def retune(self, config: GridManagerConfig) -> None:
+        """New settings (a reconfig): for each server started from now on, a restarted
+        one too, BATCH_GAHP's command among them (a resource's own bound on requests in
+        flight is kept)."""
+        old, self.config = self.config, config
+        for handle in self.handles.values():
+            pending = handle.config.max_pending_requests
+            handle.config = dataclasses.replace(config, max_pending_requests=pending)
+            if handle.argv == old.batch_gahp:  # the batch GAHP's (BATCH_GAHP): its next start
+                handle.argv = config.batch_gahp
 
     def factory(self, owner: Account | None) -> GahpFactory:
         """The servers of jobs run as `owner` (None: as this process's own user)."""

@@ -24,6 +24,7 @@ from htgrid.errors import HTGridError
 from htgrid.gahp import Clock, first_of
 from htgrid.grid._config import GridManagerConfig
 from htgrid.grid._errors import GridError
+from htgrid.grid._leftovers import LeftoverSweep
 from htgrid.grid._myproxy import RETRY_AFTER, MyProxyRenewer, MyProxySettings, NoMyProxyPassword
 from htgrid.grid._proxy import ProxyWatch, _utc, proxy_path
 from htgrid.grid._queueio import UNDEFINED, QueueIO
@@ -53,9 +54,10 @@ S = TypeVar("S", bound=enum.Enum)
 E = TypeVar("E", bound=enum.Enum)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Services:
-    """What jobs and resources are given: settings, time, the queue, the user logs."""
+    """What jobs and resources are given: settings, time, the queue, the user logs. One
+    is shared by all; `config` is replaced at a reconfig (`GridManager.reconfig`)."""
 
     config: GridManagerConfig
     clock: Clock
@@ -67,6 +69,8 @@ class Services:
     turns: Turns = field(default_factory=Turns)
     #: Renews proxies from MyProxy (jobs with MyProxyHost); None: nothing is renewed.
     myproxy: MyProxyRenewer | None = None
+    #: Tries again the removals of remote copies that failed; None: they are not.
+    leftovers: LeftoverSweep | None = None
 
 
 class JobGone(GridError):
@@ -87,7 +91,6 @@ class JobTask(abc.ABC, Generic[S, E]):
         self.ad = ad
         self.resource = resource
         self.services = services
-        self.config = services.config
         self.clock = services.clock
         self.io = services.io
         self.status = JobStatus(as_int(ad.get("JobStatus")) or 1)
@@ -123,6 +126,11 @@ class JobTask(abc.ABC, Generic[S, E]):
                 self._myproxy_problem = f"Cannot renew the job's X.509 proxy from MyProxy: {err}"
         self._renewal: asyncio.Task[None] | None = None
         self._renewal_tried: float | None = None  # monotonic
+
+    @property
+    def config(self) -> GridManagerConfig:
+        """The settings in force (a reconfig may change them while the job runs)."""
+        return self.services.config
 
     # ---- the type's part ---------------------------------------------------------------------
 

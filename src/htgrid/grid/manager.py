@@ -9,10 +9,12 @@ The contract with the queue daemon that spawns and supervises it:
   `queue_dir` defaulting to `<home>/spool` as the daemon lays it out (HTGRID_QUEUE_DIR,
   `--queue-dir`). Its own files are under `<queue_dir>/gridmanager/`: `lock` (one grid
   manager per queue: a second exits at once with status 3), `gahp.pids`, `feed.seq`,
-  `wake` (the doorbell the daemon rings after it changes the queue), and the batch GAHP's
-  scratch (`gahp/`, which must survive restarts: it holds the GAHP's job records).
+  `wake` (the doorbell the daemon rings after it changes the queue), the batch GAHP's
+  scratch (`gahp/`, which must survive restarts: it holds the GAHP's job records), and
+  `leftovers/` (removals of finished jobs' remote copies that failed, tried again).
   `htgrid gridmanager` logs to `<home>/log/GridmanagerLog`.
-* Signals and exit: SIGTERM or SIGINT stop it cleanly (exit 0); it exits 1 if it cannot
+* Signals and exit: SIGHUP (condor_reconfig) makes it read htgrid.conf again
+  (`GridManager.reconfig`); SIGTERM or SIGINT stop it cleanly (exit 0); it exits 1 if it cannot
   start (the queue cannot be opened) and 3 if another one runs. kill -9 is safe at any
   moment. Restart it whenever it exits (HTCondor's schedd does); a restarted grid manager
   recovers every job from the queue alone.
@@ -46,29 +48,26 @@ import contextlib
 import hashlib
 import logging
 import os
-import signal
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from htgrid._files import single_instance
-from htgrid._gc import tune_gc
 from htgrid._privsep import (
-    ALLOW_ROOT_JOBS,
     Account,
     OwnerPolicy,
     OwnerRefused,
-    daemon_umask,
     spawn_identity,
 )
-from htgrid.classad import ClassAd, preload_functions
+from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
 from htgrid.gahp import Clock, SystemClock
 from htgrid.grid._config import GridManagerConfig
 from htgrid.grid._errors import AlreadyRunning, GridError, UnsupportedGridJob
 from htgrid.grid._gahps import GahpHandle, GahpPids
-from htgrid.grid._gridtype import GridType
+from htgrid.grid._gridtype import GahpCredential, GridType
 from htgrid.grid._job import GridJob
+from htgrid.grid._leftovers import Leftovers, LeftoverSweep
 from htgrid.grid._myproxy import MyProxyRenewer
 from htgrid.grid._policy import periodic_policy
 from htgrid.grid._queueio import QueueIO
@@ -78,7 +77,7 @@ from htgrid.grid._servers import GahpServers
 from htgrid.grid._task import Services
 from htgrid.grid._userlog import EventLogs
 from htgrid.grid._values import as_int
-from htgrid.pool import ConfigFile, HomeLayout
+from htgrid.pool import HomeLayout
 from htgrid.queue import (
     Change,
     ChangeKind,
@@ -92,7 +91,7 @@ from htgrid.queue import (
 from htgrid.queue.doorbell import Doorbell
 from htgrid.queue.faults import FaultLog, JobFailure, daemon_fault, problem
 
-__all__ = ["ADOPTABLE", "GRID_TYPES", "GridManager", "Publish", "run_gridmanager"]
+__all__ = ["ADOPTABLE", "GRID_TYPES", "GridManager", "Publish"]
 
 log = logging.getLogger("htgrid.grid")
 
@@ -157,6 +156,51 @@ class GridManager:
         self.gahps: dict[str, GahpHandle] = self._servers.handles
         self._bell = Doorbell(self.dir / "wake")
         self._faults = FaultLog(log, "grid manager")
+        self._policy: asyncio.Task[None] | None = None  # the periodic policy's loop
+        #: The removals of finished jobs' remote copies that failed, tried again.
+        self.leftovers = LeftoverSweep(
+            Leftovers(self.dir / "leftovers"),
+            self.clock,
+            lambda: self.config,
+            self._leftover_resource,
+        )
+
+    def _start_policy(self) -> None:
+        """The periodic policy's loop, (re)started with the settings in force (it reads
+        SYSTEM_PERIODIC_* as it starts)."""
+        if self._policy is not None:
+            self._policy.cancel()
+        self._policy = asyncio.create_task(
+            periodic_policy(
+                self.services.io,
+                self.home,
+                self.clock,
+                self.config.periodic_interval,
+                self._contain,
+            ),
+            name="periodic policy",
+        )
+
+    def reconfig(self, new: GridManagerConfig) -> None:
+        """condor_reconfig: take the settings `new` (htgrid.conf read again) that can change
+        while it runs. Resources poll at the new interval from now and admit the jobs a
+        higher submit limit lets through; a GAHP server started from now on (a new
+        resource's, or one restarted) gets the new timeouts; the periodic policy reads
+        SYSTEM_PERIODIC_* and PERIODIC_EXPR_INTERVAL again. A knob that needs a restart
+        is logged so, and kept."""
+        config, lines = self.config.reconfigured(new)
+        old, self.config = self.config, config
+        for line in lines:
+            log.info("reconfig: %s", line)
+        if not lines:
+            log.info("reconfig: htgrid.conf read again; no grid manager knob changed")
+        self._servers.retune(config)
+        if self._services is None:
+            return  # not running yet: it starts with these
+        self._services.config = config
+        for resource in self.resources.values():
+            resource.reconfig(old)
+        self._start_policy()
 
     # ---- life ------------------------------------------------------------------------------
 
@@ -172,7 +216,13 @@ class GridManager:
             logs = EventLogs(lambda cluster, proc: self._owners.get(JobId(cluster, proc)))
             renewer = MyProxyRenewer(self.queue_dir, self._owners.get)
             self._services = Services(
-                self.config, self.clock, self._io, logs, self.home, myproxy=renewer
+                self.config,
+                self.clock,
+                self._io,
+                logs,
+                self.home,
+                myproxy=renewer,
+                leftovers=self.leftovers,
             )
             feed: asyncio.Future[Any] | None = None
             try:
@@ -186,17 +236,9 @@ class GridManager:
                 self.ready.set()
                 loops = [
                     asyncio.create_task(self._follow(), name="change feed"),
-                    asyncio.create_task(
-                        periodic_policy(
-                            self._io,
-                            self.home,
-                            self.clock,
-                            self.config.periodic_interval,
-                            self._contain,
-                        ),
-                        name="periodic policy",
-                    ),
+                    asyncio.create_task(self.leftovers.run(), name="leftovers"),
                 ]
+                self._start_policy()
                 if self.publish is not None:
                     loops.append(asyncio.create_task(self._advertise(self.publish), name="ads"))
                 feed = asyncio.gather(*loops)
@@ -224,6 +266,8 @@ class GridManager:
         tasks: list[asyncio.Future[Any]] = [*self._tasks.values()]
         if feed is not None:
             tasks.append(feed)
+        if self._policy is not None:
+            tasks.append(self._policy)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -270,8 +314,8 @@ class GridManager:
         return ads
 
     async def _advertise(self, publish: Publish) -> None:
-        interval = self.config.collector_update_interval
         while True:
+            interval = self.config.collector_update_interval  # a reconfig may change it
             ads = self.resource_ads()
             if ads:
                 for ad in ads:
@@ -325,10 +369,6 @@ class GridManager:
         except OwnerRefused as err:
             await self._refuse(job_id, ad, str(err), HoldReasonCode.FailedToAccessUserAccount)
             return None
-        # HTCondor runs a grid manager per user, so each user has resources and GAHP
-        # servers of their own: here those of a job run as another user are keyed by it,
-        # and, as in HTCondor, by the credential the job names for its server to present.
-        where = key if owner is None else f"{key}#{owner.name}"
         credential = gtype.credential(ad)
         if credential is not None:
             # As HTCondor's grid manager holds a job whose proxy it cannot acquire: else
@@ -337,6 +377,27 @@ class GridManager:
             if problem is not None:
                 await self._refuse(job_id, ad, problem, HoldReasonCode.CorruptedCredential)
                 return None
+        resource = self._resource_at(gtype, key, owner, credential)
+        job = gtype.new_job(job_id, ad, resource, self.services)
+        resource.register(job)
+        if owner is not None:
+            self._owners[job_id] = owner
+        return job
+
+    def _resource_at(
+        self,
+        gtype: GridType[Any],
+        key: str,
+        owner: Account | None,
+        credential: GahpCredential | None,
+    ) -> Resource[Any, Any]:
+        """The resource `key` of `owner`'s jobs that present `credential`, made and
+        started on first use."""
+        # HTCondor runs a grid manager per user, so each user has resources and GAHP
+        # servers of their own: here those of a job run as another user are keyed by it,
+        # and, as in HTCondor, by the credential the job names for its server to present.
+        where = key if owner is None else f"{key}#{owner.name}"
+        if credential is not None:
             where = f"{where}#{credential.path}"
         resource = self.resources.get(where)
         if resource is None:
@@ -345,11 +406,19 @@ class GridManager:
             )
             self.resources[where] = resource
             resource.start()
-        job = gtype.new_job(job_id, ad, resource, self.services)
-        resource.register(job)
-        if owner is not None:
-            self._owners[job_id] = owner
-        return job
+        return resource
+
+    async def _leftover_resource(self, attrs: Mapping[str, str]) -> Resource[Any, Any]:
+        """The resource a finished job's remote copy is let go through, from the job
+        attributes its record kept (GridError, OwnerRefused: none to be had now)."""
+        text = attrs.get("GridResource", "")
+        gtype = self.grid_types.get(grid_type_of(text))
+        if gtype is None:
+            raise UnsupportedGridJob(f"no grid type runs GridResource {text!r}")
+        ad = ClassAd(dict(attrs))
+        return self._resource_at(
+            gtype, gtype.resource_key(text), self._owner(ad), gtype.credential(ad)
+        )
 
     async def _contain(
         self,
@@ -531,65 +600,3 @@ def _adoptable(ad: ClassAd) -> bool:
     if managed == "ScheddDone" or ad.get("Matched") is False:
         return False
     return ad.get("JobStatus") != JobStatus.HELD or managed == "External"
-
-
-def run_gridmanager(
-    home: str | os.PathLike[str],
-    *,
-    queue_dir: str | os.PathLike[str] | None = None,
-    config: GridManagerConfig | None = None,
-    clock: Clock | None = None,
-    parent_fd: int | None = None,
-    publish: Publish | None = None,
-) -> int:
-    """Run a grid manager in this process until SIGTERM or SIGINT; the exit status.
-
-    0 after a clean stop, 3 if another grid manager already runs on `home`, 1 if it
-    could not start (the queue cannot be opened...). With `parent_fd` (the master's
-    pipe) it also stops when that pipe closes: a master killed -9 takes it along, as
-    it takes its other daemons, instead of leaving it to run the queue alone.
-    """
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
-        if parent_fd is not None:
-
-            def parent_readable() -> None:
-                try:
-                    data = os.read(parent_fd, 64)
-                except OSError:
-                    data = b""
-                if not data:  # the master's end closed: it is gone
-                    loop.remove_reader(parent_fd)
-                    log.warning("the master that started this grid manager is gone: stopping")
-                    stop.set()
-
-            loop.add_reader(parent_fd, parent_readable)
-        settings = (config or GridManagerConfig()).with_knobs(Path(home))
-        # Whose jobs run, and as whom: this process's user (root: each job's as its owner).
-        allow_root = ConfigFile.read(Path(home)).flag(ALLOW_ROOT_JOBS, False)
-        manager = GridManager(
-            home,
-            queue_dir=queue_dir,
-            config=settings,
-            clock=clock,
-            policy=OwnerPolicy(allow_root=allow_root),
-            publish=publish,
-        )
-        await manager.run(stop)
-
-    daemon_umask()  # what it makes is its own, whatever the umask it was started with
-    preload_functions()
-    tune_gc()
-    try:
-        asyncio.run(main())
-    except AlreadyRunning as err:
-        log.error("%s", err)
-        return 3
-    except HTGridError as err:  # the queue cannot be opened, say
-        log.error("grid manager: %s", err)
-        return 1
-    return 0

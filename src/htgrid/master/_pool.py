@@ -12,6 +12,9 @@ What runs is DAEMON_LIST's choice (`htgrid up -no-execute` leaves STARTD out):
 - NEGOTIATOR: a task of this daemon (it reads the queue directly), cycling every
   NEGOTIATOR_INTERVAL; should it fail, it is restarted after a back-off.
 - STARTD: a child process, the execute node; the shadows run vanilla jobs on it.
+
+`htgrid reconfig` (condor_reconfig) reaches the schedd here and, as SIGHUP, every child:
+each reads htgrid.conf again and takes what can change while it runs.
 - the schedd's ad, sent to the collector every SCHEDD_INTERVAL.
 - the ads of the annexes this pool made (`htgrid annex create` records them under
   spool/annexes), refreshed every ANNEX_UPDATE_INTERVAL while any is recorded, by
@@ -148,6 +151,7 @@ class Pool:
                     ),
                     cfg.startd_log,
                     stop_timeout=cfg.kill_grace + 30.0,
+                    reconfig=True,
                 )
             )
         if "GRIDMANAGER" in cfg.daemons:
@@ -169,6 +173,7 @@ class Pool:
                         "{parent_fd}",
                     ),
                     cfg.gridmanager_log,
+                    reconfig=True,
                 )
             )
         if "JOB_ROUTER" in cfg.daemons:

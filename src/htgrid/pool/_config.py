@@ -84,6 +84,14 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
     GRIDMANAGER_JOB_PROBE_INTERVAL = 10  seconds between the grid manager's status polls
     GRIDMANAGER_COLLECTOR_UPDATE_INTERVAL = 300  seconds between the grid manager's Grid
                                     ads (one per resource: condor_status -grid)
+    GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE = 1000  jobs submitted at once per resource
+    GRIDMANAGER_RESOURCE_PROBE_INTERVAL = 300  most seconds between pings of a resource down
+    GRIDMANAGER_GAHP_CALL_TIMEOUT = 300  seconds a GAHP request may take before it is lost
+    GRIDMANAGER_GAHP_RESPONSE_TIMEOUT = 20  seconds a GAHP server may take to answer a line
+    GRIDMANAGER_MAX_PENDING_REQUESTS = 50  GAHP requests in flight per resource (a restart
+                                    takes a change; the others a reconfig)
+    BATCH_GAHP = (htgrid gahp batch)  the batch GAHP server's command line (a wrapper,
+                                    more options); a reconfig: from its next start
     USE_VOMS_ATTRIBUTES = false     whether the schedd sets a job's x509UserProxyVOName,
                                     x509UserProxyFirstFQAN and x509UserProxyFQAN from the
                                     VOMS attributes of its proxy (unverified, as HTCondor)
@@ -209,6 +217,11 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "GRIDMANAGER_JOB_PROBE_INTERVAL": "10",  # read by htgrid.grid (GridManagerConfig.KNOBS)
     "GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE": "1000",  # ... and this one
     "GRIDMANAGER_COLLECTOR_UPDATE_INTERVAL": "300",  # ... and this one
+    "GRIDMANAGER_RESOURCE_PROBE_INTERVAL": "300",  # ... and these
+    "GRIDMANAGER_GAHP_CALL_TIMEOUT": "300",
+    "GRIDMANAGER_GAHP_RESPONSE_TIMEOUT": "20",
+    "GRIDMANAGER_MAX_PENDING_REQUESTS": "50",
+    "BATCH_GAHP": None,  # htgrid gahp batch, as this Python runs it
     "GRAM_VERSION_DETECTION": "true",  # read by htgrid.grid.gram: gt2 asks for GRAM5
     "ALLOW_ROOT_JOBS": "false",
     "USE_VOMS_ATTRIBUTES": "false",  # HTCondor's default

@@ -78,7 +78,7 @@ from htgrid.schedd._config import ScheddConfig, ScheddError, default_schedd_name
 from htgrid.schedd._local import LocalRunner
 from htgrid.schedd._service import QueueService
 from htgrid.schedd._shadow import ShadowManager, ShadowSettings
-from htgrid.schedd._spool_sweep import remove_spools, spooled_jobs
+from htgrid.schedd._spool_sweep import SweepFailures, remove_spools, spooled_jobs
 from htgrid.schedd._userlog import UserLogWriter
 from htgrid.schedd._worker import QueueWorker
 from htgrid.web import Sources
@@ -160,6 +160,7 @@ class Daemon:
         self._quarantined = 0  # rows of the queue set aside as unreadable
         self.companion = companion
         self._reconfigs: set[asyncio.Task[None]] = set()
+        self._spool_failures = SweepFailures()
         # Whose jobs run here, and as whom: the daemon's user (root: each job as its owner).
         self.policy = OwnerPolicy(allow_root=config.allow_root_jobs)
 
@@ -543,12 +544,11 @@ class Daemon:
                 return
             present = await worker.read(lambda q: q.present(found))
             gone = sorted(found - present)
-            removed = await asyncio.to_thread(remove_spools, spool, gone)
+            removed, failed = await asyncio.to_thread(remove_spools, spool, gone)
         except OSError as exc:  # tried again at the next pass
             _log.warning("cannot clean the spool directory %s: %s", spool, exc)
             return
-        if removed:
-            _log.info("removed the spool files of %d job(s) no longer in the queue", removed)
+        self._spool_failures.note(removed, failed, gone)
 
     def _feed_read_upto(self, grid_manager_listens: bool = False) -> int:
         """The last change every follower of the feed has read (0: keep everything).

@@ -34,6 +34,13 @@
     CCB_HEARTBEAT_INTERVAL = 1200 seconds between the broker's heartbeats on the
                                   registration (one missing twice: the node registers again)
 
+A running node reads them again at a reconfig (`htgrid reconfig`, SIGHUP): START,
+STARTD_ATTRS and their values, UPDATE_INTERVAL and the domains show in its ads at once;
+CLAIM_WORKLIFE, JOB_MAX_VACATE_TIME, MAX_TRANSFER_INPUT_MB and ALLOW_ROOT_JOBS apply to
+the claims and jobs that come after. What the node is made of (NUM_CPUS, MEMORY, DISK,
+EXECUTE, GPU_DISCOVERY) and where it listens or reports (NETWORK_*, COLLECTOR_HOST, CCB_*,
+PRIVATE_NETWORK_NAME) needs a restart: a reconfig logs the change and keeps what runs.
+
 FILESYSTEM_DOMAIN defaults to "localhost", the domain `htgrid submit` writes into job
 ads: an execute node on the submit host shares its files. Set both when jobs run
 elsewhere.
@@ -45,9 +52,11 @@ EXECUTE and the directories above it must let them pass (not under a 0700 /root)
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Final
 
 from htgrid.classad import ExprTree
 from htgrid.errors import ClassAdSyntaxError
@@ -62,6 +71,36 @@ from htgrid.pool import (
 )
 
 __all__ = ["StartdConfig"]
+
+#: The knob of each setting a running node takes at a reconfig.
+LIVE_KNOBS: Final = {
+    "start": "START",
+    "attrs": "STARTD_ATTRS",
+    "update_interval": "UPDATE_INTERVAL",
+    "noclaim_shutdown": "STARTD_NOCLAIM_SHUTDOWN",
+    "claim_worklife": "CLAIM_WORKLIFE",
+    "filesystem_domain": "FILESYSTEM_DOMAIN",
+    "uid_domain": "UID_DOMAIN",
+    "vacate_time": "JOB_MAX_VACATE_TIME",
+    "shutdown_script": "DEFAULT_MASTER_SHUTDOWN_SCRIPT",
+    "max_transfer_input_mb": "MAX_TRANSFER_INPUT_MB",
+    "allow_root_jobs": "ALLOW_ROOT_JOBS",
+}
+#: ... and of each that needs a restart (as HTCondor's startd says of its slots' sizes).
+RESTART_KNOBS: Final = {
+    "execute_dir": "EXECUTE",
+    "num_cpus": "NUM_CPUS",
+    "memory": "MEMORY",
+    "disk": "DISK",
+    "gpu_discovery": "GPU_DISCOVERY",
+    "collector_host": "COLLECTOR_HOST",
+    "api_limits": "the API's limits (API_*)",
+    "network_interface": "NETWORK_INTERFACE",
+    "network_hostname": "NETWORK_HOSTNAME",
+    "ccb_address": "CCB_ADDRESS",
+    "private_network_name": "PRIVATE_NETWORK_NAME",
+    "ccb_heartbeat": "CCB_HEARTBEAT_INTERVAL",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +130,14 @@ class StartdConfig(HomeLayout):
     ccb_address: str | None = None
     private_network_name: str | None = None
     ccb_heartbeat: float = 1200.0
+
+    def reconfigured(self, new: StartdConfig) -> tuple[StartdConfig, list[str], list[str]]:
+        """`new` as the running node takes it: the settings that need a restart kept as
+        they are in `self`; the knobs that changed, and those that wait for a restart."""
+        changed = [knob for name, knob in LIVE_KNOBS.items() if _differ(self, new, name)]
+        later = [knob for name, knob in RESTART_KNOBS.items() if _differ(self, new, name)]
+        kept: dict[str, Any] = {name: getattr(self, name) for name in RESTART_KNOBS}
+        return dataclasses.replace(new, **kept), changed, later
 
     def broker(self, pool: str) -> str | None:
         """The broker the node registers with: CCB_ADDRESS, else `pool` (its collector)
@@ -184,3 +231,7 @@ class StartdConfig(HomeLayout):
             private_network_name=conf.text("PRIVATE_NETWORK_NAME", "") or None,
             ccb_heartbeat=conf.number("CCB_HEARTBEAT_INTERVAL"),
         )
+
+
+def _differ(old: StartdConfig, new: StartdConfig, name: str) -> bool:
+    return bool(getattr(old, name) != getattr(new, name))

@@ -48,7 +48,7 @@ from typing import Any, Final
 
 from starlette.requests import Request
 
-from htgrid._aio import wait_event
+from htgrid._aio import take_sighup, wait_event
 from htgrid._privsep import OwnerPolicy, closed_to_others
 from htgrid.classad import ClassAd, ExprTree, quote
 from htgrid.classad.fast import requirements_hold
@@ -76,6 +76,7 @@ from htgrid.startd._claims import Claim, Slots, job_lease, request_of
 from htgrid.startd._config import StartdConfig
 from htgrid.startd._errors import ClaimRefused, ClaimStateError, StartdError
 from htgrid.startd._machine import MachineInfo, detect
+from htgrid.startd._reconfig import reread
 from htgrid.startd._starter import Starter
 from htgrid.startd._states import ClaimState, Outcome, OutcomeKind, SlotState
 from htgrid.startd._wire import ClaimGrant, ClaimStatus
@@ -150,6 +151,7 @@ class Startd:
         self._tls: tuple[ApiServer, Any] | None = None  # the TLS API: server, context
         self._reversed: set[asyncio.Task[None]] = set()
         self._connecting_back = 0
+        self._reconfigs: set[asyncio.Task[None]] = set()
 
     # -- what the API calls -------------------------------------------------------------
 
@@ -380,6 +382,23 @@ class Startd:
 
     # -- running ------------------------------------------------------------------------
 
+    def _on_sighup(self) -> None:
+        task = asyncio.create_task(self.reconfig(), name="reconfig")
+        self._reconfigs.add(task)
+        task.add_done_callback(self._reconfigs.discard)
+
+    async def reconfig(self) -> None:
+        """condor_reconfig (SIGHUP): the knobs a running node takes (`StartdConfig.
+        reconfigured`), its ads sent again at once (Start, STARTD_ATTRS)."""
+        config = await reread(self.config)
+        if config is None:
+            return
+        self.config = config
+        if self._ctx is not None:
+            self._ctx.config = config
+        self.policy = OwnerPolicy(allow_root=config.allow_root_jobs)
+        self._dirty.set()
+
     def request_stop(self, reason: ExitReason = ExitReason.STOPPED) -> None:
         if not self._stop.is_set():
             self._reason = reason
@@ -433,6 +452,7 @@ class Startd:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
+        take_sighup(loop, self._on_sighup)
         if self._parent_fd is not None:
             loop.add_reader(self._parent_fd, self._parent_readable)
         limits = self.config.api_limits

@@ -35,7 +35,6 @@ from htgrid.grid.batch._remote import (
     Login,
     Sandbox,
     TransferFailed,
-    destroy,
     download,
     remote_submit_ad,
     sandbox_of,
@@ -338,7 +337,7 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
 
     def _login(self) -> Login:
         """ssh as the GAHP server's user, with its environment (their keys)."""
-        return Login(self.resource.gahp.env, self.resource.gahp.owner)
+        return self.batch.login()
 
     async def _send_inputs(self, sandbox: Sandbox) -> BatchEvent | None:
         """The input files sent; else the submit's failure (a retry, or a hold)."""
@@ -378,15 +377,20 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
         return stop
 
     async def _drop_sandbox(self) -> None:
-        """The remote sandbox removed, once, best effort (a failure leaves it there)."""
+        """The remote sandbox removed, once here; should that fail, the grid manager's
+        sweep tries again (durably: the job leaves the queue next)."""
         if self.remote_host is None or self.grid_id is None or self._sandbox_dropped:
             return
         self._sandbox_dropped = True
         sandbox = sandbox_of(self.grid_id.tag)
-        try:
-            await asyncio.to_thread(destroy, self.remote_host, sandbox, self._login())
-        except TransferFailed as err:
-            log.warning("job %s: %s: the sandbox is left there", self.job_id, err)
+        error = await self.batch.let_go(sandbox)
+        if error is None:
+            return
+        if self.services.leftovers is not None:
+            what = f"its sandbox {sandbox} at {self.remote_host.name}"
+            await self.services.leftovers.owe(self.job_id, sandbox, self.ad, error, what=what)
+        else:
+            log.warning("job %s: %s: the sandbox is left there", self.job_id, error)
 
 
 def _gahp(name: BatchResourceName, services: Services) -> tuple[str, Sequence[str]]:

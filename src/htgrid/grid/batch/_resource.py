@@ -21,6 +21,7 @@ from htgrid.grid._errors import GahpUnavailable
 from htgrid.grid._resource import Resource
 from htgrid.grid._values import as_int, is_plain
 from htgrid.grid.batch._ids import BatchResourceName
+from htgrid.grid.batch._remote import Login, TransferFailed, destroy
 
 if TYPE_CHECKING:
     from htgrid.grid.batch._job import BatchJob
@@ -69,6 +70,21 @@ class BatchResource(Resource["BatchJob", BatchResourceName]):
         if outcome.ok:
             return None
         return outcome.message or f"BLAH_PING {self.lrms} failed"
+
+    def login(self) -> Login:
+        """ssh as the GAHP server's user, with its environment (their keys)."""
+        return Login(self.gahp.env, self.gahp.owner)
+
+    async def let_go(self, remote: str) -> str | None:
+        """A batch system on another host: the job's sandbox there (`remote`) removed."""
+        host = self.where.remote
+        if host is None:
+            return await super().let_go(remote)
+        try:
+            await asyncio.to_thread(destroy, host, remote, self.login())
+        except TransferFailed as err:
+            return str(err)
+        return None
 
     async def poll(self, jobs: list[BatchJob]) -> None:
         by_id = {job.blah_id: job for job in jobs if job.blah_id}

@@ -200,19 +200,25 @@ class CondorJobBase(GridJob[CondorState, CondorEvent]):
         return None
 
     async def _cleanup_remote(self) -> None:
-        """CONDOR_JOB_UPDATE LeaveJobInQueue = false: the remote copy may leave its queue."""
+        """The remote copy let go (`CondorResource.let_go`); should that fail, the grid
+        manager's sweep tries again (durably: the local job has left the queue)."""
         if not self._cleanup_due or self.grid_id is None:
             return
         self._cleanup_due = False
-        update = ClassAd()
-        update["LeaveJobInQueue"] = False
-        result = await self._remote(condor.UPDATE, self.grid_id.remote, repr(update))
-        if result is not None:
+        remote = self.grid_id.remote
+        error = await self.condor.let_go(remote)
+        if error is None:
+            return
+        sweep = self.services.leftovers
+        if sweep is not None:
+            what = f"its copy at the {self._where()} (LeaveJobInQueue = false)"
+            await sweep.owe(self.job_id, remote, self.ad, error, what=what)
+        else:
             log.warning(
                 "job %s: could not let %s go (%s); its lease lets it go later",
                 self.job_id,
                 self._where(),
-                result,
+                error,
             )
 
 

@@ -33,9 +33,10 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from htgrid.classad import ClassAd
 from htgrid.gahp import GahpError, GahpRequestRefused
 from htgrid.gahp.commands import Spec, condor
-from htgrid.grid._errors import GahpUnavailable, GridError
+from htgrid.grid._errors import NO_ANSWER, GahpUnavailable, GridError
 from htgrid.grid._gahps import GahpHandle
 from htgrid.grid._resource import Resource
 from htgrid.grid._task import Services
@@ -128,6 +129,19 @@ class CondorResource(Resource["CondorJob", CondorResourceName]):
         if answer.error is not None:
             raise RemoteCallFailed(answer.error or f"{command.name} failed with no reason given")
         return answer
+
+    async def let_go(self, remote: str) -> str | None:
+        """CONDOR_JOB_UPDATE LeaveJobInQueue = false: the remote copy, its output fetched,
+        may leave the remote queue (whose spool sweep then removes its sandbox)."""
+        update = ClassAd()
+        update["LeaveJobInQueue"] = False
+        try:
+            await self.command(condor.Done.of, condor.UPDATE, remote, repr(update))
+        except RemoteCallFailed as err:
+            return None if condor.ALREADY.search(err.text) else err.text
+        except NO_ANSWER as err:
+            return str(err) or type(err).__name__
+        return None
 
     async def query(self, constraint: str) -> list[RemoteJob]:
         """The remote jobs matching `constraint` (RemoteCallFailed, GAHP errors)."""
