@@ -4,7 +4,8 @@ a managed identity), the Key Vault (in Azure RBAC mode: the account's identity a
 users are its Secrets Officers; each scale set's identity gets Secrets User on its own
 annex's secrets only), the two custom roles (the lease runbook's, given to the account's
 identity on the group; an annex node's: delete instances of a scale set), publishes the
-lease runbook (azure_runbook.py) and schedules its hourly sweeper; and prints the custom
+lease runbook (azure_runbook.py) and schedules its hourly sweeper, installs the
+lease timer (a function app running azure_timer every minute, _azure_app); and prints the custom
 role an ordinary user needs, with the condition its assignment takes (the roles the
 user may assign: the node's and Secrets User, no other). Running it again publishes the
 runbook's code again and changes nothing else.
@@ -33,6 +34,7 @@ from htgrid.annex._azure import (
     iso,
     role_id,
 )
+from htgrid.annex._azure_app import install_timer
 from htgrid.annex.azure_runbook import (
     AUTHORIZATION_API,
     AUTOMATION_API,
@@ -71,6 +73,7 @@ def azure_user_role(place: Place) -> dict[str, Any]:
         "Actions": [
             "Microsoft.Automation/automationAccounts/read",
             "Microsoft.Automation/automationAccounts/runbooks/read",
+            "Microsoft.Web/sites/read",
             "Microsoft.Automation/automationAccounts/schedules/*",
             "Microsoft.Automation/automationAccounts/jobSchedules/*",
             "Microsoft.Compute/virtualMachineScaleSets/*",
@@ -230,7 +233,9 @@ def azure_setup(cloud: AzureAnnexes, *, users: tuple[str, ...] = (),
                     }
                 },
             )
+        timer = install_timer(cloud, vault_path, assignment_condition(place))
         return {
+            **timer,
             "region": location,
             "resource_group": place.group,
             "account": ACCOUNT,

@@ -50,10 +50,13 @@ __all__ = [
     "Arm",
     "ArmFailure",
     "Place",
+    "end_scale_set",
+    "end_stopped",
     "enforce",
     "handler",
     "lease_event",
     "role_assignments",
+    "scale_sets",
     "schedule_name",
     "secret_name",
     "sweep",
@@ -311,7 +314,7 @@ def leases(arm: Arm) -> Iterator[tuple[str, str, float]]:
             continue
 
 
-def _scale_sets(arm: Arm) -> Iterator[tuple[str, Any]]:
+def scale_sets(arm: Arm) -> Iterator[tuple[str, Any]]:
     """(annex, scale set) of every scale set of an annex in the group."""
     path = arm.place.provider("Microsoft.Compute/virtualMachineScaleSets")
     for vmss in arm.listing(path, COMPUTE_API):
@@ -327,7 +330,7 @@ def role_assignments(arm: Arm, principal: str) -> list[Any]:
     return list(arm.listing(path, AUTHORIZATION_API, f"&$filter={where}"))
 
 
-def _end_scale_set(arm: Arm, vmss: Any) -> str:
+def end_scale_set(arm: Arm, vmss: Any) -> str:
     """Its identity's role assignments first (its own instances, its annex's secrets),
     then the set and its VMs."""
     principal = (vmss.get("identity") or {}).get("principalId")
@@ -362,8 +365,8 @@ def _end_schedules(arm: Arm, names: set[str]) -> None:
 def _stop_spending(arm: Arm, annexes: set[str] | None, ruled: set[str]) -> dict[str, Any]:
     """End the scale sets and secrets of `annexes` (None: of every annex not in `ruled`)."""
     sets = [
-        _end_scale_set(arm, vmss)
-        for annex, vmss in _scale_sets(arm)
+        end_scale_set(arm, vmss)
+        for annex, vmss in scale_sets(arm)
         if (annex in annexes if annexes is not None else annex not in ruled)
     ]
     wanted = annexes
@@ -399,7 +402,7 @@ def sweep(arm: Arm, now: float) -> dict[str, Any]:
         result = enforce(arm, annex, end, now)
         (ended.append(result) if result["expired"] else ruled.add(annex))
     stray = _stop_spending(arm, None, ruled)
-    stray["stopped"] = _end_stopped(arm)
+    stray["stopped"] = end_stopped(arm)
     return {
         "ended": ended,
         "unruled": sorted(set(stray["deleted"]) | set(stray["secrets"])),
@@ -407,11 +410,11 @@ def sweep(arm: Arm, now: float) -> dict[str, Any]:
     }
 
 
-def _end_stopped(arm: Arm) -> list[str]:
+def end_stopped(arm: Arm) -> list[str]:
     """Delete the annexes' VMs that shut themselves down (idle, or their lease seen
     ended): Azure keeps a VM stopped from inside allocated, and bills it."""
     ended = []
-    for _, vmss in _scale_sets(arm):
+    for _, vmss in scale_sets(arm):
         listing = arm.listing(f"{vmss['id']}/virtualMachines", COMPUTE_API, "&$expand=instanceView")
         stopped = [
             vm

@@ -179,7 +179,8 @@ def _setup(args: argparse.Namespace) -> int:
         print(
             f"Installed in {made['resource_group']} ({made['region']}): Automation account "
             f"{made['account']} with runbook {made['runbook']} and its hourly sweeper, "
-            f"Key Vault {made['vault']}.\nGive annex users this role on the resource group:"
+            f"lease timer {made['function_app']} (every minute), Key Vault {made['vault']}."
+            "\nGive annex users this role on the resource group:"
         )
         print(json.dumps(made["user_role"], indent=2))
         print(
