@@ -226,6 +226,9 @@ class AzureHarness(BootHarness):
                     "name": instance_id,
                     "vmScaleSetName": res.body["name"],
                     "resourceId": f"{res.id}/virtualMachines/{number}",
+                    "priority": res.body["properties"]["virtualMachineProfile"].get(
+                        "priority", "Regular"
+                    ),
                 }
                 return 200, json.dumps(compute)
             if path.startswith("/metadata/identity/oauth2/token?"):

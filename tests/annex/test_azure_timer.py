@@ -17,6 +17,7 @@ import pytest
 
 from htgrid.annex import AnnexSpec, azure_runbook, azure_timer
 from htgrid.annex import azure_runbook as rb
+from htgrid.testing import run_cli
 
 from ._azure_cloud import (
     IMAGE,
@@ -144,3 +145,39 @@ def test_the_deployed_timer_runs_alone_as_functions_runs_it(
     done = json.loads(ran.stdout.split(":", 2)[2])
     assert done["stopped"] == [f"{vmss.body['name']}_0"] and done["ended"] == []
     assert len(azure.annex_leftovers()["instances"]) == 1
+
+
+def test_a_spot_annex_gets_back_what_azure_evicts_not_what_went_idle(
+    azure: Any, home: Path
+) -> None:
+    status, _, err = run_cli(
+        home, "annex", "create", "p1", "--cloud", "azure", "--image-ids", IMAGE,
+        "--pool", "127.0.0.1:1", "--slots", "3", "--spot-price", "0.05", "--lifetime", "1h",
+    )  # fmt: skip
+    assert status == 0, err
+    (vmss,) = azure.store.of_type("microsoft.compute/virtualmachinescalesets")
+    name = vmss.body["name"]
+    assert vmss.body["tags"][rb.CAPACITY_TAG] == "3"
+    (event,) = lease_events(azure)
+    now = event["LeaseExpiration"] - 1800
+    assert tick(azure, now)["restored"] == {}
+    azure.evict(name, "0")
+    azure.evict(name, "2")
+    assert azure.annex_leftovers()["instances"] == [f"{name}_1"]
+    assert tick(azure, now)["restored"] == {name: 2}
+    assert azure.annex_leftovers()["instances"] == [f"{name}_1", f"{name}_3", f"{name}_4"]
+    assert tick(azure, now + 60)["restored"] == {}
+    # A VM that went idle shut itself down: deleted, and not asked for again.
+    azure.store.instances[vmss.id.lower()][0]["power"] = "stopped"
+    done = tick(azure, now + 120)
+    assert done["stopped"] == [f"{name}_1"] and done["restored"] == {}
+    assert vmss.body["tags"][rb.CAPACITY_TAG] == "2"
+    assert tick(azure, now + 180)["restored"] == {}
+    assert len(azure.annex_leftovers()["instances"]) == 2
+    azure.evict(name, "3")
+    assert tick(azure, now + 240)["restored"] == {name: 1}
+    assert len(azure.annex_leftovers()["instances"]) == 2
+    # At the lease's end nothing is asked again: all ends.
+    azure.evict(name, "4")
+    assert tick(azure, event["LeaseExpiration"])["restored"] == {}
+    assert azure.annex_leftovers() == NOTHING

@@ -44,6 +44,7 @@ from htgrid.annex.azure_runbook import (
     ANNEX_TAG,
     AUTHORIZATION_API,
     AUTOMATION_API,
+    CAPACITY_TAG,
     COMPUTE_API,
     LEASE_TAG,
     Arm,
@@ -377,7 +378,10 @@ class AzureAnnexes:
                 for what in ("token", "lease"):
                     secret = f"{self.place.vault_path()}/secrets/{secret_name(spec.name, what)}"
                     assign(arm, secret, role_id(self.place, SECRETS_USER), principal)
-            arm.patch(path, COMPUTE_API, {"sku": {"capacity": capacity}})
+            # A Spot set's target, kept by the lease timer against evictions, is set with
+            # the capacity: not before the identity has its roles.
+            tags = body["tags"] | ({CAPACITY_TAG: str(capacity)} if spec.slots else {})
+            arm.patch(path, COMPUTE_API, {"sku": {"capacity": capacity}, "tags": tags})
 
         self.call(f"creating scale set {name}", make)
         return [name]

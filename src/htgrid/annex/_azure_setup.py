@@ -93,6 +93,8 @@ def _roles(arm: Arm, place: Place) -> None:
                     ["Microsoft.Compute/virtualMachineScaleSets/delete/action"]),
         RUNBOOK_ROLE: ("htgrid annex lease runbook: end annexes", [
             "Microsoft.Compute/virtualMachineScaleSets/read",
+            # The timer's: a Spot set's capacity asked again after evictions.
+            "Microsoft.Compute/virtualMachineScaleSets/write",
             "Microsoft.Compute/virtualMachineScaleSets/delete",
             "Microsoft.Compute/virtualMachineScaleSets/delete/action",
             "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read",

@@ -15,7 +15,11 @@ before any scale set, and `extend` moves: the annexes' only record) and
   (bounded by the invocation's budget, as the Lambda function's wait);
 * ends a scale set no lease rules once the lease on its tag has passed;
 * deletes the annexes' VMs that shut themselves down without deleting themselves
-  (Azure keeps them allocated, and billed).
+  (Azure keeps them allocated, and billed);
+* gives a live annex's Spot scale set back the capacity Azure evicted (policy Delete:
+  the VM is gone and the set one smaller), to the target on its `htgrid:Capacity` tag,
+  which falls as its VMs shut themselves down (a Spot node leaves its deletion to this
+  timer, so that going idle is told apart from an eviction).
 
 App settings: HTGRID_ANNEX_PLACE (the lease event's place: subscription, group,
 account, vault, ARM's address); the app's managed identity (IDENTITY_ENDPOINT,
@@ -86,16 +90,20 @@ def tick(arm: rb.Arm, clock: Callable[[], float] = time.time,
             _wait_until(end, clock, sleep, budget - (clock() - started))
         if end <= clock():
             ended.append(rb.enforce(arm, annex, end, clock()))
+    live = {annex for annex, end in latest.items() if end > clock()}
     unruled: list[str] = []
+    stopped: list[str] = []
+    restored: dict[str, int] = {}
     for annex, vmss in rb.scale_sets(arm):
         tags = vmss.get("tags") or {}
         if annex not in latest and _number(tags.get(rb.LEASE_TAG)) <= clock():
             unruled.append(rb.end_scale_set(arm, vmss))
-    return {
-        "ended": ended,
-        "unruled": unruled,
-        "stopped": rb.end_stopped(arm),
-    }
+            continue
+        gone, asked = rb.tend(arm, vmss, restore=annex in live)
+        stopped += gone
+        if asked:
+            restored[str(vmss["name"])] = asked
+    return {"ended": ended, "unruled": unruled, "stopped": stopped, "restored": restored}
 
 
 def _number(text: Any) -> float:

@@ -451,6 +451,16 @@ class AnnexArm:
         with self._lock:
             return due_events(self.store, now)
 
+    def evict(self, scale_set: str, instance_id: str) -> None:
+        """Azure takes a Spot VM back under eviction policy Delete: the VM and its disks
+        go, and the scale set has one instance fewer."""
+        with self._lock:
+            self.ops.settle()
+            (res,) = [r for r in self.store.of_type(VMSS) if r.body["name"] == scale_set]
+            profile = dig(res.body, "properties", "virtualMachineProfile") or {}
+            assert profile.get("priority") == "Spot" and profile.get("evictionPolicy") == "Delete"
+            delete_instances(self.store, res, {"instanceIds": [instance_id]})
+
     def annex_leftovers(self) -> dict[str, list[str]]:
         with self._lock:
             self.ops.settle()
