@@ -133,16 +133,16 @@ def timer_app(place: Place) -> str:
     return f"htgrid-annex-{uuid.uuid5(uuid.NAMESPACE_URL, place.group_path()).hex[:12]}"
 
 
-def assign(arm: Arm, scope: str, role: str, principal: str, condition: str = "") -> None:
+def assign(arm: Arm, scope: str, role: str, principal: str, condition: str = "",
+           *, kind: str | None = "ServicePrincipal") -> None:  # fmt: skip
     """Give `principal` the role `role` (an id from role_id) on `scope`, once: the
-    assignment's name is derived from the three."""
+    assignment's name is derived from the three. `kind`: the principal's type, if
+    known (a managed identity just made may not have reached Entra ID's replicas yet:
+    ARM then takes its word for it)."""
     name = uuid.uuid5(uuid.NAMESPACE_URL, f"{scope.lower()}|{principal}|{role.lower()}")
-    props: dict[str, Any] = {
-        "roleDefinitionId": role,
-        "principalId": principal,
-        # A managed identity just made may not have reached Entra ID's replicas yet.
-        "principalType": "ServicePrincipal",
-    }
+    props: dict[str, Any] = {"roleDefinitionId": role, "principalId": principal}
+    if kind is not None:
+        props["principalType"] = kind
     if condition:
         props.update(condition=condition, conditionVersion="2.0")
     arm.put(
