@@ -7,7 +7,9 @@ from __future__ import annotations
 import base64
 import importlib.util
 import json
+import os
 import ssl
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from htgrid.annex import AzureAnnexes, azure_setup
+from htgrid.annex import AzureAnnexes, azure_setup, azure_timer
 from htgrid.annex import azure_runbook as rb
-from htgrid.testing.annex import BootHarness, Route
+from htgrid.testing.annex import BootHarness, Route, metadata_server
 
 _ARM = Path(__file__).resolve().parents[1] / "grid" / "_azure_arm.py"
 
@@ -56,6 +58,7 @@ def azure(arm: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         "AZURE_SUBSCRIPTION_ID": SUBSCRIPTION,
         "SSL_CERT_FILE": str(arm.ca_file),
         "HTGRID_ANNEX_VAULT_URL": f"{arm.url}/vault/{{vault}}",
+        "HTGRID_ANNEX_SCM_URL": f"{arm.url}/scm/{{app}}",
         "HTGRID_ANNEX_POLL_ARM": "0.01",
         "NO_PROXY": "127.0.0.1,localhost",
     }.items():
@@ -89,6 +92,61 @@ def runbook_arm(arm: Any, event: dict[str, Any]) -> rb.Arm:
         context=ssl.create_default_context(cafile=str(arm.ca_file)),
         poll=0.01,
     )
+
+
+def timer_arm(arm: Any) -> rb.Arm:
+    """The lease timer's client as Functions would give it: the app's identity and the
+    place in its app settings."""
+    (site,) = arm.store.of_type("microsoft.web/sites")
+    token = arm.managed_identity_token(site.body["identity"]["principalId"])
+    settings = {s["name"]: s["value"] for s in site.body["properties"]["siteConfig"]["appSettings"]}
+    place = rb.Place.of(json.loads(settings["HTGRID_ANNEX_PLACE"]))
+    return rb.Arm(
+        place,
+        lambda resource: token,
+        context=ssl.create_default_context(cafile=str(arm.ca_file)),
+        poll=0.01,
+    )
+
+
+def tick(arm: Any, now: float) -> dict[str, Any]:
+    """One run of the lease timer with the clock at `now` (a wait moves the clock)."""
+    clock = [now]
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    return azure_timer.tick(timer_arm(arm), lambda: clock[0], sleep)
+
+
+def run_with_identity(arm: Any, principal: str, argv: list[str], cwd: Path,
+                      env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """`argv` run alone (a Python without htgrid's path), with `principal`'s managed
+    identity at IDENTITY_ENDPOINT, as Automation and Functions give it."""
+    token = arm.managed_identity_token(principal)
+
+    def identity(method: str, path: str) -> tuple[int, str] | None:
+        if method == "GET" and path.startswith("/msi/token?"):
+            return 200, json.dumps({"access_token": token, "token_type": "Bearer"})
+        return None
+
+    server = metadata_server("127.0.0.1", identity, lambda: None)
+    try:
+        full = {
+            **(env or {}),
+            "IDENTITY_ENDPOINT": f"http://127.0.0.1:{server.server_address[1]}/msi/token",
+            "IDENTITY_HEADER": "identity-secret",
+            "SSL_CERT_FILE": str(arm.ca_file),
+            "NO_PROXY": "*",
+            "PATH": os.environ["PATH"],
+        }
+        return subprocess.run(
+            [sys.executable, "-I", *argv], env=full, capture_output=True, text=True,
+            timeout=120, cwd=cwd,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def run_jobs(arm: Any, now: float) -> list[dict[str, Any]]:
@@ -168,6 +226,9 @@ class AzureHarness(BootHarness):
                     "name": instance_id,
                     "vmScaleSetName": res.body["name"],
                     "resourceId": f"{res.id}/virtualMachines/{number}",
+                    "priority": res.body["properties"]["virtualMachineProfile"].get(
+                        "priority", "Regular"
+                    ),
                 }
                 return 200, json.dumps(compute)
             if path.startswith("/metadata/identity/oauth2/token?"):

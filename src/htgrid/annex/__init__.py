@@ -6,8 +6,9 @@
     htgrid annex status NAME | add NAME --count 2 | extend NAME --lifetime 1h | shutdown NAME
 
 The lease is enforced in the cloud (`lease_function`, an AWS Lambda function on an
-EventBridge schedule; `azure_runbook`, an Azure Automation runbook on a schedule at the
-lease's end) and installed before any instance is requested; each instance
+EventBridge schedule; on Azure `azure_timer`, a function app's timer every minute, and
+`azure_runbook`, an Automation runbook on a schedule at the lease's end) and installed
+before any instance is requested; each instance
 also stops itself when idle and at the lease's end (`node`). `_aws` makes the cloud
 calls (`_azure` Azure's), `_service` adds the pool's side (the annex's token, its ads), `_setup` the
 administrator's one-time step, `_boot` the instances' boot script.

@@ -15,8 +15,9 @@ The cloud is the only record, as on AWS. In the setup's resource group an annex 
   and delete instances of its own scale set and no other (the setup's node role on the
   set's scope): a node that stops, idle or at the lease's end, deletes its own VM.
 
-So a crash of this tool at any moment leaves nothing the runbook (at the lease's end) or
-its hourly sweeper (for what no schedule rules) will not end.
+So a crash of this tool at any moment leaves nothing the lease timer (setup's function
+app, every minute: azure_timer), the runbook (at the lease's end) or its hourly sweeper
+(for what no schedule rules) will not end.
 
 Credentials: a service principal from AZURE_TENANT_ID, AZURE_CLIENT_ID and
 AZURE_CLIENT_SECRET (AZURE_AUTHORITY_HOST, AZURE_RESOURCE_MANAGER_URL and
@@ -43,6 +44,7 @@ from htgrid.annex.azure_runbook import (
     ANNEX_TAG,
     AUTHORIZATION_API,
     AUTOMATION_API,
+    CAPACITY_TAG,
     COMPUTE_API,
     LEASE_TAG,
     Arm,
@@ -57,6 +59,7 @@ from htgrid.annex.azure_runbook import (
 
 __all__ = [
     "ACCOUNT",
+    "BLOB_OWNER",
     "GROUP",
     "MIN_LEASE",
     "NETWORK_API",
@@ -69,10 +72,12 @@ __all__ = [
     "SUBNET",
     "VAULT_TAG",
     "VNET",
+    "WEB_API",
     "AzureAnnexes",
     "assign",
     "iso",
     "role_id",
+    "timer_app",
     "vault_url",
 ]
 
@@ -89,9 +94,12 @@ OWNER_TAG: Final = "htgrid:AnnexOwner"
 VAULT_TAG: Final = "htgrid:AnnexVault"
 RESOURCES_API: Final = "2021-04-01"
 NETWORK_API: Final = "2023-09-01"
+WEB_API: Final = "2023-12-01"
 #: Azure's built-in roles: read a secret's value; manage a vault's secrets.
 SECRETS_USER: Final = "4633458b-17de-408a-b874-0445c86b69e6"
 SECRETS_OFFICER: Final = "b86a8fe4-44ce-4948-aee5-eccb2c155cd7"
+#: Storage Blob Data Owner: the lease timer's function app keeps its state in blobs.
+BLOB_OWNER: Final = "b7e6dc6d-f1e8-4753-8033-0f276bb0955b"
 #: Automation refuses a OneTime schedule less than 5 minutes ahead.
 MIN_LEASE: Final = 360.0
 _ADMIN: Final = "htgrid"
@@ -113,22 +121,28 @@ def role_id(place: Place, role: str) -> str:
     defines for this group (its GUID derived from the group, so users need not look)."""
     guid = (
         role
-        if role in (SECRETS_USER, SECRETS_OFFICER)
+        if role in (SECRETS_USER, SECRETS_OFFICER, BLOB_OWNER)
         else str(uuid.uuid5(uuid.NAMESPACE_URL, f"{place.group_path()}/{role}"))
     )
     return f"/subscriptions/{place.subscription}/providers/Microsoft.Authorization/roleDefinitions/{guid}"
 
 
-def assign(arm: Arm, scope: str, role: str, principal: str, condition: str = "") -> None:
+def timer_app(place: Place) -> str:
+    """The lease timer's function app (a host name under azurewebsites.net, unique to
+    the subscription and group, so users need not look it up)."""
+    return f"htgrid-annex-{uuid.uuid5(uuid.NAMESPACE_URL, place.group_path()).hex[:12]}"
+
+
+def assign(arm: Arm, scope: str, role: str, principal: str, condition: str = "",
+           *, kind: str | None = "ServicePrincipal") -> None:  # fmt: skip
     """Give `principal` the role `role` (an id from role_id) on `scope`, once: the
-    assignment's name is derived from the three."""
+    assignment's name is derived from the three. `kind`: the principal's type, if
+    known (a managed identity just made may not have reached Entra ID's replicas yet:
+    ARM then takes its word for it)."""
     name = uuid.uuid5(uuid.NAMESPACE_URL, f"{scope.lower()}|{principal}|{role.lower()}")
-    props: dict[str, Any] = {
-        "roleDefinitionId": role,
-        "principalId": principal,
-        # A managed identity just made may not have reached Entra ID's replicas yet.
-        "principalType": "ServicePrincipal",
-    }
+    props: dict[str, Any] = {"roleDefinitionId": role, "principalId": principal}
+    if kind is not None:
+        props["principalType"] = kind
     if condition:
         props.update(condition=condition, conditionVersion="2.0")
     arm.put(
@@ -233,18 +247,19 @@ class AzureAnnexes:
     def check_setup(self) -> None:
         """The setup's Automation account, its runbook and vault (SetupMissing if not)."""
 
-        def look() -> tuple[Any, Any]:
+        def look() -> tuple[Any, Any, Any]:
             arm = self.arm()
             account = arm.get(self.place.automation(), AUTOMATION_API)
             runbook = arm.get(self.place.automation(f"/runbooks/{RUNBOOK}"), AUTOMATION_API)
-            return account, runbook
+            timer = arm.get(self.place.provider(f"Microsoft.Web/sites/{timer_app(self.place)}"), WEB_API)  # fmt: skip
+            return account, runbook, timer
 
-        account, runbook = self.call("reading the annex setup", look)
+        account, runbook, timer = self.call("reading the annex setup", look)
         vault = ((account or {}).get("tags") or {}).get(VAULT_TAG)
         state = ((runbook or {}).get("properties") or {}).get("state")
-        if not vault or state != "Published":
+        if not vault or state != "Published" or timer is None:
             raise SetupMissing(
-                f"no annex lease runbook in resource group {self.place.group}: the "
+                f"no annex lease runbook or timer in resource group {self.place.group}: the "
                 "subscription's administrator runs `htgrid annex setup --cloud azure` once"
             )
         self.arm(vault)
@@ -363,7 +378,10 @@ class AzureAnnexes:
                 for what in ("token", "lease"):
                     secret = f"{self.place.vault_path()}/secrets/{secret_name(spec.name, what)}"
                     assign(arm, secret, role_id(self.place, SECRETS_USER), principal)
-            arm.patch(path, COMPUTE_API, {"sku": {"capacity": capacity}})
+            # A Spot set's target, kept by the lease timer against evictions, is set with
+            # the capacity: not before the identity has its roles.
+            tags = body["tags"] | ({CAPACITY_TAG: str(capacity)} if spec.slots else {})
+            arm.patch(path, COMPUTE_API, {"sku": {"capacity": capacity}, "tags": tags})
 
         self.call(f"creating scale set {name}", make)
         return [name]

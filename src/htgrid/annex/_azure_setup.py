@@ -4,17 +4,22 @@ a managed identity), the Key Vault (in Azure RBAC mode: the account's identity a
 users are its Secrets Officers; each scale set's identity gets Secrets User on its own
 annex's secrets only), the two custom roles (the lease runbook's, given to the account's
 identity on the group; an annex node's: delete instances of a scale set), publishes the
-lease runbook (azure_runbook.py) and schedules its hourly sweeper; and prints the custom
+lease runbook (azure_runbook.py) and schedules its hourly sweeper, installs the
+lease timer (a function app running azure_timer every minute, _azure_app); and prints the custom
 role an ordinary user needs, with the condition its assignment takes (the roles the
 user may assign: the node's and Secrets User, no other). Running it again publishes the
-runbook's code again and changes nothing else.
+code again and takes nothing away: the vault the Automation account names stays its
+vault (unless --vault names another), a VNet there keeps its subnets, and a vault an
+older setup left in access-policy mode is switched to Azure RBAC only after each
+policy's secret permissions are given as a role on the vault (its annexes' identities
+and users keep their access; the policies stay, inert).
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from typing import Any
+from typing import Any, Final
 
 from htgrid.annex._azure import (
     ACCOUNT,
@@ -33,6 +38,7 @@ from htgrid.annex._azure import (
     iso,
     role_id,
 )
+from htgrid.annex._azure_app import install_timer
 from htgrid.annex.azure_runbook import (
     AUTHORIZATION_API,
     AUTOMATION_API,
@@ -71,6 +77,7 @@ def azure_user_role(place: Place) -> dict[str, Any]:
         "Actions": [
             "Microsoft.Automation/automationAccounts/read",
             "Microsoft.Automation/automationAccounts/runbooks/read",
+            "Microsoft.Web/sites/read",
             "Microsoft.Automation/automationAccounts/schedules/*",
             "Microsoft.Automation/automationAccounts/jobSchedules/*",
             "Microsoft.Compute/virtualMachineScaleSets/*",
@@ -90,6 +97,8 @@ def _roles(arm: Arm, place: Place) -> None:
                     ["Microsoft.Compute/virtualMachineScaleSets/delete/action"]),
         RUNBOOK_ROLE: ("htgrid annex lease runbook: end annexes", [
             "Microsoft.Compute/virtualMachineScaleSets/read",
+            # The timer's: a Spot set's capacity asked again after evictions.
+            "Microsoft.Compute/virtualMachineScaleSets/write",
             "Microsoft.Compute/virtualMachineScaleSets/delete",
             "Microsoft.Compute/virtualMachineScaleSets/delete/action",
             "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read",
@@ -131,39 +140,78 @@ def azure_setup(cloud: AzureAnnexes, *, users: tuple[str, ...] = (),
     sweeper schedule; what was made (and the users' role), as a dict."""
     place = cloud.place
     arm = cloud.arm()
-    vault = vault or f"htgridannex{uuid.uuid5(uuid.NAMESPACE_URL, place.group_path()).hex[:12]}"
     location = cloud.region
     now = cloud.clock()
 
     def install() -> dict[str, Any]:
         arm.put(place.group_path(), RESOURCES_API, {"location": location})
-        arm.put(
-            place.provider(f"Microsoft.Network/virtualNetworks/{VNET}"),
-            NETWORK_API,
-            {
-                "location": location,
-                "properties": {
-                    "addressSpace": {"addressPrefixes": [cidr]},
-                    "subnets": [{"name": SUBNET, "properties": {"addressPrefix": cidr}}],
-                },
-            },
-        )
+        before = arm.get(place.automation(), AUTOMATION_API) or {}
+        # Again: the vault the account names, unless another is asked for.
+        tags = dict(before.get("tags") or {})
+        name = vault or tags.get(VAULT_TAG) or _default_vault(place)
+        vnet = place.provider(f"Microsoft.Network/virtualNetworks/{VNET}")
+        if arm.get(vnet, NETWORK_API) is None:  # one there may have more subnets now
+            _vnet(arm, vnet, location, cidr)
         account = arm.put(
             place.automation(),
             AUTOMATION_API,
             {
                 "location": location,
                 "identity": {"type": "SystemAssigned"},
-                "tags": {VAULT_TAG: vault},
+                "tags": {**tags, VAULT_TAG: name},
                 "properties": {"sku": {"name": "Basic"}},
             },
         )
         identity = account.get("identity") or {}
         tenant = str(identity.get("tenantId", ""))
         runbook = str(identity["principalId"])
-        vault_path = place.provider(f"Microsoft.KeyVault/vaults/{vault}")
+        vault_path = place.provider(f"Microsoft.KeyVault/vaults/{name}")
+        migrated = _rbac_vault(arm, place, vault_path, location, tenant)
+        _roles(arm, place)
+        assign(arm, place.group_path(), role_id(place, RUNBOOK_ROLE), runbook,
+               assignment_condition(place))  # fmt: skip
+        for who in (runbook, *users):
+            assign(arm, vault_path, role_id(place, SECRETS_OFFICER), who)
+        return _publish(cloud, name, now, vault_path) | {"migrated": migrated}
+
+    done: dict[str, Any] = cloud.call("setting up the annex", install)
+    cloud.arm(done["vault"])
+    return done
+
+
+def _default_vault(place: Place) -> str:
+    return f"htgridannex{uuid.uuid5(uuid.NAMESPACE_URL, place.group_path()).hex[:12]}"
+
+
+def _vnet(arm: Arm, path: str, location: str, cidr: str) -> None:
+    arm.put(
+        path,
+        NETWORK_API,
+        {
+            "location": location,
+            "properties": {
+                "addressSpace": {"addressPrefixes": [cidr]},
+                "subnets": [{"name": SUBNET, "properties": {"addressPrefix": cidr}}],
+            },
+        },
+    )
+
+
+#: An access policy's secret permissions that only Key Vault Secrets Officer covers.
+_OFFICER_PERMISSIONS: Final = frozenset({"set", "delete", "purge", "recover", "restore", "all"})
+
+
+def _rbac_vault(arm: Arm, place: Place, path: str, location: str, tenant: str) -> list[str]:
+    """The vault, in Azure RBAC mode (per-secret roles: a scale set's identity reads its
+    annex's secrets only). One there already keeps all it has. One of an older setup,
+    in access-policy mode, has each policy's grants given first as the role on the vault
+    that covers them (Secrets Officer for set, delete or purge; Secrets User for get,
+    list), so its annexes' identities and users keep their access; its policies stay,
+    inert under RBAC, there again should it be switched back. The principals so granted."""
+    old = arm.get(path, KEYVAULT_API)
+    if old is None:
         arm.put(
-            vault_path,
+            path,
             KEYVAULT_API,
             {
                 "location": location,
@@ -171,76 +219,90 @@ def azure_setup(cloud: AzureAnnexes, *, users: tuple[str, ...] = (),
                     "tenantId": tenant,
                     "sku": {"family": "A", "name": "standard"},
                     "accessPolicies": [],
-                    # Per-secret roles: a scale set's identity reads its annex's only.
                     "enableRbacAuthorization": True,
                 },
             },
         )
-        _roles(arm, place)
-        assign(arm, place.group_path(), role_id(place, RUNBOOK_ROLE), runbook,
-               assignment_condition(place))  # fmt: skip
-        for who in (runbook, *users):
-            assign(arm, vault_path, role_id(place, SECRETS_OFFICER), who)
-        book = place.automation(f"/runbooks/{RUNBOOK}")
-        arm.put(
-            book,
-            AUTOMATION_API,
-            {
-                "location": location,
-                "properties": {
-                    "runbookType": "Python3",
-                    "logProgress": False,
-                    "logVerbose": False,
-                    "description": "htgrid annex: ends annexes at their lease's end",
-                },
-            },
-        )
-        _, headers, _ = arm.request(
-            "PUT", f"{book}/draft/content?api-version={AUTOMATION_API}", text=runbook_source()
-        )
-        arm.follow(f"PUT {book}/draft/content", headers)
-        arm.post(f"{book}/publish", AUTOMATION_API)
-        start = now + 600  # Automation wants a start 5 minutes ahead at least
-        cloud.arm(vault)
-        sweeper = {"htgrid": "annex-sweep", **place.event()}
-        arm.put(
-            place.automation(f"/schedules/{SWEEPER_SCHEDULE}"),
-            AUTOMATION_API,
-            {
-                "name": SWEEPER_SCHEDULE,
-                "properties": {
-                    "description": "htgrid annex sweeper",
-                    "startTime": iso(start),
-                    "frequency": "Hour",
-                    "interval": 1,
-                    "timeZone": "UTC",
-                },
-            },
-        )
-        job = uuid.uuid5(uuid.NAMESPACE_URL, f"{place.automation()}/{SWEEPER_SCHEDULE}")
-        if arm.get(place.automation(f"/jobSchedules/{job}"), AUTOMATION_API) is None:
-            arm.put(
-                place.automation(f"/jobSchedules/{job}"),
-                AUTOMATION_API,
-                {
-                    "properties": {
-                        "schedule": {"name": SWEEPER_SCHEDULE},
-                        "runbook": {"name": RUNBOOK},
-                        "parameters": {"event": json.dumps(sweeper, sort_keys=True)},
-                    }
-                },
-            )
-        return {
-            "region": location,
-            "resource_group": place.group,
-            "account": ACCOUNT,
-            "runbook": RUNBOOK,
-            "vault": vault,
-            "sweeper": SWEEPER_SCHEDULE,
-            "user_role": azure_user_role(place),
-            "user_condition": assignment_condition(place),
-        }
+        return []
+    props = dict(old.get("properties") or {})
+    if props.get("enableRbacAuthorization"):
+        return []
+    migrated = []
+    for policy in props.get("accessPolicies") or []:
+        granted = {str(p).lower() for p in (policy.get("permissions") or {}).get("secrets") or []}
+        if not granted or not policy.get("objectId"):
+            continue
+        role = SECRETS_OFFICER if granted & _OFFICER_PERMISSIONS else SECRETS_USER
+        # A user's or a group's object id as well as a service principal's: no type said.
+        assign(arm, path, role_id(place, role), str(policy["objectId"]), kind=None)
+        migrated.append(str(policy["objectId"]))
+    props["enableRbacAuthorization"] = True
+    body = {"location": old.get("location", location), "tags": old.get("tags") or {}}
+    arm.put(path, KEYVAULT_API, {**body, "properties": props})
+    return migrated
 
-    done: dict[str, Any] = cloud.call("setting up the annex", install)
+
+def _publish(cloud: AzureAnnexes, vault: str, now: float, vault_path: str) -> dict[str, Any]:
+    """The runbook, its hourly sweeper, the lease timer; what setup made."""
+    place, arm, location = cloud.place, cloud.arm(), cloud.region
+    book = place.automation(f"/runbooks/{RUNBOOK}")
+    arm.put(
+        book,
+        AUTOMATION_API,
+        {
+            "location": location,
+            "properties": {
+                "runbookType": "Python3",
+                "logProgress": False,
+                "logVerbose": False,
+                "description": "htgrid annex: ends annexes at their lease's end",
+            },
+        },
+    )
+    _, headers, _ = arm.request(
+        "PUT", f"{book}/draft/content?api-version={AUTOMATION_API}", text=runbook_source()
+    )
+    arm.follow(f"PUT {book}/draft/content", headers)
+    arm.post(f"{book}/publish", AUTOMATION_API)
+    start = now + 600  # Automation wants a start 5 minutes ahead at least
     cloud.arm(vault)
-    return done
+    sweeper = {"htgrid": "annex-sweep", **place.event()}
+    arm.put(
+        place.automation(f"/schedules/{SWEEPER_SCHEDULE}"),
+        AUTOMATION_API,
+        {
+            "name": SWEEPER_SCHEDULE,
+            "properties": {
+                "description": "htgrid annex sweeper",
+                "startTime": iso(start),
+                "frequency": "Hour",
+                "interval": 1,
+                "timeZone": "UTC",
+            },
+        },
+    )
+    job = uuid.uuid5(uuid.NAMESPACE_URL, f"{place.automation()}/{SWEEPER_SCHEDULE}")
+    if arm.get(place.automation(f"/jobSchedules/{job}"), AUTOMATION_API) is None:
+        arm.put(
+            place.automation(f"/jobSchedules/{job}"),
+            AUTOMATION_API,
+            {
+                "properties": {
+                    "schedule": {"name": SWEEPER_SCHEDULE},
+                    "runbook": {"name": RUNBOOK},
+                    "parameters": {"event": json.dumps(sweeper, sort_keys=True)},
+                }
+            },
+        )
+    timer = install_timer(cloud, vault_path, assignment_condition(place))
+    return {
+        **timer,
+        "region": location,
+        "resource_group": place.group,
+        "account": ACCOUNT,
+        "runbook": RUNBOOK,
+        "vault": vault,
+        "sweeper": SWEEPER_SCHEDULE,
+        "user_role": azure_user_role(place),
+        "user_condition": assignment_condition(place),
+    }

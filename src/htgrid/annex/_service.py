@@ -167,7 +167,10 @@ class Annexes:
 
         lifetime = lease_end - now
         if not self.signs():
-            got = self.schedd().annex_token(name, expires=lease_end)
+            # The schedd records the annex for the master, which keeps its ad current:
+            # this user may not write the pool's home.
+            where = {"cloud": self.cloud.kind, "region": self.cloud.region, "group": self.cloud.scope}  # fmt: skip
+            got = self.schedd().annex_token(name, expires=lease_end, record=where)
             return _Grant(got["token"], str(got["jti"]), got["trust_domain"], got["ca"])
         security = self._security()
         token = TokenIssuer(security, clock=self.clock).create(
@@ -246,6 +249,8 @@ class Annexes:
         from htgrid.annex.keep import Record, remember
 
         record = Record(name, self.cloud.region, self.pool or "", self.cloud.kind, self.cloud.scope)
+        if not self.signs():
+            return ()  # the schedd recorded it with the annex's token
         try:
             remember(self.home, record)
         except PermissionError:

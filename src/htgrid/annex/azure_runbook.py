@@ -45,18 +45,23 @@ from typing import Any
 __all__ = [
     "ANNEX_TAG",
     "AUTHORIZATION_API",
+    "CAPACITY_TAG",
     "LEASE_TAG",
     "SCHEDULE_PREFIX",
     "Arm",
     "ArmFailure",
     "Place",
+    "end_scale_set",
+    "end_stopped",
     "enforce",
     "handler",
     "lease_event",
     "role_assignments",
+    "scale_sets",
     "schedule_name",
     "secret_name",
     "sweep",
+    "tend",
 ]
 
 #: Every lease schedule's name starts so; then the annex's name and its lease's end.
@@ -67,6 +72,9 @@ SWEEPER_SCHEDULE = "htgrid-annex_sweeper"
 ANNEX_TAG = "htgrid:AnnexName"
 #: The tag holding the lease's end (seconds since 1970) on its scale sets.
 LEASE_TAG = "htgrid:LeaseExpiration"
+#: On a Spot scale set: the instances it is to have while its lease lives (the lease
+#: timer asks again for what Azure evicts; lowered as VMs stop themselves).
+CAPACITY_TAG = "htgrid:Capacity"
 ARM_URL = "https://management.azure.com"
 VAULT_RESOURCE = "https://vault.azure.net"
 COMPUTE_API = "2024-07-01"
@@ -311,7 +319,7 @@ def leases(arm: Arm) -> Iterator[tuple[str, str, float]]:
             continue
 
 
-def _scale_sets(arm: Arm) -> Iterator[tuple[str, Any]]:
+def scale_sets(arm: Arm) -> Iterator[tuple[str, Any]]:
     """(annex, scale set) of every scale set of an annex in the group."""
     path = arm.place.provider("Microsoft.Compute/virtualMachineScaleSets")
     for vmss in arm.listing(path, COMPUTE_API):
@@ -327,7 +335,7 @@ def role_assignments(arm: Arm, principal: str) -> list[Any]:
     return list(arm.listing(path, AUTHORIZATION_API, f"&$filter={where}"))
 
 
-def _end_scale_set(arm: Arm, vmss: Any) -> str:
+def end_scale_set(arm: Arm, vmss: Any) -> str:
     """Its identity's role assignments first (its own instances, its annex's secrets),
     then the set and its VMs."""
     principal = (vmss.get("identity") or {}).get("principalId")
@@ -362,8 +370,8 @@ def _end_schedules(arm: Arm, names: set[str]) -> None:
 def _stop_spending(arm: Arm, annexes: set[str] | None, ruled: set[str]) -> dict[str, Any]:
     """End the scale sets and secrets of `annexes` (None: of every annex not in `ruled`)."""
     sets = [
-        _end_scale_set(arm, vmss)
-        for annex, vmss in _scale_sets(arm)
+        end_scale_set(arm, vmss)
+        for annex, vmss in scale_sets(arm)
         if (annex in annexes if annexes is not None else annex not in ruled)
     ]
     wanted = annexes
@@ -399,7 +407,7 @@ def sweep(arm: Arm, now: float) -> dict[str, Any]:
         result = enforce(arm, annex, end, now)
         (ended.append(result) if result["expired"] else ruled.add(annex))
     stray = _stop_spending(arm, None, ruled)
-    stray["stopped"] = _end_stopped(arm)
+    stray["stopped"] = end_stopped(arm)
     return {
         "ended": ended,
         "unruled": sorted(set(stray["deleted"]) | set(stray["secrets"])),
@@ -407,23 +415,39 @@ def sweep(arm: Arm, now: float) -> dict[str, Any]:
     }
 
 
-def _end_stopped(arm: Arm) -> list[str]:
+def end_stopped(arm: Arm) -> list[str]:
     """Delete the annexes' VMs that shut themselves down (idle, or their lease seen
     ended): Azure keeps a VM stopped from inside allocated, and bills it."""
-    ended = []
-    for _, vmss in _scale_sets(arm):
-        listing = arm.listing(f"{vmss['id']}/virtualMachines", COMPUTE_API, "&$expand=instanceView")
-        stopped = [
-            vm
-            for vm in listing
-            if "PowerState/stopped"
-            in [s.get("code") for s in vm.get("properties", {}).get("instanceView", {}).get("statuses", [])]
-        ]  # fmt: skip
-        if stopped:
-            ids = [str(vm["instanceId"]) for vm in stopped]
-            arm.post(f"{vmss['id']}/delete", COMPUTE_API, {"instanceIds": ids})
-            ended += [str(vm["name"]) for vm in stopped]
-    return ended
+    return [name for _, vmss in scale_sets(arm) for name in tend(arm, vmss)[0]]
+
+
+def tend(arm: Arm, vmss: Any, *, restore: bool = False) -> tuple[list[str], int]:
+    """One scale set's VMs: delete those that shut themselves down (a Spot set's target
+    lowered by as many: they chose to go); with `restore`, give a Spot set back the
+    capacity Azure evicted (policy Delete: the VM is gone, the set one smaller).
+    (the VMs deleted, the instances asked for again)"""
+    listing = list(arm.listing(f"{vmss['id']}/virtualMachines", COMPUTE_API, "&$expand=instanceView"))  # fmt: skip
+    stopped = [vm for vm in listing if "PowerState/stopped" in _codes(vm)]
+    if stopped:
+        ids = [str(vm["instanceId"]) for vm in stopped]
+        arm.post(f"{vmss['id']}/delete", COMPUTE_API, {"instanceIds": ids})
+    tags = dict(vmss.get("tags") or {})
+    try:
+        target = int(tags[CAPACITY_TAG]) - len(stopped)
+    except (KeyError, ValueError):
+        return [str(vm["name"]) for vm in stopped], 0
+    missing = target - (len(listing) - len(stopped)) if restore else 0
+    tags[CAPACITY_TAG] = str(max(target, 0))
+    if missing > 0:
+        arm.patch(str(vmss["id"]), COMPUTE_API, {"sku": {"capacity": target}, "tags": tags})
+    elif stopped:
+        arm.patch(str(vmss["id"]), COMPUTE_API, {"tags": tags})
+    return [str(vm["name"]) for vm in stopped], max(missing, 0)
+
+
+def _codes(vm: Any) -> list[Any]:
+    statuses = ((vm.get("properties") or {}).get("instanceView") or {}).get("statuses") or []
+    return [s.get("code") for s in statuses]
 
 
 def handler(event: dict[str, Any], arm: Arm, now: float) -> dict[str, Any]:

@@ -6,6 +6,11 @@ while any record is there. One run refreshes every recorded annex with the same 
 cloud calls per region however many instances they have (`Annexes.keep`), publishes
 their ads, and, for an annex the cloud no longer has (its lease rule is gone: ended or
 shut down), invalidates its ad and drops its record, so the refreshes stop.
+
+An ordinary user's annex is recorded by the schedd that grants its token (with its
+owner, and when: its lease is installed in the cloud after its token), so the master
+keeps its ad current with the master's own cloud credentials; a record made less than
+`RECORD_GRACE` seconds ago is kept while its annex is not (yet) in the cloud.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +33,10 @@ from htgrid.annex._spec import Cloud
 from htgrid.collector import CollectorError
 from htgrid.pool import HomeLayout
 
-__all__ = ["Record", "forget", "main", "records", "refresh", "remember"]
+__all__ = ["RECORD_GRACE", "Record", "forget", "main", "records", "refresh", "remember"]
+
+#: Seconds a record the schedd made is kept while the cloud has no such annex yet.
+RECORD_GRACE = 600.0
 
 _log = logging.getLogger("htgrid.annex")
 
@@ -41,6 +50,7 @@ class Record:
     pool: str
     cloud: str = "ec2"
     group: str = ""  # Azure: the setup's resource group
+    since: float = 0.0  # the schedd's record: when it was made (0: after the lease)
 
 
 def _path(home: Path, name: str) -> Path:
@@ -54,7 +64,7 @@ def remember(home: Path, record: Record) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"name": record.name, "region": record.region,
                                "pool": record.pool, "cloud": record.cloud,
-                               "group": record.group}) + "\n")  # fmt: skip
+                               "group": record.group, "since": record.since}) + "\n")  # fmt: skip
     os.replace(tmp, path)
 
 
@@ -75,6 +85,7 @@ def records(home: Path) -> list[Record]:
                     str(raw.get("pool", "")),
                     str(raw.get("cloud", "ec2")),
                     str(raw.get("group", "")),
+                    float(raw.get("since", 0.0)),
                 )
             )
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -88,8 +99,10 @@ def _cloud(record: Record) -> Cloud:
     return AwsAnnexes(record.region)
 
 
-def refresh(home: Path, *, clouds: Callable[[Record], Cloud] = _cloud) -> list[str]:
+def refresh(home: Path, *, clouds: Callable[[Record], Cloud] = _cloud,
+            clock: Callable[[], float] = time.time) -> list[str]:  # fmt: skip
     """One refresh of the recorded annexes' ads; the names of those found gone."""
+    young = {r.name for r in records(home) if clock() - r.since < RECORD_GRACE}
     by_place: dict[tuple[str, str, str, str], list[Record]] = {}
     for r in records(home):
         by_place.setdefault((r.cloud, r.region, r.group, r.pool), []).append(r)
@@ -101,6 +114,7 @@ def refresh(home: Path, *, clouds: Callable[[Record], Cloud] = _cloud) -> list[s
         except (AnnexError, CollectorError) as exc:  # the next refresh tries again
             _log.error("cannot refresh the annexes %s in %s: %s", ", ".join(names), region, exc)
             continue
+        ended = [name for name in ended if name not in young]  # its lease may be coming
         for name in ended:
             _log.info("annex %s is gone: its ad is removed", name)
             forget(home, name)

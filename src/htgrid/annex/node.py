@@ -21,7 +21,8 @@ The boot script (user data) runs it once htgrid is installed. It
    Azure a VM shut down from inside stays allocated, and billed: the node first deletes
    its own VM from its scale set through ARM with the scale set's managed identity
    (whose role allows that on its own scale set only); should ARM be out of reach, the
-   lease runbook's hourly sweeper deletes the stopped VM.
+   lease timer (every minute) deletes the stopped VM. A Spot VM only shuts down: the
+   timer deletes it, and lowers its set's target, which it keeps against evictions.
 
 Test hooks, from the environment: HTGRID_ANNEX_METADATA_URL (default
 http://169.254.169.254), HTGRID_ANNEX_SHUTDOWN (default `shutdown -h now`),
@@ -149,6 +150,11 @@ class _Azure:
         """Delete this VM from its scale set (the set shrinks by one): a VM stopped from
         inside would stay allocated. The call returns once ARM has accepted it."""
         resource = str(self.compute.get("resourceId", ""))
+        if self.compute.get("priority") == "Spot":
+            # The lease timer deletes a stopped Spot VM and lowers its set's target, which
+            # it keeps against evictions: a VM that deleted itself would look evicted.
+            _log.info("leaving this Spot VM to the lease timer once it is stopped")
+            return
         scale_set, _, number = resource.rpartition("/virtualMachines/")
         if not scale_set or not number:
             raise ValueError(f"not a scale set's VM: resourceId {resource!r}")

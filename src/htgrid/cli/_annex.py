@@ -176,10 +176,17 @@ def _setup(args: argparse.Namespace) -> int:
     cloud = _annexes(args).cloud
     if isinstance(cloud, AzureAnnexes):
         made = azure_setup(cloud, users=_listed(args.user_object_ids), vault=args.vault)
+        if made["migrated"]:
+            print(
+                f"Key Vault {made['vault']} was in access-policy mode: switched to Azure "
+                "RBAC, each access policy's secret permissions given first as a role on the "
+                f"vault to {', '.join(made['migrated'])} (the policies stay, inert)."
+            )
         print(
             f"Installed in {made['resource_group']} ({made['region']}): Automation account "
             f"{made['account']} with runbook {made['runbook']} and its hourly sweeper, "
-            f"Key Vault {made['vault']}.\nGive annex users this role on the resource group:"
+            f"lease timer {made['function_app']} (every minute), Key Vault {made['vault']}."
+            "\nGive annex users this role on the resource group:"
         )
         print(json.dumps(made["user_role"], indent=2))
         print(

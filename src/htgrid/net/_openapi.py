@@ -193,6 +193,16 @@ SCHEMAS: Final[dict[str, dict[str, Any]]] = {
                 "description": "ADVERTISE_STARTD only; anything more is refused (403)",
             },
             "identity": {"type": "string", "description": "NAME.annex@<trust domain> only"},
+            "record": {
+                "type": "object",
+                "description": "where the annex is: the schedd records it for the master, "
+                "which keeps its Annex ad current in this pool's collector",
+                "properties": {
+                    "cloud": {"type": "string", "enum": ["ec2", "azure"]},
+                    "region": {"type": "string"},
+                    "group": {"type": "string", "description": "Azure: the resource group"},
+                },
+            },
         },
     },
     "AnnexToken": {

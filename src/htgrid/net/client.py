@@ -286,11 +286,13 @@ class ScheddClient:
         expires: float | None = None,
         authz: Sequence[str] | None = None,
         identity: str | None = None,
+        record: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """The schedd's token for your annex `annex`, lasting `lifetime` s or until
         `expires` (its lease's end): token, identity, expires, jti, trust_domain and ca
         (the pool's CA, PEM). `authz` or `identity` beyond the annex's own are refused
-        (NotAuthorized)."""
+        (NotAuthorized). `record` (cloud, region, group): the schedd records the annex
+        for the pool's master, which keeps its Annex ad current."""
         body: dict[str, Any] = {"annex": annex}
         if lifetime is not None:
             body["lifetime"] = lifetime
@@ -300,6 +302,8 @@ class ScheddClient:
             body["authz"] = list(authz)
         if identity is not None:
             body["identity"] = identity
+        if record is not None:
+            body["record"] = dict(record)
         return self._json("POST", "/v1/annex/tokens", body)
 
     def annex_revoke(self, annex: str) -> int:

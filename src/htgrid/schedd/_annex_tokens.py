@@ -12,6 +12,14 @@ An annex's name is its owner's while its tokens live: the first user to get a to
 ids), and another user asking for `NAME` is refused until those tokens have expired or
 been revoked (`revoke`: the owner's `htgrid annex shutdown`). Each grant and revocation
 is logged (the token's id, never its text).
+
+A grant may carry where the annex is (`record`: its cloud, region and, on Azure, resource
+group): the schedd then records the annex for the master (spool/annexes/NAME.json, as
+`htgrid annex create` does for the pool's owner; htgrid.annex.keep reads it), which keeps
+its Annex ad current in this pool's collector while the cloud has it, with the master's
+own cloud credentials. An ordinary user may not write the pool's home, and the master
+refreshes only what is recorded there. The collector is always this pool's: a user
+cannot send the master's refreshes (and its credentials) elsewhere.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from htgrid.net.security import (
     ensure_pool_security,
     normalize_authz,
 )
+from htgrid.pool import HomeLayout
 from htgrid.queue import Identity, NotAuthorized
 
 __all__ = ["ANNEX_AUTHZ", "AnnexTokens", "annex_token_identity"]
@@ -47,6 +56,8 @@ _log = logging.getLogger("htgrid.schedd.annex")
 ANNEX_AUTHZ: Final = "ADVERTISE_STARTD"
 # htgrid.annex's names: an EventBridge rule's (64 characters, "htgrid-annex-" first).
 _NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,50}")
+_REGION: Final = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
+_GROUP: Final = re.compile(r"[-\w.()]{1,90}")
 
 
 def annex_token_identity(name: str, trust_domain: str) -> str:
@@ -74,14 +85,31 @@ class AnnexTokens:
 
     async def mint(self, identity: Identity, annex: object, lifetime: object = None,
                    authz: object = None, subject: object = None,
-                   expires: object = None) -> dict[str, Any]:  # fmt: skip
+                   expires: object = None, record: object = None) -> dict[str, Any]:  # fmt: skip
         """The token of `annex` for `identity`, lasting `lifetime` s or until `expires`
         (the lease's end), with what a booting instance needs: the identity, expiry,
-        token id, trust domain and the pool's CA certificate."""
+        token id, trust domain and the pool's CA certificate. With `record` (where the
+        annex is), the annex recorded for the master."""
         name = _name(annex)
         _check_authz(name, authz)
+        where = _where(record)
         async with self._lock:
-            return await asyncio.to_thread(self._mint, identity, name, lifetime, expires, subject)
+            granted = await asyncio.to_thread(
+                self._mint, identity, name, lifetime, expires, subject
+            )
+            if where is not None:
+                await asyncio.to_thread(self._record, name, identity.name, where)
+            return granted
+
+    def _record(self, name: str, owner: str, where: dict[str, str]) -> None:
+        """The master's record of the annex (htgrid.annex.keep's Record, with its owner
+        and when it was made: the cloud may not have the annex yet, its lease being
+        installed after its token)."""
+        doc = {"name": name, "pool": "", **where, "owner": owner, "since": self._clock()}
+        directory = HomeLayout(self._home).annex_dir
+        directory.mkdir(parents=True, exist_ok=True)
+        write_atomic(directory / f"{name}.json", (json.dumps(doc) + "\n").encode(), sync=True)
+        _log.info("annex %s of %s recorded for the master (%s)", name, owner, where)
 
     def _mint(self, identity: Identity, name: str, lifetime: object, expires: object,
               subject: object) -> dict[str, Any]:  # fmt: skip
@@ -143,8 +171,20 @@ class AnnexTokens:
         for jti in owned.tokens:
             revoked.add(jti, f"annex {name} of {owned.owner} shut down by {identity.name}")
         (self._dir / f"{name}.json").unlink(missing_ok=True)
+        self._ended(name)
         _log.info("annex %s's %d tokens revoked by %s", name, len(owned.tokens), identity.name)
         return len(owned.tokens)
+
+    def _ended(self, name: str) -> None:
+        """The master's record of a shut-down annex loses its grace: the next refresh
+        finds the annex gone, removes its ad and the record."""
+        path = HomeLayout(self._home).annex_dir / f"{name}.json"
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return
+        if isinstance(doc, dict) and doc.get("since"):
+            write_atomic(path, (json.dumps({**doc, "since": 0}) + "\n").encode(), sync=True)
 
     def _lifetime(self, lifetime: object, expires: object, now: int) -> int:
         """Seconds from `now`: `lifetime`, or until `expires`."""
@@ -192,6 +232,22 @@ def _name(value: object) -> str:
             "starting with a letter or digit, at most 51 characters)"
         )
     return value
+
+
+def _where(record: object) -> dict[str, str] | None:
+    """Where an annex is, checked: cloud (ec2, azure), region, Azure's resource group."""
+    if record is None:
+        return None
+    if not isinstance(record, dict):
+        raise BadRequest("record: an object (cloud, region, group)")
+    cloud, region, group = (record.get(k, "") for k in ("cloud", "region", "group"))
+    if cloud not in ("ec2", "azure"):
+        raise BadRequest(f"record.cloud: ec2 or azure, not {str(cloud)[:40]!r}")
+    if not isinstance(region, str) or not _REGION.fullmatch(region):
+        raise BadRequest(f"record.region: not a region: {str(region)[:40]!r}")
+    if not isinstance(group, str) or (group and not _GROUP.fullmatch(group)):
+        raise BadRequest(f"record.group: not a resource group: {str(group)[:40]!r}")
+    return {"cloud": cloud, "region": region, "group": group}
 
 
 def _check_authz(name: str, authz: object) -> None:

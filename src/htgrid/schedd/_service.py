@@ -108,6 +108,7 @@ class QueueService(SandboxTransfers):
             authz=request.get("authz"),
             subject=request.get("identity"),
             expires=request.get("expires"),
+            record=request.get("record"),
         )
 
     async def annex_revoke(self, identity: Identity, annex: object) -> int:

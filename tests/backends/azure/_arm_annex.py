@@ -53,13 +53,18 @@ def _account_of(rid: str) -> str:
 def put_account(store: Store, rid: str, body: dict[str, Any], old: Res | None) -> None:
     props = body.setdefault("properties", {})
     need(dig(props, "sku", "name") in ("Free", "Basic"), "sku.name: Free or Basic", "BadRequest")
+    system_identity(store, body, old)
+    props["state"] = "Ok"
+
+
+def system_identity(store: Store, body: dict[str, Any], old: Res | None) -> None:
+    """A system-assigned managed identity: a new principal, or the one it had."""
     identity = body.get("identity")
     if identity is not None:
         need(identity.get("type") == "SystemAssigned", "only SystemAssigned identities here")
         before = dig(old.body, "identity", "principalId") if old else None
         identity["principalId"] = before or str(uuid.uuid4())
         identity["tenantId"] = store.tenant
-    props["state"] = "Ok"
 
 
 def put_runbook(store: Store, rid: str, body: dict[str, Any], old: Res | None) -> None:
@@ -334,7 +339,9 @@ def leftovers(store: Store) -> dict[str, list[str]]:
     """What could spend or hold a secret: scale sets and instances, schedules and job
     schedules of annexes, secrets (kept or deleted), access policies of scale sets."""
     keep = store.users | {
-        str(dig(res.body, "identity", "principalId")) for res in store.of_type(ACCOUNT)
+        str(dig(res.body, "identity", "principalId"))
+        for kind in (ACCOUNT, "microsoft.web/sites")  # the runbook's, the lease timer's
+        for res in store.of_type(kind)
     }
     assignments = [
         f"{a['properties']['principalId']}@{a['properties']['scope']}"
@@ -443,6 +450,16 @@ class AnnexArm:
         """(schedule, job parameters) of each job Automation would start by `now`."""
         with self._lock:
             return due_events(self.store, now)
+
+    def evict(self, scale_set: str, instance_id: str) -> None:
+        """Azure takes a Spot VM back under eviction policy Delete: the VM and its disks
+        go, and the scale set has one instance fewer."""
+        with self._lock:
+            self.ops.settle()
+            (res,) = [r for r in self.store.of_type(VMSS) if r.body["name"] == scale_set]
+            profile = dig(res.body, "properties", "virtualMachineProfile") or {}
+            assert profile.get("priority") == "Spot" and profile.get("evictionPolicy") == "Delete"
+            delete_instances(self.store, res, {"instanceIds": [instance_id]})
 
     def annex_leftovers(self) -> dict[str, list[str]]:
         with self._lock:

@@ -95,6 +95,8 @@ class Store:
         self.vault_secrets: dict[str, dict[str, dict[str, Any]]] = {}
         self.deleted_secrets: dict[str, dict[str, dict[str, Any]]] = {}
         self.users: set[str] = set()
+        # Function apps' deployed packages (_arm_web), by app name.
+        self.deployed: dict[str, bytes] = {}
         # Azure RBAC (_arm_rbac): custom role definitions by guid, assignments by id.
         self.role_definitions: dict[str, dict[str, Any]] = {}
         self.role_assignments: dict[str, dict[str, Any]] = {}

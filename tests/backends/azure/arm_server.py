@@ -38,6 +38,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from . import _arm_annex as annex
+from . import _arm_web as web
 from ._arm_aad import AzureAd
 from ._arm_ops import Operations
 from ._arm_types import (
@@ -246,7 +247,10 @@ class ArmServer(annex.AnnexArm):
             try:
                 body = json.loads(raw)
             except ValueError:
-                body = dict(parse_qsl(raw.decode(), keep_blank_values=True))
+                try:
+                    body = dict(parse_qsl(raw.decode(), keep_blank_values=True))
+                except UnicodeDecodeError:
+                    body = None  # a zip (Kudu's deployment): self._raw has it
         with self._lock:
             self._raw = raw
             self.log.append(Logged(method, path, query, body))
@@ -267,6 +271,8 @@ class ArmServer(annex.AnnexArm):
             return self.aad.token(parts[0], body)
         if lowered[0] == "vault" and len(parts) >= 3:
             return self._data_plane(method, parts, query, headers, body)
+        if lowered[0] == "scm" and lowered[2:] == ["api", "zipdeploy"] and method == "POST":
+            return self._zip_deploy(parts[1], headers)
         if lowered[0] != "subscriptions" or len(parts) < 3:
             raise _unsupported(method, path)
         self._check_call(parts[1], query, headers)
@@ -298,6 +304,13 @@ class ArmServer(annex.AnnexArm):
         if len(parts) >= 7 and lowered[4] == "providers":
             return self._resource(method, parts, query, body)
         raise _unsupported(method, path)
+
+    def _zip_deploy(self, app: str, headers: dict[str, str]) -> Reply:
+        auth = next((v for k, v in headers.items() if k.lower() == "authorization"), "")
+        principal = self.aad.principal(auth[7:]) if auth.startswith("Bearer ") else None
+        allowed = self.rbac.get(principal or "")
+        managed = principal in self.aad.managed
+        return web.zip_deploy(self.store, app, principal, allowed, managed, self._raw)
 
     def _check_call(
         self, subscription: str, query: dict[str, str], headers: dict[str, str]
