@@ -43,6 +43,7 @@ from htgrid.schedd._leases import NodeLink
 from htgrid.schedd._shadow_base import (
     CUT,
     LEASE_MARGIN,
+    NOT_SUPPORTED,
     RESTARTED,
     Evicted,
     GaveUp,
@@ -50,6 +51,7 @@ from htgrid.schedd._shadow_base import (
     StopReason,
     Unreachable,
     claimed_slot,
+    no_lease,
     reconnect_delay,
     reconnected_slot,
     vacate_time,
@@ -341,6 +343,8 @@ class ShadowRun(ShadowRecords):
         job or its claim is gone, or the lease has surely run out there. The attempts
         back off as HTCondor's shadow's do (RECONNECT_BACKOFF_FACTOR, _CEILING), never
         past the lease."""
+        if no_lease(self.job):
+            await self._not_reconnected(why)
         self.lost = True
         try:
             return await self._reconnect(why, reason)
@@ -392,6 +396,24 @@ class ShadowRun(ShadowRecords):
                 await self._give_up(_NOT_FOUND)
             await self.m.reconnected(self)
             return status
+
+    async def _not_reconnected(self, why: str) -> NoReturn:
+        """A job with no lease lost its node (`why`): as HTCondor's shadow, which supports
+        no reconnection for it, the run is given up at once (024, no 022) and the job goes
+        back to idle. Its keep-alives stop, so the node, if it runs it still, ends it by
+        itself; releasing the claim is tried once first (a node that does not answer
+        keeps its record: the schedd's next start asks again)."""
+        _log.warning(
+            "job %s: lost %s (%s); it has no lease (JobLeaseDuration): not reconnected "
+            "to, back to idle",
+            self.job_id,
+            self.address,
+            why,
+        )
+        self.m.drop_lease(self)
+        await self._release()
+        await self.m.gave_up(self, NOT_SUPPORTED, forget=False)
+        raise GaveUp(NOT_SUPPORTED)
 
     async def _give_up(self, reason: str) -> NoReturn:
         _log.warning("job %s: reconnection to %s failed: %s", self.job_id, self.address, reason)

@@ -72,7 +72,7 @@ from htgrid.startd._api import (
     start_tls_server,
     start_unix_server,
 )
-from htgrid.startd._claims import Claim, Slots, job_lease, request_of
+from htgrid.startd._claims import Claim, Slots, has_lease, job_lease, request_of
 from htgrid.startd._config import StartdConfig
 from htgrid.startd._errors import ClaimRefused, ClaimStateError, StartdError
 from htgrid.startd._machine import MachineInfo, detect
@@ -258,6 +258,7 @@ class Startd:
         )
         claim.job_ad = job_ad
         claim.lease = job_lease(job_ad, claim.lease)  # the job's own lease, from now on
+        claim.no_lease = not has_lease(job_ad)
         claim.starter = starter
         claim.transfer_input = starter.transfer
         claim.move(ClaimState.STARTING, self._clock())
@@ -608,7 +609,18 @@ class Startd:
 
     async def _expire(self, claim: Claim) -> None:
         if claim.state in (ClaimState.STARTING, ClaimState.RUNNING):
-            _log.warning("%s: no word from %s within the lease: vacating", claim.name, claim.schedd)
+            if claim.limit() < claim.lease:
+                _log.warning(
+                    "%s: the keep-alives of %s stopped and job %s has no lease "
+                    "(JobLeaseDuration): vacating",
+                    claim.name,
+                    claim.schedd,
+                    claim.job_id,
+                )
+            else:
+                _log.warning(
+                    "%s: no word from %s within the lease: vacating", claim.name, claim.schedd
+                )
             if claim.starter is not None:
                 claim.starter.vacate("vacate")
         elif claim.state in (ClaimState.CLAIMED, ClaimState.ENDED):
