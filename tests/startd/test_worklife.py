@@ -4,6 +4,8 @@ is refused and the claim released."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,7 @@ from htgrid.startd import (
 from htgrid.startd._claims import Slots
 from htgrid.startd._daemon import Startd
 
-from .conftest import job_ad, run_job, run_startd, script
+from .conftest import MACHINE, job_ad, run_job, run_startd, script
 
 
 def _ended_at(slots: Slots, cid: str, now: float) -> bool:
@@ -93,3 +95,41 @@ def test_a_closing_claim_refuses_the_next_job_and_is_released(tmp_path: Path) ->
         assert not startd.slots.claims  # its resources are the slot's again
 
     run_startd(tmp_path / "home", scenario, conf="CLAIM_WORKLIFE = 0\n")
+
+
+def test_an_idle_claim_past_its_worklife_is_released_by_the_node(tmp_path: Path) -> None:
+    """HTCondor's startd releases a claim left idle past CLAIM_WORKLIFE by itself: a
+    claim readied for another job, and none activated, is not kept for its schedd."""
+    home, iwd = tmp_path / "home", tmp_path / "iwd"
+    script(iwd, "exit 0\n")
+    home.mkdir()
+    (home / "htgrid.conf").write_text(
+        "JOB_MAX_VACATE_TIME = 1\nALLOW_ROOT_JOBS = true\nCLAIM_WORKLIFE = 600\n"
+    )
+    config = StartdConfig.load(home)
+    later = [0.0]  # the node's wall clock runs this far ahead
+
+    async def main() -> None:
+        startd = Startd(
+            config, pool="127.0.0.1:1", machine=MACHINE, clock=lambda: time.time() + later[0]
+        )
+        task = asyncio.create_task(startd.run())
+        try:
+            async with StartdClient(config.socket) as client:
+                while not (task.done() or config.socket.exists()):
+                    await asyncio.sleep(0.01)
+                cid, ended = await run_job(client, job_ad(iwd))
+                assert not ended.closing
+                assert (await client.reuse(cid)).state is ClaimState.CLAIMED
+                later[0] = 601.0  # past the worklife, idle
+                for _ in range(200):
+                    if cid not in startd.slots.claims:
+                        break
+                    await asyncio.sleep(0.05)
+                with pytest.raises(ClaimNotFound):
+                    await client.status(cid)
+        finally:
+            startd.request_stop()
+            await task
+
+    asyncio.run(main())

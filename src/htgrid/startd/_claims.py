@@ -127,6 +127,20 @@ class Claim:
         """Whether the schedd was silent past `limit()` (`now`: monotonic)."""
         return now - self.renewed > self.limit()
 
+    def worn_out(self, now: float) -> bool:
+        """Whether the claim is idle past its CLAIM_WORKLIFE (`now`: wall time): readied
+        for another job after one it ran, none activated since. HTCondor's startd
+        releases such a claim by itself ("idle claim shutting down due to
+        CLAIM_WORKLIFE"); a claim never activated is not counted (its activations are
+        none), nor one whose job ended (the schedd has yet to collect that end; told
+        `closing`, it releases the claim itself)."""
+        return (
+            self.worklife is not None
+            and self.state is ClaimState.CLAIMED
+            and self.uses > 0
+            and now - self.granted > self.worklife
+        )
+
     def move(self, new: ClaimState, now: float) -> None:
         """Change state as the table allows (ClaimStateError otherwise); wake long polls."""
         check_claim_move(self.claim_id, self.state, new)

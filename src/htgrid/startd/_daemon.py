@@ -599,6 +599,15 @@ class Startd:
             slots = self.slots
             for claim in slots.expired():
                 await self._expire(claim)
+            wall = self._clock()
+            for claim in [c for c in slots.claims.values() if c.worn_out(wall)]:
+                _log.info(
+                    "%s: idle claim of %s older than CLAIM_WORKLIFE (%g seconds): released",
+                    claim.name,
+                    claim.schedd,
+                    claim.worklife,
+                )
+                await self._release(claim)
             now = self._monotonic()
             if slots.claims:
                 self._last_in_use = now
