@@ -99,6 +99,9 @@ _CONNECT_BACK: Final = 20.0  # how long connecting back to a schedd may take
 # Connections back being made at once, at most: a broker request names any host:port,
 # so whoever may send requests could otherwise have the node open connections at will.
 _CONNECTING_BACK: Final = 32
+# A released slot's removal the collector refuses is asked for at this many updates,
+# then no more (it leaves the collector as its ad expires there).
+_REMOVAL_TRIES: Final = 3
 
 
 class ExitReason(enum.Enum):
@@ -150,6 +153,7 @@ class Startd:
         self._tls: tuple[ApiServer, Any] | None = None  # the TLS API: server, context
         self._reversed: set[asyncio.Task[None]] = set()
         self._connecting_back = 0
+        self._refused: dict[str, int] = {}  # removals the collector refused: how often
 
     # -- what the API calls -------------------------------------------------------------
 
@@ -679,12 +683,46 @@ class Startd:
         released, slots.released = slots.released, []
         try:
             await collector.advertise("UPDATE_STARTD_AD", self.slot_ads())
-            for name in released:
-                query = ClassAd({"MyType": "Query", "TargetType": "Machine", "Name": name})
-                await collector.invalidate("INVALIDATE_STARTD_ADS", query)
         except HTGridError:
             slots.released[:0] = released  # try again next time
             raise
+        for at, name in enumerate(released):
+            query = ClassAd({"MyType": "Query", "TargetType": "Machine", "Name": name})
+            try:
+                await collector.invalidate("INVALIDATE_STARTD_ADS", query)
+            except CollectorRefused as exc:
+                self._removal_refused(name, exc)
+            except HTGridError:
+                slots.released[:0] = released[at:]  # not reached: try again next time
+                raise
+            else:
+                self._refused.pop(name, None)
+
+    def _removal_refused(self, name: str, exc: CollectorRefused) -> None:
+        """The collector refuses to remove the ad of `name`: asked again at the next
+        updates, `_REMOVAL_TRIES` times in all, then given up (an answer that will not
+        change must not be asked for at every update, for ever)."""
+        tries = self._refused.get(name, 0) + 1
+        if tries < _REMOVAL_TRIES:
+            self._refused[name] = tries
+            self.slots.released.append(name)
+            _log.warning(
+                "the collector at %s refuses to remove the ad of %s: %s (asked again at "
+                "the next update)",
+                self.pool,
+                name,
+                exc,
+            )
+            return
+        self._refused.pop(name, None)
+        _log.error(
+            "the collector at %s refused to remove the ad of %s %d times: %s; no longer "
+            "asked: it stays there until it expires",
+            self.pool,
+            name,
+            tries,
+            exc,
+        )
 
     # -- stopping -----------------------------------------------------------------------
 
