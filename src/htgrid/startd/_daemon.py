@@ -6,8 +6,10 @@ detect the machine, serve the API, advertise. Then, until stopped:
 
 - claims carve dynamic slots; activations start a `Starter` each;
 - every tick, claims whose lease ran out are vacated and released (their schedd is
-  gone), and STARTD_NOCLAIM_SHUTDOWN is checked: unclaimed that long, the node exits
-  with `EXIT_IDLE` (so the master shuts the pool down and runs its shutdown script);
+  gone; for a job with no lease, once its schedd's keep-alives stopped), idle claims
+  past CLAIM_WORKLIFE are released, and STARTD_NOCLAIM_SHUTDOWN is checked: unclaimed
+  that long, the node exits with `EXIT_IDLE` (so the master shuts the pool down and
+  runs its shutdown script);
 - the slot ads go to the collector every UPDATE_INTERVAL and soon after each change.
 
 Stopping (SIGTERM, the master gone, idle): the slot becomes Drained, every job is
