@@ -310,7 +310,7 @@ class ShadowRun(ShadowRecords):
                     if not self.remote:  # a node of this host's: its jobs go with it
                         raise
                     # It may run the job on: never run it elsewhere too before that is over.
-                    status = await self._lost(str(exc), CUT)
+                    status = await self._cut(str(exc))
         except GaveUp:
             self.on_node, self._settled = False, True
         except Evicted as exc:  # the claim is gone: the job runs again, elsewhere or later
@@ -333,7 +333,14 @@ class ShadowRun(ShadowRecords):
         except Unreachable as exc:
             if not self.remote:
                 raise
-            return await self._lost(str(exc), CUT)
+            return await self._cut(str(exc))
+
+    async def _cut(self, why: str) -> ClaimStatus:
+        """The node of another host stopped answering (`why`): a job with no lease is
+        given up on at once (`_not_reconnected`), one with a lease reconnected to."""
+        if no_lease(self.job):
+            await self._not_reconnected(why)
+        return await self._lost(why, CUT)
 
     async def _lost(self, why: str, reason: str) -> ClaimStatus:
         """The node of another host does not answer (`why`), or the schedd restarted:
@@ -343,8 +350,6 @@ class ShadowRun(ShadowRecords):
         job or its claim is gone, or the lease has surely run out there. The attempts
         back off as HTCondor's shadow's do (RECONNECT_BACKOFF_FACTOR, _CEILING), never
         past the lease."""
-        if no_lease(self.job):
-            await self._not_reconnected(why)
         self.lost = True
         try:
             return await self._reconnect(why, reason)
