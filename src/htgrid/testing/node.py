@@ -97,6 +97,8 @@ class ExecuteNode:
         self.behind = behind
         self.process: subprocess.Popen[bytes] | None = None
         self.started = 0  # when it was last started (whole seconds, as DaemonStartTime)
+        self._earlier: set[str] = set()  # the addresses its earlier runs advertised
+        self._address: str | None = None  # the one this run advertises, once joined
 
     @property
     def token_file(self) -> Path:
@@ -114,6 +116,9 @@ class ExecuteNode:
         command = [sys.executable, "-m", "htgrid.cli", "startd", "-pool", self.pool.collector]
         if self.behind is not None:
             command = self.behind.wrap(command)
+        if self._address is not None:
+            self._earlier.add(self._address)
+            self._address = None
         self.started = int(time.time())
         with open(self.output, "ab") as out:
             self.process = subprocess.Popen(command, env=env, stdout=out, stderr=out)
@@ -135,9 +140,17 @@ class ExecuteNode:
         is there, and its job be matched to the ads of a node that is gone)."""
 
         def mine() -> list[ClassAd]:
-            return [ad for ad in self.slots() if _number(ad.get("DaemonStartTime")) >= self.started]
+            return [
+                ad
+                for ad in self.slots()
+                if _number(ad.get("DaemonStartTime")) >= self.started
+                and ad.get("MyAddress") not in self._earlier
+            ]
 
-        return wait_for(mine, timeout, what=f"the slots of {self.name} in the collector")
+        ads = wait_for(mine, timeout, what=f"the slots of {self.name} in the collector")
+        address = ads[0].get("MyAddress")
+        self._address = address if isinstance(address, str) else None
+        return ads
 
     def wait(self, timeout: float = 30.0) -> int:
         """The node's exit status, once it has exited."""
