@@ -46,6 +46,30 @@ def test_an_update_replaces_the_daemons_previous_ad_and_is_stamped() -> None:
     assert ad["LastHeardFrom"] == int(clock.now)
 
 
+def test_a_startd_restarted_on_another_port_replaces_its_ads() -> None:
+    """condor_collector keys a startd's ads by name and host: the ads of a node that
+    stopped without invalidating them (killed, or its invalidation lost) are replaced by
+    its successor's, on another port, not matched beside them until they expire. Other
+    nodes of the same host, and the same name on another host, stay apart."""
+    store = AdStore(clock=Clock())
+    for port, started in ((40001, 1), (40002, 2)):
+        address = f"<127.0.0.2:{port}?CCBID=127.0.0.1:9618%23node2>"
+        store.update(
+            "UPDATE_STARTD_AD",
+            slot("slot1@node2", MyAddress=address, DaemonStartTime=started),
+        )
+    store.update("UPDATE_STARTD_AD", slot("slot1@node3", MyAddress="<127.0.0.2:40003>"))
+    store.update("UPDATE_STARTD_AD", slot("slot1@node2", MyAddress="<[::1]:40001>"))
+    store.update("UPDATE_STARTD_AD", slot("slot1@node2", MyAddress="<host?sock=/a/s.sock>"))
+    ads = store.query("Machine")
+    assert sorted((str(ad["Name"]), str(ad["MyAddress"])) for ad in ads) == [
+        ("slot1@node2", "<127.0.0.2:40002?CCBID=127.0.0.1:9618%23node2>"),
+        ("slot1@node2", "<[::1]:40001>"),
+        ("slot1@node2", "<host?sock=/a/s.sock>"),
+        ("slot1@node3", "<127.0.0.2:40003>"),
+    ]
+
+
 def test_ads_expire_after_their_lifetime_unless_refreshed() -> None:
     clock = Clock()
     store = AdStore(clock=clock, default_lifetime=900)

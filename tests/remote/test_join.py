@@ -139,3 +139,24 @@ def test_a_wildcard_network_interface_is_refused_with_the_reason(
     assert status == 1, node.log()
     assert "NETWORK_INTERFACE = 0.0.0.0: name the one address schedds reach" in node.log()
     assert node.slots() == []
+
+
+def test_a_node_killed_and_started_again_replaces_its_ads_in_the_collector(
+    pool: PersonalPool, tmp_path: Path
+) -> None:
+    """A node killed -9 invalidates nothing; started again, on another port, its ads
+    replace those of its predecessor (condor_collector keys a startd's ads by name and
+    host): jobs are not matched to a node that is gone until its ads expire."""
+    node = ExecuteNode(pool, tmp_path / "node7", "node7", "127.0.0.7")
+    try:
+        node.start()
+        (first,) = node.joined()
+        assert node.process is not None
+        node.process.kill()
+        node.process.wait()
+        node.start()
+        (again,) = node.joined()  # this run's, not what the killed one left
+        assert again["MyAddress"] != first["MyAddress"]
+        assert [ad["MyAddress"] for ad in node.slots()] == [again["MyAddress"]]
+    finally:
+        node.close()

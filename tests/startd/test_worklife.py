@@ -4,6 +4,8 @@ is refused and the claim released."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -21,8 +23,9 @@ from htgrid.startd import (
 )
 from htgrid.startd._claims import Slots
 from htgrid.startd._daemon import Startd
+from htgrid.startd._transfer import input_entries, pack
 
-from .conftest import job_ad, run_job, run_startd, script
+from .conftest import MACHINE, job_ad, run_job, run_startd, script, until
 
 
 def _ended_at(slots: Slots, cid: str, now: float) -> bool:
@@ -93,3 +96,89 @@ def test_a_closing_claim_refuses_the_next_job_and_is_released(tmp_path: Path) ->
         assert not startd.slots.claims  # its resources are the slot's again
 
     run_startd(tmp_path / "home", scenario, conf="CLAIM_WORKLIFE = 0\n")
+
+
+def test_an_idle_claim_past_its_worklife_is_released_by_the_node(tmp_path: Path) -> None:
+    """HTCondor's startd releases a claim left idle past CLAIM_WORKLIFE by itself: a
+    claim readied for another job, and none activated, is not kept for its schedd."""
+    home, iwd = tmp_path / "home", tmp_path / "iwd"
+    script(iwd, "exit 0\n")
+    home.mkdir()
+    (home / "htgrid.conf").write_text(
+        "JOB_MAX_VACATE_TIME = 1\nALLOW_ROOT_JOBS = true\nCLAIM_WORKLIFE = 600\n"
+    )
+    config = StartdConfig.load(home)
+    later = [0.0]  # the node's wall clock runs this far ahead
+
+    async def main() -> None:
+        startd = Startd(
+            config, pool="127.0.0.1:1", machine=MACHINE, clock=lambda: time.time() + later[0]
+        )
+        task = asyncio.create_task(startd.run())
+        try:
+            async with StartdClient(config.socket) as client:
+                while not (task.done() or config.socket.exists()):
+                    await asyncio.sleep(0.01)
+                cid, ended = await run_job(client, job_ad(iwd))
+                assert not ended.closing
+                assert (await client.reuse(cid)).state is ClaimState.CLAIMED
+                later[0] = 601.0  # past the worklife, idle
+                for _ in range(200):
+                    if cid not in startd.slots.claims:
+                        break
+                    await asyncio.sleep(0.05)
+                with pytest.raises(ClaimNotFound):
+                    await client.status(cid)
+        finally:
+            startd.request_stop()
+            await task
+
+    asyncio.run(main())
+
+
+def test_a_claim_not_closing_at_its_job_end_takes_the_next_job_past_its_worklife(
+    tmp_path: Path,
+) -> None:
+    """The 'closing' answer with a job's end is the node's word: a claim that was not
+    closing then takes the next job (activated with `after`) even if its worklife runs
+    out before that activation comes, and is not released meanwhile. Were it refused, the
+    schedd, which records the job's start before activating it, would have logged a
+    start (001) of a job that never ran."""
+    home, iwd = tmp_path / "home", tmp_path / "iwd"
+    script(iwd, "exit 0\n")
+    home.mkdir()
+    (home / "htgrid.conf").write_text(
+        "JOB_MAX_VACATE_TIME = 1\nALLOW_ROOT_JOBS = true\nCLAIM_WORKLIFE = 600\n"
+    )
+    config = StartdConfig.load(home)
+    later = [0.0]
+
+    async def main() -> None:
+        startd = Startd(
+            config, pool="127.0.0.1:1", machine=MACHINE, clock=lambda: time.time() + later[0]
+        )
+        task = asyncio.create_task(startd.run())
+        try:
+            async with StartdClient(config.socket) as client:
+                while not (task.done() or config.socket.exists()):
+                    await asyncio.sleep(0.01)
+                cid, ended = await run_job(client, job_ad(iwd))
+                assert not ended.closing
+                later[0] = 601.0  # the worklife runs out before the schedd reuses it
+                await asyncio.sleep(1.2)  # the node's checks (every 0.5 s) pass over it
+                assert cid in startd.slots.claims
+                second = job_ad(iwd, ProcId=1)
+                status = await client.activate(cid, second, after="1.0")
+                assert status.state is not ClaimState.ENDED and status.job == "1.1"
+                if status.transfer_input:
+                    tar = iwd / ".input.tar"
+                    await asyncio.to_thread(pack, input_entries(second), tar, dereference=True)
+                    status = await client.send_input(cid, tar)
+                ended = await until(client, cid, ClaimState.ENDED, status)
+                assert ended.outcome is not None and ended.outcome.exit_code == 0
+                assert ended.closing  # this job's end is past the worklife: over
+        finally:
+            startd.request_stop()
+            await task
+
+    asyncio.run(main())

@@ -5,7 +5,9 @@ condor_collector:
 
 - An ad is known by its type and name (`Name`, or `Machine` for a startd ad without one;
   `HashName` for a grid manager's resource ad) plus the address it came from, so an
-  update replaces the previous ad of the same daemon.
+  update replaces the previous ad of the same daemon. A startd's ads by the host of
+  that address alone, as condor_collector's: a startd restarted on another port
+  replaces its predecessor's ads, which would otherwise be matched until they expire.
 - An update carrying `UpdateSequenceNumber` lower than the stored ad's is stale and
   dropped, unless `DaemonStartTime` changed (the daemon restarted and counts again).
   With both attributes the collector adds `UpdatesTotal`, `UpdatesSequenced` and
@@ -193,6 +195,8 @@ class AdStore:
         address = _string_attr(ad, "MyAddress") or ""
         if cmd.ad_type is AdType.SUBMITTER:
             key: tuple[str, ...] = (name, _string_attr(ad, "ScheddName") or "", address)
+        elif cmd.ad_type is AdType.STARTD:
+            key = (name, _host(address))
         elif cmd.ad_type is AdType.GRID:
             owner = _string_attr(ad, "Owner") or ""
             key = (name, owner, _string_attr(ad, "ScheddName") or "")
@@ -359,3 +363,11 @@ class AdStore:
 
     def __len__(self) -> int:
         return sum(self.counts().values())
+
+
+def _host(address: str) -> str:
+    """The host of a sinful string (`<10.1.2.3:9620?...>`: 10.1.2.3); one without a port
+    (a Unix socket's `<host?sock=...>`) whole."""
+    hostport = address.strip().removeprefix("<").removesuffix(">").partition("?")[0]
+    host, colon, port = hostport.rpartition(":")
+    return host.strip("[]") if colon and port.isdigit() and host else address

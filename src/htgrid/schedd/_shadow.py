@@ -472,10 +472,12 @@ class ShadowManager:
 
         await self._worker.write(note)
 
-    async def gave_up(self, run: ShadowRun, reason: str) -> None:
+    async def gave_up(self, run: ShadowRun, reason: str, *, forget: bool = True) -> None:
         self.drop_lease(run)
-        await self._worker.write(functools.partial(requeue, job=run.job_id, reason=reason))
-        await self.forget_claim(run)
+        give_up = functools.partial(requeue, job=run.job_id, reason=reason, failed=True)
+        await self._worker.write(give_up)
+        if forget:
+            await self.forget_claim(run)
 
     async def forget_claim(self, run: ShadowRun) -> None:
         self._recorded.pop(run.claim_id, None)

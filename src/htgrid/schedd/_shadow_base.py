@@ -28,6 +28,7 @@ __all__ = [
     "CUT",
     "DISCONNECTED",
     "LEASE_MARGIN",
+    "NOT_SUPPORTED",
     "RESTARTED",
     "RUNNING",
     "VANILLA",
@@ -53,6 +54,8 @@ _NO_OUTPUT_LIMIT: Final = SizeLimit("MAX_TRANSFER_OUTPUT_MB")
 LEASE_MARGIN: Final = 5.0
 # HTCondor's reasons (its shadow's and its schedd's), as users and their tools know them.
 CUT: Final = "Socket between submit and execute hosts closed unexpectedly"
+# HTCondor's shadow's 024 for a job with no lease that lost its node: no reconnection.
+NOT_SUPPORTED: Final = "Reconnect is not supported"
 RESTARTED: Final = "Local schedd and job shadow died, schedd now running again"
 RUNNING: Final = (JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SUSPENDED)
 VANILLA: Final = 5
@@ -147,9 +150,9 @@ class ShadowHost(Protocol):
         """`run`'s node answers again and runs its job on (023)."""
         ...
 
-    async def gave_up(self, run: ShadowRun, reason: str) -> None:
+    async def gave_up(self, run: ShadowRun, reason: str, *, forget: bool = True) -> None:
         """The schedd gives `run` up (024 with `reason`): its job back to idle, the
-        claim's record gone."""
+        claim's record gone (unless not to `forget` it: the node still has the claim)."""
         ...
 
     def idle_scan(
@@ -235,22 +238,21 @@ def reconnect_delay(attempts: int, settings: ShadowSettings) -> float:
 
 
 def no_lease(ad: ClassAd) -> bool:
-    """Whether the job asks to be run with no lease (JobLeaseDuration 0): HTCondor never
-    reconnects to such a job, it runs again."""
+    """Whether the job runs with no lease (JobLeaseDuration 0, or none: HTCondor's
+    shadow supports no reconnection for it, nor its schedd at a restart): it is never
+    reconnected to, it runs again."""
     duration = ad.get("JobLeaseDuration")
-    return isinstance(duration, int | float) and not isinstance(duration, bool) and duration <= 0
+    return not isinstance(duration, int | float) or isinstance(duration, bool) or duration <= 0
 
 
-def lease_valid(ad: ClassAd, now: float, default: float) -> bool:
+def lease_valid(ad: ClassAd, now: float) -> bool:
     """Whether a job found Running at a restart may be reconnected to, as HTCondor's
-    schedd decides: it does not ask for `no_lease`, and its JobLeaseDuration (`default`,
-    the claim's lease, when it names none) has not passed since its LastJobLeaseRenewal.
-    One with no renewal recorded (started by an older daemon) is tried."""
+    schedd decides: it has a lease (not `no_lease`), and its JobLeaseDuration has not
+    passed since its LastJobLeaseRenewal. One with no renewal recorded (started by an
+    older daemon) is tried."""
     if no_lease(ad):
         return False
-    duration = ad.get("JobLeaseDuration")
-    if not isinstance(duration, int | float) or isinstance(duration, bool):
-        duration = default
+    duration: float = ad["JobLeaseDuration"]  # a number: `no_lease` says so
     renewed = ad.get("LastJobLeaseRenewal")
     if not isinstance(renewed, int | float) or isinstance(renewed, bool):
         return True

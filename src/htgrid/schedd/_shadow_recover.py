@@ -78,7 +78,7 @@ async def recover_claims(manager: ShadowManager) -> list[JobId]:
             if record is not None and on_claim.get(record.claim_id) is ad:
                 remote = socket_of(record.address) is None
                 if remote and ad["JobStatus"] in RUNNING:
-                    if lease_valid(ad, now, record.lease):
+                    if lease_valid(ad, now):
                         resuming[record.claim_id] = ad  # it may run there still
                         continue
                     expired.append(jid)
@@ -224,16 +224,18 @@ def _job_id(ad: ClassAd) -> JobId:
     return JobId(ad["ClusterId"], ad["ProcId"])
 
 
-def requeue(q: JobQueue, *, job: JobId, reason: str) -> str:
+def requeue(q: JobQueue, *, job: JobId, reason: str, failed: bool = False) -> str:
     """A job whose claim is over: back to idle (004), unless it was held or removed
     meanwhile (a removed one leaves the queue). A disconnected one is given up on first
-    (024, `reason` its VacateReason)."""
+    (024, `reason` its VacateReason); a running one whose run is `failed` too (one with
+    no lease that lost its node, never disconnected: HTCondor's shadow writes the 024)."""
     try:
         ad = q.get(job)
-        if any(name in ad for name in DISCONNECTED):
+        running = JobStatus(ad["JobStatus"]) in RUNNING
+        if any(name in ad for name in DISCONNECTED) or (failed and running):
             cleared: dict[str, Any] = {name: ExprTree("undefined") for name in DISCONNECTED}
             q.update(job, {**cleared, "VacateReason": reason})
-        if JobStatus(ad["JobStatus"]) in RUNNING:
+        if running:
             q.job_evicted(job)
             return "back to idle"
         return after_stop(q, job)

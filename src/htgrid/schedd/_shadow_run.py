@@ -43,6 +43,7 @@ from htgrid.schedd._leases import NodeLink
 from htgrid.schedd._shadow_base import (
     CUT,
     LEASE_MARGIN,
+    NOT_SUPPORTED,
     RESTARTED,
     Evicted,
     GaveUp,
@@ -50,6 +51,7 @@ from htgrid.schedd._shadow_base import (
     StopReason,
     Unreachable,
     claimed_slot,
+    no_lease,
     reconnect_delay,
     reconnected_slot,
     vacate_time,
@@ -308,7 +310,7 @@ class ShadowRun(ShadowRecords):
                     if not self.remote:  # a node of this host's: its jobs go with it
                         raise
                     # It may run the job on: never run it elsewhere too before that is over.
-                    status = await self._lost(str(exc), CUT)
+                    status = await self._cut(str(exc))
         except GaveUp:
             self.on_node, self._settled = False, True
         except Evicted as exc:  # the claim is gone: the job runs again, elsewhere or later
@@ -331,7 +333,14 @@ class ShadowRun(ShadowRecords):
         except Unreachable as exc:
             if not self.remote:
                 raise
-            return await self._lost(str(exc), CUT)
+            return await self._cut(str(exc))
+
+    async def _cut(self, why: str) -> ClaimStatus:
+        """The node of another host stopped answering (`why`): a job with no lease is
+        given up on at once (`_not_reconnected`), one with a lease reconnected to."""
+        if no_lease(self.job):
+            await self._not_reconnected(why)
+        return await self._lost(why, CUT)
 
     async def _lost(self, why: str, reason: str) -> ClaimStatus:
         """The node of another host does not answer (`why`), or the schedd restarted:
@@ -392,6 +401,24 @@ class ShadowRun(ShadowRecords):
                 await self._give_up(_NOT_FOUND)
             await self.m.reconnected(self)
             return status
+
+    async def _not_reconnected(self, why: str) -> NoReturn:
+        """A job with no lease lost its node (`why`): as HTCondor's shadow, which supports
+        no reconnection for it, the run is given up at once (024, no 022) and the job goes
+        back to idle. Its keep-alives stop, so the node, if it runs it still, ends it by
+        itself; releasing the claim is tried once first (a node that does not answer
+        keeps its record: the schedd's next start asks again)."""
+        _log.warning(
+            "job %s: lost %s (%s); it has no lease (JobLeaseDuration): not reconnected "
+            "to, back to idle",
+            self.job_id,
+            self.address,
+            why,
+        )
+        self.m.drop_lease(self)
+        await self._release()
+        await self.m.gave_up(self, NOT_SUPPORTED, forget=False)
+        raise GaveUp(NOT_SUPPORTED)
 
     async def _give_up(self, reason: str) -> NoReturn:
         _log.warning("job %s: reconnection to %s failed: %s", self.job_id, self.address, reason)

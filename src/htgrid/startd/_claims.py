@@ -11,7 +11,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from htgrid._aio import wait_event
 from htgrid.classad import ClassAd
@@ -30,7 +30,11 @@ from htgrid.startd._wire import ClaimStatus
 if TYPE_CHECKING:
     from htgrid.startd._starter import Starter
 
-__all__ = ["Claim", "Slots", "job_lease", "request_of"]
+#: Keep-alives missed before the schedd of a job with no lease is taken as cut off (the
+#: schedd takes the node as cut off after as many unanswered).
+ALIVES_MISSED: Final = 2
+
+__all__ = ["ALIVES_MISSED", "Claim", "Slots", "has_lease", "job_lease", "request_of"]
 
 
 def job_lease(job: ClassAd, default: float) -> float:
@@ -41,6 +45,15 @@ def job_lease(job: ClassAd, default: float) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
         return float(value)
     return default
+
+
+def has_lease(job: ClassAd) -> bool:
+    """Whether `job` names a lease (JobLeaseDuration above 0). A job with none (0, or
+    undefined) is not waited for when its schedd is cut off: as HTCondor's starter,
+    which ends it once its shadow's connection is lost, the node ends it once its
+    schedd's keep-alives stop (`Claim.limit`)."""
+    value = job.get("JobLeaseDuration")
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
 def request_of(job: ClassAd, slot: ClassAd, gpus_free: tuple[str, ...]) -> Resources:
@@ -88,6 +101,11 @@ class Claim:
     worklife: float | None = None
     granted: float = 0.0  # wall time the claim was granted
     closing: bool = False
+    # The job runs with no lease (`has_lease`); when the last keep-alive came (monotonic),
+    # and the longest time seen between two: the schedd's ALIVE_INTERVAL, as sent.
+    no_lease: bool = False
+    alive_at: float | None = None
+    alive_every: float = 0.0
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -96,6 +114,32 @@ class Claim:
         if type(cluster) is int and type(proc) is int:
             return JobId(cluster, proc)
         return None
+
+    def limit(self) -> float:
+        """How long the claim lasts without word from its schedd: its lease; once it
+        took a job with no lease (until its next job), `ALIVES_MISSED` of its schedd's
+        keep-alives, once two told how often they come."""
+        if self.no_lease and self.state is not ClaimState.CLAIMED and self.alive_every > 0:
+            return min(self.lease, ALIVES_MISSED * self.alive_every)
+        return self.lease
+
+    def cut_off(self, now: float) -> bool:
+        """Whether the schedd was silent past `limit()` (`now`: monotonic)."""
+        return now - self.renewed > self.limit()
+
+    def worn_out(self, now: float) -> bool:
+        """Whether the claim is idle past its CLAIM_WORKLIFE (`now`: wall time): readied
+        for another job after one it ran, none activated since. HTCondor's startd
+        releases such a claim by itself ("idle claim shutting down due to
+        CLAIM_WORKLIFE"); a claim never activated is not counted (its activations are
+        none), nor one whose job ended (the schedd has yet to collect that end; told
+        `closing`, it releases the claim itself)."""
+        return (
+            self.worklife is not None
+            and self.state is ClaimState.CLAIMED
+            and self.uses > 0
+            and now - self.granted > self.worklife
+        )
 
     def move(self, new: ClaimState, now: float) -> None:
         """Change state as the table allows (ClaimStateError otherwise); wake long polls."""
@@ -224,7 +268,7 @@ class Slots:
                 "restarted"
             )
         now = self._monotonic()
-        if now - claim.renewed > claim.lease:
+        if claim.cut_off(now):
             # Run out, if not yet ended (a request that waited, say in a stopped node's
             # socket, must not revive it): its job is being killed, and the claim is not
             # found once it is gone.
@@ -240,10 +284,13 @@ class Slots:
         unknown = []
         for claim_id in claim_ids:
             claim = self.claims.get(claim_id)
-            if claim is None or now - claim.renewed > claim.lease:
+            if claim is None or claim.cut_off(now):
                 unknown.append(claim_id)  # gone, or run out (being ended)
             else:
                 claim.renewed = now
+                if claim.alive_at is not None:
+                    claim.alive_every = max(claim.alive_every, now - claim.alive_at)
+                claim.alive_at = now
         return unknown
 
     def release(self, claim: Claim) -> None:
@@ -255,4 +302,4 @@ class Slots:
     def expired(self) -> list[Claim]:
         """The claims whose lease ran out without a word from their schedd."""
         now = self._monotonic()
-        return [c for c in self.claims.values() if now - c.renewed > c.lease]
+        return [c for c in self.claims.values() if c.cut_off(now)]

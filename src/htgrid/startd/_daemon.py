@@ -1,13 +1,15 @@
 """The execute node (HTCondor's condor_startd): one partitionable slot, claimed piecewise.
 
 Start-up: take the node's lock (waiting for a startd still shutting down), kill what a
-killed predecessor's jobs left running (found by their marker) and remove its sandboxes,
-detect the machine, serve the API, advertise. Then, until stopped:
+killed predecessor's jobs left running (found by their marker) and remove its sandboxes
+(`_startup`), detect the machine, serve the API, advertise. Then, until stopped:
 
 - claims carve dynamic slots; activations start a `Starter` each;
 - every tick, claims whose lease ran out are vacated and released (their schedd is
-  gone), and STARTD_NOCLAIM_SHUTDOWN is checked: unclaimed that long, the node exits
-  with `EXIT_IDLE` (so the master shuts the pool down and runs its shutdown script);
+  gone; for a job with no lease, once its schedd's keep-alives stopped), idle claims
+  past CLAIM_WORKLIFE are released, and STARTD_NOCLAIM_SHUTDOWN is checked: unclaimed
+  that long, the node exits with `EXIT_IDLE` (so the master shuts the pool down and
+  runs its shutdown script);
 - the slot ads go to the collector every UPDATE_INTERVAL and soon after each change.
 
 Stopping (SIGTERM, the master gone, idle): the slot becomes Drained, every job is
@@ -15,18 +17,11 @@ vacated, the schedds get a moment to collect what they may, claims are released,
 ads are invalidated.
 
 A node on its own (`network`: `htgrid startd`, perhaps on another host) also serves its
-API over TLS on NETWORK_INTERFACE with a certificate it makes itself at each start, and
-advertises that address and certificate (`_api` says why the schedd may pin it). It
-presents the token of its etc/tokens.d to the collector: should the pool refuse it
-before its first update was taken (no token, a token of another pool, revoked, or for
-another node's name), it stops at once, saying why (`ExitReason.REFUSED`).
-
-A node schedds cannot connect to (CCB_ADDRESS, or PRIVATE_NETWORK_NAME: behind NAT)
-also keeps a registration with its broker (HTCondor's CCB, in the pool's collector)
-under its name, and advertises its address with that CCBID in it: for each schedd's
-request the broker hands over, it connects to the schedd and serves the same TLS API,
-with the same checks, on that connection (`htgrid.collector._ccb` says why that is as
-safe as a direct one).
+API over TLS, and registers with a broker when schedds cannot connect to it
+(`_network`). It presents the token of its etc/tokens.d to the collector: should the
+pool refuse it before its first update was taken (no token, a token of another pool,
+revoked, or for another node's name), it stops at once, saying why
+(`ExitReason.REFUSED`).
 """
 
 from __future__ import annotations
@@ -34,13 +29,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import fcntl
 import logging
 import os
-import re
-import shutil
 import signal
-import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -52,32 +43,19 @@ from htgrid._aio import take_sighup, wait_event
 from htgrid._privsep import OwnerPolicy, closed_to_others
 from htgrid.classad import ClassAd, ExprTree, quote
 from htgrid.classad.fast import requirements_hold
-from htgrid.client import pool_url
-from htgrid.collector import (
-    CcbContact,
-    CcbRequest,
-    CollectorClient,
-    CollectorRefused,
-    connect_back,
-    with_ccb,
-)
+from htgrid.collector import CollectorClient, CollectorRefused
 from htgrid.errors import HTGridError
-from htgrid.net.security import self_signed_cert, server_ssl_context
-from htgrid.net.server import ApiServer, serve_connection
-from htgrid.pool import LaunchError, family_marker, kill_leftovers, trusted_ca_files
+from htgrid.pool import LaunchError, family_marker, trusted_ca_files
 from htgrid.startd._ads import AdContext, dynamic_ad, partitionable_ad, slot_state
-from htgrid.startd._api import (
-    create_app,
-    pool_daemon_caller,
-    start_tls_server,
-    start_unix_server,
-)
-from htgrid.startd._claims import Claim, Slots, job_lease, request_of
+from htgrid.startd._api import create_app, start_unix_server
+from htgrid.startd._claims import Claim, Slots, has_lease, job_lease, request_of
 from htgrid.startd._config import StartdConfig
 from htgrid.startd._errors import ClaimRefused, ClaimStateError, StartdError
 from htgrid.startd._machine import MachineInfo, detect
+from htgrid.startd._network import NodeNetwork
 from htgrid.startd._reconfig import reread
 from htgrid.startd._starter import Starter
+from htgrid.startd._startup import clean_up_after_predecessor, hold_lock
 from htgrid.startd._states import ClaimState, Outcome, OutcomeKind, SlotState
 from htgrid.startd._wire import ClaimGrant, ClaimStatus
 
@@ -89,17 +67,12 @@ EXIT_IDLE: Final = 99  # HTCondor's DAEMON_NO_RESTART: the master must not resta
 VANILLA: Final = 5
 _TICK: Final = 0.5
 _SETTLE: Final = 1.1
-_LOCK_WAIT: Final = 60.0
 _COLLECT_WAIT: Final = 5.0  # how long a stopping node lets schedds fetch ended jobs
 #: A claim's job started or ended: advertised no sooner than this after the last update.
 _ACTIVITY_GAP: Final = 0.25
-_WILDCARDS: Final = frozenset({"0.0.0.0", "::", "[::]"})
-_STALE: Final = re.compile(r"dir_\d+_\d+(\.input\.tar|\.output\.tar)?")
-_CCB_RETRY: Final = (1.0, 60.0)  # a lost registration is tried again after 1, 2, 4... s
-_CONNECT_BACK: Final = 20.0  # how long connecting back to a schedd may take
-# Connections back being made at once, at most: a broker request names any host:port,
-# so whoever may send requests could otherwise have the node open connections at will.
-_CONNECTING_BACK: Final = 32
+# A released slot's removal the collector refuses is asked for at this many updates,
+# then no more (it leaves the collector as its ad expires there).
+_REMOVAL_TRIES: Final = 3
 
 
 class ExitReason(enum.Enum):
@@ -148,9 +121,8 @@ class Startd:
         self._ctx: AdContext | None = None
         self._last_in_use = monotonic()
         self._joined = False  # an update of its ads was taken by the collector
-        self._tls: tuple[ApiServer, Any] | None = None  # the TLS API: server, context
-        self._reversed: set[asyncio.Task[None]] = set()
-        self._connecting_back = 0
+        self._net = NodeNetwork(self, clock)  # the TLS API and the broker, if on its own
+        self._refused: dict[str, int] = {}  # removals the collector refused: how often
         self._reconfigs: set[asyncio.Task[None]] = set()
 
     # -- what the API calls -------------------------------------------------------------
@@ -260,6 +232,7 @@ class Startd:
         )
         claim.job_ad = job_ad
         claim.lease = job_lease(job_ad, claim.lease)  # the job's own lease, from now on
+        claim.no_lease = not has_lease(job_ad)
         claim.starter = starter
         claim.transfer_input = starter.transfer
         claim.move(ClaimState.STARTING, self._clock())
@@ -408,7 +381,7 @@ class Startd:
         """Serve until stopped; why it stopped."""
         cfg = self.config
         cfg.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        lock = await asyncio.to_thread(_lock, cfg.lock_file)
+        lock = await asyncio.to_thread(hold_lock, cfg.lock_file)
         try:
             await asyncio.to_thread(cfg.make_execute_dir)
             closed = closed_to_others(cfg.execute_dir) if self.policy.shared else None
@@ -419,7 +392,7 @@ class Startd:
                     closed,
                     cfg.execute_dir,
                 )
-            await asyncio.to_thread(self._clean_up_after_predecessor)
+            await asyncio.to_thread(clean_up_after_predecessor, self.marker, cfg.execute_dir)
             machine = self._machine
             if machine is None:
                 machine = await asyncio.to_thread(detect, cfg)
@@ -435,18 +408,6 @@ class Startd:
             os.close(lock)
         _log.info("htgrid startd (pid %d) stopped: %s", os.getpid(), self._reason.value)
         return self._reason
-
-    def _clean_up_after_predecessor(self) -> None:
-        killed = kill_leftovers(self.marker)
-        if killed:
-            _log.warning("killed %d process(es) left by jobs of an earlier startd", len(killed))
-        with contextlib.suppress(FileNotFoundError):
-            for entry in os.scandir(self.config.execute_dir):
-                if _STALE.fullmatch(entry.name):
-                    if entry.is_dir(follow_symlinks=False):
-                        shutil.rmtree(entry.path, ignore_errors=True)
-                    else:
-                        os.unlink(entry.path)
 
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
@@ -471,7 +432,7 @@ class Startd:
             )
         elif self.network:
             try:
-                tls_server, tls_serving, where = await self._serve_tls(cas)
+                tls_server, tls_serving, where = await self._net.serve_tls(cas)
             except BaseException:
                 server.should_exit = True
                 await serving
@@ -497,109 +458,20 @@ class Startd:
                 asyncio.create_task(self._tick_loop(), name="leases"),
             ]
             broker = self.config.broker(self.pool)
-            if broker is not None and self._tls is not None:
-                tasks.append(asyncio.create_task(self._ccb_loop(broker), name="ccb"))
+            if broker is not None and self._net.tls is not None:
+                tasks.append(asyncio.create_task(self._net.ccb_loop(broker), name="ccb"))
             try:
                 await self._stop.wait()
             finally:
                 await self._shut_down(collector)
-                for task in tasks + list(self._reversed):
+                for task in tasks:
                     task.cancel()
-                await asyncio.gather(*tasks, *self._reversed, return_exceptions=True)
+                await self._net.close()
+                await asyncio.gather(*tasks, return_exceptions=True)
                 for each, _ in servers:
                     each.should_exit = True
                 for _, task in servers:
                     await task
-
-    async def _serve_tls(self, cas: list[Path]) -> tuple[Any, asyncio.Task[None], str]:
-        """The API over TLS on NETWORK_INTERFACE, with a certificate made now, for
-        callers with a certificate of `cas`; the address advertised (`<ip:port>`)."""
-        cfg, ctx = self.config, self.ctx
-        host = cfg.network_interface
-        if host is None:
-            host = await asyncio.to_thread(_route_to, self.pool)
-        elif host in _WILDCARDS or "*" in host:
-            # The address listened on is the one advertised: schedds must reach it.
-            raise StartdError(
-                f"NETWORK_INTERFACE = {host}: name the one address schedds reach this node "
-                "at (leave it unset for the one that reaches the collector)"
-            )
-        hosts = [host, ctx.machine.hostname]
-        cert = await asyncio.to_thread(
-            self_signed_cert,
-            cfg.startd_cert,
-            cfg.startd_key,
-            ctx.machine.hostname,
-            hosts,
-            clock=self._clock,
-        )
-        tls = await asyncio.to_thread(server_ssl_context, cert, client_cas=cas)
-        app = create_app(self, cfg.api_limits, caller=pool_daemon_caller)
-        server, serving, port = await start_tls_server(app, host, tls, cfg.api_limits)
-        shown = f"[{host}]" if ":" in host else host
-        ctx.address = f"<{shown}:{port}>"
-        broker = cfg.broker(self.pool)
-        if broker is not None:  # schedds may not reach that address: they ask the broker
-            contact = CcbContact(broker, ctx.machine.hostname)
-            ctx.address = with_ccb(ctx.address, contact, cfg.private_network_name)
-        ctx.certificate = cert.cert.read_text(encoding="ascii")
-        self._tls = (server, tls)
-        return server, serving, f"https://{shown}:{port}"
-
-    async def _ccb_loop(self, broker: str) -> None:
-        """Keep the registration with the broker, and connect back to each schedd whose
-        request it hands over."""
-        ccbid = self.ctx.machine.hostname  # the node, as its token names it
-        delay = _CCB_RETRY[0]
-        async with CollectorClient(
-            broker, timeout=10.0, home=self.config.home, daemon=True
-        ) as client:
-            while True:
-                try:
-                    registered = False
-                    async for request in client.ccb_requests(ccbid, self.config.ccb_heartbeat):
-                        if not registered:  # the first line: the registration is taken
-                            registered, delay = True, _CCB_RETRY[0]
-                            _log.info("registered with the broker at %s as %s", broker, ccbid)
-                            continue
-                        self._connect_back(request)
-                except CollectorRefused as exc:
-                    _log.error("the broker at %s refuses this node: %s", broker, exc)
-                except HTGridError as exc:
-                    _log.warning("the broker at %s: %s", broker, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _CCB_RETRY[1])
-
-    def _connect_back(self, request: CcbRequest) -> None:
-        if self._connecting_back >= _CONNECTING_BACK:
-            _log.warning(
-                "not connecting back to %s at %s: %d connections back are being made already",
-                request.requester or "a schedd",
-                request.return_address,
-                self._connecting_back,
-            )
-            return
-        task = asyncio.create_task(self._serve_reversed(request), name="reversed connection")
-        self._reversed.add(task)
-        task.add_done_callback(self._reversed.discard)
-
-    async def _serve_reversed(self, request: CcbRequest) -> None:
-        assert self._tls is not None
-        server, tls = self._tls
-        try:
-            self._connecting_back += 1
-            try:
-                sock = await connect_back(request, _CONNECT_BACK)
-            finally:
-                self._connecting_back -= 1
-            await serve_connection(server, sock, tls)
-        except (OSError, TimeoutError, HTGridError) as exc:
-            _log.warning(
-                "cannot connect back to %s at %s: %s",
-                request.requester or "a schedd",
-                request.return_address,
-                exc or repr(exc),
-            )
 
     def _parent_readable(self) -> None:
         assert self._parent_fd is not None
@@ -618,6 +490,15 @@ class Startd:
             slots = self.slots
             for claim in slots.expired():
                 await self._expire(claim)
+            wall = self._clock()
+            for claim in [c for c in slots.claims.values() if c.worn_out(wall)]:
+                _log.info(
+                    "%s: idle claim of %s older than CLAIM_WORKLIFE (%g seconds): released",
+                    claim.name,
+                    claim.schedd,
+                    claim.worklife,
+                )
+                await self._release(claim)
             now = self._monotonic()
             if slots.claims:
                 self._last_in_use = now
@@ -628,7 +509,18 @@ class Startd:
 
     async def _expire(self, claim: Claim) -> None:
         if claim.state in (ClaimState.STARTING, ClaimState.RUNNING):
-            _log.warning("%s: no word from %s within the lease: vacating", claim.name, claim.schedd)
+            if claim.limit() < claim.lease:
+                _log.warning(
+                    "%s: the keep-alives of %s stopped and job %s has no lease "
+                    "(JobLeaseDuration): vacating",
+                    claim.name,
+                    claim.schedd,
+                    claim.job_id,
+                )
+            else:
+                _log.warning(
+                    "%s: no word from %s within the lease: vacating", claim.name, claim.schedd
+                )
             if claim.starter is not None:
                 claim.starter.vacate("vacate")
         elif claim.state in (ClaimState.CLAIMED, ClaimState.ENDED):
@@ -678,12 +570,46 @@ class Startd:
         released, slots.released = slots.released, []
         try:
             await collector.advertise("UPDATE_STARTD_AD", self.slot_ads())
-            for name in released:
-                query = ClassAd({"MyType": "Query", "TargetType": "Machine", "Name": name})
-                await collector.invalidate("INVALIDATE_STARTD_ADS", query)
         except HTGridError:
             slots.released[:0] = released  # try again next time
             raise
+        for at, name in enumerate(released):
+            query = ClassAd({"MyType": "Query", "TargetType": "Machine", "Name": name})
+            try:
+                await collector.invalidate("INVALIDATE_STARTD_ADS", query)
+            except CollectorRefused as exc:
+                self._removal_refused(name, exc)
+            except HTGridError:
+                slots.released[:0] = released[at:]  # not reached: try again next time
+                raise
+            else:
+                self._refused.pop(name, None)
+
+    def _removal_refused(self, name: str, exc: CollectorRefused) -> None:
+        """The collector refuses to remove the ad of `name`: asked again at the next
+        updates, `_REMOVAL_TRIES` times in all, then given up (an answer that will not
+        change must not be asked for at every update, for ever)."""
+        tries = self._refused.get(name, 0) + 1
+        if tries < _REMOVAL_TRIES:
+            self._refused[name] = tries
+            self.slots.released.append(name)
+            _log.warning(
+                "the collector at %s refuses to remove the ad of %s: %s (asked again at "
+                "the next update)",
+                self.pool,
+                name,
+                exc,
+            )
+            return
+        self._refused.pop(name, None)
+        _log.error(
+            "the collector at %s refused to remove the ad of %s %d times: %s; no longer "
+            "asked: it stays there until it expires",
+            self.pool,
+            name,
+            tries,
+            exc,
+        )
 
     # -- stopping -----------------------------------------------------------------------
 
@@ -713,42 +639,9 @@ class Startd:
             await collector.invalidate("INVALIDATE_STARTD_ADS", query)
 
 
-def _route_to(pool: str) -> str:
-    """The address of this host the collector's host is reached by (no packet is sent)."""
-    host, _, port = pool_url(pool).removeprefix("https://").rpartition(":")
-    host = host.strip("[]")
-    try:
-        family, kind, proto, _, target = socket.getaddrinfo(
-            host, int(port), type=socket.SOCK_DGRAM
-        )[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.connect(target)
-            return str(probe.getsockname()[0])
-    except OSError as exc:
-        raise StartdError(
-            f"cannot tell which address reaches the collector at {pool} ({exc}): "
-            "set NETWORK_INTERFACE"
-        ) from None
-
-
 async def _chunk(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
 
 def _ids(ad: ClassAd) -> tuple[object, object]:
     return ad.get("ClusterId"), ad.get("ProcId")
-
-
-def _lock(path: Path) -> int:
-    """Hold the node's lock, waiting (up to a minute) for a predecessor still stopping."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    deadline = time.monotonic() + _LOCK_WAIT
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                os.close(fd)
-                raise StartdError(f"another startd holds {path}") from None
-            time.sleep(0.1)

@@ -23,6 +23,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -95,6 +96,9 @@ class ExecuteNode:
         self.config = StartdConfig.load(home)
         self.behind = behind
         self.process: subprocess.Popen[bytes] | None = None
+        self.started = 0  # when it was last started (whole seconds, as DaemonStartTime)
+        self._earlier: set[str] = set()  # the addresses its earlier runs advertised
+        self._address: str | None = None  # the one this run advertises, once joined
 
     @property
     def token_file(self) -> Path:
@@ -112,6 +116,10 @@ class ExecuteNode:
         command = [sys.executable, "-m", "htgrid.cli", "startd", "-pool", self.pool.collector]
         if self.behind is not None:
             command = self.behind.wrap(command)
+        if self._address is not None:
+            self._earlier.add(self._address)
+            self._address = None
+        self.started = int(time.time())
         with open(self.output, "ab") as out:
             self.process = subprocess.Popen(command, env=env, stdout=out, stderr=out)
         return self.process
@@ -127,8 +135,22 @@ class ExecuteNode:
         return asyncio.run(query())
 
     def joined(self, timeout: float = 30.0) -> list[ClassAd]:
-        """The node's slot ads, once the pool's collector has them."""
-        return wait_for(self.slots, timeout, what=f"the slots of {self.name} in the collector")
+        """The slot ads of the node as last started, once the pool's collector has them
+        (not those an earlier run of it left there: a test would go on before the node
+        is there, and its job be matched to the ads of a node that is gone)."""
+
+        def mine() -> list[ClassAd]:
+            return [
+                ad
+                for ad in self.slots()
+                if _number(ad.get("DaemonStartTime")) >= self.started
+                and ad.get("MyAddress") not in self._earlier
+            ]
+
+        ads = wait_for(mine, timeout, what=f"the slots of {self.name} in the collector")
+        address = ads[0].get("MyAddress")
+        self._address = address if isinstance(address, str) else None
+        return ads
 
     def wait(self, timeout: float = 30.0) -> int:
         """The node's exit status, once it has exited."""
@@ -167,3 +189,7 @@ class ExecuteNode:
             self.stop()
         finally:
             kill_leftovers(family_marker(self.config.execute_dir))
+
+
+def _number(value: object) -> float:
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else 0
