@@ -177,13 +177,13 @@ def test_a_command_cancelled_while_it_starts_is_killed_and_reaped(
 ) -> None:
     # The process starts in a worker thread: a caller cancelled meanwhile must not leave
     # it running (nor a zombie) once the start completes.
-    started: list[subprocess.Popen[bytes]] = []
+    started: list[Any] = []
     start = _runner._start
 
     def recorded(argv: Sequence[str], stdin: str | None) -> Any:
-        proc, out, err = start(argv, stdin)
-        started.append(proc)
-        return proc, out, err
+        child = start(argv, stdin)
+        started.append(child)
+        return child
 
     monkeypatch.setattr(_runner, "_start", recorded)
 
@@ -200,6 +200,21 @@ def test_a_command_cancelled_while_it_starts_is_killed_and_reaped(
 
     asyncio.run(cancelled())
     assert started[0].returncode == -signal.SIGKILL
+    with pytest.raises(ChildProcessError):  # reaped: no zombie left
+        os.waitpid(started[0].pid, os.WNOHANG)
+
+
+def test_runner_feeds_stdin_and_restores_the_signals_python_ignores() -> None:
+    # Python ignores SIGPIPE: a command that inherited that would not die of a closed
+    # pipe (`yes | head`), as LRM tools and job scripts expect.
+    script = "cat; grep SigIgn /proc/$$/status"
+    result = asyncio.run(run_command(["sh", "-c", script], stdin="line one\n", timeout=30))
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
+    assert lines[0] == "line one"
+    ignored = int(lines[1].split()[1], 16)
+    assert not ignored & (1 << (signal.SIGPIPE - 1))
+    assert not ignored & (1 << (signal.SIGXFSZ - 1))
 
 
 # --- the status algorithm, over a scripted Slurm --------------------------------------------
