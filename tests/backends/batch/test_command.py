@@ -172,11 +172,8 @@ def test_runner_reads_large_output_and_kills_the_group_when_cancelled(tmp_path: 
     assert not marker.exists()
 
 
-def test_a_command_cancelled_while_it_starts_is_killed_and_reaped(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # The process starts in a worker thread: a caller cancelled meanwhile must not leave
-    # it running (nor a zombie) once the start completes.
+def test_a_cancelled_command_is_killed_and_reaped(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Cancelled while it runs: killed, and no zombie left behind.
     started: list[Any] = []
     start = _runner._start
 
@@ -189,19 +186,35 @@ def test_a_command_cancelled_while_it_starts_is_killed_and_reaped(
 
     async def cancelled() -> None:
         task = asyncio.create_task(run_command(["sleep", "30"], timeout=60))
-        await asyncio.sleep(0)  # the task is waiting for its process to start
+        while not started:
+            await asyncio.sleep(0.01)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        deadline = time.monotonic() + 10
-        while not (started and started[0].returncode is not None):
-            assert time.monotonic() < deadline, "the abandoned process was not reaped"
-            await asyncio.sleep(0.01)
 
     asyncio.run(cancelled())
     assert started[0].returncode == -signal.SIGKILL
-    with pytest.raises(ChildProcessError):  # reaped: no zombie left
+    with pytest.raises(ChildProcessError):  # reaped
         os.waitpid(started[0].pid, os.WNOHANG)
+
+
+def test_a_program_found_on_the_path_is_looked_up_again_once_moved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    for where in (first, second):
+        where.mkdir()
+        (where / "lrmtool").write_text(f"#!/bin/sh\necho {where.name}\n")
+        (where / "lrmtool").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{first}:{second}:{os.environ['PATH']}")
+
+    async def twice() -> list[str]:
+        one = await run_command(["lrmtool"], timeout=30)
+        (first / "lrmtool").unlink()
+        two = await run_command(["lrmtool"], timeout=30)
+        return [one.stdout.strip(), two.stdout.strip()]
+
+    assert asyncio.run(twice()) == ["a", "b"]
 
 
 def test_runner_feeds_stdin_and_restores_the_signals_python_ignores() -> None:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from htgrid.backends.batch._base import BackendUnavailable, CommandResult
 
@@ -31,23 +32,20 @@ async def run_command(
 ) -> CommandResult:
     """The real runner: a process in its own session (killed whole on timeout).
 
-    The process is started with posix_spawn (glibc's is a vfork: no copy of this
-    process's page tables, unlike the fork of subprocess.Popen), in a worker thread: the
-    start waits until the child has exec'd, a millisecond or more on a busy machine,
-    during which an event loop that started it could do nothing else (with 16 sbatch at
-    a time, a third of its time). Output goes to memory files, read once it has exited,
-    and the exit is awaited through a pidfd, so the event loop wakes once per command.
-    (Python 3.11's asyncio subprocesses start a watcher thread per child, about 1.5 ms
-    each: a quarter of what an sbatch costs.)
+    The process is started with posix_spawn, glibc's vfork: no copy of this process's
+    page tables (a fork's cost grows with the process), and it returns once the child
+    has exec'd. It is called here, on the event loop: CPython holds the GIL through
+    os.posix_spawn (and through subprocess's fork_exec), so every thread of the process
+    waits for the exec wherever it is called, and a worker thread would only add the hop
+    there and back. Output goes to memory files, read once it has exited, and the exit
+    is awaited through a pidfd, so the event loop wakes once per command. (Python 3.11's
+    asyncio subprocesses start a watcher thread per child, about 1.5 ms each: a quarter
+    of what an sbatch costs.)
     """
     if not hasattr(os, "pidfd_open"):
         return await _run_asyncio(argv, stdin, timeout)
-    starting = asyncio.ensure_future(asyncio.to_thread(_start, argv, stdin))
     try:
-        child = await asyncio.shield(starting)
-    except asyncio.CancelledError:
-        starting.add_done_callback(_abandon)  # started all the same: killed, not left
-        raise
+        child = _start(argv, stdin)
     except OSError as exc:
         raise BackendUnavailable(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
     with child:
@@ -107,8 +105,33 @@ _DEFAULT_SIGNALS = tuple(
 )
 
 
+# Each program's path, by name and PATH: a search in the child would try (and fail) an
+# exec in each directory of the PATH before the right one, while this process waits.
+_paths: dict[tuple[str, str], str] = {}
+
+
+def _spawn(argv: Sequence[str], file_actions: list[tuple[int, int, int]]) -> int:
+    name = argv[0]
+    key = (name, os.environ.get("PATH", os.defpath))
+    path = name if "/" in name else _paths.get(key)
+    if path is None:
+        path = shutil.which(name, path=key[1]) or name
+    spawn = os.posix_spawn if "/" in path else os.posix_spawnp
+    options: dict[str, Any] = {"setsid": True, "setsigdef": _DEFAULT_SIGNALS}
+    try:
+        pid = spawn(path, list(argv), os.environ, file_actions=file_actions, **options)
+    except OSError:
+        if _paths.pop(key, None) is None:
+            raise
+        # Moved since it was found: look again.
+        return _spawn(argv, file_actions)
+    if path != name:
+        _paths[key] = path
+    return pid
+
+
 def _start(argv: Sequence[str], stdin: str | None) -> _Child:
-    """(In a worker thread) the process started, with the files its output goes to.
+    """The process started, with the files its output goes to.
 
     Anonymous memory files (memfd: no directory entry, no disk) take its output; the
     pidfd_open that comes with them is Linux's too.
@@ -129,17 +152,13 @@ def _start(argv: Sequence[str], stdin: str | None) -> _Child:
                 while data:
                     data = data[os.write(source, data) :]
                 os.lseek(source, 0, os.SEEK_SET)
-            pid = os.posix_spawnp(
-                argv[0],
-                list(argv),
-                os.environ,
+            pid = _spawn(
+                argv,
                 file_actions=[
                     (os.POSIX_SPAWN_DUP2, source, 0),
                     (os.POSIX_SPAWN_DUP2, out, 1),
                     (os.POSIX_SPAWN_DUP2, err, 2),
                 ],
-                setsid=True,
-                setsigdef=_DEFAULT_SIGNALS,
             )
         try:
             pidfd = os.pidfd_open(pid)
@@ -163,14 +182,6 @@ def _contents(fd: int) -> bytes:
         chunks.append(chunk)
         offset += len(chunk)
     return b"".join(chunks)
-
-
-def _abandon(starting: asyncio.Future[_Child]) -> None:
-    """A process started for a caller that went away: killed, reaped, its files closed."""
-    if starting.cancelled() or starting.exception() is not None:
-        return
-    with starting.result() as child:
-        child.kill()
 
 
 async def _exited(child: _Child) -> None:
