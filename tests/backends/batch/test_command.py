@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from htgrid.backends.batch import _runner
+from htgrid.backends.batch import _runner, _spawn
 from htgrid.backends.batch._base import (
     BackendError,
     BackendUnavailable,
@@ -172,32 +172,6 @@ def test_runner_reads_large_output_and_kills_the_group_when_cancelled(tmp_path: 
     assert not marker.exists()
 
 
-def test_a_cancelled_command_is_killed_and_reaped(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Cancelled while it runs: killed, and no zombie left behind.
-    started: list[Any] = []
-    start = _runner._start
-
-    def recorded(argv: Sequence[str], stdin: str | None) -> Any:
-        child = start(argv, stdin)
-        started.append(child)
-        return child
-
-    monkeypatch.setattr(_runner, "_start", recorded)
-
-    async def cancelled() -> None:
-        task = asyncio.create_task(run_command(["sleep", "30"], timeout=60))
-        while not started:
-            await asyncio.sleep(0.01)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(cancelled())
-    assert started[0].returncode == -signal.SIGKILL
-    with pytest.raises(ChildProcessError):  # reaped
-        os.waitpid(started[0].pid, os.WNOHANG)
-
-
 def test_a_program_found_on_the_path_is_looked_up_again_once_moved(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -217,17 +191,60 @@ def test_a_program_found_on_the_path_is_looked_up_again_once_moved(
     assert asyncio.run(twice()) == ["a", "b"]
 
 
-def test_runner_feeds_stdin_and_restores_the_signals_python_ignores() -> None:
+def test_a_command_cancelled_while_it_starts_is_killed_and_reaped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The process starts in a worker thread: a caller cancelled meanwhile must not leave
+    # it running (nor a zombie) once the start completes.
+    started: list[Any] = []
+    start = _runner._start
+
+    def recorded(argv: Sequence[str], stdin: str | None) -> Any:
+        child = start(argv, stdin)
+        started.append(child)
+        return child
+
+    monkeypatch.setattr(_runner, "_start", recorded)
+
+    async def cancelled() -> None:
+        task = asyncio.create_task(run_command(["sleep", "30"], timeout=60))
+        await asyncio.sleep(0)  # the task is waiting for its process to start
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        deadline = time.monotonic() + 10
+        while not (started and started[0].returncode is not None):
+            assert time.monotonic() < deadline, "the abandoned process was not reaped"
+            await asyncio.sleep(0.01)
+
+    asyncio.run(cancelled())
+    assert started[0].returncode == -signal.SIGKILL
+    with pytest.raises(ChildProcessError):  # reaped: no zombie left
+        os.waitpid(started[0].pid, os.WNOHANG)
+
+
+@pytest.mark.parametrize("through", ["the C library", "os.posix_spawn"])
+def test_runner_feeds_stdin_and_restores_the_signals_python_ignores(
+    monkeypatch: pytest.MonkeyPatch, through: str
+) -> None:
     # Python ignores SIGPIPE: a command that inherited that would not die of a closed
-    # pipe (`yes | head`), as LRM tools and job scripts expect.
-    script = "cat; grep SigIgn /proc/$$/status"
+    # pipe (`yes | head`), as LRM tools and job scripts expect. Both ways of starting
+    # it leave the command the same: its own session, no signal blocked or ignored.
+    if through == "os.posix_spawn":
+        monkeypatch.setattr(_spawn, "_libc", None)
+    else:
+        assert _spawn._libc is not None, "the C library's posix_spawn cannot be called"
+    script = "cat; grep -E 'SigIgn|SigBlk' /proc/$$/status; ps -o sid= -p $$; echo $$"
     result = asyncio.run(run_command(["sh", "-c", script], stdin="line one\n", timeout=30))
     assert result.returncode == 0
     lines = result.stdout.splitlines()
     assert lines[0] == "line one"
-    ignored = int(lines[1].split()[1], 16)
+    signals = dict(line.split(":") for line in lines[1:3])
+    assert int(signals["SigBlk"], 16) == 0
+    ignored = int(signals["SigIgn"], 16)
     assert not ignored & (1 << (signal.SIGPIPE - 1))
     assert not ignored & (1 << (signal.SIGXFSZ - 1))
+    assert lines[3].strip() == lines[4].strip()  # a session leader
 
 
 # --- the status algorithm, over a scripted Slurm --------------------------------------------

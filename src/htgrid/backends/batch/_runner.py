@@ -12,9 +12,10 @@ import os
 import shutil
 import signal
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from htgrid.backends.batch._base import BackendUnavailable, CommandResult
+from htgrid.backends.batch._spawn import RESTORED_SIGNALS, spawn
 
 __all__ = ["CountingRunner", "Runner", "run_command"]
 
@@ -32,20 +33,21 @@ async def run_command(
 ) -> CommandResult:
     """The real runner: a process in its own session (killed whole on timeout).
 
-    The process is started with posix_spawn, glibc's vfork: no copy of this process's
-    page tables (a fork's cost grows with the process), and it returns once the child
-    has exec'd. It is called here, on the event loop: CPython holds the GIL through
-    os.posix_spawn (and through subprocess's fork_exec), so every thread of the process
-    waits for the exec wherever it is called, and a worker thread would only add the hop
-    there and back. Output goes to memory files, read once it has exited, and the exit
-    is awaited through a pidfd, so the event loop wakes once per command. (Python 3.11's
-    asyncio subprocesses start a watcher thread per child, about 1.5 ms each: a quarter
-    of what an sbatch costs.)
+    The process is started in a worker thread by posix_spawn (`_spawn`: a vfork, with
+    the GIL released while it waits for the exec, so the event loop goes on meanwhile).
+    Output goes to memory files, read once it has exited, and the exit is awaited
+    through a pidfd, so the event loop wakes once per command. (Python 3.11's asyncio
+    subprocesses start a watcher thread per child, about 1.5 ms each: a quarter of what
+    an sbatch costs.)
     """
     if not hasattr(os, "pidfd_open"):
         return await _run_asyncio(argv, stdin, timeout)
+    starting = asyncio.ensure_future(asyncio.to_thread(_start, argv, stdin))
     try:
-        child = _start(argv, stdin)
+        child = await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        starting.add_done_callback(_abandon)  # started all the same: killed, not left
+        raise
     except OSError as exc:
         raise BackendUnavailable(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
     with child:
@@ -99,39 +101,31 @@ class _Child:
             os.close(fd)
 
 
-# Python ignores these; a command gets the defaults (as subprocess's restore_signals).
-_DEFAULT_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, name)
-)
-
-
 # Each program's path, by name and PATH: a search in the child would try (and fail) an
 # exec in each directory of the PATH before the right one, while this process waits.
 _paths: dict[tuple[str, str], str] = {}
 
 
-def _spawn(argv: Sequence[str], file_actions: list[tuple[int, int, int]]) -> int:
+def _spawn(argv: Sequence[str], dup2: Sequence[tuple[int, int]]) -> int:
     name = argv[0]
     key = (name, os.environ.get("PATH", os.defpath))
     path = name if "/" in name else _paths.get(key)
     if path is None:
         path = shutil.which(name, path=key[1]) or name
-    spawn = os.posix_spawn if "/" in path else os.posix_spawnp
-    options: dict[str, Any] = {"setsid": True, "setsigdef": _DEFAULT_SIGNALS}
     try:
-        pid = spawn(path, list(argv), os.environ, file_actions=file_actions, **options)
+        pid = spawn(path, argv, dup2, RESTORED_SIGNALS)
     except OSError:
         if _paths.pop(key, None) is None:
             raise
         # Moved since it was found: look again.
-        return _spawn(argv, file_actions)
+        return _spawn(argv, dup2)
     if path != name:
         _paths[key] = path
     return pid
 
 
 def _start(argv: Sequence[str], stdin: str | None) -> _Child:
-    """The process started, with the files its output goes to.
+    """(In a worker thread) the process started, with the files its output goes to.
 
     Anonymous memory files (memfd: no directory entry, no disk) take its output; the
     pidfd_open that comes with them is Linux's too.
@@ -152,14 +146,7 @@ def _start(argv: Sequence[str], stdin: str | None) -> _Child:
                 while data:
                     data = data[os.write(source, data) :]
                 os.lseek(source, 0, os.SEEK_SET)
-            pid = _spawn(
-                argv,
-                file_actions=[
-                    (os.POSIX_SPAWN_DUP2, source, 0),
-                    (os.POSIX_SPAWN_DUP2, out, 1),
-                    (os.POSIX_SPAWN_DUP2, err, 2),
-                ],
-            )
+            pid = _spawn(argv, [(source, 0), (out, 1), (err, 2)])
         try:
             pidfd = os.pidfd_open(pid)
         except OSError:
@@ -182,6 +169,14 @@ def _contents(fd: int) -> bytes:
         chunks.append(chunk)
         offset += len(chunk)
     return b"".join(chunks)
+
+
+def _abandon(starting: asyncio.Future[_Child]) -> None:
+    """A process started for a caller that went away: killed, reaped, its files closed."""
+    if starting.cancelled() or starting.exception() is not None:
+        return
+    with starting.result() as child:
+        child.kill()
 
 
 async def _exited(child: _Child) -> None:
