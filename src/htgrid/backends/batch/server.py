@@ -201,8 +201,7 @@ class BatchGahp:
                     again = await self._already_submitted(staged, request.lrms, backend)
                     if again is not None:
                         return blah.Submitted("0", blah_id=again).fields()
-                    staged = await asyncio.to_thread(self._stage, request, backend)
-                assert isinstance(staged, PreparedSubmit)
+                    staged = await asyncio.to_thread(self._prepare, request, backend)
                 native_id = await backend.submit_prepared(staged)
                 blah_id = f"{request.lrms}/{self._date()}/{native_id}"
                 # Two links, metadata only, in directories this server made: cheaper
@@ -229,6 +228,10 @@ class BatchGahp:
             earlier = self.store.latest(request.job_dir_name)
             if earlier is not None:
                 return earlier
+        return self._prepare(request, backend)
+
+    def _prepare(self, request: SubmitRequest, backend: BatchBackend) -> PreparedSubmit:
+        """(In a worker thread) the new job staged in and its submit prepared."""
         spec, _ = self.store.stage_in(request)
         try:
             return backend.prepare(spec)
