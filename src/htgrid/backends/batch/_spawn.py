@@ -1,12 +1,13 @@
 """Starting a process without holding the GIL: the C library's posix_spawn, via ctypes.
 
-glibc's posix_spawn is a vfork: the parent sleeps until the child has exec'd (no copy of
-its page tables, unlike a fork). CPython holds the GIL through that sleep, in
-os.posix_spawn and in subprocess's fork_exec alike, so no thread of the process runs
-meanwhile: on a busy machine, where the child waits for a CPU before it can exec, that
-was three quarters of the batch GAHP's time under load (py-spy, 16 sbatch at a time,
-load 28 on 2 cores). ctypes releases the GIL around a foreign call: called so from a
-worker thread, the event loop goes on while the child starts.
+glibc's posix_spawn is a vfork: no copy of the parent's page tables (subprocess.Popen
+forks here, Python 3.11, and the kernel copies them holding the GIL), and the parent
+sleeps until the child has exec'd. CPython holds the GIL through that sleep in
+os.posix_spawn, so no thread of the process runs meanwhile: on a busy machine, where
+the child waits for a CPU before it can exec, that was three quarters of the batch
+GAHP's GIL time (py-spy, 16 sbatch at a time, load 28 on 2 cores). ctypes releases the
+GIL around a foreign call: called so from a worker thread, the event loop goes on while
+the child starts.
 
 `spawn` falls back to os.posix_spawn (the GIL held) where the C library's cannot be
 called (no ctypes, no such symbol).
