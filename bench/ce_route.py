@@ -1,10 +1,15 @@
 """Jobs sent by HTCondor-C into a CE and routed to a real Slurm, against a plain loop of
 sbatch for the same number of jobs in the same run.
 
-    python bench/ce_route.py [--jobs 10000] [--poll 2]
+    python bench/ce_route.py [--jobs 10000] [--pairs 3] [--poll 2]
 
-1. The loop: one `sbatch` per job (a script each, as the batch GAHP writes one), timed;
-   its jobs stay queued until the CE's run is over (see `sbatch_loop`), then are cancelled.
+--pairs pairs of runs, the loop first in odd pairs and the CE first in even ones, each
+run into an empty Slurm: the jobs of the run before are cancelled, gone from squeue and
+slurmctld quiet again before the next starts (`settle`). The ratio reported is the median
+of the pairs' (each pair's two runs side by side in time, under the same load), with the
+load average of each. Measures 3-5 are taken in the last pair's CE run.
+
+1. The loop: one `sbatch` per job (a script each, as the batch GAHP writes one), timed.
 2. The CE: a submitter pool and a CE pool on this machine, as tests/ce builds them (the
    CE with HTCondor-CE's defaults, its route `batch slurm`, MaxIdleJobs raised to the
    number of jobs as a site sending that many would). One `htgrid submit` of N grid jobs
@@ -36,6 +41,7 @@ import argparse
 import getpass
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -89,10 +95,7 @@ def cancel(ids: list[str]) -> None:
 
 
 def sbatch_loop(count: int, work: Path, prefix: str, ids: list[str]) -> float:
-    """Seconds to submit `count` jobs with one sbatch each (their ids added to `ids`:
-    cancelled after the CE's run, since slurmctld stalled for 35-40 s while it purged
-    10,000 cancelled jobs, even after they had left squeue, and the CE's grid manager
-    paused its submits for 300 s after the sbatch failures of that window)."""
+    """Seconds to submit `count` jobs with one sbatch each (their ids added to `ids`)."""
     started = time.perf_counter()
     for i in range(count):
         script = work / f"job{i}.sh"
@@ -194,63 +197,100 @@ def submit(sub: PersonalPool, path: Path) -> None:
 
 
 def through_ce(
-    root: Path, count: int, poll: float, polls: int, lag_jobs: int, loop_ids: list[str]
+    root: Path, count: int, poll: float, polls: int, lag_jobs: int
 ) -> tuple[float, float, list[str], list[tuple[float, float]]]:
     """Seconds until all `count` are in Slurm; the CE's RSS per job; the squeue calls
     (the ids each named) over `polls` probe intervals; (running, ended) lags, measured
-    once the loop's jobs (`loop_ids`) and the CE's are cancelled and gone."""
+    once the CE's jobs are cancelled and gone. Its jobs are all gone when it returns."""
     calls_log = squeue_shim(root)
     sub, ce = pools(root, count)
     work = root / "work"
     work.mkdir()
-    with ce:
-        sub.trust(ce, user=getpass.getuser())
-        with sub:
-            path = job_file(work, ce, count, 600)
-            started = time.perf_counter()
-            submit(sub, path)
-            seen = 0
-            ids: list[str] = []
-            queue = JobQueue.open(ce.config.spool, check=False)
-            while seen < count:
-                time.sleep(poll)
-                arrived, routed, ids = in_slurm(queue)
-                if len(ids) != seen or routed < count:
-                    seen = len(ids)
-                    print(
-                        f"  {time.perf_counter() - started:7.1f} s: {arrived} at the CE, "
-                        f"{routed} routed, {seen} in Slurm"
-                    )
-            took = time.perf_counter() - started
-            pids = [
-                p for p in (ce.pid, ce.child_pid("job_router"), ce.child_pid("gridmanager")) if p
-            ]
-            per_job = rss_kib(pids) / count
-            print(f"   counting squeue calls over {polls} probe intervals...")
-            since = time.time()
-            time.sleep(polls * PROBE)
-            calls = squeue_calls(calls_log, since, time.time())
-            cancel(ids + loop_ids)
-            # The cancelled jobs' sources go back to be routed again: let them go.
-            run_cli(sub.home, "rm", "-all")
-            if lag_jobs:
-                settle_ids(ids + loop_ids)
-            lags = status_lag(sub, ce, queue, work, lag_jobs) if lag_jobs else []
-            queue.close()
-            return took, per_job, calls, lags
+    ids: list[str] = []
+    try:
+        with ce:
+            sub.trust(ce, user=getpass.getuser())
+            with sub:
+                return _through(sub, ce, work, count, poll, polls, lag_jobs, ids, calls_log)
+    finally:
+        # The pools are down: their jobs still in Slurm (routed again after a cancel,
+        # say) are in the CE's queue.
+        queue = JobQueue.open(ce.config.spool, check=False)
+        ids += in_slurm(queue)[2]
+        queue.close()
+        cancel(ids)
+        settle(ids)
 
 
-def settle_ids(ids: list[str], deadline: float = 600.0) -> None:
-    """Wait until none of `ids` is in Slurm any more (cancelled and purged)."""
+def _through(
+    sub: PersonalPool,
+    ce: PersonalPool,
+    work: Path,
+    count: int,
+    poll: float,
+    polls: int,
+    lag_jobs: int,
+    ids: list[str],
+    calls_log: Path,
+) -> tuple[float, float, list[str], list[tuple[float, float]]]:
+    path = job_file(work, ce, count, 600)
+    started = time.perf_counter()
+    submit(sub, path)
+    seen = 0
+    queue = JobQueue.open(ce.config.spool, check=False)
+    while seen < count:
+        time.sleep(poll)
+        arrived, routed, ids[:] = in_slurm(queue)
+        if len(ids) != seen or routed < count:
+            seen = len(ids)
+            print(
+                f"  {time.perf_counter() - started:7.1f} s: {arrived} at the CE, "
+                f"{routed} routed, {seen} in Slurm"
+            )
+    took = time.perf_counter() - started
+    pids = [p for p in (ce.pid, ce.child_pid("job_router"), ce.child_pid("gridmanager")) if p]
+    per_job = rss_kib(pids) / count
+    calls: list[str] = []
+    if polls:
+        print(f"   counting squeue calls over {polls} probe intervals...")
+        since = time.time()
+        time.sleep(polls * PROBE)
+        calls = squeue_calls(calls_log, since, time.time())
+    cancel(ids)
+    # The cancelled jobs' sources go back to be routed again: let them go.
+    run_cli(sub.home, "rm", "-all")
+    if lag_jobs:
+        settle(ids)
+    lags = status_lag(sub, ce, queue, work, lag_jobs) if lag_jobs else []
+    queue.close()
+    return took, per_job, calls, lags
+
+
+def settle(ids: list[str], deadline: float = 600.0, quiet: float = 20.0) -> None:
+    """Wait until none of `ids` is in Slurm any more (cancelled and purged), and then
+    until slurmctld has answered every probe (an squeue, a test submit) promptly for
+    `quiet` seconds: it stalled for 35-40 s purging 10,000 cancelled jobs after they had
+    left squeue, and a run that started then failed its submits."""
     wanted = set(ids)
     end = time.monotonic() + deadline
-    while time.monotonic() < end:
+    while wanted and time.monotonic() < end:
         done = subprocess.run(
             ["squeue", "-h", "-t", "all", "-o", "%i"], capture_output=True, text=True, check=False
         )
         if done.returncode == 0 and not wanted.intersection(done.stdout.split()):
-            return
+            break
         time.sleep(2)
+    probe = ["sbatch", "--test-only", "--wrap=true", "--output=/dev/null"]
+    calm_since = time.monotonic()
+    while time.monotonic() < end and time.monotonic() - calm_since < quiet:
+        started = time.monotonic()
+        answers = [
+            subprocess.run(argv, capture_output=True, check=False, timeout=60).returncode
+            for argv in (["squeue", "-h", "-j", "1"], probe)
+        ]
+        if answers[1] != 0 or time.monotonic() - started > 5.0:
+            calm_since = time.monotonic()
+        time.sleep(1)
 
 
 def slurm_states(ids: list[str]) -> dict[str, str]:
@@ -332,6 +372,7 @@ def _jid(ad: ClassAd) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=10000)
+    parser.add_argument("--pairs", type=int, default=3, help="pairs of runs (median kept)")
     parser.add_argument("--poll", type=float, default=2.0, help="seconds between progress reads")
     parser.add_argument("--polls", type=int, default=4, help="probe intervals of squeue counts")
     parser.add_argument("--lag-jobs", type=int, default=2, help="jobs of the status lag run")
@@ -340,33 +381,65 @@ def main() -> int:
     if os.geteuid() != 0:
         print("needs root (the CE runs each job as its owner)", file=sys.stderr)
         return 2
+    pairs: list[tuple[float, float, str]] = []
+    per_job, calls, lags = 0.0, [], []
     with tempfile.TemporaryDirectory(prefix="ce-route-", dir="/var/tmp") as tmp:
-        root = Path(tmp)
-        loop_dir = root / "loop"
-        loop_dir.mkdir()
-        prefix = f"cebench{uuid.uuid4().hex[:6]}_"
-        print(f"1. sbatch loop of {args.jobs} jobs...")
-        loop_ids: list[str] = []
-        try:
-            loop = sbatch_loop(args.jobs, loop_dir, prefix, loop_ids)
-            print(f"   {loop:.1f} s ({args.jobs / loop:.0f} jobs/s)")
-            print(f"2. {args.jobs} jobs submitter -> HTCondor-C -> CE -> router -> Slurm...")
-            ce, per_job, calls, lags = through_ce(
-                root, args.jobs, args.poll, args.polls, args.lag_jobs, loop_ids
+        settle([])
+        for pair in range(1, args.pairs + 1):
+            last = pair == args.pairs
+            root = Path(tmp) / f"pair{pair}"
+            root.mkdir()
+            times: dict[str, float] = {}
+            loads: list[float] = []
+            for side in ("loop", "ce") if pair % 2 else ("ce", "loop"):
+                loads.append(os.getloadavg()[0])
+                if side == "loop":
+                    print(f"{pair}.1 sbatch loop of {args.jobs} jobs...")
+                    times[side] = loop_run(root, args.jobs)
+                    print(f"   {times[side]:.1f} s ({args.jobs / times[side]:.0f} jobs/s)")
+                    continue
+                print(
+                    f"{pair}.2 {args.jobs} jobs submitter -> HTCondor-C -> CE -> router -> Slurm..."
+                )
+                took, per_job, calls, lags = through_ce(
+                    root,
+                    args.jobs,
+                    args.poll,
+                    args.polls if last else 0,
+                    args.lag_jobs if last else 0,
+                )
+                times[side] = took
+                print(f"   {took:.1f} s ({args.jobs / took:.0f} jobs/s)")
+            load = f"{min(loads):.0f}-{max(*loads, os.getloadavg()[0]):.0f}"
+            pairs.append((times["loop"], times["ce"], load))
+            print(
+                f"   pair {pair}: CE / sbatch loop = {times['ce'] / times['loop']:.2f} (load {load})"
             )
-        finally:
-            cancel(loop_ids)
-        print(f"   {ce:.1f} s ({args.jobs / ce:.0f} jobs/s)")
-        ratio = ce / loop
-        print(f"CE / sbatch loop = {ratio:.2f} (target <= {TARGET})")
-        print(f"3. the CE's resident memory per job: {per_job:.1f} KiB")
-        print(
-            f"4. squeue per poll ({PROBE} s) with {args.jobs} jobs: "
-            f"{len(calls) / args.polls:.1f} (ids named by each: {', '.join(calls) or '-'})"
-        )
-        for running, ended in lags:
-            print(f"5. status lag: running {running:.1f} s, ended {ended:.1f} s (target <= 24)")
+    print(f"{args.jobs} jobs, {len(pairs)} pairs (sbatch loop, through the CE, ratio, load):")
+    for loop, ce, load in pairs:
+        print(f"   {loop:7.1f} s {ce:7.1f} s {ce / loop:6.2f}   {load}")
+    ratio = statistics.median(ce / loop for loop, ce, _ in pairs)
+    print(f"CE / sbatch loop = {ratio:.2f}, the median of the pairs' (target <= {TARGET})")
+    print(f"3. the CE's resident memory per job: {per_job:.1f} KiB")
+    print(
+        f"4. squeue per poll ({PROBE} s) with {args.jobs} jobs: "
+        f"{len(calls) / args.polls:.1f} (ids named by each: {', '.join(calls) or '-'})"
+    )
+    for running, ended in lags:
+        print(f"5. status lag: running {running:.1f} s, ended {ended:.1f} s (target <= 24)")
     return 0 if ratio <= TARGET else 1
+
+
+def loop_run(root: Path, count: int) -> float:
+    """The sbatch loop's seconds; its jobs cancelled and gone when it returns."""
+    work = root / "loop"
+    work.mkdir()
+    ids: list[str] = []
+    try:
+        return sbatch_loop(count, work, f"cebench{uuid.uuid4().hex[:6]}_", ids)
+    finally:
+        cancel(ids)
+        settle(ids)
 
 
 if __name__ == "__main__":

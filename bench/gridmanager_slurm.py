@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import dataclasses
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -230,6 +231,18 @@ def main() -> int:
     print(f"                      all: {seconds}")
     print(f"  ratio               {ratio:8.2f}   (target <= 1.1; manager / GAHP alone: "
           f"{big['submit_seconds'] / best_gahp:.2f})")  # fmt: skip
+    # Each round's three runs are side by side in time: their ratios share the load.
+    rounds = [
+        (run["submit_seconds"] / loop, gahp / loop)
+        for loop, gahp, run in zip(loops, gahps, runs, strict=True)
+    ]
+    print(
+        "  ratios by round     "
+        + ", ".join(f"{manager:.2f}" for manager, _ in rounds)
+        + f"  (median {statistics.median(m for m, _ in rounds):.2f}); GAHP alone / loop: "
+        + ", ".join(f"{alone:.2f}" for _, alone in rounds)
+        + f" (median {statistics.median(a for _, a in rounds):.2f})"
+    )
     print(f"status commands per poll interval ({args.poll:g} s)")
     for run in (small, large):
         per_poll = run["status_commands"] / max(1, run["polls"])

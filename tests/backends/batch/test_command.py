@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from htgrid.backends.batch import _runner
+from htgrid.backends.batch import _runner, _spawn
 from htgrid.backends.batch._base import (
     BackendError,
     BackendUnavailable,
@@ -172,18 +172,37 @@ def test_runner_reads_large_output_and_kills_the_group_when_cancelled(tmp_path: 
     assert not marker.exists()
 
 
+def test_a_program_found_on_the_path_is_looked_up_again_once_moved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    for where in (first, second):
+        where.mkdir()
+        (where / "lrmtool").write_text(f"#!/bin/sh\necho {where.name}\n")
+        (where / "lrmtool").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{first}:{second}:{os.environ['PATH']}")
+
+    async def twice() -> list[str]:
+        one = await run_command(["lrmtool"], timeout=30)
+        (first / "lrmtool").unlink()
+        two = await run_command(["lrmtool"], timeout=30)
+        return [one.stdout.strip(), two.stdout.strip()]
+
+    assert asyncio.run(twice()) == ["a", "b"]
+
+
 def test_a_command_cancelled_while_it_starts_is_killed_and_reaped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The process starts in a worker thread: a caller cancelled meanwhile must not leave
     # it running (nor a zombie) once the start completes.
-    started: list[subprocess.Popen[bytes]] = []
+    started: list[Any] = []
     start = _runner._start
 
     def recorded(argv: Sequence[str], stdin: str | None) -> Any:
-        proc, out, err = start(argv, stdin)
-        started.append(proc)
-        return proc, out, err
+        child = start(argv, stdin)
+        started.append(child)
+        return child
 
     monkeypatch.setattr(_runner, "_start", recorded)
 
@@ -200,6 +219,32 @@ def test_a_command_cancelled_while_it_starts_is_killed_and_reaped(
 
     asyncio.run(cancelled())
     assert started[0].returncode == -signal.SIGKILL
+    with pytest.raises(ChildProcessError):  # reaped: no zombie left
+        os.waitpid(started[0].pid, os.WNOHANG)
+
+
+@pytest.mark.parametrize("through", ["the C library", "os.posix_spawn"])
+def test_runner_feeds_stdin_and_restores_the_signals_python_ignores(
+    monkeypatch: pytest.MonkeyPatch, through: str
+) -> None:
+    # Python ignores SIGPIPE: a command that inherited that would not die of a closed
+    # pipe (`yes | head`), as LRM tools and job scripts expect. Both ways of starting
+    # it leave the command the same: its own session, no signal blocked or ignored.
+    if through == "os.posix_spawn":
+        monkeypatch.setattr(_spawn, "_libc", None)
+    else:
+        assert _spawn._libc is not None, "the C library's posix_spawn cannot be called"
+    script = "cat; grep -E 'SigIgn|SigBlk' /proc/$$/status; ps -o sid= -p $$; echo $$"
+    result = asyncio.run(run_command(["sh", "-c", script], stdin="line one\n", timeout=30))
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
+    assert lines[0] == "line one"
+    signals = dict(line.split(":") for line in lines[1:3])
+    assert int(signals["SigBlk"], 16) == 0
+    ignored = int(signals["SigIgn"], 16)
+    assert not ignored & (1 << (signal.SIGPIPE - 1))
+    assert not ignored & (1 << (signal.SIGXFSZ - 1))
+    assert lines[3].strip() == lines[4].strip()  # a session leader
 
 
 # --- the status algorithm, over a scripted Slurm --------------------------------------------

@@ -27,6 +27,8 @@ __all__ = [
     "CommandResult",
     "JobState",
     "NativeStatus",
+    "PreparedSubmit",
+    "link_name",
 ]
 
 
@@ -94,6 +96,21 @@ class BatchJobSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class PreparedSubmit:
+    """A submit whose files are written (`BatchBackend.prepare`), ready to be sent."""
+
+    spec: BatchJobSpec
+    #: The submit command and what to feed its standard input (command back ends).
+    argv: tuple[str, ...] = ()
+    stdin: str | None = None
+
+
+def link_name(native_id: str) -> str:
+    """The name of a job's `<native id> -> job dir` link (as the job wrapper makes it)."""
+    return native_id.replace("/", "_")
+
+
+@dataclass(frozen=True, slots=True)
 class NativeStatus:
     """One job's state as the batch system (or its history) reports it."""
 
@@ -123,10 +140,22 @@ class BatchBackend(abc.ABC):
 
     #: The name used in `grid_resource = batch <name>` and the blahp's gridtype.
     name: str
+    #: The directory in which the back end links `<link_name(native id)> -> job dir` for
+    #: each job it submits, if it does (the GAHP then makes no link of its own).
+    links: Path | None = None
 
     @abc.abstractmethod
     async def submit(self, spec: BatchJobSpec) -> str:
         """Submit one job; return its native id. Raises BackendError/BackendUnavailable."""
+
+    def prepare(self, spec: BatchJobSpec) -> PreparedSubmit:
+        """The blocking part of a submit (writing the job's script): the GAHP runs it in a
+        worker thread with the staging in. Raises BackendError."""
+        return PreparedSubmit(spec)
+
+    async def submit_prepared(self, prepared: PreparedSubmit) -> str:
+        """Submit a job `prepare` made ready; return its native id (as `submit`)."""
+        return await self.submit(prepared.spec)
 
     @abc.abstractmethod
     async def status(self, native_ids: Sequence[str]) -> dict[str, NativeStatus]:

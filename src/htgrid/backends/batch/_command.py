@@ -39,6 +39,8 @@ from htgrid.backends.batch._base import (
     CommandResult,
     JobState,
     NativeStatus,
+    PreparedSubmit,
+    link_name,
 )
 from htgrid.backends.batch._runner import CountingRunner, Runner, run_command
 from htgrid.backends.batch._script import (
@@ -181,6 +183,9 @@ class CommandBackend(BatchBackend):
     # --- BatchBackend ---------------------------------------------------------------------------
 
     async def submit(self, spec: BatchJobSpec) -> str:
+        return await self.submit_prepared(await asyncio.to_thread(self.prepare, spec))
+
+    def prepare(self, spec: BatchJobSpec) -> PreparedSubmit:
         check_spec(spec)
         path = script_path(spec, self.name)
         text = render_job_script(
@@ -189,19 +194,22 @@ class CommandBackend(BatchBackend):
             job_id_var=self.job_id_var,
             registry=self.links,
         )
-        tmp = path.with_name(path.name + ".tmp")
+        # Written in place: the script is sent only once it is whole, and a submit sent
+        # again after a crash writes it again (the GAHP's is in a new job directory).
         try:
-            # Written aside and renamed: a crash never leaves half a script behind.
-            tmp.write_text(text, encoding="utf-8")
-            tmp.replace(path)
+            path.write_text(text, encoding="utf-8")
         except OSError as exc:
             raise BackendError(f"cannot write the job script {path}: {exc}") from exc
         argv, stdin = self.submit_command(spec, path)
-        result = await self.run(argv, stdin=stdin)
+        return PreparedSubmit(spec, tuple(argv), stdin)
+
+    async def submit_prepared(self, prepared: PreparedSubmit) -> str:
+        argv = prepared.argv
+        result = await self.run(argv, stdin=prepared.stdin)
         if result.returncode != 0:
             raise self.failure(result, f"{argv[0]}")
         native_id = self.parse_submit(result)
-        self._register(native_id, spec.job_dir)
+        self._register(native_id, prepared.spec.job_dir)
         return native_id
 
     async def status(self, native_ids: Sequence[str]) -> dict[str, NativeStatus]:
@@ -268,7 +276,7 @@ class CommandBackend(BatchBackend):
     # --- the registry and exit-code files ----------------------------------------------------
 
     def _link(self, native_id: str) -> Path:
-        return self.links / native_id.replace("/", "_")
+        return self.links / link_name(native_id)
 
     def _register(self, native_id: str, job_dir: Path) -> None:
         link = self._link(native_id)

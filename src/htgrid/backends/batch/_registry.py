@@ -4,7 +4,8 @@ Modules are imported only when their name is first asked for, so a missing optio
 of one back end never stops the others. A back-end module plugs in either by defining
 `create_backend(options: BackendOptions) -> BatchBackend`, or by defining one concrete
 `BatchBackend` subclass whose `name` is the back end's name; that class is built with
-`registry=options.state_dir` when its constructor takes a `registry`, else with no arguments.
+`registry=options.registry` (or `options.state_dir`) when its constructor takes a
+`registry`, else with no arguments.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ class BackendOptions:
     name: str
     #: A directory the back end may keep its own files in (under the GAHP's scratch dir).
     state_dir: Path
+    #: Where a command back end keeps its `<lrm>/<native id> -> job dir` links (default:
+    #: `state_dir`); the GAHP passes its own index, so that one link serves both.
+    registry: Path | None = None
 
 
 BackendFactory = Callable[[BackendOptions], BatchBackend]
@@ -99,7 +103,7 @@ def _class_factory(name: str, module: ModuleType) -> BackendFactory:
 
     def build(options: BackendOptions) -> BatchBackend:
         if takes_registry:
-            return cls(registry=options.state_dir)
+            return cls(registry=options.registry or options.state_dir)
         return cls()
 
     return build

@@ -2,8 +2,16 @@
 
     <scratch>/jobs/<name>[.N]/        the job's directory: its cwd, inputs, stdout, stderr
         .htgrid-job.json              what this server knows about the job (JobRecord)
-    <scratch>/ids/<lrms>/<native id>  a link to the job's directory, to find it by id
+        .htgrid-blah-id               a link whose target is the job's blah id, once known
+    <scratch>/ids/<lrms>/<native id>  a link to the job's directory, to find it by id (a
+                                      command back end's registry: it makes the link)
     <scratch>/backends/<lrms>/        each back end's own files
+
+A submit writes the record once, before the job is sent (the crash-safety point: a
+record without an id is a job that may have reached the batch system, found again by
+its tag), then two links once it is there: by id, and the blah id in the directory. A
+record is rewritten only when something new is learnt (the final status, an id found
+after a crash).
 
 At submit the executable (unless StageCmd is false), stdin, the x509 proxy and the
 TransferInput files are copied in. When a status query first sees the job COMPLETED,
@@ -22,11 +30,10 @@ import os
 import shutil
 import stat
 import tempfile
-import urllib.parse
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from htgrid.backends.batch._base import BatchJobSpec, JobState, NativeStatus
+from htgrid.backends.batch._base import BatchJobSpec, JobState, NativeStatus, link_name
 from htgrid.backends.batch._jobad import InvalidSubmitAd, SubmitRequest
 
 __all__ = ["STDERR_NAME", "STDIN_NAME", "STDOUT_NAME", "JobRecord", "JobStore"]
@@ -35,6 +42,7 @@ STDOUT_NAME = "_condor_stdout"
 STDERR_NAME = "_condor_stderr"
 STDIN_NAME = "_condor_stdin"
 _RECORD = ".htgrid-job.json"
+_BLAH_ID = ".htgrid-blah-id"
 #: HTCondor's HoldReasonCode for "failed to transfer output files".
 HOLD_TRANSFER_OUTPUT = 12
 
@@ -91,6 +99,10 @@ class JobStore:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
+    def index_dir(self, lrms: str) -> Path:
+        """The `<native id> -> job dir` links of `lrms`'s jobs."""
+        return self.ids / lrms
+
     # ---- records ------------------------------------------------------------------------------
 
     def latest(self, name: str) -> JobRecord | None:
@@ -103,36 +115,62 @@ class JobStore:
         return newest
 
     def read(self, job_dir: Path) -> JobRecord | None:
-        """The record in `job_dir`."""
+        """The record in `job_dir`, with the job's ids once it was submitted."""
         try:
-            data = json.loads((job_dir / _RECORD).read_text(encoding="utf-8"))
+            data = json.loads((job_dir / _RECORD).read_bytes())
             data["outputs"] = tuple(tuple(pair) for pair in data.get("outputs", ()))
-            return JobRecord(**data)
+            record = JobRecord(**data)
         except (OSError, ValueError, TypeError):
             return None
+        if record.native_id is not None:
+            return record
+        try:
+            blah_id = os.readlink(job_dir / _BLAH_ID)
+        except OSError:
+            return record  # not sent, or sent just before a crash: ask the batch system
+        return replace(record, native_id=blah_id.rsplit("/", 1)[-1], blah_id=blah_id)
+
+    def create(self, record: JobRecord) -> None:
+        """Save the first record of a new job directory.
+
+        Written in place: the job is sent only once it is whole, and one cut short by a
+        crash is unreadable, which is a job never sent (its submit gets a new directory).
+        """
+        data = _record_json(record)
+        fd = os.open(Path(record.job_dir) / _RECORD, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with open(fd, "wb") as file:
+            file.write(data)
 
     def write(self, record: JobRecord) -> None:
-        """Save `record` (atomically) and index it by native id once it has one."""
-        job_dir = Path(record.job_dir)
-        _atomic_write(job_dir / _RECORD, json.dumps(asdict(record), indent=1).encode())
-        if record.native_id is not None:
-            link = self._id_link(record.lrms, record.native_id)
+        """Save `record` (atomically), replacing the one in its directory."""
+        _atomic_write(Path(record.job_dir) / _RECORD, _record_json(record))
+
+    def note_blah_id(self, job_dir: Path, blah_id: str) -> None:
+        """Write down the blah id of the job sent from `job_dir` (a link: no record write)."""
+        _replace_link(job_dir / _BLAH_ID, blah_id)
+
+    def index(self, lrms: str, native_id: str, job_dir: Path) -> None:
+        """Link `native_id` to the job's directory (replacing a link of an older job)."""
+        link = self.index_dir(lrms) / link_name(native_id)
+        try:
+            _replace_link(link, str(job_dir))
+        except FileNotFoundError:
             link.parent.mkdir(parents=True, exist_ok=True)
-            tmp = link.with_name(link.name + ".tmp")
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-            tmp.symlink_to(job_dir)
-            tmp.replace(link)
+            _replace_link(link, str(job_dir))
 
     def find(self, lrms: str, native_id: str) -> JobRecord | None:
         """The record of the job `native_id` of `lrms`, if this server submitted it."""
-        record = self.read(self._id_link(lrms, native_id))
-        if record is None or record.native_id != native_id or record.lrms != lrms:
+        record = self.read(self.index_dir(lrms) / link_name(native_id))
+        if record is None or record.lrms != lrms:
             return None
-        return record
+        if record.native_id is None:
+            # Linked by id, its blah id not yet written down (a crash between the two).
+            return replace(record, native_id=native_id)
+        return record if record.native_id == native_id else None
 
-    def _id_link(self, lrms: str, native_id: str) -> Path:
-        return self.ids / lrms / urllib.parse.quote(native_id, safe="")
+    def discard(self, job_dir: Path) -> None:
+        """Remove the directory of a job that was not sent."""
+        shutil.rmtree(job_dir, ignore_errors=True)
 
     def _dirs(self, name: str) -> list[Path]:
         first = self.jobs / name
@@ -221,7 +259,7 @@ class JobStore:
             proxy=proxy,
             outputs=tuple(outputs),
         )
-        self.write(record)
+        self.create(record)
         return spec, record
 
     def _new_dir(self, name: str) -> Path:
@@ -317,6 +355,25 @@ def _copy_out(source: Path, dest: Path) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _replace_link(link: Path, target: str) -> None:
+    """Make `link` point at `target`, atomically replacing whatever it was."""
+    try:
+        link.symlink_to(target)  # the usual case: one system call
+    except FileExistsError:
+        tmp = link.with_name(f".{link.name}.{os.getpid()}")
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(target)
+        tmp.replace(link)
+
+
+def _record_json(record: JobRecord) -> bytes:
+    # One line, by the C encoder (an indent would take the pure-Python one).
+    return json.dumps({name: getattr(record, name) for name in _FIELDS}).encode()
+
+
+_FIELDS = tuple(field.name for field in fields(JobRecord))
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

@@ -32,8 +32,14 @@ from htgrid.backends.batch._base import (
     BatchBackend,
     JobState,
     NativeStatus,
+    PreparedSubmit,
 )
-from htgrid.backends.batch._jobad import InvalidSubmitAd, client_tag, parse_submit_ad
+from htgrid.backends.batch._jobad import (
+    InvalidSubmitAd,
+    SubmitRequest,
+    client_tag,
+    parse_submit_ad,
+)
 from htgrid.backends.batch._poller import StatusBatcher
 from htgrid.backends.batch._registry import BackendOptions, UnknownBackend, create_backend
 from htgrid.backends.batch._sandbox import HOLD_TRANSFER_OUTPUT, JobRecord, JobStore
@@ -151,7 +157,8 @@ class BatchGahp:
         """The back end for `lrms`, built on first use; raises UnknownBackend."""
         backend = self._backends.get(lrms)
         if backend is None:
-            options = BackendOptions(lrms, self.store.backend_dir(lrms))
+            # A command back end's registry is the store's index: one link per job.
+            options = BackendOptions(lrms, self.store.backend_dir(lrms), self.store.ids)
             backend = create_backend(lrms, options)
             self._backends[lrms] = backend
         return backend
@@ -185,17 +192,24 @@ class BatchGahp:
         lock = self._lock(f"submit {request.tag}")
         try:
             async with lock:
-                if request.tag_from_client:
-                    again = await self._already_submitted(
-                        request.job_dir_name, request.lrms, backend
-                    )
+                # One hop to a worker thread: the look for an earlier submit of the same
+                # client job, the job's directory, inputs, record and script.
+                staged = await asyncio.to_thread(
+                    self._stage, request, backend, look_back=request.tag_from_client
+                )
+                if isinstance(staged, JobRecord):
+                    again = await self._already_submitted(staged, request.lrms, backend)
                     if again is not None:
                         return blah.Submitted("0", blah_id=again).fields()
-                spec, record = await asyncio.to_thread(self.store.stage_in, request)
-                native_id = await backend.submit(spec)
+                    staged = await asyncio.to_thread(self._prepare, request, backend)
+                native_id = await backend.submit_prepared(staged)
                 blah_id = f"{request.lrms}/{self._date()}/{native_id}"
-                done = _with_ids(record, native_id, blah_id)
-                await asyncio.to_thread(self.store.write, done)
+                # Two links, metadata only, in directories this server made: cheaper
+                # here than another hop to a thread and back.
+                job_dir = staged.spec.job_dir
+                if backend.links != self.store.index_dir(request.lrms):
+                    self.store.index(request.lrms, native_id, job_dir)
+                self.store.note_blah_id(job_dir, blah_id)
         except InvalidSubmitAd as err:
             return blah.Submitted(str(err.code), str(err)).fields()
         except BackendError as err:
@@ -205,13 +219,34 @@ class BatchGahp:
         self.batcher(request.lrms).forget([native_id])
         return blah.Submitted("0", blah_id=blah_id).fields()
 
-    async def _already_submitted(self, name: str, lrms: str, backend: BatchBackend) -> str | None:
+    def _stage(
+        self, request: SubmitRequest, backend: BatchBackend, *, look_back: bool = False
+    ) -> JobRecord | PreparedSubmit:
+        """(In a worker thread) the record of an earlier submit of the same client job if
+        `look_back` finds one, else the new job staged in and its submit prepared."""
+        if look_back:
+            earlier = self.store.latest(request.job_dir_name)
+            if earlier is not None:
+                return earlier
+        return self._prepare(request, backend)
+
+    def _prepare(self, request: SubmitRequest, backend: BatchBackend) -> PreparedSubmit:
+        """(In a worker thread) the new job staged in and its submit prepared."""
+        spec, _ = self.store.stage_in(request)
+        try:
+            return backend.prepare(spec)
+        except BaseException:
+            self.store.discard(spec.job_dir)
+            raise
+
+    async def _already_submitted(
+        self, record: JobRecord, lrms: str, backend: BatchBackend
+    ) -> str | None:
         """The blah id of a live job submitted before for the same client job, if any.
 
         The grid manager may submit again after a crash; never run the same job twice.
         """
-        record = await asyncio.to_thread(self.store.latest, name)
-        if record is None or record.final is not None or record.lrms != lrms:
+        if record.final is not None or record.lrms != lrms:
             return None
         native_id = record.native_id
         if native_id is None:
@@ -225,8 +260,13 @@ class BatchGahp:
         if record.blah_id is not None and record.native_id == native_id:
             return record.blah_id
         blah_id = f"{record.lrms}/{self._date()}/{native_id}"
-        await asyncio.to_thread(self.store.write, _with_ids(record, native_id, blah_id))
+        await asyncio.to_thread(self._write_ids, record, native_id, blah_id)
         return blah_id
+
+    def _write_ids(self, record: JobRecord, native_id: str, blah_id: str) -> None:
+        """(In a worker thread) the ids of a job found after a crash, written down."""
+        self.store.write(_with_ids(record, native_id, blah_id))
+        self.store.index(record.lrms, native_id, Path(record.job_dir))
 
     def _lock(self, key: str) -> asyncio.Lock:
         lock = self._locks.get(key)
@@ -251,7 +291,7 @@ class BatchGahp:
             return blah.Found("0").fields()
         blah_id = f"{lrms}/{self._date()}/{native_id}"
         if record is not None and record.lrms == lrms:
-            await asyncio.to_thread(self.store.write, _with_ids(record, native_id, blah_id))
+            await asyncio.to_thread(self._write_ids, record, native_id, blah_id)
         return blah.Found("0", blah_id=blah_id).fields()
 
     def _date(self) -> str:
