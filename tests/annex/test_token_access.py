@@ -199,3 +199,145 @@ def test_the_token_ends_with_the_lease_in_ssm_and_the_role_with_the_annex(
     assert done["parameters"][-1] == f"{lf.TOKEN_ROOT}/alice/x" and done["role"] is True
     roles = [r["RoleName"] for r in boto("iam").list_roles(PathPrefix=lf.ROLE_PATH)["Roles"]]  # type: ignore[attr-defined]
     assert sorted(roles) == sorted(lf.instance_role(n, REGION) for n in ("y", "b"))
+
+
+def test_create_waits_for_its_new_instance_profile_to_reach_ec2(aws: str, home: Path) -> None:
+    """IAM is eventually consistent: EC2 may not know a profile made a moment ago."""
+    from botocore.exceptions import ClientError
+
+    refusals = [2]
+
+    class Late:
+        def __init__(self, service: str) -> None:
+            self.client = boto(service)
+
+        def __getattr__(self, name: str) -> Any:
+            call = getattr(self.client, name)
+            if name != "run_instances":
+                return call
+
+            def run(**kwargs: Any) -> Any:
+                if refusals[0]:
+                    refusals[0] -= 1
+                    message = "Value (w1) for parameter iamInstanceProfile.name is invalid. Invalid IAM Instance Profile name"
+                    raise ClientError(
+                        {"Error": {"Code": "InvalidParameterValue", "Message": message}},
+                        "RunInstances",
+                    )
+                return call(**kwargs)
+
+            return run
+
+    cloud = AwsAnnexes(REGION, clients=Late)
+    slept: list[float] = []
+    cloud.sleep = slept.append
+    ann = annexes(home)
+    ann.aws = cloud
+    made = ann.create(AnnexSpec("w1", count=1, lifetime=3600, image_ids=(IMAGE,)))
+    assert len(made.ids) == 1 and slept == [2.0, 2.0]
+
+
+def _requests(service: str, operation: str, kw: dict[str, Any], user: str) -> list[tuple[str, str, dict[str, str]]]:  # fmt: skip
+    """What IAM authorizes for one call: (action, resource ARN, request context) each."""
+    action = f"{service}:{''.join(w.title() for w in operation.split('_'))}"
+    me = {"aws:username": user}
+    if service == "ssm":
+        names = kw.get("Names") or [kw.get("Name") or kw["Path"]]
+        return [(action, f"{SSM}{n}", me) for n in names]
+    if service == "events":
+        if "ResourceARN" in kw:
+            return [(action, kw["ResourceARN"], me)]
+        rule = kw.get("Rule") or kw.get("Name")
+        if rule is None:
+            return [(action, "*", me)]
+        return [(action, f"arn:aws:events:{REGION}:{ACCOUNT}:rule/{rule}", me)]
+    if service == "iam":
+        role = kw.get("RoleName") or kw.get("InstanceProfileName")
+        try:
+            tags = boto("iam").get_role(RoleName=role)["Role"].get("Tags", [])  # type: ignore[attr-defined]
+        except Exception:
+            tags = []
+        ctx = {**me, **{f"iam:ResourceTag/{t['Key']}": t["Value"] for t in tags}}
+        ctx["iam:PermissionsBoundary"] = kw.get("PermissionsBoundary") or _boundary_of(role)
+        if "PolicyArn" in kw:
+            ctx["iam:PolicyARN"] = kw["PolicyArn"]
+        for tag in kw.get("Tags", []):
+            ctx[f"aws:RequestTag/{tag['Key']}"] = tag["Value"]
+        kind = "instance-profile" if "InstanceProfile" in action else "role"
+        out = [(action, f"arn:aws:iam::{ACCOUNT}:{kind}{lf.ROLE_PATH}{role}", ctx)]
+        if operation == "create_role" and kw.get("Tags"):
+            out.append(("iam:TagRole", out[0][1], ctx))
+        if operation == "add_role_to_instance_profile":
+            out += _pass(kw["RoleName"], user)
+        return out
+    if operation == "run_instances":
+        return [(action, "*", me), *_pass(kw["IamInstanceProfile"]["Name"], user)]
+    if operation == "request_spot_fleet":
+        config = kw["SpotFleetRequestConfig"]
+        fleet = config["IamFleetRole"].rpartition("/")[2]
+        passes = [("iam:PassRole", config["IamFleetRole"], {**me, "iam:PassedToService": "spotfleet.amazonaws.com"})]  # fmt: skip
+        for spec in config["LaunchSpecifications"]:
+            passes += _pass(spec["IamInstanceProfile"]["Name"], user)
+        assert fleet
+        return [(action, "*", me), *passes]
+    return [(action, "*", me)]
+
+
+def _boundary_of(role: str) -> str:
+    try:
+        found = boto("iam").get_role(RoleName=role)["Role"]  # type: ignore[attr-defined]
+    except Exception:
+        return ""
+    return str(found.get("PermissionsBoundary", {}).get("PermissionsBoundaryArn", ""))
+
+
+def _pass(role: str, user: str) -> list[tuple[str, str, dict[str, str]]]:
+    tags = boto("iam").get_role(RoleName=role)["Role"].get("Tags", [])  # type: ignore[attr-defined]
+    ctx = {"aws:username": user, "iam:PassedToService": "ec2.amazonaws.com"}
+    ctx.update({f"iam:ResourceTag/{t['Key']}": t["Value"] for t in tags})
+    return [("iam:PassRole", f"{ROLES}{role}", ctx)]
+
+
+def test_every_call_of_a_users_annex_is_one_the_printed_policy_allows(aws: str, home: Path) -> None:
+    """moto checks the actions (test_privileges); here each call's resources and
+    conditions, as IAM would: create, add, extend, status and shutdown, on-demand and
+    spot fleet, by an IAM user holding only the printed policy."""
+    policy = [user_policy(REGION, ACCOUNT)]
+    refused: list[str] = []
+    seen: list[str] = []
+    own = _as("carol")
+
+    class Checked:
+        def __init__(self, service: str) -> None:
+            self.service, self.client = service, own(service)
+
+        def __getattr__(self, name: str) -> Any:
+            call = getattr(self.client, name)
+            if name == "meta":
+                return call
+
+            def checked(**kwargs: Any) -> Any:
+                for action, resource, ctx in _requests(self.service, name, kwargs, "carol"):
+                    seen.append(action)
+                    if not allowed(policy, action, resource, ctx):
+                        refused.append(f"{action} on {resource}")
+                return call(**kwargs)
+
+            return checked
+
+    ann = annexes(home)
+    ann.aws = AwsAnnexes(REGION, clients=Checked)
+    ann.create(AnnexSpec("c1", count=1, lifetime=3600, image_ids=(IMAGE,)))
+    ann.create(AnnexSpec("c2", slots=2, lifetime=3600, image_ids=(IMAGE,)))
+    ann.add("c1", count=1)
+    ann.extend("c1", lifetime=7200)
+    ann.describe()
+    ann.shutdown("c1")
+    ann.shutdown("c2")
+    assert refused == []
+    for action in ("iam:CreateRole", "iam:PassRole", "iam:DeleteRole", "ssm:PutParameter",
+                   "ssm:DeleteParameters", "ec2:RunInstances", "ec2:RequestSpotFleet"):  # fmt: skip
+        assert action in seen, action
+    # And what the lease function would leave: nothing.
+    assert not boto("iam").list_roles(PathPrefix=lf.ROLE_PATH)["Roles"]  # type: ignore[attr-defined]
+    assert not boto("ssm").get_parameters_by_path(Path=lf.TOKEN_ROOT, Recursive=True)["Parameters"]  # type: ignore[attr-defined]

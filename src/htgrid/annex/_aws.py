@@ -60,6 +60,7 @@ MIN_LEASE: Final = 60.0
 # How long a new instance profile may take to be usable by EC2 (IAM is eventually
 # consistent: "Invalid IAM Instance Profile name" for some seconds after it is made).
 _PROFILE_WAIT: Final = 60.0
+_PROFILE_POLL: Final = 2.0
 _EC2_TRUST: Final = json.dumps(
     {
         "Version": "2012-10-17",
@@ -240,14 +241,14 @@ class AwsAnnexes:
 
     def _launch(self, operation: str, **kwargs: Any) -> Any:
         """`operation`, retried while EC2 does not know the new instance profile yet."""
-        deadline = self.clock() + _PROFILE_WAIT
-        while True:
+        for _ in range(int(_PROFILE_WAIT / _PROFILE_POLL)):
             try:
                 return self.call("ec2", operation, **kwargs)
             except AnnexCloudError as exc:
-                if "nstance profile" not in str(exc) or self.clock() >= deadline:
+                if "instance profile" not in str(exc).lower():
                     raise
-            self.sleep(2.0)
+            self.sleep(_PROFILE_POLL)
+        return self.call("ec2", operation, **kwargs)
 
     # ---- the lease ------------------------------------------------------------------
 
@@ -440,11 +441,12 @@ class AwsAnnexes:
     def end(self, name: str) -> dict[str, Any]:
         """Shut `name` down now: what the lease function does at the lease's end
         (pending fleet requests cancelled, instances terminated, secrets and rule gone)."""
+        token = self.token_path(name)
         self.calls += 1
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            return enforce(self.client, name, float("-inf"), self.clock())
+            return enforce(self.client, name, float("-inf"), self.clock(), token)
         except (ClientError, BotoCoreError) as exc:
             raise AnnexCloudError(f"shutting down annex {name} in {self.region}: {exc}") from None
 

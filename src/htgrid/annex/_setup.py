@@ -177,6 +177,7 @@ def user_policy(region: str, account: str) -> dict[str, Any]:
                 "ec2:RequestSpotFleet",
                 "ec2:DescribeSpotFleetRequests",
                 "ec2:CancelSpotFleetRequests",
+                "ec2:DescribeSpotPriceHistory",
                 "events:ListRules",
                 "sts:GetCallerIdentity",
             ],

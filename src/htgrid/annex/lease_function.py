@@ -248,8 +248,11 @@ def _delete_parameters(ssm: Any, annex: str) -> list[str]:
     return names
 
 
-def _delete_tokens(ssm: Any, annex: str) -> list[str]:
-    """The annex's token (TOKEN_ROOT/OWNER/NAME, whoever its owner)."""
+def _delete_tokens(ssm: Any, annex: str, token: str | None) -> list[str]:
+    """The annex's token: `token`, else TOKEN_ROOT/OWNER/NAME whoever its owner (the
+    owner's own shutdown names it: a user may not list the others')."""
+    if token is not None:
+        return list(ssm.delete_parameters(Names=[token]).get("DeletedParameters", []))
     names = [
         p["Name"]
         for p in _pages(
@@ -305,14 +308,16 @@ def _remove_rule(events: Any, rule: str) -> None:
             raise  # the rule stays, and runs this again in a minute
 
 
-def enforce(aws: Clients, annex: str, expiration: float, now: float) -> dict[str, Any]:
-    """End `annex` if its lease has passed: instances, fleets, secrets, then its rule."""
+def enforce(aws: Clients, annex: str, expiration: float, now: float,
+            token: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """End `annex` if its lease has passed: instances, fleets, secrets, then its rule
+    (`token`: its token's parameter, when the caller knows it)."""
     if now < expiration:
         return {"annex": annex, "expired": False, "remaining": int(expiration - now)}
     done: dict[str, Any] = {"annex": annex, "expired": True}
     done.update(_stop_spending(aws, {annex}))
     ssm = aws("ssm")
-    done["parameters"] = _delete_parameters(ssm, annex) + _delete_tokens(ssm, annex)
+    done["parameters"] = _delete_parameters(ssm, annex) + _delete_tokens(ssm, annex, token)
     # Its instances' role last: they are gone, and with it any reading of the token.
     done["role"] = _delete_role(aws("iam"), instance_role(annex, ssm.meta.region_name))
     _remove_rule(aws("events"), rule_name(annex))
