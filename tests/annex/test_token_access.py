@@ -9,6 +9,7 @@ instance role's policies and permissions boundary as moto holds them."""
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -254,7 +255,7 @@ def _requests(service: str, operation: str, kw: dict[str, Any], user: str) -> li
     if service == "iam":
         role = kw.get("RoleName") or kw.get("InstanceProfileName")
         try:
-            tags = boto("iam").get_role(RoleName=role)["Role"].get("Tags", [])  # type: ignore[attr-defined]
+            tags = _admin_iam().get_role(RoleName=role)["Role"].get("Tags", [])
         except Exception:
             tags = []
         ctx = {**me, **{f"iam:ResourceTag/{t['Key']}": t["Value"] for t in tags}}
@@ -283,16 +284,22 @@ def _requests(service: str, operation: str, kw: dict[str, Any], user: str) -> li
     return [(action, "*", me)]
 
 
+@functools.cache
+def _admin_iam() -> Any:
+    """One client for the checks' own look-ups (a client is slow to make)."""
+    return boto("iam")
+
+
 def _boundary_of(role: str) -> str:
     try:
-        found = boto("iam").get_role(RoleName=role)["Role"]  # type: ignore[attr-defined]
+        found = _admin_iam().get_role(RoleName=role)["Role"]
     except Exception:
         return ""
     return str(found.get("PermissionsBoundary", {}).get("PermissionsBoundaryArn", ""))
 
 
 def _pass(role: str, user: str) -> list[tuple[str, str, dict[str, str]]]:
-    tags = boto("iam").get_role(RoleName=role)["Role"].get("Tags", [])  # type: ignore[attr-defined]
+    tags = _admin_iam().get_role(RoleName=role)["Role"].get("Tags", [])
     ctx = {"aws:username": user, "iam:PassedToService": "ec2.amazonaws.com"}
     ctx.update({f"iam:ResourceTag/{t['Key']}": t["Value"] for t in tags})
     return [("iam:PassRole", f"{ROLES}{role}", ctx)]
