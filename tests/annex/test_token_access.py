@@ -348,3 +348,19 @@ def test_every_call_of_a_users_annex_is_one_the_printed_policy_allows(aws: str, 
     # And what the lease function would leave: nothing.
     assert not boto("iam").list_roles(PathPrefix=lf.ROLE_PATH)["Roles"]  # type: ignore[attr-defined]
     assert not boto("ssm").get_parameters_by_path(Path=lf.TOKEN_ROOT, Recursive=True)["Parameters"]  # type: ignore[attr-defined]
+
+
+def test_the_lease_function_deletes_a_role_a_killed_create_left_half_made() -> None:
+    """A create killed between making the profile and adding the role to it."""
+    from moto import mock_aws
+
+    with mock_aws():
+        iam = boto3.client("iam", region_name=REGION)
+        name = lf.instance_role("k1", REGION)
+        iam.create_role(RoleName=name, Path=lf.ROLE_PATH, AssumeRolePolicyDocument="{}")
+        iam.create_instance_profile(InstanceProfileName=name, Path=lf.ROLE_PATH)
+        done = lf.enforce(lambda s: boto3.client(s, region_name=REGION), "k1", 0, 1)
+        assert done["role"] is True
+        assert (
+            not iam.list_roles()["Roles"] and not iam.list_instance_profiles()["InstanceProfiles"]
+        )

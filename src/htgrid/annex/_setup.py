@@ -136,6 +136,7 @@ def _lease_policy(region: str, account: str) -> dict[str, Any]:
         (["ssm:GetParametersByPath", "ssm:DeleteParameters"], params),
         (
             [
+                "iam:GetInstanceProfile",
                 "iam:RemoveRoleFromInstanceProfile",
                 "iam:DeleteInstanceProfile",
                 "iam:ListAttachedRolePolicies",
@@ -251,6 +252,7 @@ def _role_statements(account: str) -> list[dict[str, Any]]:
         allow(
             [
                 "iam:CreateInstanceProfile",
+                "iam:GetInstanceProfile",
                 "iam:AddRoleToInstanceProfile",
                 "iam:RemoveRoleFromInstanceProfile",
                 "iam:DeleteInstanceProfile",

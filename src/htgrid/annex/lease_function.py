@@ -277,8 +277,18 @@ def _delete_role(iam: Any, name: str) -> bool:
             return False
         return True
 
-    found = gone(iam.remove_role_from_instance_profile, InstanceProfileName=name, RoleName=name)
-    found |= gone(iam.delete_instance_profile, InstanceProfileName=name)
+    found = False
+    try:
+        profile = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
+    except Exception as exc:
+        if _code(exc) != "NoSuchEntity":
+            raise
+    else:
+        # A create killed halfway may have left it without its role.
+        for role in profile.get("Roles", []):
+            gone(iam.remove_role_from_instance_profile, InstanceProfileName=name,
+                 RoleName=role["RoleName"])  # fmt: skip
+        found = gone(iam.delete_instance_profile, InstanceProfileName=name)
     try:
         attached = iam.list_attached_role_policies(RoleName=name).get("AttachedPolicies", [])
     except Exception as exc:
