@@ -26,6 +26,8 @@ logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
 REGION = "us-east-1"
 IMAGE = "ami-12c6146b"
+#: The IAM user moto's test keys are (an annex's token is under its owner's name).
+OWNER = "moto"
 
 
 @pytest.fixture(scope="session")

@@ -34,7 +34,7 @@ from htgrid.testing import PersonalPool, run_cli, wait_for
 from htgrid.testing.annex import InstanceHarness
 from htgrid.testing.node import CENTRAL_MANAGER, FAST_CYCLES
 
-from .conftest import IMAGE, REGION, boto
+from .conftest import IMAGE, OWNER, REGION, boto
 
 NODE = ["NUM_CPUS=1", "MEMORY=512", "ALLOW_ROOT_JOBS=true", "JOB_MAX_VACATE_TIME=1"]
 
@@ -378,7 +378,7 @@ def _as_alice_and_bob(pool: PersonalPool, harness: InstanceHarness, tmp_path: Pa
         pytest.fail(_diagnose(harness))
     assert slot["Machine"] == f"{made.ids[0]}.ua.annex"
     # The schedd chose the token's identity, authorization and lifetime.
-    param = boto("ssm").get_parameter(Name=token_parameter("ua"), WithDecryption=True)  # type: ignore[attr-defined]
+    param = boto("ssm").get_parameter(Name=token_parameter("ua", OWNER), WithDecryption=True)  # type: ignore[attr-defined]
     claims = StoredToken.read(param["Parameter"]["Value"]).claims
     assert claims["sub"] == f"ua.annex@{domain}" and claims["iss"] == domain
     assert claims["scope"] == "condor:/ADVERTISE_STARTD"

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from htgrid.annex import (
+    INSTANCE_POLICY,
     Annexes,
     AnnexNotFound,
     AnnexSpec,
@@ -29,13 +30,23 @@ from htgrid.client import StoredToken
 from htgrid.queue import NotAuthorized
 from htgrid.testing import run_cli
 
-from .conftest import IMAGE, REGION, annexes, boto, kill_creates_at_random
+from .conftest import IMAGE, OWNER, REGION, annexes, boto, kill_creates_at_random
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def _clients(service: str) -> Any:
     return boto(service)
+
+
+#: What `_leftovers` finds when nothing of any annex is left.
+NOTHING: dict[str, list[str]] = {
+    "instances": [],
+    "fleets": [],
+    "rules": [],
+    "parameters": [],
+    "roles": [],
+}
 
 
 def _live_instances() -> list[dict[str, Any]]:
@@ -49,7 +60,8 @@ def _live_instances() -> list[dict[str, Any]]:
 
 
 def _leftovers() -> dict[str, list[str]]:
-    """What could still spend or hold a secret: live instances, fleets, rules, parameters."""
+    """What could still spend or hold a secret: live instances, fleets, rules, parameters,
+    the annexes' instance roles and profiles."""
     ec2, events, ssm = boto("ec2"), boto("events"), boto("ssm")
     fleets = [
         f["SpotFleetRequestId"]
@@ -59,13 +71,18 @@ def _leftovers() -> dict[str, list[str]]:
     rules = [r["Name"] for r in events.list_rules(NamePrefix=lf.RULE_PREFIX)["Rules"]]  # type: ignore[attr-defined]
     params = [
         p["Name"]
-        for p in ssm.get_parameters_by_path(Path=lf.PARAMETER_ROOT, Recursive=True)["Parameters"]  # type: ignore[attr-defined]
+        for root in (lf.PARAMETER_ROOT, lf.TOKEN_ROOT)
+        for p in ssm.get_parameters_by_path(Path=root, Recursive=True)["Parameters"]  # type: ignore[attr-defined]
     ]
+    iam = boto("iam")
+    roles = [r["RoleName"] for r in iam.list_roles(PathPrefix=lf.ROLE_PATH)["Roles"]]  # type: ignore[attr-defined]
+    profiles = iam.list_instance_profiles(PathPrefix=lf.ROLE_PATH)["InstanceProfiles"]  # type: ignore[attr-defined]
     return {
         "instances": [i["InstanceId"] for i in _live_instances()],
         "fleets": fleets,
         "rules": rules,
         "parameters": params,
+        "roles": roles + [f"profile {p['InstanceProfileName']}" for p in profiles],
     }
 
 
@@ -95,8 +112,9 @@ def test_setup_installs_the_function_its_rule_and_roles(aws: str) -> None:
     rule = boto("events").describe_rule(Name=lf.SWEEPER_RULE)  # type: ignore[attr-defined]
     assert rule["ScheduleExpression"] == "rate(1 minute)" and rule["State"] == "ENABLED"
     assert _sweeper_event() == {"htgrid": "annex-sweep"}
-    profile = boto("iam").get_instance_profile(InstanceProfileName="htgrid-annex-instance")  # type: ignore[attr-defined]
-    assert [r["RoleName"] for r in profile["InstanceProfile"]["Roles"]] == ["htgrid-annex-instance"]
+    # The instances' policy, every annex's instance role's (made by `create`).
+    arn = f"arn:aws:iam::123456789012:policy{lf.ROLE_PATH}{INSTANCE_POLICY}"
+    assert boto("iam").get_policy(PolicyArn=arn)["Policy"]["DefaultVersionId"] == "v1"  # type: ignore[attr-defined]
     # The function's code is this package's lease_function.py, alone: no htgrid import.
     code = lease_function_zip()
     assert b"lease_function.py" in code
@@ -105,13 +123,15 @@ def test_setup_installs_the_function_its_rule_and_roles(aws: str) -> None:
     status, out, err = run_cli(Path("."), "annex", "setup")
     assert status == 0, err
     assert '"iam:PassRole"' in out and '"ec2:RunInstances"' in out
+    assert boto("iam").get_policy(PolicyArn=arn)["Policy"]["DefaultVersionId"] == "v2"  # type: ignore[attr-defined]
+    assert len(boto("iam").list_policy_versions(PolicyArn=arn)["Versions"]) == 2  # type: ignore[attr-defined]
 
 
 def test_without_setup_create_refuses_and_requests_nothing(aws: str, home: Path) -> None:
     boto("events").remove_targets(Rule=lf.SWEEPER_RULE, Ids=["lease"])  # type: ignore[attr-defined]
     with pytest.raises(SetupMissing, match="htgrid annex setup"):
         annexes(home).create(AnnexSpec("a1", count=1, lifetime=3600, image_ids=(IMAGE,)))
-    assert _leftovers() == {"instances": [], "fleets": [], "rules": [], "parameters": []}
+    assert _leftovers() == NOTHING
 
 
 def test_the_lease_is_installed_before_any_instance_is_requested(aws: str, home: Path) -> None:
@@ -149,7 +169,7 @@ def test_the_lease_function_ends_the_annex_at_its_lease_end_and_not_before(
     assert len(_live_instances()) == 3
     done = lf.handler(event, None, clock=lambda: end, clients=_clients)
     assert done["expired"] is True and len(done["terminated"]) == 3
-    assert _leftovers() == {"instances": [], "fleets": [], "rules": [], "parameters": []}
+    assert _leftovers() == NOTHING
     # Run again (the rule's last minute raced its removal): nothing fails.
     assert lf.handler(event, None, clock=lambda: end + 60, clients=_clients)["terminated"] == []
 
@@ -164,7 +184,7 @@ def test_a_spot_fleet_annex_is_cancelled_with_its_instances(aws: str, home: Path
     assert len(live) == 3 and all(i.get("InstanceLifecycle") == "spot" for i in live)
     (event,) = _rule_events()
     lf.handler(event, None, clock=lambda: event["LeaseExpiration"] + 1, clients=_clients)
-    assert _leftovers() == {"instances": [], "fleets": [], "rules": [], "parameters": []}
+    assert _leftovers() == NOTHING
 
 
 def test_shutdown_cancels_pending_requests_and_terminates(aws: str, home: Path) -> None:
@@ -179,7 +199,7 @@ def test_shutdown_cancels_pending_requests_and_terminates(aws: str, home: Path) 
     assert run_cli(home, "annex", "shutdown", "f2")[0] == 1  # no such annex now
     # Its token is revoked in the pool too.
     assert run_cli(home, "annex", "shutdown", "o2")[0] == 0
-    assert _leftovers() == {"instances": [], "fleets": [], "rules": [], "parameters": []}
+    assert _leftovers() == NOTHING
     revoked = (home / "etc" / "tokens.revoked").read_text()
     assert revoked.count("annex o2 shut down") == 1
 
@@ -189,7 +209,7 @@ def test_the_token_reaches_instances_through_ssm_not_user_data(aws: str, home: P
     made = annexes(home, clock=lambda: now).create(
         AnnexSpec("t1", count=1, lifetime=5400, image_ids=(IMAGE,), owners=("alice", "bob"))
     )
-    param = boto("ssm").get_parameter(Name=token_parameter("t1"), WithDecryption=True)  # type: ignore[attr-defined]
+    param = boto("ssm").get_parameter(Name=token_parameter("t1", OWNER), WithDecryption=True)  # type: ignore[attr-defined]
     assert param["Parameter"]["Type"] == "SecureString"
     token = param["Parameter"]["Value"]
     claims = StoredToken.read(token).claims
@@ -201,7 +221,7 @@ def test_the_token_reaches_instances_through_ssm_not_user_data(aws: str, home: P
     user_data = base64.b64decode(raw["UserData"]["Value"]).decode()
     assert token not in user_data and token.split(".")[1] not in user_data
     settings = settings_of(user_data)
-    assert settings["token_parameter"] == token_parameter("t1")
+    assert settings["token_parameter"] == token_parameter("t1", OWNER)
     assert settings["start"] == (
         '(MY.AnnexName == TARGET.TargetAnnexName) && member(TARGET.Owner, {"alice", "bob"})'
     )
@@ -212,7 +232,7 @@ def test_extend_moves_the_lease_in_the_cloud(aws: str, home: Path) -> None:
     now = [1_900_000_000.0]
     ann = annexes(home, clock=lambda: now[0])
     ann.create(AnnexSpec("e1", count=1, lifetime=600, image_ids=(IMAGE,)))
-    old_token = boto("ssm").get_parameter(Name=token_parameter("e1"), WithDecryption=True)  # type: ignore[attr-defined]
+    old_token = boto("ssm").get_parameter(Name=token_parameter("e1", OWNER), WithDecryption=True)  # type: ignore[attr-defined]
     now[0] += 300
     new = ann.extend("e1", lifetime=3600)
     assert new == now[0] + 3600
@@ -229,11 +249,11 @@ def test_extend_moves_the_lease_in_the_cloud(aws: str, home: Path) -> None:
     # The old lease end passes: nothing ends.
     assert lf.handler(event, None, clock=lambda: now[0] + 600, clients=_clients)["expired"] is False
     assert len(_live_instances()) == 1
-    fresh = boto("ssm").get_parameter(Name=token_parameter("e1"), WithDecryption=True)  # type: ignore[attr-defined]
+    fresh = boto("ssm").get_parameter(Name=token_parameter("e1", OWNER), WithDecryption=True)  # type: ignore[attr-defined]
     assert StoredToken.read(fresh["Parameter"]["Value"]).claims["exp"] == int(new)
     assert fresh["Parameter"]["Value"] != old_token["Parameter"]["Value"]
     lf.handler(event, None, clock=lambda: new, clients=_clients)
-    assert _leftovers() == {"instances": [], "fleets": [], "rules": [], "parameters": []}
+    assert _leftovers() == NOTHING
     with pytest.raises(AnnexNotFound):
         ann.extend("e1", lifetime=60)
 
@@ -258,7 +278,7 @@ def test_bad_requests_are_refused_before_anything_is_made(aws: str, home: Path) 
     ):
         status, _, err = _create(home, *args)
         assert status == 2 and said in err, (args, err)
-    assert _leftovers() == {"instances": [], "fleets": [], "rules": [], "parameters": []}
+    assert _leftovers() == NOTHING
     assert _create(home, "x1", "--count", "1", "--lifetime", "1h")[0] == 0
     status, _, err = _create(home, "x1", "--count", "1", "--lifetime", "1h")
     assert status == 2 and "exists" in err
@@ -293,7 +313,7 @@ def test_kill_9_of_create_at_any_moment_leaves_nothing_past_the_lease(aws: str, 
     for event in _rule_events():
         lf.handler(event, None, clock=lambda: later, clients=_clients)
     lf.handler(_sweeper_event(), None, clock=lambda: later, clients=_clients)
-    assert _leftovers() == {"instances": [], "fleets": [], "rules": [], "parameters": []}, done
+    assert _leftovers() == NOTHING, done
 
 
 def test_a_status_refresh_makes_as_many_cloud_calls_for_100_instances_as_for_1(
@@ -332,12 +352,12 @@ def test_no_join_runs_the_users_own_boot_under_the_same_lease(
     raw = boto("ec2").describe_instance_attribute(InstanceId=iid, Attribute="userData")  # type: ignore[attr-defined]
     assert base64.b64decode(raw["UserData"]["Value"]).decode() == boot.read_text()
     # No token was made for it; the lease and its ad's facts are there all the same.
-    assert token_parameter("g1") not in _leftovers()["parameters"]
+    assert token_parameter("g1", OWNER) not in _leftovers()["parameters"]
     (annex,) = annexes(home).describe("g1")
     assert annex.requested == 1 and [i.instance_id for i in annex.instances] == [iid]
     (event,) = _rule_events()
     lf.handler(event, None, clock=lambda: event["LeaseExpiration"], clients=_clients)
-    assert _leftovers() == {"instances": [], "fleets": [], "rules": [], "parameters": []}
+    assert _leftovers() == NOTHING
 
 
 def test_create_warns_when_the_instances_could_never_reach_the_pool(aws: str, home: Path) -> None:
@@ -417,7 +437,7 @@ def test_the_lease_function_ends_the_annex_at_its_lease_end_to_the_second(
     done = lf.handler(event, _Context(120), clock=lambda: now[0], clients=clients, sleep=sleep)
     assert done["expired"] is True and len(done["terminated"]) == 3
     assert clients.at == [end]  # at the lease's end: not before, not a minute after
-    assert _leftovers() == {"instances": [], "fleets": [], "rules": [], "parameters": []}
+    assert _leftovers() == NOTHING
 
 
 def test_a_function_with_no_time_to_wait_ends_the_annex_at_the_next_minute(
@@ -443,7 +463,7 @@ def test_a_function_with_no_time_to_wait_ends_the_annex_at_the_next_minute(
         event, _Context(lf.WAIT_MARGIN), clock=lambda: now[0], clients=clients, sleep=slept.append
     )
     assert done["expired"] is True and clients.at == [end + 59]
-    assert _leftovers() == {"instances": [], "fleets": [], "rules": [], "parameters": []}
+    assert _leftovers() == NOTHING
 
 
 def test_setup_gives_the_function_time_to_wait_for_a_lease_end(aws: str) -> None:
@@ -466,7 +486,7 @@ def test_a_token_the_schedd_refuses_leaves_the_cloud_as_it_was(aws: str, home: P
 
     with pytest.raises(NotAuthorized, match="belongs to bob"):
         user().create(AnnexSpec("r1", count=1, lifetime=3600, image_ids=(IMAGE,)))
-    assert _leftovers() == {"instances": [], "fleets": [], "rules": [], "parameters": []}
+    assert _leftovers() == NOTHING
     annexes(home).create(AnnexSpec("r2", count=1, lifetime=3600, image_ids=(IMAGE,)))
     (before,) = _rule_events()
     with pytest.raises(NotAuthorized):

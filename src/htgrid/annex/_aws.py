@@ -2,10 +2,12 @@
 
 The cloud is the only record: an annex is its lease rule (`htgrid-annex-NAME`, whose
 target's input holds the lease end), its SSM parameters under /htgrid/annex/NAME/ (the
-token, the lease end for the instances, the launch settings `add` reuses) and what is
-tagged `htgrid:AnnexName = NAME` (instances, spot-fleet requests). So a crash of this
-tool at any moment leaves nothing the lease function will not end: the rule is made
-first, then its target, then the parameters, then the instances are requested.
+lease end for the instances, the launch settings `add` reuses), its token (a SecureString
+under /htgrid/annex-token/OWNER/, OWNER the IAM user who made it), its instances' role and
+profile (`instance_role`) and what is tagged `htgrid:AnnexName = NAME` (instances,
+spot-fleet requests). So a crash of this tool at any moment leaves nothing the lease
+function will not end: the rule is made first, then its target, then the role, the
+parameters, then the instances are requested.
 
 boto3 finds credentials and endpoints its usual way (AWS_PROFILE, AWS_ENDPOINT_URL, ...).
 """
@@ -21,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from htgrid.annex._errors import AnnexCloudError, AnnexNotFound, AnnexUsageError, SetupMissing
-from htgrid.annex._setup import FLEET_ROLE, INSTANCE_PROFILE
+from htgrid.annex._setup import FLEET_ROLE, REGION_TAG, instance_policy_arn
 from htgrid.annex._spec import (
     AnnexSpec,
     CloudAnnex,
@@ -33,9 +35,11 @@ from htgrid.annex.lease_function import (
     ANNEX_TAG,
     LEASE_TAG,
     PARAMETER_ROOT,
+    ROLE_PATH,
     RULE_PREFIX,
     SWEEPER_RULE,
     enforce,
+    instance_role,
     lease_input,
     rule_name,
 )
@@ -53,6 +57,22 @@ _TARGET_ID: Final = "lease"
 _RUNNING: Final = frozenset({"pending", "running"})
 # The smallest lease worth starting: instances take minutes to boot.
 MIN_LEASE: Final = 60.0
+# How long a new instance profile may take to be usable by EC2 (IAM is eventually
+# consistent: "Invalid IAM Instance Profile name" for some seconds after it is made).
+_PROFILE_WAIT: Final = 60.0
+_PROFILE_POLL: Final = 2.0
+_EC2_TRUST: Final = json.dumps(
+    {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": "ec2.amazonaws.com"},
+                "Action": "sts:AssumeRole",
+            }
+        ],
+    }
+)
 
 
 def config_parameter(name: str) -> str:
@@ -72,6 +92,9 @@ class AwsAnnexes:
         self.calls = 0
         self._made: dict[str, Any] = {}
         self._factory = clients
+        self._identity: dict[str, str] = {}
+        self._owners: dict[str, str] = {}  # annex -> the IAM user its token is under
+        self.sleep: Callable[[float], None] = time.sleep
 
     def client(self, service: str) -> Any:
         if service not in self._made:
@@ -138,6 +161,8 @@ class AwsAnnexes:
 
     def start_lease(self, name: str, owner: str, expiration: float) -> None:
         self.install_lease(name, owner, expiration, self.lease_function_arn())
+        # After the rule: whatever is made from here on, the lease function deletes.
+        self.make_instance_role(name)
 
     def move_lease(self, name: str, expiration: float) -> None:
         self.set_lease_target(name, expiration, self.lease_function_arn())
@@ -145,19 +170,85 @@ class AwsAnnexes:
 
     def put(self, name: str, what: str, value: str, *, secure: bool = False,
             expires: float | None = None) -> None:  # fmt: skip
-        """The SSM parameter PARAMETER_ROOT/NAME/WHAT (the token a SecureString)."""
-        self.put_parameter(f"{PARAMETER_ROOT}/{name}/{what}", value, secure=secure)
+        """The SSM parameter PARAMETER_ROOT/NAME/WHAT; the token a SecureString under its
+        owner's TOKEN_ROOT, which SSM itself deletes at `expires` (the lease's end)."""
+        if what == "token":
+            self.put_parameter(self.token_path(name), value, secure=True, expires=expires)
+        else:
+            self.put_parameter(f"{PARAMETER_ROOT}/{name}/{what}", value, secure=secure)
 
     def get(self, name: str, what: str) -> str | None:
+        if what == "token":
+            return self.get_parameter(self.token_path(name))
         return self.get_parameter(f"{PARAMETER_ROOT}/{name}/{what}")
 
     def boot_settings(self, name: str) -> dict[str, Any]:
         return {
             "cloud": "ec2",
             "region": self.region,
-            "token_parameter": token_parameter(name),
+            "token_parameter": self.token_path(name),
             "lease_parameter": lease_parameter(name),
         }
+
+    # ---- the token, readable by its owner and its annex's instances only ------------
+
+    def _caller(self) -> dict[str, str]:
+        if not self._identity:
+            answer = self.call("sts", "get_caller_identity")
+            self._identity = {"account": str(answer["Account"]), "arn": str(answer["Arn"])}
+        return self._identity
+
+    def iam_user(self) -> str:
+        """The caller's IAM user name (`${aws:username}`: the last part of its ARN)."""
+        return self._caller()["arn"].rpartition("/")[2]
+
+    def token_path(self, name: str) -> str:
+        """The annex's token: under its owner's (its role's tag), else the caller's."""
+        if name not in self._owners:
+            role = self.call_or_none(
+                "iam", "get_role", ["NoSuchEntity"], RoleName=instance_role(name, self.region)
+            )
+            tags = (role or {}).get("Role", {}).get("Tags")
+            self._owners[name] = _tag(tags, OWNER_TAG) or self.iam_user()
+        return token_parameter(name, self._owners[name])
+
+    def make_instance_role(self, name: str) -> str:
+        """The annex's instance role and profile (`instance_role`), tagged with the
+        annex, its owner (the caller) and region: INSTANCE_POLICY lets them read the
+        token these tags name, nothing else."""
+        role = instance_role(name, self.region)
+        owner = self.iam_user()
+        policy = instance_policy_arn(self._caller()["account"])
+        tags = [
+            {"Key": ANNEX_TAG, "Value": name},
+            {"Key": OWNER_TAG, "Value": owner},
+            {"Key": REGION_TAG, "Value": self.region},
+        ]
+        self.call_or_none(
+            "iam", "create_role", ["EntityAlreadyExists"], RoleName=role, Path=ROLE_PATH,
+            AssumeRolePolicyDocument=_EC2_TRUST, PermissionsBoundary=policy, Tags=tags,
+            Description=f"htgrid annex {name} in {self.region}: its instances",
+        )  # fmt: skip
+        self.call("iam", "attach_role_policy", RoleName=role, PolicyArn=policy)
+        if self.call_or_none(
+            "iam", "create_instance_profile", ["EntityAlreadyExists"],
+            InstanceProfileName=role, Path=ROLE_PATH,
+        ) is not None:  # fmt: skip
+            self.call("iam", "add_role_to_instance_profile", InstanceProfileName=role,
+                      RoleName=role)  # fmt: skip
+        self._owners[name] = owner
+        return role
+
+    def _launch(self, operation: str, **kwargs: Any) -> Any:
+        """`operation`, retried while EC2 does not know the new instance profile yet."""
+        for _ in range(int(_PROFILE_WAIT / _PROFILE_POLL)):
+            try:
+                return self.call("ec2", operation, **kwargs)
+            except AnnexCloudError as exc:
+                if "instance profile" not in str(exc).lower():
+                    raise
+            self.sleep(_PROFILE_POLL)
+        return self.call("ec2", operation, **kwargs)
 
     # ---- the lease ------------------------------------------------------------------
 
@@ -235,9 +326,17 @@ class AwsAnnexes:
                 f"events put_targets in {self.region}: {answer.get('FailedEntries')}"
             )
 
-    def put_parameter(self, name: str, value: str, *, secure: bool = False) -> None:
+    def put_parameter(self, name: str, value: str, *, secure: bool = False,
+                      expires: float | None = None) -> None:  # fmt: skip
         args: dict[str, Any] = {"Name": name, "Value": value, "Overwrite": True}
         args["Type"] = "SecureString" if secure else "String"
+        if expires is not None:
+            # SSM deletes it then, the lease function or not (an advanced parameter's).
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(expires))
+            args["Tier"] = "Advanced"
+            args["Policies"] = json.dumps(
+                [{"Type": "Expiration", "Version": "1.0", "Attributes": {"Timestamp": stamp}}]
+            )
         self.call("ssm", "put_parameter", **args)
 
     def get_parameter(self, name: str) -> str | None:
@@ -247,7 +346,7 @@ class AwsAnnexes:
     # ---- requests -------------------------------------------------------------------
 
     def account(self) -> str:
-        return str(self.call("sts", "get_caller_identity")["Account"])
+        return self._caller()["account"]
 
     def request(self, spec: AnnexSpec, user_data: str, expiration: float,
                 replaces: Sequence[str] = ()) -> list[str]:  # fmt: skip
@@ -277,14 +376,14 @@ class AwsAnnexes:
             "ClientToken": token,
             "UserData": user_data,
             "InstanceInitiatedShutdownBehavior": "terminate",
-            "IamInstanceProfile": {"Name": INSTANCE_PROFILE},
+            "IamInstanceProfile": {"Name": instance_role(spec.name, self.region)},
             "TagSpecifications": [
                 {"ResourceType": "instance", "Tags": tags},
                 {"ResourceType": "volume", "Tags": tags},
             ],
         }
         args.update(self._placement(spec))
-        answer = self.call("ec2", "run_instances", **args)
+        answer = self._launch("run_instances", **args)
         return [i["InstanceId"] for i in answer.get("Instances", [])]
 
     @staticmethod
@@ -309,7 +408,7 @@ class AwsAnnexes:
                 "InstanceType": kind,
                 "WeightedCapacity": float(weight or 1),
                 "UserData": encoded,
-                "IamInstanceProfile": {"Name": INSTANCE_PROFILE},
+                "IamInstanceProfile": {"Name": instance_role(spec.name, self.region)},
                 "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}],
             }
             placement = self._placement(spec)
@@ -334,7 +433,7 @@ class AwsAnnexes:
         }
         if spec.spot_price is not None:
             config["SpotPrice"] = spec.spot_price
-        answer = self.call("ec2", "request_spot_fleet", SpotFleetRequestConfig=config)
+        answer = self._launch("request_spot_fleet", SpotFleetRequestConfig=config)
         return str(answer["SpotFleetRequestId"])
 
     # ---- ending ---------------------------------------------------------------------
@@ -342,11 +441,12 @@ class AwsAnnexes:
     def end(self, name: str) -> dict[str, Any]:
         """Shut `name` down now: what the lease function does at the lease's end
         (pending fleet requests cancelled, instances terminated, secrets and rule gone)."""
+        token = self.token_path(name)
         self.calls += 1
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            return enforce(self.client, name, float("-inf"), self.clock())
+            return enforce(self.client, name, float("-inf"), self.clock(), token)
         except (ClientError, BotoCoreError) as exc:
             raise AnnexCloudError(f"shutting down annex {name} in {self.region}: {exc}") from None
 
@@ -447,7 +547,7 @@ class AwsAnnexes:
         return {k: tuple(sorted(v)) for k, v in history.items()}
 
     def has_token(self, name: str) -> bool:
-        return self.get_parameter(token_parameter(name)) is not None
+        return self.get_parameter(self.token_path(name)) is not None
 
 
 def _tag(tags: Any, key: str) -> str | None:

@@ -1,10 +1,20 @@
 """`htgrid annex setup`: the one privileged step, once per AWS account and region.
 
 It installs the lease function (lease_function.py, zipped) with its role, the sweeper
-rule that runs it every minute, the instances' role and profile (they may read their
-annex's SSM parameters, nothing else), the spot-fleet role, and a security group; and
-prints the policy an ordinary user needs to create, extend and shut down annexes.
-Running it again updates the function's code and changes nothing else.
+rule that runs it every minute, the instances' policy, the spot-fleet role, and a
+security group; and prints the policy an ordinary user needs to create, extend and shut
+down annexes. Running it again updates the function's code and the instances' policy.
+
+Each annex's token is readable by its owner and its instances only:
+
+* a user's policy reads and writes the tokens under TOKEN_ROOT/${aws:username}/ alone;
+* each annex's instances have a role of their own (`instance_role`, made by `create`,
+  deleted with the annex) tagged with the annex's name, owner and region, whose only
+  policy, INSTANCE_POLICY, reads the token those tags name: an instance of another annex
+  (another role, other tags) cannot. INSTANCE_POLICY is also the permissions boundary
+  every such role must have, and the only policy a user may attach to it; a user may tag
+  one only as its own, and pass only the roles tagged as its own to EC2: no user can
+  make a role that may do more, nor lend another's annex role to an instance of theirs.
 """
 
 from __future__ import annotations
@@ -17,10 +27,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 from htgrid.annex._errors import AnnexCloudError
 from htgrid.annex.lease_function import (
+    ANNEX_TAG,
     FUNCTION_TIMEOUT,
     PARAMETER_ROOT,
+    ROLE_PATH,
     RULE_PREFIX,
     SWEEPER_RULE,
+    TOKEN_ROOT,
 )
 
 if TYPE_CHECKING:
@@ -29,10 +42,13 @@ if TYPE_CHECKING:
 __all__ = [
     "FLEET_ROLE",
     "FUNCTION_NAME",
-    "INSTANCE_PROFILE",
-    "INSTANCE_ROLE",
+    "INSTANCE_POLICY",
     "LEASE_ROLE",
+    "OWNER_TAG",
+    "REGION_TAG",
     "SECURITY_GROUP",
+    "instance_policy",
+    "instance_policy_arn",
     "lease_function_zip",
     "setup",
     "user_policy",
@@ -40,10 +56,14 @@ __all__ = [
 
 FUNCTION_NAME: Final = "htgrid-annex-lease"
 LEASE_ROLE: Final = "htgrid-annex-lease"
-INSTANCE_ROLE: Final = "htgrid-annex-instance"
-INSTANCE_PROFILE: Final = "htgrid-annex-instance"
+#: The managed policy (under ROLE_PATH) of every annex's instance role, and its boundary.
+INSTANCE_POLICY: Final = "htgrid-annex-instance"
 FLEET_ROLE: Final = "htgrid-annex-fleet"
 SECURITY_GROUP: Final = "htgrid-annex"
+#: The tags of an annex's instance role, which its policy's resources name.
+OWNER_TAG: Final = "htgrid:AnnexOwner"
+REGION_TAG: Final = "htgrid:AnnexRegion"
+_ME: Final = "${aws:username}"
 
 
 def _trust(service: str) -> str:
@@ -67,9 +87,32 @@ def _policy(*statements: tuple[list[str], str | list[str]]) -> dict[str, Any]:
     }
 
 
+def _params(region: str, account: str) -> list[str]:
+    """The annexes' parameters that are not secret (the lease, the launch settings), and
+    their path (GetParametersByPath names the path): not TOKEN_ROOT's."""
+    root = f"arn:aws:ssm:{region}:{account}:parameter{PARAMETER_ROOT}"
+    return [root, f"{root}/*"]
+
+
+def _tokens(region: str, account: str, owner: str = "*") -> list[str]:
+    root = f"arn:aws:ssm:{region}:{account}:parameter{TOKEN_ROOT}"
+    return [f"{root}/{owner}/*"] if owner != "*" else [root, f"{root}/*"]
+
+
+def instance_policy_arn(account: str) -> str:
+    return f"arn:aws:iam::{account}:policy{ROLE_PATH}{INSTANCE_POLICY}"
+
+
+def _annex_roles(account: str) -> list[str]:
+    return [
+        f"arn:aws:iam::{account}:role{ROLE_PATH}*",
+        f"arn:aws:iam::{account}:instance-profile{ROLE_PATH}*",
+    ]
+
+
 def _lease_policy(region: str, account: str) -> dict[str, Any]:
     rules = f"arn:aws:events:{region}:{account}:rule/{RULE_PREFIX}*"
-    params = f"arn:aws:ssm:{region}:{account}:parameter{PARAMETER_ROOT}/*"
+    params = _params(region, account) + _tokens(region, account)
     return _policy(
         (
             [
@@ -91,26 +134,41 @@ def _lease_policy(region: str, account: str) -> dict[str, Any]:
             rules,
         ),
         (["ssm:GetParametersByPath", "ssm:DeleteParameters"], params),
+        (
+            [
+                "iam:GetInstanceProfile",
+                "iam:RemoveRoleFromInstanceProfile",
+                "iam:DeleteInstanceProfile",
+                "iam:ListAttachedRolePolicies",
+                "iam:DetachRolePolicy",
+                "iam:DeleteRole",
+            ],
+            _annex_roles(account),
+        ),
         (["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"], "*"),
     )
 
 
-def _instance_policy(region: str, account: str) -> dict[str, Any]:
-    # An instance reads its annex's token and lease: no EC2, no other secret.
-    params = f"arn:aws:ssm:{region}:{account}:parameter{PARAMETER_ROOT}/*"
-    return _policy((["ssm:GetParameter"], params))
+def instance_policy(account: str) -> dict[str, Any]:
+    """What an annex's instances may do: read their own annex's token and lease, which
+    their role's tags name (a role without them reads nothing); no EC2, no other secret."""
+    region, owner, annex = (
+        f"${{aws:PrincipalTag/{tag}}}" for tag in (REGION_TAG, OWNER_TAG, ANNEX_TAG)
+    )
+    ssm = f"arn:aws:ssm:{region}:{account}:parameter"
+    return _policy(
+        (
+            ["ssm:GetParameter"],
+            [f"{ssm}{TOKEN_ROOT}/{owner}/{annex}", f"{ssm}{PARAMETER_ROOT}/{annex}/lease"],
+        )
+    )
 
 
 def user_policy(region: str, account: str) -> dict[str, Any]:
     """What an ordinary user needs for `htgrid annex create|add|extend|status|shutdown`."""
     rules = f"arn:aws:events:{region}:{account}:rule/{RULE_PREFIX}*"
     sweeper = f"arn:aws:events:{region}:{account}:rule/{SWEEPER_RULE}"
-    params = f"arn:aws:ssm:{region}:{account}:parameter{PARAMETER_ROOT}/*"
-    roles = [
-        f"arn:aws:iam::{account}:role/{INSTANCE_ROLE}",
-        f"arn:aws:iam::{account}:role/{FLEET_ROLE}",
-    ]
-    return _policy(
+    policy = _policy(
         (
             [
                 "ec2:RunInstances",
@@ -120,6 +178,7 @@ def user_policy(region: str, account: str) -> dict[str, Any]:
                 "ec2:RequestSpotFleet",
                 "ec2:DescribeSpotFleetRequests",
                 "ec2:CancelSpotFleetRequests",
+                "ec2:DescribeSpotPriceHistory",
                 "events:ListRules",
                 "sts:GetCallerIdentity",
             ],
@@ -145,10 +204,62 @@ def user_policy(region: str, account: str) -> dict[str, Any]:
                 "ssm:GetParametersByPath",
                 "ssm:DeleteParameters",
             ],
-            params,
+            _params(region, account),
         ),
-        (["iam:PassRole"], roles),
+        # Its own tokens only: no other user's annex's.
+        (
+            [
+                "ssm:PutParameter",
+                "ssm:GetParameter",
+                "ssm:DeleteParameter",
+                "ssm:DeleteParameters",
+            ],
+            _tokens(region, account, _ME),
+        ),
+        (["iam:PassRole"], f"arn:aws:iam::{account}:role/{FLEET_ROLE}"),
+        (["iam:GetRole"], _annex_roles(account)[0]),
     )
+    policy["Statement"] += _role_statements(account)
+    return policy
+
+
+def _role_statements(account: str) -> list[dict[str, Any]]:
+    """A user's rights on its annexes' instance roles: made with INSTANCE_POLICY as
+    their boundary and their only policy, tagged as the user's, passed (to EC2) and
+    deleted only if tagged so."""
+    role, profile = _annex_roles(account)
+    boundary = instance_policy_arn(account)
+    mine = {"iam:ResourceTag/" + OWNER_TAG: _ME}
+    tagged_mine = {"aws:RequestTag/" + OWNER_TAG: _ME}
+
+    def allow(actions: list[str], resource: str, **conditions: dict[str, str]) -> dict[str, Any]:
+        statement: dict[str, Any] = {"Effect": "Allow", "Action": actions, "Resource": resource}
+        if conditions:
+            statement["Condition"] = conditions
+        return statement
+
+    return [
+        allow(["iam:CreateRole"], role,
+              StringEquals={"iam:PermissionsBoundary": boundary, **tagged_mine}),
+        allow(["iam:TagRole"], role, StringEquals=tagged_mine),
+        allow(["iam:AttachRolePolicy"], role,
+              StringEquals={"iam:PermissionsBoundary": boundary, **mine},
+              ArnEquals={"iam:PolicyARN": boundary}),
+        allow(["iam:PassRole"], role,
+              StringEquals={"iam:PassedToService": "ec2.amazonaws.com", **mine}),
+        allow(["iam:DetachRolePolicy", "iam:DeleteRole"], role, StringEquals=mine),
+        allow(["iam:ListAttachedRolePolicies"], role),
+        allow(
+            [
+                "iam:CreateInstanceProfile",
+                "iam:GetInstanceProfile",
+                "iam:AddRoleToInstanceProfile",
+                "iam:RemoveRoleFromInstanceProfile",
+                "iam:DeleteInstanceProfile",
+            ],
+            profile,
+        ),
+    ]  # fmt: skip
 
 
 def lease_function_zip() -> bytes:
@@ -181,6 +292,25 @@ def _role(aws: AwsAnnexes, name: str, service: str, policy: dict[str, Any]) -> s
     return arn
 
 
+def _managed_policy(aws: AwsAnnexes, account: str) -> None:
+    """INSTANCE_POLICY, made or brought up to date (its oldest version dropped when it
+    has IAM's five)."""
+    arn = instance_policy_arn(account)
+    document = json.dumps(instance_policy(account))
+    made = aws.call_or_none(
+        "iam", "create_policy", ["EntityAlreadyExists"], PolicyName=INSTANCE_POLICY,
+        Path=ROLE_PATH, PolicyDocument=document, Description="htgrid annex instances",
+    )  # fmt: skip
+    if made is not None:
+        return
+    versions = aws.call("iam", "list_policy_versions", PolicyArn=arn)["Versions"]
+    old = sorted((v for v in versions if not v["IsDefaultVersion"]), key=lambda v: v["CreateDate"])
+    if len(versions) >= 5 and old:
+        aws.call("iam", "delete_policy_version", PolicyArn=arn, VersionId=old[0]["VersionId"])
+    aws.call("iam", "create_policy_version", PolicyArn=arn, PolicyDocument=document,
+             SetAsDefault=True)  # fmt: skip
+
+
 def _updated(aws: AwsAnnexes) -> None:
     """Wait until the function's configuration update is done (AWS refuses a code update
     while one is in progress)."""
@@ -197,24 +327,14 @@ def setup(aws: AwsAnnexes, *, vpc: str | None = None, cidr: str = "0.0.0.0/0") -
     account = aws.account()
     region = aws.region
     lease_role = _role(aws, LEASE_ROLE, "lambda.amazonaws.com", _lease_policy(region, account))
-    _role(aws, INSTANCE_ROLE, "ec2.amazonaws.com", _instance_policy(region, account))
+    _managed_policy(aws, account)
     fleet_policy = _policy(
-        (["ec2:RunInstances", "ec2:CreateTags", "ec2:TerminateInstances", "iam:PassRole"], "*"),
+        (["ec2:RunInstances", "ec2:CreateTags", "ec2:TerminateInstances"], "*"),
+        # The fleet passes the annexes' instance roles only.
+        (["iam:PassRole"], _annex_roles(account)[0]),
         (["ec2:Describe*"], "*"),
     )
     _role(aws, FLEET_ROLE, "spotfleet.amazonaws.com", fleet_policy)
-    if aws.call_or_none(
-        "iam",
-        "create_instance_profile",
-        ["EntityAlreadyExists"],
-        InstanceProfileName=INSTANCE_PROFILE,
-    ):
-        aws.call(
-            "iam",
-            "add_role_to_instance_profile",
-            InstanceProfileName=INSTANCE_PROFILE,
-            RoleName=INSTANCE_ROLE,
-        )
     code = lease_function_zip()
     made = aws.call_or_none(
         "lambda",
@@ -264,7 +384,7 @@ def setup(aws: AwsAnnexes, *, vpc: str | None = None, cidr: str = "0.0.0.0/0") -
         "account": account,
         "function": function,
         "sweeper": SWEEPER_RULE,
-        "instance_profile": INSTANCE_PROFILE,
+        "instance_policy": instance_policy_arn(account),
         "security_group": group,
         "user_policy": user_policy(region, account),
     }

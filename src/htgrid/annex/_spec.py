@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any, Final, Protocol
 
 from htgrid.annex._errors import AnnexUsageError
-from htgrid.annex.lease_function import PARAMETER_ROOT, RULE_PREFIX
+from htgrid.annex.lease_function import PARAMETER_ROOT, RULE_PREFIX, TOKEN_ROOT
 
 __all__ = [
     "DEFAULT_IDLE",
@@ -83,9 +83,10 @@ def parse_tags(items: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple(tags)
 
 
-def token_parameter(name: str) -> str:
-    """The SSM SecureString holding the annex's token."""
-    return f"{PARAMETER_ROOT}/{name}/token"
+def token_parameter(name: str, owner: str) -> str:
+    """The SSM SecureString holding the annex's token: under its owner's (the IAM user
+    who made the annex), which that user's policy alone may read."""
+    return f"{TOKEN_ROOT}/{owner}/{name}"
 
 
 def lease_parameter(name: str) -> str:

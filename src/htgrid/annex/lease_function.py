@@ -16,8 +16,9 @@ Two events reach it, both constant inputs of EventBridge rules at rate(1 minute)
   up to a minute after the end) it waits for the end, so the annex ends within a second
   of its lease rather than up to a minute after. From then on it terminates every instance tagged
   `htgrid:AnnexName = NAME`, cancels the annex's spot-fleet requests (terminating their
-  instances), deletes the annex's SSM parameters (its token) and, last, removes its own
-  rule: should any step fail, the rule stays and the next minute tries again.
+  instances), deletes the annex's SSM parameters and its token, then its instances' role
+  and instance profile, and, last, removes its own rule: should any step fail, the rule
+  stays and the next minute tries again.
 
 * the sweeper's rule (`htgrid-annex_sweeper`, made by setup): {"htgrid": "annex-sweep"}.
   It enforces every annex rule's lease as above (a second chance, should one rule's
@@ -34,6 +35,7 @@ Nothing is kept between invocations: the rules, their inputs and the tags are th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -45,11 +47,14 @@ __all__ = [
     "FUNCTION_TIMEOUT",
     "LEASE_TAG",
     "PARAMETER_ROOT",
+    "ROLE_PATH",
     "RULE_PREFIX",
     "SWEEPER_RULE",
+    "TOKEN_ROOT",
     "WAIT_MARGIN",
     "enforce",
     "handler",
+    "instance_role",
     "lease_input",
     "rule_name",
     "sweep",
@@ -65,6 +70,11 @@ ANNEX_TAG = "htgrid:AnnexName"
 LEASE_TAG = "htgrid:LeaseExpiration"
 #: Each annex's SSM parameters are under PARAMETER_ROOT/NAME/.
 PARAMETER_ROOT = "/htgrid/annex"
+#: Each annex's token is TOKEN_ROOT/OWNER/NAME (OWNER: the IAM user who made it), so that a
+#: user's policy may read its own tokens only (`${aws:username}` in the parameter's ARN).
+TOKEN_ROOT = "/htgrid/annex-token"
+#: The IAM path of each annex's instance role and profile (`instance_role`).
+ROLE_PATH = "/htgrid-annex/"
 #: The function's timeout (seconds): a minute of waiting for a lease's end, and the work.
 FUNCTION_TIMEOUT = 120
 #: Seconds of an invocation kept for the work after a wait (terminating, cancelling).
@@ -81,6 +91,16 @@ Clients = Callable[[str], Any]  # service name -> boto3 client
 def rule_name(annex: str) -> str:
     """The EventBridge rule that holds `annex`'s lease."""
     return RULE_PREFIX + annex
+
+
+def instance_role(annex: str, region: str) -> str:
+    """The name of `annex`'s instance role and instance profile (under ROLE_PATH): one an
+    annex, so that its instances may read its token and no other. IAM's names are the
+    account's, so the region is in it (a digest of both when too long for 64 characters)."""
+    name = f"{annex}.{region}"
+    if len(name) > 64:
+        name = f"{annex[:51]}.{hashlib.sha256(name.encode()).hexdigest()[:12]}"
+    return name
 
 
 def lease_input(annex: str, expiration: float) -> str:
@@ -228,6 +248,58 @@ def _delete_parameters(ssm: Any, annex: str) -> list[str]:
     return names
 
 
+def _delete_tokens(ssm: Any, annex: str, token: str | None) -> list[str]:
+    """The annex's token: `token`, else TOKEN_ROOT/OWNER/NAME whoever its owner (the
+    owner's own shutdown names it: a user may not list the others')."""
+    if token is not None:
+        return list(ssm.delete_parameters(Names=[token]).get("DeletedParameters", []))
+    names = [
+        p["Name"]
+        for p in _pages(
+            ssm.get_parameters_by_path, "Parameters", "NextToken", Path=TOKEN_ROOT, Recursive=True
+        )
+        if p["Name"].rpartition("/")[2] == annex
+    ]
+    for chunk in _chunks(names, 10):
+        ssm.delete_parameters(Names=chunk)
+    return names
+
+
+def _delete_role(iam: Any, name: str) -> bool:
+    """The instance profile and role `name` (False: there was none)."""
+
+    def gone(call: Callable[..., Any], **kwargs: Any) -> bool:
+        try:
+            call(**kwargs)
+        except Exception as exc:
+            if _code(exc) != "NoSuchEntity":
+                raise  # the rule stays, and runs this again in a minute
+            return False
+        return True
+
+    found = False
+    try:
+        profile = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
+    except Exception as exc:
+        if _code(exc) != "NoSuchEntity":
+            raise
+    else:
+        # A create killed halfway may have left it without its role.
+        for role in profile.get("Roles", []):
+            gone(iam.remove_role_from_instance_profile, InstanceProfileName=name,
+                 RoleName=role["RoleName"])  # fmt: skip
+        found = gone(iam.delete_instance_profile, InstanceProfileName=name)
+    try:
+        attached = iam.list_attached_role_policies(RoleName=name).get("AttachedPolicies", [])
+    except Exception as exc:
+        if _code(exc) != "NoSuchEntity":
+            raise
+        return found
+    for policy in attached:
+        gone(iam.detach_role_policy, RoleName=name, PolicyArn=policy["PolicyArn"])
+    return gone(iam.delete_role, RoleName=name) or found
+
+
 def _code(exc: Exception) -> str | None:
     response = getattr(exc, "response", None)
     return response.get("Error", {}).get("Code") if isinstance(response, dict) else None
@@ -246,13 +318,18 @@ def _remove_rule(events: Any, rule: str) -> None:
             raise  # the rule stays, and runs this again in a minute
 
 
-def enforce(aws: Clients, annex: str, expiration: float, now: float) -> dict[str, Any]:
-    """End `annex` if its lease has passed: instances, fleets, secrets, then its rule."""
+def enforce(aws: Clients, annex: str, expiration: float, now: float,
+            token: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """End `annex` if its lease has passed: instances, fleets, secrets, then its rule
+    (`token`: its token's parameter, when the caller knows it)."""
     if now < expiration:
         return {"annex": annex, "expired": False, "remaining": int(expiration - now)}
     done: dict[str, Any] = {"annex": annex, "expired": True}
     done.update(_stop_spending(aws, {annex}))
-    done["parameters"] = _delete_parameters(aws("ssm"), annex)
+    ssm = aws("ssm")
+    done["parameters"] = _delete_parameters(ssm, annex) + _delete_tokens(ssm, annex, token)
+    # Its instances' role last: they are gone, and with it any reading of the token.
+    done["role"] = _delete_role(aws("iam"), instance_role(annex, ssm.meta.region_name))
     _remove_rule(aws("events"), rule_name(annex))
     return done
 

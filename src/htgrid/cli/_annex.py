@@ -198,7 +198,7 @@ def _setup(args: argparse.Namespace) -> int:
     done = setup(cloud, vpc=args.vpc, cidr=args.cidr)
     print(
         f"Installed in {done['region']}: lease function {done['function']}, sweeper rule "
-        f"{done['sweeper']}, instance profile {done['instance_profile']}, security group "
+        f"{done['sweeper']}, instances' policy {done['instance_policy']}, security group "
         f"{done['security_group']}.\nGive annex users this policy:"
     )
     print(json.dumps(done["user_policy"], indent=2))

@@ -11,7 +11,8 @@ An annex's name is its owner's while its tokens live: the first user to get a to
 `NAME` holds it (a record in spool/annex-tokens/NAME.json, 0600: owner, expiry, token
 ids), and another user asking for `NAME` is refused until those tokens have expired or
 been revoked (`revoke`: the owner's `htgrid annex shutdown`). Each grant and revocation
-is logged (the token's id, never its text).
+is logged, and written in the audit log (SCHEDD_AUDIT_LOG: who, which annex, until when,
+the token's id; never its text) before the caller is answered.
 
 A grant may carry where the annex is (`record`: its cloud, region and, on Azure, resource
 group): the schedd then records the annex for the master (spool/annexes/NAME.json, as
@@ -39,6 +40,7 @@ from typing import Any, Final
 from htgrid._files import write_atomic
 from htgrid.net import BadRequest
 from htgrid.net.security import (
+    AuditGrant,
     RevocationList,
     SecurityConfig,
     TokenIssuer,
@@ -76,7 +78,10 @@ class AnnexTokens:
     """Mints and revokes annex tokens for the pool in `home` (records under `spool`)."""
 
     def __init__(self, home: Path, spool: Path, *, max_lifetime: float,
-                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+                 clock: Callable[[], float] = time.time,
+                 audit: Callable[[AuditGrant], None] | None = None) -> None:  # fmt: skip
+        """`audit` writes a grant's or revocation's line in the audit log (blocking)."""
+        self._audit = audit
         self._home = home
         self._dir = spool / "annex-tokens"
         self._max = max_lifetime
@@ -140,6 +145,11 @@ class AnnexTokens:
         kept = owned.tokens if owned is not None and mine else ()
         until = max(expires, owned.expires) if owned is not None and mine else expires
         self._save(name, _Owned(identity.name, until, (*kept, jti)))
+        if self._audit is not None:
+            self._audit(
+                AuditGrant("granted", "annex-token", name, identity.name, wanted, ANNEX_AUTHZ,
+                           (jti,), expires)
+            )  # fmt: skip
         _log.info(
             "annex token %s for %s: identity %s, %s, expires in %d s",
             jti, identity.name, wanted, ANNEX_AUTHZ, int(seconds),
@@ -172,6 +182,12 @@ class AnnexTokens:
             revoked.add(jti, f"annex {name} of {owned.owner} shut down by {identity.name}")
         (self._dir / f"{name}.json").unlink(missing_ok=True)
         self._ended(name)
+        if self._audit is not None:
+            other = owned.owner if owned.owner != identity.name else ""
+            self._audit(
+                AuditGrant("revoked", "annex-token", name, identity.name,
+                           token_ids=owned.tokens, owner=other)
+            )  # fmt: skip
         _log.info("annex %s's %d tokens revoked by %s", name, len(owned.tokens), identity.name)
         return len(owned.tokens)
 

@@ -153,6 +153,7 @@ class Daemon:
         self._started = clock()
         self._runner: LocalRunner | None = None
         self._shadows: ShadowManager | None = None
+        self._audit: AuditLog | None = None  # SCHEDD_AUDIT_LOG
         self._reverse: ReverseConnector | None = None
         self._writer: UserLogWriter | None = None
         self._trimmed = 0
@@ -308,6 +309,13 @@ class Daemon:
             _log.warning(
                 "%d job(s) were running when the last daemon died: back to idle", len(evicted)
             )
+        # SCHEDD_AUDIT_LOG: the API's decisions (both protocols') and the annex tokens granted.
+        gate_settings = await asyncio.to_thread(GatekeeperConfig.load, cfg.home, "SCHEDD")
+        self._audit = (
+            AuditLog(gate_settings.audit_log, rotation=gate_settings.audit_rotation)
+            if gate_settings.audit_log is not None
+            else None
+        )
         # As condor_submit: when a submit returns, its 000 events are in the user logs, so
         # `htgrid wait` (or a DAG) started right after it finds them; as HTCondor's shadow
         # does, a job's last events are in its log once the history shows it.
@@ -326,7 +334,11 @@ class Daemon:
             policy=self.policy,
             use_voms=cfg.use_voms_attributes,
             annex_tokens=AnnexTokens(
-                cfg.home, cfg.spool, max_lifetime=cfg.annex_token_max_lifetime, clock=self._clock
+                cfg.home,
+                cfg.spool,
+                max_lifetime=cfg.annex_token_max_lifetime,
+                clock=self._clock,
+                audit=self._audit.record if self._audit is not None else None,
             ),
         )
         companion = self.companion
@@ -419,11 +431,7 @@ class Daemon:
         settings = await asyncio.to_thread(GatekeeperConfig.load, cfg.home, "SCHEDD")
         gate = Gatekeeper(security, settings, clock=self._clock)
         web = web_routes(self._web_sources(service), token_identity, realm=security.trust_domain)
-        audit = (
-            AuditLog(settings.audit_log, rotation=settings.audit_rotation)
-            if settings.audit_log is not None
-            else None
-        )
+        audit = self._audit
         api = TokenAuthMiddleware(
             create_app(service, token_identity, cfg.api_limits, extra=web),
             gate.verify,

@@ -40,7 +40,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Self
 
-from htgrid.annex import INSTANCE_ROLE
 from htgrid.pool import family_marker, kill_leftovers
 from htgrid.startd import StartdConfig
 
@@ -102,6 +101,10 @@ def metadata_server(
     return server
 
 
+# The name the metadata service gives the instance's role (its credentials are fixed).
+_ROLE = "htgrid-annex-instance"
+
+
 def _ec2_routes(instance_id: str) -> Route:
     """IMDSv2: a session token, the instance's id, the instance role's credentials."""
     creds = "/latest/meta-data/iam/security-credentials/"
@@ -113,8 +116,8 @@ def _ec2_routes(instance_id: str) -> Route:
             return None
         return {
             "/latest/meta-data/instance-id": (200, instance_id),
-            creds: (200, INSTANCE_ROLE),
-            creds + INSTANCE_ROLE: (200, json.dumps(_CREDENTIALS)),
+            creds: (200, _ROLE),
+            creds + _ROLE: (200, json.dumps(_CREDENTIALS)),
         }.get(path)
 
     return route

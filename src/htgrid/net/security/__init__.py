@@ -57,7 +57,7 @@ if TYPE_CHECKING:
         token_authenticator,
         token_identity,
     )
-    from htgrid.net.security._audit import AuditEvent, AuditLog
+    from htgrid.net.security._audit import AuditEvent, AuditGrant, AuditLog
     from htgrid.net.security._authz import (
         AUTHORIZATIONS,
         MapFile,
@@ -125,6 +125,7 @@ _LAZY: Final = {
     "token_authenticator": "_asgi",
     "token_identity": "_asgi",
     "AuditEvent": "_audit",
+    "AuditGrant": "_audit",
     "AuditLog": "_audit",
     "AUTHORIZATIONS": "_authz",
     "MapFile": "_authz",
@@ -178,6 +179,7 @@ __all__ = [
     "PRINCIPAL_KEY",
     "SERVER_CERT",
     "AuditEvent",
+    "AuditGrant",
     "AuditLog",
     "AuthError",
     "CertFiles",

@@ -8,7 +8,9 @@ or refused, with who asked, who they were mapped to, what, when, and why a refus
       method=SCITOKENS issuer="https://issuer.example" subject="bad" jti="91ab..."
       mapped="-" reason="DeniedIdentity: bad@banned.htcondor.org ... DENY_WRITE ..."
 
-(one line each; wrapped here). Values are quoted with `"` and `\\` escaped and control
+(one line each; wrapped here). The tokens a daemon mints for its callers (annex tokens)
+and revokes are lines of their own (`AuditGrant`: granted|revoked, what, for whom, until
+when, their ids). Values are quoted with `"` and `\\` escaped and control
 characters dropped, cut at 300 characters, so a caller cannot forge a line; a token's
 text is never written, only its claimed issuer, subject and id. The file is made 0600,
 and one others may read is made 0600 again (a group-readable 0640 one is left so).
@@ -36,7 +38,15 @@ from typing import Final
 from htgrid.client import ALGORITHM, TOKEN_ALGORITHMS, NotAToken, take_apart
 from htgrid.net.security._authz import Principal
 
-__all__ = ["AuditEvent", "AuditLog", "Claimed", "Rotation", "claimed", "parse_rotation"]
+__all__ = [
+    "AuditEvent",
+    "AuditGrant",
+    "AuditLog",
+    "Claimed",
+    "Rotation",
+    "claimed",
+    "parse_rotation",
+]
 
 _log = logging.getLogger("htgrid.net.security")
 _UNPRINTABLE: Final = re.compile(r"[\x00-\x1f\x7f]")
@@ -146,6 +156,48 @@ class AuditEvent:
         return " ".join(words) + "\n"
 
 
+@dataclass(frozen=True, slots=True)
+class AuditGrant:
+    """A token the daemon minted for a caller, or revoked (an annex's): who, for what,
+    until when, its id; never its text.
+
+        2026-11-28T16:30:25Z granted annex-token annex="ua" user="alice"
+          identity="ua.annex@pool.example" authz="ADVERTISE_STARTD" jti="4f0c..."
+          expires=2026-11-28T17:00:25Z
+    """
+
+    action: str  # "granted" or "revoked"
+    kind: str  # "annex-token"
+    annex: str
+    user: str  # who asked (the caller's mapped name)
+    identity: str = ""  # the token's subject
+    authz: str = ""
+    token_ids: tuple[str, ...] = ()
+    expires: float | None = None
+    owner: str = ""  # a revocation's annex's owner, when another (an administrator) asked
+
+    def line(self, at: float) -> str:
+        """The grant as one line of the audit log."""
+        words = [
+            datetime.fromtimestamp(at, UTC).strftime(_STAMP),
+            _UNPRINTABLE.sub("", self.action)[:40],
+            _UNPRINTABLE.sub("", self.kind)[:40],
+            f"annex={_quoted(self.annex)}",
+            f"user={_quoted(self.user)}",
+        ]
+        if self.owner:
+            words.append(f"owner={_quoted(self.owner)}")
+        if self.identity:
+            words.append(f"identity={_quoted(self.identity)}")
+        if self.authz:
+            words.append(f"authz={_quoted(self.authz)}")
+        words.append(f"jti={_quoted(' '.join(self.token_ids))}")
+        if self.expires is not None:
+            stamp = datetime.fromtimestamp(self.expires, UTC).strftime(_STAMP)
+            words.append(f"expires={stamp}")
+        return " ".join(words) + "\n"
+
+
 class AuditLog:
     """Appends events to the audit log file, one line each (a write a line, O_APPEND)."""
 
@@ -161,7 +213,7 @@ class AuditLog:
         self._clock = clock
         self._lock = threading.Lock()  # records come from worker threads
 
-    def record(self, event: AuditEvent) -> None:
+    def record(self, event: AuditEvent | AuditGrant) -> None:
         """Write `event`; a log that cannot be written is said in the daemon's log, and
         the request goes on (HTCondor's audit log is a log, not a gate)."""
         now = self._clock()
