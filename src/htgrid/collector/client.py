@@ -262,18 +262,25 @@ class CollectorClient:
         limit: int | None = None,
     ) -> list[ClassAd]:
         """The ads of `ad_type` (a MyType; all when None) for which `constraint` holds."""
-        params: dict[str, str] = {}
-        if ad_type is not None:
-            params["type"] = ad_type.value if isinstance(ad_type, AdType) else ad_type
-        if constraint:
-            ExprTree(constraint)  # a syntax error is the caller's: raise it here, with a caret
-            params["constraint"] = constraint
-        if projection:
-            params["projection"] = ",".join(projection)
+        params = _query_params(ad_type, constraint, projection)
         if limit is not None:
             params["limit"] = str(limit)
         response = await self._request("GET", "/v1/ads", params=params)
         return decode_ads(response.content)
+
+    async def query_changes(
+        self,
+        ad_type: AdType | str | None,
+        constraint: str | None,
+        projection: Sequence[str] | None,
+        since: tuple[str, int] | None,
+    ) -> bytes:
+        """The answer of `AdStore.query_changes` (a collector of before it answers with
+        every ad, as `query`'s array): what `KeptAds` reads."""
+        params = _query_params(ad_type, constraint, projection)
+        params["since"] = f"{since[0]}:{since[1]}" if since else ""
+        response = await self._request("GET", "/v1/ads", params=params)
+        return response.content
 
     # -- the connection broker (CCB) ------------------------------------------------------
 
@@ -309,6 +316,20 @@ class CollectorClient:
                 f"the registration with the broker at {self.pool} is lost: {exc}"
             ) from None
         raise CollectorUnavailable(f"the broker at {self.pool} ended the registration")
+
+
+def _query_params(
+    ad_type: AdType | str | None, constraint: str | None, projection: Sequence[str] | None
+) -> dict[str, str]:
+    params: dict[str, str] = {}
+    if ad_type is not None:
+        params["type"] = ad_type.value if isinstance(ad_type, AdType) else ad_type
+    if constraint:
+        ExprTree(constraint)  # a syntax error is the caller's: raise it here, with a caret
+        params["constraint"] = constraint
+    if projection:
+        params["projection"] = ",".join(projection)
+    return params
 
 
 def _ccb_request(line: str) -> CcbRequest:
