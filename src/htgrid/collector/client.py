@@ -47,7 +47,7 @@ from htgrid.collector._errors import CollectorRefused, CollectorUnavailable, Pro
 from htgrid.collector._problems import from_problem
 from htgrid.collector._store import UpdateResult
 from htgrid.collector._types import AdType, Command
-from htgrid.collector._wire import decode_ads, encode_ad, join_ads
+from htgrid.collector._wire import Fragments, decode_ads, encode_ad, join_ads
 from htgrid.net.security import (
     CertificateError,
     SecurityConfig,
@@ -223,7 +223,14 @@ class CollectorClient:
 
     async def advertise(self, command: Command | str, ads: Sequence[ClassAd]) -> list[UpdateResult]:
         """Send `ads` with an UPDATE_* command; what became of each."""
-        body = join_ads(encode_ad(json_members(ad)) for ad in ads)
+        return await self.advertise_members(command, [json_members(ad) for ad in ads])
+
+    async def advertise_members(
+        self, command: Command | str, ads: Sequence[Fragments]
+    ) -> list[UpdateResult]:
+        """`advertise` for ads given as their JSON members (`adjson.json_members`): a
+        daemon whose ads keep most attributes from update to update encodes those once."""
+        body = join_ads(encode_ad(members) for members in ads)
         response = await self._request(
             "POST",
             f"/v1/updates/{_command_name(command)}",
@@ -241,12 +248,14 @@ class CollectorClient:
             if isinstance(r, dict)
         ]
 
-    async def invalidate(self, command: Command | str, query: ClassAd) -> int:
-        """Remove the ads `query` names (by Name, or by its Requirements); how many."""
+    async def invalidate(self, command: Command | str, query: ClassAd | Sequence[ClassAd]) -> int:
+        """Remove the ads `query` names (by Name, or by its Requirements), or those of
+        each query of a list, in one request; how many."""
+        queries = [query] if isinstance(query, ClassAd) else query
         response = await self._request(
             "POST",
             f"/v1/invalidations/{_command_name(command)}",
-            content=encode_ad(json_members(query)).encode("utf-8"),
+            content=join_ads(encode_ad(json_members(q)) for q in queries).encode("utf-8"),
             headers={"content-type": "application/json"},
         )
         count = self._json(response).get("invalidated")

@@ -65,7 +65,13 @@ from htgrid.errors import HTGridError
 from htgrid.net.security import self_signed_cert, server_ssl_context
 from htgrid.net.server import ApiServer, serve_connection
 from htgrid.pool import LaunchError, family_marker, kill_leftovers, trusted_ca_files
-from htgrid.startd._ads import AdContext, dynamic_ad, partitionable_ad, slot_state
+from htgrid.startd._ads import (
+    AdContext,
+    dynamic_ad,
+    partitionable_ad,
+    slot_members,
+    slot_state,
+)
 from htgrid.startd._api import (
     create_app,
     pool_daemon_caller,
@@ -657,10 +663,14 @@ class Startd:
         self.ctx.sequence += 1
         released, slots.released = slots.released, []
         try:
-            await collector.advertise("UPDATE_STARTD_AD", self.slot_ads())
-            for name in released:
-                query = ClassAd({"MyType": "Query", "TargetType": "Machine", "Name": name})
-                await collector.invalidate("INVALIDATE_STARTD_ADS", query)
+            ads = slot_members(self.ctx, slots, self._clock())
+            await collector.advertise_members("UPDATE_STARTD_AD", ads)
+            if released:  # one request for all
+                queries = [
+                    ClassAd({"MyType": "Query", "TargetType": "Machine", "Name": name})
+                    for name in released
+                ]
+                await collector.invalidate("INVALIDATE_STARTD_ADS", queries)
         except HTGridError:
             slots.released[:0] = released  # try again next time
             raise
