@@ -52,11 +52,16 @@ def test_each_update_sends_the_ads_as_made_afresh_through_a_claims_life(tmp_path
 
     (pslot,) = update()
     assert pslot["Cpus"] == 4 and pslot["State"] == "Unclaimed"
+    # The TLS API serving: its address and certificate in every ad from now on.
+    ctx.address = "<127.0.0.2:9618?CCBID=127.0.0.1:9618%23node>"
+    (pslot,) = update()
+    assert pslot["MyAddress"] == ctx.address
     ctx.certificate = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
     job = ClassAd({"ClusterId": 7, "ProcId": 0, "User": "u@x", "Owner": "u"})
     claim = slots.carve("c" * 20, Resources(1, 1024, 1000), job, "schedd@x", 60)
     pslot, dslot = update()
     assert pslot["Cpus"] == 3 and pslot["StartdTlsCertificate"] == ctx.certificate
+    assert pslot["MyAddress"] == dslot["MyAddress"] == ctx.address
     assert (dslot["State"], dslot["Activity"], dslot["RemoteUser"]) == ("Claimed", "Idle", "u@x")
     for state, activity in [
         (ClaimState.STARTING, "Busy"),

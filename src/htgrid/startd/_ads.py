@@ -73,15 +73,18 @@ class AdContext:
         self.sequence = 0
         self.certificate: str | None = None  # a node on its own: its TLS certificate (PEM)
         self.start = ExprTree(config.start)
-        self._static: tuple[str | None, ClassAd, dict[str, str]] | None = None
+        # The static ad, made again should what it is made of change (the address and
+        # certificate are set once the TLS API serves).
+        self._static: tuple[tuple[object, ...], ClassAd, dict[str, str]] | None = None
         # Each slot's own attributes as last made (by Name): the values, the ad, members.
         self._own: dict[str, tuple[Pairs, ClassAd, dict[str, str]]] = {}
 
     def static(self) -> tuple[ClassAd, dict[str, str]]:
         """The attributes every slot ad has and no update changes, and their members."""
-        if self._static is None or self._static[0] != self.certificate:
+        key = (self.address, self.certificate, self.started)
+        if self._static is None or self._static[0] != key:
             ad = self._fixed()
-            self._static = (self.certificate, ad, json_members(ad))
+            self._static = (key, ad, json_members(ad))
         return self._static[1], self._static[2]
 
     def _fixed(self) -> ClassAd:
