@@ -128,3 +128,19 @@ def test_the_daemon_serves_on_a_loopback_port(home: Path) -> None:
         assert collectors[0]["MyAddress"] == f"<127.0.0.1:{port}>"
 
     asyncio.run(main())
+
+
+def test_a_node_removes_its_released_slots_in_one_request() -> None:
+    async def test(client: CollectorClient, store: AdStore) -> None:
+        for i in range(3):
+            ad = SITE.__copy__()
+            ad["Name"] = f"slot1_{i}@node"
+            await client.advertise("UPDATE_STARTD_AD", [ad])
+        queries = [
+            ClassAd({"MyType": "Query", "TargetType": "Machine", "Name": f"slot1_{i}@node"})
+            for i in (0, 2)
+        ]
+        assert await client.invalidate("INVALIDATE_STARTD_ADS", queries) == 2
+        assert [ad["Name"] for ad in await client.query("Machine")] == ["slot1_1@node"]
+
+    run(test)

@@ -195,3 +195,37 @@ def test_cycles_run_every_interval_and_advertise_to_the_collector() -> None:
     (ad,) = store.query("Negotiator")
     assert ad["LastNegotiationCycleMatches0"] == 0  # the third cycle had nothing left
     assert ad["UpdateSequenceNumber"] == 3
+
+
+def test_slot_ads_kept_between_cycles_are_matched_as_the_collector_has_them_now() -> None:
+    # The negotiator keeps the collector's ads decoded between cycles: a slot's new
+    # values count at the next cycle, a removed slot is not matched, an unchanged one
+    # refreshed (LastHeardFrom) ends its pending match.
+    now = [T0]
+    store = AdStore(clock=lambda: now[0])
+    store.update("UPDATE_STARTD_AD", slot("small@a", memory=512))
+    store.update("UPDATE_STARTD_AD", slot("gone@b"))
+    store.update("UPDATE_STARTD_AD", slot("kept@c", memory=512))
+    queue = Queue([])
+    clock = Clock()
+
+    async def main() -> None:
+        transport = httpx.ASGITransport(app=create_app(store))
+        async with CollectorClient("collector.test", transport=transport) as client:
+            negotiator = Negotiator(queue, CollectorMachines(client), clock=clock)
+            assert (await negotiator.cycle()).matches == ()  # the ads read, and kept
+            query = ClassAd({"MyType": "Query", "TargetType": "Machine", "Name": "gone@b"})
+            await client.invalidate("INVALIDATE_STARTD_ADS", query)
+            store.update("UPDATE_STARTD_AD", slot("small@a", memory=4096))
+            queue.idle.update({(1, p): job(1, p) for p in range(2)})
+            (match,) = (await negotiator.cycle()).matches
+            assert match.machine == "small@a" and match.machine_ad["Memory"] == 4096
+            assert queue.reasons == {"1.1": "no match found"}
+            # Claimed, then released, in updates that change nothing else: free again.
+            clock.now += 5
+            now[0] = clock.now
+            store.update("UPDATE_STARTD_AD", slot("small@a", memory=4096))
+            (again,) = (await negotiator.cycle()).matches
+            assert again.machine == "small@a" and again.job_id.proc == 1
+
+    asyncio.run(main())

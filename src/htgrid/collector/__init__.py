@@ -3,7 +3,8 @@
 `AdStore` keeps ads by type with HTCondor's update semantics (expiry, sequence numbers,
 invalidation) and answers constraint queries; `htgrid.collector.app.create_app` serves it
 over HTTP (TLS and the pool's tokens: `htgrid.collector.daemon`) and `CollectorClient`
-talks to it; `locate_schedd` finds a schedd's URL by its Name in a pool's collector
+talks to it (`KeptAds`: a query's ads kept decoded, only what changed read again);
+`locate_schedd` finds a schedd's URL by its Name in a pool's collector
 (condor_q's -name and -pool; the Python bindings' `Collector.locate`). `htgrid
 collector`, `htgrid status` and `htgrid advertise` are the command-line faces.
 """
@@ -26,6 +27,7 @@ from htgrid.collector._errors import (
     ProtocolError,
     UnknownCommand,
 )
+from htgrid.collector._kept import KeptAds
 from htgrid.collector._locate import (
     ScheddLocation,
     ScheddNotFound,
@@ -52,6 +54,7 @@ __all__ = [
     "Command",
     "InvalidAd",
     "InvalidQuery",
+    "KeptAds",
     "NotRegistered",
     "ProtocolError",
     "ReverseConnector",

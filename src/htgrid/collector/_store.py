@@ -17,14 +17,24 @@ condor_collector:
   missed updates); otherwise the collector's default (CLASSAD_LIFETIME, 900 s).
 - An invalidation names ads by `Name` (and `MyAddress` when given) or by the query ad's
   `Requirements`, evaluated against each ad.
+
+Each stored ad also gets a version, from one counter of the store (an epoch names the
+store's life: a restarted collector counts again), and a content version: the version
+of the first of the daemon's ads in a row that differ only in what every update changes
+(`VOLATILE`: LastHeardFrom, UpdateSequenceNumber, ...). So `query_changes` can answer a
+client that keeps the ads it decoded (the negotiator, every cycle) with only the ads
+whose content changed since its last query in full, the volatile attributes of those
+only refreshed, and the others by content version.
 """
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from copy import copy
 from dataclasses import dataclass
+from typing import Final
 
 from htgrid.classad import ClassAd, ExprTree
 from htgrid.classad.adjson import json_members
@@ -34,12 +44,27 @@ from htgrid.collector._types import AdType, Command, parse_command
 from htgrid.collector._wire import encode_ad, join_ads
 from htgrid.net.cedar import line_name, split_lines
 
-__all__ = ["DEFAULT_LIFETIME", "AdStore", "UpdateResult"]
+__all__ = ["DEFAULT_LIFETIME", "VOLATILE", "AdStore", "UpdateResult"]
 
 # condor_collector's CLASSAD_LIFETIME default: three missed 300-second updates.
 DEFAULT_LIFETIME = 900.0
 
 Clock = Callable[[], float]
+
+#: What changes at every update of an ad whose content is the same (lower-case names):
+#: the collector's stamps and the node's sequence, clock and load.
+VOLATILE: Final = frozenset(
+    {
+        "lastheardfrom",
+        "updatesequencenumber",
+        "updatestotal",
+        "updatessequenced",
+        "updateslost",
+        "mycurrenttime",
+        "totalloadavg",
+        "loadavg",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +81,8 @@ class _Record:
 
     __slots__ = (
         "ad",
+        "base",
+        "content",
         "expires",
         "lines",
         "lost",
@@ -64,11 +91,17 @@ class _Record:
         "sequenced",
         "start",
         "total",
+        "version",
     )
 
-    def __init__(self, ad: ClassAd, expires: float) -> None:
+    def __init__(self, ad: ClassAd, expires: float, version: int) -> None:
         self.ad = ad
         self.expires = expires
+        self.version = version  # the store's count of updates when this one was stored
+        # The content version, 0 until a query needs it; until then `base` is the last
+        # record of the same daemon whose content version is known, to compare with.
+        self.content = 0
+        self.base: _Record | None = None
         self.sequence: int | None = None
         self.start: int | None = None
         self.total = 0
@@ -102,6 +135,25 @@ def _truthy(value: object) -> bool:
     return type(value) in (int, float) and value != 0
 
 
+def _lower(names: Sequence[str]) -> set[str]:
+    return {n.lower() for n in names}
+
+
+def _content(record: _Record) -> tuple[dict[str, str], int]:
+    """The record's JSON members and content version, worked out on first need."""
+    if record.parts is None:
+        record.parts = json_members(record.ad)
+    if not record.content:
+        base, parts = record.base, record.parts
+        record.content = record.version
+        if base is not None and base.parts is not None and base.parts.keys() == parts.keys():
+            old = base.parts
+            if all(old[k] == v for k, v in parts.items() if k not in VOLATILE):
+                record.content = base.content
+        record.base = None
+    return record.parts, record.content
+
+
 def _constraint(text: str | ExprTree | None) -> ExprTree | None:
     if text is None or isinstance(text, ExprTree):
         return text
@@ -117,6 +169,8 @@ class AdStore:
         self._clock = clock
         self._default_lifetime = default_lifetime
         self._tables: dict[str, dict[tuple[str, ...], _Record]] = {}
+        self._version = 0  # ads stored so far: each record's version is unique
+        self.epoch = secrets.token_hex(8)
 
     def now(self) -> float:
         """The store's time (its injected clock)."""
@@ -154,8 +208,11 @@ class AdStore:
                 f"stale update: UpdateSequenceNumber {sequence} is older than the "
                 f"stored ad's {old.sequence}",
             )
-        record = _Record(ad, now + self._lifetime(ad))
+        self._version += 1
+        record = _Record(ad, now + self._lifetime(ad), self._version)
         record.sequence, record.start = sequence, start
+        if old is not None:
+            record.base = old if old.content else old.base
         if old is not None and not restarted:
             record.total, record.sequenced, record.lost = old.total, old.sequenced, old.lost
             if sequence is not None and old.sequence is not None:
@@ -331,6 +388,35 @@ class AdStore:
                 record.parts = json_members(record.ad)
             objects.append(encode_ad(record.parts, projection))
         return join_ads(objects)
+
+    def query_changes(
+        self,
+        ad_type: AdType | str | None = None,
+        constraint: str | ExprTree | None = None,
+        projection: Sequence[str] | None = None,
+        since: tuple[str, int] | None = None,
+    ) -> str:
+        """The same selection as `query_json`, for a client that keeps what it decoded:
+        a JSON object `{"epoch": E, "version": V, "ads": [...]}` whose ads are, in the
+        selection's order and each named by its content version C: `[C, ad]` for an ad
+        whose content changed after `since` (an epoch and a version of an earlier
+        answer; all when None or of another epoch), `[C, attributes, 1]` for one only
+        refreshed since (the `VOLATILE` attributes to set in the ad C the client
+        keeps), the bare C for one not stored again since. V is the next query's
+        `since`; an ad left out is gone (removed, expired, or no longer matching)."""
+        after = since[1] if since is not None and since[0] == self.epoch else -1
+        volatile = [n for n in VOLATILE if projection is None or n in _lower(projection)]
+        items = []
+        for record in self._select(ad_type, constraint, None):
+            parts, content = _content(record)
+            if record.version <= after:
+                items.append(str(content))
+            elif content <= after:
+                items.append(f"[{content}, {encode_ad(parts, volatile)}, 1]")
+            else:
+                items.append(f"[{content}, {encode_ad(parts, projection)}]")
+        head = f'{{"epoch": "{self.epoch}", "version": {self._version}, "ads": '
+        return head + join_ads(items) + "}"
 
     def query_lines(
         self,

@@ -3,6 +3,11 @@
     GET  /v1/health                        {"status": "ok", "version": ..., "ads": {...}}
     GET  /v1/ads?type=Machine&constraint=..&projection=Name,Memory&limit=N
                                            a JSON array of ads (HTCondor's JSON form)
+    GET  /v1/ads?type=Machine&since=EPOCH:VERSION
+                                           the same ads for a client that keeps those it
+                                           decoded: {"epoch", "version", "ads"}, the ads
+                                           stored since in full, the others by version
+                                           (`AdStore.query_changes`; `since=` for all)
     POST /v1/updates/UPDATE_STARTD_AD      a JSON array of ads -> {"accepted": n, "results": [...]}
     POST /v1/invalidations/INVALIDATE_STARTD_ADS
                                            one query ad -> {"invalidated": n}
@@ -256,12 +261,30 @@ async def _health(request: Request) -> Response:
     return JSONResponse({"status": "ok", "version": __version__, "ads": counts})
 
 
+def _since(text: str) -> tuple[str, int] | None:
+    if not text:
+        return None
+    epoch, _, version = text.rpartition(":")
+    try:
+        return epoch, int(version)
+    except ValueError:
+        raise InvalidQuery(
+            f"since must be EPOCH:VERSION of an earlier answer, not {text!r}"
+        ) from None
+
+
 async def _ads(request: Request) -> Response:
     state: _Collector = request.app.state.collector
     params = request.query_params
     ad_type = params.get("type") or None
     constraint = params.get("constraint") or None
     projection = [n.strip() for n in (params.get("projection") or "").split(",") if n.strip()]
+    if "since" in params:
+        since = _since(params["since"])
+        text = await state.run(
+            lambda: state.store.query_changes(ad_type, constraint, projection or None, since)
+        )
+        return Response(text, media_type="application/json")
     limit = _limit(params.get("limit"))
     text = await state.run(
         lambda: state.store.query_json(ad_type, constraint, projection or None, limit)

@@ -47,7 +47,7 @@ from htgrid.collector._errors import CollectorRefused, CollectorUnavailable, Pro
 from htgrid.collector._problems import from_problem
 from htgrid.collector._store import UpdateResult
 from htgrid.collector._types import AdType, Command
-from htgrid.collector._wire import decode_ads, encode_ad, join_ads
+from htgrid.collector._wire import Fragments, decode_ads, encode_ad, join_ads
 from htgrid.net.security import (
     CertificateError,
     SecurityConfig,
@@ -223,7 +223,14 @@ class CollectorClient:
 
     async def advertise(self, command: Command | str, ads: Sequence[ClassAd]) -> list[UpdateResult]:
         """Send `ads` with an UPDATE_* command; what became of each."""
-        body = join_ads(encode_ad(json_members(ad)) for ad in ads)
+        return await self.advertise_members(command, [json_members(ad) for ad in ads])
+
+    async def advertise_members(
+        self, command: Command | str, ads: Sequence[Fragments]
+    ) -> list[UpdateResult]:
+        """`advertise` for ads given as their JSON members (`adjson.json_members`): a
+        daemon whose ads keep most attributes from update to update encodes those once."""
+        body = join_ads(encode_ad(members) for members in ads)
         response = await self._request(
             "POST",
             f"/v1/updates/{_command_name(command)}",
@@ -241,12 +248,14 @@ class CollectorClient:
             if isinstance(r, dict)
         ]
 
-    async def invalidate(self, command: Command | str, query: ClassAd) -> int:
-        """Remove the ads `query` names (by Name, or by its Requirements); how many."""
+    async def invalidate(self, command: Command | str, query: ClassAd | Sequence[ClassAd]) -> int:
+        """Remove the ads `query` names (by Name, or by its Requirements), or those of
+        each query of a list, in one request; how many."""
+        queries = [query] if isinstance(query, ClassAd) else query
         response = await self._request(
             "POST",
             f"/v1/invalidations/{_command_name(command)}",
-            content=encode_ad(json_members(query)).encode("utf-8"),
+            content=join_ads(encode_ad(json_members(q)) for q in queries).encode("utf-8"),
             headers={"content-type": "application/json"},
         )
         count = self._json(response).get("invalidated")
@@ -262,18 +271,25 @@ class CollectorClient:
         limit: int | None = None,
     ) -> list[ClassAd]:
         """The ads of `ad_type` (a MyType; all when None) for which `constraint` holds."""
-        params: dict[str, str] = {}
-        if ad_type is not None:
-            params["type"] = ad_type.value if isinstance(ad_type, AdType) else ad_type
-        if constraint:
-            ExprTree(constraint)  # a syntax error is the caller's: raise it here, with a caret
-            params["constraint"] = constraint
-        if projection:
-            params["projection"] = ",".join(projection)
+        params = _query_params(ad_type, constraint, projection)
         if limit is not None:
             params["limit"] = str(limit)
         response = await self._request("GET", "/v1/ads", params=params)
         return decode_ads(response.content)
+
+    async def query_changes(
+        self,
+        ad_type: AdType | str | None,
+        constraint: str | None,
+        projection: Sequence[str] | None,
+        since: tuple[str, int] | None,
+    ) -> bytes:
+        """The answer of `AdStore.query_changes` (a collector of before it answers with
+        every ad, as `query`'s array): what `KeptAds` reads."""
+        params = _query_params(ad_type, constraint, projection)
+        params["since"] = f"{since[0]}:{since[1]}" if since else ""
+        response = await self._request("GET", "/v1/ads", params=params)
+        return response.content
 
     # -- the connection broker (CCB) ------------------------------------------------------
 
@@ -309,6 +325,20 @@ class CollectorClient:
                 f"the registration with the broker at {self.pool} is lost: {exc}"
             ) from None
         raise CollectorUnavailable(f"the broker at {self.pool} ended the registration")
+
+
+def _query_params(
+    ad_type: AdType | str | None, constraint: str | None, projection: Sequence[str] | None
+) -> dict[str, str]:
+    params: dict[str, str] = {}
+    if ad_type is not None:
+        params["type"] = ad_type.value if isinstance(ad_type, AdType) else ad_type
+    if constraint:
+        ExprTree(constraint)  # a syntax error is the caller's: raise it here, with a caret
+        params["constraint"] = constraint
+    if projection:
+        params["projection"] = ",".join(projection)
+    return params
 
 
 def _ccb_request(line: str) -> CcbRequest:

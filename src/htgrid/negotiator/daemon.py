@@ -28,7 +28,7 @@ from typing import Protocol
 import anyio.to_thread
 
 from htgrid.classad import ClassAd
-from htgrid.collector import CollectorClient
+from htgrid.collector import CollectorClient, KeptAds
 from htgrid.errors import HTGridError
 from htgrid.negotiator._ads import slot_weight
 from htgrid.negotiator._cycle import negotiate
@@ -90,14 +90,16 @@ class SystemClock:
 
 
 class CollectorMachines:
-    """`MachineSource` over a collector: its Machine ads, constraint optional."""
+    """`MachineSource` over a collector: its Machine ads, constraint optional. The ads
+    are kept decoded between cycles (`KeptAds`): only those that changed are read."""
 
     def __init__(self, client: CollectorClient, constraint: str | None = None) -> None:
         self.client = client
         self.constraint = constraint  # NEGOTIATOR_SLOT_CONSTRAINT
+        self._kept = KeptAds(client, "Machine", constraint)
 
     async def machine_ads(self) -> Sequence[ClassAd]:
-        return await self.client.query("Machine", self.constraint)
+        return await self._kept.ads()
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,10 +9,13 @@ each dynamic slot what its claim holds, with `RemoteUser`, `RemoteOwner` and `Jo
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from copy import copy
 from typing import Final
 
 from htgrid import __version__
 from htgrid.classad import ClassAd, ExprTree
+from htgrid.classad.adjson import json_members
 from htgrid.startd._claims import Claim, Slots
 from htgrid.startd._config import StartdConfig
 from htgrid.startd._machine import MachineInfo
@@ -25,6 +28,7 @@ __all__ = [
     "TLS_CERTIFICATE",
     "dynamic_ad",
     "partitionable_ad",
+    "slot_members",
     "slot_state",
 ]
 
@@ -33,15 +37,31 @@ CONDOR_VERSION: Final = f"$CondorVersion: 24.0.24 2026-09-24 BuildID: htgrid {__
 CONDOR_PLATFORM: Final = "$CondorPlatform: X86_64-htgrid $"
 _VANILLA_ONLY: Final = "(TARGET.JobUniverse =?= undefined || TARGET.JobUniverse == 5)"
 # condor_startd's WithinResourceLimits for a partitionable slot.
-_WITHIN_LIMITS: Final = (
+_WITHIN_LIMITS: Final = ExprTree(
     "MY.Cpus > 0 && TARGET.RequestCpus <= MY.Cpus && TARGET.RequestMemory <= MY.Memory"
     " && TARGET.RequestDisk <= MY.Disk"
     " && (TARGET.RequestGPUs =?= undefined || TARGET.RequestGPUs <= MY.GPUs)"
 )
+# The starter runs vanilla jobs only: a grid job waiting for a site must not land here.
+_PSLOT_REQUIREMENTS: Final = ExprTree(f"START && WithinResourceLimits && {_VANILLA_ONLY}")
+_START: Final = ExprTree("START")
+_SLOT_WEIGHT: Final = ExprTree("Cpus")
+_PSLOT_EXPRS: Final = (
+    ("WithinResourceLimits", _WITHIN_LIMITS),
+    ("Requirements", _PSLOT_REQUIREMENTS),
+)
+_DSLOT_EXPRS: Final = (("Requirements", _START),)
+
+#: A slot's own attributes, Name first, as plain values (ints, strings, bools).
+Pairs = tuple[tuple[str, object], ...]
 
 
 class AdContext:
-    """What every ad of one startd shares (fixed at start-up)."""
+    """What every ad of one startd shares (fixed at start-up).
+
+    A node advertises every slot several times a second while short jobs come and go:
+    the attributes that stay put (most of an ad, the TLS certificate among them) are
+    made once, as an ad and as JSON members, and each update adds only the others."""
 
     def __init__(
         self, config: StartdConfig, machine: MachineInfo, address: str, started: int
@@ -52,8 +72,22 @@ class AdContext:
         self.started = started
         self.sequence = 0
         self.certificate: str | None = None  # a node on its own: its TLS certificate (PEM)
+        self.start = ExprTree(config.start)
+        # The static ad, made again should what it is made of change (the address and
+        # certificate are set once the TLS API serves).
+        self._static: tuple[tuple[object, ...], ClassAd, dict[str, str]] | None = None
+        # Each slot's own attributes as last made (by Name): the values, the ad, members.
+        self._own: dict[str, tuple[Pairs, ClassAd, dict[str, str]]] = {}
 
-    def common(self, now: float) -> ClassAd:
+    def static(self) -> tuple[ClassAd, dict[str, str]]:
+        """The attributes every slot ad has and no update changes, and their members."""
+        key = (self.address, self.certificate, self.started)
+        if self._static is None or self._static[0] != key:
+            ad = self._fixed()
+            self._static = (key, ad, json_members(ad))
+        return self._static[1], self._static[2]
+
+    def _fixed(self) -> ClassAd:
         m, c = self.machine, self.config
         ad = ClassAd()
         ad["MyType"] = "Machine"
@@ -80,9 +114,7 @@ class AdContext:
         if self.certificate is not None:
             # What a schedd pins when it calls the node over TLS (see htgrid.startd._api).
             ad[TLS_CERTIFICATE] = self.certificate
-        ad["UpdateSequenceNumber"] = self.sequence
         ad["UpdateInterval"] = int(c.update_interval)  # gone after three missed updates
-        ad["MyCurrentTime"] = int(now)
         ad["DetectedCpus"] = m.detected.cpus
         ad["DetectedMemory"] = m.detected.memory
         ad["DetectedGPUs"] = ",".join(m.detected.gpus) if m.detected.gpus else 0
@@ -91,16 +123,10 @@ class AdContext:
         ad["TotalDisk"] = m.offered.disk
         ad["TotalGPUs"] = len(m.offered.gpus)
         ad["TotalSlots"] = 1
-        try:
-            load = os.getloadavg()[0]
-        except OSError:
-            load = 0.0
-        ad["TotalLoadAvg"] = round(load, 3)
-        ad["LoadAvg"] = round(load / max(1, m.detected.cpus), 3)
-        ad["Start"] = ExprTree(c.start)
+        ad["Start"] = self.start
         ad["Rank"] = 0.0
         ad["CurrentRank"] = 0.0
-        ad["SlotWeight"] = ExprTree("Cpus")
+        ad["SlotWeight"] = _SLOT_WEIGHT
         if m.gpus:
             ad["GPUs_DeviceName"] = m.gpus[0].name
             ad["GPUs_GlobalMemoryMb"] = m.gpus[0].memory_mb
@@ -108,76 +134,143 @@ class AdContext:
             ad[name] = ExprTree(text)
         return ad
 
+    def varying(self, now: float) -> ClassAd:
+        """What changes between updates: the sequence, the time, the load."""
+        ad = ClassAd()
+        ad["UpdateSequenceNumber"] = self.sequence
+        ad["MyCurrentTime"] = int(now)
+        try:
+            load = os.getloadavg()[0]
+        except OSError:
+            load = 0.0
+        ad["TotalLoadAvg"] = round(load, 3)
+        ad["LoadAvg"] = round(load / max(1, self.machine.detected.cpus), 3)
+        return ad
 
-def _resources(ad: ClassAd, have: Resources) -> None:
-    ad["Cpus"] = have.cpus
-    ad["Memory"] = have.memory
-    ad["Disk"] = have.disk
-    ad["GPUs"] = len(have.gpus)
-    if have.gpus:
-        ad["AssignedGPUs"] = ",".join(have.gpus)
+    def own(
+        self, pairs: Pairs, exprs: tuple[tuple[str, ExprTree], ...]
+    ) -> tuple[ClassAd, dict[str, str]]:
+        """A slot's own attributes (`pairs`, then the constant `exprs`) as an ad and as
+        members: made again only when a value changed since the last time."""
+        name = str(pairs[0][1])
+        known = self._own.get(name)
+        if known is not None and known[0] == pairs:
+            return known[1], known[2]
+        ad = ClassAd()
+        for key, value in pairs:
+            ad[key] = value
+        for key, expr in exprs:
+            ad[key] = expr
+        members = json_members(ad)
+        self._own[name] = (pairs, ad, members)
+        return ad, members
+
+    def forget_others(self, names: set[str]) -> None:
+        """Drop what `own` kept of slots not in `names` (released claims)."""
+        for name in [n for n in self._own if n not in names]:
+            del self._own[name]
+
+    def common(self, now: float) -> ClassAd:
+        """The attributes every slot ad has, as of `now`."""
+        ad = copy(self.static()[0])
+        ad.update(self.varying(now))
+        return ad
+
+
+def _resource_pairs(have: Resources) -> Pairs:
+    pairs: Pairs = (
+        ("Cpus", have.cpus),
+        ("Memory", have.memory),
+        ("Disk", have.disk),
+        ("GPUs", len(have.gpus)),
+    )
+    return (*pairs, ("AssignedGPUs", ",".join(have.gpus))) if have.gpus else pairs
 
 
 def slot_state(ctx: AdContext, slots: Slots) -> SlotState:
     """Owner when START is false on its own (no job could match), else as the books say."""
     if slots.state is SlotState.DRAINED:
         return SlotState.DRAINED
-    start = ExprTree(ctx.config.start).eval(ctx.common(0.0))
+    start = ctx.start.eval(ctx.common(0.0))
     return SlotState.OWNER if start is False else SlotState.UNCLAIMED
 
 
 def partitionable_ad(ctx: AdContext, slots: Slots, now: float) -> ClassAd:
     """The partitionable slot's ad: what is free, and its dynamic slots' summary."""
     ad = ctx.common(now)
-    ad["Name"] = slots.name
-    ad["SlotID"] = 1
-    ad["SlotType"] = "Partitionable"
-    ad["PartitionableSlot"] = True
-    _resources(ad, slots.free)
-    ad["TotalSlotCpus"] = slots.offered.cpus
-    ad["TotalSlotMemory"] = slots.offered.memory
-    ad["TotalSlotDisk"] = slots.offered.disk
-    ad["TotalSlotGPUs"] = len(slots.offered.gpus)
-    ad["NumDynamicSlots"] = len(slots.claims)
-    ad["WithinResourceLimits"] = ExprTree(_WITHIN_LIMITS)
-    # The starter runs vanilla jobs only: a grid job waiting for a site must not land here.
-    ad["Requirements"] = ExprTree(f"START && WithinResourceLimits && {_VANILLA_ONLY}")
-    ad["State"] = slots.state.value
-    ad["Activity"] = "Retiring" if slots.state is SlotState.DRAINED else "Idle"
-    ad["EnteredCurrentState"] = int(slots.entered)
-    ad["EnteredCurrentActivity"] = int(slots.entered)
+    ad.update(ctx.own(_partitionable_pairs(slots), _PSLOT_EXPRS)[0])
     return ad
+
+
+def _partitionable_pairs(slots: Slots) -> Pairs:
+    offered = slots.offered
+    return (
+        ("Name", slots.name),
+        ("SlotID", 1),
+        ("SlotType", "Partitionable"),
+        ("PartitionableSlot", True),
+        *_resource_pairs(slots.free),
+        ("TotalSlotCpus", offered.cpus),
+        ("TotalSlotMemory", offered.memory),
+        ("TotalSlotDisk", offered.disk),
+        ("TotalSlotGPUs", len(offered.gpus)),
+        ("NumDynamicSlots", len(slots.claims)),
+        ("State", slots.state.value),
+        ("Activity", "Retiring" if slots.state is SlotState.DRAINED else "Idle"),
+        ("EnteredCurrentState", int(slots.entered)),
+        ("EnteredCurrentActivity", int(slots.entered)),
+    )
 
 
 def dynamic_ad(ctx: AdContext, slots: Slots, claim: Claim, now: float) -> ClassAd:
     """A dynamic slot's ad: its claim's resources, state and job."""
     ad = ctx.common(now)
-    ad["Name"] = claim.name
-    ad["SlotID"] = 1
-    ad["DSlotId"] = claim.slot_id
-    ad["SlotType"] = "Dynamic"
-    ad["DynamicSlot"] = True
-    ad["ParentSlotName"] = slots.name
-    _resources(ad, claim.resources)
-    ad["TotalSlotCpus"] = claim.resources.cpus
-    ad["TotalSlotMemory"] = claim.resources.memory
-    ad["TotalSlotDisk"] = claim.resources.disk
-    ad["TotalSlotGPUs"] = len(claim.resources.gpus)
-    ad["Requirements"] = ExprTree("START")
+    ad.update(ctx.own(_dynamic_pairs(slots, claim), _DSLOT_EXPRS)[0])
+    return ad
+
+
+def _dynamic_pairs(slots: Slots, claim: Claim) -> Pairs:
+    have = claim.resources
     state, activity = SLOT_OF[claim.state]
-    ad["State"] = state
-    ad["Activity"] = activity
-    ad["EnteredCurrentState"] = int(claim.entered)
-    ad["EnteredCurrentActivity"] = int(claim.entered)
+    pairs: list[tuple[str, object]] = [
+        ("Name", claim.name),
+        ("SlotID", 1),
+        ("DSlotId", claim.slot_id),
+        ("SlotType", "Dynamic"),
+        ("DynamicSlot", True),
+        ("ParentSlotName", slots.name),
+        *_resource_pairs(have),
+        ("TotalSlotCpus", have.cpus),
+        ("TotalSlotMemory", have.memory),
+        ("TotalSlotDisk", have.disk),
+        ("TotalSlotGPUs", len(have.gpus)),
+        ("State", state),
+        ("Activity", activity),
+        ("EnteredCurrentState", int(claim.entered)),
+        ("EnteredCurrentActivity", int(claim.entered)),
+    ]
     job = claim.job_ad
     for attr, remote in (("User", "RemoteUser"), ("Owner", "RemoteOwner")):
         value = job.get(attr)
         if isinstance(value, str):
-            ad[remote] = value
+            pairs.append((remote, value))
     if claim.job_id is not None:
-        ad["JobId"] = str(claim.job_id)
-    ad["ClientMachine"] = claim.schedd
-    ad["RemoteScheddName"] = claim.schedd
+        pairs.append(("JobId", str(claim.job_id)))
+    pairs.append(("ClientMachine", claim.schedd))
+    pairs.append(("RemoteScheddName", claim.schedd))
     if claim.job_start is not None:
-        ad["JobStart"] = int(claim.job_start)
-    return ad
+        pairs.append(("JobStart", int(claim.job_start)))
+    return tuple(pairs)
+
+
+def slot_members(ctx: AdContext, slots: Slots, now: float) -> list[Mapping[str, str]]:
+    """The ads of `partitionable_ad` and of each claim's `dynamic_ad`, as the JSON
+    members the collector is sent (`CollectorClient.advertise_members`): the static
+    attributes' members are made once, a slot's own again only when they changed."""
+    _, static = ctx.static()
+    common = {**static, **json_members(ctx.varying(now))}
+    own = [ctx.own(_partitionable_pairs(slots), _PSLOT_EXPRS)[1]] + [
+        ctx.own(_dynamic_pairs(slots, c), _DSLOT_EXPRS)[1] for c in slots.claims.values()
+    ]
+    ctx.forget_others({slots.name, *(c.name for c in slots.claims.values())})
+    return [{**common, **members} for members in own]

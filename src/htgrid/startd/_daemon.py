@@ -46,7 +46,7 @@ from htgrid.classad.fast import requirements_hold
 from htgrid.collector import CollectorClient, CollectorRefused
 from htgrid.errors import HTGridError
 from htgrid.pool import LaunchError, family_marker, trusted_ca_files
-from htgrid.startd._ads import AdContext, dynamic_ad, partitionable_ad, slot_state
+from htgrid.startd._ads import AdContext, dynamic_ad, partitionable_ad, slot_members, slot_state
 from htgrid.startd._api import create_app, start_unix_server
 from htgrid.startd._claims import Claim, Slots, has_lease, job_lease, request_of
 from htgrid.startd._config import StartdConfig
@@ -569,12 +569,29 @@ class Startd:
         self.ctx.sequence += 1
         released, slots.released = slots.released, []
         try:
-            await collector.advertise("UPDATE_STARTD_AD", self.slot_ads())
+            ads = slot_members(self.ctx, slots, self._clock())
+            await collector.advertise_members("UPDATE_STARTD_AD", ads)
         except HTGridError:
             slots.released[:0] = released  # try again next time
             raise
-        for at, name in enumerate(released):
-            query = ClassAd({"MyType": "Query", "TargetType": "Machine", "Name": name})
+        if not released:
+            return
+        queries = [
+            ClassAd({"MyType": "Query", "TargetType": "Machine", "Name": name}) for name in released
+        ]
+        if len(queries) > 1:
+            try:
+                await collector.invalidate("INVALIDATE_STARTD_ADS", queries)  # one request
+            except CollectorRefused:
+                pass  # it removes none then: asked one by one below, to know which it refuses
+            except HTGridError:
+                slots.released[:0] = released
+                raise
+            else:
+                for name in released:
+                    self._refused.pop(name, None)
+                return
+        for at, (name, query) in enumerate(zip(released, queries, strict=True)):
             try:
                 await collector.invalidate("INVALIDATE_STARTD_ADS", query)
             except CollectorRefused as exc:
