@@ -214,7 +214,8 @@ def create_app(
     polls = PollCounts()
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", **backend.health(), "polls": polls.to_json()})
+        counts = {"polls": polls.to_json(), "requests": polls.requests}
+        return JSONResponse({"status": "ok", **backend.health(), **counts})
 
     async def slots(request: Request) -> Response:
         return Response(ads_to_json(backend.slot_ads()), media_type="application/json")
@@ -322,6 +323,7 @@ def create_app(
 
     def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[..., Any]:
         async def serve(request: Request) -> Response:
+            polls.requests += 1
             try:
                 caller(request)
                 return await handler(request)

@@ -49,8 +49,10 @@ def _over(status: ClaimStatus) -> bool:
 @dataclass
 class PollCounts:
     """The node's long polls, for its health: how many wait now, the most that ever
-    waited at once, and how many were answered (per claim, and node-wide)."""
+    waited at once, and how many were answered (per claim, and node-wide); and the
+    requests of the API it served in all."""
 
+    requests: int = 0
     open: int = 0
     peak: int = 0
     claim: int = 0
