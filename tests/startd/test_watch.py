@@ -97,13 +97,15 @@ def test_a_named_claim_that_is_gone_is_not_found_and_a_newer_poll_ends_the_older
         cid = claim_id()
         await client.request_claim(cid, job, "schedd@test", 60)
         status = await client.activate(cid, job)
-        older = asyncio.create_task(client.watch(token, {cid: status.version}, wait=60))
+        older = asyncio.create_task(client.watch(token, {cid: status.version}, wait=60, seq=1))
         while (await client.health())["polls"]["open"] == 0:  # it waits on the node
             await asyncio.sleep(0.02)
         gone = claim_id()
-        newer = await client.watch(token, {gone: 0}, wait=60)
+        newer = await client.watch(token, {gone: 0}, wait=60, seq=2)
         assert list(newer) == [gone] and isinstance(newer[gone], ClaimNotFound)
         assert await older == {}  # answered by the newer poll: nothing had ended
+        # A poll overtaken on its way (another connection) by a newer one: at once.
+        assert await client.watch(token, {cid: status.version}, wait=60, seq=2) == {}
         (iwd / "go").touch()
         assert _over(await client.watch(token, {cid: status.version}, wait=60)) == {cid: 0}
         with pytest.raises(StartdProtocolError, match='"watch"'):

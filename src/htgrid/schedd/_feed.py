@@ -6,8 +6,9 @@ of its claim (a third of the schedd's work for short jobs). Here the shadows of 
 node's claims share one poll (`StartdClient.watch`): it names the claims they wait on,
 and the node answers it once one or more have ended, with all of those. A job activated
 with the feed's token joins the poll waiting already, on the node; a shadow that waits
-on a claim the poll does not follow (one it reconnected to) has the feed ask anew, the
-node then answering the older poll at once.
+on a claim otherwise (one it reconnected to, or after a poll failed) has the feed ask
+anew, the node then answering the older poll at once: an older poll on a connection cut
+meanwhile may never be answered.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ class ClaimFeed:
         self.token = secrets.token_urlsafe(24)  # sent only where the claim ids go
         self._wait = wait
         self._waiters: dict[str, tuple[int, asyncio.Future[ClaimStatus]]] = {}
-        self._named: set[str] = set()  # the claims the last poll sent names
-        self._kick = asyncio.Event()  # ask anew: a claim the poll waiting does not follow
+        self._kick = asyncio.Event()  # ask anew: a claim the poll waiting may not follow
+        self._seq = 0  # the polls', in the order they are made
         self._task: asyncio.Task[None] | None = None
 
     async def ended(self, claim_id: str, version: int, *, activated: bool) -> ClaimStatus:
@@ -43,7 +44,7 @@ class ClaimFeed:
         since the claim's status was last heard."""
         future: asyncio.Future[ClaimStatus] = asyncio.get_running_loop().create_future()
         self._waiters[claim_id] = (version, future)
-        if not activated and claim_id not in self._named:
+        if not activated:
             self._kick.set()
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name=f"claims of {self.client.where}")
@@ -68,11 +69,11 @@ class ClaimFeed:
                 if not polls or self._kick.is_set():
                     self._kick.clear()
                     named = {claim_id: v for claim_id, (v, _) in self._waiters.items()}
-                    self._named = set(named)
+                    self._seq += 1
                     poll = asyncio.create_task(
-                        self.client.watch(self.token, named, wait=self._wait)
+                        self.client.watch(self.token, named, wait=self._wait, seq=self._seq)
                     )
-                    polls[poll] = self._named
+                    polls[poll] = set(named)
                 kick = asyncio.create_task(self._kick.wait())
                 try:
                     done, _ = await asyncio.wait(

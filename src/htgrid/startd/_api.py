@@ -7,7 +7,8 @@
                                           answers {unknown: [id...]}, the claims not here
     GET    /v1/claims/{id}?wait=&version= the claim's status, once past `version` (long poll)
     POST   /v1/watch                      the ends of many claims, in one long poll:
-                                          {watch, claims: {id: version}, wait} (`_watch`)
+                                          {watch, seq, claims: {id: version}, wait}
+                                          (`_watch`)
     POST   /v1/claims/{id}/activate       run a job on the claim: {job_ad, input_data?, after?,
                                           watch?} (`after`: the job whose end is recorded;
                                           a claim ENDED for it is reused for this one;
@@ -259,7 +260,10 @@ def create_app(
         if not isinstance(wait, int | float) or isinstance(wait, bool):
             raise StartdProtocolError('"wait" must be a number of seconds')
         wait = min(_MAX_WAIT, max(0.0, float(wait)))
-        ended = await _unless_gone(request, watches.poll(token, claims, wait), polls)
+        seq = doc.get("seq")
+        if seq is not None and (not isinstance(seq, int) or isinstance(seq, bool)):
+            raise StartdProtocolError('"seq" must be a whole number')
+        ended = await _unless_gone(request, watches.poll(token, claims, wait, seq), polls)
         if ended is None:
             return Response(status_code=499)
         polls.watch += 1

@@ -1,6 +1,6 @@
 """One long poll a schedd holds on a node for the ends of all its claims there.
 
-    POST /v1/watch  {"watch": token, "claims": {claim_id: version, ...}, "wait": seconds}
+    POST /v1/watch  {"watch": token, "seq": n, "claims": {claim_id: version}, "wait": seconds}
                     -> {"claims": {claim_id: {"status": {...}} | {"code": n, "problem": {...}}}}
 
 A shadow per claim polling its own claim cost a request (and a connection held) a
@@ -16,6 +16,8 @@ started while the poll waits is followed without a poll made again; the claim id
 the capability: an answer only carries claims named by their id, in the poll or in an
 activation. A poll with the token of one still waiting answers that one (what it has,
 perhaps nothing): the schedd asks anew when it follows a claim the waiting poll does not.
+Polls carry a growing `seq`: one that arrives after a newer one (on another connection)
+is answered at once, with nothing, and leaves the newer one waiting.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class _Watch:
     activated: dict[str, int] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     generation: int = 0
+    seq: int = -1  # the newest poll's
     used: float = 0.0
 
 
@@ -91,10 +94,17 @@ class ClaimWatches:
         watch.activated[claim_id] = version
         watch.wake.set()
 
-    async def poll(self, token: str, named: dict[str, int], wait: float) -> dict[str, Ended]:
+    async def poll(
+        self, token: str, named: dict[str, int], wait: float, seq: int | None = None
+    ) -> dict[str, Ended]:
         """The claims (`named`, and those activated with `token`) that are over, as
-        soon as one is, or when `wait` has passed or a newer poll of `token` came."""
+        soon as one is, or when `wait` has passed or a newer poll of `token` came (a
+        greater `seq`; without one, any poll that came later)."""
         watch = self._watch(token)
+        if seq is not None:
+            if seq <= watch.seq:
+                return {}  # overtaken by a newer poll already
+            watch.seq = seq
         watch.generation += 1
         generation = watch.generation
         watch.wake.set()  # answers an older poll of the token

@@ -169,12 +169,15 @@ class StartdClient:
         return ClaimStatus.from_json(doc)
 
     async def watch(
-        self, token: str, claims: dict[str, int], *, wait: float
+        self, token: str, claims: dict[str, int], *, wait: float, seq: int | None = None
     ) -> dict[str, ClaimStatus | StartdError]:
         """The claims over (ENDED, RELEASED, gone: that one's error) among `claims` (each
         with the version known of it) and those activated with `token`: once one is, or
-        after `wait` seconds, or when another poll of `token` came (perhaps none)."""
-        body = {"watch": token, "claims": claims, "wait": wait}
+        after `wait` seconds, or when a newer poll of `token` came (perhaps none); `seq`
+        orders the polls of a token (one older than the newest is answered at once)."""
+        body: dict[str, Any] = {"watch": token, "claims": claims, "wait": wait}
+        if seq is not None:
+            body["seq"] = seq
         timeout = httpx.Timeout(self.timeout, read=wait + self.timeout)
         doc = await self._json("POST", "/v1/watch", body, timeout=timeout)
         found = doc.get("claims")
