@@ -8,7 +8,8 @@ and the node answers it once one or more have ended, with all of those. A job ac
 with the feed's token joins the poll waiting already, on the node; a shadow that waits
 on a claim otherwise (one it reconnected to, or after a poll failed) has the feed ask
 anew, the node then answering the older poll at once: an older poll on a connection cut
-meanwhile may never be answered.
+meanwhile may never be answered. A node that has no such poll (an older htgrid: the
+request is not understood) has its claims polled one by one, as before (`supported`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ import contextlib
 import secrets
 from typing import Final
 
-from htgrid.startd import ClaimStatus, StartdClient, StartdError
+from htgrid.startd import (
+    ClaimStatus,
+    StartdClient,
+    StartdError,
+    StartdProtocolError,
+    StartdUnavailable,
+)
 
 __all__ = ["ClaimFeed"]
 
@@ -37,6 +44,7 @@ class ClaimFeed:
         self._kick = asyncio.Event()  # ask anew: a claim the poll waiting may not follow
         self._seq = 0  # the polls', in the order they are made
         self._task: asyncio.Task[None] | None = None
+        self.supported = True  # False: the node does not understand the poll
 
     async def ended(self, claim_id: str, version: int, *, activated: bool) -> ClaimStatus:
         """The claim once it is over (ENDED or RELEASED; the node's error when it is
@@ -94,6 +102,11 @@ class ClaimFeed:
         ended: dict[str, ClaimStatus | Exception]
         try:
             ended = dict(poll.result())
+        except StartdProtocolError as exc:
+            # An older node: its shadows fall back to a poll per claim, and retry.
+            self.supported = False
+            gone = StartdUnavailable(f"{self.client.where} has no node-wide poll: {exc}")
+            ended = dict.fromkeys(named, gone)
         except Exception as exc:  # each waiter it named sees it, as its own poll's
             ended = dict.fromkeys(named, exc)
         for claim_id, result in ended.items():

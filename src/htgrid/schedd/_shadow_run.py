@@ -75,6 +75,9 @@ __all__ = ["ShadowRun"]
 _log = logging.getLogger("htgrid.schedd.shadow")
 
 _RETRY: Final = 1.0
+# How long a long poll of one claim on a node of another host waits (a node that has no
+# node-wide poll): its keep-alives are the node's link's, so it only waits for news.
+_LONG_POLL: Final = 300.0
 _NOT_FOUND: Final = "Job not found at execution machine"
 _CLAIM_NOT_FOUND: Final = "Claim not found at execution machine"
 
@@ -439,7 +442,6 @@ class ShadowRun(ShadowRecords):
             self._sent = {"BytesSent": size}
         last_heard = self.m.monotonic()
         link = self.link
-        wait = self.m.settings.alive_interval
         vacated = False
         while True:
             if status.state is ClaimState.ENDED and status.outcome is not None:
@@ -453,11 +455,15 @@ class ShadowRun(ShadowRecords):
                     status = await self.call(self.client.vacate(self.claim_id, reason))
                 continue
             # A node of another host: its feed's one poll follows all our claims there.
-            poll = asyncio.create_task(
-                self.client.status(self.claim_id, wait=wait, version=status.version)
-                if link is None
-                else link.feed.ended(self.claim_id, status.version, activated=self._watched)
-            )
+            if link is not None and link.feed.supported:
+                poll = asyncio.create_task(
+                    link.feed.ended(self.claim_id, status.version, activated=self._watched)
+                )
+            else:
+                wait = self.m.settings.alive_interval if link is None else _LONG_POLL
+                poll = asyncio.create_task(
+                    self.client.status(self.claim_id, wait=wait, version=status.version)
+                )
             # Until the job is told to stop, a stop request cuts the long poll short; and
             # a node of another host that stops answering its keep-alives, too.
             stopping = None if vacated else asyncio.create_task(self._stopping.wait())
