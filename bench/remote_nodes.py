@@ -23,6 +23,7 @@ load moves less than the wall times, and the schedd's memory per running remote 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import re
 import shutil
@@ -33,6 +34,9 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from htgrid.classad import ClassAd
+from htgrid.net.security import SecurityConfig, ensure_pool_security, pinned_ssl_context
+from htgrid.startd import TLS_CERTIFICATE, StartdClient, host_port_of
 from htgrid.testing import PersonalPool, run_cli, wait_for
 from htgrid.testing.node import CENTRAL_MANAGER, ExecuteNode
 
@@ -105,6 +109,25 @@ def run_through(pool: PersonalPool, work: Path, universe: str, jobs: int) -> flo
     if len(done) != jobs:
         raise RuntimeError(f"{universe}: {len(done)} of {jobs} completed")
     return took
+
+
+def node_requests(pool: PersonalPool, nodes: list[ExecuteNode]) -> int | None:
+    """The API requests all the nodes served so far (their health's count; None from
+    nodes that do not count them)."""
+    security = ensure_pool_security(SecurityConfig.load(pool.home))
+    identity = (security.server.cert, security.server.key)
+
+    async def count(ad: ClassAd) -> int | None:
+        where = host_port_of(ad["MyAddress"])
+        assert where is not None
+        tls = pinned_ssl_context(ad[TLS_CERTIFICATE], identity)
+        async with StartdClient.over_tls(where, tls) as client:
+            served = (await client.health()).get("requests")
+        return served if isinstance(served, int) else None
+
+    ads = [next(a for a in node.slots() if a.get("PartitionableSlot")) for node in nodes]
+    counts = [asyncio.run(count(ad)) for ad in ads]
+    return None if None in counts else sum(c for c in counts if c is not None)
 
 
 def memory_per_job(pool: PersonalPool, work: Path, count: int) -> tuple[float, float]:
@@ -192,6 +215,7 @@ def main() -> None:
         rss = [rss_mb(pool.pid)]
         pids = [node.process.pid for node in nodes if node.process is not None]
         schedd_0, nodes_0 = cpu_seconds(pool.pid), sum(map(cpu_seconds, pids))
+        requests_0 = node_requests(pool, nodes)
         cycles_0 = len(cycles(pool))
         spy = None
         if args.py_spy:
@@ -216,6 +240,7 @@ def main() -> None:
             spy.send_signal(signal.SIGINT)
             spy.wait()
         schedd_1, nodes_1 = cpu_seconds(pool.pid), sum(map(cpu_seconds, pids))
+        requests_1 = node_requests(pool, nodes)
         during = cycles(pool)[cycles_0:]
         local = run_through(pool, root / "local", "local", args.jobs)
         schedd_2 = cpu_seconds(pool.pid)
@@ -228,6 +253,9 @@ def main() -> None:
             f"schedd {(schedd_1 - schedd_0) * per:.1f} ms, nodes {(nodes_1 - nodes_0) * per:.1f} ms"
         )
         print(f"  {len(during)} negotiation cycles, {sum(during):.1f} s in all")
+        if requests_0 is not None and requests_1 is not None:
+            served = requests_1 - requests_0 - len(nodes)  # less the counts' own
+            print(f"  {served} requests to the nodes: {served / args.jobs:.2f} a job")
         print(
             f"{args.jobs} jobs in the local universe:      {local:.1f} s; CPU a job: "
             f"schedd {(schedd_2 - schedd_1) * per:.1f} ms"

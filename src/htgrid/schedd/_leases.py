@@ -8,7 +8,8 @@ node, its task sending them while the node has claims of ours.
 The link is also how the schedd knows a node stopped answering: no answer for two
 intervals and the node is down (its jobs' shadows disconnect, 022); the first answer
 after that and it is up again (they reconnect, 023). A node is never declared dead
-here: only its claims' leases tell when a job surely runs there no more.
+here: only its claims' leases tell when a job surely runs there no more. The link
+also carries the node's one long poll for the ends of those claims (`ClaimFeed`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Final
 
+from htgrid.schedd._feed import ClaimFeed
 from htgrid.startd import StartdClient, StartdError
 
 __all__ = ["NodeLeases", "NodeLink"]
@@ -35,6 +37,7 @@ class NodeLink:
         self.client = client
         self.where = where
         self.claims: set[str] = set()
+        self.feed = ClaimFeed(client)
         self.up = asyncio.Event()  # set while the node answers
         self.down = asyncio.Event()  # set while it does not
         self.up.set()
@@ -87,6 +90,7 @@ class NodeLeases:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(link.feed.close() for link in self._links.values()))
         self._links.clear()
 
     async def _keep(self, link: NodeLink) -> None:

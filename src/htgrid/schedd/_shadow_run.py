@@ -77,8 +77,8 @@ __all__ = ["ShadowRun"]
 _log = logging.getLogger("htgrid.schedd.shadow")
 
 _RETRY: Final = 1.0
-# How long a long poll of a node of another host waits: its keep-alives are the node's
-# link's, so a poll only waits for the claim to change.
+# How long a long poll of one claim on a node of another host waits (a node that has no
+# node-wide poll): its keep-alives are the node's link's, so it only waits for news.
 _LONG_POLL: Final = 300.0
 _NOT_FOUND: Final = "Job not found at execution machine"
 _CLAIM_NOT_FOUND: Final = "Claim not found at execution machine"
@@ -127,6 +127,9 @@ class ShadowRun(ShadowRecords):
         # The claim's last job, ended and recorded: the next activation reuses the claim
         # (the node readies it for the next job in the same request, `_activate`).
         self._after: str | None = None
+        # The claim was activated with its node's feed's token (the feed's poll follows
+        # it on the node), since its status was last heard otherwise.
+        self._watched = False
         self._sent: dict[str, Any] = {}  # the current job's BytesSent, once its input went
         self._spooled = True  # whether the current job may have an evicted run's output
         # Idle jobs that may follow, read with the last exit (None: those read before).
@@ -325,8 +328,12 @@ class ShadowRun(ShadowRecords):
         small = await small_input(self, ad)  # sent with the activation
         data = None if small is None else small[0]
         after, self._after = self._after, None  # the last job's end, if reused: once
+        watch = None if self.link is None else self.link.feed.token
         try:
-            status = await self.call(self.client.activate(self.claim_id, ad, data, after=after))
+            status = await self.call(
+                self.client.activate(self.claim_id, ad, data, after=after, watch=watch)
+            )
+            self._watched = watch is not None
             if small is not None and not status.transfer_input:  # taken
                 self._sent, self._spooled = {"BytesSent": small[1]}, small[2]
             return status
@@ -350,7 +357,7 @@ class ShadowRun(ShadowRecords):
         job or its claim is gone, or the lease has surely run out there. The attempts
         back off as HTCondor's shadow's do (RECONNECT_BACKOFF_FACTOR, _CEILING), never
         past the lease."""
-        self.lost = True
+        self.lost, self._watched = True, False
         try:
             return await self._reconnect(why, reason)
         finally:
@@ -462,7 +469,6 @@ class ShadowRun(ShadowRecords):
             self._sent = {"BytesSent": size}
         last_heard = self.m.monotonic()
         link = self.link
-        wait = self.m.settings.alive_interval if link is None else _LONG_POLL
         vacated = False
         while True:
             if status.state is ClaimState.ENDED and status.outcome is not None:
@@ -475,9 +481,16 @@ class ShadowRun(ShadowRecords):
                     reason = self.stop_reason.value if self.stop_reason else "vacate"
                     status = await self.call(self.client.vacate(self.claim_id, reason))
                 continue
-            poll = asyncio.create_task(
-                self.client.status(self.claim_id, wait=wait, version=status.version)
-            )
+            # A node of another host: its feed's one poll follows all our claims there.
+            if link is not None and link.feed.supported:
+                poll = asyncio.create_task(
+                    link.feed.ended(self.claim_id, status.version, activated=self._watched)
+                )
+            else:
+                wait = self.m.settings.alive_interval if link is None else _LONG_POLL
+                poll = asyncio.create_task(
+                    self.client.status(self.claim_id, wait=wait, version=status.version)
+                )
             # Until the job is told to stop, a stop request cuts the long poll short; and
             # a node of another host that stops answering its keep-alives, too.
             stopping = None if vacated else asyncio.create_task(self._stopping.wait())
@@ -501,6 +514,7 @@ class ShadowRun(ShadowRecords):
             except ClaimNotFound as exc:
                 raise Evicted(f"the execute node lost the claim: {exc}") from None
             except StartdUnavailable as exc:
+                self._watched = False
                 # A node of another host is disconnected when its link says so (its
                 # keep-alives unanswered); one of this host's, which ends its jobs with
                 # it, is given the whole claim lease.

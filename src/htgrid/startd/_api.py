@@ -6,9 +6,13 @@
     POST   /v1/alive                      renew the leases of claims: {claims: [id...]};
                                           answers {unknown: [id...]}, the claims not here
     GET    /v1/claims/{id}?wait=&version= the claim's status, once past `version` (long poll)
-    POST   /v1/claims/{id}/activate       run a job on the claim: {job_ad, input_data?, after?}
-                                          (`after`: the job whose end is recorded; a
-                                          claim ENDED for it is reused for this one)
+    POST   /v1/watch                      the ends of many claims, in one long poll:
+                                          {watch, seq, claims: {id: version}, wait}
+                                          (`_watch`)
+    POST   /v1/claims/{id}/activate       run a job on the claim: {job_ad, input_data?, after?,
+                                          watch?} (`after`: the job whose end is recorded;
+                                          a claim ENDED for it is reused for this one;
+                                          `watch`: the poll of that token follows it)
     PUT    /v1/claims/{id}/input          the input sandbox (a tar), when the job's files travel
     GET    /v1/claims/{id}/output         the output sandbox (a tar), once the job has ended
     POST   /v1/claims/{id}/vacate         stop the job: {reason: vacate | hold | remove}
@@ -73,6 +77,7 @@ from htgrid.startd._errors import (
     status_of,
     to_problem,
 )
+from htgrid.startd._watch import ClaimWatches, PollCounts, ended_to_json
 from htgrid.startd._wire import ClaimGrant, ClaimStatus
 
 __all__ = [
@@ -167,6 +172,29 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
+def _token(value: object) -> str:
+    if not isinstance(value, str) or len(value) < 16:
+        raise StartdProtocolError('"watch" must be a string of 16 characters or more')
+    return value
+
+
+async def _unless_gone(request: Request, work: Awaitable[Any], polls: PollCounts) -> Any:
+    """What `work` returns; None when the caller left first (a long poll whose caller
+    left must not hold its connection for the wait)."""
+    poll = asyncio.ensure_future(work)
+    gone = asyncio.create_task(_disconnected(request))
+    polls.opened()
+    try:
+        await asyncio.wait({poll, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        polls.open -= 1
+        gone.cancel()
+    if not poll.done():
+        poll.cancel()
+        return None
+    return poll.result()
+
+
 def _number(text: str | None, name: str, default: float) -> float:
     if text is None or text == "":
         return default
@@ -183,9 +211,12 @@ def create_app(
 ) -> Starlette:
     """The API over `backend`; `limits` caps JSON bodies (MAX_API_REQUEST_MB); `caller`
     refuses whom the listener it serves must not answer."""
+    watches = ClaimWatches(backend.claim_status)
+    polls = PollCounts()
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", **backend.health()})
+        counts = {"polls": polls.to_json(), "requests": polls.requests}
+        return JSONResponse({"status": "ok", **backend.health(), **counts})
 
     async def slots(request: Request) -> Response:
         return Response(ads_to_json(backend.slot_ads()), media_type="application/json")
@@ -212,17 +243,31 @@ def create_app(
         wait = min(_MAX_WAIT, max(0.0, _number(params.get("wait"), "wait", 0.0)))
         version = int(_number(params.get("version"), "version", -1))
         claim_id = request.path_params["claim_id"]
-        poll = asyncio.create_task(backend.claim_status(claim_id, wait, version))
-        gone = asyncio.create_task(_disconnected(request))
-        try:
-            # A long poll whose caller left must not hold its connection for the wait.
-            await asyncio.wait({poll, gone}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            gone.cancel()
-        if not poll.done():
-            poll.cancel()
+        found = await _unless_gone(request, backend.claim_status(claim_id, wait, version), polls)
+        if found is None:
             return Response(status_code=499)
-        return JSONResponse(poll.result().to_json())
+        polls.claim += 1
+        return JSONResponse(found.to_json())
+
+    async def watch(request: Request) -> Response:
+        doc = await _body(request, limits)
+        token, claims = _token(doc.get("watch")), doc.get("claims")
+        if not isinstance(claims, dict) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in claims.values()
+        ):
+            raise StartdProtocolError('"claims" must map claim ids to their versions')
+        wait = doc.get("wait", 0.0)
+        if not isinstance(wait, int | float) or isinstance(wait, bool):
+            raise StartdProtocolError('"wait" must be a number of seconds')
+        wait = min(_MAX_WAIT, max(0.0, float(wait)))
+        seq = doc.get("seq")
+        if seq is not None and (not isinstance(seq, int) or isinstance(seq, bool)):
+            raise StartdProtocolError('"seq" must be a whole number')
+        ended = await _unless_gone(request, watches.poll(token, claims, wait, seq), polls)
+        if ended is None:
+            return Response(status_code=499)
+        polls.watch += 1
+        return JSONResponse(ended_to_json(ended))
 
     async def activate(request: Request) -> Response:
         doc = await _body(request, limits)
@@ -235,8 +280,11 @@ def create_app(
         after = doc.get("after")
         if after is not None and not isinstance(after, str):
             raise StartdProtocolError('"after" must be the job id ("cluster.proc") of the last job')
+        token = None if doc.get("watch") is None else _token(doc.get("watch"))
         claim_id = request.path_params["claim_id"]
         found = await backend.activate(claim_id, _job_ad(doc), data, after)
+        if token is not None:
+            watches.activated(token, claim_id, found.version)
         return JSONResponse(found.to_json())
 
     async def send_input(request: Request) -> Response:
@@ -279,6 +327,7 @@ def create_app(
 
     def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[..., Any]:
         async def serve(request: Request) -> Response:
+            polls.requests += 1
             try:
                 caller(request)
                 return await handler(request)
@@ -296,6 +345,7 @@ def create_app(
         Route("/v1/slots", guarded(slots), methods=["GET"]),
         Route("/v1/claims", guarded(claim), methods=["POST"]),
         Route("/v1/alive", guarded(alive), methods=["POST"]),
+        Route("/v1/watch", guarded(watch), methods=["POST"]),
         Route(claim_path, guarded(status), methods=["GET"]),
         Route(claim_path, guarded(release), methods=["DELETE"]),
         Route(f"{claim_path}/activate", guarded(activate), methods=["POST"]),

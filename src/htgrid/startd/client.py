@@ -5,6 +5,7 @@
         await startd.activate(claim_id, job_ad)
         await startd.send_input(claim_id, tar_path)           # when the files travel
         status = await startd.status(claim_id, wait=60, version=status.version)
+        ended = await startd.watch(token, {claim_id: status.version, ...}, wait=60)
         await startd.fetch_output(claim_id, dest)             # once it has ended
         await startd.alive([claim_id, ...], timeout=60)       # the node's claims' keep-alive
         await startd.release(claim_id)
@@ -167,6 +168,34 @@ class StartdClient:
         doc = await self._json("GET", f"/v1/claims/{claim_id}", params=params, timeout=timeout)
         return ClaimStatus.from_json(doc)
 
+    async def watch(
+        self, token: str, claims: dict[str, int], *, wait: float, seq: int | None = None
+    ) -> dict[str, ClaimStatus | StartdError]:
+        """The claims over (ENDED, RELEASED, gone: that one's error) among `claims` (each
+        with the version known of it) and those activated with `token`: once one is, or
+        after `wait` seconds, or when a newer poll of `token` came (perhaps none); `seq`
+        orders the polls of a token (one older than the newest is answered at once)."""
+        body: dict[str, Any] = {"watch": token, "claims": claims, "wait": wait}
+        if seq is not None:
+            body["seq"] = seq
+        timeout = httpx.Timeout(self.timeout, read=wait + self.timeout)
+        doc = await self._json("POST", "/v1/watch", body, timeout=timeout)
+        found = doc.get("claims")
+        if not isinstance(found, dict):
+            raise StartdProtocolError('the watch\'s answer has no "claims" object')
+        ended: dict[str, ClaimStatus | StartdError] = {}
+        for claim_id, each in found.items():
+            if not isinstance(each, dict):
+                raise StartdProtocolError(f"the watch's answer for {claim_id} is not an object")
+            if "status" in each:
+                ended[claim_id] = ClaimStatus.from_json(each["status"])
+            else:
+                code = each.get("code")
+                ended[claim_id] = from_problem(
+                    code if isinstance(code, int) else 500, each.get("problem")
+                )
+        return ended
+
     async def activate(
         self,
         claim_id: str,
@@ -174,16 +203,20 @@ class StartdClient:
         input_data: bytes | None = None,
         *,
         after: str | None = None,
+        watch: str | None = None,
     ) -> ClaimStatus:
         """Run the job on the claim; `transfer_input` says whether to send its input
         (`send_input`), unless the node took it with the activation: `input_data`, a
         small input sandbox's tar. `after` names the claim's last job, whose end the
-        caller has recorded: the claim, ENDED for it, is reused in the same request."""
+        caller has recorded: the claim, ENDED for it, is reused in the same request.
+        `watch`: the caller's `watch` poll of that token follows the claim from now on."""
         fields: dict[str, str] = {}
         if input_data is not None:
             fields["input_data"] = base64.b64encode(input_data).decode("ascii")
         if after is not None:
             fields["after"] = after
+        if watch is not None:
+            fields["watch"] = watch
         body = _raw(fields, job_ad)
         return ClaimStatus.from_json(
             await self._json("POST", f"/v1/claims/{claim_id}/activate", body)

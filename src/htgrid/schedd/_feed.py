@@ -1,0 +1,119 @@
+"""The ends of the schedd's claims on one node of another host, over one long poll.
+
+A shadow waits for its job's end on the node; with a long poll per claim, a node of ten
+slots held ten polls of the schedd's, each an HTTPS request made again at every change
+of its claim (a third of the schedd's work for short jobs). Here the shadows of one
+node's claims share one poll (`StartdClient.watch`): it names the claims they wait on,
+and the node answers it once one or more have ended, with all of those. A job activated
+with the feed's token joins the poll waiting already, on the node; a shadow that waits
+on a claim otherwise (one it reconnected to, or after a poll failed) has the feed ask
+anew, the node then answering the older poll at once: an older poll on a connection cut
+meanwhile may never be answered. A node that has no such poll (an older htgrid: the
+request is not understood) has its claims polled one by one, as before (`supported`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from typing import Final
+
+from htgrid.startd import (
+    ClaimStatus,
+    StartdClient,
+    StartdError,
+    StartdProtocolError,
+    StartdUnavailable,
+)
+
+__all__ = ["ClaimFeed"]
+
+#: How long a poll waits: the node's keep-alives are the link's, so it only waits for news.
+LONG_POLL: Final = 300.0
+
+
+class ClaimFeed:
+    """One node's long poll for the ends of the schedd's claims there."""
+
+    def __init__(self, client: StartdClient, *, wait: float = LONG_POLL) -> None:
+        self.client = client
+        self.token = secrets.token_urlsafe(24)  # sent only where the claim ids go
+        self._wait = wait
+        self._waiters: dict[str, tuple[int, asyncio.Future[ClaimStatus]]] = {}
+        self._kick = asyncio.Event()  # ask anew: a claim the poll waiting may not follow
+        self._seq = 0  # the polls', in the order they are made
+        self._task: asyncio.Task[None] | None = None
+        self.supported = True  # False: the node does not understand the poll
+
+    async def ended(self, claim_id: str, version: int, *, activated: bool) -> ClaimStatus:
+        """The claim once it is over (ENDED or RELEASED; the node's error when it is
+        gone), `version` being the one known of it; `activated`: with this feed's token,
+        since the claim's status was last heard."""
+        future: asyncio.Future[ClaimStatus] = asyncio.get_running_loop().create_future()
+        self._waiters[claim_id] = (version, future)
+        if not activated:
+            self._kick.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name=f"claims of {self.client.where}")
+        try:
+            return await future
+        finally:
+            if self._waiters.get(claim_id, (0, None))[1] is future:
+                del self._waiters[claim_id]
+                if not self._waiters:
+                    self._kick.set()  # no one waits: the poll ends
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        polls: dict[asyncio.Task[dict[str, ClaimStatus | StartdError]], set[str]] = {}
+        try:
+            while self._waiters:
+                if not polls or self._kick.is_set():
+                    self._kick.clear()
+                    named = {claim_id: v for claim_id, (v, _) in self._waiters.items()}
+                    self._seq += 1
+                    poll = asyncio.create_task(
+                        self.client.watch(self.token, named, wait=self._wait, seq=self._seq)
+                    )
+                    polls[poll] = set(named)
+                kick = asyncio.create_task(self._kick.wait())
+                try:
+                    done, _ = await asyncio.wait(
+                        {kick, *polls}, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    kick.cancel()
+                for poll in polls.keys() & done:
+                    self._deliver(poll, polls.pop(poll))
+        finally:
+            for poll in polls:
+                poll.cancel()
+            await asyncio.gather(*polls, return_exceptions=True)
+
+    def _deliver(
+        self, poll: asyncio.Task[dict[str, ClaimStatus | StartdError]], named: set[str]
+    ) -> None:
+        ended: dict[str, ClaimStatus | Exception]
+        try:
+            ended = dict(poll.result())
+        except StartdProtocolError as exc:
+            # An older node: its shadows fall back to a poll per claim, and retry.
+            self.supported = False
+            gone = StartdUnavailable(f"{self.client.where} has no node-wide poll: {exc}")
+            ended = dict.fromkeys(named, gone)
+        except Exception as exc:  # each waiter it named sees it, as its own poll's
+            ended = dict.fromkeys(named, exc)
+        for claim_id, result in ended.items():
+            waiter = self._waiters.pop(claim_id, None)
+            if waiter is None or waiter[1].done():
+                continue
+            if isinstance(result, ClaimStatus):
+                waiter[1].set_result(result)
+            else:
+                waiter[1].set_exception(result)
