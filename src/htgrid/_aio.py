@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
-__all__ = ["take_sighup", "wait_event"]
+__all__ = ["noted", "take_sighup", "wait_event"]
+
+_T = TypeVar("_T")
 
 
 def take_sighup(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
@@ -28,3 +32,19 @@ async def wait_event(event: asyncio.Event, timeout: float) -> bool:
     finally:
         waiter.cancel()
     return event.is_set()
+
+
+async def noted(
+    awaitable: Awaitable[_T], what: str, log: logging.Logger, *, every: float = 10.0
+) -> _T:
+    """`awaitable`'s result; while it takes longer than `every` seconds, `log` says what
+    is awaited (a daemon slow to stop then says where it is stuck)."""
+    task = asyncio.ensure_future(awaitable)
+    waited = 0.0
+    try:
+        while not (await asyncio.wait({task}, timeout=every))[0]:
+            waited += every
+            log.warning("shutting down: still waiting for %s after %g s", what, waited)
+    finally:
+        task.cancel()  # only if this wait was cancelled: a done task ignores it
+    return task.result()

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from htgrid import __version__
+from htgrid._aio import noted
 from htgrid._files import write_atomic
 from htgrid._ports import held_by
 from htgrid._privsep import OwnerPolicy, closed_to_others
@@ -387,21 +388,21 @@ class Daemon:
         finally:
             _log.info("shutting down")
             server.should_exit = api.should_exit = True
-            await asyncio.gather(serving, api_serving)
+            await noted(asyncio.gather(serving, api_serving), "the API servers", _log)
             if companion is not None:
-                await companion.stop_matching()
-            await shadows.shutdown()
+                await noted(companion.stop_matching(), "the negotiator and ads", _log)
+            await noted(shadows.shutdown(), "the shadows", _log)
             await reverse.aclose()
             if companion is not None:
-                await companion.stop()
+                await noted(companion.stop(), "the pool's daemons", _log)
             for path in (cfg.socket, cfg.url_file):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
-            await runner.shutdown()
+            await noted(runner.shutdown(), "the local jobs", _log)
             for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await writer.catch_up()
+            await noted(asyncio.gather(*tasks, return_exceptions=True), "the tasks", _log)
+            await noted(writer.catch_up(), "the user log writer", _log)
 
     async def _start_server(self, service: QueueService) -> tuple[ApiServer, asyncio.Task[None]]:
         """uvicorn on our socket (0600; a dead daemon's replaced: we hold the lock), in a
