@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-__all__ = ["noted", "take_sighup", "wait_event"]
+__all__ = ["noted", "on_parent_gone", "take_sighup", "wait_event"]
 
 _T = TypeVar("_T")
 
@@ -17,6 +18,24 @@ def take_sighup(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -
     """`callback` on SIGHUP (condor_reconfig), in place of the SIG_IGN that `htgrid._sighup`
     started the process with."""
     loop.add_signal_handler(signal.SIGHUP, callback)
+
+
+def on_parent_gone(
+    loop: asyncio.AbstractEventLoop, parent_fd: int, gone: Callable[[], None]
+) -> None:
+    """`gone` once the master that started this daemon is gone: its end of the pipe whose
+    other end is `parent_fd` closed (it holds the write end until it exits, kill -9 too)."""
+
+    def readable() -> None:
+        try:
+            data = os.read(parent_fd, 64)
+        except OSError:
+            data = b""
+        if not data:
+            loop.remove_reader(parent_fd)
+            gone()
+
+    loop.add_reader(parent_fd, readable)
 
 
 async def wait_event(event: asyncio.Event, timeout: float) -> bool:

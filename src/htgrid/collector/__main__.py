@@ -19,7 +19,7 @@ import socket
 import sys
 from pathlib import Path
 
-from htgrid._aio import take_sighup
+from htgrid._aio import on_parent_gone, take_sighup
 from htgrid._args import ArgumentParser
 from htgrid._gc import tune_gc
 from htgrid._privsep import daemon_umask
@@ -61,16 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.parent_fd is not None:
 
             def parent_gone() -> None:
-                try:
-                    data = os.read(args.parent_fd, 64)
-                except OSError:
-                    data = b""
-                if not data:
-                    loop.remove_reader(args.parent_fd)
-                    logging.getLogger("htgrid.collector").warning("the master is gone: stopping")
-                    server.should_exit = True
+                logging.getLogger("htgrid.collector").warning("the master is gone: stopping")
+                server.should_exit = True
 
-            loop.add_reader(args.parent_fd, parent_gone)
+            on_parent_gone(loop, args.parent_fd, parent_gone)
         logging.getLogger("htgrid.collector").info(
             "htgrid collector (pid %d) listening on %s:%d", os.getpid(), host, port
         )

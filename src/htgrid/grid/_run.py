@@ -9,7 +9,7 @@ import os
 import signal
 from pathlib import Path
 
-from htgrid._aio import take_sighup
+from htgrid._aio import on_parent_gone, take_sighup
 from htgrid._gc import tune_gc
 from htgrid._privsep import ALLOW_ROOT_JOBS, OwnerPolicy, daemon_umask
 from htgrid.classad import preload_functions
@@ -49,17 +49,11 @@ def run_gridmanager(
             loop.add_signal_handler(signum, stop.set)
         if parent_fd is not None:
 
-            def parent_readable() -> None:
-                try:
-                    data = os.read(parent_fd, 64)
-                except OSError:
-                    data = b""
-                if not data:  # the master's end closed: it is gone
-                    loop.remove_reader(parent_fd)
-                    log.warning("the master that started this grid manager is gone: stopping")
-                    stop.set()
+            def parent_gone() -> None:
+                log.warning("the master that started this grid manager is gone: stopping")
+                stop.set()
 
-            loop.add_reader(parent_fd, parent_readable)
+            on_parent_gone(loop, parent_fd, parent_gone)
         base = config or GridManagerConfig()
         settings = base.with_knobs(Path(home))
         # Whose jobs run, and as whom: this process's user (root: each job's as its owner).

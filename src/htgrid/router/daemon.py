@@ -22,7 +22,7 @@ import signal
 from pathlib import Path
 from typing import Final
 
-from htgrid._aio import take_sighup
+from htgrid._aio import on_parent_gone, take_sighup
 from htgrid._files import single_instance
 from htgrid._privsep import daemon_umask
 from htgrid.classad import preload_functions
@@ -135,17 +135,11 @@ def run_router(home: str | os.PathLike[str], *, parent_fd: int | None = None) ->
         take_sighup(loop, reload.set)
         if parent_fd is not None:
 
-            def parent_readable() -> None:
-                try:
-                    data = os.read(parent_fd, 64)
-                except OSError:
-                    data = b""
-                if not data:
-                    loop.remove_reader(parent_fd)
-                    log.warning("the master that started this job router is gone: stopping")
-                    stop.set()
+            def parent_gone() -> None:
+                log.warning("the master that started this job router is gone: stopping")
+                stop.set()
 
-            loop.add_reader(parent_fd, parent_readable)
+            on_parent_gone(loop, parent_fd, parent_gone)
         await _serve(home, stop, reload)
 
     daemon_umask()

@@ -39,7 +39,7 @@ from typing import Any, Final
 
 from starlette.requests import Request
 
-from htgrid._aio import take_sighup, wait_event
+from htgrid._aio import on_parent_gone, take_sighup, wait_event
 from htgrid._privsep import OwnerPolicy, closed_to_others
 from htgrid.classad import ClassAd, ExprTree, quote
 from htgrid.classad.fast import requirements_hold
@@ -415,7 +415,7 @@ class Startd:
             loop.add_signal_handler(sig, self.request_stop)
         take_sighup(loop, self._on_sighup)
         if self._parent_fd is not None:
-            loop.add_reader(self._parent_fd, self._parent_readable)
+            on_parent_gone(loop, self._parent_fd, self._parent_gone)
         limits = self.config.api_limits
         server, serving = await start_unix_server(
             create_app(self, limits), self.config.socket, limits
@@ -473,16 +473,9 @@ class Startd:
                 for _, task in servers:
                     await task
 
-    def _parent_readable(self) -> None:
-        assert self._parent_fd is not None
-        try:
-            data = os.read(self._parent_fd, 64)
-        except OSError:
-            data = b""
-        if not data:  # the master's end closed: it is gone
-            asyncio.get_running_loop().remove_reader(self._parent_fd)
-            _log.warning("the master that started this startd is gone: stopping")
-            self.request_stop(ExitReason.PARENT_GONE)
+    def _parent_gone(self) -> None:
+        _log.warning("the master that started this startd is gone: stopping")
+        self.request_stop(ExitReason.PARENT_GONE)
 
     async def _tick_loop(self) -> None:
         while True:
