@@ -126,3 +126,34 @@ def test_between_full_passes_new_jobs_are_routed_and_pairs_wait(tmp_path: Any) -
         router.cycle()
         assert str(first) not in routed(queue)
         assert queue.history(f"ClusterId == {copy_id.cluster}")[0]["JobStatus"] == 3
+
+
+def test_a_full_pass_copies_run_attributes_to_any_number_of_sources_in_few_writes(
+    tmp_path_factory: Any,
+) -> None:
+    writes = []
+    for count in (3, 250):
+        with JobQueue.open(tmp_path_factory.mktemp(f"q{count}"), fsync=False) as queue:
+            sources = submit(queue, count, cpus=8)
+            router = JobRouter(queue, RouterConfig.from_knobs(ROUTES))
+            router.cycle()
+            router.cycle()  # the pairs in step
+            copies = routed(queue)
+            # The grid manager's news of each running copy (it stays idle here).
+            queue.update_many(
+                [
+                    (JobId(ad["ClusterId"], 0), {"RemoteWallClockTime": 42.0, "ImageSize": 900})
+                    for ad in copies.values()
+                ]
+            )
+            counter = count_writes(queue)
+            assert router.cycle() > 0
+            writes.append(counter[0])
+            for source in sources:
+                ad = queue.get(source)
+                assert ad["RemoteWallClockTime"] == 42.0 and ad["ImageSize"] == 900
+            counter[0] = 0
+            router.cycle()  # nothing more to copy
+            assert counter[0] == 0
+    # One transaction per 200 sources (it was one per source).
+    assert writes == [1, 2], writes

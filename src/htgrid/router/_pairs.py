@@ -37,6 +37,8 @@ from htgrid.router._stats import RouteStats
 from htgrid.submit import SubmitError
 
 log = logging.getLogger("htgrid.router")
+#: The most deferred attribute copies a full pass writes in one transaction.
+COPY_BATCH: Final = 200
 
 #: Who the router acts as on the queue (a queue super user, as the schedd's own router).
 JOB_ROUTER: Final = Identity("condor_job_router", admin=True)
@@ -126,6 +128,8 @@ class PairKeeper:
     runner: HookRunner
     stats: dict[str, RouteStats]
     counts: RouteCounts
+    #: A full pass's attribute copies not yet written (`_copy_attrs`, `_flush_copies`).
+    _copies: list[tuple[JobId, dict[str, Any]]]
 
     def hook_result(
         self, kind: HookKind, key: Hashable, job: ClassAd, work: Callable[[ClassAd], T]
@@ -210,6 +214,20 @@ class PairKeeper:
         self.counts = RouteCounts()
         changed = 0
         current: set[JobId] = set()
+        self._copies = []
+        try:
+            changed += self._sync_pairs(routed, managed, current)
+        finally:
+            self._flush_copies()
+        for source_id, source in managed.items():
+            if source_id not in current:
+                changed += self._yield(source_id, source, "it has no routed job")
+        return changed
+
+    def _sync_pairs(
+        self, routed: list[ClassAd], managed: dict[JobId, ClassAd], current: set[JobId]
+    ) -> int:
+        changed = 0
         for dest in sorted(routed, key=job_id_of):
             try:
                 source_id = JobId.parse(str(dest.get("RoutedFromJobId")))
@@ -225,9 +243,8 @@ class PairKeeper:
             changed += done
             if is_current:
                 current.add(source_id)
-        for source_id, source in managed.items():
-            if source_id not in current:
-                changed += self._yield(source_id, source, "it has no routed job")
+            if len(self._copies) >= COPY_BATCH:
+                self._flush_copies()
         return changed
 
     def _pair(
@@ -331,7 +348,15 @@ class PairKeeper:
             q.update(source_id, {"HoldCopiedFromTargetJob": False})
             log.info("job %s released: its routed job %s is released", source_id, dest_id)
             return 1
-        changes = self._copy_attrs(source_id, source, dest)
+        # A pair that only needs its run attributes copied (most pairs, most passes) has
+        # them written with others' in one transaction; one with a status change to make
+        # writes them first, as before.
+        acts = (
+            JobStatus.HELD in (status, src_status)
+            or (status in _RUNNING and src_status == JobStatus.IDLE)
+            or (status == JobStatus.IDLE and src_status in _RUNNING)
+        )
+        changes = self._copy_attrs(source_id, source, dest, defer=not acts)
         if status == JobStatus.HELD:
             if src_status == JobStatus.HELD:
                 return changes
@@ -359,12 +384,15 @@ class PairKeeper:
         elif status == JobStatus.IDLE and src_status in _RUNNING:
             q.job_evicted(source_id)
             changes += 1
-        if changes:  # the status change set its own dates and counts: the copy's win
+        if acts and changes:  # the status change set its own dates and counts: the copy's win
             changes += self._copy_attrs(source_id, q.get(source_id), dest)
         return changes
 
-    def _copy_attrs(self, source_id: JobId, source: ClassAd, dest: ClassAd) -> int:
-        """The copy's run attributes the source lacks or has otherwise (ATTRS_TO_COPY)."""
+    def _copy_attrs(
+        self, source_id: JobId, source: ClassAd, dest: ClassAd, *, defer: bool = False
+    ) -> int:
+        """The copy's run attributes the source lacks or has otherwise (ATTRS_TO_COPY);
+        `defer`: written by the pass's next `_flush_copies`."""
         updates: dict[str, Any] = {}
         for name in (*ATTRS_TO_COPY, *self.hooks.attrs_to_copy(source)):
             if name not in dest:
@@ -374,8 +402,21 @@ class PairKeeper:
                 updates[name] = new
         if not updates:
             return 0
-        self.queue.update(source_id, updates)
+        if defer:
+            self._copies.append((source_id, updates))
+        else:
+            self.queue.update(source_id, updates)
         return 1
+
+    def _flush_copies(self) -> None:
+        """The deferred copies, in one transaction (a crash before it loses only what the
+        next pass copies again); a source gone meanwhile is its own warning."""
+        copies, self._copies = self._copies, []
+        if not copies:
+            return
+        for (source_id, _), err in zip(copies, self.queue.update_many(copies), strict=True):
+            if err is not None:
+                log.warning("job %s: its routed job's attributes not copied: %s", source_id, err)
 
     def _finish(
         self, source_id: JobId, source: ClassAd, dest_id: JobId, dest: ClassAd, route: Route | None
