@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from htgrid.annex import AzureAnnexes, azure_setup
+from htgrid.annex import AzureAnnexes, SetupMissing, azure_setup
 from htgrid.annex import azure_runbook as rb
 from htgrid.annex._azure import RBAC_ADMIN, SECRETS_OFFICER, SECRETS_USER, assign, role_id
 from htgrid.annex._azure_setup import azure_user_role
@@ -22,7 +22,18 @@ __all__ = ["arm", "azure"]
 
 _A = "00000000-0000-0000-0000-00000000aaaa"
 _B = "00000000-0000-0000-0000-00000000bbbb"
+_C = "00000000-0000-0000-0000-00000000cccc"  # holds the user role, not named to setup
 _NODE = "00000000-0000-0000-0000-00000000c0de"  # an annex node's identity
+
+
+def _user(azure: Any, principal: str, condition: str) -> AzureAnnexes:
+    """`principal`'s client, the printed user role on the group its only right there."""
+    token = azure.managed_identity_token(principal)
+    client = AzureAnnexes(LOCATION, token=lambda resource: token)
+    azure.restrict(principal, azure_user_role(client.place)["Actions"], condition)
+    azure.store.users.add(principal)
+    client.check_setup()
+    return client
 
 
 @pytest.fixture
@@ -31,15 +42,7 @@ def users(azure: Any) -> dict[str, AzureAnnexes]:
     role on the group and what setup gave them: their calls are checked by Azure RBAC."""
     made = azure_setup(AzureAnnexes(LOCATION), users=(_A, _B))
     assert set(made["user_vaults"]) == {_A, _B}
-    clients = {}
-    for principal in (_A, _B):
-        token = azure.managed_identity_token(principal)
-        client = AzureAnnexes(LOCATION, token=lambda resource, token=token: token)
-        azure.restrict(principal, azure_user_role(client.place)["Actions"], made["user_condition"])
-        azure.store.users.add(principal)
-        client.check_setup()
-        clients[principal] = client
-    return clients
+    return {p: _user(azure, p, made["user_condition"]) for p in (_A, _B)}
 
 
 def test_each_user_keeps_annex_secrets_in_a_vault_of_their_own(
@@ -97,3 +100,13 @@ def test_the_sweeper_purges_every_users_secrets(azure: Any, users: dict[str, Azu
     done = rb.sweep(runbook_arm(azure, sweeper_event(azure)), time.time())
     assert done["secrets"] == [rb.secret_name("ana", "token"), rb.secret_name("anb", "token")]
     assert azure.annex_leftovers() == NOTHING
+
+
+def test_a_user_setup_did_not_name_is_told_how_to_get_a_vault(
+    azure: Any, users: dict[str, AzureAnnexes]
+) -> None:
+    c = _user(azure, _C, azure.setup["user_condition"])
+    assert c.place.vault == azure.setup["vault"]  # the shared vault: not C's to write
+    with pytest.raises(SetupMissing, match=f"--user-object-ids {_C}"):
+        c.put("anc", "token", "secret", secure=True, expires=time.time() + 3600)
+    assert azure.annex_leftovers()["secrets"] == []

@@ -39,6 +39,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from htgrid.annex._azure_vaults import token_principal, user_vault
 from htgrid.annex._errors import AnnexCloudError, AnnexNotFound, AnnexUsageError, SetupMissing
 from htgrid.annex._spec import AnnexSpec, CloudAnnex, Instance
 from htgrid.annex.azure_runbook import (
@@ -84,8 +85,6 @@ __all__ = [
     "iso",
     "role_id",
     "timer_app",
-    "token_principal",
-    "user_vault",
     "vault_url",
 ]
 
@@ -163,27 +162,6 @@ def assign(arm: Arm, scope: str, role: str, principal: str, condition: str = "",
     )
 
 
-def user_vault(place: Place, principal: str) -> str:
-    """The name of the vault setup makes for the user (object id) `principal`: derived
-    from the group and the user, so `annex create` finds it without asking."""
-    digest = uuid.uuid5(uuid.NAMESPACE_URL, f"{place.group_path()}|{principal.lower()}")
-    return f"htgriduser{digest.hex[:12]}"
-
-
-def token_principal(token: str) -> str | None:
-    """The object id (`oid` claim) of an Entra ID access token, unverified: it only
-    picks the caller's vault (the vault's role assignments are what guard it)."""
-    parts = token.split(".")
-    if len(parts) != 3:
-        return None
-    try:
-        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
-    except (ValueError, TypeError):
-        return None
-    oid = claims.get("oid") if isinstance(claims, dict) else None
-    return oid if isinstance(oid, str) and oid else None
-
-
 def vault_url(vault: str) -> str:
     """A vault's data-plane address: HTGRID_ANNEX_VAULT_URL (with `{vault}`; another
     cloud's DNS suffix, a private endpoint), else Azure's public one."""
@@ -248,6 +226,8 @@ class AzureAnnexes:
         self._token = token
         self._poll = float(os.environ.get("HTGRID_ANNEX_POLL_ARM", poll))
         self._arm: Arm | None = None
+        self._own = False  # a vault of the caller's own (else the setup's shared one)
+        self._principal = ""
 
     @property
     def calls(self) -> int:
@@ -306,9 +286,11 @@ class AzureAnnexes:
         principal = token_principal(self._token(ARM_URL))
         if principal is None:
             return None
+        self._principal = principal
         name = user_vault(self.place, principal)
         found = arm.get(self.place.provider(f"Microsoft.KeyVault/vaults/{name}"), KEYVAULT_API)
-        return None if found is None else name
+        self._own = found is not None
+        return name if self._own else None
 
     def _ready(self) -> Arm:
         if not self.place.vault:
@@ -379,10 +361,20 @@ class AzureAnnexes:
             expires: float | None = None) -> None:  # fmt: skip
         arm = self._ready()
         until = expires if secure and expires is not None else self.clock() + 10 * 365 * 86400
-        self.call(
-            f"storing annex {name}'s {what}",
-            lambda: arm.set_secret(secret_name(name, what), value, {ANNEX_TAG: name}, until),
-        )
+
+        def store() -> None:
+            try:
+                arm.set_secret(secret_name(name, what), value, {ANNEX_TAG: name}, until)
+            except ArmFailure as exc:
+                if exc.status != 403 or self._own:
+                    raise
+                raise SetupMissing(
+                    f"{exc}: no Key Vault of your own in resource group {self.place.group}; "
+                    "the administrator runs `htgrid annex setup --cloud azure "
+                    f"--user-object-ids {self._principal or 'YOUR-OBJECT-ID'}`"
+                ) from None
+
+        self.call(f"storing annex {name}'s {what}", store)
 
     def get(self, name: str, what: str) -> str | None:
         arm = self._ready()

@@ -44,9 +44,9 @@ from htgrid.annex._azure import (
     assign,
     iso,
     role_id,
-    user_vault,
 )
 from htgrid.annex._azure_app import install_timer
+from htgrid.annex._azure_vaults import user_vault
 from htgrid.annex.azure_runbook import (
     AUTHORIZATION_API,
     AUTOMATION_API,
