@@ -110,3 +110,15 @@ def test_a_user_setup_did_not_name_is_told_how_to_get_a_vault(
     with pytest.raises(SetupMissing, match=f"--user-object-ids {_C}"):
         c.put("anc", "token", "secret", secure=True, expires=time.time() + 3600)
     assert azure.annex_leftovers()["secrets"] == []
+
+
+def test_a_user_ending_an_annex_ends_its_secrets_and_no_others(
+    azure: Any, users: dict[str, AzureAnnexes]
+) -> None:
+    a, b = users[_A], users[_B]
+    a.put("ana", "token", "A's", secure=True, expires=time.time() + 3600)
+    b.put("anb", "token", "B's", secure=True, expires=time.time() + 3600)
+    done = rb.enforce(a.arm(), "ana", 0, time.time(), force=True)
+    assert done["secrets"] == [rb.secret_name("ana", "token")]
+    assert azure.annex_leftovers()["secrets"] == [rb.secret_name("anb", "token")]
+    assert b.get("anb", "token") == "B's"

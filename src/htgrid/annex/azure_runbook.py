@@ -268,7 +268,8 @@ class Arm:
 
     def vaults(self) -> list[Arm]:
         """This client on each vault an annex's secrets may be in: its own (the setup's,
-        or the lease's user's) and every user's own vault (tagged USER_TAG)."""
+        or the lease's user's) and every user's own vault (tagged USER_TAG; the runbook
+        and the timer may read them all, a user only their own)."""
         path = self.place.provider("Microsoft.KeyVault/vaults")
         names = {
             str(v["name"])
@@ -399,7 +400,13 @@ def _stop_spending(arm: Arm, annexes: set[str] | None, ruled: set[str]) -> dict[
     ended = []
     for vault in arm.vaults():
         wanted = annexes
-        found = list(vault.secrets())
+        try:
+            found = list(vault.secrets())
+        except ArmFailure as exc:
+            # Another user's vault, to a user ending their own annex: not theirs to read.
+            if exc.status != 403 or vault is arm:
+                raise
+            continue
         if wanted is None:
             wanted = {t.get(ANNEX_TAG, "") for _, t in found} - ruled - {""}
         ended += _end_secrets(vault, wanted, found)
