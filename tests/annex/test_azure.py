@@ -156,7 +156,11 @@ def test_the_token_reaches_instances_through_key_vault_not_custom_data(
     # The scale set's identity may read its annex's token and lease (Key Vault Secrets
     # User on those two secrets) and delete its own set's instances: nothing more.
     principal = vmss.body["identity"]["principalId"]
-    vault = azure.store.of_type("microsoft.keyvault/vaults")[0]
+    # The user's own vault, the one setup made for them.
+    (vault,) = [
+        v for v in azure.store.of_type("microsoft.keyvault/vaults")
+        if v.body["name"] in azure.setup["user_vaults"].values()
+    ]  # fmt: skip
     roles = {
         (a["properties"]["scope"], a["properties"]["roleDefinitionId"].rsplit("/", 1)[1])
         for a in azure.store.role_assignments.values()

@@ -24,7 +24,11 @@ _OLD_USER = "00000000-0000-0000-0000-0000000000b2"
 
 
 def _vault(azure: Any) -> Any:
-    (vault,) = azure.store.of_type("microsoft.keyvault/vaults")
+    """The setup's shared vault (each user named to setup has one of their own too)."""
+    (vault,) = [
+        v for v in azure.store.of_type("microsoft.keyvault/vaults")
+        if v.body["name"] == azure.setup["vault"]
+    ]  # fmt: skip
     return vault
 
 
@@ -36,7 +40,7 @@ def _reader(azure: Any, principal: str) -> rb.Arm:
     return rb.Arm(
         user.place,
         lambda resource: token,
-        vault_url=f"{azure.url}/vault/{user.place.vault}",
+        vault_url=f"{azure.url}/vault/{azure.setup['vault']}",
         context=ssl.create_default_context(cafile=str(azure.ca_file)),
     )
 

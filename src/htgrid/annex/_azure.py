@@ -6,7 +6,8 @@ The cloud is the only record, as on AWS. In the setup's resource group an annex 
 * its lease: a OneTime Automation schedule at the lease's end (`htgrid-annex-NAME-END`,
   its description the lease's event) and the job schedule that runs the lease runbook
   (`azure_runbook`) with that event; made first, before anything that spends;
-* its Key Vault secrets `htgrid-annex-NAME-{lease,config,token}` in the setup's vault,
+* its Key Vault secrets `htgrid-annex-NAME-{lease,config,token}` in the user's own
+  vault (`user_vault`: setup makes one for each user it is given; else the setup's),
   tagged `htgrid:AnnexName = NAME` (the token expiring with the lease);
 * its scale sets, tagged `htgrid:AnnexName = NAME`, each with a system-assigned managed
   identity, created with capacity 0, then given its roles (Azure RBAC), then scaled to
@@ -38,15 +39,19 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from htgrid.annex._azure_vaults import token_principal, user_vault
 from htgrid.annex._errors import AnnexCloudError, AnnexNotFound, AnnexUsageError, SetupMissing
 from htgrid.annex._spec import AnnexSpec, CloudAnnex, Instance
 from htgrid.annex.azure_runbook import (
     ANNEX_TAG,
+    ARM_URL,
     AUTHORIZATION_API,
     AUTOMATION_API,
     CAPACITY_TAG,
     COMPUTE_API,
+    KEYVAULT_API,
     LEASE_TAG,
+    USER_TAG,
     Arm,
     ArmFailure,
     Place,
@@ -64,12 +69,14 @@ __all__ = [
     "MIN_LEASE",
     "NETWORK_API",
     "NODE_ROLE",
+    "RBAC_ADMIN",
     "RESOURCES_API",
     "RUNBOOK",
     "RUNBOOK_ROLE",
     "SECRETS_OFFICER",
     "SECRETS_USER",
     "SUBNET",
+    "USER_TAG",
     "VAULT_TAG",
     "VNET",
     "WEB_API",
@@ -98,6 +105,9 @@ WEB_API: Final = "2023-12-01"
 #: Azure's built-in roles: read a secret's value; manage a vault's secrets.
 SECRETS_USER: Final = "4633458b-17de-408a-b874-0445c86b69e6"
 SECRETS_OFFICER: Final = "b86a8fe4-44ce-4948-aee5-eccb2c155cd7"
+#: Role Based Access Control Administrator: given on a user's own vault, conditioned to
+#: assigning Secrets User only (to the user's annexes' identities).
+RBAC_ADMIN: Final = "f58310d9-a9f6-439a-9e8d-f62e7b41a168"
 #: Storage Blob Data Owner: the lease timer's function app keeps its state in blobs.
 BLOB_OWNER: Final = "b7e6dc6d-f1e8-4753-8033-0f276bb0955b"
 #: Automation refuses a OneTime schedule less than 5 minutes ahead.
@@ -121,7 +131,7 @@ def role_id(place: Place, role: str) -> str:
     defines for this group (its GUID derived from the group, so users need not look)."""
     guid = (
         role
-        if role in (SECRETS_USER, SECRETS_OFFICER, BLOB_OWNER)
+        if role in (SECRETS_USER, SECRETS_OFFICER, BLOB_OWNER, RBAC_ADMIN)
         else str(uuid.uuid5(uuid.NAMESPACE_URL, f"{place.group_path()}/{role}"))
     )
     return f"/subscriptions/{place.subscription}/providers/Microsoft.Authorization/roleDefinitions/{guid}"
@@ -216,6 +226,8 @@ class AzureAnnexes:
         self._token = token
         self._poll = float(os.environ.get("HTGRID_ANNEX_POLL_ARM", poll))
         self._arm: Arm | None = None
+        self._own = False  # a vault of the caller's own (else the setup's shared one)
+        self._principal = ""
 
     @property
     def calls(self) -> int:
@@ -224,7 +236,9 @@ class AzureAnnexes:
     def arm(self, vault: str | None = None) -> Arm:
         """The ARM client (with the setup's vault once known)."""
         if self._arm is None:
-            token = self._token if self._token is not None else _credential_token()
+            if self._token is None:
+                self._token = _credential_token()
+            token = self._token
             context = None
             if os.environ.get("SSL_CERT_FILE"):
                 context = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
@@ -262,7 +276,21 @@ class AzureAnnexes:
                 f"no annex lease runbook or timer in resource group {self.place.group}: the "
                 "subscription's administrator runs `htgrid annex setup --cloud azure` once"
             )
-        self.arm(vault)
+        self.arm(self.call("finding your annex vault", self._own_vault) or vault)
+
+    def _own_vault(self) -> str | None:
+        """The vault setup made for the caller (its secrets readable by no other
+        user), if any; else the setup's shared vault serves (an older setup)."""
+        arm = self.arm()
+        assert self._token is not None
+        principal = token_principal(self._token(ARM_URL))
+        if principal is None:
+            return None
+        self._principal = principal
+        name = user_vault(self.place, principal)
+        found = arm.get(self.place.provider(f"Microsoft.KeyVault/vaults/{name}"), KEYVAULT_API)
+        self._own = found is not None
+        return name if self._own else None
 
     def _ready(self) -> Arm:
         if not self.place.vault:
@@ -333,10 +361,20 @@ class AzureAnnexes:
             expires: float | None = None) -> None:  # fmt: skip
         arm = self._ready()
         until = expires if secure and expires is not None else self.clock() + 10 * 365 * 86400
-        self.call(
-            f"storing annex {name}'s {what}",
-            lambda: arm.set_secret(secret_name(name, what), value, {ANNEX_TAG: name}, until),
-        )
+
+        def store() -> None:
+            try:
+                arm.set_secret(secret_name(name, what), value, {ANNEX_TAG: name}, until)
+            except ArmFailure as exc:
+                if exc.status != 403 or self._own:
+                    raise
+                raise SetupMissing(
+                    f"{exc}: no Key Vault of your own in resource group {self.place.group}; "
+                    "the administrator runs `htgrid annex setup --cloud azure "
+                    f"--user-object-ids {self._principal or 'YOUR-OBJECT-ID'}`"
+                ) from None
+
+        self.call(f"storing annex {name}'s {what}", store)
 
     def get(self, name: str, what: str) -> str | None:
         arm = self._ready()

@@ -1,18 +1,22 @@
 """`htgrid annex setup --cloud azure`: the one privileged step, once per subscription
 and resource group. It makes the group, the nodes' network, the Automation account (with
-a managed identity), the Key Vault (in Azure RBAC mode: the account's identity and the
-users are its Secrets Officers; each scale set's identity gets Secrets User on its own
-annex's secrets only), the two custom roles (the lease runbook's, given to the account's
-identity on the group; an annex node's: delete instances of a scale set), publishes the
-lease runbook (azure_runbook.py) and schedules its hourly sweeper, installs the
-lease timer (a function app running azure_timer every minute, _azure_app); and prints the custom
-role an ordinary user needs, with the condition its assignment takes (the roles the
-user may assign: the node's and Secrets User, no other). Running it again publishes the
-code again and takes nothing away: the vault the Automation account names stays its
-vault (unless --vault names another), a VNet there keeps its subnets, and a vault an
-older setup left in access-policy mode is switched to Azure RBAC only after each
-policy's secret permissions are given as a role on the vault (its annexes' identities
-and users keep their access; the policies stay, inert).
+a managed identity), the Key Vault (in Azure RBAC mode, the account's identity its
+Secrets Officer), a Key Vault of each user's own (`--user-object-ids`; named from the
+user's object id: the user its Secrets Officer and, by a Role Based Access Control
+Administrator assignment conditioned to that one role, the giver of Secrets User on it,
+which each scale set's identity gets on its own annex's secrets only; the runbook's and
+the lease timer's identities its Secrets Officers too; no user has any right on
+another's), the two custom roles (the lease runbook's, given to the account's identity
+on the group; an annex node's: delete instances of a scale set), publishes the lease
+runbook (azure_runbook.py) and schedules its hourly sweeper, installs the lease timer (a
+function app running azure_timer every minute, _azure_app); and prints the custom role
+an ordinary user needs on the group, with the condition its assignment takes (the one
+role the user may assign there: the node's; no data action). Running it again publishes
+the code again and takes nothing away (more users get their vaults): the vault the
+Automation account names stays its vault (unless --vault names another), a VNet there
+keeps its subnets, and a vault an older setup left in access-policy mode is switched to
+Azure RBAC only after each policy's secret permissions are given as a role on the vault
+(its annexes' identities and users keep their access; the policies stay, inert).
 """
 
 from __future__ import annotations
@@ -25,20 +29,24 @@ from htgrid.annex._azure import (
     ACCOUNT,
     NETWORK_API,
     NODE_ROLE,
+    RBAC_ADMIN,
     RESOURCES_API,
     RUNBOOK,
     RUNBOOK_ROLE,
     SECRETS_OFFICER,
     SECRETS_USER,
     SUBNET,
+    USER_TAG,
     VAULT_TAG,
     VNET,
+    WEB_API,
     AzureAnnexes,
     assign,
     iso,
     role_id,
 )
 from htgrid.annex._azure_app import install_timer
+from htgrid.annex._azure_vaults import user_vault
 from htgrid.annex.azure_runbook import (
     AUTHORIZATION_API,
     AUTOMATION_API,
@@ -48,28 +56,42 @@ from htgrid.annex.azure_runbook import (
     Place,
 )
 
-__all__ = ["assignment_condition", "azure_setup", "azure_user_role", "runbook_source"]
+__all__ = [
+    "assignment_condition",
+    "azure_setup",
+    "azure_user_role",
+    "runbook_source",
+    "user_condition",
+]
 
 _ASSIGNMENTS = ("Microsoft.Authorization/roleAssignments/read",
                 "Microsoft.Authorization/roleAssignments/write",
                 "Microsoft.Authorization/roleAssignments/delete")  # fmt: skip
 
 
-def assignment_condition(place: Place) -> str:
+def assignment_condition(place: Place, roles: tuple[str, ...] = (NODE_ROLE, SECRETS_USER)) -> str:
     """The condition (Azure ABAC) on a role assignment that lets its holder assign and
-    unassign the annex node's role and Key Vault Secrets User, and no other role."""
-    roles = ", ".join(role_id(place, r).rsplit("/", 1)[1] for r in (NODE_ROLE, SECRETS_USER))
+    unassign these roles (the annex node's role and Key Vault Secrets User) and no other."""
+    guids = ", ".join(role_id(place, r).rsplit("/", 1)[1] for r in roles)
     return " AND ".join(
         f"((!(ActionMatches{{'Microsoft.Authorization/roleAssignments/{verb}'}})) OR "
         f"(@{side}[Microsoft.Authorization/roleAssignments:RoleDefinitionId] "
-        f"ForAnyOfAnyValues:GuidEquals {{{roles}}}))"
+        f"ForAnyOfAnyValues:GuidEquals {{{guids}}}))"
         for verb, side in (("write", "Request"), ("delete", "Resource"))
     )
 
 
+def user_condition(place: Place) -> str:
+    """The condition of the user role's assignment on the group: the node's role only
+    (Secrets User a user assigns on their own vault only, by that vault's RBAC
+    Administrator assignment, so no user can open another's vault to themselves)."""
+    return assignment_condition(place, (NODE_ROLE,))
+
+
 def azure_user_role(place: Place) -> dict[str, Any]:
     """The custom role an annex user needs on the setup's resource group; assign it
-    with assignment_condition() (without, the role could assign any role)."""
+    with user_condition() (without, the role could assign any role). No data action:
+    a user's secrets are in their own vault, where setup makes them Secrets Officer."""
     return {
         "Name": "htgrid annex user",
         "IsCustom": True,
@@ -85,7 +107,7 @@ def azure_user_role(place: Place) -> dict[str, Any]:
             "Microsoft.KeyVault/vaults/read",
             *_ASSIGNMENTS,
         ],
-        "DataActions": ["Microsoft.KeyVault/vaults/secrets/*"],
+        "DataActions": [],
         "AssignableScopes": [place.group_path()],
     }
 
@@ -170,13 +192,35 @@ def azure_setup(cloud: AzureAnnexes, *, users: tuple[str, ...] = (),
         _roles(arm, place)
         assign(arm, place.group_path(), role_id(place, RUNBOOK_ROLE), runbook,
                assignment_condition(place))  # fmt: skip
-        for who in (runbook, *users):
-            assign(arm, vault_path, role_id(place, SECRETS_OFFICER), who)
-        return _publish(cloud, name, now, vault_path) | {"migrated": migrated}
+        assign(arm, vault_path, role_id(place, SECRETS_OFFICER), runbook)
+        made = _publish(cloud, name, now, vault_path)
+        site = arm.get(place.provider(f"Microsoft.Web/sites/{made['function_app']}"), WEB_API)
+        timer = str(((site or {}).get("identity") or {})["principalId"])
+        vaults = {user: _user_vault(arm, place, location, tenant, user, (runbook, timer))
+                  for user in users}  # fmt: skip
+        return made | {"migrated": migrated, "user_vaults": vaults}
 
     done: dict[str, Any] = cloud.call("setting up the annex", install)
     cloud.arm(done["vault"])
     return done
+
+
+def _user_vault(arm: Arm, place: Place, location: str, tenant: str, user: str,
+                machinery: tuple[str, ...]) -> str:  # fmt: skip
+    """The user's own vault: they are its Secrets Officer and may give Secrets User on
+    it (to their annexes' identities) and no other role; the runbook and the lease timer
+    are its Secrets Officers too, to end what a lease ends. Its name."""
+    name = user_vault(place, user)
+    path = place.provider(f"Microsoft.KeyVault/vaults/{name}")
+    _rbac_vault(arm, place, path, location, tenant, {USER_TAG: user})
+    officer = role_id(place, SECRETS_OFFICER)
+    # The user's object id may be a user's or a group's as well as a service principal's.
+    assign(arm, path, officer, user, kind=None)
+    assign(arm, path, role_id(place, RBAC_ADMIN), user,
+           assignment_condition(place, (SECRETS_USER,)), kind=None)  # fmt: skip
+    for who in machinery:
+        assign(arm, path, officer, who)
+    return name
 
 
 def _default_vault(place: Place) -> str:
@@ -201,7 +245,8 @@ def _vnet(arm: Arm, path: str, location: str, cidr: str) -> None:
 _OFFICER_PERMISSIONS: Final = frozenset({"set", "delete", "purge", "recover", "restore", "all"})
 
 
-def _rbac_vault(arm: Arm, place: Place, path: str, location: str, tenant: str) -> list[str]:
+def _rbac_vault(arm: Arm, place: Place, path: str, location: str, tenant: str,
+                tags: dict[str, str] | None = None) -> list[str]:  # fmt: skip
     """The vault, in Azure RBAC mode (per-secret roles: a scale set's identity reads its
     annex's secrets only). One there already keeps all it has. One of an older setup,
     in access-policy mode, has each policy's grants given first as the role on the vault
@@ -215,6 +260,7 @@ def _rbac_vault(arm: Arm, place: Place, path: str, location: str, tenant: str) -
             KEYVAULT_API,
             {
                 "location": location,
+                "tags": tags or {},
                 "properties": {
                     "tenantId": tenant,
                     "sku": {"family": "A", "name": "standard"},
@@ -304,5 +350,5 @@ def _publish(cloud: AzureAnnexes, vault: str, now: float, vault_path: str) -> di
         "vault": vault,
         "sweeper": SWEEPER_SCHEDULE,
         "user_role": azure_user_role(place),
-        "user_condition": assignment_condition(place),
+        "user_condition": user_condition(place),
     }

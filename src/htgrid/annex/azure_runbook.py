@@ -31,6 +31,7 @@ The job reaches ARM and Key Vault with the Automation account's managed identity
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import ssl
@@ -48,6 +49,7 @@ __all__ = [
     "CAPACITY_TAG",
     "LEASE_TAG",
     "SCHEDULE_PREFIX",
+    "USER_TAG",
     "Arm",
     "ArmFailure",
     "Place",
@@ -75,6 +77,8 @@ LEASE_TAG = "htgrid:LeaseExpiration"
 #: On a Spot scale set: the instances it is to have while its lease lives (the lease
 #: timer asks again for what Azure evicts; lowered as VMs stop themselves).
 CAPACITY_TAG = "htgrid:Capacity"
+#: On a user's own vault (setup makes one for each user named): the user's object id.
+USER_TAG = "htgrid:AnnexUser"
 ARM_URL = "https://management.azure.com"
 VAULT_RESOURCE = "https://vault.azure.net"
 COMPUTE_API = "2024-07-01"
@@ -255,6 +259,25 @@ class Arm:
 
     # ---- the vault's data plane ------------------------------------------------------
 
+    def on_vault(self, name: str) -> Arm:
+        """This client on another vault of the setup (its address this one's, the
+        vault's name changed: the same cloud, the same kind of endpoint)."""
+        other = copy.copy(self)
+        other.vault_url = self.vault_url.replace(self.place.vault, name, 1)
+        return other
+
+    def vaults(self) -> list[Arm]:
+        """This client on each vault an annex's secrets may be in: its own (the setup's,
+        or the lease's user's) and every user's own vault (tagged USER_TAG; the runbook
+        and the timer may read them all, a user only their own)."""
+        path = self.place.provider("Microsoft.KeyVault/vaults")
+        names = {
+            str(v["name"])
+            for v in self.listing(path, KEYVAULT_API)
+            if (v.get("tags") or {}).get(USER_TAG) and str(v.get("name")) != self.place.vault
+        }
+        return [self, *(self.on_vault(name) for name in sorted(names))]
+
     def _secret_url(self, name: str, deleted: bool = False) -> str:
         kind = "deletedsecrets" if deleted else "secrets"
         return f"{self.vault_url}/{kind}/{name}?api-version={VAULT_DATA_API}"
@@ -374,11 +397,20 @@ def _stop_spending(arm: Arm, annexes: set[str] | None, ruled: set[str]) -> dict[
         for annex, vmss in scale_sets(arm)
         if (annex in annexes if annexes is not None else annex not in ruled)
     ]
-    wanted = annexes
-    found = list(arm.secrets())
-    if wanted is None:
-        wanted = {t.get(ANNEX_TAG, "") for _, t in found} - ruled - {""}
-    return {"deleted": sets, "secrets": _end_secrets(arm, wanted, found)}
+    ended = []
+    for vault in arm.vaults():
+        wanted = annexes
+        try:
+            found = list(vault.secrets())
+        except ArmFailure as exc:
+            # Another user's vault, to a user ending their own annex: not theirs to read.
+            if exc.status != 403 or vault is arm:
+                raise
+            continue
+        if wanted is None:
+            wanted = {t.get(ANNEX_TAG, "") for _, t in found} - ruled - {""}
+        ended += _end_secrets(vault, wanted, found)
+    return {"deleted": sets, "secrets": sorted(ended)}
 
 
 def enforce(arm: Arm, annex: str, expiration: float, now: float, *, force: bool = False) -> dict[str, Any]:  # fmt: skip

@@ -79,7 +79,9 @@ def register(commands: Any) -> None:
     s.add_argument("--cidr", default="0.0.0.0/0", help="who may reach the nodes (the pool)")
     s.add_argument("--vault", help="azure: the Key Vault's name (globally unique)")
     s.add_argument(
-        "--user-object-ids", default="", help="azure: the users' object ids (vault access)"
+        "--user-object-ids",
+        default="",
+        help="azure: the users' object ids (each gets a Key Vault of their own)",
     )
     s.set_defaults(handler=_setup)
 
@@ -193,6 +195,8 @@ def _setup(args: argparse.Namespace) -> int:
             "with this condition on the assignment (the roles they may give their scale "
             f"sets, no other):\n{made['user_condition']}"
         )
+        for user, vault in sorted(made.get("user_vaults", {}).items()):
+            print(f"User {user}: Key Vault {vault}, theirs alone.")
         return EXIT_OK
     assert isinstance(cloud, AwsAnnexes)
     done = setup(cloud, vpc=args.vpc, cidr=args.cidr)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import secrets
 from typing import Any
 
@@ -29,7 +31,7 @@ class AzureAd:
 
     def issue(self, principal: str) -> str:
         """A token of a managed identity (what its IMDS endpoint hands out)."""
-        token = secrets.token_urlsafe(24)
+        token = _jwt(principal)
         self._tokens[token] = principal
         self.managed.add(principal)
         return token
@@ -63,7 +65,7 @@ class AzureAd:
             body = _error("invalid_client", "AADSTS7000215: Invalid client secret provided.")
             body["error_codes"] = [7000215]
             return 401, {}, body
-        token = secrets.token_urlsafe(24)
+        token = _jwt(self.client_id)
         self._tokens[token] = self.client_id
         return (
             200,
@@ -75,6 +77,17 @@ class AzureAd:
                 "access_token": token,
             },
         )
+
+
+def _jwt(principal: str) -> str:
+    """A token shaped as Entra ID's (a JWT whose `oid` claim is the principal's object
+    id), its signature random: the fake knows its tokens by their whole text."""
+
+    def part(value: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+    return ".".join((part({"typ": "JWT", "alg": "none"}), part({"oid": principal}),
+                     secrets.token_urlsafe(24)))  # fmt: skip
 
 
 def _error(error: str, description: str) -> dict[str, Any]:

@@ -407,12 +407,13 @@ class AnnexArm:
         target = None
         if on_rbac is not None and action.lower() in rbac.ASSIGNMENT_ACTIONS:
             target = rbac.target_role(self.store, *on_rbac, method, body)
-        if allowed is not None:
-            ok = permits(allowed, action) and (
-                target is None or rbac.condition_allows(self.conditions.get(principal), target)
-            )
-        else:
-            ok = rbac.granted(self.store, principal, action, "/" + "/".join(parts), target=target)
+        # What restrict() gave, and (as Azure sums them) the principal's role assignments.
+        ok = (
+            allowed is not None
+            and permits(allowed, action)
+            and (target is None or rbac.condition_allows(self.conditions.get(principal), target))
+        )
+        ok = ok or rbac.granted(self.store, principal, action, "/" + "/".join(parts), target=target)
         if not ok:
             raise ArmError(
                 403,

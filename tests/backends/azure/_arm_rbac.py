@@ -16,6 +16,7 @@ from ._arm_types import ArmError, Store, dig, key, need
 
 SECRETS_USER = "4633458b-17de-408a-b874-0445c86b69e6"
 SECRETS_OFFICER = "b86a8fe4-44ce-4948-aee5-eccb2c155cd7"
+RBAC_ADMIN = "f58310d9-a9f6-439a-9e8d-f62e7b41a168"
 BUILT_IN: dict[str, dict[str, Any]] = {
     SECRETS_USER: {
         "roleName": "Key Vault Secrets User",
@@ -38,6 +39,21 @@ BUILT_IN: dict[str, dict[str, Any]] = {
             {
                 "actions": ["Microsoft.KeyVault/vaults/*/read"],
                 "dataActions": ["Microsoft.KeyVault/vaults/secrets/*"],
+            }
+        ],
+        "assignableScopes": ["/"],
+    },
+    RBAC_ADMIN: {
+        "roleName": "Role Based Access Control Administrator",
+        "type": "BuiltInRole",
+        "permissions": [
+            {
+                "actions": [
+                    "Microsoft.Authorization/roleAssignments/write",
+                    "Microsoft.Authorization/roleAssignments/delete",
+                    "*/read",
+                ],
+                "dataActions": [],
             }
         ],
         "assignableScopes": ["/"],
