@@ -1,6 +1,6 @@
 """A grid job: its task (`_task`) with the actions every type takes the same way.
 
-The shared actions (`_init`, `_unsubmitted`, `_save_key`, `_submitted`, `_done_save`,
+The shared actions (`_init`, `_unsubmitted`, `save_key`, `_submitted`, `_done_save`,
 `_hold`, `_cancel`, `_clear`, and `abandon`) and steps (a submit's back-off and
 refusal, a call retried until it works, the wait after a lost answer) answer with the
 events every type's Enum names alike (READY, WANT_SUBMIT, SAVED, SUBMIT_RETRY,
@@ -106,9 +106,9 @@ class GridJob(JobTask[S, E]):
             )
             await self.wait()
 
-    async def _save_key(self) -> E:
+    async def save_key(self) -> E:
         """SAVE_TAG and its kin (a type names its state's action after it: `_save_tag =
-        GridJob._save_key`): this submission's idempotency key (`_new_key`) committed to
+        GridJob.save_key`): this submission's idempotency key (`_new_key`) committed to
         the job ad, on disk, before anything is sent: a lost answer is looked up by it."""
         attrs = {**self._new_key(), "Managed": "External", **self.clear_wait_attrs()}
         await self.io.update(self.job_id, attrs, durable=True)

@@ -38,7 +38,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Final
 
@@ -147,7 +147,25 @@ class ShadowManager:
         `recover_claims`."""
         return await recover_claims(self)
 
-    async def _stamp(self, job: JobId, reason: str, deadline: float) -> None:
+    def follow_from(self, seq: int) -> None:
+        """Follow the change feed from after `seq` on (the queue as recovery found it)."""
+        self._seq = seq
+
+    def settle(self, job: JobId | None, ending: Coroutine[Any, Any, None], name: str) -> None:
+        """Run `ending` (the end of an earlier daemon's claim) in the background until
+        it is done or we stop; `job`, which that claim may still run, stays busy until
+        `settled`."""
+        if job is not None:
+            self._settling.add(job)
+        task = asyncio.create_task(ending, name=name)
+        self._settlers.add(task)
+        task.add_done_callback(self._settlers.discard)
+
+    def settled(self, job: JobId) -> None:
+        """`job`'s claim of an earlier daemon is over: it may run again."""
+        self._settling.discard(job)
+
+    async def stamp_disconnected(self, job: JobId, reason: str, deadline: float) -> None:
         """The job disconnected (022, `reason`) until `deadline`."""
         stamp = {
             "JobDisconnectedDate": int(self._clock()),
@@ -171,7 +189,7 @@ class ShadowManager:
         address = match.machine_ad.get("MyAddress")
         pem = match.machine_ad.get(TLS_CERTIFICATE)
         client = (
-            self._client(address, pem if isinstance(pem, str) else None)
+            self.client(address, pem if isinstance(pem, str) else None)
             if isinstance(address, str)
             else None
         )
@@ -179,10 +197,11 @@ class ShadowManager:
             _log.warning("job %s: %s cannot be reached at %r", jid, match.machine, address)
             return False
         cert = pem if isinstance(pem, str) else None
-        self._launch(ShadowRun(self, jid, job, client, str(address), match=match, certificate=cert))
+        self.launch(ShadowRun(self, jid, job, client, str(address), match=match, certificate=cert))
         return True
 
-    def _launch(self, shadow: ShadowRun) -> None:
+    def launch(self, shadow: ShadowRun) -> None:
+        """Run `shadow` (a match's, or a reconnection's) as a task of this manager's."""
         jid = shadow.job_id
         self._shadows[jid] = shadow
         task = asyncio.create_task(shadow.run(), name=f"shadow {jid}")
@@ -190,7 +209,7 @@ class ShadowManager:
         self._tasks.add(task)
         task.add_done_callback(functools.partial(self._done, jid, shadow))
 
-    def _client(self, address: str, pem: str | None) -> StartdClient | None:
+    def client(self, address: str, pem: str | None) -> StartdClient | None:
         """The client of the node at `address`: its Unix socket on this host, or TLS to
         another, pinning the certificate `pem` its ad carries (which the collector took
         from the holder of the node's token alone) and presenting the schedd's own; for
@@ -455,7 +474,7 @@ class ShadowManager:
             why,
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(deadline)),
         )
-        await self._stamp(run.job_id, reason, deadline)
+        await self.stamp_disconnected(run.job_id, reason, deadline)
 
     async def reconnected(self, run: ShadowRun) -> None:
         _log.info("job %s: reconnected to %s", run.job_id, run.address)

@@ -62,7 +62,7 @@ async def recover_claims(manager: ShadowManager) -> list[JobId]:
     settling: dict[str, JobId] = {}
     resuming: dict[str, ClassAd] = {}
     expired: list[JobId] = []
-    now = manager._clock()
+    now = manager.now()
 
     def evict(q: JobQueue) -> tuple[int, list[JobId]]:
         seq = q.last_seq
@@ -92,7 +92,9 @@ async def recover_claims(manager: ShadowManager) -> list[JobId]:
                 evicted.append(jid)
         return seq, evicted
 
-    manager._seq, evicted = await manager._worker.write(evict)
+    evicted: list[JobId]
+    seq, evicted = await manager.write(evict)
+    manager.follow_from(seq)
     for jid in evicted:
         _log.info("job %s had no execute node after the restart: back to idle", jid)
     for jid in expired:
@@ -105,23 +107,18 @@ async def recover_claims(manager: ShadowManager) -> list[JobId]:
         ad = resuming.get(record.claim_id)
         if ad is not None and not _resume(manager, record, ad):
             settling[record.claim_id] = _job_id(ad)
-    manager._settling.update(settling.values())
     for record in records:
         if record.claim_id in resuming and record.claim_id not in settling:
             continue
-        task = asyncio.create_task(
-            _settle(manager, record, settling.get(record.claim_id)),
-            name=f"claim of {record.job_id}",
-        )
-        manager._settlers.add(task)
-        task.add_done_callback(manager._settlers.discard)
+        job = settling.get(record.claim_id)
+        manager.settle(job, _settle(manager, record, job), f"claim of {record.job_id}")
     return evicted
 
 
 def _resume(manager: ShadowManager, record: ClaimRecord, ad: ClassAd) -> bool:
     """Reconnect to `record`'s job, running on a node of another host; False when
     that node cannot be called (its address or certificate unusable)."""
-    client = manager._client(record.address, record.certificate)
+    client = manager.client(record.address, record.certificate)
     if client is None:
         return False
     jid = _job_id(ad)
@@ -134,9 +131,9 @@ def _resume(manager: ShadowManager, record: ClaimRecord, ad: ClassAd) -> bool:
         certificate=record.certificate,
         claim_id=record.claim_id,
     )
-    run.lease, run.start_seq = record.lease, manager._seq
+    run.lease, run.start_seq = record.lease, manager.seq
     _log.info("job %s: reconnecting to it on %s", jid, record.address)
-    manager._launch(run)
+    manager.launch(run)
     return True
 
 
@@ -146,7 +143,7 @@ async def _settle(manager: ShadowManager, record: ClaimRecord, job: JobId | None
     unreachable node's job stays Running, disconnected (022), and the node is asked
     again until the claim's lease has surely run out there; then the schedd gives up
     on the job (024) and requeues it."""
-    client = manager._client(record.address, record.certificate)
+    client = manager.client(record.address, record.certificate)
     local = socket_of(record.address) is not None
     deadline: float | None = None
     why, answered = await _end_claim(manager, client, record)
@@ -159,13 +156,13 @@ async def _settle(manager: ShadowManager, record: ClaimRecord, job: JobId | None
             _log.info("claim of job %s on %s: %s", record.job_id, record.address, why)
             break
         if deadline is None:
-            deadline = manager._clock() + record.lease + record.vacate + LEASE_MARGIN
+            deadline = manager.now() + record.lease + record.vacate + LEASE_MARGIN
         if not answered and not told:
             # Only a node that does not answer disconnects the job: one that answers
             # (ending the claim already, its lease having run out) is asked again.
             told = True
             await _disconnected(manager, job, record, deadline, why)
-        if manager._clock() >= deadline:
+        if manager.now() >= deadline:
             _log.warning(
                 "job %s: the lease of its claim on %s has run out: it runs no more there",
                 job,
@@ -175,11 +172,11 @@ async def _settle(manager: ShadowManager, record: ClaimRecord, job: JobId | None
                 f"Job disconnected too long: JobLeaseDuration ({record.lease:g} seconds) expired"
             )
             break
-        await asyncio.sleep(min(_SETTLE_RETRY, max(0.0, deadline - manager._clock())))
+        await asyncio.sleep(min(_SETTLE_RETRY, max(0.0, deadline - manager.now())))
         why, answered = await _end_claim(manager, client, record)
     if job is not None:
-        await manager._worker.write(functools.partial(requeue, job=job, reason=gave_up))
-        manager._settling.discard(job)
+        await manager.write(functools.partial(requeue, job=job, reason=gave_up))
+        manager.settled(job)
         _log.info("job %s: its claim on %s is over: back to idle", job, record.address)
     await asyncio.to_thread(manager.claims.forget, record.claim_id)
 
@@ -217,7 +214,7 @@ async def _disconnected(
         why,
         time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(deadline)),
     )
-    await manager._stamp(job, CUT, deadline)
+    await manager.stamp_disconnected(job, CUT, deadline)
 
 
 def _job_id(ad: ClassAd) -> JobId:

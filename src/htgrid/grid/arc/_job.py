@@ -109,7 +109,7 @@ class ArcJob(GridJob[ArcState, ArcEvent]):
 
     # ---- the table ---------------------------------------------------------------------------
 
-    _save_name = GridJob._save_key
+    _save_name = GridJob.save_key
 
     def _new_key(self) -> dict[str, Any]:
         self.name = new_tag(self.job_id.cluster, self.job_id.proc)

@@ -99,7 +99,7 @@ class AzureJob(GridJob[AzureState, AzureEvent]):
     # ---- the table ---------------------------------------------------------------------------
 
     #: SAVE_NAME: the submission's key committed before anything is sent.
-    _save_name = GridJob._save_key
+    _save_name = GridJob.save_key
 
     # ---- the hooks of the shared actions -----------------------------------------------------
 

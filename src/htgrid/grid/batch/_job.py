@@ -90,7 +90,7 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
         return None if self.grid_id is None else self.grid_id.blah_id
 
     #: SAVE_TAG: the submission's key committed before anything is sent.
-    _save_tag = GridJob._save_key
+    _save_tag = GridJob.save_key
 
     def wants_status(self) -> bool:
         # A job just submitted is asked about at the resource's next poll: one bulk

@@ -95,7 +95,7 @@ class CondorJob(CondorJobBase):
     """One job of grid type condor: the actions of its states."""
 
     #: SAVE_TAG: the submission's key committed before anything is sent.
-    _save_tag = GridJob._save_key
+    _save_tag = GridJob.save_key
 
     # ---- the actions ------------------------------------------------------------------------
 

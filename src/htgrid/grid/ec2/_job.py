@@ -65,7 +65,7 @@ class Ec2Job(Ec2Spot):
     """One job of grid type ec2."""
 
     #: SAVE_TOKEN: the submission's key committed before anything is sent.
-    _save_token = GridJob._save_key
+    _save_token = GridJob.save_key
 
     # ---- the hooks of the shared actions ----------------------------------------------------
 
