@@ -64,6 +64,9 @@ class _Node:
     def request_claim(self, *args: object) -> Any:
         raise AssertionError("a refused body never reaches the node")
 
+    async def claim_status(self, *args: object) -> Any:
+        raise AssertionError("no claim is asked about here")
+
 
 @pytest.fixture(scope="module")
 def startd_socket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
