@@ -72,16 +72,24 @@ class AdContext:
         self.started = started
         self.sequence = 0
         self.certificate: str | None = None  # a node on its own: its TLS certificate (PEM)
-        self.start = ExprTree(config.start)
         # The static ad, made again should what it is made of change (the address and
-        # certificate are set once the TLS API serves).
+        # certificate are set once the TLS API serves; a reconfig brings a new config).
         self._static: tuple[tuple[object, ...], ClassAd, dict[str, str]] | None = None
         # Each slot's own attributes as last made (by Name): the values, the ad, members.
         self._own: dict[str, tuple[Pairs, ClassAd, dict[str, str]]] = {}
 
+    @property
+    def config(self) -> StartdConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: StartdConfig) -> None:
+        self._config = config
+        self.start = ExprTree(config.start)
+
     def static(self) -> tuple[ClassAd, dict[str, str]]:
         """The attributes every slot ad has and no update changes, and their members."""
-        key = (self.address, self.certificate, self.started)
+        key = (self._config, self.address, self.certificate, self.started)
         if self._static is None or self._static[0] != key:
             ad = self._fixed()
             self._static = (key, ad, json_members(ad))
