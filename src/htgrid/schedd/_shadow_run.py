@@ -61,6 +61,7 @@ from htgrid.schedd._shadow_record import ShadowRecords
 from htgrid.startd import (
     ClaimNotFound,
     ClaimState,
+    ClaimStateError,
     ClaimStatus,
     OutcomeKind,
     Resources,
@@ -511,7 +512,9 @@ class ShadowRun(ShadowRecords):
             try:
                 status = poll.result()
                 last_heard = self.m.monotonic()
-            except ClaimNotFound as exc:
+            except (ClaimNotFound, ClaimStateError) as exc:
+                # A status read is refused so only for a claim whose lease ran out on the
+                # node (the schedd was cut off): its job is being killed there.
                 raise Evicted(f"the execute node lost the claim: {exc}") from None
             except StartdUnavailable as exc:
                 self._watched = False

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import logging
 import os
 import ssl
@@ -106,7 +107,9 @@ class StartdBackend(Protocol):
         self, claim_id: str, job_ad: ClassAd, schedd: str, lease: float
     ) -> ClaimGrant: ...
 
-    async def claim_status(self, claim_id: str, wait: float, version: int) -> ClaimStatus: ...
+    async def claim_status(
+        self, claim_id: str, wait: float, version: int, *, renew: bool = True
+    ) -> ClaimStatus: ...
 
     async def activate(
         self,
@@ -211,7 +214,9 @@ def create_app(
 ) -> Starlette:
     """The API over `backend`; `limits` caps JSON bodies (MAX_API_REQUEST_MB); `caller`
     refuses whom the listener it serves must not answer."""
-    watches = ClaimWatches(backend.claim_status)
+    # The watch reads claims the schedd may have given up on (those activated with its
+    # token): no renewal of their leases, which only its keep-alives and requests make.
+    watches = ClaimWatches(functools.partial(backend.claim_status, renew=False))
     polls = PollCounts()
 
     async def health(request: Request) -> Response:

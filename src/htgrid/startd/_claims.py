@@ -259,8 +259,9 @@ class Slots:
         self.claims[claim_id] = claim
         return claim
 
-    def get(self, claim_id: str) -> Claim:
-        """The claim (ClaimNotFound when there is none: released, expired, or a restart)."""
+    def get(self, claim_id: str, *, renew: bool = True) -> Claim:
+        """The claim (ClaimNotFound when there is none: released, expired, or a restart);
+        its lease renewed unless `renew` is false (a read no word of the schedd's asked)."""
         claim = self.claims.get(claim_id)
         if claim is None:
             raise ClaimNotFound(
@@ -273,7 +274,8 @@ class Slots:
             # socket, must not revive it): its job is being killed, and the claim is not
             # found once it is gone.
             raise ClaimStateError(f"claim {claim_id}'s lease ran out: it is being ended")
-        claim.renewed = now  # every word from the schedd renews the lease
+        if renew:
+            claim.renewed = now  # every word from the schedd renews the lease
         return claim
 
     def renew(self, claim_ids: list[str]) -> list[str]:

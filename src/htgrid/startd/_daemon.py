@@ -185,8 +185,10 @@ class Startd:
         self._changed()
         return ClaimGrant(claim_id, claim.name, lease, self.started, request)
 
-    async def claim_status(self, claim_id: str, wait: float, version: int) -> ClaimStatus:
-        claim = self.slots.get(claim_id)
+    async def claim_status(
+        self, claim_id: str, wait: float, version: int, *, renew: bool = True
+    ) -> ClaimStatus:
+        claim = self.slots.get(claim_id, renew=renew)
         claim.watchers += 1
         try:
             await claim.wait_change(version, wait)
