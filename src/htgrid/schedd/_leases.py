@@ -98,7 +98,9 @@ class NodeLeases:
         while link.claims:
             sent = self._monotonic()
             try:
-                unknown = await link.client.alive(sorted(link.claims), timeout=self.interval)
+                unknown = await link.client.alive(
+                    sorted(link.claims), timeout=self.interval, every=self.interval
+                )
             except StartdError as exc:
                 link.silent(self._monotonic(), _MISSED * self.interval, exc)
             else:

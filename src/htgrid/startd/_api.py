@@ -129,7 +129,7 @@ class StartdBackend(Protocol):
 
     async def reuse(self, claim_id: str) -> ClaimStatus: ...
 
-    def alive(self, claim_ids: list[str]) -> list[str]: ...
+    def alive(self, claim_ids: list[str], every: float | None = None) -> list[str]: ...
 
     async def release(self, claim_id: str) -> None: ...
 
@@ -241,7 +241,12 @@ def create_app(
         claims = doc.get("claims")
         if not isinstance(claims, list) or not all(isinstance(c, str) for c in claims):
             raise StartdProtocolError('"claims" must be a list of claim ids')
-        return JSONResponse({"unknown": backend.alive(claims)})
+        every = doc.get("every")  # the schedd's ALIVE_INTERVAL (an older one sends none)
+        if every is not None and (
+            isinstance(every, bool) or not isinstance(every, int | float) or not every > 0
+        ):
+            raise StartdProtocolError('"every" must be a number of seconds above 0')
+        return JSONResponse({"unknown": backend.alive(claims, every)})
 
     async def status(request: Request) -> Response:
         params = request.query_params

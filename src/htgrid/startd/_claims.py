@@ -102,7 +102,8 @@ class Claim:
     granted: float = 0.0  # wall time the claim was granted
     closing: bool = False
     # The job runs with no lease (`has_lease`); when the last keep-alive came (monotonic),
-    # and the longest time seen between two: the schedd's ALIVE_INTERVAL, as sent.
+    # and how often they come: the schedd's ALIVE_INTERVAL, as it says (an older
+    # schedd's: the longest time seen between two).
     no_lease: bool = False
     alive_at: float | None = None
     alive_every: float = 0.0
@@ -278,10 +279,11 @@ class Slots:
             claim.renewed = now  # every word from the schedd renews the lease
         return claim
 
-    def renew(self, claim_ids: list[str]) -> list[str]:
-        """A keep-alive from a schedd for all its claims here: each one's lease starts
-        again; the ids of those this node does not have (released, expired, or a
-        restart) or whose lease ran out already are returned."""
+    def renew(self, claim_ids: list[str], every: float | None = None) -> list[str]:
+        """A keep-alive from a schedd for all its claims here, sent each `every` seconds
+        (its ALIVE_INTERVAL): each one's lease starts again; the ids of those this node
+        does not have (released, expired, or a restart) or whose lease ran out already
+        are returned."""
         now = self._monotonic()
         unknown = []
         for claim_id in claim_ids:
@@ -290,7 +292,11 @@ class Slots:
                 unknown.append(claim_id)  # gone, or run out (being ended)
             else:
                 claim.renewed = now
-                if claim.alive_at is not None:
+                if every is not None:
+                    # As said: a gap measured across a stall of this node (stopped, or
+                    # starved of CPU) would stretch the time a job with no lease lasts.
+                    claim.alive_every = every
+                elif claim.alive_at is not None:  # an older schedd: as seen
                     claim.alive_every = max(claim.alive_every, now - claim.alive_at)
                 claim.alive_at = now
         return unknown

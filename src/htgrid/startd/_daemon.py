@@ -264,9 +264,10 @@ class Startd:
         if not claim.resources.fits(request_of(job_ad, machine_ad, claim.resources.gpus)):
             raise ClaimRefused(f"the job does not fit in {claim.name}")
 
-    def alive(self, claim_ids: list[str]) -> list[str]:
-        """The schedd's keep-alive for its claims here; those this node has not."""
-        return self.slots.renew(claim_ids)
+    def alive(self, claim_ids: list[str], every: float | None = None) -> list[str]:
+        """The schedd's keep-alive for its claims here (sent each `every` seconds);
+        those this node has not."""
+        return self.slots.renew(claim_ids, every)
 
     async def reuse(self, claim_id: str) -> ClaimStatus:
         """The schedd has the job's end and keeps the claim for its next job."""

@@ -282,13 +282,17 @@ class StartdClient:
         """Keep the claim, its job's end recorded, for another job (activate it again)."""
         return ClaimStatus.from_json(await self._json("POST", f"/v1/claims/{claim_id}/reuse"))
 
-    async def alive(self, claim_ids: list[str], *, timeout: float) -> list[str]:
+    async def alive(
+        self, claim_ids: list[str], *, timeout: float, every: float | None = None
+    ) -> list[str]:
         """Renew the leases of the schedd's claims on this node, all in one message (the
-        keep-alive); the ids of those the node has not. A node that does not answer
-        within `timeout` seconds is `StartdUnavailable`."""
-        doc = await self._json(
-            "POST", "/v1/alive", {"claims": claim_ids}, timeout=httpx.Timeout(timeout)
-        )
+        keep-alive, sent each `every` seconds: its ALIVE_INTERVAL); the ids of those the
+        node has not. A node that does not answer within `timeout` seconds is
+        `StartdUnavailable`."""
+        body: dict[str, object] = {"claims": claim_ids}
+        if every is not None:
+            body["every"] = every
+        doc = await self._json("POST", "/v1/alive", body, timeout=httpx.Timeout(timeout))
         unknown = doc.get("unknown")
         if not isinstance(unknown, list):
             raise StartdProtocolError('the keep-alive\'s answer has no "unknown" list')
