@@ -35,6 +35,8 @@ def test_ce_trace_passes_each_step_of_a_working_ce(tmp_path: Path) -> None:
     with ce_pool(tmp_path / "ce", CE_FORK) as ce:
         sub = submitter_pool(tmp_path / "submit")  # its home: CA trust and token, no daemon
         sub.trust(ce, user=getpass.getuser())
+        # A CE up for a while: its schedd in its collector (its first update, slow at load).
+        wait_for(lambda: schedd_ads(ce), timeout=60, what="the CE's schedd advertised")
         status, out, err = trace(sub.home, ce.collector, "--timeout", "120")
         assert status == 0, out + err
         for step in ("reach:", "authenticate:", "submit:", "route:", "run:", "output:"):
