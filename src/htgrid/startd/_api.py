@@ -3,7 +3,8 @@
     GET    /v1/health                     pid, name, DaemonStartTime, claims
     GET    /v1/slots                      the slot ads, as advertised
     POST   /v1/claims                     claim a dynamic slot: {claim_id, job_ad, schedd, lease}
-    POST   /v1/alive                      renew the leases of claims: {claims: [id...]};
+    POST   /v1/alive                      renew the leases of claims: {claims: [id...],
+                                          every?} (`every`: the schedd's ALIVE_INTERVAL);
                                           answers {unknown: [id...]}, the claims not here
     GET    /v1/claims/{id}?wait=&version= the claim's status, once past `version` (long poll)
     POST   /v1/watch                      the ends of many claims, in one long poll:
