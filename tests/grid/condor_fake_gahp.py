@@ -13,7 +13,8 @@ htgrid JobQueue in a directory, and the test plays its execute side.
   sandbox over the remote MAX_TRANSFER_*_MB), `status-busy` (status queries other than the
   ping's fail, the schedd still answering: no news about any job), `stage-out-slow` (a
   stage-out waits while the file is there), `update-down` (updates fail as when the
-  schedd cannot be reached: the rest works).
+  schedd cannot be reached: the rest works), `update-hang` (an update never gets through:
+  the server writes its pid to `DIR/control/hung.pid` and waits, for the test to kill it).
 * A job that leaves the remote queue takes its sandbox along (the schedd's spool sweep).
 """
 
@@ -102,6 +103,9 @@ class FakeSchedd:
         self._log(call.command)
         if self._flag("down") or self._flag("update-down"):
             return ("F", DOWN)
+        if self._flag("update-hang"):
+            (self.state / "control" / "hung.pid").write_text(str(os.getpid()))
+            await asyncio.Event().wait()
         attrs = ClassAd(call.args[2])
         try:
             for name in attrs:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import stat
 import sys
 import time
@@ -707,6 +709,82 @@ def test_a_failed_removal_of_the_remote_copy_is_tried_again_across_a_restart(
     assert f"job 1.0: could not remove {where} (LeaveJobInQueue = false): Failed" in caplog.text
     assert "removing its copy at the remote schedd remote@test" in caplog.text
     assert f"job 1.0: removed {where}" in caplog.text
+
+
+def test_a_kill_between_the_exit_and_the_release_of_the_remote_copy_loses_no_release(
+    grid: Grid, remote: Remote
+) -> None:
+    """kill -9 of the grid manager (and its GAHP) after the local job's exit is committed
+    but before the remote copy was let go: the next grid manager lets it go."""
+    [job] = _submit(grid)
+    owed = grid.home / "spool" / "gridmanager" / "leftovers"
+    hung = remote.state / "control" / "hung.pid"
+
+    async def main() -> None:
+        remote.flag("update-hang")
+        gahp = (sys.executable, str(FAKE), "--state", str(remote.state))
+        manager = GridManager(grid.home, config=FAST, grid_types={"condor": condor_type(gahp)})
+        task = asyncio.create_task(manager.run(asyncio.Event()))
+        await wait_for("the stage in", lambda: (r := _remote_of(grid, job)) and remote.idle(r))
+        rid = _remote_of(grid, job)
+        assert rid is not None
+        remote.run(rid, "hello from B\n", 0)
+        await wait_for("the local job to finish", lambda: not grid.in_queue(job))
+        await wait_for("the release under way", hung.exists)
+        os.kill(int(hung.read_text()), signal.SIGKILL)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert remote.ad(rid) is not None
+        assert [p.name for p in owed.iterdir()] == ["1.0.json"]
+        remote.flag("update-hang", on=False)
+        async with running(grid, remote) as manager:
+            await wait_for("the remote copy to go", lambda: remote.ad(rid) is None)
+            await wait_for("nothing owed", lambda: not manager.leftovers.owed())
+        assert not (remote.state / "spool" / rid.replace(".", "/")).exists()
+        assert list(owed.iterdir()) == []
+
+    run(main())
+    assert (grid.work / "out.0.txt").read_text() == "hello from B\n"
+
+
+def test_a_release_expected_for_a_job_still_in_the_queue_is_left_to_its_flow(
+    tmp_path: Path,
+) -> None:
+    """A crash after the release was recorded but before the exit was committed: the job,
+    still in the queue, fetches its output and lets the copy go itself; the sweep must not
+    let it go first (the remote schedd would drop the job and its output)."""
+    from htgrid.gahp import SystemClock
+    from htgrid.grid._leftovers import Leftovers, LeftoverSweep
+
+    store = Leftovers(tmp_path / "leftovers")
+    tried: list[str] = []
+
+    async def resource_of(attrs: object) -> object:
+        tried.append("resource")
+        raise AssertionError("the sweep reached for the resource")
+
+    asked: list[JobId] = []
+
+    async def in_queue(job: JobId) -> bool:
+        asked.append(job)
+        return job == JobId(1, 0)
+
+    async def main() -> None:
+        sweep = LeftoverSweep(store, SystemClock(), lambda: FAST, resource_of, in_queue)  # type: ignore[arg-type]
+        await sweep.expect(JobId(1, 0), "5.0", {"GridResource": RESOURCE}, what="its copy")
+        task = asyncio.create_task(sweep.run())
+        await wait_for("the sweep to look at the record", lambda: asked)
+        assert sweep.owed() == []
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert [item.job for item in store.load()] == [JobId(1, 0)]
+        await sweep.settled(JobId(1, 0))
+
+    run(main())
+    assert tried == []
+    assert store.load() == []
 
 
 def test_a_record_of_a_removal_owed_that_cannot_be_read_is_set_aside(tmp_path: Path) -> None:

@@ -3,8 +3,10 @@
 After a condor (HTCondor-C) job's output is back, the grid manager lets its remote copy go
 (LeaveJobInQueue = false): the remote schedd then drops the job and its spool sweep the
 sandbox. The local job has left the queue by then, so nothing there says the removal is
-still owed. When it fails (the remote schedd down, a GAHP that dies), the removal is kept
-here, in `<queue>/gridmanager/leftovers/<cluster>.<proc>.json` (written whole and synced
+still owed. So the removal is recorded before the job's exit is committed (`expect`) and
+the record dropped once it worked (`settled`): a kill -9 between the two leaves the record,
+which a restarted grid manager tries. When it fails (the remote schedd down, a GAHP that
+dies), the removal is kept in `<queue>/gridmanager/leftovers/<cluster>.<proc>.json` (written whole and synced
 to disk): the grid manager's sweep tries it again with a growing pause
 (GridManagerConfig.backoff), then, after `QUICK_TRIES`, every RETRY_MAX, until the remote
 schedd takes it or answers that the job is not there (gone by itself, at the end of its
@@ -136,6 +138,8 @@ class Leftovers:
 #: Finds the resource a removal goes through, from the job attributes it kept (GridError
 #: when there is none to be had: it is tried again later).
 ResourceOf = Callable[[Mapping[str, str]], Awaitable["Resource[Any, Any]"]]
+#: Whether a job is still in the local queue (its own flow then owns its remote copy).
+InQueue = Callable[[JobId], Awaitable[bool]]
 
 
 class LeftoverSweep:
@@ -147,17 +151,32 @@ class LeftoverSweep:
         clock: Clock,
         config: Callable[[], GridManagerConfig],
         resource_of: ResourceOf,
+        in_queue: InQueue,
     ) -> None:
         self.store = store
         self.clock = clock
         self._config = config
         self._resource_of = resource_of
+        self._in_queue = in_queue
         self._items: dict[JobId, Leftover] = {}
         self._wake = asyncio.Event()
 
     def owed(self) -> list[Leftover]:
         """The removals still owed, the earliest due first."""
         return sorted(self._items.values(), key=lambda item: item.due)
+
+    async def expect(self, job: JobId, remote: str, ad: Mapping[str, Any], *, what: str) -> None:
+        """`job`'s `remote` part is about to be owed (its exit is committed next): recorded
+        durably, not yet tried by the sweep, so that a crash before the removal is tried
+        leaves the record for the next start."""
+        attrs = {name: str(ad[name]) for name in KEPT_ATTRS if isinstance(ad.get(name), str)}
+        item = Leftover(job, remote, attrs, 0, self.clock.time(), "", what)
+        await asyncio.to_thread(self.store.keep, item)
+
+    async def settled(self, job: JobId) -> None:
+        """The removal of `job`'s remote copy worked in its own flow: its record dropped."""
+        self._items.pop(job, None)
+        await asyncio.to_thread(self.store.drop, job)
 
     async def owe(
         self, job: JobId, remote: str, ad: Mapping[str, Any], error: str, *, what: str
@@ -192,6 +211,12 @@ class LeftoverSweep:
                 woken.cancel()
 
     async def _try(self, item: Leftover) -> None:
+        if item.tries == 0 and await self._in_queue(item.job):
+            # Expected but never tried, and the exit was not committed: the job's own flow
+            # fetches its output and lets the copy go (a release now would lose the output).
+            # The record stays until that flow settles or owes it.
+            self._items.pop(item.job, None)
+            return
         try:
             resource = await self._resource_of(item.ad)
             error = await resource.let_go(item.remote)

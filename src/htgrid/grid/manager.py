@@ -163,6 +163,7 @@ class GridManager:
             self.clock,
             lambda: self.config,
             self._leftover_resource,
+            self._still_queued,
         )
 
     def _start_policy(self) -> None:
@@ -407,6 +408,13 @@ class GridManager:
             self.resources[where] = resource
             resource.start()
         return resource
+
+    async def _still_queued(self, job_id: JobId) -> bool:
+        try:
+            await self.services.io.get(job_id)
+        except JobNotFound:
+            return False
+        return True
 
     async def _leftover_resource(self, attrs: Mapping[str, str]) -> Resource[Any, Any]:
         """The resource a finished job's remote copy is let go through, from the job

@@ -199,6 +199,17 @@ class CondorJobBase(GridJob[CondorState, CondorEvent]):
             return str(err)
         return None
 
+    def _cleanup_what(self) -> str:
+        return f"its copy at the {self._where()} (LeaveJobInQueue = false)"
+
+    async def _cleanup_expected(self) -> None:
+        """The remote copy's release recorded as owed before the exit is committed: once
+        the job has left the queue, only that record says the copy is still there."""
+        sweep = self.services.leftovers
+        if sweep is not None and self.grid_id is not None:
+            what = self._cleanup_what()
+            await sweep.expect(self.job_id, self.grid_id.remote, self.ad, what=what)
+
     async def _cleanup_remote(self) -> None:
         """The remote copy let go (`CondorResource.let_go`); should that fail, the grid
         manager's sweep tries again (durably: the local job has left the queue)."""
@@ -207,12 +218,13 @@ class CondorJobBase(GridJob[CondorState, CondorEvent]):
         self._cleanup_due = False
         remote = self.grid_id.remote
         error = await self.condor.let_go(remote)
-        if error is None:
-            return
         sweep = self.services.leftovers
+        if error is None:
+            if sweep is not None:
+                await sweep.settled(self.job_id)
+            return
         if sweep is not None:
-            what = f"its copy at the {self._where()} (LeaveJobInQueue = false)"
-            await sweep.owe(self.job_id, remote, self.ad, error, what=what)
+            await sweep.owe(self.job_id, remote, self.ad, error, what=self._cleanup_what())
         else:
             log.warning(
                 "job %s: could not let %s go (%s); its lease lets it go later",

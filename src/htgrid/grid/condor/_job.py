@@ -399,6 +399,7 @@ class CondorJob(CondorJobBase):
         by_signal = status.exit_signal is not None
         code = status.exit_signal if by_signal else status.exit_code
         self._cleanup_due = True
+        await self._cleanup_expected()
         # Held or removed meanwhile (no outcome): DONE_COMMIT decides.
         await self._exited(code or 0, by_signal=by_signal)
         return _E.SAVED
