@@ -33,49 +33,23 @@ from typing import Any, Protocol
 from htgrid import __version__
 from htgrid._aio import noted
 from htgrid._files import write_atomic
-from htgrid._ports import held_by
 from htgrid._privsep import OwnerPolicy, closed_to_others
-from htgrid.classad import ClassAd
 from htgrid.collector import ReverseConnector
 from htgrid.errors import HTGridError
-from htgrid.net.app import create_app
-from htgrid.net.cedar import REMOTE_VERSION, pool_security
 from htgrid.net.security import (
     SERVER_CERT,
     AuditLog,
-    CertRotator,
-    Gatekeeper,
     GatekeeperConfig,
-    PoolCA,
-    RotatingServer,
-    SecurityConfig,
-    TokenAuthMiddleware,
-    ensure_pool_security,
-    server_ssl_context,
-    token_identity,
 )
 from htgrid.net.server import (
-    SHARED_PORT_DIR,
-    ApiServer,
-    PeerCertProtocol,
-    PeerCredProtocol,
     SizeLimit,
-    api_config,
-    certificate_caller,
-    peercred_identity,
-    receive_connections,
-    start,
-    start_shared,
-    tcp_listener,
-    unix_listener,
 )
-from htgrid.pool import ConfigFile, family_marker, trusted_ca_files
+from htgrid.pool import family_marker
 from htgrid.queue import JobQueue
 from htgrid.queue.faults import FaultLog
-from htgrid.schedd._advertise import SHARED_PORT_ID
 from htgrid.schedd._annex_tokens import AnnexTokens
-from htgrid.schedd._cedar import schedd_cedar
-from htgrid.schedd._config import ScheddConfig, ScheddError, default_schedd_name
+from htgrid.schedd._config import ScheddConfig, ScheddError
+from htgrid.schedd._listeners import start_socket_api, start_tls_api
 from htgrid.schedd._local import LocalRunner
 from htgrid.schedd._service import QueueService
 from htgrid.schedd._shadow import ShadowManager, ShadowSettings
@@ -83,7 +57,6 @@ from htgrid.schedd._spool_sweep import SweepFailures, remove_spools, spooled_job
 from htgrid.schedd._userlog import UserLogWriter
 from htgrid.schedd._worker import QueueWorker
 from htgrid.web import Sources
-from htgrid.web.app import EXEMPT, CookieBearer, web_routes
 
 __all__ = ["Companion", "Daemon", "Running"]
 
@@ -348,13 +321,20 @@ class Daemon:
         if companion is not None:
             await companion.listen()
         try:
-            api, api_serving, url = await self._start_api(service)
+            api, api_serving, url = await start_tls_api(
+                cfg,
+                service,
+                self._web_sources(service),
+                clock=self._clock,
+                audit=self._audit,
+                reschedule=self._reschedule,
+            )
         except BaseException:
             if companion is not None:
                 companion.close_listener()
             raise
         try:
-            server, serving = await self._start_server(service)
+            server, serving = await start_socket_api(cfg, service, self._web_sources(service))
         except BaseException:
             api.should_exit = True
             await api_serving
@@ -404,87 +384,6 @@ class Daemon:
             await noted(asyncio.gather(*tasks, return_exceptions=True), "the tasks", _log)
             await noted(writer.catch_up(), "the user log writer", _log)
 
-    async def _start_server(self, service: QueueService) -> tuple[ApiServer, asyncio.Task[None]]:
-        """uvicorn on our socket (0600; a dead daemon's replaced: we hold the lock), in a
-        task; it returns once the server is listening."""
-        cfg = self.config
-        web = web_routes(self._web_sources(service), peercred_identity)
-        app = create_app(service, peercred_identity, cfg.api_limits, extra=web)
-        config = api_config(app, cfg.api_limits, protocol=PeerCredProtocol)
-        server = ApiServer(config, signals=False)  # the daemon handles SIGTERM and SIGINT
-        sock = unix_listener(cfg.socket)  # 0600: nobody else connects...
-        if cfg.shared:  # ...but the host's users, in a pool run by root (peercred_identity)
-            os.chmod(cfg.socket, 0o666)
-        serving = await start(server, sock, "the API server", ScheddError)
-        return server, serving
-
-    async def _start_api(self, service: QueueService) -> tuple[ApiServer, asyncio.Task[None], str]:
-        """The API over TLS on SCHEDD_ADDRESS, callers named by their bearer tokens; its URL.
-
-        The pool's key, CA and certificate are made here if `htgrid up` did not; the
-        certificate is renewed and reloaded while the daemon runs (`CertRotator`).
-        """
-        cfg = self.config
-        security = SecurityConfig.load(cfg.home)
-        material = await asyncio.to_thread(ensure_pool_security, security)
-        # The pool's tokens and issuers' (SciTokens), mapped, banned and audited as
-        # HTCondor-CE's schedd does (CERTIFICATE_MAPFILE, DENY_*, SCHEDD_AUDIT_LOG).
-        settings = await asyncio.to_thread(GatekeeperConfig.load, cfg.home, "SCHEDD")
-        gate = Gatekeeper(security, settings, clock=self._clock)
-        web = web_routes(self._web_sources(service), token_identity, realm=security.trust_domain)
-        audit = self._audit
-        api = TokenAuthMiddleware(
-            create_app(service, token_identity, cfg.api_limits, extra=web),
-            gate.verify,
-            realm=security.trust_domain,
-            exempt=EXEMPT,
-            admit=gate.admit,
-            audit=audit,
-            connection=certificate_caller(gate),
-        )
-        # The web view's sign-in cookie becomes the bearer token the middleware checks.
-        app = CookieBearer(api)
-        # A client may present a certificate of a CA the pool trusts: its DN is mapped by
-        # the map file's SSL lines when it brings no token.
-        tls = server_ssl_context(material.server, client_cas=trusted_ca_files(cfg))
-        config = api_config(app, cfg.api_limits, tls=tls, protocol=PeerCertProtocol)
-        cedar = schedd_cedar(
-            service,
-            # The same audit log: one writer, one rotation, both protocols' decisions.
-            await asyncio.to_thread(
-                pool_security, cfg.home, "SCHEDD", clock=self._clock, audit=audit
-            ),
-            domain=settings.uid_domain or security.trust_domain,
-            own_ad=lambda: self._own_ad(sock),
-            reschedule=self._reschedule,
-        )
-        ca = PoolCA(security.ca_dir, clock=self._clock)
-        rotator = CertRotator(ca, SERVER_CERT, tls, material.server)
-        host, port = cfg.schedd_address
-        sock = tcp_listener(host)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            sock.close()
-            held = await asyncio.to_thread(held_by, port)
-            raise ScheddError(
-                f"SCHEDD_ADDRESS {host}:{port}: cannot listen: {exc.strerror}{held}"
-            ) from None
-        bound = sock.getsockname()[1]
-        server = RotatingServer(config, rotator, signals=False)
-        sock.listen(128)
-        # HTCondor's clients (CEDAR) on the same port: told apart by their first byte.
-        serving = await start_shared(server, sock, "the TLS API server", ScheddError, tls, cedar)
-        if (await asyncio.to_thread(ConfigFile.read, cfg.home)).flag("USE_SHARED_PORT"):
-            # Behind the collector's port too: it hands over the connections for us.
-            path = cfg.run_dir / SHARED_PORT_DIR / SHARED_PORT_ID
-            inbox = asyncio.create_task(receive_connections(path, cedar), name="shared port")
-            serving.add_done_callback(lambda _: inbox.cancel())
-        url = f"https://{f'[{host}]' if sock.family == socket.AF_INET6 else host}:{bound}"
-        await asyncio.to_thread(write_atomic, cfg.url_file, (url + "\n").encode())
-        _log.info("serving the API at %s (trust domain %s)", url, security.trust_domain)
-        return server, serving, url
-
     def _web_sources(self, service: QueueService) -> Sources:
         """What the web view (/web on both listeners) reads: the queue as its caller,
         the pool's collector, the users' files with their rights."""
@@ -495,20 +394,6 @@ class Daemon:
             return None if not pool or pool.endswith(":0") else pool  # :0: none started
 
         return Sources(service, cfg.home, collector, self.policy, self._clock)
-
-    def _own_ad(self, sock: socket.socket) -> ClassAd:
-        """The schedd's ad as a client asking it directly sees it (directQuery)."""
-        host, port = sock.getsockname()[:2]
-        bracketed = f"[{host}]" if sock.family == socket.AF_INET6 else host
-        return ClassAd(
-            {
-                "MyType": "Scheduler",
-                "Name": self.config.schedd_name or default_schedd_name(),
-                "Machine": socket.gethostname(),
-                "MyAddress": f"<{bracketed}:{port}?noUDP>",
-                "CondorVersion": REMOTE_VERSION,
-            }
-        )
 
     def _reschedule(self) -> None:
         if self.companion is not None:
