@@ -48,7 +48,7 @@ import contextlib
 import hashlib
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,7 @@ from htgrid.errors import HTGridError
 from htgrid.gahp import Clock, SystemClock
 from htgrid.grid._config import GridManagerConfig
 from htgrid.grid._errors import AlreadyRunning, GridError, UnsupportedGridJob
+from htgrid.grid._feed import ChangeFeed
 from htgrid.grid._gahps import GahpHandle, GahpPids
 from htgrid.grid._gridtype import GahpCredential, GridType
 from htgrid.grid._job import GridJob
@@ -86,9 +87,7 @@ from htgrid.queue import (
     JobNotFound,
     JobQueue,
     JobStatus,
-    StoreError,
 )
-from htgrid.queue.doorbell import Doorbell
 from htgrid.queue.faults import FaultLog, JobFailure, daemon_fault, problem
 
 __all__ = ["ADOPTABLE", "GRID_TYPES", "GridManager", "Publish"]
@@ -105,10 +104,6 @@ ADOPTABLE = (
     'JobUniverse == 9 && Managed =!= "ScheddDone" && Matched =!= false'
     ' && (JobStatus != 5 || Managed =?= "External")'
 )
-_FEED_BATCH = 10_000
-#: The least time between two reads of the feed when the daemon keeps ringing (a queue
-#: busy with local jobs changes many times a second; each read costs a query).
-_FEED_MIN_GAP = 0.05
 
 
 class GridManager:
@@ -141,8 +136,6 @@ class GridManager:
         self.resources: dict[str, Resource[Any, Any]] = {}
         self.ready = asyncio.Event()  # set once the start-up scan is done
         self._tasks: dict[JobId, asyncio.Task[None]] = {}
-        self._seq = 0
-        self._saved_seq = -1
         self._io: QueueIO | None = None
         self._services: Services | None = None
         self._pids = GahpPids(self.dir / "gahp.pids")
@@ -154,7 +147,7 @@ class GridManager:
             pids=self._pids,
         )
         self.gahps: dict[str, GahpHandle] = self._servers.handles
-        self._bell = Doorbell(self.dir / "wake")
+        self._feed = ChangeFeed(self.dir, self.clock, lambda: self.config.feed_interval)
         self._faults = FaultLog(log, "grid manager")
         self._policy: asyncio.Task[None] | None = None  # the periodic policy's loop
         #: The removals of finished jobs' remote copies that failed, tried again.
@@ -227,16 +220,14 @@ class GridManager:
             )
             feed: asyncio.Future[Any] | None = None
             try:
-                # Listening before the scan: a change made during it rings for the feed.
-                try:
-                    self._bell.open()
-                except OSError as err:  # no named pipes here: the timer alone will do
-                    log.warning("grid manager: no doorbell at %s: %s", self._bell.path, err)
-                self._seq = await self._io.last_seq()
+                self._feed.open()
+                self._feed.seq = await self._io.last_seq()
                 await self._scan()
                 self.ready.set()
                 loops = [
-                    asyncio.create_task(self._follow(), name="change feed"),
+                    asyncio.create_task(
+                        self._feed.follow(self._io, self._apply, self._scan), name="change feed"
+                    ),
                     asyncio.create_task(self.leftovers.run(), name="leftovers"),
                 ]
                 self._start_policy()
@@ -275,7 +266,7 @@ class GridManager:
         for resource in self.resources.values():
             await resource.stop()
         await self._servers.close()
-        self._bell.close()
+        self._feed.close()
         if self._io is not None:
             await self._io.close()
 
@@ -515,43 +506,7 @@ class GridManager:
 
     # ---- following the queue --------------------------------------------------------------
 
-    async def _follow(self) -> None:
-        io = self.services.io
-        while True:
-            try:
-                top = await io.last_seq()
-                changes = await io.changes_since(self._seq, _FEED_BATCH)
-                if (changes and changes[0].seq > self._seq + 1) or (
-                    not changes and top > self._seq
-                ):
-                    # Changes we never read were trimmed: only a full scan is safe.
-                    log.warning("change feed trimmed after %d: rescanning the queue", self._seq)
-                    self._seq = await io.last_seq()
-                    await self._scan()
-                    continue
-                await self._apply(changes)
-            except StoreError as err:
-                log.warning("reading the change feed: %s", err)
-                changes = []
-            if changes:
-                self._seq = changes[-1].seq
-            if self._seq != self._saved_seq:
-                await asyncio.to_thread(self._save_seq)
-            if len(changes) < _FEED_BATCH:
-                await self.clock.sleep(_FEED_MIN_GAP)
-                await self._until_rung()
-
-    async def _until_rung(self) -> None:
-        """Until the daemon rings the doorbell, or `feed_interval` passes without a ring."""
-        rung = asyncio.ensure_future(self._bell.wait())
-        timer = asyncio.ensure_future(self.clock.sleep(self.config.feed_interval))
-        try:
-            await asyncio.wait({rung, timer}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            rung.cancel()
-            timer.cancel()
-
-    async def _apply(self, changes: Iterable[Change]) -> None:
+    async def _apply(self, changes: Sequence[Change]) -> None:
         submitted: list[int] = []
         for change in changes:
             if change.kind is ChangeKind.SUBMITTED:
@@ -584,15 +539,6 @@ class GridManager:
         elif job is None and _matched(change):
             # Grid matchmaking filled GridResource in (the status stays Idle): ours now.
             await self._recheck(job_id)
-
-    def _save_seq(self) -> None:
-        if self._seq == self._saved_seq:
-            return
-        path = self.dir / "feed.seq"
-        tmp = path.with_name("feed.seq.tmp")
-        tmp.write_text(f"{self._seq}\n", encoding="ascii")
-        tmp.replace(path)
-        self._saved_seq = self._seq
 
 
 def _matched(change: Change) -> bool:
