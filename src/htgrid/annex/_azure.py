@@ -51,6 +51,7 @@ from htgrid.annex.azure_runbook import (
     COMPUTE_API,
     KEYVAULT_API,
     LEASE_TAG,
+    RESTORED_TAG,
     USER_TAG,
     Arm,
     ArmFailure,
@@ -60,6 +61,7 @@ from htgrid.annex.azure_runbook import (
     leases,
     schedule_name,
     secret_name,
+    tag_count,
 )
 
 __all__ = [
@@ -528,14 +530,17 @@ class AzureAnnexes:
                     settings = {}
                 instances: list[Instance] = []
                 states: list[tuple[str, str]] = []
+                evicted = restored = 0
                 for vmss in sets.get(name, []):
                     state = str((vmss.get("properties") or {}).get("provisioningState", "?"))
                     states.append((str(vmss["name"]), state))
-                    listing = arm.listing(
+                    listing = list(arm.listing(
                         f"{vmss['id']}/virtualMachines", COMPUTE_API, "&$expand=instanceView"
-                    )
+                    ))  # fmt: skip
                     size = str((vmss.get("sku") or {}).get("name", ""))
                     instances += [_instance(vm, size) for vm in listing]
+                    gone, again = _evictions(vmss, len(listing))
+                    evicted, restored = evicted + gone, restored + again
                 out.append(
                     CloudAnnex(
                         name=name,
@@ -545,6 +550,8 @@ class AzureAnnexes:
                         instances=tuple(instances),
                         fleets=tuple(states),
                         settings=settings,
+                        evicted=evicted,
+                        restored=restored,
                     )
                 )
             return out
@@ -560,6 +567,18 @@ def _annex_sets(arm: Arm) -> list[tuple[str, Any]]:
         for vmss in arm.listing(path, COMPUTE_API)
         if ANNEX_TAG in (tags := vmss.get("tags") or {})
     ]
+
+
+def _evictions(vmss: Mapping[str, Any], listed: int) -> tuple[int, int]:
+    """(evicted, restored) of a Spot scale set: Azure deletes an evicted VM (policy
+    Delete), so its evictions are those the lease timer restored (its tag) and the
+    instances short of its target (no Spot VM deletes itself: the timer deletes those
+    that stop, lowering the target)."""
+    tags = vmss.get("tags") or {}
+    if CAPACITY_TAG not in tags:
+        return 0, 0
+    restored = tag_count(tags, RESTORED_TAG)
+    return restored + max(tag_count(tags, CAPACITY_TAG) - listed, 0), restored
 
 
 _POWER: Final = {

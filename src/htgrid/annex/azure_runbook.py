@@ -48,6 +48,7 @@ __all__ = [
     "AUTHORIZATION_API",
     "CAPACITY_TAG",
     "LEASE_TAG",
+    "RESTORED_TAG",
     "SCHEDULE_PREFIX",
     "USER_TAG",
     "Arm",
@@ -63,6 +64,7 @@ __all__ = [
     "schedule_name",
     "secret_name",
     "sweep",
+    "tag_count",
     "tend",
 ]
 
@@ -77,6 +79,9 @@ LEASE_TAG = "htgrid:LeaseExpiration"
 #: On a Spot scale set: the instances it is to have while its lease lives (the lease
 #: timer asks again for what Azure evicts; lowered as VMs stop themselves).
 CAPACITY_TAG = "htgrid:Capacity"
+#: On a Spot scale set: how many evicted instances the lease timer has asked for again
+#: (the set's count of evictions restored: an evicted VM is gone, nothing else tells).
+RESTORED_TAG = "htgrid:Restored"
 #: On a user's own vault (setup makes one for each user named): the user's object id.
 USER_TAG = "htgrid:AnnexUser"
 ARM_URL = "https://management.azure.com"
@@ -471,10 +476,20 @@ def tend(arm: Arm, vmss: Any, *, restore: bool = False) -> tuple[list[str], int]
     missing = target - (len(listing) - len(stopped)) if restore else 0
     tags[CAPACITY_TAG] = str(max(target, 0))
     if missing > 0:
+        tags[RESTORED_TAG] = str(tag_count(tags, RESTORED_TAG) + missing)
+    if missing > 0:
         arm.patch(str(vmss["id"]), COMPUTE_API, {"sku": {"capacity": target}, "tags": tags})
     elif stopped:
         arm.patch(str(vmss["id"]), COMPUTE_API, {"tags": tags})
     return [str(vm["name"]) for vm in stopped], max(missing, 0)
+
+
+def tag_count(tags: dict[str, Any], name: str) -> int:
+    """A count kept in a tag (0 if absent or unreadable)."""
+    try:
+        return max(int(tags.get(name) or 0), 0)
+    except ValueError:
+        return 0
 
 
 def _codes(vm: Any) -> list[Any]:
