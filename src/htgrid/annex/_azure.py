@@ -39,7 +39,13 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from htgrid.annex._azure_vaults import token_principal, user_vault
+from htgrid.annex._azure_vaults import (
+    end_shared,
+    left_note,
+    shared_secret,
+    token_principal,
+    user_vault,
+)
 from htgrid.annex._errors import AnnexCloudError, AnnexNotFound, AnnexUsageError, SetupMissing
 from htgrid.annex._spec import AnnexSpec, CloudAnnex, Instance
 from htgrid.annex.azure_runbook import (
@@ -230,6 +236,9 @@ class AzureAnnexes:
         self._arm: Arm | None = None
         self._own = False  # a vault of the caller's own (else the setup's shared one)
         self._principal = ""
+        self._shared = ""  # the setup's vault
+        # Annexes found in the shared vault only (made before the caller had a vault).
+        self._fallback: set[str] = set()
 
     @property
     def calls(self) -> int:
@@ -249,6 +258,12 @@ class AzureAnnexes:
             self.place.vault = vault
             self.place.vault_url = self._arm.vault_url = vault_url(vault)
         return self._arm
+
+    def caller(self) -> str | None:
+        """The object id of this client's principal (from its token), if it says."""
+        self.arm()
+        assert self._token is not None
+        return token_principal(self._token(ARM_URL))
 
     def call(self, what: str, fn: Callable[[], Any]) -> Any:
         try:
@@ -278,19 +293,20 @@ class AzureAnnexes:
                 f"no annex lease runbook or timer in resource group {self.place.group}: the "
                 "subscription's administrator runs `htgrid annex setup --cloud azure` once"
             )
+        self._shared = str(vault)
         self.arm(self.call("finding your annex vault", self._own_vault) or vault)
 
     def _own_vault(self) -> str | None:
         """The vault setup made for the caller (its secrets readable by no other
         user), if any; else the setup's shared vault serves (an older setup)."""
-        arm = self.arm()
-        assert self._token is not None
-        principal = token_principal(self._token(ARM_URL))
+        principal = self.caller()
         if principal is None:
             return None
         self._principal = principal
         name = user_vault(self.place, principal)
-        found = arm.get(self.place.provider(f"Microsoft.KeyVault/vaults/{name}"), KEYVAULT_API)
+        found = self.arm().get(
+            self.place.provider(f"Microsoft.KeyVault/vaults/{name}"), KEYVAULT_API
+        )
         self._own = found is not None
         return name if self._own else None
 
@@ -365,8 +381,9 @@ class AzureAnnexes:
         until = expires if secure and expires is not None else self.clock() + 10 * 365 * 86400
 
         def store() -> None:
+            tags = {ANNEX_TAG: name} | ({USER_TAG: self._principal} if self._principal else {})
             try:
-                arm.set_secret(secret_name(name, what), value, {ANNEX_TAG: name}, until)
+                arm.set_secret(secret_name(name, what), value, tags, until)
             except ArmFailure as exc:
                 if exc.status != 403 or self._own:
                     raise
@@ -378,12 +395,45 @@ class AzureAnnexes:
 
         self.call(f"storing annex {name}'s {what}", store)
 
+    def _older(self) -> str:
+        """The shared vault, if the caller has a vault of their own (else "")."""
+        return self._shared if self._own and self._shared != self.place.vault else ""
+
     def get(self, name: str, what: str) -> str | None:
+        """The annex's secret `what`: in the caller's vault, else (an annex made before
+        they had one) in the shared vault, read only."""
         arm = self._ready()
-        found = self.call(
-            f"reading annex {name}'s {what}", lambda: arm.get_secret(secret_name(name, what))
-        )
+
+        def read() -> str | None:
+            found = arm.get_secret(secret_name(name, what))
+            if found is None and self._older():
+                found = shared_secret(arm, self._older(), name, what)
+                if found is not None:
+                    self._fallback.add(name)
+            return found
+
+        found = self.call(f"reading annex {name}'s {what}", read)
         return None if found is None else str(found)
+
+    def _adopt(self, name: str, expiration: float) -> None:
+        """An annex found in the shared vault gets its token and lease copied into the
+        caller's own vault, where its new scale sets' identities may be given them."""
+        if name not in self._fallback:
+            return
+        arm, shared = self.arm(), self._older()
+
+        def copy(what: str) -> Callable[[], str | None]:
+            def read() -> str | None:
+                if arm.get_secret(secret_name(name, what)) is not None:
+                    return None
+                return shared_secret(arm, shared, name, what)
+
+            return read
+
+        for what in ("token", "lease"):
+            value = self.call(f"reading annex {name}'s {what}", copy(what))
+            if value is not None:
+                self.put(name, what, value, secure=what == "token", expires=expiration)
 
     def boot_settings(self, name: str) -> dict[str, Any]:
         arm = self._ready()
@@ -403,6 +453,8 @@ class AzureAnnexes:
         if not capacity:
             return []
         arm = self._ready()
+        if spec.join:
+            self._adopt(spec.name, expiration)
         name = f"{spec.name}-{uuid.uuid4().hex[:8]}"
         path = self.place.provider(f"Microsoft.Compute/virtualMachineScaleSets/{name}")
         body = self._scale_set(spec, name, user_data, expiration)
@@ -500,7 +552,17 @@ class AzureAnnexes:
             f"shutting down annex {name}",
             lambda: enforce(arm, name, self.clock(), self.clock(), force=True),
         )
-        return {**done, "terminated": done["deleted"], "cancelled": []}
+        notes = []
+        if self._older():
+            # An annex made before the caller had a vault: its secrets there too.
+            more, left = self.call(
+                f"ending annex {name}'s secrets in the shared vault",
+                lambda: end_shared(arm, self._older(), name),
+            )
+            done["secrets"] = sorted([*done["secrets"], *more])
+            if left or (left is None and name in self._fallback):
+                notes.append(left_note(name, self._older()))
+        return {**done, "terminated": done["deleted"], "cancelled": [], "notes": notes}
 
     def names(self) -> list[str]:
         arm = self._ready()

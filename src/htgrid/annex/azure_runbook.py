@@ -299,9 +299,16 @@ class Arm:
 
     def secrets(self) -> Iterator[tuple[str, dict[str, str]]]:
         """(name, tags) of every secret of the vault."""
+        for name, tags, _ in self.secret_items():
+            yield name, tags
+
+    def secret_items(self) -> Iterator[tuple[str, dict[str, str], float | None]]:
+        """(name, tags, expiry if any) of every secret of the vault."""
         url = f"{self.vault_url}/secrets?api-version={VAULT_DATA_API}&maxresults=25"
         for item in self.pages(url, resource=VAULT_RESOURCE):
-            yield str(item["id"]).rstrip("/").rsplit("/", 1)[1], dict(item.get("tags") or {})
+            exp = (item.get("attributes") or {}).get("exp")
+            name = str(item["id"]).rstrip("/").rsplit("/", 1)[1]
+            yield name, dict(item.get("tags") or {}), float(exp) if exp is not None else None
 
     def delete_secret(self, name: str) -> None:
         """Delete, then purge (the vault keeps a deleted secret otherwise)."""
