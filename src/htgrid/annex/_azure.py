@@ -29,16 +29,16 @@ a long-running operation (1).
 
 from __future__ import annotations
 
-import base64
 import datetime
 import json
 import os
 import ssl
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Final
 
+from htgrid.annex._azure_sets import annex_sets, evictions, instance, scale_set
 from htgrid.annex._azure_vaults import (
     end_shared,
     left_note,
@@ -57,7 +57,6 @@ from htgrid.annex.azure_runbook import (
     COMPUTE_API,
     KEYVAULT_API,
     LEASE_TAG,
-    RESTORED_TAG,
     USER_TAG,
     Arm,
     ArmFailure,
@@ -67,7 +66,6 @@ from htgrid.annex.azure_runbook import (
     leases,
     schedule_name,
     secret_name,
-    tag_count,
 )
 
 __all__ = [
@@ -83,10 +81,8 @@ __all__ = [
     "RUNBOOK_ROLE",
     "SECRETS_OFFICER",
     "SECRETS_USER",
-    "SUBNET",
     "USER_TAG",
     "VAULT_TAG",
-    "VNET",
     "WEB_API",
     "AzureAnnexes",
     "assign",
@@ -103,9 +99,6 @@ NODE_ROLE: Final = "htgrid-annex-node"
 RUNBOOK_ROLE: Final = "htgrid-annex-runbook"
 ACCOUNT: Final = "htgrid-annex"
 GROUP: Final = "htgrid-annex"
-VNET: Final = "htgrid-annex-vnet"
-SUBNET: Final = "nodes"
-OWNER_TAG: Final = "htgrid:AnnexOwner"
 VAULT_TAG: Final = "htgrid:AnnexVault"
 RESOURCES_API: Final = "2021-04-01"
 NETWORK_API: Final = "2023-09-01"
@@ -120,18 +113,10 @@ RBAC_ADMIN: Final = "f58310d9-a9f6-439a-9e8d-f62e7b41a168"
 BLOB_OWNER: Final = "b7e6dc6d-f1e8-4753-8033-0f276bb0955b"
 #: Automation refuses a OneTime schedule less than 5 minutes ahead.
 MIN_LEASE: Final = 360.0
-_ADMIN: Final = "htgrid"
 
 
 def iso(seconds: float) -> str:
     return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parseiso(text: str) -> float:
-    try:
-        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
 
 
 def role_id(place: Place, role: str) -> str:
@@ -366,7 +351,7 @@ class AzureAnnexes:
         arm = self.arm()
 
         def retag() -> None:
-            for annex, vmss in _annex_sets(arm):
+            for annex, vmss in annex_sets(arm):
                 if annex == name:
                     tags = {**(vmss.get("tags") or {}), LEASE_TAG: str(int(expiration))}
                     arm.patch(str(vmss["id"]), COMPUTE_API, {"tags": tags})
@@ -457,7 +442,7 @@ class AzureAnnexes:
             self._adopt(spec.name, expiration)
         name = f"{spec.name}-{uuid.uuid4().hex[:8]}"
         path = self.place.provider(f"Microsoft.Compute/virtualMachineScaleSets/{name}")
-        body = self._scale_set(spec, name, user_data, expiration)
+        body = scale_set(self.place, self.region, spec, user_data, expiration)
 
         def make() -> None:
             made = arm.put(path, COMPUTE_API, body)
@@ -477,73 +462,6 @@ class AzureAnnexes:
 
         self.call(f"creating scale set {name}", make)
         return [name]
-
-    def _scale_set(self, spec: AnnexSpec, name: str, user_data: str, expiration: float) -> dict[str, Any]:  # fmt: skip
-        tags = {
-            ANNEX_TAG: spec.name,
-            LEASE_TAG: str(int(expiration)),
-            OWNER_TAG: spec.owners[0] if spec.owners else "",
-            **dict(spec.tags),
-        }
-        if spec.project_id:
-            tags["htgrid:ProjectId"] = spec.project_id
-        subnet = spec.subnet or self.place.provider(
-            f"Microsoft.Network/virtualNetworks/{VNET}/subnets/{SUBNET}"
-        )
-        profile: dict[str, Any] = {
-            "osProfile": {
-                "computerNamePrefix": spec.name[:9],
-                "adminUsername": _ADMIN,
-                "customData": base64.b64encode(user_data.encode()).decode(),
-                "linuxConfiguration": {
-                    "disablePasswordAuthentication": True,
-                    "ssh": {
-                        "publicKeys": [
-                            {
-                                "path": f"/home/{_ADMIN}/.ssh/authorized_keys",
-                                "keyData": spec.keypair or _no_login_key(),
-                            }
-                        ]
-                    },
-                },
-            },
-            "storageProfile": {
-                "imageReference": _image(spec.image_for(0)),
-                "osDisk": {"createOption": "FromImage", "deleteOption": "Delete"},
-            },
-            "networkProfile": {
-                "networkInterfaceConfigurations": [
-                    {
-                        "name": "nic",
-                        "properties": {
-                            "primary": True,
-                            "deleteOption": "Delete",
-                            "ipConfigurations": [
-                                {"name": "ip", "properties": {"subnet": {"id": subnet}}}
-                            ],
-                        },
-                    }
-                ]
-            },
-        }
-        if spec.slots:
-            profile["priority"] = "Spot"
-            profile["evictionPolicy"] = "Delete"
-            profile["billingProfile"] = {"maxPrice": float(spec.spot_price or -1)}
-        body: dict[str, Any] = {
-            "location": self.region,
-            "tags": tags,
-            "sku": {"name": spec.instance_types[0].partition(":")[0], "capacity": 0},
-            "properties": {
-                "orchestrationMode": "Uniform",
-                "upgradePolicy": {"mode": "Manual"},
-                "overprovision": False,
-                "virtualMachineProfile": profile,
-            },
-        }
-        if spec.join:
-            body["identity"] = {"type": "SystemAssigned"}
-        return body
 
     def end(self, name: str) -> dict[str, Any]:
         """What the runbook does at the lease's end, now, with the user's rights."""
@@ -581,7 +499,7 @@ class AzureAnnexes:
                 raise AnnexNotFound(f"no annex {only!r} in {self.place.group}")
             names = [only] if only is not None else sorted(ends)
             sets: dict[str, list[Any]] = {}
-            for annex, vmss in _annex_sets(arm):
+            for annex, vmss in annex_sets(arm):
                 if annex in names:
                     sets.setdefault(annex, []).append(vmss)
             out = []
@@ -600,8 +518,8 @@ class AzureAnnexes:
                         f"{vmss['id']}/virtualMachines", COMPUTE_API, "&$expand=instanceView"
                     ))  # fmt: skip
                     size = str((vmss.get("sku") or {}).get("name", ""))
-                    instances += [_instance(vm, size) for vm in listing]
-                    gone, again = _evictions(vmss, len(listing))
+                    instances += [instance(vm, size) for vm in listing]
+                    gone, again = evictions(vmss, len(listing))
                     evicted, restored = evicted + gone, restored + again
                 out.append(
                     CloudAnnex(
@@ -620,80 +538,3 @@ class AzureAnnexes:
 
         result: list[CloudAnnex] = self.call("describing annexes", look)
         return result
-
-
-def _annex_sets(arm: Arm) -> list[tuple[str, Any]]:
-    path = arm.place.provider("Microsoft.Compute/virtualMachineScaleSets")
-    return [
-        (str(tags[ANNEX_TAG]), vmss)
-        for vmss in arm.listing(path, COMPUTE_API)
-        if ANNEX_TAG in (tags := vmss.get("tags") or {})
-    ]
-
-
-def _evictions(vmss: Mapping[str, Any], listed: int) -> tuple[int, int]:
-    """(evicted, restored) of a Spot scale set: Azure deletes an evicted VM (policy
-    Delete), so its evictions are those the lease timer restored (its tag) and the
-    instances short of its target (no Spot VM deletes itself: the timer deletes those
-    that stop, lowering the target)."""
-    tags = vmss.get("tags") or {}
-    if CAPACITY_TAG not in tags:
-        return 0, 0
-    restored = tag_count(tags, RESTORED_TAG)
-    return restored + max(tag_count(tags, CAPACITY_TAG) - listed, 0), restored
-
-
-_POWER: Final = {
-    "running": "running",
-    "starting": "pending",
-    "stopping": "stopping",
-    "stopped": "stopped",
-    "deallocating": "shutting-down",
-    "deallocated": "terminated",
-}
-
-
-def _instance(vm: Mapping[str, Any], size: str) -> Instance:
-    """A scale set's VM in EC2's words: pending, running, stopped, shutting-down..."""
-    props = vm.get("properties") or {}
-    statuses = (props.get("instanceView") or {}).get("statuses") or []
-    codes = [str(s.get("code", "")) for s in statuses]
-    power = next((c.split("/", 1)[1] for c in codes if c.startswith("PowerState/")), None)
-    provisioning = str(props.get("provisioningState", "")).lower()
-    if provisioning == "deleting":
-        state = "shutting-down"
-    elif power is None:
-        state = "pending"
-    else:
-        state = _POWER.get(power, power)
-    launched = next((_parseiso(str(s["time"])) for s in statuses if s.get("time")), 0.0)
-    return Instance(
-        instance_id=str(vm.get("name", "")),
-        state=state,
-        instance_type=size,
-        launched=launched,
-        lifecycle="spot" if (props.get("priority") == "Spot") else "on-demand",
-        address=None,
-    )
-
-
-def _image(text: str) -> dict[str, str]:
-    """An image id, or a URN publisher:offer:sku:version."""
-    if text.startswith("/"):
-        return {"id": text}
-    parts = text.split(":")
-    if len(parts) != 4:
-        raise AnnexUsageError(
-            f"--image-ids {text!r}: an image resource id or publisher:offer:sku:version"
-        )
-    return dict(zip(("publisher", "offer", "sku", "version"), parts, strict=True))
-
-
-def _no_login_key() -> str:
-    """An SSH key whose private half is thrown away: Azure needs one, nobody logs in."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    public = Ed25519PrivateKey.generate().public_key()
-    raw = public.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-    return raw.decode() + " htgrid-annex-no-login"

@@ -36,10 +36,8 @@ from htgrid.annex._azure import (
     RUNBOOK_ROLE,
     SECRETS_OFFICER,
     SECRETS_USER,
-    SUBNET,
     USER_TAG,
     VAULT_TAG,
-    VNET,
     WEB_API,
     AzureAnnexes,
     assign,
@@ -48,6 +46,7 @@ from htgrid.annex._azure import (
 )
 from htgrid.annex._azure_app import install_timer
 from htgrid.annex._azure_migrate import migrate
+from htgrid.annex._azure_sets import SUBNET, VNET
 from htgrid.annex._azure_vaults import user_vault
 from htgrid.annex.azure_runbook import (
     AUTHORIZATION_API,
