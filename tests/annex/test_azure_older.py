@@ -2,7 +2,8 @@
 setup's shared vault: the user's `add` finds them there (reading only), the user's
 `shutdown` ends them there while the user's role allows (else says the sweeper will),
 and setup run again copies them into their owners' vaults and takes the owners' role on
-the shared vault away. Against the fake ARM, which checks every restricted principal's
+the shared vault away, the lease timer then keeping the copies there (which the annexes'
+running nodes read) as `extend` changes them. Against the fake ARM, which checks every restricted principal's
 call by Azure RBAC."""
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from typing import Any
 import pytest
 
 from htgrid.annex import Annexes, AnnexSpec, AzureAnnexes, azure_setup
+from htgrid.annex import _azure_migrate as azure_migrate
 from htgrid.annex import _azure_setup as azure_setup_code
 from htgrid.annex import azure_runbook as rb
 from htgrid.annex._azure import SECRETS_OFFICER, SECRETS_USER, USER_TAG, assign, role_id
 from htgrid.annex._azure_setup import assignment_condition
+from htgrid.testing import run_cli
 
-from ._azure_cloud import IMAGE, LOCATION, arm, azure, runbook_arm, sweeper_event
+from ._azure_cloud import IMAGE, LOCATION, arm, azure, runbook_arm, sweeper_event, tick
 from .conftest import home
 from .test_azure_vaults import _A, _B, _user
 
@@ -186,6 +189,14 @@ def test_setup_again_moves_older_annexes_to_their_owners_vaults(azure: Any, home
     assert set(azure.store.role_assignments) == roles
     assert a.get("m1", "lease") == "changed"
 
+    # A extends m1 (in A's vault): the lease timer writes the new lease and token where
+    # m1's running node reads them, the shared vault, once.
+    new = Annexes(a, home, pool="127.0.0.1:1").extend("m1", lifetime=7200)
+    assert tick(azure, time.time())["followed"] == ["m1"]
+    assert _read_as(azure, a, shared, node, rb.secret_name("m1", "lease")) == str(int(new))
+    assert _read_as(azure, a, shared, node, token) == a.get("m1", "token") != before[token][0]
+    assert tick(azure, time.time())["followed"] == []
+
     # A's own commands find the annex in A's vault; its shutdown ends the copies there.
     Annexes(a, home, pool="127.0.0.1:1").add("m1", count=1)
     done = Annexes(a, home, pool="127.0.0.1:1").shutdown("m1")
@@ -194,3 +205,41 @@ def test_setup_again_moves_older_annexes_to_their_owners_vaults(azure: Any, home
     left = azure.annex_leftovers()["secrets"]
     assert not [n for n in left if "-m1-" in n]
     assert {n.rsplit("-", 1)[0] for n in left} == {"htgrid-annex-m2", "htgrid-annex-b1"}
+
+
+def test_setup_refused_by_key_vault_moves_nothing_and_says_to_run_again(
+    azure: Any, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Key Vault applies a new role minutes late: setup's reads refused, the roles stay
+    as they were, and setup run again (the role applied) finishes the move."""
+    older = _older_user(azure, _A)
+    _make(older, home, "k1")
+    shared = _shared(azure)
+    with monkeypatch.context() as late:
+        late.setattr(azure_migrate, "_Access", _NotYet)
+        status, out, err = run_cli(
+            home, "annex", "setup", "--cloud", "azure", "--user-object-ids", _A
+        )  # fmt: skip
+    assert status == 0, err
+    assert "run setup again in a few minutes" in out and "ForbiddenByRbac" in out
+    a = _user(azure, _A, assignment_condition(older.place))
+    assert _secrets(azure, a, a.place.vault) == {}
+    assert _A in _officers(azure, a, shared)
+    status, out, err = run_cli(home, "annex", "setup", "--cloud", "azure", "--user-object-ids", _A)
+    assert status == 0, err
+    assert f"Annex k1: its secrets copied from Key Vault {shared} to its owner's {a.place.vault}" in out  # fmt: skip
+    assert f"Secrets Officer on Key Vault {shared} taken from {_A}" in out
+    assert len(_secrets(azure, a, a.place.vault)) == 3 and _A not in _officers(azure, a, shared)
+
+
+class _NotYet:
+    """Setup's own role on the vaults, given but not yet applied by Key Vault."""
+
+    def __init__(self, *args: Any) -> None:
+        pass
+
+    def need(self, vault: str) -> None:
+        pass
+
+    def release(self) -> None:
+        pass

@@ -8,7 +8,9 @@ The cloud is the only record, as on AWS. In the setup's resource group an annex 
   (`azure_runbook`) with that event; made first, before anything that spends;
 * its Key Vault secrets `htgrid-annex-NAME-{lease,config,token}` in the user's own
   vault (`user_vault`: setup makes one for each user it is given; else the setup's),
-  tagged `htgrid:AnnexName = NAME` (the token expiring with the lease);
+  tagged `htgrid:AnnexName = NAME` and `htgrid:AnnexUser` (the token expiring with the
+  lease); an annex made before its user had a vault is read in the setup's (add copies
+  its token and lease to the user's; setup run again moves it: _azure_migrate);
 * its scale sets, tagged `htgrid:AnnexName = NAME`, each with a system-assigned managed
   identity, created with capacity 0, then given its roles (Azure RBAC), then scaled to
   the count asked for. The identity may read its annex's token and lease secrets and no

@@ -57,6 +57,7 @@ __all__ = [
     "end_scale_set",
     "end_stopped",
     "enforce",
+    "follow_moved",
     "handler",
     "lease_event",
     "role_assignments",
@@ -457,6 +458,38 @@ def sweep(arm: Arm, now: float) -> dict[str, Any]:
         "unruled": sorted(set(stray["deleted"]) | set(stray["secrets"])),
         **stray,
     }
+
+
+def follow_moved(arm: Arm, live: set[str]) -> list[str]:
+    """Annexes made before their user had a vault of their own keep their nodes reading
+    the shared vault (`arm`'s), though `extend` now writes the user's vault (setup copied
+    them there): a live annex's token there whose copy in a user's vault expires later
+    (the token expires with the lease) has that copy's token and lease written here. The
+    annexes so followed. (The user's vaults are read only while the shared vault holds
+    a live annex's token: an older setup's annexes, until their leases end.)"""
+    token = "-token"
+    here = {
+        name: exp
+        for name, tags, exp in arm.secret_items()
+        if name.endswith(token) and tags.get(ANNEX_TAG) in live
+    }
+    if not here:
+        return []
+    followed = []
+    for vault in arm.vaults()[1:]:
+        theirs = {name: (tags, exp) for name, tags, exp in vault.secret_items()}
+        for name, exp in sorted(here.items()):
+            tags, later = theirs.get(name, ({}, None))
+            if later is None or (exp is not None and later <= exp):
+                continue
+            for what in (name, name[: -len(token)] + "-lease"):
+                value = vault.get_secret(what)
+                held = theirs.get(what, ({}, None))
+                if value is not None:
+                    arm.set_secret(what, value, dict(held[0]), held[1] or later)
+            followed.append(str(tags.get(ANNEX_TAG, name)))
+            here[name] = later
+    return followed
 
 
 def end_stopped(arm: Arm) -> list[str]:
