@@ -181,3 +181,43 @@ def test_a_spot_annex_gets_back_what_azure_evicts_not_what_went_idle(
     azure.evict(name, "4")
     assert tick(azure, event["LeaseExpiration"])["restored"] == {}
     assert azure.annex_leftovers() == NOTHING
+
+
+def _ad(home: Path, name: str) -> dict[str, Any]:
+    status, out, err = run_cli(home, "annex", "status", name, "--cloud", "azure", "-json")
+    assert status == 0, err
+    (ad,) = json.loads(out)
+    return dict(ad)
+
+
+def test_an_eviction_counts_in_the_annex_ad_as_interrupted_then_replaced(
+    azure: Any, home: Path
+) -> None:
+    """Azure deletes an evicted Spot VM: the ad counts it from the set short of its
+    target, and, once the timer has asked for it again, as replaced."""
+    status, _, err = run_cli(
+        home, "annex", "create", "v1", "--cloud", "azure", "--image-ids", IMAGE,
+        "--pool", "127.0.0.1:1", "--slots", "2", "--lifetime", "1h",
+    )  # fmt: skip
+    assert status == 0, err
+    (vmss,) = azure.store.of_type("microsoft.compute/virtualmachinescalesets")
+    name = vmss.body["name"]
+    ad = _ad(home, "v1")
+    assert (ad["Interrupted"], ad["Replaced"], ad["Booting"]) == (0, 0, 2)
+    azure.evict(name, "1")
+    ad = _ad(home, "v1")
+    assert (ad["Interrupted"], ad["Replaced"], ad["Booting"]) == (1, 0, 1)
+    (event,) = lease_events(azure)
+    now = event["LeaseExpiration"] - 1800
+    assert tick(azure, now)["restored"] == {name: 1}
+    ad = _ad(home, "v1")
+    assert (ad["Interrupted"], ad["Replaced"], ad["Booting"]) == (1, 1, 2)
+    # A VM that went idle is neither: the timer deletes it and lowers the target.
+    azure.store.instances[vmss.id.lower()][0]["power"] = "stopped"
+    assert tick(azure, now + 60)["stopped"] == [f"{name}_0"]
+    ad = _ad(home, "v1")
+    assert (ad["Interrupted"], ad["Replaced"], ad["Booting"]) == (1, 1, 1)
+    azure.evict(name, "2")
+    assert (_ad(home, "v1")["Interrupted"], _ad(home, "v1")["Replaced"]) == (2, 1)
+    tick(azure, now + 120)
+    assert (_ad(home, "v1")["Interrupted"], _ad(home, "v1")["Replaced"]) == (2, 2)

@@ -76,8 +76,8 @@ def annex_ad(annex: CloudAnnex, slots: Sequence[ClassAd], region: str, now: floa
     ad["Terminated"] = sum(1 for s in states if s in ("shutting-down", "terminated"))
     # Instances the cloud ended before the lease (a spot interruption), and of those how
     # many a new request has replaced (the capacity restored).
-    ad["Interrupted"] = len(interrupted(annex))
-    ad["Replaced"] = len(annex.replaced)
+    ad["Interrupted"] = len(interrupted(annex)) + annex.evicted
+    ad["Replaced"] = len(annex.replaced) + annex.restored
     ad["BusySlots"] = sum(1 for s in dynamic if s.get("State") == "Claimed")
     ad["IdleSlots"] = sum(1 for s in slots if s.get("State") == "Unclaimed" and s.get("Cpus"))
     ad["InstanceIds"] = [i.instance_id for i in annex.instances]

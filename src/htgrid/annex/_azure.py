@@ -8,7 +8,9 @@ The cloud is the only record, as on AWS. In the setup's resource group an annex 
   (`azure_runbook`) with that event; made first, before anything that spends;
 * its Key Vault secrets `htgrid-annex-NAME-{lease,config,token}` in the user's own
   vault (`user_vault`: setup makes one for each user it is given; else the setup's),
-  tagged `htgrid:AnnexName = NAME` (the token expiring with the lease);
+  tagged `htgrid:AnnexName = NAME` and `htgrid:AnnexUser` (the token expiring with the
+  lease); an annex made before its user had a vault is read in the setup's (add copies
+  its token and lease to the user's; setup run again moves it: _azure_migrate);
 * its scale sets, tagged `htgrid:AnnexName = NAME`, each with a system-assigned managed
   identity, created with capacity 0, then given its roles (Azure RBAC), then scaled to
   the count asked for. The identity may read its annex's token and lease secrets and no
@@ -29,17 +31,23 @@ a long-running operation (1).
 
 from __future__ import annotations
 
-import base64
 import datetime
 import json
 import os
 import ssl
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Final
 
-from htgrid.annex._azure_vaults import token_principal, user_vault
+from htgrid.annex._azure_sets import annex_sets, evictions, instance, scale_set
+from htgrid.annex._azure_vaults import (
+    end_shared,
+    left_note,
+    shared_secret,
+    token_principal,
+    user_vault,
+)
 from htgrid.annex._errors import AnnexCloudError, AnnexNotFound, AnnexUsageError, SetupMissing
 from htgrid.annex._spec import AnnexSpec, CloudAnnex, Instance
 from htgrid.annex.azure_runbook import (
@@ -75,10 +83,8 @@ __all__ = [
     "RUNBOOK_ROLE",
     "SECRETS_OFFICER",
     "SECRETS_USER",
-    "SUBNET",
     "USER_TAG",
     "VAULT_TAG",
-    "VNET",
     "WEB_API",
     "AzureAnnexes",
     "assign",
@@ -95,9 +101,6 @@ NODE_ROLE: Final = "htgrid-annex-node"
 RUNBOOK_ROLE: Final = "htgrid-annex-runbook"
 ACCOUNT: Final = "htgrid-annex"
 GROUP: Final = "htgrid-annex"
-VNET: Final = "htgrid-annex-vnet"
-SUBNET: Final = "nodes"
-OWNER_TAG: Final = "htgrid:AnnexOwner"
 VAULT_TAG: Final = "htgrid:AnnexVault"
 RESOURCES_API: Final = "2021-04-01"
 NETWORK_API: Final = "2023-09-01"
@@ -112,18 +115,10 @@ RBAC_ADMIN: Final = "f58310d9-a9f6-439a-9e8d-f62e7b41a168"
 BLOB_OWNER: Final = "b7e6dc6d-f1e8-4753-8033-0f276bb0955b"
 #: Automation refuses a OneTime schedule less than 5 minutes ahead.
 MIN_LEASE: Final = 360.0
-_ADMIN: Final = "htgrid"
 
 
 def iso(seconds: float) -> str:
     return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parseiso(text: str) -> float:
-    try:
-        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
 
 
 def role_id(place: Place, role: str) -> str:
@@ -228,6 +223,9 @@ class AzureAnnexes:
         self._arm: Arm | None = None
         self._own = False  # a vault of the caller's own (else the setup's shared one)
         self._principal = ""
+        self._shared = ""  # the setup's vault
+        # Annexes found in the shared vault only (made before the caller had a vault).
+        self._fallback: set[str] = set()
 
     @property
     def calls(self) -> int:
@@ -247,6 +245,12 @@ class AzureAnnexes:
             self.place.vault = vault
             self.place.vault_url = self._arm.vault_url = vault_url(vault)
         return self._arm
+
+    def caller(self) -> str | None:
+        """The object id of this client's principal (from its token), if it says."""
+        self.arm()
+        assert self._token is not None
+        return token_principal(self._token(ARM_URL))
 
     def call(self, what: str, fn: Callable[[], Any]) -> Any:
         try:
@@ -276,19 +280,20 @@ class AzureAnnexes:
                 f"no annex lease runbook or timer in resource group {self.place.group}: the "
                 "subscription's administrator runs `htgrid annex setup --cloud azure` once"
             )
+        self._shared = str(vault)
         self.arm(self.call("finding your annex vault", self._own_vault) or vault)
 
     def _own_vault(self) -> str | None:
         """The vault setup made for the caller (its secrets readable by no other
         user), if any; else the setup's shared vault serves (an older setup)."""
-        arm = self.arm()
-        assert self._token is not None
-        principal = token_principal(self._token(ARM_URL))
+        principal = self.caller()
         if principal is None:
             return None
         self._principal = principal
         name = user_vault(self.place, principal)
-        found = arm.get(self.place.provider(f"Microsoft.KeyVault/vaults/{name}"), KEYVAULT_API)
+        found = self.arm().get(
+            self.place.provider(f"Microsoft.KeyVault/vaults/{name}"), KEYVAULT_API
+        )
         self._own = found is not None
         return name if self._own else None
 
@@ -348,7 +353,7 @@ class AzureAnnexes:
         arm = self.arm()
 
         def retag() -> None:
-            for annex, vmss in _annex_sets(arm):
+            for annex, vmss in annex_sets(arm):
                 if annex == name:
                     tags = {**(vmss.get("tags") or {}), LEASE_TAG: str(int(expiration))}
                     arm.patch(str(vmss["id"]), COMPUTE_API, {"tags": tags})
@@ -363,8 +368,9 @@ class AzureAnnexes:
         until = expires if secure and expires is not None else self.clock() + 10 * 365 * 86400
 
         def store() -> None:
+            tags = {ANNEX_TAG: name} | ({USER_TAG: self._principal} if self._principal else {})
             try:
-                arm.set_secret(secret_name(name, what), value, {ANNEX_TAG: name}, until)
+                arm.set_secret(secret_name(name, what), value, tags, until)
             except ArmFailure as exc:
                 if exc.status != 403 or self._own:
                     raise
@@ -376,12 +382,45 @@ class AzureAnnexes:
 
         self.call(f"storing annex {name}'s {what}", store)
 
+    def _older(self) -> str:
+        """The shared vault, if the caller has a vault of their own (else "")."""
+        return self._shared if self._own and self._shared != self.place.vault else ""
+
     def get(self, name: str, what: str) -> str | None:
+        """The annex's secret `what`: in the caller's vault, else (an annex made before
+        they had one) in the shared vault, read only."""
         arm = self._ready()
-        found = self.call(
-            f"reading annex {name}'s {what}", lambda: arm.get_secret(secret_name(name, what))
-        )
+
+        def read() -> str | None:
+            found = arm.get_secret(secret_name(name, what))
+            if found is None and self._older():
+                found = shared_secret(arm, self._older(), name, what)
+                if found is not None:
+                    self._fallback.add(name)
+            return found
+
+        found = self.call(f"reading annex {name}'s {what}", read)
         return None if found is None else str(found)
+
+    def _adopt(self, name: str, expiration: float) -> None:
+        """An annex found in the shared vault gets its token and lease copied into the
+        caller's own vault, where its new scale sets' identities may be given them."""
+        if name not in self._fallback:
+            return
+        arm, shared = self.arm(), self._older()
+
+        def copy(what: str) -> Callable[[], str | None]:
+            def read() -> str | None:
+                if arm.get_secret(secret_name(name, what)) is not None:
+                    return None
+                return shared_secret(arm, shared, name, what)
+
+            return read
+
+        for what in ("token", "lease"):
+            value = self.call(f"reading annex {name}'s {what}", copy(what))
+            if value is not None:
+                self.put(name, what, value, secure=what == "token", expires=expiration)
 
     def boot_settings(self, name: str) -> dict[str, Any]:
         arm = self._ready()
@@ -401,9 +440,11 @@ class AzureAnnexes:
         if not capacity:
             return []
         arm = self._ready()
+        if spec.join:
+            self._adopt(spec.name, expiration)
         name = f"{spec.name}-{uuid.uuid4().hex[:8]}"
         path = self.place.provider(f"Microsoft.Compute/virtualMachineScaleSets/{name}")
-        body = self._scale_set(spec, name, user_data, expiration)
+        body = scale_set(self.place, self.region, spec, user_data, expiration)
 
         def make() -> None:
             made = arm.put(path, COMPUTE_API, body)
@@ -424,73 +465,6 @@ class AzureAnnexes:
         self.call(f"creating scale set {name}", make)
         return [name]
 
-    def _scale_set(self, spec: AnnexSpec, name: str, user_data: str, expiration: float) -> dict[str, Any]:  # fmt: skip
-        tags = {
-            ANNEX_TAG: spec.name,
-            LEASE_TAG: str(int(expiration)),
-            OWNER_TAG: spec.owners[0] if spec.owners else "",
-            **dict(spec.tags),
-        }
-        if spec.project_id:
-            tags["htgrid:ProjectId"] = spec.project_id
-        subnet = spec.subnet or self.place.provider(
-            f"Microsoft.Network/virtualNetworks/{VNET}/subnets/{SUBNET}"
-        )
-        profile: dict[str, Any] = {
-            "osProfile": {
-                "computerNamePrefix": spec.name[:9],
-                "adminUsername": _ADMIN,
-                "customData": base64.b64encode(user_data.encode()).decode(),
-                "linuxConfiguration": {
-                    "disablePasswordAuthentication": True,
-                    "ssh": {
-                        "publicKeys": [
-                            {
-                                "path": f"/home/{_ADMIN}/.ssh/authorized_keys",
-                                "keyData": spec.keypair or _no_login_key(),
-                            }
-                        ]
-                    },
-                },
-            },
-            "storageProfile": {
-                "imageReference": _image(spec.image_for(0)),
-                "osDisk": {"createOption": "FromImage", "deleteOption": "Delete"},
-            },
-            "networkProfile": {
-                "networkInterfaceConfigurations": [
-                    {
-                        "name": "nic",
-                        "properties": {
-                            "primary": True,
-                            "deleteOption": "Delete",
-                            "ipConfigurations": [
-                                {"name": "ip", "properties": {"subnet": {"id": subnet}}}
-                            ],
-                        },
-                    }
-                ]
-            },
-        }
-        if spec.slots:
-            profile["priority"] = "Spot"
-            profile["evictionPolicy"] = "Delete"
-            profile["billingProfile"] = {"maxPrice": float(spec.spot_price or -1)}
-        body: dict[str, Any] = {
-            "location": self.region,
-            "tags": tags,
-            "sku": {"name": spec.instance_types[0].partition(":")[0], "capacity": 0},
-            "properties": {
-                "orchestrationMode": "Uniform",
-                "upgradePolicy": {"mode": "Manual"},
-                "overprovision": False,
-                "virtualMachineProfile": profile,
-            },
-        }
-        if spec.join:
-            body["identity"] = {"type": "SystemAssigned"}
-        return body
-
     def end(self, name: str) -> dict[str, Any]:
         """What the runbook does at the lease's end, now, with the user's rights."""
         arm = self._ready()
@@ -498,7 +472,17 @@ class AzureAnnexes:
             f"shutting down annex {name}",
             lambda: enforce(arm, name, self.clock(), self.clock(), force=True),
         )
-        return {**done, "terminated": done["deleted"], "cancelled": []}
+        notes = []
+        if self._older():
+            # An annex made before the caller had a vault: its secrets there too.
+            more, left = self.call(
+                f"ending annex {name}'s secrets in the shared vault",
+                lambda: end_shared(arm, self._older(), name),
+            )
+            done["secrets"] = sorted([*done["secrets"], *more])
+            if left or (left is None and name in self._fallback):
+                notes.append(left_note(name, self._older()))
+        return {**done, "terminated": done["deleted"], "cancelled": [], "notes": notes}
 
     def names(self) -> list[str]:
         arm = self._ready()
@@ -517,7 +501,7 @@ class AzureAnnexes:
                 raise AnnexNotFound(f"no annex {only!r} in {self.place.group}")
             names = [only] if only is not None else sorted(ends)
             sets: dict[str, list[Any]] = {}
-            for annex, vmss in _annex_sets(arm):
+            for annex, vmss in annex_sets(arm):
                 if annex in names:
                     sets.setdefault(annex, []).append(vmss)
             out = []
@@ -528,14 +512,17 @@ class AzureAnnexes:
                     settings = {}
                 instances: list[Instance] = []
                 states: list[tuple[str, str]] = []
+                evicted = restored = 0
                 for vmss in sets.get(name, []):
                     state = str((vmss.get("properties") or {}).get("provisioningState", "?"))
                     states.append((str(vmss["name"]), state))
-                    listing = arm.listing(
+                    listing = list(arm.listing(
                         f"{vmss['id']}/virtualMachines", COMPUTE_API, "&$expand=instanceView"
-                    )
+                    ))  # fmt: skip
                     size = str((vmss.get("sku") or {}).get("name", ""))
-                    instances += [_instance(vm, size) for vm in listing]
+                    instances += [instance(vm, size) for vm in listing]
+                    gone, again = evictions(vmss, len(listing))
+                    evicted, restored = evicted + gone, restored + again
                 out.append(
                     CloudAnnex(
                         name=name,
@@ -545,74 +532,11 @@ class AzureAnnexes:
                         instances=tuple(instances),
                         fleets=tuple(states),
                         settings=settings,
+                        evicted=evicted,
+                        restored=restored,
                     )
                 )
             return out
 
         result: list[CloudAnnex] = self.call("describing annexes", look)
         return result
-
-
-def _annex_sets(arm: Arm) -> list[tuple[str, Any]]:
-    path = arm.place.provider("Microsoft.Compute/virtualMachineScaleSets")
-    return [
-        (str(tags[ANNEX_TAG]), vmss)
-        for vmss in arm.listing(path, COMPUTE_API)
-        if ANNEX_TAG in (tags := vmss.get("tags") or {})
-    ]
-
-
-_POWER: Final = {
-    "running": "running",
-    "starting": "pending",
-    "stopping": "stopping",
-    "stopped": "stopped",
-    "deallocating": "shutting-down",
-    "deallocated": "terminated",
-}
-
-
-def _instance(vm: Mapping[str, Any], size: str) -> Instance:
-    """A scale set's VM in EC2's words: pending, running, stopped, shutting-down..."""
-    props = vm.get("properties") or {}
-    statuses = (props.get("instanceView") or {}).get("statuses") or []
-    codes = [str(s.get("code", "")) for s in statuses]
-    power = next((c.split("/", 1)[1] for c in codes if c.startswith("PowerState/")), None)
-    provisioning = str(props.get("provisioningState", "")).lower()
-    if provisioning == "deleting":
-        state = "shutting-down"
-    elif power is None:
-        state = "pending"
-    else:
-        state = _POWER.get(power, power)
-    launched = next((_parseiso(str(s["time"])) for s in statuses if s.get("time")), 0.0)
-    return Instance(
-        instance_id=str(vm.get("name", "")),
-        state=state,
-        instance_type=size,
-        launched=launched,
-        lifecycle="spot" if (props.get("priority") == "Spot") else "on-demand",
-        address=None,
-    )
-
-
-def _image(text: str) -> dict[str, str]:
-    """An image id, or a URN publisher:offer:sku:version."""
-    if text.startswith("/"):
-        return {"id": text}
-    parts = text.split(":")
-    if len(parts) != 4:
-        raise AnnexUsageError(
-            f"--image-ids {text!r}: an image resource id or publisher:offer:sku:version"
-        )
-    return dict(zip(("publisher", "offer", "sku", "version"), parts, strict=True))
-
-
-def _no_login_key() -> str:
-    """An SSH key whose private half is thrown away: Azure needs one, nobody logs in."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    public = Ed25519PrivateKey.generate().public_key()
-    raw = public.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-    return raw.decode() + " htgrid-annex-no-login"

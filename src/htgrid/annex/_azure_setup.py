@@ -12,7 +12,8 @@ runbook (azure_runbook.py) and schedules its hourly sweeper, installs the lease 
 function app running azure_timer every minute, _azure_app); and prints the custom role
 an ordinary user needs on the group, with the condition its assignment takes (the one
 role the user may assign there: the node's; no data action). Running it again publishes
-the code again and takes nothing away (more users get their vaults): the vault the
+the code again and takes nothing away (more users get their vaults, and the annexes
+they made before move to them: _azure_migrate): the vault the
 Automation account names stays its vault (unless --vault names another), a VNet there
 keeps its subnets, and a vault an older setup left in access-policy mode is switched to
 Azure RBAC only after each policy's secret permissions are given as a role on the vault
@@ -35,10 +36,8 @@ from htgrid.annex._azure import (
     RUNBOOK_ROLE,
     SECRETS_OFFICER,
     SECRETS_USER,
-    SUBNET,
     USER_TAG,
     VAULT_TAG,
-    VNET,
     WEB_API,
     AzureAnnexes,
     assign,
@@ -46,6 +45,8 @@ from htgrid.annex._azure import (
     role_id,
 )
 from htgrid.annex._azure_app import install_timer
+from htgrid.annex._azure_migrate import migrate
+from htgrid.annex._azure_sets import SUBNET, VNET
 from htgrid.annex._azure_vaults import user_vault
 from htgrid.annex.azure_runbook import (
     AUTHORIZATION_API,
@@ -198,7 +199,9 @@ def azure_setup(cloud: AzureAnnexes, *, users: tuple[str, ...] = (),
         timer = str(((site or {}).get("identity") or {})["principalId"])
         vaults = {user: _user_vault(arm, place, location, tenant, user, (runbook, timer))
                   for user in users}  # fmt: skip
-        return made | {"migrated": migrated, "user_vaults": vaults}
+        # Annexes made before their users had vaults move to them.
+        moved = migrate(arm, place, name, cloud.caller(), now)
+        return made | {"migrated": migrated, "user_vaults": vaults, "moved": moved}
 
     done: dict[str, Any] = cloud.call("setting up the annex", install)
     cloud.arm(done["vault"])

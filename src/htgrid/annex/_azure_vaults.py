@@ -1,5 +1,7 @@
-"""A user's own Key Vault of the Azure annex: its name, and the caller's object id that
-picks it."""
+"""A user's own Key Vault of the Azure annex: its name, the caller's object id that
+picks it, and the setup's shared vault, where annexes made before their user had a
+vault of their own keep their secrets (read when the user's vault has none, ended when
+the user's role there still allows)."""
 
 from __future__ import annotations
 
@@ -7,9 +9,9 @@ import base64
 import json
 import uuid
 
-from htgrid.annex.azure_runbook import Place
+from htgrid.annex.azure_runbook import ANNEX_TAG, Arm, ArmFailure, Place, secret_name
 
-__all__ = ["token_principal", "user_vault"]
+__all__ = ["end_shared", "left_note", "shared_secret", "token_principal", "user_vault"]
 
 
 def user_vault(place: Place, principal: str) -> str:
@@ -31,3 +33,45 @@ def token_principal(token: str) -> str | None:
         return None
     oid = claims.get("oid") if isinstance(claims, dict) else None
     return oid if isinstance(oid, str) and oid else None
+
+
+def shared_secret(arm: Arm, shared: str, annex: str, what: str) -> str | None:
+    """The annex's secret `what` in the shared vault, if there and the caller may read
+    it (a role setup has since taken away: as if not there)."""
+    try:
+        return arm.on_vault(shared).get_secret(secret_name(annex, what))
+    except ArmFailure as exc:
+        if exc.status == 403:
+            return None
+        raise
+
+
+def end_shared(arm: Arm, shared: str, annex: str) -> tuple[list[str], bool | None]:
+    """Purge the annex's secrets in the shared vault: (those purged, and whether some
+    were left: True if the caller may list but not delete them, None if it may not
+    even list the vault's secrets, so cannot tell, False if none are left)."""
+    vault = arm.on_vault(shared)
+    ended: list[str] = []
+    try:
+        found = [name for name, tags in vault.secrets() if tags.get(ANNEX_TAG) == annex]
+    except ArmFailure as exc:
+        if exc.status != 403:
+            raise
+        return ended, None
+    try:
+        for name in found:
+            vault.delete_secret(name)
+            ended.append(name)
+    except ArmFailure as exc:
+        if exc.status != 403:
+            raise
+        return ended, True
+    return ended, False
+
+
+def left_note(annex: str, shared: str) -> str:
+    return (
+        f"annex {annex}'s secrets in the shared Key Vault {shared} are not yours to "
+        "delete (setup has taken that role away): the lease runbook's hourly sweeper "
+        "purges them"
+    )

@@ -185,6 +185,10 @@ class CloudAnnex:
     fleets: tuple[tuple[str, str], ...]  # (request id, state): spot fleets, scale sets
     settings: Mapping[str, Any]
     replaced: frozenset[str] = frozenset()  # instances the cloud ended, since replaced
+    # Instances the cloud ended that it no longer lists (Azure deletes an evicted Spot
+    # VM), and how many of those were asked for again: counts, as no id is left.
+    evicted: int = 0
+    restored: int = 0
     # "TYPE ZONE" -> ((since, USD an hour), ...) in time order: the spot price history of
     # the annex's spot instances (from the cloud, for their spend)
     spot_prices: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)

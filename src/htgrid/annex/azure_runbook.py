@@ -48,6 +48,7 @@ __all__ = [
     "AUTHORIZATION_API",
     "CAPACITY_TAG",
     "LEASE_TAG",
+    "RESTORED_TAG",
     "SCHEDULE_PREFIX",
     "USER_TAG",
     "Arm",
@@ -56,6 +57,7 @@ __all__ = [
     "end_scale_set",
     "end_stopped",
     "enforce",
+    "follow_moved",
     "handler",
     "lease_event",
     "role_assignments",
@@ -63,6 +65,7 @@ __all__ = [
     "schedule_name",
     "secret_name",
     "sweep",
+    "tag_count",
     "tend",
 ]
 
@@ -77,6 +80,9 @@ LEASE_TAG = "htgrid:LeaseExpiration"
 #: On a Spot scale set: the instances it is to have while its lease lives (the lease
 #: timer asks again for what Azure evicts; lowered as VMs stop themselves).
 CAPACITY_TAG = "htgrid:Capacity"
+#: On a Spot scale set: how many evicted instances the lease timer has asked for again
+#: (the set's count of evictions restored: an evicted VM is gone, nothing else tells).
+RESTORED_TAG = "htgrid:Restored"
 #: On a user's own vault (setup makes one for each user named): the user's object id.
 USER_TAG = "htgrid:AnnexUser"
 ARM_URL = "https://management.azure.com"
@@ -294,9 +300,16 @@ class Arm:
 
     def secrets(self) -> Iterator[tuple[str, dict[str, str]]]:
         """(name, tags) of every secret of the vault."""
+        for name, tags, _ in self.secret_items():
+            yield name, tags
+
+    def secret_items(self) -> Iterator[tuple[str, dict[str, str], float | None]]:
+        """(name, tags, expiry if any) of every secret of the vault."""
         url = f"{self.vault_url}/secrets?api-version={VAULT_DATA_API}&maxresults=25"
         for item in self.pages(url, resource=VAULT_RESOURCE):
-            yield str(item["id"]).rstrip("/").rsplit("/", 1)[1], dict(item.get("tags") or {})
+            exp = (item.get("attributes") or {}).get("exp")
+            name = str(item["id"]).rstrip("/").rsplit("/", 1)[1]
+            yield name, dict(item.get("tags") or {}), float(exp) if exp is not None else None
 
     def delete_secret(self, name: str) -> None:
         """Delete, then purge (the vault keeps a deleted secret otherwise)."""
@@ -447,6 +460,38 @@ def sweep(arm: Arm, now: float) -> dict[str, Any]:
     }
 
 
+def follow_moved(arm: Arm, live: set[str]) -> list[str]:
+    """Annexes made before their user had a vault of their own keep their nodes reading
+    the shared vault (`arm`'s), though `extend` now writes the user's vault (setup copied
+    them there): a live annex's token there whose copy in a user's vault expires later
+    (the token expires with the lease) has that copy's token and lease written here. The
+    annexes so followed. (The user's vaults are read only while the shared vault holds
+    a live annex's token: an older setup's annexes, until their leases end.)"""
+    token = "-token"
+    here = {
+        name: exp
+        for name, tags, exp in arm.secret_items()
+        if name.endswith(token) and tags.get(ANNEX_TAG) in live
+    }
+    if not here:
+        return []
+    followed = []
+    for vault in arm.vaults()[1:]:
+        theirs = {name: (tags, exp) for name, tags, exp in vault.secret_items()}
+        for name, exp in sorted(here.items()):
+            tags, later = theirs.get(name, ({}, None))
+            if later is None or (exp is not None and later <= exp):
+                continue
+            for what in (name, name[: -len(token)] + "-lease"):
+                value = vault.get_secret(what)
+                held = theirs.get(what, ({}, None))
+                if value is not None:
+                    arm.set_secret(what, value, dict(held[0]), held[1] or later)
+            followed.append(str(tags.get(ANNEX_TAG, name)))
+            here[name] = later
+    return followed
+
+
 def end_stopped(arm: Arm) -> list[str]:
     """Delete the annexes' VMs that shut themselves down (idle, or their lease seen
     ended): Azure keeps a VM stopped from inside allocated, and bills it."""
@@ -471,10 +516,20 @@ def tend(arm: Arm, vmss: Any, *, restore: bool = False) -> tuple[list[str], int]
     missing = target - (len(listing) - len(stopped)) if restore else 0
     tags[CAPACITY_TAG] = str(max(target, 0))
     if missing > 0:
+        tags[RESTORED_TAG] = str(tag_count(tags, RESTORED_TAG) + missing)
+    if missing > 0:
         arm.patch(str(vmss["id"]), COMPUTE_API, {"sku": {"capacity": target}, "tags": tags})
     elif stopped:
         arm.patch(str(vmss["id"]), COMPUTE_API, {"tags": tags})
     return [str(vm["name"]) for vm in stopped], max(missing, 0)
+
+
+def tag_count(tags: dict[str, Any], name: str) -> int:
+    """A count kept in a tag (0 if absent or unreadable)."""
+    try:
+        return max(int(tags.get(name) or 0), 0)
+    except ValueError:
+        return 0
 
 
 def _codes(vm: Any) -> list[Any]:

@@ -19,7 +19,9 @@ before any scale set, and `extend` moves: the annexes' only record) and
 * gives a live annex's Spot scale set back the capacity Azure evicted (policy Delete:
   the VM is gone and the set one smaller), to the target on its `htgrid:Capacity` tag,
   which falls as its VMs shut themselves down (a Spot node leaves its deletion to this
-  timer, so that going idle is told apart from an eviction).
+  timer, so that going idle is told apart from an eviction);
+* writes into the setup's vault the lease and token `extend` wrote in a user's own
+  vault, for an annex made before its user had one (its nodes read the setup's vault).
 
 App settings: HTGRID_ANNEX_PLACE (the lease event's place: subscription, group,
 account, vault, ARM's address); the app's managed identity (IDENTITY_ENDPOINT,
@@ -103,7 +105,9 @@ def tick(arm: rb.Arm, clock: Callable[[], float] = time.time,
         stopped += gone
         if asked:
             restored[str(vmss["name"])] = asked
-    return {"ended": ended, "unruled": unruled, "stopped": stopped, "restored": restored}
+    followed = rb.follow_moved(arm, live)
+    return {"ended": ended, "unruled": unruled, "stopped": stopped, "restored": restored,
+            "followed": followed}  # fmt: skip
 
 
 def _number(text: Any) -> float:

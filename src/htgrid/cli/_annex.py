@@ -24,6 +24,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +198,7 @@ def _setup(args: argparse.Namespace) -> int:
         )
         for user, vault in sorted(made.get("user_vaults", {}).items()):
             print(f"User {user}: Key Vault {vault}, theirs alone.")
+        _moved(made["vault"], made["moved"])
         return EXIT_OK
     assert isinstance(cloud, AwsAnnexes)
     done = setup(cloud, vpc=args.vpc, cidr=args.cidr)
@@ -306,6 +308,21 @@ def _status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _moved(shared: str, moved: Mapping[str, Any]) -> None:
+    """What setup moved out of the shared vault, and what it left there."""
+    for annex, vault in sorted(moved["copied"].items()):
+        print(f"Annex {annex}: its secrets copied from Key Vault {shared} to its owner's {vault}.")  # fmt: skip
+    if moved["unowned"]:
+        print(
+            f"Left in Key Vault {shared} (no owner with a vault of their own): annexes "
+            f"{', '.join(moved['unowned'])}; their leases end them."
+        )
+    if moved["revoked"]:
+        print(f"Secrets Officer on Key Vault {shared} taken from {', '.join(moved['revoked'])}.")
+    if moved["pending"]:
+        print(f"Not all moved ({moved['pending']}): run setup again in a few minutes.")
+
+
 @_guard
 def _list(args: argparse.Namespace) -> int:
     for name in _annexes(args).cloud.names():
@@ -321,6 +338,8 @@ def _shutdown(args: argparse.Namespace) -> int:
             f"Annex {args.name}: {len(done['deleted'])} scale sets deleted with their VMs, "
             f"{len(done['secrets'])} secrets purged, lease removed."
         )
+        for note in done.get("notes", []):
+            print(f"Note: {note}.")
         return EXIT_OK
     print(
         f"Annex {args.name}: {len(done['terminated'])} instances terminated, "

@@ -392,18 +392,19 @@ class AnnexArm:
     rbac: dict[str, list[str]]
     conditions: dict[str, str]
 
-    def _authorize(self, method: str, parts: list[str], headers: dict[str, str], body: Any) -> None:
+    def _authorize(self, method: str, parts: list[str], headers: dict[str, str], body: Any) -> str:
         """Azure RBAC: a principal `restrict()` was given actions for, or a managed
-        identity (by its role assignments); anyone else may do anything (an owner)."""
+        identity (by its role assignments); anyone else may do anything (an owner).
+        The caller's object id."""
         auth = next((v for k, v in headers.items() if k.lower() == "authorization"), "")
         principal = self.aad.principal(auth[7:]) or ""
         allowed = self.rbac.get(principal)
         if allowed is None and principal not in self.aad.managed:
-            return
+            return principal
         on_rbac = rbac.split(parts)
         action = rbac.action(method, on_rbac[1]) if on_rbac else action_of(method, parts)
         if action is None:
-            return
+            return principal
         target = None
         if on_rbac is not None and action.lower() in rbac.ASSIGNMENT_ACTIONS:
             target = rbac.target_role(self.store, *on_rbac, method, body)
@@ -422,6 +423,7 @@ class AnnexArm:
                 f"authorization to perform action '{action}' over scope "
                 f"'/{'/'.join(parts)}' or the scope is invalid.",
             )
+        return principal
 
     def restrict(self, principal: str, actions: list[str], condition: str | None = None) -> None:
         """Give `principal` only these RBAC actions (wildcards as Azure's), under the

@@ -166,7 +166,7 @@ def _scope_exists(store: Store, scope: str) -> bool:
 
 
 def handle(store: Store, method: str, scope: str, rest: list[str], query: dict[str, str],
-           body: Any) -> Reply:  # fmt: skip
+           body: Any, caller: str = "") -> Reply:  # fmt: skip
     """`<scope>/providers/Microsoft.Authorization/{roleDefinitions,roleAssignments}[/<id>]`."""
     kind = rest[0].lower() if rest else ""
     if kind == "roledefinitions" and len(rest) == 2:
@@ -174,7 +174,7 @@ def handle(store: Store, method: str, scope: str, rest: list[str], query: dict[s
     if kind == "roleassignments" and len(rest) == 1 and method == "GET":
         return 200, {}, {"value": _assignments(store, scope, query.get("$filter", ""))}
     if kind == "roleassignments" and len(rest) == 2:
-        return _assignment(store, method, scope, rest[1], body)
+        return _assignment(store, method, scope, rest[1], body, caller)
     raise ArmError(400, "UnsupportedByFakeArm", f"the fake ARM does not implement {method} {scope}/{'/'.join(rest)}")  # fmt: skip
 
 
@@ -214,7 +214,7 @@ def _assignments(store: Store, scope: str, query: str) -> list[Any]:
     return sorted(out, key=lambda a: key(a["id"]))
 
 
-def _assignment(store: Store, method: str, scope: str, name: str, body: Any) -> Reply:
+def _assignment(store: Store, method: str, scope: str, name: str, body: Any, caller: str) -> Reply:
     rid = f"{scope}/providers/Microsoft.Authorization/roleAssignments/{name}"
     found = store.role_assignments.get(key(rid))
     if method == "GET":
@@ -234,6 +234,7 @@ def _assignment(store: Store, method: str, scope: str, name: str, body: Any) -> 
     if not _scope_exists(store, scope):
         raise ArmError(404, "ResourceNotFound", f"The scope '{scope}' does not exist.")
     props["scope"] = scope
+    props["createdBy"] = caller  # as Azure's: the object id of who made it
     if found is not None:
         same = all(found["properties"].get(k) == props.get(k) for k in ("principalId", "roleDefinitionId"))  # fmt: skip
         need(same, "Role assignment update is not permitted.", "RoleAssignmentUpdateNotPermitted")

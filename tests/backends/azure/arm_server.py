@@ -276,11 +276,11 @@ class ArmServer(annex.AnnexArm):
         if lowered[0] != "subscriptions" or len(parts) < 3:
             raise _unsupported(method, path)
         self._check_call(parts[1], query, headers)
-        self._authorize(method, parts, headers, body)
+        caller = self._authorize(method, parts, headers, body)
         self._inject_fault(method, path)
         on_rbac = annex.rbac.split(parts)
         if on_rbac is not None:
-            return annex.rbac.handle(self.store, method, *on_rbac, query, body)
+            return annex.rbac.handle(self.store, method, *on_rbac, query, body, caller)
         if lowered[2] == "operationresults" and len(parts) == 4:
             return self.ops.result(parts[3], f"{self.url}{path}?api-version={query['api-version']}")
         if lowered[2] == "providers":
