@@ -57,7 +57,7 @@ def test_a_refused_removal_is_given_up_after_a_few_updates(
 
     async def updates(count: int) -> None:
         for _ in range(count):
-            await startd._advertise(collector)  # type: ignore[arg-type]
+            await startd._ads.advertise(collector)  # type: ignore[arg-type]
 
     with caplog.at_level(logging.WARNING, logger="htgrid.startd"):
         asyncio.run(updates(6))
