@@ -5,6 +5,15 @@ were claimed or given back (the negotiator waits for them), no sooner than
 `_ACTIVITY_GAP` after the last update when only a claim's activity changed (a job
 started or ended). A released slot's removal the collector refuses is asked for again
 at a few updates, then given up.
+
+HTCondor's startd sends every ad whole at each update. This node sends whole only the
+ads whose content changed since the collector last took them (or that it never took),
+and refreshes the others: their names and what every update changes (the sequence,
+the clock, the load), for the version the collector gave the ad it holds
+(`AdStore.refresh`), which keeps them alive there as a whole update would. A
+collector that no longer holds that version (it restarted, or the ad expired or was
+removed) refuses the refresh, and the ad goes whole at once, in a second request. A
+collector of before these refreshes gets every ad whole.
 """
 
 from __future__ import annotations
@@ -16,9 +25,9 @@ from typing import TYPE_CHECKING, Final
 
 from htgrid._aio import wait_event
 from htgrid.classad import ClassAd
-from htgrid.collector import CollectorClient, CollectorRefused
+from htgrid.collector import CollectorClient, CollectorRefused, UpdateResult
 from htgrid.errors import HTGridError
-from htgrid.startd._ads import slot_members, slot_state
+from htgrid.startd._ads import SlotMembers, slot_members, slot_state
 
 if TYPE_CHECKING:
     from htgrid.startd._daemon import Startd
@@ -28,6 +37,7 @@ __all__ = ["Advertiser"]
 _log = logging.getLogger("htgrid.startd")
 
 _SETTLE: Final = 1.1
+_UPDATE: Final = "UPDATE_STARTD_AD"
 #: A claim's job started or ended: advertised no sooner than this after the last update.
 _ACTIVITY_GAP: Final = 0.25
 # A released slot's removal the collector refuses is asked for at this many updates,
@@ -52,6 +62,10 @@ class Advertiser:
         self._advertised = 0.0
         self.joined = False  # an update of its ads was taken by the collector
         self._refused: dict[str, int] = {}  # removals the collector refused: how often
+        # The collector's epoch, and by slot name the ad it took last and its version.
+        self._epoch = ""
+        self._taken: dict[str, tuple[SlotMembers, int]] = {}
+        self._changes = True  # the collector takes refreshes (not an older htgrid's)
 
     def changed(self) -> None:
         """Resources were claimed or given back: advertise at once, for the negotiator."""
@@ -114,8 +128,7 @@ class Advertiser:
         ctx.sequence += 1
         released, slots.released = slots.released, []
         try:
-            ads = slot_members(ctx, slots, self._clock())
-            await collector.advertise_members("UPDATE_STARTD_AD", ads)
+            await self._send(collector, slot_members(ctx, slots, self._clock()))
         except HTGridError:
             slots.released[:0] = released  # try again next time
             raise
@@ -146,6 +159,50 @@ class Advertiser:
                 raise
             else:
                 self._refused.pop(name, None)
+
+    async def _send(self, collector: CollectorClient, ads: list[SlotMembers]) -> None:
+        """The slots' ads: whole those whose content the collector does not have, the
+        others refreshed; those whose refresh it refuses, whole next."""
+        if not self._changes:
+            await collector.advertise_members(_UPDATE, [a.whole() for a in ads])
+            return
+        whole: list[SlotMembers] = []
+        fresh: list[SlotMembers] = []
+        for ad in ads:
+            taken = self._taken.get(ad.name)
+            (fresh if taken is not None and ad.same(taken[0]) else whole).append(ad)
+        refreshes = [(self._taken[a.name][1], a.refresh()) for a in fresh]
+        answer = await collector.advertise_changes(
+            _UPDATE, self._epoch, [a.whole() for a in whole], refreshes
+        )
+        if answer is None:
+            _log.info(
+                "the collector at %s takes every ad whole (an older htgrid)", self._startd.pool
+            )
+            self._changes = False
+            await collector.advertise_members(_UPDATE, [a.whole() for a in ads])
+            return
+        self._taken = {}  # the released slots' go
+        refused = self._took(answer, whole + fresh)
+        lost = [a for a in fresh if a.name in refused]
+        if lost:
+            answer = await collector.advertise_changes(
+                _UPDATE, self._epoch, [a.whole() for a in lost], []
+            )
+            if answer is not None:
+                self._took(answer, lost)
+
+    def _took(self, answer: tuple[str, list[UpdateResult]], ads: list[SlotMembers]) -> set[str]:
+        """Note what the collector took of `ads`; the names of those it did not."""
+        self._epoch, results = answer
+        refused = set()
+        for ad, result in zip(ads, results, strict=True):
+            if result.accepted and result.version:
+                self._taken[ad.name] = (ad, result.version)
+            else:
+                self._taken.pop(ad.name, None)
+                refused.add(ad.name)
+        return refused
 
     def _removal_refused(self, name: str, exc: CollectorRefused) -> None:
         """The collector refuses to remove the ad of `name`: asked again at the next
