@@ -116,6 +116,7 @@ HTGridError
         Unreachable  (htgrid.schedd)
     FactoryRefused  (htgrid.schedd)
     GaveUp  (htgrid.schedd)
+    NotStarted  (htgrid.schedd)
     StartdError  (htgrid.startd)
         CallerRefused  (htgrid.startd)
         ClaimNotFound  (htgrid.startd)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import json
+from copy import copy
+
 import pytest
 
 from htgrid.classad import ClassAd, parseOne
@@ -189,3 +193,60 @@ def test_ten_thousand_ads_are_stored_and_queried() -> None:
     text = store.query_json("Machine")
     assert len(found) == 5_000
     assert text.count('"Name"') == 10_000
+
+
+def _refresh(name: str, sequence: int, **attrs: object) -> ClassAd:
+    ad = ClassAd({"Name": name, "MyAddress": "<127.0.0.2:9>", "UpdateSequenceNumber": sequence})
+    ad.update(attrs)
+    return ad
+
+
+def test_a_refresh_keeps_the_ad_alive_as_the_whole_ad_would() -> None:
+    """A daemon sends the attributes every update changes for the version the store
+    gave its ad: the ad lives on, stamped and counted as after a whole update, its
+    content version the same (a negotiator keeping it decodes nothing again)."""
+    clock = Clock()
+    store = AdStore(clock=clock)
+    ad = slot("slot1@a", MyAddress="<127.0.0.2:9>", UpdateInterval=100)
+    ad.update(UpdateSequenceNumber=1, DaemonStartTime=5, LoadAvg=0.5)
+    first = store.update("UPDATE_STARTD_AD", ad)
+    asked = store.query_changes("Machine", None, None, None)
+    clock.now += 250
+    refreshed = store.refresh(
+        "UPDATE_STARTD_AD", _refresh("slot1@a", 2, LoadAvg=1.5), (store.epoch, first.version)
+    )
+    assert refreshed.accepted and refreshed.version > first.version
+    clock.now += 250  # 500 s after the whole update: three intervals are 300 s
+    (kept,) = store.query("Machine")
+    assert (kept["Memory"], kept["LoadAvg"], kept["UpdateSequenceNumber"]) == (2048, 1.5, 2)
+    assert kept["LastHeardFrom"] == int(clock.now) - 250 and kept["UpdatesTotal"] == 2
+    whole = copy(ad)
+    whole.update(UpdateSequenceNumber=2, LoadAvg=1.5)
+    other = AdStore(clock=clock)
+    other.update("UPDATE_STARTD_AD", whole)
+    other.update("UPDATE_STARTD_AD", whole)
+    (same,) = other.query("Machine")
+    assert dict(kept) == {**dict(same), "LastHeardFrom": kept["LastHeardFrom"]}
+    epoch = json.loads(asked)
+    changes = json.loads(
+        store.query_changes("Machine", None, None, (epoch["epoch"], epoch["version"]))
+    )
+    ((content, volatile, flag),) = changes["ads"]
+    assert content == epoch["ads"][0][0] and flag == 1 and volatile["LoadAvg"] == 1.5
+
+
+def test_a_refresh_of_an_ad_not_held_at_its_version_is_not_accepted() -> None:
+    clock = Clock()
+    store = AdStore(clock=clock)
+    ad = slot("slot1@a", MyAddress="<127.0.0.2:9>", UpdateInterval=100, UpdateSequenceNumber=1)
+    version = (store.epoch, store.update("UPDATE_STARTD_AD", ad).version)
+    refresh = functools.partial(store.refresh, "UPDATE_STARTD_AD")
+    assert not refresh(_refresh("slot1@a", 2), ("another epoch", version[1])).accepted
+    assert not refresh(_refresh("slot1@b", 2), version).accepted  # never stored
+    assert not refresh(_refresh("slot1@a", 2), (store.epoch, version[1] + 7)).accepted
+    assert "send the whole ad" in refresh(_refresh("slot1@a", 2), (store.epoch, 0)).reason
+    with pytest.raises(InvalidAd, match="not Memory"):  # only what every update changes
+        refresh(_refresh("slot1@a", 2, Memory=1), version)
+    clock.now += 301  # expired
+    assert not refresh(_refresh("slot1@a", 2), version).accepted
+    assert store.query("Machine") == []

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import htgrid.negotiator._cycle as cycle_module
-import htgrid.schedd._shadow_run as shadow_module
+import htgrid.schedd._shadow_record as shadow_module
 from htgrid.classad import ClassAd
 from htgrid.net import ScheddClient
 from htgrid.pool import CONFIG_NAME, family_marker, kill_leftovers
@@ -106,7 +106,9 @@ def test_a_job_the_shadow_fails_on_is_held_and_the_next_job_runs(
             "internal error (TypeError: a bug this job alone meets)"
         )
         assert ad["HoldReasonCode"] == HoldReasonCode.Unspecified
-        assert ad["NumJobStarts"] == 1  # held, not sent back to idle to fail again
+        # It failed before its activation, so it never started (no 001): held, not left
+        # idle to fail again.
+        assert ad["NumJobStarts"] == 0
         good = await asyncio.to_thread(vanilla, schedd, work, "nobody")
         await completed(schedd, good)
 

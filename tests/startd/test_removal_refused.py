@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from htgrid.classad import ClassAd
-from htgrid.collector import CollectorRefused
+from htgrid.collector import CollectorRefused, UpdateResult
 from htgrid.startd import StartdConfig
 from htgrid.startd._ads import AdContext
 from htgrid.startd._claims import Slots
@@ -33,8 +33,12 @@ class _Collector:
         self.removals: list[str] = []  # the names removed
         self.refusals = 0  # requests for `_REFUSED` alone refused
 
-    async def advertise_members(self, command: str, ads: list[object]) -> None:
+    async def advertise_changes(
+        self, command: str, epoch: str, ads: list[object], refreshes: list[object]
+    ) -> tuple[str, list[UpdateResult]]:
         self.updates += 1
+        taken = [UpdateResult(True, "", version=1)] * (len(ads) + len(refreshes))
+        return "epoch", taken
 
     async def invalidate(self, command: str, query: ClassAd | list[ClassAd]) -> Any:
         names = [q["Name"] for q in ([query] if isinstance(query, ClassAd) else query)]
@@ -57,7 +61,7 @@ def test_a_refused_removal_is_given_up_after_a_few_updates(
 
     async def updates(count: int) -> None:
         for _ in range(count):
-            await startd._advertise(collector)  # type: ignore[arg-type]
+            await startd._ads.advertise(collector)  # type: ignore[arg-type]
 
     with caplog.at_level(logging.WARNING, logger="htgrid.startd"):
         asyncio.run(updates(6))

@@ -41,7 +41,7 @@ def test_each_update_sends_the_ads_as_made_afresh_through_a_claims_life(tmp_path
     def update() -> list[dict[str, object]]:
         ctx.sequence += 1
         now[0] += 1
-        ads = sent(slot_members(ctx, slots, now[0]))
+        ads = sent([m.whole() for m in slot_members(ctx, slots, now[0])])
         for ad in ads:  # the load may move between the two: not what is compared
             del ad["TotalLoadAvg"], ad["LoadAvg"]
         expected = fresh()

@@ -25,6 +25,13 @@ of the first of the daemon's ads in a row that differ only in what every update 
 client that keeps the ads it decoded (the negotiator, every cycle) with only the ads
 whose content changed since its last query in full, the volatile attributes of those
 only refreshed, and the others by content version.
+
+A daemon that keeps the version of each ad the store accepted from it may `refresh` an
+ad whose content did not change since: it sends the volatile attributes only (and what
+names the ad), and the store keeps the ad it has with those set, as if the whole ad had
+come again. A refresh of an ad the store no longer holds at that version (a restarted
+collector, an expired, removed or replaced ad) is not accepted: the daemon sends the
+whole ad.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from htgrid.collector._types import AdType, Command, parse_command
 from htgrid.collector._wire import encode_ad, join_ads
 from htgrid.net.cedar import line_name, split_lines
 
-__all__ = ["DEFAULT_LIFETIME", "VOLATILE", "AdStore", "UpdateResult"]
+__all__ = ["DEFAULT_LIFETIME", "REFRESH_KEYS", "VOLATILE", "AdStore", "UpdateResult"]
 
 # condor_collector's CLASSAD_LIFETIME default: three missed 300-second updates.
 DEFAULT_LIFETIME = 900.0
@@ -65,6 +72,10 @@ VOLATILE: Final = frozenset(
         "loadavg",
     }
 )
+#: What a refresh may carry besides `VOLATILE` attributes: what names the ad.
+REFRESH_KEYS: Final = frozenset({"mytype", "name", "machine", "myaddress"})
+# What the store itself sets at each update (its stamps).
+_STAMPS: Final = ("LastHeardFrom", "UpdatesTotal", "UpdatesSequenced", "UpdatesLost")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +85,7 @@ class UpdateResult:
     accepted: bool
     name: str
     reason: str = ""
+    version: int = 0  # the stored ad's (what a refresh of it names), when accepted
 
 
 class _Record:
@@ -226,7 +238,46 @@ class AdStore:
             ad["UpdatesSequenced"] = record.sequenced
             ad["UpdatesLost"] = record.lost
         records[key] = record
-        return UpdateResult(True, name)
+        return UpdateResult(True, name, version=record.version)
+
+    def refresh(
+        self, command: Command | str, ad: ClassAd, version: tuple[str, int]
+    ) -> UpdateResult:
+        """Store again the ad of `version` (an epoch and a version of the store's
+        answers; the ad named by `ad`'s Name, MyAddress...) with the `VOLATILE`
+        attributes of `ad` set, as `update` would store that whole ad; not accepted
+        when the store holds no such ad at `version` (the daemon sends it whole).
+        `ad` is the store's from then on."""
+        cmd = parse_command(command) if isinstance(command, str) else command
+        if cmd.invalidate:
+            raise InvalidAd(f"{cmd.name} removes ads; send it to invalidate()")
+        other = [n for n in ad if n.lower() not in VOLATILE and n.lower() not in REFRESH_KEYS]
+        if other:
+            raise InvalidAd(
+                f"{cmd.name}: a refresh sets only what every update changes "
+                f"({', '.join(sorted(VOLATILE))}), not {', '.join(other)}"
+            )
+        table, key, name = self._identify(cmd, ad)
+        if version[0] != self.epoch:
+            return UpdateResult(False, name, "the collector restarted since: send the whole ad")
+        old = self._tables.get(table, {}).get(key)
+        if old is None or old.version != version[1] or old.expires <= self._clock():
+            why = f"no ad of version {version[1]} to refresh: send the whole ad"
+            return UpdateResult(False, name, why)
+        if any(ad.get(n) != old.ad.get(n) for n in ("Name", "Machine", "MyAddress") if n in ad):
+            return UpdateResult(False, name, "the refresh names another ad: send it whole")
+        whole = copy(old.ad)
+        whole.update(ad)
+        result = self.update(cmd, whole, take=True)
+        if result.accepted and old.parts is not None:
+            # Only volatile attributes changed: the content version and most members stay.
+            record = self._tables[table][key]
+            stamps = ClassAd({n: whole.lookup(n) for n in _STAMPS if n in whole})
+            stamps.update(ad)
+            record.parts = {**old.parts, **json_members(stamps)}
+            if old.content:
+                record.content, record.base = old.content, None
+        return result
 
     def _identify(self, cmd: Command, ad: ClassAd) -> tuple[str, tuple[str, ...], str]:
         """The table, key and name an ad is stored under."""

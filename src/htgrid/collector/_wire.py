@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from htgrid.classad import ClassAd
 from htgrid.classad.adjson import ad_from_object, loads
 from htgrid.collector._errors import ProtocolError
 from htgrid.errors import ClassAdSyntaxError
 
-__all__ = ["Fragments", "decode_ads", "encode_ad", "join_ads"]
+__all__ = ["Changes", "Fragments", "decode_ads", "decode_changes", "encode_ad", "join_ads"]
 
 # An ad's attributes as JSON members, by lower-case name (`"Memory": 2048`): what
 # `adjson.json_members` makes of it.
@@ -35,22 +37,65 @@ def join_ads(objects: Iterable[str]) -> str:
     return "[" + ",\n".join(objects) + "]"
 
 
-def decode_ads(body: str | bytes) -> list[ClassAd]:
-    """The ads of a JSON array (or one object) in HTCondor's JSON form."""
+@dataclass(frozen=True)
+class Changes:
+    """A daemon's update of its ads in two parts (`POST /v1/changes/{command}`): the
+    ads that changed, whole, and refreshes (a stored version and the `VOLATILE`
+    attributes to set in it) of those that did not, as of the store's `epoch`."""
+
+    epoch: str
+    ads: tuple[ClassAd, ...]
+    refreshes: tuple[tuple[int, ClassAd], ...]
+
+
+def _loads(body: str | bytes) -> Any:
     text = body.decode("utf-8") if isinstance(body, bytes) else body
     try:
-        value = loads(text)
+        return loads(text)
     except json.JSONDecodeError as err:
         raise ProtocolError(f"not JSON: {err.msg} at line {err.lineno}") from None
     except RecursionError:
         raise ProtocolError("not JSON the collector reads: nested too deeply") from None
-    items = value if isinstance(value, list) else [value]
+
+
+def decode_changes(body: str | bytes) -> Changes:
+    """The `Changes` of `{"epoch": E, "ads": [ad...], "refresh": [[version, ad]...]}`."""
+    value = _loads(body)
+    if not isinstance(value, dict):
+        raise ProtocolError('changes are a JSON object: {"epoch", "ads", "refresh"}')
+    epoch, ads, refresh = value.get("epoch", ""), value.get("ads", []), value.get("refresh", [])
+    if not isinstance(epoch, str) or not isinstance(ads, list) or not isinstance(refresh, list):
+        raise ProtocolError("changes: epoch is a string, ads and refresh are arrays")
+    refreshes = []
+    for i, item in enumerate(refresh):
+        if not (
+            isinstance(item, list)
+            and len(item) == 2
+            and type(item[0]) is int
+            and isinstance(item[1], dict)
+        ):
+            raise ProtocolError(f"refresh {i + 1} is not [version, ad]")
+        refreshes.append((item[0], _ad(item[1], f"refresh {i + 1}")))
+    return Changes(epoch, tuple(_ads(ads)), tuple(refreshes))
+
+
+def decode_ads(body: str | bytes) -> list[ClassAd]:
+    """The ads of a JSON array (or one object) in HTCondor's JSON form."""
+    value = _loads(body)
+    return _ads(value if isinstance(value, list) else [value])
+
+
+def _ad(item: dict[str, Any], what: str) -> ClassAd:
+    try:
+        return ad_from_object(item)
+    except ClassAdSyntaxError as err:
+        raise ProtocolError(f"{what}: {err.reason}") from None
+
+
+def _ads(items: list[Any]) -> list[ClassAd]:
     ads = []
     for i, item in enumerate(items):
         if not isinstance(item, dict):
             raise ProtocolError(f"item {i + 1} is not a JSON object, so not a ClassAd")
-        try:
-            ads.append(ad_from_object(item))
-        except ClassAdSyntaxError as err:
-            raise ProtocolError(f"ad {i + 1}: {err.reason}") from None
+        ads.append(_ad(item, f"ad {i + 1}"))
     return ads

@@ -9,6 +9,11 @@
                                            stored since in full, the others by version
                                            (`AdStore.query_changes`; `since=` for all)
     POST /v1/updates/UPDATE_STARTD_AD      a JSON array of ads -> {"accepted": n, "results": [...]}
+    POST /v1/changes/UPDATE_STARTD_AD      {"epoch": E, "ads": [ad...], "refresh": [[V, ad]...]}:
+                                           the ads that changed whole, the others' volatile
+                                           attributes for the ad stored at version V
+                                           (`AdStore.refresh`) -> {"epoch", "accepted",
+                                           "results": [..., each with its "version"]}
     POST /v1/invalidations/INVALIDATE_STARTD_ADS
                                            one query ad -> {"invalidated": n}
     GET  /v1/ccb/registrations/{ccbid}?heartbeat=S
@@ -49,6 +54,7 @@ over 10,000 ads, encoding them) stays off the event loop and needs no lock.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import socket
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -70,8 +76,8 @@ from htgrid.collector._ccb import ccb_contact
 from htgrid.collector._errors import InvalidAd, InvalidQuery, ProtocolError
 from htgrid.collector._problems import to_problem
 from htgrid.collector._store import AdStore, UpdateResult
-from htgrid.collector._types import AdType, parse_command
-from htgrid.collector._wire import decode_ads
+from htgrid.collector._types import AdType, Command, parse_command
+from htgrid.collector._wire import decode_ads, decode_changes
 from htgrid.errors import HTGridError
 from htgrid.net.cedar import REMOTE_VERSION
 from htgrid.net.security import (
@@ -299,34 +305,74 @@ async def _body(request: Request) -> bytes:
     return body
 
 
-async def _updates(request: Request) -> Response:
-    state: _Collector = request.app.state.collector
+async def _update_request(request: Request) -> tuple[Command, bytes, tuple[Principal, str] | None]:
+    """An update's command, body, and the node whose token sent it (if one did)."""
     command = parse_command(request.path_params["command"])
     if command.invalidate:
         raise ProtocolError(f"{command.name} removes ads; POST it to /v1/invalidations")
     body = await _body(request)
-    node = _node_caller(request, command.ad_type)
+    return command, body, _node_caller(request, command.ad_type)
+
+
+async def _updates(request: Request) -> Response:
+    state: _Collector = request.app.state.collector
+    command, body, node = await _update_request(request)
 
     def store_all() -> list[dict[str, Any]]:
         ads = decode_ads(body)
         if node is not None:  # before anything is stored: all of the node's, or none
             for ad in ads:
                 _check_own(*node, ad)
-        # Each ad stands alone, as with condor_advertise -multiple: one the collector
-        # cannot store is reported, the others are kept.
-        results = []
-        for ad in ads:
-            try:
-                r = state.store.update(command, ad, take=True)
-            except InvalidAd as err:
-                name = ad.get("Name")
-                r = UpdateResult(False, name if isinstance(name, str) else "", str(err))
-            results.append({"accepted": r.accepted, "name": r.name, "reason": r.reason or None})
-        return results
+        update = functools.partial(state.store.update, command, take=True)
+        return [_stored(functools.partial(update, ad), ad) for ad in ads]
 
     results = await state.run(store_all)
     accepted = sum(1 for r in results if r["accepted"])
     return JSONResponse({"accepted": accepted, "results": results})
+
+
+def _result(result: UpdateResult) -> dict[str, Any]:
+    reason = result.reason or None
+    return {
+        "accepted": result.accepted,
+        "name": result.name,
+        "reason": reason,
+        **({"version": result.version} if result.accepted else {}),
+    }
+
+
+async def _changes(request: Request) -> Response:
+    """A daemon's changed ads whole and its other ads refreshed, in one request: what a
+    node sends at each update once the collector took its ads (`AdStore.refresh`)."""
+    state: _Collector = request.app.state.collector
+    command, body, node = await _update_request(request)
+
+    def store_all() -> tuple[str, list[dict[str, Any]]]:
+        changes = decode_changes(body)
+        if node is not None:  # before anything is stored: all of the node's, or none
+            for ad in [*changes.ads, *(ad for _, ad in changes.refreshes)]:
+                _check_own(*node, ad)
+        store = state.store
+        update = functools.partial(store.update, command, take=True)
+        results = [_stored(functools.partial(update, ad), ad) for ad in changes.ads]
+        for version, ad in changes.refreshes:
+            refresh = functools.partial(store.refresh, command, ad, (changes.epoch, version))
+            results.append(_stored(refresh, ad))
+        return store.epoch, results
+
+    epoch, results = await state.run(store_all)
+    accepted = sum(1 for r in results if r["accepted"])
+    return JSONResponse({"epoch": epoch, "accepted": accepted, "results": results})
+
+
+def _stored(store: Callable[[], UpdateResult], ad: ClassAd) -> dict[str, Any]:
+    """What became of one ad: as `store` stored it, or refused as an ad it cannot hold
+    (each ad stands alone, as with condor_advertise -multiple)."""
+    try:
+        return _result(store())
+    except InvalidAd as err:
+        name = ad.get("Name")
+        return _result(UpdateResult(False, name if isinstance(name, str) else "", str(err)))
 
 
 async def _invalidations(request: Request) -> Response:
@@ -411,6 +457,7 @@ def create_app(
         Route("/v1/health", _handled(_health), methods=["GET"]),
         Route("/v1/ads", _handled(_ads), methods=["GET"]),
         Route("/v1/updates/{command}", _handled(_updates), methods=["POST"]),
+        Route("/v1/changes/{command}", _handled(_changes), methods=["POST"]),
         Route("/v1/invalidations/{command}", _handled(_invalidations), methods=["POST"]),
         Route("/v1/ccb/registrations/{ccbid}", _handled(ccb_register), methods=["GET"]),
         Route(_CCB_REQUESTS, _handled(ccb_request), methods=["POST"]),

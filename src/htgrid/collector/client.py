@@ -150,7 +150,9 @@ class CollectorClient:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    async def _request(
+        self, method: str, path: str, *, missing_ok: bool = False, **kwargs: Any
+    ) -> httpx.Response:
         if self._tls_problem is not None:
             raise CollectorUnavailable(
                 f"cannot talk to the collector at {self.pool}: {self._tls_problem}"
@@ -173,7 +175,7 @@ class CollectorClient:
             raise CollectorUnavailable(
                 f"cannot talk to the collector at {self.pool}: {exc}"
             ) from None
-        if response.status_code >= 400:
+        if response.status_code >= 400 and not (missing_ok and response.status_code == 404):
             await self._raise_for(response)
         return response
 
@@ -237,16 +239,39 @@ class CollectorClient:
             content=body.encode("utf-8"),
             headers={"content-type": "application/json"},
         )
-        results = self._json(response).get("results")
-        if not isinstance(results, list) or len(results) != len(ads):
-            raise ProtocolError("the collector's answer does not account for every ad")
-        return [
-            UpdateResult(
-                bool(r.get("accepted")), str(r.get("name") or ""), str(r.get("reason") or "")
-            )
-            for r in results
-            if isinstance(r, dict)
-        ]
+        return _results(self._json(response), len(ads))
+
+    async def advertise_changes(
+        self,
+        command: Command | str,
+        epoch: str,
+        ads: Sequence[Fragments],
+        refreshes: Sequence[tuple[int, Fragments]],
+    ) -> tuple[str, list[UpdateResult]] | None:
+        """An update of a daemon's ads in one request: `ads` whole (changed, or never
+        taken), and `refreshes` (the version the collector gave an ad whose content did
+        not change since, and the attributes every update changes) for the others, as
+        of the collector's `epoch`. The collector's epoch now and what became of each
+        ad (those of `ads`, then of `refreshes`; an accepted one with its version);
+        None from a collector that takes no such update (an older htgrid)."""
+        items = [f"[{version}, {encode_ad(members)}]" for version, members in refreshes]
+        body = (
+            f'{{"epoch": {json.dumps(epoch)}, "ads": {join_ads(encode_ad(m) for m in ads)}, '
+            f'"refresh": {join_ads(items)}}}'
+        )
+        response = await self._request(
+            "POST",
+            f"/v1/changes/{_command_name(command)}",
+            missing_ok=True,
+            content=body.encode("utf-8"),
+            headers={"content-type": "application/json"},
+        )
+        doc = self._json(response)
+        if response.status_code == 404:
+            if doc.get("error") == "UnknownCommand":
+                await self._raise_for(response)
+            return None  # no such route
+        return str(doc.get("epoch") or ""), _results(doc, len(ads) + len(refreshes))
 
     async def invalidate(self, command: Command | str, query: ClassAd | Sequence[ClassAd]) -> int:
         """Remove the ads `query` names (by Name, or by its Requirements), or those of
@@ -325,6 +350,26 @@ class CollectorClient:
                 f"the registration with the broker at {self.pool} is lost: {exc}"
             ) from None
         raise CollectorUnavailable(f"the broker at {self.pool} ended the registration")
+
+
+def _results(doc: dict[str, Any], count: int) -> list[UpdateResult]:
+    results = doc.get("results")
+    if not isinstance(results, list) or len(results) != count:
+        raise ProtocolError("the collector's answer does not account for every ad")
+    out = []
+    for r in results:
+        if not isinstance(r, dict):
+            raise ProtocolError("the collector's answer has a result that is not an object")
+        version = r.get("version")
+        out.append(
+            UpdateResult(
+                bool(r.get("accepted")),
+                str(r.get("name") or ""),
+                str(r.get("reason") or ""),
+                version if type(version) is int else 0,
+            )
+        )
+    return out
 
 
 def _query_params(

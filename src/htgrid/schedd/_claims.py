@@ -29,7 +29,7 @@ from htgrid.classad import ClassAd
 from htgrid.queue import JobId, JobStatus
 from htgrid.schedd._shadow_base import RUNNING
 
-__all__ = ["ClaimBook", "ClaimRecord", "jobs_on_claims", "public_claim_id"]
+__all__ = ["ClaimBook", "ClaimRecord", "jobs_on_claims", "public_claim_id", "started_on"]
 
 _log = logging.getLogger("htgrid.schedd.shadow")
 
@@ -39,6 +39,18 @@ _SUFFIX: Final = ".claim"
 def public_claim_id(claim_id: str) -> str:
     """The claim's name anyone may see (a one-way digest of its id)."""
     return hashlib.sha256(claim_id.encode()).hexdigest()[:32]
+
+
+def started_on(slot: str, address: str, claim_id: str, now: int) -> dict[str, Any]:
+    """What the start of a job on a claim records in the job (with the 001): where it
+    runs, the claim it runs on (by its public name), its lease renewed."""
+    return {
+        "RemoteHost": slot,
+        "LastRemoteHost": slot,
+        "StartdIpAddr": address,
+        "PublicClaimId": public_claim_id(claim_id),
+        "LastJobLeaseRenewal": now,
+    }
 
 
 @dataclass(frozen=True, slots=True)

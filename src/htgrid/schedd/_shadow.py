@@ -4,16 +4,20 @@ For each match of a vanilla job, a shadow (HTCondor's condor_shadow):
 
 1. claims the matched slot on its startd with a fresh random claim id (the claim id is
    the capability: only its holder can use or release the claim);
-2. records the claim in the job (RemoteHost, StartdIpAddr, the match's history) and
-   starts it: `job_started`, which the event log writer turns into 001;
-3. activates the claim with the job ad (its `$$()` macros filled) and, when the job's
-   files travel, sends the input sandbox;
-4. follows the claim with long polls. The claim's lease is the job's JobLeaseDuration
+2. activates the claim with the job ad (its `$$()` macros filled, where it runs: as
+   HTCondor's starter gets it) and, once the node took it (its answer), records the
+   claim in the job (RemoteHost, StartdIpAddr, the match's history) and starts it:
+   `job_started`, which the event log writer turns into 001. A job the node refuses
+   gets no 001 and stays idle, as in HTCondor, whose shadow writes the execute event
+   once the starter began the job; an answer lost is asked for until the node says
+   (`_in_doubt`), a restart asks the node too (`_shadow_recover`). When the job's
+   files travel, the input sandbox goes with the activation (a small one) or after it;
+3. follows the claim with long polls. The claim's lease is the job's JobLeaseDuration
    (ALIVE_INTERVAL * MAX_CLAIM_ALIVES_MISSED for a job that names none): the node
    kills a job whose schedd it has not heard from for that long, and releases its
    claim. A node of this host's hears from the polls; one of another host from one
    keep-alive an ALIVE_INTERVAL for all the schedd's claims there (`_leases`);
-5. when the job's run is over, records it: an exit goes to `job_exited` after the
+4. when the job's run is over, records it: an exit goes to `job_exited` after the
    output files are back (the job's policy then completes, requeues or holds it: 005,
    004 or 012); an eviction (the node restarted or lost the claim) to `job_evicted`,
    back to idle (004), its output spooled first if ON_EXIT_OR_EVICT; a failure to start
@@ -24,7 +28,7 @@ For each match of a vanilla job, a shadow (HTCondor's condor_shadow):
    lease has surely run out there. A schedd that stops (`htgrid down`, or killed)
    leaves such jobs running, and its next start reconnects to each the same way
    (`recover`);
-6. releases the claim.
+5. releases the claim.
 
 A job held or removed while it runs has its claim vacated (HoldKillSig, RemoveKillSig)
 and a removed one then leaves the queue (`destroy`). A job is never reported done
@@ -447,6 +451,9 @@ class ShadowManager:
 
     async def write(self, fn: Callable[[JobQueue], Any]) -> Any:
         return await self._worker.write(fn)
+
+    async def read(self, fn: Callable[[JobQueue], Any]) -> Any:
+        return await self._worker.read(fn)
 
     async def record_claim(self, run: ShadowRun) -> None:
         record = _record_of(run)

@@ -116,12 +116,20 @@ class GaveUp(HTGridError):
     forgotten."""
 
 
+class NotStarted(HTGridError):
+    """The node did not take the job's activation (refused it, or lost the claim), or
+    the job was held or removed as it was activated: it never started (no 001), and
+    stays as it is."""
+
+
 class ShadowHost(Protocol):
     """What a shadow needs of its manager."""
 
     settings: ShadowSettings
 
     async def write(self, fn: Callable[[JobQueue], Any]) -> Any: ...
+
+    async def read(self, fn: Callable[[JobQueue], Any]) -> Any: ...
 
     async def record_claim(self, run: ShadowRun) -> None:
         """Write `run`'s claim (for its current job) down, on disk, before it is used."""

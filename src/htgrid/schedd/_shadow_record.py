@@ -1,6 +1,7 @@
-"""What a shadow records in the queue when its job's run ends (see `_shadow_run`): the
-exit with the run's usage (then the job's policy completes, requeues or holds it), a stop
-before the end (back to idle, or held or removed as asked), an eviction, or a hold.
+"""What a shadow records in the queue (see `_shadow_run`): a job's start, once the node
+took its activation (the 001 then, never for a job the node refused); when its run ends,
+the exit with the run's usage (then the job's policy completes, requeues or holds it), a
+stop before the end (back to idle, or held or removed as asked), an eviction, or a hold.
 `ShadowRun` mixes `ShadowRecords` in."""
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
+from copy import copy
 from typing import TYPE_CHECKING, Any, cast
 
-from htgrid.classad import ClassAd
+from htgrid.classad import ClassAd, ExprTree
 from htgrid.errors import HTGridError
+from htgrid.negotiator import Updates, apply_updates
 from htgrid.queue import (
     HoldReasonCode,
     InvalidTransition,
@@ -22,8 +25,16 @@ from htgrid.queue import (
     JobQueue,
     JobStatus,
 )
+from htgrid.schedd._claims import started_on
 from htgrid.schedd._local import SCHEDD
-from htgrid.schedd._shadow_base import RUNNING, ShadowHost, StopReason, after_stop
+from htgrid.schedd._shadow_base import (
+    RUNNING,
+    NotStarted,
+    ShadowHost,
+    StopReason,
+    after_stop,
+    vacate_time,
+)
 from htgrid.schedd._shadow_files import remove_tree
 from htgrid.startd import Outcome
 
@@ -44,6 +55,56 @@ class ShadowRecords:
     _sent: dict[str, Any]  # the current job's BytesSent, once its input went
     _spooled: bool  # whether the current job may have an evicted run's output
     _idle: list[ClassAd] | None  # idle jobs that may follow, read with the last exit
+    start_attrs: dict[str, Any]  # what the start of the current job records
+    start_seq: int  # the change that started the current job
+    address: str  # the node's
+    claim_id: str
+    renewed: int  # the job's LastJobLeaseRenewal, as last recorded
+    vacate_time: float
+
+    async def _prepare(self, slot: str, updates: Updates, expanded: Updates) -> ClassAd | None:
+        """The job's ad to activate the claim with (as it runs: where, Running), or None
+        if it is no longer idle. Its start is recorded once the node took it."""
+        jid = self.job_id
+        attrs: dict[str, Any] = {name: ExprTree(text) for name, text in updates}
+        self.renewed = int(self.m.now())  # the claim was just granted or readied
+        attrs.update(started_on(slot, self.address, self.claim_id, self.renewed))
+        self.start_attrs = attrs
+
+        def read(q: JobQueue) -> ClassAd | None:
+            try:
+                ad = q.get(jid)
+            except JobNotFound:
+                return None
+            return ad if ad["JobStatus"] == JobStatus.IDLE else None
+
+        found = await self.m.read(read)
+        if found is None:
+            return None
+        ad = copy(found)  # the queue's stays as committed
+        ad.update(attrs)
+        ad.update(JobStatus=int(JobStatus.RUNNING), JobCurrentStartDate=self.renewed)
+        self.vacate_time = vacate_time(ad)
+        return apply_updates(ad, expanded)
+
+    async def _record_start(self) -> None:
+        """The node took the job's activation: record its start (Running, 001, where it
+        runs: `start_attrs`). NotStarted when it was held or removed meanwhile (the
+        claim's release then stops it on the node)."""
+        jid, attrs = self.job_id, self.start_attrs
+
+        def start(q: JobQueue) -> int | None:
+            try:
+                q.job_started(jid, attrs)  # one transaction
+            except (InvalidTransition, JobNotFound):
+                return None
+            return q.last_seq  # one writer: job_started's change
+
+        seq = await self.m.write(start)
+        if seq is None:
+            raise NotStarted("held or removed as it was activated")
+        self.start_seq = seq  # the changes after it are about this run
+        _log.info("job %s started on %s", jid, attrs.get("RemoteHost"))
 
     def _usage(self, ad: ClassAd, outcome: Outcome, received: int) -> dict[str, Any]:
         def num(name: str) -> float:

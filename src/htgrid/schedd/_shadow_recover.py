@@ -1,6 +1,8 @@
 """Start-up: the claims an earlier daemon left (`recover_claims`). A job still running on
-a node of another host within its lease is reconnected to; any other recorded claim is
-ended on its node (`_settle`, in the background) before its job goes back to idle."""
+a node of another host within its lease is reconnected to, and so is one whose start
+that daemon did not record (killed between the node's taking the activation and the
+001: `_unrecorded_starts`); any other recorded claim is ended on its node (`_settle`,
+in the background) before its job goes back to idle."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from htgrid.classad import ClassAd, ExprTree
 from htgrid.queue import InvalidTransition, JobId, JobNotFound, JobQueue, JobStatus
-from htgrid.schedd._claims import ClaimRecord, jobs_on_claims
+from htgrid.schedd._claims import ClaimRecord, jobs_on_claims, started_on
 from htgrid.schedd._shadow_base import (
     CUT,
     DISCONNECTED,
@@ -25,6 +27,8 @@ from htgrid.schedd._shadow_base import (
 from htgrid.schedd._shadow_run import ShadowRun
 from htgrid.startd import (
     ClaimNotFound,
+    ClaimState,
+    ClaimStatus,
     StartdClient,
     StartdError,
     StartdUnavailable,
@@ -39,6 +43,10 @@ __all__ = ["recover_claims", "requeue"]
 _log = logging.getLogger("htgrid.schedd.shadow")
 
 _SETTLE_RETRY: Final = 2.0  # how often an unreachable node is asked again
+# A claim's states once activated: the job it names ran there (or runs still).
+# How long start-up waits for a node to say what a claim runs (then it is ended).
+_ASK_WAIT: Final = 5.0
+_RAN: Final = (ClaimState.STARTING, ClaimState.RUNNING, ClaimState.ENDED)
 
 
 async def recover_claims(manager: ShadowManager) -> list[JobId]:
@@ -103,6 +111,12 @@ async def recover_claims(manager: ShadowManager) -> list[JobId]:
             "since its LastJobLeaseRenewal): its claim is ended, and it goes back to idle",
             jid,
         )
+    orphans = [
+        r
+        for r in records
+        if r.claim_id not in resuming and r.claim_id not in settling and not _local(r)
+    ]
+    resuming.update(await _unrecorded_starts(manager, orphans))
     for record in records:
         ad = resuming.get(record.claim_id)
         if ad is not None and not _resume(manager, record, ad):
@@ -113,6 +127,56 @@ async def recover_claims(manager: ShadowManager) -> list[JobId]:
         job = settling.get(record.claim_id)
         manager.settle(job, _settle(manager, record, job), f"claim of {record.job_id}")
     return evicted
+
+
+def _local(record: ClaimRecord) -> bool:
+    return socket_of(record.address) is not None
+
+
+async def _unrecorded_starts(
+    manager: ShadowManager, records: list[ClaimRecord]
+) -> dict[str, ClassAd]:
+    """The jobs the claims of `records` (on nodes of other hosts, no running job on
+    them) run that the queue has idle, never started on that claim: an earlier daemon
+    was killed after the node took the activation and before it recorded the start.
+    Each node is asked once; such a job's start is recorded now (its 001), and its ad
+    returned by claim id, to be reconnected to. The others are ended as before."""
+
+    async def ask(record: ClaimRecord) -> tuple[ClaimRecord, ClaimStatus] | None:
+        client = manager.client(record.address, record.certificate)
+        if client is None:
+            return None
+        try:
+            status = await asyncio.wait_for(client.status(record.claim_id), _ASK_WAIT)
+        except (StartdError, TimeoutError):
+            return None
+        return (record, status) if status.job is not None and status.state in _RAN else None
+
+    found = [each for each in await asyncio.gather(*map(ask, records)) if each is not None]
+    now = int(manager.now())
+
+    def start(q: JobQueue) -> dict[str, ClassAd]:
+        started = {}
+        for record, status in found:
+            try:
+                jid = JobId.parse(str(status.job))
+                ad = q.get(jid)
+                if (
+                    ad["JobStatus"] != JobStatus.IDLE
+                    or ad.get("JobUniverse") != VANILLA
+                    or ad.get("PublicClaimId") == record.public_id  # its run's end recorded
+                ):
+                    continue
+                q.job_started(jid, started_on(status.slot, record.address, record.claim_id, now))
+            except (ValueError, InvalidTransition, JobNotFound):
+                continue
+            _log.info(
+                "job %s: %s took it before the restart: started, reconnecting", jid, status.slot
+            )
+            started[record.claim_id] = q.get(jid)
+        return started
+
+    return await manager.write(start) if found else {}
 
 
 def _resume(manager: ShadowManager, record: ClaimRecord, ad: ClassAd) -> bool:

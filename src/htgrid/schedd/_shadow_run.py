@@ -1,10 +1,10 @@
 """One vanilla job's run on one claim: the shadow itself (see `_shadow` for the whole).
 
-`ShadowRun.run` claims the slot, records the start, activates the claim with the input
-(a small one in the same request), follows the claim by long polls until the job's end
-(a small output with it), and records that: exit, eviction, or a hold for a job that
-could not start or whose files could not move. Every queue write goes through the
-`ShadowHost` (the manager's queue thread).
+`ShadowRun.run` claims the slot, activates the claim with the input (a small one in the
+same request), records the start once the node took it (no 001 for a job it refused),
+follows the claim by long polls until the job's end (a small output with it), and
+records that: exit, eviction, or a hold for a job that could not start or whose files
+could not move. Every queue write goes through the `ShadowHost` (the queue thread).
 
 A node of another host may run the job on without the schedd, for the job's lease
 (JobLeaseDuration; the node kills it past that). When it stops answering (its keep-alives
@@ -27,18 +27,14 @@ from typing import Any, Final, NoReturn
 
 from htgrid._aio import wait_event
 from htgrid._privsep import Account, OwnerRefused, as_owner
-from htgrid.classad import ClassAd, ExprTree
+from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
-from htgrid.negotiator import Match, Updates, apply_updates
+from htgrid.negotiator import Match, Updates
 from htgrid.queue import (
     HoldReasonCode,
-    InvalidTransition,
     JobId,
-    JobNotFound,
-    JobQueue,
 )
 from htgrid.queue.faults import JobFailure, daemon_fault, problem
-from htgrid.schedd._claims import public_claim_id
 from htgrid.schedd._leases import NodeLink
 from htgrid.schedd._shadow_base import (
     CUT,
@@ -47,6 +43,7 @@ from htgrid.schedd._shadow_base import (
     RESTARTED,
     Evicted,
     GaveUp,
+    NotStarted,
     ShadowHost,
     StopReason,
     Unreachable,
@@ -83,6 +80,8 @@ _RETRY: Final = 1.0
 _LONG_POLL: Final = 300.0
 _NOT_FOUND: Final = "Job not found at execution machine"
 _CLAIM_NOT_FOUND: Final = "Claim not found at execution machine"
+# A claim's states once it was activated for a job (`ClaimStatus.job` names it).
+_ACTIVATED: Final = (ClaimState.STARTING, ClaimState.RUNNING, ClaimState.ENDED)
 
 
 class ShadowRun(ShadowRecords):
@@ -117,7 +116,7 @@ class ShadowRun(ShadowRecords):
         self.link: NodeLink | None = None  # the keep-alives of a node of another host
         self.task: asyncio.Task[None] | None = None  # the task running it
         self._stopping = asyncio.Event()
-        self._started_at = 0.0
+        self.start_attrs: dict[str, Any] = {}  # what the start records (`_prepare`'s)
         self.slot_ad = ClassAd()  # the claimed slot, once claimed
         self.resources = Resources(0, 0, 0)
         self.account: Account | None = None  # the current job's owner's, once it starts
@@ -293,7 +292,7 @@ class ShadowRun(ShadowRecords):
         if not await self._owner():
             return False
         self._sent, self._spooled = {}, True
-        ad = await self._start(slot, updates, expanded)
+        ad = await self._prepare(slot, updates, expanded)
         if ad is None:  # held or removed since the match
             return False
         return await self._attend(ad, self._activate(ad))
@@ -315,6 +314,9 @@ class ShadowRun(ShadowRecords):
                         raise
                     # It may run the job on: never run it elsewhere too before that is over.
                     status = await self._cut(str(exc))
+        except NotStarted as exc:  # still idle (or held, removed): the claim goes
+            self.on_node = False
+            _log.info("job %s did not start on %s: %s", self.job_id, self.address, exc)
         except GaveUp:
             self.on_node, self._settled = False, True
         except Evicted as exc:  # the claim is gone: the job runs again, elsewhere or later
@@ -326,6 +328,8 @@ class ShadowRun(ShadowRecords):
         return False
 
     async def _activate(self, ad: ClassAd) -> ClaimStatus:
+        """Activate the claim with the job; once the node took it (its answer), record
+        the start (001). NotStarted when it did not: refused, or the claim gone."""
         small = await small_input(self, ad)  # sent with the activation
         data = None if small is None else small[0]
         after, self._after = self._after, None  # the last job's end, if reused: once
@@ -335,13 +339,42 @@ class ShadowRun(ShadowRecords):
                 self.client.activate(self.claim_id, ad, data, after=after, watch=watch)
             )
             self._watched = watch is not None
-            if small is not None and not status.transfer_input:  # taken
-                self._sent, self._spooled = {"BytesSent": small[1]}, small[2]
-            return status
         except Unreachable as exc:
             if not self.remote:
                 raise
-            return await self._cut(str(exc))
+            status = await self._in_doubt(str(exc))
+        except Evicted as exc:
+            raise NotStarted(str(exc)) from None
+        if small is not None and not status.transfer_input:  # taken
+            self._sent, self._spooled = {"BytesSent": small[1]}, small[2]
+        await self._record_start()
+        return status
+
+    async def _in_doubt(self, why: str) -> ClaimStatus:
+        """The activation's answer was lost (`why`): whether the node took it is known
+        once it answers, asked until the lease has surely run out there (a job with no
+        lease is not waited for). The claim's status if it took it; NotStarted if not.
+        The job stays idle meanwhile, this shadow's (matched nowhere else)."""
+        _log.warning("job %s: its activation unanswered by %s: %s", self.job_id, self.address, why)
+        wait = 0.0 if no_lease(self.job) else self.lease + self.vacate_time + LEASE_MARGIN
+        deadline, attempts = self.m.now() + wait, 0
+        while True:
+            try:
+                status = await asyncio.wait_for(
+                    self.client.status(self.claim_id), self.m.settings.alive_interval
+                )
+            except ClaimNotFound:
+                raise NotStarted("the execute node has no such claim") from None
+            except (StartdError, TimeoutError) as exc:
+                attempts += 1
+                delay = min(reconnect_delay(attempts, self.m.settings), deadline - self.m.now())
+                if delay <= 0:
+                    raise NotStarted(f"the execute node does not answer ({exc})") from None
+                await asyncio.sleep(delay)
+                continue
+            if status.job == str(self.job_id) and status.state in _ACTIVATED:
+                return status
+            raise NotStarted(f"the execute node did not take it (claim {status.state.value})")
 
     async def _cut(self, why: str) -> ClaimStatus:
         """The node of another host stopped answering (`why`): a job with no lease is
@@ -432,35 +465,6 @@ class ShadowRun(ShadowRecords):
         _log.warning("job %s: reconnection to %s failed: %s", self.job_id, self.address, reason)
         await self.m.gave_up(self, reason)
         raise GaveUp(reason)
-
-    async def _start(self, slot: str, updates: Updates, expanded: Updates) -> ClassAd | None:
-        """Record the claim and start the job; its ad to run, or None if it is not idle."""
-        jid = self.job_id
-        attrs: dict[str, Any] = {name: ExprTree(text) for name, text in updates}
-        self.renewed = int(self.m.now())  # the claim was just granted or readied
-        attrs.update(
-            RemoteHost=slot,
-            LastRemoteHost=slot,
-            StartdIpAddr=self.address,
-            PublicClaimId=public_claim_id(self.claim_id),
-            LastJobLeaseRenewal=self.renewed,
-        )
-
-        def start(q: JobQueue) -> tuple[int, ClassAd] | None:
-            try:
-                q.job_started(jid, attrs)  # one transaction
-            except (InvalidTransition, JobNotFound):
-                return None
-            return q.last_seq, q.get(jid)  # one writer: last_seq is job_started's change
-
-        started = await self.m.write(start)
-        if started is None:
-            return None
-        self.start_seq, ad = started
-        self._started_at = self.m.now()
-        self.vacate_time = vacate_time(ad)
-        _log.info("job %s started on %s", jid, slot)
-        return apply_updates(ad, expanded)
 
     async def _follow(self, ad: ClassAd, status: ClaimStatus) -> ClaimStatus:
         """Follow the claim from `status` to the job's end (the claim's status then,

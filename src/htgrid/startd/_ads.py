@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from copy import copy
+from dataclasses import dataclass
 from typing import Final
 
 from htgrid import __version__
@@ -26,6 +27,7 @@ __all__ = [
     "CONDOR_PLATFORM",
     "CONDOR_VERSION",
     "TLS_CERTIFICATE",
+    "SlotMembers",
     "dynamic_ad",
     "partitionable_ad",
     "slot_members",
@@ -51,6 +53,8 @@ _PSLOT_EXPRS: Final = (
     ("Requirements", _PSLOT_REQUIREMENTS),
 )
 _DSLOT_EXPRS: Final = (("Requirements", _START),)
+# The fixed attributes that name a slot's ad in the collector, with its Name.
+_NAMES: Final = ("mytype", "machine", "myaddress")
 
 #: A slot's own attributes, Name first, as plain values (ints, strings, bools).
 Pairs = tuple[tuple[str, object], ...]
@@ -271,14 +275,40 @@ def _dynamic_pairs(slots: Slots, claim: Claim) -> Pairs:
     return tuple(pairs)
 
 
-def slot_members(ctx: AdContext, slots: Slots, now: float) -> list[Mapping[str, str]]:
+@dataclass(frozen=True, slots=True)
+class SlotMembers:
+    """One slot's ad as JSON members, in its three parts: the fixed part every slot
+    shares, the slot's own attributes and what every update changes. The first two are
+    the same objects from update to update while nothing in them changes (`same`)."""
+
+    name: str
+    static: Mapping[str, str]
+    own: Mapping[str, str]
+    varying: Mapping[str, str]
+
+    def whole(self) -> dict[str, str]:
+        """The members of the whole ad."""
+        return {**self.static, **self.varying, **self.own}
+
+    def refresh(self) -> dict[str, str]:
+        """What the collector needs to keep the ad it has of this slot, unchanged but
+        for what every update changes (`AdStore.refresh`): that, and the ad's names."""
+        names = {k: self.static[k] for k in _NAMES if k in self.static}
+        return {**names, "name": self.own["name"], **self.varying}
+
+    def same(self, other: SlotMembers) -> bool:
+        """Whether `other` had this content: only what every update changes differs."""
+        return self.static is other.static and self.own is other.own
+
+
+def slot_members(ctx: AdContext, slots: Slots, now: float) -> list[SlotMembers]:
     """The ads of `partitionable_ad` and of each claim's `dynamic_ad`, as the JSON
-    members the collector is sent (`CollectorClient.advertise_members`): the static
+    members the collector is sent (`CollectorClient.advertise_changes`): the static
     attributes' members are made once, a slot's own again only when they changed."""
     _, static = ctx.static()
-    common = {**static, **json_members(ctx.varying(now))}
-    own = [ctx.own(_partitionable_pairs(slots), _PSLOT_EXPRS)[1]] + [
-        ctx.own(_dynamic_pairs(slots, c), _DSLOT_EXPRS)[1] for c in slots.claims.values()
+    varying = json_members(ctx.varying(now))
+    own = [(slots.name, ctx.own(_partitionable_pairs(slots), _PSLOT_EXPRS)[1])] + [
+        (c.name, ctx.own(_dynamic_pairs(slots, c), _DSLOT_EXPRS)[1]) for c in slots.claims.values()
     ]
-    ctx.forget_others({slots.name, *(c.name for c in slots.claims.values())})
-    return [{**common, **members} for members in own]
+    ctx.forget_others({name for name, _ in own})
+    return [SlotMembers(name, static, members, varying) for name, members in own]

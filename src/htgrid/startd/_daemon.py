@@ -10,7 +10,8 @@ killed predecessor's jobs left running (found by their marker) and remove its sa
   past CLAIM_WORKLIFE are released, and STARTD_NOCLAIM_SHUTDOWN is checked: unclaimed
   that long, the node exits with `EXIT_IDLE` (so the master shuts the pool down and
   runs its shutdown script);
-- the slot ads go to the collector every UPDATE_INTERVAL and soon after each change.
+- the slot ads go to the collector every UPDATE_INTERVAL and soon after each change
+  (`_advertise`).
 
 Stopping (SIGTERM, the master gone, idle): the slot becomes Drained, every job is
 vacated, the schedds get a moment to collect what they may, claims are released, the
@@ -39,14 +40,15 @@ from typing import Any, Final
 
 from starlette.requests import Request
 
-from htgrid._aio import on_parent_gone, take_sighup, wait_event
+from htgrid._aio import on_parent_gone, take_sighup
 from htgrid._privsep import OwnerPolicy, closed_to_others
 from htgrid.classad import ClassAd, ExprTree, quote
 from htgrid.classad.fast import requirements_hold
-from htgrid.collector import CollectorClient, CollectorRefused
+from htgrid.collector import CollectorClient
 from htgrid.errors import HTGridError
 from htgrid.pool import LaunchError, family_marker, trusted_ca_files
-from htgrid.startd._ads import AdContext, dynamic_ad, partitionable_ad, slot_members, slot_state
+from htgrid.startd._ads import AdContext, dynamic_ad, partitionable_ad, slot_state
+from htgrid.startd._advertise import Advertiser
 from htgrid.startd._api import create_app, start_unix_server
 from htgrid.startd._claims import Claim, Slots, has_lease, job_lease, request_of
 from htgrid.startd._config import StartdConfig
@@ -66,13 +68,7 @@ _log = logging.getLogger("htgrid.startd")
 EXIT_IDLE: Final = 99  # HTCondor's DAEMON_NO_RESTART: the master must not restart it
 VANILLA: Final = 5
 _TICK: Final = 0.5
-_SETTLE: Final = 1.1
 _COLLECT_WAIT: Final = 5.0  # how long a stopping node lets schedds fetch ended jobs
-#: A claim's job started or ended: advertised no sooner than this after the last update.
-_ACTIVITY_GAP: Final = 0.25
-# A released slot's removal the collector refuses is asked for at this many updates,
-# then no more (it leaves the collector as its ad expires there).
-_REMOVAL_TRIES: Final = 3
 
 
 class ExitReason(enum.Enum):
@@ -111,18 +107,11 @@ class Startd:
         self.policy = OwnerPolicy(allow_root=config.allow_root_jobs)
         self._stop = asyncio.Event()
         self._reason = ExitReason.STOPPED
-        self._dirty = asyncio.Event()
-        self._urgent = False  # resources moved since the last advertisement
-        # The advertisement due for a claim's activity change, if one is; when (the loop's
-        # time) the last one began.
-        self._activity: asyncio.TimerHandle | None = None
-        self._advertised = 0.0
         self._slots: Slots | None = None
         self._ctx: AdContext | None = None
         self._last_in_use = monotonic()
-        self._joined = False  # an update of its ads was taken by the collector
         self._net = NodeNetwork(self, clock)  # the TLS API and the broker, if on its own
-        self._refused: dict[str, int] = {}  # removals the collector refused: how often
+        self._ads = Advertiser(self, clock, lambda: self.request_stop(ExitReason.REFUSED))
         self._reconfigs: set[asyncio.Task[None]] = set()
 
     # -- what the API calls -------------------------------------------------------------
@@ -342,19 +331,12 @@ class Startd:
             self._changed()
 
     def _changed(self) -> None:
-        """Resources were claimed or given back: advertise at once, for the negotiator."""
-        self._urgent = True
-        self._dirty.set()
+        """Resources were claimed or given back: advertised at once (`Advertiser`)."""
+        self._ads.changed()
 
     def _active(self) -> None:
-        """A claim's activity changed (its job started or ended), no resources moved:
-        advertised at once, but no sooner than `_ACTIVITY_GAP` after the last update, the
-        changes of all claims in one. A node running short jobs on reused claims would
-        otherwise update the collector (and the negotiator) many times a second."""
-        if self._activity is None:
-            loop = asyncio.get_running_loop()
-            delay = max(0.0, self._advertised + _ACTIVITY_GAP - loop.time())
-            self._activity = loop.call_later(delay, self._dirty.set)
+        """A claim's activity changed: advertised soon, with the others' (`Advertiser`)."""
+        self._ads.active()
 
     # -- running ------------------------------------------------------------------------
 
@@ -373,7 +355,7 @@ class Startd:
         if self._ctx is not None:
             self._ctx.config = config
         self.policy = OwnerPolicy(allow_root=config.allow_root_jobs)
-        self._dirty.set()
+        self._ads.soon()
 
     def request_stop(self, reason: ExitReason = ExitReason.STOPPED) -> None:
         if not self._stop.is_set():
@@ -457,7 +439,7 @@ class Startd:
             self.pool, timeout=10.0, home=self.config.home, daemon=True
         ) as collector:
             tasks = [
-                asyncio.create_task(self._advertise_loop(collector), name="advertise"),
+                asyncio.create_task(self._ads.run(collector), name="advertise"),
                 asyncio.create_task(self._tick_loop(), name="leases"),
             ]
             broker = self.config.broker(self.pool)
@@ -523,114 +505,13 @@ class Startd:
             _log.warning("%s: the lease of %s ran out: released", claim.name, claim.schedd)
             await self._release(claim)
 
-    # -- advertising --------------------------------------------------------------------
-
-    async def _advertise_loop(self, collector: CollectorClient) -> None:
-        failing = False
-        while True:
-            self._dirty.clear()
-            settle, self._urgent = self._urgent, False
-            if self._activity is not None:  # this update carries it
-                self._activity.cancel()
-                self._activity = None
-            self._advertised = asyncio.get_running_loop().time()
-            try:
-                await self._advertise(collector)
-                if failing:
-                    _log.info("the collector at %s answers again", self.pool)
-                failing, self._joined = False, True
-            except CollectorRefused as exc:
-                if not self._joined:  # it cannot join this pool: say why, and stop
-                    _log.error("the pool at %s refuses this execute node: %s", self.pool, exc)
-                    self.request_stop(ExitReason.REFUSED)
-                    return
-                if not failing:
-                    _log.warning("the collector at %s refuses the ads: %s", self.pool, exc)
-                failing = True
-            except HTGridError as exc:
-                if not failing:
-                    _log.warning("cannot advertise to the collector at %s: %s", self.pool, exc)
-                failing = True
-            # After a change, one more update a second later: the collector stamps
-            # LastHeardFrom in whole seconds, and the negotiator trusts an ad for a match
-            # only once it was heard from after the match (an update in the same second
-            # as the match would not count, and the slot would look smaller for minutes).
-            wait = _SETTLE if settle else self.config.update_interval
-            await wait_event(self._dirty, wait)
-            await asyncio.sleep(0.05)  # changes come in bursts: one update for them all
-
-    async def _advertise(self, collector: CollectorClient) -> None:
-        slots = self.slots
-        slots.move(slot_state(self.ctx, slots))
-        self.ctx.sequence += 1
-        released, slots.released = slots.released, []
-        try:
-            ads = slot_members(self.ctx, slots, self._clock())
-            await collector.advertise_members("UPDATE_STARTD_AD", ads)
-        except HTGridError:
-            slots.released[:0] = released  # try again next time
-            raise
-        if not released:
-            return
-        queries = [
-            ClassAd({"MyType": "Query", "TargetType": "Machine", "Name": name}) for name in released
-        ]
-        if len(queries) > 1:
-            try:
-                await collector.invalidate("INVALIDATE_STARTD_ADS", queries)  # one request
-            except CollectorRefused:
-                pass  # it removes none then: asked one by one below, to know which it refuses
-            except HTGridError:
-                slots.released[:0] = released
-                raise
-            else:
-                for name in released:
-                    self._refused.pop(name, None)
-                return
-        for at, (name, query) in enumerate(zip(released, queries, strict=True)):
-            try:
-                await collector.invalidate("INVALIDATE_STARTD_ADS", query)
-            except CollectorRefused as exc:
-                self._removal_refused(name, exc)
-            except HTGridError:
-                slots.released[:0] = released[at:]  # not reached: try again next time
-                raise
-            else:
-                self._refused.pop(name, None)
-
-    def _removal_refused(self, name: str, exc: CollectorRefused) -> None:
-        """The collector refuses to remove the ad of `name`: asked again at the next
-        updates, `_REMOVAL_TRIES` times in all, then given up (an answer that will not
-        change must not be asked for at every update, for ever)."""
-        tries = self._refused.get(name, 0) + 1
-        if tries < _REMOVAL_TRIES:
-            self._refused[name] = tries
-            self.slots.released.append(name)
-            _log.warning(
-                "the collector at %s refuses to remove the ad of %s: %s (asked again at "
-                "the next update)",
-                self.pool,
-                name,
-                exc,
-            )
-            return
-        self._refused.pop(name, None)
-        _log.error(
-            "the collector at %s refused to remove the ad of %s %d times: %s; no longer "
-            "asked: it stays there until it expires",
-            self.pool,
-            name,
-            tries,
-            exc,
-        )
-
     # -- stopping -----------------------------------------------------------------------
 
     async def _shut_down(self, collector: CollectorClient) -> None:
         slots = self.slots
         slots.move(SlotState.DRAINED)
         with contextlib.suppress(HTGridError):
-            await self._advertise(collector)  # no new matches while the jobs go
+            await self._ads.advertise(collector)  # no new matches while the jobs go
         claims = list(slots.claims.values())
         for claim in claims:
             if claim.starter is not None:
