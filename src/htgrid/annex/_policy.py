@@ -286,7 +286,8 @@ def _parameter_statements(region: str, account: str, me: str) -> list[dict[str, 
     params = _params(region, account)[1]
     return [
         _allow(["ssm:PutParameter", "ssm:AddTagsToResource"], params,
-               StringEquals={"aws:RequestTag/" + OWNER_TAG: me}, Null={"aws:ResourceTag/" + OWNER_TAG: "true"}),
+               StringEquals={"aws:RequestTag/" + OWNER_TAG: me},
+               StringEqualsIfExists={"aws:ResourceTag/" + OWNER_TAG: me}),
         _allow(["ssm:PutParameter", "ssm:DeleteParameter", "ssm:DeleteParameters"], params,
                StringEquals={"aws:ResourceTag/" + OWNER_TAG: me}),
     ]  # fmt: skip

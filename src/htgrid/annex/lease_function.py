@@ -367,9 +367,10 @@ def _rule_lease(events: Any, annex: str) -> float | None:
 
 
 def _lease_of(events: Any, rule: dict[str, Any]) -> tuple[str, float] | None:
-    """The (annex, expiry) a rule's target says, else its tags say with no target: None
-    if neither does (a rule of something else), or they name another annex than the
-    rule's name does (a user may put anything on its own rule: not another's lease)."""
+    """The (annex, expiry) of an annex's rule: the annex its name says (a user may put
+    anything on its own rule, but no other's lease), the expiry its target's input says,
+    else, with no target, its tags: None if neither says one (a rule of something else)."""
+    annex = str(rule["Name"])[len(RULE_PREFIX) :]
     try:
         targets = events.list_targets_by_rule(Rule=rule["Name"]).get("Targets", [])
     except Exception as exc:
@@ -379,17 +380,15 @@ def _lease_of(events: Any, rule: dict[str, Any]) -> tuple[str, float] | None:
     for target in targets:
         try:
             doc = json.loads(target.get("Input") or "")
-        except ValueError:
+            if isinstance(doc, dict) and doc.get("htgrid") == "annex-lease":
+                return annex, float(doc["LeaseExpiration"])
+        except (ValueError, KeyError, TypeError):
             continue
-        if isinstance(doc, dict) and doc.get("htgrid") == "annex-lease":
-            if rule_name(str(doc.get("AnnexName"))) != rule["Name"]:
-                continue
-            return str(doc["AnnexName"]), float(doc["LeaseExpiration"])
     if targets:
         return None
     tags = events.list_tags_for_resource(ResourceARN=rule["Arn"]).get("Tags", [])
-    annex, lease = _tag(tags, ANNEX_TAG), _tag(tags, LEASE_TAG)
-    if annex is None or lease is None or rule_name(annex) != rule["Name"]:
+    lease = _tag(tags, LEASE_TAG)
+    if _tag(tags, ANNEX_TAG) is None or lease is None:
         return None
     try:
         return annex, float(lease)
