@@ -193,6 +193,14 @@ def _role_tags(role: str) -> dict[str, str]:
     return _tags(found.get("Tags"), "iam:ResourceTag")
 
 
+def _profile_tags(profile: str) -> dict[str, str]:
+    try:
+        found = admin("iam").get_instance_profile(InstanceProfileName=profile)
+    except ClientError:
+        return {}
+    return _tags(found["InstanceProfile"].get("Tags"), "aws:ResourceTag")
+
+
 def _boundary_of(role: str) -> str:
     try:
         found = admin("iam").get_role(RoleName=role)["Role"]
@@ -210,9 +218,13 @@ def _iam_calls(action: str, operation: str, kw: Mapping[str, Any], me: Mapping[s
     for tag in kw.get("Tags", []):
         ctx[f"aws:RequestTag/{tag['Key']}"] = tag["Value"]
     kind = "instance-profile" if "InstanceProfile" in action else "role"
+    if kind == "instance-profile":
+        ctx.update(_profile_tags(kw["InstanceProfileName"]))
     out = [(action, f"arn:aws:iam::{ACCOUNT}:{kind}{lf.ROLE_PATH}{role}", ctx)]
     if operation == "create_role" and kw.get("Tags"):
         out.append(("iam:TagRole", out[0][1], ctx))
+    if operation == "create_instance_profile" and kw.get("Tags"):
+        out.append(("iam:TagInstanceProfile", out[0][1], ctx))
     if operation == "add_role_to_instance_profile":
         out += _pass(kw["RoleName"], me)
     return out

@@ -81,8 +81,8 @@ def test_another_user_cannot_end_extend_or_add_to_an_annex_not_theirs(
             attempt()
         assert _live() == before  # refused before anything of hers was ended
     # Nor call by call, as a user of the API would.
-    ec2, events, ssm = (bob.aws.client(s) for s in ("ec2", "events", "ssm"))
-    x_rule = lf.rule_name("x")
+    ec2, events, ssm, iam = (bob.aws.client(s) for s in ("ec2", "events", "ssm", "iam"))
+    x_rule, x_role = lf.rule_name("x"), lf.instance_role("x", REGION)
     early = lf.lease_input("x", 0)
     for call, kwargs in (
         (ec2.terminate_instances, {"InstanceIds": before["x"]}),
@@ -101,6 +101,10 @@ def test_another_user_cannot_end_extend_or_add_to_an_annex_not_theirs(
         (ssm.put_parameter, {"Name": f"{lf.PARAMETER_ROOT}/x/lease", "Value": "0",
                              "Type": "String", "Overwrite": True}),
         (ssm.delete_parameters, {"Names": [f"{lf.PARAMETER_ROOT}/x/config"]}),
+        (iam.remove_role_from_instance_profile,
+         {"InstanceProfileName": x_role, "RoleName": x_role}),
+        (iam.delete_instance_profile, {"InstanceProfileName": x_role}),
+        (iam.delete_role, {"RoleName": x_role}),
     ):  # fmt: skip
         with pytest.raises(ClientError, match="AccessDenied"):
             call(**kwargs)
@@ -108,6 +112,10 @@ def test_another_user_cannot_end_extend_or_add_to_an_annex_not_theirs(
     assert _live() == before and alices.lease_of("x") == lease
     value = boto("ssm").get_parameter(Name=f"{lf.PARAMETER_ROOT}/x/lease")["Parameter"]["Value"]  # type: ignore[attr-defined]
     assert value == str(int(lease or 0))
+    (role,) = boto("iam").get_instance_profile(InstanceProfileName=x_role)["InstanceProfile"][
+        "Roles"
+    ]  # type: ignore[attr-defined]
+    assert role["RoleName"] == x_role
     # Her own calls end hers.
     assert sorted(alices.end("x")["terminated"]) == before["x"]
 

@@ -250,7 +250,7 @@ class AwsAnnexes:
         self.call("iam", "attach_role_policy", RoleName=role, PolicyArn=policy)
         if self.call_or_none(
             "iam", "create_instance_profile", ["EntityAlreadyExists"],
-            InstanceProfileName=role, Path=ROLE_PATH,
+            InstanceProfileName=role, Path=ROLE_PATH, Tags=tags,
         ) is not None:  # fmt: skip
             self.call("iam", "add_role_to_instance_profile", InstanceProfileName=role,
                       RoleName=role)  # fmt: skip

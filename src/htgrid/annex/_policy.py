@@ -20,7 +20,7 @@ users' policy lets a user change or end only what is tagged its own:
   the user's and only then overwritten or deleted by it; its token is under
   TOKEN_ROOT/OWNER/ (the path, not a tag, scopes it: reading one must not depend on a
   tag anyone could set first).
-* IAM: the annex's instance role as before (`_role_statements`).
+* IAM: the annex's instance role and profile (`_role_statements`).
 
 Read-only calls cannot be scoped this way on AWS (DescribeInstances,
 DescribeSpotFleetRequests, DescribeSpotPriceHistory, ListRules allow no resource-level
@@ -311,15 +311,18 @@ def _role_statements(account: str, me: str) -> list[dict[str, Any]]:
         _allow(["iam:PassRole"], role,
                StringEquals={"iam:PassedToService": "ec2.amazonaws.com", **mine}),
         _allow(["iam:DetachRolePolicy", "iam:DeleteRole"], role, StringEquals=mine),
-        _allow(["iam:ListAttachedRolePolicies"], role),
+        _allow(["iam:ListAttachedRolePolicies", "iam:GetInstanceProfile"], [role, profile]),
+        # Its profile too: made tagged as its own, and only its own changed or deleted
+        # (another's instances would lose their role, or get the user's).
+        _allow(["iam:CreateInstanceProfile", "iam:TagInstanceProfile"], profile,
+               StringEquals={"aws:RequestTag/" + OWNER_TAG: me}),
         _allow(
             [
-                "iam:CreateInstanceProfile",
-                "iam:GetInstanceProfile",
                 "iam:AddRoleToInstanceProfile",
                 "iam:RemoveRoleFromInstanceProfile",
                 "iam:DeleteInstanceProfile",
             ],
             profile,
+            StringEquals={"aws:ResourceTag/" + OWNER_TAG: me},
         ),
     ]  # fmt: skip
