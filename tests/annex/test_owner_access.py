@@ -171,6 +171,26 @@ def test_a_principal_tag_names_the_owner_for_users_with_no_iam_user_name() -> No
     assert not allowed(policy, "ec2:RunInstances", f"{EC2}:instance/*", {**bob, **made})
 
 
+def test_a_user_tags_only_its_own_rules_and_with_the_annex_keys_only() -> None:
+    policy = [user_policy(REGION, ACCOUNT)]
+    rule = f"{RULES}{lf.rule_name('b')}"
+    bob = {"aws:username": "bob", "aws:ResourceTag/" + OWNER_TAG: "bob"}
+    lease = {"aws:TagKeys": [lf.LEASE_TAG], "aws:RequestTag/" + lf.LEASE_TAG: "1"}
+    assert allowed(policy, "events:TagResource", rule, {**bob, **lease})
+    # Not another's rule, not to give his away, no other key.
+    alices = {**bob, "aws:ResourceTag/" + OWNER_TAG: "alice"}
+    assert not allowed(policy, "events:TagResource", rule, {**alices, **lease})
+    away = {"aws:TagKeys": [OWNER_TAG], "aws:RequestTag/" + OWNER_TAG: "alice"}
+    assert not allowed(policy, "events:TagResource", rule, {**bob, **away})
+    other = {"aws:TagKeys": ["cost-center"], "aws:RequestTag/cost-center": "x"}
+    assert not allowed(policy, "events:TagResource", rule, {**bob, **other})
+    # A rule is put again only by its owner; a new one only tagged as the user's.
+    made = {"aws:username": "bob", "aws:RequestTag/" + OWNER_TAG: "bob"}
+    assert allowed(policy, "events:PutRule", rule, made)
+    assert not allowed(policy, "events:PutRule", rule, {**made, "aws:ResourceTag/" + OWNER_TAG: "alice"})  # fmt: skip
+    assert not allowed(policy, "events:PutRule", rule, {"aws:username": "bob"})
+
+
 class _Sts:
     def __init__(self, arn: str) -> None:
         self.arn = arn

@@ -14,8 +14,8 @@ users' policy lets a user change or end only what is tagged its own:
   nor touch launch templates (the annex uses none).
 * EventBridge: a user's lease rules (`htgrid-annex-NAME`) are made tagged as its own and
   only its own may be put again, targeted (at the lease function only), tagged,
-  emptied or deleted (`aws:ResourceTag`). Rule names do not carry the owner: an IAM
-  user name may hold `@+=,`, which rule names and SSM paths do not allow.
+  emptied or deleted (`aws:ResourceTag`). Rule names do not carry the owner: an
+  annex's name is the region's (its instances, parameters and role are named by it).
 * SSM: an annex's lease and launch settings (PARAMETER_ROOT/NAME/...) are made tagged as
   the user's and only then overwritten or deleted by it; its token is under
   TOKEN_ROOT/OWNER/ (the path, not a tag, scopes it: reading one must not depend on a
