@@ -8,9 +8,9 @@ what is tagged `htgrid:AnnexName = NAME` (instances, spot-fleet requests). OWNER
 owner, is the IAM user who made it, or, for a principal that is no IAM user (single
 sign-on), HTGRID_ANNEX_OWNER: the value of the principal tag `htgrid annex setup
 --principal-tag` named. Everything the annex makes is tagged with it (OWNER_TAG), and
-the users' policy (`_policy`) lets only the owner change or end it. So a crash of this tool at any moment leaves nothing the lease
-function will not end: the rule is made first, then its target, then the role, the
-parameters, then the instances are requested.
+the users' policy (`_policy`) lets only the owner change or end it. So a crash of this
+tool at any moment leaves nothing the lease function will not end: the rule is made
+first, then its target, then the role, the parameters, then the instances are requested.
 
 boto3 finds credentials and endpoints its usual way (AWS_PROFILE, AWS_ENDPOINT_URL, ...).
 """
