@@ -64,7 +64,8 @@ def _parameter_tags(name: str) -> dict[str, str]:
         raw = admin("ssm").list_tags_for_resource(ResourceType="Parameter", ResourceId=name)
     except ClientError:
         return {}  # none yet
-    return _tags(raw.get("TagList"), "aws:ResourceTag")
+    tags = raw.get("TagList")
+    return {**_tags(tags, "aws:ResourceTag"), **_tags(tags, "ssm:resourceTag")}
 
 
 def _rule_tags(arn: str) -> dict[str, str]:

@@ -284,12 +284,14 @@ def _parameter_statements(region: str, account: str, me: str) -> list[dict[str, 
     """An annex's lease and settings parameters: made tagged as the user's, then
     overwritten and deleted by it only."""
     params = _params(region, account)[1]
+    # SSM names a parameter's tags by both keys (its own older one, and IAM's).
+    keys = ("aws:ResourceTag/" + OWNER_TAG, "ssm:resourceTag/" + OWNER_TAG)
     return [
         _allow(["ssm:PutParameter", "ssm:AddTagsToResource"], params,
                StringEquals={"aws:RequestTag/" + OWNER_TAG: me},
-               StringEqualsIfExists={"aws:ResourceTag/" + OWNER_TAG: me}),
-        _allow(["ssm:PutParameter", "ssm:DeleteParameter", "ssm:DeleteParameters"], params,
-               StringEquals={"aws:ResourceTag/" + OWNER_TAG: me}),
+               StringEqualsIfExists=dict.fromkeys(keys, me)),
+        *(_allow(["ssm:PutParameter", "ssm:DeleteParameter", "ssm:DeleteParameters"], params,
+                 StringEquals={key: me}) for key in keys),
     ]  # fmt: skip
 
 
