@@ -191,6 +191,26 @@ def test_a_user_tags_only_its_own_rules_and_with_the_annex_keys_only() -> None:
     assert not allowed(policy, "events:PutRule", rule, {"aws:username": "bob"})
 
 
+def test_a_user_launches_only_instances_tagged_its_own_and_in_the_setups_region() -> None:
+    policy = [user_policy(REGION, ACCOUNT)]
+    bob = {"aws:username": "bob"}
+    made = {**bob, "aws:RequestTag/" + OWNER_TAG: "bob"}
+    for kind in ("instance", "volume"):
+        assert allowed(policy, "ec2:RunInstances", f"{EC2}:{kind}/*", made)
+        assert not allowed(policy, "ec2:RunInstances", f"{EC2}:{kind}/*", bob)
+        assert not allowed(policy, "ec2:RunInstances", f"{EC2}:{kind}/*",
+                           {**bob, "aws:RequestTag/" + OWNER_TAG: "alice"})  # fmt: skip
+        elsewhere = f"arn:aws:ec2:eu-west-1:{ACCOUNT}:{kind}/*"
+        assert not allowed(policy, "ec2:RunInstances", elsewhere, made), elsewhere
+    # What it launches from needs no tag: an image, a subnet.
+    assert allowed(policy, "ec2:RunInstances", f"arn:aws:ec2:{REGION}::image/{IMAGE}", bob)
+    assert allowed(policy, "ec2:RunInstances", f"{EC2}:subnet/subnet-1", bob)
+    # Tags are written only by the calls that make what they tag.
+    instance = f"{EC2}:instance/i-1"
+    assert allowed(policy, "ec2:CreateTags", instance, {**made, "ec2:CreateAction": "RunInstances"})
+    assert not allowed(policy, "ec2:CreateTags", instance, made)
+
+
 class _Sts:
     def __init__(self, arn: str) -> None:
         self.arn = arn

@@ -250,8 +250,10 @@ def _ec2_statements(region: str, account: str, me: str) -> list[dict[str, Any]]:
     made_mine = {"aws:RequestTag/" + OWNER_TAG: me}
     mine = {"ec2:ResourceTag/" + OWNER_TAG: me}
     # What an instance is launched from and with (images, subnets, groups, keys,
-    # interfaces...): NotResource, so that no kind of these is left out.
-    untagged = {"Effect": "Allow", "Action": ["ec2:RunInstances"], "NotResource": tagged}
+    # interfaces...): NotResource, so that no kind of these is left out; not instances
+    # nor volumes of any region (another region's would have no lease).
+    anywhere = [f"arn:aws:ec2:*:*:{kind}/*" for kind in _EC2_TAGGED]
+    untagged = {"Effect": "Allow", "Action": ["ec2:RunInstances"], "NotResource": anywhere}
     return [
         _allow(["ec2:RunInstances"], tagged, StringEquals=made_mine),
         untagged,
