@@ -3,8 +3,11 @@ conditions and policy variables (moto checks a call's action only, see
 ../shared/reference/moto-for-annex.md). It follows IAM's rules for what the annex's
 policies use: an explicit Deny wins; else an Allow is needed in the principal's policies
 and, when it has one, in its permissions boundary; a statement whose resource or
-condition names a policy variable or condition key the request lacks does not match.
-An operator it does not know is an error, so that no policy it cannot judge passes."""
+condition names a policy variable or condition key the request lacks does not match
+(unless `...IfExists`, or `Null`, or `ForAllValues:`, which IAM passes then). A
+context key's value is a string, or a list for a multivalued key (aws:TagKeys), which
+only the set operators (`ForAllValues:`, `ForAnyValue:`) take. An operator it does not
+know is an error, so that no policy it cannot judge passes."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-Context = Mapping[str, str]
+Context = Mapping[str, str | Sequence[str]]
 _VARIABLE = re.compile(r"\$\{([^}]+)\}")
 _OPERATORS = {
     "StringEquals": lambda have, want: have == want,
@@ -33,10 +36,11 @@ def _substitute(text: str, context: Context) -> str | None:
 
     def value(match: re.Match[str]) -> str:
         nonlocal missing
-        if match.group(1) not in context:
+        got = context.get(match.group(1))
+        if not isinstance(got, str):  # absent (or multivalued: no variable's value)
             missing = True
             return ""
-        return context[match.group(1)]
+        return got
 
     out = _VARIABLE.sub(value, text)
     return None if missing else out
@@ -46,23 +50,44 @@ def _listed(value: str | Sequence[str]) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
+def _condition(operator: str, key: str, wanted: Any, context: Context) -> bool:
+    """Whether one condition's key passes (IAM's rules for a key the request lacks)."""
+    if operator == "Null":
+        return (key not in context) == (str(wanted).lower() == "true")
+    quantifier, _, name = operator.rpartition(":")
+    if_exists = name.endswith("IfExists")
+    check = _OPERATORS.get(name.removesuffix("IfExists"))
+    if check is None or quantifier not in ("", "ForAllValues", "ForAnyValue"):
+        raise ValueError(f"the evaluator does not know the condition operator {operator}")
+    if key not in context:
+        return if_exists or quantifier == "ForAllValues"
+    values = [v for v in (_substitute(w, context) for w in _listed(wanted)) if v is not None]
+    have = context[key]
+    if quantifier:
+        items = [have] if isinstance(have, str) else list(have)
+        hits = [any(check(item, v) for v in values) for item in items]
+        return all(hits) if quantifier == "ForAllValues" else any(hits)
+    if not isinstance(have, str):
+        raise ValueError(f"{key} is multivalued: {operator} needs ForAllValues/ForAnyValue")
+    return any(check(have, v) for v in values)
+
+
 def _matches(statement: Mapping[str, Any], action: str, resource: str, context: Context) -> bool:
     if not any(_glob(a, action, fold=True) for a in _listed(statement["Action"])):
         return False
-    patterns = [_substitute(r, context) for r in _listed(statement["Resource"])]
-    if not any(p is not None and _glob(p, resource) for p in patterns):
-        return False
-    for operator, tests in statement.get("Condition", {}).items():
-        check = _OPERATORS.get(operator)
-        if check is None:
-            raise ValueError(f"the evaluator does not know the condition operator {operator}")
-        for key, wanted in tests.items():
-            if key not in context:
-                return False
-            values = [_substitute(w, context) for w in _listed(wanted)]
-            if not any(v is not None and check(context[key], v) for v in values):
-                return False
-    return True
+    if "NotResource" in statement:
+        patterns = [_substitute(r, context) for r in _listed(statement["NotResource"])]
+        if any(p is None or _glob(p, resource) for p in patterns):
+            return False
+    else:
+        patterns = [_substitute(r, context) for r in _listed(statement["Resource"])]
+        if not any(p is not None and _glob(p, resource) for p in patterns):
+            return False
+    return all(
+        _condition(operator, key, wanted, context)
+        for operator, tests in statement.get("Condition", {}).items()
+        for key, wanted in tests.items()
+    )
 
 
 def _effects(policies: Iterable[Mapping[str, Any]], action: str, resource: str,

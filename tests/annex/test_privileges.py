@@ -22,7 +22,11 @@ from .conftest import IMAGE, REGION, annexes, boto
 
 
 def _star(policy: dict[str, Any]) -> dict[str, Any]:
-    return {**policy, "Statement": [{**s, "Resource": "*"} for s in policy["Statement"]]}
+    statements = [
+        {**{k: v for k, v in s.items() if k != "NotResource"}, "Resource": "*"}
+        for s in policy["Statement"]
+    ]
+    return {**policy, "Statement": statements}
 
 
 @pytest.fixture

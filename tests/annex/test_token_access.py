@@ -9,10 +9,8 @@ instance role's policies and permissions boundary as moto holds them."""
 from __future__ import annotations
 
 import base64
-import functools
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,31 +20,15 @@ import pytest
 from htgrid.annex import AnnexSpec, AwsAnnexes, instance_policy, settings_of, user_policy
 from htgrid.annex import lease_function as lf
 
+from ._calls import ACCOUNT, ROLES, SSM, as_user, checked_clients
 from ._iam import allowed
 from .conftest import IMAGE, REGION, annexes, boto
-
-ACCOUNT = "123456789012"
-SSM = f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter"
-ROLES = f"arn:aws:iam::{ACCOUNT}:role{lf.ROLE_PATH}"
-
-
-def _as(user: str) -> Callable[[str], Any]:
-    """boto3 clients with `user`'s own keys (an IAM user made for it)."""
-    iam = boto("iam")
-    iam.create_user(UserName=user)  # type: ignore[attr-defined]
-    key = iam.create_access_key(UserName=user)["AccessKey"]  # type: ignore[attr-defined]
-    session = boto3.session.Session(
-        region_name=REGION,
-        aws_access_key_id=key["AccessKeyId"],
-        aws_secret_access_key=key["SecretAccessKey"],
-    )
-    return session.client
 
 
 @pytest.fixture
 def made(aws: str, home: Path) -> dict[str, AwsAnnexes]:
     """Alice's annexes x and y, Bob's annex b; each user's cloud."""
-    clouds = {user: AwsAnnexes(REGION, clients=_as(user)) for user in ("alice", "bob")}
+    clouds = {user: AwsAnnexes(REGION, clients=as_user(user)) for user in ("alice", "bob")}
     for user, names in (("alice", ("x", "y")), ("bob", ("b",))):
         ann = annexes(home)
         ann.aws = clouds[user]
@@ -238,102 +220,20 @@ def test_create_waits_for_its_new_instance_profile_to_reach_ec2(aws: str, home: 
     assert len(made.ids) == 1 and slept == [2.0, 2.0]
 
 
-def _requests(service: str, operation: str, kw: dict[str, Any], user: str) -> list[tuple[str, str, dict[str, str]]]:  # fmt: skip
-    """What IAM authorizes for one call: (action, resource ARN, request context) each."""
-    action = f"{service}:{''.join(w.title() for w in operation.split('_'))}"
-    me = {"aws:username": user}
-    if service == "ssm":
-        names = kw.get("Names") or [kw.get("Name") or kw["Path"]]
-        return [(action, f"{SSM}{n}", me) for n in names]
-    if service == "events":
-        if "ResourceARN" in kw:
-            return [(action, kw["ResourceARN"], me)]
-        rule = kw.get("Rule") or kw.get("Name")
-        if rule is None:
-            return [(action, "*", me)]
-        return [(action, f"arn:aws:events:{REGION}:{ACCOUNT}:rule/{rule}", me)]
-    if service == "iam":
-        role = kw.get("RoleName") or kw.get("InstanceProfileName")
-        try:
-            tags = _admin_iam().get_role(RoleName=role)["Role"].get("Tags", [])
-        except Exception:
-            tags = []
-        ctx = {**me, **{f"iam:ResourceTag/{t['Key']}": t["Value"] for t in tags}}
-        ctx["iam:PermissionsBoundary"] = kw.get("PermissionsBoundary") or _boundary_of(role)
-        if "PolicyArn" in kw:
-            ctx["iam:PolicyARN"] = kw["PolicyArn"]
-        for tag in kw.get("Tags", []):
-            ctx[f"aws:RequestTag/{tag['Key']}"] = tag["Value"]
-        kind = "instance-profile" if "InstanceProfile" in action else "role"
-        out = [(action, f"arn:aws:iam::{ACCOUNT}:{kind}{lf.ROLE_PATH}{role}", ctx)]
-        if operation == "create_role" and kw.get("Tags"):
-            out.append(("iam:TagRole", out[0][1], ctx))
-        if operation == "add_role_to_instance_profile":
-            out += _pass(kw["RoleName"], user)
-        return out
-    if operation == "run_instances":
-        return [(action, "*", me), *_pass(kw["IamInstanceProfile"]["Name"], user)]
-    if operation == "request_spot_fleet":
-        config = kw["SpotFleetRequestConfig"]
-        fleet = config["IamFleetRole"].rpartition("/")[2]
-        passes = [("iam:PassRole", config["IamFleetRole"], {**me, "iam:PassedToService": "spotfleet.amazonaws.com"})]  # fmt: skip
-        for spec in config["LaunchSpecifications"]:
-            passes += _pass(spec["IamInstanceProfile"]["Name"], user)
-        assert fleet
-        return [(action, "*", me), *passes]
-    return [(action, "*", me)]
-
-
-@functools.cache
-def _admin_iam() -> Any:
-    """One client for the checks' own look-ups (a client is slow to make)."""
-    return boto("iam")
-
-
-def _boundary_of(role: str) -> str:
-    try:
-        found = _admin_iam().get_role(RoleName=role)["Role"]
-    except Exception:
-        return ""
-    return str(found.get("PermissionsBoundary", {}).get("PermissionsBoundaryArn", ""))
-
-
-def _pass(role: str, user: str) -> list[tuple[str, str, dict[str, str]]]:
-    tags = _admin_iam().get_role(RoleName=role)["Role"].get("Tags", [])
-    ctx = {"aws:username": user, "iam:PassedToService": "ec2.amazonaws.com"}
-    ctx.update({f"iam:ResourceTag/{t['Key']}": t["Value"] for t in tags})
-    return [("iam:PassRole", f"{ROLES}{role}", ctx)]
-
-
-def test_every_call_of_a_users_annex_is_one_the_printed_policy_allows(aws: str, home: Path) -> None:
+@pytest.mark.parametrize("tag", [None, "htgrid-user"], ids=["iam-user", "principal-tag"])
+def test_every_call_of_a_users_annex_is_one_the_printed_policy_allows(
+    aws: str, home: Path, tag: str | None
+) -> None:
     """moto checks the actions (test_privileges); here each call's resources and
     conditions, as IAM would: create, add, extend, status and shutdown, on-demand and
-    spot fleet, by an IAM user holding only the printed policy."""
-    policy = [user_policy(REGION, ACCOUNT)]
-    refused: list[str] = []
-    seen: list[str] = []
-    own = _as("carol")
-
-    class Checked:
-        def __init__(self, service: str) -> None:
-            self.service, self.client = service, own(service)
-
-        def __getattr__(self, name: str) -> Any:
-            call = getattr(self.client, name)
-            if name == "meta":
-                return call
-
-            def checked(**kwargs: Any) -> Any:
-                for action, resource, ctx in _requests(self.service, name, kwargs, "carol"):
-                    seen.append(action)
-                    if not allowed(policy, action, resource, ctx):
-                        refused.append(f"{action} on {resource}")
-                return call(**kwargs)
-
-            return checked
-
+    spot fleet, by a user holding only the printed policy: an IAM user (`aws:username`),
+    or a principal with no user name whose principal tag `tag` names its annexes (the
+    session's tag, which the client cannot read: HTGRID_ANNEX_OWNER says it)."""
+    policy = [user_policy(REGION, ACCOUNT, tag)]
+    me = {"aws:username": "carol"} if tag is None else {f"aws:PrincipalTag/{tag}": "c.sso"}
+    clients, refused, seen = checked_clients(as_user("carol"), policy, me)
     ann = annexes(home)
-    ann.aws = AwsAnnexes(REGION, clients=Checked)
+    ann.aws = AwsAnnexes(REGION, clients=clients, owner=None if tag is None else "c.sso")
     ann.create(AnnexSpec("c1", count=1, lifetime=3600, image_ids=(IMAGE,)))
     ann.create(AnnexSpec("c2", slots=2, lifetime=3600, image_ids=(IMAGE,)))
     ann.add("c1", count=1)
@@ -343,7 +243,10 @@ def test_every_call_of_a_users_annex_is_one_the_printed_policy_allows(aws: str, 
     ann.shutdown("c2")
     assert refused == []
     for action in ("iam:CreateRole", "iam:PassRole", "iam:DeleteRole", "ssm:PutParameter",
-                   "ssm:DeleteParameters", "ec2:RunInstances", "ec2:RequestSpotFleet"):  # fmt: skip
+                   "ssm:DeleteParameters", "ec2:RunInstances", "ec2:RequestSpotFleet",
+                   "ec2:CreateTags", "ec2:TerminateInstances", "ec2:CancelSpotFleetRequests",
+                   "events:PutRule", "events:PutTargets", "events:TagResource",
+                   "events:DeleteRule"):  # fmt: skip
         assert action in seen, action
     # And what the lease function would leave: nothing.
     assert not boto("iam").list_roles(PathPrefix=lf.ROLE_PATH)["Roles"]  # type: ignore[attr-defined]

@@ -3,11 +3,14 @@
 The cloud is the only record: an annex is its lease rule (`htgrid-annex-NAME`, whose
 target's input holds the lease end), its SSM parameters under /htgrid/annex/NAME/ (the
 lease end for the instances, the launch settings `add` reuses), its token (a SecureString
-under /htgrid/annex-token/OWNER/, OWNER the IAM user who made it), its instances' role and
-profile (`instance_role`) and what is tagged `htgrid:AnnexName = NAME` (instances,
-spot-fleet requests). So a crash of this tool at any moment leaves nothing the lease
-function will not end: the rule is made first, then its target, then the role, the
-parameters, then the instances are requested.
+under /htgrid/annex-token/OWNER/), its instances' role and profile (`instance_role`) and
+what is tagged `htgrid:AnnexName = NAME` (instances, spot-fleet requests). OWNER, its
+owner, is the IAM user who made it, or, for a principal that is no IAM user (single
+sign-on), HTGRID_ANNEX_OWNER: the value of the principal tag `htgrid annex setup
+--principal-tag` named. Everything the annex makes is tagged with it (OWNER_TAG), and
+the users' policy (`_policy`) lets only the owner change or end it. So a crash of this
+tool at any moment leaves nothing the lease function will not end: the rule is made
+first, then its target, then the role, the parameters, then the instances are requested.
 
 boto3 finds credentials and endpoints its usual way (AWS_PROFILE, AWS_ENDPOINT_URL, ...).
 """
@@ -16,14 +19,16 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any, Final
 
+from htgrid.annex._aws_describe import instance_of, spot_prices
 from htgrid.annex._errors import AnnexCloudError, AnnexNotFound, AnnexUsageError, SetupMissing
-from htgrid.annex._setup import FLEET_ROLE, REGION_TAG, instance_policy_arn
+from htgrid.annex._policy import FLEET_ROLE, REGION_TAG, instance_policy_arn, trust
 from htgrid.annex._spec import (
     AnnexSpec,
     CloudAnnex,
@@ -34,6 +39,7 @@ from htgrid.annex._spec import (
 from htgrid.annex.lease_function import (
     ANNEX_TAG,
     LEASE_TAG,
+    OWNER_TAG,
     PARAMETER_ROOT,
     ROLE_PATH,
     RULE_PREFIX,
@@ -48,31 +54,22 @@ __all__ = ["AwsAnnexes", "CloudAnnex", "Instance", "config_parameter"]
 
 #: condor_annex's tag, so its users' tools still find the instances.
 HTCONDOR_TAG: Final = "htcondor:AnnexName"
-OWNER_TAG: Final = "htgrid:AnnexOwner"
+#: The annexes' owner for a principal with no IAM user name (the principal tag's value).
+OWNER_ENV: Final = "HTGRID_ANNEX_OWNER"
+# What an owner may be: it is in SSM parameter names (the token's path) and tags.
+_OWNER: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 #: On a request made to replace instances the cloud ended: their ids, space-separated.
 REPLACES_TAG: Final = "htgrid:Replaces"
 #: How many ids one REPLACES_TAG holds (a tag's value is at most 256 characters).
 REPLACE_BATCH: Final = 12
 _TARGET_ID: Final = "lease"
-_RUNNING: Final = frozenset({"pending", "running"})
 # The smallest lease worth starting: instances take minutes to boot.
 MIN_LEASE: Final = 60.0
 # How long a new instance profile may take to be usable by EC2 (IAM is eventually
 # consistent: "Invalid IAM Instance Profile name" for some seconds after it is made).
 _PROFILE_WAIT: Final = 60.0
 _PROFILE_POLL: Final = 2.0
-_EC2_TRUST: Final = json.dumps(
-    {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Effect": "Allow",
-                "Principal": {"Service": "ec2.amazonaws.com"},
-                "Action": "sts:AssumeRole",
-            }
-        ],
-    }
-)
+_EC2_TRUST: Final = trust("ec2.amazonaws.com")
 
 
 def config_parameter(name: str) -> str:
@@ -83,11 +80,13 @@ def config_parameter(name: str) -> str:
 class AwsAnnexes:
     """One account and region's annexes. `clients(service)` gives a boto3 client (tests
     may give their own); `calls` counts the cloud calls made (a status refresh makes
-    the same few, whatever the number of instances)."""
+    the same few, whatever the number of instances). `owner`: whose annexes these are
+    (default HTGRID_ANNEX_OWNER, else the caller's IAM user name)."""
 
     def __init__(self, region: str, *, clients: Callable[[str], Any] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+                 clock: Callable[[], float] = time.time, owner: str | None = None) -> None:  # fmt: skip
         self.region = region
+        self._owner = owner or os.environ.get(OWNER_ENV) or None
         self.clock = clock
         self.calls = 0
         self._made: dict[str, Any] = {}
@@ -160,7 +159,9 @@ class AwsAnnexes:
         self.lease_function_arn()
 
     def start_lease(self, name: str, owner: str, expiration: float) -> None:
-        self.install_lease(name, owner, expiration, self.lease_function_arn())
+        # Tagged with its owner in the cloud (`owner()`), not the pool's (`owner`), which
+        # the settings keep: the policy lets the one who made it end it.
+        self.install_lease(name, self.owner(), expiration, self.lease_function_arn())
         # After the rule: whatever is made from here on, the lease function deletes.
         self.make_instance_role(name)
 
@@ -175,7 +176,8 @@ class AwsAnnexes:
         if what == "token":
             self.put_parameter(self.token_path(name), value, secure=True, expires=expires)
         else:
-            self.put_parameter(f"{PARAMETER_ROOT}/{name}/{what}", value, secure=secure)
+            self.put_parameter(f"{PARAMETER_ROOT}/{name}/{what}", value, secure=secure,
+                               tags={OWNER_TAG: self.owner()})  # fmt: skip
 
     def get(self, name: str, what: str) -> str | None:
         if what == "token":
@@ -198,9 +200,25 @@ class AwsAnnexes:
             self._identity = {"account": str(answer["Account"]), "arn": str(answer["Arn"])}
         return self._identity
 
-    def iam_user(self) -> str:
-        """The caller's IAM user name (`${aws:username}`: the last part of its ARN)."""
-        return self._caller()["arn"].rpartition("/")[2]
+    def owner(self) -> str:
+        """Whose annexes these are: the one configured, else the caller's IAM user name
+        (`${aws:username}`: the last part of its ARN)."""
+        if self._owner is None:
+            arn = self._caller()["arn"]
+            if ":user/" not in arn:
+                raise AnnexUsageError(
+                    f"you are signed in as {arn}, which is no IAM user (single sign-on, a "
+                    f"role): set {OWNER_ENV} to the value of the principal tag your "
+                    "administrator's `htgrid annex setup --principal-tag KEY` names"
+                )
+            self._owner = arn.rpartition("/")[2]
+        if not _OWNER.fullmatch(self._owner):
+            raise AnnexUsageError(
+                f"annex owner {self._owner!r} (your IAM user name, or {OWNER_ENV}) cannot "
+                "name SSM parameters: letters, digits, '.', '_' and '-' only (ask your "
+                "administrator for a principal tag that has such a value)"
+            )
+        return self._owner
 
     def token_path(self, name: str) -> str:
         """The annex's token: under its owner's (its role's tag), else the caller's."""
@@ -209,7 +227,7 @@ class AwsAnnexes:
                 "iam", "get_role", ["NoSuchEntity"], RoleName=instance_role(name, self.region)
             )
             tags = (role or {}).get("Role", {}).get("Tags")
-            self._owners[name] = _tag(tags, OWNER_TAG) or self.iam_user()
+            self._owners[name] = _tag(tags, OWNER_TAG) or self.owner()
         return token_parameter(name, self._owners[name])
 
     def make_instance_role(self, name: str) -> str:
@@ -217,7 +235,7 @@ class AwsAnnexes:
         annex, its owner (the caller) and region: INSTANCE_POLICY lets them read the
         token these tags name, nothing else."""
         role = instance_role(name, self.region)
-        owner = self.iam_user()
+        owner = self.owner()
         policy = instance_policy_arn(self._caller()["account"])
         tags = [
             {"Key": ANNEX_TAG, "Value": name},
@@ -232,7 +250,7 @@ class AwsAnnexes:
         self.call("iam", "attach_role_policy", RoleName=role, PolicyArn=policy)
         if self.call_or_none(
             "iam", "create_instance_profile", ["EntityAlreadyExists"],
-            InstanceProfileName=role, Path=ROLE_PATH,
+            InstanceProfileName=role, Path=ROLE_PATH, Tags=tags,
         ) is not None:  # fmt: skip
             self.call("iam", "add_role_to_instance_profile", InstanceProfileName=role,
                       RoleName=role)  # fmt: skip
@@ -327,9 +345,15 @@ class AwsAnnexes:
             )
 
     def put_parameter(self, name: str, value: str, *, secure: bool = False,
-                      expires: float | None = None) -> None:  # fmt: skip
+                      expires: float | None = None, tags: Mapping[str, str] | None = None) -> None:  # fmt: skip
+        """`name` set to `value`; made with `tags` if new (SSM takes tags only on a
+        parameter it makes: one there already is overwritten)."""
         args: dict[str, Any] = {"Name": name, "Value": value, "Overwrite": True}
         args["Type"] = "SecureString" if secure else "String"
+        if tags:
+            new = {**args, "Overwrite": False, "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}  # fmt: skip
+            if self.call_or_none("ssm", "put_parameter", ["ParameterAlreadyExists"], **new):
+                return
         if expires is not None:
             # SSM deletes it then, the lease function or not (an advanced parameter's).
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(expires))
@@ -356,7 +380,7 @@ class AwsAnnexes:
         tags = [
             {"Key": ANNEX_TAG, "Value": spec.name},
             {"Key": HTCONDOR_TAG, "Value": spec.name},
-            {"Key": OWNER_TAG, "Value": spec.owners[0] if spec.owners else ""},
+            {"Key": OWNER_TAG, "Value": self.owner()},
             *({"Key": k, "Value": v} for k, v in spec.tags),
         ]
         if replaces:
@@ -446,7 +470,7 @@ class AwsAnnexes:
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            return enforce(self.client, name, float("-inf"), self.clock(), token)
+            return enforce(self.client, name, float("-inf"), self.clock(), token, self.owner())
         except (ClientError, BotoCoreError) as exc:
             raise AnnexCloudError(f"shutting down annex {name} in {self.region}: {exc}") from None
 
@@ -482,7 +506,7 @@ class AwsAnnexes:
             for i in reservation.get("Instances", []):
                 annex = _tag(i.get("Tags"), ANNEX_TAG)
                 if annex is not None:
-                    instances.setdefault(annex, []).append(_instance(i))
+                    instances.setdefault(annex, []).append(instance_of(i))
                     replaced.setdefault(annex, set()).update(_replaces(i.get("Tags")))
         fleets: dict[str, list[tuple[str, str]]] = {}
         for config in self.pages("ec2", "describe_spot_fleet_requests", "SpotFleetRequestConfigs"):
@@ -492,7 +516,7 @@ class AwsAnnexes:
                     (config["SpotFleetRequestId"], config.get("SpotFleetRequestState", "?"))
                 )
                 replaced.setdefault(annex, set()).update(_replaces(config.get("Tags")))
-        prices = self._spot_prices([i for n in names for i in instances.get(n, ())])
+        prices = spot_prices(self.pages, [i for n in names for i in instances.get(n, ())])
         out = []
         for name in names:
             try:
@@ -519,33 +543,6 @@ class AwsAnnexes:
             )
         return out
 
-    def _spot_prices(self, instances: Sequence[Instance]) -> dict[str, tuple[tuple[float, float], ...]]:  # fmt: skip
-        """The spot price history of the running spot instances' types and zones since
-        the first was launched ("TYPE ZONE" -> ((since, USD an hour), ...)): one listing,
-        however many instances."""
-        spot = [i for i in instances if i.lifecycle == "spot" and i.state in _RUNNING]
-        if not spot:
-            return {}
-        since = min(i.launched for i in spot)
-        history: dict[str, list[tuple[float, float]]] = {}
-        for record in self.pages(
-            "ec2",
-            "describe_spot_price_history",
-            "SpotPriceHistory",
-            InstanceTypes=sorted({i.instance_type for i in spot}),
-            ProductDescriptions=["Linux/UNIX", "Linux/UNIX (Amazon VPC)"],
-            StartTime=datetime.fromtimestamp(since, UTC),
-        ):
-            try:
-                when = record["Timestamp"]
-                at = when.timestamp() if isinstance(when, datetime) else float(when)
-                price = float(record["SpotPrice"])
-            except (KeyError, TypeError, ValueError):
-                continue
-            key = f"{record.get('InstanceType')} {record.get('AvailabilityZone')}"
-            history.setdefault(key, []).append((at, price))
-        return {k: tuple(sorted(v)) for k, v in history.items()}
-
     def has_token(self, name: str) -> bool:
         return self.get_parameter(self.token_path(name)) is not None
 
@@ -556,20 +553,6 @@ def _tag(tags: Any, key: str) -> str | None:
 
 def _replaces(tags: Any) -> list[str]:
     return (_tag(tags, REPLACES_TAG) or "").split()
-
-
-def _instance(raw: Mapping[str, Any]) -> Instance:
-    launched = raw.get("LaunchTime")
-    return Instance(
-        instance_id=str(raw["InstanceId"]),
-        state=str(raw.get("State", {}).get("Name", "unknown")),
-        instance_type=str(raw.get("InstanceType", "")),
-        launched=float(launched.timestamp()) if launched is not None else 0.0,
-        lifecycle=str(raw.get("InstanceLifecycle", "on-demand")),
-        address=raw.get("PrivateIpAddress"),
-        reason=str((raw.get("StateReason") or {}).get("Code", "")),
-        zone=str((raw.get("Placement") or {}).get("AvailabilityZone", "")),
-    )
 
 
 def check_lease_left(expiration: float, now: float) -> None:

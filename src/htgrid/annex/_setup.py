@@ -7,7 +7,9 @@ down annexes. Running it again updates the function's code and the instances' po
 
 Each annex's token is readable by its owner and its instances only:
 
-* a user's policy reads and writes the tokens under TOKEN_ROOT/${aws:username}/ alone;
+* a user's policy reads and writes the tokens under TOKEN_ROOT/OWNER/ alone (OWNER:
+  `${aws:username}`, or a principal tag's value: `_policy`, which also keeps each
+  user's instances, fleets, rules and parameters its own);
 * each annex's instances have a role of their own (`instance_role`, made by `create`,
   deleted with the annex) tagged with the annex's name, owner and region, whose only
   policy, INSTANCE_POLICY, reads the token those tags name: an instance of another annex
@@ -26,15 +28,20 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Final
 
 from htgrid.annex._errors import AnnexCloudError
-from htgrid.annex.lease_function import (
-    ANNEX_TAG,
-    FUNCTION_TIMEOUT,
-    PARAMETER_ROOT,
-    ROLE_PATH,
-    RULE_PREFIX,
-    SWEEPER_RULE,
-    TOKEN_ROOT,
+from htgrid.annex._policy import (
+    FLEET_ROLE,
+    FUNCTION_NAME,
+    INSTANCE_POLICY,
+    OWNER_TAG,
+    REGION_TAG,
+    fleet_policy,
+    instance_policy,
+    instance_policy_arn,
+    lease_policy,
+    trust,
+    user_policy,
 )
+from htgrid.annex.lease_function import FUNCTION_TIMEOUT, ROLE_PATH, SWEEPER_RULE
 
 if TYPE_CHECKING:
     from htgrid.annex._aws import AwsAnnexes
@@ -54,212 +61,8 @@ __all__ = [
     "user_policy",
 ]
 
-FUNCTION_NAME: Final = "htgrid-annex-lease"
 LEASE_ROLE: Final = "htgrid-annex-lease"
-#: The managed policy (under ROLE_PATH) of every annex's instance role, and its boundary.
-INSTANCE_POLICY: Final = "htgrid-annex-instance"
-FLEET_ROLE: Final = "htgrid-annex-fleet"
 SECURITY_GROUP: Final = "htgrid-annex"
-#: The tags of an annex's instance role, which its policy's resources name.
-OWNER_TAG: Final = "htgrid:AnnexOwner"
-REGION_TAG: Final = "htgrid:AnnexRegion"
-_ME: Final = "${aws:username}"
-
-
-def _trust(service: str) -> str:
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}
-            ],
-        }
-    )
-
-
-def _policy(*statements: tuple[list[str], str | list[str]]) -> dict[str, Any]:
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {"Effect": "Allow", "Action": actions, "Resource": resource}
-            for actions, resource in statements
-        ],
-    }
-
-
-def _params(region: str, account: str) -> list[str]:
-    """The annexes' parameters that are not secret (the lease, the launch settings), and
-    their path (GetParametersByPath names the path): not TOKEN_ROOT's."""
-    root = f"arn:aws:ssm:{region}:{account}:parameter{PARAMETER_ROOT}"
-    return [root, f"{root}/*"]
-
-
-def _tokens(region: str, account: str, owner: str = "*") -> list[str]:
-    root = f"arn:aws:ssm:{region}:{account}:parameter{TOKEN_ROOT}"
-    return [f"{root}/{owner}/*"] if owner != "*" else [root, f"{root}/*"]
-
-
-def instance_policy_arn(account: str) -> str:
-    return f"arn:aws:iam::{account}:policy{ROLE_PATH}{INSTANCE_POLICY}"
-
-
-def _annex_roles(account: str) -> list[str]:
-    return [
-        f"arn:aws:iam::{account}:role{ROLE_PATH}*",
-        f"arn:aws:iam::{account}:instance-profile{ROLE_PATH}*",
-    ]
-
-
-def _lease_policy(region: str, account: str) -> dict[str, Any]:
-    rules = f"arn:aws:events:{region}:{account}:rule/{RULE_PREFIX}*"
-    params = _params(region, account) + _tokens(region, account)
-    return _policy(
-        (
-            [
-                "ec2:DescribeInstances",
-                "ec2:TerminateInstances",
-                "ec2:DescribeSpotFleetRequests",
-                "ec2:CancelSpotFleetRequests",
-                "events:ListRules",
-            ],
-            "*",
-        ),
-        (
-            [
-                "events:ListTargetsByRule",
-                "events:ListTagsForResource",
-                "events:RemoveTargets",
-                "events:DeleteRule",
-            ],
-            rules,
-        ),
-        (["ssm:GetParametersByPath", "ssm:DeleteParameters"], params),
-        (
-            [
-                "iam:GetInstanceProfile",
-                "iam:RemoveRoleFromInstanceProfile",
-                "iam:DeleteInstanceProfile",
-                "iam:ListAttachedRolePolicies",
-                "iam:DetachRolePolicy",
-                "iam:DeleteRole",
-            ],
-            _annex_roles(account),
-        ),
-        (["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"], "*"),
-    )
-
-
-def instance_policy(account: str) -> dict[str, Any]:
-    """What an annex's instances may do: read their own annex's token and lease, which
-    their role's tags name (a role without them reads nothing); no EC2, no other secret."""
-    region, owner, annex = (
-        f"${{aws:PrincipalTag/{tag}}}" for tag in (REGION_TAG, OWNER_TAG, ANNEX_TAG)
-    )
-    ssm = f"arn:aws:ssm:{region}:{account}:parameter"
-    return _policy(
-        (
-            ["ssm:GetParameter"],
-            [f"{ssm}{TOKEN_ROOT}/{owner}/{annex}", f"{ssm}{PARAMETER_ROOT}/{annex}/lease"],
-        )
-    )
-
-
-def user_policy(region: str, account: str) -> dict[str, Any]:
-    """What an ordinary user needs for `htgrid annex create|add|extend|status|shutdown`."""
-    rules = f"arn:aws:events:{region}:{account}:rule/{RULE_PREFIX}*"
-    sweeper = f"arn:aws:events:{region}:{account}:rule/{SWEEPER_RULE}"
-    policy = _policy(
-        (
-            [
-                "ec2:RunInstances",
-                "ec2:CreateTags",
-                "ec2:DescribeInstances",
-                "ec2:TerminateInstances",
-                "ec2:RequestSpotFleet",
-                "ec2:DescribeSpotFleetRequests",
-                "ec2:CancelSpotFleetRequests",
-                "ec2:DescribeSpotPriceHistory",
-                "events:ListRules",
-                "sts:GetCallerIdentity",
-            ],
-            "*",
-        ),
-        (
-            [
-                "events:PutRule",
-                "events:PutTargets",
-                "events:TagResource",
-                "events:ListTargetsByRule",
-                "events:ListTagsForResource",
-                "events:RemoveTargets",
-                "events:DeleteRule",
-            ],
-            rules,
-        ),
-        (["events:ListTargetsByRule"], sweeper),
-        (
-            [
-                "ssm:PutParameter",
-                "ssm:GetParameter",
-                "ssm:GetParametersByPath",
-                "ssm:DeleteParameters",
-            ],
-            _params(region, account),
-        ),
-        # Its own tokens only: no other user's annex's.
-        (
-            [
-                "ssm:PutParameter",
-                "ssm:GetParameter",
-                "ssm:DeleteParameter",
-                "ssm:DeleteParameters",
-            ],
-            _tokens(region, account, _ME),
-        ),
-        (["iam:PassRole"], f"arn:aws:iam::{account}:role/{FLEET_ROLE}"),
-        (["iam:GetRole"], _annex_roles(account)[0]),
-    )
-    policy["Statement"] += _role_statements(account)
-    return policy
-
-
-def _role_statements(account: str) -> list[dict[str, Any]]:
-    """A user's rights on its annexes' instance roles: made with INSTANCE_POLICY as
-    their boundary and their only policy, tagged as the user's, passed (to EC2) and
-    deleted only if tagged so."""
-    role, profile = _annex_roles(account)
-    boundary = instance_policy_arn(account)
-    mine = {"iam:ResourceTag/" + OWNER_TAG: _ME}
-    tagged_mine = {"aws:RequestTag/" + OWNER_TAG: _ME}
-
-    def allow(actions: list[str], resource: str, **conditions: dict[str, str]) -> dict[str, Any]:
-        statement: dict[str, Any] = {"Effect": "Allow", "Action": actions, "Resource": resource}
-        if conditions:
-            statement["Condition"] = conditions
-        return statement
-
-    return [
-        allow(["iam:CreateRole"], role,
-              StringEquals={"iam:PermissionsBoundary": boundary, **tagged_mine}),
-        allow(["iam:TagRole"], role, StringEquals=tagged_mine),
-        allow(["iam:AttachRolePolicy"], role,
-              StringEquals={"iam:PermissionsBoundary": boundary, **mine},
-              ArnEquals={"iam:PolicyARN": boundary}),
-        allow(["iam:PassRole"], role,
-              StringEquals={"iam:PassedToService": "ec2.amazonaws.com", **mine}),
-        allow(["iam:DetachRolePolicy", "iam:DeleteRole"], role, StringEquals=mine),
-        allow(["iam:ListAttachedRolePolicies"], role),
-        allow(
-            [
-                "iam:CreateInstanceProfile",
-                "iam:GetInstanceProfile",
-                "iam:AddRoleToInstanceProfile",
-                "iam:RemoveRoleFromInstanceProfile",
-                "iam:DeleteInstanceProfile",
-            ],
-            profile,
-        ),
-    ]  # fmt: skip
 
 
 def lease_function_zip() -> bytes:
@@ -279,7 +82,7 @@ def _role(aws: AwsAnnexes, name: str, service: str, policy: dict[str, Any]) -> s
         "create_role",
         ["EntityAlreadyExists"],
         RoleName=name,
-        AssumeRolePolicyDocument=_trust(service),
+        AssumeRolePolicyDocument=trust(service),
         Description="htgrid annex",
     )
     if made is None:
@@ -322,19 +125,15 @@ def _updated(aws: AwsAnnexes) -> None:
         raise AnnexCloudError(f"lambda update of {FUNCTION_NAME} in {aws.region}: {exc}") from None
 
 
-def setup(aws: AwsAnnexes, *, vpc: str | None = None, cidr: str = "0.0.0.0/0") -> dict[str, Any]:
-    """Install everything; what was made (and the users' policy), as a dict."""
+def setup(aws: AwsAnnexes, *, vpc: str | None = None, cidr: str = "0.0.0.0/0",
+          principal_tag: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """Install everything; what was made (and the users' policy, its owners named by
+    `principal_tag` if given, else their IAM user names), as a dict."""
     account = aws.account()
     region = aws.region
-    lease_role = _role(aws, LEASE_ROLE, "lambda.amazonaws.com", _lease_policy(region, account))
+    lease_role = _role(aws, LEASE_ROLE, "lambda.amazonaws.com", lease_policy(region, account))
     _managed_policy(aws, account)
-    fleet_policy = _policy(
-        (["ec2:RunInstances", "ec2:CreateTags", "ec2:TerminateInstances"], "*"),
-        # The fleet passes the annexes' instance roles only.
-        (["iam:PassRole"], _annex_roles(account)[0]),
-        (["ec2:Describe*"], "*"),
-    )
-    _role(aws, FLEET_ROLE, "spotfleet.amazonaws.com", fleet_policy)
+    _role(aws, FLEET_ROLE, "spotfleet.amazonaws.com", fleet_policy(account))
     code = lease_function_zip()
     made = aws.call_or_none(
         "lambda",
@@ -386,7 +185,7 @@ def setup(aws: AwsAnnexes, *, vpc: str | None = None, cidr: str = "0.0.0.0/0") -
         "sweeper": SWEEPER_RULE,
         "instance_policy": instance_policy_arn(account),
         "security_group": group,
-        "user_policy": user_policy(region, account),
+        "user_policy": user_policy(region, account, principal_tag),
     }
 
 

@@ -12,6 +12,10 @@ Two events reach it, both constant inputs of EventBridge rules at rate(1 minute)
       {"htgrid": "annex-lease", "AnnexName": "NAME", "LeaseExpiration": 1767225600,
        "RuleName": "htgrid-annex-NAME"}
 
+  The event is only what some rule's owner put there: the lease it acts on is the one
+  the annex's own rule holds (`_lease_of`), which only the annex's owner may change, so
+  a user's rule naming another's annex ends nothing early (an annex with no rule is
+  ended, as the sweeper ends it).
   Before the expiry it does nothing, but in the last minute (the rule would next fire
   up to a minute after the end) it waits for the end, so the annex ends within a second
   of its lease rather than up to a minute after. From then on it terminates every instance tagged
@@ -46,6 +50,7 @@ __all__ = [
     "ANNEX_TAG",
     "FUNCTION_TIMEOUT",
     "LEASE_TAG",
+    "OWNER_TAG",
     "PARAMETER_ROOT",
     "ROLE_PATH",
     "RULE_PREFIX",
@@ -68,6 +73,9 @@ SWEEPER_RULE = "htgrid-annex_sweeper"
 ANNEX_TAG = "htgrid:AnnexName"
 #: The tag on an annex's rule holding its lease's end (seconds since 1970).
 LEASE_TAG = "htgrid:LeaseExpiration"
+#: The tag on all an annex makes naming its owner (the IAM user, or the principal tag's
+#: value): the users' policy lets each change and end only what is tagged its own.
+OWNER_TAG = "htgrid:AnnexOwner"
 #: Each annex's SSM parameters are under PARAMETER_ROOT/NAME/.
 PARAMETER_ROOT = "/htgrid/annex"
 #: Each annex's token is TOKEN_ROOT/OWNER/NAME (OWNER: the IAM user who made it), so that a
@@ -153,6 +161,10 @@ def handler(event: dict[str, Any], context: object, *, clock: Callable[[], float
         expiration = event.get("LeaseExpiration")
         if not isinstance(name, str) or not isinstance(expiration, int | float):
             return {"error": "an annex-lease event needs AnnexName and LeaseExpiration"}
+        # The annex's own rule's lease, if it has one; with none, what is left of it is
+        # no lease's, and is ended as the sweeper would.
+        lease = _rule_lease(aws("events"), name)
+        expiration = expiration if lease is None else lease
         left = float(expiration) - clock()
         budget = _wait_budget(context)
         if 0 < left <= budget:
@@ -195,12 +207,13 @@ def _tag(tags: Iterable[dict[str, str]] | None, key: str) -> str | None:
     return next((t.get("Value") for t in tags or () if t.get("Key") == key), None)
 
 
-def _live_fleets(ec2: Any) -> Iterator[tuple[str, str]]:
-    """(request id, annex name) of every live spot-fleet request of an annex."""
+def _live_fleets(ec2: Any) -> Iterator[tuple[str, str, str | None]]:
+    """(request id, annex name, owner) of every live spot-fleet request of an annex."""
     for config in _pages(ec2.describe_spot_fleet_requests, "SpotFleetRequestConfigs", "NextToken"):
-        annex = _tag(config.get("Tags"), ANNEX_TAG)
+        tags = config.get("Tags")
+        annex = _tag(tags, ANNEX_TAG)
         if annex is not None and config.get("SpotFleetRequestState") in _LIVE_FLEET_STATES:
-            yield config["SpotFleetRequestId"], annex
+            yield config["SpotFleetRequestId"], annex, _tag(tags, OWNER_TAG)
 
 
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
@@ -208,13 +221,19 @@ def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
         yield items[start : start + size]
 
 
-def _stop_spending(aws: Clients, annexes: set[str] | None) -> dict[str, list[str]]:
+def _stop_spending(aws: Clients, annexes: set[str] | None,
+                   owner: str | None = None) -> dict[str, list[str]]:  # fmt: skip
     """Cancel the fleets and terminate the instances of `annexes` (None: of every annex
-    not ruled by a lease, which `sweep` computes and passes)."""
+    not ruled by a lease, which `sweep` computes and passes); `owner`'s only, if given
+    (a user's shutdown: what another tagged with the annex's name is not its to end)."""
     ec2 = aws("ec2")
     # The fleets first, so that none launches an instance after the listing below; their
     # instances are terminated with the rest.
-    fleets = [f for f, a in _live_fleets(ec2) if annexes is None or a in annexes]
+    fleets = [
+        f
+        for f, a, o in _live_fleets(ec2)
+        if (annexes is None or a in annexes) and (owner is None or o == owner)
+    ]
     for chunk in _chunks(fleets, 100):
         ec2.cancel_spot_fleet_requests(SpotFleetRequestIds=chunk, TerminateInstances=False)
     if annexes is not None and len(annexes) == 1:
@@ -226,7 +245,9 @@ def _stop_spending(aws: Clients, annexes: set[str] | None) -> dict[str, list[str
             for i in _live_instances(ec2, None)
             if wanted is None or _tag(i.get("Tags"), ANNEX_TAG) in wanted
         )
-    instances = [i["InstanceId"] for i in found]
+    instances = [
+        i["InstanceId"] for i in found if owner is None or _tag(i.get("Tags"), OWNER_TAG) == owner
+    ]
     for chunk in _chunks(instances, 1000):
         ec2.terminate_instances(InstanceIds=chunk)
     return {"terminated": instances, "cancelled": fleets}
@@ -319,13 +340,14 @@ def _remove_rule(events: Any, rule: str) -> None:
 
 
 def enforce(aws: Clients, annex: str, expiration: float, now: float,
-            token: str | None = None) -> dict[str, Any]:  # fmt: skip
+            token: str | None = None, owner: str | None = None) -> dict[str, Any]:  # fmt: skip
     """End `annex` if its lease has passed: instances, fleets, secrets, then its rule
-    (`token`: its token's parameter, when the caller knows it)."""
+    (`token`: its token's parameter, when the caller knows it; `owner`: only what is
+    tagged as its, when a user ends its own annex)."""
     if now < expiration:
         return {"annex": annex, "expired": False, "remaining": int(expiration - now)}
     done: dict[str, Any] = {"annex": annex, "expired": True}
-    done.update(_stop_spending(aws, {annex}))
+    done.update(_stop_spending(aws, {annex}, owner))
     ssm = aws("ssm")
     done["parameters"] = _delete_parameters(ssm, annex) + _delete_tokens(ssm, annex, token)
     # Its instances' role last: they are gone, and with it any reading of the token.
@@ -334,22 +356,39 @@ def enforce(aws: Clients, annex: str, expiration: float, now: float,
     return done
 
 
+def _rule_lease(events: Any, annex: str) -> float | None:
+    """When the annex's own rule says its lease ends (None: it has no rule)."""
+    rule = rule_name(annex)
+    for found in _pages(events.list_rules, "Rules", "NextToken", NamePrefix=rule):
+        if found.get("Name") == rule:
+            lease = _lease_of(events, found)
+            return None if lease is None else lease[1]
+    return None
+
+
 def _lease_of(events: Any, rule: dict[str, Any]) -> tuple[str, float] | None:
-    """The (annex, expiry) a rule's target says, else its tags say with no target: None
-    if neither does (a rule of something else)."""
-    targets = events.list_targets_by_rule(Rule=rule["Name"]).get("Targets", [])
+    """The (annex, expiry) of an annex's rule: the annex its name says (a user may put
+    anything on its own rule, but no other's lease), the expiry its target's input says,
+    else, with no target, its tags: None if neither says one (a rule of something else)."""
+    annex = str(rule["Name"])[len(RULE_PREFIX) :]
+    try:
+        targets = events.list_targets_by_rule(Rule=rule["Name"]).get("Targets", [])
+    except Exception as exc:
+        if _code(exc) != "ResourceNotFoundException":
+            raise
+        return None
     for target in targets:
         try:
             doc = json.loads(target.get("Input") or "")
-        except ValueError:
+            if isinstance(doc, dict) and doc.get("htgrid") == "annex-lease":
+                return annex, float(doc["LeaseExpiration"])
+        except (ValueError, KeyError, TypeError):
             continue
-        if isinstance(doc, dict) and doc.get("htgrid") == "annex-lease":
-            return str(doc["AnnexName"]), float(doc["LeaseExpiration"])
     if targets:
         return None
     tags = events.list_tags_for_resource(ResourceARN=rule["Arn"]).get("Tags", [])
-    annex, lease = _tag(tags, ANNEX_TAG), _tag(tags, LEASE_TAG)
-    if annex is None or lease is None:
+    lease = _tag(tags, LEASE_TAG)
+    if _tag(tags, ANNEX_TAG) is None or lease is None:
         return None
     try:
         return annex, float(lease)
@@ -373,7 +412,7 @@ def sweep(aws: Clients, now: float) -> dict[str, Any]:
         else:
             ruled.add(annex)
     ec2 = aws("ec2")
-    orphans = {a for _, a in _live_fleets(ec2)} | {
+    orphans = {a for _, a, _ in _live_fleets(ec2)} | {
         a for i in _live_instances(ec2, None) if (a := _tag(i.get("Tags"), ANNEX_TAG))
     }
     orphans -= ruled

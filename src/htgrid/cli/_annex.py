@@ -1,6 +1,7 @@
 """`htgrid annex`: cloud instances that join the pool for a while (condor_annex).
 
-    htgrid annex setup [--region R] [--vpc V] [--cidr C]     once per account and region
+    htgrid annex setup [--region R] [--vpc V] [--cidr C] [--principal-tag KEY]
+                                                             once per account and region
     htgrid annex create NAME --count N --lifetime 2h --image-ids ami-1 [--idle 15m] ...
     htgrid annex create NAME --slots 16 --instance-types m5.large:2,c5.xlarge:4 ...
     htgrid annex add NAME --count N | --slots W
@@ -11,6 +12,8 @@
 
 AWS credentials and endpoints are boto3's own (AWS_PROFILE, AWS_ACCESS_KEY_ID,
 AWS_ENDPOINT_URL...); the region is --region, else AWS_DEFAULT_REGION, else us-east-1.
+An annex is its owner's: the IAM user's, or for a principal with no IAM user name (single
+sign-on) HTGRID_ANNEX_OWNER's, the value of the principal tag setup's --principal-tag names.
 With --cloud azure: a service principal from AZURE_TENANT_ID, AZURE_CLIENT_ID and
 AZURE_CLIENT_SECRET, the subscription from --subscription or AZURE_SUBSCRIPTION_ID,
 the setup's --resource-group (htgrid-annex), the location from --region (eastus).
@@ -78,6 +81,11 @@ def register(commands: Any) -> None:
     s = verb("setup", "install the lease function, roles and security group (administrator)")
     s.add_argument("--vpc", help="the VPC of the security group (default VPC)")
     s.add_argument("--cidr", default="0.0.0.0/0", help="who may reach the nodes (the pool)")
+    s.add_argument(
+        "--principal-tag", metavar="KEY",
+        help="ec2: the users' policy names each annex's owner by this principal tag (single "
+        "sign-on: users set HTGRID_ANNEX_OWNER to its value), not the IAM user name",
+    )  # fmt: skip
     s.add_argument("--vault", help="azure: the Key Vault's name (globally unique)")
     s.add_argument(
         "--user-object-ids",
@@ -201,13 +209,18 @@ def _setup(args: argparse.Namespace) -> int:
         _moved(made["vault"], made["moved"])
         return EXIT_OK
     assert isinstance(cloud, AwsAnnexes)
-    done = setup(cloud, vpc=args.vpc, cidr=args.cidr)
+    done = setup(cloud, vpc=args.vpc, cidr=args.cidr, principal_tag=args.principal_tag)
     print(
         f"Installed in {done['region']}: lease function {done['function']}, sweeper rule "
         f"{done['sweeper']}, instances' policy {done['instance_policy']}, security group "
         f"{done['security_group']}.\nGive annex users this policy:"
     )
     print(json.dumps(done["user_policy"], indent=2))
+    if args.principal_tag:
+        print(
+            f"(Each user's annexes are those of its principal tag {args.principal_tag}'s "
+            "value: users set HTGRID_ANNEX_OWNER to it.)"
+        )
     return EXIT_OK
 
 
