@@ -254,7 +254,7 @@ def _dynamic_pairs(slots: Slots, claim: Claim) -> Pairs:
         ("TotalSlotGPUs", len(have.gpus)),
         ("State", state),
         ("Activity", activity),
-        ("EnteredCurrentState", int(claim.entered)),
+        ("EnteredCurrentState", int(claim.state_entered)),
         ("EnteredCurrentActivity", int(claim.entered)),
     ]
     job = claim.job_ad
