@@ -521,6 +521,9 @@ class ShadowRun(ShadowRecords, ShadowSuspensions):
             try:
                 status = poll.result()
                 last_heard = self.m.monotonic()
+                # The node-wide poll answered for the claim (a suspension, say): the
+                # next one names it, the node having left it with that answer.
+                self._watched = False
             except (ClaimNotFound, ClaimStateError) as exc:
                 # A status read is refused so only for a claim whose lease ran out on the
                 # node (the schedd was cut off): its job is being killed there.

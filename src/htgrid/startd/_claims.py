@@ -117,6 +117,7 @@ class Claim:
     suspended_since: float | None = None
     suspended_total: float = 0.0
     preempted: bool = False
+    suspended_version: int = 0  # `version` as the job was last suspended or continued
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -167,9 +168,12 @@ class Claim:
             self.suspensions, self.suspended_total, self.preempted = 0, 0.0, False
         if SLOT_OF[new][0] != SLOT_OF[self.state][0]:
             self.state_entered = now
+        suspension = ClaimState.SUSPENDED in (new, self.state)
         self.state = new
         self.entered = now
         self.touch()
+        if suspension:
+            self.suspended_version = self.version
 
     def run_time(self, now: float) -> float:
         """How long the job has run (`now`: wall time), its suspensions not counted:
@@ -200,7 +204,8 @@ class Claim:
             self.starter.output_inline if ended and self.starter is not None else None,
             None if job is None else str(job),
             self.closing,
-            self.suspensions if job is not None else 0,
+            self.suspensions,
+            self.suspended_version,
         )
 
     async def wait_change(self, version: int, timeout: float) -> None:

@@ -86,6 +86,9 @@ class ClaimStatus:
     # How often the node suspended the job of this activation (SUSPEND): the schedd
     # logs each suspension (010) and resumption (011), those it did not see as well.
     suspensions: int = 0
+    # The claim's version when its job was last suspended or continued: news that a
+    # node-wide poll (`_watch`) answers with, as it does with an end.
+    suspended_version: int = 0
 
     def to_json(self) -> dict[str, Any]:
         doc = {
@@ -104,6 +107,7 @@ class ClaimStatus:
             doc["closing"] = True
         if self.suspensions:
             doc["suspensions"] = self.suspensions
+            doc["suspended_version"] = self.suspended_version
         return doc
 
     @classmethod
@@ -124,6 +128,7 @@ class ClaimStatus:
                 None if job is None else str(job),
                 doc.get("closing") is True,
                 int(doc.get("suspensions", 0)),
+                int(doc.get("suspended_version", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StartdProtocolError(f"not a claim status: {exc}") from None
