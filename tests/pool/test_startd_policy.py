@@ -30,6 +30,7 @@ KNOBS: dict[str, object] = {
     "SUSPEND": "(TARGET.ClusterId isnt undefined) && MY.Suspendme",
     "CONTINUE": "MY.Suspendme =!= true",
     "PREEMPT": "MY.Evictme && TARGET.Preemptable =?= true",
+    "MAXJOBRETIREMENTTIME": "TARGET.Retire =?= true ? 3600 : 0",
     "KILL": "time() - MY.EnteredCurrentActivity > 1",
 }
 
@@ -171,3 +172,83 @@ def test_preempt_evicts_the_job_which_runs_again_and_completes_once(
     assert "PREEMPT is true: Claimed/Busy -> Claimed/Retiring" in log
     assert "Claimed/Retiring -> Preempting/Vacating" in log
     assert "KILL is true: Preempting/Vacating -> Preempting/Killing" in log
+
+
+def _waiting_job(pool: PersonalPool, work: Path, extra: str = "") -> tuple[int, Path, Path]:
+    """A job that writes its pid and runs until told: its cluster, pid file, release file."""
+    work.mkdir()
+    (work / "job.sh").write_text(_WAITS)
+    (work / "job.sh").chmod(0o755)
+    pid_file, release = work / "pid", work / "release"
+    cluster = submit(
+        pool.home,
+        work,
+        f"executable = job.sh\narguments = {pid_file} {release}\nlog = job.log\n"
+        f"should_transfer_files = NO\nrequest_memory = 16\n{extra}queue\n",
+    )
+    return cluster, pid_file, release
+
+
+def _pid(pid_file: Path) -> int:
+    text = wait_for(
+        lambda: pid_file.exists() and pid_file.read_text().strip(),
+        timeout=60,
+        interval=0.1,
+        what="the job's pid",
+    )
+    return int(text)
+
+
+@pytest.mark.timeout(120)
+def test_a_preempted_job_runs_out_its_retirement_and_completes(
+    pool: PersonalPool, tmp_path: Path
+) -> None:
+    """PREEMPT with retirement time left: the job runs on (Claimed/Retiring) and its own
+    end is a completion, not an eviction."""
+    work = tmp_path / "work"
+    cluster, pid_file, release = _waiting_job(
+        pool, work, "+Preemptable = true\n+Retire = true\njob_max_vacate_time = 1\n"
+    )
+    pid = _pid(pid_file)
+    with pool.client() as schedd:
+        _set(pool, Evictme="true")
+        try:
+            wait_for(
+                lambda: (
+                    f"Claimed Retiring {cluster}.0"
+                    in run_cli(pool.home, "status", "-af", "State", "Activity", "JobId")[1]
+                ),
+                timeout=30,
+                interval=0.2,
+                what="the slot retiring",
+            )
+            assert _process_state(pid) in ("R", "S")
+            release.touch()
+            done = wait_for(lambda: _done(schedd, cluster), timeout=60, interval=0.1)
+        finally:
+            _set(pool, Evictme="false")
+    assert done["JobStatus"] == 4 and done["NumJobStarts"] == 1
+    assert events(work / "job.log")[f"{cluster}.0"] == [0, 1, 5]
+
+
+@pytest.mark.timeout(120)
+def test_a_suspended_job_held_by_its_user_is_stopped_and_held(
+    pool: PersonalPool, tmp_path: Path
+) -> None:
+    """condor_hold of a suspended job: the node lets it take its kill signal (it is
+    continued to), and the job is held."""
+    work = tmp_path / "work"
+    cluster, pid_file, _ = _waiting_job(pool, work)
+    pid = _pid(pid_file)
+    with pool.client() as schedd:
+        _set(pool, Suspendme="true")
+        try:
+            wait_for(lambda: _status(schedd, cluster) == 7, timeout=30, interval=0.1)
+            assert _process_state(pid) == "T"
+            assert run_cli(pool.home, "hold", str(cluster))[0] == 0
+            wait_for(lambda: _status(schedd, cluster) == 5, timeout=30, interval=0.1)
+            wait_for(lambda: _process_state(pid) == "", timeout=30, interval=0.1, what="gone")
+        finally:
+            _set(pool, Suspendme="false")
+        assert run_cli(pool.home, "rm", str(cluster))[0] == 0
+    assert events(work / "job.log")[f"{cluster}.0"][:4] == [0, 1, 10, 12]
