@@ -27,7 +27,6 @@ vacating one. A job vacated so ends evicted, and its schedd runs it again (004).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import functools
 import logging
@@ -174,20 +173,18 @@ class PolicyPoller:
             step = decide(policy, claim, my, now, starter.vacate_time)
             if step is None:
                 return
-            before = SLOT_OF[claim.state]
-            with contextlib.suppress(ProcessLookupError):
-                _apply(step, starter)
-            after = SLOT_OF[claim.state]
+            before = claim.state
+            _apply(step, starter)
+            if claim.state is before:
+                return  # nothing moved (its process is gone): no loop on it
             _log.info(
                 "%s: job %s: %s: %s/%s -> %s/%s",
                 claim.name,
                 claim.job_id,
                 step.value,
-                *before,
-                *after,
+                *SLOT_OF[before],
+                *SLOT_OF[claim.state],
             )
-            if after == before:
-                return  # nothing moved (the job ended meanwhile): no loop on it
 
 
 def _apply(step: Step, starter: Starter) -> None:
