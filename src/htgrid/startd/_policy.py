@@ -46,8 +46,10 @@ __all__ = ["PolicyPoller", "Step", "decide", "retirement_left"]
 _log = logging.getLogger("htgrid.startd")
 
 _RETIREMENT: Final = "MaxJobRetirementTime"  # the slot ad's and the job ad's attribute
-#: Steps taken for one claim in one evaluation, at most (PREEMPT, then vacate at once).
-_MAX_STEPS: Final = 3
+#: The claims' states the policy looks at.
+_POLICED: Final = frozenset(
+    {ClaimState.RUNNING, ClaimState.SUSPENDED, ClaimState.RETIRING, ClaimState.VACATING}
+)
 
 
 class Step(enum.Enum):
@@ -93,12 +95,7 @@ def decide(
     """The step the policy takes for `claim` (MY `my`, the dynamic slot's ad) at `now`,
     given its job's vacate time; None when it stays as it is."""
     state, job = claim.state, claim.job_ad
-    if state not in (
-        ClaimState.RUNNING,
-        ClaimState.SUSPENDED,
-        ClaimState.RETIRING,
-        ClaimState.VACATING,
-    ):
+    if state not in _POLICED:
         return None
     if state is ClaimState.VACATING:
         return Step.KILL if _true(policy.kill, my, job) else None
@@ -156,7 +153,7 @@ class PolicyPoller:
         slots, ctx = self._books()
         policy = self._policy()
         for claim in list(slots.claims.values()):
-            if claim.starter is None:
+            if claim.starter is None or claim.state not in _POLICED:
                 continue
             try:
                 self._evaluate(policy, slots, ctx, claim)
@@ -166,7 +163,7 @@ class PolicyPoller:
     def _evaluate(self, policy: StartdPolicy, slots: Slots, ctx: AdContext, claim: Claim) -> None:
         starter = claim.starter
         assert starter is not None
-        for _ in range(_MAX_STEPS):
+        while True:
             now = self._clock()
             my = dynamic_ad(ctx, slots, claim, now)
             my[_RETIREMENT] = _expr(policy.max_job_retirement_time)
@@ -185,6 +182,10 @@ class PolicyPoller:
                 *SLOT_OF[before],
                 *SLOT_OF[claim.state],
             )
+            # One step a poll; but a job preempted is looked at again at once: with no
+            # retirement time, it is vacated in the same poll.
+            if step is not Step.RETIRE:
+                return
 
 
 def _apply(step: Step, starter: Starter) -> None:
