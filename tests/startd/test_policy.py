@@ -162,8 +162,9 @@ def _state_of(pid: int) -> str:
 
 
 async def _becomes(pid: int, states: str) -> str:
-    """The process's state once it is one of `states` (a signal takes a moment)."""
-    for _ in range(200):
+    """The process's state once it is one of `states` (a signal takes a moment; one
+    in uninterruptible sleep, D, stops when its system call is over)."""
+    for _ in range(1000):
         if (state := _state_of(pid)) in states:
             return state
         await asyncio.sleep(0.01)

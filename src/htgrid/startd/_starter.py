@@ -479,8 +479,10 @@ class Starter:
         asyncio.get_running_loop().call_later(spec.vacate_time, self._vacate_time_over, proc)
 
     def _vacate_time_over(self, proc: subprocess.Popen[bytes]) -> None:
-        if proc is self._proc and self.claim.state is ClaimState.VACATING:
-            self.kill()
+        if proc.returncode is not None:
+            return  # it went in time
+        if self.claim.starter is self and self.claim.state is ClaimState.VACATING:
+            self.kill()  # Preempting/Killing, as the slot says
         else:
             _kill_if_running(proc)
 
