@@ -14,6 +14,7 @@ import pytest
 
 from htgrid.net import ScheddClient
 from htgrid.testing import PersonalPool, run_cli, wait_for
+from htgrid.testing.procs import group_states, group_stopped
 
 from .conftest import events, submit, whole_pool
 
@@ -36,13 +37,13 @@ KNOBS: dict[str, object] = {
 
 # Writes its pid, then runs until the file named second appears.
 _WAITS = '#!/bin/sh\necho $$ > "$1"\nwhile [ ! -e "$2" ]; do sleep 0.1; done\n'
-# Counts its runs in the file named first; the first ignores SIGTERM and runs on, the
-# second ends at once.
+# Ignores SIGTERM (before it says it runs) and counts its runs in the file named first;
+# the first runs on, the second ends at once.
 _RUNS_TWICE = (
     "#!/bin/sh\n"
+    "trap '' TERM\n"
     'echo run >> "$1"\n'
     'if [ "$(wc -l < "$1")" -ge 2 ]; then exit 0; fi\n'
-    "trap '' TERM\n"
     "while :; do sleep 0.1; done\n"
 )
 
@@ -73,13 +74,10 @@ def _status(schedd: ScheddClient, cluster: int) -> object:
     return None if job is None else job["JobStatus"]
 
 
-def _process_state(pid: int) -> str:
-    """The process's state letter (R, S, T...), from /proc."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat.rsplit(")", 1)[1].split()[0]
+def _runs(pid: int) -> bool:
+    """Whether the job's processes run (none stopped)."""
+    states = group_states(pid)
+    return bool(states) and "T" not in states
 
 
 def _done(schedd: ScheddClient, cluster: int) -> dict[str, object] | None:
@@ -112,19 +110,26 @@ def test_suspend_stops_the_job_and_continue_runs_it_again(
             what="the job running",
         )
         pid = int(pid_file.read_text())
-        assert _process_state(pid) in ("R", "S")
+        assert _runs(pid)
 
         _set(pool, Suspendme="true")
-        wait_for(lambda: _process_state(pid) == "T", timeout=30, interval=0.1, what="stopped")
+        wait_for(lambda: group_stopped(pid), timeout=30, interval=0.1, what="stopped")
         wait_for(lambda: _status(schedd, cluster) == 7, timeout=30, interval=0.1, what="7")
         job = _job(schedd, cluster, "TotalSuspensions", "LastSuspensionTime")
         assert job is not None and job["TotalSuspensions"] == 1
         assert isinstance(job["LastSuspensionTime"], int) and job["LastSuspensionTime"] > 0
-        slot = run_cli(pool.home, "status", "-af", "State", "Activity", "JobId")[1]
-        assert f"Claimed Suspended {cluster}.0" in slot
+        wait_for(
+            lambda: (
+                f"Claimed Suspended {cluster}.0"
+                in run_cli(pool.home, "status", "-af", "State", "Activity", "JobId")[1]
+            ),
+            timeout=30,
+            interval=0.2,
+            what="the slot suspended in the collector",
+        )
 
         _set(pool, Suspendme="false")
-        wait_for(lambda: _process_state(pid) in ("R", "S"), timeout=30, interval=0.1)
+        wait_for(lambda: _runs(pid), timeout=30, interval=0.1, what="running again")
         wait_for(lambda: _status(schedd, cluster) == 2, timeout=30, interval=0.1, what="2")
         release.touch()
         done = wait_for(lambda: _done(schedd, cluster), timeout=60, interval=0.1, what="end")
@@ -222,7 +227,7 @@ def test_a_preempted_job_runs_out_its_retirement_and_completes(
                 interval=0.2,
                 what="the slot retiring",
             )
-            assert _process_state(pid) in ("R", "S")
+            assert _runs(pid)
             release.touch()
             done = wait_for(lambda: _done(schedd, cluster), timeout=60, interval=0.1)
         finally:
@@ -244,10 +249,10 @@ def test_a_suspended_job_held_by_its_user_is_stopped_and_held(
         _set(pool, Suspendme="true")
         try:
             wait_for(lambda: _status(schedd, cluster) == 7, timeout=30, interval=0.1)
-            assert _process_state(pid) == "T"
+            wait_for(lambda: group_stopped(pid), timeout=30, interval=0.1, what="stopped")
             assert run_cli(pool.home, "hold", str(cluster))[0] == 0
             wait_for(lambda: _status(schedd, cluster) == 5, timeout=30, interval=0.1)
-            wait_for(lambda: _process_state(pid) == "", timeout=30, interval=0.1, what="gone")
+            wait_for(lambda: not group_states(pid), timeout=30, interval=0.1, what="gone")
         finally:
             _set(pool, Suspendme="false")
         assert run_cli(pool.home, "rm", str(cluster))[0] == 0

@@ -13,6 +13,7 @@ import pytest
 
 from htgrid.testing import PersonalPool, wait_for
 from htgrid.testing.node import ExecuteNode
+from htgrid.testing.procs import group_states, group_stopped
 
 from .test_remote_jobs import _history, _script, _submit
 
@@ -21,13 +22,6 @@ def _status(pool: PersonalPool, cluster: int) -> object:
     with pool.client() as schedd:
         ads = schedd.query(f"ClusterId == {cluster}", ["JobStatus"])
     return ads[0]["JobStatus"] if ads else None
-
-
-def _stopped(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
-    except OSError:
-        return False
 
 
 def _switch(node: ExecuteNode, on: bool) -> None:
@@ -68,11 +62,11 @@ def test_a_remote_nodes_suspension_reaches_the_schedd_as_it_happens(
         )
         pid = int(text)
         _switch(node, True)
-        wait_for(lambda: _stopped(pid), timeout=30, interval=0.1, what="the job stopped")
+        wait_for(lambda: group_stopped(pid), timeout=30, interval=0.1, what="the job stopped")
         wait_for(lambda: _status(pool, cluster) == 7, timeout=30, interval=0.1, what="7")
         _switch(node, False)
         wait_for(lambda: _status(pool, cluster) == 2, timeout=30, interval=0.1, what="2")
-        assert not _stopped(pid)
+        assert "T" not in group_states(pid)
         release.touch()
         done = wait_for(lambda: _history(pool, cluster), timeout=60, interval=0.2)
     assert done["JobStatus"] == 4 and done["TotalSuspensions"] == 1

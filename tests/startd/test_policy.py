@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from htgrid.startd._claims import Claim, Slots
 from htgrid.startd._daemon import Startd
 from htgrid.startd._policy import Step, decide, retirement_left
 from htgrid.startd._policy_knobs import StartdPolicy
+from htgrid.testing.procs import group_states, group_stopped
 
 from .conftest import claim_id, job_ad, run_startd, script, until
 
@@ -154,21 +156,12 @@ def test_the_knobs_are_read_with_their_vanilla_forms_and_a_reconfig_names_them(
         StartdConfig.load(tmp_path)
 
 
-def _state_of(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return ""
-
-
-async def _becomes(pid: int, states: str) -> str:
-    """The process's state once it is one of `states` (a signal takes a moment; one
-    in uninterruptible sleep, D, stops when its system call is over)."""
+async def _until(probe: Callable[[], bool]) -> bool:
     for _ in range(1000):
-        if (state := _state_of(pid)) in states:
-            return state
+        if probe():
+            return True
         await asyncio.sleep(0.01)
-    return _state_of(pid)
+    return False
 
 
 def test_a_node_wide_poll_answers_with_a_suspension_and_a_continuation(tmp_path: Path) -> None:
@@ -204,7 +197,7 @@ def test_a_node_wide_poll_answers_with_a_suspension_and_a_continuation(tmp_path:
         status = answer[cid]
         assert isinstance(status, ClaimStatus)
         assert (status.state, status.suspensions) == (ClaimState.SUSPENDED, 1)
-        assert await _becomes(pid, "T") == "T"
+        assert await _until(lambda: group_stopped(pid))
         (slot,) = [a for a in await client.slots() if a.get("Name") == status.slot]
         assert (slot["State"], slot["Activity"]) == ("Claimed", "Suspended")
         assert slot["EnteredCurrentState"] <= slot["EnteredCurrentActivity"]
@@ -213,7 +206,7 @@ def test_a_node_wide_poll_answers_with_a_suspension_and_a_continuation(tmp_path:
         status = answer[cid]
         assert isinstance(status, ClaimStatus)
         assert (status.state, status.suspensions) == (ClaimState.RUNNING, 1)
-        assert await _becomes(pid, "RS") in ("R", "S")
+        assert await _until(lambda: "T" not in group_states(pid))
         (iwd / "go").touch()
         ended = (await client.watch(token, {cid: status.version}, wait=30))[cid]
         assert isinstance(ended, ClaimStatus) and ended.outcome is not None
