@@ -200,6 +200,9 @@ def test_a_node_wide_poll_answers_with_a_suspension_and_a_continuation(tmp_path:
         assert await _until(lambda: group_stopped(pid))
         (slot,) = [a for a in await client.slots() if a.get("Name") == status.slot]
         assert (slot["State"], slot["Activity"]) == ("Claimed", "Suspended")
+        # The policy is in the slot's ad, as condor_status -l shows HTCondor's.
+        assert str(slot.lookup("SUSPEND")) == "MY.Suspendme"
+        assert slot["WANT_SUSPEND"] is True and slot["MaxJobRetirementTime"] == 0
         assert slot["EnteredCurrentState"] <= slot["EnteredCurrentActivity"]
         await switch(startd, False)
         answer = await client.watch(token, {cid: status.version}, wait=30)

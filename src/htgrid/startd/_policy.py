@@ -14,7 +14,8 @@
     POLLING_INTERVAL = 5          seconds between evaluations of the running claims
 
 Each expression is evaluated with MY the dynamic slot's ad (its State, Activity,
-EnteredCurrentActivity, STARTD_ATTRS...) and TARGET the job's ad; a `_VANILLA` knob
+EnteredCurrentActivity, STARTD_ATTRS...; the slot ads carry the expressions too, as
+HTCondor's do: SUSPEND, PREEMPT..., MaxJobRetirementTime) and TARGET the job's ad; a `_VANILLA` knob
 (SUSPEND_VANILLA...) is used in place of its plain one when it is set, as the node runs
 vanilla jobs only. The order is HTCondor's (ResState::eval): a preempted job whose
 retirement is over is vacated; PREEMPT is looked at for a running job when WANT_SUSPEND
@@ -45,7 +46,7 @@ __all__ = ["PolicyPoller", "Step", "decide", "retirement_left"]
 
 _log = logging.getLogger("htgrid.startd")
 
-_RETIREMENT: Final = "MaxJobRetirementTime"  # the slot ad's and the job ad's attribute
+_RETIREMENT: Final = "MaxJobRetirementTime"  # the job ad's own (less than the node's)
 #: The claims' states the policy looks at.
 _POLICED: Final = frozenset(
     {ClaimState.RUNNING, ClaimState.SUSPENDED, ClaimState.RETIRING, ClaimState.VACATING}
@@ -165,8 +166,7 @@ class PolicyPoller:
         assert starter is not None
         while True:
             now = self._clock()
-            my = dynamic_ad(ctx, slots, claim, now)
-            my[_RETIREMENT] = _expr(policy.max_job_retirement_time)
+            my = dynamic_ad(ctx, slots, claim, now)  # with the policy's expressions
             step = decide(policy, claim, my, now, starter.vacate_time)
             if step is None:
                 return

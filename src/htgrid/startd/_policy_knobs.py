@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Final
 
-from htgrid.classad import ExprTree
+from htgrid.classad import ClassAd, ExprTree
 from htgrid.errors import ClassAdSyntaxError
 from htgrid.pool import ConfigFile, PoolError
 
-__all__ = ["POLICY_KNOBS", "StartdPolicy"]
+__all__ = ["POLICY_KNOBS", "StartdPolicy", "publish_policy"]
 
 #: The knob of each expression of `StartdPolicy`.
 POLICY_KNOBS: Final = {
@@ -59,3 +59,14 @@ class StartdPolicy:
         return [
             knobs[f.name] for f in fields(self) if getattr(self, f.name) != getattr(other, f.name)
         ]
+
+
+#: The slot ad's attribute of each expression, as HTCondor's startd publishes them.
+_PUBLISHED: Final = {**POLICY_KNOBS, "max_job_retirement_time": "MaxJobRetirementTime"}
+
+
+def publish_policy(ad: ClassAd, policy: StartdPolicy) -> None:
+    """Put the policy's expressions in a slot ad (SUSPEND, PREEMPT... and
+    MaxJobRetirementTime), as `condor_status -l` shows HTCondor's."""
+    for name, attr in _PUBLISHED.items():
+        ad[attr] = ExprTree(getattr(policy, name))
