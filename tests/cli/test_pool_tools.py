@@ -142,6 +142,12 @@ def test_config_val_defaults_file_values_and_dump(
         "AUTH_SSL_SERVER_CAFILE",  # unset: the pool's CA
         "NETWORK_MAX_PENDING_CONNECTS",  # unset: 80% of the process's file descriptors
         "BATCH_GAHP",  # unset: htgrid gahp batch
+        # unset: the node's policy expressions without _VANILLA are used
+        *(
+            f"{knob}_VANILLA"
+            for knob in ("WANT_SUSPEND", "SUSPEND", "CONTINUE", "PREEMPT", "WANT_VACATE", "KILL")
+        ),
+        "MAXJOBRETIREMENTTIME_VANILLA",
     }
     assert dumped["COLLECTOR_HOST"] == "127.0.0.1:9618"
     assert dumped["SCITOKENS_SERVER_AUDIENCE"] == "127.0.0.1:9618"  # HTCondor-CE's default
@@ -158,6 +164,7 @@ def test_config_val_defaults_file_values_and_dump(
         "NEGOTIATOR_INTERVAL",
         "NEGOTIATOR_MIN_INTERVAL",
         "PERIODIC_EXPR_INTERVAL",
+        "POLLING_INTERVAL",
         "SCHEDD_INTERVAL",
         "UPDATE_INTERVAL",
     ]

@@ -104,7 +104,8 @@ Knobs (htgrid.conf), named as HTCondor names the closest setting:
 
 The execute node's knobs (NUM_CPUS, MEMORY, DISK, EXECUTE, START, STARTD_ATTRS,
 UPDATE_INTERVAL, STARTD_NOCLAIM_SHUTDOWN, CLAIM_WORKLIFE, FILESYSTEM_DOMAIN, UID_DOMAIN,
-GPU_DISCOVERY)
+GPU_DISCOVERY, and the policy: WANT_SUSPEND, SUSPEND, CONTINUE, PREEMPT, WANT_VACATE, KILL,
+MAXJOBRETIREMENTTIME, POLLING_INTERVAL)
 are read by `htgrid.startd`; a name listed in STARTD_ATTRS may be set too (its value is
 a ClassAd expression). Any other name is refused, so that a typo does not pass silently.
 """
@@ -240,6 +241,22 @@ KNOBS: Final[Mapping[str, str | None]] = {
     "GPU_DISCOVERY": "true",
     "NETWORK_INTERFACE": None,  # a node on its own: the address that reaches the collector
     "NETWORK_HOSTNAME": None,  # the node's Machine: this host's name
+    # its policy on running jobs (htgrid.startd._policy): HTCondor's names and defaults
+    "WANT_SUSPEND": "false",
+    "SUSPEND": "false",
+    "CONTINUE": "true",
+    "PREEMPT": "false",
+    "WANT_VACATE": "true",
+    "KILL": "false",
+    "MAXJOBRETIREMENTTIME": "0",
+    "POLLING_INTERVAL": "5",
+    "WANT_SUSPEND_VANILLA": None,
+    "SUSPEND_VANILLA": None,
+    "CONTINUE_VANILLA": None,
+    "PREEMPT_VANILLA": None,
+    "WANT_VACATE_VANILLA": None,
+    "KILL_VANILLA": None,
+    "MAXJOBRETIREMENTTIME_VANILLA": None,
     # the job router's (htgrid.router), HTCondor's names and defaults
     "JOB_ROUTER_NAME": "jobrouter",
     "JOB_ROUTER_ROUTE_NAMES": "",

@@ -43,10 +43,10 @@ __all__ = ["recover_claims", "requeue"]
 _log = logging.getLogger("htgrid.schedd.shadow")
 
 _SETTLE_RETRY: Final = 2.0  # how often an unreachable node is asked again
-# A claim's states once activated: the job it names ran there (or runs still).
 # How long start-up waits for a node to say what a claim runs (then it is ended).
 _ASK_WAIT: Final = 5.0
-_RAN: Final = (ClaimState.STARTING, ClaimState.RUNNING, ClaimState.ENDED)
+# A claim's states once activated: the job it names ran there (or runs still).
+_RAN: Final = frozenset(ClaimState) - {ClaimState.CLAIMED, ClaimState.RELEASED}
 
 
 async def recover_claims(manager: ShadowManager) -> list[JobId]:

@@ -55,6 +55,7 @@ from htgrid.schedd._shadow_base import (
 )
 from htgrid.schedd._shadow_files import fetch_output, send_input, small_input
 from htgrid.schedd._shadow_record import ShadowRecords
+from htgrid.schedd._shadow_suspend import ShadowSuspensions
 from htgrid.startd import (
     ClaimNotFound,
     ClaimState,
@@ -81,10 +82,14 @@ _LONG_POLL: Final = 300.0
 _NOT_FOUND: Final = "Job not found at execution machine"
 _CLAIM_NOT_FOUND: Final = "Claim not found at execution machine"
 # A claim's states once it was activated for a job (`ClaimStatus.job` names it).
-_ACTIVATED: Final = (ClaimState.STARTING, ClaimState.RUNNING, ClaimState.ENDED)
+_ACTIVATED: Final = frozenset(ClaimState) - {ClaimState.CLAIMED, ClaimState.RELEASED}
+#: A claim whose job may be told to stop (`StartdClient.vacate`).
+_ACTIVE: Final = frozenset(
+    {ClaimState.STARTING, ClaimState.RUNNING, ClaimState.SUSPENDED, ClaimState.RETIRING}
+)
 
 
-class ShadowRun(ShadowRecords):
+class ShadowRun(ShadowRecords, ShadowSuspensions):
     """One job's run on one claim."""
 
     def __init__(
@@ -254,6 +259,7 @@ class ShadowRun(ShadowRecords):
         """Reconnect to the job an earlier daemon left running on a node of another host,
         and see it through; then its claim runs the owner's next jobs as any other."""
         self.m.hold_lease(self)
+        self._suspensions_from(self.job, fresh=False)
         if await self._owner() and await self._attend(
             self.job, self._lost("the schedd restarted", RESTARTED)
         ):
@@ -295,6 +301,7 @@ class ShadowRun(ShadowRecords):
         ad = await self._prepare(slot, updates, expanded)
         if ad is None:  # held or removed since the match
             return False
+        self._suspensions_from(ad, fresh=True)
         return await self._attend(ad, self._activate(ad))
 
     async def _attend(self, ad: ClassAd, first: Awaitable[ClaimStatus]) -> bool:
@@ -476,13 +483,15 @@ class ShadowRun(ShadowRecords):
         link = self.link
         vacated = False
         while True:
+            if status.suspensions or self._suspended:
+                await self._record_suspensions(status)
             if status.state is ClaimState.ENDED and status.outcome is not None:
                 return status
             if status.state is ClaimState.RELEASED:
                 raise Evicted("the execute node released the claim")
             if self._stopping.is_set() and not vacated:
                 vacated = True
-                if status.state in (ClaimState.STARTING, ClaimState.RUNNING):
+                if status.state in _ACTIVE:
                     reason = self.stop_reason.value if self.stop_reason else "vacate"
                     status = await self.call(self.client.vacate(self.claim_id, reason))
                 continue
@@ -516,6 +525,9 @@ class ShadowRun(ShadowRecords):
             try:
                 status = poll.result()
                 last_heard = self.m.monotonic()
+                # The node-wide poll answered for the claim (a suspension, say): the
+                # next one names it, the node having left it with that answer.
+                self._watched = False
             except (ClaimNotFound, ClaimStateError) as exc:
                 # A status read is refused so only for a claim whose lease ran out on the
                 # node (the schedd was cut off): its job is being killed there.

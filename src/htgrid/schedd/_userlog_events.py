@@ -1,7 +1,7 @@
 """The HTCondor event a committed change of the job queue makes in a job's user log.
 
 A job's change: 001 executing, 004 evicted (or terminated and requeued), 005 terminated,
-009 aborted, 012 held, 013 released, 022 disconnected, 023 reconnected and 024
+009 aborted, 010 suspended and 011 unsuspended (by its node's policy), 012 held, 013 released, 022 disconnected, 023 reconnected and 024
 reconnection failed. A late materialization factory's change: 035 cluster submitted, 037
 materialization paused, 038 resumed, 036 cluster removed. (000 submitted needs nothing
 but the job: the writer, `_userlog`, makes it.) Each event carries the change's time.
@@ -26,7 +26,9 @@ from htgrid.eventlog import (
     JobReconnectedEvent,
     JobReconnectFailedEvent,
     JobReleasedEvent,
+    JobSuspendedEvent,
     JobTerminatedEvent,
+    JobUnsuspendedEvent,
     Rusage,
     UserLogEvent,
 )
@@ -84,6 +86,11 @@ def events_for(change: Change, jid: JobId, ad: ClassAd, host: str) -> UserLogEve
         # A grid job runs on its grid resource, which is what HTCondor names here.
         grid = ad.get("GridResource") if ad.get("JobUniverse") == 9 else None
         return ExecuteEvent(**head, execute_host=str(grid) if grid else host)
+    if new == JobStatus.SUSPENDED and old == JobStatus.RUNNING:  # its node's SUSPEND
+        # The node stops the job's process group as one; it does not count its members.
+        return JobSuspendedEvent(**head, number_of_pids=1)
+    if new == JobStatus.RUNNING and old == JobStatus.SUSPENDED:
+        return JobUnsuspendedEvent(**head)
     if new == JobStatus.HELD:
         return JobHeldEvent(
             **head,

@@ -20,6 +20,7 @@ from htgrid.classad.adjson import json_members
 from htgrid.startd._claims import Claim, Slots
 from htgrid.startd._config import StartdConfig
 from htgrid.startd._machine import MachineInfo
+from htgrid.startd._policy_knobs import publish_policy
 from htgrid.startd._states import SLOT_OF, Resources, SlotState
 from htgrid.startd._wire import TLS_CERTIFICATE
 
@@ -142,6 +143,7 @@ class AdContext:
         if m.gpus:
             ad["GPUs_DeviceName"] = m.gpus[0].name
             ad["GPUs_GlobalMemoryMb"] = m.gpus[0].memory_mb
+        publish_policy(ad, c.policy)
         for name, text in c.attrs:
             ad[name] = ExprTree(text)
         return ad
@@ -258,7 +260,7 @@ def _dynamic_pairs(slots: Slots, claim: Claim) -> Pairs:
         ("TotalSlotGPUs", len(have.gpus)),
         ("State", state),
         ("Activity", activity),
-        ("EnteredCurrentState", int(claim.entered)),
+        ("EnteredCurrentState", int(claim.state_entered)),
         ("EnteredCurrentActivity", int(claim.entered)),
     ]
     job = claim.job_ad

@@ -18,6 +18,7 @@ from htgrid.classad import ClassAd
 from htgrid.queue import JobId
 from htgrid.startd._errors import ClaimNotFound, ClaimRefused, ClaimStateError
 from htgrid.startd._states import (
+    SLOT_OF,
     SLOT_TRANSITIONS,
     ClaimState,
     Outcome,
@@ -107,6 +108,16 @@ class Claim:
     no_lease: bool = False
     alive_at: float | None = None
     alive_every: float = 0.0
+    # The node's policy on the running job (`_policy`): when the slot's State (Claimed,
+    # Preempting) began (wall time; `entered` is its Activity's), how often the job was
+    # suspended, since when it is (None: it is not) and how long it was in all before;
+    # whether PREEMPT was true for it (its retirement, which nothing undoes).
+    state_entered: float = 0.0
+    suspensions: int = 0
+    suspended_since: float | None = None
+    suspended_total: float = 0.0
+    preempted: bool = False
+    suspended_version: int = 0  # `version` as the job was last suspended or continued
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -147,9 +158,32 @@ class Claim:
         check_claim_move(self.claim_id, self.state, new)
         if new is ClaimState.ENDED and self.worklife is not None:
             self.closing = self.closing or now - self.granted >= self.worklife
+        if self.suspended_since is not None:  # left the Suspended activity
+            self.suspended_total += max(0.0, now - self.suspended_since)
+            self.suspended_since = None
+        if new is ClaimState.SUSPENDED:
+            self.suspensions += 1
+            self.suspended_since = now
+        elif new is ClaimState.CLAIMED:  # reused: the next job starts afresh
+            self.suspensions, self.suspended_total, self.preempted = 0, 0.0, False
+        if SLOT_OF[new][0] != SLOT_OF[self.state][0]:
+            self.state_entered = now
+        suspension = ClaimState.SUSPENDED in (new, self.state)
         self.state = new
         self.entered = now
         self.touch()
+        if suspension:
+            self.suspended_version = self.version
+
+    def run_time(self, now: float) -> float:
+        """How long the job has run (`now`: wall time), its suspensions not counted:
+        what its retirement time is measured against."""
+        if self.job_start is None:
+            return 0.0
+        stopped = self.suspended_total
+        if self.suspended_since is not None:
+            stopped += max(0.0, now - self.suspended_since)
+        return max(0.0, now - self.job_start - stopped)
 
     def touch(self) -> None:
         """Something the schedd should see changed: wake whoever waits for it."""
@@ -170,6 +204,8 @@ class Claim:
             self.starter.output_inline if ended and self.starter is not None else None,
             None if job is None else str(job),
             self.closing,
+            self.suspensions,
+            self.suspended_version,
         )
 
     async def wait_change(self, version: int, timeout: float) -> None:
@@ -256,6 +292,7 @@ class Slots:
             entered=now,
             worklife=worklife,
             granted=now,
+            state_entered=now,
         )
         self.claims[claim_id] = claim
         return claim

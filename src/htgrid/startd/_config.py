@@ -34,8 +34,12 @@
     CCB_HEARTBEAT_INTERVAL = 1200 seconds between the broker's heartbeats on the
                                   registration (one missing twice: the node registers again)
 
+The policy on running jobs (WANT_SUSPEND, SUSPEND, CONTINUE, PREEMPT, WANT_VACATE, KILL,
+MAXJOBRETIREMENTTIME, POLLING_INTERVAL and their _VANILLA forms) is `_policy`'s.
+
 A running node reads them again at a reconfig (`htgrid reconfig`, SIGHUP): START,
 STARTD_ATTRS and their values, UPDATE_INTERVAL and the domains show in its ads at once;
+the policy applies to the running jobs at once (evaluated then);
 CLAIM_WORKLIFE, JOB_MAX_VACATE_TIME, MAX_TRANSFER_INPUT_MB and ALLOW_ROOT_JOBS apply to
 the claims and jobs that come after. What the node is made of (NUM_CPUS, MEMORY, DISK,
 EXECUTE, GPU_DISCOVERY) and where it listens or reports (NETWORK_*, COLLECTOR_HOST, CCB_*,
@@ -69,6 +73,7 @@ from htgrid.pool import (
     PoolError,
     htgrid_home,
 )
+from htgrid.startd._policy_knobs import StartdPolicy
 
 __all__ = ["StartdConfig"]
 
@@ -130,11 +135,15 @@ class StartdConfig(HomeLayout):
     ccb_address: str | None = None
     private_network_name: str | None = None
     ccb_heartbeat: float = 1200.0
+    policy: StartdPolicy = dataclasses.field(
+        default_factory=StartdPolicy
+    )  # WANT_SUSPEND, SUSPEND, ... (see `_policy`)
 
     def reconfigured(self, new: StartdConfig) -> tuple[StartdConfig, list[str], list[str]]:
         """`new` as the running node takes it: the settings that need a restart kept as
         they are in `self`; the knobs that changed, and those that wait for a restart."""
         changed = [knob for name, knob in LIVE_KNOBS.items() if _differ(self, new, name)]
+        changed += self.policy.changed(new.policy)
         later = [knob for name, knob in RESTART_KNOBS.items() if _differ(self, new, name)]
         kept: dict[str, Any] = {name: getattr(self, name) for name in RESTART_KNOBS}
         return dataclasses.replace(new, **kept), changed, later
@@ -230,6 +239,7 @@ class StartdConfig(HomeLayout):
             ccb_address=conf.text("CCB_ADDRESS", "") or None,
             private_network_name=conf.text("PRIVATE_NETWORK_NAME", "") or None,
             ccb_heartbeat=conf.number("CCB_HEARTBEAT_INTERVAL"),
+            policy=StartdPolicy.load(conf),
         )
 
 

@@ -55,10 +55,11 @@ from htgrid.startd._config import StartdConfig
 from htgrid.startd._errors import ClaimRefused, ClaimStateError, StartdError
 from htgrid.startd._machine import MachineInfo, detect
 from htgrid.startd._network import NodeNetwork
+from htgrid.startd._policy import PolicyPoller
 from htgrid.startd._reconfig import reread
 from htgrid.startd._starter import Starter
 from htgrid.startd._startup import clean_up_after_predecessor, hold_lock
-from htgrid.startd._states import ClaimState, Outcome, OutcomeKind, SlotState
+from htgrid.startd._states import ACTIVE, ClaimState, Outcome, OutcomeKind, SlotState
 from htgrid.startd._wire import ClaimGrant, ClaimStatus
 
 __all__ = ["EXIT_IDLE", "ExitReason", "Startd"]
@@ -113,6 +114,10 @@ class Startd:
         self._net = NodeNetwork(self, clock)  # the TLS API and the broker, if on its own
         self._ads = Advertiser(self, clock, lambda: self.request_stop(ExitReason.REFUSED))
         self._reconfigs: set[asyncio.Task[None]] = set()
+        # SUSPEND, PREEMPT...: evaluated on the running jobs (`_policy`).
+        self.policy_poller = PolicyPoller(
+            lambda: (self.slots, self.ctx), lambda: self.config.policy, clock
+        )
 
     # -- what the API calls -------------------------------------------------------------
 
@@ -298,7 +303,7 @@ class Startd:
         """The running job's renewed X.509 proxy, from the shadow (see Starter)."""
         claim = self.slots.get(claim_id)
         starter = claim.starter
-        if starter is None or claim.state not in (ClaimState.STARTING, ClaimState.RUNNING):
+        if starter is None or claim.state not in ACTIVE:
             raise ClaimStateError(f"claim {claim_id} runs no job: no proxy to refresh")
         await starter.replace_proxy(data)
         return claim.status()
@@ -355,6 +360,7 @@ class Startd:
         if self._ctx is not None:
             self._ctx.config = config
         self.policy = OwnerPolicy(allow_root=config.allow_root_jobs)
+        self.policy_poller.wake.set()
         self._ads.soon()
 
     def request_stop(self, reason: ExitReason = ExitReason.STOPPED) -> None:
@@ -441,6 +447,7 @@ class Startd:
             tasks = [
                 asyncio.create_task(self._ads.run(collector), name="advertise"),
                 asyncio.create_task(self._tick_loop(), name="leases"),
+                asyncio.create_task(self.policy_poller.run(), name="policy"),
             ]
             broker = self.config.broker(self.pool)
             if broker is not None and self._net.tls is not None:
@@ -486,7 +493,7 @@ class Startd:
                 self.request_stop(ExitReason.IDLE)
 
     async def _expire(self, claim: Claim) -> None:
-        if claim.state in (ClaimState.STARTING, ClaimState.RUNNING):
+        if claim.state in ACTIVE:
             if claim.limit() < claim.lease:
                 _log.warning(
                     "%s: the keep-alives of %s stopped and job %s has no lease "

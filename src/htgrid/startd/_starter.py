@@ -56,7 +56,7 @@ from htgrid.queue import HoldReasonCode, JobId
 from htgrid.startd._claims import Claim
 from htgrid.startd._config import StartdConfig
 from htgrid.startd._errors import ClaimStateError
-from htgrid.startd._states import ClaimState, Outcome, OutcomeKind
+from htgrid.startd._states import ACTIVE, ClaimState, Outcome, OutcomeKind
 from htgrid.startd._transfer import (
     JOB_AD,
     MACHINE_AD,
@@ -407,20 +407,63 @@ class Starter:
 
         await asyncio.to_thread(write)
 
-    def vacate(self, reason: StopReason) -> None:
-        """Stop the job: its kill signal, SIGKILL after its vacate time."""
-        if self._stop is not None or self.claim.state not in (
-            ClaimState.STARTING,
-            ClaimState.RUNNING,
-        ):
+    def vacate(self, reason: StopReason, *, hard: bool = False) -> None:
+        """Stop the job: its kill signal, SIGKILL after its vacate time (Vacating); with
+        `hard`, SIGKILL at once (Killing: WANT_VACATE was not true)."""
+        if self._stop is not None or self.claim.state not in ACTIVE:
             return
         self._stop = reason
-        self.claim.move(ClaimState.VACATING, self._clock())
+        stopped = self.claim.state is ClaimState.SUSPENDED
+        self.claim.move(ClaimState.KILLING if hard else ClaimState.VACATING, self._clock())
         self._changed()
-        if self._proc is not None:
-            self._signal()
-        else:
+        if self._proc is None:
             self._input.set()  # no process yet: the run ends without one
+        elif hard:
+            kill_group(self._proc.pid, signal.SIGKILL)
+        else:
+            self._signal()
+            if stopped:  # a stopped process takes its kill signal once it runs again
+                kill_group(self._proc.pid, signal.SIGCONT)
+
+    def kill(self) -> None:
+        """Vacating to Killing (KILL was true, or the vacate time is over): SIGKILL."""
+        if self.claim.state is not ClaimState.VACATING:
+            return
+        self.claim.move(ClaimState.KILLING, self._clock())
+        self._changed()
+        if self._proc is not None and self._proc.returncode is None:
+            kill_group(self._proc.pid, signal.SIGKILL)
+
+    def suspend(self) -> None:
+        """SUSPEND: the job's process group stopped (SIGSTOP); the claim is Suspended."""
+        proc = self._proc
+        if proc is None or proc.returncode is not None or self._stop is not None:
+            return
+        if self.claim.state not in (ClaimState.RUNNING, ClaimState.RETIRING):
+            return
+        kill_group(proc.pid, signal.SIGSTOP)
+        self.claim.move(ClaimState.SUSPENDED, self._clock())
+        self._changed()
+
+    def resume(self) -> None:
+        """CONTINUE (or PREEMPT, which lets a suspended job run out its retirement): the
+        job runs again (SIGCONT), Retiring if it was preempted, else Running."""
+        proc = self._proc
+        if proc is None or self.claim.state is not ClaimState.SUSPENDED:
+            return
+        kill_group(proc.pid, signal.SIGCONT)
+        to = ClaimState.RETIRING if self.claim.preempted else ClaimState.RUNNING
+        self.claim.move(to, self._clock())
+        self._changed()
+
+    def retire(self) -> None:
+        """PREEMPT: the job may run until its retirement time is over (Retiring)."""
+        self.claim.preempted = True
+        if self.claim.state is ClaimState.SUSPENDED:
+            self.resume()
+        elif self.claim.state is ClaimState.RUNNING:
+            self.claim.move(ClaimState.RETIRING, self._clock())
+            self._changed()
 
     def _signal(self) -> None:
         proc, spec = self._proc, self._spec
@@ -433,7 +476,21 @@ class Starter:
             "%s: job %s %s: sending %s", self.claim.name, self.claim.job_id, self._stop, sig.name
         )
         kill_group(proc.pid, sig)
-        asyncio.get_running_loop().call_later(spec.vacate_time, _kill_if_running, proc)
+        asyncio.get_running_loop().call_later(spec.vacate_time, self._vacate_time_over, proc)
+
+    def _vacate_time_over(self, proc: subprocess.Popen[bytes]) -> None:
+        if proc.returncode is not None:
+            return  # it went in time
+        if self.claim.starter is self and self.claim.state is ClaimState.VACATING:
+            self.kill()  # Preempting/Killing, as the slot says
+        else:
+            _kill_if_running(proc)
+
+    @property
+    def vacate_time(self) -> float:
+        """Seconds from the job's kill signal to SIGKILL (its JobMaxVacateTime, else
+        JOB_MAX_VACATE_TIME)."""
+        return self._spec.vacate_time if self._spec is not None else self.config.vacate_time
 
     async def wait(self) -> None:
         """Until the run is over (its outcome recorded)."""

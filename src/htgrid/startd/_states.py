@@ -9,17 +9,28 @@ The partitionable slot (the whole machine) has HTCondor's slot State:
 
 Each claim is a dynamic slot carved from it, and moves through:
 
-    from \\ to    Claimed  Starting  Running  Vacating  Ended  Released
-    Claimed          .        yes        .        .        .      yes
-    Starting         .         .        yes      yes      yes      .     (Ended: could not start)
-    Running          .         .         .       yes      yes      .
-    Vacating         .         .         .        .       yes      .
-    Ended           yes        .         .        .        .      yes    (Claimed: reused)
-    Released         .         .         .        .        .       .
+    from \\ to   Claimed Starting Running Suspended Retiring Vacating Killing Ended Released
+    Claimed        .       yes      .        .         .        .        .      .     yes
+    Starting       .        .      yes       .         .       yes      yes    yes     .
+    Running        .        .       .       yes       yes      yes      yes    yes     .
+    Suspended      .        .      yes       .        yes      yes      yes    yes     .
+    Retiring       .        .       .       yes        .       yes      yes    yes     .
+    Vacating       .        .       .        .         .        .       yes    yes     .
+    Killing        .        .       .        .         .        .        .     yes     .
+    Ended         yes       .       .        .         .        .        .      .     yes
+    Released       .        .       .        .         .        .        .      .      .
+
+(Starting to Ended: it could not start; Ended to Claimed: the claim is reused.) While the
+job runs, the node's policy (`_policy`: WANT_SUSPEND, SUSPEND, CONTINUE, PREEMPT,
+WANT_VACATE, KILL, MAXJOBRETIREMENTTIME) moves it between Running, Suspended (its
+processes stopped), Retiring (PREEMPT was true: the job may run out its retirement
+time) and the two ways of preempting it: Vacating (its soft kill signal) and Killing
+(SIGKILL). A suspended claim preempted before (`Claim.preempted`) continues to Retiring.
 
 A dynamic slot advertises the State and Activity `SLOT_OF` gives its claim's state: it
 is Claimed/Idle until the schedd activates it, Claimed/Busy while the job is set up and
-runs, Preempting/Vacating while the job is killed, and Claimed/Idle again once the job's
+runs, Claimed/Suspended and Claimed/Retiring as the policy says, Preempting/Vacating or
+Preempting/Killing while the job is stopped, and Claimed/Idle again once the job's
 end waits for the schedd to collect it. The schedd may then reuse the claim for another
 job of the same user that fits it (HTCondor's claim reuse: no negotiation in between),
 or release it, which deletes the dynamic slot and returns its resources to the
@@ -36,6 +47,7 @@ from typing import Any, Final
 from htgrid.startd._errors import ClaimStateError
 
 __all__ = [
+    "ACTIVE",
     "CLAIM_TRANSITIONS",
     "SLOT_OF",
     "SLOT_TRANSITIONS",
@@ -69,26 +81,41 @@ class ClaimState(enum.Enum):
     CLAIMED = "claimed"  # resources held for the schedd, no job yet
     STARTING = "starting"  # the job ad arrived: sandbox, input files, process
     RUNNING = "running"
+    SUSPENDED = "suspended"  # SUSPEND was true: the job's processes are stopped
+    RETIRING = "retiring"  # PREEMPT was true: the job runs out its retirement time
     VACATING = "vacating"  # the job is being killed (KillSig, then SIGKILL)
+    KILLING = "killing"  # ... hard: SIGKILL (KILL was true, or its vacate time is over)
     ENDED = "ended"  # the job is over; its outcome waits for the schedd
     RELEASED = "released"  # the dynamic slot is gone
 
 
+_PREEMPTING: Final = frozenset({ClaimState.VACATING, ClaimState.KILLING, ClaimState.ENDED})
+
 CLAIM_TRANSITIONS: Final[Mapping[ClaimState, frozenset[ClaimState]]] = {
     ClaimState.CLAIMED: frozenset({ClaimState.STARTING, ClaimState.RELEASED}),
-    ClaimState.STARTING: frozenset({ClaimState.RUNNING, ClaimState.VACATING, ClaimState.ENDED}),
-    ClaimState.RUNNING: frozenset({ClaimState.VACATING, ClaimState.ENDED}),
-    ClaimState.VACATING: frozenset({ClaimState.ENDED}),
+    ClaimState.STARTING: frozenset({ClaimState.RUNNING}) | _PREEMPTING,
+    ClaimState.RUNNING: frozenset({ClaimState.SUSPENDED, ClaimState.RETIRING}) | _PREEMPTING,
+    ClaimState.SUSPENDED: frozenset({ClaimState.RUNNING, ClaimState.RETIRING}) | _PREEMPTING,
+    ClaimState.RETIRING: frozenset({ClaimState.SUSPENDED}) | _PREEMPTING,
+    ClaimState.VACATING: frozenset({ClaimState.KILLING, ClaimState.ENDED}),
+    ClaimState.KILLING: frozenset({ClaimState.ENDED}),
     ClaimState.ENDED: frozenset({ClaimState.CLAIMED, ClaimState.RELEASED}),
     ClaimState.RELEASED: frozenset(),
 }
+#: The states of a claim whose job's process may run (or be stopped): the policy's.
+ACTIVE: Final = frozenset(
+    {ClaimState.STARTING, ClaimState.RUNNING, ClaimState.SUSPENDED, ClaimState.RETIRING}
+)
 
 # (State, Activity) a dynamic slot advertises for its claim's state.
 SLOT_OF: Final[Mapping[ClaimState, tuple[str, str]]] = {
     ClaimState.CLAIMED: ("Claimed", "Idle"),
     ClaimState.STARTING: ("Claimed", "Busy"),
     ClaimState.RUNNING: ("Claimed", "Busy"),
+    ClaimState.SUSPENDED: ("Claimed", "Suspended"),
+    ClaimState.RETIRING: ("Claimed", "Retiring"),
     ClaimState.VACATING: ("Preempting", "Vacating"),
+    ClaimState.KILLING: ("Preempting", "Killing"),
     ClaimState.ENDED: ("Claimed", "Idle"),
     ClaimState.RELEASED: ("Unclaimed", "Idle"),
 }

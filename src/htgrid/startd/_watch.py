@@ -7,8 +7,9 @@ A shadow per claim polling its own claim cost a request (and a connection held) 
 claim: ten slots, ten polls waiting on the node, each answered, and made again, on every
 change of its claim. Here a schedd's poll names the claims it follows (and the version
 of each it knows) and is answered once one of them has ENDED (its outcome there), is
-RELEASED or gone, or its lease ran out: with every one of them that has, in one answer.
-Changes short of an end (STARTING to RUNNING) wake nobody.
+RELEASED or gone, or its lease ran out, or its job was suspended or continued since the
+version named (the schedd records that too): with every one of them that has, in one
+answer. Other changes short of an end (STARTING to RUNNING) wake nobody.
 
 `token` is a random string of the schedd's, sent only where its claim ids go. A claim
 activated with it (`activate`'s `watch`) joins the schedd's poll waiting then, so a job
@@ -146,13 +147,15 @@ class ClaimWatches:
         return ended
 
     async def _end(self, claim_id: str, version: int, deadline: float) -> Ended | None:
-        """The claim once it is over (or the error naming it gone); None at `deadline`."""
+        """The claim once it is over (or the error naming it gone), or its job was
+        suspended or continued since `version`; None at `deadline`."""
+        known = version
         while True:
             try:
                 status = await self._status(claim_id, deadline - self._monotonic(), version)
             except StartdError as exc:
                 return exc
-            if _over(status):
+            if _over(status) or status.suspended_version > known:
                 return status
             if self._monotonic() >= deadline:
                 return None

@@ -83,6 +83,12 @@ class ClaimStatus:
     # The claim takes no further job (its CLAIM_WORKLIFE is past): the schedd releases
     # it once the job's end is recorded, and the next job waits for a new match.
     closing: bool = False
+    # How often the node suspended the job of this activation (SUSPEND): the schedd
+    # logs each suspension (010) and resumption (011), those it did not see as well.
+    suspensions: int = 0
+    # The claim's version when its job was last suspended or continued: news that a
+    # node-wide poll (`_watch`) answers with, as it does with an end.
+    suspended_version: int = 0
 
     def to_json(self) -> dict[str, Any]:
         doc = {
@@ -99,6 +105,9 @@ class ClaimStatus:
             doc["job"] = self.job
         if self.closing:
             doc["closing"] = True
+        if self.suspensions:
+            doc["suspensions"] = self.suspensions
+            doc["suspended_version"] = self.suspended_version
         return doc
 
     @classmethod
@@ -118,6 +127,8 @@ class ClaimStatus:
                 None if data is None else base64.b64decode(data, validate=True),
                 None if job is None else str(job),
                 doc.get("closing") is True,
+                int(doc.get("suspensions", 0)),
+                int(doc.get("suspended_version", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StartdProtocolError(f"not a claim status: {exc}") from None
