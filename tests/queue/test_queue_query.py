@@ -324,6 +324,7 @@ def test_the_ads_kept_for_readers_are_those_of_the_jobs_in_the_queue(tmp_path: P
                 queue.job_exited(jid, 0, usage={"RemoteWallClockTime": 0.013430118560791016})
         now = stored()
         assert len(now) == 5
+        assert len(queue.history(None, ["ExitCode"])) == 15  # read, not kept
         with sqlite3.connect(tmp_path / "queue.db") as db:
             texts |= {row[0] for row in db.execute("SELECT ad FROM history")}
         assert now <= set(_serial._ADS)  # the queue's jobs are read from memory

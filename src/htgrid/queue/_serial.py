@@ -241,12 +241,15 @@ def decode(text: str) -> ClassAd:
     return from_entries(attrs)
 
 
-def decode_shared(text: str) -> ClassAd:
+def decode_shared(text: str, *, keep: bool = True) -> ClassAd:
     """`decode(text)`, from a cache: the same ad object for the same text. Callers must
-    not change it (`copy.copy` first: entries are immutable, so that is a dict copy)."""
+    not change it (`copy.copy` first: entries are immutable, so that is a dict copy).
+    `keep=False`: an ad not in the cache is not put there (a job of the history)."""
     ad = _ADS.get(text)
     if ad is None:
         ad = decode(text)
+        if not keep:
+            return ad
         if len(_ADS) >= _ADS_MAX:
             _ADS.clear()
         _ADS[text] = ad

@@ -162,7 +162,8 @@ class Store:
     def job_ad(self, row: tuple[Any, ...], *, history: bool = False) -> ClassAd:
         """The job ad of a row (cluster, proc, ad, masked)."""
         cluster, proc, text, masked = row
-        own = decode_shared(text) if text != EMPTY else ClassAd()  # overlay copies it
+        # Overlay copies it. The history's are read rarely: not kept for the next reader.
+        own = decode_shared(text, keep=not history) if text != EMPTY else ClassAd()
         ad = overlay(
             self.cluster_ad(cluster, history=history), own, masked.split() if masked else ()
         )
