@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from htgrid.client import Http11
+from htgrid.client._http11 import SHORT_AT_ONCE
 
 Answer = Callable[[str, dict[str, str], bytes], Awaitable[bytes | None]]
 
@@ -254,3 +255,46 @@ def test_an_answer_to_the_end_of_its_connection_and_one_not_http() -> None:
         assert server.connections == 2  # the first was not kept
 
     asyncio.run(scenario())
+
+
+def test_a_burst_of_short_requests_goes_a_few_at_a_time_on_as_few_connections() -> None:
+    # Each TLS connection holds a 256 KB buffer: a burst of activations at a node (its
+    # jobs ended at once) opened one each, most of the schedd's memory per running job.
+    release = asyncio.Event()
+    at_once = 0
+    most = 0
+
+    async def held(line: str, headers: dict[str, str], body: bytes) -> bytes | None:
+        nonlocal at_once, most
+        if "/poll" in line:
+            return ok(b"poll")
+        at_once += 1
+        most = max(most, at_once)
+        await release.wait()
+        at_once -= 1
+        return ok(b"done")
+
+    async def scenario() -> list[bytes]:
+        server, listening = await serving(held)
+        async with listening:
+            http = server.client()
+            burst = [
+                asyncio.ensure_future(
+                    http.request(
+                        "POST", f"/activate/{n}", body=b"{}", timeout=5, read=5, short=True
+                    )
+                )
+                for n in range(12)
+            ]
+            while at_once < SHORT_AT_ONCE:
+                await asyncio.sleep(0.01)
+            # A request that is not short (a long poll) is not held behind them.
+            poll = await http.request("GET", "/poll", timeout=5, read=5)
+            release.set()
+            answers = [a.content for a in await asyncio.gather(*burst)]
+            await http.aclose()
+        assert server.connections <= SHORT_AT_ONCE + 1
+        return [poll.content, *answers]
+
+    assert asyncio.run(scenario()) == [b"poll"] + [b"done"] * 12
+    assert most == SHORT_AT_ONCE

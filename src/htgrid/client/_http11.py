@@ -30,17 +30,22 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Final, Required, TypedDict, Unpack
 from urllib.parse import urlencode
 
-__all__ = ["IDLE_EXPIRY", "Answer", "Http11", "Streamed"]
+__all__ = ["IDLE_EXPIRY", "SHORT_AT_ONCE", "Answer", "Http11", "Options", "Streamed"]
 
 IDLE_EXPIRY: Final = 5.0
 """Seconds a connection is kept idle (htgrid's servers keep theirs 15 s, httpx 5 s)."""
 
 _HEAD_MAX: Final = 1 << 16  # an answer's status line and headers
-# Connections kept at rest. A schedd's requests to a node overlap rarely but at bursts
-# (a node's jobs ending at once); each TLS connection of asyncio's holds a 256 KB
-# buffer: kept by the ten, twenty at a node, they made most of the schedd's memory
-# per running job (200 jobs on 20 nodes: 425 KB a job, against 170 over httpx's).
-_MAX_IDLE: Final = 4
+SHORT_AT_ONCE: Final = 4
+"""Short requests in progress at once; the server answers them one after another anyway.
+
+A schedd's requests to a node overlap rarely but at bursts (a node's jobs ending at
+once: their activations); each TLS connection of asyncio's holds a 256 KB buffer, and
+one a request in a burst made most of the schedd's memory per running job (200 jobs on
+20 nodes: 425 KB a job, against 170 over httpx), while keeping fewer at rest made a
+TLS handshake of most of them."""
+
+_MAX_IDLE: Final = SHORT_AT_ONCE + 2  # connections kept at rest
 
 Open = Callable[[float | None], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
 """Opens a connection to the server in `timeout` seconds (the caller bounds it too)."""
@@ -55,6 +60,7 @@ class Options(TypedDict, total=False):
     body: Body
     headers: Mapping[str, str] | None
     timeout: Required[float | None]
+    short: bool
 
 
 class Answer:
@@ -120,6 +126,7 @@ class Http11:
         self._monotonic = monotonic
         self._idle: deque[_Connection] = deque()  # the most recently used at the right
         self._closed = False
+        self._short = asyncio.Semaphore(SHORT_AT_ONCE)
 
     @classmethod
     def tls(cls, host: str, port: int, context: ssl.SSLContext) -> Http11:
@@ -197,6 +204,21 @@ class Http11:
 
     @contextlib.asynccontextmanager
     async def stream(
+        self, method: str, path: str, *, read: float | None, **options: Unpack[Options]
+    ) -> AsyncIterator[Streamed]:
+        """Send one request; its answer, once its head came (within `read` seconds), to
+        read in the block. The connection is kept only if the body was read through.
+        `short` requests (answered at once, small) go `SHORT_AT_ONCE` at a time, the
+        others wait: a burst of them would open as many connections."""
+        if not options.get("short", False):
+            async with self._stream(method, path, read=read, **options) as answer:
+                yield answer
+            return
+        async with self._short, self._stream(method, path, read=read, **options) as answer:
+            yield answer
+
+    @contextlib.asynccontextmanager
+    async def _stream(
         self,
         method: str,
         path: str,
@@ -206,9 +228,8 @@ class Http11:
         headers: Mapping[str, str] | None = None,
         timeout: float | None,
         read: float | None,
+        short: bool = False,  # `stream`'s to heed
     ) -> AsyncIterator[Streamed]:
-        """Send one request; its answer, once its head came (within `read` seconds), to
-        read in the block. The connection is kept only if the body was read through."""
         if self._closed:
             raise ConnectionError("the client is closed")
         target = f"{path}?{urlencode(params)}" if params else path

@@ -334,6 +334,8 @@ class StartdClient:
                 headers=headers,
                 timeout=send,
                 read=answer,
+                # Not a long poll, a stream, a release or a keep-alive: answered at once.
+                short=timeouts is None and not read,
             )
         except TimeoutError:
             raise StartdUnavailable(
