@@ -296,3 +296,36 @@ def test_a_saved_ad_with_a_real_that_rounds_is_read_without_decoding(
     monkeypatch.undo()
     assert shared == decode(text)
     assert shared["RemoteWallClockTime"] != wall
+
+
+def test_the_ads_kept_for_readers_are_those_of_the_jobs_in_the_queue(tmp_path: Path) -> None:
+    # Every change of a job stores a new text of its own attributes; the ad kept for the
+    # old text (and, once the job left the queue, for its last one) is nobody's: kept,
+    # they pinned the schedd's memory, ~5 ads a job run, until the cache filled.
+    with JobQueue.open(tmp_path, clock=lambda: T0, fsync=False) as queue:
+        procs = [classad.ClassAd({"Out": f"out.{n}"}) for n in range(20)]
+        cluster = queue.submit(USERS[0], classad.ClassAd({"Cmd": "/bin/x", "JobStatus": 1}), procs)
+        texts: set[str] = set()
+
+        def stored() -> set[str]:
+            with sqlite3.connect(tmp_path / "queue.db") as db:
+                return {row[0] for row in db.execute("SELECT ad FROM jobs")}
+
+        for proc in range(20):
+            jid = f"{cluster}.{proc}"
+            texts |= stored()
+            queue.job_started(jid)
+            texts |= stored()
+            queue.update(jid, {"RemoteHost": f"slot1@node{proc}", "NumJobStarts": 1})
+            texts |= stored()
+            [ad] = queue.query(f"ProcId == {proc}", ["RemoteHost"])
+            assert ad["RemoteHost"] == f"slot1@node{proc}"
+            if proc < 15:
+                queue.job_exited(jid, 0, usage={"RemoteWallClockTime": 0.013430118560791016})
+        now = stored()
+        assert len(now) == 5
+        assert len(queue.history(None, ["ExitCode"])) == 15  # read, not kept
+        with sqlite3.connect(tmp_path / "queue.db") as db:
+            texts |= {row[0] for row in db.execute("SELECT ad FROM history")}
+        assert now <= set(_serial._ADS)  # the queue's jobs are read from memory
+        assert not (texts - now) & set(_serial._ADS)

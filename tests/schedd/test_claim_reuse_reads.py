@@ -83,3 +83,48 @@ def test_claims_ending_at_once_each_find_a_next_job_from_shared_reads(tmp_path: 
     assert None not in picked, picked.count(None)
     assert len(set(picked)) == CLAIMS  # each job to one claim only
     assert reads == 0
+
+
+def test_claims_ending_while_a_read_is_under_way_wait_for_it_rather_than_read_again(
+    tmp_path: Path,
+) -> None:
+    # At a burst of ends, each claim read the same few hundred idle jobs again (a read
+    # per claim, hundreds of ads each, all but one read thrown away): one read now, the
+    # others' jobs taken from it once it came.
+    worker = QueueWorker(JobQueue.open(tmp_path / "spool", fsync=False))
+    ad = ClassAd(
+        {
+            "Cmd": "/bin/true",
+            "JobUniverse": 5,
+            "Iwd": str(tmp_path),
+            "Owner": USER,
+            "Requirements": True,
+        }
+    )
+    manager = ShadowManager(worker, ShadowSettings("schedd@test", tmp_path / "spool"))
+    claims = [_Claim(proc) for proc in range(CLAIMS)]
+    manager._shadows.update({claim.job_id: claim for claim in claims})  # type: ignore[misc]
+
+    async def scenario() -> tuple[int, list[JobId | None]]:
+        await worker.write(lambda q: _submit(q, ad, IDLE))
+        reads = [manager.idle_scan(claim) for claim in claims]  # type: ignore[arg-type]
+        # The first claim's read goes with its exit; the others' exits read nothing and
+        # find no job yet: they wait for the read under way.
+        first = asyncio.ensure_future(worker.read(reads[0]))
+        rest = [await worker.read(read) for read in reads[1:]]
+        waiting = [asyncio.ensure_future(manager.scanned(c)) for c in claims[1:]]  # type: ignore[arg-type]
+        ads = await first
+        await asyncio.gather(*waiting)
+        picked = [manager.next_job(claims[0], ads)]  # type: ignore[arg-type]
+        picked += [manager.next_job(claim, None) for claim in claims[1:]]  # type: ignore[arg-type]
+        return sum(each is not None for each in [ads, *rest]), [
+            None if p is None else p[0] for p in picked
+        ]
+
+    try:
+        reads, picked = asyncio.run(scenario())
+    finally:
+        worker.close()
+    assert reads == 1
+    assert None not in picked, picked.count(None)
+    assert len(set(picked)) == CLAIMS

@@ -7,6 +7,8 @@ the same APIs the same way, so they share this package:
 
 - `pool_url`: a pool's collector as `-pool` names it (`host[:port]`, 9618 by default);
 - `tls_transport`: httpx's transport, closing the connection of a cancelled TLS handshake;
+- `Http11`: a lean HTTP/1.1 client of one server on asyncio's streams (the schedd's of
+  its execute nodes, a request for each job it starts);
 - tokens (`StoredToken`, `read_token_file`, `scan_tokens`, `find_token`, `TokenSource`):
   token files and the search for the token of a server's trust domain;
 - `BearerAuth`: httpx presenting that token, learning the trust domain from a 401;
@@ -24,6 +26,7 @@ from htgrid._lazy import on_demand
 
 if TYPE_CHECKING:
     from htgrid.client._auth import BearerAuth, Finder, realm_of
+    from htgrid.client._http11 import Http11, Streamed
     from htgrid.client._jwt import (
         ALGORITHM,
         ISSUER_ALGORITHMS,
@@ -59,6 +62,8 @@ _LAZY: Final = {
     "b64url": "_jwt",
     "shown": "_jwt",
     "take_apart": "_jwt",
+    "Http11": "_http11",
+    "Streamed": "_http11",
     "DEFAULT_PORT": "_pool",
     "pool_url": "_pool",
     "StoredToken": "_tokens",
@@ -83,9 +88,11 @@ __all__ = [
     "BearerAuth",
     "Connect",
     "Finder",
+    "Http11",
     "NotAToken",
     "OtherAlgorithm",
     "StoredToken",
+    "Streamed",
     "TokenFileProblem",
     "TokenSource",
     "b64url",

@@ -41,6 +41,7 @@ __all__ = [
     "unix_listener",
 ]
 
+_BACKLOG: Final = 2048  # uvicorn's, which it sets again once it serves
 _KEEP_ALIVE: Final = 15  # seconds an idle connection is kept (below API_HEADER_TIMEOUT)
 
 
@@ -58,14 +59,17 @@ def tcp_listener(host: str) -> socket.socket:
 
 
 def unix_listener(path: Path) -> socket.socket:
-    """A Unix socket bound at `path`, made 0600 (nobody else connects); a socket file left
-    there is replaced (the caller holds the daemon's lock: it was a dead daemon's)."""
+    """A Unix socket bound at `path`, made 0600 (nobody else connects), and listening: a
+    client that finds the file connects (answered once the server serves), where one
+    between the bind and the server's start was refused. A socket file left there is
+    replaced (the caller holds the daemon's lock: it was a dead daemon's)."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)  # created 0600, never wider first
     try:
         sock.bind(str(path))
+        sock.listen(_BACKLOG)
     except OSError:
         sock.close()
         raise

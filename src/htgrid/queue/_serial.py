@@ -35,6 +35,7 @@ __all__ = [
     "encode_names",
     "encode_plain",
     "expression_problem",
+    "forget",
     "overlay",
     "parse_value",
     "project",
@@ -240,12 +241,15 @@ def decode(text: str) -> ClassAd:
     return from_entries(attrs)
 
 
-def decode_shared(text: str) -> ClassAd:
+def decode_shared(text: str, *, keep: bool = True) -> ClassAd:
     """`decode(text)`, from a cache: the same ad object for the same text. Callers must
-    not change it (`copy.copy` first: entries are immutable, so that is a dict copy)."""
+    not change it (`copy.copy` first: entries are immutable, so that is a dict copy).
+    `keep=False`: an ad not in the cache is not put there (a job of the history)."""
     ad = _ADS.get(text)
     if ad is None:
         ad = decode(text)
+        if not keep:
+            return ad
         if len(_ADS) >= _ADS_MAX:
             _ADS.clear()
         _ADS[text] = ad
@@ -277,6 +281,13 @@ def remember(text: str, ad: ClassAd) -> None:
     if len(_ADS) >= _ADS_MAX:
         _ADS.clear()
     _ADS[text] = kept
+
+
+def forget(text: str) -> None:
+    """Drop the ad of `text` from `decode_shared`'s cache: the job it was stored for has
+    changed or left the queue. (The cache is bounded, but a job leaves a dead text at
+    each change: 1,000 jobs run through left ~5,000 ads pinning ~50 MB until it filled.)"""
+    _ADS.pop(text, None)
 
 
 def with_proc_id(ad: ClassAd, proc: int) -> None:

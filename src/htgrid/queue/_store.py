@@ -28,6 +28,7 @@ from htgrid.queue._serial import (
     decode_shared,
     encode,
     encode_names,
+    forget,
     overlay,
     remember,
     with_proc_id,
@@ -161,7 +162,8 @@ class Store:
     def job_ad(self, row: tuple[Any, ...], *, history: bool = False) -> ClassAd:
         """The job ad of a row (cluster, proc, ad, masked)."""
         cluster, proc, text, masked = row
-        own = decode_shared(text) if text != EMPTY else ClassAd()  # overlay copies it
+        # Overlay copies it. The history's are read rarely: not kept for the next reader.
+        own = decode_shared(text, keep=not history) if text != EMPTY else ClassAd()
         ad = overlay(
             self.cluster_ad(cluster, history=history), own, masked.split() if masked else ()
         )
@@ -176,11 +178,19 @@ class JobEdit:
     writes go to its own attributes only, and are remembered for the change feed.
     """
 
-    def __init__(self, job_id: JobId, cluster_ad: ClassAd, own: ClassAd, masked: set[str]) -> None:
+    def __init__(
+        self,
+        job_id: JobId,
+        cluster_ad: ClassAd,
+        own: ClassAd,
+        masked: set[str],
+        stored: str = EMPTY,
+    ) -> None:
         self.job_id = job_id
         self.cluster_ad = cluster_ad
         self.own = own
         self.masked = masked
+        self.stored = stored  # the text of `own` in the job's row
         self.changed: dict[str, str] = {}  # lower-case name -> name as written
         self.deleted: dict[str, str] = {}
         self.old_status = self.status
@@ -366,12 +376,12 @@ class Txn:
             view = overlay(cluster_ad, own, hidden)
             with_proc_id(view, proc)
             if filt.matches(view):
-                yield JobEdit(JobId(cluster, proc), cluster_ad, own, hidden)
+                yield JobEdit(JobId(cluster, proc), cluster_ad, own, hidden, text)
 
     def edit_of(self, job_id: JobId, text: str, masked: str | None) -> JobEdit:
         own = _own_ad(text)
         cluster_ad = self.store.cluster_ad(job_id.cluster)
-        return JobEdit(job_id, cluster_ad, own, set(masked.split()) if masked else set())
+        return JobEdit(job_id, cluster_ad, own, set(masked.split()) if masked else set(), text)
 
     def save(self, edit: JobEdit) -> int | None:
         """Write the job's row and its change-feed entry; the change's sequence number."""
@@ -383,6 +393,11 @@ class Txn:
         deleted = " ".join(edit.deleted.values())
         seq = self.job_change(kind, jid, status, edit.old_status, edit.changed_attrs(), deleted)
         text = encode(edit.own)
+        if text != edit.stored:
+            # The text replaced is no job's now (unless another's is the same: that one
+            # is decoded again): its ad would only pin memory until the cache fills.
+            forget(edit.stored)
+            edit.stored = text
         remember(text, edit.own)
         self.conn.execute(
             "UPDATE jobs SET status = ?, seq = ?, ad = ?, masked = ? WHERE cluster = ? AND proc = ?",
@@ -440,6 +455,7 @@ class Txn:
         self.conn.execute(
             "DELETE FROM jobs WHERE cluster = ? AND proc = ?", (jid.cluster, jid.proc)
         )
+        forget(edit.stored)  # read again only from the history, rarely
         self._left_clusters.add(jid.cluster)
 
 

@@ -133,6 +133,11 @@ class ShadowManager:
         # serves the next jobs of many claims (of an autocluster, as a rule), and the
         # claims ending at once share it, none of them finding its own read taken.
         self._idle: dict[str, dict[JobId, ClassAd]] = {}
+        # Per owner, a read of its idle jobs under way (done once they are in `_idle`):
+        # the claims ending meanwhile wait for it rather than each reading the same jobs
+        # (at a burst of ends, hundreds of reads of hundreds of ads each).
+        self._scanning: dict[str, asyncio.Future[None]] = {}
+        self._applied: dict[str, list[ClassAd]] = {}  # the read `_idle` holds, per owner
 
     @property
     def busy(self) -> frozenset[JobId]:
@@ -295,7 +300,9 @@ class ShadowManager:
         if not isinstance(owner, str):
             return lambda q: []
         held = self._idle.get(owner)
-        if not fresh and held and any(jid not in self._shadows for jid in held):
+        if not fresh and (
+            owner in self._scanning or (held and any(jid not in self._shadows for jid in held))
+        ):
             return lambda q: None
         constraint = (
             f"JobStatus == 1 && JobUniverse == {VANILLA} && Owner == {quote(owner)}"
@@ -303,7 +310,34 @@ class ShadowManager:
         )
         # Jobs shadows took but have not started yet are idle still: read past them.
         limit = _REUSE_SCAN + len(self._shadows)
-        return lambda q: q.query(constraint, limit=limit)
+        loop = asyncio.get_running_loop()
+        done = self._scanning.setdefault(owner, loop.create_future())
+
+        def read(q: JobQueue) -> list[ClassAd] | None:
+            ads = None
+            try:
+                ads = q.query(constraint, limit=limit)
+                return ads
+            finally:  # before the caller has the answer: the worker answers the same way
+                loop.call_soon_threadsafe(self._scanned, owner, done, ads)
+
+        return read
+
+    def _scanned(self, owner: str, done: asyncio.Future[None], ads: list[ClassAd] | None) -> None:
+        """A read of `owner`'s idle jobs came (`ads`; None: it failed)."""
+        if ads is not None:
+            self._idle[owner] = {JobId(ad["ClusterId"], ad["ProcId"]): ad for ad in ads}
+            self._applied[owner] = ads
+        if self._scanning.get(owner) is done:
+            del self._scanning[owner]
+        if not done.done():
+            done.set_result(None)
+
+    async def scanned(self, run: ShadowRun) -> None:
+        """Once the read of the idle jobs of `run`'s owner under way, if any, came."""
+        done = self._scanning.get(str(run.job.get("Owner")))
+        if done is not None:
+            await asyncio.shield(done)
 
     def next_job(
         self, run: ShadowRun, ads: list[ClassAd] | None
@@ -316,7 +350,7 @@ class ShadowManager:
         owner = run.job.get("Owner")
         if not isinstance(owner, str):
             return None
-        if ads is not None:
+        if ads is not None and self._applied.get(owner) is not ads:
             self._idle[owner] = {JobId(ad["ClusterId"], ad["ProcId"]): ad for ad in ads}
         held = self._idle.get(owner, {})
         for jid, ad in list(held.items()):

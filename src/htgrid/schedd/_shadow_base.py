@@ -171,6 +171,10 @@ class ShadowHost(Protocol):
         (None) while jobs read before may do, unless `fresh`."""
         ...
 
+    async def scanned(self, run: ShadowRun) -> None:
+        """Once a read of the idle jobs of `run`'s owner under way, if any, came."""
+        ...
+
     def next_job(
         self, run: ShadowRun, ads: list[ClassAd] | None
     ) -> tuple[JobId, ClassAd, Updates] | None:

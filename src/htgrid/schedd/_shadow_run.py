@@ -240,6 +240,9 @@ class ShadowRun(ShadowRecords, ShadowSuspensions):
         while True:
             following = self.m.next_job(self, self._idle)
             if following is None and self._idle is None:  # those read before are gone
+                await self.m.scanned(self)  # another claim's read under way: its jobs
+                following = self.m.next_job(self, None)
+            if following is None and self._idle is None:
                 self._idle = await self.m.write(self.m.idle_scan(self, fresh=True))
                 following = self.m.next_job(self, self._idle)
             if following is None:

@@ -23,19 +23,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import ssl
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO, Final
-
-import httpx
+from typing import Any, BinaryIO
 
 from htgrid.classad import ClassAd
 from htgrid.classad.adjson import ads_to_json, loads
-from htgrid.client import Connect, tls_transport
+from htgrid.client import Connect, Http11, Streamed
 from htgrid.net import ad_from_json
 from htgrid.startd._errors import (
     StartdError,
@@ -71,9 +70,6 @@ def host_port_of(address: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
-_LIMITS: Final = httpx.Limits(max_connections=512, max_keepalive_connections=64)
-
-
 class StartdClient:
     """An HTTP client of one execute node: on its Unix socket, or over TLS."""
 
@@ -81,12 +77,7 @@ class StartdClient:
         self.path: Path | None = Path(path)
         self.where = str(path)
         self.timeout = timeout
-        self._http = httpx.AsyncClient(
-            transport=httpx.AsyncHTTPTransport(uds=str(path)),
-            base_url="http://startd",
-            timeout=timeout,
-            limits=_LIMITS,
-        )
+        self._http = Http11.unix(str(path))
 
     @classmethod
     def over_tls(
@@ -98,11 +89,7 @@ class StartdClient:
         self.path = None
         self.where = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
         self.timeout = timeout
-        self._http = httpx.AsyncClient(
-            transport=tls_transport(tls, _LIMITS),
-            base_url=f"https://{self.where}",
-            timeout=timeout,
-        )
+        self._http = Http11.tls(host, port, tls)
         return self
 
     @classmethod
@@ -123,12 +110,7 @@ class StartdClient:
         self.path = None
         self.where = where
         self.timeout = timeout
-        shown = f"[{host}]" if ":" in host else host
-        self._http = httpx.AsyncClient(
-            transport=tls_transport(tls, _LIMITS, connect),
-            base_url=f"https://{shown}",
-            timeout=timeout,
-        )
+        self._http = Http11.tls_over(connect, host, tls)
         return self
 
     async def __aenter__(self) -> StartdClient:
@@ -164,8 +146,7 @@ class StartdClient:
     async def status(self, claim_id: str, *, wait: float = 0.0, version: int = -1) -> ClaimStatus:
         """The claim, once past `version` or after `wait` seconds (this renews its lease)."""
         params = {"wait": f"{wait:g}", "version": str(version)}
-        timeout = httpx.Timeout(self.timeout, read=wait + self.timeout)
-        doc = await self._json("GET", f"/v1/claims/{claim_id}", params=params, timeout=timeout)
+        doc = await self._json("GET", f"/v1/claims/{claim_id}", params=params, read=wait)
         return ClaimStatus.from_json(doc)
 
     async def watch(
@@ -178,8 +159,7 @@ class StartdClient:
         body: dict[str, Any] = {"watch": token, "claims": claims, "wait": wait}
         if seq is not None:
             body["seq"] = seq
-        timeout = httpx.Timeout(self.timeout, read=wait + self.timeout)
-        doc = await self._json("POST", "/v1/watch", body, timeout=timeout)
+        doc = await self._json("POST", "/v1/watch", body, read=wait)
         found = doc.get("claims")
         if not isinstance(found, dict):
             raise StartdProtocolError('the watch\'s answer has no "claims" object')
@@ -229,7 +209,7 @@ class StartdClient:
             f"/v1/claims/{claim_id}/input",
             _chunks(tar_path),
             content_type="application/x-tar",
-            timeout=None,
+            timeouts=(None, None),
         )
         return ClaimStatus.from_json(doc)
 
@@ -250,27 +230,33 @@ class StartdClient:
         size. `check` is given the bytes come so far after each chunk: what it raises
         (a sandbox over its limit) stops the transfer there."""
         size = 0
-        try:
-            async with self._http.stream("GET", f"/v1/claims/{claim_id}/output", timeout=None) as r:
-                if r.status_code >= 400:
-                    await r.aread()
-                    raise _error(r)
-                length = r.headers.get("content-length", "")
-                if length.isdigit() and int(length) <= _CHUNK:  # one call off the loop
-                    data = await r.aread()
-                    await asyncio.to_thread(dest.write_bytes, data)
-                    return len(data)
-                f = await asyncio.to_thread(open, dest, "wb")
-                try:
-                    async for chunk in r.aiter_bytes(_CHUNK):
-                        size += len(chunk)
-                        if check is not None:
-                            check(size)
-                        await asyncio.to_thread(f.write, chunk)
-                finally:
-                    await asyncio.to_thread(f.close)
-        except httpx.TransportError as exc:
-            raise StartdUnavailable(f"lost the execute node at {self.where}: {exc}") from None
+        self._check_socket()
+        lost = f"lost the execute node at {self.where}"
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                r = await stack.enter_async_context(
+                    self._http.stream(
+                        "GET", f"/v1/claims/{claim_id}/output", timeout=self.timeout, read=None
+                    )
+                )
+            except OSError as exc:
+                raise StartdUnavailable(f"{lost}: {_said(exc)}") from None
+            if r.status >= 400:
+                raise _error(r.status, await _receive(r, None, lost))
+            length = r.headers.get("content-length", "")
+            if length.isdigit() and int(length) <= _CHUNK:  # one call off the loop
+                data = await _receive(r, None, lost)
+                await asyncio.to_thread(dest.write_bytes, data)
+                return len(data)
+            f = await asyncio.to_thread(open, dest, "wb")
+            try:
+                while chunk := await _receive(r, _CHUNK, lost):
+                    size += len(chunk)
+                    if check is not None:
+                        check(size)
+                    await asyncio.to_thread(f.write, chunk)
+            finally:
+                await asyncio.to_thread(f.close)
         return size
 
     async def vacate(self, claim_id: str, reason: str = "vacate") -> ClaimStatus:
@@ -292,7 +278,7 @@ class StartdClient:
         body: dict[str, object] = {"claims": claim_ids}
         if every is not None:
             body["every"] = every
-        doc = await self._json("POST", "/v1/alive", body, timeout=httpx.Timeout(timeout))
+        doc = await self._json("POST", "/v1/alive", body, timeouts=(timeout, timeout))
         unknown = doc.get("unknown")
         if not isinstance(unknown, list):
             raise StartdProtocolError('the keep-alive\'s answer has no "unknown" list')
@@ -300,7 +286,7 @@ class StartdClient:
 
     async def release(self, claim_id: str) -> None:
         """Give the claim back (a job still running is vacated first)."""
-        await self._json("DELETE", f"/v1/claims/{claim_id}", timeout=None)
+        await self._json("DELETE", f"/v1/claims/{claim_id}", timeouts=(None, None))
 
     # -- plumbing -----------------------------------------------------------------------
 
@@ -322,31 +308,46 @@ class StartdClient:
         *,
         params: dict[str, str] | None = None,
         content_type: str = "application/json",
-        timeout: Any = httpx.USE_CLIENT_DEFAULT,
-    ) -> httpx.Response:
+        read: float = 0.0,
+        timeouts: tuple[float | None, float | None] | None = None,
+    ) -> bytes:
+        """The answer's body. `timeouts`: the seconds to connect and send, and to read
+        the answer (None: no bound); by default the client's timeout for both, `read`
+        seconds more for the answer (a long poll's wait)."""
         self._check_socket()
         if body is None:
-            content: Any = None
+            content: bytes | AsyncIterator[bytes] | None = None
         elif isinstance(body, _Raw):
-            content = body.text
+            content = body.text.encode()
         elif isinstance(body, AsyncIterator | bytes):
             content = body
         else:
-            content = json.dumps(body)
+            content = json.dumps(body).encode()
         headers = {"content-type": content_type} if content is not None else None
+        send, answer = timeouts if timeouts is not None else (self.timeout, self.timeout + read)
         try:
             response = await self._http.request(
-                method, path, params=params, content=content, headers=headers, timeout=timeout
+                method,
+                path,
+                params=params,
+                body=content,
+                headers=headers,
+                timeout=send,
+                read=answer,
+                # Not a long poll, a stream, a release or a keep-alive: answered at once.
+                short=timeouts is None and not read,
             )
-        except httpx.TimeoutException:
+        except TimeoutError:
             raise StartdUnavailable(
                 f"the execute node at {self.where} did not answer in time"
             ) from None
-        except (httpx.TransportError, OSError) as exc:
-            raise StartdUnavailable(f"no execute node answers at {self.where}: {exc}") from None
-        if response.status_code >= 400:
-            raise _error(response)
-        return response
+        except OSError as exc:
+            raise StartdUnavailable(
+                f"no execute node answers at {self.where}: {_said(exc)}"
+            ) from None
+        if response.status >= 400:
+            raise _error(response.status, response.content)
+        return response.content
 
     async def _json(self, method: str, path: str, body: object = None, **kw: Any) -> dict[str, Any]:
         doc = _decode(await self._request(method, path, body, **kw))
@@ -368,21 +369,35 @@ def _raw(fields: dict[str, Any], job_ad: ClassAd) -> _Raw:
     return _Raw(f'{head}{sep}"job_ad": {ads_to_json([job_ad])[1:-1]}}}')
 
 
-def _decode(response: httpx.Response) -> Any:
+def _decode(content: bytes) -> Any:
     try:
-        return loads(response.content)
+        return loads(content)
     except (ValueError, UnicodeDecodeError) as exc:
         raise StartdProtocolError(
             f"the execute node sent something that is not JSON: {exc}"
         ) from None
 
 
-def _error(response: httpx.Response) -> StartdError:
+def _error(status: int, content: bytes) -> StartdError:
     try:
-        doc: object = response.json()
+        doc: object = json.loads(content)
     except (ValueError, UnicodeDecodeError):
         doc = None
-    return from_problem(response.status_code, doc)
+    return from_problem(status, doc)
+
+
+def _said(exc: OSError) -> str:
+    """What a network error says (a refused connection's errno text, at least)."""
+    return str(exc) or exc.strerror or type(exc).__name__
+
+
+async def _receive(answer: Streamed, most: int | None, lost: str) -> bytes:
+    """The next part of a streamed answer (its whole rest: `most` None); a connection
+    lost is the node's."""
+    try:
+        return await (answer.read() if most is None else answer.receive(most))
+    except OSError as exc:
+        raise StartdUnavailable(f"{lost}: {_said(exc)}") from None
 
 
 async def _chunks(path: Path) -> AsyncIterator[bytes]:
