@@ -267,9 +267,27 @@ def test_what_another_user_tags_with_an_annexs_name_is_not_the_annexs(
         ImageId=IMAGE, InstanceType="m5.2xlarge", MinCount=1, MaxCount=1,
         TagSpecifications=[{"ResourceType": t, "Tags": tags} for t in ("instance", "volume")],
     )["Instances"]  # fmt: skip
-    assert sorted(_live()["x"]) == sorted([*mine, his["InstanceId"]])
+    fleet = boto("ec2").request_spot_fleet(  # type: ignore[attr-defined]
+        SpotFleetRequestConfig={
+            "IamFleetRole": f"arn:aws:iam::{ACCOUNT}:role/bobs-fleet",
+            "TargetCapacity": 1,
+            "Type": "request",
+            "AllocationStrategy": "lowestPrice",
+            "LaunchSpecifications": [
+                {
+                    "ImageId": IMAGE,
+                    "InstanceType": "m5.large",
+                    "WeightedCapacity": 1.0,
+                    "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}],
+                }
+            ],
+            "TagSpecifications": [{"ResourceType": "spot-fleet-request", "Tags": tags}],
+        }
+    )["SpotFleetRequestId"]
+    bobs = [i for i in _live()["x"] if i not in mine]
+    assert his["InstanceId"] in bobs and fleet in bobs and len(bobs) == 3  # and its instance
     (x,) = alices.describe("x")
-    assert sorted(i.instance_id for i in x.instances) == mine
+    assert sorted(i.instance_id for i in x.instances) == mine and x.fleets == ()
     (after,) = ann.ads("x", publish=False)
     for key in ("InstanceIds", "InstanceStates", "Spend", "Pending", "Booting"):
         assert after[key] == before[key], key
@@ -277,8 +295,9 @@ def test_what_another_user_tags_with_an_annexs_name_is_not_the_annexs(
     # Her lease's end (her rule's own event) ends hers, not his.
     event = json.loads(lf.lease_input("x", alices.lease_of("x") or 0))
     done = lf.handler(event, None, clock=lambda: later, clients=admin)
-    assert sorted(done["terminated"]) == mine
-    assert _live()["x"] == [his["InstanceId"]]
+    assert sorted(done["terminated"]) == mine and done["cancelled"] == []
+    assert _live()["x"] == bobs
     # The sweeper ends what no lease holds: his, tagged with an ended annex's name.
     swept = lf.handler({"htgrid": "annex-sweep"}, None, clock=lambda: time.time(), clients=admin)
-    assert swept["terminated"] == [his["InstanceId"]]
+    assert sorted([*swept["terminated"], *swept["cancelled"]]) == sorted(bobs)
+    assert "x" not in _live()
