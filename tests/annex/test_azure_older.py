@@ -243,3 +243,43 @@ class _NotYet:
 
     def release(self) -> None:
         pass
+
+
+def test_status_reads_annexes_not_yet_moved_in_the_shared_vault_with_one_listing(
+    azure: Any, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    older = _older_user(azure, _A)
+    _make(older, home, "o1")
+    _make(older, home, "o2", join=False)
+    monkeypatch.setattr(azure_setup_code, "migrate", lambda *args: {}, raising=False)
+    azure_setup(AzureAnnexes(LOCATION), users=(_A, _B))
+    condition = assignment_condition(older.place)
+    b = _user(azure, _B, condition)
+    for name in ("b1", "b2", "b3"):  # in B's own vault, which A cannot read
+        _make(b, home, name, join=False)
+    a = _user(azure, _A, condition)
+    shared = _shared(azure)
+    seen: list[tuple[str, str]] = []
+    request = rb.Arm.request
+
+    def counted(self: rb.Arm, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        seen.append((method, url))
+        return request(self, method, url, *args, **kwargs)
+
+    monkeypatch.setattr(rb.Arm, "request", counted)
+    ads = {ad["Name"]: ad for ad in Annexes(a, home, pool="127.0.0.1:1").ads(publish=False)}
+    # The shared vault: one listing of its secrets, and a read of each of the two annexes
+    # kept there; none for the three in B's vault.
+    there = sorted(
+        (m, u.partition("?")[0].rsplit("/", 1)[1]) for m, u in seen if f"/vault/{shared}/" in u
+    )
+    assert there == [
+        ("GET", rb.secret_name("o1", "config")),
+        ("GET", rb.secret_name("o2", "config")),
+        ("GET", "secrets"),
+    ]
+    (made,) = Annexes(older, home).describe("o1")
+    assert made.owner
+    for name in ("o1", "o2"):
+        assert (ads[name]["Owner"], ads[name]["Requested"]) == (made.owner, 1), name
+    assert {ads[n]["Owner"] for n in ("b1", "b2", "b3")} == {""}

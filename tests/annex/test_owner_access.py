@@ -17,7 +17,14 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from htgrid.annex import AnnexCloudError, AnnexSpec, AnnexUsageError, AwsAnnexes, user_policy
+from htgrid.annex import (
+    AnnexCloudError,
+    Annexes,
+    AnnexSpec,
+    AnnexUsageError,
+    AwsAnnexes,
+    user_policy,
+)
 from htgrid.annex import lease_function as lf
 from htgrid.testing import run_cli
 
@@ -243,3 +250,54 @@ def test_setup_prints_the_policy_keyed_on_the_principal_tag(aws: str, home: Path
     printed = out[out.index("{") : out.rindex("}") + 1]
     assert json.loads(printed) == user_policy(REGION, ACCOUNT, "htgrid-user")
     assert "HTGRID_ANNEX_OWNER" in out
+
+
+def test_what_another_user_tags_with_an_annexs_name_is_not_the_annexs(
+    alices: AwsAnnexes, home: Path
+) -> None:
+    """Bob tags his own instance and fleet with Alice's annex's name: her status, ad and
+    spend count only hers, and her lease's end ends only hers (the sweeper then ends his,
+    as it ends anything tagged with the name of an annex no lease holds)."""
+    mine = _live()["x"]
+    later = time.time() + 2 * 3600
+    ann = Annexes(alices, home, pool="127.0.0.1:9618", clock=lambda: later)
+    (before,) = ann.ads("x", publish=False)
+    tags = [{"Key": lf.ANNEX_TAG, "Value": "x"}, {"Key": OWNER_TAG, "Value": "bob"}]
+    (his,) = boto("ec2").run_instances(  # type: ignore[attr-defined]
+        ImageId=IMAGE, InstanceType="m5.2xlarge", MinCount=1, MaxCount=1,
+        TagSpecifications=[{"ResourceType": t, "Tags": tags} for t in ("instance", "volume")],
+    )["Instances"]  # fmt: skip
+    fleet = boto("ec2").request_spot_fleet(  # type: ignore[attr-defined]
+        SpotFleetRequestConfig={
+            "IamFleetRole": f"arn:aws:iam::{ACCOUNT}:role/bobs-fleet",
+            "TargetCapacity": 1,
+            "Type": "request",
+            "AllocationStrategy": "lowestPrice",
+            "LaunchSpecifications": [
+                {
+                    "ImageId": IMAGE,
+                    "InstanceType": "m5.large",
+                    "WeightedCapacity": 1.0,
+                    "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}],
+                }
+            ],
+            "TagSpecifications": [{"ResourceType": "spot-fleet-request", "Tags": tags}],
+        }
+    )["SpotFleetRequestId"]
+    bobs = [i for i in _live()["x"] if i not in mine]
+    assert his["InstanceId"] in bobs and fleet in bobs and len(bobs) == 3  # and its instance
+    (x,) = alices.describe("x")
+    assert sorted(i.instance_id for i in x.instances) == mine and x.fleets == ()
+    (after,) = ann.ads("x", publish=False)
+    for key in ("InstanceIds", "InstanceStates", "Spend", "Pending", "Booting"):
+        assert after[key] == before[key], key
+    assert {a.name: len(a.instances) for a in alices.describe()} == {"x": 2, "f": 2}
+    # Her lease's end (her rule's own event) ends hers, not his.
+    event = json.loads(lf.lease_input("x", alices.lease_of("x") or 0))
+    done = lf.handler(event, None, clock=lambda: later, clients=admin)
+    assert sorted(done["terminated"]) == mine and done["cancelled"] == []
+    assert _live()["x"] == bobs
+    # The sweeper ends what no lease holds: his, tagged with an ended annex's name.
+    swept = lf.handler({"htgrid": "annex-sweep"}, None, clock=lambda: time.time(), clients=admin)
+    assert sorted([*swept["terminated"], *swept["cancelled"]]) == sorted(bobs)
+    assert "x" not in _live()

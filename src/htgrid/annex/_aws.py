@@ -58,6 +58,9 @@ HTCONDOR_TAG: Final = "htcondor:AnnexName"
 OWNER_ENV: Final = "HTGRID_ANNEX_OWNER"
 # What an owner may be: it is in SSM parameter names (the token's path) and tags.
 _OWNER: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+#: The key of the launch settings naming the annex's owner in the cloud (OWNER_TAG's
+#: value; the settings' "owner" is the pool's user its slots run jobs of).
+CLOUD_OWNER: Final = "cloud_owner"
 #: On a request made to replace instances the cloud ended: their ids, space-separated.
 REPLACES_TAG: Final = "htgrid:Replaces"
 #: How many ids one REPLACES_TAG holds (a tag's value is at most 256 characters).
@@ -175,9 +178,11 @@ class AwsAnnexes:
         owner's TOKEN_ROOT, which SSM itself deletes at `expires` (the lease's end)."""
         if what == "token":
             self.put_parameter(self.token_path(name), value, secure=True, expires=expires)
-        else:
-            self.put_parameter(f"{PARAMETER_ROOT}/{name}/{what}", value, secure=secure,
-                               tags={OWNER_TAG: self.owner()})  # fmt: skip
+            return
+        if what == "config":
+            value = _with_owner(value, self.owner())
+        self.put_parameter(f"{PARAMETER_ROOT}/{name}/{what}", value, secure=secure,
+                           tags={OWNER_TAG: self.owner()})  # fmt: skip
 
     def get(self, name: str, what: str) -> str | None:
         if what == "token":
@@ -495,6 +500,18 @@ class AwsAnnexes:
                 "ssm", "get_parameters_by_path", "Parameters", Path=PARAMETER_ROOT, Recursive=True
             )
         }
+        settings_of = {n: _settings(params.get(config_parameter(n))) for n in names}
+        # An annex's are what is tagged with its name AND its owner (the one its settings
+        # record, which only the owner may write): another user may tag its own with the
+        # name, but they are not the annex's to count, nor to spend on.
+        owners = {n: s.get(CLOUD_OWNER) for n, s in settings_of.items()}
+
+        def mine(annex: str | None, tags: Any) -> bool:
+            if annex is None:
+                return False
+            owner = owners.get(annex)
+            return not isinstance(owner, str) or _tag(tags, OWNER_TAG) == owner
+
         instances: dict[str, list[Instance]] = {}
         replaced: dict[str, set[str]] = {}
         filters = [{"Name": "tag-key", "Values": [ANNEX_TAG]}]
@@ -505,13 +522,13 @@ class AwsAnnexes:
         ):
             for i in reservation.get("Instances", []):
                 annex = _tag(i.get("Tags"), ANNEX_TAG)
-                if annex is not None:
+                if annex is not None and mine(annex, i.get("Tags")):
                     instances.setdefault(annex, []).append(instance_of(i))
                     replaced.setdefault(annex, set()).update(_replaces(i.get("Tags")))
         fleets: dict[str, list[tuple[str, str]]] = {}
         for config in self.pages("ec2", "describe_spot_fleet_requests", "SpotFleetRequestConfigs"):
             annex = _tag(config.get("Tags"), ANNEX_TAG)
-            if annex is not None:
+            if annex is not None and mine(annex, config.get("Tags")):
                 fleets.setdefault(annex, []).append(
                     (config["SpotFleetRequestId"], config.get("SpotFleetRequestState", "?"))
                 )
@@ -519,10 +536,7 @@ class AwsAnnexes:
         prices = spot_prices(self.pages, [i for n in names for i in instances.get(n, ())])
         out = []
         for name in names:
-            try:
-                settings = json.loads(params.get(config_parameter(name), "{}"))
-            except ValueError:
-                settings = {}
+            settings = settings_of[name]
             lease = params.get(lease_parameter(name))
             out.append(
                 CloudAnnex(
@@ -549,6 +563,25 @@ class AwsAnnexes:
 
 def _tag(tags: Any, key: str) -> str | None:
     return next((t.get("Value") for t in tags or () if t.get("Key") == key), None)
+
+
+def _with_owner(config: str, owner: str) -> str:
+    """The launch settings `config` (JSON), recording the annex's owner in the cloud."""
+    try:
+        settings = json.loads(config)
+    except ValueError:
+        return config
+    if not isinstance(settings, dict):
+        return config
+    return json.dumps({**settings, CLOUD_OWNER: owner}, sort_keys=True)
+
+
+def _settings(text: str | None) -> dict[str, Any]:
+    try:
+        settings = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return settings if isinstance(settings, dict) else {}
 
 
 def _replaces(tags: Any) -> list[str]:

@@ -45,6 +45,7 @@ from htgrid.annex._azure_vaults import (
     end_shared,
     left_note,
     shared_secret,
+    shared_settings,
     token_principal,
     user_vault,
 )
@@ -490,7 +491,8 @@ class AzureAnnexes:
 
     def describe(self, only: str | None = None) -> list[CloudAnnex]:
         """The annexes (or `only`): one listing of schedules, one of scale sets, one of
-        each scale set's instances, and each annex's settings."""
+        each scale set's instances, and each annex's settings (for annexes not yet moved
+        from the shared vault, one listing of it and a read of each there)."""
         arm = self._ready()
 
         def look() -> list[CloudAnnex]:
@@ -504,10 +506,17 @@ class AzureAnnexes:
             for annex, vmss in annex_sets(arm):
                 if annex in names:
                     sets.setdefault(annex, []).append(vmss)
+            texts = {n: arm.get_secret(secret_name(n, "config")) for n in names}
+            missing = [n for n, text in texts.items() if text is None]
+            if missing and self._older():
+                # Annexes made before their user had a vault, not yet moved to it.
+                older = shared_settings(arm, self._older(), missing)
+                texts.update(older)
+                self._fallback.update(older)
             out = []
             for name in names:
                 try:
-                    settings = json.loads(arm.get_secret(secret_name(name, "config")) or "{}")
+                    settings = json.loads(texts[name] or "{}")
                 except ValueError:
                     settings = {}
                 instances: list[Instance] = []

@@ -8,10 +8,18 @@ from __future__ import annotations
 import base64
 import json
 import uuid
+from collections.abc import Collection
 
 from htgrid.annex.azure_runbook import ANNEX_TAG, Arm, ArmFailure, Place, secret_name
 
-__all__ = ["end_shared", "left_note", "shared_secret", "token_principal", "user_vault"]
+__all__ = [
+    "end_shared",
+    "left_note",
+    "shared_secret",
+    "shared_settings",
+    "token_principal",
+    "user_vault",
+]
 
 
 def user_vault(place: Place, principal: str) -> str:
@@ -44,6 +52,28 @@ def shared_secret(arm: Arm, shared: str, annex: str, what: str) -> str | None:
         if exc.status == 403:
             return None
         raise
+
+
+def shared_settings(arm: Arm, shared: str, annexes: Collection[str]) -> dict[str, str]:
+    """The launch settings of those of `annexes` that keep them in the shared vault: one
+    listing of its secrets (so that the annexes in their users' own vaults cost no
+    call each), then a read of each found there (Key Vault lists no values). What the
+    caller may not list or read there is as if not there."""
+    wanted = {secret_name(annex, "config"): annex for annex in annexes}
+    if not wanted:
+        return {}
+    vault = arm.on_vault(shared)
+    found: dict[str, str] = {}
+    try:
+        there = [name for name, _ in vault.secrets() if name in wanted]
+        for name in there:
+            value = vault.get_secret(name)
+            if value is not None:
+                found[wanted[name]] = value
+    except ArmFailure as exc:
+        if exc.status != 403:
+            raise
+    return found
 
 
 def end_shared(arm: Arm, shared: str, annex: str) -> tuple[list[str], bool | None]:

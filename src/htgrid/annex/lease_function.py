@@ -19,8 +19,9 @@ Two events reach it, both constant inputs of EventBridge rules at rate(1 minute)
   Before the expiry it does nothing, but in the last minute (the rule would next fire
   up to a minute after the end) it waits for the end, so the annex ends within a second
   of its lease rather than up to a minute after. From then on it terminates every instance tagged
-  `htgrid:AnnexName = NAME`, cancels the annex's spot-fleet requests (terminating their
-  instances), deletes the annex's SSM parameters and its token, then its instances' role
+  `htgrid:AnnexName = NAME` and with the owner the rule is tagged with (`htgrid:AnnexOwner`:
+  what another user tagged with the name is not the annex's), cancels the annex's
+  spot-fleet requests (terminating their instances), deletes the annex's SSM parameters and its token, then its instances' role
   and instance profile, and, last, removes its own rule: should any step fail, the rule
   stays and the next minute tries again.
 
@@ -29,7 +30,7 @@ Two events reach it, both constant inputs of EventBridge rules at rate(1 minute)
   invocation be lost), deletes annex rules left without a target whose lease tag has
   passed (a `create` killed between PutRule and PutTargets), and terminates instances
   and cancels fleets of annexes that have no rule at all (requested, somehow, after
-  their lease was enforced).
+  their lease was enforced; or another user's tagged with an ended annex's name).
 
 The wait is bounded by the invocation's remaining time (`WAIT_MARGIN` kept for the
 work), so a function set up with a shorter timeout waits less and the next minute ends it.
@@ -163,8 +164,10 @@ def handler(event: dict[str, Any], context: object, *, clock: Callable[[], float
             return {"error": "an annex-lease event needs AnnexName and LeaseExpiration"}
         # The annex's own rule's lease, if it has one; with none, what is left of it is
         # no lease's, and is ended as the sweeper would.
-        lease = _rule_lease(aws("events"), name)
-        expiration = expiration if lease is None else lease
+        events = aws("events")
+        rule = _rule_of(events, name)
+        lease = None if rule is None else _lease_of(events, rule)
+        expiration = expiration if lease is None else lease[1]
         left = float(expiration) - clock()
         budget = _wait_budget(context)
         if 0 < left <= budget:
@@ -175,7 +178,10 @@ def handler(event: dict[str, Any], context: object, *, clock: Callable[[], float
                 sleep(max(left, 0.01))
                 waited += max(left, 0.01)
                 left = float(expiration) - clock()
-        return enforce(aws, name, float(expiration), clock())
+        now = clock()
+        if now < expiration or rule is None:
+            return enforce(aws, name, float(expiration), now)
+        return enforce(aws, name, float(expiration), now, owner=_rule_owner(events, rule))
     if kind == "annex-sweep":
         return sweep(aws, clock())
     return {"error": f"not an htgrid annex event: {str(kind)[:80]!r}"}
@@ -356,14 +362,26 @@ def enforce(aws: Clients, annex: str, expiration: float, now: float,
     return done
 
 
-def _rule_lease(events: Any, annex: str) -> float | None:
-    """When the annex's own rule says its lease ends (None: it has no rule)."""
+def _rule_of(events: Any, annex: str) -> dict[str, Any] | None:
+    """The annex's own rule (None: it has none)."""
     rule = rule_name(annex)
     for found in _pages(events.list_rules, "Rules", "NextToken", NamePrefix=rule):
         if found.get("Name") == rule:
-            lease = _lease_of(events, found)
-            return None if lease is None else lease[1]
+            return dict(found)
     return None
+
+
+def _rule_owner(events: Any, rule: dict[str, Any]) -> str | None:
+    """The owner an annex's rule is tagged with (only the owner may tag it so): what
+    its lease ends is what is tagged with its name and this owner, not what another
+    user tagged with its name (None: a rule made before owners were tagged ends all)."""
+    try:
+        tags = events.list_tags_for_resource(ResourceARN=rule["Arn"]).get("Tags", [])
+    except Exception as exc:
+        if _code(exc) != "ResourceNotFoundException":
+            raise
+        return None
+    return _tag(tags, OWNER_TAG)
 
 
 def _lease_of(events: Any, rule: dict[str, Any]) -> tuple[str, float] | None:
@@ -406,7 +424,8 @@ def sweep(aws: Clients, now: float) -> dict[str, Any]:
         if lease is None:
             continue
         annex, expiration = lease
-        result = enforce(aws, annex, expiration, now)
+        owner = _rule_owner(events, rule) if now >= expiration else None
+        result = enforce(aws, annex, expiration, now, owner=owner)
         if result["expired"]:
             ended.append(result)
         else:
