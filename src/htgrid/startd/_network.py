@@ -139,6 +139,9 @@ class NodeNetwork:
                 self._connecting_back,
             )
             return
+        # Counted here, not when the task first runs: requests that come in one read
+        # would all pass the check before any of their tasks had started.
+        self._connecting_back += 1
         task = asyncio.create_task(self._serve_reversed(request), name="reversed connection")
         self._reversed.add(task)
         task.add_done_callback(self._reversed.discard)
@@ -147,7 +150,6 @@ class NodeNetwork:
         assert self.tls is not None
         server, tls = self.tls
         try:
-            self._connecting_back += 1
             try:
                 sock = await connect_back(request, _CONNECT_BACK)
             finally:
