@@ -78,7 +78,13 @@ def test_a_restarted_schedd_reconnects_to_a_job_behind_nat_through_the_broker(
             )
             job = f"{cluster}.0"
             wait_for(lambda: len(_lines(starts)) == 1, timeout=90, what="the job to start")
-            assert "CCBID=" in _job(pool, job)["StartdIpAddr"]
+            # The schedd records the start once the node answered the activation: the
+            # job's process may write its line first.
+            wait_for(
+                lambda: "CCBID=" in str(_job(pool, job).get("StartdIpAddr", "")),
+                timeout=30,
+                what="the job's start recorded, at the node's address through the broker",
+            )
             running = _runs(tmp_path, "nat_a.sh")
             pool.kill()
             pool.start()

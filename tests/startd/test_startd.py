@@ -54,7 +54,9 @@ def test_a_job_runs_in_a_sandbox_with_its_files_and_is_advertised(
         iwd,
         'cat in.txt > out.txt; echo "args $1 $2"; echo "$GREETING $_CONDOR_SLOT" >&2\n'
         'echo "$OMP_NUM_THREADS $CUDA_VISIBLE_DEVICES" > env.txt; pwd > where.txt\n'
-        "sleep 0.5; exit 3\n",
+        # Longer than a second: a claim's activity reaches the collector a second after
+        # the last update at most (the update after the claim was just sent).
+        "sleep 1.5; exit 3\n",
     )
     (iwd / "in.txt").write_text("input\n")
     job = job_ad(

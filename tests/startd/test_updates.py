@@ -6,6 +6,7 @@ restarted, or the ad went) goes whole at once. The collector over HTTP in-proces
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -186,3 +187,36 @@ def test_a_collector_of_before_gets_every_ad_whole(node: _Node) -> None:
     updates = [json.loads(b) for p, b in node.wire.sent if p.startswith("/v1/updates/")]
     assert [_names(u) for u in updates] == [["slot1@node.test", "slot1_1@node.test"]] * 2
     assert sorted(node.stored()) == ["slot1@node.test", "slot1_1@node.test"]
+
+
+def test_a_stream_of_activity_changes_goes_in_one_update_a_second(node: _Node) -> None:
+    """Jobs starting and ending on kept claims (no resources moved), many times a
+    second: the node updates its collector once a second with them all, as HTCondor's
+    startd does, not at each change (those updates were a fifth of a node's CPU)."""
+    node.claim(1)
+    sent: list[float] = []  # the loop's time of each update
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        request = node.wire.handle_async_request
+
+        async def noted(req: httpx.Request) -> httpx.Response:
+            if req.url.path.startswith("/v1/changes/"):
+                sent.append(loop.time())
+            return await request(req)
+
+        node.wire.handle_async_request = noted  # type: ignore[method-assign]
+        task = asyncio.create_task(node.startd._ads.run(node.client))
+        deadline = loop.time() + 30
+        try:
+            while len(sent) < 3:  # the join, then two updates of activity
+                assert loop.time() < deadline, f"only {len(sent)} updates"
+                node.startd._active()  # a job started or ended on the claim
+                await asyncio.sleep(0.02)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())
+    gaps = [b - a for a, b in itertools.pairwise(sent)]
+    assert min(gaps) >= 0.95, gaps

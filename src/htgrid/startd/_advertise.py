@@ -2,9 +2,12 @@
 
 The ads go every UPDATE_INTERVAL and soon after each change: at once when resources
 were claimed or given back (the negotiator waits for them), no sooner than
-`_ACTIVITY_GAP` after the last update when only a claim's activity changed (a job
-started or ended). A released slot's removal the collector refuses is asked for again
-at a few updates, then given up.
+`_ACTIVITY_GAP` (a second) after the last update when only a claim's activity changed
+(a job started or ended). HTCondor's startd sends the changes of a second in one update
+(a change arms a one-second timer); its activity changes here go at once after a quiet
+second, and a node running short jobs updates its collector once a second, not four
+times (those updates were a fifth of a node's CPU in bench/remote_nodes.py). A released
+slot's removal the collector refuses is asked for again at a few updates, then given up.
 
 HTCondor's startd sends every ad whole at each update. This node sends whole only the
 ads whose content changed since the collector last took them (or that it never took),
@@ -39,7 +42,7 @@ _log = logging.getLogger("htgrid.startd")
 _SETTLE: Final = 1.1
 _UPDATE: Final = "UPDATE_STARTD_AD"
 #: A claim's job started or ended: advertised no sooner than this after the last update.
-_ACTIVITY_GAP: Final = 0.25
+_ACTIVITY_GAP: Final = 1.0
 # A released slot's removal the collector refuses is asked for at this many updates,
 # then no more (it leaves the collector as its ad expires there).
 _REMOVAL_TRIES: Final = 3
