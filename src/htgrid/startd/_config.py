@@ -62,8 +62,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from htgrid.classad import ExprTree
-from htgrid.errors import ClassAdSyntaxError
 from htgrid.pool import (
     DEFAULT_LIMITS,
     DEFAULT_TRANSFER_MB,
@@ -73,7 +71,7 @@ from htgrid.pool import (
     PoolError,
     htgrid_home,
 )
-from htgrid.startd._policy_knobs import StartdPolicy
+from htgrid.startd._policy_knobs import StartdPolicy, expression_knob
 
 __all__ = ["StartdConfig"]
 
@@ -181,15 +179,7 @@ class StartdConfig(HomeLayout):
         conf = ConfigFile.read(home)
 
         def expression(key: str, default: str | None = None) -> str:
-            text = conf.text(key, default)
-            try:
-                ExprTree(text)
-            except ClassAdSyntaxError as exc:
-                line = conf.values[key][1]
-                raise PoolError(
-                    f"{conf.path}:{line}: {key} is not a ClassAd expression: {exc.reason}"
-                ) from None
-            return text
+            return expression_knob(conf, key, default)
 
         def worklife() -> float | None:
             text = conf.text("CLAIM_WORKLIFE")

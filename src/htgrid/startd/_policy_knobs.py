@@ -9,7 +9,7 @@ from htgrid.classad import ClassAd, ExprTree
 from htgrid.errors import ClassAdSyntaxError
 from htgrid.pool import ConfigFile, PoolError
 
-__all__ = ["POLICY_KNOBS", "StartdPolicy", "publish_policy"]
+__all__ = ["POLICY_KNOBS", "StartdPolicy", "expression_knob", "publish_policy"]
 
 #: The knob of each expression of `StartdPolicy`.
 POLICY_KNOBS: Final = {
@@ -42,15 +42,7 @@ class StartdPolicy:
         texts: dict[str, str] = {}
         for name, knob in POLICY_KNOBS.items():
             key = f"{knob}_VANILLA" if conf.text(f"{knob}_VANILLA", "") else knob
-            text = conf.text(key)
-            try:
-                ExprTree(text)
-            except ClassAdSyntaxError as exc:
-                line = conf.values[key][1]
-                raise PoolError(
-                    f"{conf.path}:{line}: {key} is not a ClassAd expression: {exc.reason}"
-                ) from None
-            texts[name] = text
+            texts[name] = expression_knob(conf, key)
         return cls(**texts, polling_interval=conf.number("POLLING_INTERVAL"))
 
     def changed(self, other: StartdPolicy) -> list[str]:
@@ -59,6 +51,19 @@ class StartdPolicy:
         return [
             knobs[f.name] for f in fields(self) if getattr(self, f.name) != getattr(other, f.name)
         ]
+
+
+def expression_knob(conf: ConfigFile, key: str, default: str | None = None) -> str:
+    """A knob's ClassAd expression text (PoolError naming the line when it is not one)."""
+    text = conf.text(key, default)
+    try:
+        ExprTree(text)
+    except ClassAdSyntaxError as exc:
+        line = conf.values[key][1]
+        raise PoolError(
+            f"{conf.path}:{line}: {key} is not a ClassAd expression: {exc.reason}"
+        ) from None
+    return text
 
 
 #: The slot ad's attribute of each expression, as HTCondor's startd publishes them.
