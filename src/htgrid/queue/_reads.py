@@ -125,12 +125,20 @@ class QueueReads:
         projection: Sequence[str] | None = None,
         *,
         limit: int | None = None,
+        changed_after: int | None = None,
     ) -> list[ClassAd]:
         """The ads of the queued jobs matching `constraint`, in job-id order.
 
         With a `projection`, each ad has only those attributes (and ClusterId, ProcId).
+        With `changed_after`, only the jobs a change after that sequence number of the
+        feed touched (`last_seq`, `changes_since`).
         """
-        return self._select(compile_constraint(constraint), projection, limit, history=False)
+        filt = compile_constraint(constraint)
+        if changed_after is not None:
+            filt = dataclasses.replace(
+                filt, where=(*filt.where, "seq > ?"), params=(*filt.params, changed_after)
+            )
+        return self._select(filt, projection, limit, history=False)
 
     def query_page(
         self,

@@ -25,7 +25,10 @@ in between, `route_new` does step 3 alone):
    and after the submit the copy is found by RoutedFromJobId. Nothing is kept in memory
    but the failure counts, so a restarted router adopts every routed job as it is.
 
-Steps 1 and 2 are `_pairs.PairKeeper`'s, step 3 this module's.
+Steps 1 and 2 are `_pairs.PairKeeper`'s, step 3 this module's. Steps 1 and 2 read only
+the pairs that changed since the last pass, which the queue's change feed names
+(`_index`): their work follows the changes, not the number of routed jobs; every pair
+is read at start-up, after a reconfig and every few minutes.
 """
 
 from __future__ import annotations
@@ -45,13 +48,13 @@ from htgrid.router._engine import (
     edit_in_place,
 )
 from htgrid.router._hooks import HookFailed, HookKind, HookRunner, RouterHooks
+from htgrid.router._index import PairIndex, job_id_of
 from htgrid.router._pairs import (
     JOB_ROUTER,
     UNDEFINED,
     PairKeeper,
     Pending,
     RouteCounts,
-    job_id_of,
     routed_pairs,
 )
 from htgrid.router._routes import Route, RouterConfig
@@ -96,6 +99,7 @@ class JobRouter(PairKeeper):
         self._after_change = after_change or (lambda: None)
         self.stats: dict[str, RouteStats] = {}
         self.counts = RouteCounts()
+        self._index = PairIndex()
         self._policy_due = 0.0
         self.hooks = RouterHooks(config.knobs, allow_root=_allow_root(config))
         # Inline unless given: a pass waits for its hooks (the daemon runs them beside).
@@ -105,6 +109,7 @@ class JobRouter(PairKeeper):
         """New routes; the failure counts of routes that keep their name are kept."""
         self.config = config
         self.hooks = RouterHooks(config.knobs, allow_root=_allow_root(config))
+        self._index = PairIndex()  # new routes: the next pass reads every pair
         names = {route.name.lower() for route in config.routes}
         self.stats = {k: v for k, v in self.stats.items() if k in names}
 
