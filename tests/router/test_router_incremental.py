@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from htgrid.queue import Identity, JobAction, JobId, JobQueue, JobStatus
+from htgrid.queue._store import Store  # counted: the ads a pass decodes
 from htgrid.router import JobRouter, RouterConfig
 
 from .test_router_batches import ROUTES, submit
@@ -113,3 +114,22 @@ def test_the_routes_counts_follow_the_pairs_that_changed(tmp_path: Any) -> None:
         router.cycle()  # one idle copy left on the route: the third job is routed
         assert queue.get(small[2]).get("RoutedToJobId") is not None
         assert router.counts_of(router.config.routes[1]) == (3, 2)
+
+
+def test_new_jobs_are_found_without_reading_every_idle_job(
+    paired: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue, router, _ = paired
+    # The claimed sources and their copies are idle jobs too: a pass read them all.
+    decoded = [0]
+    job_ad = Store.job_ad
+
+    def counting(self: Store, *args: Any, **kwargs: Any) -> Any:
+        decoded[0] += 1
+        return job_ad(self, *args, **kwargs)
+
+    monkeypatch.setattr(Store, "job_ad", counting)
+    (new,) = submit(queue, 1, cpus=8)
+    assert router.route_new() == 1
+    assert queue.get(new)["RoutedToJobId"] is not None
+    assert decoded[0] < 10, decoded

@@ -42,8 +42,12 @@ class QueueReads:
             raise JobNotFound(f"job {jid} is not in the queue")
         return found[jid]
 
-    def get_many(self, job_ids: Iterable[JobId]) -> dict[JobId, ClassAd]:
-        """The whole ads of those of `job_ids` in the queue, read together."""
+    def get_many(
+        self, job_ids: Iterable[JobId], constraint: str | ExprTree | None = None
+    ) -> dict[JobId, ClassAd]:
+        """The whole ads of those of `job_ids` in the queue (that match `constraint`),
+        read together."""
+        filt = compile_constraint(constraint)
         found: dict[JobId, ClassAd] = {}
         with self._reading() as store:
             for jid in job_ids:
@@ -52,7 +56,9 @@ class QueueReads:
                     (jid.cluster, jid.proc),
                 ).fetchone()
                 if row is not None:
-                    found[jid] = store.job_ad(row)
+                    ad = store.job_ad(row)
+                    if filt.matches(ad):
+                        found[jid] = ad
         return found
 
     def cluster_ad(self, cluster: int) -> ClassAd:

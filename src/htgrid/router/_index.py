@@ -18,7 +18,15 @@ from typing import Final
 from htgrid.classad import ClassAd
 from htgrid.queue import Change, ChangeKind, JobId, JobQueue, JobStatus, QueueError
 
-__all__ = ["FULL_PASS_EVERY", "PairIndex", "job_id_of", "quote_string", "read_pairs", "source_of"]
+__all__ = [
+    "FULL_PASS_EVERY",
+    "Candidates",
+    "PairIndex",
+    "job_id_of",
+    "quote_string",
+    "read_pairs",
+    "source_of",
+]
 
 #: Seconds between full passes when nothing else calls for one: a safety net, not a need.
 FULL_PASS_EVERY: Final = 300.0
@@ -108,6 +116,37 @@ def feed_gap(changes: list[Change], after: int, top: int) -> bool:
     if changes:
         return changes[0].seq > after + 1
     return top > after
+
+
+@dataclass
+class Candidates:
+    """The jobs to route as the last pass left them: a pass reads those that changed
+    since it and, by id, those it did not route (`waiting`: their route full, none
+    matching, a hook running), rather than every idle job of the queue, which has the
+    claimed sources and the routed copies too (20,000 ads a pass at 10,000 jobs). Every
+    candidate is read at start-up, after a reconfig and every `FULL_PASS_EVERY`."""
+
+    seq: int = 0
+    full_at: float = float("-inf")
+    waiting: set[JobId] = field(default_factory=set)
+
+    def read(self, queue: JobQueue, constraint: str, now: float) -> list[ClassAd]:
+        """The candidates, in job-id order; `waiting` their ids (the router takes off
+        those it routes)."""
+        top = queue.last_seq
+        if self.seq and now - self.full_at < FULL_PASS_EVERY:
+            # A waiting job that changed no longer matches, or is in the changed ones.
+            found = queue.get_many(sorted(self.waiting), constraint)
+            found.update(
+                (job_id_of(ad), ad) for ad in queue.query(constraint, changed_after=self.seq)
+            )
+            ads = [found[k] for k in sorted(found)]
+        else:
+            ads = queue.query(constraint)
+            self.full_at = now
+        self.seq = top
+        self.waiting = {job_id_of(ad) for ad in ads}
+        return ads
 
 
 def read_pairs(

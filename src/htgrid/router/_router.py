@@ -48,7 +48,7 @@ from htgrid.router._engine import (
     edit_in_place,
 )
 from htgrid.router._hooks import HookFailed, HookKind, HookRunner, RouterHooks
-from htgrid.router._index import PairIndex, job_id_of
+from htgrid.router._index import Candidates, PairIndex, job_id_of
 from htgrid.router._pairs import (
     JOB_ROUTER,
     UNDEFINED,
@@ -100,6 +100,7 @@ class JobRouter(PairKeeper):
         self.stats: dict[str, RouteStats] = {}
         self.counts = RouteCounts()
         self._index = PairIndex()
+        self._candidates = Candidates()
         self._policy_due = 0.0
         self.hooks = RouterHooks(config.knobs, allow_root=_allow_root(config))
         # Inline unless given: a pass waits for its hooks (the daemon runs them beside).
@@ -109,7 +110,9 @@ class JobRouter(PairKeeper):
         """New routes; the failure counts of routes that keep their name are kept."""
         self.config = config
         self.hooks = RouterHooks(config.knobs, allow_root=_allow_root(config))
-        self._index = PairIndex()  # new routes: the next pass reads every pair
+        # New routes: the next pass reads every pair and every candidate.
+        self._index = PairIndex()
+        self._candidates = Candidates()
         names = {route.name.lower() for route in config.routes}
         self.stats = {k: v for k, v in self.stats.items() if k in names}
 
@@ -164,13 +167,15 @@ class JobRouter(PairKeeper):
         if not self.config.routes:
             return 0
         try:
-            candidates = self.queue.query(candidate_constraint(self.config))
+            candidates = self._candidates.read(
+                self.queue, candidate_constraint(self.config), self.clock()
+            )
         except HTGridError as err:
             log.error("cannot look for jobs to route: %s", err)
             return 0
         changed = 0
         batch: list[_Routing] = []
-        for ad in sorted(candidates, key=job_id_of):
+        for ad in candidates:
             if 0 <= self.config.max_jobs <= self.counts.total:
                 break
             route, all_full = self.choose_route(ad)
@@ -270,6 +275,7 @@ class JobRouter(PairKeeper):
         for owner, jobs in owners.items():
             submitted.extend(self._submit_copies(owner, jobs))
         done = {routing.source_id for routing, _ in submitted}
+        self._candidates.waiting -= done
         for routing in claimed:
             if routing.source_id not in done:
                 self.route_stats(routing.route).routed -= 1
