@@ -3,10 +3,10 @@ changed (`read_pairs`, for `htgrid.router._pairs`): which routed jobs are whose,
 each pair's contribution to its route's counts, and the queue's change-feed position
 the last pass read up to.
 
-It is a cache, never the truth: a restarted router starts empty and makes a full pass
-(every routed job and managed source read), as it does after a reconfig, when the feed
+It is a cache, never the truth: a restarted router starts empty and its first pass reads
+every routed job and managed source, as a pass does after a reconfig, when the feed
 lost changes it had not read (trimmed), while hooks that run at every pass are
-configured, and every `FULL_PASS_EVERY` seconds in any case.
+configured, and every `READ_ALL_EVERY` seconds in any case.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from htgrid.classad import ClassAd
 from htgrid.queue import Change, ChangeKind, JobId, JobQueue, JobStatus, QueueError
 
 __all__ = [
-    "FULL_PASS_EVERY",
+    "READ_ALL_EVERY",
     "Candidates",
     "PairIndex",
     "job_id_of",
@@ -28,10 +28,11 @@ __all__ = [
     "source_of",
 ]
 
-#: Seconds between full passes when nothing else calls for one: a safety net, not a need.
-FULL_PASS_EVERY: Final = 300.0
+#: Seconds between passes over every pair when nothing else calls for one: a safety net.
+READ_ALL_EVERY: Final = 300.0
 
-#: Hooks a pass runs for every pair, changed or not: with one configured, every pass is full.
+#: Hooks a pass runs for every pair, changed or not: with one configured, each pass reads
+#: every pair.
 _EVERY_PASS_HOOKS: Final = ("_HOOK_UPDATE_JOB_INFO", "_HOOK_JOB_FINALIZE")
 
 
@@ -51,8 +52,8 @@ class Touched:
 class PairIndex:
     """The pairs as the last pass left them."""
 
-    seq: int = 0  # the feed's last change that pass had read (0: make a full pass)
-    full_at: float = float("-inf")  # when the last full pass was
+    seq: int = 0  # the feed's last change the last pass had read (0: read every pair)
+    full_at: float = float("-inf")  # when a pass last read every pair
     source_of: dict[JobId, JobId] = field(default_factory=dict)  # routed job -> source
     dests_of: dict[JobId, set[JobId]] = field(default_factory=dict)  # source -> routed jobs
     managed: set[JobId] = field(default_factory=set)  # sources this router manages
@@ -124,7 +125,7 @@ class Candidates:
     since it and, by id, those it did not route (`waiting`: their route full, none
     matching, a hook running), rather than every idle job of the queue, which has the
     claimed sources and the routed copies too (20,000 ads a pass at 10,000 jobs). Every
-    candidate is read at start-up, after a reconfig and every `FULL_PASS_EVERY`."""
+    candidate is read at start-up, after a reconfig and every `READ_ALL_EVERY`."""
 
     seq: int = 0
     full_at: float = float("-inf")
@@ -134,7 +135,7 @@ class Candidates:
         """The candidates, in job-id order; `waiting` their ids (the router takes off
         those it routes)."""
         top = queue.last_seq
-        if self.seq and now - self.full_at < FULL_PASS_EVERY:
+        if self.seq and now - self.full_at < READ_ALL_EVERY:
             # A waiting job that changed no longer matches, or is in the changed ones.
             found = queue.get_many(sorted(self.waiting), constraint)
             found.update(
@@ -153,12 +154,12 @@ def read_pairs(
     queue: JobQueue, idx: PairIndex, name: str, now: float, knobs: Mapping[str, str]
 ) -> tuple[list[ClassAd], dict[JobId, ClassAd], int]:
     """What a pass keeps in step: the routed jobs of router `name` and the sources it
-    manages, all of them when a full pass is due (the index cleared for the pass to
+    manages, all of them when reading every pair is due (the index cleared for the pass to
     fill again), else those of the pairs that changed since the last pass; and the
     feed's last change before they were read, for the pass to record as `idx.seq`."""
     top = queue.last_seq
     touched = None
-    if idx.seq and now - idx.full_at < FULL_PASS_EVERY and not hooks_every_pass(knobs):
+    if idx.seq and now - idx.full_at < READ_ALL_EVERY and not hooks_every_pass(knobs):
         changes = queue.changes_since(idx.seq)
         if not feed_gap(changes, idx.seq, top):
             touched = touched_by(changes)
@@ -237,7 +238,7 @@ def source_of(dest: ClassAd) -> JobId | None:
 
 def _managed_by(source: ClassAd, name: str) -> bool:
     """`Managed == "External" && ManagedManager == name` (`name` lower-case), as the
-    full pass's query reads it (ClassAd string comparison ignores case)."""
+    query of every pair reads it (ClassAd string comparison ignores case)."""
     return (
         str(source.get("Managed", "")).lower() == "external"
         and str(source.get("ManagedManager", "")).lower() == name

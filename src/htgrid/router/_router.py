@@ -116,6 +116,11 @@ class JobRouter(PairKeeper):
         names = {route.name.lower() for route in config.routes}
         self.stats = {k: v for k, v in self.stats.items() if k in names}
 
+    @property
+    def feed_position(self) -> int:
+        """The last change of the queue's feed the passes have read (0: none yet)."""
+        return self._index.seq
+
     def throttled(self, route: Route) -> bool:
         return not self.route_stats(route).accepting()
 
