@@ -210,7 +210,14 @@ class PairKeeper:
 
     def _sync(self) -> int:
         """Steps 1 and 2 for the pairs that changed since the last pass, or for every
-        pair when a full pass is due (`_index`)."""
+        pair when that is due (`_index`)."""
+        try:
+            return self._sync_changed()
+        except BaseException:
+            self._index.seq = 0  # left half done: the next pass reads every pair
+            raise
+
+    def _sync_changed(self) -> int:
         routed, managed, top = read_pairs(
             self.queue, self._index, self.config.name, self.clock(), self.config.knobs
         )

@@ -23,7 +23,8 @@ in between, `route_new` does step 3 alone):
    source is claimed, then its copy submitted (RoutedFromJobId names the source): a
    kill -9 between the two leaves a claimed source without copy, which step 2 lets go,
    and after the submit the copy is found by RoutedFromJobId. Nothing is kept in memory
-   but the failure counts, so a restarted router adopts every routed job as it is.
+   but the failure counts and caches (`_index`), so a restarted router adopts every
+   routed job as it is.
 
 Steps 1 and 2 are `_pairs.PairKeeper`'s, step 3 this module's. Steps 1 and 2 read only
 the pairs that changed since the last pass, which the queue's change feed names
