@@ -421,10 +421,11 @@ def main() -> int:
     ratio = statistics.median(ce / loop for loop, ce, _ in pairs)
     print(f"CE / sbatch loop = {ratio:.2f}, the median of the pairs' (target <= {TARGET})")
     print(f"3. the CE's resident memory per job: {per_job:.1f} KiB")
-    print(
-        f"4. squeue per poll ({PROBE} s) with {args.jobs} jobs: "
-        f"{len(calls) / args.polls:.1f} (ids named by each: {', '.join(calls) or '-'})"
-    )
+    if args.polls:  # --polls 0: not counted
+        print(
+            f"4. squeue per poll ({PROBE} s) with {args.jobs} jobs: "
+            f"{len(calls) / args.polls:.1f} (ids named by each: {', '.join(calls) or '-'})"
+        )
     for running, ended in lags:
         print(f"5. status lag: running {running:.1f} s, ended {ended:.1f} s (target <= 24)")
     return 0 if ratio <= TARGET else 1

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from htgrid.queue import JobStatus
+from htgrid.queue import JobQueue, JobStatus
 from htgrid.testing import PersonalPool, run_cli, wait_for
 
 from ._ce import ce_pool, jobs, submit_grid_job, submitter_and_ce
@@ -58,6 +58,9 @@ def test_a_grid_job_is_routed_by_the_ce_to_its_batch_system_and_comes_back(
         assert copy["RoutedFromJobId"] == f"{source['ClusterId']}.{source['ProcId']}"
         assert source["RoutedToJobId"] == f"{copy['ClusterId']}.{copy['ProcId']}"
         assert source["ExitCode"] == 3 and copy["JobStatus"] == JobStatus.COMPLETED
+        # The router's place in the change feed, which the CE's schedd keeps for it.
+        with JobQueue.open(ce.config.spool, check=False) as queue:
+            assert 0 < int(ce.config.jobrouter_feed_file.read_text()) <= queue.last_seq
 
 
 @pytest.mark.timeout(300)

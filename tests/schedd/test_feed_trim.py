@@ -55,6 +55,20 @@ def test_what_the_grid_manager_has_not_read_is_kept(tmp_path: Path) -> None:
     assert daemon._feed_read_upto() == 0
 
 
+def test_what_the_job_router_has_not_read_is_kept(tmp_path: Path) -> None:
+    home = tmp_path / "pool"
+    PersonalPool(home, daemons=("MASTER", "SCHEDD", "GRIDMANAGER", "JOB_ROUTER"))
+    daemon = Daemon(ScheddConfig.load(home))
+    (home / "spool" / "gridmanager").mkdir(parents=True)
+    (home / "spool" / "gridmanager" / "feed.seq").write_text("42\n")
+    # Not started yet: a router that lost changes would read every routed job again.
+    assert daemon._feed_read_upto() == 0
+    seq_file = home / "spool" / "jobrouter" / "feed.seq"
+    seq_file.parent.mkdir(parents=True)
+    seq_file.write_text("17\n")
+    assert daemon._feed_read_upto() == 17
+
+
 def test_without_a_grid_manager_its_position_does_not_count(tmp_path: Path) -> None:
     home = tmp_path / "pool"
     PersonalPool(home)  # the queue alone

@@ -171,6 +171,11 @@ class HomeLayout:
         return self.spool / "jobrouter"
 
     @property
+    def jobrouter_feed_file(self) -> Path:
+        """Where the job router keeps its position in the change feed."""
+        return self.jobrouter_dir / "feed.seq"
+
+    @property
     def jobrouter_doorbell(self) -> Path:
         """The job router's doorbell, rung after each change to the queue."""
         return self.jobrouter_dir / "wake"

@@ -42,8 +42,12 @@ class QueueReads:
             raise JobNotFound(f"job {jid} is not in the queue")
         return found[jid]
 
-    def get_many(self, job_ids: Iterable[JobId]) -> dict[JobId, ClassAd]:
-        """The whole ads of those of `job_ids` in the queue, read together."""
+    def get_many(
+        self, job_ids: Iterable[JobId], constraint: str | ExprTree | None = None
+    ) -> dict[JobId, ClassAd]:
+        """The whole ads of those of `job_ids` in the queue (that match `constraint`),
+        read together."""
+        filt = compile_constraint(constraint)
         found: dict[JobId, ClassAd] = {}
         with self._reading() as store:
             for jid in job_ids:
@@ -52,7 +56,9 @@ class QueueReads:
                     (jid.cluster, jid.proc),
                 ).fetchone()
                 if row is not None:
-                    found[jid] = store.job_ad(row)
+                    ad = store.job_ad(row)
+                    if filt.matches(ad):
+                        found[jid] = ad
         return found
 
     def cluster_ad(self, cluster: int) -> ClassAd:
@@ -125,12 +131,20 @@ class QueueReads:
         projection: Sequence[str] | None = None,
         *,
         limit: int | None = None,
+        changed_after: int | None = None,
     ) -> list[ClassAd]:
         """The ads of the queued jobs matching `constraint`, in job-id order.
 
         With a `projection`, each ad has only those attributes (and ClusterId, ProcId).
+        With `changed_after`, only the jobs a change after that sequence number of the
+        feed touched (`last_seq`, `changes_since`).
         """
-        return self._select(compile_constraint(constraint), projection, limit, history=False)
+        filt = compile_constraint(constraint)
+        if changed_after is not None:
+            filt = dataclasses.replace(
+                filt, where=(*filt.where, "seq > ?"), params=(*filt.params, changed_after)
+            )
+        return self._select(filt, projection, limit, history=False)
 
     def query_page(
         self,

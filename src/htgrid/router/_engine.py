@@ -92,6 +92,11 @@ _RESET: Final = {
     "CommittedSuspensionTime": 0,
     "OnExitBySignal": False,
 }
+#: `_RESET` as an ad: set from it, its expressions are taken as they are (one routed
+#: copy at a time, they were made again from the Python values for each).
+_RESET_AD: Final = ClassAd(_RESET)
+#: Kept until the router has copied its outcome to the source (submit_job.cpp).
+_LEAVE_IN_QUEUE: Final = ExprTree("JobStatus == 4")
 
 
 def candidate_constraint(config: RouterConfig) -> str:
@@ -114,8 +119,7 @@ def vanilla_to_grid(ad: ClassAd, universe: int, grid_resource: str | None) -> No
     for name in _DROP:
         if name in ad:
             del ad[name]
-    for name, value in _RESET.items():
-        ad[name] = value
+    ad.update(_RESET_AD)
     if "JobUniverse" in ad:
         ad["Remote_JobUniverse"] = ad.lookup("JobUniverse")
     ad["JobUniverse"] = universe
@@ -155,8 +159,7 @@ def build_routed_ad(
     ad["RoutedBy"] = config.name
     ad["RouteName"] = route.name
     ad["RoutedJob"] = True
-    # Kept until the router has copied its outcome to the source (submit_job.cpp).
-    ad["LeaveJobInQueue"] = ExprTree("JobStatus == 4")
+    ad["LeaveJobInQueue"] = _LEAVE_IN_QUEUE
     for name in ("ClusterId", "ProcId", "RoutedToJobId"):
         if name in ad:
             del ad[name]

@@ -32,6 +32,13 @@ from htgrid.queue import (
     periodic_decision,
 )
 from htgrid.router._hooks import HookFailed, HookKind, HookRunner, RouterHooks
+from htgrid.router._index import (
+    PairIndex,
+    job_id_of,
+    quote_string,
+    read_pairs,
+    source_of,
+)
 from htgrid.router._routes import Route, RouterConfig
 from htgrid.router._stats import RouteStats
 from htgrid.submit import SubmitError
@@ -114,10 +121,6 @@ class Pending:
 PENDING: Final = Pending()
 
 
-def job_id_of(ad: ClassAd) -> JobId:
-    return JobId(int(ad["ClusterId"]), int(ad["ProcId"]))
-
-
 class PairKeeper:
     """Steps 1 and 2 of a pass, for `JobRouter` (blocking: run them in a thread)."""
 
@@ -130,6 +133,7 @@ class PairKeeper:
     counts: RouteCounts
     #: A full pass's attribute copies not yet written (`_copy_attrs`, `_flush_copies`).
     _copies: list[tuple[JobId, dict[str, Any]]]
+    _index: PairIndex
 
     def hook_result(
         self, kind: HookKind, key: Hashable, job: ClassAd, work: Callable[[ClassAd], T]
@@ -205,13 +209,18 @@ class PairKeeper:
         return changed
 
     def _sync(self) -> int:
-        name = quote_string(self.config.name)
-        routed = self.queue.query(f"RoutedBy == {name} && RoutedFromJobId isnt undefined")
-        managed = {
-            job_id_of(ad): ad
-            for ad in self.queue.query(f'Managed == "External" && ManagedManager == {name}')
-        }
-        self.counts = RouteCounts()
+        """Steps 1 and 2 for the pairs that changed since the last pass, or for every
+        pair when that is due (`_index`)."""
+        try:
+            return self._sync_changed()
+        except BaseException:
+            self._index.seq = 0  # left half done: the next pass reads every pair
+            raise
+
+    def _sync_changed(self) -> int:
+        routed, managed, top = read_pairs(
+            self.queue, self._index, self.config.name, self.clock(), self.config.knobs
+        )
         changed = 0
         current: set[JobId] = set()
         self._copies = []
@@ -222,23 +231,30 @@ class PairKeeper:
         for source_id, source in managed.items():
             if source_id not in current:
                 changed += self._yield(source_id, source, "it has no routed job")
+        self.counts = RouteCounts()
+        for route, status in self._index.counted.values():
+            self.counts.add(route, status)
+        self._index.seq = top
         return changed
 
     def _sync_pairs(
         self, routed: list[ClassAd], managed: dict[JobId, ClassAd], current: set[JobId]
     ) -> int:
+        idx = self._index
+        idx.managed.update(managed)
         changed = 0
         for dest in sorted(routed, key=job_id_of):
-            try:
-                source_id = JobId.parse(str(dest.get("RoutedFromJobId")))
-            except (ValueError, QueueError):
+            source_id = source_of(dest)
+            if source_id is None:
                 log.warning("routed job %s names no source job: left alone", job_id_of(dest))
                 continue
+            idx.link(job_id_of(dest), source_id)
             source = managed.get(source_id)
             try:
                 done, is_current = self._pair(source, source_id, dest, current)
             except (QueueError, SubmitError) as err:
                 log.warning("routed job %s of %s: %s", job_id_of(dest), source_id, err)
+                idx.retry.add(source_id)
                 continue
             changed += done
             if is_current:
@@ -266,7 +282,7 @@ class PairKeeper:
                 return 1, False
             return 0, False
         route = self.config.route(str(dest.get("RouteName", "")))
-        self.counts.add(str(dest.get("RouteName", "")), status)
+        self._index.counted[dest_id] = (str(dest.get("RouteName", "")), status)
         src_status = JobStatus(source["JobStatus"])
         changes = 0
         if source.get("RoutedToJobId") is None:
@@ -516,10 +532,6 @@ class PairKeeper:
 
 
 _POLICY_ACTIONS: Final = {PolicyAction.HOLD: JobAction.Hold, PolicyAction.REMOVE: JobAction.Remove}
-
-
-def quote_string(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def routed_pairs(queue: JobQueue, name: str) -> Iterable[tuple[ClassAd, ClassAd | None]]:

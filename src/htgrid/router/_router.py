@@ -23,9 +23,13 @@ in between, `route_new` does step 3 alone):
    source is claimed, then its copy submitted (RoutedFromJobId names the source): a
    kill -9 between the two leaves a claimed source without copy, which step 2 lets go,
    and after the submit the copy is found by RoutedFromJobId. Nothing is kept in memory
-   but the failure counts, so a restarted router adopts every routed job as it is.
+   but the failure counts and caches (`_index`), so a restarted router adopts every
+   routed job as it is.
 
-Steps 1 and 2 are `_pairs.PairKeeper`'s, step 3 this module's.
+Steps 1 and 2 are `_pairs.PairKeeper`'s, step 3 this module's. Steps 1 and 2 read only
+the pairs that changed since the last pass, which the queue's change feed names
+(`_index`): their work follows the changes, not the number of routed jobs; every pair
+is read at start-up, after a reconfig and every few minutes.
 """
 
 from __future__ import annotations
@@ -45,13 +49,13 @@ from htgrid.router._engine import (
     edit_in_place,
 )
 from htgrid.router._hooks import HookFailed, HookKind, HookRunner, RouterHooks
+from htgrid.router._index import Candidates, PairIndex, job_id_of
 from htgrid.router._pairs import (
     JOB_ROUTER,
     UNDEFINED,
     PairKeeper,
     Pending,
     RouteCounts,
-    job_id_of,
     routed_pairs,
 )
 from htgrid.router._routes import Route, RouterConfig
@@ -96,6 +100,8 @@ class JobRouter(PairKeeper):
         self._after_change = after_change or (lambda: None)
         self.stats: dict[str, RouteStats] = {}
         self.counts = RouteCounts()
+        self._index = PairIndex()
+        self._candidates = Candidates()
         self._policy_due = 0.0
         self.hooks = RouterHooks(config.knobs, allow_root=_allow_root(config))
         # Inline unless given: a pass waits for its hooks (the daemon runs them beside).
@@ -105,8 +111,16 @@ class JobRouter(PairKeeper):
         """New routes; the failure counts of routes that keep their name are kept."""
         self.config = config
         self.hooks = RouterHooks(config.knobs, allow_root=_allow_root(config))
+        # New routes: the next pass reads every pair and every candidate.
+        self._index = PairIndex()
+        self._candidates = Candidates()
         names = {route.name.lower() for route in config.routes}
         self.stats = {k: v for k, v in self.stats.items() if k in names}
+
+    @property
+    def feed_position(self) -> int:
+        """The last change of the queue's feed the passes have read (0: none yet)."""
+        return self._index.seq
 
     def throttled(self, route: Route) -> bool:
         return not self.route_stats(route).accepting()
@@ -159,13 +173,15 @@ class JobRouter(PairKeeper):
         if not self.config.routes:
             return 0
         try:
-            candidates = self.queue.query(candidate_constraint(self.config))
+            candidates = self._candidates.read(
+                self.queue, candidate_constraint(self.config), self.clock()
+            )
         except HTGridError as err:
             log.error("cannot look for jobs to route: %s", err)
             return 0
         changed = 0
         batch: list[_Routing] = []
-        for ad in sorted(candidates, key=job_id_of):
+        for ad in candidates:
             if 0 <= self.config.max_jobs <= self.counts.total:
                 break
             route, all_full = self.choose_route(ad)
@@ -265,6 +281,7 @@ class JobRouter(PairKeeper):
         for owner, jobs in owners.items():
             submitted.extend(self._submit_copies(owner, jobs))
         done = {routing.source_id for routing, _ in submitted}
+        self._candidates.waiting -= done
         for routing in claimed:
             if routing.source_id not in done:
                 self.route_stats(routing.route).routed -= 1

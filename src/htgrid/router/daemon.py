@@ -5,9 +5,11 @@
 It opens the pool's queue as the grid manager does, runs a full pass (`JobRouter.cycle`)
 each JOB_ROUTER_POLLING_PERIOD seconds, routes new jobs (`JobRouter.route_new`) whenever
 the schedd rings its doorbell (`<spool>/jobrouter/wake`) in between, and rings the grid
-manager's after it submits or removes. A full pass reads every routed job: run at each
-ring, while thousands of jobs arrive, it was most of the router's time. Its hooks run
-beside the passes (`HookRunner`): a slow one holds up its own job only.
+manager's after it submits or removes. A full pass keeps the pairs in step: run at each
+ring, while thousands of jobs arrive, it was most of the router's time. The pairs it
+reads are those the queue's change feed says changed; its position in the feed is in
+`<spool>/jobrouter/feed.seq`, which the schedd keeps the feed for. Its hooks run beside
+the passes (`HookRunner`): a slow one holds up its own job only.
 htgrid.conf is read again when it changes or on SIGHUP (routes reloaded on reconfig).
 One router per queue (`<spool>/jobrouter/lock`): a second exits with status 3. kill -9
 is safe at any moment: the next one adopts the routed jobs from the queue.
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Final
 
 from htgrid._aio import on_parent_gone, take_sighup
-from htgrid._files import single_instance
+from htgrid._files import single_instance, write_atomic
 from htgrid._privsep import daemon_umask
 from htgrid.classad import preload_functions
 from htgrid.errors import HTGridError
@@ -78,6 +80,7 @@ async def _serve(home: Path, stop: asyncio.Event, reload: asyncio.Event) -> None
     )
     loop = asyncio.get_running_loop()
     full_due = 0.0  # when the next full pass is due
+    saved = -1  # the feed position last saved
     try:
         while not stop.is_set():
             if reload.is_set() or _config_stamp(home) != stamp:
@@ -102,6 +105,14 @@ async def _serve(home: Path, stop: asyncio.Event, reload: asyncio.Event) -> None
                     await asyncio.to_thread(router.route_new)
             except HTGridError as err:
                 log.error("job router: the pass failed: %s", err)
+            if router.feed_position != saved:
+                # The schedd trims the feed up to the position of its every follower: what
+                # the router did not read, it would find only by reading every routed job.
+                saved = router.feed_position
+                try:
+                    write_atomic(layout.jobrouter_feed_file, f"{saved}\n".encode("ascii"))
+                except OSError as err:
+                    log.warning("job router: cannot save its feed position: %s", err)
             waits = [
                 asyncio.ensure_future(bell.wait()),
                 asyncio.ensure_future(stop.wait()),

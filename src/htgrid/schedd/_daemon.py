@@ -451,14 +451,18 @@ class Daemon:
         the event log writer and the grid manager persist their positions, so what they
         have not read must stay (the grid manager would have to rescan the queue). The
         grid manager counts when this daemon runs it, or when one listened on its doorbell
-        at the last ring (one started by hand, `htgrid gridmanager`).
+        at the last ring (one started by hand, `htgrid gridmanager`); the job router when
+        this daemon runs it (what it lost, it would find by reading every routed job).
         """
         positions = [f.seq for f in (self._writer, self._runner, self._shadows) if f is not None]
         if self.companion is not None:
             positions += self.companion.feed_positions()
+        files = [self.config.jobrouter_feed_file] if "JOB_ROUTER" in self.config.daemons else []
         if grid_manager_listens or "GRIDMANAGER" in self.config.daemons:
+            files.append(self.config.gridmanager_feed_file)
+        for path in files:
             try:
-                positions.append(int(self.config.gridmanager_feed_file.read_text().strip()))
+                positions.append(int(path.read_text().strip()))
             except (OSError, ValueError):
                 return 0  # not started yet, or never read the feed: keep everything
         return min(positions, default=0)

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import enum
 import functools
+import itertools
 import logging
 import signal
 import subprocess
@@ -72,6 +73,9 @@ SCHEDULER: Final = 7  # JobUniverse: run on the schedd's host like local, as HTC
 _MINE: Final = f"(JobUniverse == {LOCAL} || JobUniverse == {SCHEDULER})"
 SCHEDD: Final = Identity("htgrid", admin=True)  # the daemon acting on its own account
 _FEED_BATCH: Final = 2000
+#: Jobs read by id in one read (`_find_idle`).
+_READ_PAGE: Final = 1000
+_IDLE_LOCAL: Final = f"JobStatus == 1 && {_MINE}"
 
 
 class RunState(enum.Enum):
@@ -213,20 +217,20 @@ class LocalRunner:
             # A job whose run just ended may be idle again (requeued by its policy, or
             # released while it was being killed): look at it once more.
             jobs, self._recheck = self._recheck, set()
-            clusters: set[int] = set()
+            submitted: list[tuple[int, range]] = []
             for change in changes:
-                self._note(change, clusters, jobs)
+                self._note(change, submitted, jobs)
             if changes:
                 self._seq = changes[-1].seq
-            if clusters or jobs:
-                await self._find_idle(clusters, jobs)
+            if submitted or jobs:
+                await self._find_idle(submitted, jobs)
             if not changes:
                 return
 
-    def _note(self, change: Change, clusters: set[int], jobs: set[JobId]) -> None:
-        """What `change` asks of the runner: a cluster or jobs to look at, a run to stop."""
+    def _note(self, change: Change, submitted: list[tuple[int, range]], jobs: set[JobId]) -> None:
+        """What `change` asks of the runner: procs or jobs to look at, a run to stop."""
         if change.kind is ChangeKind.SUBMITTED:
-            clusters.add(change.cluster)
+            submitted.append((change.cluster, change.procs))
         elif change.kind is ChangeKind.STATUS:
             for jid in change.job_ids:
                 run = self._runs.get(jid)
@@ -240,28 +244,20 @@ class LocalRunner:
                 elif change.status == JobStatus.REMOVED:
                     self._stop(run, StopReason.REMOVED)
 
-    async def _find_idle(self, clusters: set[int], jobs: set[JobId]) -> None:
-        """Add the idle local jobs of these clusters, and these jobs if idle, to pending."""
-        idle = f"JobStatus == 1 && {_MINE}"
-
-        def find(q: JobQueue) -> list[JobId]:
-            found: list[JobId] = []
-            for cluster in sorted(clusters):
-                ads = q.query(f"ClusterId == {cluster} && {idle}", ["JobStatus"])
-                found.extend(JobId(cluster, ad["ProcId"]) for ad in ads)
-            # Jobs by id, read together: a query each scanned its cluster's constraint.
-            by_id = q.get_many(sorted(jid for jid in jobs if jid.cluster not in clusters))
-            found.extend(
-                jid
-                for jid, ad in by_id.items()
-                if ad.get("JobStatus") == JobStatus.IDLE
-                and ad.get("JobUniverse") in (LOCAL, SCHEDULER)
-            )
-            return found
-
-        for jid in await self._worker.read(find):
-            if jid not in self._runs:
-                self._pending[jid] = None
+    async def _find_idle(self, submitted: list[tuple[int, range]], jobs: set[JobId]) -> None:
+        """Add the idle local jobs of these submitted procs, and these jobs if idle, to
+        pending. Read by id, together, a page at a time: a query per cluster parsed a
+        constraint of its own and read in a transaction of its own, and a CE's router
+        submits each routed job as a cluster of its own (10,000 queries for 10,000)."""
+        ids = itertools.chain(
+            (JobId(cluster, proc) for cluster, procs in submitted for proc in procs),
+            sorted(jobs),
+        )
+        while page := list(itertools.islice(ids, _READ_PAGE)):
+            found = await self._worker.read(functools.partial(_idle_local, page=page))
+            for jid in found:
+                if jid not in self._runs:
+                    self._pending[jid] = None
 
     def _schedule(self) -> None:
         while self._accepting and self._pending and len(self._runs) < self._max_jobs:
@@ -469,6 +465,11 @@ def _num(value: object) -> float:
 
 def _changes_since(q: JobQueue, *, seq: int, limit: int) -> list[Change]:
     return q.changes_since(seq, limit=limit)
+
+
+def _idle_local(q: JobQueue, *, page: list[JobId]) -> list[JobId]:
+    """Those of `page` that are idle local or scheduler universe jobs, in its order."""
+    return list(q.get_many(page, _IDLE_LOCAL))
 
 
 def _kill_if_running(proc: subprocess.Popen[bytes]) -> None:
