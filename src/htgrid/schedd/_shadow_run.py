@@ -23,9 +23,8 @@ import logging
 import secrets
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any, Final, NoReturn
+from typing import Any, Final
 
-from htgrid._aio import wait_event
 from htgrid._privsep import Account, OwnerRefused, as_owner
 from htgrid.classad import ClassAd
 from htgrid.errors import HTGridError
@@ -37,9 +36,6 @@ from htgrid.queue import (
 from htgrid.queue.faults import JobFailure, daemon_fault, problem
 from htgrid.schedd._leases import NodeLink
 from htgrid.schedd._shadow_base import (
-    CUT,
-    LEASE_MARGIN,
-    NOT_SUPPORTED,
     RESTARTED,
     Evicted,
     GaveUp,
@@ -48,12 +44,11 @@ from htgrid.schedd._shadow_base import (
     StopReason,
     Unreachable,
     claimed_slot,
-    no_lease,
-    reconnect_delay,
     reconnected_slot,
     vacate_time,
 )
 from htgrid.schedd._shadow_files import fetch_output, send_input, small_input
+from htgrid.schedd._shadow_reconnect import ShadowReconnects
 from htgrid.schedd._shadow_record import ShadowRecords
 from htgrid.schedd._shadow_suspend import ShadowSuspensions
 from htgrid.startd import (
@@ -89,7 +84,7 @@ _ACTIVE: Final = frozenset(
 )
 
 
-class ShadowRun(ShadowRecords, ShadowSuspensions):
+class ShadowRun(ShadowRecords, ShadowSuspensions, ShadowReconnects):
     """One job's run on one claim."""
 
     def __init__(
@@ -359,122 +354,6 @@ class ShadowRun(ShadowRecords, ShadowSuspensions):
             self._sent, self._spooled = {"BytesSent": small[1]}, small[2]
         await self._record_start()
         return status
-
-    async def _in_doubt(self, why: str) -> ClaimStatus:
-        """The activation's answer was lost (`why`): whether the node took it is known
-        once it answers, asked until the lease has surely run out there (a job with no
-        lease is not waited for). The claim's status if it took it; NotStarted if not.
-        The job stays idle meanwhile, this shadow's (matched nowhere else)."""
-        _log.warning("job %s: its activation unanswered by %s: %s", self.job_id, self.address, why)
-        wait = 0.0 if no_lease(self.job) else self.lease + self.vacate_time + LEASE_MARGIN
-        deadline, attempts = self.m.now() + wait, 0
-        while True:
-            try:
-                status = await asyncio.wait_for(
-                    self.client.status(self.claim_id), self.m.settings.alive_interval
-                )
-            except ClaimNotFound:
-                raise NotStarted("the execute node has no such claim") from None
-            except (StartdError, TimeoutError) as exc:
-                attempts += 1
-                delay = min(reconnect_delay(attempts, self.m.settings), deadline - self.m.now())
-                if delay <= 0:
-                    raise NotStarted(f"the execute node does not answer ({exc})") from None
-                await asyncio.sleep(delay)
-                continue
-            if status.job == str(self.job_id) and status.state in _ACTIVATED:
-                return status
-            raise NotStarted(f"the execute node did not take it (claim {status.state.value})")
-
-    async def _cut(self, why: str) -> ClaimStatus:
-        """The node of another host stopped answering (`why`): a job with no lease is
-        given up on at once (`_not_reconnected`), one with a lease reconnected to."""
-        if no_lease(self.job):
-            await self._not_reconnected(why)
-        return await self._lost(why, CUT)
-
-    async def _lost(self, why: str, reason: str) -> ClaimStatus:
-        """The node of another host does not answer (`why`), or the schedd restarted:
-        the job may run on there. Disconnected (022, HTCondor's `reason`) until the node
-        answers within the lease: reconnected (023), the claim's status returned. The
-        run is given up on (024, the job back to idle: `GaveUp`) once the node says the
-        job or its claim is gone, or the lease has surely run out there. The attempts
-        back off as HTCondor's shadow's do (RECONNECT_BACKOFF_FACTOR, _CEILING), never
-        past the lease."""
-        self.lost, self._watched = True, False
-        try:
-            return await self._reconnect(why, reason)
-        finally:
-            self.lost = False
-
-    async def _reconnect(self, why: str, reason: str) -> ClaimStatus:
-        deadline = self.m.now() + self.lease + self.vacate_time + LEASE_MARGIN
-        await self.m.disconnected(self, why, reason, deadline)
-        link, wait, attempts = self.link, self.m.settings.alive_interval, 0
-        while True:
-            left = deadline - self.m.now()
-            if left <= 0:
-                await self._give_up(
-                    f"Job disconnected too long: JobLeaseDuration ({self.lease:g} seconds) expired"
-                )
-            if link is not None and not link.up.is_set():
-                await wait_event(link.up, left)  # its keep-alives are answered again
-                continue
-            try:
-                status = await asyncio.wait_for(self.client.status(self.claim_id), wait)
-            except ClaimNotFound:
-                await self._give_up(_CLAIM_NOT_FOUND)
-            except (StartdError, TimeoutError) as exc:
-                # An attempt that does not reach the node backs off; one it answers (its
-                # claim being ended, say) is made again shortly.
-                unreached = isinstance(exc, StartdUnavailable | TimeoutError)
-                attempts += 1 if unreached else 0
-                backoff = reconnect_delay(attempts, self.m.settings) if unreached else _RETRY
-                delay = max(0.0, min(backoff, deadline - self.m.now()))
-                _log.info(
-                    "job %s: no reconnection to %s yet (%s): next attempt in %.0f s",
-                    self.job_id,
-                    self.address,
-                    exc,
-                    delay,
-                )
-                if link is None:
-                    await asyncio.sleep(delay)
-                else:  # its keep-alives go unanswered meanwhile: they tell when it is back
-                    await wait_event(link.down, delay)
-                continue
-            if status.state is ClaimState.RELEASED:
-                await self._give_up(_CLAIM_NOT_FOUND)
-            if status.state is ClaimState.CLAIMED or (
-                status.job is not None and status.job != str(self.job_id)
-            ):  # never activated for this job (the claim's last job's end, perhaps)
-                await self._release()
-                await self._give_up(_NOT_FOUND)
-            await self.m.reconnected(self)
-            return status
-
-    async def _not_reconnected(self, why: str) -> NoReturn:
-        """A job with no lease lost its node (`why`): as HTCondor's shadow, which supports
-        no reconnection for it, the run is given up at once (024, no 022) and the job goes
-        back to idle. Its keep-alives stop, so the node, if it runs it still, ends it by
-        itself; releasing the claim is tried once first (a node that does not answer
-        keeps its record: the schedd's next start asks again)."""
-        _log.warning(
-            "job %s: lost %s (%s); it has no lease (JobLeaseDuration): not reconnected "
-            "to, back to idle",
-            self.job_id,
-            self.address,
-            why,
-        )
-        self.m.drop_lease(self)
-        await self._release()
-        await self.m.gave_up(self, NOT_SUPPORTED, forget=False)
-        raise GaveUp(NOT_SUPPORTED)
-
-    async def _give_up(self, reason: str) -> NoReturn:
-        _log.warning("job %s: reconnection to %s failed: %s", self.job_id, self.address, reason)
-        await self.m.gave_up(self, reason)
-        raise GaveUp(reason)
 
     async def _follow(self, ad: ClassAd, status: ClaimStatus) -> ClaimStatus:
         """Follow the claim from `status` to the job's end (the claim's status then,
