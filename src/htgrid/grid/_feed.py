@@ -13,7 +13,7 @@ from typing import Final
 
 from htgrid.gahp import Clock
 from htgrid.grid._queueio import QueueIO
-from htgrid.queue import Change, StoreError
+from htgrid.queue import Change, StoreError, feed_gap
 from htgrid.queue.doorbell import Doorbell
 
 __all__ = ["ChangeFeed"]
@@ -58,7 +58,7 @@ class ChangeFeed:
             try:
                 top = await io.last_seq()
                 changes = await io.changes_since(self.seq, _BATCH)
-                if (changes and changes[0].seq > self.seq + 1) or (not changes and top > self.seq):
+                if feed_gap(changes, self.seq, top):
                     # Changes we never read were trimmed: only a full scan is safe.
                     log.warning("change feed trimmed after %d: rescanning the queue", self.seq)
                     self.seq = await io.last_seq()

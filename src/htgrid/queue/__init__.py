@@ -29,7 +29,7 @@ from htgrid.queue._status import TRANSITIONS, JobStatus
 
 if TYPE_CHECKING:
     from htgrid.queue._factory import FactoryInfo
-    from htgrid.queue._feed import Change, ChangeKind
+    from htgrid.queue._feed import Change, ChangeKind, feed_gap
     from htgrid.queue._policy import (
         ExitOutcome,
         PolicyAction,
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 _LAZY: Final = {
     "Change": "_feed",
     "ChangeKind": "_feed",
+    "feed_gap": "_feed",
     "ExitOutcome": "_policy",
     "PolicyAction": "_policy",
     "PolicyDecision": "_policy",
@@ -96,5 +97,6 @@ __all__ = [
     "SubmitTransaction",
     "SystemPolicy",
     "exit_decision",
+    "feed_gap",
     "periodic_decision",
 ]

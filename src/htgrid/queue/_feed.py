@@ -16,7 +16,7 @@ from htgrid.queue._ids import JobId
 from htgrid.queue._serial import decode
 from htgrid.queue._status import JobStatus
 
-__all__ = ["Change", "ChangeKind", "read_changes"]
+__all__ = ["Change", "ChangeKind", "feed_gap", "read_changes"]
 
 
 class ChangeKind(enum.Enum):
@@ -88,3 +88,12 @@ def read_changes(conn: sqlite3.Connection, after: int, limit: int | None) -> lis
         )
         for seq, time, kind, cluster, first, last, status, last_status, attrs, deleted in rows
     ]
+
+
+def feed_gap(changes: list[Change], after: int, top: int) -> bool:
+    """Whether changes after `after` were trimmed before a follower read them (`changes`:
+    those it read after `after`; `top`: the feed's last change, read before them). Only
+    a full scan of the queue is then safe."""
+    if changes:
+        return changes[0].seq > after + 1
+    return top > after

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from htgrid.classad import ClassAd
-from htgrid.queue import Change, ChangeKind, JobId, JobQueue, JobStatus, QueueError
+from htgrid.queue import Change, ChangeKind, JobId, JobQueue, JobStatus, QueueError, feed_gap
 
 __all__ = [
     "READ_ALL_EVERY",
@@ -109,14 +109,6 @@ def touched_by(changes: Iterable[Change]) -> Touched:
         if change.kind is ChangeKind.LEFT_QUEUE:
             left.update(ids)
     return Touched(frozenset(changed), frozenset(left))
-
-
-def feed_gap(changes: list[Change], after: int, top: int) -> bool:
-    """Whether changes after `after` were trimmed before they were read (`top`: the
-    queue's last change when they were asked for)."""
-    if changes:
-        return changes[0].seq > after + 1
-    return top > after
 
 
 @dataclass
