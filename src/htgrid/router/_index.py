@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from htgrid.classad import ClassAd
+from htgrid.classad import ClassAd, quote
 from htgrid.queue import Change, ChangeKind, JobId, JobQueue, JobStatus, QueueError, feed_gap
 
 __all__ = [
@@ -23,7 +23,6 @@ __all__ = [
     "Candidates",
     "PairIndex",
     "job_id_of",
-    "quote_string",
     "read_pairs",
     "source_of",
 ]
@@ -156,7 +155,7 @@ def read_pairs(
         if not feed_gap(changes, idx.seq, top):
             touched = touched_by(changes)
     after = None if touched is None else idx.seq
-    quoted = quote_string(name)
+    quoted = quote(name)
     routed = queue.query(
         f"RoutedBy == {quoted} && RoutedFromJobId isnt undefined", changed_after=after
     )
@@ -235,7 +234,3 @@ def _managed_by(source: ClassAd, name: str) -> bool:
         str(source.get("Managed", "")).lower() == "external"
         and str(source.get("ManagedManager", "")).lower() == name
     )
-
-
-def quote_string(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

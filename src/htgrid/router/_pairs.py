@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
-from htgrid.classad import ClassAd, ExprTree
+from htgrid.classad import ClassAd, ExprTree, quote
 from htgrid.errors import HTGridError
 from htgrid.queue import (
     HoldReasonCode,
@@ -35,7 +35,6 @@ from htgrid.router._hooks import HookFailed, HookKind, HookRunner, RouterHooks
 from htgrid.router._index import (
     PairIndex,
     job_id_of,
-    quote_string,
     read_pairs,
     source_of,
 )
@@ -164,7 +163,7 @@ class PairKeeper:
         to it, as HTCondor's does): a hold or removal it decides is the source's, and the
         next steps of the pass take the copy with it. A release is not: a source held
         with its copy's hold follows the copy."""
-        name = quote_string(self.config.name)
+        name = quote(self.config.name)
         try:
             sources = self.queue.query(
                 f'Managed == "External" && ManagedManager == {name} && JobStatus != 3'
@@ -536,7 +535,7 @@ _POLICY_ACTIONS: Final = {PolicyAction.HOLD: JobAction.Hold, PolicyAction.REMOVE
 
 def routed_pairs(queue: JobQueue, name: str) -> Iterable[tuple[ClassAd, ClassAd | None]]:
     """(routed job, its source or None), for `htgrid router_q`."""
-    routed = queue.query(f"RoutedBy == {quote_string(name)} && RoutedFromJobId isnt undefined")
+    routed = queue.query(f"RoutedBy == {quote(name)} && RoutedFromJobId isnt undefined")
     for dest in routed:
         try:
             source: Any = queue.get(str(dest["RoutedFromJobId"]))
