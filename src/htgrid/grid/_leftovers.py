@@ -135,6 +135,11 @@ class Leftovers:
         return sorted(items, key=lambda item: item.due)
 
 
+def _kept(ad: Mapping[str, Any]) -> dict[str, str]:
+    """What a record keeps of the job's ad: the KEPT_ATTRS it has as strings."""
+    return {name: str(ad[name]) for name in KEPT_ATTRS if isinstance(ad.get(name), str)}
+
+
 #: Finds the resource a removal goes through, from the job attributes it kept (GridError
 #: when there is none to be had: it is tried again later).
 ResourceOf = Callable[[Mapping[str, str]], Awaitable["Resource[Any, Any]"]]
@@ -169,8 +174,7 @@ class LeftoverSweep:
         """`job`'s `remote` part is about to be owed (its exit is committed next): recorded
         durably, not yet tried by the sweep, so that a crash before the removal is tried
         leaves the record for the next start."""
-        attrs = {name: str(ad[name]) for name in KEPT_ATTRS if isinstance(ad.get(name), str)}
-        item = Leftover(job, remote, attrs, 0, self.clock.time(), "", what)
+        item = Leftover(job, remote, _kept(ad), 0, self.clock.time(), "", what)
         await asyncio.to_thread(self.store.keep, item)
 
     async def settled(self, job: JobId) -> None:
@@ -183,9 +187,8 @@ class LeftoverSweep:
     ) -> None:
         """The first removal of `job`'s `remote` part (`what`, for the log) failed with
         `error`: keep it, durably, to try again."""
-        attrs = {name: str(ad[name]) for name in KEPT_ATTRS if isinstance(ad.get(name), str)}
         pause = self._config().backoff(1)
-        item = Leftover(job, remote, attrs, 1, self.clock.time() + pause, error, what)
+        item = Leftover(job, remote, _kept(ad), 1, self.clock.time() + pause, error, what)
         await asyncio.to_thread(self.store.keep, item)
         self._items[job] = item
         self._wake.set()
