@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Final
 
+from htgrid._files import write_atomic
 from htgrid.gahp import Clock
 from htgrid.grid._queueio import QueueIO
 from htgrid.queue import Change, StoreError, feed_gap
@@ -90,7 +91,5 @@ class ChangeFeed:
         seq = self.seq
         if seq == self._saved:
             return
-        tmp = self._path.with_name("feed.seq.tmp")
-        tmp.write_text(f"{seq}\n", encoding="ascii")
-        tmp.replace(self._path)
+        write_atomic(self._path, f"{seq}\n".encode("ascii"))
         self._saved = seq
