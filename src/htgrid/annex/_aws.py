@@ -506,9 +506,7 @@ class AwsAnnexes:
         # name, but they are not the annex's to count, nor to spend on.
         owners = {n: s.get(CLOUD_OWNER) for n, s in settings_of.items()}
 
-        def mine(annex: str | None, tags: Any) -> bool:
-            if annex is None:
-                return False
+        def mine(annex: str, tags: Any) -> bool:
             owner = owners.get(annex)
             return not isinstance(owner, str) or _tag(tags, OWNER_TAG) == owner
 

@@ -89,6 +89,7 @@ __all__ = [
     "WEB_API",
     "AzureAnnexes",
     "assign",
+    "assignment_path",
     "iso",
     "role_id",
     "timer_app",
@@ -145,17 +146,18 @@ def assign(arm: Arm, scope: str, role: str, principal: str, condition: str = "",
     assignment's name is derived from the three. `kind`: the principal's type, if
     known (a managed identity just made may not have reached Entra ID's replicas yet:
     ARM then takes its word for it)."""
-    name = uuid.uuid5(uuid.NAMESPACE_URL, f"{scope.lower()}|{principal}|{role.lower()}")
     props: dict[str, Any] = {"roleDefinitionId": role, "principalId": principal}
     if kind is not None:
         props["principalType"] = kind
     if condition:
         props.update(condition=condition, conditionVersion="2.0")
-    arm.put(
-        f"{scope}/providers/Microsoft.Authorization/roleAssignments/{name}",
-        AUTHORIZATION_API,
-        {"properties": props},
-    )
+    arm.put(assignment_path(scope, principal, role), AUTHORIZATION_API, {"properties": props})
+
+
+def assignment_path(scope: str, principal: str, role: str) -> str:
+    """The path `assign` gives this assignment: its name derived from the three."""
+    name = uuid.uuid5(uuid.NAMESPACE_URL, f"{scope.lower()}|{principal}|{role.lower()}")
+    return f"{scope}/providers/Microsoft.Authorization/roleAssignments/{name}"
 
 
 def vault_url(vault: str) -> str:

@@ -15,11 +15,17 @@ late, so a refusal leaves the roles as they are and says to run setup again.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from htgrid.annex._azure import SECRETS_OFFICER, SECRETS_USER, USER_TAG, assign, role_id
+from htgrid.annex._azure import (
+    SECRETS_OFFICER,
+    SECRETS_USER,
+    USER_TAG,
+    assign,
+    assignment_path,
+    role_id,
+)
 from htgrid.annex.azure_runbook import (
     ANNEX_TAG,
     AUTHORIZATION_API,
@@ -50,12 +56,6 @@ def _user_vaults(arm: Arm, place: Place) -> dict[str, str]:
     }
 
 
-def _assignment_path(scope: str, principal: str, role: str) -> str:
-    """The path assign() gives this assignment (its name derived from the three)."""
-    name = uuid.uuid5(uuid.NAMESPACE_URL, f"{scope.lower()}|{principal}|{role.lower()}")
-    return f"{scope}/{_ASSIGNMENTS}/{name}"
-
-
 class _Access:
     """Secrets Officer for setup itself on the vaults it copies between, given where it
     had none, taken back by `release`."""
@@ -71,7 +71,7 @@ class _Access:
             return
         self.seen.add(scope)
         officer = role_id(self.place, SECRETS_OFFICER)
-        if self.arm.get(_assignment_path(scope, self.admin, officer), AUTHORIZATION_API):
+        if self.arm.get(assignment_path(scope, self.admin, officer), AUTHORIZATION_API):
             return
         try:
             assign(self.arm, scope, officer, self.admin, kind=None)
@@ -79,7 +79,7 @@ class _Access:
             if exc.status != 409:  # RoleAssignmentExists: held by another assignment
                 raise
             return
-        self.given.append(_assignment_path(scope, self.admin, officer))
+        self.given.append(assignment_path(scope, self.admin, officer))
 
     def release(self) -> None:
         for path in self.given:

@@ -517,7 +517,6 @@ def tend(arm: Arm, vmss: Any, *, restore: bool = False) -> tuple[list[str], int]
     tags[CAPACITY_TAG] = str(max(target, 0))
     if missing > 0:
         tags[RESTORED_TAG] = str(tag_count(tags, RESTORED_TAG) + missing)
-    if missing > 0:
         arm.patch(str(vmss["id"]), COMPUTE_API, {"sku": {"capacity": target}, "tags": tags})
     elif stopped:
         arm.patch(str(vmss["id"]), COMPUTE_API, {"tags": tags})
