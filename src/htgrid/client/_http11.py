@@ -243,7 +243,7 @@ class Http11:
         # A kept connection the server closes just as this request goes out: the request
         # goes again on a new one if it can be sent again (not a stream) and nothing of
         # an answer came (the server answers what it has read, so it had not read it).
-        again = not (body is not None and not isinstance(body, bytes))
+        again = body is None or isinstance(body, bytes)
         while True:
             conn, reused = await self._connection(timeout)
             try:
