@@ -195,11 +195,8 @@ class Http11:
         """Send one request and read its answer whole: `timeout` bounds connecting and
         sending, `read` the answer's head, then its body (None: no bound)."""
         async with self.stream(method, path, read=read, **options) as answer:
-            if read is None:
+            async with asyncio.timeout(read):  # None: no bound
                 content = await answer.read()
-            else:
-                async with asyncio.timeout(read):
-                    content = await answer.read()
             return Answer(answer.status, answer.headers, content)
 
     @contextlib.asynccontextmanager
@@ -246,16 +243,13 @@ class Http11:
         # A kept connection the server closes just as this request goes out: the request
         # goes again on a new one if it can be sent again (not a stream) and nothing of
         # an answer came (the server answers what it has read, so it had not read it).
-        again = not (body is not None and not isinstance(body, bytes))
+        again = body is None or isinstance(body, bytes)
         while True:
             conn, reused = await self._connection(timeout)
             try:
                 await self._send(conn, data, body, timeout)
-                if read is None:
+                async with asyncio.timeout(read):
                     status, answer_headers, keep = await _read_head(conn.reader)
-                else:
-                    async with asyncio.timeout(read):
-                        status, answer_headers, keep = await _read_head(conn.reader)
                 empty = method == "HEAD" or status in (204, 304)
                 reader = _BodyReader(conn.reader, answer_headers, empty)
             except _NothingCame as exc:
@@ -291,11 +285,8 @@ class Http11:
                 return conn, True
             conn.drop()
         try:
-            if timeout is None:
-                reader, writer = await self._open(None)
-            else:
-                async with asyncio.timeout(timeout):
-                    reader, writer = await self._open(timeout)
+            async with asyncio.timeout(timeout):
+                reader, writer = await self._open(timeout)
         except TimeoutError:
             raise TimeoutError("no connection in time") from None
         return _Connection(reader, writer), False
@@ -338,9 +329,6 @@ class _NothingCame(Exception):
 
 
 async def _drain(writer: asyncio.StreamWriter, timeout: float | None) -> None:
-    if timeout is None:
-        await writer.drain()
-        return
     async with asyncio.timeout(timeout):
         await writer.drain()
 

@@ -19,12 +19,13 @@ from htgrid.negotiator import Match, Updates
 from htgrid.net.server import SizeLimit
 from htgrid.queue import JobId, JobQueue, JobStatus
 from htgrid.queue.faults import JobFailure
-from htgrid.startd import ClaimGrant, Resources
+from htgrid.startd import ClaimGrant, ClaimState, Resources
 
 if TYPE_CHECKING:
     from htgrid.schedd._shadow_run import ShadowRun
 
 __all__ = [
+    "ACTIVATED",
     "CUT",
     "DISCONNECTED",
     "LEASE_MARGIN",
@@ -61,6 +62,9 @@ RUNNING: Final = (JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT, JobStatus.SU
 VANILLA: Final = 5
 # What a disconnected job carries until it is reconnected to or given up on.
 DISCONNECTED: Final = ("JobDisconnectedDate", "JobLeaseExpiration", "DisconnectReason")
+# A claim's states once it was activated for a job (`ClaimStatus.job` names it): the job
+# ran there, or runs still.
+ACTIVATED: Final = frozenset(ClaimState) - {ClaimState.CLAIMED, ClaimState.RELEASED}
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from htgrid.classad import ClassAd
 from htgrid.queue import JobId
 from htgrid.schedd._leases import NodeLink
 from htgrid.schedd._shadow_base import (
+    ACTIVATED,
     CUT,
     LEASE_MARGIN,
     NOT_SUPPORTED,
@@ -44,8 +45,6 @@ _log = logging.getLogger("htgrid.schedd.shadow")
 _RETRY: Final = 1.0
 _NOT_FOUND: Final = "Job not found at execution machine"
 _CLAIM_NOT_FOUND: Final = "Claim not found at execution machine"
-# A claim's states once it was activated for a job (`ClaimStatus.job` names it).
-_ACTIVATED: Final = frozenset(ClaimState) - {ClaimState.CLAIMED, ClaimState.RELEASED}
 
 
 class ShadowReconnects:
@@ -93,7 +92,7 @@ class ShadowReconnects:
                     raise NotStarted(f"the execute node does not answer ({exc})") from None
                 await asyncio.sleep(delay)
                 continue
-            if status.job == str(self.job_id) and status.state in _ACTIVATED:
+            if status.job == str(self.job_id) and status.state in ACTIVATED:
                 return status
             raise NotStarted(f"the execute node did not take it (claim {status.state.value})")
 

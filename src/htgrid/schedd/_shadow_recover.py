@@ -16,6 +16,7 @@ from htgrid.classad import ClassAd, ExprTree
 from htgrid.queue import InvalidTransition, JobId, JobNotFound, JobQueue, JobStatus
 from htgrid.schedd._claims import ClaimRecord, jobs_on_claims, started_on
 from htgrid.schedd._shadow_base import (
+    ACTIVATED,
     CUT,
     DISCONNECTED,
     LEASE_MARGIN,
@@ -27,7 +28,6 @@ from htgrid.schedd._shadow_base import (
 from htgrid.schedd._shadow_run import ShadowRun
 from htgrid.startd import (
     ClaimNotFound,
-    ClaimState,
     ClaimStatus,
     StartdClient,
     StartdError,
@@ -45,8 +45,6 @@ _log = logging.getLogger("htgrid.schedd.shadow")
 _SETTLE_RETRY: Final = 2.0  # how often an unreachable node is asked again
 # How long start-up waits for a node to say what a claim runs (then it is ended).
 _ASK_WAIT: Final = 5.0
-# A claim's states once activated: the job it names ran there (or runs still).
-_RAN: Final = frozenset(ClaimState) - {ClaimState.CLAIMED, ClaimState.RELEASED}
 
 
 async def recover_claims(manager: ShadowManager) -> list[JobId]:
@@ -150,7 +148,7 @@ async def _unrecorded_starts(
             status = await asyncio.wait_for(client.status(record.claim_id), _ASK_WAIT)
         except (StartdError, TimeoutError):
             return None
-        return (record, status) if status.job is not None and status.state in _RAN else None
+        return (record, status) if status.job is not None and status.state in ACTIVATED else None
 
     found = [each for each in await asyncio.gather(*map(ask, records)) if each is not None]
     now = int(manager.now())

@@ -74,10 +74,6 @@ _RETRY: Final = 1.0
 # How long a long poll of one claim on a node of another host waits (a node that has no
 # node-wide poll): its keep-alives are the node's link's, so it only waits for news.
 _LONG_POLL: Final = 300.0
-_NOT_FOUND: Final = "Job not found at execution machine"
-_CLAIM_NOT_FOUND: Final = "Claim not found at execution machine"
-# A claim's states once it was activated for a job (`ClaimStatus.job` names it).
-_ACTIVATED: Final = frozenset(ClaimState) - {ClaimState.CLAIMED, ClaimState.RELEASED}
 #: A claim whose job may be told to stop (`StartdClient.vacate`).
 _ACTIVE: Final = frozenset(
     {ClaimState.STARTING, ClaimState.RUNNING, ClaimState.SUSPENDED, ClaimState.RETIRING}

@@ -178,9 +178,6 @@ class StartdConfig(HomeLayout):
         home = (home if home is not None else htgrid_home()).absolute()
         conf = ConfigFile.read(home)
 
-        def expression(key: str, default: str | None = None) -> str:
-            return expression_knob(conf, key, default)
-
         def worklife() -> float | None:
             text = conf.text("CLAIM_WORKLIFE")
             try:
@@ -197,7 +194,7 @@ class StartdConfig(HomeLayout):
             return conf.integer(key, 0) if conf.has(key) else None
 
         attrs = tuple(
-            (name, expression(name.upper(), "undefined"))
+            (name, expression_knob(conf, name.upper(), "undefined"))
             for name in conf.names("STARTD_ATTRS")
             if conf.has(name.upper())
         )
@@ -210,7 +207,7 @@ class StartdConfig(HomeLayout):
             num_cpus=optional("NUM_CPUS"),
             memory=optional("MEMORY"),
             disk=optional("DISK"),
-            start=expression("START"),
+            start=expression_knob(conf, "START"),
             attrs=attrs,
             update_interval=conf.number("UPDATE_INTERVAL"),
             noclaim_shutdown=conf.number("STARTD_NOCLAIM_SHUTDOWN", 0.0, zero=True),
