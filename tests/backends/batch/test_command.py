@@ -234,17 +234,20 @@ def test_runner_feeds_stdin_and_restores_the_signals_python_ignores(
         monkeypatch.setattr(_spawn, "_libc", None)
     else:
         assert _spawn._libc is not None, "the C library's posix_spawn cannot be called"
-    script = "cat; grep -E 'SigIgn|SigBlk' /proc/$$/status; ps -o sid= -p $$; echo $$"
+    # The masks are read by the command's last program, exec'd, from its own status: the
+    # shell's, read while it waits for a child, is its wait's (dash blocks every signal
+    # for a moment there before sigsuspend), not the one it was started with.
+    script = "cat; ps -o sid= -p $$; echo $$; exec grep -E 'SigIgn|SigBlk' /proc/self/status"
     result = asyncio.run(run_command(["sh", "-c", script], stdin="line one\n", timeout=30))
     assert result.returncode == 0
     lines = result.stdout.splitlines()
     assert lines[0] == "line one"
-    signals = dict(line.split(":") for line in lines[1:3])
+    signals = dict(line.split(":") for line in lines[3:5])
     assert int(signals["SigBlk"], 16) == 0
     ignored = int(signals["SigIgn"], 16)
     assert not ignored & (1 << (signal.SIGPIPE - 1))
     assert not ignored & (1 << (signal.SIGXFSZ - 1))
-    assert lines[3].strip() == lines[4].strip()  # a session leader
+    assert lines[1].strip() == lines[2].strip()  # a session leader
 
 
 # --- the status algorithm, over a scripted Slurm --------------------------------------------
