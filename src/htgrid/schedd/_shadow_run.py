@@ -468,7 +468,11 @@ class ShadowRun(ShadowRecords, ShadowSuspensions, ShadowReconnects):
                 self._after = str(self.job_id)
             await self._record_exit(usage, outcome, scan=reuse)
             return reuse
-        await self._record_stop(usage, "evicted by the execute node")
+        if reason is StopReason.SHUTDOWN:
+            await self._record_stop(usage, "The schedd is shutting down")
+        else:  # the node's own doing: its policy (PREEMPT), its shutdown...
+            why = outcome.reason or "The execute node evicted the job"
+            await self._record_stop(usage, why, outcome.hold_code)
         return False
 
     async def _release(self) -> None:
