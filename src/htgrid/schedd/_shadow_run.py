@@ -368,10 +368,19 @@ class ShadowRun(ShadowRecords, ShadowSuspensions, ShadowReconnects):
             if status.state is ClaimState.RELEASED:
                 raise Evicted("the execute node released the claim")
             if self._stopping.is_set() and not vacated:
-                vacated = True
                 if status.state in _ACTIVE:
                     reason = self.stop_reason.value if self.stop_reason else "vacate"
-                    status = await self.call(self.client.vacate(self.claim_id, reason))
+                    try:
+                        status = await self.call(self.client.vacate(self.claim_id, reason))
+                    except Unreachable:
+                        # As for a poll: a node of another host is disconnected when its
+                        # link says so. Until then the request, lost on its way (as the
+                        # node's broker connection dropped, say), is made again shortly.
+                        if link is None or link.down.is_set():
+                            raise
+                        await asyncio.sleep(_RETRY)
+                        continue
+                vacated = True
                 continue
             # A node of another host: its feed's one poll follows all our claims there.
             if link is not None and link.feed.supported:
