@@ -257,13 +257,15 @@ def test_status_q_run_and_analysis_show_the_remote_nodes(
         assert not [line for line in lines if line.startswith(f"{too_big}.0 ")]
 
         # condor_status: the node's partitionable slot and its claimed dynamic slot (the
-        # node publishes the dynamic slot on its next update after the claim).
+        # node publishes the dynamic slot on its next update after the claim, and its
+        # job's start a second after that at the latest).
         def status_table() -> dict[str, list[str]] | None:
             status, out, err = run_cli(pool.home, "status", "-pool", pool.collector)
             assert status == 0, err
             lines = [line.split() for line in out.splitlines() if "@node2" in line]
             table = {line[0]: line for line in lines}
-            return table if row[-1] in table else None
+            busy = row[-1] in table and table[row[-1]][4] == "Busy"
+            return table if busy else None
 
         table = wait_for(status_table, timeout=60, what="the dynamic slot in the collector")
         assert table["slot1@node2"][1:5] == ["LINUX", "X86_64", "Unclaimed", "Idle"]
