@@ -1,9 +1,9 @@
 """The daemons' HTTP serving: `GuardedProtocol`, uvicorn's HTTP/1.1 protocol with the
 clocks of `_limits`, and `ProblemResponse`, how every API sends a problem document.
 
-uvicorn has two HTTP/1.1 protocols: on httptools (llhttp, in C) and on h11 (in Python,
-a fifth of an execute node's CPU when it runs short jobs). `HTTP_PROTOCOL` is the first
-when httptools can be imported, else the second; `guarded_protocol` puts the guard,
+uvicorn has two HTTP/1.1 protocols: on httptools (llhttp, in C) and on h11 (in Python:
+twice the server's CPU a small request, bench/api_requests.py). `HTTP_PROTOCOL` is the
+first when httptools can be imported, else the second; `guarded_protocol` puts the guard,
 written once, on either (`GuardedProtocol` is a mixin: its methods extend uvicorn's).
 
 The guard is the one place htgrid relies on uvicorn's internals (uvicorn 0.47 to 0.54;
@@ -18,8 +18,8 @@ to give a connection's requests what the kernel says of its peer. Subclasses add
 each request's `scope["state"]` through `connection_state`, not through `app_state`.
 
 What the two parsers do differently, the guard makes the same:
-- a request's head is capped at MAX_HEAD bytes (431; h11 stops at ~16 KiB itself,
-  llhttp has no cap);
+- a request's head is capped at MAX_HEAD bytes (431; llhttp has no cap, h11 is given
+  the same one and answers its own 400);
 - a request asking to switch protocols (`Upgrade:`; htgrid serves no WebSocket) is
   answered on HTTP/1.1 and its connection closed after it: llhttp stops parsing the
   connection at it, and drops its body, so one with a body is refused (400).
