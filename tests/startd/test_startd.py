@@ -495,3 +495,49 @@ def test_a_small_input_sandbox_comes_with_the_activation(tmp_path: Path) -> None
 
     run_startd(tmp_path / "home", scenario)
     assert (iwd / "out.txt").read_text() == "input\n"
+
+
+def test_an_activation_with_its_input_starts_the_job_and_clears_the_last_ones_files(
+    tmp_path: Path,
+) -> None:
+    """A small input sandbox with the activation: the job is started before the answer
+    (one request, one call off the node's loop). Reusing the claim (`after`) removes the
+    last job's files first, also when the next job is refused."""
+    iwd = tmp_path / "iwd"
+    script(iwd, 'test ! -e left || exit 3\ntouch left\necho "run $1"\n')
+
+    def tar(job: ClassAd) -> bytes:
+        out = io.BytesIO()
+        pack(input_entries(job), out, dereference=True)
+        return out.getvalue()
+
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        execute = startd.config.execute_dir
+        first = job_ad(iwd, Arguments="first")
+        cid = claim_id()
+        await client.request_claim(cid, first, "s", 60)
+        status = await client.activate(cid, first, tar(first))
+        assert status.state is ClaimState.RUNNING and not status.transfer_input
+        status = await until(client, cid, ClaimState.ENDED, status)
+        assert status.outcome is not None and status.outcome.exit_code == 0
+        assert [p.name for p in execute.glob("dir_*/left")] == ["left"]
+        big = job_ad(iwd, ProcId=1, RequestCpus=3)
+        with pytest.raises(ClaimRefused, match="does not fit"):
+            await client.activate(cid, big, tar(big), after="1.0")
+        assert list(execute.iterdir()) == []  # the last job's sandbox went even so
+        second = job_ad(iwd, ProcId=2, Arguments="second", Out="second.out")
+        status = await until(
+            client, cid, ClaimState.ENDED, await client.activate(cid, second, tar(second))
+        )
+        third = job_ad(iwd, ProcId=3, Arguments="third", Out="third.out")
+        status = await client.activate(cid, third, tar(third), after="1.2")
+        assert status.state is ClaimState.RUNNING and status.job == "1.3"
+        status = await until(client, cid, ClaimState.ENDED, status)
+        assert status.outcome is not None and status.outcome.exit_code == 0  # a fresh sandbox
+        assert status.output_data is not None
+        unpack_output(io.BytesIO(status.output_data), third)
+        await client.release(cid)
+        assert list(execute.iterdir()) == []
+
+    run_startd(tmp_path / "home", scenario)
+    assert (iwd / "third.out").read_text() == "run third\n"
