@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from htgrid.classad import ClassAd, ExprTree
+from htgrid.classad.adjson import ads_to_json
 from htgrid.collector import CollectorClient
 from htgrid.queue import HoldReasonCode
 from htgrid.startd import (
@@ -412,6 +413,36 @@ def test_a_renewed_proxy_replaces_the_jobs_copy_also_before_its_input_arrives(
     assert (iwd / "x509up").read_bytes() == b"the submitted proxy"
 
 
+def test_an_input_sandbox_not_in_base64_is_refused(tmp_path: Path) -> None:
+    iwd = tmp_path / "iwd"
+    script(iwd, "true\n")
+    job = job_ad(iwd)
+
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        cid = claim_id()
+        await client.request_claim(cid, job, "s", 60)
+        reader, writer = await asyncio.open_unix_connection(str(startd.config.socket))
+        try:
+            for data in ('"QQ="', '"QQ==QQ=="', '"Q Q=="', "42"):
+                body = f'{{"job_ad": {ads_to_json([job])[1:-1]}, "input_data": {data}}}'.encode()
+                writer.write(
+                    f"POST /v1/claims/{cid}/activate HTTP/1.1\r\nhost: startd\r\n"
+                    f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = re.search(rb"content-length: (\d+)", head, re.IGNORECASE)
+                assert length is not None, head
+                answer = await reader.readexactly(int(length.group(1)))
+                assert head.startswith(b"HTTP/1.1 400"), (data, head)
+                assert b"must be a tar in base64" in answer
+        finally:
+            writer.close()
+        assert (await client.status(cid)).state is ClaimState.CLAIMED  # nothing started
+
+    run_startd(tmp_path / "home", scenario)
+
+
 def test_an_idle_connection_outlives_the_clients_keep_alive(tmp_path: Path) -> None:
     """httpx lets an idle connection go after 5 s: the node must not close it first (at
     5 s each, a request sent as the node closed the connection failed, "Server
@@ -451,7 +482,7 @@ def test_a_small_output_sandbox_comes_with_the_jobs_end(
     tmp_path: Path, size: int, inline: bool
 ) -> None:
     """The tar in the ended claim's status, a large one only at its own request (the
-    same bytes either way)."""
+    same bytes either way); either is gone with the claim."""
     iwd = tmp_path / "iwd"
     script(iwd, f"head -c {size} /dev/urandom > out.bin\n")
     job = job_ad(iwd)
@@ -465,7 +496,11 @@ def test_a_small_output_sandbox_comes_with_the_jobs_end(
             assert status.output_data == out.read_bytes()
         else:
             assert status.output_data is None and out.stat().st_size > size
+        # A small one is held in memory, never written beside the sandbox.
+        tars = list(startd.config.execute_dir.glob("*.output.tar"))
+        assert len(tars) == (0 if inline else 1)
         await client.release(cid)
+        assert list(startd.config.execute_dir.iterdir()) == []
 
     run_startd(tmp_path / "home", scenario)
 

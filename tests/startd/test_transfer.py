@@ -85,6 +85,24 @@ def test_input_lands_flat_in_the_sandbox(tmp_path: Path) -> None:
     assert (sandbox / "data" / "x").read_text() == "x"
 
 
+@pytest.mark.parametrize("compression", ["", "gz"])
+def test_an_input_tar_is_unpacked_plain_or_compressed(tmp_path: Path, compression: str) -> None:
+    """A plain tar (as htgrid packs one) is read first; a compressed one still is too."""
+    (tmp_path / "run.sh").write_text("#!/bin/sh\n")
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode=f"w:{compression}") as tar:
+        tar.add(tmp_path / "run.sh", arcname="run.sh")
+    on_disk = tmp_path / "in.tar"
+    on_disk.write_bytes(data.getvalue())
+    for source in (io.BytesIO(data.getvalue()), on_disk):
+        sandbox = tmp_path / f"sandbox-{type(source).__name__}"
+        sandbox.mkdir()
+        unpack_input(source, sandbox)
+        assert (sandbox / "run.sh").read_text() == "#!/bin/sh\n"
+    with pytest.raises(TransferError, match="cannot unpack"):
+        unpack_input(io.BytesIO(b"not a tar" * 100), tmp_path)
+
+
 def test_output_is_what_the_job_made_or_changed_unless_listed(tmp_path: Path) -> None:
     (tmp_path / "input.txt").write_text("in")
     (tmp_path / ".job.ad").write_text("")

@@ -326,12 +326,14 @@ class Startd:
         await starter.replace_proxy(data)
         return claim.status()
 
-    def output_path(self, claim_id: str) -> Path:
+    def output(self, claim_id: str) -> bytes | Path:
+        """The ended job's output tar: held in memory (a small one), or its file."""
         claim = self.slots.get(claim_id)
         outcome = claim.outcome
         if claim.starter is None or outcome is None or not outcome.output:
             raise ClaimStateError(f"claim {claim_id} has no output sandbox (yet)")
-        return claim.starter.output_tar
+        held = claim.starter.output_inline
+        return claim.starter.output_tar if held is None else held
 
     def vacate(self, claim_id: str, reason: str) -> ClaimStatus:
         claim = self.slots.get(claim_id)

@@ -33,7 +33,7 @@ import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO, Final
+from typing import TYPE_CHECKING, BinaryIO, Final
 
 from htgrid._files import private_file, write_atomic
 from htgrid._privsep import Account, OwnerPolicy, OwnerRefused, as_owner, owned_dir
@@ -69,6 +69,9 @@ from htgrid.startd._transfer import (
     snapshot,
     unpack_input,
 )
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 __all__ = ["Starter", "StopReason"]
 
@@ -358,17 +361,22 @@ class Starter:
         disk = _disk_kb(self.sandbox)
         if before is not None:
             self._pack_output(before, strict)
-            with open(self.output_tar, "rb") as f:
-                data = f.read(INLINE_OUTPUT + 1)
-            self.output_inline = data if len(data) <= INLINE_OUTPUT else None
         return disk
 
     def _pack_output(self, before: dict[str, int], strict: bool) -> None:
-        """The output tar (the node's file), its members read as the job's owner; an
-        eviction (not `strict`) skips the listed files that are not there."""
-        with private_file(self.output_tar) as tar, as_owner(self.account):
+        """The output tar, its members read as the job's owner: in memory when it is
+        small (`output_inline`), else the node's file; an eviction (not `strict`) skips
+        the listed files that are not there."""
+        code = HoldReasonCode.TransferOutputError
+        with as_owner(self.account):
             entries = output_entries(self.job, self.sandbox, before, strict=strict)
-            pack(entries, tar, dereference=False, code=HoldReasonCode.TransferOutputError)
+            held = _Capped()
+            with contextlib.suppress(_TooLarge):
+                pack(entries, held, dereference=False, code=code)
+                self.output_inline = held.getvalue()
+                return
+        with private_file(self.output_tar) as tar, as_owner(self.account):
+            pack(entries, tar, dereference=False, code=code)
 
     def _launch(self, spec: LaunchSpec) -> _Launched:
         """The sandbox's files before the job runs, and the job's process started."""
@@ -597,6 +605,19 @@ _NO_JOB: Final = JobId(0, 0)  # a claim whose ad has no ids (a test's)
 #: An output tar up to this size goes with the job's end (`ClaimStatus.output_data`).
 INLINE_OUTPUT: Final = 1 << 16
 _IN_MEMORY: Final = 1 << 20  # an input sandbox up to this size is not written to a file
+
+
+class _TooLarge(Exception):
+    """An output tar past `INLINE_OUTPUT`: it goes to a file."""
+
+
+class _Capped(io.BytesIO):
+    """A tar held in memory up to `INLINE_OUTPUT` (_TooLarge past it)."""
+
+    def write(self, data: ReadableBuffer, /) -> int:
+        if self.tell() + memoryview(data).nbytes > INLINE_OUTPUT:
+            raise _TooLarge
+        return super().write(data)
 
 
 def _spill(path: Path, data: bytes) -> BinaryIO:

@@ -19,6 +19,7 @@ files are read and written with the rights of the thread that calls: its owner's
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -157,10 +158,18 @@ Tar = Path | BinaryIO  # a tar file by name, or open
 
 
 def _open_tar(tar: Tar) -> tarfile.TarFile:
-    """A tar to read, by name or open."""
+    """A tar to read, by name or open: a plain one, as htgrid sends, tried first (tarfile
+    tries each compression before it); else a compressed one."""
     if isinstance(tar, Path):
+        with contextlib.suppress(tarfile.ReadError):
+            return tarfile.open(tar, "r:")
         return tarfile.open(tar)
-    return tarfile.open(fileobj=tar)
+    start = tar.tell()
+    try:
+        return tarfile.open(fileobj=tar, mode="r:")
+    except tarfile.ReadError:
+        tar.seek(start)
+        return tarfile.open(fileobj=tar)
 
 
 def pack(
