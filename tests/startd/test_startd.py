@@ -8,6 +8,7 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -576,3 +577,66 @@ def test_an_activation_with_its_input_starts_the_job_and_clears_the_last_ones_fi
 
     run_startd(tmp_path / "home", scenario)
     assert (iwd / "third.out").read_text() == "run third\n"
+
+
+def test_a_small_input_sandbox_comes_as_a_tar_after_the_json_or_in_base64(
+    tmp_path: Path,
+) -> None:
+    """A node says in its grants that it takes the input's tar after the activation's
+    JSON (ACTIVATION_TAR): its client sends it so, no base64 to make or undo. A client
+    that has no grant of it (a schedd restarted since) sends base64, which the node
+    still takes; a body that is not what its type says is refused."""
+    iwd = tmp_path / "iwd"
+    script(iwd, 'cat in.txt > "out.$1"\n')
+    (iwd / "in.txt").write_text("input\n")
+
+    def job(proc: int) -> ClassAd:
+        return job_ad(iwd, ProcId=proc, TransferInput="in.txt", Arguments=str(proc))
+
+    def tar(ad: ClassAd) -> bytes:
+        out = io.BytesIO()
+        pack(input_entries(ad), out, dereference=True)
+        return out.getvalue()
+
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        first, cid = job(0), claim_id()
+        grant = await client.request_claim(cid, first, "s", 60)
+        assert grant.tar_activation
+        sent: list[str] = []
+        request = client._request
+
+        async def spy(method: str, path: str, body: object = None, **kw: Any) -> bytes:
+            sent.append(kw.get("content_type", "application/json"))
+            return await request(method, path, body, **kw)
+
+        client._request = spy  # type: ignore[method-assign]
+        status = await until(
+            client, cid, ClaimState.ENDED, await client.activate(cid, first, tar(first))
+        )
+        assert sent[0].startswith("application/x-htgrid-activation; json=")
+        assert status.outcome is not None and status.outcome.exit_code == 0
+        assert status.output_data is not None
+        unpack_output(io.BytesIO(status.output_data), first)
+        async with StartdClient(startd.config.socket) as fresh:  # no grant seen: base64
+            second = job(1)
+            status = await fresh.activate(cid, second, tar(second), after="1.0")
+            status = await until(fresh, cid, ClaimState.ENDED, status)
+        assert status.outcome is not None and status.outcome.exit_code == 0
+        assert status.output_data is not None
+        unpack_output(io.BytesIO(status.output_data), second)
+        third = job(2)
+        head = f'{{"after": "1.1", "job_ad": {ads_to_json([third])[1:-1]}}}'.encode()
+        path = f"/v1/claims/{cid}/activate"
+        for kind, body, said in (
+            ("application/x-htgrid-activation", head, "json=N"),
+            (f"application/x-htgrid-activation; json={len(head) + 1}", head, "holds no JSON"),
+            (f"application/x-htgrid-activation; json={len(head) - 1}", head, "not JSON"),
+            ("application/x-htgrid-activation; json=2", b"[]", "must be an object"),
+        ):
+            with pytest.raises(StartdProtocolError, match=said):
+                await client._request("POST", path, body, content_type=kind)
+        assert (await client.status(cid)).state is ClaimState.ENDED  # left as it was
+        await client.release(cid)
+
+    run_startd(tmp_path / "home", scenario)
+    assert (iwd / "out.0").read_text() == (iwd / "out.1").read_text() == "input\n"

@@ -13,7 +13,10 @@
     POST   /v1/claims/{id}/activate       run a job on the claim: {job_ad, input_data?, after?,
                                           watch?} (`after`: the job whose end is recorded;
                                           a claim ENDED for it is reused for this one;
-                                          `watch`: the poll of that token follows it)
+                                          `watch`: the poll of that token follows it;
+                                          `input_data`: a small input sandbox's tar, in
+                                          base64, or as ACTIVATION_TAR: that JSON, then
+                                          the tar itself)
     PUT    /v1/claims/{id}/input          the input sandbox (a tar), when the job's files travel
     GET    /v1/claims/{id}/output         the output sandbox (a tar), once the job has ended
     POST   /v1/claims/{id}/vacate         stop the job: {reason: vacate | hold | remove}
@@ -80,7 +83,7 @@ from htgrid.startd._errors import (
     to_problem,
 )
 from htgrid.startd._watch import ClaimWatches, PollCounts, ended_to_json
-from htgrid.startd._wire import ClaimGrant, ClaimStatus
+from htgrid.startd._wire import ClaimGrant, ClaimStatus, activation_json_length
 
 __all__ = [
     "StartdBackend",
@@ -161,6 +164,34 @@ async def _body(request: Request, limits: ApiLimits) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise StartdProtocolError("the request body must be a JSON object")
     return doc
+
+
+async def _activation(request: Request, limits: ApiLimits) -> tuple[dict[str, Any], bytes | None]:
+    """An activation's document and its input sandbox's tar, if one came: after the
+    document (ACTIVATION_TAR), or in it in base64 (`input_data`)."""
+    length = activation_json_length(request.headers.get("content-type", ""))
+    if length is None:
+        doc = await _body(request, limits)
+        data = doc.get("input_data")
+        if data is None:
+            return doc, None
+        try:
+            # In C, as strict as b64decode's `validate`.
+            return doc, binascii.a2b_base64(data, strict_mode=True)
+        except (TypeError, ValueError):
+            raise StartdProtocolError('"input_data" must be a tar in base64') from None
+    body = await read_body(request, limits)
+    if length > len(body):
+        raise StartdProtocolError(f"the body is {len(body)} bytes: it holds no JSON of {length}")
+    try:
+        doc = loads_request(body[:length])
+    except BadRequest as exc:
+        raise StartdProtocolError(str(exc)) from None
+    if not isinstance(doc, dict):
+        raise StartdProtocolError("the activation's JSON must be an object")
+    if "input_data" in doc:
+        raise StartdProtocolError('the input sandbox comes after the JSON, not in "input_data"')
+    return doc, body[length:]
 
 
 def _job_ad(doc: dict[str, Any]) -> ClassAd:
@@ -281,14 +312,7 @@ def create_app(
         return JSONResponse(ended_to_json(ended))
 
     async def activate(request: Request) -> Response:
-        doc = await _body(request, limits)
-        data = doc.get("input_data")
-        if data is not None:
-            try:
-                # In C, as strict as b64decode's `validate` (its check is a regex).
-                data = binascii.a2b_base64(data, strict_mode=True)
-            except (TypeError, ValueError):
-                raise StartdProtocolError('"input_data" must be a tar in base64') from None
+        doc, data = await _activation(request, limits)
         after = doc.get("after")
         if after is not None and not isinstance(after, str):
             raise StartdProtocolError('"after" must be the job id ("cluster.proc") of the last job')

@@ -177,7 +177,7 @@ class Startd:
             f", GPUs {','.join(request.gpus)}" if request.gpus else "",
         )
         self._changed()
-        return ClaimGrant(claim_id, claim.name, lease, self.started, request)
+        return ClaimGrant(claim_id, claim.name, lease, self.started, request, tar_activation=True)
 
     async def claim_status(
         self, claim_id: str, wait: float, version: int, *, renew: bool = True
