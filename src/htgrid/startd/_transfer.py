@@ -23,6 +23,7 @@ import contextlib
 import errno
 import os
 import shutil
+import stat
 import tarfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
@@ -188,11 +189,11 @@ def pack(
         if isinstance(dest, Path):
             with tarfile.open(dest, "w", dereference=dereference) as tar:
                 for name, path in entries:
-                    tar.add(path, arcname=name, recursive=True)
+                    _add(tar, path, name, dereference)
             return dest.stat().st_size
         with tarfile.open(fileobj=dest, mode="w", dereference=dereference) as tar:
             for name, path in entries:
-                tar.add(path, arcname=name, recursive=True)
+                _add(tar, path, name, dereference)
         dest.flush()
         return dest.tell()
     except (tarfile.TarError, OSError) as exc:
@@ -200,6 +201,21 @@ def pack(
         raise TransferError(
             f"Transfer {what} files failure: {exc}", code, getattr(exc, "errno", 0) or 0
         ) from exc
+
+
+def _add(tar: tarfile.TarFile, path: Path, name: str, dereference: bool) -> None:
+    """`tar.add` of one entry; a regular file without the owner and group names that
+    tarfile looks up for each member (two reads of the account files: nobody reads them
+    from these tars), nor its hard links to others (which no side unpacks)."""
+    st = os.stat(path) if dereference else os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        tar.add(path, arcname=name, recursive=True)
+        return
+    info = tar.tarinfo(name.replace(os.sep, "/").lstrip("/"))
+    info.mode, info.uid, info.gid = stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid
+    info.size, info.mtime = st.st_size, st.st_mtime
+    with open(path, "rb") as f:
+        tar.addfile(info, f)
 
 
 def unpack_input(tar_path: Tar, sandbox: Path, limit: SizeLimit = NO_LIMIT) -> None:
