@@ -572,8 +572,12 @@ def test_an_activation_with_its_input_starts_the_job_and_clears_the_last_ones_fi
         assert status.outcome is not None and status.outcome.exit_code == 0  # a fresh sandbox
         assert status.output_data is not None
         unpack_output(io.BytesIO(status.output_data), third)
+        nobody = job_ad(iwd, ProcId=4, Owner="no-such-user-htgrid")  # held: no account
+        status = await client.activate(cid, nobody, tar(nobody), after="1.3")
+        assert status.state is ClaimState.ENDED and status.outcome is not None
+        assert status.outcome.hold_code == HoldReasonCode.FailedToAccessUserAccount
+        assert list(execute.iterdir()) == []  # the last job's sandbox went even so
         await client.release(cid)
-        assert list(execute.iterdir()) == []
 
     run_startd(tmp_path / "home", scenario)
     assert (iwd / "third.out").read_text() == "run third\n"

@@ -147,11 +147,13 @@ class Starter:
         may renew meanwhile, takes its input by `receive_input`).
 
         Whether it took `input_data`. LaunchError when the job's owner may not run jobs
-        here."""
+        here (`previous`'s files removed even so)."""
         if self._policy is not None:
             try:
                 self.account = self._policy.account(self.job.get("Owner"))
             except OwnerRefused as exc:
+                if previous is not None:
+                    await asyncio.to_thread(previous.remove)
                 raise LaunchError(str(exc), HoldReasonCode.FailedToAccessUserAccount) from None
         data = input_data if self.transfer and not self._proxied() else None
         spec = None
