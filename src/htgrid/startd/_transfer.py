@@ -190,10 +190,15 @@ def pack(
             with tarfile.open(dest, "w", dereference=dereference) as tar:
                 for name, path in entries:
                     _add(tar, path, name, dereference)
-            return dest.stat().st_size
+                end = _end(tar)
+            os.truncate(dest, end)
+            return end
         with tarfile.open(fileobj=dest, mode="w", dereference=dereference) as tar:
             for name, path in entries:
                 _add(tar, path, name, dereference)
+            end = _end(tar)
+        dest.truncate(end)
+        dest.seek(end)
         dest.flush()
         return dest.tell()
     except (tarfile.TarError, OSError) as exc:
@@ -203,17 +208,26 @@ def pack(
         ) from exc
 
 
+def _end(tar: tarfile.TarFile) -> int:
+    """Where the tar being written ends: its members, then the two zero blocks that mark
+    the end. tarfile pads it further, to a 10 KB record, which no reader needs: a short
+    job's output tar (two empty files) was 10 KB, 8 of them zeros, in every job's end."""
+    return tar.offset + 2 * tarfile.BLOCKSIZE
+
+
 def _add(tar: tarfile.TarFile, path: Path, name: str, dereference: bool) -> None:
     """`tar.add` of one entry; a regular file without the owner and group names that
     tarfile looks up for each member (two reads of the account files: nobody reads them
-    from these tars), nor its hard links to others (which no side unpacks)."""
+    from these tars), nor its hard links to others (which no side unpacks), its time in
+    whole seconds."""
     st = os.stat(path) if dereference else os.lstat(path)
     if not stat.S_ISREG(st.st_mode):
         tar.add(path, arcname=name, recursive=True)
         return
     info = tar.tarinfo(name.replace(os.sep, "/").lstrip("/"))
     info.mode, info.uid, info.gid = stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid
-    info.size, info.mtime = st.st_size, st.st_mtime
+    # Whole seconds: a fraction took a pax header (two blocks) a member.
+    info.size, info.mtime = st.st_size, int(st.st_mtime)
     with open(path, "rb") as f:
         tar.addfile(info, f)
 
