@@ -44,6 +44,16 @@ def _disconnected(pool: PersonalPool, job: str, starts: Path) -> None:
     assert len(_lines(starts)) == 1
 
 
+def _started_on(pool: PersonalPool, job: str, address: str) -> None:
+    """Until the schedd has recorded the job's start on the node at `address`: the node
+    answers the activation once the job's process runs, which may write its line first."""
+    wait_for(
+        lambda: str(_job(pool, job).get("StartdIpAddr", "")).startswith(f"<{address}:"),
+        timeout=30,
+        what=f"the job's start on {address} recorded",
+    )
+
+
 def test_a_job_whose_node_is_cut_off_for_less_than_its_lease_is_reconnected_to(
     pool: PersonalPool, tmp_path: Path
 ) -> None:
@@ -93,7 +103,7 @@ def test_a_job_whose_node_stops_answering_is_not_run_elsewhere_before_its_lease_
     try:
         job, starts, go = _submit_job(pool, tmp_path, "cut_a.sh")
         wait_for(lambda: len(_lines(starts)) == 1, timeout=90, what="the job to start")
-        assert _job(pool, job)["StartdIpAddr"].startswith("<127.0.0.2:")
+        _started_on(pool, job, "127.0.0.2")
         node3 = _node(pool, tmp_path, "node3", "127.0.0.3")  # free, and would take it
         assert node2.process is not None
         os.kill(node2.process.pid, signal.SIGSTOP)  # the node is cut off from the schedd
@@ -152,8 +162,7 @@ def test_the_jobs_of_a_node_that_dies_run_again_elsewhere_once_their_lease_is_ov
         _disconnected(pool, job, starts)
         # Nothing says the job is over there: it waits out its lease, then runs on node3.
         wait_for(lambda: len(_lines(starts)) == 2, timeout=LEASE + 60, what="the job to rerun")
-        ad = _job(pool, job)
-        assert ad["StartdIpAddr"].startswith("<127.0.0.3:")
+        _started_on(pool, job, "127.0.0.3")
         go.touch()
         done = wait_for(lambda: _history(pool, int(job.split(".")[0])), timeout=60)
         assert done["JobStatus"] == 4 and done["ExitCode"] == 0

@@ -127,11 +127,11 @@ def _submit_job(
 
 
 def _renewal(pool: PersonalPool, job: str) -> int:
-    """The job's LastJobLeaseRenewal, as `htgrid q -l` shows it."""
+    """The job's LastJobLeaseRenewal, as `htgrid q -l` shows it (0: none yet)."""
     status, out, err = run_cli(pool.home, "q", "-l", job)
     assert status == 0, err
-    (line,) = [line for line in out.splitlines() if line.startswith("LastJobLeaseRenewal = ")]
-    return int(line.split(" = ", 1)[1])
+    lines = [line for line in out.splitlines() if line.startswith("LastJobLeaseRenewal = ")]
+    return int(lines[0].split(" = ", 1)[1]) if lines else 0
 
 
 def _lines(path: Path) -> list[str]:
@@ -170,8 +170,9 @@ def test_a_restarted_schedd_reconnects_to_the_job_running_on_its_node(
         job, starts, go = _submit_job(pool, tmp_path, "once_a.sh")
         wait_for(lambda: len(_lines(starts)) == 1, timeout=90, what="the job to start")
         (first,) = _runs(tmp_path, "once_a.sh")
-        # The schedd records when the claim's lease was last renewed, and renews it.
-        started = _renewal(pool, job)
+        # The schedd records when the claim's lease was last renewed (first with the
+        # job's start, perhaps after the job's own line), and renews it.
+        started = wait_for(lambda: _renewal(pool, job), 30, what="the job's start recorded")
         renewed = wait_for(
             lambda: (r := _renewal(pool, job)) > started and r, 30, what="a lease renewal"
         )
@@ -326,7 +327,13 @@ def test_a_job_whose_node_cannot_be_reached_at_the_restart_waits_for_its_lease(
     try:
         job, starts, go = _submit_job(pool, tmp_path, "once_b.sh")
         wait_for(lambda: len(_lines(starts)) == 1, timeout=90, what="the job to start")
-        assert _job(pool, job)["StartdIpAddr"].startswith("<127.0.0.2:")
+        # The node answers the activation once the job's process runs: the start is
+        # recorded after its line, perhaps.
+        wait_for(
+            lambda: str(_job(pool, job).get("StartdIpAddr", "")).startswith("<127.0.0.2:"),
+            timeout=30,
+            what="the job's start recorded",
+        )
         node3 = _node(pool, tmp_path, "node3", "127.0.0.3")  # free, and would take it
         assert node2.process is not None
         os.kill(node2.process.pid, signal.SIGSTOP)  # the node is cut off from the schedd

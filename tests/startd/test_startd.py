@@ -8,10 +8,12 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from htgrid.classad import ClassAd, ExprTree
+from htgrid.classad.adjson import ads_to_json
 from htgrid.collector import CollectorClient
 from htgrid.queue import HoldReasonCode
 from htgrid.startd import (
@@ -435,6 +437,36 @@ def test_a_renewed_proxy_replaces_the_jobs_copy_also_before_its_input_arrives(
     assert (iwd / "x509up").read_bytes() == b"the submitted proxy"
 
 
+def test_an_input_sandbox_not_in_base64_is_refused(tmp_path: Path) -> None:
+    iwd = tmp_path / "iwd"
+    script(iwd, "true\n")
+    job = job_ad(iwd)
+
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        cid = claim_id()
+        await client.request_claim(cid, job, "s", 60)
+        reader, writer = await asyncio.open_unix_connection(str(startd.config.socket))
+        try:
+            for data in ('"QQ="', '"QQ==QQ=="', '"Q Q=="', "42"):
+                body = f'{{"job_ad": {ads_to_json([job])[1:-1]}, "input_data": {data}}}'.encode()
+                writer.write(
+                    f"POST /v1/claims/{cid}/activate HTTP/1.1\r\nhost: startd\r\n"
+                    f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = re.search(rb"content-length: (\d+)", head, re.IGNORECASE)
+                assert length is not None, head
+                answer = await reader.readexactly(int(length.group(1)))
+                assert head.startswith(b"HTTP/1.1 400"), (data, head)
+                assert b"must be a tar in base64" in answer
+        finally:
+            writer.close()
+        assert (await client.status(cid)).state is ClaimState.CLAIMED  # nothing started
+
+    run_startd(tmp_path / "home", scenario)
+
+
 def test_an_idle_connection_outlives_the_clients_keep_alive(tmp_path: Path) -> None:
     """httpx lets an idle connection go after 5 s: the node must not close it first (at
     5 s each, a request sent as the node closed the connection failed, "Server
@@ -474,7 +506,7 @@ def test_a_small_output_sandbox_comes_with_the_jobs_end(
     tmp_path: Path, size: int, inline: bool
 ) -> None:
     """The tar in the ended claim's status, a large one only at its own request (the
-    same bytes either way)."""
+    same bytes either way); either is gone with the claim."""
     iwd = tmp_path / "iwd"
     script(iwd, f"head -c {size} /dev/urandom > out.bin\n")
     job = job_ad(iwd)
@@ -488,7 +520,11 @@ def test_a_small_output_sandbox_comes_with_the_jobs_end(
             assert status.output_data == out.read_bytes()
         else:
             assert status.output_data is None and out.stat().st_size > size
+        # A small one is held in memory, never written beside the sandbox.
+        tars = list(startd.config.execute_dir.glob("*.output.tar"))
+        assert len(tars) == (0 if inline else 1)
         await client.release(cid)
+        assert list(startd.config.execute_dir.iterdir()) == []
 
     run_startd(tmp_path / "home", scenario)
 
@@ -518,3 +554,116 @@ def test_a_small_input_sandbox_comes_with_the_activation(tmp_path: Path) -> None
 
     run_startd(tmp_path / "home", scenario)
     assert (iwd / "out.txt").read_text() == "input\n"
+
+
+def test_an_activation_with_its_input_starts_the_job_and_clears_the_last_ones_files(
+    tmp_path: Path,
+) -> None:
+    """A small input sandbox with the activation: the job is started before the answer
+    (one request, one call off the node's loop). Reusing the claim (`after`) removes the
+    last job's files first, also when the next job is refused."""
+    iwd = tmp_path / "iwd"
+    script(iwd, 'test ! -e left || exit 3\ntouch left\necho "run $1"\n')
+
+    def tar(job: ClassAd) -> bytes:
+        out = io.BytesIO()
+        pack(input_entries(job), out, dereference=True)
+        return out.getvalue()
+
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        execute = startd.config.execute_dir
+        first = job_ad(iwd, Arguments="first")
+        cid = claim_id()
+        await client.request_claim(cid, first, "s", 60)
+        status = await client.activate(cid, first, tar(first))
+        assert status.state is ClaimState.RUNNING and not status.transfer_input
+        status = await until(client, cid, ClaimState.ENDED, status)
+        assert status.outcome is not None and status.outcome.exit_code == 0
+        assert [p.name for p in execute.glob("dir_*/left")] == ["left"]
+        big = job_ad(iwd, ProcId=1, RequestCpus=3)
+        with pytest.raises(ClaimRefused, match="does not fit"):
+            await client.activate(cid, big, tar(big), after="1.0")
+        assert list(execute.iterdir()) == []  # the last job's sandbox went even so
+        second = job_ad(iwd, ProcId=2, Arguments="second", Out="second.out")
+        status = await until(
+            client, cid, ClaimState.ENDED, await client.activate(cid, second, tar(second))
+        )
+        third = job_ad(iwd, ProcId=3, Arguments="third", Out="third.out")
+        status = await client.activate(cid, third, tar(third), after="1.2")
+        assert status.state is ClaimState.RUNNING and status.job == "1.3"
+        status = await until(client, cid, ClaimState.ENDED, status)
+        assert status.outcome is not None and status.outcome.exit_code == 0  # a fresh sandbox
+        assert status.output_data is not None
+        unpack_output(io.BytesIO(status.output_data), third)
+        nobody = job_ad(iwd, ProcId=4, Owner="no-such-user-htgrid")  # held: no account
+        status = await client.activate(cid, nobody, tar(nobody), after="1.3")
+        assert status.state is ClaimState.ENDED and status.outcome is not None
+        assert status.outcome.hold_code == HoldReasonCode.FailedToAccessUserAccount
+        assert list(execute.iterdir()) == []  # the last job's sandbox went even so
+        await client.release(cid)
+
+    run_startd(tmp_path / "home", scenario)
+    assert (iwd / "third.out").read_text() == "run third\n"
+
+
+def test_a_small_input_sandbox_comes_as_a_tar_after_the_json_or_in_base64(
+    tmp_path: Path,
+) -> None:
+    """A node says in its grants that it takes the input's tar after the activation's
+    JSON (ACTIVATION_TAR): its client sends it so, no base64 to make or undo. A client
+    that has no grant of it (a schedd restarted since) sends base64, which the node
+    still takes; a body that is not what its type says is refused."""
+    iwd = tmp_path / "iwd"
+    script(iwd, 'cat in.txt > "out.$1"\n')
+    (iwd / "in.txt").write_text("input\n")
+
+    def job(proc: int) -> ClassAd:
+        return job_ad(iwd, ProcId=proc, TransferInput="in.txt", Arguments=str(proc))
+
+    def tar(ad: ClassAd) -> bytes:
+        out = io.BytesIO()
+        pack(input_entries(ad), out, dereference=True)
+        return out.getvalue()
+
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        first, cid = job(0), claim_id()
+        grant = await client.request_claim(cid, first, "s", 60)
+        assert grant.tar_activation
+        sent: list[str] = []
+        request = client._request
+
+        async def spy(method: str, path: str, body: object = None, **kw: Any) -> bytes:
+            sent.append(kw.get("content_type", "application/json"))
+            return await request(method, path, body, **kw)
+
+        client._request = spy  # type: ignore[method-assign]
+        status = await until(
+            client, cid, ClaimState.ENDED, await client.activate(cid, first, tar(first))
+        )
+        assert sent[0].startswith("application/x-htgrid-activation; json=")
+        assert status.outcome is not None and status.outcome.exit_code == 0
+        assert status.output_data is not None
+        unpack_output(io.BytesIO(status.output_data), first)
+        async with StartdClient(startd.config.socket) as fresh:  # no grant seen: base64
+            second = job(1)
+            status = await fresh.activate(cid, second, tar(second), after="1.0")
+            status = await until(fresh, cid, ClaimState.ENDED, status)
+        assert status.outcome is not None and status.outcome.exit_code == 0
+        assert status.output_data is not None
+        unpack_output(io.BytesIO(status.output_data), second)
+        third = job(2)
+        head = f'{{"after": "1.1", "job_ad": {ads_to_json([third])[1:-1]}}}'.encode()
+        path = f"/v1/claims/{cid}/activate"
+        for kind, body, said in (
+            ("application/x-htgrid-activation", head, "json=N"),
+            (f"application/x-htgrid-activation; json={len(head) + 1}", head, "holds no JSON"),
+            (f"application/x-htgrid-activation; json={len(head) - 1}", head, "not JSON"),
+            ("application/x-htgrid-activation; json=2", b"[]", "must be an object"),
+        ):
+            with pytest.raises(StartdProtocolError, match=said):
+                await client._request("POST", path, body, content_type=kind)
+        assert (await client.status(cid)).state is ClaimState.ENDED  # left as it was
+        await client.release(cid)
+
+    run_startd(tmp_path / "home", scenario)
+    assert (iwd / "out.0").read_text() == (iwd / "out.1").read_text() == "input\n"

@@ -85,6 +85,43 @@ def test_input_lands_flat_in_the_sandbox(tmp_path: Path) -> None:
     assert (sandbox / "data" / "x").read_text() == "x"
 
 
+@pytest.mark.parametrize("compression", ["", "gz"])
+def test_an_input_tar_is_unpacked_plain_or_compressed(tmp_path: Path, compression: str) -> None:
+    """A plain tar (as htgrid packs one) is read first; a compressed one still is too."""
+    (tmp_path / "run.sh").write_text("#!/bin/sh\n")
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode=f"w:{compression}") as tar:
+        tar.add(tmp_path / "run.sh", arcname="run.sh")
+    on_disk = tmp_path / "in.tar"
+    on_disk.write_bytes(data.getvalue())
+    for source in (io.BytesIO(data.getvalue()), on_disk):
+        sandbox = tmp_path / f"sandbox-{type(source).__name__}"
+        sandbox.mkdir()
+        unpack_input(source, sandbox)
+        assert (sandbox / "run.sh").read_text() == "#!/bin/sh\n"
+    with pytest.raises(TransferError, match="cannot unpack"):
+        unpack_input(io.BytesIO(b"not a tar" * 100), tmp_path)
+
+
+def test_a_tar_ends_after_its_end_blocks_not_padded_to_a_record(tmp_path: Path) -> None:
+    """Two empty files: two headers and the two zero blocks of the end (tarfile would pad
+    the archive to 10 KB); every reader takes it, and a file's contents stay whole."""
+    for name in ("_condor_stdout", "_condor_stderr"):
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "data").write_bytes(b"x" * 700)
+    entries = [(n, tmp_path / n) for n in ("_condor_stdout", "_condor_stderr")]
+    held = io.BytesIO()
+    assert pack(entries, held, dereference=False) == 4 * 512 == len(held.getvalue())
+    on_disk = tmp_path / "out.tar"
+    size = pack([*entries, ("data", tmp_path / "data")], on_disk, dereference=False)
+    assert size == on_disk.stat().st_size == 4 * 512 + 512 + 1024
+    with tarfile.open(fileobj=io.BytesIO(held.getvalue())) as tar:
+        assert tar.getnames() == ["_condor_stdout", "_condor_stderr"]
+    with tarfile.open(on_disk) as tar:
+        data = tar.extractfile("data")
+        assert data is not None and data.read() == b"x" * 700
+
+
 def test_output_is_what_the_job_made_or_changed_unless_listed(tmp_path: Path) -> None:
     (tmp_path / "input.txt").write_text("in")
     (tmp_path / ".job.ad").write_text("")

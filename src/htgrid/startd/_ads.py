@@ -61,6 +61,15 @@ _NAMES: Final = ("mytype", "machine", "myaddress")
 Pairs = tuple[tuple[str, object], ...]
 
 
+@dataclass(eq=False, slots=True)
+class _Own:
+    """A slot's own attributes as last made: their values, the ad, its JSON members."""
+
+    pairs: Pairs
+    ad: ClassAd
+    members: dict[str, str] | None = None
+
+
 class AdContext:
     """What every ad of one startd shares (fixed at start-up).
 
@@ -80,8 +89,9 @@ class AdContext:
         # The static ad, made again should what it is made of change (the address and
         # certificate are set once the TLS API serves; a reconfig brings a new config).
         self._static: tuple[tuple[object, ...], ClassAd, dict[str, str]] | None = None
-        # Each slot's own attributes as last made (by Name): the values, the ad, members.
-        self._own: dict[str, tuple[Pairs, ClassAd, dict[str, str]]] = {}
+        # Each slot's own attributes as last made (by Name): the values, the ad, and its
+        # members once asked for (an activation's slot ad, for the job, needs none).
+        self._own: dict[str, _Own] = {}
 
     @property
     def config(self) -> StartdConfig:
@@ -166,18 +176,27 @@ class AdContext:
     ) -> tuple[ClassAd, dict[str, str]]:
         """A slot's own attributes (`pairs`, then the constant `exprs`) as an ad and as
         members: made again only when a value changed since the last time."""
+        kept = self._kept(pairs, exprs)
+        if kept.members is None:
+            kept.members = json_members(kept.ad)
+        return kept.ad, kept.members
+
+    def own_ad(self, pairs: Pairs, exprs: tuple[tuple[str, ExprTree], ...]) -> ClassAd:
+        """`own`'s ad alone."""
+        return self._kept(pairs, exprs).ad
+
+    def _kept(self, pairs: Pairs, exprs: tuple[tuple[str, ExprTree], ...]) -> _Own:
         name = str(pairs[0][1])
         known = self._own.get(name)
-        if known is not None and known[0] == pairs:
-            return known[1], known[2]
+        if known is not None and known.pairs == pairs:
+            return known
         ad = ClassAd()
         for key, value in pairs:
             ad[key] = value
         for key, expr in exprs:
             ad[key] = expr
-        members = json_members(ad)
-        self._own[name] = (pairs, ad, members)
-        return ad, members
+        kept = self._own[name] = _Own(pairs, ad)
+        return kept
 
     def forget_others(self, names: set[str]) -> None:
         """Drop what `own` kept of slots not in `names` (released claims)."""
@@ -212,7 +231,7 @@ def slot_state(ctx: AdContext, slots: Slots) -> SlotState:
 def partitionable_ad(ctx: AdContext, slots: Slots, now: float) -> ClassAd:
     """The partitionable slot's ad: what is free, and its dynamic slots' summary."""
     ad = ctx.common(now)
-    ad.update(ctx.own(_partitionable_pairs(slots), _PSLOT_EXPRS)[0])
+    ad.update(ctx.own_ad(_partitionable_pairs(slots), _PSLOT_EXPRS))
     return ad
 
 
@@ -239,7 +258,7 @@ def _partitionable_pairs(slots: Slots) -> Pairs:
 def dynamic_ad(ctx: AdContext, slots: Slots, claim: Claim, now: float) -> ClassAd:
     """A dynamic slot's ad: its claim's resources, state and job."""
     ad = ctx.common(now)
-    ad.update(ctx.own(_dynamic_pairs(slots, claim), _DSLOT_EXPRS)[0])
+    ad.update(ctx.own_ad(_dynamic_pairs(slots, claim), _DSLOT_EXPRS))
     return ad
 
 

@@ -13,7 +13,10 @@
     POST   /v1/claims/{id}/activate       run a job on the claim: {job_ad, input_data?, after?,
                                           watch?} (`after`: the job whose end is recorded;
                                           a claim ENDED for it is reused for this one;
-                                          `watch`: the poll of that token follows it)
+                                          `watch`: the poll of that token follows it;
+                                          `input_data`: a small input sandbox's tar, in
+                                          base64, or as ACTIVATION_TAR: that JSON, then
+                                          the tar itself)
     PUT    /v1/claims/{id}/input          the input sandbox (a tar), when the job's files travel
     GET    /v1/claims/{id}/output         the output sandbox (a tar), once the job has ended
     POST   /v1/claims/{id}/vacate         stop the job: {reason: vacate | hold | remove}
@@ -36,7 +39,7 @@ secret of the schedd's sent only over these connections, is the capability.
 from __future__ import annotations
 
 import asyncio
-import base64
+import binascii
 import functools
 import logging
 import os
@@ -80,7 +83,7 @@ from htgrid.startd._errors import (
     to_problem,
 )
 from htgrid.startd._watch import ClaimWatches, PollCounts, ended_to_json
-from htgrid.startd._wire import ClaimGrant, ClaimStatus
+from htgrid.startd._wire import ClaimGrant, ClaimStatus, activation_json_length
 
 __all__ = [
     "StartdBackend",
@@ -124,7 +127,7 @@ class StartdBackend(Protocol):
 
     async def refresh_proxy(self, claim_id: str, data: bytes) -> ClaimStatus: ...
 
-    def output_path(self, claim_id: str) -> Path: ...
+    def output(self, claim_id: str) -> bytes | Path: ...
 
     def vacate(self, claim_id: str, reason: str) -> ClaimStatus: ...
 
@@ -161,6 +164,34 @@ async def _body(request: Request, limits: ApiLimits) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise StartdProtocolError("the request body must be a JSON object")
     return doc
+
+
+async def _activation(request: Request, limits: ApiLimits) -> tuple[dict[str, Any], bytes | None]:
+    """An activation's document and its input sandbox's tar, if one came: after the
+    document (ACTIVATION_TAR), or in it in base64 (`input_data`)."""
+    length = activation_json_length(request.headers.get("content-type", ""))
+    if length is None:
+        doc = await _body(request, limits)
+        data = doc.get("input_data")
+        if data is None:
+            return doc, None
+        try:
+            # In C, as strict as b64decode's `validate`.
+            return doc, binascii.a2b_base64(data, strict_mode=True)
+        except (TypeError, ValueError):
+            raise StartdProtocolError('"input_data" must be a tar in base64') from None
+    body = await read_body(request, limits)
+    if length > len(body):
+        raise StartdProtocolError(f"the body is {len(body)} bytes: it holds no JSON of {length}")
+    try:
+        doc = loads_request(body[:length])
+    except BadRequest as exc:
+        raise StartdProtocolError(str(exc)) from None
+    if not isinstance(doc, dict):
+        raise StartdProtocolError("the activation's JSON must be an object")
+    if "input_data" in doc:
+        raise StartdProtocolError('the input sandbox comes after the JSON, not in "input_data"')
+    return doc, body[length:]
 
 
 def _job_ad(doc: dict[str, Any]) -> ClassAd:
@@ -281,13 +312,7 @@ def create_app(
         return JSONResponse(ended_to_json(ended))
 
     async def activate(request: Request) -> Response:
-        doc = await _body(request, limits)
-        data = doc.get("input_data")
-        if data is not None:
-            try:
-                data = base64.b64decode(data, validate=True)
-            except (TypeError, ValueError):
-                raise StartdProtocolError('"input_data" must be a tar in base64') from None
+        doc, data = await _activation(request, limits)
         after = doc.get("after")
         if after is not None and not isinstance(after, str):
             raise StartdProtocolError('"after" must be the job id ("cluster.proc") of the last job')
@@ -314,7 +339,9 @@ def create_app(
         return JSONResponse(found.to_json())
 
     async def output(request: Request) -> Response:
-        path = backend.output_path(request.path_params["claim_id"])
+        path = backend.output(request.path_params["claim_id"])
+        if isinstance(path, bytes):
+            return Response(path, media_type="application/x-tar")
         small = await asyncio.to_thread(_small_file, path)
         if small is not None:
             return Response(small, media_type="application/x-tar")

@@ -178,7 +178,7 @@ class Startd:
             f", GPUs {','.join(request.gpus)}" if request.gpus else "",
         )
         self._changed()
-        return ClaimGrant(claim_id, claim.name, lease, self.started, request)
+        return ClaimGrant(claim_id, claim.name, lease, self.started, request, tar_activation=True)
 
     async def claim_status(
         self, claim_id: str, wait: float, version: int, *, renew: bool = True
@@ -204,10 +204,23 @@ class Startd:
         job ("cluster.proc") whose end the schedd has recorded: a claim ENDED for that
         job is reused for this one first, in the same request (`reuse`)."""
         claim = self.slots.get(claim_id)
+        previous = None  # the last job's starter, whose files go as this one's sandbox comes
         if after is not None and claim.state is ClaimState.ENDED:
             if str(claim.job_id) != after:
                 raise ClaimStateError(f"claim {claim_id} ran job {claim.job_id}, not {after}")
-            await self._reuse(claim)
+            previous = await self._reuse(claim, remove=False)
+        try:
+            status = await self._start(claim, job_ad, input_data, previous)
+            previous = None  # removed with the new sandbox's making
+        finally:
+            if previous is not None:
+                await asyncio.to_thread(previous.remove)
+        return status
+
+    async def _start(
+        self, claim: Claim, job_ad: ClassAd, input_data: bytes | None, previous: Starter | None
+    ) -> ClaimStatus:
+        claim_id = claim.claim_id
         if claim.state is not ClaimState.CLAIMED:
             raise ClaimStateError(f"claim {claim_id} is {claim.state.value}: already activated")
         if self.slots.state is SlotState.DRAINED:
@@ -234,7 +247,7 @@ class Startd:
         claim.transfer_input = starter.transfer
         claim.move(ClaimState.STARTING, self._clock())
         try:
-            await starter.prepare()
+            took = await starter.prepare(input_data, previous)
         except OSError as exc:
             claim.outcome = Outcome(OutcomeKind.FAILED, reason=f"cannot make the sandbox: {exc}")
             claim.move(ClaimState.ENDED, self._clock())
@@ -245,7 +258,8 @@ class Startd:
         else:
             if input_data is not None and starter.transfer:
                 claim.transfer_input = False  # taken: the schedd sends it no more
-                await starter.receive_input(_chunk(input_data))
+                if not took:
+                    await starter.receive_input(_chunk(input_data))
         self._active()
         return claim.status()
 
@@ -272,20 +286,24 @@ class Startd:
         await self._reuse(claim)
         return claim.status()
 
-    async def _reuse(self, claim: Claim) -> None:
+    async def _reuse(self, claim: Claim, *, remove: bool = True) -> Starter | None:
+        """Ready the claim for its next job; with `remove` false, its last job's files
+        are left for the caller to remove: that job's starter (if any)."""
         if claim.closing:  # past CLAIM_WORKLIFE at its last job's end: it is over
             await self._release(claim)
             raise ClaimRefused(
                 f"{claim.name} takes no more jobs: its claim is older than CLAIM_WORKLIFE "
                 f"({claim.worklife:g} seconds) and was released"
             )
-        if claim.starter is not None:
-            await claim.starter.cleanup()
+        previous = claim.starter
+        if previous is not None:
+            await (previous.cleanup() if remove else previous.stop())
         claim.starter, claim.outcome, claim.job_start = None, None, None
         claim.transfer_input = False
         claim.uses += 1
         claim.move(ClaimState.CLAIMED, self._clock())
         self._active()
+        return None if remove else previous
 
     async def receive_input(self, claim_id: str, request: Request) -> ClaimStatus:
         claim = self.slots.get(claim_id)
@@ -309,12 +327,14 @@ class Startd:
         await starter.replace_proxy(data)
         return claim.status()
 
-    def output_path(self, claim_id: str) -> Path:
+    def output(self, claim_id: str) -> bytes | Path:
+        """The ended job's output tar: held in memory (a small one), or its file."""
         claim = self.slots.get(claim_id)
         outcome = claim.outcome
         if claim.starter is None or outcome is None or not outcome.output:
             raise ClaimStateError(f"claim {claim_id} has no output sandbox (yet)")
-        return claim.starter.output_tar
+        held = claim.starter.output_inline
+        return claim.starter.output_tar if held is None else held
 
     def vacate(self, claim_id: str, reason: str) -> ClaimStatus:
         claim = self.slots.get(claim_id)

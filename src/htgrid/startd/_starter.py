@@ -34,7 +34,7 @@ import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO, Final
+from typing import TYPE_CHECKING, BinaryIO, Final
 
 from htgrid._files import private_file, write_atomic
 from htgrid._privsep import Account, OwnerPolicy, OwnerRefused, as_owner, owned_dir
@@ -71,6 +71,9 @@ from htgrid.startd._transfer import (
     unpack_input,
 )
 
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
 __all__ = ["Starter", "StopReason"]
 
 _log = logging.getLogger("htgrid.startd.starter")
@@ -86,6 +89,8 @@ _THREAD_VARS: Final = (
 )
 
 StopReason = str  # "vacate" (the startd or the schedd), "hold" or "remove" (the user)
+#: The job's process started, and the sandbox's files before it ran (`snapshot`).
+_Launched = tuple[dict[str, int], subprocess.Popen[bytes]]
 
 
 class Starter:
@@ -132,19 +137,72 @@ class Starter:
 
     # -- set-up -------------------------------------------------------------------------
 
-    async def prepare(self) -> None:
+    async def prepare(
+        self, input_data: bytes | None = None, previous: Starter | None = None
+    ) -> bool:
         """Make the sandbox and write the ads into it; then wait for input, or run.
 
-        LaunchError when the job's owner may not run jobs here."""
+        In the same call off the event loop (a short job's activation pays one): the
+        files of the claim's `previous` job are removed first, and `input_data` (the
+        input sandbox's tar, come with the activation) is unpacked and the job started,
+        when nothing else is to come first (a job with an X.509 proxy, which the shadow
+        may renew meanwhile, takes its input by `receive_input`).
+
+        Whether it took `input_data`. LaunchError when the job's owner may not run jobs
+        here (`previous`'s files removed even so)."""
         if self._policy is not None:
             try:
                 self.account = self._policy.account(self.job.get("Owner"))
             except OwnerRefused as exc:
+                if previous is not None:
+                    await asyncio.to_thread(previous.remove)
                 raise LaunchError(str(exc), HoldReasonCode.FailedToAccessUserAccount) from None
-        await asyncio.to_thread(self._make_sandbox)
-        if not self.transfer:
-            self._input.set()
-        self._task = asyncio.create_task(self._run(), name=f"starter {self.claim.name}")
+        data = input_data if self.transfer and not self._proxied() else None
+        spec = None
+        if data is not None or not self.transfer:
+            with contextlib.suppress(LaunchError):  # the run says what is wrong with it
+                spec = self._launch_spec()
+        # The run owns what the set-up starts (a cancelled activation does not).
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._task = asyncio.create_task(
+            self._run(ready, previous, data, spec), name=f"starter {self.claim.name}"
+        )
+        await ready
+        return data is not None
+
+    def _proxied(self) -> bool:
+        proxy = self.job.get("x509userproxy")
+        return isinstance(proxy, str) and bool(proxy)
+
+    def _set_up(
+        self, previous: Starter | None, data: bytes | None, spec: LaunchSpec | None
+    ) -> _Launched | LaunchError | None:
+        """`prepare`'s work off the loop: the job started, or why not (None: not yet)."""
+        if previous is not None:
+            previous.remove()
+        self._make_sandbox()
+        if data is not None:
+            self._take_input(data)
+        if spec is None or self._input_error is not None or self._stop is not None:
+            return None
+        try:
+            return self._launch(spec)
+        except LaunchError as exc:
+            return exc
+
+    def _take_input(self, data: bytes) -> None:
+        """Unpack an input sandbox come whole (a small one's tar), as `receive_input`."""
+        limit = SizeLimit("MAX_TRANSFER_INPUT_MB", self.config.max_transfer_input_mb)
+        try:
+            limit.check(len(data), "the input sandbox", at_least=True)
+            self._unpack_input(io.BytesIO(data), limit)
+        except SandboxTooLarge as exc:
+            self._input_error = TransferError(
+                f"Transfer input files failure: {exc}",
+                HoldReasonCode.MaxTransferInputSizeExceeded,
+            )
+        except TransferError as exc:
+            self._input_error = exc
 
     def _make_sandbox(self) -> None:
         self.sandbox.parent.mkdir(parents=True, exist_ok=True)
@@ -207,16 +265,36 @@ class Starter:
 
     # -- the run --------------------------------------------------------------------------
 
-    async def _run(self) -> None:
+    async def _run(
+        self,
+        ready: asyncio.Future[None],
+        previous: Starter | None,
+        data: bytes | None,
+        spec: LaunchSpec | None,
+    ) -> None:
         claim = self.claim
         started = self._clock()
+        try:
+            launched = await asyncio.to_thread(self._set_up, previous, data, spec)
+        except Exception as exc:  # no sandbox: `prepare` raises it, and nothing ran
+            if not ready.done():
+                ready.set_exception(exc)
+            return
+        if isinstance(launched, tuple):
+            self._spec, self._proc = spec, launched[1]
+        if data is not None or not self.transfer:
+            self._input.set()
+        if not ready.done():
+            ready.set_result(None)
         outcome = Outcome(OutcomeKind.EVICTED)
         try:
             await self._input.wait()
             if self._input_error is not None:
                 raise self._input_error
-            if self._stop is None:
-                outcome = await self._execute(started)
+            if isinstance(launched, LaunchError):
+                raise launched
+            if launched is not None or self._stop is None:
+                outcome = await self._execute(started, launched)
         except (LaunchError, TransferError) as exc:
             _log.warning("%s: job %s failed: %s", claim.name, claim.job_id, exc.reason)
             outcome = Outcome(
@@ -244,11 +322,14 @@ class Starter:
             self._changed()
         _log.info("%s: job %s ended: %s", claim.name, claim.job_id, _describe(outcome))
 
-    async def _execute(self, started: float) -> Outcome:
-        spec = self._launch_spec()
-        self._spec = spec
-        before, proc = await asyncio.to_thread(self._launch, spec)
-        self._proc = proc
+    async def _execute(self, started: float, launched: _Launched | None) -> Outcome:
+        """The job run to its end: started here, or `launched` already (`prepare`)."""
+        if launched is None:
+            spec = self._launch_spec()
+            self._spec = spec
+            launched = await asyncio.to_thread(self._launch, spec)
+            self._proc = launched[1]
+        before, proc = launched
         claim = self.claim
         claim.job_start = self._clock()
         if self._stop is None:
@@ -286,19 +367,24 @@ class Starter:
         disk = _disk_kb(self.sandbox)
         if before is not None:
             self._pack_output(before, strict)
-            with open(self.output_tar, "rb") as f:
-                data = f.read(INLINE_OUTPUT + 1)
-            self.output_inline = data if len(data) <= INLINE_OUTPUT else None
         return disk
 
     def _pack_output(self, before: dict[str, int], strict: bool) -> None:
-        """The output tar (the node's file), its members read as the job's owner; an
-        eviction (not `strict`) skips the listed files that are not there."""
-        with private_file(self.output_tar) as tar, as_owner(self.account):
+        """The output tar, its members read as the job's owner: in memory when it is
+        small (`output_inline`), else the node's file; an eviction (not `strict`) skips
+        the listed files that are not there."""
+        code = HoldReasonCode.TransferOutputError
+        with as_owner(self.account):
             entries = output_entries(self.job, self.sandbox, before, strict=strict)
-            pack(entries, tar, dereference=False, code=HoldReasonCode.TransferOutputError)
+            held = _Capped()
+            with contextlib.suppress(_TooLarge):
+                pack(entries, held, dereference=False, code=code)
+                self.output_inline = held.getvalue()
+                return
+        with private_file(self.output_tar) as tar, as_owner(self.account):
+            pack(entries, tar, dereference=False, code=code)
 
-    def _launch(self, spec: LaunchSpec) -> tuple[dict[str, int], subprocess.Popen[bytes]]:
+    def _launch(self, spec: LaunchSpec) -> _Launched:
         """The sandbox's files before the job runs, and the job's process started."""
         return self._ready_and_snapshot(spec), spawn(spec)
 
@@ -507,12 +593,18 @@ class Starter:
 
     async def cleanup(self) -> None:
         """Remove the sandbox and the transfer files."""
+        await self.stop()
+        await asyncio.to_thread(self.remove)
+
+    async def stop(self) -> None:
+        """Vacate a job still running, and wait for its run to be over."""
         if self._task is not None and not self._task.done():
             self.vacate("vacate")
             await self.wait()
-        await asyncio.to_thread(self._remove)
 
-    def _remove(self) -> None:
+    def remove(self) -> None:
+        """Remove the sandbox and the transfer files (blocking: off the event loop; the
+        job's run is over)."""
         shutil.rmtree(self.sandbox, ignore_errors=True)
         for path in (self.input_tar, self.output_tar):
             with contextlib.suppress(FileNotFoundError):
@@ -523,6 +615,19 @@ _NO_JOB: Final = JobId(0, 0)  # a claim whose ad has no ids (a test's)
 #: An output tar up to this size goes with the job's end (`ClaimStatus.output_data`).
 INLINE_OUTPUT: Final = 1 << 16
 _IN_MEMORY: Final = 1 << 20  # an input sandbox up to this size is not written to a file
+
+
+class _TooLarge(Exception):
+    """An output tar past `INLINE_OUTPUT`: it goes to a file."""
+
+
+class _Capped(io.BytesIO):
+    """A tar held in memory up to `INLINE_OUTPUT` (_TooLarge past it)."""
+
+    def write(self, data: ReadableBuffer, /) -> int:
+        if self.tell() + memoryview(data).nbytes > INLINE_OUTPUT:
+            raise _TooLarge
+        return super().write(data)
 
 
 def _spill(path: Path, data: bytes) -> BinaryIO:

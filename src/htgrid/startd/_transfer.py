@@ -19,9 +19,11 @@ files are read and written with the rights of the thread that calls: its owner's
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
+import stat
 import tarfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
@@ -157,10 +159,18 @@ Tar = Path | BinaryIO  # a tar file by name, or open
 
 
 def _open_tar(tar: Tar) -> tarfile.TarFile:
-    """A tar to read, by name or open."""
+    """A tar to read, by name or open: a plain one, as htgrid sends, tried first (tarfile
+    tries each compression before it); else a compressed one."""
     if isinstance(tar, Path):
+        with contextlib.suppress(tarfile.ReadError):
+            return tarfile.open(tar, "r:")
         return tarfile.open(tar)
-    return tarfile.open(fileobj=tar)
+    start = tar.tell()
+    try:
+        return tarfile.open(fileobj=tar, mode="r:")
+    except tarfile.ReadError:
+        tar.seek(start)
+        return tarfile.open(fileobj=tar)
 
 
 def pack(
@@ -179,11 +189,16 @@ def pack(
         if isinstance(dest, Path):
             with tarfile.open(dest, "w", dereference=dereference) as tar:
                 for name, path in entries:
-                    tar.add(path, arcname=name, recursive=True)
-            return dest.stat().st_size
+                    _add(tar, path, name, dereference)
+                end = _end(tar)
+            os.truncate(dest, end)
+            return end
         with tarfile.open(fileobj=dest, mode="w", dereference=dereference) as tar:
             for name, path in entries:
-                tar.add(path, arcname=name, recursive=True)
+                _add(tar, path, name, dereference)
+            end = _end(tar)
+        dest.truncate(end)
+        dest.seek(end)
         dest.flush()
         return dest.tell()
     except (tarfile.TarError, OSError) as exc:
@@ -191,6 +206,30 @@ def pack(
         raise TransferError(
             f"Transfer {what} files failure: {exc}", code, getattr(exc, "errno", 0) or 0
         ) from exc
+
+
+def _end(tar: tarfile.TarFile) -> int:
+    """Where the tar being written ends: its members, then the two zero blocks that mark
+    the end. tarfile pads it further, to a 10 KB record, which no reader needs: a short
+    job's output tar (two empty files) was 10 KB, 8 of them zeros, in every job's end."""
+    return tar.offset + 2 * tarfile.BLOCKSIZE
+
+
+def _add(tar: tarfile.TarFile, path: Path, name: str, dereference: bool) -> None:
+    """`tar.add` of one entry; a regular file without the owner and group names that
+    tarfile looks up for each member (two reads of the account files: nobody reads them
+    from these tars), nor its hard links to others (which no side unpacks), its time in
+    whole seconds."""
+    st = os.stat(path) if dereference else os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        tar.add(path, arcname=name, recursive=True)
+        return
+    info = tar.tarinfo(name.replace(os.sep, "/").lstrip("/"))
+    info.mode, info.uid, info.gid = stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid
+    # Whole seconds: a fraction took a pax header (two blocks) a member.
+    info.size, info.mtime = st.st_size, int(st.st_mtime)
+    with open(path, "rb") as f:
+        tar.addfile(info, f)
 
 
 def unpack_input(tar_path: Tar, sandbox: Path, limit: SizeLimit = NO_LIMIT) -> None:

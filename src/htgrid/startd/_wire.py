@@ -10,9 +10,20 @@ from typing import Any, Final
 from htgrid.startd._errors import StartdProtocolError
 from htgrid.startd._states import ClaimState, Outcome, Resources
 
-__all__ = ["NO_RESOURCES", "TLS_CERTIFICATE", "ClaimGrant", "ClaimStatus"]
+__all__ = [
+    "ACTIVATION_TAR",
+    "NO_RESOURCES",
+    "TLS_CERTIFICATE",
+    "ClaimGrant",
+    "ClaimStatus",
+    "activation_json_length",
+]
 
 NO_RESOURCES: Final = Resources(0, 0, 0)
+#: The media type of an activation whose input sandbox follows its JSON document as the
+#: tar itself, not in base64 within it (`json`: the document's length in bytes). A node
+#: that takes it says so in its claim grants (`ClaimGrant.tar_activation`).
+ACTIVATION_TAR: Final = "application/x-htgrid-activation"
 #: The slot ads' attribute holding a node's TLS certificate (PEM), which schedds pin.
 TLS_CERTIFICATE: Final = "StartdTlsCertificate"
 
@@ -26,10 +37,11 @@ class ClaimGrant:
     lease: float
     started: int  # the startd's DaemonStartTime: another value means it restarted
     resources: Resources = NO_RESOURCES  # what the dynamic slot holds
+    tar_activation: bool = False  # the node takes ACTIVATION_TAR
 
     def to_json(self) -> dict[str, Any]:
         have = self.resources
-        return {
+        doc = {
             "claim_id": self.claim_id,
             "slot": self.slot,
             "lease": self.lease,
@@ -41,6 +53,9 @@ class ClaimGrant:
                 "gpus": list(have.gpus),
             },
         }
+        if self.tar_activation:
+            doc["tar_activation"] = True
+        return doc
 
     @classmethod
     def from_json(cls, obj: object) -> ClaimGrant:
@@ -59,6 +74,7 @@ class ClaimGrant:
                 float(doc["lease"]),
                 int(doc["started"]),
                 resources,
+                doc.get("tar_activation") is True,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StartdProtocolError(f"not a claim grant: {exc}") from None
@@ -132,6 +148,19 @@ class ClaimStatus:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StartdProtocolError(f"not a claim status: {exc}") from None
+
+
+def activation_json_length(content_type: str) -> int | None:
+    """The JSON document's length in an ACTIVATION_TAR body, from its Content-Type;
+    None for another media type. StartdProtocolError when it names none."""
+    kind, _, params = content_type.partition(";")
+    if kind.strip().lower() != ACTIVATION_TAR:
+        return None
+    for param in params.split(";"):
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "json" and value.strip().isdigit():
+            return int(value.strip())
+    raise StartdProtocolError(f"{ACTIVATION_TAR} must give its JSON's length (json=N)")
 
 
 def _mapping(obj: object, what: str) -> Mapping[str, Any]:

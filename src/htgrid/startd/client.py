@@ -42,7 +42,7 @@ from htgrid.startd._errors import (
     StartdUnavailable,
     from_problem,
 )
-from htgrid.startd._wire import ClaimGrant, ClaimStatus
+from htgrid.startd._wire import ACTIVATION_TAR, ClaimGrant, ClaimStatus
 
 __all__ = ["StartdClient", "host_port_of", "socket_of"]
 
@@ -78,6 +78,7 @@ class StartdClient:
         self.where = str(path)
         self.timeout = timeout
         self._http = Http11.unix(str(path))
+        self._tar_activation = False  # the node's grants said it takes ACTIVATION_TAR
 
     @classmethod
     def over_tls(
@@ -90,6 +91,7 @@ class StartdClient:
         self.where = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
         self.timeout = timeout
         self._http = Http11.tls(host, port, tls)
+        self._tar_activation = False
         return self
 
     @classmethod
@@ -111,6 +113,7 @@ class StartdClient:
         self.where = where
         self.timeout = timeout
         self._http = Http11.tls_over(connect, host, tls)
+        self._tar_activation = False
         return self
 
     async def __aenter__(self) -> StartdClient:
@@ -141,7 +144,9 @@ class StartdClient:
     ) -> ClaimGrant:
         """Claim a dynamic slot for the job (ClaimRefused when the node cannot give it)."""
         body = _raw({"claim_id": claim_id, "schedd": schedd, "lease": lease}, job_ad)
-        return ClaimGrant.from_json(await self._json("POST", "/v1/claims", body))
+        grant = ClaimGrant.from_json(await self._json("POST", "/v1/claims", body))
+        self._tar_activation = grant.tar_activation
+        return grant
 
     async def status(self, claim_id: str, *, wait: float = 0.0, version: int = -1) -> ClaimStatus:
         """The claim, once past `version` or after `wait` seconds (this renews its lease)."""
@@ -191,16 +196,26 @@ class StartdClient:
         caller has recorded: the claim, ENDED for it, is reused in the same request.
         `watch`: the caller's `watch` poll of that token follows the claim from now on."""
         fields: dict[str, str] = {}
-        if input_data is not None:
-            fields["input_data"] = base64.b64encode(input_data).decode("ascii")
         if after is not None:
             fields["after"] = after
         if watch is not None:
             fields["watch"] = watch
-        body = _raw(fields, job_ad)
-        return ClaimStatus.from_json(
-            await self._json("POST", f"/v1/claims/{claim_id}/activate", body)
-        )
+        path = f"/v1/claims/{claim_id}/activate"
+        if input_data is not None and self._tar_activation:
+            # The tar after the JSON: no base64 to make, nor for the node to undo.
+            head = _raw(fields, job_ad).text.encode()
+            kind = f"{ACTIVATION_TAR}; json={len(head)}"
+            try:
+                doc = await self._json("POST", path, head + input_data, content_type=kind)
+                return ClaimStatus.from_json(doc)
+            except StartdProtocolError as exc:
+                if "not JSON" not in str(exc):
+                    raise
+                # An older node, since the grant (it read it all as JSON and did nothing).
+                self._tar_activation = False
+        if input_data is not None:
+            fields["input_data"] = base64.b64encode(input_data).decode("ascii")
+        return ClaimStatus.from_json(await self._json("POST", path, _raw(fields, job_ad)))
 
     async def send_input(self, claim_id: str, tar_path: Path) -> ClaimStatus:
         """Stream the input sandbox (a tar file) to the claim."""
