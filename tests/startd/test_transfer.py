@@ -85,6 +85,43 @@ def test_input_lands_flat_in_the_sandbox(tmp_path: Path) -> None:
     assert (sandbox / "data" / "x").read_text() == "x"
 
 
+@pytest.mark.parametrize("to_file", [False, True])
+def test_a_packed_sandbox_has_no_record_padding_and_unpacks_whole(
+    tmp_path: Path, to_file: bool
+) -> None:
+    # A job's stdout alone: its headers, a block of data and the two end blocks, not
+    # padded to a 10 KiB record of zeros (in every message that carries a sandbox).
+    (tmp_path / "out").write_text("hello\n")
+    entries = [(STDOUT, tmp_path / "out")]
+    if to_file:
+        dest = tmp_path / "out.tar"
+        size = pack(entries, dest, dereference=False)
+        data = dest.read_bytes()
+    else:
+        buffer = io.BytesIO()
+        size = pack(entries, buffer, dereference=False)
+        data = buffer.getvalue()
+    assert size == len(data) <= 6 * tarfile.BLOCKSIZE < tarfile.RECORDSIZE
+    assert data.endswith(tarfile.NUL * 2 * tarfile.BLOCKSIZE)
+    iwd = tmp_path / "iwd"
+    iwd.mkdir()
+    assert unpack_output(io.BytesIO(data), _job(iwd, Out="job.out")) == 6
+    assert (iwd / "job.out").read_text() == "hello\n"
+
+
+def test_a_compressed_sandbox_tar_is_refused(tmp_path: Path) -> None:
+    # The daemons send plain tars (`pack`); nothing else is taken for one.
+    (tmp_path / "x").write_text("x")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.add(tmp_path / "x", arcname="x")
+    sandbox = tmp_path / "sandbox"
+    sandbox.mkdir()
+    with pytest.raises(TransferError, match="cannot unpack the input sandbox"):
+        unpack_input(io.BytesIO(buffer.getvalue()), sandbox)
+    assert os.listdir(sandbox) == []
+
+
 def test_output_is_what_the_job_made_or_changed_unless_listed(tmp_path: Path) -> None:
     (tmp_path / "input.txt").write_text("in")
     (tmp_path / ".job.ad").write_text("")
