@@ -117,23 +117,29 @@ def run_through(pool: PersonalPool, work: Path, universe: str, jobs: int) -> flo
     return took
 
 
-def node_requests(pool: PersonalPool, nodes: list[ExecuteNode]) -> int | None:
-    """The API requests all the nodes served so far (their health's count; None from
-    nodes that do not count them)."""
+def node_requests(pool: PersonalPool, nodes: list[ExecuteNode]) -> tuple[int, int] | None:
+    """The API requests all the nodes served so far, and the answers of node-wide
+    watches among them (their health's counts; None from nodes that do not count them)."""
     security = ensure_pool_security(SecurityConfig.load(pool.home))
     identity = (security.server.cert, security.server.key)
 
-    async def count(ad: ClassAd) -> int | None:
+    async def count(ad: ClassAd) -> tuple[int, int] | None:
         where = host_port_of(ad["MyAddress"])
         assert where is not None
         tls = pinned_ssl_context(ad[TLS_CERTIFICATE], identity)
         async with StartdClient.over_tls(where, tls) as client:
-            served = (await client.health()).get("requests")
-        return served if isinstance(served, int) else None
+            health = await client.health()
+        served, polls = health.get("requests"), health.get("polls")
+        watches = polls.get("watch") if isinstance(polls, dict) else None
+        if not isinstance(served, int) or not isinstance(watches, int):
+            return None
+        return served, watches
 
     ads = [next(a for a in node.slots() if a.get("PartitionableSlot")) for node in nodes]
     counts = [asyncio.run(count(ad)) for ad in ads]
-    return None if None in counts else sum(c for c in counts if c is not None)
+    if any(c is None for c in counts):
+        return None
+    return sum(c[0] for c in counts if c), sum(c[1] for c in counts if c)
 
 
 def memory_per_job(pool: PersonalPool, work: Path, count: int) -> tuple[float, float]:
@@ -287,8 +293,12 @@ def main() -> None:
         )
         print(f"  {len(during)} negotiation cycles, {sum(during):.1f} s in all")
         if requests_0 is not None and requests_1 is not None:
-            served = requests_1 - requests_0 - len(nodes)  # less the counts' own
-            print(f"  {served} requests to the nodes: {served / args.jobs:.2f} a job")
+            served = requests_1[0] - requests_0[0] - len(nodes)  # less the counts' own
+            watches = requests_1[1] - requests_0[1]
+            print(
+                f"  {served} requests to the nodes: {served / args.jobs:.2f} a job "
+                f"({watches / args.jobs:.2f} the watches' answers)"
+            )
         print(
             f"{args.jobs} jobs in the local universe:      {local:.1f} s; CPU a job: "
             f"schedd {(schedd_2 - schedd_1) * per:.1f} ms (its event loop "
