@@ -120,6 +120,7 @@ class ShadowRun(ShadowRecords, ShadowSuspensions, ShadowReconnects):
         self.lost = False  # disconnected from the node, reconnecting (`_lost`)
         self.renewed = 0  # the job's LastJobLeaseRenewal, as last recorded
         self._settled = False  # the run was given up on: nothing to release
+        self._quiet = True  # no job of ours runs on the claim: its release is quick
         # The claim's last job, ended and recorded: the next activation reuses the claim
         # (the node readies it for the next job in the same request, `_activate`).
         self._after: str | None = None
@@ -301,12 +302,13 @@ class ShadowRun(ShadowRecords, ShadowSuspensions, ShadowReconnects):
     async def _attend(self, ad: ClassAd, first: Awaitable[ClaimStatus]) -> bool:
         """Follow the job on the node from `first` (its activation, or a reconnection)
         to its end, and record that; whether the claim may run another job."""
-        self.on_node = True
+        self.on_node, self._quiet = True, False
         try:
             status = await first
             while True:
                 try:
                     ended = await self._follow(ad, status)
+                    self._quiet = True  # ENDED: the job is over on the node
                     ok = await self._finish(ad, ended)
                     self.on_node = False
                     return ok
@@ -479,7 +481,7 @@ class ShadowRun(ShadowRecords, ShadowSuspensions, ShadowReconnects):
         # that does not answer must not hold the shadow (nor a shutdown) forever.
         wait = self.vacate_time + self.m.settings.alive_interval
         try:
-            await asyncio.wait_for(self.client.release(self.claim_id), wait)
+            await asyncio.wait_for(self.client.release(self.claim_id, idle=self._quiet), wait)
         except ClaimNotFound:
             pass  # released, expired, or the node restarted: the claim is gone all the same
         except (StartdError, TimeoutError) as exc:
