@@ -422,8 +422,8 @@ class ShadowManager:
     def _note(self, change: Change) -> None:
         if self._idle and change.kind in _CHANGES_JOB:
             for held in self._idle.values():  # read before: not to be run as it was read
-                if _forget(held, change) and change.kind is not ChangeKind.LEFT_QUEUE:
-                    self._complete.clear()  # still idle perhaps, no longer among those read
+                if _forget(held, change) and change.kind is ChangeKind.ATTRIBUTES:
+                    self._complete.clear()  # idle still, no longer among those read
         if self._complete and (
             change.kind is ChangeKind.SUBMITTED or change.status == JobStatus.IDLE
         ):
