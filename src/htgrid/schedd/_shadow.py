@@ -373,9 +373,12 @@ class ShadowManager:
         if ads is not None and self._applied.get(owner) is not ads:
             self._idle[owner] = {JobId(ad["ClusterId"], ad["ProcId"]): ad for ad in ads}
         held = self._idle.get(owner, {})
-        for jid, ad in list(held.items()):
+        taken: list[JobId] = []  # another claim's, or the negotiator's: let go of after
+        found: tuple[JobId, ClassAd, Updates] | None = None
+        # No copy of `held` a call (up to a few hundred jobs, at every end of a job).
+        for jid, ad in held.items():
             if jid in self._shadows:
-                del held[jid]  # another claim's, or the negotiator's
+                taken.append(jid)
                 continue
             try:
                 if not _fits(ad, run.slot_ad, run.resources):
@@ -390,12 +393,17 @@ class ShadowManager:
                 continue
             if expansion.error:
                 continue  # the negotiator holds it, matched to a slot of its own
-            if self._shadows.get(run.job_id) is run:
-                del self._shadows[run.job_id]
-            self._shadows[jid] = run
+            found = jid, ad, expansion.expanded
+            break
+        for jid in taken:
             del held[jid]
-            return jid, ad, expansion.expanded
-        return None
+        if found is None:
+            return None
+        if self._shadows.get(run.job_id) is run:
+            del self._shadows[run.job_id]
+        self._shadows[found[0]] = run
+        del held[found[0]]
+        return found
 
     # -- the change feed: holds and removals of running jobs ---------------------------
 
