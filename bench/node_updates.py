@@ -1,6 +1,6 @@
 """One execute node's collector update: bytes sent and CPU, with N dynamic slots.
 
-    PYTHONPATH=$PWD/src python bench/node_updates.py [--slots 10 100] [--updates 200]
+    PYTHONPATH=$PWD/src python bench/node_updates.py [--slots 10 100] [--updates 200] [--tls]
 
 A node (its Startd's update, as the advertise loop makes it) and a collector app in
 one process, over httpx's ASGI transport (no sockets). Two cases, each after a first
@@ -9,12 +9,17 @@ every UPDATE_INTERVAL), and one dynamic slot's activity changed (a short job sta
 or ended). Per update: the requests, the bytes of their bodies, the node's CPU (its
 side of the update, without the collector's) and the collector's. Runs on code before
 the refreshes too (the Startd's `_advertise`), to compare.
+
+`--tls`: the collector a real one of a pool (TLS, tokens) in a thread of this process,
+the node's CPU its own thread's (the update as a node makes it, connection and all);
+the requests, bytes and the collector's CPU are not counted then.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import tempfile
 import time
@@ -31,6 +36,7 @@ from htgrid.startd._ads import AdContext
 from htgrid.startd._claims import Slots
 from htgrid.startd._daemon import Startd
 from htgrid.startd._machine import MachineInfo
+from htgrid.testing.collector import collector_thread, pool_home
 
 
 class _Counted(httpx.AsyncBaseTransport):
@@ -74,13 +80,23 @@ def _node(home: Path, slots: int) -> tuple[Startd, Any]:
     return startd, update
 
 
-async def _measure(slots: int, updates: int, change: bool) -> dict[str, float]:
-    with tempfile.TemporaryDirectory() as tmp:
+async def _measure(slots: int, updates: int, change: bool, tls: bool) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         home = Path(tmp)
-        (home / "htgrid.conf").write_text("")
-        startd, update = _node(home, slots)
         wire = _Counted(httpx.ASGITransport(app=create_app(AdStore())))
-        async with CollectorClient("collector.bench", transport=wire, home=home) as client:
+        if tls:
+            pool_home(home, "bench.test")
+            address = stack.enter_context(collector_thread(home))
+            client = CollectorClient(address, home=home, daemon=True)
+        else:
+            (home / "htgrid.conf").write_text("")
+            client = CollectorClient("collector.bench", transport=wire, home=home)
+        startd, update = _node(home, slots)
+        # Over TLS the collector is a thread of this process: the node's CPU is its own
+        # thread's. In-process the collector's app runs in this thread (`wire.cpu`) and
+        # its store in another, both counted in the process's time, then taken off.
+        clock = time.thread_time if tls else time.process_time
+        async with client:
             await update(client)  # the first: every ad whole
             claim = next(iter(startd.slots.claims.values()))
             node, bytes_, collector = [], [], []
@@ -92,9 +108,9 @@ async def _measure(slots: int, updates: int, change: bool) -> dict[str, float]:
                     claim.move(ClaimState.CLAIMED, time.time() + i)
                     claim.move(ClaimState.STARTING, time.time() + i)
                 wire.bytes, wire.cpu = 0, 0.0
-                start = time.process_time()
+                start = clock()
                 await update(client)
-                spent = time.process_time() - start
+                spent = clock() - start
                 node.append(spent - wire.cpu)
                 collector.append(wire.cpu)
                 bytes_.append(wire.bytes)
@@ -110,13 +126,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slots", type=int, nargs="+", default=[10, 100])
     parser.add_argument("--updates", type=int, default=200)
+    parser.add_argument("--tls", action="store_true", help="to a real collector, over TLS")
     args = parser.parse_args()
     print("| dynamic slots | case | requests | bytes sent | node CPU ms | collector CPU ms |")
     print("|---|---|---|---|---|---|")
     for slots in args.slots:
         for change in (False, True):
-            r = asyncio.run(_measure(slots, args.updates, change))
+            r = asyncio.run(_measure(slots, args.updates, change, args.tls))
             case = "one slot changed" if change else "nothing changed"
+            if args.tls:
+                print(f"| {slots} | {case} | - | - | {r['node_ms']:.2f} | - |")
+                continue
             print(
                 f"| {slots} | {case} | {r['requests']:.0f} | {r['bytes']:,.0f} | "
                 f"{r['node_ms']:.2f} | {r['collector_ms']:.2f} |"

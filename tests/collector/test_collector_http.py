@@ -87,7 +87,7 @@ def test_errors_come_back_as_the_same_htgrid_errors() -> None:
         with pytest.raises(ProtocolError, match="no such resource"):
             await client._request("GET", "/v1/nothing")
         with pytest.raises(ProtocolError, match="not JSON"):
-            await client._request("POST", "/v1/updates/UPDATE_STARTD_AD", content=b"[{")
+            await client._request("POST", "/v1/updates/UPDATE_STARTD_AD", body=b"[{")
 
     run(test)
 

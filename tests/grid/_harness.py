@@ -68,9 +68,13 @@ class Grid:
     work: Path
     queue: JobQueue
 
-    def submit(self, body: str, count: int = 1, *, resource: str = "batch fork") -> list[JobId]:
-        """Queue `count` procs of a grid job; `body` holds the submit lines after universe."""
-        text = f"universe = grid\ngrid_resource = {resource}\n{body}\nqueue {count}\n"
+    def submit(
+        self, body: str, count: int = 1, *, resource: str = "batch fork", universe: str = "grid"
+    ) -> list[JobId]:
+        """Queue `count` procs of a grid job (or of `universe`); `body` holds the submit
+        lines after universe."""
+        head = f"grid_resource = {resource}\n" if universe == "grid" else ""
+        text = f"universe = {universe}\n{head}{body}\nqueue {count}\n"
         desc = SubmitDescription.from_text(text, cwd=str(self.work))
         with self.queue.transaction(ROOT) as tx:
             cluster = tx.new_cluster()

@@ -463,3 +463,23 @@ def test_a_trimmed_change_feed_makes_it_rescan(
 
     run(main())
     assert "change feed trimmed after" in caplog.text
+
+
+def test_a_release_of_many_jobs_adopts_the_grid_jobs_among_them(grid: Grid) -> None:
+    # A CE's HTCondor-C side releases thousands of jobs at once, nearly none of them grid
+    # jobs: the grid manager reads them together and takes only its own.
+    ids = grid.submit("executable = /bin/sh\narguments = \"-c 'exit 3'\"\nhold = true", count=2)
+    vanilla = grid.submit("executable = /bin/true\nhold = true", count=60, universe="vanilla")
+
+    async def main() -> None:
+        async with running(grid) as manager:
+            grid.queue.act(JobAction.Release, "JobStatus == 5", ROOT)
+            await wait_for("the grid jobs to end", lambda: not any(map(grid.in_queue, ids)))
+            assert manager.stats()["resources"]["batch fork"].submits == 2
+
+    run(main())
+    for job_id in ids:
+        assert grid.ad(job_id)["ExitCode"] == 3
+    for job_id in vanilla:
+        ad = grid.queue.get(job_id)
+        assert ad["JobStatus"] == JobStatus.IDLE and unset(ad, "GridJobId")

@@ -172,6 +172,12 @@ def test_preempt_evicts_the_job_which_runs_again_and_completes_once(
     assert numbers.count(5) == 1 and numbers[-1] == 5
     assert numbers.count(1) == numbers.count(4) + 1  # each eviction ran again
     assert runs.read_text().count("run") == numbers.count(1)
+    # The eviction says why, as HTCondor's does (VacateReasonCode StartdPreemptExpression).
+    (evicted, *_) = [
+        e for e in htcondor2.JobEventLog(str(work / "job.log")).events(stop_after=0) if e.type == 4
+    ]
+    assert evicted["Reason"] == "PREEMPT expression evaluated to True"
+    assert evicted["ReasonCode"] == 1011
     # The first run ignored its soft kill: KILL, a second into Vacating, killed it.
     log = (pool.home / "log" / "StartLog").read_text()
     assert "PREEMPT is true: Claimed/Busy -> Claimed/Retiring" in log

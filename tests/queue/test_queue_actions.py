@@ -302,6 +302,21 @@ def test_start_and_evict(q: JobQueue, clock: Clock) -> None:
         q.job_started("1.0")
 
 
+def test_an_eviction_says_why_until_the_job_runs_again(q: JobQueue) -> None:
+    q.submit(ALICE, job())
+    q.job_started("1.0")
+    q.job_evicted("1.0", "PREEMPT expression evaluated to True", 1011)
+    ad = q.get("1.0")
+    assert ad["JobStatus"] == JobStatus.IDLE
+    assert ad["VacateReason"] == "PREEMPT expression evaluated to True"
+    assert (ad["VacateReasonCode"], ad["VacateReasonSubCode"]) == (1011, 0)
+    q.job_started("1.0")  # HTCondor's schedd drops an earlier run's reason at a start
+    ad = q.get("1.0")
+    assert "VacateReason" not in ad and "VacateReasonCode" not in ad
+    q.job_evicted("1.0")  # no reason known: none is made up
+    assert "VacateReason" not in q.get("1.0")
+
+
 def test_update_moves_only_between_runtime_states(q: JobQueue) -> None:
     q.submit(ALICE, job())
     q.job_started("1.0")

@@ -165,16 +165,32 @@ def test_hold_and_rm_of_a_job_running_behind_nat_stop_it_there(
     # The node was told (over its own connection): the job is gone, its slot freed.
     wait_for(lambda: not _node_jobs(natted), timeout=60, what="the held job's slot freed")
     removed, _ = _running(pool, tmp_path / "removed", "removed")
-    status, _, err = run_cli(pool.home, "rm", str(removed))
+    _remove(pool, natted, removed)
+    run_cli(pool.home, "rm", str(held))
+
+
+def _remove(pool: PersonalPool, node: ExecuteNode, cluster: int) -> None:
+    """`htgrid rm` the job: it leaves the queue, and its slot on `node` is freed."""
+    status, _, err = run_cli(pool.home, "rm", str(cluster))
     assert status == 0, err
 
     def gone() -> bool:
         with pool.client() as schedd:
-            return not schedd.query(f"ClusterId == {removed}", ["JobStatus"])
+            return not schedd.query(f"ClusterId == {cluster}", ["JobStatus"])
 
     wait_for(gone, timeout=60, what="the removed job to leave the queue")
-    wait_for(lambda: not _node_jobs(natted), timeout=60, what="the removed job's slot freed")
-    run_cli(pool.home, "rm", str(held))
+    wait_for(lambda: not _node_jobs(node), timeout=60, what="the removed job's slot freed")
+
+
+def test_a_job_removed_as_the_nat_drops_the_nodes_connections_leaves_the_queue(
+    pool: PersonalPool, natted: ExecuteNode, tmp_path: Path
+) -> None:
+    removed, _ = _running(pool, tmp_path / "cut", "cut")
+    # The NAT loses its state as the removal comes: the node's registration with the
+    # broker and its connections back to the schedd are reset. The request to stop the
+    # job goes again, through the registration the node makes anew.
+    assert natted.behind is not None and natted.behind.cut() > 0
+    _remove(pool, natted, removed)
 
 
 def _node_token(pool: PersonalPool, tmp_path: Path, name: str) -> str:

@@ -22,19 +22,26 @@ from htgrid.startd import (
 
 
 class _Node:
-    """Answers each poll from the queue `answers` (an answer, or an error to raise)."""
+    """Answers each poll from the queue `answers` (an answer, or an error to raise); a
+    poll cancelled ends once `let_go` is set (at once unless told otherwise)."""
 
     where = "127.0.0.9:9620"
 
     def __init__(self) -> None:
         self.polls: list[tuple[dict[str, int], int | None]] = []
         self.answers: asyncio.Queue[Any] = asyncio.Queue()
+        self.let_go = asyncio.Event()
+        self.let_go.set()
 
     async def watch(
         self, token: str, claims: dict[str, int], *, wait: float, seq: int | None = None
     ) -> dict[str, ClaimStatus | StartdError]:
         self.polls.append((dict(claims), seq))
-        answer = await self.answers.get()
+        try:
+            answer = await self.answers.get()
+        except asyncio.CancelledError:
+            await self.let_go.wait()
+            raise
         if isinstance(answer, Exception):
             raise answer
         return cast(dict[str, ClaimStatus | StartdError], answer)
@@ -85,6 +92,31 @@ def test_a_node_without_the_poll_has_its_claims_polled_one_by_one() -> None:
         with pytest.raises(StartdUnavailable, match="no node-wide poll"):
             await waiting
         assert not feed.supported
+        await feed.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_claim_waited_on_while_the_last_poll_is_let_go_of_is_polled_for() -> None:
+    # A job removed: its shadow stops waiting on the claim, the last waiter, and the feed
+    # lets its poll go (a poll whose connection is being made through a broker takes a
+    # while to); the node answers the vacate meanwhile and the shadow waits on the claim
+    # again. That wait is polled for, or the removed job never leaves the queue.
+    async def scenario() -> None:
+        node = _Node()
+        feed = ClaimFeed(cast(StartdClient, node))
+        running = asyncio.create_task(feed.ended("claim-a", 3, activated=True))
+        await _settle()
+        node.let_go.clear()
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+        await _settle()
+        vacated = asyncio.create_task(feed.ended("claim-a", 4, activated=True))
+        await _settle()
+        assert node.polls == [({"claim-a": 3}, 1), ({"claim-a": 4}, 2)]
+        node.let_go.set()
+        node.answers.put_nowait({"claim-a": _ended("claim-a")})
+        assert (await vacated).state is ClaimState.ENDED
         await feed.close()
 
     asyncio.run(scenario())

@@ -222,6 +222,29 @@ def test_vacating_stops_the_job_and_keeps_its_output_if_asked(tmp_path: Path) ->
     assert (iwd / "state.txt").read_text() == "partial\n"
 
 
+def test_a_node_shutting_down_evicts_its_jobs_and_says_why(tmp_path: Path) -> None:
+    iwd = tmp_path / "iwd"
+    script(iwd, "while :; do sleep 0.05; done\n")
+    job = job_ad(iwd)
+
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        cid = claim_id()
+        await client.request_claim(cid, job, "s", 60)
+        status = await client.activate(cid, job)
+        pack(input_entries(job), tmp_path / "in.tar", dereference=True)
+        status = await client.send_input(cid, tmp_path / "in.tar")
+        status = await until(client, cid, ClaimState.RUNNING, status)
+        startd.request_stop()
+        status = await until(client, cid, ClaimState.ENDED, status)
+        outcome = status.outcome
+        assert outcome is not None and outcome.kind is OutcomeKind.EVICTED
+        # The schedd's VacateReason and VacateReasonCode (StartdShutdown) for the job.
+        assert (outcome.reason, outcome.hold_code) == ("The execute node is shutting down", 1013)
+        await client.release(cid)
+
+    run_startd(tmp_path / "home", scenario)
+
+
 def test_a_claim_whose_schedd_falls_silent_is_given_up(tmp_path: Path) -> None:
     iwd = tmp_path / "iwd"
     script(iwd, "exec sleep 60\n")

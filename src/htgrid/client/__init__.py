@@ -8,7 +8,8 @@ the same APIs the same way, so they share this package:
 - `pool_url`: a pool's collector as `-pool` names it (`host[:port]`, 9618 by default);
 - `tls_transport`: httpx's transport, closing the connection of a cancelled TLS handshake;
 - `Http11`: a lean HTTP/1.1 client of one server on asyncio's streams (the schedd's of
-  its execute nodes, a request for each job it starts);
+  its execute nodes, a request for each job it starts; the daemons' of their collector),
+  and `InProcess`, its requests on an httpx transport (an app in a test's process);
 - tokens (`StoredToken`, `read_token_file`, `scan_tokens`, `find_token`, `TokenSource`):
   token files and the search for the token of a server's trust domain;
 - `BearerAuth`: httpx presenting that token, learning the trust domain from a 401;
@@ -26,7 +27,8 @@ from htgrid._lazy import on_demand
 
 if TYPE_CHECKING:
     from htgrid.client._auth import BearerAuth, Finder, realm_of
-    from htgrid.client._http11 import Http11, Streamed
+    from htgrid.client._http11 import Answer, Http11, Streamed, said
+    from htgrid.client._inprocess import InProcess
     from htgrid.client._jwt import (
         ALGORITHM,
         ISSUER_ALGORITHMS,
@@ -62,8 +64,11 @@ _LAZY: Final = {
     "b64url": "_jwt",
     "shown": "_jwt",
     "take_apart": "_jwt",
+    "Answer": "_http11",
     "Http11": "_http11",
     "Streamed": "_http11",
+    "said": "_http11",
+    "InProcess": "_inprocess",
     "DEFAULT_PORT": "_pool",
     "pool_url": "_pool",
     "StoredToken": "_tokens",
@@ -85,10 +90,12 @@ __all__ = [
     "DEFAULT_PORT",
     "ISSUER_ALGORITHMS",
     "TOKEN_ALGORITHMS",
+    "Answer",
     "BearerAuth",
     "Connect",
     "Finder",
     "Http11",
+    "InProcess",
     "NotAToken",
     "OtherAlgorithm",
     "StoredToken",
@@ -101,6 +108,7 @@ __all__ = [
     "pool_url",
     "read_token_file",
     "realm_of",
+    "said",
     "scan_tokens",
     "shown",
     "take_apart",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from typing import Final
 
 import httpx
@@ -35,9 +35,10 @@ Finder = Callable[[str], str | None]
 """The token to present to a server of a trust domain (None: none is at hand)."""
 
 
-def realm_of(response: httpx.Response) -> str | None:
-    """The trust domain a 401 names (`WWW-Authenticate: Bearer realm="..."`), if any."""
-    match = _REALM.search(response.headers.get("WWW-Authenticate", ""))
+def realm_of(headers: Mapping[str, str]) -> str | None:
+    """The trust domain a 401's `headers` name (`WWW-Authenticate: Bearer realm="..."`),
+    if any (httpx's headers, or `Http11`'s, their names in lower case)."""
+    match = _REALM.search(headers.get("www-authenticate", ""))
     return match[1] if match else None
 
 
@@ -100,7 +101,8 @@ class BearerAuth(httpx.Auth):
         self._found[issuer] = (found, expires)
         return found
 
-    def _first(self) -> str | None:
+    def first(self) -> str | None:
+        """The token to present with a request (None: none until a 401 names the realm)."""
         if self._fixed():
             return self._fixed_token(again=False)
         if self.issuer is None:
@@ -110,25 +112,26 @@ class BearerAuth(httpx.Auth):
             return known[0]
         return self._look_up(self.issuer)
 
-    def _after_refusal(self, realm: str | None) -> str | None:
+    def after_refusal(self, sent: str | None, headers: Mapping[str, str]) -> str | None:
+        """The token to send the request again with, after a 401 (its `headers`) to
+        one sent with `sent`; None: nothing better to offer, the 401 stands."""
         if self._fixed():
-            return self._fixed_token(again=True)
-        if realm is None:
+            fresh = self._fixed_token(again=True)
+        elif (realm := realm_of(headers)) is None:
             return None
-        token = self._look_up(realm)
-        if token is not None:
+        elif (fresh := self._look_up(realm)) is not None:
             self.issuer = realm
-        return token
+        return None if fresh == sent else fresh
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        token = self._first()
+        token = self.first()
         if token is not None:
             request.headers["Authorization"] = f"Bearer {token}"
         response = yield request
         if response.status_code != 401:
             return
-        fresh = self._after_refusal(realm_of(response))
-        if fresh is None or fresh == token:
+        fresh = self.after_refusal(token, response.headers)
+        if fresh is None:
             return  # nothing better to offer: the 401 stands, with the server's reason
         request.headers["Authorization"] = f"Bearer {fresh}"
         yield request

@@ -27,10 +27,19 @@ import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Final, Required, TypedDict, Unpack
+from typing import Final, Protocol, Required, TypedDict, Unpack
 from urllib.parse import urlencode
 
-__all__ = ["IDLE_EXPIRY", "SHORT_AT_ONCE", "Answer", "Http11", "Options", "Streamed"]
+__all__ = [
+    "IDLE_EXPIRY",
+    "SHORT_AT_ONCE",
+    "Answer",
+    "Http11",
+    "Options",
+    "Parts",
+    "Streamed",
+    "said",
+]
 
 IDLE_EXPIRY: Final = 10.0
 """Seconds a connection is kept idle (htgrid's servers keep theirs 15 s). At 5 s, a
@@ -93,10 +102,18 @@ class _Connection:
         self.writer.transport.abort()
 
 
+class Parts(Protocol):
+    """An answer's body as `Streamed` reads it."""
+
+    async def receive(self, most: int) -> bytes:
+        """The next part, at most `most` bytes; b"" at the end."""
+        ...
+
+
 class Streamed:
     """An answer whose body is read a part at a time (`receive`), or whole (`read`)."""
 
-    def __init__(self, status: int, headers: dict[str, str], body: _BodyReader) -> None:
+    def __init__(self, status: int, headers: dict[str, str], body: Parts) -> None:
         self.status = status
         self.headers = headers
         self._body = body
@@ -324,6 +341,11 @@ class Http11:
             # The server answered (a request too large) and closed before the body was
             # all sent, or closed a kept connection: reading says which.
             pass
+
+
+def said(exc: OSError) -> str:
+    """What a network error says (a refused connection's errno text, at least)."""
+    return str(exc) or exc.strerror or type(exc).__name__
 
 
 class _NothingCame(Exception):

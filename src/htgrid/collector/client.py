@@ -7,7 +7,8 @@
 The pool is given as condor_status's `-pool` takes it (`host[:port]`, port 9618 by
 default) or, when omitted, from the environment variable HTGRID_COLLECTOR_HOST.
 The connection is TLS trusting the CAs of the pool in `home` ($HTGRID_HOME): its own
-and those in etc/ca/trusted.d. The token presented is the one given, else the one whose
+and those in etc/ca/trusted.d, kept for the next requests (a daemon updates its ads
+often: `htgrid.client.Http11`, a kept connection the collector closed made again). The token presented is the one given, else the one whose
 issuer is the collector's trust domain (learnt from its first 401), from
 $HTGRID_TOKEN, ~/.htgrid/tokens.d or `home`/etc/tokens.d; a daemon (`daemon=True`)
 presents the pool's daemon token, else a token of `home`/etc/tokens.d (an execute node
@@ -18,28 +19,34 @@ insufficient token).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import errno
 import json
 import os
+import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
-from urllib.parse import quote
-
-import httpx
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import quote, urlsplit
 
 from htgrid.classad import ClassAd, ExprTree
 from htgrid.classad.adjson import json_members
 from htgrid.client import (
     DEFAULT_PORT,
+    Answer,
     BearerAuth,
+    Http11,
+    InProcess,
+    Streamed,
     find_token,
     pool_url,
     read_token_file,
     realm_of,
-    tls_transport,
+    said,
     user_token_dir,
 )
 from htgrid.collector._ccb import CcbRequest
@@ -56,7 +63,14 @@ from htgrid.net.security import (
 )
 from htgrid.pool import HomeLayout, htgrid_home, trusted_ca_files
 
+if TYPE_CHECKING:
+    import httpx
+
 __all__ = ["CollectorClient", "default_pool"]
+
+_JSON: Final = "application/json"
+#: A connection that fails so: nothing answers at the address.
+_UNREACHABLE: Final = frozenset({errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL})
 
 
 def _home(home: str | os.PathLike[str] | None) -> Path:
@@ -83,7 +97,7 @@ def _command_name(command: Command | str) -> str:
 
 
 class CollectorClient:
-    """An HTTPS client of one collector."""
+    """An HTTPS client of one collector, its connections kept for the next requests."""
 
     def __init__(
         self,
@@ -101,27 +115,25 @@ class CollectorClient:
         replaces the network (tests talking to an app in-process)."""
         self.home = _home(home)
         self.pool = pool or default_pool(self.home)
+        self.timeout = timeout
         self._security = SecurityConfig.load(self.home)
         self._tls_problem: str | None = None
-        verify: ssl.SSLContext | bool = True
-        if transport is None:
+        url = urlsplit(pool_url(self.pool))
+        self._prefix = url.path.rstrip("/")  # a collector behind a proxy's path
+        self._http: Http11 | InProcess
+        if transport is not None:
+            self._http = InProcess(transport, f"{url.scheme}://{url.netloc}")
+        else:
             try:
-                verify = client_ssl_context(trusted_ca_files(self._security))
+                context = client_ssl_context(trusted_ca_files(self._security))
             except CertificateError as exc:
                 self._tls_problem = str(exc)  # said when a request is made
-            # A daemon stopping cancels its requests, maybe mid-handshake: close their
-            # sockets then (httpx's own transport leaves them to the garbage collector).
-            transport = tls_transport(verify)
+                context = ssl.create_default_context()
+            self._http = Http11.tls(url.hostname or "", url.port or 443, context)
         self._daemon = daemon
         # A daemon knows its pool's trust domain: its token goes with the first request.
         issuer = self._security.trust_domain if daemon else None
         self._auth = BearerAuth(token, issuer=issuer, find=self._find_token)
-        self._client = httpx.AsyncClient(
-            base_url=pool_url(self.pool),
-            timeout=timeout,
-            transport=transport,
-            auth=self._auth,
-        )
 
     def _token_dirs(self) -> list[Path]:
         return [user_token_dir(), self._security.system_token_dir]
@@ -148,56 +160,105 @@ class CollectorClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._http.aclose()
 
     async def _request(
-        self, method: str, path: str, *, missing_ok: bool = False, **kwargs: Any
-    ) -> httpx.Response:
+        self,
+        method: str,
+        path: str,
+        *,
+        missing_ok: bool = False,
+        params: Mapping[str, str] | None = None,
+        body: bytes | None = None,
+    ) -> Answer:
+        """The answer, read whole (one of 400 or more raised as its error, but a 404
+        when `missing_ok`)."""
+        async with self._exchange(method, path, params, body, self.timeout, missing_ok) as answer:
+            async with asyncio.timeout(self.timeout):
+                content = await answer.read()
+        return Answer(answer.status, answer.headers, content)
+
+    @contextlib.asynccontextmanager
+    async def _exchange(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None,
+        body: bytes | None,
+        read: float,
+        missing_ok: bool = False,
+    ) -> AsyncIterator[Streamed]:
+        """Send a request, presenting the token (once more with the one a 401 names,
+        if another); its answer, to read in the block. The network's errors in the
+        block are the collector's (CollectorUnavailable), as is an answer of 400 or
+        more (but a 404 when `missing_ok`)."""
         if self._tls_problem is not None:
             raise CollectorUnavailable(
                 f"cannot talk to the collector at {self.pool}: {self._tls_problem}"
             )
+        token = self._auth.first()
         try:
-            response = await self._client.request(method, path, **kwargs)
-        except httpx.ConnectError as exc:
-            if "CERTIFICATE_VERIFY_FAILED" in str(exc):
-                raise CollectorUnavailable(
-                    f"the collector at {self.pool} presents a certificate no CA of this "
-                    f"pool trusts ({exc}); to trust another pool, copy its etc/ca/ca.crt "
-                    f"into {self._security.trusted_ca_dir}/"
-                ) from None
-            raise CollectorUnavailable(f"no collector answers at {self.pool} ({exc})") from None
-        except httpx.ConnectTimeout as exc:
-            raise CollectorUnavailable(f"no collector answers at {self.pool} ({exc})") from None
-        except httpx.TimeoutException:
-            raise CollectorUnavailable(f"the collector at {self.pool} timed out") from None
-        except httpx.TransportError as exc:
-            raise CollectorUnavailable(
-                f"cannot talk to the collector at {self.pool}: {exc}"
-            ) from None
-        if response.status_code >= 400 and not (missing_ok and response.status_code == 404):
-            await self._raise_for(response)
-        return response
+            async with contextlib.AsyncExitStack() as stack:
+                while True:
+                    headers = {"content-type": _JSON} if body is not None else {}
+                    if token is not None:
+                        headers["authorization"] = f"Bearer {token}"
+                    answer = await stack.enter_async_context(
+                        self._http.stream(
+                            method,
+                            self._prefix + path,
+                            params=params,
+                            body=body,
+                            headers=headers,
+                            timeout=self.timeout,
+                            read=read,
+                        )
+                    )
+                    if answer.status != 401:
+                        break
+                    fresh = self._auth.after_refusal(token, answer.headers)
+                    if fresh is None:
+                        break
+                    await answer.read()  # the connection kept for the request again
+                    await stack.aclose()
+                    token = fresh
+                if answer.status >= 400 and not (missing_ok and answer.status == 404):
+                    content = await answer.read()
+                    raise self._error(Answer(answer.status, answer.headers, content), token)
+                yield answer
+        except OSError as exc:
+            raise self._unavailable(exc) from None
 
-    async def _raise_for(self, response: httpx.Response) -> None:
-        """Raise the error an answer of 400 or more stands for."""
+    def _unavailable(self, exc: OSError) -> CollectorUnavailable:
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            return CollectorUnavailable(
+                f"the collector at {self.pool} presents a certificate no CA of this "
+                f"pool trusts ({exc}); to trust another pool, copy its etc/ca/ca.crt "
+                f"into {self._security.trusted_ca_dir}/"
+            )
+        if isinstance(exc, TimeoutError):  # connecting, or the answer
+            why = f" ({exc})" if str(exc) else ""
+            return CollectorUnavailable(f"the collector at {self.pool} timed out{why}")
+        if isinstance(exc, ConnectionRefusedError | socket.gaierror) or exc.errno in _UNREACHABLE:
+            return CollectorUnavailable(f"no collector answers at {self.pool} ({said(exc)})")
+        return CollectorUnavailable(f"cannot talk to the collector at {self.pool}: {said(exc)}")
+
+    def _error(self, answer: Answer, sent: str | None) -> Exception:
+        """The error an answer of 400 or more stands for, to a request that presented
+        the token `sent`."""
         try:
-            doc: object = response.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            doc: object = json.loads(answer.content)
+        except (ValueError, UnicodeDecodeError):
             doc = None
-        if response.status_code in (401, 403):
-            raise self._refused(response, doc)
-        raise from_problem(response.status_code, doc)
+        if answer.status in (401, 403):
+            return self._refused(answer, doc, sent)
+        return from_problem(answer.status, doc)
 
-    def _refused(self, response: httpx.Response, doc: object) -> CollectorRefused:
+    def _refused(self, answer: Answer, doc: object, sent: str | None) -> CollectorRefused:
         detail = doc.get("detail") if isinstance(doc, dict) else None
-        realm = realm_of(response)
+        realm = realm_of(answer.headers)
         text = f"the collector at {self.pool} refused the request: {detail or 'no reason given'}"
-        if (
-            response.status_code == 401
-            and realm
-            and "Authorization" not in response.request.headers
-        ):
+        if answer.status == 401 and realm and sent is None:
             where = (
                 str(self._security.system_token_dir)
                 if self._daemon
@@ -208,12 +269,12 @@ class CollectorClient:
                 f"{realm!r}) and none was found in {where}: get one from that pool's "
                 "administrator (`htgrid token create` there)"
             )
-        return CollectorRefused(text, status=response.status_code, realm=realm)
+        return CollectorRefused(text, status=answer.status, realm=realm)
 
-    def _json(self, response: httpx.Response) -> dict[str, Any]:
+    def _json(self, answer: Answer) -> dict[str, Any]:
         try:
-            value = response.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            value = json.loads(answer.content)
+        except (ValueError, UnicodeDecodeError) as exc:
             raise ProtocolError(f"the collector's answer is not JSON: {exc}") from None
         if not isinstance(value, dict):
             raise ProtocolError("the collector's answer is not a JSON object")
@@ -233,13 +294,10 @@ class CollectorClient:
         """`advertise` for ads given as their JSON members (`adjson.json_members`): a
         daemon whose ads keep most attributes from update to update encodes those once."""
         body = join_ads(encode_ad(members) for members in ads)
-        response = await self._request(
-            "POST",
-            f"/v1/updates/{_command_name(command)}",
-            content=body.encode("utf-8"),
-            headers={"content-type": "application/json"},
+        answer = await self._request(
+            "POST", f"/v1/updates/{_command_name(command)}", body=body.encode("utf-8")
         )
-        return _results(self._json(response), len(ads))
+        return _results(self._json(answer), len(ads))
 
     async def advertise_changes(
         self,
@@ -259,17 +317,16 @@ class CollectorClient:
             f'{{"epoch": {json.dumps(epoch)}, "ads": {join_ads(encode_ad(m) for m in ads)}, '
             f'"refresh": {join_ads(items)}}}'
         )
-        response = await self._request(
+        answer = await self._request(
             "POST",
             f"/v1/changes/{_command_name(command)}",
             missing_ok=True,
-            content=body.encode("utf-8"),
-            headers={"content-type": "application/json"},
+            body=body.encode("utf-8"),
         )
-        doc = self._json(response)
-        if response.status_code == 404:
+        doc = self._json(answer)
+        if answer.status == 404:
             if doc.get("error") == "UnknownCommand":
-                await self._raise_for(response)
+                raise from_problem(answer.status, doc)
             return None  # no such route
         return str(doc.get("epoch") or ""), _results(doc, len(ads) + len(refreshes))
 
@@ -277,13 +334,12 @@ class CollectorClient:
         """Remove the ads `query` names (by Name, or by its Requirements), or those of
         each query of a list, in one request; how many."""
         queries = [query] if isinstance(query, ClassAd) else query
-        response = await self._request(
+        answer = await self._request(
             "POST",
             f"/v1/invalidations/{_command_name(command)}",
-            content=join_ads(encode_ad(json_members(q)) for q in queries).encode("utf-8"),
-            headers={"content-type": "application/json"},
+            body=join_ads(encode_ad(json_members(q)) for q in queries).encode("utf-8"),
         )
-        count = self._json(response).get("invalidated")
+        count = self._json(answer).get("invalidated")
         if type(count) is not int:
             raise ProtocolError("the collector did not say how many ads it removed")
         return count
@@ -299,8 +355,8 @@ class CollectorClient:
         params = _query_params(ad_type, constraint, projection)
         if limit is not None:
             params["limit"] = str(limit)
-        response = await self._request("GET", "/v1/ads", params=params)
-        return decode_ads(response.content)
+        answer = await self._request("GET", "/v1/ads", params=params)
+        return decode_ads(answer.content)
 
     async def query_changes(
         self,
@@ -313,8 +369,8 @@ class CollectorClient:
         every ad, as `query`'s array): what `KeptAds` reads."""
         params = _query_params(ad_type, constraint, projection)
         params["since"] = f"{since[0]}:{since[1]}" if since else ""
-        response = await self._request("GET", "/v1/ads", params=params)
-        return response.content
+        answer = await self._request("GET", "/v1/ads", params=params)
+        return answer.content
 
     # -- the connection broker (CCB) ------------------------------------------------------
 
@@ -322,33 +378,25 @@ class CollectorClient:
         """Ask the broker to have the node registered as `ccbid` connect to
         `return_address` and say `connect_id` (NotRegistered when no such node is)."""
         body = {"ccbid": ccbid, "connect_id": connect_id, "return_address": return_address}
-        await self._request("POST", "/v1/ccb/requests", json=body)
+        await self._request("POST", "/v1/ccb/requests", body=json.dumps(body).encode())
 
     async def ccb_requests(self, ccbid: str, heartbeat: float) -> AsyncIterator[CcbRequest]:
         """Register as `ccbid` with the broker and yield the requests it hands over, as
         they come, the first being its acknowledgement (no connect id: the registration
         is taken); the broker writes an empty line every `heartbeat` seconds, and a
         registration silent for two of them is taken as lost (CollectorUnavailable)."""
-        if self._tls_problem is not None:
-            raise CollectorUnavailable(
-                f"cannot talk to the collector at {self.pool}: {self._tls_problem}"
-            )
         params = {"heartbeat": f"{heartbeat:g}"}
-        timeout = httpx.Timeout(self._client.timeout.connect, read=2 * heartbeat + 5)
+        read = 2 * heartbeat + 5
         path = f"/v1/ccb/registrations/{quote(ccbid, safe='')}"
-        try:
-            async with self._client.stream("GET", path, params=params, timeout=timeout) as r:
-                if r.status_code >= 400:
-                    await r.aread()
-                    await self._raise_for(r)
-                async for line in r.aiter_lines():
-                    if not line.strip():
-                        continue  # the broker's heartbeat
-                    yield _ccb_request(line)
-        except httpx.TransportError as exc:
-            raise CollectorUnavailable(
-                f"the registration with the broker at {self.pool} is lost: {exc}"
-            ) from None
+        async with self._exchange("GET", path, params, None, read) as answer:
+            try:
+                async for line in _lines(answer, read):
+                    if line.strip():  # else the broker's heartbeat
+                        yield _ccb_request(line)
+            except OSError as exc:
+                raise CollectorUnavailable(
+                    f"the registration with the broker at {self.pool} is lost: {said(exc)}"
+                ) from None
         raise CollectorUnavailable(f"the broker at {self.pool} ended the registration")
 
 
@@ -384,6 +432,21 @@ def _query_params(
     if projection:
         params["projection"] = ",".join(projection)
     return params
+
+
+async def _lines(answer: Streamed, read: float) -> AsyncIterator[str]:
+    """The answer's lines as they come, each part of it within `read` seconds."""
+    rest = b""
+    while True:
+        async with asyncio.timeout(read):
+            part = await answer.receive(1 << 16)
+        if not part:
+            if rest:
+                yield rest.decode("utf-8", "replace")
+            return
+        *lines, rest = (rest + part).split(b"\n")
+        for line in lines:
+            yield line.decode("utf-8", "replace")
 
 
 def _ccb_request(line: str) -> CcbRequest:

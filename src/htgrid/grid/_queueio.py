@@ -89,6 +89,10 @@ class QueueIO:
         """The job's ad; JobNotFound once it left the queue."""
         return await self._run(self.queue.get, job_id)
 
+    async def get_many(self, job_ids: Sequence[JobId]) -> dict[JobId, ClassAd]:
+        """The ads of those of `job_ids` still in the queue, read together."""
+        return await self._run(self.queue.get_many, job_ids)
+
     async def changes_since(self, seq: int, limit: int) -> list[Change]:
         return await self._run(self.queue.changes_since, seq, limit=limit)
 

@@ -50,7 +50,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from htgrid._files import single_instance
 from htgrid._privsep import (
@@ -104,6 +104,10 @@ ADOPTABLE = (
     'JobUniverse == 9 && Managed =!= "ScheddDone" && Matched =!= false'
     ' && (JobStatus != 5 || Managed =?= "External")'
 )
+
+
+#: Jobs read in one go when the feed names jobs that may have become ours.
+_RECHECK_BATCH: Final = 1000
 
 
 class GridManager:
@@ -508,13 +512,15 @@ class GridManager:
 
     async def _apply(self, changes: Sequence[Change]) -> None:
         submitted: list[int] = []
+        recheck: dict[JobId, None] = {}  # jobs that may be ours now, in order
         for change in changes:
             if change.kind is ChangeKind.SUBMITTED:
                 submitted.append(change.cluster)
                 continue
             for job_id in change.job_ids:
                 try:
-                    await self._note(change, job_id)
+                    if self._note(change, job_id):
+                        recheck[job_id] = None
                 except Exception as exc:
                     if daemon_fault(exc):
                         raise
@@ -524,9 +530,18 @@ class GridManager:
             constraint = f"ClusterId >= {min(submitted)} && ClusterId <= {max(submitted)}"
             for ad in await self.services.io.query(f"{constraint} && {ADOPTABLE}"):
                 await self._adopt(ad)
+        # Read together, not one by one: a CE's HTCondor-C side releases thousands of
+        # jobs at once, nearly none of them grid jobs (the router's sources).
+        wanted = list(recheck)
+        for at in range(0, len(wanted), _RECHECK_BATCH):
+            found = await self.services.io.get_many(wanted[at : at + _RECHECK_BATCH])
+            for ad in found.values():
+                if _adoptable(ad):
+                    await self._adopt(ad)
 
-    async def _note(self, change: Change, job_id: JobId) -> None:
-        """What one change of one job means to the grid manager."""
+    def _note(self, change: Change, job_id: JobId) -> bool:
+        """What one change of one job means to the grid manager; True when the job, not
+        ours, may be now (its ad is to be read again)."""
         job = self.jobs.get(job_id)
         if change.kind is ChangeKind.LEFT_QUEUE:
             if job is not None:
@@ -535,10 +550,11 @@ class GridManager:
             if job is not None:
                 job.local_change(change.status, change.attrs)
             elif change.status is JobStatus.IDLE:
-                await self._recheck(job_id)  # released, or requeued
+                return True  # released, or requeued
         elif job is None and _matched(change):
             # Grid matchmaking filled GridResource in (the status stays Idle): ours now.
-            await self._recheck(job_id)
+            return True
+        return False
 
 
 def _matched(change: Change) -> bool:

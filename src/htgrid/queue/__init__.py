@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from htgrid._lazy import on_demand
-from htgrid.queue._codes import HoldReasonCode, JobAction
+from htgrid.queue._codes import HoldReasonCode, JobAction, VacateReasonCode
 from htgrid.queue._errors import (
     InvalidSubmit,
     InvalidTransition,
@@ -96,6 +96,7 @@ __all__ = [
     "StoreError",
     "SubmitTransaction",
     "SystemPolicy",
+    "VacateReasonCode",
     "exit_decision",
     "feed_gap",
     "periodic_decision",

@@ -6,6 +6,8 @@ transition table and writes `JobStatus`, `LastJobStatus` and `EnteredCurrentStat
 
 from __future__ import annotations
 
+from typing import Final
+
 from htgrid.classad import ClassAd
 from htgrid.queue._codes import HoldReasonCode
 from htgrid.queue._errors import InvalidTransition
@@ -23,6 +25,9 @@ __all__ = [
     "set_status",
     "start",
 ]
+
+#: Why the last run stopped before its job ended; dropped when the job runs again.
+_VACATE_REASON: Final = ("VacateReason", "VacateReasonCode", "VacateReasonSubCode")
 
 
 def set_status(edit: JobEdit, new: JobStatus, now: int, what: str) -> None:
@@ -118,16 +123,22 @@ def _move_hold_reasons(edit: JobEdit) -> None:
 def start(edit: JobEdit, now: int) -> None:
     """The job began running: NumJobStarts, JobStartDate (first run), JobCurrentStartDate."""
     set_status(edit, JobStatus.RUNNING, now, "start")
+    for name in _VACATE_REASON:  # those of an earlier run (HTCondor's schedd drops them too)
+        edit.delete(name)
     _increment(edit, "NumJobStarts")
     if not edit.has("JobStartDate"):
         edit.set("JobStartDate", now)
     edit.set("JobCurrentStartDate", now)
 
 
-def evict(edit: JobEdit, now: int) -> None:
-    """The job stopped without exiting (vacated, preempted) and waits to run again."""
+def evict(edit: JobEdit, now: int, reason: str = "", code: int = 0, subcode: int = 0) -> None:
+    """The job stopped without exiting (vacated, preempted) and waits to run again;
+    `reason` and its `code` (a `VacateReasonCode`) say why, when known."""
     set_status(edit, JobStatus.IDLE, now, "requeue")
     edit.set("LastVacateTime", now)
+    if reason:
+        for name, value in zip(_VACATE_REASON, (reason, code, subcode), strict=True):
+            edit.set(name, value)
 
 
 def record_exit(edit: JobEdit, exit_code: int, by_signal: bool) -> None:

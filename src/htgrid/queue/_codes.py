@@ -1,10 +1,11 @@
-"""HTCondor's hold reason codes (condor_holdcodes.h), and the job actions users ask for."""
+"""HTCondor's hold and vacate reason codes (condor_holdcodes.h), and the job actions users
+ask for."""
 
 from __future__ import annotations
 
 import enum
 
-__all__ = ["HoldReasonCode", "JobAction"]
+__all__ = ["HoldReasonCode", "JobAction", "VacateReasonCode"]
 
 
 class HoldReasonCode(enum.IntEnum):
@@ -68,6 +69,37 @@ class HoldReasonCode(enum.IntEnum):
         not "system" holds; everything else (transfer errors, grid errors...) is.
         """
         return self not in _NOT_SYSTEM
+
+
+class VacateReasonCode(enum.IntEnum):
+    """`VacateReasonCode` values: why a run stopped before its job ended (the job goes
+    back to idle with `VacateReason`, and its 004 event says the same)."""
+
+    JobPolicyVacate = 1000
+    SystemPolicyVacate = 1001
+    ShadowException = 1002
+    JobNotStarted = 1003
+    UserVacateJob = 1004
+    JobShouldRequeue = 1005
+    FailedToActivateClaim = 1006
+    StarterError = 1007
+    ReconnectFailed = 1008
+    ClaimDeactivated = 1009
+    StartdVacateCommand = 1010
+    StartdPreemptExpression = 1011
+    StartdException = 1012
+    StartdShutdown = 1013
+    StartdDraining = 1014
+    StartdCoalesce = 1015
+    StartdHibernate = 1016
+    StartdReleaseCommand = 1017
+    StartdPreemptingClaimRank = 1018
+    StartdPreemptingClaimUserPrio = 1019
+    VMError = 1020
+    ContainerError = 1021
+    ScheddVacate = 1022
+    JobRemoved = 1023
+    ScratchDirError = 1024
 
 
 _NOT_SYSTEM = frozenset(

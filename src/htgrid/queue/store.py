@@ -376,11 +376,14 @@ class JobQueue(QueueReads):
             actions.start(edit, txn.now)
             txn.save(edit)
 
-    def job_evicted(self, job_id: JobId | str) -> None:
-        """The job stopped without exiting and goes back to Idle to run again."""
+    def job_evicted(
+        self, job_id: JobId | str, reason: str = "", code: int = 0, subcode: int = 0
+    ) -> None:
+        """The job stopped without exiting and goes back to Idle to run again; `reason`,
+        when given, becomes its VacateReason (`code` its VacateReasonCode)."""
         with self._writing() as txn:
             edit = txn.load(job_id_of(job_id))
-            actions.evict(edit, txn.now)
+            actions.evict(edit, txn.now, reason, code, subcode)
             txn.save(edit)
 
     def job_exited(

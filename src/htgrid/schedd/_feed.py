@@ -43,7 +43,8 @@ class ClaimFeed:
         self._waiters: dict[str, tuple[int, asyncio.Future[ClaimStatus]]] = {}
         self._kick = asyncio.Event()  # ask anew: a claim the poll waiting may not follow
         self._seq = 0  # the polls', in the order they are made
-        self._task: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None  # the one that polls for the waiters
+        self._tasks: set[asyncio.Task[None]] = set()  # and those letting their polls go
         self.supported = True  # False: the node does not understand the poll
 
     async def ended(self, claim_id: str, version: int, *, activated: bool) -> ClaimStatus:
@@ -56,6 +57,8 @@ class ClaimFeed:
             self._kick.set()
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name=f"claims of {self.client.where}")
+            self._tasks.add(self._task)
+            self._task.add_done_callback(self._tasks.discard)
         try:
             return await future
         finally:
@@ -65,10 +68,10 @@ class ClaimFeed:
                     self._kick.set()  # no one waits: the poll ends
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in list(self._tasks):
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                await task
 
     async def _run(self) -> None:
         polls: dict[asyncio.Task[dict[str, ClaimStatus | StartdError]], set[str]] = {}
@@ -92,6 +95,11 @@ class ClaimFeed:
                 for poll in polls.keys() & done:
                     self._deliver(poll, polls.pop(poll))
         finally:
+            # A claim waited on from now on starts a task of its own: this one only lets
+            # its polls go, which may take a while (one whose connection is being made
+            # through a broker, say), and would not poll for a claim that came meanwhile.
+            if self._task is asyncio.current_task():
+                self._task = None
             for poll in polls:
                 poll.cancel()
             await asyncio.gather(*polls, return_exceptions=True)

@@ -158,8 +158,9 @@ class ShadowRecords:
         )
         _log.info("job %s ended (%s): %s", jid, how, result)
 
-    async def _record_stop(self, usage: Mapping[str, Any], why: str) -> None:
-        """The run stopped before the job ended: back to idle, or held/removed as asked."""
+    async def _record_stop(self, usage: Mapping[str, Any], why: str, code: int = 0) -> None:
+        """The run stopped before the job ended: back to idle (`why` its VacateReason,
+        `code` its VacateReasonCode), or held/removed as asked."""
         jid, reason = self.job_id, self.stop_reason
 
         def record(q: JobQueue) -> str:
@@ -167,7 +168,7 @@ class ShadowRecords:
                 q.update(jid, usage)
                 status = JobStatus(q.get(jid)["JobStatus"])
                 if status in RUNNING:
-                    q.job_evicted(jid)
+                    q.job_evicted(jid, why, code)
                     return "back to idle"
                 return after_stop(q, jid)
             except (InvalidTransition, JobNotFound):

@@ -376,10 +376,19 @@ class ShadowRun(ShadowRecords, ShadowSuspensions, ShadowReconnects):
             if status.state is ClaimState.RELEASED:
                 raise Evicted("the execute node released the claim")
             if self._stopping.is_set() and not vacated:
-                vacated = True
                 if status.state in _ACTIVE:
                     reason = self.stop_reason.value if self.stop_reason else "vacate"
-                    status = await self.call(self.client.vacate(self.claim_id, reason))
+                    try:
+                        status = await self.call(self.client.vacate(self.claim_id, reason))
+                    except Unreachable:
+                        # As for a poll: a node of another host is disconnected when its
+                        # link says so. Until then the request, lost on its way (as the
+                        # node's broker connection dropped, say), is made again shortly.
+                        if link is None or link.down.is_set():
+                            raise
+                        await asyncio.sleep(_RETRY)
+                        continue
+                vacated = True
                 continue
             # A node of another host: its feed's one poll follows all our claims there.
             if link is not None and link.feed.supported:
@@ -476,7 +485,11 @@ class ShadowRun(ShadowRecords, ShadowSuspensions, ShadowReconnects):
                 self._after = str(self.job_id)
             await self._record_exit(usage, outcome, scan=reuse)
             return reuse
-        await self._record_stop(usage, "evicted by the execute node")
+        if reason is StopReason.SHUTDOWN:
+            await self._record_stop(usage, "The schedd is shutting down")
+        else:  # the node's own doing: its policy (PREEMPT), its shutdown...
+            why = outcome.reason or "The execute node evicted the job"
+            await self._record_stop(usage, why, outcome.hold_code)
         return False
 
     async def _release(self) -> None:

@@ -108,7 +108,13 @@ def events_for(change: Change, jid: JobId, ad: ClassAd, host: str) -> UserLogEve
             return JobEvictedEvent(
                 **head, terminated_and_requeued=True, run_remote_usage=run, **_exit(change, ad)
             )
-        return JobEvictedEvent(**head, run_remote_usage=run)
+        return JobEvictedEvent(
+            **head,
+            run_remote_usage=run,
+            reason=str(attrs.get("VacateReason", "")),
+            reason_code=_int(attrs.get("VacateReasonCode")),
+            reason_subcode=_int(attrs.get("VacateReasonSubCode")),
+        )
     if new == JobStatus.COMPLETED:
         total = _usage(ad, "CumulativeRemoteUserCpu", "CumulativeRemoteSysCpu")
         return JobTerminatedEvent(

@@ -47,6 +47,7 @@ from htgrid.classad.fast import requirements_hold
 from htgrid.collector import CollectorClient
 from htgrid.errors import HTGridError
 from htgrid.pool import LaunchError, family_marker, trusted_ca_files
+from htgrid.queue import VacateReasonCode
 from htgrid.startd._ads import AdContext, dynamic_ad, partitionable_ad, slot_state
 from htgrid.startd._advertise import Advertiser
 from htgrid.startd._api import create_app, start_unix_server
@@ -522,7 +523,11 @@ class Startd:
         claims = list(slots.claims.values())
         for claim in claims:
             if claim.starter is not None:
-                claim.starter.vacate("vacate")
+                claim.starter.vacate(
+                    "vacate",
+                    why="The execute node is shutting down",
+                    code=VacateReasonCode.StartdShutdown,
+                )
         await asyncio.gather(*(c.starter.wait() for c in claims if c.starter is not None))
         if self._reason is ExitReason.STOPPED:
             # The schedds see their jobs evicted and may fetch what ON_EXIT_OR_EVICT keeps:

@@ -36,6 +36,7 @@ from typing import Final
 
 from htgrid._aio import wait_event
 from htgrid.classad import ClassAd, ExprTree
+from htgrid.queue import VacateReasonCode
 from htgrid.startd._ads import AdContext, dynamic_ad
 from htgrid.startd._claims import Claim, Slots
 from htgrid.startd._policy_knobs import StartdPolicy
@@ -188,6 +189,10 @@ class PolicyPoller:
                 return
 
 
+#: The VacateReason of a job its node's PREEMPT evicted (HTCondor's words).
+_PREEMPTED: Final = "PREEMPT expression evaluated to True"
+
+
 def _apply(step: Step, starter: Starter) -> None:
     if step is Step.SUSPEND:
         starter.suspend()
@@ -196,8 +201,10 @@ def _apply(step: Step, starter: Starter) -> None:
     elif step is Step.RETIRE:
         starter.retire()
     elif step is Step.VACATE:
-        starter.vacate("vacate")
+        starter.vacate("vacate", why=_PREEMPTED, code=VacateReasonCode.StartdPreemptExpression)
     elif step is Step.KILL_NOW:
-        starter.vacate("vacate", hard=True)
+        starter.vacate(
+            "vacate", hard=True, why=_PREEMPTED, code=VacateReasonCode.StartdPreemptExpression
+        )
     else:
         starter.kill()

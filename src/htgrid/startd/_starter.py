@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import io
 import logging
@@ -124,6 +125,7 @@ class Starter:
         self._input_error: TransferError | None = None
         self._renewed_proxy: bytes | None = None
         self._stop: StopReason | None = None
+        self._why = ("", 0)  # the eviction's VacateReason and VacateReasonCode, if known
         self._proc: subprocess.Popen[bytes] | None = None
         self._spec: LaunchSpec | None = None
         self._task: asyncio.Task[None] | None = None
@@ -234,6 +236,8 @@ class Starter:
         finally:
             if self._proc is not None and self._proc.returncode is None:
                 kill_group(self._proc.pid, signal.SIGKILL)  # never leave a process behind
+            if outcome.kind is OutcomeKind.EVICTED and self._why[0]:
+                outcome = dataclasses.replace(outcome, reason=self._why[0], hold_code=self._why[1])
             claim.outcome = outcome
             if claim.state is not ClaimState.ENDED:
                 claim.move(ClaimState.ENDED, self._clock())
@@ -407,12 +411,16 @@ class Starter:
 
         await asyncio.to_thread(write)
 
-    def vacate(self, reason: StopReason, *, hard: bool = False) -> None:
+    def vacate(
+        self, reason: StopReason, *, hard: bool = False, why: str = "", code: int = 0
+    ) -> None:
         """Stop the job: its kill signal, SIGKILL after its vacate time (Vacating); with
-        `hard`, SIGKILL at once (Killing: WANT_VACATE was not true)."""
+        `hard`, SIGKILL at once (Killing: WANT_VACATE was not true). `why` and `code` (a
+        VacateReasonCode) tell the schedd why, when the node's own policy stops it."""
         if self._stop is not None or self.claim.state not in ACTIVE:
             return
         self._stop = reason
+        self._why = (why, code)
         stopped = self.claim.state is ClaimState.SUSPENDED
         self.claim.move(ClaimState.KILLING if hard else ClaimState.VACATING, self._clock())
         self._changed()

@@ -175,8 +175,8 @@ class Outcome:
     max_rss_kb: int = 0
     disk_kb: int = 0
     output: bool = False  # an output sandbox waits at GET /v1/claims/{id}/output
-    reason: str = ""  # FAILED: why (becomes the HoldReason)
-    hold_code: int = 0
+    reason: str = ""  # FAILED: why (the HoldReason); EVICTED: why, if the node knows
+    hold_code: int = 0  # EVICTED: the VacateReasonCode
     hold_subcode: int = 0
 
     def to_json(self) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from typing import Any, BinaryIO
 
 from htgrid.classad import ClassAd
 from htgrid.classad.adjson import ads_to_json, loads
-from htgrid.client import Connect, Http11, Streamed
+from htgrid.client import Connect, Http11, Streamed, said
 from htgrid.net import ad_from_json
 from htgrid.startd._errors import (
     StartdError,
@@ -238,7 +238,7 @@ class StartdClient:
                     )
                 )
             except OSError as exc:
-                raise StartdUnavailable(f"{lost}: {_said(exc)}") from None
+                raise StartdUnavailable(f"{lost}: {said(exc)}") from None
             if r.status >= 400:
                 raise _error(r.status, await _receive(r, None, lost))
             length = r.headers.get("content-length", "")
@@ -345,7 +345,7 @@ class StartdClient:
             ) from None
         except OSError as exc:
             raise StartdUnavailable(
-                f"no execute node answers at {self.where}: {_said(exc)}"
+                f"no execute node answers at {self.where}: {said(exc)}"
             ) from None
         if response.status >= 400:
             raise _error(response.status, response.content)
@@ -394,18 +394,13 @@ def _error(status: int, content: bytes) -> StartdError:
     return from_problem(status, doc)
 
 
-def _said(exc: OSError) -> str:
-    """What a network error says (a refused connection's errno text, at least)."""
-    return str(exc) or exc.strerror or type(exc).__name__
-
-
 async def _receive(answer: Streamed, most: int | None, lost: str) -> bytes:
     """The next part of a streamed answer (its whole rest: `most` None); a connection
     lost is the node's."""
     try:
         return await (answer.read() if most is None else answer.receive(most))
     except OSError as exc:
-        raise StartdUnavailable(f"{lost}: {_said(exc)}") from None
+        raise StartdUnavailable(f"{lost}: {said(exc)}") from None
 
 
 async def _chunks(path: Path) -> AsyncIterator[bytes]:

@@ -54,16 +54,40 @@ def _splice(a: socket.socket, b: socket.socket) -> None:
             b.shutdown(socket.SHUT_WR)
 
 
-def _pair(a: socket.socket, b: socket.socket) -> None:
-    there = threading.Thread(target=_splice, args=(a, b), daemon=True)
-    there.start()
-    _splice(b, a)
-    there.join()
-    a.close()
-    b.close()
+class _Carried:
+    """The connections a gateway carries, to be cut at once (`Gateway.cut`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pairs: set[tuple[socket.socket, socket.socket]] = set()
+
+    def pair(self, a: socket.socket, b: socket.socket) -> None:
+        """Carry a's bytes to b and b's to a until both ends are done."""
+        with self._lock:
+            self._pairs.add((a, b))
+        try:
+            there = threading.Thread(target=_splice, args=(a, b), daemon=True)
+            there.start()
+            _splice(b, a)
+            there.join()
+        finally:
+            with self._lock:
+                self._pairs.discard((a, b))
+            a.close()
+            b.close()
+
+    def cut(self) -> int:
+        """Reset every connection carried now; how many there were."""
+        with self._lock:
+            pairs = list(self._pairs)
+        for pair in pairs:
+            for sock in pair:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+        return len(pairs)
 
 
-def _serve(listener: socket.socket, connect: tuple[int, object]) -> None:
+def _serve(listener: socket.socket, connect: tuple[int, object], carried: _Carried) -> None:
     family, address = connect
     while True:
         try:
@@ -77,7 +101,7 @@ def _serve(listener: socket.socket, connect: tuple[int, object]) -> None:
             conn.close()
             out.close()
             continue
-        threading.Thread(target=_pair, args=(conn, out), daemon=True).start()
+        threading.Thread(target=carried.pair, args=(conn, out), daemon=True).start()
 
 
 class Gateway:
@@ -88,6 +112,7 @@ class Gateway:
         self.directory = directory
         self.ports = list(ports)
         self._listeners: list[socket.socket] = []
+        self._carried = _Carried()
         for port in self.ports:
             path = directory / f"{port}.sock"
             with contextlib.suppress(FileNotFoundError):
@@ -97,7 +122,13 @@ class Gateway:
             listener.listen(64)
             self._listeners.append(listener)
             target = (socket.AF_INET, ("127.0.0.1", port))
-            threading.Thread(target=_serve, args=(listener, target), daemon=True).start()
+            args = (listener, target, self._carried)
+            threading.Thread(target=_serve, args=args, daemon=True).start()
+
+    def cut(self) -> int:
+        """Cut every connection the gateway carries now, as a NAT that lost its state
+        (restarted, or timed them out) does; how many it cut. New ones pass."""
+        return self._carried.cut()
 
     def wrap(self, command: Sequence[str]) -> list[str]:
         """`command`, run behind this gateway."""
@@ -132,7 +163,8 @@ def main(argv: Sequence[str]) -> int:
         listener.bind(("127.0.0.1", port))
         listener.listen(64)
         target = (socket.AF_UNIX, str(Path(directory) / f"{port}.sock"))
-        threading.Thread(target=_serve, args=(listener, target), daemon=True).start()
+        args = (listener, target, _Carried())
+        threading.Thread(target=_serve, args=args, daemon=True).start()
     child = subprocess.Popen(command)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda number, _: child.send_signal(number))
