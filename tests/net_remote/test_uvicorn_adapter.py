@@ -1,22 +1,26 @@
-"""What htgrid.net._guard relies on of uvicorn's internals (its H11Protocol and the
-request cycle it makes) is there, and works as the guard reads it: a uvicorn that
-changes any of it fails here, by name, before a daemon's clocks silently stop."""
+"""What htgrid.net._guard relies on of uvicorn's internals (its HttpToolsProtocol and
+H11Protocol, and the request cycles they make) is there, and works as the guard reads
+it: a uvicorn that changes any of it fails here, by name, before a daemon's clocks
+silently stop."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import socket
+import sys
 from typing import Any
 
+import pytest
 import uvicorn
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from htgrid.net._guard import GuardedProtocol, guarded_protocol
+from htgrid.net._guard import HTTP_PROTOCOL, GuardedProtocol, guarded_protocol, http_protocol
 from htgrid.net._limits import PROGRESS_KEY
 from htgrid.net.server import ApiServer, api_config, serve_connection, start, tcp_listener
 from htgrid.pool import ApiLimits
@@ -68,32 +72,52 @@ async def _app(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": answer})
 
 
-def _protocol(cls: type[H11Protocol]) -> H11Protocol:
+#: uvicorn's two HTTP/1.1 protocols: the guard runs on either.
+PROTOCOLS = pytest.mark.parametrize(
+    "http", [HttpToolsProtocol, H11Protocol], ids=["httptools", "h11"]
+)
+
+
+def _protocol(cls: type[asyncio.Protocol]) -> Any:
     config = uvicorn.Config(_app, http=cls, lifespan="off", log_config=None)
     config.load()
-    return cls(config=config, server_state=ServerState(), app_state={"app": 1})
+    return cls(config=config, server_state=ServerState(), app_state={"app": 1})  # type: ignore[call-arg]
 
 
-def test_the_connection_and_request_state_the_guard_reads() -> None:
+def test_the_api_protocol_is_httptools_and_h11_without_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert HTTP_PROTOCOL is HttpToolsProtocol  # a dependency: installed with htgrid
+    assert guarded_protocol(ApiLimits()).__mro__[1:3] == (GuardedProtocol, HttpToolsProtocol)
+    monkeypatch.setitem(sys.modules, "httptools", None)  # as if not installed
+    assert http_protocol() is H11Protocol
+
+
+@PROTOCOLS
+def test_the_connection_and_request_state_the_guard_reads(http: type[asyncio.Protocol]) -> None:
     async def run() -> None:
         limits = ApiLimits(header_timeout=30, body_timeout=30)
-        protocol = _protocol(guarded_protocol(limits, Tagged))
-        assert isinstance(protocol, GuardedProtocol)
+        protocol = _protocol(guarded_protocol(limits, Tagged, http))
+        assert isinstance(protocol, GuardedProtocol) and isinstance(protocol, http)
         transport = Transport()
         protocol.connection_made(transport)
         assert protocol.transport is transport
         assert protocol.loop is asyncio.get_running_loop()
         assert protocol.client == ("127.0.0.1", 5000)
-        assert protocol.cycle is None
+        assert protocol.cycle is None and protocol.scope is None
         state = dict(protocol.app_state)
         assert callable(state.pop(PROGRESS_KEY))
         assert state == {"app": 1, "peer": "127.0.0.1"}
 
-        protocol.data_received(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n")
+        protocol.data_received(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Le")
+        if http is HttpToolsProtocol:  # a head begun: its scope made, no cycle yet
+            assert protocol.scope is not None and protocol.cycle is None
+        protocol.data_received(b"ngth: 5\r\n\r\n")
         cycle = protocol.cycle
-        assert cycle is not None and cycle.more_body
+        assert cycle is not None and cycle.more_body and cycle.keep_alive
+        assert cycle.scope is protocol.scope
         assert not cycle.response_started and not cycle.response_complete
         assert not cycle.disconnected and isinstance(cycle.message_event, asyncio.Event)
+        if http is HttpToolsProtocol:
+            assert not protocol.pipeline  # the requests waiting behind the one served
 
         protocol.data_received(b"hello")
         for _ in range(100):  # the app's task runs on this loop
@@ -109,18 +133,20 @@ def test_the_connection_and_request_state_the_guard_reads() -> None:
     asyncio.run(run())
 
 
-def test_the_guards_own_names_are_none_of_uvicorns() -> None:
+@PROTOCOLS
+def test_the_guards_own_names_are_none_of_uvicorns(http: type[asyncio.Protocol]) -> None:
     async def names_of_a_connection() -> set[str]:
-        protocol = _protocol(H11Protocol)
+        protocol = _protocol(http)
         protocol.connection_made(Transport())
-        return set(vars(protocol)) | set(dir(H11Protocol))
+        return set(vars(protocol)) | set(dir(http))
 
     theirs = asyncio.run(names_of_a_connection())
     ours = {name for name in vars(GuardedProtocol) if not name.startswith("__")}
-    ours |= {"_guard", "_body_start", "_body_bytes"}  # its state, set per connection
+    # its state, set per connection
+    ours |= {"_guard", "_served", "_head_bytes", "_body_start", "_body_bytes", "_body_line"}
     # Only the methods it extends (each calling uvicorn's) are uvicorn's names too.
-    extended = {"connection_made", "connection_lost", "data_received", "handle_events"}
-    assert ours & theirs == extended | {"on_response_complete"}
+    extended = {"connection_made", "connection_lost", "data_received", "on_response_complete"}
+    assert ours & theirs == extended
 
 
 def test_a_connection_made_elsewhere_is_served_as_one_the_listener_accepted() -> None:

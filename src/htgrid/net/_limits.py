@@ -2,8 +2,8 @@
 
 Every HTTP API htgrid serves (the schedd's on its socket and over TLS, the collector's,
 the execute node's) runs on `_guard.GuardedProtocol`, uvicorn's HTTP/1.1 protocol with
-two clocks, and reads JSON bodies with `read_body`. The knobs (htgrid.conf; their values
-are `htgrid.pool.ApiLimits`):
+two clocks and a cap on a request's head (MAX_HEAD: 431 past it), and reads JSON bodies
+with `read_body`. The knobs (htgrid.conf; their values are `htgrid.pool.ApiLimits`):
 
     MAX_API_REQUEST_MB = 64     the largest JSON request body, in MiB; a larger one is
                                 refused with 413 before it is read (tar uploads have
@@ -37,8 +37,17 @@ from htgrid.pool import ApiLimits
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-__all__ = ["MIN_BODY_RATE", "PROGRESS_KEY", "RequestTooLarge", "read_body", "read_lines"]
+__all__ = [
+    "MAX_HEAD",
+    "MIN_BODY_RATE",
+    "PROGRESS_KEY",
+    "RequestTooLarge",
+    "read_body",
+    "read_lines",
+]
 
+#: The largest request line and headers taken, in bytes (a bearer token is a few KiB).
+MAX_HEAD: Final = 64 * 1024
 #: The average rate a request body must keep up once API_BODY_TIMEOUT has passed.
 MIN_BODY_RATE: Final = 1024
 #: Where a request's state holds its connection's "a whole line came" (`read_lines`).

@@ -8,7 +8,8 @@
     await serving
 
 Each API (the schedd's on its socket and over TLS, the collector's, the execute node's)
-runs on `GuardedProtocol` with the daemon's limits (slow clients cut off, see `_limits`),
+runs on `GuardedProtocol` with the daemon's limits (slow clients cut off, see `_limits`)
+on uvicorn's httptools protocol (h11's when httptools is not installed, see `_guard`),
 over TLS with the pool's own context (TLS 1.2 at least, renewed in place by
 `CertRotator`), without an access log, and with uvicorn's own lines left to the
 process's logging, so that they land in the daemon's log like its other lines. A daemon
@@ -30,6 +31,7 @@ import uvicorn
 
 from htgrid.errors import HTGridError
 from htgrid.net._guard import GuardedProtocol, guarded_protocol
+from htgrid.net._limits import MAX_HEAD
 from htgrid.pool import ApiLimits
 
 __all__ = [
@@ -98,6 +100,10 @@ def api_config(
         host=address[0],
         port=address[1],
         http=guarded_protocol(limits, protocol),
+        # No API serves WebSockets: an Upgrade stays with the guard (answered on HTTP/1.1),
+        # never handed to a WebSocket protocol without its clocks.
+        ws="none",
+        h11_max_incomplete_event_size=MAX_HEAD,  # h11's cap on a head, as the guard's
         lifespan="on" if lifespan else "off",
         log_config=None,
         access_log=False,

@@ -70,7 +70,7 @@ from htgrid.schedd._shadow_base import (
     StopReason,
     no_lease,
 )
-from htgrid.schedd._shadow_recover import recover_claims, requeue
+from htgrid.schedd._shadow_recover import end_claim_later, recover_claims, requeue
 from htgrid.schedd._shadow_run import ShadowRun
 from htgrid.schedd._worker import QueueWorker
 from htgrid.startd import (
@@ -575,6 +575,12 @@ class ShadowManager:
     async def forget_claim(self, run: ShadowRun) -> None:
         self._recorded.pop(run.claim_id, None)
         await asyncio.to_thread(self.claims.forget, run.claim_id)
+
+    def release_later(self, run: ShadowRun) -> None:
+        """The node did not release `run`'s claim, whose job is over: asked again in
+        the background (its record kept until then) until its lease is surely over."""
+        self._recorded.pop(run.claim_id, None)
+        self.settle(None, end_claim_later(self, _record_of(run)), f"claim of {run.job_id}")
 
     def now(self) -> float:
         return self._clock()

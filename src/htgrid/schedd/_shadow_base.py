@@ -143,6 +143,10 @@ class ShadowHost(Protocol):
         """`run`'s claim is released: its record goes."""
         ...
 
+    def release_later(self, run: ShadowRun) -> None:
+        """The node did not release `run`'s claim: asked again in the background."""
+        ...
+
     def claim_answered(self, match: Match, granted: bool) -> None:
         """The node answered the claim of `match` (granted or not)."""
         ...

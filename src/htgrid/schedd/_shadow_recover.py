@@ -10,6 +10,7 @@ import asyncio
 import functools
 import logging
 import time
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Final
 
 from htgrid.classad import ClassAd, ExprTree
@@ -38,11 +39,13 @@ from htgrid.startd import (
 if TYPE_CHECKING:
     from htgrid.schedd._shadow import ShadowManager
 
-__all__ = ["recover_claims", "requeue"]
+__all__ = ["end_claim_later", "recover_claims", "requeue"]
 
 _log = logging.getLogger("htgrid.schedd.shadow")
 
 _SETTLE_RETRY: Final = 2.0  # how often an unreachable node is asked again
+# ... at most, about a claim that runs no job (asked less often each time).
+_SETTLE_RETRY_MAX: Final = 60.0
 # How long start-up waits for a node to say what a claim runs (then it is ended).
 _ASK_WAIT: Final = 5.0
 
@@ -199,26 +202,44 @@ def _resume(manager: ShadowManager, record: ClaimRecord, ad: ClassAd) -> bool:
     return True
 
 
+def end_claim_later(manager: ShadowManager, record: ClaimRecord) -> Coroutine[Any, Any, None]:
+    """The release of a claim whose job is over, asked again in the background: the
+    node did not answer the first."""
+    return _settle(manager, record, None)
+
+
 async def _settle(manager: ShadowManager, record: ClaimRecord, job: JobId | None) -> None:
     """End a claim an earlier daemon left that may still run `job` (held or removed
     since, or on a node of this pool's own); then the job goes back to idle. An
     unreachable node's job stays Running, disconnected (022), and the node is asked
     again until the claim's lease has surely run out there; then the schedd gives up
-    on the job (024) and requeues it."""
+    on the job (024) and requeues it. A claim that runs no job (`job` None) is asked
+    again too, less often each time, until its lease is over."""
     client = manager.client(record.address, record.certificate)
     local = socket_of(record.address) is not None
     deadline: float | None = None
     why, answered = await _end_claim(manager, client, record)
     gave_up = "The execute node has ended the job and released its claim"
     told = False  # whether the job was marked disconnected (022)
+    retry = _SETTLE_RETRY
     while why is not None:
-        if local or job is None:
+        if local:
             # A node of this pool's own that does not answer stopped with the pool
-            # (its jobs with it); a claim no job ran on runs nothing: its lease ends it.
+            # (its jobs with it).
             _log.info("claim of job %s on %s: %s", record.job_id, record.address, why)
             break
         if deadline is None:
             deadline = manager.now() + record.lease + record.vacate + LEASE_MARGIN
+        if job is None:
+            # A claim that runs no job: its lease would end it, but a node asked again
+            # frees the slot for other jobs the sooner (the lease may be 40 minutes).
+            if manager.now() >= deadline:
+                _log.info("claim of job %s on %s: %s", record.job_id, record.address, why)
+                break
+            await asyncio.sleep(min(retry, max(0.0, deadline - manager.now())))
+            retry = min(retry * 2, _SETTLE_RETRY_MAX)
+            why, answered = await _end_claim(manager, client, record)
+            continue
         if not answered and not told:
             # Only a node that does not answer disconnects the job: one that answers
             # (ending the claim already, its lease having run out) is asked again.

@@ -504,8 +504,12 @@ class ShadowRun(ShadowRecords, ShadowSuspensions, ShadowReconnects):
         except ClaimNotFound:
             pass  # released, expired, or the node restarted: the claim is gone all the same
         except (StartdError, TimeoutError) as exc:
-            # Its record stays: the schedd's next start asks the node again.
+            # Its record stays, and the node is asked again: until it answers, the
+            # claim holds the node's resources from other jobs.
             why = exc if isinstance(exc, StartdError) else f"no answer within {wait:g} s"
-            _log.warning("claim of job %s: the node did not release it: %s", self.job_id, why)
+            _log.warning(
+                "claim of job %s: the node did not release it: %s (asked again)", self.job_id, why
+            )
+            self.m.release_later(self)
             return
         await self.m.forget_claim(self)
