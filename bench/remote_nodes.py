@@ -56,10 +56,16 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
-def cpu_seconds(pid: int) -> float:
-    """The process's user + system CPU time so far, in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds(pid: int, stat: str | None = None) -> float:
+    """The process's user + system CPU time so far, in seconds (of one thread's
+    `stat` file, if given)."""
+    fields = Path(stat or f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def loop_seconds(pid: int) -> float:
+    """The CPU time so far of the process's main thread (the daemon's event loop)."""
+    return cpu_seconds(pid, f"/proc/{pid}/task/{pid}/stat")
 
 
 def cycles(pool: PersonalPool) -> list[float]:
@@ -111,23 +117,29 @@ def run_through(pool: PersonalPool, work: Path, universe: str, jobs: int) -> flo
     return took
 
 
-def node_requests(pool: PersonalPool, nodes: list[ExecuteNode]) -> int | None:
-    """The API requests all the nodes served so far (their health's count; None from
-    nodes that do not count them)."""
+def node_requests(pool: PersonalPool, nodes: list[ExecuteNode]) -> tuple[int, int] | None:
+    """The API requests all the nodes served so far, and the answers of node-wide
+    watches among them (their health's counts; None from nodes that do not count them)."""
     security = ensure_pool_security(SecurityConfig.load(pool.home))
     identity = (security.server.cert, security.server.key)
 
-    async def count(ad: ClassAd) -> int | None:
+    async def count(ad: ClassAd) -> tuple[int, int] | None:
         where = host_port_of(ad["MyAddress"])
         assert where is not None
         tls = pinned_ssl_context(ad[TLS_CERTIFICATE], identity)
         async with StartdClient.over_tls(where, tls) as client:
-            served = (await client.health()).get("requests")
-        return served if isinstance(served, int) else None
+            health = await client.health()
+        served, polls = health.get("requests"), health.get("polls")
+        watches = polls.get("watch") if isinstance(polls, dict) else None
+        if not isinstance(served, int) or not isinstance(watches, int):
+            return None
+        return served, watches
 
     ads = [next(a for a in node.slots() if a.get("PartitionableSlot")) for node in nodes]
     counts = [asyncio.run(count(ad)) for ad in ads]
-    return None if None in counts else sum(c for c in counts if c is not None)
+    if any(c is None for c in counts):
+        return None
+    return sum(c[0] for c in counts if c), sum(c[1] for c in counts if c)
 
 
 def memory_per_job(pool: PersonalPool, work: Path, count: int) -> tuple[float, float]:
@@ -160,6 +172,36 @@ def memory_per_job(pool: PersonalPool, work: Path, count: int) -> tuple[float, f
     return before, during
 
 
+def record(pid: int, path: str | None, *, gil: bool) -> subprocess.Popen[bytes] | None:
+    """py-spy recording `pid` (raw, 100 Hz; only the thread holding the GIL, if `gil`)
+    into `path`, once attached; None without one."""
+    if path is None:
+        return None
+    spy = subprocess.Popen(
+        [
+            "py-spy",
+            "record",
+            "-p",
+            str(pid),
+            "-r",
+            "100",
+            "-f",
+            "raw",
+            "-o",
+            path,
+            *(["--gil"] if gil else []),
+        ]
+    )
+    time.sleep(1)  # attached before the first job
+    return spy
+
+
+def stop(spy: subprocess.Popen[bytes] | None) -> None:
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)
+        spy.wait()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=1000)
@@ -170,6 +212,16 @@ def main() -> None:
         "--py-spy",
         metavar="FILE",
         help="record the schedd with py-spy (raw) during the remote jobs",
+    )
+    parser.add_argument(
+        "--py-spy-local",
+        metavar="FILE",
+        help="record the schedd with py-spy (raw) during the local-universe jobs",
+    )
+    parser.add_argument(
+        "--py-spy-gil",
+        action="store_true",
+        help="with --py-spy(-local): sample only the thread holding the GIL",
     )
     parser.add_argument(
         "--rounds",
@@ -215,50 +267,42 @@ def main() -> None:
         rss = [rss_mb(pool.pid)]
         pids = [node.process.pid for node in nodes if node.process is not None]
         schedd_0, nodes_0 = cpu_seconds(pool.pid), sum(map(cpu_seconds, pids))
+        loop_0 = loop_seconds(pool.pid)
         requests_0 = node_requests(pool, nodes)
         cycles_0 = len(cycles(pool))
-        spy = None
-        if args.py_spy:
-            spy = subprocess.Popen(
-                [
-                    "py-spy",
-                    "record",
-                    "-p",
-                    str(pool.pid),
-                    "-r",
-                    "100",
-                    "-f",
-                    "raw",
-                    "-o",
-                    args.py_spy,
-                ]
-            )
-            time.sleep(1)  # attached before the first job
+        spy = record(pool.pid, args.py_spy, gil=args.py_spy_gil)
         remote = run_through(pool, root / "remote", "vanilla", args.jobs)
         rss.append(rss_mb(pool.pid))
-        if spy is not None:
-            spy.send_signal(signal.SIGINT)
-            spy.wait()
+        stop(spy)
         schedd_1, nodes_1 = cpu_seconds(pool.pid), sum(map(cpu_seconds, pids))
+        loop_1 = loop_seconds(pool.pid)
         requests_1 = node_requests(pool, nodes)
         during = cycles(pool)[cycles_0:]
+        spy = record(pool.pid, args.py_spy_local, gil=args.py_spy_gil)
         local = run_through(pool, root / "local", "local", args.jobs)
-        schedd_2 = cpu_seconds(pool.pid)
+        stop(spy)
+        schedd_2, loop_2 = cpu_seconds(pool.pid), loop_seconds(pool.pid)
         for n in range(1, args.rounds):
             run_through(pool, root / f"remote{n}", "vanilla", args.jobs)
             rss.append(rss_mb(pool.pid))
         per = 1000 / args.jobs
         print(
             f"{args.jobs} jobs on {args.nodes} remote nodes: {remote:.1f} s; CPU a job: "
-            f"schedd {(schedd_1 - schedd_0) * per:.1f} ms, nodes {(nodes_1 - nodes_0) * per:.1f} ms"
+            f"schedd {(schedd_1 - schedd_0) * per:.1f} ms (its event loop "
+            f"{(loop_1 - loop_0) * per:.1f}), nodes {(nodes_1 - nodes_0) * per:.1f} ms"
         )
         print(f"  {len(during)} negotiation cycles, {sum(during):.1f} s in all")
         if requests_0 is not None and requests_1 is not None:
-            served = requests_1 - requests_0 - len(nodes)  # less the counts' own
-            print(f"  {served} requests to the nodes: {served / args.jobs:.2f} a job")
+            served = requests_1[0] - requests_0[0] - len(nodes)  # less the counts' own
+            watches = requests_1[1] - requests_0[1]
+            print(
+                f"  {served} requests to the nodes: {served / args.jobs:.2f} a job "
+                f"({watches / args.jobs:.2f} the watches' answers)"
+            )
         print(
             f"{args.jobs} jobs in the local universe:      {local:.1f} s; CPU a job: "
-            f"schedd {(schedd_2 - schedd_1) * per:.1f} ms"
+            f"schedd {(schedd_2 - schedd_1) * per:.1f} ms (its event loop "
+            f"{(loop_2 - loop_1) * per:.1f})"
         )
         print(f"remote / local = {remote / local:.2f} (target <= 1.5)")
         shown = ", ".join(f"{mb:.1f}" for mb in rss[1:])

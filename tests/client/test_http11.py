@@ -8,11 +8,13 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
 from htgrid.client import Http11
-from htgrid.client._http11 import SHORT_AT_ONCE
+from htgrid.client._http11 import IDLE_EXPIRY, SHORT_AT_ONCE
+from htgrid.startd import StartdClient
 
 Answer = Callable[[str, dict[str, str], bytes], Awaitable[bytes | None]]
 
@@ -297,4 +299,72 @@ def test_a_burst_of_short_requests_goes_a_few_at_a_time_on_as_few_connections() 
         return [poll.content, *answers]
 
     assert asyncio.run(scenario()) == [b"poll"] + [b"done"] * 12
+    assert most == SHORT_AT_ONCE
+
+
+def test_a_connection_idle_within_the_expiry_is_used_again() -> None:
+    # Between two negotiation cycles (seconds apart) a node's connections beyond the one
+    # its activations keep busy were let go at 5 s, and each burst of claims made TLS
+    # handshakes again; they are kept 10 s (the node keeps its own 15 s).
+    now = [1000.0]
+
+    async def scenario() -> tuple[int, int]:
+        server, listening = await serving(echo)
+        async with listening:
+            port = server.port
+
+            def open_connection(
+                timeout: float | None,
+            ) -> Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+                return asyncio.open_connection("127.0.0.1", port)
+
+            http = Http11(open_connection, f"127.0.0.1:{port}", monotonic=lambda: now[0])
+            await http.request("GET", "/a", timeout=5, read=5)
+            now[0] += IDLE_EXPIRY - 1
+            await http.request("GET", "/b", timeout=5, read=5)
+            kept = server.connections
+            now[0] += IDLE_EXPIRY + 1
+            await http.request("GET", "/c", timeout=5, read=5)
+            await http.aclose()
+        return kept, server.connections
+
+    assert IDLE_EXPIRY >= 10
+    assert asyncio.run(scenario()) == (1, 2)
+
+
+def test_releases_of_idle_claims_go_as_short_requests(tmp_path: Path) -> None:
+    # A claim whose job is over is released at once by the node: a burst of them (the
+    # last jobs of a run ending) waits its turn over kept connections, where each opened
+    # a connection (and a TLS handshake) of its own.
+    release = asyncio.Event()
+    at_once = 0
+    most = 0
+
+    async def held(line: str, headers: dict[str, str], body: bytes) -> bytes | None:
+        nonlocal at_once, most
+        at_once += 1
+        most = max(most, at_once)
+        await release.wait()
+        at_once -= 1
+        return ok(b"{}", "content-type: application/json")
+
+    async def scenario() -> int:
+        server = Server(held)
+        path = tmp_path / "startd.sock"
+        listening = await asyncio.start_unix_server(server.serve, str(path))
+        async with listening, StartdClient(path) as client:
+            burst = [
+                asyncio.ensure_future(client.release(f"claim{n}", idle=True)) for n in range(12)
+            ]
+            while at_once < SHORT_AT_ONCE:
+                await asyncio.sleep(0.01)
+            for _ in range(5):
+                await asyncio.sleep(0.01)  # the others, were they not held, came by now
+            release.set()
+            await asyncio.gather(*burst)
+        assert len(server.requests) == 12
+        assert all(line.startswith("DELETE /v1/claims/claim") for line, _, _ in server.requests)
+        return server.connections
+
+    assert asyncio.run(scenario()) <= SHORT_AT_ONCE
     assert most == SHORT_AT_ONCE

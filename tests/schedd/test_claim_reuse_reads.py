@@ -128,3 +128,61 @@ def test_claims_ending_while_a_read_is_under_way_wait_for_it_rather_than_read_ag
     assert reads == 1
     assert None not in picked, picked.count(None)
     assert len(set(picked)) == CLAIMS
+
+
+def test_claims_left_without_a_job_read_no_more_until_a_job_is_idle_again(
+    tmp_path: Path,
+) -> None:
+    # At the end of a run every idle job is some claim's: each claim ending then read
+    # the same ~100 jobs (all taken) again, found none, and was let go. A read that
+    # found all the owner's idle jobs stands until one is made idle (here: submitted).
+    worker = QueueWorker(JobQueue.open(tmp_path / "spool", fsync=False))
+    ad = ClassAd(
+        {
+            "Cmd": "/bin/true",
+            "JobUniverse": 5,
+            "Iwd": str(tmp_path),
+            "Owner": USER,
+            "Requirements": True,
+        }
+    )
+    manager = ShadowManager(worker, ShadowSettings("schedd@test", tmp_path / "spool"))
+    claims = [_Claim(proc) for proc in range(IDLE + 20)]
+    manager._shadows.update({claim.job_id: claim for claim in claims})  # type: ignore[misc]
+
+    async def scenario() -> tuple[int, bool, list[int | None], bool, JobId | None]:
+        await worker.write(lambda q: _submit(q, ad, IDLE))
+        manager.follow_from(await worker.read(lambda q: q.last_seq))
+        follower = asyncio.ensure_future(manager.run())
+        ads = await worker.read(manager.idle_scan(claims[0], fresh=True))  # type: ignore[arg-type]
+        picked = [manager.next_job(claims[0], ads)]  # type: ignore[arg-type]
+        picked += [manager.next_job(claim, None) for claim in claims[1:]]  # type: ignore[arg-type]
+        taken = sum(p is not None for p in picked)
+        left = claims[-1]  # its job ended, no job for it: all are the others'
+        exhausted = manager.exhausted(left)  # type: ignore[arg-type]
+        again = [await worker.read(manager.idle_scan(c)) for c in claims[-5:]]  # type: ignore[arg-type]
+        more = await worker.write(lambda q: _submit(q, ad, 1))
+        for _ in range(500):  # the feed's follower hears of it
+            if not manager.exhausted(left):  # type: ignore[arg-type]
+                break
+            await asyncio.sleep(0.01)
+        still = manager.exhausted(left)  # type: ignore[arg-type]
+        fresh = await worker.read(manager.idle_scan(left, fresh=True))  # type: ignore[arg-type]
+        following = manager.next_job(left, fresh)  # type: ignore[arg-type]
+        follower.cancel()
+        assert following is None or following[0].cluster == more
+        return (
+            taken,
+            exhausted,
+            [None if a is None else len(a) for a in again],
+            still,
+            None if following is None else following[0],
+        )
+
+    try:
+        taken, exhausted, again, still, following = asyncio.run(scenario())
+    finally:
+        worker.close()
+    assert taken == IDLE
+    assert exhausted and again == [None] * 5  # nothing read again
+    assert not still and following is not None  # the new job found, by one read

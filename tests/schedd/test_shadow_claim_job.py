@@ -26,6 +26,7 @@ class _Node:
     def __init__(self, ran: str) -> None:
         self.ran = ran
         self.released: list[str] = []
+        self.idle: list[bool] = []  # each release's: no job ran on the claim then
 
     async def status(self, claim_id: str, *, wait: float = 0.0, version: int = -1) -> ClaimStatus:
         outcome = Outcome(OutcomeKind.EXITED, exit_code=0)
@@ -33,8 +34,9 @@ class _Node:
             claim_id, "slot1_1@node2", ClaimState.ENDED, 7, False, outcome, None, self.ran
         )
 
-    async def release(self, claim_id: str) -> None:
+    async def release(self, claim_id: str, *, idle: bool = False) -> None:
         self.released.append(claim_id)
+        self.idle.append(idle)
 
     async def reuse(self, claim_id: str) -> ClaimStatus:  # the code before this change
         return ClaimStatus(claim_id, "slot1_1@node2", ClaimState.CLAIMED, 8)
@@ -106,6 +108,7 @@ def test_a_claim_still_ended_for_the_last_job_gives_the_next_one_back_to_idle(
     assert host.given_up == ["Job not found at execution machine"]
     assert host.reconnects == 0 and host.writes == []  # no exit recorded for job 3.1
     assert node.released == [CLAIM] and host.forgotten == 1
+    assert node.idle == [False]  # a run given up on may still be running there
 
 
 def test_a_claim_that_ended_the_job_itself_is_followed_to_its_exit(tmp_path: Path) -> None:
@@ -113,3 +116,6 @@ def test_a_claim_that_ended_the_job_itself_is_followed_to_its_exit(tmp_path: Pat
     assert host.given_up == [] and host.reconnects == 1
     assert host.writes == ["record_and_scan"]  # its exit, recorded once
     assert node.released == [CLAIM]
+    # Its job over, the claim's release is answered at once: a short request, sent over
+    # a kept connection (`StartdClient.release`).
+    assert node.idle == [True]

@@ -122,6 +122,31 @@ def test_a_tar_ends_after_its_end_blocks_not_padded_to_a_record(tmp_path: Path) 
         assert data is not None and data.read() == b"x" * 700
 
 
+@pytest.mark.parametrize("to_file", [False, True])
+def test_a_packed_sandbox_has_no_record_padding_and_unpacks_whole(
+    tmp_path: Path, to_file: bool
+) -> None:
+    # A job's stdout alone, in every message that carries a sandbox: not padded to a
+    # 10 KiB record of zeros.
+    (tmp_path / "out").write_text("hello\n")
+    entries = [(STDOUT, tmp_path / "out")]
+    if to_file:
+        dest = tmp_path / "out.tar"
+        size = pack(entries, dest, dereference=False)
+        data = dest.read_bytes()
+    else:
+        buffer = io.BytesIO()
+        size = pack(entries, buffer, dereference=False)
+        data = buffer.getvalue()
+    # One header (no pax header for the fraction of its time), one block, two zero ones.
+    assert size == len(data) == 4 * tarfile.BLOCKSIZE
+    assert data.endswith(tarfile.NUL * 2 * tarfile.BLOCKSIZE)
+    iwd = tmp_path / "iwd"
+    iwd.mkdir()
+    assert unpack_output(io.BytesIO(data), _job(iwd, Out="job.out")) == 6
+    assert (iwd / "job.out").read_text() == "hello\n"
+
+
 def test_output_is_what_the_job_made_or_changed_unless_listed(tmp_path: Path) -> None:
     (tmp_path / "input.txt").write_text("in")
     (tmp_path / ".job.ad").write_text("")

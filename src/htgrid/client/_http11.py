@@ -41,8 +41,10 @@ __all__ = [
     "said",
 ]
 
-IDLE_EXPIRY: Final = 5.0
-"""Seconds a connection is kept idle (htgrid's servers keep theirs 15 s, httpx 5 s)."""
+IDLE_EXPIRY: Final = 10.0
+"""Seconds a connection is kept idle (htgrid's servers keep theirs 15 s). At 5 s, a
+node's connections beyond the one its activations keep busy were gone between two
+negotiation cycles, and each burst of claims made TLS handshakes again."""
 
 _HEAD_MAX: Final = 1 << 16  # an answer's status line and headers
 SHORT_AT_ONCE: Final = 4

@@ -138,6 +138,11 @@ class ShadowManager:
         # (at a burst of ends, hundreds of reads of hundreds of ads each).
         self._scanning: dict[str, asyncio.Future[None]] = {}
         self._applied: dict[str, list[ClassAd]] = {}  # the read `_idle` holds, per owner
+        # Owners whose last read found all their idle jobs (fewer than it could take),
+        # none made idle since nor let go by a claim: reading again finds none that
+        # `next_job` has not seen (at the end of a run, each claim ending read the ~100
+        # jobs the others had taken, and was let go).
+        self._complete: set[str] = set()
 
     @property
     def busy(self) -> frozenset[JobId]:
@@ -285,6 +290,8 @@ class ShadowManager:
         self._tasks.discard(task)
         if self._shadows.get(shadow.job_id) is shadow:  # its last job (claims are reused)
             del self._shadows[shadow.job_id]
+            if not shadow.started:  # idle still perhaps, and no claim's now
+                self._complete.discard(str(shadow.job.get("Owner")))
         if shadow.resources.cpus:  # a claim was granted: given back now, or lost
             for callback in self._freed:
                 callback()
@@ -301,7 +308,9 @@ class ShadowManager:
             return lambda q: []
         held = self._idle.get(owner)
         if not fresh and (
-            owner in self._scanning or (held and any(jid not in self._shadows for jid in held))
+            owner in self._scanning
+            or owner in self._complete
+            or (held and any(jid not in self._shadows for jid in held))
         ):
             return lambda q: None
         constraint = (
@@ -319,19 +328,30 @@ class ShadowManager:
                 ads = q.query(constraint, limit=limit)
                 return ads
             finally:  # before the caller has the answer: the worker answers the same way
-                loop.call_soon_threadsafe(self._scanned, owner, done, ads)
+                loop.call_soon_threadsafe(self._scanned, owner, done, ads, limit)
 
         return read
 
-    def _scanned(self, owner: str, done: asyncio.Future[None], ads: list[ClassAd] | None) -> None:
-        """A read of `owner`'s idle jobs came (`ads`; None: it failed)."""
+    def _scanned(
+        self, owner: str, done: asyncio.Future[None], ads: list[ClassAd] | None, limit: int
+    ) -> None:
+        """A read of `owner`'s idle jobs came (`ads`, of at most `limit`; None: it failed)."""
         if ads is not None:
             self._idle[owner] = {JobId(ad["ClusterId"], ad["ProcId"]): ad for ad in ads}
             self._applied[owner] = ads
+            if len(ads) < limit:
+                self._complete.add(owner)
+            else:
+                self._complete.discard(owner)
         if self._scanning.get(owner) is done:
             del self._scanning[owner]
         if not done.done():
             done.set_result(None)
+
+    def exhausted(self, run: ShadowRun) -> bool:
+        """Whether the last read of the idle jobs of `run`'s owner found them all, and
+        none came since: another read would find no job `next_job` has not seen."""
+        return run.job.get("Owner") in self._complete
 
     async def scanned(self, run: ShadowRun) -> None:
         """Once the read of the idle jobs of `run`'s owner under way, if any, came."""
@@ -353,9 +373,12 @@ class ShadowManager:
         if ads is not None and self._applied.get(owner) is not ads:
             self._idle[owner] = {JobId(ad["ClusterId"], ad["ProcId"]): ad for ad in ads}
         held = self._idle.get(owner, {})
-        for jid, ad in list(held.items()):
+        taken: list[JobId] = []  # another claim's, or the negotiator's: let go of after
+        found: tuple[JobId, ClassAd, Updates] | None = None
+        # No copy of `held` a call (up to a few hundred jobs, at every end of a job).
+        for jid, ad in held.items():
             if jid in self._shadows:
-                del held[jid]  # another claim's, or the negotiator's
+                taken.append(jid)
                 continue
             try:
                 if not _fits(ad, run.slot_ad, run.resources):
@@ -370,12 +393,17 @@ class ShadowManager:
                 continue
             if expansion.error:
                 continue  # the negotiator holds it, matched to a slot of its own
-            if self._shadows.get(run.job_id) is run:
-                del self._shadows[run.job_id]
-            self._shadows[jid] = run
+            found = jid, ad, expansion.expanded
+            break
+        for jid in taken:
             del held[jid]
-            return jid, ad, expansion.expanded
-        return None
+        if found is None:
+            return None
+        if self._shadows.get(run.job_id) is run:
+            del self._shadows[run.job_id]
+        self._shadows[found[0]] = run
+        del held[found[0]]
+        return found
 
     # -- the change feed: holds and removals of running jobs ---------------------------
 
@@ -402,7 +430,12 @@ class ShadowManager:
     def _note(self, change: Change) -> None:
         if self._idle and change.kind in _CHANGES_JOB:
             for held in self._idle.values():  # read before: not to be run as it was read
-                _forget(held, change)
+                if _forget(held, change) and change.kind is ChangeKind.ATTRIBUTES:
+                    self._complete.clear()  # idle still, no longer among those read
+        if self._complete and (
+            change.kind is ChangeKind.SUBMITTED or change.status == JobStatus.IDLE
+        ):
+            self._complete.clear()  # a job idle that no read saw
         if change.kind is not ChangeKind.STATUS:
             return
         for jid in change.job_ids:
@@ -583,11 +616,14 @@ def _changes(q: JobQueue, *, seq: int, limit: int) -> list[Change]:
     return q.changes_since(seq, limit=limit)
 
 
-def _forget(held: dict[JobId, ClassAd], change: Change) -> None:
-    """Drop the jobs `change` touched from `held` (looking up the fewer of the two)."""
+def _forget(held: dict[JobId, ClassAd], change: Change) -> bool:
+    """Drop the jobs `change` touched from `held` (looking up the fewer of the two);
+    whether there were any."""
+    before = len(held)
     if len(change.procs) <= len(held):
         for jid in change.job_ids:
             held.pop(jid, None)
-        return
+        return len(held) < before
     for jid in [j for j in held if j.cluster == change.cluster and j.proc in change.procs]:
         del held[jid]
+    return len(held) < before

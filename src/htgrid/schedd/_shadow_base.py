@@ -183,6 +183,11 @@ class ShadowHost(Protocol):
         """Once a read of the idle jobs of `run`'s owner under way, if any, came."""
         ...
 
+    def exhausted(self, run: ShadowRun) -> bool:
+        """Whether another read of the idle jobs of `run`'s owner would find none that
+        `next_job` has not seen (the last found them all, and none came since)."""
+        ...
+
     def next_job(
         self, run: ShadowRun, ads: list[ClassAd] | None
     ) -> tuple[JobId, ClassAd, Updates] | None:

@@ -71,6 +71,7 @@ __all__ = ["ShadowRun"]
 _log = logging.getLogger("htgrid.schedd.shadow")
 
 _RETRY: Final = 1.0
+_NOT_STARTED: Final = 1 << 62  # the start_seq of a job not started: no change is about it
 # How long a long poll of one claim on a node of another host waits (a node that has no
 # node-wide poll): its keep-alives are the node's link's, so it only waits for news.
 _LONG_POLL: Final = 300.0
@@ -106,7 +107,7 @@ class ShadowRun(ShadowRecords, ShadowSuspensions, ShadowReconnects):
         self.certificate = certificate  # the node's, pinned (a node of another host)
         self.claim_id = claim_id or secrets.token_urlsafe(24)
         self.lease = job_lease(job, manager.settings.lease)
-        self.start_seq = 1 << 62  # until it starts, no change is about this run
+        self.start_seq = _NOT_STARTED  # until it starts, no change is about this run
         self.stop_reason: StopReason | None = None
         self.vacate_time = vacate_time(job)
         self.link: NodeLink | None = None  # the keep-alives of a node of another host
@@ -120,6 +121,7 @@ class ShadowRun(ShadowRecords, ShadowSuspensions, ShadowReconnects):
         self.lost = False  # disconnected from the node, reconnecting (`_lost`)
         self.renewed = 0  # the job's LastJobLeaseRenewal, as last recorded
         self._settled = False  # the run was given up on: nothing to release
+        self._quiet = True  # no job of ours runs on the claim: its release is quick
         # The claim's last job, ended and recorded: the next activation reuses the claim
         # (the node readies it for the next job in the same request, `_activate`).
         self._after: str | None = None
@@ -130,6 +132,11 @@ class ShadowRun(ShadowRecords, ShadowSuspensions, ShadowReconnects):
         self._spooled = True  # whether the current job may have an evicted run's output
         # Idle jobs that may follow, read with the last exit (None: those read before).
         self._idle: list[ClassAd] | None = []
+
+    @property
+    def started(self) -> bool:
+        """Whether the current job's start was recorded (it may have ended since)."""
+        return self.start_seq < _NOT_STARTED
 
     @property
     def remote(self) -> bool:
@@ -233,7 +240,7 @@ class ShadowRun(ShadowRecords, ShadowSuspensions, ShadowReconnects):
             if following is None and self._idle is None:  # those read before are gone
                 await self.m.scanned(self)  # another claim's read under way: its jobs
                 following = self.m.next_job(self, None)
-            if following is None and self._idle is None:
+            if following is None and self._idle is None and not self.m.exhausted(self):
                 self._idle = await self.m.write(self.m.idle_scan(self, fresh=True))
                 following = self.m.next_job(self, self._idle)
             if following is None:
@@ -245,7 +252,7 @@ class ShadowRun(ShadowRecords, ShadowSuspensions, ShadowReconnects):
             self.lease = job_lease(self.job, s.lease)
             await self.m.record_claim(self)  # the claim's record names the job it runs
             self.stop_reason, self._stopping = None, asyncio.Event()
-            self.start_seq = 1 << 62
+            self.start_seq = _NOT_STARTED
             if not await self._run_job(slot, (), expanded):
                 return
 
@@ -301,12 +308,13 @@ class ShadowRun(ShadowRecords, ShadowSuspensions, ShadowReconnects):
     async def _attend(self, ad: ClassAd, first: Awaitable[ClaimStatus]) -> bool:
         """Follow the job on the node from `first` (its activation, or a reconnection)
         to its end, and record that; whether the claim may run another job."""
-        self.on_node = True
+        self.on_node, self._quiet = True, False
         try:
             status = await first
             while True:
                 try:
                     ended = await self._follow(ad, status)
+                    self._quiet = True  # ENDED: the job is over on the node
                     ok = await self._finish(ad, ended)
                     self.on_node = False
                     return ok
@@ -492,7 +500,7 @@ class ShadowRun(ShadowRecords, ShadowSuspensions, ShadowReconnects):
         # that does not answer must not hold the shadow (nor a shutdown) forever.
         wait = self.vacate_time + self.m.settings.alive_interval
         try:
-            await asyncio.wait_for(self.client.release(self.claim_id), wait)
+            await asyncio.wait_for(self.client.release(self.claim_id, idle=self._quiet), wait)
         except ClaimNotFound:
             pass  # released, expired, or the node restarted: the claim is gone all the same
         except (StartdError, TimeoutError) as exc:
