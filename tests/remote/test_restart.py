@@ -80,6 +80,17 @@ def _job(pool: PersonalPool, job: str) -> ClassAd:
         return schedd.get(job)
 
 
+def _started(pool: PersonalPool, job: str) -> ClassAd:
+    """The job's ad once its start is recorded: the node answers the activation once the
+    job's process runs, which may have written its line first."""
+
+    def recorded() -> ClassAd | None:
+        ad = _job(pool, job)
+        return ad if "RemoteHost" in ad else None
+
+    return wait_for(recorded, timeout=30, what=f"the start of {job} recorded")
+
+
 def _events(log: Path, job: str) -> list[int]:
     """The types of the job's events, once its log has its end (005): the log is written
     from the queue's changes, just after them (a job is in the history a moment before)."""
@@ -458,7 +469,7 @@ def test_a_job_on_a_reused_claim_is_reconnected_to_after_kill_9_its_record_kept(
         written = record.stat()
         (gates / "0").touch()
         wait_for(lambda: (starts / "1").exists(), timeout=90, what="the second job to start")
-        second = _job(pool, f"{cluster}.1")
+        second = _started(pool, f"{cluster}.1")
         assert second["RemoteHost"] == _history(pool, cluster)["RemoteHost"]  # the same claim
         assert second["PublicClaimId"] == record.name.removesuffix(".claim")
         now = record.stat()
@@ -474,7 +485,7 @@ def test_a_job_on_a_reused_claim_is_reconnected_to_after_kill_9_its_record_kept(
         assert _runs(tmp_path, "reused_a.sh") == running  # the same run, none started again
         (gates / "1").touch()
         wait_for(lambda: (starts / "2").exists(), timeout=90, what="the third job to start")
-        third = _job(pool, f"{cluster}.2")
+        third = _started(pool, f"{cluster}.2")
         assert (third["RemoteHost"], third["PublicClaimId"]) == (
             second["RemoteHost"],
             second["PublicClaimId"],
