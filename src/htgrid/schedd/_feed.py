@@ -40,7 +40,7 @@ class ClaimFeed:
         self.client = client
         self.token = secrets.token_urlsafe(24)  # sent only where the claim ids go
         self._wait = wait
-        self._waiters: dict[str, tuple[int, asyncio.Future[ClaimStatus]]] = {}
+        self._waiters: dict[str, tuple[int, asyncio.Future[ClaimStatus | None]]] = {}
         self._kick = asyncio.Event()  # ask anew: a claim the poll waiting may not follow
         self._seq = 0  # the polls', in the order they are made
         self._task: asyncio.Task[None] | None = None  # the one that polls for the waiters
@@ -51,7 +51,26 @@ class ClaimFeed:
         """The claim once it is over (ENDED or RELEASED; the node's error when it is
         gone), `version` being the one known of it; `activated`: with this feed's token,
         since the claim's status was last heard."""
-        future: asyncio.Future[ClaimStatus] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[ClaimStatus | None] = asyncio.get_running_loop().create_future()
+        self.expect(claim_id, version, future, activated=activated)
+        try:
+            status = await future
+        finally:
+            self.forget(claim_id, future)
+        assert status is not None  # only the caller's own wake-up leaves it None
+        return status
+
+    def expect(
+        self,
+        claim_id: str,
+        version: int,
+        future: asyncio.Future[ClaimStatus | None],
+        *,
+        activated: bool,
+    ) -> None:
+        """Have `future` set to the claim once it is over (as `ended`), unless done
+        before (its caller may wake it with None for reasons of its own): no task of
+        the caller's a wait, the poll's answer setting it. `forget` it after."""
         self._waiters[claim_id] = (version, future)
         if not activated:
             self._kick.set()
@@ -59,13 +78,13 @@ class ClaimFeed:
             self._task = asyncio.create_task(self._run(), name=f"claims of {self.client.where}")
             self._tasks.add(self._task)
             self._task.add_done_callback(self._tasks.discard)
-        try:
-            return await future
-        finally:
-            if self._waiters.get(claim_id, (0, None))[1] is future:
-                del self._waiters[claim_id]
-                if not self._waiters:
-                    self._kick.set()  # no one waits: the poll ends
+
+    def forget(self, claim_id: str, future: asyncio.Future[ClaimStatus | None]) -> None:
+        """`future` (`expect`'s) waits no more."""
+        if self._waiters.get(claim_id, (0, None))[1] is future:
+            del self._waiters[claim_id]
+            if not self._waiters:
+                self._kick.set()  # no one waits: the poll ends
 
     async def close(self) -> None:
         for task in list(self._tasks):

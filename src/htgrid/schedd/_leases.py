@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 from htgrid.schedd._feed import ClaimFeed
 from htgrid.startd import StartdClient, StartdError
@@ -42,6 +42,8 @@ class NodeLink:
         self.down = asyncio.Event()  # set while it does not
         self.up.set()
         self.heard = monotonic()  # the last answer
+        # The shadows' waits to cut short once the node is taken as down (`silent`).
+        self.waiting: set[asyncio.Future[Any]] = set()
         self.task: asyncio.Task[None] | None = None
 
     def answered(self, now: float) -> None:
@@ -61,6 +63,9 @@ class NodeLink:
             )
             self.up.clear()
             self.down.set()
+            for waiting in self.waiting:
+                if not waiting.done():
+                    waiting.set_result(None)
 
 
 class NodeLeases:

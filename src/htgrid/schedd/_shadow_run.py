@@ -19,6 +19,7 @@ queue records of its end `_shadow_record`'s.)
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import secrets
 from collections.abc import Awaitable
@@ -113,6 +114,8 @@ class ShadowRun(ShadowRecords, ShadowSuspensions, ShadowReconnects):
         self.link: NodeLink | None = None  # the keep-alives of a node of another host
         self.task: asyncio.Task[None] | None = None  # the task running it
         self._stopping = asyncio.Event()
+        # The current wait of `_follow`'s, which a stop request cuts short (None).
+        self._wake: asyncio.Future[ClaimStatus | None] | None = None
         self.start_attrs: dict[str, Any] = {}  # what the start records (`_prepare`'s)
         self.slot_ad = ClassAd()  # the claimed slot, once claimed
         self.resources = Resources(0, 0, 0)
@@ -166,6 +169,8 @@ class ShadowRun(ShadowRecords, ShadowSuspensions, ShadowReconnects):
         if self.stop_reason is None:
             self.stop_reason = reason
             self._stopping.set()
+            if self._wake is not None and not self._wake.done():
+                self._wake.set_result(None)
 
     async def run(self) -> None:
         try:
@@ -390,35 +395,53 @@ class ShadowRun(ShadowRecords, ShadowSuspensions, ShadowReconnects):
                         continue
                 vacated = True
                 continue
+            # Until the job is told to stop, a stop request cuts the long poll short; and
+            # a node of another host that stops answering its keep-alives, too: each
+            # sets the one future waited on (None), as the poll's answer does.
+            if link is not None and link.down.is_set():
+                raise Unreachable(f"the execute node {self.address} does not answer")
+            wake: asyncio.Future[ClaimStatus | None] = asyncio.get_running_loop().create_future()
+            poll: asyncio.Task[ClaimStatus] | None = None
             # A node of another host: its feed's one poll follows all our claims there.
-            if link is not None and link.feed.supported:
-                poll = asyncio.create_task(
-                    link.feed.ended(self.claim_id, status.version, activated=self._watched)
-                )
+            feed = link.feed if link is not None and link.feed.supported else None
+            if feed is not None:
+                feed.expect(self.claim_id, status.version, wake, activated=self._watched)
             else:
                 wait = self.m.settings.alive_interval if link is None else _LONG_POLL
                 poll = asyncio.create_task(
                     self.client.status(self.claim_id, wait=wait, version=status.version)
                 )
-            # Until the job is told to stop, a stop request cuts the long poll short; and
-            # a node of another host that stops answering its keep-alives, too.
-            stopping = None if vacated else asyncio.create_task(self._stopping.wait())
-            cut = None if link is None else asyncio.create_task(link.down.wait())
-            waits = {poll} | {task for task in (stopping, cut) if task is not None}
+                poll.add_done_callback(functools.partial(_wake, wake))
+            if not vacated:
+                self._wake = wake
+            if link is not None:
+                link.waiting.add(wake)
             try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                answer: ClaimStatus | BaseException | None = await wake
+            except Exception as exc:  # the feed's poll's, for this claim
+                answer = exc
             finally:
-                for task in (stopping, cut):
-                    if task is not None:
-                        task.cancel()
-            if not poll.done():
-                poll.cancel()
-                await asyncio.gather(poll, return_exceptions=True)
+                self._wake = None
+                if link is not None:
+                    link.waiting.discard(wake)
+                if feed is not None:
+                    feed.forget(self.claim_id, wake)
+                elif poll is not None and not poll.done():
+                    poll.cancel()
+                    await asyncio.gather(poll, return_exceptions=True)
+            if poll is not None and poll.done() and not poll.cancelled():
+                answer = poll.exception() or poll.result()
+            if answer is None:  # woken: told to stop, or the node is taken as down
+                # The feed's poll may have answered for the claim meanwhile, unheard:
+                # the next one names it.
+                self._watched = False
                 if link is not None and link.down.is_set():
                     raise Unreachable(f"the execute node {self.address} does not answer")
                 continue
             try:
-                status = poll.result()
+                if isinstance(answer, BaseException):
+                    raise answer
+                status = answer
                 last_heard = self.m.monotonic()
                 # The node-wide poll answered for the claim (a suspension, say): the
                 # next one names it, the node having left it with that answer.
@@ -513,3 +536,9 @@ class ShadowRun(ShadowRecords, ShadowSuspensions, ShadowReconnects):
             self.m.release_later(self)
             return
         await self.m.forget_claim(self)
+
+
+def _wake(wake: asyncio.Future[ClaimStatus | None], _: object) -> None:
+    """A claim's own poll (a task) is done: its shadow reads it."""
+    if not wake.done():
+        wake.set_result(None)
