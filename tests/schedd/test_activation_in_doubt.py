@@ -16,6 +16,7 @@ from htgrid.classad import ClassAd
 from htgrid.queue import ChangeKind, Identity, JobId, JobQueue, JobStatus, StagedProcs
 from htgrid.schedd._claims import started_on
 from htgrid.schedd._shadow_base import NotStarted, ShadowSettings
+from htgrid.schedd._shadow_files import InputTars
 from htgrid.schedd._shadow_run import ShadowRun
 from htgrid.startd import ClaimState, ClaimStatus, StartdUnavailable
 
@@ -49,6 +50,7 @@ class _Host:
         self.settings = ShadowSettings(
             "schedd@test", spool, alive_interval=1.0, lease=60.0, reconnect_factor=0.01
         )
+        self.input_tars = InputTars()
 
     async def write(self, fn: Callable[[JobQueue], Any]) -> Any:
         return fn(self.q)

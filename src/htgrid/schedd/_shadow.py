@@ -70,6 +70,7 @@ from htgrid.schedd._shadow_base import (
     StopReason,
     no_lease,
 )
+from htgrid.schedd._shadow_files import InputTars
 from htgrid.schedd._shadow_recover import end_claim_later, recover_claims, requeue
 from htgrid.schedd._shadow_run import ShadowRun
 from htgrid.schedd._worker import QueueWorker
@@ -124,6 +125,7 @@ class ShadowManager:
         # What each claim's record says it takes to end it (its lease, its vacate time).
         self._recorded: dict[str, tuple[float, float]] = {}
         self.leases = NodeLeases(settings.alive_interval, monotonic=monotonic)
+        self.input_tars = InputTars()
         # Jobs whose claim of an earlier daemon is not yet known to be over.
         self._settling: set[JobId] = set()
         self._settlers: set[asyncio.Task[None]] = set()

@@ -22,6 +22,7 @@ from htgrid.queue.faults import JobFailure
 from htgrid.startd import ClaimGrant, ClaimState, Resources
 
 if TYPE_CHECKING:
+    from htgrid.schedd._shadow_files import InputTars
     from htgrid.schedd._shadow_run import ShadowRun
 
 __all__ = [
@@ -130,6 +131,7 @@ class ShadowHost(Protocol):
     """What a shadow needs of its manager."""
 
     settings: ShadowSettings
+    input_tars: InputTars  # the small input tars packed, for the next jobs
 
     async def write(self, fn: Callable[[JobQueue], Any]) -> Any: ...
 

@@ -11,12 +11,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import os
 import shutil
+import stat
+import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Final
 
 from htgrid._files import private_file
-from htgrid._privsep import as_owner, owned_dir
+from htgrid._privsep import Account, as_owner, owned_dir
 from htgrid.classad import ClassAd
 from htgrid.net import SandboxTooLarge
 from htgrid.net.server import SizeLimit
@@ -37,23 +41,105 @@ from htgrid.startd import (
 if TYPE_CHECKING:
     from htgrid.schedd._shadow_run import ShadowRun
 
-__all__ = ["INLINE_INPUT", "fetch_output", "remove_tree", "send_input", "small_input", "unlink"]
+__all__ = [
+    "INLINE_INPUT",
+    "InputTars",
+    "fetch_output",
+    "remove_tree",
+    "send_input",
+    "small_input",
+    "unlink",
+]
 
 #: Input files up to this size go with the activation (one request a job fewer).
 INLINE_INPUT: Final = 1 << 18
+
+
+#: How many bytes of packed input tars a schedd keeps (`InputTars`).
+INPUT_TARS: Final = 4 << 20
+
+# What a small input tar is kept by: its job's owner (Owner and the account the files
+# are read as), then each file's name in the sandbox, path and identity (device, inode,
+# size, modification and change times: a chmod or chown changes the last).
+_Key = tuple[object, ...]
+
+
+class InputTars:
+    """The packed input tars of small sandboxes of regular files, most recent first,
+    up to `limit` bytes: the jobs of a cluster send the same executable, packed once.
+
+    A tar is kept for the owner who read its files, and given only to that owner again,
+    for files that are still those it was packed from (each `stat`ed, and opened, as
+    the owner: a file it may no longer read is not sent from here either)."""
+
+    def __init__(self, limit: int = INPUT_TARS) -> None:
+        self.limit = limit
+        self._tars: OrderedDict[_Key, bytes] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()  # the transfer threads share it
+
+    def get(self, key: _Key) -> bytes | None:
+        with self._lock:
+            data = self._tars.get(key)
+            if data is not None:
+                self._tars.move_to_end(key)
+            return data
+
+    def put(self, key: _Key, data: bytes) -> None:
+        if len(data) > self.limit:
+            return
+        with self._lock:
+            old = self._tars.pop(key, None)
+            self._size += len(data) - (0 if old is None else len(old))
+            self._tars[key] = data
+            while self._size > self.limit:
+                _, dropped = self._tars.popitem(last=False)
+                self._size -= len(dropped)
+
+
+def _identity(
+    owner: object, account: Account | None, entries: list[tuple[str, Path]]
+) -> _Key | None:
+    """The key of `entries`' tar for `owner` (as `account`): None unless all are regular
+    files (a directory's contents are not keyed). Each is opened, as the owner, as
+    packing would: one it may not read is refused as packing refuses it."""
+    key: list[object] = [owner, account]
+    for name, path in entries:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None  # packing says what is wrong with it
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        key.append(
+            (name, str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        )
+    return tuple(key)
+
+
+def _readable(entries: list[tuple[str, Path]]) -> bool:
+    try:
+        for _, path in entries:
+            os.close(os.open(path, os.O_RDONLY))
+    except OSError:
+        return False
+    return True
 
 
 async def small_input(run: ShadowRun, ad: ClassAd) -> tuple[bytes, int, bool] | None:
     """The job's input tar, when its files travel and are small (`INLINE_INPUT`): its
     bytes, their count (BytesSent) and whether an evicted run's output waited in the spool; None for a
     larger one, which streams after the activation (`send_input`). TransferError over
-    the job's size limit, or when a file cannot be read."""
+    the job's size limit, or when a file cannot be read. Kept for the owner's next
+    jobs with the same files (`InputTars`)."""
     if str(ad.get("ShouldTransferFiles", "YES")).upper() == "NO":
         return None
     s = run.m.settings
     spooled = s.spooled(run.job_id)
     account = run.account
     limit = _job_limit(ad, "MaxTransferInputMB", s.max_input)
+    tars = run.m.input_tars
+    owner = ad.get("Owner")
 
     def build() -> tuple[bytes, int, bool] | None:
         with as_owner(account):
@@ -63,9 +149,18 @@ async def small_input(run: ShadowRun, ad: ClassAd) -> tuple[bytes, int, bool] | 
             _check_input(limit, size)
             if size > INLINE_INPUT:
                 return None
+            key = _identity(owner, account, entries)
+            if key is not None and _readable(entries):
+                data = tars.get(key)
+                if data is not None:
+                    return data, len(data), kept
             out = io.BytesIO()
             sent = pack(entries, out, dereference=True)
-            return out.getvalue(), sent, kept
+            data = out.getvalue()
+            # Kept only when no file changed while it was packed.
+            if key is not None and _identity(owner, account, entries) == key:
+                tars.put(key, data)
+            return data, sent, kept
 
     return await asyncio.to_thread(build)
 
