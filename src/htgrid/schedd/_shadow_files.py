@@ -135,13 +135,13 @@ async def small_input(run: ShadowRun, ad: ClassAd) -> tuple[bytes, int, bool] | 
     if str(ad.get("ShouldTransferFiles", "YES")).upper() == "NO":
         return None
     s = run.m.settings
-    spooled = s.spooled(run.job_id)
-    account = run.account
+    account, jid = run.account, run.job_id
     limit = _job_limit(ad, "MaxTransferInputMB", s.max_input)
     tars = run.m.input_tars
     owner = ad.get("Owner")
 
     def build() -> tuple[bytes, int, bool] | None:
+        spooled = s.spooled(jid)  # here: the loop's time is the scarcer
         with as_owner(account):
             kept = spooled.is_dir()
             entries = input_entries(ad, spooled)
@@ -209,10 +209,11 @@ async def fetch_output(
     transfer directory (`dir_made`: the input's tar made it)."""
     s = run.m.settings
     limit = _job_limit(ad, "MaxTransferOutputMB", s.max_output)
-    account, kept = run.account, s.spooled(run.job_id)
+    account, jid = run.account, run.job_id
 
     def place(source: BinaryIO) -> int:
         if spool:
+            kept = s.spooled(jid)
             owned_dir(kept.parent, None, 0o711)  # users pass through
             owned_dir(kept, account)
             with as_owner(account):

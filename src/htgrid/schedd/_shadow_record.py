@@ -130,7 +130,6 @@ class ShadowRecords:
         """Record the exit; with `scan`, read the idle jobs that may follow on the claim
         in the same call on the queue thread (`_idle`)."""
         jid = self.job_id
-        spooled = self.m.settings.spooled(jid)
         idle = self.m.idle_scan(cast("ShadowRun", self)) if scan else None  # it is one
 
         def record(q: JobQueue) -> str:
@@ -150,13 +149,10 @@ class ShadowRecords:
 
         result, self._idle = await self.m.write(record_and_scan)
         if self._spooled:
-            await asyncio.to_thread(remove_tree, spooled)
-        how = (
-            f"signal {outcome.signal}"
-            if outcome.signal is not None
-            else f"exit {outcome.exit_code}"
-        )
-        _log.info("job %s ended (%s): %s", jid, how, result)
+            await asyncio.to_thread(remove_tree, self.m.settings.spooled(jid))
+        by_signal = outcome.signal is not None
+        how, code = ("signal", outcome.signal) if by_signal else ("exit", outcome.exit_code)
+        _log.info("job %s ended (%s %s): %s", jid, how, code, result)
 
     async def _record_stop(self, usage: Mapping[str, Any], why: str, code: int = 0) -> None:
         """The run stopped before the job ended: back to idle (`why` its VacateReason,
