@@ -213,10 +213,26 @@ class Http11:
     ) -> Answer:
         """Send one request and read its answer whole: `timeout` bounds connecting and
         sending, `read` the answer's head, then its body (None: no bound)."""
-        async with self.stream(method, path, read=read, **options) as answer:
+        # No context manager of `stream`'s: a request is the schedd's most frequent call.
+        if options.get("short", False):
+            async with self._short:
+                return await self._whole(method, path, read=read, **options)
+        return await self._whole(method, path, read=read, **options)
+
+    async def _whole(
+        self, method: str, path: str, *, read: float | None, **options: Unpack[Options]
+    ) -> Answer:
+        conn, status, headers, keep, reader = await self._exchange(
+            method, path, read=read, **options
+        )
+        try:
             async with asyncio.timeout(read):  # None: no bound
-                content = await answer.read()
-            return Answer(answer.status, answer.headers, content)
+                content = await Streamed(status, headers, reader).read()
+        except BaseException:
+            conn.drop()
+            raise
+        self._end(conn, keep and reader.done)
+        return Answer(status, headers, content)
 
     @contextlib.asynccontextmanager
     async def stream(
@@ -235,6 +251,26 @@ class Http11:
 
     @contextlib.asynccontextmanager
     async def _stream(
+        self, method: str, path: str, *, read: float | None, **options: Unpack[Options]
+    ) -> AsyncIterator[Streamed]:
+        conn, status, headers, keep, reader = await self._exchange(
+            method, path, read=read, **options
+        )
+        try:
+            yield Streamed(status, headers, reader)
+        except BaseException:
+            conn.drop()
+            raise
+        self._end(conn, keep and reader.done)
+
+    def _end(self, conn: _Connection, keep: bool) -> None:
+        """The answer was read (through, if `keep`): its connection is kept, or goes."""
+        if keep and not self._closed:
+            self._rest(conn)
+        else:
+            conn.drop()
+
+    async def _exchange(
         self,
         method: str,
         path: str,
@@ -244,8 +280,10 @@ class Http11:
         headers: Mapping[str, str] | None = None,
         timeout: float | None,
         read: float | None,
-        short: bool = False,  # `stream`'s to heed
-    ) -> AsyncIterator[Streamed]:
+        short: bool = False,  # `request`'s and `stream`'s to heed
+    ) -> tuple[_Connection, int, dict[str, str], bool, _BodyReader]:
+        """Send the request; its connection and answer's head (status, headers, whether
+        the connection may be kept), and the reader of its body."""
         if self._closed:
             raise ConnectionError("the client is closed")
         target = f"{path}?{urlencode(params)}" if params else path
@@ -270,7 +308,13 @@ class Http11:
                 async with asyncio.timeout(read):
                     status, answer_headers, keep = await _read_head(conn.reader)
                 empty = method == "HEAD" or status in (204, 304)
-                reader = _BodyReader(conn.reader, answer_headers, empty)
+                return (
+                    conn,
+                    status,
+                    answer_headers,
+                    keep,
+                    _BodyReader(conn.reader, answer_headers, empty),
+                )
             except _NothingCame as exc:
                 conn.drop()
                 if reused and again:
@@ -282,16 +326,6 @@ class Http11:
             except BaseException:
                 conn.drop()
                 raise
-            break
-        try:
-            yield Streamed(status, answer_headers, reader)
-        except BaseException:
-            conn.drop()
-            raise
-        if keep and reader.done and not self._closed:
-            self._rest(conn)
-        else:
-            conn.drop()
 
     # -- plumbing -----------------------------------------------------------------------
 
@@ -353,6 +387,9 @@ class _NothingCame(Exception):
 
 
 async def _drain(writer: asyncio.StreamWriter, timeout: float | None) -> None:
+    transport = writer.transport
+    if not transport.get_write_buffer_size() and not transport.is_closing():
+        return  # all sent already (a request's head and small body, as a rule): no wait
     async with asyncio.timeout(timeout):
         await writer.drain()
 
