@@ -41,7 +41,8 @@ class ClaimFeed:
         self.token = secrets.token_urlsafe(24)  # sent only where the claim ids go
         self._wait = wait
         self._waiters: dict[str, tuple[int, asyncio.Future[ClaimStatus | None]]] = {}
-        self._kick = asyncio.Event()  # ask anew: a claim the poll waiting may not follow
+        self._kicked = False  # ask anew: a claim the poll waiting may not follow
+        self._wake: asyncio.Future[None] | None = None  # what `_run` waits on: one a turn
         self._seq = 0  # the polls', in the order they are made
         self._task: asyncio.Task[None] | None = None  # the one that polls for the waiters
         self._tasks: set[asyncio.Task[None]] = set()  # and those letting their polls go
@@ -73,7 +74,7 @@ class ClaimFeed:
         the caller's a wait, the poll's answer setting it. `forget` it after."""
         self._waiters[claim_id] = (version, future)
         if not activated:
-            self._kick.set()
+            self._kick()
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name=f"claims of {self.client.where}")
             self._tasks.add(self._task)
@@ -84,7 +85,16 @@ class ClaimFeed:
         if self._waiters.get(claim_id, (0, None))[1] is future:
             del self._waiters[claim_id]
             if not self._waiters:
-                self._kick.set()  # no one waits: the poll ends
+                self._kick()  # no one waits: the poll ends
+
+    def _kick(self) -> None:
+        self._kicked = True
+        self._nudge()
+
+    def _nudge(self, _: object = None) -> None:
+        """Wake `_run` (a poll done, or a kick)."""
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
 
     async def close(self) -> None:
         for task in list(self._tasks):
@@ -96,22 +106,23 @@ class ClaimFeed:
         polls: dict[asyncio.Task[dict[str, ClaimStatus | StartdError]], set[str]] = {}
         try:
             while self._waiters:
-                if not polls or self._kick.is_set():
-                    self._kick.clear()
+                if not polls or self._kicked:
+                    self._kicked = False
                     named = {claim_id: v for claim_id, (v, _) in self._waiters.items()}
                     self._seq += 1
                     poll = asyncio.create_task(
                         self.client.watch(self.token, named, wait=self._wait, seq=self._seq)
                     )
+                    poll.add_done_callback(self._nudge)
                     polls[poll] = set(named)
-                kick = asyncio.create_task(self._kick.wait())
-                try:
-                    done, _ = await asyncio.wait(
-                        {kick, *polls}, return_when=asyncio.FIRST_COMPLETED
-                    )
-                finally:
-                    kick.cancel()
-                for poll in polls.keys() & done:
+                # One future a turn, set by a poll's end or a kick: no task of its own.
+                if not self._kicked and not any(poll.done() for poll in polls):
+                    self._wake = asyncio.get_running_loop().create_future()
+                    try:
+                        await self._wake
+                    finally:
+                        self._wake = None
+                for poll in [poll for poll in polls if poll.done()]:
                     self._deliver(poll, polls.pop(poll))
         finally:
             # A claim waited on from now on starts a task of its own: this one only lets

@@ -523,7 +523,8 @@ class ShadowRun(ShadowRecords, ShadowSuspensions, ShadowReconnects):
         # that does not answer must not hold the shadow (nor a shutdown) forever.
         wait = self.vacate_time + self.m.settings.alive_interval
         try:
-            await asyncio.wait_for(self.client.release(self.claim_id, idle=self._quiet), wait)
+            async with asyncio.timeout(wait):  # no task of its own, as wait_for's
+                await self.client.release(self.claim_id, idle=self._quiet)
         except ClaimNotFound:
             pass  # released, expired, or the node restarted: the claim is gone all the same
         except (StartdError, TimeoutError) as exc:
