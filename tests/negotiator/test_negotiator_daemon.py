@@ -229,3 +229,42 @@ def test_slot_ads_kept_between_cycles_are_matched_as_the_collector_has_them_now(
             assert again.machine == "small@a" and again.job_id.proc == 1
 
     asyncio.run(main())
+
+
+class CountingQueue(Queue):
+    def __init__(self, jobs: list[ClassAd]) -> None:
+        super().__init__(jobs)
+        self.reads = 0
+
+    async def idle_jobs(self) -> Sequence[ClassAd]:
+        self.reads += 1
+        return await super().idle_jobs()
+
+
+def test_a_pool_with_no_room_is_negotiated_whole_only_now_and_then() -> None:
+    # The negotiator shares the schedd's process: a full pool's cycles read no job and
+    # match nothing, but its idle jobs' reasons are renewed each minute; a slot with
+    # room is negotiated at the next cycle.
+    queue = CountingQueue([job(1, 0)])
+    full = heard(slot("slot1@a", cpus=0, memory=0, extra="PartitionableSlot = true"), T0 - 5)
+    claimed = heard(slot("slot1_1@a"), T0 - 5, State="Claimed", RemoteUser="bob@example.com")
+    machines = Machines([full, claimed])
+    clock = Clock()
+    negotiator = Negotiator(queue, machines, clock=clock)
+
+    async def main() -> None:
+        await negotiator.cycle()  # the first cycle is whole: the job gets its reason
+        assert queue.reads == 1 and queue.reasons == {"1.0": "no match found"}
+        for _ in range(5):
+            clock.now += 10
+            assert (await negotiator.cycle()).matches == ()
+        assert queue.reads == 1 and negotiator.cycles == 6
+        clock.now += 10  # a minute since the whole cycle
+        await negotiator.cycle()
+        assert queue.reads == 2
+        clock.now += 2
+        machines.ads = [heard(slot("slot1@a", cpus=1, memory=4096), clock.now), claimed]
+        matched = await negotiator.cycle()  # room: negotiated at once
+        assert queue.reads == 3 and len(matched.matches) == 1
+
+    asyncio.run(main())
