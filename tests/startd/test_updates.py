@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -189,9 +189,11 @@ def test_a_collector_of_before_gets_every_ad_whole(node: _Node) -> None:
     assert sorted(node.stored()) == ["slot1@node.test", "slot1_1@node.test"]
 
 
-def _update_gaps(node: _Node, change: Callable[[], None], every: float) -> list[float]:
-    """The seconds between the node's updates, the join and two more, while `change`
-    is made each `every` seconds once it joined."""
+def test_a_stream_of_activity_changes_goes_in_one_update_a_second(node: _Node) -> None:
+    """Jobs starting and ending on kept claims (no resources moved), many times a
+    second: the node updates its collector once a second with them all, as HTCondor's
+    startd does, not at each change (those updates were a fifth of a node's CPU)."""
+    node.claim(1)
     sent: list[float] = []  # the loop's time of each update
 
     async def scenario() -> None:
@@ -207,42 +209,14 @@ def _update_gaps(node: _Node, change: Callable[[], None], every: float) -> list[
         task = asyncio.create_task(node.startd._ads.run(node.client))
         deadline = loop.time() + 30
         try:
-            while len(sent) < 3:
+            while len(sent) < 3:  # the join, then two updates of activity
                 assert loop.time() < deadline, f"only {len(sent)} updates"
-                if sent:
-                    change()
-                await asyncio.sleep(every)
+                node.startd._active()  # a job started or ended on the claim
+                await asyncio.sleep(0.02)
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
     asyncio.run(scenario())
-    return [b - a for a, b in itertools.pairwise(sent)]
-
-
-def test_a_stream_of_activity_changes_goes_in_one_update_a_second(node: _Node) -> None:
-    """Jobs starting and ending on kept claims (no resources moved), many times a
-    second: the node updates its collector once a second with them all, as HTCondor's
-    startd does, not at each change (those updates were a fifth of a node's CPU)."""
-    node.claim(1)
-    gaps = _update_gaps(node, node.startd._active, 0.02)  # a job started or ended
+    gaps = [b - a for a, b in itertools.pairwise(sent)]
     assert min(gaps) >= 0.95, gaps
-
-
-def test_a_burst_of_claims_goes_in_one_update_a_second(node: _Node) -> None:
-    """A schedd claiming the node's slots one after another, several a second: their
-    resources go to the collector in one update a second, with one more after the last
-    (the negotiator counts its matches as taken until the node is heard from after
-    them), not in an update each."""
-    claims = iter(range(1, MACHINE.offered.cpus + 1))
-
-    def claim() -> None:  # one cpu each
-        n = next(claims, None)
-        if n is not None:
-            job = ClassAd({"ClusterId": n, "ProcId": 0, "JobUniverse": 5})
-            job.update({"Requirements": True, "RequestCpus": 1, "RequestMemory": 1})
-            node.startd.request_claim(f"{n:020d}", job, "schedd@x", 60)
-
-    gaps = _update_gaps(node, claim, 0.3)
-    assert min(gaps) >= 0.95, gaps
-    assert len(node.stored()) > 3  # the partitionable slot and the claims' slots

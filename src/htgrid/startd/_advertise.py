@@ -1,12 +1,9 @@
 """What an execute node tells its collector: its slot ads, and the released slots' removal.
 
 The ads go every UPDATE_INTERVAL and soon after each change: at once when resources
-were given back (the negotiator waits for them), no sooner than `_ACTIVITY_GAP` (a
-second) after the last update when resources were claimed or only a claim's activity
-changed (a job started or ended). The negotiator counts a match's resources as taken
-until the node's ad is heard from after the claim (`Negotiator._overlay`), so a claim
-need not be told at once: the claims a schedd makes in a burst (ten a second on a node
-of ten slots) go in an update a second, not one each. HTCondor's startd sends the changes of a second in one update
+were claimed or given back (the negotiator waits for them), no sooner than
+`_ACTIVITY_GAP` (a second) after the last update when only a claim's activity changed
+(a job started or ended). HTCondor's startd sends the changes of a second in one update
 (a change arms a one-second timer); its activity changes here go at once after a quiet
 second, and a node running short jobs updates its collector once a second, not four
 times (those updates were a fifth of a node's CPU in bench/remote_nodes.py). A released
@@ -61,8 +58,7 @@ class Advertiser:
         self._clock = clock
         self._refused_node = refused  # the pool refuses this node before it joined
         self._dirty = asyncio.Event()
-        self._urgent = False  # resources were given back since the last advertisement
-        self._claimed = False  # resources were claimed since the last advertisement
+        self._urgent = False  # resources moved since the last advertisement
         # The advertisement due for a claim's activity change, if one is; when (the loop's
         # time) the last one began.
         self._activity: asyncio.TimerHandle | None = None
@@ -75,15 +71,9 @@ class Advertiser:
         self._changes = True  # the collector takes refreshes (not an older htgrid's)
 
     def changed(self) -> None:
-        """Resources were given back: advertise at once, for the negotiator."""
+        """Resources were claimed or given back: advertise at once, for the negotiator."""
         self._urgent = True
         self._dirty.set()
-
-    def claimed(self) -> None:
-        """Resources were claimed: advertised as an activity change (`active`), with the
-        other claims of a burst, and one more update a second later (`run`)."""
-        self._claimed = True
-        self.active()
 
     def active(self) -> None:
         """A claim's activity changed (its job started or ended), no resources moved:
@@ -104,8 +94,7 @@ class Advertiser:
         pool = self._startd.pool
         while True:
             self._dirty.clear()
-            settle = self._urgent or self._claimed
-            self._urgent = self._claimed = False
+            settle, self._urgent = self._urgent, False
             if self._activity is not None:  # this update carries it
                 self._activity.cancel()
                 self._activity = None
@@ -127,7 +116,7 @@ class Advertiser:
                 if not failing:
                     _log.warning("cannot advertise to the collector at %s: %s", pool, exc)
                 failing = True
-            # After a claim or release, one more update a second later: the collector stamps
+            # After a change, one more update a second later: the collector stamps
             # LastHeardFrom in whole seconds, and the negotiator trusts an ad for a match
             # only once it was heard from after the match (an update in the same second
             # as the match would not count, and the slot would look smaller for minutes).

@@ -184,7 +184,7 @@ class Startd:
             request.disk,
             f", GPUs {','.join(request.gpus)}" if request.gpus else "",
         )
-        self._changed(claimed=True)
+        self._changed()
         return ClaimGrant(claim_id, claim.name, lease, self.started, request, tar_activation=True)
 
     async def claim_status(
@@ -366,15 +366,11 @@ class Startd:
             _log.info("%s released", claim.name)
             self._changed()
 
-    def _changed(self, *, claimed: bool = False) -> None:
-        """Resources were claimed (advertised within a second, with the other claims of
-        a burst) or given back (advertised at once): `Advertiser`."""
+    def _changed(self) -> None:
+        """Resources were claimed or given back: advertised at once (`Advertiser`)."""
         self._last_in_use = self._monotonic()
         self._check.set()
-        if claimed:
-            self._ads.claimed()
-        else:
-            self._ads.changed()
+        self._ads.changed()
 
     def _active(self) -> None:
         """A claim's activity changed: advertised soon, with the others' (`Advertiser`)."""
