@@ -74,6 +74,23 @@ def cycles(pool: PersonalPool) -> list[float]:
     return [float(t) for t in re.findall(r" cycle \d+: .* in ([0-9.]+)s", log)]
 
 
+def refused_claims(pool: PersonalPool) -> int:
+    """The claims the nodes refused so far (each a job matched to a slot already taken:
+    the negotiator over-matched), from the SchedLog."""
+    return (pool.home / "log" / "SchedLog").read_text().count("did not take the claim")
+
+
+def node_updates(nodes: list[ExecuteNode]) -> int:
+    """The updates of their ads the collector took from all the nodes so far (each
+    partitionable slot's UpdatesTotal: every update carries it)."""
+    return sum(
+        int(ad.get("UpdatesTotal", 0))
+        for node in nodes
+        for ad in node.slots()
+        if ad.get("PartitionableSlot")
+    )
+
+
 def submit(pool: PersonalPool, work: Path, text: str) -> int:
     """`htgrid submit` of `text` from `work`; the cluster id."""
     work.mkdir(parents=True, exist_ok=True)
@@ -270,6 +287,7 @@ def main() -> None:
         loop_0 = loop_seconds(pool.pid)
         requests_0 = node_requests(pool, nodes)
         cycles_0 = len(cycles(pool))
+        refused_0, updates_0 = refused_claims(pool), node_updates(nodes)
         spy = record(pool.pid, args.py_spy, gil=args.py_spy_gil)
         remote = run_through(pool, root / "remote", "vanilla", args.jobs)
         rss.append(rss_mb(pool.pid))
@@ -278,6 +296,7 @@ def main() -> None:
         loop_1 = loop_seconds(pool.pid)
         requests_1 = node_requests(pool, nodes)
         during = cycles(pool)[cycles_0:]
+        refused, updates = refused_claims(pool) - refused_0, node_updates(nodes) - updates_0
         spy = record(pool.pid, args.py_spy_local, gil=args.py_spy_gil)
         local = run_through(pool, root / "local", "local", args.jobs)
         stop(spy)
@@ -291,7 +310,10 @@ def main() -> None:
             f"schedd {(schedd_1 - schedd_0) * per:.1f} ms (its event loop "
             f"{(loop_1 - loop_0) * per:.1f}), nodes {(nodes_1 - nodes_0) * per:.1f} ms"
         )
-        print(f"  {len(during)} negotiation cycles, {sum(during):.1f} s in all")
+        print(
+            f"  {len(during)} negotiation cycles, {sum(during):.1f} s in all; {refused} claims "
+            f"refused; {updates} updates of the nodes' ads ({updates / len(nodes):.1f} a node)"
+        )
         if requests_0 is not None and requests_1 is not None:
             served = requests_1[0] - requests_0[0] - len(nodes)  # less the counts' own
             watches = requests_1[1] - requests_0[1]

@@ -9,6 +9,7 @@ import asyncio
 import json
 import socket
 import sys
+import threading
 from typing import Any
 
 import pytest
@@ -180,3 +181,29 @@ def test_a_connection_made_elsewhere_is_served_as_one_the_listener_accepted() ->
 
     answer = asyncio.run(scenario())
     assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"hello")
+
+
+def test_the_api_server_ticks_as_uvicorns_once_a_second_tick_and_stops_when_told() -> None:
+    """`ApiServer.main_loop` (uvicorn's, overridden) runs uvicorn's `on_tick` each time
+    as its once-a-second tick, which renews the Date header (a counter a multiple of 10;
+    uvicorn's own loop ticks ten times a second, nine of them for nothing), and ends when
+    `should_exit` is set from another thread (as a signal handler or a daemon's stop)."""
+
+    async def hello(request: Any) -> PlainTextResponse:
+        return PlainTextResponse("hello")
+
+    server = ApiServer(api_config(Starlette(routes=[Route("/", hello)]), ApiLimits()))
+    ticks: list[int] = []
+    real = server.on_tick
+
+    async def on_tick(counter: int) -> bool:
+        ticks.append(counter)
+        if len(ticks) == 2:
+            threading.Thread(target=setattr, args=(server, "should_exit", True)).start()
+        return await real(counter)
+
+    server.on_tick = on_tick  # type: ignore[method-assign]
+    server.server_state.default_headers = []
+    asyncio.run(asyncio.wait_for(server.main_loop(), 60))
+    assert ticks[:2] == [0, 10] and all(counter % 10 == 0 for counter in ticks)
+    assert [name for name, _ in server.server_state.default_headers] == [b"date"]

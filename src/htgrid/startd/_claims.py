@@ -146,12 +146,14 @@ class Claim:
         CLAIM_WORKLIFE"); a claim never activated is not counted (its activations are
         none), nor one whose job ended (the schedd has yet to collect that end; told
         `closing`, it releases the claim itself)."""
-        return (
-            self.worklife is not None
-            and self.state is ClaimState.CLAIMED
-            and self.uses > 0
-            and now - self.granted > self.worklife
-        )
+        at = self.wears_out()
+        return at is not None and now > at
+
+    def wears_out(self) -> float | None:
+        """When (wall time) the claim is `worn_out` if it stays as it is; None: never."""
+        if self.worklife is None or self.state is not ClaimState.CLAIMED or self.uses == 0:
+            return None
+        return self.granted + self.worklife
 
     def move(self, new: ClaimState, now: float) -> None:
         """Change state as the table allows (ClaimStateError otherwise); wake long polls."""
@@ -343,6 +345,14 @@ class Slots:
         claim.move(ClaimState.RELEASED, self._clock())
         self.claims.pop(claim.claim_id, None)
         self.released.append(claim.name)
+
+    def next_due(self) -> float | None:
+        """Seconds until the first claim's lease runs out or it wears out (`worn_out`),
+        if they stay as they are; None when there is no claim."""
+        now, wall = self._monotonic(), self._clock()
+        due = [c.renewed + c.limit() - now for c in self.claims.values()]
+        due += [at - wall for c in self.claims.values() if (at := c.wears_out()) is not None]
+        return min(due, default=None)
 
     def expired(self) -> list[Claim]:
         """The claims whose lease ran out without a word from their schedd."""

@@ -5,11 +5,13 @@ killed predecessor's jobs left running (found by their marker) and remove its sa
 (`_startup`), detect the machine, serve the API, advertise. Then, until stopped:
 
 - claims carve dynamic slots; activations start a `Starter` each;
-- every tick, claims whose lease ran out are vacated and released (their schedd is
-  gone; for a job with no lease, once its schedd's keep-alives stopped), idle claims
-  past CLAIM_WORKLIFE are released, and STARTD_NOCLAIM_SHUTDOWN is checked: unclaimed
-  that long, the node exits with `EXIT_IDLE` (so the master shuts the pool down and
-  runs its shutdown script);
+- claims whose lease ran out are vacated and released (their schedd is gone; for a
+  job with no lease, once its schedd's keep-alives stopped), idle claims past
+  CLAIM_WORKLIFE are released, and STARTD_NOCLAIM_SHUTDOWN is checked: unclaimed that
+  long, the node exits with `EXIT_IDLE` (so the master shuts the pool down and runs its
+  shutdown script). These checks run at the next deadline among them, after each
+  change of the claims or keep-alive, and at least every `_NAP` seconds (the wall clock
+  may jump), not on a fixed tick: an idle node sleeps;
 - the slot ads go to the collector every UPDATE_INTERVAL and soon after each change
   (`_advertise`).
 
@@ -40,7 +42,7 @@ from typing import Any, Final
 
 from starlette.requests import Request
 
-from htgrid._aio import on_parent_gone, take_sighup
+from htgrid._aio import on_parent_gone, take_sighup, wait_event
 from htgrid._privsep import OwnerPolicy, closed_to_others
 from htgrid.classad import ClassAd, ExprTree, quote
 from htgrid.classad.fast import requirements_hold
@@ -69,7 +71,11 @@ _log = logging.getLogger("htgrid.startd")
 
 EXIT_IDLE: Final = 99  # HTCondor's DAEMON_NO_RESTART: the master must not restart it
 VANILLA: Final = 5
-_TICK: Final = 0.5
+#: The longest the node's checks sleep without a deadline or a change (the worklife is
+#: counted on the wall clock, which may jump).
+_NAP: Final = 5.0
+#: How far past a deadline the checks run (a lease ran out once exceeded, not reached).
+_PAST: Final = 0.01
 _COLLECT_WAIT: Final = 5.0  # how long a stopping node lets schedds fetch ended jobs
 
 
@@ -112,6 +118,7 @@ class Startd:
         self._slots: Slots | None = None
         self._ctx: AdContext | None = None
         self._last_in_use = monotonic()
+        self._check = asyncio.Event()  # the claims changed: their deadlines too
         self._net = NodeNetwork(self, clock)  # the TLS API and the broker, if on its own
         self._ads = Advertiser(self, clock, lambda: self.request_stop(ExitReason.REFUSED))
         self._reconfigs: set[asyncio.Task[None]] = set()
@@ -276,7 +283,10 @@ class Startd:
     def alive(self, claim_ids: list[str], every: float | None = None) -> list[str]:
         """The schedd's keep-alive for its claims here (sent each `every` seconds);
         those this node has not."""
-        return self.slots.renew(claim_ids, every)
+        unknown = self.slots.renew(claim_ids, every)
+        if every is not None:
+            self._check.set()  # a job with no lease lasts as long as its keep-alives say
+        return unknown
 
     async def reuse(self, claim_id: str) -> ClaimStatus:
         """The schedd has the job's end and keeps the claim for its next job."""
@@ -358,10 +368,13 @@ class Startd:
 
     def _changed(self) -> None:
         """Resources were claimed or given back: advertised at once (`Advertiser`)."""
+        self._last_in_use = self._monotonic()
+        self._check.set()
         self._ads.changed()
 
     def _active(self) -> None:
         """A claim's activity changed: advertised soon, with the others' (`Advertiser`)."""
+        self._check.set()
         self._ads.active()
 
     # -- running ------------------------------------------------------------------------
@@ -382,6 +395,7 @@ class Startd:
             self._ctx.config = config
         self.policy = OwnerPolicy(allow_root=config.allow_root_jobs)
         self.policy_poller.wake.set()
+        self._check.set()
         self._ads.soon()
 
     def request_stop(self, reason: ExitReason = ExitReason.STOPPED) -> None:
@@ -492,7 +506,8 @@ class Startd:
 
     async def _tick_loop(self) -> None:
         while True:
-            await asyncio.sleep(_TICK)
+            await wait_event(self._check, self._next_check())
+            self._check.clear()
             slots = self.slots
             for claim in slots.expired():
                 await self._expire(claim)
@@ -512,6 +527,15 @@ class Startd:
             if limit and now - self._last_in_use > limit:
                 _log.info("no claim for %g s (STARTD_NOCLAIM_SHUTDOWN): shutting down", limit)
                 self.request_stop(ExitReason.IDLE)
+
+    def _next_check(self) -> float:
+        """Seconds until the next check is due: the first lease to run out, idle claim
+        to wear out or STARTD_NOCLAIM_SHUTDOWN, at most `_NAP`."""
+        due = self.slots.next_due()
+        limit = self.config.noclaim_shutdown
+        if due is None and limit:
+            due = self._last_in_use + limit - self._monotonic()
+        return _NAP if due is None else min(_NAP, due + _PAST)
 
     async def _expire(self, claim: Claim) -> None:
         if claim.state in ACTIVE:
