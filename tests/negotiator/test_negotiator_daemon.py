@@ -250,15 +250,23 @@ def test_a_pool_with_no_room_is_negotiated_whole_only_now_and_then() -> None:
     claimed = heard(slot("slot1_1@a"), T0 - 5, State="Claimed", RemoteUser="bob@example.com")
     machines = Machines([full, claimed])
     clock = Clock()
-    negotiator = Negotiator(queue, machines, clock=clock)
+    store = AdStore(clock=lambda: clock.now)
 
     async def main() -> None:
+        transport = httpx.ASGITransport(app=create_app(store))
+        async with CollectorClient("collector.test", transport=transport) as client:
+            await cycles(Negotiator(queue, machines, clock=clock, collector=client))
+
+    async def cycles(negotiator: Negotiator) -> None:
         await negotiator.cycle()  # the first cycle is whole: the job gets its reason
         assert queue.reads == 1 and queue.reasons == {"1.0": "no match found"}
         for _ in range(5):
             clock.now += 10
             assert (await negotiator.cycle()).matches == ()
         assert queue.reads == 1 and negotiator.cycles == 6
+        # Its ad is kept fresh all the same (`htgrid status -negotiator`).
+        (ad,) = store.query("Negotiator")
+        assert ad["UpdateSequenceNumber"] == 6 and ad["LastNegotiationCycleNumIdleJobs0"] == 1
         clock.now += 10  # a minute since the whole cycle
         await negotiator.cycle()
         assert queue.reads == 2

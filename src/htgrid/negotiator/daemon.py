@@ -13,6 +13,9 @@ collector, through `CollectorMachines`). Each cycle:
    slots' RemoteUser, plus its pending matches);
 4. runs `negotiate()` in a worker thread (it is CPU work) and reports the result;
 5. advertises a Negotiator ad (LastNegotiationCycle* as condor_negotiator does).
+
+A pool with no room for any job skips steps 1's job read and 4 but once a minute (the
+negotiator shares the schedd's process, and a full pool's cycles were a fifth of it).
 """
 
 from __future__ import annotations
@@ -167,6 +170,7 @@ class Negotiator:
         self.started = int(self.clock.time())
         self.cycles = 0
         self._whole_cycle = -math.inf  # when a cycle last read and matched the idle jobs
+        self._idle = 0  # how many idle jobs that cycle read
         self._pending: dict[tuple[str, str], list[_Pending]] = {}
         self._bad_ads: dict[str, str] = {}  # ads left out of cycles: logged once each
         self.failing: str | None = None  # why the last cycle failed as a whole, if it did
@@ -232,6 +236,7 @@ class Negotiator:
                 len(machines),
                 time.monotonic() - started,
             )
+            await self._advertise(_FULL, now, time.monotonic() - started, self._idle)
             return _FULL
         self._whole_cycle = now
         jobs = list(await self.jobs.idle_jobs())
@@ -255,13 +260,19 @@ class Negotiator:
             len(result.matches),
             time.monotonic() - started,
         )
-        if self.collector is not None:
-            ad = self._own_ad(result, now, time.monotonic() - started, len(jobs))
-            try:
-                await self.collector.advertise("UPDATE_NEGOTIATOR_AD", [ad])
-            except HTGridError as err:
-                _log.warning("could not advertise to the collector: %s", err)
+        self._idle = len(jobs)
+        await self._advertise(result, now, time.monotonic() - started, len(jobs))
         return result
+
+    async def _advertise(self, result: CycleResult, now: float, duration: float, idle: int) -> None:
+        """The Negotiator ad of a cycle (a full pool's too: it must not expire there)."""
+        if self.collector is None:
+            return
+        ad = self._own_ad(result, now, duration, idle)
+        try:
+            await self.collector.advertise("UPDATE_NEGOTIATOR_AD", [ad])
+        except HTGridError as err:
+            _log.warning("could not advertise to the collector: %s", err)
 
     def _readable(self, machines: Sequence[ClassAd]) -> list[ClassAd]:
         """The ads whose attributes read here can be evaluated; the others left out."""
