@@ -230,22 +230,15 @@ async def _settle(manager: ShadowManager, record: ClaimRecord, job: JobId | None
             break
         if deadline is None:
             deadline = manager.now() + record.lease + record.vacate + LEASE_MARGIN
-        if job is None:
-            # A claim that runs no job: its lease would end it, but a node asked again
-            # frees the slot for other jobs the sooner (the lease may be 40 minutes).
-            if manager.now() >= deadline:
-                _log.info("claim of job %s on %s: %s", record.job_id, record.address, why)
-                break
-            await asyncio.sleep(min(retry, max(0.0, deadline - manager.now())))
-            retry = min(retry * 2, _SETTLE_RETRY_MAX)
-            why, answered = await _end_claim(manager, client, record)
-            continue
-        if not answered and not told:
+        if job is not None and not answered and not told:
             # Only a node that does not answer disconnects the job: one that answers
             # (ending the claim already, its lease having run out) is asked again.
             told = True
             await _disconnected(manager, job, record, deadline, why)
         if manager.now() >= deadline:
+            if job is None:  # a claim that runs no job: its lease has ended it there
+                _log.info("claim of job %s on %s: %s", record.job_id, record.address, why)
+                break
             _log.warning(
                 "job %s: the lease of its claim on %s has run out: it runs no more there",
                 job,
@@ -255,7 +248,11 @@ async def _settle(manager: ShadowManager, record: ClaimRecord, job: JobId | None
                 f"Job disconnected too long: JobLeaseDuration ({record.lease:g} seconds) expired"
             )
             break
-        await asyncio.sleep(min(_SETTLE_RETRY, max(0.0, deadline - manager.now())))
+        await asyncio.sleep(min(retry, max(0.0, deadline - manager.now())))
+        if job is None:
+            # Its lease would end it, but a node asked again frees the slot for other
+            # jobs the sooner (the lease may be 40 minutes): less often each time.
+            retry = min(retry * 2, _SETTLE_RETRY_MAX)
         why, answered = await _end_claim(manager, client, record)
     if job is not None:
         await manager.write(functools.partial(requeue, job=job, reason=gave_up))
