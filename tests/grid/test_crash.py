@@ -67,6 +67,19 @@ def _start_manager(grid: Grid, gahp: tuple[str, ...]) -> subprocess.Popen[bytes]
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL)
 
 
+def _scans(grid: Grid) -> int:
+    """How many scans of the queue the managers' log shows: one as each comes up."""
+    log = grid.home / "gridmanager.log"
+    return log.read_text(errors="replace").count("after the scan") if log.exists() else 0
+
+
+def _wait_scan(grid: Grid, before: int) -> None:
+    """Until the log shows a scan after the `before`-th (at most 60 s)."""
+    deadline = time.monotonic() + 60
+    while _scans(grid) <= before and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 # The test GAHP (gahp_ext.py) with --finish-submits behaves as the stock one now does:
 # when the grid manager dies, the submits already started are finished and recorded.
 FINISHING = ext_gahp("--finish-submits")
@@ -100,6 +113,7 @@ def test_kill_9_of_the_grid_manager(
     rng = random.Random(seed)
     ids = _submit(grid, seconds)
     kills = 0
+    scans = _scans(grid)
     manager = _start_manager(grid, gahp)
     try:
         for _ in range(8):
@@ -109,6 +123,7 @@ def test_kill_9_of_the_grid_manager(
             manager.send_signal(signal.SIGKILL)
             manager.wait()
             kills += 1
+            scans = _scans(grid)
             manager = _start_manager(grid, gahp)
         deadline = time.monotonic() + 120
         while any(map(grid.in_queue, ids)):
@@ -116,6 +131,9 @@ def test_kill_9_of_the_grid_manager(
             assert time.monotonic() < deadline, "the jobs did not finish"
             time.sleep(0.1)
     finally:
+        # A clean stop (exit 0) is asked of a manager that is up: one just restarted may
+        # still be importing, before it handles SIGTERM.
+        _wait_scan(grid, scans)
         manager.send_signal(signal.SIGTERM)
         status = manager.wait(30)
     assert status == 0

@@ -151,7 +151,7 @@ def test_a_wrong_password_holds_the_job_saying_why(
     assert ad["HoldReasonCode"] == 4
     reason = ad["HoldReason"]
     assert reason.startswith("Cannot renew the job's X.509 proxy: MyProxy server localhost:")
-    assert "Bad password" in reason
+    assert "refused: wrong passphrase for the credential" in reason
     assert unset(ad, "GridJobSubmitTime")  # held before anything was sent
     assert proxy.read_bytes() == before  # the proxy is left as it was
     assert myproxy_password_file(grid.home / "spool", job.cluster, job.proc).exists()

@@ -284,4 +284,8 @@ def _response(stream: _Stream, server: MyProxyServer) -> None:
         return
     errors = [e for e in fields.get("ERROR", []) if e.strip()]
     reason = "; ".join(e.strip() for e in errors) or f"RESPONSE={code}"
+    # The server's own words for a wrong passphrase come after OpenSSL's, which differ
+    # between its versions ("Bad password" or a key decoding error): name it plainly first.
+    if "invalid credential passphrase" in reason:
+        reason = f"wrong passphrase for the credential ({reason})"
     raise MyProxyRefused(f"MyProxy server {server} refused: {reason}")
