@@ -236,9 +236,14 @@ def main() -> None:
         help="record the schedd with py-spy (raw) during the local-universe jobs",
     )
     parser.add_argument(
+        "--py-spy-node",
+        metavar="FILE",
+        help="record the first node with py-spy (raw) during the remote jobs",
+    )
+    parser.add_argument(
         "--py-spy-gil",
         action="store_true",
-        help="with --py-spy(-local): sample only the thread holding the GIL",
+        help="with --py-spy(-local, -node): sample only the thread holding the GIL",
     )
     parser.add_argument(
         "--rounds",
@@ -289,9 +294,11 @@ def main() -> None:
         cycles_0 = len(cycles(pool))
         refused_0, updates_0 = refused_claims(pool), node_updates(nodes)
         spy = record(pool.pid, args.py_spy, gil=args.py_spy_gil)
+        node_spy = record(pids[0], args.py_spy_node, gil=args.py_spy_gil)
         remote = run_through(pool, root / "remote", "vanilla", args.jobs)
         rss.append(rss_mb(pool.pid))
         stop(spy)
+        stop(node_spy)
         schedd_1, nodes_1 = cpu_seconds(pool.pid), sum(map(cpu_seconds, pids))
         loop_1 = loop_seconds(pool.pid)
         requests_1 = node_requests(pool, nodes)

@@ -51,6 +51,12 @@ def test_grid_jobs_get_their_site_filled_in_by_matchmaking(
     pool: PersonalPool, schedd: ScheddClient, tmp_path: Path
 ) -> None:
     _advertise(pool, tmp_path)
+    # The analysis counts what the collector holds: the three sites and the node's slot,
+    # which the node may not have advertised yet.
+    wait_for(
+        lambda: len(run_cli(pool.home, "status", "-af", "Name")[1].split()) == 4,
+        what="the sites and the slot in the collector",
+    )
     beta = submit(
         pool.home,
         tmp_path / "beta",
