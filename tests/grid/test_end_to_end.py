@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from htgrid.grid import explain_grid_job
+from htgrid.grid._task import JobTask
 from htgrid.grid.batch import BatchJobId
 from htgrid.grid.batch._resource import BatchResource
 from htgrid.queue import JobAction, JobId, JobStatus
@@ -422,6 +423,34 @@ def test_a_reconfig_raising_the_submit_limit_lets_every_waiting_job_go(grid: Gri
             await wait_for(
                 "their batch jobs", lambda: all(grid.ad(i).get("GridJobId") for i in ids)
             )
+            for job_id in ids:
+                grid.queue.act(JobAction.Remove, job_id, ROOT)
+            await wait_for("the jobs to leave", lambda: not any(map(grid.in_queue, ids)))
+
+    run(main())
+
+
+def test_a_slot_freed_while_a_job_writes_its_wait_reason_is_not_lost(
+    grid: Grid, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The limit is raised (a reconfig) just as the waiting job writes why it waits:
+    the job goes at once, not after some later change wakes it."""
+    ids = grid.submit("executable = /bin/sleep\narguments = 60", count=2)
+    config = with_gahp(FAST.batch_gahp, max_submitted_per_resource=1)
+    managers: list[Any] = []
+    write = JobTask.set_wait_reason
+
+    async def raising_the_limit_meanwhile(job: Any, text: str | None, **more: Any) -> None:
+        if text is not None and "submit slot" in text and managers:
+            managers.pop().reconfig(replace(config, max_submitted_per_resource=2))
+        await write(job, text, **more)
+
+    monkeypatch.setattr(JobTask, "set_wait_reason", raising_the_limit_meanwhile)
+
+    async def main() -> None:
+        async with running(grid, config) as manager:
+            managers.append(manager)
+            await wait_for("both submitted", lambda: all(grid.ad(i).get("GridJobId") for i in ids))
             for job_id in ids:
                 grid.queue.act(JobAction.Remove, job_id, ROOT)
             await wait_for("the jobs to leave", lambda: not any(map(grid.in_queue, ids)))

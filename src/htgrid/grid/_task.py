@@ -104,6 +104,9 @@ class JobTask(abc.ABC, Generic[S, E]):
         self._down_logged = as_number(ad.get("GridResourceUnavailableTime")) is not None
         #: What the job's task waits on in `wait` (one at a time: only it waits).
         self._waker: asyncio.Future[None] | None = None
+        #: A wake that came while the task was not waiting: its next `wait` returns at
+        #: once (a slot freed while the job wrote its wait reason must not be lost).
+        self._woken = False
         #: When (monotonic) a status poll last answered about the job; None while the job's
         #: status is not asked (the clock starts when it is, as HTCondor's does at submit).
         self._status_seen: float | None = None
@@ -226,6 +229,8 @@ class JobTask(abc.ABC, Generic[S, E]):
         waker = self._waker
         if waker is not None and not waker.done():
             waker.set_result(None)
+        else:
+            self._woken = True
 
     def local_change(self, status: JobStatus | None, attrs: ClassAd) -> None:
         """The queue's change feed reported a change of this job."""
@@ -420,7 +425,12 @@ class JobTask(abc.ABC, Generic[S, E]):
             await self._refresh_status()  # the user held or removed it first
 
     async def wait(self, seconds: float | None = None) -> None:
-        """Sleep until woken, or `seconds` pass."""
+        """Sleep until woken (or woken since the last wait), or `seconds` pass."""
+        if self._woken:
+            self._woken = False
+            if self.gone:
+                raise JobGone
+            return
         waker: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waker = waker
         try:
