@@ -273,7 +273,8 @@ def test_an_idle_instance_shuts_itself_down(pool: PersonalPool, harness: Instanc
     wait_for(lambda: harness.booted(), timeout=60, what="the instance booted")
     wait_for(lambda: not _live(), timeout=90, what="the idle instance terminated")
     (iid,) = harness.booted()
-    assert "the node exited" in harness.log(iid)
+    log = harness.log(iid)
+    assert "the node exited" in log, log  # the whole log: which other way it ended
     assert lf.RULE_PREFIX + "idle" in [
         r["Name"]
         for r in boto("events").list_rules(NamePrefix=lf.RULE_PREFIX)["Rules"]  # type: ignore[attr-defined]

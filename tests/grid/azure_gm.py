@@ -20,7 +20,9 @@ CONFIG = GridManagerConfig(
     min_ping_interval=0.2,
     retry_initial=0.2,
     retry_max=1.0,
-    lost_submit_grace=1.0,
+    # A create the killed manager's GAHP left on its way must land before the lookup:
+    # 1 s was once too short at the whole suite's load (the same VM PUT twice).
+    lost_submit_grace=3.0,
 )
 
 
