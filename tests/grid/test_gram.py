@@ -173,10 +173,14 @@ def test_jobs_run_at_the_gatekeeper_their_output_comes_back_and_rm_kills_another
         async with running(grid):
             await wait_for(
                 "the sleeper to run",
-                lambda: grid.ad(sleeper).get("GridJobStatus") == "ACTIVE" and _pids(cleanup),
+                # GridJobStatus is written before the job's own 001 and JobStatus.
+                lambda: (
+                    grid.ad(sleeper).get("GridJobStatus") == "ACTIVE"
+                    and grid.ad(sleeper)["JobStatus"] == JobStatus.RUNNING
+                    and _pids(cleanup)
+                ),
                 120,
             )
-            assert grid.ad(sleeper)["JobStatus"] == JobStatus.RUNNING
             grid.queue.act(JobAction.Remove, sleeper, ROOT)
             await wait_for("the removed job to leave", lambda: not grid.in_queue(sleeper), 120)
             # rm reached the job manager: the job's process is gone.

@@ -226,9 +226,10 @@ class LeftoverSweep:
         except HTGridError as err:
             error = str(err)
         if error is None:
+            # Said before the record goes: a stop right after the drop still logs it.
+            log.info("job %s: removed %s, after %d failed tries", item.job, item.what, item.tries)
             await asyncio.to_thread(self.store.drop, item.job)
             self._items.pop(item.job, None)
-            log.info("job %s: removed %s, after %d failed tries", item.job, item.what, item.tries)
             return
         tries = item.tries + 1
         config = self._config()
