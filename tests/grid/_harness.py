@@ -158,6 +158,13 @@ async def wait_for(what: str, check: Callable[[], object], timeout: float = 30.0
         await asyncio.sleep(0.05)
 
 
+def manager_scans(grid: Grid) -> int:
+    """The queue scans the grid managers' log (`--log home/gridmanager.log`) shows: one
+    as each comes up, once it handles SIGTERM (a manager killed while importing has none)."""
+    log = grid.home / "gridmanager.log"
+    return log.read_text(errors="replace").count("grid jobs after the scan") if log.exists() else 0
+
+
 def unset(ad: classad.ClassAd, name: str) -> bool:
     """Whether the attribute is absent or undefined (HTCondor's way to clear one)."""
     return name not in ad or ad.get(name) is classad.Value.Undefined

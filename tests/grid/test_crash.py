@@ -22,7 +22,15 @@ import pytest
 from htgrid.grid import GridManager
 from htgrid.queue import JobId, JobStatus
 
-from ._harness import STOCK_GAHP, Grid, ext_gahp, running, wait_for, with_gahp
+from ._harness import (
+    STOCK_GAHP,
+    Grid,
+    ext_gahp,
+    manager_scans,
+    running,
+    wait_for,
+    with_gahp,
+)
 
 JOBS = 12
 
@@ -67,16 +75,10 @@ def _start_manager(grid: Grid, gahp: tuple[str, ...]) -> subprocess.Popen[bytes]
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL)
 
 
-def _scans(grid: Grid) -> int:
-    """How many scans of the queue the managers' log shows: one as each comes up."""
-    log = grid.home / "gridmanager.log"
-    return log.read_text(errors="replace").count("after the scan") if log.exists() else 0
-
-
 def _wait_scan(grid: Grid, before: int) -> None:
     """Until the log shows a scan after the `before`-th (at most 60 s)."""
     deadline = time.monotonic() + 60
-    while _scans(grid) <= before and time.monotonic() < deadline:
+    while manager_scans(grid) <= before and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
@@ -113,7 +115,7 @@ def test_kill_9_of_the_grid_manager(
     rng = random.Random(seed)
     ids = _submit(grid, seconds)
     kills = 0
-    scans = _scans(grid)
+    scans = manager_scans(grid)
     manager = _start_manager(grid, gahp)
     try:
         for _ in range(8):
@@ -123,7 +125,7 @@ def test_kill_9_of_the_grid_manager(
             manager.send_signal(signal.SIGKILL)
             manager.wait()
             kills += 1
-            scans = _scans(grid)
+            scans = manager_scans(grid)
             manager = _start_manager(grid, gahp)
         deadline = time.monotonic() + 120
         while any(map(grid.in_queue, ids)):

@@ -21,10 +21,9 @@ from htgrid.grid.ec2 import Ec2JobId
 from htgrid.queue import JobId, JobStatus
 
 from ._ec2_harness import instances, submit_vms, token_tag
-from ._harness import Grid, running, wait_for
+from ._harness import Grid, manager_scans, running, wait_for
 
 JOBS = 10
-_STARTED = "grid jobs after the scan"  # what a grid manager logs once it is up
 
 
 def _start_manager(grid: Grid) -> subprocess.Popen[bytes]:
@@ -37,11 +36,6 @@ def _start_manager(grid: Grid) -> subprocess.Popen[bytes]:
         "--log", str(grid.home / "gridmanager.log"),
     ]  # fmt: skip
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL)
-
-
-def _log(grid: Grid) -> str:
-    path = grid.home / "gridmanager.log"
-    return path.read_text(errors="replace") if path.exists() else ""
 
 
 def _running(grid: Grid, ids: list[JobId]) -> bool:
@@ -81,14 +75,14 @@ def test_kill_9_while_starting(
             manager.send_signal(signal.SIGKILL)
             manager.wait()
             kills += 1
-            scans = _log(grid).count(_STARTED)  # the dead ones wrote all they will write
+            scans = manager_scans(grid)  # the dead ones wrote all they will write
             manager = _start_manager(grid)
             if kills >= 4 or _running(grid, ids):
                 break
             time.sleep(rng.uniform(0.3, 1.5))
         deadline = time.monotonic() + 120
         # A SIGTERM before the new manager is up would find Python's default handler.
-        while _log(grid).count(_STARTED) <= scans:
+        while manager_scans(grid) <= scans:
             assert manager.poll() is None, "the grid manager exited"
             assert time.monotonic() < deadline, "the grid manager did not start"
             time.sleep(0.05)
