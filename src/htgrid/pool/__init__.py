@@ -8,8 +8,9 @@
 - `HomeLayout` (`_home`): every path under $HTGRID_HOME, the security files' included,
   and `make_dirs`, which gives them their modes; `trusted_ca_files`.
 - Job processes (`_launch`): how the schedd's local universe and the execute node's
-  starter start, signal and reap a job's process (`LaunchSpec`, `spawn`, `wait_exit`),
-  and find what a crashed daemon left running (`family_marker`, `kill_leftovers`).
+  starter start, signal and reap a job's process (`LaunchSpec`, `spawn`, `wait_exit`,
+  `reap`), and find what a crashed daemon left running (`family_marker`,
+  `kill_leftovers`).
 - `configure_logging` (`_logging`): the daemons' log lines.
 - The jobs' MyProxy passwords (`_myproxy`): kept by the schedd, read by the grid manager.
 
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
         job_environment,
         kill_group,
         kill_leftovers,
+        reap,
         signal_of,
         spawn,
         wait_exit,
@@ -74,6 +76,7 @@ _LAZY: Final = {
     "kill_group": "_launch",
     "kill_leftovers": "_launch",
     "signal_of": "_launch",
+    "reap": "_launch",
     "spawn": "_launch",
     "wait_exit": "_launch",
     "configure_logging": "_logging",
@@ -106,6 +109,7 @@ __all__ = [
     "myproxy_jobs",
     "myproxy_password_file",
     "read_myproxy_password",
+    "reap",
     "signal_of",
     "spawn",
     "store_myproxy_password",

@@ -17,6 +17,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import resource
 import signal
 import stat
 import subprocess
@@ -316,6 +317,17 @@ async def wait_exit(proc: subprocess.Popen[bytes]) -> Exit:
     finally:
         if pidfd >= 0:
             os.close(pidfd)
+    return _reaped(proc, status, usage)
+
+
+def reap(proc: subprocess.Popen[bytes]) -> Exit:
+    """Wait for the process to end and reap it with wait4 (blocking: in a thread of the
+    job's own, which has nothing else to do meanwhile)."""
+    _, status, usage = os.wait4(proc.pid, 0)
+    return _reaped(proc, status, usage)
+
+
+def _reaped(proc: subprocess.Popen[bytes], status: int, usage: resource.struct_rusage) -> Exit:
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait
     rss = usage.ru_maxrss
     if os.WIFSIGNALED(status):

@@ -31,6 +31,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path, PurePosixPath
@@ -49,6 +50,7 @@ from htgrid.pool import (
     job_arguments,
     job_environment,
     kill_group,
+    reap,
     signal_of,
     spawn,
     wait_exit,
@@ -91,6 +93,8 @@ _THREAD_VARS: Final = (
 StopReason = str  # "vacate" (the startd or the schedd), "hold" or "remove" (the user)
 #: The job's process started, and the sandbox's files before it ran (`snapshot`).
 _Launched = tuple[dict[str, int], subprocess.Popen[bytes]]
+#: What a run in the job's own thread returns (`Starter._through`).
+_Through = _Launched | LaunchError | Outcome | None
 
 
 class Starter:
@@ -275,11 +279,18 @@ class Starter:
         claim = self.claim
         started = self._clock()
         try:
-            launched = await asyncio.to_thread(self._set_up, previous, data, spec)
-        except Exception as exc:  # no sandbox: `prepare` raises it, and nothing ran
-            if not ready.done():
+            if spec is not None and (data is not None or not self.transfer):
+                # Nothing more is to come: the job's whole run is one thread's (`_through`).
+                launched: _Through | Exception = await self._job_thread(
+                    self._through, ready, previous, data, spec, started
+                )
+            else:
+                launched = await asyncio.to_thread(self._set_up, previous, data, spec)
+        except Exception as exc:
+            if not ready.done():  # no sandbox: `prepare` raises it, and nothing ran
                 ready.set_exception(exc)
-            return
+                return
+            launched = exc  # the run failed after its start: it ends as any failure does
         if isinstance(launched, tuple):
             self._spec, self._proc = spec, launched[1]
         if data is not None or not self.transfer:
@@ -288,13 +299,16 @@ class Starter:
             ready.set_result(None)
         outcome = Outcome(OutcomeKind.EVICTED)
         try:
-            await self._input.wait()
-            if self._input_error is not None:
-                raise self._input_error
-            if isinstance(launched, LaunchError):
-                raise launched
-            if launched is not None or self._stop is None:
-                outcome = await self._execute(started, launched)
+            if isinstance(launched, Outcome):
+                outcome = launched
+            else:
+                await self._input.wait()
+                if self._input_error is not None:
+                    raise self._input_error
+                if isinstance(launched, Exception):
+                    raise launched
+                if launched is not None or self._stop is None:
+                    outcome = await self._execute(started, launched)
         except (LaunchError, TransferError) as exc:
             _log.warning("%s: job %s failed: %s", claim.name, claim.job_id, exc.reason)
             outcome = Outcome(
@@ -322,6 +336,57 @@ class Starter:
             self._changed()
         _log.info("%s: job %s ended: %s", claim.name, claim.job_id, _describe(outcome))
 
+    def _job_thread(self, fn: Callable[..., _Through], *args: object) -> asyncio.Future[_Through]:
+        """`fn(*args, loop)` in a thread of its own, which may wait for the job's end: a
+        daemon thread, which a stopping node does not wait for (its jobs are killed)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[_Through] = loop.create_future()
+
+        def body() -> None:
+            try:
+                result = fn(*args, loop)
+            except BaseException as exc:  # the loop gets whatever it raised
+                _deliver(loop, _failed, future, exc)
+            else:
+                _deliver(loop, _succeeded, future, result)
+
+        threading.Thread(target=body, name=f"job {self.claim.name}", daemon=True).start()
+        return future
+
+    def _through(
+        self,
+        ready: asyncio.Future[None],
+        previous: Starter | None,
+        data: bytes | None,
+        spec: LaunchSpec,
+        started: float,
+        loop: asyncio.AbstractEventLoop,
+    ) -> _Through:
+        """The job's whole run, blocking, in its own thread (`_job_thread`): set up and
+        started (`_set_up`), which the loop learns at once (`_launched`); then waited
+        for, reaped, and its output packed. A short job costs the node one thread's
+        start and two wake-ups of the loop, not two calls off it and a wait on it.
+        What `_set_up` returns when the job did not start."""
+        launched = self._set_up(previous, data, spec)
+        if not isinstance(launched, tuple):
+            return launched
+        _deliver(loop, self._launched, ready, spec, launched)
+        before, proc = launched
+        ended = reap(proc)  # signalled from the loop meanwhile: vacate, suspend, kill
+        kill_group(proc.pid, signal.SIGKILL)  # what the job left running dies with it
+        return self._ended(started, before, ended)
+
+    def _launched(self, ready: asyncio.Future[None], spec: LaunchSpec, launched: _Launched) -> None:
+        """`_through`'s job started (on the loop): the activation is answered."""
+        if self.claim.state is ClaimState.ENDED:  # its run was cancelled meanwhile
+            kill_group(launched[1].pid, signal.SIGKILL)
+            return
+        self._spec, self._proc = spec, launched[1]
+        self._input.set()
+        if not ready.done():
+            ready.set_result(None)
+        self._started(launched[1])
+
     async def _execute(self, started: float, launched: _Launched | None) -> Outcome:
         """The job run to its end: started here, or `launched` already (`prepare`)."""
         if launched is None:
@@ -330,6 +395,12 @@ class Starter:
             launched = await asyncio.to_thread(self._launch, spec)
             self._proc = launched[1]
         before, proc = launched
+        self._started(proc)
+        ended: Exit = await wait_exit(proc)
+        kill_group(proc.pid, signal.SIGKILL)  # what the job left running dies with it
+        return await asyncio.to_thread(self._ended, started, before, ended)
+
+    def _started(self, proc: subprocess.Popen[bytes]) -> None:
         claim = self.claim
         claim.job_start = self._clock()
         if self._stop is None:
@@ -338,17 +409,16 @@ class Starter:
         else:  # vacated while the process was being created
             self._signal()
         _log.info("%s: job %s started: pid %d", claim.name, claim.job_id, proc.pid)
-        ended: Exit = await wait_exit(proc)
-        kill_group(proc.pid, signal.SIGKILL)  # what the job left running dies with it
+
+    def _ended(self, started: float, before: dict[str, int], ended: Exit) -> Outcome:
+        """The outcome of a job's process that `ended`, its output packed (blocking)."""
         wall = self._clock() - started
         kind = OutcomeKind.EXITED if self._stop is None else OutcomeKind.EVICTED
         keep = kind is OutcomeKind.EXITED or (
             str(self.job.get("WhenToTransferOutput", "")).upper() == "ON_EXIT_OR_EVICT"
         )
         output = self.transfer and keep
-        disk = await asyncio.to_thread(
-            self._measure_and_pack, before if output else None, kind is OutcomeKind.EXITED
-        )
+        disk = self._measure_and_pack(before if output else None, kind is OutcomeKind.EXITED)
         return Outcome(
             kind,
             exit_code=ended.code,
@@ -639,6 +709,21 @@ def _spill(path: Path, data: bytes) -> BinaryIO:
         f.close()
         raise
     return f
+
+
+def _deliver(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: object) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+        loop.call_soon_threadsafe(fn, *args)
+
+
+def _succeeded(future: asyncio.Future[_Through], value: _Through) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def _failed(future: asyncio.Future[_Through], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
 
 
 def _kill_if_running(proc: subprocess.Popen[bytes]) -> None:
