@@ -16,8 +16,10 @@ and loopback address (127.0.0.2, .3, ...), --cpus slots each. In the same run:
 
 Printed: both wall times and their ratio remote / local (target <= 1.5), the CPU time the
 schedd (and, for the remote jobs, all nodes together) spent per job, which the machine's
-load moves less than the wall times, and the schedd's memory per running remote job
-(target < 1.5 MB).
+load moves less than the wall times, their threads' context switches per job (each a
+hand-off between threads or a wake-up of a process: on this host a cost the CPU times
+show and the profiles do not), and the schedd's memory per running remote job (target
+< 1.5 MB).
 """
 
 from __future__ import annotations
@@ -61,6 +63,18 @@ def cpu_seconds(pid: int, stat: str | None = None) -> float:
     `stat` file, if given)."""
     fields = Path(stat or f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def switches(pid: int) -> int:
+    """The context switches (voluntary and not) of the process's threads so far."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            text = (task / "status").read_text()
+        except OSError:  # a thread that ended meanwhile
+            continue
+        total += sum(int(n) for n in re.findall(r"ctxt_switches:\s+(\d+)", text))
+    return total
 
 
 def loop_seconds(pid: int) -> float:
@@ -189,9 +203,11 @@ def memory_per_job(pool: PersonalPool, work: Path, count: int) -> tuple[float, f
     return before, during
 
 
-def record(pid: int, path: str | None, *, gil: bool) -> subprocess.Popen[bytes] | None:
-    """py-spy recording `pid` (raw, 100 Hz; only the thread holding the GIL, if `gil`)
-    into `path`, once attached; None without one."""
+def record(
+    pid: int, path: str | None, *, gil: bool, rate: int = 100
+) -> subprocess.Popen[bytes] | None:
+    """py-spy recording `pid` (raw, `rate` samples a second; only the thread holding the
+    GIL, if `gil`) into `path`, once attached; None without one."""
     if path is None:
         return None
     spy = subprocess.Popen(
@@ -201,7 +217,7 @@ def record(pid: int, path: str | None, *, gil: bool) -> subprocess.Popen[bytes] 
             "-p",
             str(pid),
             "-r",
-            "100",
+            str(rate),
             "-f",
             "raw",
             "-o",
@@ -244,6 +260,9 @@ def main() -> None:
         "--py-spy-gil",
         action="store_true",
         help="with --py-spy(-local, -node): sample only the thread holding the GIL",
+    )
+    parser.add_argument(
+        "--py-spy-rate", type=int, default=100, help="py-spy's samples a second (100)"
     )
     parser.add_argument(
         "--rounds",
@@ -289,25 +308,28 @@ def main() -> None:
         rss = [rss_mb(pool.pid)]
         pids = [node.process.pid for node in nodes if node.process is not None]
         schedd_0, nodes_0 = cpu_seconds(pool.pid), sum(map(cpu_seconds, pids))
+        switched_0 = switches(pool.pid), sum(map(switches, pids))
         loop_0 = loop_seconds(pool.pid)
         requests_0 = node_requests(pool, nodes)
         cycles_0 = len(cycles(pool))
         refused_0, updates_0 = refused_claims(pool), node_updates(nodes)
-        spy = record(pool.pid, args.py_spy, gil=args.py_spy_gil)
-        node_spy = record(pids[0], args.py_spy_node, gil=args.py_spy_gil)
+        spy = record(pool.pid, args.py_spy, gil=args.py_spy_gil, rate=args.py_spy_rate)
+        node_spy = record(pids[0], args.py_spy_node, gil=args.py_spy_gil, rate=args.py_spy_rate)
         remote = run_through(pool, root / "remote", "vanilla", args.jobs)
         rss.append(rss_mb(pool.pid))
         stop(spy)
         stop(node_spy)
         schedd_1, nodes_1 = cpu_seconds(pool.pid), sum(map(cpu_seconds, pids))
+        switched_1 = switches(pool.pid), sum(map(switches, pids))
         loop_1 = loop_seconds(pool.pid)
         requests_1 = node_requests(pool, nodes)
         during = cycles(pool)[cycles_0:]
         refused, updates = refused_claims(pool) - refused_0, node_updates(nodes) - updates_0
-        spy = record(pool.pid, args.py_spy_local, gil=args.py_spy_gil)
+        spy = record(pool.pid, args.py_spy_local, gil=args.py_spy_gil, rate=args.py_spy_rate)
         local = run_through(pool, root / "local", "local", args.jobs)
         stop(spy)
         schedd_2, loop_2 = cpu_seconds(pool.pid), loop_seconds(pool.pid)
+        switched_2 = switches(pool.pid)
         for n in range(1, args.rounds):
             run_through(pool, root / f"remote{n}", "vanilla", args.jobs)
             rss.append(rss_mb(pool.pid))
@@ -321,6 +343,10 @@ def main() -> None:
             f"  {len(during)} negotiation cycles, {sum(during):.1f} s in all; {refused} claims "
             f"refused; {updates} updates of the nodes' ads ({updates / len(nodes):.1f} a node)"
         )
+        print(
+            f"  context switches a job: schedd {(switched_1[0] - switched_0[0]) / args.jobs:.1f}, "
+            f"nodes {(switched_1[1] - switched_0[1]) / args.jobs:.1f}"
+        )
         if requests_0 is not None and requests_1 is not None:
             served = requests_1[0] - requests_0[0] - len(nodes)  # less the counts' own
             watches = requests_1[1] - requests_0[1]
@@ -331,7 +357,8 @@ def main() -> None:
         print(
             f"{args.jobs} jobs in the local universe:      {local:.1f} s; CPU a job: "
             f"schedd {(schedd_2 - schedd_1) * per:.1f} ms (its event loop "
-            f"{(loop_2 - loop_1) * per:.1f})"
+            f"{(loop_2 - loop_1) * per:.1f}); context switches a job "
+            f"{(switched_2 - switched_1[0]) / args.jobs:.1f}"
         )
         print(f"remote / local = {remote / local:.2f} (target <= 1.5)")
         shown = ", ".join(f"{mb:.1f}" for mb in rss[1:])

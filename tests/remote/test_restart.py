@@ -234,6 +234,7 @@ def test_past_its_lease_the_node_ends_the_job_and_the_restarted_schedd_runs_it_a
     try:
         job, starts, go = _submit_job(pool, tmp_path, "once_c.sh")
         wait_for(lambda: len(_lines(starts)) == 1, timeout=90, what="the job to start")
+        _started(pool, job)  # its 001 and 004 are asserted: recorded before the kill
         assert _claims(node) == 1
         pool.kill()  # and it stays down beyond the job's lease
         # The node enforces the lease by itself: the job killed, the slot free.
@@ -271,6 +272,7 @@ def test_a_job_with_no_lease_is_not_reconnected_to_it_runs_again_once(
     try:
         job, starts, go = _submit_job(pool, tmp_path, "nolease_a.sh", lease=0)
         wait_for(lambda: len(_lines(starts)) == 1, timeout=90, what="the job to start")
+        _started(pool, job)  # its 001 and 004 are asserted: recorded before the kill
         assert _job(pool, job)["JobLeaseDuration"] == 0
         if how == "kill":
             pool.kill()
@@ -318,6 +320,7 @@ def test_a_node_ending_the_claim_at_the_restart_is_asked_again_not_disconnected(
         )
         job = f"{cluster}.0"
         wait_for(lambda: len(_lines(starts)) == 1, timeout=90, what="the job to start")
+        _started(pool, job)  # its 001 and 004 are asserted: recorded before the kill
         pool.kill()
         # The claim's lease runs out on the node, which starts ending it (TERM, ignored).
         wait_for(lambda: _lines(terms), timeout=90, what="the node to end the claim")

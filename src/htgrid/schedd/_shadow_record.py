@@ -62,23 +62,30 @@ class ShadowRecords:
     renewed: int  # the job's LastJobLeaseRenewal, as last recorded
     vacate_time: float
 
-    async def _prepare(self, slot: str, updates: Updates, expanded: Updates) -> ClassAd | None:
+    async def _prepare(
+        self, slot: str, updates: Updates, expanded: Updates, read: ClassAd | None = None
+    ) -> ClassAd | None:
         """The job's ad to activate the claim with (as it runs: where, Running), or None
-        if it is no longer idle. Its start is recorded once the node took it."""
+        if it is no longer idle. Its start is recorded once the node took it.
+
+        `read`: the job as a read of its idle jobs found it, which the change feed has
+        not touched since (`ShadowManager.next_job`'s): no queue call for it. The start's
+        write checks again that it is idle: one held or removed meanwhile is not
+        recorded as started, and its claim's release stops it on the node."""
         jid = self.job_id
         attrs: dict[str, Any] = {name: ExprTree(text) for name, text in updates}
         self.renewed = int(self.m.now())  # the claim was just granted or readied
         attrs.update(started_on(slot, self.address, self.claim_id, self.renewed))
         self.start_attrs = attrs
 
-        def read(q: JobQueue) -> ClassAd | None:
+        def get(q: JobQueue) -> ClassAd | None:
             try:
                 ad = q.get(jid)
             except JobNotFound:
                 return None
             return ad if ad["JobStatus"] == JobStatus.IDLE else None
 
-        found = await self.m.read(read)
+        found = read if read is not None else await self.m.read(get)
         if found is None:
             return None
         ad = copy(found)  # the queue's stays as committed

@@ -258,7 +258,7 @@ class ShadowRun(ShadowRecords, ShadowSuspensions, ShadowReconnects):
             await self.m.record_claim(self)  # the claim's record names the job it runs
             self.stop_reason, self._stopping = None, asyncio.Event()
             self.start_seq = _NOT_STARTED
-            if not await self._run_job(slot, (), expanded):
+            if not await self._run_job(slot, (), expanded, read=self.job):
                 return
 
     async def _resume(self) -> None:
@@ -299,12 +299,15 @@ class ShadowRun(ShadowRecords, ShadowSuspensions, ShadowReconnects):
                 return False
         return True
 
-    async def _run_job(self, slot: str, updates: Updates, expanded: Updates) -> bool:
-        """Run the current job on the claim; whether the claim may run another."""
+    async def _run_job(
+        self, slot: str, updates: Updates, expanded: Updates, *, read: ClassAd | None = None
+    ) -> bool:
+        """Run the current job on the claim (`read`: its ad as the idle jobs' read found
+        it, `_prepare`); whether the claim may run another."""
         if not await self._owner():
             return False
         self._sent, self._spooled = {}, True
-        ad = await self._prepare(slot, updates, expanded)
+        ad = await self._prepare(slot, updates, expanded, read)
         if ad is None:  # held or removed since the match
             return False
         self._suspensions_from(ad, fresh=True)
