@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -295,6 +296,53 @@ def test_running_remotely_is_mirrored(grid: Grid, remote: Remote) -> None:
             assert grid.ad(job)["GridJobStatus"] == "RUNNING"
 
     run(main())
+
+
+def test_the_remote_status_moves_with_the_local_one_in_one_commit(
+    grid: Grid, remote: Remote, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The 001 (and the 004) that mirror the remote job commit its GridJobStatus and
+    RemoteHost in their own transaction, as HTCondor's gridmanager does: no reader ever
+    sees the remote job running beside a local one still idle, or the other way round."""
+    [job] = _submit(grid)
+    # Each JobQueue call is one transaction: which of them wrote the remote status.
+    writes: list[tuple[str, object, object]] = []
+    started, evicted, update_many = JobQueue.job_started, JobQueue.job_evicted, JobQueue.update_many
+
+    def job_started(q: JobQueue, job_id: JobId, attrs: Any = None) -> None:
+        writes.append(("001", (attrs or {}).get("GridJobStatus"), (attrs or {}).get("RemoteHost")))
+        started(q, job_id, attrs)
+
+    def job_evicted(q: JobQueue, job_id: JobId, *args: Any, attrs: Any = None) -> None:
+        writes.append(("004", (attrs or {}).get("GridJobStatus"), None))
+        evicted(q, job_id, *args, attrs=attrs)
+
+    def update(q: JobQueue, batch: Any) -> Any:
+        writes.extend(
+            ("update", a["GridJobStatus"], None) for _, a in batch if "GridJobStatus" in a
+        )
+        return update_many(q, batch)
+
+    monkeypatch.setattr(JobQueue, "job_started", job_started)
+    monkeypatch.setattr(JobQueue, "job_evicted", job_evicted)
+    monkeypatch.setattr(JobQueue, "update_many", update)
+
+    async def main() -> None:
+        async with running(grid, remote):
+            await wait_for("the stage in", lambda: (r := _remote_of(grid, job)) and remote.idle(r))
+            rid = _remote_of(grid, job)
+            assert rid is not None
+            remote.queue.update(rid, {"RemoteHost": "slot1@execute.b"})
+            started(remote.queue, rid)
+            await wait_for("running here", lambda: grid.ad(job)["JobStatus"] == JobStatus.RUNNING)
+            evicted(remote.queue, rid, "the execute node went away")
+            await wait_for("idle again here", lambda: grid.ad(job)["JobStatus"] == JobStatus.IDLE)
+
+    run(main())
+    assert [w for w in writes if w[0] != "update" or w[1] in ("RUNNING", "IDLE")] == [
+        ("001", "RUNNING", "slot1@execute.b"),
+        ("004", "IDLE", None),
+    ]
 
 
 def test_a_lost_submit_is_found_by_its_tag_not_sent_twice(grid: Grid, remote: Remote) -> None:

@@ -14,7 +14,7 @@ or the type's own, and a type fills in the hooks that say what is its own (`_new
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -300,18 +300,27 @@ class GridJob(JobTask[S, E]):
         self._fresh = True
         self.wake()
 
-    async def _mirror_run(self, *, running: bool, idle: bool = False) -> bool:
+    async def _mirror_run(
+        self, *, running: bool, idle: bool = False, attrs: Mapping[str, Any] | None = None
+    ) -> bool:
         """001 when the remote job runs (`running`) and the local one is idle; 004 when it
-        went back to idle (`idle`) and the local one runs. False if the job was held or
-        removed here meanwhile (its status read again)."""
+        went back to idle (`idle`) and the local one runs. `attrs` (what the remote status
+        changed: GridJobStatus...) go in the same transaction, as HTCondor's gridmanager
+        commits them with the status, else on their own: the queue never shows the remote
+        job's new state beside the local one's old. False if the job was held or removed
+        here meanwhile (its status read again)."""
         try:
             if idle and self.status is JobStatus.RUNNING:
-                await self.io.evicted(self.job_id)
+                await self.io.evicted(self.job_id, attrs)
                 self.status = JobStatus.IDLE
             elif running and self.status is JobStatus.IDLE:
-                await self.io.started(self.job_id)
+                await self.io.started(self.job_id, attrs)
                 self.status = JobStatus.RUNNING
+            elif attrs:
+                await self.io.update(self.job_id, attrs)
         except InvalidTransition:
+            if attrs:  # the transaction that refused the move wrote none of them
+                await self.io.update(self.job_id, attrs)
             await self._refresh_status()  # held or removed meanwhile: the loop sees it
             return False
         return True

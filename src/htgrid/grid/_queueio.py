@@ -158,13 +158,15 @@ class QueueIO:
         failure = StoreError("the job queue could not sync a commit to disk")
         return [failure if error is None else error for error in errors]
 
-    async def started(self, job_id: JobId) -> None:
+    async def started(self, job_id: JobId, attrs: Mapping[str, Any] | None = None) -> None:
+        """Idle -> Running (001), `attrs` set in the same transaction."""
         self.writes += 1
-        await self._run(self.queue.job_started, job_id)
+        await self._run(self.queue.job_started, job_id, attrs)
 
-    async def evicted(self, job_id: JobId) -> None:
+    async def evicted(self, job_id: JobId, attrs: Mapping[str, Any] | None = None) -> None:
+        """Running -> Idle (004), `attrs` set in the same transaction."""
         self.writes += 1
-        await self._run(self.queue.job_evicted, job_id)
+        await self._run(self.queue.job_evicted, job_id, attrs=attrs)
 
     async def exited(self, job_id: JobId, code: int, *, by_signal: bool) -> ExitOutcome:
         self.writes += 1

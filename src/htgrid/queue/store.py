@@ -377,11 +377,19 @@ class JobQueue(QueueReads):
             txn.save(edit)
 
     def job_evicted(
-        self, job_id: JobId | str, reason: str = "", code: int = 0, subcode: int = 0
+        self,
+        job_id: JobId | str,
+        reason: str = "",
+        code: int = 0,
+        subcode: int = 0,
+        attrs: Mapping[str, Any] | None = None,
     ) -> None:
         """The job stopped without exiting and goes back to Idle to run again; `reason`,
-        when given, becomes its VacateReason (`code` its VacateReasonCode)."""
+        when given, becomes its VacateReason (`code` its VacateReasonCode); `attrs` set
+        first, as `job_started`'s."""
         with self._writing() as txn:
+            if attrs:
+                self._update(txn, job_id, attrs)
             edit = txn.load(job_id_of(job_id))
             actions.evict(edit, txn.now, reason, code, subcode)
             txn.save(edit)

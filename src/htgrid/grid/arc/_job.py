@@ -361,13 +361,16 @@ class ArcJob(GridJob[ArcState, ArcEvent]):
             if not own.ok or not own.more:
                 return None
             state = own.more[0]
+        update: dict[str, Any] = {}
         if state != self.remote_state:
             update = {"GridJobStatus": state, "LastRemoteStatusUpdate": int(status.when)}
-            await self.io.update(self.job_id, update)
-            self.remote_state = state
         if state in TERMINAL:
+            if update:
+                await self.io.update(self.job_id, update)
+            self.remote_state = state
             return _E.ENDED
-        await self._mirror_run(running=state in _RUNNING, idle=state in _IDLE_AGAIN)
+        await self._mirror_run(running=state in _RUNNING, idle=state in _IDLE_AGAIN, attrs=update)
+        self.remote_state = state
         return None
 
     async def _exit_info(self) -> ArcEvent:

@@ -228,20 +228,23 @@ class AzureJob(GridJob[AzureState, AzureEvent]):
         assert status is not None  # an answer came with the news
         # A VM the list no longer shows is gone: HTCondor counts it deallocated.
         power = status.power if status.listed else "deallocated"
+        update: dict[str, Any] = {}
         if power != self.power:
             update = {
                 "GridJobStatus": power or UNDEFINED,
                 "LastRemoteStatusUpdate": int(status.when),
             }
-            await self.io.update(self.job_id, update)
+        if power in _ENDED or power == "failed":
+            if update:
+                await self.io.update(self.job_id, update)
             self.power = power
-        if power in _ENDED:
+            if power == "failed":
+                self._will_hold(f"Azure could not provision VM {self.vm_name}: {status.text}")
+                return _E.VM_FAILED
             self._ended = True
             return _E.VM_ENDED
-        if power == "failed":
-            self._will_hold(f"Azure could not provision VM {self.vm_name}: {status.text}")
-            return _E.VM_FAILED
-        await self._mirror_run(running=power in _RUNNING)
+        await self._mirror_run(running=power in _RUNNING, attrs=update)
+        self.power = power
         return None
 
 

@@ -262,10 +262,10 @@ class BatchJob(GridJob[BatchState, BatchEvent]):
             reason = status.hold_reason or "held remotely with no hold reason"
             self._will_hold(reason, status.hold_code, status.hold_subcode)
             event = _E.REMOTE_HELD
-        if attrs:
-            await self.io.update(self.job_id, attrs)
         running = status.job_status in _RUNNING
-        await self._mirror_run(running=running, idle=status.job_status == JobStatus.IDLE)
+        await self._mirror_run(
+            running=running, idle=status.job_status == JobStatus.IDLE, attrs=attrs
+        )
         if event is None:
             await self._refresh_proxy()
         return event

@@ -57,6 +57,8 @@ log = logging.getLogger("htgrid.grid")
 _S = CondorState
 _E = CondorEvent
 _RUNNING = frozenset({JobStatus.RUNNING, JobStatus.TRANSFERRING_OUTPUT})
+#: Remote statuses that end or stop the job's mirroring (no 001 or 004 follows).
+_ENDED_OR_HELD = frozenset({JobStatus.COMPLETED, JobStatus.REMOVED, JobStatus.HELD})
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,18 +313,17 @@ class CondorJob(CondorJobBase):
         if status.job_status in _RUNNING and host and self.ad.get("RemoteHost") != host:
             attrs["RemoteHost"] = host
         self.remote_state = status.job_status
-        if attrs:
-            await self.io.update(self.job_id, attrs)
-            for name, value in attrs.items():
-                self.ad[name] = value
-        if status.job_status == JobStatus.COMPLETED:
-            return _E.REMOTE_DONE
-        if status.job_status == JobStatus.REMOVED:
-            self.remote_gone = True
-            why = f": {status.remove_reason}" if status.remove_reason else ""
-            self._will_hold(f"The job was removed at {self._where()}{why}")
-            return _E.REMOTE_GONE
-        if status.job_status == JobStatus.HELD:
+        if status.job_status in _ENDED_OR_HELD:
+            if attrs:
+                await self.io.update(self.job_id, attrs)
+                self._keep(attrs)
+            if status.job_status == JobStatus.COMPLETED:
+                return _E.REMOTE_DONE
+            if status.job_status == JobStatus.REMOVED:
+                self.remote_gone = True
+                why = f": {status.remove_reason}" if status.remove_reason else ""
+                self._will_hold(f"The job was removed at {self._where()}{why}")
+                return _E.REMOTE_GONE
             if self.status is JobStatus.HELD:
                 return _E.BOTH_HELD
             if first:
@@ -332,13 +333,21 @@ class CondorJob(CondorJobBase):
             self._will_hold(reason, status.hold_code, status.hold_subcode, keep_remote=True)
             return _E.REMOTE_HELD
         running = status.job_status in _RUNNING
-        moved = await self._mirror_run(running=running, idle=status.job_status == JobStatus.IDLE)
+        moved = await self._mirror_run(
+            running=running, idle=status.job_status == JobStatus.IDLE, attrs=attrs
+        )
+        self._keep(attrs)
         if moved and starts is not None and self.status is JobStatus.RUNNING:
             await self.io.update(self.job_id, {"NumJobStarts": starts})
             self.ad["NumJobStarts"] = starts
         if self.status is JobStatus.HELD:
             return _E.LOCAL_HELD
         return None
+
+    def _keep(self, attrs: dict[str, Any]) -> None:
+        """What was written of the remote job, in the ad kept here too."""
+        for name, value in attrs.items():
+            self.ad[name] = value
 
     async def _hold_remote(self) -> CondorEvent:
         stop = await self.until_resource_up(self._removed)

@@ -150,8 +150,9 @@ class Ec2Instance(GridJob[Ec2State, Ec2Event]):
             return _E.VM_LOST
         self.seen = True
         self.unknown_polls = 0
-        await self._mirror(status)
-        if not await self._mirror_run(running=status.state in _HAS_RUN):
+        if not await self._mirror_run(
+            running=status.state in _HAS_RUN, attrs=self._changes(status)
+        ):
             return None
         if status.state == "running" and not self._attached:
             self._attached = True
@@ -164,7 +165,14 @@ class Ec2Instance(GridJob[Ec2State, Ec2Event]):
         return None
 
     async def _mirror(self, status: ec2.InstanceStatus) -> None:
-        """GridJobStatus, EC2RemoteVirtualMachineName, EC2StatusReasonCode: what changed."""
+        """`_changes` written."""
+        attrs = self._changes(status)
+        if attrs:
+            await self.io.update(self.job_id, attrs)
+
+    def _changes(self, status: ec2.InstanceStatus) -> dict[str, Any]:
+        """GridJobStatus, EC2RemoteVirtualMachineName, EC2StatusReasonCode: what changed
+        (to write with the 001 that a first run makes, if it does)."""
         attrs: dict[str, Any] = {}
         if status.state != self.remote_state:
             self.remote_state = status.state
@@ -176,8 +184,7 @@ class Ec2Instance(GridJob[Ec2State, Ec2Event]):
         if status.reason != self.reason_code:
             self.reason_code = status.reason
             attrs["EC2StatusReasonCode"] = status.reason if status.reason else UNDEFINED
-        if attrs:
-            await self.io.update(self.job_id, attrs)
+        return attrs
 
     def _ended(self, reason: str | None) -> Ec2Event:
         if reason is None or reason in _NORMAL_END:

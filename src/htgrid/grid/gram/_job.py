@@ -259,17 +259,20 @@ class GramJob(GridJob[GramState, GramEvent]):
             return None
         await self._refresh_proxy()
         state = answer.name
+        update: dict[str, Any] = {}
         if state != self.remote_state:
             update = {"GridJobStatus": state, "LastRemoteStatusUpdate": int(status.when)}
-            await self.io.update(self.job_id, update)
+        if state in ("DONE", "FAILED"):
+            if update:
+                await self.io.update(self.job_id, update)
             self.remote_state = state
-        if state == "DONE":
-            self.exit_code = answer.exit_code or 0
-            return _E.ENDED
-        if state == "FAILED":
+            if state == "DONE":
+                self.exit_code = answer.exit_code or 0
+                return _E.ENDED
             await self._hold_now(gram.error_text(answer.failure), answer.failure)
             return _E.JOB_FAILED
-        await self._mirror_run(running=state in _RUNNING, idle=state in _IDLE)
+        await self._mirror_run(running=state in _RUNNING, idle=state in _IDLE, attrs=update)
+        self.remote_state = state
         return None
 
     def _stdio_sizes(self) -> str:
