@@ -246,13 +246,20 @@ def test_status_q_run_and_analysis_show_the_remote_nodes(
         / "go"
     )
     try:
-        # condor_q -run: where each running job runs, the node's dynamic slot.
-        status, out, err = run_cli(pool.home, "q", "-run")
-        assert status == 0, err
-        lines = out.splitlines()
+        # condor_q -run: where each running job runs, the node's dynamic slot (once the
+        # schedd has the node's answer: the job may run a moment before its start is
+        # recorded).
+        def run_table() -> tuple[str, list[str], list[list[str]]] | None:
+            status, out, err = run_cli(pool.home, "q", "-run")
+            assert status == 0, err
+            lines = out.splitlines()
+            rows = [line.split() for line in lines if line.startswith(f"{running}.0 ")]
+            return (out, lines, rows) if rows else None
+
+        out, lines, rows = wait_for(run_table, timeout=30, what="the job's start recorded")
         head = next(line for line in lines if "HOST(S)" in line)
         assert head.split() == ["ID", "OWNER", "SUBMITTED", "RUN_TIME", "HOST(S)"]
-        (row,) = [line.split() for line in lines if line.startswith(f"{running}.0 ")]
+        (row,) = rows
         assert row[-1].startswith("slot1_") and row[-1].endswith("@node2"), out
         assert not [line for line in lines if line.startswith(f"{too_big}.0 ")]
 

@@ -28,6 +28,7 @@ from htgrid.startd import (
 )
 from htgrid.startd._daemon import ExitReason, Startd
 from htgrid.startd._transfer import input_entries, pack, unpack_output
+from htgrid.startd._wire import AdChanges, ClaimStatus
 
 from .conftest import OWNER, claim_id, job_ad, run_job, run_startd, script, until
 
@@ -385,6 +386,48 @@ def test_an_activation_after_the_last_job_reuses_its_ended_claim_in_one_request(
 
     run_startd(tmp_path / "home", scenario)
     assert (iwd / "second.out").read_text() == "run second\n"
+
+
+def test_a_reused_claims_next_job_ad_goes_as_its_changes_and_runs_whole(
+    tmp_path: Path,
+) -> None:
+    """The next job on a reused claim is sent as what changed in its ad since the last
+    job's (set and gone); the node runs it with its whole ad, as if sent in full."""
+    iwd = tmp_path / "iwd"
+    script(iwd, 'grep -i -e "^Arguments" -e "^Gone" -e "^Kept" "$_CONDOR_JOB_AD"\n')
+    sent: list[str] = []
+
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        activate = startd.activate
+
+        async def spy(claim: str, ad: ClassAd | AdChanges, *args: Any) -> ClaimStatus:
+            sent.append(type(ad).__name__)
+            return await activate(claim, ad, *args)
+
+        startd.activate = spy  # type: ignore[method-assign]
+        ads = [
+            job_ad(iwd, Arguments="first", Out="first.out", Gone="yes", Kept="same"),
+            job_ad(iwd, ProcId=1, Arguments="second", Out="second.out", Kept="same"),
+        ]
+        cid = claim_id()
+        await client.request_claim(cid, ads[0], "s", 60)
+        after = None
+        for ad in ads:
+            data = io.BytesIO()
+            pack(input_entries(ad), data, dereference=True)
+            status = await client.activate(cid, ad, data.getvalue(), after=after)
+            status = await until(client, cid, ClaimState.ENDED, status)
+            assert status.outcome is not None and status.outcome.exit_code == 0
+            assert status.output_data is not None
+            unpack_output(io.BytesIO(status.output_data), ad)
+            after = status.job
+
+    run_startd(tmp_path / "home", scenario)
+    assert sent == ["ClassAd", "AdChanges"]
+    first = (iwd / "first.out").read_text().splitlines()
+    second = (iwd / "second.out").read_text().splitlines()
+    assert sorted(first) == ['Arguments = "first"', 'Gone = "yes"', 'Kept = "same"']
+    assert sorted(second) == ['Arguments = "second"', 'Kept = "same"']
 
 
 def test_a_renewed_proxy_replaces_the_jobs_copy_also_before_its_input_arrives(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Final
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from htgrid.classad._ad import Entry
     from htgrid.classad._classad import ClassAd
 
-__all__ = ["ad_to_json", "ads_to_json", "json_members"]
+__all__ = ["ad_lines", "ad_to_json", "ads_to_json", "json_members", "json_object"]
 
 
 #: A string as a JSON string, as json.dumps(text, ensure_ascii=False) writes it: the
@@ -102,17 +102,28 @@ _ENTRY_LINES: dict[int, tuple[Entry, str]] = {}
 
 def ad_to_json(ad: ClassAd) -> str:
     """An ad as printJson writes it."""
-    if not ad._attrs:
-        return "{\n}"
-    lines = []
-    for entry in ad._attrs.values():
-        known = _ENTRY_LINES.get(id(entry))
-        if known is not None and known[0] is entry:
-            lines.append(known[1])
-            continue
-        line = f"  {_string(entry.name)}: {_node(entry.node, 2)}"
-        if len(_ENTRY_LINES) >= _LINES_LIMIT:
-            _ENTRY_LINES.clear()
-        _ENTRY_LINES[id(entry)] = (entry, line)
-        lines.append(line)
-    return "{\n" + ",\n".join(lines) + "\n}"
+    return json_object(_entry_line(entry) for entry in ad._attrs.values())
+
+
+def ad_lines(ad: ClassAd) -> dict[str, str]:
+    """The lines of `ad_to_json`'s object, by lower-case attribute name: an attribute
+    that did not change between two ads has the same line (the same string, as a rule:
+    compared at once), so what changed is cheap to find and send alone."""
+    return {key: _entry_line(entry) for key, entry in ad._attrs.items()}
+
+
+def json_object(lines: Iterable[str]) -> str:
+    """The JSON object of `ad_lines`' lines (some of them, say)."""
+    body = ",\n".join(lines)
+    return "{\n" + body + "\n}" if body else "{\n}"
+
+
+def _entry_line(entry: Entry) -> str:
+    known = _ENTRY_LINES.get(id(entry))
+    if known is not None and known[0] is entry:
+        return known[1]
+    line = f"  {_string(entry.name)}: {_node(entry.node, 2)}"
+    if len(_ENTRY_LINES) >= _LINES_LIMIT:
+        _ENTRY_LINES.clear()
+    _ENTRY_LINES[id(entry)] = (entry, line)
+    return line

@@ -10,6 +10,9 @@ string) before decoding, and each writer writes it back.
                                     (a string starting with EXPR_MARK)
     ad_to_json(ad), ads_to_json(ads), json_members(ad)
                                     ClassAds -> JSON text, as printJson writes them
+    ad_lines(ad), json_object(lines)
+                                    the lines of ad_to_json's object by attribute, and
+                                    an object of some of them (an ad's changes)
     ad_from_object(obj)             a value of `loads` -> ClassAd (an ad of literals only
                                     without the parser)
     ad_text(obj)                    a value of `loads` -> one line of new ClassAd syntax,
@@ -39,7 +42,7 @@ from htgrid.classad._parser import (
     TOO_DEEP,
     parse_expr,
 )
-from htgrid.classad._tojson import ad_to_json, ads_to_json, json_members
+from htgrid.classad._tojson import ad_lines, ad_to_json, ads_to_json, json_members, json_object
 from htgrid.classad._unparse import quote_string
 from htgrid.classad._values import INT64_MAX, INT64_MIN, UNDEFINED
 from htgrid.errors import ClassAdSyntaxError
@@ -47,6 +50,7 @@ from htgrid.errors import ClassAdSyntaxError
 __all__ = [
     "EXPR_MARK",
     "ad_from_object",
+    "ad_lines",
     "ad_text",
     "ad_to_json",
     "ads_to_json",
@@ -54,6 +58,7 @@ __all__ = [
     "is_literal",
     "iter_json_ads",
     "json_members",
+    "json_object",
     "loads",
 ]
 

@@ -83,7 +83,7 @@ from htgrid.startd._errors import (
     to_problem,
 )
 from htgrid.startd._watch import ClaimWatches, PollCounts, ended_to_json
-from htgrid.startd._wire import ClaimGrant, ClaimStatus, activation_json_length
+from htgrid.startd._wire import AdChanges, ClaimGrant, ClaimStatus, activation_json_length
 
 __all__ = [
     "StartdBackend",
@@ -118,7 +118,7 @@ class StartdBackend(Protocol):
     async def activate(
         self,
         claim_id: str,
-        job_ad: ClassAd,
+        job_ad: ClassAd | AdChanges,
         input_data: bytes | None = None,
         after: str | None = None,
     ) -> ClaimStatus: ...
@@ -199,6 +199,23 @@ def _job_ad(doc: dict[str, Any]) -> ClassAd:
         return ad_from_json(doc.get("job_ad"))
     except BadRequest as exc:
         raise StartdProtocolError(str(exc)) from None
+
+
+def _activated_ad(doc: dict[str, Any], after: str | None) -> ClassAd | AdChanges:
+    """An activation's job ad: whole, or its changes from the claim's last job's."""
+    changes = doc.get("job_ad_changes")
+    if changes is None:
+        return _job_ad(doc)
+    if after is None:
+        raise StartdProtocolError('"job_ad_changes" come with "after", the job they change')
+    unset = doc.get("job_ad_unset", [])
+    if not isinstance(unset, list) or not all(isinstance(name, str) for name in unset):
+        raise StartdProtocolError('"job_ad_unset" must be a list of attribute names')
+    try:
+        changed = ad_from_json(changes, "the job ad's changes")
+    except BadRequest as exc:
+        raise StartdProtocolError(str(exc)) from None
+    return AdChanges(changed, tuple(unset))
 
 
 async def _disconnected(request: Request) -> None:
@@ -318,7 +335,7 @@ def create_app(
             raise StartdProtocolError('"after" must be the job id ("cluster.proc") of the last job')
         token = None if doc.get("watch") is None else _token(doc.get("watch"))
         claim_id = request.path_params["claim_id"]
-        found = await backend.activate(claim_id, _job_ad(doc), data, after)
+        found = await backend.activate(claim_id, _activated_ad(doc, after), data, after)
         if token is not None:
             watches.activated(token, claim_id, found.version)
         return JSONResponse(found.to_json())

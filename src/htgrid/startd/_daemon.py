@@ -63,7 +63,7 @@ from htgrid.startd._reconfig import reread
 from htgrid.startd._starter import Starter
 from htgrid.startd._startup import clean_up_after_predecessor, hold_lock
 from htgrid.startd._states import ACTIVE, ClaimState, Outcome, OutcomeKind, SlotState
-from htgrid.startd._wire import ClaimGrant, ClaimStatus
+from htgrid.startd._wire import AdChanges, ClaimGrant, ClaimStatus
 
 __all__ = ["EXIT_IDLE", "ExitReason", "Startd"]
 
@@ -185,7 +185,9 @@ class Startd:
             f", GPUs {','.join(request.gpus)}" if request.gpus else "",
         )
         self._changed()
-        return ClaimGrant(claim_id, claim.name, lease, self.started, request, tar_activation=True)
+        return ClaimGrant(
+            claim_id, claim.name, lease, self.started, request, tar_activation=True, ad_changes=True
+        )
 
     async def claim_status(
         self, claim_id: str, wait: float, version: int, *, renew: bool = True
@@ -202,15 +204,20 @@ class Startd:
     async def activate(
         self,
         claim_id: str,
-        job_ad: ClassAd,
+        job_ad: ClassAd | AdChanges,
         input_data: bytes | None = None,
         after: str | None = None,
     ) -> ClaimStatus:
         """Start the job on the claim; its input sandbox follows (`receive_input`), or
         comes with the activation (`input_data`, a small one's tar). With `after`, the
         job ("cluster.proc") whose end the schedd has recorded: a claim ENDED for that
-        job is reused for this one first, in the same request (`reuse`)."""
+        job is reused for this one first, in the same request (`reuse`); the job's ad
+        may then come as its changes from that job's."""
         claim = self.slots.get(claim_id)
+        if isinstance(job_ad, AdChanges):
+            if after is None or str(claim.job_id) != after:
+                raise ClaimStateError(f"claim {claim_id} ran job {claim.job_id}, not {after}")
+            job_ad = job_ad.applied_to(claim.job_ad)
         previous = None  # the last job's starter, whose files go as this one's sandbox comes
         if after is not None and claim.state is ClaimState.ENDED:
             if str(claim.job_id) != after:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
+from copy import copy
 from dataclasses import dataclass
 from typing import Any, Final
 
+from htgrid.classad import ClassAd
 from htgrid.startd._errors import StartdProtocolError
 from htgrid.startd._states import ClaimState, Outcome, Resources
 
@@ -14,6 +16,7 @@ __all__ = [
     "ACTIVATION_TAR",
     "NO_RESOURCES",
     "TLS_CERTIFICATE",
+    "AdChanges",
     "ClaimGrant",
     "ClaimStatus",
     "activation_json_length",
@@ -29,6 +32,23 @@ TLS_CERTIFICATE: Final = "StartdTlsCertificate"
 
 
 @dataclass(frozen=True, slots=True)
+class AdChanges:
+    """A reused claim's next job ad, as what changed from the ad of the claim's last
+    job: the attributes set (`changed`) and those gone (`unset`, by name)."""
+
+    changed: ClassAd
+    unset: tuple[str, ...] = ()
+
+    def applied_to(self, base: ClassAd) -> ClassAd:
+        ad = copy(base)
+        ad.update(self.changed)
+        for name in self.unset:
+            if name in ad:
+                del ad[name]
+        return ad
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimGrant:
     """The answer to a claim request: the dynamic slot carved for it."""
 
@@ -38,6 +58,9 @@ class ClaimGrant:
     started: int  # the startd's DaemonStartTime: another value means it restarted
     resources: Resources = NO_RESOURCES  # what the dynamic slot holds
     tar_activation: bool = False  # the node takes ACTIVATION_TAR
+    # The node takes a reused claim's activation with the job ad's changes from the
+    # claim's last job's ("job_ad_changes", "job_ad_unset") rather than the whole ad.
+    ad_changes: bool = False
 
     def to_json(self) -> dict[str, Any]:
         have = self.resources
@@ -55,6 +78,8 @@ class ClaimGrant:
         }
         if self.tar_activation:
             doc["tar_activation"] = True
+        if self.ad_changes:
+            doc["ad_changes"] = True
         return doc
 
     @classmethod
@@ -75,6 +100,7 @@ class ClaimGrant:
                 int(doc["started"]),
                 resources,
                 doc.get("tar_activation") is True,
+                doc.get("ad_changes") is True,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StartdProtocolError(f"not a claim grant: {exc}") from None

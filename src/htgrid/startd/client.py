@@ -33,7 +33,7 @@ from types import TracebackType
 from typing import Any, BinaryIO
 
 from htgrid.classad import ClassAd
-from htgrid.classad.adjson import ads_to_json, loads
+from htgrid.classad.adjson import ad_lines, ad_to_json, json_object, loads
 from htgrid.client import Connect, Http11, Streamed, said
 from htgrid.net import ad_from_json
 from htgrid.startd._errors import (
@@ -79,6 +79,10 @@ class StartdClient:
         self.timeout = timeout
         self._http = Http11.unix(str(path))
         self._tar_activation = False  # the node's grants said it takes ACTIVATION_TAR
+        self._ad_changes = False  # ... and a reused claim's job ad as its changes
+        # Per claim, the lines of the job ad its last activation sent, which the node
+        # holds: the next job's goes as its changes from it.
+        self._sent: dict[str, dict[str, str]] = {}
 
     @classmethod
     def over_tls(
@@ -91,7 +95,8 @@ class StartdClient:
         self.where = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
         self.timeout = timeout
         self._http = Http11.tls(host, port, tls)
-        self._tar_activation = False
+        self._tar_activation = self._ad_changes = False
+        self._sent = {}
         return self
 
     @classmethod
@@ -113,7 +118,8 @@ class StartdClient:
         self.where = where
         self.timeout = timeout
         self._http = Http11.tls_over(connect, host, tls)
-        self._tar_activation = False
+        self._tar_activation = self._ad_changes = False
+        self._sent = {}
         return self
 
     async def __aenter__(self) -> StartdClient:
@@ -146,6 +152,7 @@ class StartdClient:
         body = _raw({"claim_id": claim_id, "schedd": schedd, "lease": lease}, job_ad)
         grant = ClaimGrant.from_json(await self._json("POST", "/v1/claims", body))
         self._tar_activation = grant.tar_activation
+        self._ad_changes = grant.ad_changes
         return grant
 
     async def status(self, claim_id: str, *, wait: float = 0.0, version: int = -1) -> ClaimStatus:
@@ -194,27 +201,43 @@ class StartdClient:
         (`send_input`), unless the node took it with the activation: `input_data`, a
         small input sandbox's tar. `after` names the claim's last job, whose end the
         caller has recorded: the claim, ENDED for it, is reused in the same request.
-        `watch`: the caller's `watch` poll of that token follows the claim from now on."""
-        fields: dict[str, str] = {}
+        `watch`: the caller's `watch` poll of that token follows the claim from now on.
+
+        A claim reused (`after`) whose last activation went from here sends only what
+        changed in the job ad since, to a node that takes that: the next job of a
+        cluster differs from the last in a few of its ~100 attributes, which the node
+        then parses alone. Any failure forgets what was sent: the next goes whole."""
+        fields: dict[str, Any] = {}
         if after is not None:
             fields["after"] = after
         if watch is not None:
             fields["watch"] = watch
+        lines = ad_lines(job_ad)
+        last = self._sent.pop(claim_id, None)
+        if after is not None and last is not None and self._ad_changes:
+            changed = [line for key, line in lines.items() if last.get(key) != line]
+            fields["job_ad_unset"] = [key for key in last if key not in lines]
+            ad = ("job_ad_changes", json_object(changed))
+        else:
+            ad = ("job_ad", json_object(lines.values()))
         path = f"/v1/claims/{claim_id}/activate"
         if input_data is not None and self._tar_activation:
             # The tar after the JSON: no base64 to make, nor for the node to undo.
-            head = _raw(fields, job_ad).data
+            head = _raw(fields, ad).data
             kind = f"{ACTIVATION_TAR}; json={len(head)}"
             try:
                 doc = await self._json("POST", path, head + input_data, content_type=kind)
+                self._sent[claim_id] = lines
                 return ClaimStatus.from_json(doc)
             except StartdProtocolError as exc:
                 if "not JSON" not in str(exc):
                     raise
                 # An older node, since the grant (it read it all as JSON and did nothing).
                 self._tar_activation = False
-        body = _raw(fields, job_ad, input_data)
-        return ClaimStatus.from_json(await self._json("POST", path, body))
+        body = _raw(fields, ad, input_data)
+        status = ClaimStatus.from_json(await self._json("POST", path, body))
+        self._sent[claim_id] = lines
+        return status
 
     async def send_input(self, claim_id: str, tar_path: Path) -> ClaimStatus:
         """Stream the input sandbox (a tar file) to the claim."""
@@ -304,6 +327,7 @@ class StartdClient:
         the release goes as a short request, over a kept connection (a burst of claims
         let go at once opened one each, and a TLS handshake)."""
         timeouts = None if idle else (None, None)
+        self._sent.pop(claim_id, None)
         await self._json("DELETE", f"/v1/claims/{claim_id}", timeouts=timeouts)
 
     # -- plumbing -----------------------------------------------------------------------
@@ -381,13 +405,15 @@ class _Raw:
         self.data = data
 
 
-def _raw(fields: dict[str, Any], job_ad: ClassAd, data: bytes | None = None) -> _Raw:
-    """`fields` and the job ad as one JSON object; with `data` as "input_data" in
-    base64, put in as it is: its alphabet needs no escaping in a JSON string, and an
-    encoder would scan every byte of it (~50 KB an activation, for an executable alone)."""
+def _raw(fields: dict[str, Any], ad: ClassAd | tuple[str, str], data: bytes | None = None) -> _Raw:
+    """`fields` and the job ad (or a member named as given, holding a JSON object) as
+    one JSON object; with `data` as "input_data" in base64, put in as it is: its
+    alphabet needs no escaping in a JSON string, and an encoder would scan every byte of
+    it (~50 KB an activation, for an executable alone)."""
+    name, value = ("job_ad", ad_to_json(ad)) if isinstance(ad, ClassAd) else ad
     head = json.dumps(fields)[:-1]
     sep = ", " if fields else ""
-    text = f'{head}{sep}"job_ad": {ads_to_json([job_ad])[1:-1]}'.encode()
+    text = f'{head}{sep}"{name}": {value}'.encode()
     if data is None:
         return _Raw(text + b"}")
     return _Raw(b'%s, "input_data": "%s"}' % (text, base64.b64encode(data)))
