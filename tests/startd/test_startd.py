@@ -391,18 +391,19 @@ def test_an_activation_after_the_last_job_reuses_its_ended_claim_in_one_request(
 def test_a_reused_claims_next_job_ad_goes_as_its_changes_and_runs_whole(
     tmp_path: Path,
 ) -> None:
-    """The next job on a reused claim is sent as what changed in its ad since the last
-    job's (set and gone); the node runs it with its whole ad, as if sent in full."""
+    """The next job on a reused claim is sent as what changed since the last job: its
+    ad's attributes set and gone, and no input when it is the same tar again; the node
+    runs it with its whole ad and its input, as if both were sent in full."""
     iwd = tmp_path / "iwd"
     script(iwd, 'grep -i -e "^Arguments" -e "^Gone" -e "^Kept" "$_CONDOR_JOB_AD"\n')
-    sent: list[str] = []
+    sent: list[tuple[str, bool]] = []
 
     async def scenario(client: StartdClient, startd: Startd) -> None:
         activate = startd.activate
 
-        async def spy(claim: str, ad: ClassAd | AdChanges, *args: Any) -> ClaimStatus:
-            sent.append(type(ad).__name__)
-            return await activate(claim, ad, *args)
+        async def spy(claim: str, ad: ClassAd | AdChanges, *args: Any, **kw: Any) -> ClaimStatus:
+            sent.append((type(ad).__name__, kw.get("input_again", False)))
+            return await activate(claim, ad, *args, **kw)
 
         startd.activate = spy  # type: ignore[method-assign]
         ads = [
@@ -423,7 +424,7 @@ def test_a_reused_claims_next_job_ad_goes_as_its_changes_and_runs_whole(
             after = status.job
 
     run_startd(tmp_path / "home", scenario)
-    assert sent == ["ClassAd", "AdChanges"]
+    assert sent == [("ClassAd", False), ("AdChanges", True)]
     first = (iwd / "first.out").read_text().splitlines()
     second = (iwd / "second.out").read_text().splitlines()
     assert sorted(first) == ['Arguments = "first"', 'Gone = "yes"', 'Kept = "same"']

@@ -121,6 +121,8 @@ class StartdBackend(Protocol):
         job_ad: ClassAd | AdChanges,
         input_data: bytes | None = None,
         after: str | None = None,
+        *,
+        input_again: bool = False,
     ) -> ClaimStatus: ...
 
     async def receive_input(self, claim_id: str, request: Request) -> ClaimStatus: ...
@@ -335,7 +337,14 @@ def create_app(
             raise StartdProtocolError('"after" must be the job id ("cluster.proc") of the last job')
         token = None if doc.get("watch") is None else _token(doc.get("watch"))
         claim_id = request.path_params["claim_id"]
-        found = await backend.activate(claim_id, _activated_ad(doc, after), data, after)
+        again = doc.get("input_again", False)
+        if again is not False and (again is not True or data is not None or after is None):
+            raise StartdProtocolError(
+                '"input_again" is true, with "after" (the job whose input it names) and no '
+                "input sandbox"
+            )
+        job = _activated_ad(doc, after)
+        found = await backend.activate(claim_id, job, data, after, input_again=again)
         if token is not None:
             watches.activated(token, claim_id, found.version)
         return JSONResponse(found.to_json())

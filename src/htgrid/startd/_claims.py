@@ -96,6 +96,9 @@ class Claim:
     job_start: float | None = None
     watchers: int = 0  # long polls waiting on it now
     uses: int = 0  # jobs it ran before this one (claim reuse)
+    # The input sandbox's tar that came with the last activation (a small one's), which
+    # the next job may name again ("input_again") rather than send once more.
+    last_input: bytes | None = None
     # CLAIM_WORKLIFE: seconds from the grant after which the claim takes no further job
     # (None: no limit); `closing` is decided as each job ends, HTCondor's "Start" answer
     # to its shadow's deactivation, and told to the schedd with the claim's status.

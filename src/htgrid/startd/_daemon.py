@@ -186,7 +186,13 @@ class Startd:
         )
         self._changed()
         return ClaimGrant(
-            claim_id, claim.name, lease, self.started, request, tar_activation=True, ad_changes=True
+            claim_id,
+            claim.name,
+            lease,
+            self.started,
+            request,
+            tar_activation=True,
+            reuse_changes=True,
         )
 
     async def claim_status(
@@ -207,17 +213,25 @@ class Startd:
         job_ad: ClassAd | AdChanges,
         input_data: bytes | None = None,
         after: str | None = None,
+        *,
+        input_again: bool = False,
     ) -> ClaimStatus:
         """Start the job on the claim; its input sandbox follows (`receive_input`), or
         comes with the activation (`input_data`, a small one's tar). With `after`, the
         job ("cluster.proc") whose end the schedd has recorded: a claim ENDED for that
         job is reused for this one first, in the same request (`reuse`); the job's ad
-        may then come as its changes from that job's."""
+        may then come as its changes from that job's, and its input as that job's
+        again (`input_again`)."""
         claim = self.slots.get(claim_id)
-        if isinstance(job_ad, AdChanges):
+        if isinstance(job_ad, AdChanges) or input_again:
             if after is None or str(claim.job_id) != after:
                 raise ClaimStateError(f"claim {claim_id} ran job {claim.job_id}, not {after}")
-            job_ad = job_ad.applied_to(claim.job_ad)
+            if isinstance(job_ad, AdChanges):
+                job_ad = job_ad.applied_to(claim.job_ad)
+            if input_again:
+                if claim.last_input is None:
+                    raise ClaimStateError(f"claim {claim_id} keeps no input of job {after}")
+                input_data = claim.last_input
         previous = None  # the last job's starter, whose files go as this one's sandbox comes
         if after is not None and claim.state is ClaimState.ENDED:
             if str(claim.job_id) != after:
@@ -274,6 +288,7 @@ class Startd:
                 claim.transfer_input = False  # taken: the schedd sends it no more
                 if not took:
                     await starter.receive_input(_chunk(input_data))
+        claim.last_input = input_data if starter.transfer else None
         self._active()
         return claim.status()
 

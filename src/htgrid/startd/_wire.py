@@ -58,9 +58,10 @@ class ClaimGrant:
     started: int  # the startd's DaemonStartTime: another value means it restarted
     resources: Resources = NO_RESOURCES  # what the dynamic slot holds
     tar_activation: bool = False  # the node takes ACTIVATION_TAR
-    # The node takes a reused claim's activation with the job ad's changes from the
-    # claim's last job's ("job_ad_changes", "job_ad_unset") rather than the whole ad.
-    ad_changes: bool = False
+    # The node takes a reused claim's activation as what changed from the claim's last:
+    # the job ad's changes ("job_ad_changes", "job_ad_unset") rather than the whole ad,
+    # and "input_again" rather than the same small input sandbox once more.
+    reuse_changes: bool = False
 
     def to_json(self) -> dict[str, Any]:
         have = self.resources
@@ -78,8 +79,8 @@ class ClaimGrant:
         }
         if self.tar_activation:
             doc["tar_activation"] = True
-        if self.ad_changes:
-            doc["ad_changes"] = True
+        if self.reuse_changes:
+            doc["reuse_changes"] = True
         return doc
 
     @classmethod
@@ -100,7 +101,7 @@ class ClaimGrant:
                 int(doc["started"]),
                 resources,
                 doc.get("tar_activation") is True,
-                doc.get("ad_changes") is True,
+                doc.get("reuse_changes") is True,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StartdProtocolError(f"not a claim grant: {exc}") from None

@@ -79,10 +79,10 @@ class StartdClient:
         self.timeout = timeout
         self._http = Http11.unix(str(path))
         self._tar_activation = False  # the node's grants said it takes ACTIVATION_TAR
-        self._ad_changes = False  # ... and a reused claim's job ad as its changes
-        # Per claim, the lines of the job ad its last activation sent, which the node
-        # holds: the next job's goes as its changes from it.
-        self._sent: dict[str, dict[str, str]] = {}
+        self._changes = False  # ... and a reused claim's job ad as its changes
+        # Per claim, the lines of the job ad and the input its last activation sent,
+        # which the node holds: the next job's go as their changes from them.
+        self._sent: dict[str, tuple[dict[str, str], bytes | None]] = {}
 
     @classmethod
     def over_tls(
@@ -95,7 +95,7 @@ class StartdClient:
         self.where = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
         self.timeout = timeout
         self._http = Http11.tls(host, port, tls)
-        self._tar_activation = self._ad_changes = False
+        self._tar_activation = self._changes = False
         self._sent = {}
         return self
 
@@ -118,7 +118,7 @@ class StartdClient:
         self.where = where
         self.timeout = timeout
         self._http = Http11.tls_over(connect, host, tls)
-        self._tar_activation = self._ad_changes = False
+        self._tar_activation = self._changes = False
         self._sent = {}
         return self
 
@@ -152,7 +152,7 @@ class StartdClient:
         body = _raw({"claim_id": claim_id, "schedd": schedd, "lease": lease}, job_ad)
         grant = ClaimGrant.from_json(await self._json("POST", "/v1/claims", body))
         self._tar_activation = grant.tar_activation
-        self._ad_changes = grant.ad_changes
+        self._changes = grant.reuse_changes
         return grant
 
     async def status(self, claim_id: str, *, wait: float = 0.0, version: int = -1) -> ClaimStatus:
@@ -204,9 +204,11 @@ class StartdClient:
         `watch`: the caller's `watch` poll of that token follows the claim from now on.
 
         A claim reused (`after`) whose last activation went from here sends only what
-        changed in the job ad since, to a node that takes that: the next job of a
-        cluster differs from the last in a few of its ~100 attributes, which the node
-        then parses alone. Any failure forgets what was sent: the next goes whole."""
+        changed since, to a node that takes that: of the job ad, the attributes that
+        differ (the next job of a cluster differs from the last in a few of its ~100,
+        which the node then parses alone); of the input, nothing when it is the same
+        tar again (its executable, say: tens of KB a job through TLS, each way). Any
+        failure forgets what was sent: the next goes whole."""
         fields: dict[str, Any] = {}
         if after is not None:
             fields["after"] = after
@@ -214,29 +216,33 @@ class StartdClient:
             fields["watch"] = watch
         lines = ad_lines(job_ad)
         last = self._sent.pop(claim_id, None)
-        if after is not None and last is not None and self._ad_changes:
-            changed = [line for key, line in lines.items() if last.get(key) != line]
-            fields["job_ad_unset"] = [key for key in last if key not in lines]
+        ad = ("job_ad", json_object(lines.values()))
+        data = input_data
+        if after is not None and last is not None and self._changes:
+            last_lines, last_input = last
+            changed = [line for key, line in lines.items() if last_lines.get(key) != line]
+            fields["job_ad_unset"] = [key for key in last_lines if key not in lines]
             ad = ("job_ad_changes", json_object(changed))
-        else:
-            ad = ("job_ad", json_object(lines.values()))
+            if data is not None and data == last_input:
+                fields["input_again"], data = True, None
+        sent = (lines, input_data)
         path = f"/v1/claims/{claim_id}/activate"
-        if input_data is not None and self._tar_activation:
+        if data is not None and self._tar_activation:
             # The tar after the JSON: no base64 to make, nor for the node to undo.
             head = _raw(fields, ad).data
             kind = f"{ACTIVATION_TAR}; json={len(head)}"
             try:
-                doc = await self._json("POST", path, head + input_data, content_type=kind)
-                self._sent[claim_id] = lines
+                doc = await self._json("POST", path, head + data, content_type=kind)
+                self._sent[claim_id] = sent
                 return ClaimStatus.from_json(doc)
             except StartdProtocolError as exc:
                 if "not JSON" not in str(exc):
                     raise
                 # An older node, since the grant (it read it all as JSON and did nothing).
                 self._tar_activation = False
-        body = _raw(fields, ad, input_data)
+        body = _raw(fields, ad, data)
         status = ClaimStatus.from_json(await self._json("POST", path, body))
-        self._sent[claim_id] = lines
+        self._sent[claim_id] = sent
         return status
 
     async def send_input(self, claim_id: str, tar_path: Path) -> ClaimStatus:
