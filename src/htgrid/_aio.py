@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
-__all__ = ["noted", "on_parent_gone", "take_sighup", "wait_event"]
+__all__ = [
+    "call_from_thread",
+    "fail_from_thread",
+    "noted",
+    "on_parent_gone",
+    "resolve_from_thread",
+    "take_sighup",
+    "wait_event",
+]
 
 _T = TypeVar("_T")
 
@@ -67,3 +76,34 @@ async def noted(
     finally:
         task.cancel()  # only if this wait was cancelled: a done task ignores it
     return task.result()
+
+
+def call_from_thread(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
+    """`fn(*args)` on `loop`, from another thread; nothing if the loop closed meanwhile
+    (nobody waits for it then)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(fn, *args)
+
+
+def resolve_from_thread(
+    loop: asyncio.AbstractEventLoop, future: asyncio.Future[_T], value: _T
+) -> None:
+    """From another thread: `value` as `future`'s result (unless it is done: cancelled)."""
+    call_from_thread(loop, _resolve, future, value)
+
+
+def fail_from_thread(
+    loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], error: BaseException
+) -> None:
+    """From another thread: `error` as what `future` raises (unless it is done)."""
+    call_from_thread(loop, _fail, future, error)
+
+
+def _resolve(future: asyncio.Future[_T], value: _T) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)

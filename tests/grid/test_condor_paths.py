@@ -281,24 +281,7 @@ def test_only_a_slow_stage_out_shows_in_the_wait_reason(grid: Grid, remote: Remo
     assert not isinstance(grid.ad(slow).get("GridWaitReason"), str)  # cleared at the end
 
 
-def test_running_remotely_is_mirrored(grid: Grid, remote: Remote) -> None:
-    [job] = _submit(grid)
-
-    async def main() -> None:
-        async with running(grid, remote):
-            await wait_for("the stage in", lambda: (r := _remote_of(grid, job)) and remote.idle(r))
-            rid = _remote_of(grid, job)
-            assert rid is not None
-            remote.queue.update(rid, {"RemoteHost": "slot1@execute.b"})
-            remote.queue.job_started(rid)
-            await wait_for("running here", lambda: grid.ad(job)["JobStatus"] == JobStatus.RUNNING)
-            assert grid.ad(job)["RemoteHost"] == "slot1@execute.b"
-            assert grid.ad(job)["GridJobStatus"] == "RUNNING"
-
-    run(main())
-
-
-def test_the_remote_status_moves_with_the_local_one_in_one_commit(
+def test_running_remotely_is_mirrored_with_the_remote_status_in_one_commit(
     grid: Grid, remote: Remote, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The 001 (and the 004) that mirror the remote job commit its GridJobStatus and
@@ -335,6 +318,8 @@ def test_the_remote_status_moves_with_the_local_one_in_one_commit(
             remote.queue.update(rid, {"RemoteHost": "slot1@execute.b"})
             started(remote.queue, rid)
             await wait_for("running here", lambda: grid.ad(job)["JobStatus"] == JobStatus.RUNNING)
+            assert grid.ad(job)["RemoteHost"] == "slot1@execute.b"
+            assert grid.ad(job)["GridJobStatus"] == "RUNNING"
             evicted(remote.queue, rid, "the execute node went away")
             await wait_for("idle again here", lambda: grid.ad(job)["JobStatus"] == JobStatus.IDLE)
 

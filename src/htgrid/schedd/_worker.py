@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from htgrid._aio import fail_from_thread, resolve_from_thread
 from htgrid.queue import JobQueue
 from htgrid.queue.doorbell import ring
 
@@ -66,23 +66,9 @@ class _Call:
         try:
             result = self.fn(queue)
         except BaseException as exc:  # the caller gets whatever it raised
-            self._deliver(_fail, exc)
+            fail_from_thread(self.loop, self.future, exc)
         else:
-            self._deliver(_succeed, result)
-
-    def _deliver(self, how: Callable[[asyncio.Future[Any], Any], None], value: Any) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
-            self.loop.call_soon_threadsafe(how, self.future, value)
-
-
-def _succeed(future: asyncio.Future[Any], value: Any) -> None:
-    if not future.done():
-        future.set_result(value)
-
-
-def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
-    if not future.done():
-        future.set_exception(exc)
+            resolve_from_thread(self.loop, self.future, result)
 
 
 class QueueWorker:

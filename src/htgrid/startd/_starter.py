@@ -37,6 +37,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, BinaryIO, Final
 
+from htgrid._aio import call_from_thread, fail_from_thread, resolve_from_thread
 from htgrid._files import private_file, write_atomic
 from htgrid._privsep import Account, OwnerPolicy, OwnerRefused, as_owner, owned_dir
 from htgrid.classad import ClassAd
@@ -346,9 +347,9 @@ class Starter:
             try:
                 result = fn(*args, loop)
             except BaseException as exc:  # the loop gets whatever it raised
-                _deliver(loop, _failed, future, exc)
+                fail_from_thread(loop, future, exc)
             else:
-                _deliver(loop, _succeeded, future, result)
+                resolve_from_thread(loop, future, result)
 
         threading.Thread(target=body, name=f"job {self.claim.name}", daemon=True).start()
         return future
@@ -370,7 +371,7 @@ class Starter:
         launched = self._set_up(previous, data, spec)
         if not isinstance(launched, tuple):
             return launched
-        _deliver(loop, self._launched, ready, spec, launched)
+        call_from_thread(loop, self._launched, ready, spec, launched)
         before, proc = launched
         ended = reap(proc)  # signalled from the loop meanwhile: vacate, suspend, kill
         kill_group(proc.pid, signal.SIGKILL)  # what the job left running dies with it
@@ -709,21 +710,6 @@ def _spill(path: Path, data: bytes) -> BinaryIO:
         f.close()
         raise
     return f
-
-
-def _deliver(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: object) -> None:
-    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
-        loop.call_soon_threadsafe(fn, *args)
-
-
-def _succeeded(future: asyncio.Future[_Through], value: _Through) -> None:
-    if not future.done():
-        future.set_result(value)
-
-
-def _failed(future: asyncio.Future[_Through], exc: BaseException) -> None:
-    if not future.done():
-        future.set_exception(exc)
 
 
 def _kill_if_running(proc: subprocess.Popen[bytes]) -> None:
