@@ -16,7 +16,10 @@
                                           `watch`: the poll of that token follows it;
                                           `input_data`: a small input sandbox's tar, in
                                           base64, or as ACTIVATION_TAR: that JSON, then
-                                          the tar itself)
+                                          the tar itself). With `after`, in place of
+                                          job_ad: job_ad_changes and job_ad_unset, its
+                                          changes from that job's ad; of input_data:
+                                          input_again (true), that job's input again
     PUT    /v1/claims/{id}/input          the input sandbox (a tar), when the job's files travel
     GET    /v1/claims/{id}/output         the output sandbox (a tar), once the job has ended
     POST   /v1/claims/{id}/vacate         stop the job: {reason: vacate | hold | remove}
