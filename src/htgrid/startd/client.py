@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import hashlib
 import json
 import os
 import ssl
@@ -79,9 +80,9 @@ class StartdClient:
         self.timeout = timeout
         self._http = Http11.unix(str(path))
         self._tar_activation = False  # the node's grants said it takes ACTIVATION_TAR
-        self._changes = False  # ... and a reused claim's job ad as its changes
-        # Per claim, the lines of the job ad and the input its last activation sent,
-        # which the node holds: the next job's go as their changes from them.
+        self._changes = False  # ... and a reused claim's activation as its changes
+        # Per claim, the lines of the job ad and the digest of the input its last
+        # activation sent, which the node holds: the next job's go as their changes.
         self._sent: dict[str, tuple[dict[str, str], bytes | None]] = {}
 
     @classmethod
@@ -218,14 +219,15 @@ class StartdClient:
         last = self._sent.pop(claim_id, None)
         ad = ("job_ad", json_object(lines.values()))
         data = input_data
+        digest = None if input_data is None else _digest(input_data)
         if after is not None and last is not None and self._changes:
-            last_lines, last_input = last
+            last_lines, last_digest = last
             changed = [line for key, line in lines.items() if last_lines.get(key) != line]
             fields["job_ad_unset"] = [key for key in last_lines if key not in lines]
             ad = ("job_ad_changes", json_object(changed))
-            if data is not None and data == last_input:
+            if digest is not None and digest == last_digest:
                 fields["input_again"], data = True, None
-        sent = (lines, input_data)
+        sent = (lines, digest)  # not the input itself: up to 256 KiB for each claim
         path = f"/v1/claims/{claim_id}/activate"
         if data is not None and self._tar_activation:
             # The tar after the JSON: no base64 to make, nor for the node to undo.
@@ -423,6 +425,11 @@ def _raw(fields: dict[str, Any], ad: ClassAd | tuple[str, str], data: bytes | No
     if data is None:
         return _Raw(text + b"}")
     return _Raw(b'%s, "input_data": "%s"}' % (text, base64.b64encode(data)))
+
+
+def _digest(data: bytes) -> bytes:
+    """What tells an input sandbox's tar from another."""
+    return hashlib.blake2b(data, digest_size=20).digest()
 
 
 def _decode(content: bytes) -> Any:
