@@ -31,6 +31,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path, PurePosixPath
@@ -59,7 +60,6 @@ from htgrid.queue import HoldReasonCode, JobId
 from htgrid.startd._claims import Claim
 from htgrid.startd._config import StartdConfig
 from htgrid.startd._errors import ClaimStateError
-from htgrid.startd._jobthreads import JobThreads
 from htgrid.startd._states import ACTIVE, ClaimState, Outcome, OutcomeKind
 from htgrid.startd._transfer import (
     JOB_AD,
@@ -96,8 +96,6 @@ StopReason = str  # "vacate" (the startd or the schedd), "hold" or "remove" (the
 _Launched = tuple[dict[str, int], subprocess.Popen[bytes]]
 #: What a run in the job's own thread returns (`Starter._through`).
 _Through = _Launched | LaunchError | Outcome | None
-#: The threads the jobs' runs block in: one for the process (its nodes' starters share it).
-_JOB_THREADS: Final = JobThreads()
 
 
 class Starter:
@@ -340,8 +338,8 @@ class Starter:
         _log.info("%s: job %s ended: %s", claim.name, claim.job_id, _describe(outcome))
 
     def _job_thread(self, fn: Callable[..., _Through], *args: object) -> asyncio.Future[_Through]:
-        """`fn(*args, loop)` in a thread of the node's job threads (`JobThreads`), which
-        may wait for the job's end."""
+        """`fn(*args, loop)` in a thread of its own, which may wait for the job's end: a
+        daemon thread, which a stopping node does not wait for (its jobs are killed)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_Through] = loop.create_future()
 
@@ -353,7 +351,7 @@ class Starter:
             else:
                 resolve_from_thread(loop, future, result)
 
-        _JOB_THREADS.submit(body)
+        threading.Thread(target=body, name=f"job {self.claim.name}", daemon=True).start()
         return future
 
     def _through(
