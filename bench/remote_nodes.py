@@ -16,10 +16,10 @@ and loopback address (127.0.0.2, .3, ...), --cpus slots each. In the same run:
 
 Printed: both wall times and their ratio remote / local (target <= 1.5), the CPU time the
 schedd (and, for the remote jobs, all nodes together) spent per job, which the machine's
-load moves less than the wall times, their threads' context switches per job (each a
-hand-off between threads or a wake-up of a process: on this host a cost the CPU times
-show and the profiles do not), and the schedd's memory per running remote job (target
-< 1.5 MB).
+load moves less than the wall times, the context switches per job of their threads
+alive at the end (each a hand-off between threads or a wake-up of a process: on this
+host a cost the CPU times show and the profiles do not; the nodes' threads of ended
+jobs are not counted), and the schedd's memory per running remote job (target < 1.5 MB).
 """
 
 from __future__ import annotations
@@ -66,7 +66,10 @@ def cpu_seconds(pid: int, stat: str | None = None) -> float:
 
 
 def switches(pid: int) -> int:
-    """The context switches (voluntary and not) of the process's threads so far."""
+    """The context switches (voluntary and not) of the process's threads alive now: a
+    thread that ended took its count with it (Linux keeps no total of them for another
+    process to read), so a process whose threads come and go (an execute node's, one for
+    each job's run) shows fewer than it made."""
     total = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
