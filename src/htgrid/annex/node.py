@@ -96,7 +96,8 @@ class _Ec2:
         os.environ.setdefault("AWS_EC2_METADATA_SERVICE_ENDPOINT", base + "/")
         self.base = base
         self.names = {w: str(settings[f"{w}_parameter"]) for w in ("token", "lease")}
-        self.ssm = boto3.session.Session(region_name=str(settings["region"])).client("ssm")
+        self.region = str(settings["region"])
+        self.ssm = boto3.session.Session(region_name=self.region).client("ssm")
 
     def instance(self) -> str:
         return _metadata(self.base, "instance-id")
@@ -105,13 +106,23 @@ class _Ec2:
         """Nothing: the instance's shutdown terminates it."""
 
     def get(self, what: str) -> str | None:
-        from botocore.exceptions import ClientError  # type: ignore[import-untyped]
+        import boto3
+        from botocore.exceptions import (  # type: ignore[import-untyped]
+            ClientError,
+            NoCredentialsError,
+        )
 
         try:
             answer = self.ssm.get_parameter(Name=self.names[what], WithDecryption=True)
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") == "ParameterNotFound":
                 return None
+            raise
+        except NoCredentialsError:
+            # The role's credentials come from the metadata service, which may answer
+            # late at boot (botocore waits a second, once): a client made then has
+            # none for good, so the next try makes another.
+            self.ssm = boto3.session.Session(region_name=self.region).client("ssm")
             raise
         return str(answer["Parameter"]["Value"])
 
