@@ -91,13 +91,16 @@ class _Ec2:
     tries = _TRIES
 
     def __init__(self, settings: Mapping[str, Any], base: str) -> None:
-        import boto3  # type: ignore[import-untyped]
-
         os.environ.setdefault("AWS_EC2_METADATA_SERVICE_ENDPOINT", base + "/")
         self.base = base
         self.names = {w: str(settings[f"{w}_parameter"]) for w in ("token", "lease")}
         self.region = str(settings["region"])
-        self.ssm = boto3.session.Session(region_name=self.region).client("ssm")
+        self.ssm = self._client()
+
+    def _client(self) -> Any:
+        import boto3  # type: ignore[import-untyped]
+
+        return boto3.session.Session(region_name=self.region).client("ssm")
 
     def instance(self) -> str:
         return _metadata(self.base, "instance-id")
@@ -106,7 +109,6 @@ class _Ec2:
         """Nothing: the instance's shutdown terminates it."""
 
     def get(self, what: str) -> str | None:
-        import boto3
         from botocore.exceptions import (  # type: ignore[import-untyped]
             ClientError,
             NoCredentialsError,
@@ -122,7 +124,7 @@ class _Ec2:
             # The role's credentials come from the metadata service, which may answer
             # late at boot (botocore waits a second, once): a client made then has
             # none for good, so the next try makes another.
-            self.ssm = boto3.session.Session(region_name=self.region).client("ssm")
+            self.ssm = self._client()
             raise
         return str(answer["Parameter"]["Value"])
 

@@ -309,18 +309,19 @@ class GridJob(JobTask[S, E]):
         commits them with the status, else on their own: the queue never shows the remote
         job's new state beside the local one's old. False if the job was held or removed
         here meanwhile (its status read again)."""
+        changes: Mapping[str, Any] = attrs or {}
         try:
             if idle and self.status is JobStatus.RUNNING:
-                await self.io.evicted(self.job_id, attrs)
+                await self.io.evicted(self.job_id, changes)
                 self.status = JobStatus.IDLE
             elif running and self.status is JobStatus.IDLE:
-                await self.io.started(self.job_id, attrs)
+                await self.io.started(self.job_id, changes)
                 self.status = JobStatus.RUNNING
-            elif attrs:
-                await self.io.update(self.job_id, attrs)
+            else:
+                await self.io.update(self.job_id, changes)
         except InvalidTransition:
-            if attrs:  # the transaction that refused the move wrote none of them
-                await self.io.update(self.job_id, attrs)
+            # The transaction that refused the move wrote none of them.
+            await self.io.update(self.job_id, changes)
             await self._refresh_status()  # held or removed meanwhile: the loop sees it
             return False
         return True

@@ -104,7 +104,10 @@ class QueueIO:
     async def update(
         self, job_id: JobId, attrs: Mapping[str, Any], *, durable: bool = False
     ) -> None:
-        """Set attributes; `durable`: on disk when this returns, even through a power cut."""
+        """Set attributes (none: nothing to write, no transaction); `durable`: on disk when
+        this returns, even through a power cut."""
+        if not attrs:
+            return
         self.writes += 1
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         synced = durable and self.durable is not self.queue

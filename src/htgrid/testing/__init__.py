@@ -232,8 +232,8 @@ class PersonalPool:
         wait_for(lambda: not alive(pid), 10, what=f"daemon {pid} to die")
         # Its collector ends once it sees it gone: a start before then would find the
         # collector's port still taken. (Its jobs may run on: they are not waited for.)
-        # Once at the whole suite's load one took over 30 s (asyncio gives a peer 30 s
-        # to answer a TLS close), as long as the other children may take here.
+        # Once at the whole suite's load one took over 30 s (perhaps asyncio's 30 s for
+        # a peer to answer a TLS close): as long as the other children may take here.
         for child in collectors:
             wait_for(functools.partial(_gone, child), 60, what=f"collector {child} to end")
 

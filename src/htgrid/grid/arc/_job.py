@@ -365,8 +365,7 @@ class ArcJob(GridJob[ArcState, ArcEvent]):
         if state != self.remote_state:
             update = {"GridJobStatus": state, "LastRemoteStatusUpdate": int(status.when)}
         if state in TERMINAL:
-            if update:
-                await self.io.update(self.job_id, update)
+            await self.io.update(self.job_id, update)
             self.remote_state = state
             return _E.ENDED
         await self._mirror_run(running=state in _RUNNING, idle=state in _IDLE_AGAIN, attrs=update)

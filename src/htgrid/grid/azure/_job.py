@@ -235,8 +235,7 @@ class AzureJob(GridJob[AzureState, AzureEvent]):
                 "LastRemoteStatusUpdate": int(status.when),
             }
         if power in _ENDED or power == "failed":
-            if update:
-                await self.io.update(self.job_id, update)
+            await self.io.update(self.job_id, update)
             self.power = power
             if power == "failed":
                 self._will_hold(f"Azure could not provision VM {self.vm_name}: {status.text}")

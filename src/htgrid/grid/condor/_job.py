@@ -314,9 +314,8 @@ class CondorJob(CondorJobBase):
             attrs["RemoteHost"] = host
         self.remote_state = status.job_status
         if status.job_status in _ENDED_OR_HELD:
-            if attrs:
-                await self.io.update(self.job_id, attrs)
-                self._keep(attrs)
+            await self.io.update(self.job_id, attrs)
+            self._keep(attrs)
             if status.job_status == JobStatus.COMPLETED:
                 return _E.REMOTE_DONE
             if status.job_status == JobStatus.REMOVED:

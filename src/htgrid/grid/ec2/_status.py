@@ -166,9 +166,7 @@ class Ec2Instance(GridJob[Ec2State, Ec2Event]):
 
     async def _mirror(self, status: ec2.InstanceStatus) -> None:
         """`_changes` written."""
-        attrs = self._changes(status)
-        if attrs:
-            await self.io.update(self.job_id, attrs)
+        await self.io.update(self.job_id, self._changes(status))
 
     def _changes(self, status: ec2.InstanceStatus) -> dict[str, Any]:
         """GridJobStatus, EC2RemoteVirtualMachineName, EC2StatusReasonCode: what changed

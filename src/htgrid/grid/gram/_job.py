@@ -263,8 +263,7 @@ class GramJob(GridJob[GramState, GramEvent]):
         if state != self.remote_state:
             update = {"GridJobStatus": state, "LastRemoteStatusUpdate": int(status.when)}
         if state in ("DONE", "FAILED"):
-            if update:
-                await self.io.update(self.job_id, update)
+            await self.io.update(self.job_id, update)
             self.remote_state = state
             if state == "DONE":
                 self.exit_code = answer.exit_code or 0
