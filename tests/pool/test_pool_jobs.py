@@ -135,6 +135,9 @@ def test_holding_and_removing_running_jobs_stops_them_on_the_node(
         "executable = loop.sh\nshould_transfer_files = YES\nlog = job.log\nqueue 2\n",
     )
     running = wait_for(lambda: _pids(pids, 2), what="both jobs running")
+    # A process runs a moment before the schedd records its start (001); a job held or
+    # removed in between never started as far as the queue and the log know.
+    wait_for(lambda: _logged(tmp_path / "job.log", 4), what="both jobs' 001")
     schedd.act(JobAction.Hold, Jobs.of([f"{cluster}.0"]), "wait a bit")
     schedd.act(JobAction.Remove, Jobs.of([f"{cluster}.1"]))
     wait_for(lambda: not any(_alive(p) for p in running), what="both processes gone")
@@ -142,6 +145,10 @@ def test_holding_and_removing_running_jobs_stops_them_on_the_node(
     assert schedd.get(f"{cluster}.0")["JobStatus"] == JobStatus.HELD
     schedd.act(JobAction.Release, Jobs.of([f"{cluster}.0"]))
     wait_for(lambda: _pids(pids, 3), what="the released job running again")
+    wait_for(
+        lambda: events(tmp_path / "job.log").get(f"{cluster}.0") == [0, 1, 12, 13, 1],
+        what="the released job's 001",
+    )
     schedd.act(JobAction.Remove, Jobs.of([f"{cluster}.0"]))
     wait_for(lambda: len(schedd.history(f"ClusterId == {cluster}")) == 2, what="0 leaves")
     logged = _logged(tmp_path / "job.log", 9)
