@@ -58,6 +58,7 @@ __all__ = [
     "as_owner",
     "closed_to_others",
     "daemon_umask",
+    "new_owned_dir",
     "owned_dir",
     "spawn_identity",
     "switching",
@@ -326,6 +327,17 @@ def owned_dir(path: Path, account: Account | None, mode: int = 0o700) -> None:
             os.chown(path, account.uid, account.gid, follow_symlinks=False)
     if stat.S_IMODE(st.st_mode) != mode:
         os.chmod(path, mode, follow_symlinks=False)
+
+
+def new_owned_dir(path: Path, account: Account | None) -> None:
+    """The directory `path` made anew, mode 0700 (which no umask of a daemon's takes
+    from), and given to `account` as `owned_dir` gives it; FileExistsError when anything
+    is there (a link is not followed). Two calls, not `owned_dir`'s four: a job's
+    sandbox is made for every job."""
+    os.mkdir(path, 0o700)
+    if _needs_switch(account):
+        assert account is not None
+        os.chown(path, account.uid, account.gid, follow_symlinks=False)
 
 
 def closed_to_others(path: Path) -> Path | None:

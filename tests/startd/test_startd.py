@@ -6,6 +6,7 @@ import asyncio
 import io
 import os
 import re
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -598,6 +599,52 @@ def test_a_small_input_sandbox_comes_with_the_activation(tmp_path: Path) -> None
 
     run_startd(tmp_path / "home", scenario)
     assert (iwd / "out.txt").read_text() == "input\n"
+
+
+def test_a_flat_input_lands_with_safe_modes_and_its_times_and_a_null_stream_makes_no_file(
+    tmp_path: Path,
+) -> None:
+    """A sandbox of plain files, come with the activation, is written file by file: the
+    modes tarfile's data filter gives (no set-id bits, nor write for others; the owner
+    reads and writes, and executes only if it could), the files' times kept, so an
+    input the job did not touch does not come back and one it changed does. Err unset
+    (/dev/null) goes to /dev/null, as HTCondor's starter sends it: no _condor_stderr."""
+    iwd = tmp_path / "iwd"
+    script(
+        iwd,
+        "ls -a > listing.txt\nstat -c '%n %a %Y' tool data.txt > modes.txt\n"
+        "echo more >> notes.txt\necho out; echo err >&2\n",
+    )
+    for name, mode in (("tool", 0o4775), ("data.txt", 0o077), ("notes.txt", 0o444)):
+        (iwd / name).write_text(f"{name}\n")
+        (iwd / name).chmod(mode)
+        os.utime(iwd / name, (978307200, 978307200))  # 2001-01-01
+    job = job_ad(iwd, TransferInput="tool, data.txt, notes.txt", Err="/dev/null")
+
+    async def scenario(client: StartdClient, startd: Startd) -> None:
+        cid = claim_id()
+        await client.request_claim(cid, job, "schedd@test", 60)
+        tar = io.BytesIO()
+        pack(input_entries(job), tar, dereference=True)
+        for name in ("tool", "data.txt", "notes.txt"):  # the output comes back over them
+            (iwd / name).chmod(0o644)
+        status = await until(
+            client, cid, ClaimState.ENDED, await client.activate(cid, job, tar.getvalue())
+        )
+        assert status.outcome is not None and status.outcome.exit_code == 0
+        assert status.output_data is not None
+        with tarfile.open(fileobj=io.BytesIO(status.output_data)) as out:
+            names = sorted(out.getnames())
+        assert names == ["_condor_stdout", "listing.txt", "modes.txt", "notes.txt"]
+        unpack_output(io.BytesIO(status.output_data), job)
+        await client.release(cid)
+
+    run_startd(tmp_path / "home", scenario)
+    listing = (iwd / "listing.txt").read_text().split()
+    assert "_condor_stdout" in listing and "_condor_stderr" not in listing
+    assert (iwd / "modes.txt").read_text() == "tool 755 978307200\ndata.txt 644 978307200\n"
+    assert (iwd / "notes.txt").read_text() == "notes.txt\nmore\n"
+    assert (iwd / "job.out").read_text() == "out\n"
 
 
 def test_an_activation_with_its_input_starts_the_job_and_clears_the_last_ones_files(

@@ -30,6 +30,7 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING, BinaryIO, Final
 
 from htgrid._aio import call_from_thread, fail_from_thread, resolve_from_thread
 from htgrid._files import private_file, write_atomic
-from htgrid._privsep import Account, OwnerPolicy, OwnerRefused, as_owner, owned_dir
+from htgrid._privsep import Account, OwnerPolicy, OwnerRefused, as_owner, new_owned_dir
 from htgrid.classad import ClassAd
 from htgrid.net import SandboxTooLarge
 from htgrid.net.server import SizeLimit
@@ -67,10 +68,12 @@ from htgrid.startd._transfer import (
     STDERR,
     STDOUT,
     TransferError,
+    Written,
     output_entries,
     pack,
     should_transfer,
     snapshot,
+    top_level,
     unpack_input,
 )
 
@@ -139,6 +142,10 @@ class Starter:
         self._proc: subprocess.Popen[bytes] | None = None
         self._spec: LaunchSpec | None = None
         self._task: asyncio.Task[None] | None = None
+        # What the set-up wrote of a flat input (`unpack_input`): the files there before
+        # the job ran, known without reading the sandbox back.
+        self._unpacked: dict[str, Written] | None = None
+        self._tars = False  # whether a transfer tar may have been written beside it
 
     # -- set-up -------------------------------------------------------------------------
 
@@ -185,9 +192,12 @@ class Starter:
         """`prepare`'s work off the loop: the job started, or why not (None: not yet)."""
         if previous is not None:
             previous.remove()
-        self._make_sandbox()
-        if data is not None:
-            self._take_input(data)
+        fd = self._make_sandbox()
+        try:
+            if data is not None:
+                self._take_input(data, fd)
+        finally:
+            os.close(fd)
         if spec is None or self._input_error is not None or self._stop is not None:
             return None
         try:
@@ -195,12 +205,14 @@ class Starter:
         except LaunchError as exc:
             return exc
 
-    def _take_input(self, data: bytes) -> None:
-        """Unpack an input sandbox come whole (a small one's tar), as `receive_input`."""
+    def _take_input(self, data: bytes, fd: int) -> None:
+        """Unpack an input sandbox come whole (a small one's tar), as `receive_input`,
+        through the sandbox open as `fd`."""
         limit = SizeLimit("MAX_TRANSFER_INPUT_MB", self.config.max_transfer_input_mb)
         try:
             limit.check(len(data), "the input sandbox", at_least=True)
-            self._unpack_input(io.BytesIO(data), limit)
+            with as_owner(self.account):
+                self._unpacked = unpack_input(io.BytesIO(data), self.sandbox, limit, dir_fd=fd)
         except SandboxTooLarge as exc:
             self._input_error = TransferError(
                 f"Transfer input files failure: {exc}",
@@ -209,14 +221,26 @@ class Starter:
         except TransferError as exc:
             self._input_error = exc
 
-    def _make_sandbox(self) -> None:
-        self.sandbox.parent.mkdir(parents=True, exist_ok=True)
-        if self.sandbox.exists():
-            raise FileExistsError(errno.EEXIST, "a sandbox is there already", str(self.sandbox))
-        owned_dir(self.sandbox, self.account)
-        with as_owner(self.account):
-            (self.sandbox / JOB_AD).write_text(self.job.printOld() + "\n")
-            (self.sandbox / MACHINE_AD).write_text(self.machine_ad.printOld() + "\n")
+    def _make_sandbox(self) -> int:
+        """The sandbox made anew, the job's ads written into it, open: its descriptor."""
+        try:
+            new_owned_dir(self.sandbox, self.account)
+        except FileNotFoundError:  # EXECUTE itself is gone (the node made it at its start)
+            self.sandbox.parent.mkdir(parents=True, exist_ok=True)
+            new_owned_dir(self.sandbox, self.account)
+        except FileExistsError:
+            raise FileExistsError(
+                errno.EEXIST, "a sandbox is there already", str(self.sandbox)
+            ) from None
+        fd = os.open(self.sandbox, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            with as_owner(self.account):
+                _write_new(fd, JOB_AD, self.job.printOld() + "\n")
+                _write_new(fd, MACHINE_AD, self.machine_ad.printOld() + "\n")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     @property
     def input_received(self) -> bool:
@@ -238,6 +262,7 @@ class Starter:
                     held += chunk
                     continue
                 if f is None:
+                    self._tars = True
                     f = await asyncio.to_thread(_spill, self.input_tar, bytes(held))
                     held.clear()
                 await asyncio.to_thread(f.write, chunk)
@@ -434,24 +459,33 @@ class Starter:
 
     def _measure_and_pack(self, before: dict[str, int] | None, strict: bool) -> int:
         """The sandbox's size (KB); then, given the files there `before` the job ran,
-        its output tar (one call off the event loop for both: a job's end is short)."""
-        disk = _disk_kb(self.sandbox)
+        its output tar (one call off the event loop for both: a job's end is short),
+        from one read of the sandbox, as the job's owner."""
+        try:
+            with as_owner(self.account):
+                top: dict[str, os.stat_result] | None = top_level(self.sandbox)
+        except OSError:  # the job took the sandbox from itself: the packing says so
+            top = None
+        disk = _disk_kb(self.sandbox, top)
         if before is not None:
-            self._pack_output(before, strict)
+            self._pack_output(before, strict, top)
         return disk
 
-    def _pack_output(self, before: dict[str, int], strict: bool) -> None:
+    def _pack_output(
+        self, before: dict[str, int], strict: bool, top: dict[str, os.stat_result] | None
+    ) -> None:
         """The output tar, its members read as the job's owner: in memory when it is
         small (`output_inline`), else the node's file; an eviction (not `strict`) skips
         the listed files that are not there."""
         code = HoldReasonCode.TransferOutputError
         with as_owner(self.account):
-            entries = output_entries(self.job, self.sandbox, before, strict=strict)
+            entries = output_entries(self.job, self.sandbox, before, strict=strict, top=top)
             held = _Capped()
             with contextlib.suppress(_TooLarge):
                 pack(entries, held, dereference=False, code=code)
                 self.output_inline = held.getvalue()
                 return
+        self._tars = True
         with private_file(self.output_tar) as tar, as_owner(self.account):
             pack(entries, tar, dereference=False, code=code)
 
@@ -460,10 +494,21 @@ class Starter:
         return self._ready_and_snapshot(spec), spawn(spec)
 
     def _ready_and_snapshot(self, spec: LaunchSpec) -> dict[str, int]:
+        """The executable made executable by its owner if it came with the input; the
+        sandbox's files and their times (those the set-up wrote, if it knows them)."""
+        exe = spec.argv[0]
+        ours = self.transfer and os.path.dirname(exe) == str(self.sandbox)
+        unpacked = self._unpacked
         with as_owner(self.account):
-            if self.transfer and spec.argv[0].startswith(str(self.sandbox)):
+            if ours and unpacked is not None and os.path.basename(exe) in unpacked:
+                mode = unpacked[os.path.basename(exe)].mode
+                if mode & 0o700 != 0o700:
+                    os.chmod(exe, mode | 0o700)
+            elif ours:
                 with contextlib.suppress(OSError):  # spawn says what is wrong with it
-                    os.chmod(spec.argv[0], os.stat(spec.argv[0]).st_mode | 0o700)
+                    os.chmod(exe, os.stat(exe).st_mode | 0o700)
+            if unpacked is not None:  # the ads are never output: not needed here
+                return {name: file.mtime_ns for name, file in unpacked.items()}
             return snapshot(self.sandbox)
 
     def _launch_spec(self) -> LaunchSpec:
@@ -492,9 +537,17 @@ class Starter:
                 else os.path.join(iwd, cmd)
             )
             stdin = where("In", job.get("TransferIn") is not False)
-            stdout = os.path.join(box, STDOUT)
+            # A stream to /dev/null goes there, as HTCondor's starter sends it: no file
+            # in the sandbox (made and removed for every job), none in the output.
+            stdout = os.path.join(box, STDOUT) if _named(job.get("Out")) else os.devnull
             same = job.get("Err") == job.get("Out")
-            stderr = stdout if same else os.path.join(box, STDERR)
+            stderr = (
+                stdout
+                if same
+                else os.path.join(box, STDERR)
+                if _named(job.get("Err"))
+                else os.devnull
+            )
         else:
             cwd, exe = iwd, os.path.join(iwd, cmd)
             stdin, stdout, stderr = where("In", False), where("Out", False), where("Err", False)
@@ -677,6 +730,8 @@ class Starter:
         """Remove the sandbox and the transfer files (blocking: off the event loop; the
         job's run is over)."""
         shutil.rmtree(self.sandbox, ignore_errors=True)
+        if not self._tars:
+            return
         for path in (self.input_tar, self.output_tar):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
@@ -712,17 +767,45 @@ def _spill(path: Path, data: bytes) -> BinaryIO:
     return f
 
 
+def _write_new(dir_fd: int, name: str, text: str) -> None:
+    """A new file `name` in the directory `dir_fd` holding `text` (the umask's mode)."""
+    fd = os.open(
+        name,
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o666,
+        dir_fd=dir_fd,
+    )
+    try:
+        data = memoryview(text.encode())
+        while data:
+            data = data[os.write(fd, data) :]
+    finally:
+        os.close(fd)
+
+
+def _named(stream: object) -> bool:
+    """Whether a job's Out or Err names a file (not nothing, nor /dev/null)."""
+    return isinstance(stream, str) and bool(stream) and stream != os.devnull
+
+
 def _kill_if_running(proc: subprocess.Popen[bytes]) -> None:
     if proc.returncode is None:
         kill_group(proc.pid, signal.SIGKILL)
 
 
-def _disk_kb(path: Path) -> int:
+def _disk_kb(path: Path, top: dict[str, os.stat_result] | None) -> int:
+    """The KB the files in the sandbox `path` take (its `top_level` read already, if
+    given: only its subdirectories are walked)."""
     total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(root, name)).st_size
+    walked: list[str] = [str(path)]
+    if top is not None:
+        walked = [os.path.join(path, n) for n, st in top.items() if stat.S_ISDIR(st.st_mode)]
+        total = sum(st.st_size for st in top.values() if not stat.S_ISDIR(st.st_mode))
+    for where in walked:
+        for root, _, files in os.walk(where):
+            for name in files:
+                with contextlib.suppress(OSError):
+                    total += os.lstat(os.path.join(root, name)).st_size
     return (total + 1023) // 1024
 
 
