@@ -12,7 +12,7 @@ from htgrid.classad import ClassAd
 from htgrid.collector import AdStore, CollectorClient
 from htgrid.collector.app import create_app
 from htgrid.negotiator import CycleResult, NegotiatorConfig
-from htgrid.negotiator.daemon import CollectorMachines, Negotiator
+from htgrid.negotiator.daemon import ROOM_ATTRIBUTES, CollectorMachines, Negotiator
 
 from ._pool import ads, job, slot
 
@@ -58,6 +58,9 @@ class Machines:
         self.ads = machine_ads
 
     async def machine_ads(self) -> Sequence[ClassAd]:
+        return self.ads
+
+    async def room_ads(self) -> Sequence[ClassAd]:
         return self.ads
 
 
@@ -227,6 +230,51 @@ def test_slot_ads_kept_between_cycles_are_matched_as_the_collector_has_them_now(
             store.update("UPDATE_STARTD_AD", slot("small@a", memory=4096))
             (again,) = (await negotiator.cycle()).matches
             assert again.machine == "small@a" and again.job_id.proc == 1
+
+    asyncio.run(main())
+
+
+def test_a_full_pools_cycles_read_of_its_slots_only_whether_they_have_room() -> None:
+    # Between whole cycles a full pool's look asks the collector for ROOM_ATTRIBUTES
+    # only: its claimed slots change with every job (Activity, JobId), and decoding
+    # them whole each cycle cost the schedd's process, which the negotiator shares.
+    # A slot freed shows in that look, and the cycle then reads and matches whole.
+    now = [T0]
+    store = AdStore(clock=lambda: now[0])
+    store.update(
+        "UPDATE_STARTD_AD", slot("p@a", cpus=0, memory=0, extra="PartitionableSlot = true")
+    )
+    busy = slot("p_1@a", extra='State = "Claimed"\nRemoteUser = "bob@example.com"')
+    store.update("UPDATE_STARTD_AD", busy)
+    queue = CountingQueue([job(1, 0)])
+    clock = Clock()
+    asked: list[str] = []
+
+    async def counted(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/ads":
+            asked.append(request.url.params.get("projection", ""))
+        return await inner.handle_async_request(request)
+
+    inner = httpx.ASGITransport(app=create_app(store))
+
+    async def main() -> None:
+        transport = httpx.MockTransport(counted)
+        async with CollectorClient("collector.test", transport=transport) as client:
+            negotiator = Negotiator(queue, CollectorMachines(client), clock=clock)
+            await negotiator.cycle()  # whole: the job gets its reason
+            assert queue.reads == 1 and asked == [""]
+            for activity in ("Busy", "Idle", "Busy"):
+                clock.now += 10
+                now[0] = clock.now
+                store.update("UPDATE_STARTD_AD", heard(busy, clock.now, Activity=activity))
+                assert (await negotiator.cycle()).matches == ()
+            assert queue.reads == 1 and len(asked) == 4
+            assert all(set(p.split(",")) == set(ROOM_ATTRIBUTES) for p in asked[1:])
+            clock.now += 10
+            now[0] = clock.now
+            store.update("UPDATE_STARTD_AD", slot("p_1@a"))  # released: room
+            (match,) = (await negotiator.cycle()).matches
+            assert match.machine == "p_1@a" and queue.reads == 2 and asked[-1] == ""
 
     asyncio.run(main())
 

@@ -100,6 +100,9 @@ class Machines:
     async def machine_ads(self) -> Sequence[ClassAd]:
         return self.ads
 
+    async def room_ads(self) -> Sequence[ClassAd]:
+        return self.ads
+
 
 class Clock:
     def __init__(self, cycles: int) -> None:

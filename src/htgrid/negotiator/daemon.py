@@ -47,7 +47,15 @@ from htgrid.negotiator._model import (
 from htgrid.negotiator._priorities import PriorityTable
 from htgrid.queue.faults import daemon_fault, problem
 
-__all__ = ["Clock", "CollectorMachines", "JobSource", "MachineSource", "Negotiator", "SystemClock"]
+__all__ = [
+    "ROOM_ATTRIBUTES",
+    "Clock",
+    "CollectorMachines",
+    "JobSource",
+    "MachineSource",
+    "Negotiator",
+    "SystemClock",
+]
 
 _log = logging.getLogger("htgrid.negotiator")
 
@@ -71,6 +79,9 @@ class MachineSource(Protocol):
 
     async def machine_ads(self) -> Sequence[ClassAd]:
         """Every slot and site ad of the pool (MyType "Machine"), claimed ones too."""
+
+    async def room_ads(self) -> Sequence[ClassAd]:
+        """The same ads with at least `ROOM_ATTRIBUTES`: whether the pool has room."""
 
 
 class Clock(Protocol):
@@ -101,9 +112,13 @@ class CollectorMachines:
         self.client = client
         self.constraint = constraint  # NEGOTIATOR_SLOT_CONSTRAINT
         self._kept = KeptAds(client, "Machine", constraint)
+        self._room = KeptAds(client, "Machine", constraint, ROOM_ATTRIBUTES)
 
     async def machine_ads(self) -> Sequence[ClassAd]:
         return await self._kept.ads()
+
+    async def room_ads(self) -> Sequence[ClassAd]:
+        return await self._room.ads()
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +130,22 @@ class _Pending:
     match: Match | None = None
 
 
+#: What a cycle reads of each ad to learn whether the pool has room (`_has_room`, with
+#: the matches not yet claimed laid over it). A full pool's slots change with each job
+#: they run: decoding them whole for each cycle's look took a fifth of a busy schedd's
+#: process, which the negotiator shares.
+ROOM_ATTRIBUTES: Final = (
+    "Name",
+    "MyAddress",
+    "State",
+    "PartitionableSlot",
+    "Cpus",
+    "Memory",
+    "Disk",
+    "WantAdRevaluate",
+    "CurMatches",
+    "LastHeardFrom",
+)
 #: How often a pool with no room for any job is negotiated whole, at most (HTCondor's
 #: default NEGOTIATOR_INTERVAL): its idle jobs' LastRejMatchReason, a new job's too.
 _FULL_POOL_INTERVAL: Final = 60.0
@@ -217,27 +248,27 @@ class Negotiator:
         """One negotiation cycle, reported to the job source. A pool with no room for
         any job (every slot claimed, every partitionable slot carved whole) is
         negotiated whole only every `_FULL_POOL_INTERVAL` (the idle jobs' reasons kept
-        fresh); the cycles between read no job and match nothing."""
+        fresh); the cycles between read only what says there is no room (`room_ads`),
+        no job, and match nothing. The accountant's usage is brought up to date by the
+        whole cycles, as HTCondor's is at its default interval (a minute)."""
         started = time.monotonic()
         now = self.clock.time()
+        if now - self._whole_cycle < _FULL_POOL_INTERVAL:
+            room = self._overlay(self._readable(await self.machines.room_ads()), now)
+            if room and not any(_has_room(ad) for ad in room):
+                # The negotiator shares the schedd's process: reading and matching every
+                # idle job against a full pool took a fifth of a busy schedd's loop.
+                self.cycles += 1
+                _log.info(
+                    "cycle %d: no slot has room among %d ads: no job read, in %.2fs",
+                    self.cycles,
+                    len(room),
+                    time.monotonic() - started,
+                )
+                await self._advertise(_FULL, now, time.monotonic() - started, self._idle)
+                return _FULL
         machines = self._overlay(self._readable(await self.machines.machine_ads()), now)
         self.priorities = self.priorities.advanced(now, self._usage(machines))
-        if (
-            now - self._whole_cycle < _FULL_POOL_INTERVAL
-            and machines
-            and not any(_has_room(ad) for ad in machines)
-        ):
-            # The negotiator shares the schedd's process: reading and matching every idle
-            # job against a full pool took a fifth of a busy schedd's loop, for nothing.
-            self.cycles += 1
-            _log.info(
-                "cycle %d: no slot has room among %d ads: no job read, in %.2fs",
-                self.cycles,
-                len(machines),
-                time.monotonic() - started,
-            )
-            await self._advertise(_FULL, now, time.monotonic() - started, self._idle)
-            return _FULL
         self._whole_cycle = now
         jobs = list(await self.jobs.idle_jobs())
         priorities, config = self.priorities, self.config

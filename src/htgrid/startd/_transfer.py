@@ -28,7 +28,7 @@ import tarfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO, Final
+from typing import IO, BinaryIO, Final
 
 from htgrid.classad import ClassAd
 from htgrid.net import SandboxTooLarge
@@ -452,13 +452,11 @@ def unpack_output(tar_path: Tar, job: ClassAd, limit: SizeLimit = NO_LIMIT) -> i
                 if member.isdir():
                     dest.mkdir(parents=True, exist_ok=True)
                     continue
-                dest.parent.mkdir(parents=True, exist_ok=True)
                 source = tar.extractfile(member)
                 if source is None:
                     continue
-                with source, open(dest, "wb") as out:
-                    shutil.copyfileobj(source, out)
-                os.chmod(dest, (member.mode & 0o755) | 0o600)
+                with source:
+                    _place(source, dest, (member.mode & 0o755) | 0o600)
                 written += member.size
     except SandboxTooLarge as exc:
         raise TransferError(
@@ -471,6 +469,29 @@ def unpack_output(tar_path: Tar, job: ClassAd, limit: SizeLimit = NO_LIMIT) -> i
             getattr(exc, "errno", 0) or 0,
         ) from exc
     return written
+
+
+def _place(source: IO[bytes], dest: Path, mode: int) -> None:
+    """`source` written to `dest` (made, or emptied), which then has `mode`: three calls
+    for an empty file, a short job's stdout (each hands the GIL to the schedd's loop and
+    back); its directory made only when it is missing."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+    try:
+        fd = os.open(dest, flags, mode)
+    except FileNotFoundError:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(dest, flags, mode)
+    try:
+        while chunk := source.read(_CHUNK):
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view) :]
+        os.fchmod(fd, mode)  # also a file that was there, whatever the umask
+    finally:
+        os.close(fd)
+
+
+_CHUNK: Final = 1 << 20
 
 
 def unpack_to(tar_path: Tar, directory: Path) -> int:
