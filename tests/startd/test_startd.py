@@ -58,9 +58,9 @@ def test_a_job_runs_in_a_sandbox_with_its_files_and_is_advertised(
         iwd,
         'cat in.txt > out.txt; echo "args $1 $2"; echo "$GREETING $_CONDOR_SLOT" >&2\n'
         'echo "$OMP_NUM_THREADS $CUDA_VISIBLE_DEVICES" > env.txt; pwd > where.txt\n'
-        # Longer than a second: a claim's activity reaches the collector a second after
-        # the last update at most (the update after the claim was just sent).
-        "sleep 1.5; exit 3\n",
+        # Until the test has seen the slot Busy at the collector (a claim's activity goes
+        # a second after the last update at most; a loaded host takes longer).
+        f"sleep 0.5; while [ ! -e {iwd / 'go'} ]; do sleep 0.05; done; exit 3\n",
     )
     (iwd / "in.txt").write_text("input\n")
     job = job_ad(
@@ -89,6 +89,7 @@ def test_a_job_runs_in_a_sandbox_with_its_files_and_is_advertised(
         status = await until(client, cid, ClaimState.RUNNING, status)
         busy = await _eventually(lambda: _activity(collector, grant.slot, "Busy"))
         assert busy["AssignedGPUs"] == "GPU-aaaa1111"
+        (iwd / "go").touch()
         status = await until(client, cid, ClaimState.ENDED, status)
         outcome = status.outcome
         assert outcome is not None and outcome.kind is OutcomeKind.EXITED

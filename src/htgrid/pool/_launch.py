@@ -174,8 +174,8 @@ class LaunchSpec:
 
 def _open(path: str, flags: int, what: str, code: HoldReasonCode) -> int:
     try:
-        if flags & (os.O_WRONLY | os.O_RDWR):  # made, if missing, as the job would (0644)
-            return open_with_mode(path, flags, USER_FILE_MODE)
+        if flags & (os.O_WRONLY | os.O_RDWR) and path != os.devnull:
+            return open_with_mode(path, flags, USER_FILE_MODE)  # made, if missing: 0644
         return os.open(path, flags)
     except OSError as exc:
         raise LaunchError(
