@@ -16,8 +16,16 @@ __all__ = [
     "parts_beneath",
     "private_file",
     "single_instance",
+    "write_all",
     "write_atomic",
 ]
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """All of `data` written to the descriptor `fd` (a write may take only part)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def write_atomic(path: Path, data: bytes, *, sync: bool = False, mode: int = 0o666) -> None:

@@ -12,6 +12,8 @@ import stat
 import sys
 from typing import Protocol
 
+from htgrid._files import write_all
+
 __all__ = ["ByteReader", "ByteWriter", "stdin_reader", "stdout_writer"]
 
 _READ_SIZE = 256 * 1024
@@ -54,9 +56,7 @@ class _BlockingWriter:
         self._fd = fd
 
     def write(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view) :]
+        write_all(self._fd, data)
 
     async def drain(self) -> None:
         return None

@@ -39,7 +39,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, BinaryIO, Final
 
 from htgrid._aio import call_from_thread, fail_from_thread, resolve_from_thread
-from htgrid._files import private_file, write_atomic
+from htgrid._files import private_file, write_all, write_atomic
 from htgrid._privsep import Account, OwnerPolicy, OwnerRefused, as_owner, new_owned_dir
 from htgrid.classad import ClassAd
 from htgrid.net import SandboxTooLarge
@@ -211,8 +211,7 @@ class Starter:
         limit = SizeLimit("MAX_TRANSFER_INPUT_MB", self.config.max_transfer_input_mb)
         try:
             limit.check(len(data), "the input sandbox", at_least=True)
-            with as_owner(self.account):
-                self._unpacked = unpack_input(io.BytesIO(data), self.sandbox, limit, dir_fd=fd)
+            self._unpack_input(io.BytesIO(data), limit, fd)
         except SandboxTooLarge as exc:
             self._input_error = TransferError(
                 f"Transfer input files failure: {exc}",
@@ -287,11 +286,13 @@ class Starter:
                 self.input_tar.unlink()
             self._input.set()
 
-    def _unpack_input(self, tar: BinaryIO, limit: SizeLimit) -> None:
+    def _unpack_input(self, tar: BinaryIO, limit: SizeLimit, fd: int | None = None) -> None:
+        """Unpack the input tar as the job's owner (through the sandbox open as `fd`, if
+        given: what a flat tar wrote is then known, `_unpacked`)."""
         tar.flush()
         tar.seek(0)  # the node's file, read by the owner's thread: no need to open it
         with as_owner(self.account):
-            unpack_input(tar, self.sandbox, limit)
+            self._unpacked = unpack_input(tar, self.sandbox, limit, dir_fd=fd)
 
     # -- the run --------------------------------------------------------------------------
 
@@ -776,9 +777,7 @@ def _write_new(dir_fd: int, name: str, text: str) -> None:
         dir_fd=dir_fd,
     )
     try:
-        data = memoryview(text.encode())
-        while data:
-            data = data[os.write(fd, data) :]
+        write_all(fd, text.encode())
     finally:
         os.close(fd)
 

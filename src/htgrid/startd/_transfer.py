@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, BinaryIO, Final
 
+from htgrid._files import write_all
 from htgrid.classad import ClassAd
 from htgrid.net import SandboxTooLarge
 from htgrid.net.server import NO_LIMIT, SizeLimit, listed_members, unpacked_size
@@ -320,9 +321,7 @@ def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, dir_fd: int) ->
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(member.name, flags, mode, dir_fd=dir_fd)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        write_all(fd, data)
         os.fchmod(fd, mode)  # the daemon's umask took some
         os.utime(fd, (member.mtime, member.mtime))
         return Written(mode, os.fstat(fd).st_mtime_ns)
@@ -483,9 +482,7 @@ def _place(source: IO[bytes], dest: Path, mode: int) -> None:
         fd = os.open(dest, flags, mode)
     try:
         while chunk := source.read(_CHUNK):
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, chunk)
         os.fchmod(fd, mode)  # also a file that was there, whatever the umask
     finally:
         os.close(fd)
